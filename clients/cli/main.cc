@@ -1,0 +1,94 @@
+// lockstep: the command-line client. `lockstep help` lists the commands.
+#include <cstdio>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "clients/cli/commands.h"
+
+namespace lockstep::cli {
+
+Args::Args(int argc, char** argv, int start) {
+  for (int i = start; i < argc; ++i) args_.emplace_back(argv[i]);
+  used_.assign(args_.size(), false);
+}
+
+bool Args::Flag(const std::string& name) {
+  for (size_t i = 0; i < args_.size(); ++i) {
+    if (!used_[i] && args_[i] == "--" + name) return used_[i] = true;
+  }
+  return false;
+}
+
+std::string Args::Value(const std::string& name, const std::string& fallback) {
+  const std::string opt = "--" + name;
+  for (size_t i = 0; i < args_.size(); ++i) {
+    if (used_[i]) continue;
+    if (args_[i] == opt && i + 1 < args_.size()) {
+      used_[i] = used_[i + 1] = true;
+      return args_[i + 1];
+    }
+    if (args_[i].rfind(opt + "=", 0) == 0) {
+      used_[i] = true;
+      return args_[i].substr(opt.size() + 1);
+    }
+  }
+  return fallback;
+}
+
+std::vector<std::string> Args::Positional() {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args_.size(); ++i) {
+    if (!used_[i] && args_[i].rfind("--", 0) != 0) {
+      used_[i] = true;
+      out.push_back(args_[i]);
+    }
+  }
+  return out;
+}
+
+bool Args::Done() {
+  for (size_t i = 0; i < args_.size(); ++i) {
+    if (!used_[i]) {
+      absl::FPrintF(stderr, "error: unknown option %s\n", args_[i]);
+      return false;
+    }
+  }
+  return true;
+}
+
+int Fail(const absl::Status& status) {
+  absl::FPrintF(stderr, "error: %s: %s\n", absl::StatusCodeToString(status.code()),
+                status.message());
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+namespace {
+
+void Usage(FILE* out) {
+  absl::FPrintF(out,
+                "usage: lockstep COMMAND [ARGS]\n\n"
+                "  train SPEC [--json] [--data DIR] [--threads N]\n"
+                "      train a job spec (YAML or JSON) in this process\n");
+}
+
+}  // namespace
+}  // namespace lockstep::cli
+
+int main(int argc, char** argv) {
+  using namespace lockstep::cli;
+  if (argc < 2) {
+    Usage(stderr);
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  Args args(argc, argv, 2);
+  if (cmd == "train") return TrainCommand(args);
+  if (cmd == "help" || cmd == "--help" || cmd == "-h") {
+    Usage(stdout);
+    return 0;
+  }
+  absl::FPrintF(stderr, "error: unknown command %s\n", cmd);
+  Usage(stderr);
+  return 2;
+}

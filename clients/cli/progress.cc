@@ -1,0 +1,56 @@
+#include "clients/cli/progress.h"
+
+#include <unistd.h>
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+
+namespace lockstep::cli {
+
+std::string FormatDuration(double s) {
+  if (!std::isfinite(s) || s < 0) return "--";
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return absl::StrFormat("%dh%02dm", t / 3600, (t / 60) % 60);
+  if (t >= 60) return absl::StrFormat("%dm%02ds", t / 60, t % 60);
+  return absl::StrFormat("%ds", t);
+}
+
+ProgressBar::ProgressBar(FILE* out) : out_(out), tty_(isatty(fileno(out)) != 0) {}
+
+void ProgressBar::Update(int64_t step, int64_t total, double loss, double accuracy,
+                         double samples_per_sec, double eta_sec) {
+  const double frac = total > 0 ? static_cast<double>(step) / total : 0;
+  std::string acc = accuracy >= 0 ? absl::StrFormat(" acc %.3f", accuracy) : "";
+  std::string text = absl::StrFormat("step %d/%d  loss %.4f%s  %.0f samples/s  ETA %s", step,
+                                     total, loss, acc, samples_per_sec, FormatDuration(eta_sec));
+  if (tty_) {
+    constexpr int kWidth = 28;
+    const int filled = static_cast<int>(frac * kWidth);
+    std::string bar(filled, '#');
+    bar.resize(kWidth, '.');
+    absl::FPrintF(out_, "\r\033[K[%s] %3.0f%% %s", bar, frac * 100, text);
+    drawn_ = true;
+  } else {
+    const int percent = static_cast<int>(frac * 100);
+    if (percent / 5 == last_percent_ / 5 && step != total) return;
+    last_percent_ = percent;
+    absl::FPrintF(out_, "[%3d%%] %s\n", percent, text);
+  }
+  std::fflush(out_);
+}
+
+void ProgressBar::Println(const std::string& line) {
+  if (tty_ && drawn_) absl::FPrintF(out_, "\r\033[K");
+  absl::FPrintF(out_, "%s\n", line);
+  drawn_ = false;
+  std::fflush(out_);
+}
+
+void ProgressBar::Finish() {
+  if (tty_ && drawn_) absl::FPrintF(out_, "\n");
+  drawn_ = false;
+  std::fflush(out_);
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,33 @@
+// A terminal progress bar (step/total, loss, accuracy, samples/s, ETA) that redraws in
+// place on a TTY and prints a plain line every few percent elsewhere (logs, CI).
+#ifndef LOCKSTEP_CLIENTS_CLI_PROGRESS_H_
+#define LOCKSTEP_CLIENTS_CLI_PROGRESS_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace lockstep::cli {
+
+class ProgressBar {
+ public:
+  explicit ProgressBar(FILE* out = stderr);
+  // Draws the bar for `step` of `total`; accuracy < 0 hides it.
+  void Update(int64_t step, int64_t total, double loss, double accuracy, double samples_per_sec,
+              double eta_sec);
+  // Prints a line above the bar (evaluations, state changes).
+  void Println(const std::string& line);
+  void Finish();
+
+ private:
+  FILE* out_;
+  bool tty_;
+  bool drawn_ = false;
+  int last_percent_ = -1;
+};
+
+std::string FormatDuration(double seconds);
+
+}  // namespace lockstep::cli
+
+#endif  // LOCKSTEP_CLIENTS_CLI_PROGRESS_H_

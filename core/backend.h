@@ -1,0 +1,128 @@
+// Backend: the compute primitives one training step needs, on memory the backend owns
+// (host memory for the CPU backend, device memory for CUDA). StepExecutor (step.h)
+// composes them into the step; backends only provide these kernels.
+//
+// All tensors are row-major float32 unless stated; activations are NHWC. Methods are
+// asynchronous with respect to the host where the backend allows it (CUDA streams);
+// Synchronize() waits and reports the first error. Not thread-safe: one thread drives
+// a backend.
+#ifndef LOCKSTEP_CORE_BACKEND_H_
+#define LOCKSTEP_CORE_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/rng/threefry.h"
+
+namespace lockstep {
+
+// Memory in a backend's address space. Move-only; frees itself.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(void* data, size_t bytes, std::function<void(void*)> free)
+      : data_(data), bytes_(bytes), free_(std::move(free)) {}
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { Reset(); }
+
+  template <typename T = float>
+  T* as() const { return static_cast<T*>(data_); }
+  size_t bytes() const { return bytes_; }
+  void Reset();
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  std::function<void(void*)> free_;
+};
+
+// Convolution geometry: NHWC input (b, h, w, c), HWIO kernel (k, k, c, f), SAME
+// padding, stride 1, so the output is (b, h, w, f).
+struct ConvGeometry {
+  int b, h, w, c, k;
+};
+
+// optax's per-step scalars for adam/adamw, computed on the host in float32.
+struct AdamScalars {
+  float lr, b1, b2, one_minus_b1, one_minus_b2, bias_correction1, bias_correction2, eps,
+      weight_decay;  // 0 for adam
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string Name() const = 0;
+
+  // Memory. Allocate zero-fills.
+  virtual absl::StatusOr<Buffer> Allocate(size_t bytes) = 0;
+  // A buffer holding a copy of `bytes` of host memory. The CPU backend may instead alias
+  // the host memory, which must then outlive the buffer.
+  virtual absl::StatusOr<Buffer> Upload(const void* host, size_t bytes) = 0;
+  virtual absl::Status CopyToDevice(void* dst, const void* host, size_t bytes) = 0;
+  virtual absl::Status CopyToHost(void* host, const void* src, size_t bytes) = 0;
+  virtual absl::Status Synchronize() = 0;
+
+  // c = alpha * op(a) * op(b) + beta * c with op(a) m x k, op(b) k x n, c m x n.
+  virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                    const float* a, const float* b, float beta, float* c) = 0;
+
+  // cols (b*h*w, k*k*c): the SAME-padded k x k patch around each output pixel, in HWI
+  // order, so that cols @ kernel(k*k*c, f) is the convolution.
+  virtual void Im2Col(const ConvGeometry& g, const float* x, float* cols) = 0;
+  // dx (b, h, w, c) = the adjoint of Im2Col applied to dcols (overwrites dx).
+  virtual void Col2Im(const ConvGeometry& g, const float* dcols, float* dx) = 0;
+
+  // y (rows, cols) += bias (cols) broadcast over rows.
+  virtual void BiasAdd(int rows, int cols, const float* bias, float* y) = 0;
+  // db (cols) = column sums of dy (rows, cols).
+  virtual void BiasGrad(int rows, int cols, const float* dy, float* db) = 0;
+
+  // x = max(x, 0) in place.
+  virtual void Relu(size_t n, float* x) = 0;
+  // dy = y > 0 ? dy : 0 in place, given the relu output y.
+  virtual void ReluBackward(size_t n, const float* y, float* dy) = 0;
+
+  // 2x2 average pool, stride 2, VALID: x (b, h, w, c) -> y (b, h/2, w/2, c).
+  virtual void AvgPool(int b, int h, int w, int c, const float* x, float* y) = 0;
+  virtual void AvgPoolBackward(int b, int h, int w, int c, const float* dy, float* dx) = 0;
+
+  // Flax Dropout: mask = bernoulli(key, keep, (n,)) drawn with jax.random's bits, then
+  // y = mask ? x / keep : 0. mask holds 0/1 bytes.
+  virtual void Dropout(size_t n, float keep, rng::Key key, rng::Impl impl, const float* x,
+                       float* y, uint8_t* mask) = 0;
+  virtual void DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
+                               float* dx) = 0;
+
+  // Softmax cross-entropy on integer labels over logits (b, classes): per-sample loss,
+  // dlogits = (softmax - onehot) / b (the gradient of the batch mean), and 1/0 in
+  // correct where argmax (first maximum) equals the label.
+  virtual void SoftmaxCrossEntropy(int b, int classes, const float* logits,
+                                   const int32_t* labels, float* loss, float* dlogits,
+                                   float* correct) = 0;
+
+  // out (n, row) = table rows idx[0..n); idx is backend memory.
+  virtual void GatherRows(size_t row, int n, const int32_t* idx, const float* table,
+                          float* out) = 0;
+  virtual void GatherLabels(int n, const int32_t* idx, const int32_t* table, int32_t* out) = 0;
+
+  // x /= d elementwise (pmean's division after the all-reduce sum).
+  virtual void Divide(size_t n, float d, float* x) = 0;
+
+  // optax.sgd: trace = g + momentum * trace (when trace != nullptr); p += -lr * update.
+  virtual void SgdUpdate(size_t n, float lr, float momentum, const float* g, float* trace,
+                         float* p) = 0;
+  // optax.adam / adamw (scale_by_adam, add_decayed_weights, scale(-lr)).
+  virtual void AdamUpdate(size_t n, const AdamScalars& s, const float* g, float* mu,
+                          float* nu, float* p) = 0;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_CORE_BACKEND_H_

@@ -1,0 +1,29 @@
+// Checkpoints: a TrainState as a safetensors file with Flax-style flattened names
+// ("params.Conv_0.kernel", "opt_state.mu.Conv_0.kernel"), the step and RNG keys in its
+// metadata, so that Python's safetensors loads it straight into a Flax params tree.
+#ifndef LOCKSTEP_CORE_CHECKPOINT_H_
+#define LOCKSTEP_CORE_CHECKPOINT_H_
+
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/model.h"
+#include "core/optimizer.h"
+#include "core/train_state.h"
+
+namespace lockstep {
+
+// `extra` is added to the metadata (spec, RNG keys, job id...).
+absl::Status WriteCheckpoint(const std::string& path, const Model& model,
+                             const Optimizer& optimizer, const TrainState& state,
+                             const std::map<std::string, std::string>& extra);
+
+// Reads a checkpoint written for `model` and `optimizer`; errors name the file and the
+// missing or mis-shaped tensor.
+absl::StatusOr<TrainState> ReadCheckpoint(const std::string& path, const Model& model,
+                                          const Optimizer& optimizer);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_CORE_CHECKPOINT_H_

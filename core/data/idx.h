@@ -1,0 +1,28 @@
+// IDX files (MNIST's format, reference §9), plain or gzip-compressed (read through
+// zlib), with strict validation: every error names the file.
+#ifndef LOCKSTEP_CORE_DATA_IDX_H_
+#define LOCKSTEP_CORE_DATA_IDX_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace lockstep {
+
+struct IdxArray {
+  std::vector<int64_t> dims;  // e.g. {60000, 28, 28}
+  std::vector<uint8_t> data;  // row-major
+};
+
+// Reads a uint8 IDX file whose magic must be 0x0000080<ndim>.
+// Errors: NOT_FOUND (missing), INVALID_ARGUMENT (wrong magic or ndim, a zero dimension,
+// or a header declaring more than max_bytes of data), DATA_LOSS (truncated, or bytes
+// after the data, or a corrupt gzip stream).
+absl::StatusOr<IdxArray> ReadIdx(const std::string& path, int expected_ndim,
+                                 uint64_t max_bytes = uint64_t{1} << 31);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_CORE_DATA_IDX_H_

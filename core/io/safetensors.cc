@@ -1,0 +1,122 @@
+#include "core/io/safetensors.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace lockstep {
+namespace {
+
+size_t DtypeSize(const std::string& dtype) {
+  if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
+  if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
+  if (dtype == "F16" || dtype == "BF16" || dtype == "I16" || dtype == "U16") return 2;
+  if (dtype == "U8" || dtype == "I8" || dtype == "BOOL") return 1;
+  return 0;
+}
+
+}  // namespace
+
+absl::StatusOr<SafeTensors> SafeTensors::Read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::vector<uint8_t> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (raw.size() < 8) return absl::DataLossError(absl::StrCat(path, ": truncated header"));
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | raw[i];
+  if (n > raw.size() - 8) return absl::DataLossError(absl::StrCat(path, ": truncated header"));
+  SafeTensors st;
+  st.source_ = path;
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(raw.begin() + 8, raw.begin() + 8 + n);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": bad header: ", e.what()));
+  }
+  const size_t base = 8 + n;
+  try {
+    for (const auto& [name, v] : header.items()) {
+      if (name == "__metadata__") {
+        for (const auto& [k, m] : v.items()) st.metadata_[k] = m.get<std::string>();
+        continue;
+      }
+      SafeTensor t;
+      t.dtype = v.at("dtype").get<std::string>();
+      t.shape = v.at("shape").get<std::vector<int64_t>>();
+      const auto off = v.at("data_offsets").get<std::vector<uint64_t>>();
+      size_t count = 1;
+      for (int64_t d : t.shape) count *= static_cast<size_t>(d);
+      if (off.size() != 2 || off[0] > off[1] || base + off[1] > raw.size() ||
+          off[1] - off[0] != count * DtypeSize(t.dtype)) {
+        return absl::DataLossError(absl::StrCat(path, ": tensor ", name, ": bad data_offsets"));
+      }
+      t.data.assign(raw.begin() + base + off[0], raw.begin() + base + off[1]);
+      st.tensors_[name] = std::move(t);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": bad header: ", e.what()));
+  }
+  return st;
+}
+
+absl::Status SafeTensors::Write(const std::string& path) const {
+  nlohmann::json header = nlohmann::json::object();
+  if (!metadata_.empty()) header["__metadata__"] = metadata_;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors_) {
+    header[name] = {{"dtype", t.dtype}, {"shape", t.shape},
+                    {"data_offsets", {offset, offset + t.data.size()}}};
+    offset += t.data.size();
+  }
+  std::string h = header.dump();
+  while ((8 + h.size()) % 8 != 0) h.push_back(' ');
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write"));
+    uint8_t len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(uint64_t{h.size()} >> (8 * i));
+    out.write(reinterpret_cast<const char*>(len), 8);
+    out << h;
+    for (const auto& [name, t] : tensors_) {
+      out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
+    }
+    if (!out.flush()) return absl::DataLossError(absl::StrCat(path, ": write failed"));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot rename ", tmp, " into place"));
+  }
+  return absl::OkStatus();
+}
+
+void SafeTensors::Add(const std::string& name, std::string dtype, std::vector<int64_t> shape,
+                      const void* data, size_t bytes) {
+  SafeTensor t{std::move(dtype), std::move(shape), {}};
+  t.data.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + bytes);
+  tensors_[name] = std::move(t);
+}
+
+template <typename T>
+absl::StatusOr<std::vector<T>> SafeTensors::Get(const std::string& name, const char* dtype) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) {
+    return absl::NotFoundError(absl::StrCat(source_, ": no tensor ", name));
+  }
+  if (it->second.dtype != dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(source_, ": tensor ", name, " is ",
+                                                   it->second.dtype, ", not ", dtype));
+  }
+  std::vector<T> v(it->second.data.size() / sizeof(T));
+  std::memcpy(v.data(), it->second.data.data(), it->second.data.size());
+  return v;
+}
+
+absl::StatusOr<std::vector<float>> SafeTensors::F32(const std::string& n) const { return Get<float>(n, "F32"); }
+absl::StatusOr<std::vector<int32_t>> SafeTensors::I32(const std::string& n) const { return Get<int32_t>(n, "I32"); }
+absl::StatusOr<std::vector<uint32_t>> SafeTensors::U32(const std::string& n) const { return Get<uint32_t>(n, "U32"); }
+absl::StatusOr<std::vector<uint8_t>> SafeTensors::U8(const std::string& n) const { return Get<uint8_t>(n, "U8"); }
+
+}  // namespace lockstep

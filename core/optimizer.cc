@@ -1,0 +1,87 @@
+#include "core/optimizer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace lockstep {
+namespace {
+
+absl::Status InRange(const char* field, double v, double lo, double hi) {
+  if (std::isfinite(v) && v >= lo && v < hi) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("optimizer.", field, ": ", v, " is not in [", lo, ", ", hi, ")"));
+}
+
+}  // namespace
+
+absl::StatusOr<Optimizer> Optimizer::FromSpec(const v1::OptimizerSpec& spec) {
+  Optimizer o;
+  if (spec.kind() == "sgd") {
+    o.kind_ = Kind::kSgd;
+  } else if (spec.kind() == "adam") {
+    o.kind_ = Kind::kAdam;
+  } else if (spec.kind() == "adamw") {
+    o.kind_ = Kind::kAdamW;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.kind: unknown optimizer \"", spec.kind(),
+                     "\" (expected \"sgd\", \"adam\" or \"adamw\")"));
+  }
+  if (!(std::isfinite(spec.learning_rate()) && spec.learning_rate() > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer.learning_rate: must be positive, got ", spec.learning_rate()));
+  }
+  o.lr_ = spec.learning_rate();
+  if (o.kind_ == Kind::kSgd) {
+    if (spec.has_b1() || spec.has_b2() || spec.has_eps() || spec.has_weight_decay()) {
+      return absl::InvalidArgumentError(
+          "optimizer: b1, b2, eps and weight_decay apply to adam and adamw, not sgd");
+    }
+    auto st = InRange("momentum", spec.momentum(), 0.0, 1.0);
+    if (!st.ok()) return st;
+    o.momentum_ = spec.momentum();
+    if (o.momentum_ > 0) o.slots_ = {"trace"};
+    return o;
+  }
+  if (spec.momentum() != 0) {
+    return absl::InvalidArgumentError("optimizer.momentum: applies to sgd only (use b1)");
+  }
+  if (o.kind_ == Kind::kAdam && spec.has_weight_decay()) {
+    return absl::InvalidArgumentError("optimizer.weight_decay: applies to adamw only");
+  }
+  if (spec.has_b1()) o.b1_ = spec.b1();
+  if (spec.has_b2()) o.b2_ = spec.b2();
+  if (spec.has_eps()) o.eps_ = spec.eps();
+  if (o.kind_ == Kind::kAdamW) o.weight_decay_ = spec.has_weight_decay() ? spec.weight_decay() : 1e-4;
+  for (auto st : {InRange("b1", o.b1_, 0, 1), InRange("b2", o.b2_, 0, 1),
+                  InRange("eps", o.eps_, 0, 1), InRange("weight_decay", o.weight_decay_, 0, 1)}) {
+    if (!st.ok()) return st;
+  }
+  o.slots_ = {"mu", "nu"};
+  return o;
+}
+
+void Optimizer::Apply(Backend& backend, size_t n, int64_t count, const float* grads,
+                      std::vector<float*> slots, float* params) const {
+  if (kind_ == Kind::kSgd) {
+    backend.SgdUpdate(n, static_cast<float>(lr_), static_cast<float>(momentum_), grads,
+                      slots.empty() ? nullptr : slots[0], params);
+    return;
+  }
+  // optax computes 1 - b in Python (double) and b^t in float32 from the int32 count.
+  const float b1 = static_cast<float>(b1_), b2 = static_cast<float>(b2_);
+  const float t = static_cast<float>(count + 1);
+  AdamScalars s{static_cast<float>(lr_),
+                b1,
+                b2,
+                static_cast<float>(1.0 - b1_),
+                static_cast<float>(1.0 - b2_),
+                1.0f - std::pow(b1, t),
+                1.0f - std::pow(b2, t),
+                static_cast<float>(eps_),
+                static_cast<float>(weight_decay_)};
+  backend.AdamUpdate(n, s, grads, slots[0], slots[1], params);
+}
+
+}  // namespace lockstep

@@ -1,0 +1,20 @@
+#include "core/params.h"
+
+namespace lockstep {
+
+int ParamLayout::Add(std::string name, std::vector<int64_t> shape) {
+  size_t size = 1;
+  for (int64_t d : shape) size *= static_cast<size_t>(d);
+  entries_.push_back({std::move(name), std::move(shape), total_, size});
+  total_ += size;
+  return static_cast<int>(entries_.size()) - 1;
+}
+
+int ParamLayout::Find(const std::string& name) const {
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (entries_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+}  // namespace lockstep

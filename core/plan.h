@@ -1,0 +1,56 @@
+// TrainingPlan: Lockstep's RNG plan for a job (reference §7), the single source of
+// every random choice a job makes: the init key, each epoch's data order and each step's
+// per-worker dropout keys and sample indices. The coordinator (and the single-process
+// trainer, N = 1) owns one; workers receive its output in the step command, so any step
+// can be replayed.
+#ifndef LOCKSTEP_CORE_PLAN_H_
+#define LOCKSTEP_CORE_PLAN_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/rng/threefry.h"
+
+namespace lockstep {
+
+// ShardBatch: global batch of B rows into N local batches of B/N, row-major (worker r
+// gets rows [r*B/N, (r+1)*B/N)). INVALID_ARGUMENT naming both numbers if B % N != 0.
+absl::StatusOr<std::vector<std::span<const int32_t>>> ShardBatch(
+    std::span<const int32_t> global, int num_shards);
+
+struct StepPlan {
+  int64_t step = 0;               // global step, from 0
+  int64_t epoch = 0;
+  std::vector<rng::Key> keys;     // per worker: its 'dropout' stream root
+  std::vector<int32_t> indices;   // the global batch; shard with ShardBatch
+};
+
+class TrainingPlan {
+ public:
+  // num_train: training examples; B % N must be 0 and B <= num_train (checked by the
+  // spec's validation).
+  TrainingPlan(int64_t seed, int64_t dropout_seed, rng::Impl impl, int64_t num_train,
+               int global_batch, int num_workers);
+
+  // The key model.init receives: split(PRNGKey(seed))[1].
+  rng::Key init_key() const { return init_key_; }
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+
+  // The next step's plan; the first call returns step 0.
+  StepPlan Next();
+
+ private:
+  rng::Impl impl_;
+  int64_t num_train_;
+  int global_batch_, num_workers_;
+  int64_t steps_per_epoch_;
+  rng::Key data_key_, init_key_, main_key_;
+  int64_t next_step_ = 0;
+  std::vector<int32_t> order_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_CORE_PLAN_H_

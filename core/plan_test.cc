@@ -1,0 +1,50 @@
+#include "core/plan.h"
+
+#include <set>
+
+#include "core/rng/random.h"
+#include "core/testing.h"
+
+namespace lockstep {
+namespace {
+
+using testing::StatusIs;
+using ::testing::HasSubstr;
+
+TEST(ShardBatch, SplitsRowMajor) {
+  std::vector<int32_t> g = {10, 11, 12, 13, 14, 15};
+  ASSERT_OK_AND_ASSIGN(auto shards, ShardBatch(g, 3));
+  ASSERT_EQ(shards.size(), 3u);
+  EXPECT_EQ(std::vector<int32_t>(shards[1].begin(), shards[1].end()), (std::vector<int32_t>{12, 13}));
+}
+
+TEST(ShardBatch, IndivisibleNamesBothNumbers) {
+  std::vector<int32_t> g(100);
+  EXPECT_THAT(ShardBatch(g, 3), StatusIs(absl::StatusCode::kInvalidArgument,
+                                         ::testing::AllOf(HasSubstr("100"), HasSubstr("3"))));
+}
+
+TEST(TrainingPlan, FollowsTheFlaxExampleAndSeedProgram) {
+  const auto impl = rng::Impl::kPartitionable;
+  TrainingPlan plan(0, 42, impl, 10, 4, 2);
+  auto k = rng::Split(rng::PRNGKey(0), 2, impl);
+  EXPECT_EQ(plan.init_key(), k[1]);
+  EXPECT_EQ(plan.steps_per_epoch(), 2);
+  auto perm = rng::Permutation(rng::Split(k[0], 2, impl)[1], impl, 10);
+  auto main = rng::PRNGKey(42);
+  for (int s = 0; s < 2; ++s) {
+    StepPlan p = plan.Next();
+    EXPECT_EQ(p.step, s);
+    EXPECT_EQ(p.indices, std::vector<int32_t>(perm.begin() + 4 * s, perm.begin() + 4 * s + 4));
+    auto sk = rng::Split(main, 2, impl);
+    main = sk[1];
+    EXPECT_EQ(p.keys, rng::Split(sk[0], 2, impl));
+  }
+  StepPlan p = plan.Next();  // a new epoch: a new order
+  EXPECT_EQ(p.epoch, 1);
+  std::set<int32_t> seen(p.indices.begin(), p.indices.end());
+  EXPECT_EQ(seen.size(), 4u);
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,87 @@
+// JAX's default PRNG: Threefry-2x32 keys, split, fold_in and 32-bit random bits, in
+// both of JAX's modes (reference §1-2). Bit-exact with jax.random.
+//
+// The per-element functions (RandomBitsAt) are inline and host/device so that the CUDA
+// backend draws dropout masks with the very same code.
+#ifndef LOCKSTEP_CORE_RNG_THREEFRY_H_
+#define LOCKSTEP_CORE_RNG_THREEFRY_H_
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/host_device.h"
+
+namespace lockstep::rng {
+
+// A raw threefry key, as jax.random.key_data(PRNGKey(seed)).
+struct Key {
+  uint32_t k0 = 0;
+  uint32_t k1 = 0;
+  friend bool operator==(const Key&, const Key&) = default;
+};
+
+// How split and random_bits derive counters (jax_threefry_partitionable).
+enum class Impl { kPartitionable, kLegacy };
+
+// "partitionable" or "legacy"; INVALID_ARGUMENT otherwise.
+absl::StatusOr<Impl> ParseImpl(std::string_view name);
+const char* ImplName(Impl impl);
+
+struct Pair {
+  uint32_t y0, y1;
+};
+
+LS_HOST_DEVICE inline uint32_t Rotl(uint32_t v, int r) { return (v << r) | (v >> (32 - r)); }
+
+// The Threefry-2x32 hash, 20 rounds.
+LS_HOST_DEVICE inline Pair Threefry2x32(Key key, uint32_t x0, uint32_t x1) {
+  const uint32_t ks[3] = {key.k0, key.k1, key.k0 ^ key.k1 ^ 0x1BD11BDAu};
+  const int rot[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};
+  x0 += ks[0];
+  x1 += ks[1];
+  for (int g = 0; g < 5; ++g) {
+    for (int r = 0; r < 4; ++r) {
+      x0 += x1;
+      x1 = Rotl(x1, rot[g % 2][r]);
+      x1 ^= x0;
+    }
+    x0 += ks[(g + 1) % 3];
+    x1 += ks[(g + 2) % 3] + static_cast<uint32_t>(g + 1);
+  }
+  return {x0, x1};
+}
+
+// Element i of random_bits(key, 32, shape) with n = prod(shape), row-major.
+LS_HOST_DEVICE inline uint32_t RandomBitsAt(Key key, Impl impl, uint64_t i, uint64_t n) {
+  if (impl == Impl::kPartitionable) {
+    Pair p = Threefry2x32(key, static_cast<uint32_t>(i >> 32), static_cast<uint32_t>(i));
+    return p.y0 ^ p.y1;
+  }
+  // Legacy: threefry_2x32(key, iota(n)) pads iota to even length m with a 0, hashes the
+  // pairs (A[j], B[j]) of its two halves and returns concat(all y0, all y1).
+  const uint64_t half = (n + 1) / 2;
+  const uint64_t j = i < half ? i : i - half;
+  const uint64_t b = j + half;
+  Pair p = Threefry2x32(key, static_cast<uint32_t>(j), b < n ? static_cast<uint32_t>(b) : 0u);
+  return i < half ? p.y0 : p.y1;
+}
+
+// PRNGKey(seed) with 64-bit mode off: [0, seed mod 2^32].
+Key PRNGKey(int64_t seed);
+
+// split(key, n).
+std::vector<Key> Split(Key key, int n, Impl impl = Impl::kPartitionable);
+
+// fold_in(key, data); the same in both modes.
+Key FoldIn(Key key, uint32_t data);
+
+// random_bits(key, 32, shape) with out.size() == prod(shape).
+void RandomBits(Key key, Impl impl, std::span<uint32_t> out);
+
+}  // namespace lockstep::rng
+
+#endif  // LOCKSTEP_CORE_RNG_THREEFRY_H_

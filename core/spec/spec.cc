@@ -1,0 +1,181 @@
+#include "core/spec/spec.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "core/data/dataset.h"
+#include "core/model.h"
+#include "core/optimizer.h"
+#include "core/rng/threefry.h"
+#include "core/status_macros.h"
+
+namespace lockstep {
+namespace {
+
+using nlohmann::json;
+
+// YAML scalars carry no type; plain ones become JSON numbers or booleans when they read
+// as such, quoted ones stay strings. Protobuf's JSON parser then checks types per field.
+json ScalarToJson(const YAML::Node& n) {
+  const std::string& s = n.Scalar();
+  if (n.Tag() == "!") return s;  // quoted
+  if (s == "true") return true;
+  if (s == "false") return false;
+  if (s == "null" || s == "~" || s.empty()) return nullptr;
+  int64_t i;
+  auto [ip, iec] = std::from_chars(s.data(), s.data() + s.size(), i);
+  if (iec == std::errc() && ip == s.data() + s.size()) return i;
+  double d;
+  auto [dp, dec] = std::from_chars(s.data(), s.data() + s.size(), d);
+  if (dec == std::errc() && dp == s.data() + s.size()) return d;
+  return s;
+}
+
+json YamlToJson(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Scalar:
+      return ScalarToJson(n);
+    case YAML::NodeType::Sequence: {
+      json a = json::array();
+      for (const auto& e : n) a.push_back(YamlToJson(e));
+      return a;
+    }
+    case YAML::NodeType::Map: {
+      json o = json::object();
+      for (const auto& kv : n) o[kv.first.Scalar()] = YamlToJson(kv.second);
+      return o;
+    }
+    default:
+      return nullptr;
+  }
+}
+
+// Protobuf's JSON errors say what is wrong but not always where; walk the document
+// against the descriptor first so that unknown fields are reported by their path.
+absl::Status CheckFields(const json& j, const google::protobuf::Descriptor* d,
+                         const std::string& path) {
+  if (!j.is_object()) return absl::OkStatus();  // type errors: protobuf reports them
+  for (const auto& [key, value] : j.items()) {
+    const google::protobuf::FieldDescriptor* f = d->FindFieldByName(key);
+    if (f == nullptr) f = d->FindFieldByCamelcaseName(key);
+    const std::string where = path.empty() ? key : absl::StrCat(path, ".", key);
+    if (f == nullptr) {
+      std::string known;
+      for (int i = 0; i < d->field_count(); ++i) {
+        absl::StrAppend(&known, i ? ", " : "", d->field(i)->name());
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": unknown field (known here: ", known, ")"));
+    }
+    if (f->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE && !f->is_repeated()) {
+      RETURN_IF_ERROR(CheckFields(value, f->message_type(), where));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Invalid(const std::string& field, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> ParseSpec(const std::string& text, const std::string& source) {
+  json doc;
+  try {
+    doc = YamlToJson(YAML::Load(text));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid YAML or JSON: line ",
+                                                   e.mark.line + 1, ": ", e.msg));
+  }
+  if (!doc.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": expected a mapping of fields"));
+  }
+  auto st = CheckFields(doc, v1::JobSpec::descriptor(), "");
+  if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", st.message()));
+  v1::JobSpec spec;
+  google::protobuf::util::JsonParseOptions opts;
+  opts.ignore_unknown_fields = false;
+  auto pst = google::protobuf::util::JsonStringToMessage(doc.dump(), &spec, opts);
+  if (!pst.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": ", std::string(pst.message().data(), pst.message().size())));
+  }
+  return spec;
+}
+
+absl::StatusOr<v1::JobSpec> LoadSpecFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read spec file"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseSpec(ss.str(), path);
+}
+
+absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& limits) {
+  v1::JobSpec spec = in;
+  ASSIGN_OR_RETURN(Model model, Model::FromSpec(spec.model()));
+  if (model.layout().total() > limits.max_params) {
+    return Invalid("model", absl::StrCat(model.layout().total(), " parameters exceed the limit of ",
+                                         limits.max_params));
+  }
+  RETURN_IF_ERROR(Optimizer::FromSpec(spec.optimizer()).status());
+  if (spec.workers() == 0) spec.set_workers(1);
+  if (spec.workers() > limits.max_workers) {
+    return Invalid("workers", absl::StrCat(spec.workers(), " exceeds the maximum of ",
+                                           limits.max_workers));
+  }
+  const uint32_t b = spec.global_batch_size();
+  if (b == 0) return Invalid("global_batch_size", "must be positive");
+  if (b > limits.max_global_batch) {
+    return Invalid("global_batch_size",
+                   absl::StrCat(b, " exceeds the maximum of ", limits.max_global_batch));
+  }
+  if (b % spec.workers() != 0) {
+    return Invalid("global_batch_size", absl::StrCat(b, " is not divisible by workers (",
+                                                     spec.workers(), ")"));
+  }
+  if ((spec.epochs() > 0) == (spec.steps() > 0)) {
+    return Invalid("epochs, steps", "set exactly one of them to a positive number");
+  }
+  if (!spec.has_dropout_seed()) spec.set_dropout_seed(spec.seed());
+  ASSIGN_OR_RETURN(rng::Impl impl, rng::ParseImpl(spec.rng_impl()));
+  spec.set_rng_impl(rng::ImplName(impl));
+  if (spec.device().empty()) spec.set_device("cpu");
+  if (spec.device() != "cpu" && spec.device() != "cuda") {
+    return Invalid("device", absl::StrCat("unknown device \"", spec.device(),
+                                          "\" (expected \"cpu\" or \"cuda\")"));
+  }
+  if (spec.threads() > 1024) return Invalid("threads", "must be at most 1024");
+  auto* ds = spec.mutable_dataset();
+  if (ds->name().empty()) ds->set_name("fashion_mnist");
+  if (ds->path().empty()) {
+    if (ds->name() != "fashion_mnist") {
+      return Invalid("dataset.path", absl::StrCat("required for dataset \"", ds->name(), "\""));
+    }
+    ds->set_path(kDefaultDatasetPath);
+  }
+  auto* ev = spec.mutable_eval();
+  if (ev->every_epochs() > 0 && ev->every_steps() > 0) {
+    return Invalid("eval", "set at most one of every_epochs and every_steps");
+  }
+  if (spec.epochs() > 0 && ev->every_epochs() == 0 && ev->every_steps() == 0) {
+    ev->set_every_epochs(1);
+  }
+  if (ev->batch_size() == 0) ev->set_batch_size(1000);
+  return spec;
+}
+
+int64_t TotalSteps(const v1::JobSpec& spec, int64_t num_train) {
+  if (spec.steps() > 0) return static_cast<int64_t>(spec.steps());
+  return static_cast<int64_t>(spec.epochs()) * (num_train / spec.global_batch_size());
+}
+
+}  // namespace lockstep

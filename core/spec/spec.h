@@ -1,0 +1,37 @@
+// JobSpec files and validation. A spec file is YAML or JSON, parsed into the JobSpec
+// protobuf message by protobuf's JSON mapping (the .proto is the schema): unknown fields
+// and values of the wrong type are errors naming the field. Validate() then checks
+// meaning (kinds, ranges, divisibility) and fills defaults.
+#ifndef LOCKSTEP_CORE_SPEC_SPEC_H_
+#define LOCKSTEP_CORE_SPEC_SPEC_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "lockstep/v1/spec.pb.h"
+
+namespace lockstep {
+
+// Parses YAML (a superset of JSON) text. `source` names the text in errors.
+absl::StatusOr<v1::JobSpec> ParseSpec(const std::string& text, const std::string& source);
+// Reads and parses a file; NOT_FOUND naming the path when it cannot be read.
+absl::StatusOr<v1::JobSpec> LoadSpecFile(const std::string& path);
+
+// Limits a service places on specs (the single-process trainer uses the defaults).
+struct SpecLimits {
+  uint32_t max_workers = 64;
+  uint64_t max_params = 100'000'000;
+  uint32_t max_global_batch = 1 << 20;
+};
+
+// Checks a spec and returns it with defaults filled in (workers 1, rng_impl, dataset
+// path, eval cadence...). INVALID_ARGUMENT naming the offending field.
+absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& spec, const SpecLimits& limits = {});
+
+// Total steps the spec asks for given the training split's size.
+int64_t TotalSteps(const v1::JobSpec& spec, int64_t num_train);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_CORE_SPEC_SPEC_H_

@@ -1,0 +1,107 @@
+#include "core/spec/spec.h"
+
+#include "core/testing.h"
+
+namespace lockstep {
+namespace {
+
+using testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr char kGood[] = R"(
+model: {kind: mlp, hidden: [32, 16], dropout_rate: 0.1}
+optimizer: {kind: adam, learning_rate: 0.001}
+global_batch_size: 64
+steps: 10
+workers: 2
+)";
+
+absl::StatusOr<v1::JobSpec> ParseAndValidate(const std::string& text) {
+  auto spec = ParseSpec(text, "spec.yaml");
+  if (!spec.ok()) return spec.status();
+  return Validate(*spec);
+}
+
+TEST(Spec, ParsesYamlAndFillsDefaults) {
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec s, ParseAndValidate(kGood));
+  EXPECT_EQ(s.model().hidden_size(), 2);
+  EXPECT_EQ(s.rng_impl(), "partitionable");
+  EXPECT_EQ(s.device(), "cpu");
+  EXPECT_EQ(s.dataset().path(), "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(s.dropout_seed(), 0);
+  EXPECT_EQ(s.eval().batch_size(), 1000u);
+}
+
+TEST(Spec, ParsesJson) {
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec s, ParseAndValidate(
+      R"({"model": {"kind": "cnn"}, "optimizer": {"kind": "sgd", "learningRate": 0.1},
+          "globalBatchSize": 128, "epochs": 1, "rngImpl": "legacy"})"));
+  EXPECT_EQ(s.global_batch_size(), 128u);
+  EXPECT_EQ(s.rng_impl(), "legacy");
+}
+
+TEST(Spec, ExamplesAreValid) {
+  for (const char* f : {"examples/cnn.yaml", "examples/mlp.yaml"}) {
+    auto s = LoadSpecFile(testing::SourcePath(f));
+    ASSERT_OK(s);
+    ASSERT_OK(Validate(*s));
+  }
+}
+
+TEST(Spec, UnknownFieldIsNamedWithItsPath) {
+  EXPECT_THAT(ParseAndValidate(std::string(kGood) + "optimiser: {}\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(HasSubstr("spec.yaml"), HasSubstr("optimiser"))));
+  EXPECT_THAT(ParseAndValidate("model: {kind: mlp, widths: [3]}\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.widths")));
+}
+
+TEST(Spec, WrongTypeNamesTheField) {
+  EXPECT_THAT(ParseAndValidate("global_batch_size: lots\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("global_batch_size")));
+  EXPECT_THAT(ParseAndValidate("model: {kind: mlp, hidden: 12x}\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hidden")));
+}
+
+TEST(Spec, BadYamlNamesTheSource) {
+  EXPECT_THAT(ParseSpec("model: [unclosed\n", "bad.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bad.yaml")));
+  EXPECT_THAT(LoadSpecFile("/nonexistent/spec.yaml"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent/spec.yaml")));
+}
+
+struct BadCase {
+  const char* edit;
+  const char* field;
+};
+
+class SpecInvalid : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(SpecInvalid, NamesTheField) {
+  auto spec = ParseSpec(kGood, "spec.yaml");
+  ASSERT_OK(spec);
+  auto edit = ParseSpec(GetParam().edit, "edit");
+  ASSERT_OK(edit);
+  spec->MergeFrom(*edit);
+  if (edit->model().hidden_size() > 0) *spec->mutable_model()->mutable_hidden() = edit->model().hidden();
+  EXPECT_THAT(Validate(*spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                        HasSubstr(GetParam().field)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, SpecInvalid,
+    ::testing::Values(BadCase{"model: {kind: resnet}", "model.kind"},
+                      BadCase{"model: {hidden: [0]}", "model.hidden[0]"},
+                      BadCase{"model: {dropout_rate: 1.0}", "model.dropout_rate"},
+                      BadCase{"optimizer: {kind: lamb}", "optimizer.kind"},
+                      BadCase{"optimizer: {learning_rate: -0.1}", "optimizer.learning_rate"},
+                      BadCase{"optimizer: {b1: 1.5}", "optimizer.b1"},
+                      BadCase{"global_batch_size: 63", "global_batch_size"},
+                      BadCase{"workers: 1000", "workers"},
+                      BadCase{"epochs: 3", "epochs, steps"},
+                      BadCase{"rng_impl: fast", "rng_impl"},
+                      BadCase{"device: tpu", "device"},
+                      BadCase{"model: {hidden: [1000000, 1000000]}", "model"}));
+
+}  // namespace
+}  // namespace lockstep

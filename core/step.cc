@@ -1,0 +1,371 @@
+#include "core/step.h"
+
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "core/rng/flax_rng.h"
+#include "core/status_macros.h"
+
+namespace lockstep {
+
+// Buffers for one batch size. out[i] is layer i's output; relu and flatten write in
+// place (out[i] == out[i-1]), as does an inactive dropout. din[i] is the gradient with
+// respect to layer i's input, for the layers whose backward produces one.
+struct StepExecutor::Workspace {
+  int capacity = 0;
+  bool train = false;
+  Buffer idx, input, labels, loss, dlogits, correct;
+  std::vector<Buffer> owned;
+  std::vector<float*> out, din, cols;
+  std::vector<uint8_t*> mask;
+  std::vector<float> host_loss, host_correct;
+};
+
+namespace {
+
+bool IsActiveDropout(const Layer& l, bool train) {
+  return l.kind == LayerKind::kDropout && train && l.keep < 1.0f;
+}
+
+int FirstParamLayer(const Model& m) {
+  for (size_t i = 0; i < m.layers().size(); ++i) {
+    if (m.layers()[i].kernel >= 0) return static_cast<int>(i);
+  }
+  return 0;
+}
+
+}  // namespace
+
+StepExecutor::StepExecutor(Model model, Optimizer optimizer, rng::Impl impl, int local_batch,
+                           Backend* backend, Collective* collective, CollectiveOptions options)
+    : model_(std::move(model)),
+      optimizer_(std::move(optimizer)),
+      impl_(impl),
+      local_batch_(local_batch),
+      backend_(backend),
+      collective_(collective),
+      collective_options_(options) {}
+
+StepExecutor::~StepExecutor() = default;
+
+absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(
+    Model model, Optimizer optimizer, rng::Impl impl, int local_batch, Backend* backend,
+    Collective* collective, CollectiveOptions collective_options) {
+  if (local_batch <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("local batch size ", local_batch, " <= 0"));
+  }
+  std::unique_ptr<StepExecutor> e(new StepExecutor(std::move(model), std::move(optimizer), impl,
+                                                   local_batch, backend, collective,
+                                                   collective_options));
+  const size_t bytes = e->model_.layout().total() * sizeof(float);
+  ASSIGN_OR_RETURN(e->params_, backend->Allocate(bytes));
+  ASSIGN_OR_RETURN(e->grads_, backend->Allocate(bytes));
+  for (size_t i = 0; i < e->optimizer_.slots().size(); ++i) {
+    ASSIGN_OR_RETURN(Buffer slot, backend->Allocate(bytes));
+    e->slots_.push_back(std::move(slot));
+  }
+  return e;
+}
+
+absl::StatusOr<DeviceDataset> StepExecutor::Upload(const Dataset& dataset) {
+  DeviceDataset d;
+  d.size = dataset.size;
+  d.row = dataset.row;
+  ASSIGN_OR_RETURN(d.images, backend_->Upload(dataset.images.data(),
+                                              dataset.images.size() * sizeof(float)));
+  ASSIGN_OR_RETURN(d.labels, backend_->Upload(dataset.labels.data(),
+                                              dataset.labels.size() * sizeof(int32_t)));
+  return d;
+}
+
+absl::Status StepExecutor::SetState(const TrainState& state) {
+  const size_t n = model_.layout().total();
+  if (state.params.size() != n || state.slots.size() != slots_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train state has ", state.params.size(), " params and ", state.slots.size(),
+        " optimizer slots; the model needs ", n, " and ", slots_.size()));
+  }
+  RETURN_IF_ERROR(backend_->CopyToDevice(params_.as(), state.params.data(), n * sizeof(float)));
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (state.slots[i].size() != n) {
+      return absl::InvalidArgumentError(absl::StrCat("optimizer slot ", i, " has ",
+                                                     state.slots[i].size(), " values, not ", n));
+    }
+    RETURN_IF_ERROR(backend_->CopyToDevice(slots_[i].as(), state.slots[i].data(), n * sizeof(float)));
+  }
+  step_ = state.step;
+  return backend_->Synchronize();
+}
+
+absl::StatusOr<TrainState> StepExecutor::GetState() {
+  const size_t n = model_.layout().total();
+  TrainState s;
+  s.step = step_;
+  s.params.resize(n);
+  RETURN_IF_ERROR(backend_->CopyToHost(s.params.data(), params_.as(), n * sizeof(float)));
+  for (const Buffer& slot : slots_) {
+    s.slots.emplace_back(n);
+    RETURN_IF_ERROR(backend_->CopyToHost(s.slots.back().data(), slot.as(), n * sizeof(float)));
+  }
+  RETURN_IF_ERROR(backend_->Synchronize());
+  return s;
+}
+
+absl::StatusOr<StepExecutor::Workspace*> StepExecutor::GetWorkspace(int batch, bool train) {
+  std::unique_ptr<Workspace>& slot = train ? train_ws_ : eval_ws_;
+  if (slot && slot->capacity >= batch) return slot.get();
+  auto ws = std::make_unique<Workspace>();
+  ws->capacity = batch;
+  ws->train = train;
+  auto alloc = [&](size_t bytes) -> absl::StatusOr<void*> {
+    ASSIGN_OR_RETURN(Buffer b, backend_->Allocate(bytes));
+    ws->owned.push_back(std::move(b));
+    return ws->owned.back().as<void>();
+  };
+  const size_t b = batch;
+  const int classes = model_.num_classes();
+  ASSIGN_OR_RETURN(ws->idx, backend_->Allocate(b * sizeof(int32_t)));
+  ASSIGN_OR_RETURN(ws->input, backend_->Allocate(b * model_.input().size() * sizeof(float)));
+  ASSIGN_OR_RETURN(ws->labels, backend_->Allocate(b * sizeof(int32_t)));
+  ASSIGN_OR_RETURN(ws->loss, backend_->Allocate(b * sizeof(float)));
+  ASSIGN_OR_RETURN(ws->dlogits, backend_->Allocate(b * classes * sizeof(float)));
+  ASSIGN_OR_RETURN(ws->correct, backend_->Allocate(b * sizeof(float)));
+  const auto& layers = model_.layers();
+  const int first = FirstParamLayer(model_);
+  ws->out.assign(layers.size(), nullptr);
+  ws->din.assign(layers.size(), nullptr);
+  ws->cols.assign(layers.size(), nullptr);
+  ws->mask.assign(layers.size(), nullptr);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const Layer& l = layers[i];
+    float* prev = i == 0 ? ws->input.as() : ws->out[i - 1];
+    const size_t n_out = b * l.out.size();
+    const bool in_place = l.kind == LayerKind::kRelu || l.kind == LayerKind::kFlatten ||
+                          (l.kind == LayerKind::kDropout && !IsActiveDropout(l, train));
+    if (in_place) {
+      ws->out[i] = prev;
+      continue;
+    }
+    ASSIGN_OR_RETURN(void* out, alloc(n_out * sizeof(float)));
+    ws->out[i] = static_cast<float*>(out);
+    if (l.kind == LayerKind::kConv) {
+      const size_t cols = b * l.in.h * l.in.w * l.kernel_size * l.kernel_size * l.in.c;
+      ASSIGN_OR_RETURN(void* c, alloc(cols * sizeof(float)));
+      ws->cols[i] = static_cast<float*>(c);
+    }
+    if (l.kind == LayerKind::kDropout) {
+      ASSIGN_OR_RETURN(void* m, alloc(n_out));
+      ws->mask[i] = static_cast<uint8_t*>(m);
+    }
+    if (train && static_cast<int>(i) > first) {
+      ASSIGN_OR_RETURN(void* d, alloc(b * l.in.size() * sizeof(float)));
+      ws->din[i] = static_cast<float*>(d);
+    }
+  }
+  ws->host_loss.resize(b);
+  ws->host_correct.resize(b);
+  slot = std::move(ws);
+  return slot.get();
+}
+
+absl::Status StepExecutor::Forward(Workspace& ws, const DeviceDataset& data,
+                                   std::span<const int32_t> indices, bool train,
+                                   rng::Key dropout_key) {
+  const int b = static_cast<int>(indices.size());
+  for (size_t i = 0; i < indices.size(); ++i) {
+    if (indices[i] < 0 || indices[i] >= data.size) {
+      return absl::InvalidArgumentError(absl::StrCat("sample index ", indices[i], " at ", i,
+                                                     " is outside the dataset (", data.size,
+                                                     " examples)"));
+    }
+  }
+  RETURN_IF_ERROR(backend_->CopyToDevice(ws.idx.as(), indices.data(), b * sizeof(int32_t)));
+  backend_->GatherRows(data.row, b, ws.idx.as<int32_t>(), data.images.as(), ws.input.as());
+  backend_->GatherLabels(b, ws.idx.as<int32_t>(), data.labels.as<int32_t>(),
+                         ws.labels.as<int32_t>());
+  const float* params = params_.as();
+  const auto& entries = model_.layout().entries();
+  const float* x = ws.input.as();
+  for (size_t i = 0; i < model_.layers().size(); ++i) {
+    const Layer& l = model_.layers()[i];
+    float* y = ws.out[i];
+    switch (l.kind) {
+      case LayerKind::kConv: {
+        const ConvGeometry g{b, l.in.h, l.in.w, l.in.c, l.kernel_size};
+        backend_->Im2Col(g, x, ws.cols[i]);
+        backend_->Gemm(false, false, b * l.in.h * l.in.w, l.out.c,
+                       l.kernel_size * l.kernel_size * l.in.c, 1.0f, ws.cols[i],
+                       params + entries[l.kernel].offset, 0.0f, y);
+        backend_->BiasAdd(b * l.out.h * l.out.w, l.out.c, params + entries[l.bias].offset, y);
+        break;
+      }
+      case LayerKind::kDense:
+        backend_->Gemm(false, false, b, l.out.c, static_cast<int>(l.in.size()), 1.0f, x,
+                       params + entries[l.kernel].offset, 0.0f, y);
+        backend_->BiasAdd(b, l.out.c, params + entries[l.bias].offset, y);
+        break;
+      case LayerKind::kRelu:
+        backend_->Relu(b * l.out.size(), y);
+        break;
+      case LayerKind::kAvgPool:
+        backend_->AvgPool(b, l.in.h, l.in.w, l.in.c, x, y);
+        break;
+      case LayerKind::kFlatten:
+        break;
+      case LayerKind::kDropout:
+        if (IsActiveDropout(l, train)) {
+          backend_->Dropout(b * l.out.size(), l.keep, rng::FlaxMakeRng(dropout_key, l.name, 1),
+                            impl_, x, y, ws.mask[i]);
+        }
+        break;
+    }
+    x = y;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepMetrics> StepExecutor::Loss(Workspace& ws, int b) {
+  const int classes = model_.num_classes();
+  backend_->SoftmaxCrossEntropy(b, classes, ws.out.back(), ws.labels.as<int32_t>(),
+                                ws.loss.as(), ws.dlogits.as(), ws.correct.as());
+  RETURN_IF_ERROR(backend_->CopyToHost(ws.host_loss.data(), ws.loss.as(), b * sizeof(float)));
+  RETURN_IF_ERROR(
+      backend_->CopyToHost(ws.host_correct.data(), ws.correct.as(), b * sizeof(float)));
+  RETURN_IF_ERROR(backend_->Synchronize());
+  float loss = 0, correct = 0;
+  for (int i = 0; i < b; ++i) {
+    loss += ws.host_loss[i];
+    correct += ws.host_correct[i];
+  }
+  return StepMetrics{loss / static_cast<float>(b), correct / static_cast<float>(b)};
+}
+
+void StepExecutor::Backward(Workspace& ws, int b) {
+  const auto& layers = model_.layers();
+  const auto& entries = model_.layout().entries();
+  const float* params = params_.as();
+  float* grads = grads_.as();
+  const int first = FirstParamLayer(model_);
+  float* dy = ws.dlogits.as();
+  for (int i = static_cast<int>(layers.size()) - 1; i >= first; --i) {
+    const Layer& l = layers[i];
+    const float* x = i == 0 ? ws.input.as() : ws.out[i - 1];
+    float* dx = ws.din[i];  // null for the first parameter layer and in-place layers
+    switch (l.kind) {
+      case LayerKind::kConv: {
+        const ConvGeometry g{b, l.in.h, l.in.w, l.in.c, l.kernel_size};
+        const int rows = b * l.in.h * l.in.w;
+        const int patch = l.kernel_size * l.kernel_size * l.in.c;
+        backend_->Gemm(true, false, patch, l.out.c, rows, 1.0f, ws.cols[i], dy, 0.0f,
+                       grads + entries[l.kernel].offset);
+        backend_->BiasGrad(rows, l.out.c, dy, grads + entries[l.bias].offset);
+        if (dx != nullptr) {  // dcols reuses the cols buffer: the kernel grad is done
+          backend_->Gemm(false, true, rows, patch, l.out.c, 1.0f, dy,
+                         params + entries[l.kernel].offset, 0.0f, ws.cols[i]);
+          backend_->Col2Im(g, ws.cols[i], dx);
+        }
+        break;
+      }
+      case LayerKind::kDense: {
+        const int in = static_cast<int>(l.in.size());
+        backend_->Gemm(true, false, in, l.out.c, b, 1.0f, x, dy, 0.0f,
+                       grads + entries[l.kernel].offset);
+        backend_->BiasGrad(b, l.out.c, dy, grads + entries[l.bias].offset);
+        if (dx != nullptr) {
+          backend_->Gemm(false, true, b, in, l.out.c, 1.0f, dy, params + entries[l.kernel].offset,
+                         0.0f, dx);
+        }
+        break;
+      }
+      case LayerKind::kRelu:
+        backend_->ReluBackward(b * l.out.size(), ws.out[i], dy);
+        break;
+      case LayerKind::kAvgPool:
+        if (dx != nullptr) backend_->AvgPoolBackward(b, l.in.h, l.in.w, l.in.c, dy, dx);
+        break;
+      case LayerKind::kFlatten:
+        break;
+      case LayerKind::kDropout:
+        if (dx != nullptr && IsActiveDropout(l, true)) {
+          backend_->DropoutBackward(b * l.out.size(), l.keep, ws.mask[i], dy, dx);
+        }
+        break;
+    }
+    if (dx != nullptr) dy = dx;
+  }
+}
+
+absl::StatusOr<StepMetrics> StepExecutor::ComputeGradients(const DeviceDataset& data,
+                                                           std::span<const int32_t> indices,
+                                                           rng::Key dropout_key) {
+  if (static_cast<int>(indices.size()) != local_batch_) {
+    return absl::InvalidArgumentError(absl::StrCat("step has ", indices.size(),
+                                                   " samples; this replica's local batch is ",
+                                                   local_batch_));
+  }
+  ASSIGN_OR_RETURN(Workspace * ws, GetWorkspace(local_batch_, true));
+  RETURN_IF_ERROR(Forward(*ws, data, indices, true, dropout_key));
+  ASSIGN_OR_RETURN(StepMetrics m, Loss(*ws, local_batch_));
+  Backward(*ws, local_batch_);
+  return m;
+}
+
+absl::StatusOr<StepMetrics> StepExecutor::Step(const DeviceDataset& data,
+                                               std::span<const int32_t> indices,
+                                               rng::Key dropout_key) {
+  ASSIGN_OR_RETURN(StepMetrics m, ComputeGradients(data, indices, dropout_key));
+  const size_t n = model_.layout().total();
+  if (collective_ != nullptr && collective_->size() > 1) {
+    RETURN_IF_ERROR(backend_->Synchronize());
+    RETURN_IF_ERROR(collective_->AllReduceSum(grads_.as(), n, collective_options_));
+    backend_->Divide(n, static_cast<float>(collective_->size()), grads_.as());
+  }
+  std::vector<float*> slots;
+  for (Buffer& s : slots_) slots.push_back(s.as());
+  optimizer_.Apply(*backend_, n, step_, grads_.as(), slots, params_.as());
+  RETURN_IF_ERROR(backend_->Synchronize());
+  ++step_;
+  return m;
+}
+
+absl::StatusOr<std::vector<float>> StepExecutor::Gradients() {
+  std::vector<float> g(model_.layout().total());
+  RETURN_IF_ERROR(backend_->CopyToHost(g.data(), grads_.as(), g.size() * sizeof(float)));
+  RETURN_IF_ERROR(backend_->Synchronize());
+  return g;
+}
+
+absl::StatusOr<std::vector<std::vector<uint8_t>>> StepExecutor::DropoutMasks() {
+  std::vector<std::vector<uint8_t>> masks;
+  if (!train_ws_) return masks;
+  for (size_t i = 0; i < model_.layers().size(); ++i) {
+    const Layer& l = model_.layers()[i];
+    if (!IsActiveDropout(l, true)) continue;
+    masks.emplace_back(static_cast<size_t>(local_batch_) * l.out.size());
+    RETURN_IF_ERROR(backend_->CopyToHost(masks.back().data(), train_ws_->mask[i], masks.back().size()));
+  }
+  RETURN_IF_ERROR(backend_->Synchronize());
+  return masks;
+}
+
+absl::StatusOr<EvalMetrics> StepExecutor::Evaluate(const DeviceDataset& data, int batch_size) {
+  if (batch_size <= 0) return absl::InvalidArgumentError("eval batch size must be positive");
+  const int cap = static_cast<int>(std::min<int64_t>(batch_size, data.size));
+  ASSIGN_OR_RETURN(Workspace * ws, GetWorkspace(cap, false));
+  std::vector<int32_t> idx(cap);
+  EvalMetrics total;
+  for (int64_t start = 0; start < data.size; start += cap) {
+    const int b = static_cast<int>(std::min<int64_t>(cap, data.size - start));
+    std::iota(idx.begin(), idx.begin() + b, static_cast<int32_t>(start));
+    RETURN_IF_ERROR(Forward(*ws, data, std::span<const int32_t>(idx.data(), b), false, {}));
+    ASSIGN_OR_RETURN(StepMetrics m, Loss(*ws, b));
+    total.loss += static_cast<double>(m.loss) * b;
+    total.accuracy += static_cast<double>(m.accuracy) * b;
+    total.count += b;
+  }
+  total.loss /= static_cast<double>(total.count);
+  total.accuracy /= static_cast<double>(total.count);
+  return total;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,100 @@
+// StepExecutor: the one training step in Lockstep, run by the single-process trainer
+// (N = 1, no collective) and by every worker alike. It reads top to bottom:
+// gather the local batch, forward, loss, backward, all-reduce (mean), optimizer update.
+//
+// The replica (params, gradients, optimizer state, datasets) lives in the backend's
+// memory. Thread safety: none; one thread drives an executor.
+#ifndef LOCKSTEP_CORE_STEP_H_
+#define LOCKSTEP_CORE_STEP_H_
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/backend.h"
+#include "core/collective.h"
+#include "core/data/dataset.h"
+#include "core/model.h"
+#include "core/optimizer.h"
+#include "core/train_state.h"
+
+namespace lockstep {
+
+// A dataset resident in a backend's memory.
+struct DeviceDataset {
+  int64_t size = 0;
+  int64_t row = 0;
+  Buffer images, labels;
+};
+
+struct StepMetrics {
+  float loss = 0;      // mean over the local batch
+  float accuracy = 0;  // fraction of the local batch classified correctly
+};
+
+struct EvalMetrics {
+  double loss = 0;
+  double accuracy = 0;
+  int64_t count = 0;
+};
+
+class StepExecutor {
+ public:
+  // `collective` may be null (N = 1). Both must outlive the executor. local_batch is B/N.
+  static absl::StatusOr<std::unique_ptr<StepExecutor>> Create(
+      Model model, Optimizer optimizer, rng::Impl impl, int local_batch, Backend* backend,
+      Collective* collective, CollectiveOptions collective_options = {});
+  ~StepExecutor();
+
+  absl::StatusOr<DeviceDataset> Upload(const Dataset& dataset);
+
+  absl::Status SetState(const TrainState& state);
+  absl::StatusOr<TrainState> GetState();
+  int64_t step() const { return step_; }
+
+  // The training step on the local batch `indices` into `data`, with this replica's
+  // 'dropout' stream root key. Returns the local loss and accuracy.
+  absl::StatusOr<StepMetrics> Step(const DeviceDataset& data, std::span<const int32_t> indices,
+                                   rng::Key dropout_key);
+
+  // Forward and backward only (no all-reduce, no update): leaves the local gradients
+  // for Gradients() and the dropout masks for DropoutMasks().
+  absl::StatusOr<StepMetrics> ComputeGradients(const DeviceDataset& data,
+                                               std::span<const int32_t> indices,
+                                               rng::Key dropout_key);
+  absl::StatusOr<std::vector<float>> Gradients();
+  // One 0/1 array per Dropout layer with rate > 0, from the last step.
+  absl::StatusOr<std::vector<std::vector<uint8_t>>> DropoutMasks();
+
+  // Loss and accuracy over all of `data`, deterministic (no dropout), in batches.
+  absl::StatusOr<EvalMetrics> Evaluate(const DeviceDataset& data, int batch_size = 1000);
+
+  const Model& model() const { return model_; }
+
+ private:
+  struct Workspace;
+  StepExecutor(Model model, Optimizer optimizer, rng::Impl impl, int local_batch,
+               Backend* backend, Collective* collective, CollectiveOptions options);
+  absl::StatusOr<Workspace*> GetWorkspace(int batch, bool train);
+  absl::Status Forward(Workspace& ws, const DeviceDataset& data,
+                       std::span<const int32_t> indices, bool train, rng::Key dropout_key);
+  void Backward(Workspace& ws, int batch);
+  absl::StatusOr<StepMetrics> Loss(Workspace& ws, int batch);
+
+  Model model_;
+  Optimizer optimizer_;
+  rng::Impl impl_;
+  int local_batch_;
+  Backend* backend_;
+  Collective* collective_;
+  CollectiveOptions collective_options_;
+  int64_t step_ = 0;
+  Buffer params_, grads_;
+  std::vector<Buffer> slots_;
+  std::unique_ptr<Workspace> train_ws_, eval_ws_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_CORE_STEP_H_

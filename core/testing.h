@@ -1,0 +1,67 @@
+// Test helpers shared by the C++ tests: golden-file paths, status matchers, tolerances.
+#ifndef LOCKSTEP_CORE_TESTING_H_
+#define LOCKSTEP_CORE_TESTING_H_
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <span>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/status_macros.h"
+
+namespace lockstep::testing {
+
+inline std::string GoldenPath(const std::string& name) {
+  return std::string(LOCKSTEP_SOURCE_DIR) + "/tests/golden/" + name;
+}
+
+inline std::string SourcePath(const std::string& rel) {
+  return std::string(LOCKSTEP_SOURCE_DIR) + "/" + rel;
+}
+
+// ||a - b|| / ||b|| (L2), the per-tensor comparison the golden tests use.
+inline double RelativeL2(std::span<const float> a, std::span<const float> b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    num += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
+    den += double{b[i]} * b[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+inline double MaxAbsDiff(std::span<const float> a, std::span<const float> b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::fabs(double{a[i]} - b[i]));
+  return m;
+}
+
+namespace internal {
+inline const absl::Status& GetStatus(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& GetStatus(const absl::StatusOr<T>& s) { return s.status(); }
+}  // namespace internal
+
+MATCHER_P2(StatusIs, code, message_matcher, "") {
+  const absl::Status& st = internal::GetStatus(arg);
+  if (st.code() != code) {
+    *result_listener << "code is " << absl::StatusCodeToString(st.code()) << ": " << st.message();
+    return false;
+  }
+  return ::testing::ExplainMatchResult(message_matcher, std::string(st.message()),
+                                       result_listener);
+}
+
+}  // namespace lockstep::testing
+
+#define ASSERT_OK(expr) \
+  ASSERT_TRUE((expr).ok()) << ::lockstep::testing::internal::GetStatus(expr)
+#define ASSERT_OK_AND_ASSIGN(lhs, rexpr)                          \
+  auto LS_CONCAT_(ls_t_, __LINE__) = (rexpr);                     \
+  ASSERT_TRUE(LS_CONCAT_(ls_t_, __LINE__).ok()) << LS_CONCAT_(ls_t_, __LINE__).status(); \
+  lhs = std::move(LS_CONCAT_(ls_t_, __LINE__)).value()
+
+#endif  // LOCKSTEP_CORE_TESTING_H_

@@ -1,0 +1,255 @@
+#include "workers/cpu/cpu_backend.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include "core/rng/random.h"
+
+namespace lockstep {
+namespace {
+
+// Elementwise loops below this size run on one thread: fork/join would cost more.
+constexpr size_t kParallelMin = 1 << 15;
+
+class CpuBackend final : public Backend {
+ public:
+  std::string Name() const override { return "cpu"; }
+
+  absl::StatusOr<Buffer> Allocate(size_t bytes) override {
+    void* p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
+    if (p == nullptr) return absl::ResourceExhaustedError("cpu: out of memory");
+    std::memset(p, 0, bytes);
+    return Buffer(p, bytes, [](void* q) { std::free(q); });
+  }
+
+  absl::StatusOr<Buffer> Upload(const void* host, size_t bytes) override {
+    return Buffer(const_cast<void*>(host), bytes, nullptr);  // alias: no copy
+  }
+
+  absl::Status CopyToDevice(void* dst, const void* host, size_t bytes) override {
+    if (dst != host) std::memcpy(dst, host, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status CopyToHost(void* host, const void* src, size_t bytes) override {
+    if (host != src) std::memcpy(host, src, bytes);
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
+            const float* b, float beta, float* c) override {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
+  }
+
+  void Im2Col(const ConvGeometry& g, const float* x, float* cols) override {
+    const int pad = (g.k - 1) / 2;
+    const size_t patch = static_cast<size_t>(g.k) * g.k * g.c;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int n = 0; n < g.b; ++n) {
+      for (int y = 0; y < g.h; ++y) {
+        for (int x0 = 0; x0 < g.w; ++x0) {
+          float* out = cols + ((static_cast<size_t>(n) * g.h + y) * g.w + x0) * patch;
+          for (int i = 0; i < g.k; ++i) {
+            const int yy = y + i - pad;
+            for (int j = 0; j < g.k; ++j, out += g.c) {
+              const int xx = x0 + j - pad;
+              if (yy < 0 || yy >= g.h || xx < 0 || xx >= g.w) {
+                std::fill(out, out + g.c, 0.0f);
+              } else {
+                std::copy_n(x + ((static_cast<size_t>(n) * g.h + yy) * g.w + xx) * g.c, g.c, out);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  void Col2Im(const ConvGeometry& g, const float* dcols, float* dx) override {
+    const int pad = (g.k - 1) / 2;
+    const size_t patch = static_cast<size_t>(g.k) * g.k * g.c;
+    // Gather form: each input pixel sums the patch entries that read it, in a fixed
+    // order, so threads never write the same element.
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int n = 0; n < g.b; ++n) {
+      for (int yy = 0; yy < g.h; ++yy) {
+        for (int xx = 0; xx < g.w; ++xx) {
+          float* out = dx + ((static_cast<size_t>(n) * g.h + yy) * g.w + xx) * g.c;
+          std::fill(out, out + g.c, 0.0f);
+          for (int i = 0; i < g.k; ++i) {
+            const int y = yy - i + pad;
+            if (y < 0 || y >= g.h) continue;
+            for (int j = 0; j < g.k; ++j) {
+              const int x = xx - j + pad;
+              if (x < 0 || x >= g.w) continue;
+              const float* in = dcols + ((static_cast<size_t>(n) * g.h + y) * g.w + x) * patch +
+                                (static_cast<size_t>(i) * g.k + j) * g.c;
+              for (int c = 0; c < g.c; ++c) out[c] += in[c];
+            }
+          }
+        }
+      }
+    }
+  }
+
+  void BiasAdd(int rows, int cols, const float* bias, float* y) override {
+#pragma omp parallel for schedule(static) if (static_cast<size_t>(rows) * cols > kParallelMin)
+    for (int r = 0; r < rows; ++r) {
+      float* row = y + static_cast<size_t>(r) * cols;
+      for (int c = 0; c < cols; ++c) row[c] += bias[c];
+    }
+  }
+
+  void BiasGrad(int rows, int cols, const float* dy, float* db) override {
+    std::fill(db, db + cols, 0.0f);
+    for (int r = 0; r < rows; ++r) {
+      const float* row = dy + static_cast<size_t>(r) * cols;
+      for (int c = 0; c < cols; ++c) db[c] += row[c];
+    }
+  }
+
+  void Relu(size_t n, float* x) override {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (size_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  }
+
+  void ReluBackward(size_t n, const float* y, float* dy) override {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (size_t i = 0; i < n; ++i) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  }
+
+  void AvgPool(int b, int h, int w, int c, const float* x, float* y) override {
+    const int oh = h / 2, ow = w / 2;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int n = 0; n < b; ++n) {
+      for (int i = 0; i < oh; ++i) {
+        for (int j = 0; j < ow; ++j) {
+          const float* p = x + ((static_cast<size_t>(n) * h + 2 * i) * w + 2 * j) * c;
+          const float* q = p + static_cast<size_t>(w) * c;
+          float* out = y + ((static_cast<size_t>(n) * oh + i) * ow + j) * c;
+          for (int k = 0; k < c; ++k) out[k] = (((p[k] + p[c + k]) + q[k]) + q[c + k]) / 4.0f;
+        }
+      }
+    }
+  }
+
+  void AvgPoolBackward(int b, int h, int w, int c, const float* dy, float* dx) override {
+    const int oh = h / 2, ow = w / 2;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int n = 0; n < b; ++n) {
+      for (int i = 0; i < h; ++i) {
+        for (int j = 0; j < w; ++j) {
+          float* out = dx + ((static_cast<size_t>(n) * h + i) * w + j) * c;
+          if (i / 2 >= oh || j / 2 >= ow) {
+            std::fill(out, out + c, 0.0f);
+            continue;
+          }
+          const float* g = dy + ((static_cast<size_t>(n) * oh + i / 2) * ow + j / 2) * c;
+          for (int k = 0; k < c; ++k) out[k] = g[k] / 4.0f;
+        }
+      }
+    }
+  }
+
+  void Dropout(size_t n, float keep, rng::Key key, rng::Impl impl, const float* x, float* y,
+               uint8_t* mask) override {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (size_t i = 0; i < n; ++i) {
+      const bool m = rng::BitsToUnitFloat(rng::RandomBitsAt(key, impl, i, n)) < keep;
+      mask[i] = m ? 1 : 0;
+      y[i] = m ? x[i] / keep : 0.0f;
+    }
+  }
+
+  void DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
+                       float* dx) override {
+    for (size_t i = 0; i < n; ++i) dx[i] = mask[i] ? dy[i] / keep : 0.0f;
+  }
+
+  void SoftmaxCrossEntropy(int b, int classes, const float* logits, const int32_t* labels,
+                           float* loss, float* dlogits, float* correct) override {
+    const float inv_b = 1.0f / static_cast<float>(b);
+    for (int r = 0; r < b; ++r) {
+      const float* z = logits + static_cast<size_t>(r) * classes;
+      float* dz = dlogits + static_cast<size_t>(r) * classes;
+      int argmax = 0;
+      for (int c = 1; c < classes; ++c) argmax = z[c] > z[argmax] ? c : argmax;
+      const float mx = z[argmax];
+      float sum = 0.0f;
+      for (int c = 0; c < classes; ++c) sum += std::exp(z[c] - mx);
+      const float lse = std::log(sum);
+      const int label = labels[r];
+      loss[r] = -((z[label] - mx) - lse);
+      for (int c = 0; c < classes; ++c) {
+        const float softmax = std::exp((z[c] - mx) - lse);
+        dz[c] = (softmax - (c == label ? 1.0f : 0.0f)) * inv_b;
+      }
+      correct[r] = argmax == label ? 1.0f : 0.0f;
+    }
+  }
+
+  void GatherRows(size_t row, int n, const int32_t* idx, const float* table,
+                  float* out) override {
+#pragma omp parallel for schedule(static) if (row * n > kParallelMin)
+    for (int i = 0; i < n; ++i) {
+      std::memcpy(out + i * row, table + static_cast<size_t>(idx[i]) * row, row * sizeof(float));
+    }
+  }
+
+  void GatherLabels(int n, const int32_t* idx, const int32_t* table, int32_t* out) override {
+    for (int i = 0; i < n; ++i) out[i] = table[idx[i]];
+  }
+
+  void Divide(size_t n, float d, float* x) override {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (size_t i = 0; i < n; ++i) x[i] /= d;
+  }
+
+  void SgdUpdate(size_t n, float lr, float momentum, const float* g, float* trace,
+                 float* p) override {
+    const float neg_lr = -lr;
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (size_t i = 0; i < n; ++i) {
+      float u = g[i];
+      if (trace != nullptr) u = trace[i] = g[i] + momentum * trace[i];
+      p[i] = p[i] + neg_lr * u;
+    }
+  }
+
+  void AdamUpdate(size_t n, const AdamScalars& s, const float* g, float* mu, float* nu,
+                  float* p) override {
+    const float neg_lr = -s.lr;
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (size_t i = 0; i < n; ++i) {
+      mu[i] = s.one_minus_b1 * g[i] + s.b1 * mu[i];
+      nu[i] = s.one_minus_b2 * (g[i] * g[i]) + s.b2 * nu[i];
+      const float mu_hat = mu[i] / s.bias_correction1;
+      const float nu_hat = nu[i] / s.bias_correction2;
+      float u = mu_hat / (std::sqrt(nu_hat) + s.eps);
+      if (s.weight_decay != 0.0f) u = u + s.weight_decay * p[i];
+      p[i] = p[i] + neg_lr * u;
+    }
+  }
+};
+
+}  // namespace
+
+void SetCpuThreads(int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  openblas_set_num_threads(threads);
+  omp_set_num_threads(threads);
+}
+
+int CpuThreads() { return omp_get_max_threads(); }
+
+std::unique_ptr<Backend> NewCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace lockstep
