@@ -47,10 +47,14 @@ int TrainCommand(Args& args) {
   if (!threads.empty()) parsed->set_threads(std::stoi(threads));
   auto spec = Validate(*parsed);
   if (!spec.ok()) return Fail(spec.status());
-  if (spec->workers() != 1 || spec->device() != "cpu") {
+  if (spec->device() != "cpu") {
     return Fail(absl::InvalidArgumentError(
-        "lockstep train runs one CPU process: set workers: 1 and device: cpu, or submit the "
-        "spec to a cluster (lockstep submit)"));
+        "device: lockstep train runs on the CPU; submit cuda jobs to a cluster"));
+  }
+  if (spec->workers() != 1) {
+    // One process is N = 1: the same parameters as N workers without dropout.
+    if (!json) absl::FPrintF(stderr, "note: workers: %d ignored; training in one process\n", spec->workers());
+    spec->set_workers(1);
   }
   SetCpuThreads(static_cast<int>(spec->threads()));
   auto backend = NewCpuBackend();
