@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -93,10 +94,11 @@ class Backend {
   virtual void AvgPool(int b, int h, int w, int c, const float* x, float* y) = 0;
   virtual void AvgPoolBackward(int b, int h, int w, int c, const float* dy, float* dx) = 0;
 
-  // Flax Dropout: mask = bernoulli(key, keep, (n,)) drawn with jax.random's bits, then
-  // y = mask ? x / keep : 0. mask holds 0/1 bytes.
-  virtual void Dropout(size_t n, float keep, rng::Key key, rng::Impl impl, const float* x,
-                       float* y, uint8_t* mask) = 0;
+  // Flax Dropout: mask = bernoulli(*key, keep, (n,)) drawn with jax.random's bits, then
+  // y = mask ? x / keep : 0. mask holds 0/1 bytes. `key` is in backend memory, so a
+  // captured graph reads each step's key.
+  virtual void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl,
+                       const float* x, float* y, uint8_t* mask) = 0;
   virtual void DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
                                float* dx) = 0;
 
@@ -118,9 +120,22 @@ class Backend {
   // optax.sgd: trace = g + momentum * trace (when trace != nullptr); p += -lr * update.
   virtual void SgdUpdate(size_t n, float lr, float momentum, const float* g, float* trace,
                          float* p) = 0;
-  // optax.adam / adamw (scale_by_adam, add_decayed_weights, scale(-lr)).
-  virtual void AdamUpdate(size_t n, const AdamScalars& s, const float* g, float* mu,
+  // optax.adam / adamw (scale_by_adam, add_decayed_weights, scale(-lr)); `s` is in
+  // backend memory (it changes every step).
+  virtual void AdamUpdate(size_t n, const AdamScalars* s, const float* g, float* mu,
                           float* nu, float* p) = 0;
+
+  // Graphs: records the ops `body` issues into a replayable graph (CUDA graphs). Pointers
+  // and sizes are frozen at capture; per-step values must come from backend memory.
+  // Backends without graphs return UNIMPLEMENTED and callers run eagerly.
+  class Graph {
+   public:
+    virtual ~Graph() = default;
+    virtual absl::Status Launch() = 0;
+  };
+  virtual absl::StatusOr<std::unique_ptr<Graph>> Capture(const std::function<absl::Status()>& body) {
+    return absl::UnimplementedError(Name() + ": no graph capture");
+  }
 };
 
 }  // namespace lockstep

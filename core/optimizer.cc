@@ -62,26 +62,29 @@ absl::StatusOr<Optimizer> Optimizer::FromSpec(const v1::OptimizerSpec& spec) {
   return o;
 }
 
-void Optimizer::Apply(Backend& backend, size_t n, int64_t count, const float* grads,
-                      std::vector<float*> slots, float* params) const {
+AdamScalars Optimizer::Scalars(int64_t count) const {
+  // optax computes 1 - b in Python (double) and b^t in float32 from the int32 count.
+  const float b1 = static_cast<float>(b1_), b2 = static_cast<float>(b2_);
+  const float t = static_cast<float>(count + 1);
+  return AdamScalars{static_cast<float>(lr_),
+                     b1,
+                     b2,
+                     static_cast<float>(1.0 - b1_),
+                     static_cast<float>(1.0 - b2_),
+                     1.0f - std::pow(b1, t),
+                     1.0f - std::pow(b2, t),
+                     static_cast<float>(eps_),
+                     static_cast<float>(weight_decay_)};
+}
+
+void Optimizer::Apply(Backend& backend, size_t n, const AdamScalars* scalars, const float* grads,
+                      const std::vector<float*>& slots, float* params) const {
   if (kind_ == Kind::kSgd) {
     backend.SgdUpdate(n, static_cast<float>(lr_), static_cast<float>(momentum_), grads,
                       slots.empty() ? nullptr : slots[0], params);
     return;
   }
-  // optax computes 1 - b in Python (double) and b^t in float32 from the int32 count.
-  const float b1 = static_cast<float>(b1_), b2 = static_cast<float>(b2_);
-  const float t = static_cast<float>(count + 1);
-  AdamScalars s{static_cast<float>(lr_),
-                b1,
-                b2,
-                static_cast<float>(1.0 - b1_),
-                static_cast<float>(1.0 - b2_),
-                1.0f - std::pow(b1, t),
-                1.0f - std::pow(b2, t),
-                static_cast<float>(eps_),
-                static_cast<float>(weight_decay_)};
-  backend.AdamUpdate(n, s, grads, slots[0], slots[1], params);
+  backend.AdamUpdate(n, scalars, grads, slots[0], slots[1], params);
 }
 
 }  // namespace lockstep

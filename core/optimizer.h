@@ -24,10 +24,13 @@ class Optimizer {
   // State slots, each the size of the params: {"trace"}, {"mu", "nu"} or {} (plain sgd).
   const std::vector<std::string>& slots() const { return slots_; }
 
-  // Applies one update given the (already averaged) gradients. `count` is the number of
-  // updates applied before this one (optax's state.count, TrainState.step).
-  void Apply(Backend& backend, size_t n, int64_t count, const float* grads,
-             std::vector<float*> slots, float* params) const;
+  // adam/adamw's scalars for the update after `count` updates (optax's state.count).
+  AdamScalars Scalars(int64_t count) const;
+
+  // Applies one update given the (already averaged) gradients; `scalars` is Scalars(count)
+  // in backend memory (ignored by sgd).
+  void Apply(Backend& backend, size_t n, const AdamScalars* scalars, const float* grads,
+             const std::vector<float*>& slots, float* params) const;
 
  private:
   Kind kind_ = Kind::kSgd;

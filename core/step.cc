@@ -1,5 +1,6 @@
 #include "core/step.h"
 
+#include <cstring>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -37,27 +38,35 @@ int FirstParamLayer(const Model& m) {
 }  // namespace
 
 StepExecutor::StepExecutor(Model model, Optimizer optimizer, rng::Impl impl, int local_batch,
-                           Backend* backend, Collective* collective, CollectiveOptions options)
+                           Backend* backend, Collective* collective, CollectiveOptions options,
+                           bool use_graphs)
     : model_(std::move(model)),
       optimizer_(std::move(optimizer)),
       impl_(impl),
       local_batch_(local_batch),
       backend_(backend),
       collective_(collective),
-      collective_options_(options) {}
+      collective_options_(options),
+      use_graphs_(use_graphs) {}
 
 StepExecutor::~StepExecutor() = default;
 
 absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(
     Model model, Optimizer optimizer, rng::Impl impl, int local_batch, Backend* backend,
-    Collective* collective, CollectiveOptions collective_options) {
+    Collective* collective, CollectiveOptions collective_options, bool use_graphs) {
   if (local_batch <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("local batch size ", local_batch, " <= 0"));
   }
   std::unique_ptr<StepExecutor> e(new StepExecutor(std::move(model), std::move(optimizer), impl,
                                                    local_batch, backend, collective,
-                                                   collective_options));
+                                                   collective_options, use_graphs));
   const size_t bytes = e->model_.layout().total() * sizeof(float);
+  int keys = 0;
+  for (const Layer& l : e->model_.layers()) {
+    e->dropout_slot_.push_back(IsActiveDropout(l, true) ? keys++ : -1);
+  }
+  ASSIGN_OR_RETURN(e->step_args_,
+                   backend->Allocate(sizeof(AdamScalars) + keys * sizeof(rng::Key)));
   ASSIGN_OR_RETURN(e->params_, backend->Allocate(bytes));
   ASSIGN_OR_RETURN(e->grads_, backend->Allocate(bytes));
   for (size_t i = 0; i < e->optimizer_.slots().size(); ++i) {
@@ -168,10 +177,8 @@ absl::StatusOr<StepExecutor::Workspace*> StepExecutor::GetWorkspace(int batch, b
   return slot.get();
 }
 
-absl::Status StepExecutor::Forward(Workspace& ws, const DeviceDataset& data,
-                                   std::span<const int32_t> indices, bool train,
-                                   rng::Key dropout_key) {
-  const int b = static_cast<int>(indices.size());
+absl::Status StepExecutor::Prepare(Workspace& ws, const DeviceDataset& data,
+                                   std::span<const int32_t> indices, rng::Key dropout_key) {
   for (size_t i = 0; i < indices.size(); ++i) {
     if (indices[i] < 0 || indices[i] >= data.size) {
       return absl::InvalidArgumentError(absl::StrCat("sample index ", indices[i], " at ", i,
@@ -179,10 +186,28 @@ absl::Status StepExecutor::Forward(Workspace& ws, const DeviceDataset& data,
                                                      " examples)"));
     }
   }
-  RETURN_IF_ERROR(backend_->CopyToDevice(ws.idx.as(), indices.data(), b * sizeof(int32_t)));
+  RETURN_IF_ERROR(backend_->CopyToDevice(ws.idx.as(), indices.data(),
+                                         indices.size() * sizeof(int32_t)));
+  if (!ws.train) return absl::OkStatus();
+  // make_rng('dropout') in each Dropout module: fold_in(root, hash(name, 1)).
+  std::vector<unsigned char> args(step_args_.bytes());
+  const AdamScalars adam = optimizer_.Scalars(step_);
+  std::memcpy(args.data(), &adam, sizeof(adam));
+  for (size_t i = 0; i < model_.layers().size(); ++i) {
+    if (dropout_slot_[i] < 0) continue;
+    const rng::Key k = rng::FlaxMakeRng(dropout_key, model_.layers()[i].name, 1);
+    std::memcpy(args.data() + sizeof(AdamScalars) + dropout_slot_[i] * sizeof(rng::Key), &k,
+                sizeof(k));
+  }
+  return backend_->CopyToDevice(step_args_.as(), args.data(), args.size());
+}
+
+void StepExecutor::Forward(Workspace& ws, const DeviceDataset& data, int b, bool train) {
   backend_->GatherRows(data.row, b, ws.idx.as<int32_t>(), data.images.as(), ws.input.as());
   backend_->GatherLabels(b, ws.idx.as<int32_t>(), data.labels.as<int32_t>(),
                          ws.labels.as<int32_t>());
+  const auto* keys = reinterpret_cast<const rng::Key*>(step_args_.as<unsigned char>() +
+                                                       sizeof(AdamScalars));
   const float* params = params_.as();
   const auto& entries = model_.layout().entries();
   const float* x = ws.input.as();
@@ -214,20 +239,18 @@ absl::Status StepExecutor::Forward(Workspace& ws, const DeviceDataset& data,
         break;
       case LayerKind::kDropout:
         if (IsActiveDropout(l, train)) {
-          backend_->Dropout(b * l.out.size(), l.keep, rng::FlaxMakeRng(dropout_key, l.name, 1),
-                            impl_, x, y, ws.mask[i]);
+          backend_->Dropout(b * l.out.size(), l.keep, keys + dropout_slot_[i], impl_, x, y,
+                            ws.mask[i]);
         }
         break;
     }
     x = y;
   }
-  return absl::OkStatus();
+  backend_->SoftmaxCrossEntropy(b, model_.num_classes(), ws.out.back(), ws.labels.as<int32_t>(),
+                                ws.loss.as(), ws.dlogits.as(), ws.correct.as());
 }
 
-absl::StatusOr<StepMetrics> StepExecutor::Loss(Workspace& ws, int b) {
-  const int classes = model_.num_classes();
-  backend_->SoftmaxCrossEntropy(b, classes, ws.out.back(), ws.labels.as<int32_t>(),
-                                ws.loss.as(), ws.dlogits.as(), ws.correct.as());
+absl::StatusOr<StepMetrics> StepExecutor::Finish(Workspace& ws, int b) {
   RETURN_IF_ERROR(backend_->CopyToHost(ws.host_loss.data(), ws.loss.as(), b * sizeof(float)));
   RETURN_IF_ERROR(
       backend_->CopyToHost(ws.host_correct.data(), ws.correct.as(), b * sizeof(float)));
@@ -295,6 +318,22 @@ void StepExecutor::Backward(Workspace& ws, int b) {
   }
 }
 
+absl::Status StepExecutor::DeviceStep(Workspace& ws, const DeviceDataset& data, bool update) {
+  Forward(ws, data, local_batch_, true);
+  Backward(ws, local_batch_);
+  if (!update) return absl::OkStatus();
+  const size_t n = model_.layout().total();
+  if (collective_ != nullptr && collective_->size() > 1) {
+    // pmean: the sum over replicas, then a division (not a multiply) by N, as JAX does.
+    RETURN_IF_ERROR(collective_->AllReduceSum(grads_.as(), n, collective_options_));
+    backend_->Divide(n, static_cast<float>(collective_->size()), grads_.as());
+  }
+  std::vector<float*> slots;
+  for (Buffer& s : slots_) slots.push_back(s.as());
+  optimizer_.Apply(*backend_, n, step_args_.as<AdamScalars>(), grads_.as(), slots, params_.as());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StepMetrics> StepExecutor::ComputeGradients(const DeviceDataset& data,
                                                            std::span<const int32_t> indices,
                                                            rng::Key dropout_key) {
@@ -304,26 +343,38 @@ absl::StatusOr<StepMetrics> StepExecutor::ComputeGradients(const DeviceDataset& 
                                                    local_batch_));
   }
   ASSIGN_OR_RETURN(Workspace * ws, GetWorkspace(local_batch_, true));
-  RETURN_IF_ERROR(Forward(*ws, data, indices, true, dropout_key));
-  ASSIGN_OR_RETURN(StepMetrics m, Loss(*ws, local_batch_));
-  Backward(*ws, local_batch_);
-  return m;
+  RETURN_IF_ERROR(Prepare(*ws, data, indices, dropout_key));
+  RETURN_IF_ERROR(DeviceStep(*ws, data, false));
+  return Finish(*ws, local_batch_);
 }
 
 absl::StatusOr<StepMetrics> StepExecutor::Step(const DeviceDataset& data,
                                                std::span<const int32_t> indices,
                                                rng::Key dropout_key) {
-  ASSIGN_OR_RETURN(StepMetrics m, ComputeGradients(data, indices, dropout_key));
-  const size_t n = model_.layout().total();
-  if (collective_ != nullptr && collective_->size() > 1) {
-    RETURN_IF_ERROR(backend_->Synchronize());
-    RETURN_IF_ERROR(collective_->AllReduceSum(grads_.as(), n, collective_options_));
-    backend_->Divide(n, static_cast<float>(collective_->size()), grads_.as());
+  if (static_cast<int>(indices.size()) != local_batch_) {
+    return absl::InvalidArgumentError(absl::StrCat("step has ", indices.size(),
+                                                   " samples; this replica's local batch is ",
+                                                   local_batch_));
   }
-  std::vector<float*> slots;
-  for (Buffer& s : slots_) slots.push_back(s.as());
-  optimizer_.Apply(*backend_, n, step_, grads_.as(), slots, params_.as());
-  RETURN_IF_ERROR(backend_->Synchronize());
+  ASSIGN_OR_RETURN(Workspace * ws, GetWorkspace(local_batch_, true));
+  RETURN_IF_ERROR(Prepare(*ws, data, indices, dropout_key));
+  if (use_graphs_ && (graph_ == nullptr || graph_data_ != &data)) {
+    auto graph = backend_->Capture([&] { return DeviceStep(*ws, data, true); });
+    if (graph.ok()) {
+      graph_ = std::move(graph).value();
+      graph_data_ = &data;
+    } else if (absl::IsUnimplemented(graph.status())) {
+      use_graphs_ = false;  // this backend has no graphs: run eagerly
+    } else {
+      return graph.status();
+    }
+  }
+  if (use_graphs_) {
+    RETURN_IF_ERROR(graph_->Launch());
+  } else {
+    RETURN_IF_ERROR(DeviceStep(*ws, data, true));
+  }
+  ASSIGN_OR_RETURN(StepMetrics m, Finish(*ws, local_batch_));
   ++step_;
   return m;
 }
@@ -357,8 +408,9 @@ absl::StatusOr<EvalMetrics> StepExecutor::Evaluate(const DeviceDataset& data, in
   for (int64_t start = 0; start < data.size; start += cap) {
     const int b = static_cast<int>(std::min<int64_t>(cap, data.size - start));
     std::iota(idx.begin(), idx.begin() + b, static_cast<int32_t>(start));
-    RETURN_IF_ERROR(Forward(*ws, data, std::span<const int32_t>(idx.data(), b), false, {}));
-    ASSIGN_OR_RETURN(StepMetrics m, Loss(*ws, b));
+    RETURN_IF_ERROR(Prepare(*ws, data, std::span<const int32_t>(idx.data(), b), {}));
+    Forward(*ws, data, b, false);
+    ASSIGN_OR_RETURN(StepMetrics m, Finish(*ws, b));
     total.loss += static_cast<double>(m.loss) * b;
     total.accuracy += static_cast<double>(m.accuracy) * b;
     total.count += b;

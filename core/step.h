@@ -42,9 +42,11 @@ struct EvalMetrics {
 class StepExecutor {
  public:
   // `collective` may be null (N = 1). Both must outlive the executor. local_batch is B/N.
+  // With use_graphs, the device part of Step (gather to update) is captured once as a
+  // backend graph and replayed, where the backend supports it.
   static absl::StatusOr<std::unique_ptr<StepExecutor>> Create(
       Model model, Optimizer optimizer, rng::Impl impl, int local_batch, Backend* backend,
-      Collective* collective, CollectiveOptions collective_options = {});
+      Collective* collective, CollectiveOptions collective_options = {}, bool use_graphs = true);
   ~StepExecutor();
 
   absl::StatusOr<DeviceDataset> Upload(const Dataset& dataset);
@@ -59,7 +61,7 @@ class StepExecutor {
                                    rng::Key dropout_key);
 
   // Forward and backward only (no all-reduce, no update): leaves the local gradients
-  // for Gradients() and the dropout masks for DropoutMasks().
+  // for Gradients() and the dropout masks for DropoutMasks(). Never uses a graph.
   absl::StatusOr<StepMetrics> ComputeGradients(const DeviceDataset& data,
                                                std::span<const int32_t> indices,
                                                rng::Key dropout_key);
@@ -75,12 +77,18 @@ class StepExecutor {
  private:
   struct Workspace;
   StepExecutor(Model model, Optimizer optimizer, rng::Impl impl, int local_batch,
-               Backend* backend, Collective* collective, CollectiveOptions options);
+               Backend* backend, Collective* collective, CollectiveOptions options,
+               bool use_graphs);
   absl::StatusOr<Workspace*> GetWorkspace(int batch, bool train);
-  absl::Status Forward(Workspace& ws, const DeviceDataset& data,
-                       std::span<const int32_t> indices, bool train, rng::Key dropout_key);
+  // Host part before a step: indices and per-step scalars into backend memory.
+  absl::Status Prepare(Workspace& ws, const DeviceDataset& data,
+                       std::span<const int32_t> indices, rng::Key dropout_key);
+  // Device part: no host synchronization, so a backend can capture it as a graph.
+  absl::Status DeviceStep(Workspace& ws, const DeviceDataset& data, bool update);
+  void Forward(Workspace& ws, const DeviceDataset& data, int batch, bool train);
   void Backward(Workspace& ws, int batch);
-  absl::StatusOr<StepMetrics> Loss(Workspace& ws, int batch);
+  // Host part after a step: the local loss and accuracy.
+  absl::StatusOr<StepMetrics> Finish(Workspace& ws, int batch);
 
   Model model_;
   Optimizer optimizer_;
@@ -89,8 +97,14 @@ class StepExecutor {
   Backend* backend_;
   Collective* collective_;
   CollectiveOptions collective_options_;
+  bool use_graphs_;
   int64_t step_ = 0;
   Buffer params_, grads_;
+  // Per-step arguments in backend memory: AdamScalars, then one key per Dropout layer.
+  Buffer step_args_;
+  std::vector<int> dropout_slot_;  // per layer: index of its key, or -1
+  std::unique_ptr<Backend::Graph> graph_;
+  const DeviceDataset* graph_data_ = nullptr;
   std::vector<Buffer> slots_;
   std::unique_ptr<Workspace> train_ws_, eval_ws_;
 };

@@ -159,11 +159,12 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void Dropout(size_t n, float keep, rng::Key key, rng::Impl impl, const float* x, float* y,
-               uint8_t* mask) override {
+  void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x,
+               float* y, uint8_t* mask) override {
+    const rng::Key k = *key;
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
     for (size_t i = 0; i < n; ++i) {
-      const bool m = rng::BitsToUnitFloat(rng::RandomBitsAt(key, impl, i, n)) < keep;
+      const bool m = rng::BitsToUnitFloat(rng::RandomBitsAt(k, impl, i, n)) < keep;
       mask[i] = m ? 1 : 0;
       y[i] = m ? x[i] / keep : 0.0f;
     }
@@ -224,8 +225,9 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void AdamUpdate(size_t n, const AdamScalars& s, const float* g, float* mu, float* nu,
+  void AdamUpdate(size_t n, const AdamScalars* scalars, const float* g, float* mu, float* nu,
                   float* p) override {
+    const AdamScalars s = *scalars;
     const float neg_lr = -s.lr;
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
     for (size_t i = 0; i < n; ++i) {

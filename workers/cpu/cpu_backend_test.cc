@@ -72,7 +72,7 @@ TEST(CpuBackend, AdamMatchesOptaxFormula) {
   auto be = NewCpuBackend();
   std::vector<float> p = {1.0f}, g = {0.5f}, mu = {0}, nu = {0};
   AdamScalars s{0.1f, 0.9f, 0.999f, 0.1f, 0.001f, 0.1f, 0.001f, 1e-8f, 0.0f};
-  be->AdamUpdate(1, s, g.data(), mu.data(), nu.data(), p.data());
+  be->AdamUpdate(1, &s, g.data(), mu.data(), nu.data(), p.data());
   EXPECT_FLOAT_EQ(mu[0], 0.05f);
   EXPECT_NEAR(p[0], 1.0f - 0.1f, 1e-6);  // first adam step moves by lr * sign(g)
 }
