@@ -1,0 +1,84 @@
+// GlooCollective: the CPU data plane. A Collective over Gloo's TCP transport: the ranks
+// of a job publish their addresses in a lockstep::Store (under a per-job prefix), connect
+// a full mesh, and all-reduce with Gloo's ring algorithm. Gloo reports errors by
+// throwing; this adapter is where that stops: everything comes back as absl::Status.
+#ifndef LOCKSTEP_WORKERS_GLOO_GLOO_COLLECTIVE_H_
+#define LOCKSTEP_WORKERS_GLOO_GLOO_COLLECTIVE_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/collective.h"
+#include "core/store.h"
+
+namespace gloo {
+class Context;
+}  // namespace gloo
+
+namespace lockstep {
+
+struct GlooOptions {
+  // The address peers use to reach this rank: a hostname or a numeric IP ("127.0.0.1"
+  // for tests on one host). Empty: the address of `interface` when that is set, else
+  // DefaultHostAddress(). Set at most one of hostname and interface.
+  std::string hostname;
+  // A network interface ("eth0") whose address to bind, as GLOO_SOCKET_IFNAME would.
+  std::string interface;
+  // The namespace of this job attempt in the store. All ranks of one mesh use the same
+  // prefix; jobs and attempts that share a store must use different ones.
+  std::string prefix = "gloo";
+  // Bounds Create: waiting for every peer's address and connecting to it.
+  absl::Duration connect_timeout = absl::Seconds(30);
+};
+
+// Thread safety: any thread may call any method; AllReduceSum calls are serialized.
+// After an error the collective closes its connections, so that its peers fail at once
+// instead of waiting out their own timeouts, and every later call returns
+// FAILED_PRECONDITION carrying the first error.
+class GlooCollective final : public Collective {
+ public:
+  // Joins the mesh of `size` ranks as `rank`, blocking until all ranks have joined.
+  // `store` is used during Create only. Errors: INVALID_ARGUMENT for a bad rank, size or
+  // option, or an address that cannot be bound; DEADLINE_EXCEEDED when some rank has not
+  // joined within options.connect_timeout; UNAVAILABLE when a peer cannot be reached;
+  // the store's own errors (with context added) as they come.
+  static absl::StatusOr<std::unique_ptr<Collective>> Create(int rank, int size,
+                                                            Store* store,
+                                                            const GlooOptions& options);
+
+  // Closes the connections; peers in or entering a collective then fail with UNAVAILABLE.
+  ~GlooCollective() override;
+
+  std::string Name() const override { return "gloo"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  // See Collective. Also INVALID_ARGUMENT for a null `data` with n > 0 or a timeout that
+  // is not positive, and FAILED_PRECONDITION after an earlier error.
+  absl::Status AllReduceSum(float* data, size_t n,
+                            const CollectiveOptions& options) override;
+
+ private:
+  GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context);
+
+  const int rank_;
+  const int size_;
+  absl::Mutex mu_;
+  std::shared_ptr<gloo::Context> context_ ABSL_GUARDED_BY(mu_);  // null after an error
+  absl::Status error_ ABSL_GUARDED_BY(mu_);                      // the first error
+};
+
+// An address of this host that peers on other hosts can reach: the first non-loopback
+// address the hostname resolves to, else the first non-loopback IPv4 address of an
+// interface that is up, else "127.0.0.1" (a host alone can only talk to itself).
+absl::StatusOr<std::string> DefaultHostAddress();
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKERS_GLOO_GLOO_COLLECTIVE_H_

@@ -1,0 +1,129 @@
+// The Gloo-facing Store adapter and the exception-to-status mapping, without a network.
+#include "workers/gloo/gloo_store.h"
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "core/testing.h"
+#include "gloo/common/error.h"
+#include "gloo/common/logging.h"
+#include "gloo/rendezvous/prefix_store.h"
+#include "workers/gloo/gloo_status.h"
+
+namespace lockstep::gloo_internal {
+namespace {
+
+using ::lockstep::testing::StatusIs;
+using ::testing::HasSubstr;
+
+#define EXPECT_OK(expr) EXPECT_TRUE((expr).ok()) << (expr)
+
+// The status a call to `fn` throws as StoreError; OK when it throws nothing.
+template <typename Fn>
+absl::Status StoreErrorOf(Fn&& fn) {
+  try {
+    fn();
+  } catch (const StoreError& e) {
+    return e.status();
+  }
+  return absl::OkStatus();
+}
+
+// A store whose backend is down: every call fails with UNAVAILABLE.
+class DownStore final : public Store {
+ public:
+  absl::Status Set(const std::string& key, const std::string&) override {
+    return absl::UnavailableError("store down setting " + key);
+  }
+  absl::StatusOr<std::string> Get(const std::string& key, absl::Duration) override {
+    return absl::UnavailableError("store down getting " + key);
+  }
+};
+
+TEST(GlooStoreTest, RoundTripsBinaryValues) {
+  MemoryStore store;
+  GlooStore adapter(&store, absl::Now() + absl::Seconds(5));
+  const std::vector<char> value = {'a', '\0', '\xff', 'z'};
+  adapter.set("k", value);
+  adapter.wait({"k"}, std::chrono::milliseconds(100));
+  EXPECT_EQ(adapter.get("k"), value);
+  ASSERT_OK_AND_ASSIGN(std::string raw, store.Get("k", absl::ZeroDuration()));
+  EXPECT_EQ(raw, std::string("a\0\xffz", 4));
+}
+
+TEST(GlooStoreTest, PrefixStoreNamespacesKeys) {
+  MemoryStore store;
+  GlooStore adapter(&store, absl::Now() + absl::Seconds(5));
+  gloo::rendezvous::PrefixStore job_a("job-a", adapter);
+  job_a.set("0", {'x'});
+  ASSERT_OK_AND_ASSIGN(std::string raw, store.Get("job-a/0", absl::ZeroDuration()));
+  EXPECT_EQ(raw, "x");
+  EXPECT_THAT(store.Get("0", absl::ZeroDuration()),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("0")));
+}
+
+TEST(GlooStoreTest, WaitForMissingKeyTimesOut) {
+  MemoryStore store;
+  store.Set("here", "1").IgnoreError();
+  GlooStore adapter(&store, absl::Now() + absl::Seconds(30));
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(StoreErrorOf([&] {
+                adapter.wait({"here", "absent"}, std::chrono::milliseconds(200));
+              }),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("absent")));
+  const absl::Duration elapsed = absl::Now() - start;
+  EXPECT_GE(elapsed, absl::Milliseconds(190));
+  EXPECT_LT(elapsed, absl::Seconds(2));
+}
+
+TEST(GlooStoreTest, DeadlineBoundsWaitsWhateverGlooAsks) {
+  MemoryStore store;
+  GlooStore adapter(&store, absl::Now() + absl::Milliseconds(200));
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(StoreErrorOf([&] { adapter.wait({"absent"}, std::chrono::seconds(30)); }),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("absent")));
+  EXPECT_THAT(StoreErrorOf([&] { adapter.get("absent"); }),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("absent")));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+}
+
+TEST(GlooStoreTest, StoreErrorsKeepTheirCode) {
+  DownStore store;
+  GlooStore adapter(&store, absl::Now() + absl::Seconds(5));
+  EXPECT_THAT(StoreErrorOf([&] { adapter.set("k", {'v'}); }),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("setting k")));
+  EXPECT_THAT(StoreErrorOf([&] { adapter.wait({"k"}); }),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("getting k")));
+}
+
+TEST(GlooStatusTest, MapsWhatGlooThrows) {
+  const std::string what = "gloo rank 1 of 2: all-reduce of 8 floats";
+  auto map = [&](auto thrower) { return CallGloo(what, thrower); };
+  EXPECT_OK(map([] {}));
+  EXPECT_THAT(map([] {
+                throw gloo::IoException("[pair.cc:1] Timed out waiting 300ms for recv");
+              }),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr(what + ": [pair.cc:1] Timed out waiting")));
+  EXPECT_THAT(
+      map([] { throw gloo::IoException("[pair.cc:1] Read timeout [127.0.0.1]:1"); }),
+      StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("Read timeout")));
+  EXPECT_THAT(
+      map([] { throw gloo::IoException("[pair.cc:1] Connection closed by peer"); }),
+      StatusIs(absl::StatusCode::kUnavailable, HasSubstr("closed by peer")));
+  EXPECT_THAT(map([] { throw gloo::EnforceNotMet("f.cc", 3, "n > 0", "bad n"); }),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("gloo invariant")));
+  EXPECT_THAT(map([] { throw gloo::InvalidOperationException("no such op"); }),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("no such op")));
+  EXPECT_THAT(map([] { throw std::runtime_error("boom"); }),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr(what + ": boom")));
+  EXPECT_THAT(map([] { throw 42; }),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("unknown exception")));
+  EXPECT_THAT(map([] { throw StoreError(absl::UnavailableError("store down")); }),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr(what + ": store down")));
+}
+
+}  // namespace
+}  // namespace lockstep::gloo_internal
