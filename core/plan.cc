@@ -32,6 +32,10 @@ TrainingPlan::TrainingPlan(int64_t seed, int64_t dropout_seed, rng::Impl impl,
   main_key_ = rng::PRNGKey(dropout_seed);  // the seed program's main_key
 }
 
+rng::Key TrainingPlan::InitKey(int64_t seed, rng::Impl impl) {
+  return rng::Split(rng::PRNGKey(seed), 2, impl)[1];
+}
+
 StepPlan TrainingPlan::Next() {
   StepPlan p;
   p.step = next_step_++;

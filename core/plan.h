@@ -35,7 +35,11 @@ class TrainingPlan {
                int global_batch, int num_workers);
 
   // The key model.init receives: split(PRNGKey(seed))[1].
+  static rng::Key InitKey(int64_t seed, rng::Impl impl);
   rng::Key init_key() const { return init_key_; }
+  // The chain's current keys (saved in checkpoints): the data-order key and main_key.
+  rng::Key data_key() const { return data_key_; }
+  rng::Key main_key() const { return main_key_; }
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
 
   // The next step's plan; the first call returns step 0.

@@ -1,5 +1,6 @@
 #include "core/step.h"
 
+#include <chrono>
 #include <cstring>
 #include <numeric>
 
@@ -76,14 +77,14 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(
   return e;
 }
 
-absl::StatusOr<DeviceDataset> StepExecutor::Upload(const Dataset& dataset) {
+absl::StatusOr<DeviceDataset> UploadDataset(Backend& backend, const Dataset& dataset) {
   DeviceDataset d;
   d.size = dataset.size;
   d.row = dataset.row;
-  ASSIGN_OR_RETURN(d.images, backend_->Upload(dataset.images.data(),
-                                              dataset.images.size() * sizeof(float)));
-  ASSIGN_OR_RETURN(d.labels, backend_->Upload(dataset.labels.data(),
-                                              dataset.labels.size() * sizeof(int32_t)));
+  ASSIGN_OR_RETURN(d.images, backend.Upload(dataset.images.data(),
+                                            dataset.images.size() * sizeof(float)));
+  ASSIGN_OR_RETURN(d.labels, backend.Upload(dataset.labels.data(),
+                                            dataset.labels.size() * sizeof(int32_t)));
   return d;
 }
 
@@ -325,7 +326,10 @@ absl::Status StepExecutor::DeviceStep(Workspace& ws, const DeviceDataset& data, 
   const size_t n = model_.layout().total();
   if (collective_ != nullptr && collective_->size() > 1) {
     // pmean: the sum over replicas, then a division (not a multiply) by N, as JAX does.
+    const auto t0 = std::chrono::steady_clock::now();
     RETURN_IF_ERROR(collective_->AllReduceSum(grads_.as(), n, collective_options_));
+    last_allreduce_seconds_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     backend_->Divide(n, static_cast<float>(collective_->size()), grads_.as());
   }
   std::vector<float*> slots;
@@ -399,14 +403,22 @@ absl::StatusOr<std::vector<std::vector<uint8_t>>> StepExecutor::DropoutMasks() {
   return masks;
 }
 
-absl::StatusOr<EvalMetrics> StepExecutor::Evaluate(const DeviceDataset& data, int batch_size) {
+absl::StatusOr<EvalMetrics> StepExecutor::Evaluate(const DeviceDataset& data, int batch_size,
+                                                   int64_t begin, int64_t end) {
+  if (end < 0) end = data.size;
   if (batch_size <= 0) return absl::InvalidArgumentError("eval batch size must be positive");
-  const int cap = static_cast<int>(std::min<int64_t>(batch_size, data.size));
+  if (begin < 0 || begin > end || end > data.size) {
+    return absl::InvalidArgumentError(absl::StrCat("evaluation range [", begin, ", ", end,
+                                                   ") is outside the dataset (", data.size,
+                                                   " examples)"));
+  }
+  EvalMetrics total;
+  if (begin == end) return total;
+  const int cap = static_cast<int>(std::min<int64_t>(batch_size, end - begin));
   ASSIGN_OR_RETURN(Workspace * ws, GetWorkspace(cap, false));
   std::vector<int32_t> idx(cap);
-  EvalMetrics total;
-  for (int64_t start = 0; start < data.size; start += cap) {
-    const int b = static_cast<int>(std::min<int64_t>(cap, data.size - start));
+  for (int64_t start = begin; start < end; start += cap) {
+    const int b = static_cast<int>(std::min<int64_t>(cap, end - start));
     std::iota(idx.begin(), idx.begin() + b, static_cast<int32_t>(start));
     RETURN_IF_ERROR(Prepare(*ws, data, std::span<const int32_t>(idx.data(), b), {}));
     Forward(*ws, data, b, false);

@@ -28,6 +28,10 @@ struct DeviceDataset {
   Buffer images, labels;
 };
 
+// Copies a dataset into the backend's memory (the CPU backend aliases it instead, so
+// `dataset` must outlive the result).
+absl::StatusOr<DeviceDataset> UploadDataset(Backend& backend, const Dataset& dataset);
+
 struct StepMetrics {
   float loss = 0;      // mean over the local batch
   float accuracy = 0;  // fraction of the local batch classified correctly
@@ -49,7 +53,9 @@ class StepExecutor {
       Collective* collective, CollectiveOptions collective_options = {}, bool use_graphs = true);
   ~StepExecutor();
 
-  absl::StatusOr<DeviceDataset> Upload(const Dataset& dataset);
+  absl::StatusOr<DeviceDataset> Upload(const Dataset& dataset) {
+    return UploadDataset(*backend_, dataset);
+  }
 
   absl::Status SetState(const TrainState& state);
   absl::StatusOr<TrainState> GetState();
@@ -69,8 +75,12 @@ class StepExecutor {
   // One 0/1 array per Dropout layer with rate > 0, from the last step.
   absl::StatusOr<std::vector<std::vector<uint8_t>>> DropoutMasks();
 
-  // Loss and accuracy over all of `data`, deterministic (no dropout), in batches.
-  absl::StatusOr<EvalMetrics> Evaluate(const DeviceDataset& data, int batch_size = 1000);
+  // Loss and accuracy over examples [begin, end) of `data` (all of it by default),
+  // deterministic (no dropout), in batches.
+  absl::StatusOr<EvalMetrics> Evaluate(const DeviceDataset& data, int batch_size = 1000,
+                                       int64_t begin = 0, int64_t end = -1);
+  // Seconds the last Step spent in the all-reduce (0 without a collective).
+  double last_allreduce_seconds() const { return last_allreduce_seconds_; }
 
   const Model& model() const { return model_; }
 
@@ -99,6 +109,7 @@ class StepExecutor {
   CollectiveOptions collective_options_;
   bool use_graphs_;
   int64_t step_ = 0;
+  double last_allreduce_seconds_ = 0;
   Buffer params_, grads_;
   // Per-step arguments in backend memory: AdamScalars, then one key per Dropout layer.
   Buffer step_args_;

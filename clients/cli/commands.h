@@ -28,7 +28,16 @@ class Args {
 // Prints "error: <code>: <message>" and returns the CLI's exit code for it.
 int Fail(const absl::Status& status);
 
+// Options are read (Flag, Value) before positionals, so that option values are not
+// taken for positionals.
 int TrainCommand(Args& args);
+int SubmitCommand(Args& args);
+int ListCommand(Args& args);
+int StatusCommand(Args& args);
+int WatchCommand(Args& args);
+int CancelCommand(Args& args);
+int WorkersCommand(Args& args);
+int ClusterCommand(const std::string& sub, Args& args);
 
 }  // namespace lockstep::cli
 

@@ -69,7 +69,19 @@ void Usage(FILE* out) {
   absl::FPrintF(out,
                 "usage: lockstep COMMAND [ARGS]\n\n"
                 "  train SPEC [--json] [--data DIR] [--threads N]\n"
-                "      train a job spec (YAML or JSON) in this process\n");
+                "      train a job spec (YAML or JSON) in this process\n"
+                "  cluster up [--workers N] [--threads T] [--dir DIR] [--port P] [--detach]\n"
+                "      start a local cluster (coordinator + N CPU workers); Ctrl-C stops it\n"
+                "  cluster down [--dir DIR]\n"
+                "      stop a detached local cluster\n"
+                "  submit SPEC [--wait] [--workers N] [--request-id ID] [--json]\n"
+                "  list [--state STATE] [--json]\n"
+                "  status JOB [--json]\n"
+                "  watch JOB [--json]\n"
+                "  cancel JOB [--json]\n"
+                "  workers [--json]\n\n"
+                "Job commands talk to --coordinator HOST:PORT, else $LOCKSTEP_COORDINATOR, else\n"
+                "the local cluster started by `lockstep cluster up`.\n");
 }
 
 }  // namespace
@@ -82,8 +94,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string cmd = argv[1];
+  if (cmd == "cluster") {
+    Args args(argc, argv, 3);
+    return ClusterCommand(argc > 2 ? argv[2] : "", args);
+  }
   Args args(argc, argv, 2);
   if (cmd == "train") return TrainCommand(args);
+  if (cmd == "submit") return SubmitCommand(args);
+  if (cmd == "list") return ListCommand(args);
+  if (cmd == "status") return StatusCommand(args);
+  if (cmd == "watch") return WatchCommand(args);
+  if (cmd == "cancel") return CancelCommand(args);
+  if (cmd == "workers") return WorkersCommand(args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") {
     Usage(stdout);
     return 0;

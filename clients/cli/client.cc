@@ -1,0 +1,119 @@
+#include "clients/cli/client.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "clients/cli/progress.h"
+#include "services/common/net.h"
+#include "services/common/status.h"
+
+namespace lockstep::cli {
+
+std::string DefaultClusterDir() {
+  if (const char* d = std::getenv("LOCKSTEP_CLUSTER_DIR")) return d;
+  return ".lockstep-cluster";
+}
+
+std::string CoordinatorAddress(Args& args) {
+  std::string a = args.Value("coordinator", "");
+  if (!a.empty()) return a;
+  if (const char* e = std::getenv("LOCKSTEP_COORDINATOR")) return e;
+  std::ifstream in(DefaultClusterDir() + "/cluster.json");
+  if (in) {
+    try {
+      return nlohmann::json::parse(in).at("coordinator").get<std::string>();
+    } catch (const std::exception&) {
+    }
+  }
+  return "127.0.0.1:7070";
+}
+
+std::unique_ptr<v1::JobService::Stub> Connect(const std::string& address) {
+  return v1::JobService::NewStub(MakeChannel(address));
+}
+
+std::unique_ptr<grpc::ClientContext> Deadline(double seconds) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(seconds)));
+  return ctx;
+}
+
+std::string StateName(v1::JobState s) { return v1::JobState_Name(s); }
+
+void PrintJson(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, opts);
+  absl::PrintF("%s\n", out);
+}
+
+void PrintJob(const v1::Job& job, bool json) {
+  if (json) {
+    PrintJson(job);
+    return;
+  }
+  absl::PrintF("%s  %s  %s  step %d/%d", job.id(), StateName(job.state()),
+               job.spec().name().empty() ? job.spec().model().kind() : job.spec().name(),
+               job.step(), job.total_steps());
+  if (job.step() > 0) absl::PrintF("  loss %.4f", job.last_loss());
+  if (job.has_last_eval()) absl::PrintF("  test accuracy %.4f", job.last_eval().test_accuracy());
+  absl::PrintF("  workers %d\n", job.spec().workers());
+  if (!job.failure_reason().empty()) {
+    absl::PrintF("  %s: %s\n", job.failure_code(), job.failure_reason());
+  }
+  if (!job.checkpoint_path().empty()) absl::PrintF("  checkpoint %s\n", job.checkpoint_path());
+}
+
+int WatchUntilDone(v1::JobService::Stub& stub, const std::string& id, bool json) {
+  ProgressBar bar;
+  int64_t from = 0;
+  for (int attempt = 0; attempt < 30; ++attempt) {
+    grpc::ClientContext ctx;  // a watch lasts as long as the job: no deadline
+    v1::WatchJobRequest req;
+    req.set_id(id);
+    req.set_from_step(from);
+    auto reader = stub.WatchJob(&ctx, req);
+    v1::JobEvent e;
+    while (reader->Read(&e)) {
+      if (e.has_step()) {
+        const auto& s = e.step();
+        from = s.step() + 1;
+        if (json) continue;
+        bar.Update(s.step(), s.total_steps(), s.loss(), s.accuracy(), s.samples_per_sec(),
+                   s.eta_sec());
+      } else if (e.has_eval() && !json) {
+        bar.Println(absl::StrFormat("epoch %d (step %d): test loss %.4f  test accuracy %.4f",
+                                    e.eval().epoch() + 1, e.eval().step(), e.eval().test_loss(),
+                                    e.eval().test_accuracy()));
+      } else if (e.has_state() && !json) {
+        bar.Println(absl::StrFormat("%s %s%s", id, StateName(e.state().state()),
+                                    e.state().reason().empty() ? "" : ": " + e.state().reason()));
+      }
+    }
+    grpc::Status st = reader->Finish();
+    bar.Finish();
+    auto get_ctx = Deadline(10);
+    v1::GetJobRequest greq;
+    greq.set_id(id);
+    v1::Job job;
+    grpc::Status gst = stub.GetJob(get_ctx.get(), greq, &job);
+    if (gst.ok() && (job.state() == v1::SUCCEEDED || job.state() == v1::FAILED ||
+                     job.state() == v1::CANCELLED)) {
+      PrintJob(job, json);
+      return job.state() == v1::SUCCEEDED ? 0 : 1;
+    }
+    if (!st.ok() && st.error_code() != grpc::StatusCode::UNAVAILABLE) {
+      return Fail(FromGrpcStatus(st));
+    }
+    absl::SleepFor(absl::Seconds(1));  // the stream broke: resume from the last step seen
+  }
+  return Fail(absl::UnavailableError("lost the coordinator while watching " + id));
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,38 @@
+// Client side of the CLI: the coordinator's address (flag, LOCKSTEP_COORDINATOR, or the
+// local cluster's file) and a JobService stub with deadlines.
+#ifndef LOCKSTEP_CLIENTS_CLI_CLIENT_H_
+#define LOCKSTEP_CLIENTS_CLI_CLIENT_H_
+
+#include <memory>
+#include <string>
+
+#include "clients/cli/commands.h"
+#include "lockstep/v1/job.grpc.pb.h"
+
+namespace lockstep::cli {
+
+// --coordinator, else $LOCKSTEP_COORDINATOR, else the address `lockstep cluster up`
+// recorded in the cluster directory, else 127.0.0.1:7070.
+std::string CoordinatorAddress(Args& args);
+
+// The default cluster directory: $LOCKSTEP_CLUSTER_DIR or ./.lockstep-cluster.
+std::string DefaultClusterDir();
+
+std::unique_ptr<v1::JobService::Stub> Connect(const std::string& address);
+
+// A context whose deadline is `seconds` away.
+std::unique_ptr<grpc::ClientContext> Deadline(double seconds);
+
+// Prints a message as JSON with the .proto field names.
+void PrintJson(const google::protobuf::Message& message);
+// Prints a job (human form or JSON).
+void PrintJob(const v1::Job& job, bool json);
+std::string StateName(v1::JobState state);
+
+// Streams WatchJob with a live progress bar until the job ends; returns the final job.
+// Exit code: 0 if SUCCEEDED, 1 otherwise.
+int WatchUntilDone(v1::JobService::Stub& stub, const std::string& id, bool json);
+
+}  // namespace lockstep::cli
+
+#endif  // LOCKSTEP_CLIENTS_CLI_CLIENT_H_

@@ -1,0 +1,133 @@
+// submit, list, status, watch, cancel, workers: the JobService from the command line.
+#include "absl/strings/str_format.h"
+#include "clients/cli/client.h"
+#include "clients/cli/commands.h"
+#include "core/spec/spec.h"
+#include "services/common/status.h"
+
+namespace lockstep::cli {
+namespace {
+
+int Usage(const char* text) {
+  absl::FPrintF(stderr, "usage: lockstep %s\n", text);
+  return 2;
+}
+
+}  // namespace
+
+int SubmitCommand(Args& args) {
+  const std::string address = CoordinatorAddress(args);
+  const bool wait = args.Flag("wait"), json = args.Flag("json");
+  const std::string request_id = args.Value("request-id", "");
+  const std::string workers = args.Value("workers", "");
+  auto pos = args.Positional();
+  if (!args.Done() || pos.size() != 1) {
+    return Usage("submit SPEC [--wait] [--json] [--workers N] [--request-id ID] [--coordinator HOST:PORT]");
+  }
+  auto spec = LoadSpecFile(pos[0]);
+  if (!spec.ok()) return Fail(spec.status());
+  if (!request_id.empty()) spec->set_request_id(request_id);
+  if (!workers.empty()) spec->set_workers(std::stoi(workers));
+  auto stub = Connect(address);
+  auto ctx = Deadline(30);
+  v1::Job job;
+  grpc::Status st = stub->SubmitJob(ctx.get(), *spec, &job);
+  if (!st.ok()) return Fail(FromGrpcStatus(st));
+  if (!wait) {
+    PrintJob(job, json);
+    return 0;
+  }
+  if (!json) absl::FPrintF(stderr, "submitted %s to %s\n", job.id(), address);
+  return WatchUntilDone(*stub, job.id(), json);
+}
+
+int ListCommand(Args& args) {
+  const std::string address = CoordinatorAddress(args);
+  const bool json = args.Flag("json");
+  const std::string state = args.Value("state", "");
+  if (!args.Done() || !args.Positional().empty()) {
+    return Usage("list [--state QUEUED|RUNNING|SUCCEEDED|FAILED|CANCELLED] [--json]");
+  }
+  v1::ListJobsRequest req;
+  if (!state.empty()) {
+    v1::JobState s;
+    if (!v1::JobState_Parse(state, &s)) return Fail(absl::InvalidArgumentError("--state: unknown state " + state));
+    req.add_states(s);
+  }
+  auto stub = Connect(address);
+  auto ctx = Deadline(30);
+  v1::ListJobsResponse resp;
+  grpc::Status st = stub->ListJobs(ctx.get(), req, &resp);
+  if (!st.ok()) return Fail(FromGrpcStatus(st));
+  if (json) {
+    PrintJson(resp);
+    return 0;
+  }
+  if (resp.jobs().empty()) absl::PrintF("no jobs\n");
+  for (const auto& job : resp.jobs()) PrintJob(job, false);
+  return 0;
+}
+
+int StatusCommand(Args& args) {
+  const std::string address = CoordinatorAddress(args);
+  const bool json = args.Flag("json");
+  auto pos = args.Positional();
+  if (!args.Done() || pos.size() != 1) return Usage("status JOB [--json]");
+  auto stub = Connect(address);
+  auto ctx = Deadline(30);
+  v1::GetJobRequest req;
+  req.set_id(pos[0]);
+  v1::Job job;
+  grpc::Status st = stub->GetJob(ctx.get(), req, &job);
+  if (!st.ok()) return Fail(FromGrpcStatus(st));
+  PrintJob(job, json);
+  return 0;
+}
+
+int WatchCommand(Args& args) {
+  const std::string address = CoordinatorAddress(args);
+  const bool json = args.Flag("json");
+  auto pos = args.Positional();
+  if (!args.Done() || pos.size() != 1) return Usage("watch JOB [--json]");
+  auto stub = Connect(address);
+  return WatchUntilDone(*stub, pos[0], json);
+}
+
+int CancelCommand(Args& args) {
+  const std::string address = CoordinatorAddress(args);
+  const bool json = args.Flag("json");
+  auto pos = args.Positional();
+  if (!args.Done() || pos.size() != 1) return Usage("cancel JOB [--json]");
+  auto stub = Connect(address);
+  auto ctx = Deadline(30);
+  v1::CancelJobRequest req;
+  req.set_id(pos[0]);
+  v1::Job job;
+  grpc::Status st = stub->CancelJob(ctx.get(), req, &job);
+  if (!st.ok()) return Fail(FromGrpcStatus(st));
+  PrintJob(job, json);
+  return 0;
+}
+
+int WorkersCommand(Args& args) {
+  const std::string address = CoordinatorAddress(args);
+  const bool json = args.Flag("json");
+  if (!args.Done() || !args.Positional().empty()) return Usage("workers [--json]");
+  auto stub = Connect(address);
+  auto ctx = Deadline(30);
+  v1::ListWorkersResponse resp;
+  grpc::Status st = stub->ListWorkers(ctx.get(), v1::ListWorkersRequest(), &resp);
+  if (!st.ok()) return Fail(FromGrpcStatus(st));
+  if (json) {
+    PrintJson(resp);
+    return 0;
+  }
+  for (const auto& w : resp.workers()) {
+    absl::PrintF("%s  %s  %s  %s  threads %d  %s\n", w.id(), w.address(), w.device(), w.name(),
+                 w.threads(), w.job_id().empty() ? "free" : "running " + w.job_id());
+  }
+  if (resp.workers().empty()) absl::PrintF("no workers registered\n");
+  return 0;
+}
+
+}  // namespace lockstep::cli

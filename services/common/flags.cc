@@ -1,0 +1,47 @@
+#include "services/common/flags.h"
+
+#include <signal.h>
+
+#include <cctype>
+#include <cstdlib>
+
+#include "absl/flags/parse.h"
+
+namespace lockstep {
+
+std::vector<char*> ParseFlagsWithEnv(int argc, char** argv, const std::vector<std::string>& names) {
+  static std::vector<std::string> storage;  // argv strings must outlive parsing
+  storage.clear();
+  for (const std::string& name : names) {
+    std::string env = "LOCKSTEP_";
+    for (char c : name) env.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+    if (const char* v = std::getenv(env.c_str())) storage.push_back("--" + name + "=" + v);
+  }
+  std::vector<char*> args = {argv[0]};
+  for (auto& s : storage) args.push_back(s.data());
+  for (int i = 1; i < argc; ++i) args.push_back(argv[i]);  // later flags win
+  return absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+}
+
+namespace {
+sigset_t ShutdownSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+}  // namespace
+
+void BlockShutdownSignals() {
+  sigset_t set = ShutdownSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+void WaitForShutdownSignal() {
+  sigset_t set = ShutdownSignals();
+  int sig = 0;
+  sigwait(&set, &sig);
+}
+
+}  // namespace lockstep

@@ -1,0 +1,23 @@
+// 12-factor settings: every flag --name of a Lockstep server can also come from the
+// environment variable LOCKSTEP_NAME (upper case); a flag on the command line wins.
+#ifndef LOCKSTEP_SERVICES_COMMON_FLAGS_H_
+#define LOCKSTEP_SERVICES_COMMON_FLAGS_H_
+
+#include <string>
+#include <vector>
+
+namespace lockstep {
+
+// Parses argv with absl flags after inserting --name=value for each of `names` whose
+// LOCKSTEP_NAME environment variable is set. Returns the positional arguments.
+std::vector<char*> ParseFlagsWithEnv(int argc, char** argv, const std::vector<std::string>& names);
+
+// Blocks SIGINT and SIGTERM for this thread and threads it starts later: call first in
+// main, so that WaitForShutdownSignal receives them.
+void BlockShutdownSignals();
+// Blocks until SIGINT or SIGTERM.
+void WaitForShutdownSignal();
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVICES_COMMON_FLAGS_H_

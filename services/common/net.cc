@@ -1,0 +1,81 @@
+#include "services/common/net.h"
+
+#include <arpa/inet.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace lockstep {
+
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials() {
+  return grpc::InsecureServerCredentials();
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Fail fast on a dead peer rather than waiting out long reconnect backoffs.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+void ConfigureServer(grpc::ServerBuilder& builder, const std::string& address,
+                     int* selected_port) {
+  grpc::EnableDefaultHealthCheckService(true);
+  builder.AddListeningPort(address, ServerCredentials(), selected_port);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+}
+
+std::string HostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  std::string host = colon == std::string::npos ? address : address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
+absl::StatusOr<std::string> LocalAddressFor(const std::string& remote) {
+  const size_t colon = remote.rfind(':');
+  const std::string port = colon == std::string::npos ? "7070" : remote.substr(colon + 1);
+  addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* result = nullptr;
+  if (int rc = getaddrinfo(HostOf(remote).c_str(), port.c_str(), &hints, &result); rc != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot resolve ", remote, ": ", gai_strerror(rc)));
+  }
+  std::string out;
+  for (addrinfo* ai = result; ai != nullptr && out.empty(); ai = ai->ai_next) {
+    // connect() on a UDP socket sends nothing; it only picks the route and source address.
+    int fd = socket(ai->ai_family, SOCK_DGRAM, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local = {};
+    socklen_t len = sizeof(local);
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char text[INET6_ADDRSTRLEN] = {};
+      const void* a = local.ss_family == AF_INET
+                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+      if (inet_ntop(local.ss_family, a, text, sizeof(text)) != nullptr) out = text;
+    }
+    close(fd);
+  }
+  freeaddrinfo(result);
+  if (out.empty()) return absl::UnavailableError(absl::StrCat("no route to ", remote));
+  return out;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,374 @@
+#include "services/coordinator/job_runner.h"
+
+#include <chrono>
+#include <deque>
+#include <filesystem>
+#include <thread>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/checkpoint.h"
+#include "core/plan.h"
+#include "core/status_macros.h"
+
+namespace lockstep {
+namespace {
+
+constexpr absl::Duration kStreamLifetime = absl::Hours(24 * 30);
+
+// Runs f(r) for every rank on its own thread and waits for all.
+template <typename F>
+void ForEachRank(int n, F f) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back([&f, r] { f(r); });
+  for (auto& t : threads) t.join();
+}
+
+std::string KeyHex(rng::Key k) { return absl::StrFormat("%08x%08x", k.k0, k.k1); }
+
+}  // namespace
+
+JobRunner::JobRunner(std::string job_id, v1::JobSpec spec, std::vector<PoolWorker> workers,
+                     WorkerClientFactory* factory, KvTable* kv,
+                     const CoordinatorOptions& options, JobSink* sink)
+    : job_id_(std::move(job_id)),
+      spec_(std::move(spec)),
+      workers_(std::move(workers)),
+      kv_(kv),
+      options_(options),
+      sink_(sink) {
+  for (const PoolWorker& w : workers_) clients_.push_back(factory->Connect(w.address));
+}
+
+void JobRunner::Abort(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  if (abort_.ok()) abort_ = std::move(status);
+  for (StepStream* s : live_streams_) s->Cancel();
+}
+
+absl::Status JobRunner::aborted() {
+  absl::MutexLock lock(&mu_);
+  return abort_;
+}
+
+absl::Status JobRunner::WorkerError(int rank, const absl::Status& st) const {
+  const PoolWorker& w = workers_[rank];
+  return absl::Status(st.code(), absl::StrCat("worker ", w.id, " (", w.address, ", rank ", rank,
+                                              "): ", st.message()));
+}
+
+absl::Status JobRunner::Run(JobOutcome* outcome) {
+  int64_t num_train = 0, num_test = 0;
+  absl::Status st = Prepare(&num_train, &num_test);
+  if (st.ok()) st = StepLoop(num_train, num_test, outcome);
+  if (!st.ok()) {
+    absl::Status abort = aborted();
+    if (!abort.ok()) st = abort;
+    // Name the dead: a lost worker makes its peers' collectives fail too.
+    std::vector<int> dead;
+    for (size_t r = 0; r < clients_.size(); ++r) {
+      if (!clients_[r]->Alive(absl::Seconds(2))) {
+        dead.push_back(static_cast<int>(r));
+        outcome->unreachable.push_back(workers_[r].id);
+      }
+    }
+    if (!dead.empty() && st.code() != absl::StatusCode::kCancelled && abort.ok()) {
+      const PoolWorker& w = workers_[dead[0]];
+      st = absl::UnavailableError(absl::StrCat("worker ", w.id, " (", w.address, ", rank ",
+                                               dead[0], ") is unreachable; first error: ",
+                                               st.message()));
+    }
+  }
+  ReleaseAll(st.ok() ? "job finished" : std::string(st.message()));
+  kv_->ErasePrefix(absl::StrCat("jobs/", job_id_, "/"));
+  return st;
+}
+
+void JobRunner::ReleaseAll(const std::string& reason) {
+  ForEachRank(static_cast<int>(clients_.size()), [&](int r) {
+    clients_[r]->Release(job_id_, reason, absl::Seconds(5)).IgnoreError();
+  });
+}
+
+absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
+  ASSIGN_OR_RETURN(Model model, Model::FromSpec(spec_.model()));
+  ASSIGN_OR_RETURN(Optimizer optimizer, Optimizer::FromSpec(spec_.optimizer()));
+  ASSIGN_OR_RETURN(rng::Impl impl, rng::ParseImpl(spec_.rng_impl()));
+  // The host initializes the TrainState and replicates it (the seed program).
+  const TrainState state = TrainState::Create(
+      model.Init(TrainingPlan::InitKey(spec_.seed(), impl), impl), optimizer);
+  const uint64_t checksum = ParamChecksum(state.params);
+  const int n = static_cast<int>(workers_.size());
+  std::vector<absl::StatusOr<v1::PrepareResponse>> resp(n, absl::UnknownError("not run"));
+  ForEachRank(n, [&](int r) {
+    v1::PrepareHeader h;
+    h.set_job_id(job_id_);
+    *h.mutable_spec() = spec_;
+    h.set_rank(r);
+    h.set_world_size(n);
+    h.set_rendezvous_prefix(absl::StrCat("jobs/", job_id_, "/"));
+    h.set_collective_timeout_ms(absl::ToInt64Milliseconds(options_.collective_timeout));
+    h.set_state_step(state.step);
+    h.set_param_count(state.params.size());
+    h.set_slot_count(static_cast<uint32_t>(state.slots.size()));
+    resp[r] = clients_[r]->Prepare(h, state, options_.prepare_timeout);
+  });
+  for (int r = 0; r < n; ++r) {
+    if (!resp[r].ok()) return WorkerError(r, resp[r].status());
+  }
+  for (int r = 0; r < n; ++r) {
+    if (resp[r]->param_checksum() != checksum) {
+      return WorkerError(r, absl::DataLossError("replicated params arrived corrupted"));
+    }
+    if (resp[r]->train_examples() != resp[0]->train_examples() ||
+        resp[r]->test_examples() != resp[0]->test_examples()) {
+      return WorkerError(r, absl::FailedPreconditionError(absl::StrCat(
+          "its dataset at ", spec_.dataset().path(), " has ", resp[r]->train_examples(), "/",
+          resp[r]->test_examples(), " examples; rank 0's has ", resp[0]->train_examples(), "/",
+          resp[0]->test_examples())));
+    }
+  }
+  *num_train = resp[0]->train_examples();
+  *num_test = resp[0]->test_examples();
+  if (*num_train < spec_.global_batch_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("global_batch_size: ", spec_.global_batch_size(),
+                                                   " exceeds the ", *num_train,
+                                                   " training examples"));
+  }
+  return absl::OkStatus();
+}
+
+// Answers gathered from the workers' step streams by one reader thread per worker.
+struct JobRunner::Inflight {
+  absl::Mutex mu;
+  std::vector<std::deque<v1::StepResponse>> answers ABSL_GUARDED_BY(mu);
+  std::vector<absl::Status> ended ABSL_GUARDED_BY(mu);  // OUT_OF_RANGE: clean end
+  int first_error ABSL_GUARDED_BY(mu) = -1;
+};
+
+absl::Status JobRunner::TakeAnswers(Inflight& in, int64_t step,
+                                    std::vector<v1::StepResponse>& got) {
+  const int n = static_cast<int>(workers_.size());
+  absl::MutexLock lock(&in.mu);
+  auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(in.mu) {
+    if (in.first_error >= 0) return true;
+    for (int r = 0; r < n; ++r) {
+      if (in.answers[r].empty()) return !in.ended[r].ok();  // waiting, or ended early
+    }
+    return true;
+  };
+  if (!in.mu.AwaitWithTimeout(absl::Condition(&ready), options_.step_timeout)) {
+    std::string late;
+    for (int r = 0; r < n; ++r) {
+      if (in.answers[r].empty()) absl::StrAppend(&late, late.empty() ? "" : ", ", workers_[r].id);
+    }
+    return absl::DeadlineExceededError(absl::StrCat("worker(s) ", late, " did not answer step ",
+                                                    step, " within ",
+                                                    absl::FormatDuration(options_.step_timeout)));
+  }
+  if (in.first_error >= 0) return WorkerError(in.first_error, in.ended[in.first_error]);
+  for (int r = 0; r < n; ++r) {
+    if (in.answers[r].empty()) {
+      return WorkerError(r, absl::UnavailableError("ended its step stream early"));
+    }
+    got[r] = std::move(in.answers[r].front());
+    in.answers[r].pop_front();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::StepLoop(int64_t num_train, int64_t num_test, JobOutcome* outcome) {
+  ASSIGN_OR_RETURN(rng::Impl impl, rng::ParseImpl(spec_.rng_impl()));
+  const int n = static_cast<int>(workers_.size());
+  const int b = static_cast<int>(spec_.global_batch_size());
+  TrainingPlan plan(spec_.seed(), spec_.dropout_seed(), impl, num_train, b, n);
+  const int64_t total = TotalSteps(spec_, num_train);
+  const int64_t spe = plan.steps_per_epoch();
+  sink_->OnRunning(total);
+
+  std::vector<std::unique_ptr<StepStream>> streams;
+  for (int r = 0; r < n; ++r) {
+    auto s = clients_[r]->OpenSteps(kStreamLifetime);
+    if (!s.ok()) return WorkerError(r, s.status());
+    streams.push_back(std::move(s).value());
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& s : streams) live_streams_.push_back(s.get());
+    if (!abort_.ok()) {
+      for (auto& s : streams) s->Cancel();
+    }
+  }
+  Inflight in;
+  {
+    absl::MutexLock lock(&in.mu);
+    in.answers.resize(n);
+    in.ended.assign(n, absl::OkStatus());
+  }
+  std::vector<std::thread> readers;
+  for (int r = 0; r < n; ++r) {
+    readers.emplace_back([&, r] {
+      while (true) {
+        auto a = streams[r]->Receive();
+        absl::MutexLock lock(&in.mu);
+        if (!a.ok()) {
+          in.ended[r] = a.status();
+          if (!absl::IsOutOfRange(a.status()) && in.first_error < 0) in.first_error = r;
+          return;
+        }
+        in.answers[r].push_back(std::move(a).value());
+      }
+    });
+  }
+  auto stop = [&](absl::Status st) {
+    for (auto& s : streams) s->Cancel();
+    for (auto& t : readers) t.join();
+    absl::MutexLock lock(&mu_);
+    live_streams_.clear();
+    return st;
+  };
+
+  const auto& ev = spec_.eval();
+  auto eval_due = [&](int64_t done) {
+    return (ev.every_epochs() > 0 && done % spe == 0 && (done / spe) % ev.every_epochs() == 0) ||
+           (ev.every_steps() > 0 && done % ev.every_steps() == 0);
+  };
+  auto checksum_due = [&](int64_t done) {
+    return done == total || (spec_.checksum_every_steps() > 0 &&
+                             done % spec_.checksum_every_steps() == 0);
+  };
+  int64_t sent = 0, done = 0;
+  bool hold = false;  // the pipeline drains before an evaluation
+  double step_seconds = 0;
+  auto t_last = std::chrono::steady_clock::now();
+  while (done < total) {
+    if (absl::Status a = aborted(); !a.ok()) return stop(a);
+    while (sent < total && sent - done < options_.steps_in_flight && !hold) {
+      StepPlan p = plan.Next();
+      ASSIGN_OR_RETURN(auto shards, ShardBatch(p.indices, n));
+      for (int r = 0; r < n; ++r) {
+        v1::StepRequest req;
+        req.set_job_id(job_id_);
+        req.set_step(p.step);
+        req.set_key0(p.keys[r].k0);
+        req.set_key1(p.keys[r].k1);
+        req.mutable_indices()->Add(shards[r].begin(), shards[r].end());
+        req.set_want_checksum(checksum_due(p.step + 1));
+        streams[r]->Send(req);  // a broken stream reports through its reader
+      }
+      ++sent;
+      hold = eval_due(sent) && sent < total;
+    }
+    std::vector<v1::StepResponse> got(n);
+    absl::Status fail = TakeAnswers(in, done, got);
+    if (!fail.ok()) return stop(fail);
+    v1::StepEvent e;
+    float loss_sum = 0, acc_sum = 0;
+    for (int r = 0; r < n; ++r) {
+      if (got[r].step() != done) {
+        return stop(WorkerError(r, absl::InternalError(absl::StrCat(
+            "answered step ", got[r].step(), " when step ", done, " was due"))));
+      }
+      loss_sum += got[r].loss();
+      acc_sum += got[r].accuracy();
+      e.add_local_losses(got[r].loss());
+      if (checksum_due(done + 1) && got[r].param_checksum() != got[0].param_checksum()) {
+        return stop(absl::DataLossError(absl::StrFormat(
+            "replicas diverged after step %d: worker %s has params checksum %016x, worker %s "
+            "has %016x",
+            done + 1, workers_[0].id, got[0].param_checksum(), workers_[r].id,
+            got[r].param_checksum())));
+      }
+    }
+    ++done;
+    const auto now = std::chrono::steady_clock::now();
+    step_seconds += std::chrono::duration<double>(now - t_last).count();
+    t_last = now;
+    if (checksum_due(done)) outcome->param_checksum = got[0].param_checksum();
+    e.set_step(done);
+    e.set_epoch((done - 1) / spe);
+    e.set_loss(loss_sum / static_cast<float>(n));  // jnp.mean of the local losses
+    e.set_accuracy(acc_sum / static_cast<float>(n));
+    e.set_samples_per_sec(done * b / step_seconds);
+    e.set_eta_sec((total - done) * step_seconds / done);
+    e.set_total_steps(total);
+    sink_->OnStep(e);
+    if (hold && done == sent) {
+      auto eval = Evaluate(num_test, done, (done - 1) / spe);
+      if (!eval.ok()) return stop(eval.status());
+      sink_->OnEval(*eval);
+      hold = false;
+      t_last = std::chrono::steady_clock::now();  // evaluation is not step time
+    }
+  }
+  for (auto& s : streams) s->CloseSend();
+  for (auto& t : readers) t.join();
+  {
+    absl::MutexLock lock(&mu_);
+    live_streams_.clear();
+  }
+  outcome->samples_per_sec = step_seconds > 0 ? total * b / step_seconds : 0;
+  ASSIGN_OR_RETURN(outcome->final_eval, Evaluate(num_test, total, (total - 1) / spe));
+  sink_->OnEval(outcome->final_eval);
+
+  std::string path = spec_.checkpoint_path();
+  if (path.empty() && !options_.checkpoint_dir.empty()) path = job_id_ + ".safetensors";
+  if (!path.empty()) {
+    if (!options_.checkpoint_dir.empty()) path = options_.checkpoint_dir + "/" + path;
+    RETURN_IF_ERROR(SaveCheckpoint(path, outcome->param_checksum, plan.data_key(), plan.main_key()));
+    outcome->checkpoint_path = std::filesystem::absolute(path).string();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::EvalResult> JobRunner::Evaluate(int64_t num_test, int64_t step, int64_t epoch) {
+  const int n = static_cast<int>(workers_.size());
+  std::vector<absl::StatusOr<v1::EvaluateResponse>> resp(n, absl::UnknownError("not run"));
+  ForEachRank(n, [&](int r) {
+    v1::EvaluateRequest req;
+    req.set_job_id(job_id_);
+    req.set_begin(num_test * r / n);
+    req.set_end(num_test * (r + 1) / n);
+    resp[r] = clients_[r]->Evaluate(req, options_.rpc_timeout + absl::Seconds(num_test / 100));
+  });
+  v1::EvalResult out;
+  double loss = 0;
+  int64_t correct = 0, count = 0;
+  for (int r = 0; r < n; ++r) {
+    if (!resp[r].ok()) return WorkerError(r, resp[r].status());
+    loss += resp[r]->loss_sum();
+    correct += resp[r]->correct();
+    count += resp[r]->count();
+  }
+  out.set_step(step);
+  out.set_epoch(epoch);
+  out.set_examples(count);
+  out.set_test_loss(count > 0 ? loss / count : 0);
+  out.set_test_accuracy(count > 0 ? static_cast<double>(correct) / count : 0);
+  return out;
+}
+
+absl::Status JobRunner::SaveCheckpoint(const std::string& path, uint64_t checksum,
+                                       rng::Key data_key, rng::Key main_key) {
+  ASSIGN_OR_RETURN(TrainState state, clients_[0]->FetchState(job_id_, options_.rpc_timeout));
+  if (ParamChecksum(state.params) != checksum) {
+    return WorkerError(0, absl::DataLossError("fetched params do not match the replicas' checksum"));
+  }
+  ASSIGN_OR_RETURN(Model model, Model::FromSpec(spec_.model()));
+  ASSIGN_OR_RETURN(Optimizer optimizer, Optimizer::FromSpec(spec_.optimizer()));
+  std::string spec_json;
+  (void)google::protobuf::util::MessageToJsonString(spec_, &spec_json);
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  return WriteCheckpoint(path, model, optimizer, state,
+                         {{"job_id", job_id_},
+                          {"spec", spec_json},
+                          {"rng_impl", spec_.rng_impl()},
+                          {"data_key", KeyHex(data_key)},
+                          {"main_key", KeyHex(main_key)},
+                          {"param_checksum", absl::StrFormat("%016x", checksum)}});
+}
+
+}  // namespace lockstep

@@ -1,0 +1,89 @@
+// lockstep-coordinator: owns jobs, train state and RNG; schedules jobs onto registered
+// workers. Every flag has an environment equivalent (LOCKSTEP_<FLAG>); see
+// deploy/CONFIGURATION.md.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "absl/flags/flag.h"
+#include "services/common/flags.h"
+#include "services/common/net.h"
+#include "services/coordinator/job_manager.h"
+#include "services/coordinator/service.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "host:port to serve on (port 0: pick one)");
+ABSL_FLAG(std::string, state_dir, "lockstep-state", "where checkpoints are written");
+ABSL_FLAG(int, heartbeat_timeout_s, 5, "a worker silent this long is dropped (its job fails)");
+ABSL_FLAG(int, step_timeout_s, 60, "a step not answered this long fails the job");
+ABSL_FLAG(int, prepare_timeout_s, 180, "dataset loading and collective bootstrap limit");
+ABSL_FLAG(int, collective_timeout_s, 30, "workers' all-reduce timeout");
+ABSL_FLAG(int, steps_in_flight, 4, "step commands queued ahead per worker");
+ABSL_FLAG(int, max_workers_per_job, 64, "jobs asking for more workers are rejected");
+ABSL_FLAG(int64_t, max_params, 100000000, "models with more parameters are rejected");
+ABSL_FLAG(int, max_watchers, 256, "concurrent WatchJob streams");
+ABSL_FLAG(int, max_history, 20000, "events kept per job for WatchJob");
+ABSL_FLAG(std::string, port_file, "", "write the port actually bound here (for --listen :0)");
+
+int main(int argc, char** argv) {
+  using namespace lockstep;
+  BlockShutdownSignals();
+  ParseFlagsWithEnv(argc, argv,
+                    {"listen", "state_dir", "heartbeat_timeout_s", "step_timeout_s",
+                     "prepare_timeout_s", "collective_timeout_s", "steps_in_flight",
+                     "max_workers_per_job", "max_params", "max_watchers", "max_history",
+                     "port_file"});
+  CoordinatorOptions opts;
+  opts.limits.max_workers = absl::GetFlag(FLAGS_max_workers_per_job);
+  opts.limits.max_params = absl::GetFlag(FLAGS_max_params);
+  opts.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
+  opts.heartbeat_interval = opts.heartbeat_timeout / 5;
+  opts.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
+  opts.prepare_timeout = absl::Seconds(absl::GetFlag(FLAGS_prepare_timeout_s));
+  opts.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s));
+  opts.steps_in_flight = std::max(1, absl::GetFlag(FLAGS_steps_in_flight));
+  opts.max_watchers = absl::GetFlag(FLAGS_max_watchers);
+  opts.max_history = absl::GetFlag(FLAGS_max_history);
+  opts.checkpoint_dir = absl::GetFlag(FLAGS_state_dir) + "/checkpoints";
+  std::error_code ec;
+  std::filesystem::create_directories(opts.checkpoint_dir, ec);
+  if (ec) {
+    spdlog::error("cannot create {}: {}", opts.checkpoint_dir, ec.message());
+    return 1;
+  }
+
+  WorkerPool pool(opts.heartbeat_timeout);
+  KvTable kv;
+  auto factory = NewGrpcWorkerClientFactory();
+  JobManager jobs(opts, &pool, &kv, factory.get());
+  JobServiceImpl job_service(&jobs, &pool);
+  WorkerRegistryImpl registry(&pool, opts.heartbeat_interval);
+  RendezvousImpl rendezvous(&kv);
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  ConfigureServer(builder, absl::GetFlag(FLAGS_listen), &port);
+  builder.RegisterService(&job_service);
+  builder.RegisterService(&registry);
+  builder.RegisterService(&rendezvous);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    spdlog::error("cannot listen on {}", absl::GetFlag(FLAGS_listen));
+    return 1;
+  }
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    FILE* f = std::fopen(absl::GetFlag(FLAGS_port_file).c_str(), "w");
+    if (f != nullptr) {
+      std::fprintf(f, "%d\n", port);
+      std::fclose(f);
+    }
+  }
+  jobs.Start();
+  spdlog::info("lockstep-coordinator serving on port {} (checkpoints in {})", port,
+               opts.checkpoint_dir);
+  WaitForShutdownSignal();
+  spdlog::info("shutting down");
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  return 0;
+}

@@ -1,0 +1,30 @@
+// The coordinator's settings (flags and environment variables in main.cc).
+#ifndef LOCKSTEP_SERVICES_COORDINATOR_OPTIONS_H_
+#define LOCKSTEP_SERVICES_COORDINATOR_OPTIONS_H_
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "core/spec/spec.h"
+
+namespace lockstep {
+
+struct CoordinatorOptions {
+  SpecLimits limits;
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration heartbeat_timeout = absl::Seconds(5);
+  absl::Duration prepare_timeout = absl::Seconds(180);  // dataset load + collective bootstrap
+  absl::Duration step_timeout = absl::Seconds(60);      // one step's answer
+  absl::Duration rpc_timeout = absl::Seconds(30);       // evaluate, fetch, release
+  absl::Duration collective_timeout = absl::Seconds(30);
+  int steps_in_flight = 4;          // step commands sent ahead of the slowest answer
+  int max_history = 20000;          // events kept per job for WatchJob
+  int max_watchers_per_job = 32;
+  int max_watchers = 256;
+  int max_jobs_kept = 1000;         // finished jobs kept in memory
+  std::string checkpoint_dir;       // where relative checkpoint_path values land
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVICES_COORDINATOR_OPTIONS_H_

@@ -1,0 +1,111 @@
+#include "services/coordinator/worker_pool.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace lockstep {
+
+std::string WorkerPool::Register(const std::string& address, const std::string& device,
+                                 const std::string& name, uint32_t threads) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    if (it->second.address == address) {
+      lost_.push_back({it->second, absl::StrCat("worker ", it->first, " at ", address,
+                                                " restarted and registered again")});
+      it = workers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // Zero-padded so that map order is registration order.
+  const std::string id = absl::StrFormat("w%04d", next_id_++);
+  workers_[id] = PoolWorker{id, address, device, name, threads, "", absl::Now()};
+  return id;
+}
+
+absl::Status WorkerPool::Heartbeat(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker ", id, " is not registered"));
+  }
+  it->second.last_seen = absl::Now();
+  return absl::OkStatus();
+}
+
+bool WorkerPool::Matches(const std::string& worker_device, const std::string& job_device) {
+  if (job_device == "cuda") return worker_device.rfind("cuda", 0) == 0;
+  return worker_device == job_device;
+}
+
+std::optional<std::vector<PoolWorker>> WorkerPool::TryAcquire(const std::string& job_id, int n,
+                                                              const std::string& device) {
+  absl::MutexLock lock(&mu_);
+  std::vector<PoolWorker*> picked;
+  for (auto& [id, w] : workers_) {
+    if (w.job_id.empty() && Matches(w.device, device)) picked.push_back(&w);
+    if (static_cast<int>(picked.size()) == n) break;
+  }
+  if (static_cast<int>(picked.size()) < n) return std::nullopt;
+  std::vector<PoolWorker> out;
+  for (PoolWorker* w : picked) {
+    w->job_id = job_id;
+    out.push_back(*w);
+  }
+  return out;
+}
+
+void WorkerPool::Release(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, w] : workers_) {
+    if (w.job_id == job_id) w.job_id.clear();
+  }
+}
+
+void WorkerPool::Drop(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  workers_.erase(id);
+}
+
+std::vector<LostWorker> WorkerPool::TakeLost(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    if (now - it->second.last_seen > timeout_) {
+      lost_.push_back({it->second, absl::StrCat("worker ", it->first, " at ", it->second.address,
+                                                " missed its heartbeats for ",
+                                                absl::FormatDuration(now - it->second.last_seen))});
+      it = workers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::vector<LostWorker> out;
+  out.swap(lost_);
+  return out;
+}
+
+int WorkerPool::CountFor(const std::string& device) {
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  for (const auto& [id, w] : workers_) n += Matches(w.device, device) ? 1 : 0;
+  return n;
+}
+
+std::vector<v1::WorkerInfo> WorkerPool::List() {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::WorkerInfo> out;
+  for (const auto& [id, w] : workers_) {
+    v1::WorkerInfo info;
+    info.set_id(id);
+    info.set_address(w.address);
+    info.set_device(w.device);
+    info.set_name(w.name);
+    info.set_threads(w.threads);
+    info.set_job_id(w.job_id);
+    info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(w.last_seen));
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+}  // namespace lockstep

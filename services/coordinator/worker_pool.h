@@ -1,0 +1,70 @@
+// WorkerPool: the registered workers, their liveness (heartbeats) and which job holds
+// each. The scheduler acquires workers from it; a worker whose heartbeats stop is
+// dropped and reported so its job can fail. Thread-safe.
+#ifndef LOCKSTEP_SERVICES_COORDINATOR_WORKER_POOL_H_
+#define LOCKSTEP_SERVICES_COORDINATOR_WORKER_POOL_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "lockstep/v1/job.pb.h"
+
+namespace lockstep {
+
+struct PoolWorker {
+  std::string id, address, device, name;
+  uint32_t threads = 0;
+  std::string job_id;  // empty when free
+  absl::Time last_seen;
+};
+
+struct LostWorker {
+  PoolWorker worker;
+  std::string reason;
+};
+
+class WorkerPool {
+ public:
+  explicit WorkerPool(absl::Duration heartbeat_timeout) : timeout_(heartbeat_timeout) {}
+
+  // Adds a worker. A worker re-registering from the same address replaces its old entry
+  // (it restarted); the old one is reported by TakeLost().
+  std::string Register(const std::string& address, const std::string& device,
+                       const std::string& name, uint32_t threads);
+  // NOT_FOUND for an unknown (e.g. expired) worker: it must register again.
+  absl::Status Heartbeat(const std::string& id);
+
+  // Takes n free workers for `job_id` whose device matches ("cpu", or "cuda" for any
+  // "cuda:K"), in registration order; nullopt if fewer are free.
+  std::optional<std::vector<PoolWorker>> TryAcquire(const std::string& job_id, int n,
+                                                    const std::string& device);
+  // Frees the job's workers still registered.
+  void Release(const std::string& job_id);
+  // Drops a worker found unreachable; if it is alive after all, its next heartbeat gets
+  // NOT_FOUND and it registers again.
+  void Drop(const std::string& id);
+
+  // Moves workers whose heartbeats lapsed into the lost list; returns and clears it.
+  std::vector<LostWorker> TakeLost(absl::Time now);
+  // How many registered workers could ever run `device` jobs.
+  int CountFor(const std::string& device);
+  std::vector<v1::WorkerInfo> List();
+
+ private:
+  static bool Matches(const std::string& worker_device, const std::string& job_device);
+
+  const absl::Duration timeout_;
+  absl::Mutex mu_;
+  int next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, PoolWorker> workers_ ABSL_GUARDED_BY(mu_);  // ordered by id
+  std::vector<LostWorker> lost_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVICES_COORDINATOR_WORKER_POOL_H_

@@ -1,0 +1,121 @@
+// lockstep-worker: holds a job's replica, computes shard gradients, all-reduces them with
+// its peers (Gloo on CPU), applies the update and reports its local loss. Registers with
+// the coordinator and serves the Worker service. Every flag has an environment
+// equivalent (LOCKSTEP_<FLAG>); see deploy/CONFIGURATION.md.
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "services/common/flags.h"
+#include "services/common/net.h"
+#include "services/common/rendezvous_store.h"
+#include "services/worker/registration.h"
+#include "services/worker/service.h"
+#include "workers/cpu/cpu_backend.h"
+#include "workers/gloo/gloo_collective.h"
+
+ABSL_FLAG(std::string, coordinator, "", "coordinator address host:port (required)");
+ABSL_FLAG(std::string, listen, "0.0.0.0:0", "host:port to serve on (port 0: pick one)");
+ABSL_FLAG(std::string, advertise_host, "",
+          "address the coordinator and peers use to reach this worker (default: this host's "
+          "address on the route to the coordinator)");
+ABSL_FLAG(std::string, device, "cpu", "cpu or cuda:K");
+ABSL_FLAG(int, threads, 0, "CPU threads for compute (0: all cores)");
+ABSL_FLAG(std::string, name, "", "a name shown in listings (default: the hostname)");
+ABSL_FLAG(std::string, port_file, "", "write the port actually bound here");
+
+namespace lockstep {
+namespace {
+
+// Gloo over TCP, bootstrapped through the coordinator's Rendezvous.
+class GlooFactory final : public CollectiveFactory {
+ public:
+  GlooFactory(std::shared_ptr<grpc::Channel> coordinator, std::string host)
+      : coordinator_(std::move(coordinator)), host_(std::move(host)) {}
+  absl::StatusOr<std::unique_ptr<Collective>> Create(int rank, int size, const std::string& prefix,
+                                                     absl::Duration timeout, Backend*) override {
+    RendezvousStore store(coordinator_, prefix);
+    GlooOptions options;
+    options.hostname = host_;
+    options.connect_timeout = timeout;
+    return GlooCollective::Create(rank, size, &store, options);
+  }
+
+ private:
+  std::shared_ptr<grpc::Channel> coordinator_;
+  std::string host_;
+};
+
+int Main() {
+  const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (coordinator.empty()) {
+    spdlog::error("--coordinator (or LOCKSTEP_COORDINATOR) is required");
+    return 2;
+  }
+  std::string host = absl::GetFlag(FLAGS_advertise_host);
+  if (host.empty()) {
+    auto local = LocalAddressFor(coordinator);
+    if (!local.ok()) {
+      spdlog::error("cannot tell this worker's address: {}", local.status().ToString());
+      return 1;
+    }
+    host = *local;
+  }
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "cpu") {
+    spdlog::error("--device {}: this worker was built without CUDA support", device);
+    return 1;
+  }
+  SetCpuThreads(absl::GetFlag(FLAGS_threads));
+  std::unique_ptr<Backend> backend = NewCpuBackend();
+  auto channel = MakeChannel(coordinator);
+  GlooFactory collectives(channel, host);
+  Replica replica(backend.get(), &collectives);
+  WorkerServiceImpl service(&replica);
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  ConfigureServer(builder, absl::GetFlag(FLAGS_listen), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    spdlog::error("cannot listen on {}", absl::GetFlag(FLAGS_listen));
+    return 1;
+  }
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    if (FILE* f = std::fopen(absl::GetFlag(FLAGS_port_file).c_str(), "w")) {
+      std::fprintf(f, "%d\n", port);
+      std::fclose(f);
+    }
+  }
+  std::string name = absl::GetFlag(FLAGS_name);
+  if (name.empty()) {
+    char h[256] = {};
+    gethostname(h, sizeof(h) - 1);
+    name = h;
+  }
+  v1::RegisterRequest reg;
+  reg.set_address(absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", port));
+  reg.set_device(device);
+  reg.set_name(name);
+  reg.set_threads(CpuThreads());
+  spdlog::info("lockstep-worker {} serving on {} (device {}, {} threads); coordinator {}", name,
+               reg.address(), device, CpuThreads(), coordinator);
+  Registration registration(channel, reg);
+  WaitForShutdownSignal();
+  spdlog::info("shutting down");
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  return 0;
+}
+
+}  // namespace
+}  // namespace lockstep
+
+int main(int argc, char** argv) {
+  lockstep::BlockShutdownSignals();
+  lockstep::ParseFlagsWithEnv(argc, argv, {"coordinator", "listen", "advertise_host", "device",
+                                           "threads", "name", "port_file"});
+  return lockstep::Main();
+}

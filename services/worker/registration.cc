@@ -1,0 +1,70 @@
+#include "services/worker/registration.h"
+
+#include <spdlog/spdlog.h>
+
+#include "absl/time/time.h"
+
+namespace lockstep {
+
+Registration::Registration(std::shared_ptr<grpc::Channel> coordinator, v1::RegisterRequest request)
+    : stub_(v1::WorkerRegistry::NewStub(coordinator)), request_(std::move(request)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Registration::~Registration() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+std::string Registration::worker_id() {
+  absl::MutexLock lock(&mu_);
+  return id_;
+}
+
+void Registration::Loop() {
+  absl::Duration wait = absl::Milliseconds(200);
+  std::string id;
+  absl::Duration interval = absl::Seconds(1);
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop_), id.empty() ? wait : interval)) return;
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
+    if (id.empty()) {
+      v1::RegisterResponse resp;
+      grpc::Status st = stub_->Register(&ctx, request_, &resp);
+      if (!st.ok()) {
+        spdlog::warn("register with the coordinator: {} (retrying)", st.error_message());
+        wait = std::min(wait * 2, absl::Seconds(5));
+        continue;
+      }
+      id = resp.worker_id();
+      interval = absl::Milliseconds(std::max<int64_t>(100, resp.heartbeat_interval_ms()));
+      wait = absl::Milliseconds(200);
+      spdlog::info("registered as {} (device {}, address {})", id, request_.device(),
+                   request_.address());
+      absl::MutexLock lock(&mu_);
+      id_ = id;
+      continue;
+    }
+    v1::HeartbeatRequest req;
+    req.set_worker_id(id);
+    v1::HeartbeatResponse resp;
+    grpc::Status st = stub_->Heartbeat(&ctx, req, &resp);
+    if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
+      spdlog::warn("the coordinator forgot worker {}; registering again", id);
+      id.clear();
+      absl::MutexLock lock(&mu_);
+      id_.clear();
+    } else if (!st.ok()) {
+      spdlog::warn("heartbeat: {}", st.error_message());
+    }
+  }
+}
+
+}  // namespace lockstep

@@ -1,0 +1,238 @@
+// The cluster's scheduling and failure behaviour, across real processes: concurrent jobs
+// on disjoint workers with a third queued, a worker killed mid-job, invalid specs, a
+// missing dataset, cancellation, idempotent submits and misbehaving clients.
+#include <grpcpp/grpcpp.h>
+
+#include <thread>
+
+#include "core/testing.h"
+#include "services/common/net.h"
+#include "services/common/status.h"
+#include "tests/cluster/local_cluster.h"
+
+namespace lockstep::testing {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+std::unique_ptr<LocalCluster> StartCluster(int workers, std::vector<std::string> flags = {}) {
+  auto c = LocalCluster::Start(workers, std::move(flags));
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(c).value() : nullptr;
+}
+
+int FreeWorkers(LocalCluster& c) {
+  auto w = c.Workers();
+  int free = 0;
+  for (const auto& x : w->workers()) free += x.job_id().empty() ? 1 : 0;
+  return free;
+}
+
+TEST(Cluster, TwoJobsRunConcurrentlyAndAThirdWaitsThenRuns) {
+  auto c = StartCluster(4);
+  ASSERT_NE(c, nullptr);
+  auto a = c->Submit(MlpSpec(2, 400));
+  auto b = c->Submit(MlpSpec(2, 400));
+  auto third = c->Submit(MlpSpec(2, 50));
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  ASSERT_OK(third);
+  EXPECT_EQ(c->Get(a->id())->state(), v1::RUNNING);
+  EXPECT_EQ(c->Get(b->id())->state(), v1::RUNNING);
+  EXPECT_EQ(c->Get(third->id())->state(), v1::QUEUED);
+  // Both first jobs make progress at the same time.
+  ASSERT_OK(c->WaitFor(a->id(), absl::Minutes(2), v1::RUNNING));
+  absl::SleepFor(absl::Seconds(2));
+  EXPECT_GT(c->Get(a->id())->step(), 0);
+  EXPECT_GT(c->Get(b->id())->step(), 0);
+  EXPECT_EQ(c->Get(third->id())->state(), v1::QUEUED);
+  auto done = c->WaitFor(third->id(), absl::Minutes(5));
+  ASSERT_OK(done);
+  EXPECT_EQ(done->state(), v1::SUCCEEDED) << done->failure_reason();
+  EXPECT_EQ(c->Get(a->id())->state(), v1::SUCCEEDED);
+  EXPECT_EQ(c->Get(b->id())->state(), v1::SUCCEEDED);
+  EXPECT_GE(done->started_unix_ms(),
+            std::min(c->Get(a->id())->finished_unix_ms(), c->Get(b->id())->finished_unix_ms()));
+}
+
+TEST(Cluster, KilledWorkerFailsItsJobWithinTenSecondsAndOthersGoOn) {
+  auto c = StartCluster(4);
+  ASSERT_NE(c, nullptr);
+  auto victim = c->Submit(MlpSpec(2, 100000));  // long: killed mid-run
+  auto other = c->Submit(MlpSpec(2, 600));
+  ASSERT_OK(victim);
+  ASSERT_OK(other);
+  // Wait until the victim job is stepping.
+  for (int i = 0; i < 600 && c->Get(victim->id())->step() < 5; ++i) absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_GE(c->Get(victim->id())->step(), 5);
+  const std::string killed_id = c->Get(victim->id())->workers(1);
+  // Workers register in start order; the victim job has workers 0 and 1.
+  c->KillWorker(1);
+  const absl::Time killed_at = absl::Now();
+  auto failed = c->WaitFor(victim->id(), absl::Seconds(10));
+  ASSERT_OK(failed);
+  EXPECT_LT(absl::Now() - killed_at, absl::Seconds(10));
+  EXPECT_EQ(failed->state(), v1::FAILED);
+  EXPECT_THAT(failed->failure_reason(), HasSubstr(killed_id));
+  // The coordinator keeps serving; the other job finishes; the survivor is free again.
+  auto ok = c->WaitFor(other->id(), absl::Minutes(3));
+  ASSERT_OK(ok);
+  EXPECT_EQ(ok->state(), v1::SUCCEEDED) << ok->failure_reason();
+  absl::SleepFor(absl::Seconds(1));
+  auto workers = c->Workers();
+  ASSERT_OK(workers);
+  EXPECT_EQ(workers->workers_size(), 3);  // the dead one is gone
+  EXPECT_EQ(FreeWorkers(*c), 3);
+  // The survivor takes new work.
+  auto next = c->Submit(MlpSpec(2, 20));
+  ASSERT_OK(next);
+  auto next_done = c->WaitFor(next->id(), absl::Minutes(2));
+  EXPECT_EQ(next_done->state(), v1::SUCCEEDED) << next_done->failure_reason();
+}
+
+struct BadSpec {
+  std::string name;
+  std::function<void(v1::JobSpec&)> edit;
+  std::string field;
+};
+
+TEST(Cluster, InvalidSpecsAreRejectedAtSubmitNamingTheField) {
+  auto c = StartCluster(1, {"--max_params=200000", "--max_workers_per_job=8"});
+  ASSERT_NE(c, nullptr);
+  const std::vector<BadSpec> cases = {
+      {"indivisible", [](v1::JobSpec& s) { s.set_global_batch_size(63); s.set_workers(2); }, "global_batch_size"},
+      {"model", [](v1::JobSpec& s) { s.mutable_model()->set_kind("resnet"); }, "model.kind"},
+      {"optimizer", [](v1::JobSpec& s) { s.mutable_optimizer()->set_kind("lamb"); }, "optimizer.kind"},
+      {"lr", [](v1::JobSpec& s) { s.mutable_optimizer()->set_learning_rate(0); }, "optimizer.learning_rate"},
+      {"params", [](v1::JobSpec& s) { s.mutable_model()->set_hidden(0, 4096); }, "model"},
+      {"workers", [](v1::JobSpec& s) { s.set_workers(16); }, "workers"},
+      {"checkpoint", [](v1::JobSpec& s) { s.set_checkpoint_path("../../etc/x"); }, "checkpoint_path"},
+  };
+  for (const auto& bad : cases) {
+    v1::JobSpec spec = MlpSpec(1, 10);
+    bad.edit(spec);
+    EXPECT_THAT(c->Submit(spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(bad.field)))
+        << bad.name;
+  }
+}
+
+TEST(Cluster, MissingDatasetFailsTheJobNamingThePath) {
+  auto c = StartCluster(1);
+  ASSERT_NE(c, nullptr);
+  v1::JobSpec spec = MlpSpec(1, 10);
+  spec.mutable_dataset()->set_name("custom");
+  spec.mutable_dataset()->set_path("/nonexistent/fmnist");
+  auto job = c->Submit(spec);
+  ASSERT_OK(job);
+  auto done = c->WaitFor(job->id(), absl::Seconds(30));
+  ASSERT_OK(done);
+  EXPECT_EQ(done->state(), v1::FAILED);
+  EXPECT_EQ(done->failure_code(), "FAILED_PRECONDITION");
+  EXPECT_THAT(done->failure_reason(), HasSubstr("/nonexistent/fmnist"));
+  EXPECT_EQ(FreeWorkers(*c), 1);
+}
+
+TEST(Cluster, CancelMidRunReleasesTheWorkers) {
+  auto c = StartCluster(2);
+  ASSERT_NE(c, nullptr);
+  auto job = c->Submit(MlpSpec(2, 100000));
+  ASSERT_OK(job);
+  for (int i = 0; i < 600 && c->Get(job->id())->step() < 3; ++i) absl::SleepFor(absl::Milliseconds(50));
+  grpc::ClientContext ctx;
+  v1::CancelJobRequest req;
+  req.set_id(job->id());
+  v1::Job resp;
+  ASSERT_TRUE(c->jobs().CancelJob(&ctx, req, &resp).ok());
+  auto done = c->WaitFor(job->id(), absl::Seconds(10));
+  ASSERT_OK(done);
+  EXPECT_EQ(done->state(), v1::CANCELLED);
+  EXPECT_EQ(FreeWorkers(*c), 2);
+  auto next = c->Submit(MlpSpec(2, 10));
+  ASSERT_OK(next);
+  EXPECT_EQ(c->WaitFor(next->id(), absl::Minutes(1))->state(), v1::SUCCEEDED);
+}
+
+TEST(Cluster, SameRequestIdCreatesOneJob) {
+  auto c = StartCluster(1);
+  ASSERT_NE(c, nullptr);
+  v1::JobSpec spec = MlpSpec(1, 5);
+  spec.set_request_id("req-42");
+  auto a = c->Submit(spec);
+  auto b = c->Submit(spec);
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  EXPECT_EQ(a->id(), b->id());
+  grpc::ClientContext ctx;
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(c->jobs().ListJobs(&ctx, v1::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), 1);
+}
+
+TEST(Cluster, MisbehavingClientsCannotTakeTheCoordinatorDown) {
+  auto c = StartCluster(1, {"--max_watchers=4", "--max_history=50"});
+  ASSERT_NE(c, nullptr);
+  // An oversized message is refused by the transport.
+  v1::JobSpec huge = MlpSpec(1, 5);
+  huge.set_name(std::string(kMaxMessageBytes + 1024, 'x'));
+  EXPECT_THAT(c->Submit(huge), StatusIs(absl::StatusCode::kResourceExhausted, ::testing::_));
+  // A flood of watchers: the first ones stream, the rest are refused.
+  auto job = c->Submit(MlpSpec(1, 300));
+  ASSERT_OK(job);
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::JobEvent>>> readers;
+  int refused = 0;
+  for (int i = 0; i < 12; ++i) {
+    ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    v1::WatchJobRequest req;
+    req.set_id(job->id());
+    readers.push_back(c->jobs().WatchJob(ctxs.back().get(), req));
+    v1::JobEvent e;
+    if (!readers.back()->Read(&e)) {
+      grpc::Status st = readers.back()->Finish();
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+      ++refused;
+    }
+  }
+  EXPECT_EQ(refused, 8);
+  for (auto& ctx : ctxs) ctx->TryCancel();
+  for (auto& r : readers) r->Finish();
+  // Still serving, and the job ran to the end with a bounded history.
+  auto done = c->WaitFor(job->id(), absl::Minutes(2));
+  ASSERT_OK(done);
+  EXPECT_EQ(done->state(), v1::SUCCEEDED);
+  grpc::ClientContext ctx;
+  v1::WatchJobRequest req;
+  req.set_id(job->id());
+  auto reader = c->jobs().WatchJob(&ctx, req);
+  int events = 0;
+  v1::JobEvent e;
+  while (reader->Read(&e)) ++events;
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_LE(events, 50);
+}
+
+TEST(Cluster, WatchResumesFromAStep) {
+  auto c = StartCluster(1);
+  ASSERT_NE(c, nullptr);
+  auto job = c->Submit(MlpSpec(1, 40));
+  ASSERT_OK(job);
+  ASSERT_OK(c->WaitFor(job->id(), absl::Minutes(1)));
+  grpc::ClientContext ctx;
+  v1::WatchJobRequest req;
+  req.set_id(job->id());
+  req.set_from_step(30);
+  auto reader = c->jobs().WatchJob(&ctx, req);
+  v1::JobEvent e;
+  std::vector<int64_t> steps;
+  while (reader->Read(&e)) {
+    if (e.has_step()) steps.push_back(e.step().step());
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps.front(), 30);
+  EXPECT_EQ(steps.back(), 40);
+}
+
+}  // namespace
+}  // namespace lockstep::testing

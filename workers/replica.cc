@@ -1,0 +1,182 @@
+#include "workers/replica.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/plan.h"
+#include "core/status_macros.h"
+
+namespace lockstep {
+
+struct Replica::Job {
+  std::string id;
+  int rank = 0;
+  std::unique_ptr<Collective> collective;
+  std::unique_ptr<StepExecutor> exec;
+  Data* data = nullptr;
+};
+
+Replica::Replica(Backend* backend, CollectiveFactory* collectives)
+    : backend_(backend), collectives_(collectives) {}
+
+Replica::~Replica() {
+  absl::MutexLock lock(&mu_);
+  job_.reset();
+}
+
+std::string Replica::job_id() {
+  absl::MutexLock lock(&mu_);
+  return job_ ? job_->id : "";
+}
+
+absl::StatusOr<Replica::Data*> Replica::LoadData(const std::string& path) {
+  auto it = data_.find(path);
+  if (it != data_.end()) return it->second.get();
+  auto d = std::make_unique<Data>();
+  ASSIGN_OR_RETURN(d->train, LoadIdxDataset(path, Split::kTrain));
+  ASSIGN_OR_RETURN(d->test, LoadIdxDataset(path, Split::kTest));
+  ASSIGN_OR_RETURN(d->train_d, UploadDataset(*backend_, d->train));
+  ASSIGN_OR_RETURN(d->test_d, UploadDataset(*backend_, d->test));
+  Data* out = d.get();
+  data_[path] = std::move(d);
+  return out;
+}
+
+void Replica::DropIfReleased() {
+  absl::MutexLock lock(&release_mu_);
+  if (job_ && job_->id == released_) {
+    job_.reset();
+    released_.clear();
+  }
+}
+
+absl::StatusOr<Replica::Job*> Replica::Current(const std::string& job_id) {
+  DropIfReleased();
+  if (!job_ || job_->id != job_id) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " is not prepared on this worker",
+        job_ ? absl::StrCat(" (it holds ", job_->id, ")") : std::string()));
+  }
+  return job_.get();
+}
+
+absl::StatusOr<v1::PrepareResponse> Replica::Prepare(const v1::PrepareHeader& h,
+                                                     const std::string& state) {
+  absl::MutexLock lock(&mu_);
+  DropIfReleased();
+  if (job_) {
+    return absl::FailedPreconditionError(absl::StrCat("busy with job ", job_->id));
+  }
+  ASSIGN_OR_RETURN(Model model, Model::FromSpec(h.spec().model()));
+  ASSIGN_OR_RETURN(Optimizer optimizer, Optimizer::FromSpec(h.spec().optimizer()));
+  ASSIGN_OR_RETURN(rng::Impl impl, rng::ParseImpl(h.spec().rng_impl()));
+  const uint64_t n = model.layout().total();
+  if (h.param_count() != n || h.slot_count() != optimizer.slots().size() ||
+      state.size() != n * (1 + h.slot_count()) * sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train state has ", state.size(), " bytes for ", h.param_count(), " params and ",
+        h.slot_count(), " slots; the model needs ", n, " params and ", optimizer.slots().size(),
+        " slots"));
+  }
+  if (h.world_size() <= 0 || h.rank() < 0 || h.rank() >= h.world_size() ||
+      h.spec().global_batch_size() % h.world_size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", h.rank(), " of ", h.world_size(),
+                                                   " with global batch ",
+                                                   h.spec().global_batch_size()));
+  }
+  ASSIGN_OR_RETURN(Data * data, LoadData(h.spec().dataset().path()));
+  auto job = std::make_unique<Job>();
+  job->id = h.job_id();
+  job->rank = h.rank();
+  job->data = data;
+  if (h.world_size() > 1) {
+    ASSIGN_OR_RETURN(job->collective,
+                     collectives_->Create(h.rank(), h.world_size(), h.rendezvous_prefix(),
+                                          absl::Milliseconds(h.collective_timeout_ms()), backend_));
+  }
+  CollectiveOptions copts;
+  copts.timeout = absl::Milliseconds(h.collective_timeout_ms());
+  const int local_batch = static_cast<int>(h.spec().global_batch_size() / h.world_size());
+  ASSIGN_OR_RETURN(job->exec, StepExecutor::Create(model, optimizer, impl, local_batch, backend_,
+                                                   job->collective.get(), copts,
+                                                   !h.spec().cuda().disable_graphs()));
+  TrainState ts;
+  ts.step = h.state_step();
+  ts.params.resize(n);
+  std::memcpy(ts.params.data(), state.data(), n * sizeof(float));
+  for (uint32_t s = 0; s < h.slot_count(); ++s) {
+    ts.slots.emplace_back(n);
+    std::memcpy(ts.slots.back().data(), state.data() + (1 + s) * n * sizeof(float),
+                n * sizeof(float));
+  }
+  RETURN_IF_ERROR(job->exec->SetState(ts));
+  v1::PrepareResponse resp;
+  resp.set_train_examples(data->train.size);
+  resp.set_test_examples(data->test.size);
+  resp.set_param_checksum(ParamChecksum(ts.params));
+  job_ = std::move(job);
+  return resp;
+}
+
+absl::StatusOr<v1::StepResponse> Replica::Step(const v1::StepRequest& req) {
+  v1::StepResponse resp;
+  resp.set_step(req.step());
+  if (req.empty()) return resp;  // the control-plane benchmark's no-op step
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Job * job, Current(req.job_id()));
+  if (req.step() != job->exec->step()) {
+    return absl::AbortedError(absl::StrCat("step ", req.step(), " is out of order: the replica is at step ",
+                                           job->exec->step()));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<StepMetrics> m = job->exec->Step(
+      job->data->train_d, {req.indices().data(), static_cast<size_t>(req.indices_size())},
+      {req.key0(), req.key1()});
+  if (!m.ok()) {
+    job_.reset();  // a failed step leaves the replica and collective unusable
+    return m.status();
+  }
+  resp.set_loss(m->loss);
+  resp.set_accuracy(m->accuracy);
+  resp.set_compute_ms(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  resp.set_allreduce_ms(job->exec->last_allreduce_seconds() * 1000);
+  if (req.want_checksum()) {
+    ASSIGN_OR_RETURN(TrainState s, job->exec->GetState());
+    resp.set_param_checksum(ParamChecksum(s.params));
+  }
+  DropIfReleased();
+  return resp;
+}
+
+absl::StatusOr<v1::EvaluateResponse> Replica::Evaluate(const v1::EvaluateRequest& req) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Job * job, Current(req.job_id()));
+  ASSIGN_OR_RETURN(EvalMetrics m, job->exec->Evaluate(job->data->test_d, 1000, req.begin(), req.end()));
+  v1::EvaluateResponse resp;
+  resp.set_loss_sum(m.loss * m.count);
+  resp.set_correct(std::llround(m.accuracy * m.count));
+  resp.set_count(m.count);
+  return resp;
+}
+
+absl::StatusOr<TrainState> Replica::FetchState(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Job * job, Current(job_id));
+  return job->exec->GetState();
+}
+
+absl::Status Replica::Release(const std::string& job_id) {
+  {
+    absl::MutexLock lock(&release_mu_);
+    released_ = job_id;
+  }
+  if (mu_.TryLock()) {  // otherwise the running command drops the job when it ends
+    DropIfReleased();
+    mu_.Unlock();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lockstep
