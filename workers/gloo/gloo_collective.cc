@@ -109,7 +109,9 @@ absl::StatusOr<std::unique_ptr<Collective>> GlooCollective::Create(
   ASSIGN_OR_RETURN(std::shared_ptr<gloo::transport::Device> device,
                    CreateDevice(rank, size, options));
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-  context->setTimeout(ToGlooTimeout(options.connect_timeout));
+  // Gloo waits five times its context timeout for a TCP connect, and connect_timeout
+  // bounds that too; the store waits are bounded by GlooStore's deadline instead.
+  context->setTimeout(ToGlooTimeout(options.connect_timeout / 5));
   gloo_internal::GlooStore store_adapter(store, absl::Now() + options.connect_timeout);
   gloo::rendezvous::PrefixStore prefixed(options.prefix, store_adapter);
   RETURN_IF_ERROR(

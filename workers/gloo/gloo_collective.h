@@ -47,7 +47,9 @@ class GlooCollective final : public Collective {
   // `store` is used during Create only. Errors: INVALID_ARGUMENT for a bad rank, size or
   // option, or an address that cannot be bound; DEADLINE_EXCEEDED when some rank has not
   // joined within options.connect_timeout; UNAVAILABLE when a peer cannot be reached;
-  // the store's own errors (with context added) as they come.
+  // the store's own errors (with context added) as they come. Create returns within
+  // about connect_timeout: at most the rendezvous wait plus one connect wait, each
+  // bounded by it.
   static absl::StatusOr<std::unique_ptr<Collective>> Create(int rank, int size,
                                                             Store* store,
                                                             const GlooOptions& options);

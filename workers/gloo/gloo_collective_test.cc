@@ -20,6 +20,7 @@ namespace {
 
 using ::lockstep::testing::StatusIs;
 using ::testing::AllOf;
+using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
 #define EXPECT_OK(expr) EXPECT_TRUE((expr).ok()) << (expr)
@@ -207,6 +208,40 @@ TEST(GlooCollectiveTest, MissingRankFailsCreateWithinConnectTimeout) {
   }
   EXPECT_GE(elapsed, absl::Milliseconds(900));
   EXPECT_LT(elapsed, absl::Seconds(3));
+}
+
+TEST(GlooCollectiveTest, StaleAddressFailsCreateWithinConnectTimeout) {
+  // The peer's keys hold the address of a rank that is gone (an earlier attempt's, say):
+  // the rank finds them at once, but nobody answers there. Which side of a pair connects
+  // actively depends on the port numbers, so this tries four times to see both: an
+  // active connect is refused at once; a passive one waits out Gloo's connect timeout.
+  MemoryStore store;
+  {
+    Collectives earlier = CreateJob(2, &store, Loopback("earlier"));
+    ASSERT_EQ(earlier.size(), 2);
+  }
+  const absl::Duration connect_timeout = absl::Milliseconds(500);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    const int rank = attempt % 2;
+    const std::string prefix = absl::StrCat("stale-", attempt);
+    // Gloo's keys for the peer: its addresses, and a "rank_" marker.
+    for (const std::string key :
+         {absl::StrCat(1 - rank), absl::StrCat("rank_", 1 - rank)}) {
+      ASSERT_OK_AND_ASSIGN(std::string value, store.Get(absl::StrCat("earlier/", key),
+                                                        absl::ZeroDuration()));
+      ASSERT_OK(store.Set(absl::StrCat(prefix, "/", key), value));
+    }
+    const absl::Time start = absl::Now();
+    absl::StatusOr<std::unique_ptr<Collective>> result =
+        GlooCollective::Create(rank, 2, &store, Loopback(prefix, connect_timeout));
+    const absl::Duration elapsed = absl::Now() - start;
+    ASSERT_FALSE(result.ok());
+    EXPECT_THAT(result.status().code(), AnyOf(absl::StatusCode::kUnavailable,
+                                              absl::StatusCode::kDeadlineExceeded))
+        << result.status();
+    EXPECT_THAT(std::string(result.status().message()), HasSubstr("connect full mesh"));
+    EXPECT_LT(elapsed, connect_timeout + absl::Seconds(1)) << result.status();
+  }
 }
 
 TEST(GlooCollectiveTest, LostPeerFailsEverySurvivorPromptly) {

@@ -4,7 +4,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "gloo/common/error.h"
 #include "workers/gloo/gloo_status.h"
 
 namespace lockstep::gloo_internal {
@@ -18,32 +17,27 @@ void GlooStore::set(const std::string& key, const std::vector<char>& data) {
 }
 
 std::vector<char> GlooStore::get(const std::string& key) {
-  const std::string value = Fetch(key, absl::InfiniteDuration());
+  const std::string value = Fetch(key);
   return std::vector<char>(value.begin(), value.end());
 }
 
 void GlooStore::wait(const std::vector<std::string>& keys) {
-  wait(keys, gloo::kNoTimeout);
+  for (const std::string& key : keys) Fetch(key);
 }
 
 void GlooStore::wait(const std::vector<std::string>& keys,
-                     const std::chrono::milliseconds& timeout) {
-  const absl::Time start = absl::Now();
-  const absl::Duration bound =
-      timeout == gloo::kNoTimeout ? absl::InfiniteDuration() : absl::FromChrono(timeout);
-  for (const std::string& key : keys) {
-    Fetch(key, std::max(absl::ZeroDuration(), bound - (absl::Now() - start)));
-  }
+                     const std::chrono::milliseconds& /*timeout*/) {
+  wait(keys);
 }
 
-std::string GlooStore::Fetch(const std::string& key, absl::Duration timeout) {
+std::string GlooStore::Fetch(const std::string& key) {
   {
     absl::MutexLock lock(&mu_);
     auto it = fetched_.find(key);
     if (it != fetched_.end()) return it->second;
   }
   const absl::Duration left = std::max(absl::ZeroDuration(), deadline_ - absl::Now());
-  absl::StatusOr<std::string> value = store_->Get(key, std::min(timeout, left));
+  absl::StatusOr<std::string> value = store_->Get(key, left);
   if (!value.ok()) throw StoreError(std::move(value).status());
   absl::MutexLock lock(&mu_);
   return fetched_.emplace(key, *std::move(value)).first->second;

@@ -18,10 +18,11 @@
 namespace lockstep::gloo_internal {
 
 // Gloo's Store contract is exceptions, so every method throws StoreError (gloo_status.h)
-// carrying the lockstep::Store's status; a key that does not appear in time is
-// DEADLINE_EXCEEDED. Every wait ends by `deadline` at the latest, whatever timeout Gloo
-// asks for, which bounds the whole rendezvous. Values are Gloo's bytes, unchanged.
-// Thread-safe; `store` must outlive the adapter.
+// carrying the lockstep::Store's status; a key that does not appear by `deadline` is
+// DEADLINE_EXCEEDED. The deadline alone bounds every wait, whatever timeout Gloo passes:
+// Gloo passes its context timeout, which GlooCollective::Create sets to a fifth of the
+// connect timeout because Gloo waits five times its context timeout for a TCP connect.
+// Values are Gloo's bytes, unchanged. Thread-safe; `store` must outlive the adapter.
 class GlooStore final : public gloo::rendezvous::Store {
  public:
   GlooStore(lockstep::Store* store, absl::Time deadline);
@@ -29,16 +30,14 @@ class GlooStore final : public gloo::rendezvous::Store {
   void set(const std::string& key, const std::vector<char>& data) override;
   // The value of `key`, waiting for it until the deadline.
   std::vector<char> get(const std::string& key) override;
-  // Returns once every key is set; waits until the deadline.
+  // Returns once every key is set, waiting until the deadline (see above for `timeout`).
   void wait(const std::vector<std::string>& keys) override;
-  // As above, but also gives up after `timeout` (gloo::kNoTimeout: no bound but the
-  // deadline).
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
 
  private:
-  // The value of `key` within `timeout` (capped by the deadline), cached once seen.
-  std::string Fetch(const std::string& key, absl::Duration timeout);
+  // The value of `key`, waiting until the deadline; cached once seen.
+  std::string Fetch(const std::string& key);
 
   lockstep::Store* const store_;
   const absl::Time deadline_;
