@@ -1,0 +1,19 @@
+// Bias forward and backward over row-major (rows, cols) activations. BiasAdd is
+// bitwise equal to the CPU backend. BiasGrad is a deterministic column reduction (a
+// fixed summation order, no atomics) but sums in a different order than the CPU's
+// row-by-row loop, so it agrees with it to float rounding, not bitwise.
+#ifndef LOCKSTEP_WORKERS_CUDA_BIAS_CUH_
+#define LOCKSTEP_WORKERS_CUDA_BIAS_CUH_
+
+#include <cuda_runtime.h>
+
+namespace lockstep::cuda {
+
+// y (rows, cols) += bias (cols) broadcast over rows.
+cudaError_t BiasAdd(int rows, int cols, const float* bias, float* y, cudaStream_t stream);
+// db (cols) = column sums of dy (rows, cols).
+cudaError_t BiasGrad(int rows, int cols, const float* dy, float* db, cudaStream_t stream);
+
+}  // namespace lockstep::cuda
+
+#endif  // LOCKSTEP_WORKERS_CUDA_BIAS_CUH_

@@ -1,0 +1,214 @@
+// CudaBackend's setup, memory, synchronization and graphs; the kernels are in
+// cuda_backend_ops.cc.
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "workers/cuda/cuda_backend_impl.h"
+#include "workers/cuda/cuda_status.h"
+
+namespace lockstep {
+namespace {
+
+// cuBLAS's recommended workspace on Hopper (4 MiB suffices before it). Set explicitly
+// so that GEMMs allocate nothing while a graph is being captured.
+constexpr size_t kCublasWorkspace = size_t{32} << 20;
+// How long Synchronize() still waits for the stream to drain after its watch failed.
+constexpr absl::Duration kDrainGrace = absl::Seconds(10);
+
+class CudaGraph final : public Backend::Graph {
+ public:
+  CudaGraph(CudaBackend* backend, cudaGraphExec_t exec)
+      : backend_(backend), exec_(exec) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
+
+  absl::Status Launch() override {
+    RETURN_IF_ERROR(backend_->Activate());
+    const absl::Status status = CudaStatus(cudaGraphLaunch(exec_, backend_->stream()),
+                                           "cudaGraphLaunch", __FILE__, __LINE__);
+    if (!status.ok()) backend_->RecordError(status);
+    return status;
+  }
+
+ private:
+  CudaBackend* backend_;
+  cudaGraphExec_t exec_;
+};
+
+}  // namespace
+
+absl::StatusOr<int> CudaDeviceCount() {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::FailedPreconditionError(
+        absl::StrCat("no CUDA device: ", cudaGetErrorString(error)));
+  }
+  return count;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(
+    int device, const CudaBackendOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
+                   CudaBackend::Create(device, options));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
+    int device, const CudaBackendOptions& options) {
+  if (device < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device ", device, " is negative"));
+  }
+  ASSIGN_OR_RETURN(const int count, CudaDeviceCount());
+  if (device >= count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no CUDA device ", device, " (this machine has ", count, ")"));
+  }
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(device, options.tf32));
+  RETURN_IF_ERROR(backend->Init());
+  return backend;
+}
+
+CudaBackend* CudaBackend::From(Backend* backend) {
+  return dynamic_cast<CudaBackend*>(backend);
+}
+
+absl::Status CudaBackend::Init() {
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
+  // cublasSetStream resets the workspace, so the workspace comes after it.
+  CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&cublas_workspace_, kCublasWorkspace));
+  CUBLAS_RETURN_IF_ERROR(
+      cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
+  CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
+      cublas_, tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  return absl::OkStatus();
+}
+
+CudaBackend::~CudaBackend() {
+  if (cudaSetDevice(device_) != cudaSuccess) return;  // no device: nothing was created
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (cublas_ != nullptr) cublasDestroy(cublas_);
+  if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  (void)cudaGetLastError();
+}
+
+std::string CudaBackend::Name() const { return absl::StrCat("cuda:", device_); }
+
+absl::Status CudaBackend::Activate() {
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  return absl::OkStatus();
+}
+
+void CudaBackend::RecordError(absl::Status status) {
+  if (first_error_.ok()) first_error_ = std::move(status);
+}
+
+absl::StatusOr<Buffer> CudaBackend::Allocate(size_t bytes) {
+  RETURN_IF_ERROR(Activate());
+  void* p = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes));
+  Buffer buffer(p, bytes, [](void* q) { cudaFree(q); });
+  if (bytes > 0) CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p, 0, bytes, stream_));
+  return buffer;
+}
+
+absl::StatusOr<Buffer> CudaBackend::Upload(const void* host, size_t bytes) {
+  ASSIGN_OR_RETURN(Buffer buffer, Allocate(bytes));
+  RETURN_IF_ERROR(CopyToDevice(buffer.as<void>(), host, bytes));
+  return buffer;
+}
+
+// From pageable memory, cudaMemcpyAsync returns once the driver has staged the source,
+// so the caller may reuse it (see cuda_backend.h).
+absl::Status CudaBackend::CopyToDevice(void* dst, const void* host, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CopyToHost(void* host, const void* src, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Synchronize() {
+  if (!first_error_.ok()) return first_error_;
+  RETURN_IF_ERROR(Activate());
+  if (watch_) {
+    RecordError(WaitWatched());
+  } else {
+    RecordError(CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize",
+                           __FILE__, __LINE__));
+  }
+  return first_error_;
+}
+
+// Polls the stream, asking the watch between polls. Once the watch fails (and has, say,
+// aborted a communicator), waits up to kDrainGrace for the stream to drain and returns
+// the watch's error.
+absl::Status CudaBackend::WaitWatched() {
+  const absl::Time start = absl::Now();
+  absl::Status watch_error;
+  for (;;) {
+    const cudaError_t error = cudaStreamQuery(stream_);
+    if (error == cudaSuccess) return watch_error;
+    if (error != cudaErrorNotReady) {
+      const absl::Status status =
+          CudaStatus(error, "cudaStreamQuery", __FILE__, __LINE__);
+      return watch_error.ok() ? status : watch_error;
+    }
+    const absl::Duration waited = absl::Now() - start;
+    if (watch_error.ok()) {
+      watch_error = watch_(waited);
+    } else if (waited > kDrainGrace) {
+      return watch_error;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+absl::Status CudaBackend::SetSyncWatch(SyncWatch watch) {
+  if (watch && watch_) {
+    return absl::FailedPreconditionError(Name() +
+                                         ": another collective already watches it");
+  }
+  watch_ = std::move(watch);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Backend::Graph>> CudaBackend::Capture(
+    const std::function<absl::Status()>& body) {
+  if (!first_error_.ok()) return first_error_;
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  const absl::Status body_status = body();
+  cudaGraph_t graph = nullptr;
+  absl::Status status = CudaStatus(cudaStreamEndCapture(stream_, &graph),
+                                   "cudaStreamEndCapture", __FILE__, __LINE__);
+  // A launch that failed while capturing was recorded, and invalidated the capture.
+  if (!first_error_.ok()) status = first_error_;
+  if (!body_status.ok()) status = body_status;
+  if (!status.ok()) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    return status;
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t error = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  CUDA_RETURN_IF_ERROR(error);
+  return std::make_unique<CudaGraph>(this, exec);
+}
+
+}  // namespace lockstep

@@ -1,0 +1,103 @@
+// CudaBackend, the class behind NewCudaBackend (cuda_backend.h). Internal to workers/:
+// it includes CUDA headers, and the NCCL collective uses it to queue its all-reduce on
+// the backend's stream and to watch the backend's waits (see SetSyncWatch).
+#ifndef LOCKSTEP_WORKERS_CUDA_CUDA_BACKEND_IMPL_H_
+#define LOCKSTEP_WORKERS_CUDA_CUDA_BACKEND_IMPL_H_
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/backend.h"
+#include "workers/cuda/cuda_backend.h"
+
+namespace lockstep {
+
+class CudaBackend final : public Backend {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(
+      int device, const CudaBackendOptions& options);
+  // The CudaBackend behind `backend`, or null when it is another kind of backend.
+  static CudaBackend* From(Backend* backend);
+  ~CudaBackend() override;
+
+  std::string Name() const override;
+  absl::StatusOr<Buffer> Allocate(size_t bytes) override;
+  absl::StatusOr<Buffer> Upload(const void* host, size_t bytes) override;
+  absl::Status CopyToDevice(void* dst, const void* host, size_t bytes) override;
+  absl::Status CopyToHost(void* host, const void* src, size_t bytes) override;
+  absl::Status Synchronize() override;
+
+  void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+            const float* b, float beta, float* c) override;
+  void Im2Col(const ConvGeometry& g, const float* x, float* cols) override;
+  void Col2Im(const ConvGeometry& g, const float* dcols, float* dx) override;
+  void BiasAdd(int rows, int cols, const float* bias, float* y) override;
+  void BiasGrad(int rows, int cols, const float* dy, float* db) override;
+  void Relu(size_t n, float* x) override;
+  void ReluBackward(size_t n, const float* y, float* dy) override;
+  void AvgPool(int b, int h, int w, int c, const float* x, float* y) override;
+  void AvgPoolBackward(int b, int h, int w, int c, const float* dy, float* dx) override;
+  void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x,
+               float* y, uint8_t* mask) override;
+  void DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
+                       float* dx) override;
+  void SoftmaxCrossEntropy(int b, int classes, const float* logits, const int32_t* labels,
+                           float* loss, float* dlogits, float* correct) override;
+  void GatherRows(size_t row, int n, const int32_t* idx, const float* table,
+                  float* out) override;
+  void GatherLabels(int n, const int32_t* idx, const int32_t* table,
+                    int32_t* out) override;
+  void Divide(size_t n, float d, float* x) override;
+  void SgdUpdate(size_t n, float lr, float momentum, const float* g, float* trace,
+                 float* p) override;
+  void AdamUpdate(size_t n, const AdamScalars* s, const float* g, float* mu, float* nu,
+                  float* p) override;
+
+  // Captures the work `body` queues on the stream into a CUDA graph (thread-local capture
+  // mode). Errors: body's own, or the capture's (INTERNAL naming the CUDA error).
+  absl::StatusOr<std::unique_ptr<Graph>> Capture(
+      const std::function<absl::Status()>& body) override;
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+
+  // Makes this backend's device the calling thread's current device.
+  absl::Status Activate();
+
+  // A check Synchronize() calls while it waits, with how long it has waited; a non-OK
+  // status becomes the backend's error and ends the wait once the stream drains (or
+  // after a grace period). The NCCL collective uses this to abort its communicator when
+  // a collective in flight times out. One watch at a time; null removes it.
+  using SyncWatch = std::function<absl::Status(absl::Duration waited)>;
+  absl::Status SetSyncWatch(SyncWatch watch);
+  bool watched() const { return static_cast<bool>(watch_); }
+
+  // Keeps the first error for Synchronize(); later ones are dropped.
+  void RecordError(absl::Status status);
+
+ private:
+  CudaBackend(int device, bool tf32) : device_(device), tf32_(tf32) {}
+  absl::Status Init();
+  // Records a failed launch or cuBLAS call of the kernel named `what`.
+  void Check(cudaError_t error, const char* what, const char* file, int line);
+  void Check(cublasStatus_t status, const char* what, const char* file, int line);
+  absl::Status WaitWatched();
+
+  const int device_;
+  const bool tf32_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  void* cublas_workspace_ = nullptr;
+  absl::Status first_error_;
+  SyncWatch watch_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKERS_CUDA_CUDA_BACKEND_IMPL_H_

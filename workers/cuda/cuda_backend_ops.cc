@@ -1,0 +1,121 @@
+// CudaBackend's kernels: cuBLAS for GEMMs, the launchers in *.cuh for the rest. Each
+// call queues work on the backend's stream and records a failed launch for
+// Synchronize() (Backend's kernel methods return nothing).
+#include "absl/strings/str_cat.h"
+#include "workers/cuda/bias.cuh"
+#include "workers/cuda/conv.cuh"
+#include "workers/cuda/cuda_backend_impl.h"
+#include "workers/cuda/cuda_status.h"
+#include "workers/cuda/dropout.cuh"
+#include "workers/cuda/elementwise.cuh"
+#include "workers/cuda/gather.cuh"
+#include "workers/cuda/optimizer.cuh"
+#include "workers/cuda/pool.cuh"
+#include "workers/cuda/softmax_xent.cuh"
+
+// Selects the device, runs the launcher `expr` and records its error with file:line.
+#define LS_LAUNCH(expr)                         \
+  do {                                          \
+    const absl::Status ls_active_ = Activate(); \
+    if (!ls_active_.ok()) {                     \
+      RecordError(ls_active_);                  \
+    } else {                                    \
+      Check((expr), #expr, __FILE__, __LINE__); \
+    }                                           \
+  } while (0)
+
+namespace lockstep {
+
+void CudaBackend::Check(cudaError_t error, const char* what, const char* file, int line) {
+  if (error != cudaSuccess) RecordError(CudaStatus(error, what, file, line));
+}
+
+void CudaBackend::Check(cublasStatus_t status, const char* what, const char* file,
+                        int line) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    RecordError(CublasStatus(status, what, file, line));
+}
+
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets the
+// operands swapped and n, m exchanged; leading dimensions are the row-major row lengths.
+void CudaBackend::Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
+                       const float* b, float beta, float* c) {
+  if (m == 0 || n == 0) return;
+  LS_LAUNCH(cublasSgemm(cublas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                        ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, tb ? k : n, a,
+                        ta ? m : k, &beta, c, n));
+}
+
+void CudaBackend::Im2Col(const ConvGeometry& g, const float* x, float* cols) {
+  LS_LAUNCH(cuda::Im2Col(g.b, g.h, g.w, g.c, g.k, x, cols, stream_));
+}
+
+void CudaBackend::Col2Im(const ConvGeometry& g, const float* dcols, float* dx) {
+  LS_LAUNCH(cuda::Col2Im(g.b, g.h, g.w, g.c, g.k, dcols, dx, stream_));
+}
+
+void CudaBackend::BiasAdd(int rows, int cols, const float* bias, float* y) {
+  LS_LAUNCH(cuda::BiasAdd(rows, cols, bias, y, stream_));
+}
+
+void CudaBackend::BiasGrad(int rows, int cols, const float* dy, float* db) {
+  LS_LAUNCH(cuda::BiasGrad(rows, cols, dy, db, stream_));
+}
+
+void CudaBackend::Relu(size_t n, float* x) { LS_LAUNCH(cuda::Relu(n, x, stream_)); }
+
+void CudaBackend::ReluBackward(size_t n, const float* y, float* dy) {
+  LS_LAUNCH(cuda::ReluBackward(n, y, dy, stream_));
+}
+
+void CudaBackend::AvgPool(int b, int h, int w, int c, const float* x, float* y) {
+  LS_LAUNCH(cuda::AvgPool(b, h, w, c, x, y, stream_));
+}
+
+void CudaBackend::AvgPoolBackward(int b, int h, int w, int c, const float* dy,
+                                  float* dx) {
+  LS_LAUNCH(cuda::AvgPoolBackward(b, h, w, c, dy, dx, stream_));
+}
+
+void CudaBackend::Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl,
+                          const float* x, float* y, uint8_t* mask) {
+  LS_LAUNCH(cuda::Dropout(n, keep, key, impl, x, y, mask, stream_));
+}
+
+void CudaBackend::DropoutBackward(size_t n, float keep, const uint8_t* mask,
+                                  const float* dy, float* dx) {
+  LS_LAUNCH(cuda::DropoutBackward(n, keep, mask, dy, dx, stream_));
+}
+
+void CudaBackend::SoftmaxCrossEntropy(int b, int classes, const float* logits,
+                                      const int32_t* labels, float* loss, float* dlogits,
+                                      float* correct) {
+  LS_LAUNCH(cuda::SoftmaxCrossEntropy(b, classes, logits, labels, loss, dlogits, correct,
+                                      stream_));
+}
+
+void CudaBackend::GatherRows(size_t row, int n, const int32_t* idx, const float* table,
+                             float* out) {
+  LS_LAUNCH(cuda::GatherRows(row, n, idx, table, out, stream_));
+}
+
+void CudaBackend::GatherLabels(int n, const int32_t* idx, const int32_t* table,
+                               int32_t* out) {
+  LS_LAUNCH(cuda::GatherLabels(n, idx, table, out, stream_));
+}
+
+void CudaBackend::Divide(size_t n, float d, float* x) {
+  LS_LAUNCH(cuda::Divide(n, d, x, stream_));
+}
+
+void CudaBackend::SgdUpdate(size_t n, float lr, float momentum, const float* g,
+                            float* trace, float* p) {
+  LS_LAUNCH(cuda::SgdUpdate(n, lr, momentum, g, trace, p, stream_));
+}
+
+void CudaBackend::AdamUpdate(size_t n, const AdamScalars* s, const float* g, float* mu,
+                             float* nu, float* p) {
+  LS_LAUNCH(cuda::AdamUpdate(n, s, g, mu, nu, p, stream_));
+}
+
+}  // namespace lockstep

@@ -1,0 +1,237 @@
+// Every CUDA kernel against the CPU backend (workers/cpu) on random data: bitwise where
+// the arithmetic is elementwise, within 1e-5 (relative L2) where a reduction's order
+// differs (GEMM, bias gradient, softmax's exp/log). TF32 is off.
+#include "workers/cuda/cuda_backend.h"
+
+#include <numeric>
+
+#include "workers/cuda/cuda_testing.h"
+
+namespace lockstep {
+namespace {
+
+using testing::Bitwise;
+using testing::CudaTest;
+using ::testing::HasSubstr;
+using testing::RandomFloats;
+using testing::RelativeL2;
+using testing::StatusIs;
+
+TEST(CudaBackendNoGpu, RefusesToStartWithoutAGpu) {
+  if (testing::NoGpuReason().empty()) GTEST_SKIP() << "a GPU is present";
+  EXPECT_THAT(NewCudaBackend(0), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                          HasSubstr("no CUDA device")));
+  EXPECT_THAT(CudaDeviceCount(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                          HasSubstr("no CUDA device: ")));
+}
+
+TEST(CudaBackendNoGpu, RejectsBadDeviceNumbers) {
+  EXPECT_THAT(NewCudaBackend(-1),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("negative")));
+  EXPECT_THAT(NewCudaBackend(4096), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                             HasSubstr("no CUDA device")));
+}
+
+TEST_F(CudaTest, NameAndZeroFilledAllocation) {
+  EXPECT_EQ(cuda_->Name(), "cuda:0");
+  ASSERT_OK_AND_ASSIGN(Buffer b, cuda_->Allocate(3 << 20));
+  const std::vector<float> host = ToHost(b, (3 << 20) / sizeof(float));
+  EXPECT_TRUE(std::all_of(host.begin(), host.end(), [](float x) { return x == 0.0f; }));
+}
+
+TEST_F(CudaTest, OutOfMemoryIsResourceExhaustedAndNotSticky) {
+  EXPECT_THAT(cuda_->Allocate(size_t{1} << 50),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("cudaMalloc")));
+  Buffer x = ToDevice(std::vector<float>{-1, 2});
+  cuda_->Relu(2, x.as());
+  EXPECT_EQ(ToHost(x, 2), (std::vector<float>{0, 2}));
+}
+
+TEST_F(CudaTest, GemmMatchesCpuInEveryTransposition) {
+  for (const auto& [m, n, k] :
+       {std::tuple{67, 45, 129}, std::tuple{33, 17, 4099}, std::tuple{1, 300, 7}}) {
+    for (const bool ta : {false, true}) {
+      for (const bool tb : {false, true}) {
+        const auto a = RandomFloats(size_t(m) * k, 1), b = RandomFloats(size_t(k) * n, 2);
+        auto want = RandomFloats(size_t(m) * n, 3);
+        Buffer da = ToDevice(a), db = ToDevice(b), dc = ToDevice(want);
+        cpu_->Gemm(ta, tb, m, n, k, 0.7f, a.data(), b.data(), 0.5f, want.data());
+        cuda_->Gemm(ta, tb, m, n, k, 0.7f, da.as(), db.as(), 0.5f, dc.as());
+        EXPECT_LE(RelativeL2(ToHost(dc, want.size()), want), 1e-5)
+            << m << "x" << n << "x" << k << " ta=" << ta << " tb=" << tb;
+      }
+    }
+  }
+}
+
+TEST_F(CudaTest, Im2ColAndCol2ImAreBitwiseEqualToCpu) {
+  for (const ConvGeometry g : {ConvGeometry{3, 7, 6, 5, 3}, ConvGeometry{2, 9, 4, 3, 5},
+                               ConvGeometry{4, 28, 28, 1, 3}}) {
+    const size_t nx = size_t(g.b) * g.h * g.w * g.c, ncols = nx * g.k * g.k;
+    const auto x = RandomFloats(nx, 4), dcols = RandomFloats(ncols, 5);
+    std::vector<float> cols(ncols), dx(nx);
+    cpu_->Im2Col(g, x.data(), cols.data());
+    cpu_->Col2Im(g, dcols.data(), dx.data());
+    Buffer d_x = ToDevice(x), d_dcols = ToDevice(dcols);
+    ASSERT_OK_AND_ASSIGN(Buffer d_cols, cuda_->Allocate(ncols * sizeof(float)));
+    ASSERT_OK_AND_ASSIGN(Buffer d_dx, cuda_->Allocate(nx * sizeof(float)));
+    cuda_->Im2Col(g, d_x.as(), d_cols.as());
+    cuda_->Col2Im(g, d_dcols.as(), d_dx.as());
+    EXPECT_TRUE(Bitwise(ToHost(d_cols, ncols), cols)) << "im2col k=" << g.k;
+    EXPECT_TRUE(Bitwise(ToHost(d_dx, nx), dx)) << "col2im k=" << g.k;
+  }
+}
+
+TEST_F(CudaTest, BiasAddIsBitwiseAndBiasGradWithin1e5) {
+  const int rows = 12544, cols = 70;
+  const auto bias = RandomFloats(cols, 6), dy = RandomFloats(size_t(rows) * cols, 7);
+  auto y = RandomFloats(size_t(rows) * cols, 8);
+  Buffer d_bias = ToDevice(bias), d_dy = ToDevice(dy), d_y = ToDevice(y);
+  ASSERT_OK_AND_ASSIGN(Buffer d_db, cuda_->Allocate(cols * sizeof(float)));
+  std::vector<float> db(cols);
+  cpu_->BiasAdd(rows, cols, bias.data(), y.data());
+  cpu_->BiasGrad(rows, cols, dy.data(), db.data());
+  cuda_->BiasAdd(rows, cols, d_bias.as(), d_y.as());
+  cuda_->BiasGrad(rows, cols, d_dy.as(), d_db.as());
+  EXPECT_TRUE(Bitwise(ToHost(d_y, y.size()), y));
+  const std::vector<float> got = ToHost(d_db, cols);
+  EXPECT_LE(RelativeL2(got, db), 1e-5);
+  // Deterministic: the same reduction again gives the same bits.
+  cuda_->BiasGrad(rows, cols, d_dy.as(), d_db.as());
+  EXPECT_TRUE(Bitwise(ToHost(d_db, cols), got));
+}
+
+TEST_F(CudaTest, ReluAndDivideAreBitwiseBeyondOneGrid) {
+  const size_t n = (size_t{3} << 20) + 7;  // more elements than one launch's threads
+  auto x = RandomFloats(n, 9), dy = RandomFloats(n, 10);
+  Buffer d_x = ToDevice(x), d_dy = ToDevice(dy);
+  cpu_->Relu(n, x.data());
+  cpu_->ReluBackward(n, x.data(), dy.data());
+  cpu_->Divide(n, 3.0f, dy.data());
+  cuda_->Relu(n, d_x.as());
+  cuda_->ReluBackward(n, d_x.as(), d_dy.as());
+  cuda_->Divide(n, 3.0f, d_dy.as());
+  EXPECT_TRUE(Bitwise(ToHost(d_x, n), x));
+  EXPECT_TRUE(Bitwise(ToHost(d_dy, n), dy));
+}
+
+TEST_F(CudaTest, AvgPoolAndBackwardAreBitwise) {
+  const int b = 3, h = 7, w = 9, c = 5;  // odd sizes: the last row and column are dropped
+  const size_t nx = size_t(b) * h * w * c, ny = size_t(b) * (h / 2) * (w / 2) * c;
+  const auto x = RandomFloats(nx, 11), dy = RandomFloats(ny, 12);
+  std::vector<float> y(ny), dx(nx, 1.0f);
+  cpu_->AvgPool(b, h, w, c, x.data(), y.data());
+  cpu_->AvgPoolBackward(b, h, w, c, dy.data(), dx.data());
+  Buffer d_x = ToDevice(x), d_dy = ToDevice(dy),
+         d_dx = ToDevice(std::vector<float>(nx, 1.0f));
+  ASSERT_OK_AND_ASSIGN(Buffer d_y, cuda_->Allocate(ny * sizeof(float)));
+  cuda_->AvgPool(b, h, w, c, d_x.as(), d_y.as());
+  cuda_->AvgPoolBackward(b, h, w, c, d_dy.as(), d_dx.as());
+  EXPECT_TRUE(Bitwise(ToHost(d_y, ny), y));
+  EXPECT_TRUE(Bitwise(ToHost(d_dx, nx), dx));
+}
+
+TEST_F(CudaTest, DropoutMasksAndValuesAreBitwiseInBothRngModes) {
+  for (const rng::Impl impl : {rng::Impl::kPartitionable, rng::Impl::kLegacy}) {
+    for (const size_t n : {size_t{1001}, size_t{1} << 21}) {
+      const float keep = n == 1001 ? 0.5f : 0.9f;
+      const rng::Key key{0x12345678u, static_cast<uint32_t>(n)};
+      const auto x = RandomFloats(n, 13), dy = RandomFloats(n, 14);
+      std::vector<float> y(n), dx(n);
+      std::vector<uint8_t> mask(n);
+      cpu_->Dropout(n, keep, &key, impl, x.data(), y.data(), mask.data());
+      cpu_->DropoutBackward(n, keep, mask.data(), dy.data(), dx.data());
+      Buffer d_key = ToDevice(std::vector<rng::Key>{key});
+      Buffer d_x = ToDevice(x), d_dy = ToDevice(dy);
+      ASSERT_OK_AND_ASSIGN(Buffer d_y, cuda_->Allocate(n * sizeof(float)));
+      ASSERT_OK_AND_ASSIGN(Buffer d_dx, cuda_->Allocate(n * sizeof(float)));
+      ASSERT_OK_AND_ASSIGN(Buffer d_mask, cuda_->Allocate(n));
+      cuda_->Dropout(n, keep, d_key.as<rng::Key>(), impl, d_x.as(), d_y.as(),
+                     d_mask.as<uint8_t>());
+      cuda_->DropoutBackward(n, keep, d_mask.as<uint8_t>(), d_dy.as(), d_dx.as());
+      const std::string what =
+          std::string(rng::ImplName(impl)) + " n=" + std::to_string(n);
+      EXPECT_EQ(ToHost<uint8_t>(d_mask, n), mask) << what;
+      EXPECT_TRUE(Bitwise(ToHost(d_y, n), y)) << what;
+      EXPECT_TRUE(Bitwise(ToHost(d_dx, n), dx)) << what;
+    }
+  }
+}
+
+TEST_F(CudaTest, SoftmaxCrossEntropyWithin1e5AndSameArgmax) {
+  const int b = 300, classes = 10;
+  auto logits = RandomFloats(size_t(b) * classes, 15, 3.0f);
+  for (int c = 0; c < classes; ++c) logits[c] = 1.0f;  // a tie: the first maximum wins
+  std::vector<int32_t> labels(b);
+  for (int i = 0; i < b; ++i) labels[i] = (i * 7) % classes;
+  std::vector<float> loss(b), dlogits(logits.size()), correct(b);
+  cpu_->SoftmaxCrossEntropy(b, classes, logits.data(), labels.data(), loss.data(),
+                            dlogits.data(), correct.data());
+  Buffer d_logits = ToDevice(logits), d_labels = ToDevice(labels);
+  ASSERT_OK_AND_ASSIGN(Buffer d_loss, cuda_->Allocate(b * sizeof(float)));
+  ASSERT_OK_AND_ASSIGN(Buffer d_dlogits, cuda_->Allocate(logits.size() * sizeof(float)));
+  ASSERT_OK_AND_ASSIGN(Buffer d_correct, cuda_->Allocate(b * sizeof(float)));
+  cuda_->SoftmaxCrossEntropy(b, classes, d_logits.as(), d_labels.as<int32_t>(),
+                             d_loss.as(), d_dlogits.as(), d_correct.as());
+  EXPECT_LE(RelativeL2(ToHost(d_loss, b), loss), 1e-5);
+  EXPECT_LE(RelativeL2(ToHost(d_dlogits, logits.size()), dlogits), 1e-5);
+  EXPECT_EQ(ToHost(d_correct, b), correct);
+}
+
+TEST_F(CudaTest, GathersAreExact) {
+  const size_t row = 784;
+  const int rows = 50, n = 37;
+  const auto table = RandomFloats(row * rows, 16);
+  std::vector<int32_t> labels(rows), idx(n);
+  std::iota(labels.begin(), labels.end(), 100);
+  for (int i = 0; i < n; ++i) idx[i] = (i * 13) % rows;  // repeats
+  std::vector<float> out(row * n);
+  std::vector<int32_t> out_labels(n);
+  cpu_->GatherRows(row, n, idx.data(), table.data(), out.data());
+  cpu_->GatherLabels(n, idx.data(), labels.data(), out_labels.data());
+  Buffer d_table = ToDevice(table), d_labels = ToDevice(labels), d_idx = ToDevice(idx);
+  ASSERT_OK_AND_ASSIGN(Buffer d_out, cuda_->Allocate(out.size() * sizeof(float)));
+  ASSERT_OK_AND_ASSIGN(Buffer d_out_labels, cuda_->Allocate(n * sizeof(int32_t)));
+  cuda_->GatherRows(row, n, d_idx.as<int32_t>(), d_table.as(), d_out.as());
+  cuda_->GatherLabels(n, d_idx.as<int32_t>(), d_labels.as<int32_t>(),
+                      d_out_labels.as<int32_t>());
+  EXPECT_TRUE(Bitwise(ToHost(d_out, out.size()), out));
+  EXPECT_EQ(ToHost<int32_t>(d_out_labels, n), out_labels);
+}
+
+TEST_F(CudaTest, SgdUpdatesAreBitwise) {
+  const size_t n = 100003;
+  const auto g = RandomFloats(n, 17);
+  for (const bool momentum : {false, true}) {
+    auto p = RandomFloats(n, 18), trace = RandomFloats(n, 19);
+    Buffer d_g = ToDevice(g), d_p = ToDevice(p), d_trace = ToDevice(trace);
+    cpu_->SgdUpdate(n, 0.05f, 0.9f, g.data(), momentum ? trace.data() : nullptr,
+                    p.data());
+    cuda_->SgdUpdate(n, 0.05f, 0.9f, d_g.as(), momentum ? d_trace.as() : nullptr,
+                     d_p.as());
+    EXPECT_TRUE(Bitwise(ToHost(d_p, n), p)) << "momentum " << momentum;
+    EXPECT_TRUE(Bitwise(ToHost(d_trace, n), trace)) << "momentum " << momentum;
+  }
+}
+
+TEST_F(CudaTest, AdamAndAdamWUpdatesAreBitwise) {
+  const size_t n = 100003;
+  const auto g = RandomFloats(n, 20, 1e-3f);
+  for (const float weight_decay : {0.0f, 1e-4f}) {
+    const AdamScalars s{1e-3f,  0.9f,     0.999f, 0.1f,        0.001f,
+                        0.271f, 0.00299f, 1e-8f,  weight_decay};
+    auto p = RandomFloats(n, 21), mu = RandomFloats(n, 22, 1e-3f),
+         nu = RandomFloats(n, 23);
+    for (float& v : nu) v = v * v * 1e-6f;
+    Buffer d_s = ToDevice(std::vector<AdamScalars>{s}), d_g = ToDevice(g),
+           d_p = ToDevice(p), d_mu = ToDevice(mu), d_nu = ToDevice(nu);
+    cpu_->AdamUpdate(n, &s, g.data(), mu.data(), nu.data(), p.data());
+    cuda_->AdamUpdate(n, d_s.as<AdamScalars>(), d_g.as(), d_mu.as(), d_nu.as(), d_p.as());
+    EXPECT_TRUE(Bitwise(ToHost(d_p, n), p)) << "weight decay " << weight_decay;
+    EXPECT_TRUE(Bitwise(ToHost(d_mu, n), mu));
+    EXPECT_TRUE(Bitwise(ToHost(d_nu, n), nu));
+  }
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,84 @@
+// CUDA graph capture (Backend::Capture) and the TF32 option.
+#include <cmath>
+
+#include "workers/cuda/cuda_testing.h"
+
+namespace lockstep {
+namespace {
+
+using testing::Bitwise;
+using testing::CudaTest;
+using ::testing::HasSubstr;
+using testing::RandomFloats;
+using testing::RelativeL2;
+using testing::StatusIs;
+
+// A replayed graph reads per-step values from device memory: each launch sees the
+// scalars copied in just before it, and equals running the same kernels eagerly.
+TEST_F(CudaTest, GraphReplayEqualsEagerAndReadsDeviceScalars) {
+  const size_t n = 4099;
+  const auto g = RandomFloats(n, 1), p0 = RandomFloats(n, 2);
+  AdamScalars s{1e-2f, 0.9f, 0.999f, 0.1f, 0.001f, 0.1f, 0.001f, 1e-8f, 0.0f};
+  Buffer d_g = ToDevice(g), d_s = ToDevice(std::vector<AdamScalars>{s});
+  Buffer graph_p = ToDevice(p0), eager_p = ToDevice(p0);
+  ASSERT_OK_AND_ASSIGN(Buffer graph_mu, cuda_->Allocate(n * sizeof(float)));
+  ASSERT_OK_AND_ASSIGN(Buffer graph_nu, cuda_->Allocate(n * sizeof(float)));
+  ASSERT_OK_AND_ASSIGN(Buffer eager_mu, cuda_->Allocate(n * sizeof(float)));
+  ASSERT_OK_AND_ASSIGN(Buffer eager_nu, cuda_->Allocate(n * sizeof(float)));
+  ASSERT_OK_AND_ASSIGN(Buffer grads, cuda_->Allocate(n * sizeof(float)));
+  // grads = g / 2, then an adam update; grads is refilled from g before each run.
+  auto step = [&](float* p, float* mu, float* nu) {
+    cuda_->Divide(n, 2.0f, grads.as());
+    cuda_->AdamUpdate(n, d_s.as<AdamScalars>(), grads.as(), mu, nu, p);
+  };
+  ASSERT_OK_AND_ASSIGN(auto graph, cuda_->Capture([&] {
+    step(graph_p.as(), graph_mu.as(), graph_nu.as());
+    return absl::OkStatus();
+  }));
+  for (int t = 0; t < 3; ++t) {
+    s.bias_correction1 = 1.0f - std::pow(0.9f, t + 1.0f);
+    s.bias_correction2 = 1.0f - std::pow(0.999f, t + 1.0f);
+    ASSERT_OK(cuda_->CopyToDevice(d_s.as<void>(), &s, sizeof(s)));
+    ASSERT_OK(cuda_->CopyToDevice(grads.as(), g.data(), n * sizeof(float)));
+    ASSERT_OK(graph->Launch());
+    ASSERT_OK(cuda_->CopyToDevice(grads.as(), g.data(), n * sizeof(float)));
+    step(eager_p.as(), eager_mu.as(), eager_nu.as());
+    ASSERT_OK(cuda_->Synchronize());
+  }
+  const std::vector<float> graph_result = ToHost(graph_p, n);
+  EXPECT_TRUE(Bitwise(graph_result, ToHost(eager_p, n)));
+  EXPECT_FALSE(Bitwise(graph_result, p0));  // the updates did happen
+}
+
+TEST_F(CudaTest, CaptureReturnsTheBodysErrorAndTheBackendStaysUsable) {
+  Buffer x = ToDevice(std::vector<float>{-1, 4});
+  EXPECT_THAT(cuda_->Capture([&] {
+    cuda_->Relu(2, x.as());
+    return absl::AbortedError("body failed");
+  }),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("body failed")));
+  ASSERT_OK(cuda_->Synchronize());
+  // The failed capture ran nothing; eager work still runs.
+  cuda_->Divide(2, 2.0f, x.as());
+  EXPECT_EQ(ToHost(x, 2), (std::vector<float>{-0.5f, 2.0f}));
+}
+
+class CudaTf32Test : public CudaTest {
+ protected:
+  CudaBackendOptions Options() const override { return {.tf32 = true}; }
+};
+
+// TF32 rounds GEMM inputs to 10 mantissa bits: close to float32, within about 1e-3.
+TEST_F(CudaTf32Test, GemmIsCloseToFloat32) {
+  const int m = 256, n = 256, k = 512;
+  const auto a = RandomFloats(size_t(m) * k, 3), b = RandomFloats(size_t(k) * n, 4);
+  std::vector<float> want(size_t(m) * n);
+  cpu_->Gemm(false, false, m, n, k, 1.0f, a.data(), b.data(), 0.0f, want.data());
+  Buffer da = ToDevice(a), db = ToDevice(b);
+  ASSERT_OK_AND_ASSIGN(Buffer dc, cuda_->Allocate(want.size() * sizeof(float)));
+  cuda_->Gemm(false, false, m, n, k, 1.0f, da.as(), db.as(), 0.0f, dc.as());
+  EXPECT_LE(RelativeL2(ToHost(dc, want.size()), want), 5e-3);
+}
+
+}  // namespace
+}  // namespace lockstep

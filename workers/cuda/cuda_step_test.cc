@@ -1,0 +1,262 @@
+// The whole training step on the CUDA backend: against the CPU backend (the CNN and an
+// MLP with dropout, adam and sgd with momentum), graph replay against eager execution,
+// and the JAX/Flax/optax golden files that tests/golden_test.cc checks the CPU against.
+#include <cstring>
+#include <numeric>
+
+#include "core/io/safetensors.h"
+#include "core/plan.h"
+#include "core/spec/spec.h"
+#include "core/step.h"
+#include "workers/cuda/cuda_testing.h"
+
+namespace lockstep {
+namespace {
+
+using testing::CudaTest;
+using testing::GoldenFile;
+using testing::RelativeL2;
+
+Optimizer MakeOptimizer(const std::string& kind) {
+  v1::OptimizerSpec spec;
+  spec.set_kind(kind);
+  spec.set_learning_rate(kind == "sgd" ? 0.05 : 1e-3);
+  if (kind == "sgd") spec.set_momentum(0.9);
+  return *Optimizer::FromSpec(spec);
+}
+
+Model MakeModel(const std::string& name) {
+  return name == "cnn" ? Model::Cnn() : Model::Mlp({256, 128}, 0.3);
+}
+
+// n random Fashion-MNIST-shaped examples: pixels in [0, 1), labels in [0, 10).
+Dataset RandomDataset(int n, int seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  Dataset d;
+  d.size = n;
+  d.row = 784;
+  d.images.resize(size_t(n) * 784);
+  for (float& x : d.images) x = pixel(gen);
+  for (int i = 0; i < n; ++i) d.labels.push_back(static_cast<int32_t>(gen() % 10));
+  return d;
+}
+
+// One replica: an executor on a backend, with the dataset uploaded and fresh state.
+struct Replica {
+  std::unique_ptr<StepExecutor> exec;
+  DeviceDataset data;
+};
+
+absl::StatusOr<Replica> MakeReplica(const Model& m, const Optimizer& opt,
+                                    Backend* backend, const Dataset& data, int batch,
+                                    bool graphs, const TrainState& init) {
+  Replica r;
+  ASSIGN_OR_RETURN(r.exec, StepExecutor::Create(m, opt, rng::Impl::kPartitionable, batch,
+                                                backend, nullptr, {}, graphs));
+  ASSIGN_OR_RETURN(r.data, r.exec->Upload(data));
+  RETURN_IF_ERROR(r.exec->SetState(init));
+  return r;
+}
+
+class CudaStepTest
+    : public CudaTest,
+      public ::testing::WithParamInterface<std::tuple<const char*, const char*>> {};
+
+TEST_P(CudaStepTest, StepsMatchTheCpuBackend) {
+  const auto [model_name, opt_name] = GetParam();
+  const Model m = MakeModel(model_name);
+  const Optimizer opt = MakeOptimizer(opt_name);
+  const int batch = 32;
+  const Dataset data = RandomDataset(256, 1);
+  const auto impl = rng::Impl::kPartitionable;
+  TrainingPlan plan(0, 1, impl, data.size, batch, 1);
+  const TrainState init = TrainState::Create(m.Init(plan.init_key(), impl), opt);
+  ASSERT_OK_AND_ASSIGN(Replica cpu,
+                       MakeReplica(m, opt, cpu_.get(), data, batch, true, init));
+  ASSERT_OK_AND_ASSIGN(Replica gpu,
+                       MakeReplica(m, opt, cuda_.get(), data, batch, true, init));
+  for (int s = 0; s < 4; ++s) {
+    const StepPlan p = plan.Next();
+    ASSERT_OK_AND_ASSIGN(StepMetrics want,
+                         cpu.exec->Step(cpu.data, p.indices, p.keys[0]));
+    ASSERT_OK_AND_ASSIGN(StepMetrics got, gpu.exec->Step(gpu.data, p.indices, p.keys[0]));
+    EXPECT_NEAR(got.loss, want.loss, 1e-5 * std::fabs(want.loss)) << "step " << s;
+    EXPECT_NEAR(got.accuracy, want.accuracy, 1.0 / batch + 1e-6) << "step " << s;
+    ASSERT_OK_AND_ASSIGN(auto want_masks, cpu.exec->DropoutMasks());
+    ASSERT_OK_AND_ASSIGN(auto got_masks, gpu.exec->DropoutMasks());
+    EXPECT_EQ(got_masks, want_masks) << "step " << s;
+  }
+  if (std::string(model_name) == "mlp") {
+    ASSERT_OK_AND_ASSIGN(auto masks, gpu.exec->DropoutMasks());
+    EXPECT_EQ(masks.size(), 2u);
+  }
+  ASSERT_OK_AND_ASSIGN(TrainState want, cpu.exec->GetState());
+  ASSERT_OK_AND_ASSIGN(TrainState got, gpu.exec->GetState());
+  EXPECT_EQ(got.step, 4);
+  for (const ParamEntry& e : m.layout().entries()) {
+    EXPECT_LE(RelativeL2({got.params.data() + e.offset, e.size},
+                         {want.params.data() + e.offset, e.size}),
+              1e-5)
+        << e.name;
+    for (size_t i = 0; i < want.slots.size(); ++i) {
+      EXPECT_LE(RelativeL2({got.slots[i].data() + e.offset, e.size},
+                           {want.slots[i].data() + e.offset, e.size}),
+                1e-5)
+          << e.name << " slot " << opt.slots()[i];
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(EvalMetrics want_eval, cpu.exec->Evaluate(cpu.data, 100));
+  ASSERT_OK_AND_ASSIGN(EvalMetrics got_eval, gpu.exec->Evaluate(gpu.data, 100));
+  EXPECT_NEAR(got_eval.loss, want_eval.loss, 1e-5 * want_eval.loss);
+  EXPECT_EQ(got_eval.count, want_eval.count);
+}
+
+// A CUDA graph replays exactly the kernels eager execution runs: bitwise equal.
+TEST_P(CudaStepTest, GraphReplayIsBitwiseEqualToEager) {
+  const auto [model_name, opt_name] = GetParam();
+  const Model m = MakeModel(model_name);
+  const Optimizer opt = MakeOptimizer(opt_name);
+  const int batch = 64;
+  const Dataset data = RandomDataset(512, 2);
+  const auto impl = rng::Impl::kPartitionable;
+  TrainingPlan plan(3, 4, impl, data.size, batch, 1);
+  const TrainState init = TrainState::Create(m.Init(plan.init_key(), impl), opt);
+  ASSERT_OK_AND_ASSIGN(Replica graph,
+                       MakeReplica(m, opt, cuda_.get(), data, batch, true, init));
+  ASSERT_OK_AND_ASSIGN(Replica eager,
+                       MakeReplica(m, opt, cuda_.get(), data, batch, false, init));
+  for (int s = 0; s < 5; ++s) {
+    const StepPlan p = plan.Next();
+    ASSERT_OK_AND_ASSIGN(StepMetrics a,
+                         graph.exec->Step(graph.data, p.indices, p.keys[0]));
+    ASSERT_OK_AND_ASSIGN(StepMetrics b,
+                         eager.exec->Step(eager.data, p.indices, p.keys[0]));
+    EXPECT_EQ(std::memcmp(&a.loss, &b.loss, sizeof(float)), 0) << "step " << s;
+  }
+  ASSERT_OK_AND_ASSIGN(TrainState a, graph.exec->GetState());
+  ASSERT_OK_AND_ASSIGN(TrainState b, eager.exec->GetState());
+  EXPECT_TRUE(testing::Bitwise(a.params, b.params));
+  EXPECT_NE(a.params, init.params);  // the steps did update the params
+  for (size_t i = 0; i < a.slots.size(); ++i)
+    EXPECT_TRUE(testing::Bitwise(a.slots[i], b.slots[i]));
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaStepTest,
+                         ::testing::Combine(::testing::Values("cnn", "mlp"),
+                                            ::testing::Values("adam", "sgd")));
+
+// The golden files (tools/reference, JAX on CPU) through the CUDA backend.
+v1::ModelSpec ModelSpecFromJson(const std::string& json) {
+  auto spec = ParseSpec("{\"model\": " + json + "}", "golden metadata");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec->model();
+}
+
+std::vector<float> Flat(const SafeTensors& st, const Model& m,
+                        const std::string& prefix) {
+  std::vector<float> flat(m.layout().total());
+  for (const ParamEntry& e : m.layout().entries()) {
+    auto v = st.F32(prefix + e.name);
+    EXPECT_TRUE(v.ok()) << prefix + e.name;
+    if (v.ok()) std::copy(v->begin(), v->end(), flat.begin() + e.offset);
+  }
+  return flat;
+}
+
+Dataset GoldenDataset(const SafeTensors& st, const std::string& prefix) {
+  Dataset d;
+  d.images = *st.F32(prefix + ".images");
+  d.labels = *st.I32(prefix + ".labels");
+  d.size = static_cast<int64_t>(d.labels.size());
+  d.row = 784;
+  return d;
+}
+
+class CudaGradGolden : public CudaTest,
+                       public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CudaGradGolden, LossAndEveryGradientWithin1e5OfJax) {
+  const std::string name = GetParam();
+  ASSERT_OK_AND_ASSIGN(SafeTensors g, SafeTensors::Read(GoldenFile("grads.safetensors")));
+  ASSERT_OK_AND_ASSIGN(
+      SafeTensors init,
+      SafeTensors::Read(GoldenFile("init_" + name + "_seed0.safetensors")));
+  ASSERT_OK_AND_ASSIGN(Model m,
+                       Model::FromSpec(ModelSpecFromJson(init.metadata().at("model"))));
+  ASSERT_OK_AND_ASSIGN(
+      auto exec, StepExecutor::Create(m, MakeOptimizer("sgd"), rng::Impl::kPartitionable,
+                                      16, cuda_.get(), nullptr));
+  const Dataset batch = GoldenDataset(g, "batch");
+  ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(batch));
+  TrainState state = TrainState::Create(Flat(init, m, ""), MakeOptimizer("sgd"));
+  ASSERT_OK(exec->SetState(state));
+  rng::Key key{};
+  if (name == "mlp") {
+    auto k = *g.U32("mlp.dropout_key");
+    key = {k[0], k[1]};
+  }
+  std::vector<int32_t> idx(16);
+  std::iota(idx.begin(), idx.end(), 0);
+  ASSERT_OK_AND_ASSIGN(StepMetrics metrics, exec->ComputeGradients(d, idx, key));
+  const float want_loss = (*g.F32(name + ".loss"))[0];
+  EXPECT_NEAR(metrics.loss, want_loss, 1e-5 * std::fabs(want_loss));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> grads, exec->Gradients());
+  const std::vector<float> want = Flat(g, m, name + ".grads.");
+  for (const ParamEntry& e : m.layout().entries()) {
+    EXPECT_LE(
+        RelativeL2({grads.data() + e.offset, e.size}, {want.data() + e.offset, e.size}),
+        1e-5)
+        << e.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaGradGolden, ::testing::Values("cnn", "mlp"));
+
+class CudaTrainGolden : public CudaTest,
+                        public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CudaTrainGolden, TwentyDropoutStepsInAGraphMatchOptax) {
+  ASSERT_OK_AND_ASSIGN(
+      SafeTensors g, SafeTensors::Read(GoldenFile(std::string("train_mlp_") + GetParam() +
+                                                  ".safetensors")));
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec parsed,
+                       ParseSpec(g.metadata().at("spec"), "golden spec"));
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec spec, Validate(parsed));
+  ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(spec.model()));
+  ASSERT_OK_AND_ASSIGN(Optimizer opt, Optimizer::FromSpec(spec.optimizer()));
+  const auto impl = rng::Impl::kPartitionable;
+  const Dataset data = GoldenDataset(g, "data");
+  const int b = static_cast<int>(spec.global_batch_size());
+  TrainingPlan plan(spec.seed(), spec.dropout_seed(), impl, data.size, b, 1);
+  ASSERT_OK_AND_ASSIGN(auto exec,
+                       StepExecutor::Create(m, opt, impl, b, cuda_.get(), nullptr));
+  ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(data));
+  ASSERT_OK(exec->SetState(TrainState::Create(m.Init(plan.init_key(), impl), opt)));
+  const std::vector<float> losses = *g.F32("losses");
+  ASSERT_EQ(losses.size(), spec.steps());
+  for (uint64_t s = 0; s < spec.steps(); ++s) {
+    StepPlan p = plan.Next();
+    ASSERT_OK_AND_ASSIGN(StepMetrics metrics, exec->Step(d, p.indices, p.keys[0]));
+    EXPECT_NEAR(metrics.loss, losses[s], 1e-5 * std::fabs(losses[s])) << "step " << s;
+    ASSERT_OK_AND_ASSIGN(auto masks, exec->DropoutMasks());
+    ASSERT_EQ(masks.size(), 2u);
+    for (size_t i = 0; i < masks.size(); ++i) {
+      EXPECT_EQ(masks[i], *g.U8("masks." + std::to_string(s) + "." + std::to_string(i)))
+          << "step " << s << " dropout " << i;
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(TrainState final_state, exec->GetState());
+  const std::vector<float> want = Flat(g, m, "params.");
+  for (const ParamEntry& e : m.layout().entries()) {
+    EXPECT_LE(RelativeL2({final_state.params.data() + e.offset, e.size},
+                         {want.data() + e.offset, e.size}),
+              1e-5)
+        << e.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, CudaTrainGolden, ::testing::Values("adam", "sgd"));
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,39 @@
+#include "workers/cuda/elementwise.cuh"
+#include "workers/cuda/launch.cuh"
+
+namespace lockstep::cuda {
+namespace {
+
+__global__ void ReluKernel(size_t n, float* x) {
+  for (size_t i = FirstIndex(); i < n; i += Stride()) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+__global__ void ReluBackwardKernel(size_t n, const float* y, float* dy) {
+  for (size_t i = FirstIndex(); i < n; i += Stride()) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+__global__ void DivideKernel(size_t n, float d, float* x) {
+  for (size_t i = FirstIndex(); i < n; i += Stride()) x[i] /= d;
+}
+
+}  // namespace
+
+cudaError_t Relu(size_t n, float* x, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ReluKernel<<<Blocks(n), kThreads, 0, stream>>>(n, x);
+  return cudaGetLastError();
+}
+
+cudaError_t ReluBackward(size_t n, const float* y, float* dy, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ReluBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(n, y, dy);
+  return cudaGetLastError();
+}
+
+cudaError_t Divide(size_t n, float d, float* x, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  DivideKernel<<<Blocks(n), kThreads, 0, stream>>>(n, d, x);
+  return cudaGetLastError();
+}
+
+}  // namespace lockstep::cuda
