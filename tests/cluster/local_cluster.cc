@@ -1,5 +1,6 @@
 #include "tests/cluster/local_cluster.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
