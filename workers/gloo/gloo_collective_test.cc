@@ -225,7 +225,7 @@ TEST(GlooCollectiveTest, StaleAddressFailsCreateWithinConnectTimeout) {
     const int rank = attempt % 2;
     const std::string prefix = absl::StrCat("stale-", attempt);
     // Gloo's keys for the peer: its addresses, and a "rank_" marker.
-    for (const std::string key :
+    for (const std::string& key :
          {absl::StrCat(1 - rank), absl::StrCat("rank_", 1 - rank)}) {
       ASSERT_OK_AND_ASSIGN(std::string value, store.Get(absl::StrCat("earlier/", key),
                                                         absl::ZeroDuration()));
