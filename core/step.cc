@@ -320,21 +320,28 @@ void StepExecutor::Backward(Workspace& ws, int b) {
 }
 
 absl::Status StepExecutor::DeviceStep(Workspace& ws, const DeviceDataset& data, bool update) {
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  const auto t0 = Clock::now();
   Forward(ws, data, local_batch_, true);
   Backward(ws, local_batch_);
+  const auto t1 = Clock::now();
+  timings_.compute = seconds(t0, t1);
   if (!update) return absl::OkStatus();
   const size_t n = model_.layout().total();
   if (collective_ != nullptr && collective_->size() > 1) {
     // pmean: the sum over replicas, then a division (not a multiply) by N, as JAX does.
-    const auto t0 = std::chrono::steady_clock::now();
     RETURN_IF_ERROR(collective_->AllReduceSum(grads_.as(), n, collective_options_));
-    last_allreduce_seconds_ =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     backend_->Divide(n, static_cast<float>(collective_->size()), grads_.as());
   }
+  const auto t2 = Clock::now();
+  timings_.allreduce = seconds(t1, t2);
   std::vector<float*> slots;
   for (Buffer& s : slots_) slots.push_back(s.as());
   optimizer_.Apply(*backend_, n, step_args_.as<AdamScalars>(), grads_.as(), slots, params_.as());
+  timings_.update = seconds(t2, Clock::now());
   return absl::OkStatus();
 }
 
@@ -360,6 +367,7 @@ absl::StatusOr<StepMetrics> StepExecutor::Step(const DeviceDataset& data,
                                                    " samples; this replica's local batch is ",
                                                    local_batch_));
   }
+  const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(Workspace * ws, GetWorkspace(local_batch_, true));
   RETURN_IF_ERROR(Prepare(*ws, data, indices, dropout_key));
   if (use_graphs_ && (graph_ == nullptr || graph_data_ != &data)) {
@@ -380,6 +388,8 @@ absl::StatusOr<StepMetrics> StepExecutor::Step(const DeviceDataset& data,
   }
   ASSIGN_OR_RETURN(StepMetrics m, Finish(*ws, local_batch_));
   ++step_;
+  timings_.total =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return m;
 }
 

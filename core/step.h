@@ -79,8 +79,12 @@ class StepExecutor {
   // deterministic (no dropout), in batches.
   absl::StatusOr<EvalMetrics> Evaluate(const DeviceDataset& data, int batch_size = 1000,
                                        int64_t begin = 0, int64_t end = -1);
-  // Seconds the last Step spent in the all-reduce (0 without a collective).
-  double last_allreduce_seconds() const { return last_allreduce_seconds_; }
+  // Where the last Step's time went, in seconds (host clock: exact for synchronous
+  // backends; with graphs or async backends only `total` is meaningful).
+  struct Timings {
+    double compute = 0, allreduce = 0, update = 0, total = 0;
+  };
+  const Timings& last_timings() const { return timings_; }
 
   const Model& model() const { return model_; }
 
@@ -109,7 +113,7 @@ class StepExecutor {
   CollectiveOptions collective_options_;
   bool use_graphs_;
   int64_t step_ = 0;
-  double last_allreduce_seconds_ = 0;
+  Timings timings_;
   Buffer params_, grads_;
   // Per-step arguments in backend memory: AdamScalars, then one key per Dropout layer.
   Buffer step_args_;

@@ -139,13 +139,16 @@ absl::StatusOr<v1::StepResponse> Replica::Step(const v1::StepRequest& req) {
   }
   resp.set_loss(m->loss);
   resp.set_accuracy(m->accuracy);
-  resp.set_compute_ms(
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  resp.set_allreduce_ms(job->exec->last_allreduce_seconds() * 1000);
+  const StepExecutor::Timings& t = job->exec->last_timings();
+  resp.set_compute_ms(t.compute * 1000);
+  resp.set_allreduce_ms(t.allreduce * 1000);
+  resp.set_update_ms(t.update * 1000);
   if (req.want_checksum()) {
     ASSIGN_OR_RETURN(TrainState s, job->exec->GetState());
     resp.set_param_checksum(ParamChecksum(s.params));
   }
+  resp.set_step_ms(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   DropIfReleased();
   return resp;
 }

@@ -79,7 +79,8 @@ void Usage(FILE* out) {
                 "  status JOB [--json]\n"
                 "  watch JOB [--json]\n"
                 "  cancel JOB [--json]\n"
-                "  workers [--json]\n\n"
+                "  workers [--json]\n"
+                "  health [HOST:PORT]     exit 0 if the server's gRPC health service is SERVING\n\n"
                 "Job commands talk to --coordinator HOST:PORT, else $LOCKSTEP_COORDINATOR, else\n"
                 "the local cluster started by `lockstep cluster up`.\n");
 }
@@ -106,6 +107,7 @@ int main(int argc, char** argv) {
   if (cmd == "watch") return WatchCommand(args);
   if (cmd == "cancel") return CancelCommand(args);
   if (cmd == "workers") return WorkersCommand(args);
+  if (cmd == "health") return HealthCommand(args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") {
     Usage(stdout);
     return 0;

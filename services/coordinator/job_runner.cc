@@ -267,6 +267,10 @@ absl::Status JobRunner::StepLoop(int64_t num_train, int64_t num_test, JobOutcome
     v1::StepEvent e;
     float loss_sum = 0, acc_sum = 0;
     for (int r = 0; r < n; ++r) {
+      e.set_worker_step_ms(std::max(e.worker_step_ms(), got[r].step_ms()));
+      e.set_compute_ms(std::max(e.compute_ms(), got[r].compute_ms()));
+      e.set_allreduce_ms(std::max(e.allreduce_ms(), got[r].allreduce_ms()));
+      e.set_update_ms(std::max(e.update_ms(), got[r].update_ms()));
       if (got[r].step() != done) {
         return stop(WorkerError(r, absl::InternalError(absl::StrCat(
             "answered step ", got[r].step(), " when step ", done, " was due"))));
@@ -284,8 +288,10 @@ absl::Status JobRunner::StepLoop(int64_t num_train, int64_t num_test, JobOutcome
     }
     ++done;
     const auto now = std::chrono::steady_clock::now();
-    step_seconds += std::chrono::duration<double>(now - t_last).count();
+    const double wall = std::chrono::duration<double>(now - t_last).count();
+    step_seconds += wall;
     t_last = now;
+    e.set_wall_ms(wall * 1000);
     if (checksum_due(done)) outcome->param_checksum = got[0].param_checksum();
     e.set_step(done);
     e.set_epoch((done - 1) / spe);

@@ -1,0 +1,251 @@
+"""A thin typed wrapper over the generated JobService stub."""
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import grpc
+import yaml
+from google.protobuf import json_format
+
+try:
+    from lockstep_client._gen.lockstep.v1 import job_pb2, job_pb2_grpc, spec_pb2
+except ImportError as e:  # pragma: no cover - only without generated code
+    raise ImportError(
+        "lockstep_client: the generated gRPC code is missing; run "
+        "`python clients/python/generate.py` (needs grpcio-tools) or reinstall the package"
+    ) from e
+
+Job = job_pb2.Job
+JobSpec = spec_pb2.JobSpec
+JobState = job_pb2.JobState
+StepEvent = job_pb2.StepEvent
+EvalResult = job_pb2.EvalResult
+StateEvent = job_pb2.StateEvent
+WorkerInfo = job_pb2.WorkerInfo
+
+#: States a job never leaves.
+TERMINAL_STATES: frozenset[int] = frozenset({job_pb2.SUCCEEDED, job_pb2.FAILED, job_pb2.CANCELLED})
+
+#: What `Client.submit` accepts: a JobSpec, a dict in protobuf JSON form (as in the YAML
+#: spec files), or the path of a YAML or JSON spec file.
+SpecLike = Union[spec_pb2.JobSpec, Mapping[str, Any], str, os.PathLike[str]]
+
+DEFAULT_ADDRESS = "127.0.0.1:7070"
+_MAX_MESSAGE_BYTES = 16 << 20  # as services/common/net.h
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 10000),
+    ("grpc.keepalive_timeout_ms", 5000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
+
+
+class LockstepError(Exception):
+    """A failed call: `code` is the gRPC status code name (e.g. "INVALID_ARGUMENT",
+    "NOT_FOUND", "UNAVAILABLE", "DEADLINE_EXCEEDED") and `message` the server's text."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+    @classmethod
+    def from_rpc(cls, error: grpc.RpcError) -> LockstepError:
+        """Converts a grpc.RpcError (which is also a grpc.Call) into a LockstepError."""
+        code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
+        details = error.details() if isinstance(error, grpc.Call) else str(error)
+        return cls(code.name, details or "")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of a job's stream: exactly one of `step`, `eval` and `state` is set."""
+
+    unix_ms: int
+    step: StepEvent | None = None
+    eval: EvalResult | None = None
+    state: StateEvent | None = None
+
+    @property
+    def kind(self) -> Literal["step", "eval", "state"]:
+        """Which of the three fields is set."""
+        return "step" if self.step is not None else "eval" if self.eval is not None else "state"
+
+    @classmethod
+    def from_proto(cls, e: job_pb2.JobEvent) -> Event:
+        which = e.WhichOneof("event")
+        return cls(unix_ms=e.unix_ms, **({which: getattr(e, which)} if which else {}))
+
+
+def state_name(state: int) -> str:
+    """"SUCCEEDED" for job_pb2.SUCCEEDED, and so on."""
+    return job_pb2.JobState.Name(state)
+
+
+def resolve_address(address: str | None = None) -> str:
+    """The coordinator's address, as the `lockstep` CLI finds it: `address`, else
+    $LOCKSTEP_COORDINATOR, else the "coordinator" of cluster.json in $LOCKSTEP_CLUSTER_DIR
+    (default .lockstep-cluster, written by `lockstep cluster up`), else 127.0.0.1:7070."""
+    if address:
+        return address
+    if env := os.environ.get("LOCKSTEP_COORDINATOR"):
+        return env
+    record = Path(os.environ.get("LOCKSTEP_CLUSTER_DIR", ".lockstep-cluster")) / "cluster.json"
+    try:
+        return str(json.loads(record.read_text())["coordinator"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return DEFAULT_ADDRESS
+
+
+def load_spec(spec: SpecLike) -> spec_pb2.JobSpec:
+    """A JobSpec from a message (copied), a dict or a YAML/JSON file. Unknown fields and
+    bad values raise LockstepError("INVALID_ARGUMENT") naming the field; a file that
+    cannot be read raises OSError."""
+    if isinstance(spec, spec_pb2.JobSpec):
+        out = spec_pb2.JobSpec()
+        out.CopyFrom(spec)
+        return out
+    if isinstance(spec, (str, os.PathLike)):
+        path = Path(spec)
+        text = path.read_text()
+        try:
+            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        except (ValueError, yaml.YAMLError) as e:
+            raise LockstepError("INVALID_ARGUMENT", f"{path}: {e}") from e
+        if not isinstance(data, Mapping):
+            raise LockstepError("INVALID_ARGUMENT", f"{path}: a spec must be a mapping")
+        spec = data
+    try:
+        return json_format.ParseDict(dict(spec), spec_pb2.JobSpec())
+    except json_format.ParseError as e:
+        raise LockstepError("INVALID_ARGUMENT", str(e)) from e
+
+
+class Client:
+    """A connection to a Lockstep coordinator's JobService.
+
+    Every unary call has a deadline of `timeout` seconds (per call overridable); a failed
+    call raises LockstepError. Use as a context manager, or call close().
+
+        with Client() as c:
+            job = c.submit("examples/mlp.yaml")
+            for event in c.watch(job.id):
+                ...
+            print(c.wait(job.id).last_eval.test_accuracy)
+    """
+
+    def __init__(self, address: str | None = None, timeout: float = 30.0) -> None:
+        self.address = resolve_address(address)
+        self.timeout = timeout
+        self._channel = grpc.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
+        self._stub = job_pb2_grpc.JobServiceStub(self._channel)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the channel; the client is unusable afterwards."""
+        self._channel.close()
+
+    def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
+        try:
+            return method(request, timeout=self.timeout if timeout is None else timeout)
+        except grpc.RpcError as e:
+            raise LockstepError.from_rpc(e) from e
+
+    def submit(self, spec: SpecLike, request_id: str | None = None,
+               timeout: float | None = None) -> job_pb2.Job:
+        """Validates and queues a job; returns it (state QUEUED or later, defaults filled).
+
+        `spec` is a JobSpec, a dict with protobuf JSON field names (as in the YAML spec
+        files) or the path of a YAML/JSON spec file. With `request_id`, resubmitting
+        returns the job the first submission created. An invalid spec raises
+        LockstepError("INVALID_ARGUMENT") naming the field.
+        """
+        message = load_spec(spec)
+        if request_id is not None:
+            message.request_id = request_id
+        return self._call(self._stub.SubmitJob, message, timeout)
+
+    def get(self, job_id: str, timeout: float | None = None) -> job_pb2.Job:
+        """The job's current record; NOT_FOUND if there is none."""
+        return self._call(self._stub.GetJob, job_pb2.GetJobRequest(id=job_id), timeout)
+
+    def list(self, states: Iterable[JobState | str] | None = None, limit: int = 0,
+             timeout: float | None = None) -> builtins.list[job_pb2.Job]:
+        """Jobs, newest first: those in `states` (JobState values such as job_pb2.RUNNING,
+        or names such as "RUNNING"; None: all), at most `limit` of them (0: all)."""
+        try:
+            request = job_pb2.ListJobsRequest(states=builtins.list(states or ()), limit=limit)
+        except (ValueError, TypeError) as e:
+            raise LockstepError("INVALID_ARGUMENT", f"states: {e}") from e
+        return builtins.list(self._call(self._stub.ListJobs, request, timeout).jobs)
+
+    def cancel(self, job_id: str, timeout: float | None = None) -> job_pb2.Job:
+        """Asks the coordinator to cancel the job; returns its record (the state becomes
+        CANCELLED once the workers have stopped). FAILED_PRECONDITION if it had ended."""
+        return self._call(self._stub.CancelJob, job_pb2.CancelJobRequest(id=job_id), timeout)
+
+    def workers(self, timeout: float | None = None) -> builtins.list[job_pb2.WorkerInfo]:
+        """The registered workers and the job each runs ("" when free)."""
+        return list(self._call(self._stub.ListWorkers, job_pb2.ListWorkersRequest(),
+                               timeout).workers)
+
+    def watch(self, job_id: str, from_step: int = 0,
+              timeout: float | None = None) -> Iterator[Event]:
+        """The job's events: history from `from_step` (0: all the coordinator kept), then
+        live events until the job ends, when the iterator stops. A watch lasts as long as
+        the job, so it has no deadline unless `timeout` (seconds, for the whole stream) is
+        given. Leaving the loop early cancels the stream. Errors raise LockstepError."""
+        call = self._stub.WatchJob(job_pb2.WatchJobRequest(id=job_id, from_step=from_step),
+                                   timeout=timeout)
+        try:
+            for event in call:
+                yield Event.from_proto(event)
+        except grpc.RpcError as e:
+            raise LockstepError.from_rpc(e) from e
+        finally:
+            call.cancel()
+
+    def wait(self, job_id: str, timeout: float | None = None) -> job_pb2.Job:
+        """Blocks until the job ends (SUCCEEDED, FAILED or CANCELLED) and returns it.
+        Resumes the watch if the stream breaks (UNAVAILABLE); after `timeout` seconds
+        (None: no limit) raises LockstepError("DEADLINE_EXCEEDED")."""
+        end = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:  # seconds left; raises once the time is up
+            if end is None:
+                return None
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                raise LockstepError("DEADLINE_EXCEEDED", f"{job_id} did not end within {timeout} s")
+            return remaining
+
+        def get() -> job_pb2.Job:
+            return self.get(job_id, timeout=min(self.timeout, left() or self.timeout))
+
+        job = get()
+        while job.state not in TERMINAL_STATES:
+            try:
+                for _ in self.watch(job_id, from_step=job.step + 1, timeout=left()):
+                    pass
+            except LockstepError as e:
+                if e.code not in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+                    raise
+            job = get()
+            if job.state not in TERMINAL_STATES:  # the stream broke: resume shortly
+                time.sleep(min(0.5, left() or 0.5))
+        return job

@@ -1,0 +1,197 @@
+"""Drives a real local cluster (`lockstep cluster up --workers 2 --detach`) from Python.
+
+The binaries come from $LOCKSTEP_BUILD_DIR (default <repo>/build). The cluster is stopped
+with `lockstep cluster down` whatever happens; its logs are printed when a test failed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lockstep_client import (
+    TERMINAL_STATES,
+    Client,
+    Event,
+    JobSpec,
+    LockstepError,
+    job_pb2,
+    load_spec,
+    state_name,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+BUILD = Path(os.environ.get("LOCKSTEP_BUILD_DIR", REPO / "build"))
+LOCKSTEP = BUILD / "clients" / "lockstep"
+
+MLP: dict[str, Any] = {
+    "model": {"kind": "mlp", "hidden": [32]},
+    "optimizer": {"kind": "adam", "learning_rate": 0.001},
+    "global_batch_size": 64,
+    "steps": 60,
+    "workers": 2,
+}
+
+
+def spec(**overrides: Any) -> dict[str, Any]:
+    return {**MLP, **overrides}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory,
+            request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A detached local cluster of a coordinator and 2 workers; yields its directory."""
+    if not LOCKSTEP.is_file():
+        pytest.fail(f"{LOCKSTEP} is missing: build first (scripts/build) or set LOCKSTEP_BUILD_DIR")
+    d = tmp_path_factory.mktemp("cluster")
+    try:
+        up = subprocess.run([str(LOCKSTEP), "cluster", "up", "--workers", "2", "--detach",
+                             "--dir", str(d)], capture_output=True, text=True, timeout=120)
+        assert up.returncode == 0, f"cluster up failed:\n{up.stdout}{up.stderr}"
+        yield d
+    finally:
+        if (d / "cluster.json").exists():
+            subprocess.run([str(LOCKSTEP), "cluster", "down", "--dir", str(d)], timeout=60,
+                           capture_output=True)
+        if request.session.testsfailed:
+            for log in sorted((d / "logs").glob("*.log")):
+                tail = log.read_text(errors="replace").splitlines()[-40:]
+                print(f"--- {log.name} (last lines)", *tail, sep="\n", file=sys.stderr)
+
+
+@pytest.fixture(scope="module")
+def client(cluster: Path) -> Iterator[Client]:
+    address = json.loads((cluster / "cluster.json").read_text())["coordinator"]
+    with Client(address, timeout=10.0) as c:
+        yield c
+
+
+def test_workers(client: Client) -> None:
+    workers = client.workers()
+    assert sorted(w.name for w in workers) == ["worker-0", "worker-1"]
+    assert all(w.device == "cpu" and w.address and w.id for w in workers)
+
+
+def test_address_from_cluster_dir(cluster: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOCKSTEP_COORDINATOR", raising=False)
+    monkeypatch.setenv("LOCKSTEP_CLUSTER_DIR", str(cluster))
+    with Client() as c:
+        assert c.address == json.loads((cluster / "cluster.json").read_text())["coordinator"]
+        assert len(c.workers()) == 2
+    monkeypatch.setenv("LOCKSTEP_COORDINATOR", "10.1.2.3:4")
+    assert Client().address == "10.1.2.3:4"
+    assert Client("h:1").address == "h:1"
+
+
+def test_submit_and_watch_to_success(client: Client) -> None:
+    job = client.submit(spec(name="py-mlp"))
+    assert job.id and job.spec.name == "py-mlp" and job.spec.steps == 60
+    assert job.spec.dataset.path  # defaults filled in by the coordinator
+
+    events: list[Event] = list(client.watch(job.id, timeout=60))
+    steps = [e.step for e in events if e.step is not None]
+    assert [s.step for s in steps] == list(range(1, 61)), "step events missing or out of order"
+    assert all(s.total_steps == 60 and len(s.local_losses) == 2 for s in steps)
+    first, last = [s.loss for s in steps[:10]], [s.loss for s in steps[-10:]]
+    assert sum(last) / 10 < 0.8 * sum(first) / 10, f"loss did not decrease: {first} -> {last}"
+    states = [e.state.state for e in events if e.state is not None]
+    assert states[-1] == job_pb2.SUCCEEDED and events[-1].kind == "state"
+    assert all(e.unix_ms > 0 for e in events)
+
+    done = client.wait(job.id, timeout=30)
+    assert state_name(done.state) == "SUCCEEDED"
+    assert done.step == 60 and done.last_loss == pytest.approx(steps[-1].loss)
+    assert list(done.workers) and done.param_checksum != 0
+    assert client.get(job.id) == done
+
+
+def test_cancel_mid_run(client: Client) -> None:
+    job = client.submit(spec(name="py-long", model={"kind": "mlp", "hidden": [256, 256]},
+                             steps=1_000_000))
+    seen: list[int] = []
+    final_state = None
+    for event in client.watch(job.id, timeout=60):
+        if event.step is not None:
+            seen.append(event.step.step)
+            if len(seen) == 3:
+                client.cancel(job.id)
+        elif event.state is not None:
+            final_state = event.state.state
+    assert seen[:3] == [1, 2, 3] and seen == sorted(seen)
+    assert final_state == job_pb2.CANCELLED
+    done = client.wait(job.id, timeout=30)
+    assert done.state == job_pb2.CANCELLED and 3 <= done.step < 1_000_000
+    # An ended job cannot be cancelled again; the workers are free again.
+    with pytest.raises(LockstepError) as e:
+        client.cancel(job.id)
+    assert e.value.code == "FAILED_PRECONDITION"
+    deadline = time.monotonic() + 15
+    while any(w.job_id for w in client.workers()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(w.job_id for w in client.workers())
+
+
+@pytest.mark.parametrize("bad, field", [
+    (spec(model={"kind": "rnn"}), "model.kind"),                               # server
+    (spec(optimizer={"kind": "adam", "learning_rate": -1}), "optimizer.learning_rate"),
+    (spec(model={"kind": "mlp", "hiden": [32]}), "hiden"),                     # client: unknown
+    (spec(steps="many"), "steps"),                                             # client: bad value
+])
+def test_invalid_spec(client: Client, bad: dict[str, Any], field: str) -> None:
+    with pytest.raises(LockstepError) as e:
+        client.submit(bad)
+    assert e.value.code == "INVALID_ARGUMENT"
+    assert field in e.value.message
+
+
+def test_errors(client: Client) -> None:
+    with pytest.raises(LockstepError) as e:
+        client.get("job-does-not-exist")
+    assert e.value.code == "NOT_FOUND"
+    with pytest.raises(LockstepError) as e:
+        list(client.watch("job-does-not-exist", timeout=10))
+    assert e.value.code == "NOT_FOUND"
+    with pytest.raises(LockstepError) as e:
+        client.list(states=["NO_SUCH_STATE"])
+    assert e.value.code == "INVALID_ARGUMENT"
+    with Client("127.0.0.1:1", timeout=2) as nobody:
+        with pytest.raises(LockstepError) as e:
+            nobody.workers()
+        assert e.value.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+
+
+def test_request_id_is_idempotent(client: Client, tmp_path: Path) -> None:
+    # A YAML file as a user writes it (PyYAML reads 1e-3 as a string: protobuf's JSON
+    # mapping accepts it).
+    path = tmp_path / "small.yaml"
+    path.write_text("name: py-idem\nmodel: {kind: mlp, hidden: [16]}\n"
+                    "optimizer: {kind: sgd, learning_rate: 1e-3, momentum: 0.9}\n"
+                    "global_batch_size: 32\nsteps: 5\nworkers: 2\n")
+    rid = f"py-{uuid.uuid4()}"
+    before = len(client.list())
+    first = client.submit(path, request_id=rid)
+    again = client.submit(str(path), request_id=rid)
+    message = load_spec(spec(steps=7))  # a JobSpec message, another spec: the first job wins
+    message.request_id = rid
+    assert isinstance(message, JobSpec)
+    third = client.submit(message)
+    assert first.id == again.id == third.id
+    assert len(client.list()) == before + 1
+    done = client.wait(first.id, timeout=30)
+    assert done.state == job_pb2.SUCCEEDED and done.spec.optimizer.learning_rate == 1e-3
+    assert client.list(limit=1)[0].id == first.id
+    succeeded = client.list(states=["SUCCEEDED", job_pb2.FAILED])
+    assert first.id in [j.id for j in succeeded]
+    assert all(j.state in TERMINAL_STATES for j in succeeded)
+    assert not client.list(states=[job_pb2.RUNNING, job_pb2.QUEUED])
+    other = client.submit(path, request_id=rid + "-2")
+    assert other.id != first.id
+    assert client.wait(other.id, timeout=30).state == job_pb2.SUCCEEDED
