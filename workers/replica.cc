@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstring>
 
+#include <spdlog/spdlog.h>
+
 #include "absl/strings/str_cat.h"
 #include "core/plan.h"
 #include "core/status_macros.h"
@@ -65,8 +67,14 @@ absl::StatusOr<v1::PrepareResponse> Replica::Prepare(const v1::PrepareHeader& h,
                                                      const std::string& state) {
   absl::MutexLock lock(&mu_);
   DropIfReleased();
+  if (job_ && job_->id == h.job_id()) {
+    return absl::AlreadyExistsError(absl::StrCat("job ", h.job_id(), " is already prepared"));
+  }
   if (job_) {
-    return absl::FailedPreconditionError(absl::StrCat("busy with job ", job_->id));
+    // The coordinator is the single writer of job state: if it hands this worker a new
+    // job, the old one is over (e.g. the coordinator restarted without releasing it).
+    spdlog::warn("dropping job {} for job {}", job_->id, h.job_id());
+    job_.reset();
   }
   ASSIGN_OR_RETURN(Model model, Model::FromSpec(h.spec().model()));
   ASSIGN_OR_RETURN(Optimizer optimizer, Optimizer::FromSpec(h.spec().optimizer()));

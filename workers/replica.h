@@ -39,6 +39,7 @@ class Replica {
 
   // `state` holds params then optimizer slots as float32 bytes. Loads the dataset named
   // by the spec (FAILED_PRECONDITION naming the path if missing) and joins the collective.
+  // A job still held is dropped: the coordinator decides what runs where.
   absl::StatusOr<v1::PrepareResponse> Prepare(const v1::PrepareHeader& header,
                                               const std::string& state);
   // Steps must come in order: ABORTED if `step` is not the replica's next one.
