@@ -14,6 +14,9 @@ namespace {
 // cuBLAS's recommended workspace on Hopper (4 MiB suffices before it). Set explicitly
 // so that GEMMs allocate nothing while a graph is being captured.
 constexpr size_t kCublasWorkspace = size_t{32} << 20;
+// Synchronize() with a watch polls the stream: spinning at first (steps are short),
+// then sleeping between polls.
+constexpr absl::Duration kSpin = absl::Milliseconds(2);
 // How long Synchronize() still waits for the stream to drain after its watch failed.
 constexpr absl::Duration kDrainGrace = absl::Seconds(10);
 
@@ -101,8 +104,11 @@ CudaBackend::~CudaBackend() {
 
 std::string CudaBackend::Name() const { return absl::StrCat("cuda:", device_); }
 
+// Sets the device only when it differs: the common case costs one cudaGetDevice.
 absl::Status CudaBackend::Activate() {
-  CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  int current = -1;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+  if (current != device_) CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   return absl::OkStatus();
 }
 
@@ -111,11 +117,12 @@ void CudaBackend::RecordError(absl::Status status) {
 }
 
 absl::StatusOr<Buffer> CudaBackend::Allocate(size_t bytes) {
+  if (bytes == 0) return Buffer();
   RETURN_IF_ERROR(Activate());
   void* p = nullptr;
   CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes));
   Buffer buffer(p, bytes, [](void* q) { cudaFree(q); });
-  if (bytes > 0) CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p, 0, bytes, stream_));
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p, 0, bytes, stream_));
   return buffer;
 }
 
@@ -135,9 +142,11 @@ absl::Status CudaBackend::CopyToDevice(void* dst, const void* host, size_t bytes
   return absl::OkStatus();
 }
 
+// Into pageable memory the copy returns only once done, so it would wait for all queued
+// work without a bound; waiting in Synchronize() first keeps a watched wait bounded.
 absl::Status CudaBackend::CopyToHost(void* host, const void* src, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(Activate());
+  RETURN_IF_ERROR(Synchronize());
   CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
   return absl::OkStatus();
@@ -175,7 +184,11 @@ absl::Status CudaBackend::WaitWatched() {
     } else if (waited > kDrainGrace) {
       return watch_error;
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    if (waited < kSpin) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
 }
 

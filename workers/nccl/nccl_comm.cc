@@ -84,7 +84,8 @@ absl::Status NcclComm::Await(absl::Duration timeout, const char* what) {
     if (state == ncclSuccess) return absl::OkStatus();
     if (state != ncclInProgress) {
       const absl::Status failed = NcclStatus(state, what, __FILE__, __LINE__, comm_);
-      Abort(absl::UnavailableError(absl::StrCat(Describe(), ": ", failed.message())));
+      Abort(
+          absl::Status(failed.code(), absl::StrCat(Describe(), ": ", failed.message())));
       return error_;
     }
     if (absl::Now() > deadline) {

@@ -22,8 +22,8 @@ class NcclComm final : public AbortableComm {
   // Rank 0 calls ncclGetUniqueId and Set()s it (hex) under `key`; the other ranks Get()
   // it. Then ncclCommInitRankConfig, non-blocking, on the calling thread's current CUDA
   // device, awaited for at most `timeout`. Errors: DEADLINE_EXCEEDED naming the key or
-  // the init (which is then aborted); UNAVAILABLE when NCCL fails (a peer is lost);
-  // INVALID_ARGUMENT for a malformed id in the store.
+  // the init (which is then aborted); NCCL's error otherwise (NcclStatus: UNAVAILABLE
+  // when a peer is lost); INVALID_ARGUMENT for a malformed id in the store.
   static absl::StatusOr<std::unique_ptr<NcclComm>> Create(int rank, int size,
                                                           Store* store,
                                                           const std::string& key,
@@ -39,7 +39,7 @@ class NcclComm final : public AbortableComm {
 
   // Waits until the communicator's last call is no longer in progress (non-blocking
   // communicators answer ncclInProgress while they enqueue). On an error, or after
-  // `timeout`, aborts: UNAVAILABLE or DEADLINE_EXCEEDED naming `what`.
+  // `timeout`, aborts: NCCL's error (NcclStatus) or DEADLINE_EXCEEDED, naming `what`.
   absl::Status Await(absl::Duration timeout, const char* what);
 
   absl::Status AsyncError() override;

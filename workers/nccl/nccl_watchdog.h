@@ -11,6 +11,9 @@
 #ifndef LOCKSTEP_WORKERS_NCCL_NCCL_WATCHDOG_H_
 #define LOCKSTEP_WORKERS_NCCL_NCCL_WATCHDOG_H_
 
+#include <string>
+#include <utility>
+
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 
