@@ -6,8 +6,10 @@
 #
 #   workers/cuda/gpu_check.sh pack [BUILD_DIR]   # here; writes BUILD_DIR/gpu_check.tar.xz
 #   workers/cuda/gpu_check.sh run [BUILD_DIR]    # on the GPU machine, in the repo root;
-#                                                # logs to $OUT (or ./gpu_check_logs)
-# BUILD_DIR defaults to build-cuda (configure it with nvcc found).
+#                                                # logs to $OUT (or /tmp/gpu_check_logs)
+# BUILD_DIR defaults to build-cuda (configured for Hopper, sm_90, when missing). With the
+# device tool: carry ["build-cuda/gpu_check.tar.xz"], command
+# "workers/cuda/gpu_check.sh run", timeout_s about 420 (the tests take well under that).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mode=${1:-}
@@ -17,6 +19,9 @@ tests="backend_factory_test cuda_backend_test nccl_collective_test cuda_step_tes
 
 pack() {
   set -e
+  if [ ! -f "$build/build.ninja" ]; then
+    cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
+  fi
   ninja -C "$build" $tests
   local stage="$build/gpu_check"
   rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib" "$stage/fallback"
@@ -42,7 +47,7 @@ find_lib_dir() {
 }
 
 run() {
-  local out=${OUT:-$root/gpu_check_logs}
+  local out=${OUT:-/tmp/gpu_check_logs}
   mkdir -p "$out"
   local tmp
   tmp=$(mktemp -d)
