@@ -66,8 +66,8 @@ run() {
   fi
   # One process, one GPU: NCCL needs no network, so it bootstraps over loopback.
   export LOCKSTEP_SOURCE_DIR="$root" NCCL_DEBUG=${NCCL_DEBUG:-WARN} NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
-  nvidia-smi -L 2>&1 || true
-  local failed=0
+  local failed=0 gpu=0
+  nvidia-smi -L 2>&1 && gpu=1
   for t in $tests; do
     local bin="$tmp/gpu_check/bin/$t"
     ldd "$bin" | grep "not found" && failed=1
@@ -76,7 +76,8 @@ run() {
       grep -E "^\[  (FAILED|PASSED) |^\[  SKIPPED \] [0-9]|Failure|Which is|actual|Expected|error" |
       head -80
     local rc=${PIPESTATUS[0]}
-    grep -m1 -A1 "Skipped$" "$out/$t.log"  # why tests skipped, if they did
+    # Why tests skipped, if they did: on a machine with a GPU that is a failure.
+    grep -m1 "no usable GPU" "$out/$t.log" && [ "$gpu" -eq 1 ] && failed=1
     echo "=== $t exit $rc"
     [ "$rc" -ne 0 ] && failed=1
   done
