@@ -46,8 +46,11 @@ absl::StatusOr<int> CudaDeviceCount() {
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess) {
     (void)cudaGetLastError();
+    const bool no_driver =
+        error == cudaErrorInsufficientDriver || error == cudaErrorInitializationError;
     return absl::FailedPreconditionError(
-        absl::StrCat("no CUDA device: ", cudaGetErrorString(error)));
+        absl::StrCat("no CUDA device: ", no_driver ? "no usable CUDA driver (" : "",
+                     cudaGetErrorString(error), no_driver ? ")" : ""));
   }
   return count;
 }

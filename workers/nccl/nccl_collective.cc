@@ -46,8 +46,14 @@ class NcclCollective final : public Collective {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(backend_->stream(), &capture));
     watchdog_.Arm(options.timeout);
-    NCCL_RETURN_IF_ERROR(ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_->get(),
-                                       backend_->stream()));
+    const ncclResult_t result = ncclAllReduce(data, data, n, ncclFloat, ncclSum,
+                                              comm_->get(), backend_->stream());
+    if (result != ncclSuccess && result != ncclInProgress) {
+      const absl::Status status =
+          NcclStatus(result, "ncclAllReduce", __FILE__, __LINE__, comm_->get());
+      if (absl::IsUnavailable(status)) comm_->Abort(status);  // a peer is lost
+      return status;
+    }
     RETURN_IF_ERROR(comm_->Await(options.timeout, "ncclAllReduce"));
     if (capture != cudaStreamCaptureStatusNone) return absl::OkStatus();
     return backend_->Synchronize();
