@@ -1,0 +1,465 @@
+#!/usr/bin/env python3
+"""Checks that the deployment files configure the servers the way the binaries accept.
+
+For every container of the rendered Kubernetes overlays and every service of the compose
+file, it takes the command, arguments, environment, ports and probes, and starts the real
+binary from the build tree with them (cluster service names become 127.0.0.1, the pod IP
+127.0.0.1, volume paths a temporary directory). It checks that:
+  - every LOCKSTEP_* variable names a flag of that binary (the servers ignore the others);
+  - the binary starts (no unknown flag, no bad value) and keeps running;
+  - it listens on each port the container declares, and each probe's port answers the
+    gRPC health check with SERVING (`lockstep health`), and so does the image's own
+    health check (docker/healthcheck);
+  - it stops cleanly on SIGTERM within the grace period.
+With --doc it also checks deploy/CONFIGURATION.md against the binaries' flags, and that
+each flag's LOCKSTEP_* variable really sets it.
+
+The servers are started inside a private network namespace where one can be made (root
+or user namespaces), so the manifests' fixed ports never collide with anything else.
+
+Usage: manifest_args_test.py --build BUILD_DIR [--doc] [--compose] [--k8s]
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SKIP = 77
+failures = []
+
+
+def fail(msg):
+    print(f"FAIL: {msg}")
+    failures.append(msg)
+
+
+def binaries(build):
+    return {
+        "lockstep-coordinator": os.path.join(build, "services", "lockstep-coordinator"),
+        "lockstep-worker": os.path.join(build, "services", "lockstep-worker"),
+        "lockstep": os.path.join(build, "clients", "lockstep"),
+    }
+
+
+def help_entries(path, env=None):
+    """{flag: help text} for the flags defined in services/ (not absl's own): --helpfull."""
+    out = subprocess.run([path, "--helpfull"], capture_output=True, text=True, timeout=30,
+                         env=env)
+    entries, own, current = {}, False, None
+    for line in (out.stdout + out.stderr).splitlines():
+        if line.strip().startswith("Flags from "):
+            own, current = "/services/" in line, None
+            continue
+        m = re.match(r"    --(\w+) \(", line)
+        if m:
+            current = m.group(1) if own else None
+            if current:
+                entries[current] = line
+        elif current and line.startswith("      "):
+            entries[current] += " " + line.strip()
+        else:
+            current = None
+    return entries
+
+
+_flag_cache = {}
+
+
+def server_flags(path):
+    """{name: default as --helpfull prints it} for a server binary's own flags."""
+    if path not in _flag_cache:
+        flags = {}
+        for name, text in help_entries(path).items():
+            m = re.search(r"; default: (.*?);", text)
+            flags[name] = m.group(1) if m else None
+        _flag_cache[path] = flags
+    return _flag_cache[path]
+
+
+# ---------------------------------------------------------------------------- namespaces
+
+def in_private_netns():
+    return os.environ.get("LOCKSTEP_DEPLOY_NETNS") == "1"
+
+
+def reexec_in_netns():
+    """Runs this script again in a new network namespace with loopback up, if possible."""
+    if in_private_netns() or not shutil.which("unshare"):
+        return None
+    script = "ip link set lo up 2>/dev/null || ifconfig lo up 2>/dev/null; exec \"$@\""
+    env = dict(os.environ, LOCKSTEP_DEPLOY_NETNS="1")
+    for flags in (["--net"], ["--net", "--map-root-user"]):
+        probe = subprocess.run(["unshare", *flags, "true"], capture_output=True)
+        if probe.returncode == 0:
+            cmd = ["unshare", *flags, "sh", "-c", script, "sh", sys.executable, *sys.argv]
+            return subprocess.run(cmd, env=env).returncode
+    return None
+
+
+# ---------------------------------------------------------------------------- processes
+
+def listening_ports():
+    ports = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                next(f)
+                for line in f:
+                    parts = line.split()
+                    if parts[3] == "0A":  # LISTEN
+                        ports.add(int(parts[1].rsplit(":", 1)[1], 16))
+        except OSError:
+            pass
+    return ports
+
+
+def health(cli, port, timeout=2):
+    r = subprocess.run([cli, "health", f"127.0.0.1:{port}", "--timeout", str(timeout)],
+                       capture_output=True, text=True, timeout=timeout + 10)
+    return r.returncode == 0, (r.stdout + r.stderr).strip()
+
+
+class Server:
+    """A binary started with a container's command, arguments and environment."""
+
+    def __init__(self, label, argv, env, log_dir):
+        self.label = label
+        self.log_path = os.path.join(log_dir, re.sub(r"\W+", "_", label) + ".log")
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(argv, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def output(self):
+        self.log.flush()
+        with open(self.log_path) as f:
+            return f.read()
+
+    def stop(self, grace_s):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                fail(f"{self.label}: still running {grace_s}s after SIGTERM")
+                return
+            if self.proc.returncode != 0:
+                fail(f"{self.label}: exit code {self.proc.returncode} after SIGTERM")
+        self.log.close()
+
+
+# ---------------------------------------------------------------------------- containers
+
+class Container:
+    """What a workload runs: argv, environment, declared ports and probe ports."""
+
+    def __init__(self, label, command, env, ports, probes, mounts, grace_s):
+        self.label, self.command, self.env = label, command, env
+        self.ports, self.probes, self.mounts, self.grace_s = ports, probes, mounts, grace_s
+
+
+def k8s_containers(rendered):
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    services = {d["metadata"]["name"] for d in docs if d["kind"] == "Service"}
+    configmaps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"}
+    out = []
+    for d in docs:
+        if d["kind"] not in ("Deployment", "StatefulSet", "DaemonSet", "Job"):
+            continue
+        pod = d["spec"]["template"]["spec"]
+        for c in pod.get("containers", []):
+            label = f'{d["kind"]}/{d["metadata"]["name"]}/{c["name"]}'
+            env = {}
+            for src in c.get("envFrom", []):
+                ref = src.get("configMapRef", {}).get("name")
+                if ref not in configmaps:
+                    fail(f"{label}: envFrom names ConfigMap {ref}, which is not rendered")
+                    continue
+                env.update(configmaps[ref])
+            for e in c.get("env", []):
+                if "value" in e:
+                    env[e["name"]] = e["value"]
+                elif "fieldRef" in e.get("valueFrom", {}):
+                    path = e["valueFrom"]["fieldRef"]["fieldPath"]
+                    env[e["name"]] = {"status.podIP": "127.0.0.1",
+                                      "metadata.name": f'{d["metadata"]["name"]}-0'}.get(path, "x")
+                else:
+                    fail(f"{label}: env {e['name']} has a source this test does not know")
+            ports = {p["containerPort"]: p.get("name") for p in c.get("ports", [])}
+            names = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
+            probes = []
+            for kind in ("readinessProbe", "livenessProbe", "startupProbe"):
+                probe = c.get(kind)
+                if not probe:
+                    continue
+                if "grpc" not in probe:
+                    fail(f"{label}: {kind} is not a grpc probe")
+                    continue
+                port = probe["grpc"]["port"]
+                probes.append((kind, names.get(port, port)))
+            mounts = [m["mountPath"] for m in c.get("volumeMounts", [])]
+            command = list(c.get("command", [])) + list(c.get("args", []))
+            out.append(Container(label, command, env, ports, probes, mounts,
+                                 pod.get("terminationGracePeriodSeconds", 30)))
+    return out, services
+
+
+def compose_containers(rendered):
+    doc = yaml.safe_load(rendered)
+    services = set(doc["services"])
+    out = []
+    for name, svc in doc["services"].items():
+        command = svc.get("command", [])
+        if isinstance(command, str):
+            command = command.split()
+        env = svc.get("environment", {})
+        if isinstance(env, list):
+            env = dict(item.split("=", 1) for item in env)
+        ports = {}
+        for p in svc.get("ports", []):
+            target = int(p["target"]) if isinstance(p, dict) else int(str(p).rsplit(":", 1)[1])
+            ports[target] = "published"
+        mounts = []
+        for v in svc.get("volumes", []):
+            mounts.append(v["target"] if isinstance(v, dict) else v.split(":")[1])
+        grace = svc.get("stop_grace_period", "10s")
+        grace_s = int(re.sub(r"\D", "", str(grace)) or 10)
+        out.append(Container(f"compose/{name}", command, {k: str(v) for k, v in env.items()},
+                             ports, [], mounts, grace_s))
+    return out, services
+
+
+def image_env():
+    """The ENV the CPU image sets (docker/Dockerfile's runtime stage)."""
+    env = {}
+    with open(os.path.join(ROOT, "docker", "Dockerfile")) as f:
+        text = f.read().split("AS runtime", 1)[1]
+    for m in re.finditer(r"^ENV (.*?)(?<!\\)$", text, re.M | re.S):
+        for k, v in re.findall(r"(\w+)=(\S+)", m.group(1)):
+            env[k] = v
+    return env
+
+
+def localize(value, services, tmp, mounts):
+    """Cluster names to 127.0.0.1; paths under a volume (or /tmp) into the temp dir."""
+    for svc in sorted(services, key=len, reverse=True):
+        value = re.sub(r"(?<![\w.-])%s(\.[\w.-]+)?:" % re.escape(svc), "127.0.0.1:", value)
+    for m in sorted(set(mounts) | {"/tmp", "/var/lib/lockstep"}, key=len, reverse=True):
+        if value == m or value.startswith(m.rstrip("/") + "/"):
+            return os.path.join(tmp, value.lstrip("/"))
+    return value
+
+
+def check_container(c, services, bins, tmp, with_image_env):
+    print(f"== {c.label}: {' '.join(c.command)}")
+    if not c.command or c.command[0] not in ("lockstep-coordinator", "lockstep-worker"):
+        fail(f"{c.label}: command {c.command} does not start a Lockstep server")
+        return None
+    binary = bins[c.command[0]]
+    flags = server_flags(binary)
+    for key in sorted(c.env):
+        if key.startswith("LOCKSTEP_") and key[len("LOCKSTEP_"):].lower() not in flags:
+            fail(f"{c.label}: {key} names no flag of {c.command[0]} (it would be ignored)")
+    for arg in c.command[1:]:
+        m = re.match(r"--(\w+)", arg)
+        if m and m.group(1) not in flags:
+            fail(f"{c.label}: argument {arg} is no flag of {c.command[0]}")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp}
+    if with_image_env:
+        env.update(image_env())
+    env.update(c.env)
+    if env.get("LOCKSTEP_DEVICE", "cpu").startswith("cuda") and not os.path.exists("/dev/nvidia0"):
+        print(f"   {c.label}: LOCKSTEP_DEVICE={env['LOCKSTEP_DEVICE']} run as cpu (no GPU here)")
+        env["LOCKSTEP_DEVICE"] = "cpu"
+    env = {k: localize(v, services, tmp, c.mounts) for k, v in env.items()}
+    env.setdefault("LOCKSTEP_PORT_FILE", os.path.join(tmp, "port"))
+    argv = [binary] + [localize(a, services, tmp, c.mounts) for a in c.command[1:]]
+    for k, v in env.items():
+        if k in ("LOCKSTEP_STATE_DIR",):
+            os.makedirs(v, exist_ok=True)
+        if k == "LOCKSTEP_PORT_FILE":
+            os.makedirs(os.path.dirname(v), exist_ok=True)
+    shown = " ".join(f"{k}={v}" for k, v in sorted(env.items()) if k.startswith("LOCKSTEP_"))
+    print(f"   start: {shown} {' '.join(argv)}")
+    server = Server(c.label, argv, env, tmp)
+    return server, env
+
+
+def wait_serving(c, server, env, bins):
+    cli = bins["lockstep"]
+    ports = list(c.ports) + [p for _, p in c.probes]
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if server.proc.poll() is not None:
+            fail(f"{c.label}: exited with {server.proc.returncode} at start:\n{server.output()}")
+            return
+        if all(p in listening_ports() for p in ports) and os.path.exists(env["LOCKSTEP_PORT_FILE"]):
+            break
+        time.sleep(0.2)
+    listening = listening_ports()
+    for port in c.ports:
+        if port not in listening:
+            fail(f"{c.label}: declares port {port} but does not listen on it:\n{server.output()}")
+    for kind, port in c.probes:
+        ok, text = health(cli, port)
+        print(f"   {kind} grpc port {port}: {text}")
+        if not ok:
+            fail(f"{c.label}: {kind} on port {port} is not SERVING: {text}")
+    # The image's HEALTHCHECK (docker/healthcheck) finds the port through the port file.
+    hc = subprocess.run([os.path.join(ROOT, "docker", "healthcheck")], capture_output=True, text=True,
+                        env=dict(env, PATH=os.path.dirname(cli) + ":" + env["PATH"]), timeout=20)
+    print(f"   image health check: {(hc.stdout + hc.stderr).strip()}")
+    if hc.returncode != 0:
+        fail(f"{c.label}: the image's health check fails: {hc.stdout}{hc.stderr}")
+    time.sleep(1)
+    if server.proc.poll() is not None:
+        fail(f"{c.label}: exited with {server.proc.returncode}:\n{server.output()}")
+
+
+def check_registered(n, port_file, bins):
+    """The workers reached the coordinator through the address their manifest gives."""
+    with open(port_file) as f:
+        address = f"127.0.0.1:{f.read().strip()}"
+    deadline, seen = time.time() + 20, 0
+    while time.time() < deadline:
+        r = subprocess.run([bins["lockstep"], "workers", "--json", "--coordinator", address],
+                           capture_output=True, text=True, timeout=40)
+        if r.returncode == 0:
+            seen = len(json.loads(r.stdout or "{}").get("workers", []))
+            if seen >= n:
+                print(f"   {seen} worker(s) registered with the coordinator")
+                return
+        time.sleep(0.5)
+    fail(f"{n} worker(s) started, {seen} registered with the coordinator")
+
+
+def run_set(name, containers, services, bins, with_image_env):
+    print(f"# {name}")
+    # Coordinators first: workers resolve the coordinator's address when they start.
+    containers.sort(key=lambda c: c.command[:1] != ["lockstep-coordinator"])
+    with tempfile.TemporaryDirectory(prefix="lockstep-manifest-") as tmp:
+        started, coordinator_port_file = [], None
+        for c in containers:
+            sub = os.path.join(tmp, re.sub(r"\W+", "_", c.label))
+            os.makedirs(sub)
+            r = check_container(c, services, bins, sub, with_image_env)
+            if r:
+                server, env = r
+                started.append((c, server))
+                wait_serving(c, server, env, bins)
+                if c.command[0] == "lockstep-coordinator":
+                    coordinator_port_file = env["LOCKSTEP_PORT_FILE"]
+        workers = [s for c, s in started if c.command[0] == "lockstep-worker"]
+        if workers and coordinator_port_file:
+            check_registered(len(workers), coordinator_port_file, bins)
+        for c, server in reversed(started):
+            server.stop(c.grace_s)
+            if server.proc.returncode == 0:
+                print(f"   {c.label}: stopped cleanly on SIGTERM")
+
+
+def render_k8s(overlay):
+    kubectl = shutil.which("kubectl")
+    if not kubectl:
+        print("SKIP: kubectl not found")
+        sys.exit(SKIP)
+    return subprocess.run([kubectl, "kustomize", os.path.join(ROOT, "deploy", "k8s", "overlays", overlay)],
+                          check=True, capture_output=True, text=True).stdout
+
+
+def render_compose():
+    if not shutil.which("docker-compose"):
+        print("SKIP: docker-compose not found")
+        sys.exit(SKIP)
+    return subprocess.run(["docker-compose", "-f", os.path.join(ROOT, "docker-compose.yml"), "config"],
+                          check=True, capture_output=True, text=True, cwd=ROOT).stdout
+
+
+# ---------------------------------------------------------------------------- the doc
+
+def check_doc(bins):
+    path = os.path.join(ROOT, "deploy", "CONFIGURATION.md")
+    rows = {}
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"\| (coordinator|worker) \| `--(\w+)` \| `(\w+)` \| (.*?) \|", line)
+            if m:
+                rows[(m.group(1), m.group(2))] = (m.group(3), m.group(4))
+    for role in ("coordinator", "worker"):
+        binary = bins[f"lockstep-{role}"]
+        flags = server_flags(binary)
+        documented = {f for r, f in rows if r == role}
+        for missing in sorted(set(flags) - documented):
+            fail(f"CONFIGURATION.md: {role} flag --{missing} is not in the table")
+        for extra in sorted(documented - set(flags)):
+            fail(f"CONFIGURATION.md: {role} has no flag --{extra}")
+        for flag in sorted(set(flags) & documented):
+            env, default = rows[(role, flag)]
+            if env != "LOCKSTEP_" + flag.upper():
+                fail(f"CONFIGURATION.md: --{flag} is documented as {env}")
+            real = flags[flag].strip('"') if flags[flag] else ""
+            doc = default.strip("`")
+            if real and doc != real:
+                fail(f"CONFIGURATION.md: {role} --{flag} default {doc}, the binary says {real}")
+            if not real and not doc.startswith("("):
+                fail(f"CONFIGURATION.md: {role} --{flag} has no default, the table says {doc}")
+            # The variable must really set the flag: --helpfull then shows "currently".
+            value = "7" if re.fullmatch(r"-?\d+", real or "x") else "probe-value"
+            text = help_entries(binary, dict(os.environ, **{env: value})).get(flag, "")
+            m = re.search(r"; currently: (.*?);", text)
+            if not m or m.group(1).strip('"') != value:
+                fail(f"{role}: {env}={value} does not set --{flag}")
+        print(f"# CONFIGURATION.md: {len(documented)} {role} flags match lockstep-{role}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--k8s", action="store_true")
+    ap.add_argument("--compose", action="store_true")
+    ap.add_argument("--doc", action="store_true")
+    args = ap.parse_args()
+    bins = binaries(os.path.abspath(args.build))
+    for name, path in bins.items():
+        if not os.access(path, os.X_OK):
+            print(f"FAIL: {path} is not built")
+            return 1
+    if (args.k8s or args.compose) and not in_private_netns():
+        rc = reexec_in_netns()
+        if rc is not None:
+            return rc
+        print("note: no private network namespace; using this machine's ports")
+    if args.doc:
+        check_doc(bins)
+    if args.k8s or args.compose:
+        rendered = {}
+        if args.k8s:
+            for overlay in ("cpu", "gpu"):
+                rendered[f"k8s overlays/{overlay}"] = ("k8s", render_k8s(overlay))
+        if args.compose:
+            rendered["docker-compose.yml"] = ("compose", render_compose())
+        for name, (kind, text) in rendered.items():
+            containers, services = (k8s_containers if kind == "k8s" else compose_containers)(text)
+            busy = {p for c in containers for p in c.ports} & listening_ports()
+            if busy:
+                fail(f"{name}: ports {sorted(busy)} are taken on this machine; cannot check")
+                continue
+            run_set(name, containers, services, bins, with_image_env=True)
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        return 1
+    print("all deployment checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
