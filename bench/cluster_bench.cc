@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "bench/job_stats.h"
 #include "core/spec/spec.h"
 #include "core/trainer.h"
 #include "lockstep/v1/worker.grpc.pb.h"
@@ -66,11 +67,6 @@ ControlPlane MeasureControlPlane(const std::string& worker_address) {
   return out;
 }
 
-struct StepSplit {
-  int workers = 0;
-  double wall = 0, worker = 0, compute = 0, allreduce = 0, update = 0, samples_per_sec = 0;
-};
-
 v1::JobSpec CnnSpec(int workers, int steps) {
   v1::JobSpec spec;
   spec.mutable_model()->set_kind("cnn");
@@ -83,37 +79,6 @@ v1::JobSpec CnnSpec(int workers, int steps) {
   return spec;
 }
 
-absl::StatusOr<StepSplit> MeasureCnn(testing::LocalCluster& cluster, int workers, int steps,
-                                     int warmup) {
-  auto job = cluster.Submit(CnnSpec(workers, steps));
-  if (!job.ok()) return job.status();
-  grpc::ClientContext ctx;
-  v1::WatchJobRequest req;
-  req.set_id(job->id());
-  auto reader = cluster.jobs().WatchJob(&ctx, req);
-  v1::JobEvent e;
-  StepSplit s;
-  s.workers = workers;
-  int n = 0;
-  while (reader->Read(&e)) {
-    if (!e.has_step() || e.step().step() <= warmup) continue;
-    const auto& st = e.step();
-    s.wall += st.wall_ms();
-    s.worker += st.worker_step_ms();
-    s.compute += st.compute_ms();
-    s.allreduce += st.allreduce_ms();
-    s.update += st.update_ms();
-    ++n;
-  }
-  reader->Finish();
-  auto done = cluster.WaitFor(job->id(), absl::Minutes(30));
-  if (!done.ok()) return done.status();
-  if (done->state() != v1::SUCCEEDED) return absl::InternalError(done->failure_reason());
-  for (double* v : {&s.wall, &s.worker, &s.compute, &s.allreduce, &s.update}) *v /= n;
-  s.samples_per_sec = 128.0 * 1000.0 / s.wall;
-  return s;
-}
-
 int Main(int argc, char** argv) {
   int steps = 80, threads = static_cast<int>(std::thread::hardware_concurrency());
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -121,7 +86,7 @@ int Main(int argc, char** argv) {
     if (std::string(argv[i]) == "--threads") threads = std::stoi(argv[i + 1]);
   }
   const int warmup = 10;
-  std::vector<StepSplit> splits;
+  std::vector<JobStats> splits;
   ControlPlane cp;
   for (int workers : {1, 2}) {
     auto cluster = testing::LocalCluster::Start(workers, {}, std::max(1, threads / workers));
@@ -133,7 +98,7 @@ int Main(int argc, char** argv) {
       auto w = (*cluster)->Workers();
       cp = MeasureControlPlane(w->workers(0).address());
     }
-    auto s = MeasureCnn(**cluster, workers, steps, warmup);
+    auto s = RunAndMeasure((*cluster)->jobs(), CnnSpec(workers, steps), warmup);
     if (!s.ok()) {
       absl::FPrintF(stderr, "%s\n%s\n", s.status().ToString(), (*cluster)->Logs());
       return 1;

@@ -69,6 +69,9 @@ class Backend {
   virtual absl::Status CopyToDevice(void* dst, const void* host, size_t bytes) = 0;
   virtual absl::Status CopyToHost(void* host, const void* src, size_t bytes) = 0;
   virtual absl::Status Synchronize() = 0;
+  // Lets GEMMs use TF32 tensor cores (faster, about 1e-3 less exact). Backends without
+  // them ignore it.
+  virtual absl::Status SetTf32(bool enabled) { return absl::OkStatus(); }
 
   // c = alpha * op(a) * op(b) + beta * c with op(a) m x k, op(b) k x n, c m x n.
   virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,

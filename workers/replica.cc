@@ -93,6 +93,7 @@ absl::StatusOr<v1::PrepareResponse> Replica::Prepare(const v1::PrepareHeader& h,
                                                    " with global batch ",
                                                    h.spec().global_batch_size()));
   }
+  RETURN_IF_ERROR(backend_->SetTf32(h.spec().cuda().tf32()));
   ASSIGN_OR_RETURN(Data * data, LoadData(h.spec().dataset().path()));
   auto job = std::make_unique<Job>();
   job->id = h.job_id();

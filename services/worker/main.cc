@@ -1,5 +1,6 @@
-// lockstep-worker: holds a job's replica, computes shard gradients, all-reduces them with
-// its peers (Gloo on CPU), applies the update and reports its local loss. Registers with
+// lockstep-worker: holds a job's replica, computes shard gradients (OpenBLAS on the CPU,
+// cuBLAS and CUDA kernels on a GPU), all-reduces them with its peers (Gloo over TCP, or
+// NCCL), applies the update and reports its local loss. Registers with
 // the coordinator and serves the Worker service. Every flag has an environment
 // equivalent (LOCKSTEP_<FLAG>); see deploy/CONFIGURATION.md.
 #include <grpcpp/grpcpp.h>
@@ -10,11 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "services/common/flags.h"
 #include "services/common/net.h"
-#include "services/common/rendezvous_store.h"
+#include "services/worker/collectives.h"
 #include "services/worker/registration.h"
 #include "services/worker/service.h"
+#include "workers/backend_factory.h"
 #include "workers/cpu/cpu_backend.h"
-#include "workers/gloo/gloo_collective.h"
 
 ABSL_FLAG(std::string, coordinator, "", "coordinator address host:port (required)");
 ABSL_FLAG(std::string, listen, "0.0.0.0:0", "host:port to serve on (port 0: pick one)");
@@ -28,25 +29,6 @@ ABSL_FLAG(std::string, port_file, "", "write the port actually bound here");
 
 namespace lockstep {
 namespace {
-
-// Gloo over TCP, bootstrapped through the coordinator's Rendezvous.
-class GlooFactory final : public CollectiveFactory {
- public:
-  GlooFactory(std::shared_ptr<grpc::Channel> coordinator, std::string host)
-      : coordinator_(std::move(coordinator)), host_(std::move(host)) {}
-  absl::StatusOr<std::unique_ptr<Collective>> Create(int rank, int size, const std::string& prefix,
-                                                     absl::Duration timeout, Backend*) override {
-    RendezvousStore store(coordinator_, prefix);
-    GlooOptions options;
-    options.hostname = host_;
-    options.connect_timeout = timeout;
-    return GlooCollective::Create(rank, size, &store, options);
-  }
-
- private:
-  std::shared_ptr<grpc::Channel> coordinator_;
-  std::string host_;
-};
 
 int Main() {
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
@@ -64,15 +46,16 @@ int Main() {
     host = *local;
   }
   const std::string device = absl::GetFlag(FLAGS_device);
-  if (device != "cpu") {
-    spdlog::error("--device {}: this worker was built without CUDA support", device);
+  SetCpuThreads(absl::GetFlag(FLAGS_threads));
+  auto backend = MakeBackend(device);
+  if (!backend.ok()) {
+    // A GPU worker without a usable device or driver refuses to start, saying why.
+    spdlog::error("--device {}: {}", device, backend.status().ToString());
     return 1;
   }
-  SetCpuThreads(absl::GetFlag(FLAGS_threads));
-  std::unique_ptr<Backend> backend = NewCpuBackend();
   auto channel = MakeChannel(coordinator);
-  GlooFactory collectives(channel, host);
-  Replica replica(backend.get(), &collectives);
+  auto collectives = NewCollectiveFactory(channel, host);
+  Replica replica(backend->get(), collectives.get());
   WorkerServiceImpl service(&replica);
 
   grpc::ServerBuilder builder;

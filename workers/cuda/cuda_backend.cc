@@ -96,6 +96,15 @@ absl::Status CudaBackend::Init() {
   return absl::OkStatus();
 }
 
+absl::Status CudaBackend::SetTf32(bool enabled) {
+  if (enabled == tf32_) return absl::OkStatus();
+  RETURN_IF_ERROR(Activate());
+  CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
+      cublas_, enabled ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  tf32_ = enabled;
+  return absl::OkStatus();
+}
+
 CudaBackend::~CudaBackend() {
   if (cudaSetDevice(device_) != cudaSuccess) return;  // no device: nothing was created
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);

@@ -32,6 +32,7 @@ class CudaBackend final : public Backend {
   absl::Status CopyToDevice(void* dst, const void* host, size_t bytes) override;
   absl::Status CopyToHost(void* host, const void* src, size_t bytes) override;
   absl::Status Synchronize() override;
+  absl::Status SetTf32(bool enabled) override;
 
   void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
             const float* b, float beta, float* c) override;
@@ -90,7 +91,7 @@ class CudaBackend final : public Backend {
   absl::Status WaitWatched();
 
   const int device_;
-  const bool tf32_;
+  bool tf32_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;

@@ -1,0 +1,26 @@
+// Runs a job on a coordinator and measures it from its step events after a warm-up:
+// the per-step time split that StepEvent carries, averaged. Shared by the benchmarks.
+#ifndef LOCKSTEP_BENCH_JOB_STATS_H_
+#define LOCKSTEP_BENCH_JOB_STATS_H_
+
+#include "absl/status/statusor.h"
+#include "lockstep/v1/job.grpc.pb.h"
+
+namespace lockstep {
+
+struct JobStats {
+  int workers = 0;
+  int64_t steps = 0;  // measured (after the warm-up)
+  // Milliseconds per step.
+  double wall = 0, worker = 0, compute = 0, allreduce = 0, update = 0;
+  double samples_per_sec = 0;
+  v1::Job job;  // the finished job
+};
+
+// Submits `spec`, watches it to the end and averages the step events after `warmup`.
+absl::StatusOr<JobStats> RunAndMeasure(v1::JobService::Stub& jobs, const v1::JobSpec& spec,
+                                       int warmup);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_BENCH_JOB_STATS_H_
