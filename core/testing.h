@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <span>
 #include <string>
 
@@ -15,12 +16,15 @@
 
 namespace lockstep::testing {
 
-inline std::string GoldenPath(const std::string& name) {
-  return std::string(LOCKSTEP_SOURCE_DIR) + "/tests/golden/" + name;
+// The source tree: $LOCKSTEP_SOURCE_DIR, else the one compiled in (so that a test binary
+// built here can run from another checkout, e.g. on a GPU machine).
+inline std::string SourcePath(const std::string& rel) {
+  const char* root = std::getenv("LOCKSTEP_SOURCE_DIR");
+  return std::string(root != nullptr && root[0] != '\0' ? root : LOCKSTEP_SOURCE_DIR) + "/" + rel;
 }
 
-inline std::string SourcePath(const std::string& rel) {
-  return std::string(LOCKSTEP_SOURCE_DIR) + "/" + rel;
+inline std::string GoldenPath(const std::string& name) {
+  return SourcePath("tests/golden/" + name);
 }
 
 // ||a - b|| / ||b|| (L2), the per-tensor comparison the golden tests use.

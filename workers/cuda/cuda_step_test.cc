@@ -14,7 +14,7 @@ namespace lockstep {
 namespace {
 
 using testing::CudaTest;
-using testing::GoldenFile;
+using testing::GoldenPath;
 using testing::RelativeL2;
 
 Optimizer MakeOptimizer(const std::string& kind) {
@@ -178,10 +178,10 @@ class CudaGradGolden : public CudaTest,
 
 TEST_P(CudaGradGolden, LossAndEveryGradientWithin1e5OfJax) {
   const std::string name = GetParam();
-  ASSERT_OK_AND_ASSIGN(SafeTensors g, SafeTensors::Read(GoldenFile("grads.safetensors")));
+  ASSERT_OK_AND_ASSIGN(SafeTensors g, SafeTensors::Read(GoldenPath("grads.safetensors")));
   ASSERT_OK_AND_ASSIGN(
       SafeTensors init,
-      SafeTensors::Read(GoldenFile("init_" + name + "_seed0.safetensors")));
+      SafeTensors::Read(GoldenPath("init_" + name + "_seed0.safetensors")));
   ASSERT_OK_AND_ASSIGN(Model m,
                        Model::FromSpec(ModelSpecFromJson(init.metadata().at("model"))));
   ASSERT_OK_AND_ASSIGN(
@@ -218,7 +218,7 @@ class CudaTrainGolden : public CudaTest,
 
 TEST_P(CudaTrainGolden, TwentyDropoutStepsInAGraphMatchOptax) {
   ASSERT_OK_AND_ASSIGN(
-      SafeTensors g, SafeTensors::Read(GoldenFile(std::string("train_mlp_") + GetParam() +
+      SafeTensors g, SafeTensors::Read(GoldenPath(std::string("train_mlp_") + GetParam() +
                                                   ".safetensors")));
   ASSERT_OK_AND_ASSIGN(v1::JobSpec parsed,
                        ParseSpec(g.metadata().at("spec"), "golden spec"));

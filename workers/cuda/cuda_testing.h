@@ -25,14 +25,6 @@ inline std::string NoGpuReason() {
   return "";
 }
 
-// A golden file; $LOCKSTEP_SOURCE_DIR overrides the source tree compiled in, so that a
-// test binary built on one machine can run on another (a GPU machine).
-inline std::string GoldenFile(const std::string& name) {
-  const char* root = std::getenv("LOCKSTEP_SOURCE_DIR");
-  if (root == nullptr || root[0] == '\0') return GoldenPath(name);
-  return std::string(root) + "/tests/golden/" + name;
-}
-
 inline std::vector<float> RandomFloats(size_t n, int seed, float scale = 1.0f) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> d(0.0f, scale);
