@@ -179,6 +179,54 @@ absl::Status JobRunner::TakeAnswers(Inflight& in, int64_t step,
   return absl::OkStatus();
 }
 
+void JobRunner::SendStep(const StepPlan& p,
+                         const std::vector<std::unique_ptr<StepStream>>& streams,
+                         bool want_checksum) {
+  const size_t local = p.indices.size() / streams.size();  // B % N == 0: validated
+  for (size_t r = 0; r < streams.size(); ++r) {
+    v1::StepRequest req;
+    req.set_job_id(job_id_);
+    req.set_step(p.step);
+    req.set_key0(p.keys[r].k0);
+    req.set_key1(p.keys[r].k1);
+    // ShardBatch: worker r gets rows [r*B/N, (r+1)*B/N).
+    req.mutable_indices()->Add(p.indices.begin() + r * local, p.indices.begin() + (r + 1) * local);
+    req.set_want_checksum(want_checksum);
+    streams[r]->Send(req);  // a broken stream reports through its reader
+  }
+}
+
+absl::StatusOr<v1::StepEvent> JobRunner::Aggregate(const std::vector<v1::StepResponse>& got,
+                                                   int64_t step, bool check) const {
+  v1::StepEvent e;
+  float loss_sum = 0, acc_sum = 0;
+  for (size_t r = 0; r < got.size(); ++r) {
+    if (got[r].step() != step) {
+      return WorkerError(static_cast<int>(r), absl::InternalError(absl::StrCat(
+          "answered step ", got[r].step(), " when step ", step, " was due")));
+    }
+    if (check && got[r].param_checksum() != got[0].param_checksum()) {
+      return absl::DataLossError(absl::StrFormat(
+          "replicas diverged after step %d: worker %s has params checksum %016x, worker %s "
+          "has %016x",
+          step + 1, workers_[0].id, got[0].param_checksum(), workers_[r].id,
+          got[r].param_checksum()));
+    }
+    loss_sum += got[r].loss();
+    acc_sum += got[r].accuracy();
+    e.add_local_losses(got[r].loss());
+    // The slowest worker's time split.
+    e.set_worker_step_ms(std::max(e.worker_step_ms(), got[r].step_ms()));
+    e.set_compute_ms(std::max(e.compute_ms(), got[r].compute_ms()));
+    e.set_allreduce_ms(std::max(e.allreduce_ms(), got[r].allreduce_ms()));
+    e.set_update_ms(std::max(e.update_ms(), got[r].update_ms()));
+  }
+  const float n = static_cast<float>(got.size());
+  e.set_loss(loss_sum / n);  // jnp.mean of the local losses
+  e.set_accuracy(acc_sum / n);
+  return e;
+}
+
 absl::Status JobRunner::StepLoop(int64_t num_train, int64_t num_test, JobOutcome* outcome) {
   ASSIGN_OR_RETURN(rng::Impl impl, rng::ParseImpl(spec_.rng_impl()));
   const int n = static_cast<int>(workers_.size());
@@ -246,46 +294,16 @@ absl::Status JobRunner::StepLoop(int64_t num_train, int64_t num_test, JobOutcome
   while (done < total) {
     if (absl::Status a = aborted(); !a.ok()) return stop(a);
     while (sent < total && sent - done < options_.steps_in_flight && !hold) {
-      StepPlan p = plan.Next();
-      ASSIGN_OR_RETURN(auto shards, ShardBatch(p.indices, n));
-      for (int r = 0; r < n; ++r) {
-        v1::StepRequest req;
-        req.set_job_id(job_id_);
-        req.set_step(p.step);
-        req.set_key0(p.keys[r].k0);
-        req.set_key1(p.keys[r].k1);
-        req.mutable_indices()->Add(shards[r].begin(), shards[r].end());
-        req.set_want_checksum(checksum_due(p.step + 1));
-        streams[r]->Send(req);  // a broken stream reports through its reader
-      }
+      SendStep(plan.Next(), streams, checksum_due(sent + 1));
       ++sent;
       hold = eval_due(sent) && sent < total;
     }
     std::vector<v1::StepResponse> got(n);
     absl::Status fail = TakeAnswers(in, done, got);
     if (!fail.ok()) return stop(fail);
-    v1::StepEvent e;
-    float loss_sum = 0, acc_sum = 0;
-    for (int r = 0; r < n; ++r) {
-      e.set_worker_step_ms(std::max(e.worker_step_ms(), got[r].step_ms()));
-      e.set_compute_ms(std::max(e.compute_ms(), got[r].compute_ms()));
-      e.set_allreduce_ms(std::max(e.allreduce_ms(), got[r].allreduce_ms()));
-      e.set_update_ms(std::max(e.update_ms(), got[r].update_ms()));
-      if (got[r].step() != done) {
-        return stop(WorkerError(r, absl::InternalError(absl::StrCat(
-            "answered step ", got[r].step(), " when step ", done, " was due"))));
-      }
-      loss_sum += got[r].loss();
-      acc_sum += got[r].accuracy();
-      e.add_local_losses(got[r].loss());
-      if (checksum_due(done + 1) && got[r].param_checksum() != got[0].param_checksum()) {
-        return stop(absl::DataLossError(absl::StrFormat(
-            "replicas diverged after step %d: worker %s has params checksum %016x, worker %s "
-            "has %016x",
-            done + 1, workers_[0].id, got[0].param_checksum(), workers_[r].id,
-            got[r].param_checksum())));
-      }
-    }
+    auto event = Aggregate(got, done, checksum_due(done + 1));
+    if (!event.ok()) return stop(event.status());
+    v1::StepEvent& e = *event;
     ++done;
     const auto now = std::chrono::steady_clock::now();
     const double wall = std::chrono::duration<double>(now - t_last).count();
@@ -295,8 +313,6 @@ absl::Status JobRunner::StepLoop(int64_t num_train, int64_t num_test, JobOutcome
     if (checksum_due(done)) outcome->param_checksum = got[0].param_checksum();
     e.set_step(done);
     e.set_epoch((done - 1) / spe);
-    e.set_loss(loss_sum / static_cast<float>(n));  // jnp.mean of the local losses
-    e.set_accuracy(acc_sum / static_cast<float>(n));
     e.set_samples_per_sec(done * b / step_seconds);
     e.set_eta_sec((total - done) * step_seconds / done);
     e.set_total_steps(total);

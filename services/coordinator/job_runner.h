@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "core/plan.h"
 #include "lockstep/v1/job.pb.h"
 #include "services/coordinator/kv_table.h"
 #include "services/coordinator/options.h"
@@ -57,6 +58,12 @@ class JobRunner {
   struct Inflight;
   absl::Status Prepare(int64_t* num_train, int64_t* num_test);
   absl::Status StepLoop(int64_t num_train, int64_t num_test, JobOutcome* outcome);
+  void SendStep(const StepPlan& plan, const std::vector<std::unique_ptr<StepStream>>& streams,
+                bool want_checksum);
+  // Folds the workers' answers to one step into its event; with `check`, DATA_LOSS if
+  // the replicas' checksums differ.
+  absl::StatusOr<v1::StepEvent> Aggregate(const std::vector<v1::StepResponse>& got,
+                                          int64_t step, bool check) const;
   // Waits for every worker's answer to `step` (or the first error, or the step timeout).
   absl::Status TakeAnswers(Inflight& in, int64_t step, std::vector<v1::StepResponse>& got);
   absl::StatusOr<v1::EvalResult> Evaluate(int64_t num_test, int64_t step, int64_t epoch);
