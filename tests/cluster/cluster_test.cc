@@ -41,12 +41,15 @@ TEST(Cluster, TwoJobsRunConcurrentlyAndAThirdWaitsThenRuns) {
   EXPECT_EQ(c->Get(a->id())->state(), v1::RUNNING);
   EXPECT_EQ(c->Get(b->id())->state(), v1::RUNNING);
   EXPECT_EQ(c->Get(third->id())->state(), v1::QUEUED);
-  // Both first jobs make progress at the same time.
-  ASSERT_OK(c->WaitFor(a->id(), absl::Minutes(2), v1::RUNNING));
-  absl::SleepFor(absl::Seconds(2));
-  EXPECT_GT(c->Get(a->id())->step(), 0);
-  EXPECT_GT(c->Get(b->id())->step(), 0);
+  // Both first jobs make progress at the same time, while the third waits.
+  const absl::Time end = absl::Now() + absl::Minutes(2);
+  while ((c->Get(a->id())->step() == 0 || c->Get(b->id())->step() == 0) && absl::Now() < end) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   EXPECT_EQ(c->Get(third->id())->state(), v1::QUEUED);
+  auto ja = c->Get(a->id()), jb = c->Get(b->id());
+  EXPECT_TRUE(ja->state() == v1::RUNNING && ja->step() > 0) << ja->DebugString();
+  EXPECT_TRUE(jb->state() == v1::RUNNING && jb->step() > 0) << jb->DebugString();
   auto done = c->WaitFor(third->id(), absl::Minutes(5));
   ASSERT_OK(done);
   EXPECT_EQ(done->state(), v1::SUCCEEDED) << done->failure_reason();
@@ -64,7 +67,7 @@ TEST(Cluster, KilledWorkerFailsItsJobWithinTenSecondsAndOthersGoOn) {
   ASSERT_OK(victim);
   ASSERT_OK(other);
   // Wait until the victim job is stepping.
-  for (int i = 0; i < 600 && c->Get(victim->id())->step() < 5; ++i) absl::SleepFor(absl::Milliseconds(50));
+  for (int i = 0; i < 2400 && c->Get(victim->id())->step() < 5; ++i) absl::SleepFor(absl::Milliseconds(50));
   ASSERT_GE(c->Get(victim->id())->step(), 5);
   const std::string killed_id = c->Get(victim->id())->workers(1);
   // Workers register in start order; the victim job has workers 0 and 1.
@@ -138,7 +141,7 @@ TEST(Cluster, CancelMidRunReleasesTheWorkers) {
   ASSERT_NE(c, nullptr);
   auto job = c->Submit(MlpSpec(2, 100000));
   ASSERT_OK(job);
-  for (int i = 0; i < 600 && c->Get(job->id())->step() < 3; ++i) absl::SleepFor(absl::Milliseconds(50));
+  for (int i = 0; i < 2400 && c->Get(job->id())->step() < 3; ++i) absl::SleepFor(absl::Milliseconds(50));
   grpc::ClientContext ctx;
   v1::CancelJobRequest req;
   req.set_id(job->id());
