@@ -29,11 +29,12 @@ engine_install() {
 }
 
 # crun fails on this kind of machine (cgroup v1 without systemd, rlimits): use runc and
-# leave the default ulimits alone.
+# leave the default ulimits alone. Exec sessions (health checks, `compose exec`) leave a
+# conmon behind for exit_command_delay seconds: 10, not 5 minutes.
 engine_configure() {
   local conf=/etc/containers/containers.conf
-  if ! grep -q 'runtime = "runc"' "$conf" 2>/dev/null; then
-    engine_log "writing $conf (runtime runc, no default ulimits)"
+  if ! grep -q 'exit_command_delay = 10' "$conf" 2>/dev/null; then
+    engine_log "writing $conf (runtime runc, no default ulimits, exec cleanup after 10 s)"
     mkdir -p /etc/containers
     [ -f "$conf" ] && cp "$conf" "$conf.lockstep-backup"
     cat >"$conf" <<'CONF'
@@ -43,6 +44,8 @@ default_ulimits = []
 
 [engine]
 runtime = "runc"
+# Exec sessions' monitors (conmon) linger this long after the command ends (default 300).
+exit_command_delay = 10
 CONF
   fi
 }
