@@ -77,6 +77,14 @@ bool Running(pid_t pid) {
   return kill(pid, 0) == 0;
 }
 
+// Whether `pid` still runs one of the cluster's servers: a recorded pid may have been
+// reused by an unrelated process since.
+bool IsClusterServer(pid_t pid) {
+  std::error_code ec;
+  const std::string exe = fs::read_symlink(absl::StrCat("/proc/", pid, "/exe"), ec).filename();
+  return !ec && (exe == "lockstep-coordinator" || exe == "lockstep-worker");
+}
+
 // SIGTERM, then SIGKILL after `grace`.
 void Stop(const std::vector<pid_t>& pids, absl::Duration grace) {
   for (pid_t p : pids) kill(p, SIGTERM);
@@ -205,15 +213,19 @@ int Down(Args& args) {
   }
   std::ifstream in(fs::path(dir) / "cluster.json");
   if (!in) return Fail(absl::NotFoundError(absl::StrCat("no cluster recorded in ", dir)));
-  std::vector<pid_t> pids;
+  std::vector<pid_t> recorded, pids;
   try {
-    pids = nlohmann::json::parse(in).at("pids").get<std::vector<pid_t>>();
+    recorded = nlohmann::json::parse(in).at("pids").get<std::vector<pid_t>>();
   } catch (const std::exception& e) {
     return Fail(absl::DataLossError(absl::StrCat(dir, "/cluster.json: ", e.what())));
   }
+  for (pid_t p : recorded) {
+    if (IsClusterServer(p)) pids.push_back(p);
+  }
   Stop(pids, absl::Seconds(10));
   fs::remove(fs::path(dir) / "cluster.json");
-  absl::PrintF("cluster down: stopped %d processes\n", pids.size());
+  absl::PrintF("cluster down: stopped %d processes (%d recorded were no longer running)\n", pids.size(),
+               recorded.size() - pids.size());
   return 0;
 }
 

@@ -1,5 +1,7 @@
 #include "services/coordinator/job_manager.h"
 
+#include <spdlog/spdlog.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/spec/spec.h"
@@ -75,7 +77,7 @@ class JobManager::Sink final : public JobSink {
 
 JobManager::JobManager(const CoordinatorOptions& options, WorkerPool* pool, KvTable* kv,
                        WorkerClientFactory* factory)
-    : options_(options), pool_(pool), kv_(kv), factory_(factory) {}
+    : options_(options), pool_(pool), kv_(kv), factory_(factory), records_(options.records_dir) {}
 
 JobManager::~JobManager() {
   {
@@ -91,7 +93,30 @@ JobManager::~JobManager() {
   }
 }
 
-void JobManager::Start() { scheduler_ = std::thread([this] { SchedulerLoop(); }); }
+absl::Status JobManager::Start() {
+  ASSIGN_OR_RETURN(std::vector<v1::Job> saved, records_.Load());
+  {
+    absl::MutexLock lock(&mu_);
+    for (v1::Job& job : saved) {
+      auto rec = std::make_unique<Record>();
+      const v1::JobState was = job.state();
+      rec->job = std::move(job);
+      const std::string& id = rec->job.id();
+      if (id.rfind("job-", 0) == 0) next_id_ = std::max<int64_t>(next_id_, std::atoll(id.c_str() + 4) + 1);
+      if (!rec->job.spec().request_id().empty()) by_request_id_[rec->job.spec().request_id()] = id;
+      if (Terminal(was)) {
+        SetStateLocked(*rec, was, absl::OkStatus());  // its final event, for watchers
+      } else {
+        SetStateLocked(*rec, v1::FAILED, absl::UnavailableError(absl::StrCat(
+            "the coordinator restarted while the job was ", v1::JobState_Name(was))));
+      }
+      jobs_[id] = std::move(rec);
+    }
+    ForgetOldLocked();
+  }
+  scheduler_ = std::thread([this] { SchedulerLoop(); });
+  return absl::OkStatus();
+}
 
 void JobManager::SchedulerLoop() {
   absl::MutexLock lock(&mu_);
@@ -125,6 +150,11 @@ void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Sta
   ev.mutable_state()->set_state(state);
   ev.mutable_state()->set_reason(std::string(reason.message()));
   EmitLocked(rec, std::move(ev), rec.job.step());
+  if (absl::Status st = records_.Save(rec.job); !st.ok()) {
+    spdlog::error("job record of {}: {}", rec.job.id(), st.ToString());
+  }
+  spdlog::info("{} {}{}", rec.job.id(), v1::JobState_Name(state),
+               reason.ok() ? "" : ": " + std::string(reason.message()));
 }
 
 absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in) {
@@ -234,6 +264,7 @@ void JobManager::ForgetOldLocked() {
     if (Terminal(rec.job.state()) && rec.watchers == 0) {
       if (rec.thread.joinable()) rec.thread.join();
       by_request_id_.erase(rec.job.spec().request_id());
+      records_.Erase(rec.job.id()).IgnoreError();
       it = jobs_.erase(it);
     } else {
       ++it;

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "lockstep/v1/job.pb.h"
+#include "services/coordinator/job_records.h"
 #include "services/coordinator/job_runner.h"
 #include "services/coordinator/kv_table.h"
 #include "services/coordinator/options.h"
@@ -30,8 +31,9 @@ class JobManager {
              WorkerClientFactory* factory);
   ~JobManager();  // cancels running jobs and joins every thread
 
-  // Starts the scheduler thread.
-  void Start();
+  // Reloads the job records (jobs a previous coordinator left queued or running are
+  // marked FAILED) and starts the scheduler thread. DATA_LOSS naming an unreadable record.
+  absl::Status Start();
 
   // INVALID_ARGUMENT naming the spec field. A known spec.request_id returns its job.
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
@@ -63,6 +65,7 @@ class JobManager {
   WorkerPool* pool_;
   KvTable* kv_;
   WorkerClientFactory* factory_;
+  JobRecords records_;
 
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Record>> jobs_ ABSL_GUARDED_BY(mu_);

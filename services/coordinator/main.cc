@@ -14,7 +14,8 @@
 #include "services/coordinator/service.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "host:port to serve on (port 0: pick one)");
-ABSL_FLAG(std::string, state_dir, "lockstep-state", "where checkpoints are written");
+ABSL_FLAG(std::string, state_dir, "lockstep-state",
+          "where job records (jobs/) and checkpoints (checkpoints/) are kept");
 ABSL_FLAG(int, heartbeat_timeout_s, 5, "a worker silent this long is dropped (its job fails)");
 ABSL_FLAG(int, step_timeout_s, 60, "a step not answered this long fails the job");
 ABSL_FLAG(int, prepare_timeout_s, 180, "dataset loading and collective bootstrap limit");
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
   opts.max_watchers = absl::GetFlag(FLAGS_max_watchers);
   opts.max_history = absl::GetFlag(FLAGS_max_history);
   opts.checkpoint_dir = absl::GetFlag(FLAGS_state_dir) + "/checkpoints";
+  opts.records_dir = absl::GetFlag(FLAGS_state_dir) + "/jobs";
   std::error_code ec;
   std::filesystem::create_directories(opts.checkpoint_dir, ec);
   if (ec) {
@@ -79,9 +81,12 @@ int main(int argc, char** argv) {
       std::fclose(f);
     }
   }
-  jobs.Start();
-  spdlog::info("lockstep-coordinator serving on port {} (checkpoints in {})", port,
-               opts.checkpoint_dir);
+  if (absl::Status st = jobs.Start(); !st.ok()) {
+    spdlog::error("cannot reload the job records: {}", st.ToString());
+    return 1;
+  }
+  spdlog::info("lockstep-coordinator serving on port {} (state in {})", port,
+               absl::GetFlag(FLAGS_state_dir));
   WaitForShutdownSignal();
   spdlog::info("shutting down");
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));

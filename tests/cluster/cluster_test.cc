@@ -218,6 +218,37 @@ TEST(Cluster, MisbehavingClientsCannotTakeTheCoordinatorDown) {
   EXPECT_LE(events, 50);
 }
 
+TEST(Cluster, RestartedCoordinatorKeepsJobRecords) {
+  auto c = StartCluster(1);
+  ASSERT_NE(c, nullptr);
+  auto done = c->Submit(MlpSpec(1, 20));
+  ASSERT_OK(done);
+  auto finished = c->WaitFor(done->id(), absl::Minutes(1));
+  ASSERT_OK(finished);
+  ASSERT_EQ(finished->state(), v1::SUCCEEDED);
+  auto running = c->Submit(MlpSpec(1, 1000000));
+  ASSERT_OK(running);
+  for (int i = 0; i < 2400 && c->Get(running->id())->step() < 3; ++i) absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_OK(c->RestartCoordinator());
+  auto kept = c->Get(done->id());
+  ASSERT_OK(kept);
+  EXPECT_EQ(kept->state(), v1::SUCCEEDED);
+  EXPECT_EQ(kept->checkpoint_path(), finished->checkpoint_path());
+  EXPECT_EQ(kept->last_eval().test_accuracy(), finished->last_eval().test_accuracy());
+  auto lost = c->Get(running->id());
+  ASSERT_OK(lost);
+  EXPECT_EQ(lost->state(), v1::FAILED);
+  EXPECT_THAT(lost->failure_reason(), HasSubstr("restarted"));
+  // The worker registers again and takes new work; job ids are not reused.
+  auto next = c->Submit(MlpSpec(1, 10));
+  ASSERT_OK(next);
+  EXPECT_NE(next->id(), done->id());
+  EXPECT_NE(next->id(), running->id());
+  auto next_done = c->WaitFor(next->id(), absl::Minutes(1));
+  ASSERT_OK(next_done);
+  EXPECT_EQ(next_done->state(), v1::SUCCEEDED) << next_done->failure_reason();
+}
+
 TEST(Cluster, WatchResumesFromAStep) {
   auto c = StartCluster(1);
   ASSERT_NE(c, nullptr);

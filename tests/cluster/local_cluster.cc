@@ -78,27 +78,39 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
              absl::StrCat("lockstep-cluster-", getpid(), "-", absl::ToUnixMicros(absl::Now())))
                 .string();
   fs::create_directories(c->dir_);
-  const std::string port_file = c->dir_ + "/coordinator.port";
-  std::vector<std::string> argv = {BinaryPath("lockstep-coordinator"), "--listen=127.0.0.1:0",
-                                   "--port_file=" + port_file, "--state_dir=" + c->dir_ + "/state"};
-  argv.insert(argv.end(), coordinator_flags.begin(), coordinator_flags.end());
-  auto pid = Spawn(argv, c->dir_ + "/coordinator.log");
-  if (!pid.ok()) return pid.status();
-  c->coordinator_ = *pid;
-  std::string port;
-  for (int i = 0; i < 200 && port.empty(); ++i) {
-    std::ifstream in(port_file);
-    in >> port;
-    if (port.empty()) absl::SleepFor(absl::Milliseconds(50));
-  }
-  if (port.empty()) return absl::UnavailableError("coordinator did not start:\n" + c->Logs());
-  c->address_ = "127.0.0.1:" + port;
+  c->coordinator_flags_ = std::move(coordinator_flags);
+  if (absl::Status st = c->StartCoordinator("127.0.0.1:0"); !st.ok()) return st;
   c->stub_ = v1::JobService::NewStub(MakeChannel(c->address_));
   for (int i = 0; i < workers; ++i) {
     auto w = c->AddWorker();
     if (!w.ok()) return w.status();
   }
   return c;
+}
+
+absl::Status LocalCluster::StartCoordinator(const std::string& listen) {
+  const std::string port_file = dir_ + "/coordinator.port";
+  fs::remove(port_file);
+  std::vector<std::string> argv = {BinaryPath("lockstep-coordinator"), "--listen=" + listen,
+                                   "--port_file=" + port_file, "--state_dir=" + dir_ + "/state"};
+  argv.insert(argv.end(), coordinator_flags_.begin(), coordinator_flags_.end());
+  auto pid = Spawn(argv, dir_ + "/coordinator.log");
+  if (!pid.ok()) return pid.status();
+  coordinator_ = *pid;
+  std::string port;
+  for (int i = 0; i < 400 && port.empty(); ++i) {
+    std::ifstream in(port_file);
+    in >> port;
+    if (port.empty()) absl::SleepFor(absl::Milliseconds(50));
+  }
+  if (port.empty()) return absl::UnavailableError("coordinator did not start:\n" + Logs());
+  address_ = "127.0.0.1:" + port;
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::RestartCoordinator() {
+  Kill(coordinator_);
+  return StartCoordinator(address_);
 }
 
 absl::StatusOr<pid_t> LocalCluster::SpawnWorker(int index) {
@@ -147,14 +159,22 @@ absl::StatusOr<v1::Job> LocalCluster::Submit(const v1::JobSpec& spec) {
 }
 
 absl::StatusOr<v1::Job> LocalCluster::Get(const std::string& id) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  v1::GetJobRequest req;
-  req.set_id(id);
-  v1::Job job;
-  absl::Status st = FromGrpcStatus(stub_->GetJob(&ctx, req, &job));
-  if (!st.ok()) return st;
-  return job;
+  // Retried while UNAVAILABLE: the first call after a coordinator restart may still go
+  // to the dead connection.
+  absl::Status st;
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    ctx.set_wait_for_ready(true);
+    v1::GetJobRequest req;
+    req.set_id(id);
+    v1::Job job;
+    st = FromGrpcStatus(stub_->GetJob(&ctx, req, &job));
+    if (st.ok()) return job;
+    if (!absl::IsUnavailable(st)) return st;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return st;
 }
 
 absl::StatusOr<v1::Job> LocalCluster::WaitFor(const std::string& id, absl::Duration timeout,

@@ -28,6 +28,8 @@ class LocalCluster {
   v1::JobService::Stub& jobs() { return *stub_; }
 
   absl::StatusOr<std::string> AddWorker();
+  // SIGKILLs the coordinator and starts it again on the same port and state directory.
+  absl::Status RestartCoordinator();
   // SIGKILLs worker i (in start order).
   void KillWorker(int i);
   pid_t worker_pid(int i) const { return workers_[i]; }
@@ -44,11 +46,13 @@ class LocalCluster {
  private:
   LocalCluster() = default;
   absl::StatusOr<pid_t> SpawnWorker(int index);
+  absl::Status StartCoordinator(const std::string& listen);
 
   std::string dir_, address_;
   pid_t coordinator_ = -1;
   std::vector<pid_t> workers_;
   int threads_ = 1;
+  std::vector<std::string> coordinator_flags_;
   std::unique_ptr<v1::JobService::Stub> stub_;
 };
 
