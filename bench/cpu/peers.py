@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+"""CPU training throughput of Lockstep's peers: JAX (jit) and PyTorch (eager, compile).
+
+Trains the two benchmark models on Fashion-MNIST batches with the same optimizer as the
+Lockstep specs in bench/cpu/run, and prints one JSON object:
+
+  {"threads": N, "cpus": [...], "versions": {...},
+   "results": {"cnn": {"jax": {"samples_per_sec": median, "windows": [...], ...}, ...}, ...}}
+
+  cnn: the Flax MNIST CNN (tools/reference/models.py), optax.sgd(0.1, momentum=0.9)
+  mlp: 784-512-512-10 (no dropout), optax.adam(1e-3)
+
+Only training steps are timed, after `--warmup` steps (JIT compilation, allocator and
+thread-pool start-up). Each step draws its batch from a fixed random permutation with a
+numpy gather, as the Flax MNIST example does; that gather is part of the timed step, as
+Lockstep's GatherRows is. The PyTorch peers read a dataset transposed to NCHW once,
+outside the timed loop. JAX steps are dispatched asynchronously; each timed window ends
+with block_until_ready.
+
+Every (framework, model) pair runs in its own subprocess, pinned to the same CPUs
+(`--cpus`, default the first N of this process's affinity) with the thread pools fixed to
+N threads:
+  JAX:     taskset + sched_setaffinity before XLA starts: XLA sizes its intra-op pools
+           from the affinity mask (checked: a 2-CPU mask gives 4 more threads than a
+           1-CPU one). XLA_FLAGS has no thread-count flag (a bare
+           `intra_op_parallelism_threads=N` token there is silently ignored, so it is not
+           set); --xla_cpu_multi_thread_eigen=true (the default) is set explicitly.
+  PyTorch: torch.set_num_threads(N), torch.set_num_interop_threads(1), OMP_NUM_THREADS=N
+
+Usage: peers.py [--threads N] [--models cnn,mlp] [--frameworks jax,torch,torch_compile]
+                [--steps S] [--windows W] [--warmup K] [--cpus 0,1]
+"""
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+DATA = "/usr/share/datasets/fashion-mnist"
+BATCH = 128
+
+
+def read_idx(path):
+  with gzip.open(path, "rb") as f:
+    raw = f.read()
+  ndim = raw[3]
+  dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+  return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def load_train():
+  images = read_idx(f"{DATA}/train-images-idx3-ubyte.gz")
+  labels = read_idx(f"{DATA}/train-labels-idx1-ubyte.gz")
+  return (images.astype(np.float32) / 255.0)[..., None], labels.astype(np.int32)  # NHWC
+
+
+def batch_indices(n, steps, seed=0):
+  """Indices for `steps` batches: concatenated random permutations (drop remainder)."""
+  rng = np.random.default_rng(seed)
+  per_epoch = n // BATCH
+  out = []
+  while len(out) < steps:
+    perm = rng.permutation(n)[:per_epoch * BATCH].reshape(per_epoch, BATCH)
+    out.extend(perm)
+  return out[:steps]
+
+
+def timed_windows(step, idx, warmup, steps, windows, sync):
+  """Runs warmup steps, then `windows` timed windows of `steps` steps each."""
+  it = iter(idx)
+  for _ in range(warmup):
+    step(next(it))
+  sync()
+  rates = []
+  for _ in range(windows):
+    t0 = time.perf_counter()
+    for _ in range(steps):
+      step(next(it))
+    sync()
+    rates.append(steps * BATCH / (time.perf_counter() - t0))
+  return rates
+
+
+# ---------------------------------------------------------------------------- JAX
+
+def run_jax(model_name, threads, warmup, steps, windows):
+  import jax
+  import jax.numpy as jnp
+  from flax.training import train_state
+  sys.path.insert(0, os.path.join(REPO, "tools", "reference"))
+  import models
+
+  images, labels = load_train()
+  if model_name == "cnn":
+    model, tx = models.CNN(), models.make_tx("sgd", 0.1, momentum=0.9)
+  else:
+    model, tx = models.MLP(widths=(512, 512), dropout_rate=0.0), models.make_tx("adam", 1e-3)
+  _, params = models.init_params(model, 0)
+  state = train_state.TrainState.create(apply_fn=model.apply, params=params, tx=tx)
+
+  def train_step(state, x, y):
+    def loss(params):
+      return models.loss_fn(params, state.apply_fn, x, y)  # no dropout key: train=False
+    (l, _), grads = jax.value_and_grad(loss, has_aux=True)(state.params)
+    return state.apply_gradients(grads=grads), l
+
+  # Donating the state lets XLA update parameters in place, as Lockstep does.
+  train_step = jax.jit(train_step, donate_argnums=(0,))
+  holder = {"state": state, "loss": None}
+
+  def step(b):
+    holder["state"], holder["loss"] = train_step(holder["state"], images[b], labels[b])
+
+  def sync():
+    jax.block_until_ready(holder["state"].params)
+
+  idx = batch_indices(len(labels), warmup + steps * windows)
+  rates = timed_windows(step, idx, warmup, steps, windows, sync)
+  return rates, {"final_loss": float(holder["loss"]), "devices": str(jax.devices())}
+
+
+# ------------------------------------------------------------------------ PyTorch
+
+def torch_models():
+  import torch
+  from torch import nn
+
+  class CNN(nn.Module):
+    def __init__(self):
+      super().__init__()
+      self.conv0 = nn.Conv2d(1, 32, 3, padding=1)
+      self.conv1 = nn.Conv2d(32, 64, 3, padding=1)
+      self.dense0 = nn.Linear(64 * 7 * 7, 256)
+      self.dense1 = nn.Linear(256, 10)
+      self.pool = nn.AvgPool2d(2, 2)
+
+    def forward(self, x):  # x: NCHW
+      x = self.pool(torch.relu(self.conv0(x)))
+      x = self.pool(torch.relu(self.conv1(x)))
+      x = torch.flatten(x, 1)
+      return self.dense1(torch.relu(self.dense0(x)))
+
+  class MLP(nn.Module):
+    def __init__(self):
+      super().__init__()
+      self.net = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(),
+                               nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+
+    def forward(self, x):
+      return self.net(x)
+
+  return CNN, MLP
+
+
+def run_torch(model_name, threads, warmup, steps, windows, compile_):
+  import torch
+  torch.set_num_threads(threads)
+  torch.set_num_interop_threads(1)
+  torch.manual_seed(0)
+  CNN, MLP = torch_models()
+
+  images, labels = load_train()
+  x_all = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2)))  # NCHW, once
+  y_all = torch.from_numpy(labels.astype(np.int64))
+  if model_name == "cnn":
+    model = CNN()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)  # = optax.sgd trace
+  else:
+    model = MLP()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+  loss_fn = torch.nn.functional.cross_entropy  # mean over the batch, as loss_fn in models.py
+
+  # torch.compile: the model (inductor compiles forward and, through AOTAutograd, backward);
+  # the optimizer stays eager (foreach). Compiling the whole step including backward() and
+  # opt.step() was 4x slower for the CNN here (graph breaks).
+  net = torch.compile(model) if compile_ else model
+  holder = {"loss": None}
+
+  def step(b):
+    b = torch.from_numpy(b)
+    x, y = x_all[b], y_all[b]
+    opt.zero_grad(set_to_none=True)
+    loss = loss_fn(net(x), y)
+    loss.backward()
+    opt.step()
+    holder["loss"] = loss
+
+  idx = batch_indices(len(labels), warmup + steps * windows)
+  t0 = time.perf_counter()
+  rates = timed_windows(step, idx, warmup, steps, windows, lambda: None)
+  extra = {"final_loss": float(holder["loss"]), "num_threads": torch.get_num_threads(),
+           "interop_threads": torch.get_num_interop_threads()}
+  if compile_:
+    extra["warmup_and_run_seconds"] = round(time.perf_counter() - t0, 1)
+  return rates, extra
+
+
+# ------------------------------------------------------------------------- driver
+
+def worker(args):
+  cpus = [int(c) for c in args.cpus.split(",")]
+  os.sched_setaffinity(0, cpus)
+  if args.worker == "jax":
+    rates, extra = run_jax(args.model, args.threads, args.warmup, args.steps, args.windows)
+  else:
+    rates, extra = run_torch(args.model, args.threads, args.warmup, args.steps, args.windows,
+                             args.worker == "torch_compile")
+  print(json.dumps({"rates": rates, **extra}))
+
+
+def versions():
+  out = {}
+  for mod in ("jax", "jaxlib", "flax", "optax", "torch", "numpy"):
+    try:
+      from importlib.metadata import version
+      out[mod] = version(mod)
+    except Exception:  # pylint: disable=broad-except
+      out[mod] = None
+  return out
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+  p.add_argument("--cpus", default=None, help="CPUs to pin to (default: first N allowed)")
+  p.add_argument("--models", default="cnn,mlp")
+  p.add_argument("--frameworks", default="jax,torch,torch_compile")
+  p.add_argument("--steps", type=int, default=None, help="steps per timed window "
+                 "(default 100 for the cnn, 300 for the mlp)")
+  p.add_argument("--windows", type=int, default=2, help="timed windows per run")
+  p.add_argument("--warmup", type=int, default=20)
+  p.add_argument("--timeout", type=float, default=600, help="seconds per subprocess")
+  p.add_argument("--model", help=argparse.SUPPRESS)
+  p.add_argument("--worker", help=argparse.SUPPRESS)
+  args = p.parse_args()
+  if args.cpus is None:
+    args.cpus = ",".join(str(c) for c in sorted(os.sched_getaffinity(0))[:args.threads])
+  if args.worker:
+    return worker(args)
+
+  n = args.threads
+  env = dict(os.environ)
+  env.update({
+      "OMP_NUM_THREADS": str(n), "MKL_NUM_THREADS": str(n), "OPENBLAS_NUM_THREADS": str(n),
+      "XLA_FLAGS": (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=true").strip(),
+      "JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2",
+  })
+  results = {}
+  for model in args.models.split(","):
+    steps = args.steps or (100 if model == "cnn" else 300)
+    results[model] = {}
+    for fw in args.frameworks.split(","):
+      cmd = ["taskset", "-c", args.cpus, sys.executable, os.path.abspath(__file__),
+             "--worker", fw, "--model", model, "--threads", str(n), "--cpus", args.cpus,
+             "--steps", str(steps), "--windows", str(args.windows),
+             "--warmup", str(args.warmup)]
+      t0 = time.perf_counter()
+      try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                              timeout=args.timeout, check=False)
+      except subprocess.TimeoutExpired:
+        results[model][fw] = {"error": f"timed out after {args.timeout:.0f} s"}
+        continue
+      wall = time.perf_counter() - t0
+      lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+      if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        results[model][fw] = {"error": f"exit {proc.returncode}: " + " | ".join(tail)}
+        continue
+      r = json.loads(lines[-1])
+      rates = r.pop("rates")
+      results[model][fw] = {"samples_per_sec": float(np.median(rates)),
+                            "windows": [round(x, 1) for x in rates],
+                            "steps_per_window": steps, "warmup_steps": args.warmup,
+                            "wall_seconds": round(wall, 1), **r}
+      print(f"peers: {model} {fw}: {np.median(rates):.0f} samples/s "
+            f"(windows {', '.join(f'{x:.0f}' for x in rates)})", file=sys.stderr)
+  print(json.dumps({"threads": n, "cpus": args.cpus, "batch": BATCH,
+                    "versions": versions(), "results": results}))
+
+
+if __name__ == "__main__":
+  main()
