@@ -136,6 +136,9 @@ int Up(Args& args) {
   sigaddset(&set, SIGTERM);
   if (!detach) pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
+  // Several servers share this host's cores: OpenMP threads that sleep rather than spin
+  // while waiting cost nothing when idle and much less under contention.
+  setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
   std::vector<pid_t> pids;
   auto coord = Spawn({*coord_bin, "--listen=127.0.0.1:" + port, "--state_dir=" + dir + "/state",
                       "--port_file=" + port_file},

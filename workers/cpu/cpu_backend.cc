@@ -124,6 +124,16 @@ class CpuBackend final : public Backend {
 
   void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
             const float* b, float beta, float* c) override {
+    // A dimension under 32 (the first conv's K = 9, the 10-class layer) runs on one
+    // thread: splitting such a product costs more than it saves.
+    const int threads = openblas_get_num_threads();
+    if (std::min({m, n, k}) < 32 && threads > 1) {
+      openblas_set_num_threads(1);  // OpenMP OpenBLAS: also the OpenMP team size
+      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                  m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
+      openblas_set_num_threads(threads);
+      return;
+    }
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
   }
@@ -131,21 +141,25 @@ class CpuBackend final : public Backend {
   void Im2Col(const ConvGeometry& g, const float* x, float* cols) override {
     const int pad = (g.k - 1) / 2;
     const size_t patch = static_cast<size_t>(g.k) * g.k * g.c;
+    const size_t krow = static_cast<size_t>(g.k) * g.c;  // one kernel row of a patch
 #pragma omp parallel for collapse(2) schedule(static)
     for (int n = 0; n < g.b; ++n) {
       for (int y = 0; y < g.h; ++y) {
         for (int x0 = 0; x0 < g.w; ++x0) {
           float* out = cols + ((static_cast<size_t>(n) * g.h + y) * g.w + x0) * patch;
-          for (int i = 0; i < g.k; ++i) {
+          // Kernel columns [j0, j1) fall inside the image: per kernel row, one contiguous
+          // run of input pixels, zeros around it.
+          const int j0 = std::max(0, pad - x0), j1 = std::min(g.k, g.w - x0 + pad);
+          for (int i = 0; i < g.k; ++i, out += krow) {
             const int yy = y + i - pad;
-            for (int j = 0; j < g.k; ++j, out += g.c) {
-              const int xx = x0 + j - pad;
-              if (yy < 0 || yy >= g.h || xx < 0 || xx >= g.w) {
-                std::fill(out, out + g.c, 0.0f);
-              } else {
-                std::copy_n(x + ((static_cast<size_t>(n) * g.h + yy) * g.w + xx) * g.c, g.c, out);
-              }
+            if (yy < 0 || yy >= g.h || j0 >= j1) {
+              std::fill(out, out + krow, 0.0f);
+              continue;
             }
+            std::fill(out, out + static_cast<size_t>(j0) * g.c, 0.0f);
+            std::copy_n(x + ((static_cast<size_t>(n) * g.h + yy) * g.w + (x0 + j0 - pad)) * g.c,
+                        static_cast<size_t>(j1 - j0) * g.c, out + static_cast<size_t>(j0) * g.c);
+            std::fill(out + static_cast<size_t>(j1) * g.c, out + krow, 0.0f);
           }
         }
       }
