@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,14 @@ namespace {
 
 // Elementwise loops below this size run on one thread: fork/join would cost more.
 constexpr size_t kParallelMin = 1 << 15;
+
+// The process-wide thread count (SetCpuThreads). Every parallel region names it: OpenMP's
+// own setting is per thread, and the threads that run steps in a worker are gRPC's.
+std::atomic<int> g_threads{0};
+int Threads() {
+  const int t = g_threads.load(std::memory_order_relaxed);
+  return t > 0 ? t : omp_get_max_threads();
+}
 
 // Hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and picked at load time,
 // so one portable binary runs at the host's vector width. Vectorizing changes no result:
@@ -35,7 +44,7 @@ void ParallelFor(size_t n, F f) {
     f(size_t{0}, n);
     return;
   }
-#pragma omp parallel
+#pragma omp parallel num_threads(Threads())
   {
     const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     f(n * t / nt, n * (t + 1) / nt);
@@ -124,9 +133,12 @@ class CpuBackend final : public Backend {
 
   void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
             const float* b, float beta, float* c) override {
+    // OpenMP OpenBLAS sizes its team from the calling thread's OpenMP setting, which a
+    // thread not started by us (gRPC's) has at its default: set it here.
+    const int threads = Threads();
+    if (omp_get_max_threads() != threads) openblas_set_num_threads(threads);
     // A dimension under 32 (the first conv's K = 9, the 10-class layer) runs on one
     // thread: splitting such a product costs more than it saves.
-    const int threads = openblas_get_num_threads();
     if (std::min({m, n, k}) < 32 && threads > 1) {
       openblas_set_num_threads(1);  // OpenMP OpenBLAS: also the OpenMP team size
       cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
@@ -142,7 +154,7 @@ class CpuBackend final : public Backend {
     const int pad = (g.k - 1) / 2;
     const size_t patch = static_cast<size_t>(g.k) * g.k * g.c;
     const size_t krow = static_cast<size_t>(g.k) * g.c;  // one kernel row of a patch
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for num_threads(Threads()) collapse(2) schedule(static)
     for (int n = 0; n < g.b; ++n) {
       for (int y = 0; y < g.h; ++y) {
         for (int x0 = 0; x0 < g.w; ++x0) {
@@ -171,7 +183,7 @@ class CpuBackend final : public Backend {
     const size_t patch = static_cast<size_t>(g.k) * g.k * g.c;
     // Gather form: each input pixel sums the patch entries that read it, in a fixed
     // order, so threads never write the same element.
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for num_threads(Threads()) collapse(2) schedule(static)
     for (int n = 0; n < g.b; ++n) {
       for (int yy = 0; yy < g.h; ++yy) {
         for (int xx = 0; xx < g.w; ++xx) {
@@ -198,7 +210,7 @@ class CpuBackend final : public Backend {
       BiasAddRows(cols, bias, y, 0, rows);
       return;
     }
-#pragma omp parallel
+#pragma omp parallel num_threads(Threads())
     {
       const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
       BiasAddRows(cols, bias, y, rows * t / nt, rows * (t + 1) / nt);
@@ -215,7 +227,7 @@ class CpuBackend final : public Backend {
       return;
     }
     std::vector<float> partial(static_cast<size_t>(kBlocks) * cols, 0.0f);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(Threads()) schedule(static)
     for (int blk = 0; blk < kBlocks; ++blk) {
       ColumnSums(cols, dy, partial.data() + static_cast<size_t>(blk) * cols,
                  static_cast<size_t>(rows) * blk / kBlocks,
@@ -236,7 +248,7 @@ class CpuBackend final : public Backend {
 
   void AvgPool(int b, int h, int w, int c, const float* x, float* y) override {
     const int oh = h / 2, ow = w / 2;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for num_threads(Threads()) collapse(2) schedule(static)
     for (int n = 0; n < b; ++n) {
       for (int i = 0; i < oh; ++i) {
         for (int j = 0; j < ow; ++j) {
@@ -251,7 +263,7 @@ class CpuBackend final : public Backend {
 
   void AvgPoolBackward(int b, int h, int w, int c, const float* dy, float* dx) override {
     const int oh = h / 2, ow = w / 2;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for num_threads(Threads()) collapse(2) schedule(static)
     for (int n = 0; n < b; ++n) {
       for (int i = 0; i < h; ++i) {
         for (int j = 0; j < w; ++j) {
@@ -270,7 +282,7 @@ class CpuBackend final : public Backend {
   void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x,
                float* y, uint8_t* mask) override {
     const rng::Key k = *key;
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
+#pragma omp parallel for num_threads(Threads()) schedule(static) if (n > kParallelMin)
     for (size_t i = 0; i < n; ++i) {
       const bool m = rng::BitsToUnitFloat(rng::RandomBitsAt(k, impl, i, n)) < keep;
       mask[i] = m ? 1 : 0;
@@ -307,7 +319,7 @@ class CpuBackend final : public Backend {
 
   void GatherRows(size_t row, int n, const int32_t* idx, const float* table,
                   float* out) override {
-#pragma omp parallel for schedule(static) if (row * n > kParallelMin)
+#pragma omp parallel for num_threads(Threads()) schedule(static) if (row * n > kParallelMin)
     for (int i = 0; i < n; ++i) {
       std::memcpy(out + i * row, table + static_cast<size_t>(idx[i]) * row, row * sizeof(float));
     }
@@ -337,11 +349,12 @@ class CpuBackend final : public Backend {
 
 void SetCpuThreads(int threads) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  g_threads = threads;
   openblas_set_num_threads(threads);
   omp_set_num_threads(threads);
 }
 
-int CpuThreads() { return omp_get_max_threads(); }
+int CpuThreads() { return Threads(); }
 
 std::unique_ptr<Backend> NewCpuBackend() { return std::make_unique<CpuBackend>(); }
 
