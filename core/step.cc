@@ -345,9 +345,8 @@ absl::Status StepExecutor::DeviceStep(Workspace& ws, const DeviceDataset& data, 
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepMetrics> StepExecutor::ComputeGradients(const DeviceDataset& data,
-                                                           std::span<const int32_t> indices,
-                                                           rng::Key dropout_key) {
+absl::StatusOr<StepExecutor::Workspace*> StepExecutor::PrepareStep(
+    const DeviceDataset& data, std::span<const int32_t> indices, rng::Key dropout_key) {
   if (static_cast<int>(indices.size()) != local_batch_) {
     return absl::InvalidArgumentError(absl::StrCat("step has ", indices.size(),
                                                    " samples; this replica's local batch is ",
@@ -355,6 +354,13 @@ absl::StatusOr<StepMetrics> StepExecutor::ComputeGradients(const DeviceDataset& 
   }
   ASSIGN_OR_RETURN(Workspace * ws, GetWorkspace(local_batch_, true));
   RETURN_IF_ERROR(Prepare(*ws, data, indices, dropout_key));
+  return ws;
+}
+
+absl::StatusOr<StepMetrics> StepExecutor::ComputeGradients(const DeviceDataset& data,
+                                                           std::span<const int32_t> indices,
+                                                           rng::Key dropout_key) {
+  ASSIGN_OR_RETURN(Workspace * ws, PrepareStep(data, indices, dropout_key));
   RETURN_IF_ERROR(DeviceStep(*ws, data, false));
   return Finish(*ws, local_batch_);
 }
@@ -362,14 +368,8 @@ absl::StatusOr<StepMetrics> StepExecutor::ComputeGradients(const DeviceDataset& 
 absl::StatusOr<StepMetrics> StepExecutor::Step(const DeviceDataset& data,
                                                std::span<const int32_t> indices,
                                                rng::Key dropout_key) {
-  if (static_cast<int>(indices.size()) != local_batch_) {
-    return absl::InvalidArgumentError(absl::StrCat("step has ", indices.size(),
-                                                   " samples; this replica's local batch is ",
-                                                   local_batch_));
-  }
-  const auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(Workspace * ws, GetWorkspace(local_batch_, true));
-  RETURN_IF_ERROR(Prepare(*ws, data, indices, dropout_key));
+const auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(Workspace * ws, PrepareStep(data, indices, dropout_key));
   if (use_graphs_ && (graph_ == nullptr || graph_data_ != &data)) {
     auto graph = backend_->Capture([&] { return DeviceStep(*ws, data, true); });
     if (graph.ok()) {

@@ -94,6 +94,9 @@ class StepExecutor {
                Backend* backend, Collective* collective, CollectiveOptions options,
                bool use_graphs);
   absl::StatusOr<Workspace*> GetWorkspace(int batch, bool train);
+  // A training step's host part: checks the batch, then Prepare.
+  absl::StatusOr<Workspace*> PrepareStep(const DeviceDataset& data,
+                                         std::span<const int32_t> indices, rng::Key dropout_key);
   // Host part before a step: indices and per-step scalars into backend memory.
   absl::Status Prepare(Workspace& ws, const DeviceDataset& data,
                        std::span<const int32_t> indices, rng::Key dropout_key);

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 
 #include "absl/flags/parse.h"
@@ -21,6 +22,14 @@ std::vector<char*> ParseFlagsWithEnv(int argc, char** argv, const std::vector<st
   for (auto& s : storage) args.push_back(s.data());
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);  // later flags win
   return absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+}
+
+void WritePortFile(const std::string& path, int port) {
+  if (path.empty()) return;
+  if (FILE* f = std::fopen(path.c_str(), "w")) {
+    std::fprintf(f, "%d\n", port);
+    std::fclose(f);
+  }
 }
 
 namespace {

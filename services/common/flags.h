@@ -12,6 +12,9 @@ namespace lockstep {
 // LOCKSTEP_NAME environment variable is set. Returns the positional arguments.
 std::vector<char*> ParseFlagsWithEnv(int argc, char** argv, const std::vector<std::string>& names);
 
+// Writes the port a server bound to `path` (for --port_file); nothing when path is empty.
+void WritePortFile(const std::string& path, int port);
+
 // Blocks SIGINT and SIGTERM for this thread and threads it starts later: call first in
 // main, so that WaitForShutdownSignal receives them.
 void BlockShutdownSignals();

@@ -74,13 +74,7 @@ int main(int argc, char** argv) {
     spdlog::error("cannot listen on {}", absl::GetFlag(FLAGS_listen));
     return 1;
   }
-  if (!absl::GetFlag(FLAGS_port_file).empty()) {
-    FILE* f = std::fopen(absl::GetFlag(FLAGS_port_file).c_str(), "w");
-    if (f != nullptr) {
-      std::fprintf(f, "%d\n", port);
-      std::fclose(f);
-    }
-  }
+  WritePortFile(absl::GetFlag(FLAGS_port_file), port);
   if (absl::Status st = jobs.Start(); !st.ok()) {
     spdlog::error("cannot reload the job records: {}", st.ToString());
     return 1;

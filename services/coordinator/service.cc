@@ -3,16 +3,6 @@
 #include "services/common/status.h"
 
 namespace lockstep {
-namespace {
-
-// Writes a StatusOr's value into *out and maps its status.
-template <typename T>
-grpc::Status Answer(absl::StatusOr<T> v, T* out) {
-  if (v.ok()) *out = std::move(v).value();
-  return ToGrpcStatus(v.status());
-}
-
-}  // namespace
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*, const v1::JobSpec* req,
                                        v1::Job* resp) {

@@ -67,12 +67,7 @@ int Main() {
     spdlog::error("cannot listen on {}", absl::GetFlag(FLAGS_listen));
     return 1;
   }
-  if (!absl::GetFlag(FLAGS_port_file).empty()) {
-    if (FILE* f = std::fopen(absl::GetFlag(FLAGS_port_file).c_str(), "w")) {
-      std::fprintf(f, "%d\n", port);
-      std::fclose(f);
-    }
-  }
+  WritePortFile(absl::GetFlag(FLAGS_port_file), port);
   std::string name = absl::GetFlag(FLAGS_name);
   if (name.empty()) {
     char h[256] = {};

@@ -5,15 +5,6 @@
 #include "services/common/status.h"
 
 namespace lockstep {
-namespace {
-
-template <typename T>
-grpc::Status Answer(absl::StatusOr<T> v, T* out) {
-  if (v.ok()) *out = std::move(v).value();
-  return ToGrpcStatus(v.status());
-}
-
-}  // namespace
 
 grpc::Status WorkerServiceImpl::Prepare(grpc::ServerContext*,
                                         grpc::ServerReader<v1::PrepareChunk>* reader,
