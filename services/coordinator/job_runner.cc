@@ -1,12 +1,12 @@
 #include "services/coordinator/job_runner.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <chrono>
-#include <deque>
 #include <filesystem>
 #include <thread>
 
-#include <google/protobuf/util/json_util.h>
-
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/checkpoint.h"
@@ -30,9 +30,9 @@ std::string KeyHex(rng::Key k) { return absl::StrFormat("%08x%08x", k.k0, k.k1);
 
 }  // namespace
 
-JobRunner::JobRunner(std::string job_id, v1::JobSpec spec, std::vector<PoolWorker> workers,
-                     WorkerClientFactory* factory, KvTable* kv,
-                     const CoordinatorOptions& options, JobSink* sink)
+JobRunner::JobRunner(std::string job_id, v1::JobSpec spec,
+                     std::vector<PoolWorker> workers, WorkerClientFactory* factory,
+                     KvTable* kv, const CoordinatorOptions& options, JobSink* sink)
     : job_id_(std::move(job_id)),
       spec_(std::move(spec)),
       workers_(std::move(workers)),
@@ -45,7 +45,7 @@ JobRunner::JobRunner(std::string job_id, v1::JobSpec spec, std::vector<PoolWorke
 void JobRunner::Abort(absl::Status status) {
   absl::MutexLock lock(&mu_);
   if (abort_.ok()) abort_ = std::move(status);
-  for (StepStream* s : live_streams_) s->Cancel();
+  if (fanout_ != nullptr) fanout_->Cancel();
 }
 
 absl::Status JobRunner::aborted() {
@@ -55,14 +55,12 @@ absl::Status JobRunner::aborted() {
 
 absl::Status JobRunner::WorkerError(int rank, const absl::Status& st) const {
   const PoolWorker& w = workers_[rank];
-  return absl::Status(st.code(), absl::StrCat("worker ", w.id, " (", w.address, ", rank ", rank,
-                                              "): ", st.message()));
+  return absl::Status(st.code(), absl::StrCat("worker ", w.id, " (", w.address, ", rank ",
+                                              rank, "): ", st.message()));
 }
 
 absl::Status JobRunner::Run(JobOutcome* outcome) {
-  int64_t num_train = 0, num_test = 0;
-  absl::Status st = Prepare(&num_train, &num_test);
-  if (st.ok()) st = StepLoop(num_train, num_test, outcome);
+  absl::Status st = Train(outcome);
   if (!st.ok()) {
     absl::Status abort = aborted();
     if (!abort.ok()) st = abort;
@@ -75,15 +73,36 @@ absl::Status JobRunner::Run(JobOutcome* outcome) {
       }
     }
     if (!dead.empty() && st.code() != absl::StatusCode::kCancelled && abort.ok()) {
-      const PoolWorker& w = workers_[dead[0]];
-      st = absl::UnavailableError(absl::StrCat("worker ", w.id, " (", w.address, ", rank ",
-                                               dead[0], ") is unreachable; first error: ",
-                                               st.message()));
+      st = WorkerError(dead[0], absl::UnavailableError(absl::StrCat(
+                                    "is unreachable; first error: ", st.message())));
     }
   }
   ReleaseAll(st.ok() ? "job finished" : std::string(st.message()));
   kv_->ErasePrefix(absl::StrCat("jobs/", job_id_, "/"));
   return st;
+}
+
+absl::Status JobRunner::Train(JobOutcome* outcome) {
+  int64_t num_train = 0, num_test = 0;
+  RETURN_IF_ERROR(Prepare(&num_train, &num_test));
+  ASSIGN_OR_RETURN(rng::Impl impl, rng::ParseImpl(spec_.rng_impl()));
+  TrainingPlan plan(spec_.seed(), spec_.dropout_seed(), impl, num_train,
+                    static_cast<int>(spec_.global_batch_size()),
+                    static_cast<int>(workers_.size()));
+  const int64_t total = TotalSteps(spec_, num_train);
+  RETURN_IF_ERROR(StepLoop(plan, total, num_test, outcome));
+  ASSIGN_OR_RETURN(outcome->final_eval,
+                   Evaluate(num_test, total, (total - 1) / plan.steps_per_epoch()));
+  sink_->OnEval(outcome->final_eval);
+
+  std::string path = spec_.checkpoint_path();
+  if (path.empty() && !options_.checkpoint_dir.empty()) path = job_id_ + ".safetensors";
+  if (path.empty()) return absl::OkStatus();
+  if (!options_.checkpoint_dir.empty()) path = options_.checkpoint_dir + "/" + path;
+  RETURN_IF_ERROR(
+      SaveCheckpoint(path, outcome->param_checksum, plan.data_key(), plan.main_key()));
+  outcome->checkpoint_path = std::filesystem::absolute(path).string();
+  return absl::OkStatus();
 }
 
 void JobRunner::ReleaseAll(const std::string& reason) {
@@ -125,92 +144,53 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
     if (resp[r]->train_examples() != resp[0]->train_examples() ||
         resp[r]->test_examples() != resp[0]->test_examples()) {
       return WorkerError(r, absl::FailedPreconditionError(absl::StrCat(
-          "its dataset at ", spec_.dataset().path(), " has ", resp[r]->train_examples(), "/",
-          resp[r]->test_examples(), " examples; rank 0's has ", resp[0]->train_examples(), "/",
-          resp[0]->test_examples())));
+                                "its dataset at ", spec_.dataset().path(), " has ",
+                                resp[r]->train_examples(), "/", resp[r]->test_examples(),
+                                " examples; rank 0's has ", resp[0]->train_examples(),
+                                "/", resp[0]->test_examples())));
     }
   }
   *num_train = resp[0]->train_examples();
   *num_test = resp[0]->test_examples();
   if (*num_train < spec_.global_batch_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("global_batch_size: ", spec_.global_batch_size(),
-                                                   " exceeds the ", *num_train,
-                                                   " training examples"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("global_batch_size: ", spec_.global_batch_size(), " exceeds the ",
+                     *num_train, " training examples"));
   }
   return absl::OkStatus();
 }
 
-// Answers gathered from the workers' step streams by one reader thread per worker.
-struct JobRunner::Inflight {
-  absl::Mutex mu;
-  std::vector<std::deque<v1::StepResponse>> answers ABSL_GUARDED_BY(mu);
-  std::vector<absl::Status> ended ABSL_GUARDED_BY(mu);  // OUT_OF_RANGE: clean end
-  int first_error ABSL_GUARDED_BY(mu) = -1;
-};
-
-absl::Status JobRunner::TakeAnswers(Inflight& in, int64_t step,
-                                    std::vector<v1::StepResponse>& got) {
-  const int n = static_cast<int>(workers_.size());
-  absl::MutexLock lock(&in.mu);
-  auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(in.mu) {
-    if (in.first_error >= 0) return true;
-    for (int r = 0; r < n; ++r) {
-      if (in.answers[r].empty()) return !in.ended[r].ok();  // waiting, or ended early
-    }
-    return true;
-  };
-  if (!in.mu.AwaitWithTimeout(absl::Condition(&ready), options_.step_timeout)) {
-    std::string late;
-    for (int r = 0; r < n; ++r) {
-      if (in.answers[r].empty()) absl::StrAppend(&late, late.empty() ? "" : ", ", workers_[r].id);
-    }
-    return absl::DeadlineExceededError(absl::StrCat("worker(s) ", late, " did not answer step ",
-                                                    step, " within ",
-                                                    absl::FormatDuration(options_.step_timeout)));
-  }
-  if (in.first_error >= 0) return WorkerError(in.first_error, in.ended[in.first_error]);
-  for (int r = 0; r < n; ++r) {
-    if (in.answers[r].empty()) {
-      return WorkerError(r, absl::UnavailableError("ended its step stream early"));
-    }
-    got[r] = std::move(in.answers[r].front());
-    in.answers[r].pop_front();
-  }
-  return absl::OkStatus();
-}
-
-void JobRunner::SendStep(const StepPlan& p,
-                         const std::vector<std::unique_ptr<StepStream>>& streams,
-                         bool want_checksum) {
-  const size_t local = p.indices.size() / streams.size();  // B % N == 0: validated
-  for (size_t r = 0; r < streams.size(); ++r) {
-    v1::StepRequest req;
+std::vector<v1::StepRequest> JobRunner::StepRequests(const StepPlan& p,
+                                                     bool want_checksum) const {
+  const size_t n = workers_.size();
+  const size_t local = p.indices.size() / n;  // B % N == 0: validated
+  std::vector<v1::StepRequest> requests(n);
+  for (size_t r = 0; r < n; ++r) {
+    v1::StepRequest& req = requests[r];
     req.set_job_id(job_id_);
     req.set_step(p.step);
     req.set_key0(p.keys[r].k0);
     req.set_key1(p.keys[r].k1);
     // ShardBatch: worker r gets rows [r*B/N, (r+1)*B/N).
-    req.mutable_indices()->Add(p.indices.begin() + r * local, p.indices.begin() + (r + 1) * local);
+    req.mutable_indices()->Add(p.indices.begin() + r * local,
+                               p.indices.begin() + (r + 1) * local);
     req.set_want_checksum(want_checksum);
-    streams[r]->Send(req);  // a broken stream reports through its reader
   }
+  return requests;
 }
 
-absl::StatusOr<v1::StepEvent> JobRunner::Aggregate(const std::vector<v1::StepResponse>& got,
-                                                   int64_t step, bool check) const {
+absl::StatusOr<v1::StepEvent> JobRunner::Aggregate(
+    const std::vector<v1::StepResponse>& got, int64_t step, bool check) const {
   v1::StepEvent e;
   float loss_sum = 0, acc_sum = 0;
   for (size_t r = 0; r < got.size(); ++r) {
-    if (got[r].step() != step) {
-      return WorkerError(static_cast<int>(r), absl::InternalError(absl::StrCat(
-          "answered step ", got[r].step(), " when step ", step, " was due")));
-    }
     if (check && got[r].param_checksum() != got[0].param_checksum()) {
-      return absl::DataLossError(absl::StrFormat(
-          "replicas diverged after step %d: worker %s has params checksum %016x, worker %s "
-          "has %016x",
-          step + 1, workers_[0].id, got[0].param_checksum(), workers_[r].id,
-          got[r].param_checksum()));
+      return absl::DataLossError(
+          absl::StrFormat("replicas diverged after step %d: worker %s has params "
+                          "checksum %016x, worker %s "
+                          "has %016x",
+                          step + 1, workers_[0].id, got[0].param_checksum(),
+                          workers_[r].id, got[r].param_checksum()));
     }
     loss_sum += got[r].loss();
     acc_sum += got[r].accuracy();
@@ -227,90 +207,57 @@ absl::StatusOr<v1::StepEvent> JobRunner::Aggregate(const std::vector<v1::StepRes
   return e;
 }
 
-absl::Status JobRunner::StepLoop(int64_t num_train, int64_t num_test, JobOutcome* outcome) {
-  ASSIGN_OR_RETURN(rng::Impl impl, rng::ParseImpl(spec_.rng_impl()));
-  const int n = static_cast<int>(workers_.size());
-  const int b = static_cast<int>(spec_.global_batch_size());
-  TrainingPlan plan(spec_.seed(), spec_.dropout_seed(), impl, num_train, b, n);
-  const int64_t total = TotalSteps(spec_, num_train);
+absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_test,
+                                 JobOutcome* outcome) {
+  const int64_t b = spec_.global_batch_size();
   const int64_t spe = plan.steps_per_epoch();
   sink_->OnRunning(total);
-
-  std::vector<std::unique_ptr<StepStream>> streams;
-  for (int r = 0; r < n; ++r) {
-    auto s = clients_[r]->OpenSteps(kStreamLifetime);
-    if (!s.ok()) return WorkerError(r, s.status());
-    streams.push_back(std::move(s).value());
-  }
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<StepFanout> fanout,
+      StepFanout::Open(clients_, kStreamLifetime, [this](int r, const absl::Status& st) {
+        return WorkerError(r, st);
+      }));
   {
     absl::MutexLock lock(&mu_);
-    for (auto& s : streams) live_streams_.push_back(s.get());
-    if (!abort_.ok()) {
-      for (auto& s : streams) s->Cancel();
-    }
+    fanout_ = fanout.get();
+    if (!abort_.ok()) fanout_->Cancel();
   }
-  Inflight in;
-  {
-    absl::MutexLock lock(&in.mu);
-    in.answers.resize(n);
-    in.ended.assign(n, absl::OkStatus());
-  }
-  std::vector<std::thread> readers;
-  for (int r = 0; r < n; ++r) {
-    readers.emplace_back([&, r] {
-      while (true) {
-        auto a = streams[r]->Receive();
-        absl::MutexLock lock(&in.mu);
-        if (!a.ok()) {
-          in.ended[r] = a.status();
-          if (!absl::IsOutOfRange(a.status()) && in.first_error < 0) in.first_error = r;
-          return;
-        }
-        in.answers[r].push_back(std::move(a).value());
-      }
-    });
-  }
-  auto stop = [&](absl::Status st) {
-    for (auto& s : streams) s->Cancel();
-    for (auto& t : readers) t.join();
+  absl::Cleanup forget = [this] {
     absl::MutexLock lock(&mu_);
-    live_streams_.clear();
-    return st;
+    fanout_ = nullptr;
   };
 
   const auto& ev = spec_.eval();
   auto eval_due = [&](int64_t done) {
-    return (ev.every_epochs() > 0 && done % spe == 0 && (done / spe) % ev.every_epochs() == 0) ||
+    return (ev.every_epochs() > 0 && done % spe == 0 &&
+            (done / spe) % ev.every_epochs() == 0) ||
            (ev.every_steps() > 0 && done % ev.every_steps() == 0);
   };
   auto checksum_due = [&](int64_t done) {
-    return done == total || (spec_.checksum_every_steps() > 0 &&
-                             done % spec_.checksum_every_steps() == 0);
+    return done == total ||
+           (spec_.checksum_every_steps() > 0 && done % spec_.checksum_every_steps() == 0);
   };
   int64_t sent = 0, done = 0;
   bool hold = false;  // the pipeline drains before an evaluation
   double step_seconds = 0;
   auto t_last = std::chrono::steady_clock::now();
   while (done < total) {
-    if (absl::Status a = aborted(); !a.ok()) return stop(a);
+    RETURN_IF_ERROR(aborted());
     while (sent < total && sent - done < options_.steps_in_flight && !hold) {
-      SendStep(plan.Next(), streams, checksum_due(sent + 1));
+      fanout->Send(StepRequests(plan.Next(), checksum_due(sent + 1)));
       ++sent;
       hold = eval_due(sent) && sent < total;
     }
-    std::vector<v1::StepResponse> got(n);
-    absl::Status fail = TakeAnswers(in, done, got);
-    if (!fail.ok()) return stop(fail);
-    auto event = Aggregate(got, done, checksum_due(done + 1));
-    if (!event.ok()) return stop(event.status());
-    v1::StepEvent& e = *event;
+    ASSIGN_OR_RETURN(std::vector<v1::StepResponse> got,
+                     fanout->Take(done, options_.step_timeout));
+    ASSIGN_OR_RETURN(v1::StepEvent e, Aggregate(got, done, checksum_due(done + 1)));
     ++done;
     const auto now = std::chrono::steady_clock::now();
     const double wall = std::chrono::duration<double>(now - t_last).count();
     step_seconds += wall;
     t_last = now;
-    e.set_wall_ms(wall * 1000);
     if (checksum_due(done)) outcome->param_checksum = got[0].param_checksum();
+    e.set_wall_ms(wall * 1000);
     e.set_step(done);
     e.set_epoch((done - 1) / spe);
     e.set_samples_per_sec(done * b / step_seconds);
@@ -318,42 +265,29 @@ absl::Status JobRunner::StepLoop(int64_t num_train, int64_t num_test, JobOutcome
     e.set_total_steps(total);
     sink_->OnStep(e);
     if (hold && done == sent) {
-      auto eval = Evaluate(num_test, done, (done - 1) / spe);
-      if (!eval.ok()) return stop(eval.status());
-      sink_->OnEval(*eval);
+      ASSIGN_OR_RETURN(v1::EvalResult eval, Evaluate(num_test, done, (done - 1) / spe));
+      sink_->OnEval(eval);
       hold = false;
       t_last = std::chrono::steady_clock::now();  // evaluation is not step time
     }
   }
-  for (auto& s : streams) s->CloseSend();
-  for (auto& t : readers) t.join();
-  {
-    absl::MutexLock lock(&mu_);
-    live_streams_.clear();
-  }
+  fanout->Close();
   outcome->samples_per_sec = step_seconds > 0 ? total * b / step_seconds : 0;
-  ASSIGN_OR_RETURN(outcome->final_eval, Evaluate(num_test, total, (total - 1) / spe));
-  sink_->OnEval(outcome->final_eval);
-
-  std::string path = spec_.checkpoint_path();
-  if (path.empty() && !options_.checkpoint_dir.empty()) path = job_id_ + ".safetensors";
-  if (!path.empty()) {
-    if (!options_.checkpoint_dir.empty()) path = options_.checkpoint_dir + "/" + path;
-    RETURN_IF_ERROR(SaveCheckpoint(path, outcome->param_checksum, plan.data_key(), plan.main_key()));
-    outcome->checkpoint_path = std::filesystem::absolute(path).string();
-  }
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::EvalResult> JobRunner::Evaluate(int64_t num_test, int64_t step, int64_t epoch) {
+absl::StatusOr<v1::EvalResult> JobRunner::Evaluate(int64_t num_test, int64_t step,
+                                                   int64_t epoch) {
   const int n = static_cast<int>(workers_.size());
-  std::vector<absl::StatusOr<v1::EvaluateResponse>> resp(n, absl::UnknownError("not run"));
+  std::vector<absl::StatusOr<v1::EvaluateResponse>> resp(n,
+                                                         absl::UnknownError("not run"));
   ForEachRank(n, [&](int r) {
     v1::EvaluateRequest req;
     req.set_job_id(job_id_);
     req.set_begin(num_test * r / n);
     req.set_end(num_test * (r + 1) / n);
-    resp[r] = clients_[r]->Evaluate(req, options_.rpc_timeout + absl::Seconds(num_test / 100));
+    resp[r] =
+        clients_[r]->Evaluate(req, options_.rpc_timeout + absl::Seconds(num_test / 100));
   });
   v1::EvalResult out;
   double loss = 0;
@@ -374,9 +308,11 @@ absl::StatusOr<v1::EvalResult> JobRunner::Evaluate(int64_t num_test, int64_t ste
 
 absl::Status JobRunner::SaveCheckpoint(const std::string& path, uint64_t checksum,
                                        rng::Key data_key, rng::Key main_key) {
-  ASSIGN_OR_RETURN(TrainState state, clients_[0]->FetchState(job_id_, options_.rpc_timeout));
+  ASSIGN_OR_RETURN(TrainState state,
+                   clients_[0]->FetchState(job_id_, options_.rpc_timeout));
   if (ParamChecksum(state.params) != checksum) {
-    return WorkerError(0, absl::DataLossError("fetched params do not match the replicas' checksum"));
+    return WorkerError(
+        0, absl::DataLossError("fetched params do not match the replicas' checksum"));
   }
   ASSIGN_OR_RETURN(Model model, Model::FromSpec(spec_.model()));
   ASSIGN_OR_RETURN(Optimizer optimizer, Optimizer::FromSpec(spec_.optimizer()));

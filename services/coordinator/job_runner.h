@@ -19,6 +19,7 @@
 #include "lockstep/v1/job.pb.h"
 #include "services/coordinator/kv_table.h"
 #include "services/coordinator/options.h"
+#include "services/coordinator/step_fanout.h"
 #include "services/coordinator/worker_client.h"
 #include "services/coordinator/worker_pool.h"
 
@@ -55,20 +56,21 @@ class JobRunner {
   void Abort(absl::Status status);
 
  private:
-  struct Inflight;
+  // Prepare, the steps, the final evaluation and the checkpoint.
+  absl::Status Train(JobOutcome* outcome);
   absl::Status Prepare(int64_t* num_train, int64_t* num_test);
-  absl::Status StepLoop(int64_t num_train, int64_t num_test, JobOutcome* outcome);
-  void SendStep(const StepPlan& plan, const std::vector<std::unique_ptr<StepStream>>& streams,
-                bool want_checksum);
+  absl::Status StepLoop(TrainingPlan& plan, int64_t total, int64_t num_test,
+                        JobOutcome* outcome);
+  // One step command per worker: the step, the worker's dropout key, its shard.
+  std::vector<v1::StepRequest> StepRequests(const StepPlan& plan,
+                                            bool want_checksum) const;
   // Folds the workers' answers to one step into its event; with `check`, DATA_LOSS if
   // the replicas' checksums differ.
   absl::StatusOr<v1::StepEvent> Aggregate(const std::vector<v1::StepResponse>& got,
                                           int64_t step, bool check) const;
-  // Waits for every worker's answer to `step` (or the first error, or the step timeout).
-  absl::Status TakeAnswers(Inflight& in, int64_t step, std::vector<v1::StepResponse>& got);
   absl::StatusOr<v1::EvalResult> Evaluate(int64_t num_test, int64_t step, int64_t epoch);
-  absl::Status SaveCheckpoint(const std::string& path, uint64_t checksum, rng::Key data_key,
-                              rng::Key main_key);
+  absl::Status SaveCheckpoint(const std::string& path, uint64_t checksum,
+                              rng::Key data_key, rng::Key main_key);
   absl::Status WorkerError(int rank, const absl::Status& st) const;
   absl::Status aborted();
   void ReleaseAll(const std::string& reason);
@@ -83,7 +85,7 @@ class JobRunner {
 
   absl::Mutex mu_;
   absl::Status abort_ ABSL_GUARDED_BY(mu_);
-  std::vector<StepStream*> live_streams_ ABSL_GUARDED_BY(mu_);
+  StepFanout* fanout_ ABSL_GUARDED_BY(mu_) = nullptr;  // while steps run
 };
 
 }  // namespace lockstep

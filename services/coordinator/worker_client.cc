@@ -46,7 +46,6 @@ class GrpcStepStream final : public StepStream {
   void Cancel() override { ctx_.TryCancel(); }
 
  private:
-
   grpc::ClientContext ctx_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>> stream_;
   absl::Mutex write_mu_;

@@ -1,0 +1,64 @@
+// StepFanout: the coordinator's end of one job's step streams, one per worker. Step
+// commands go out on every stream at once; a reader thread per stream queues the
+// answers, and Take hands back every worker's answer to the next step, or the first
+// error, or DEADLINE_EXCEEDED naming the late. Errors name the worker through `blame`.
+#ifndef LOCKSTEP_SERVICES_COORDINATOR_STEP_FANOUT_H_
+#define LOCKSTEP_SERVICES_COORDINATOR_STEP_FANOUT_H_
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "services/coordinator/worker_client.h"
+
+namespace lockstep {
+
+class StepFanout {
+ public:
+  // Wraps a worker's error with the worker's name: blame(rank, status).
+  using Blame = std::function<absl::Status(int, const absl::Status&)>;
+
+  // Opens a step stream to every client (rank r = clients[r]), each living `lifetime`.
+  static absl::StatusOr<std::unique_ptr<StepFanout>> Open(
+      const std::vector<std::unique_ptr<WorkerClient>>& clients, absl::Duration lifetime,
+      Blame blame);
+  ~StepFanout();  // cancels what is still open and joins the readers
+
+  int size() const { return static_cast<int>(streams_.size()); }
+
+  // Queues requests[r] on worker r's stream. A broken stream reports through Take.
+  void Send(const std::vector<v1::StepRequest>& requests);
+
+  // Every worker's next answer, which must be for `step`; waits at most `timeout`.
+  absl::StatusOr<std::vector<v1::StepResponse>> Take(int64_t step,
+                                                     absl::Duration timeout);
+
+  // No more requests: waits until every worker has ended its stream.
+  void Close();
+
+  // Breaks every stream; a waiting Take returns promptly. Thread-safe.
+  void Cancel();
+
+ private:
+  StepFanout(std::vector<std::unique_ptr<StepStream>> streams, Blame blame);
+  void Read(int rank);
+  void Join();
+
+  const std::vector<std::unique_ptr<StepStream>> streams_;
+  const Blame blame_;
+  std::vector<std::thread> readers_;
+
+  absl::Mutex mu_;
+  std::vector<std::deque<v1::StepResponse>> answers_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Status> ended_ ABSL_GUARDED_BY(mu_);  // OUT_OF_RANGE: a clean end
+  int first_error_ ABSL_GUARDED_BY(mu_) = -1;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVICES_COORDINATOR_STEP_FANOUT_H_
