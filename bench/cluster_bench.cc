@@ -115,10 +115,13 @@ int Main(int argc, char** argv) {
     return 1;
   }
 
-  absl::PrintF("Lockstep cluster benchmark: CNN, global batch 128, %d steps (first %d skipped), "
-               "%d CPU threads in all\n\n", steps, warmup, threads);
-  absl::PrintF("| workers | step wall ms | control plane ms (%% of step) | compute ms | "
-               "all-reduce ms | update ms | samples/s | vs single process |\n");
+  absl::PrintF(
+      "Lockstep cluster benchmark: CNN, global batch 128, %d steps (first %d skipped), "
+      "%d CPU threads in all\n\n",
+      steps, warmup, threads);
+  absl::PrintF(
+      "| workers | step wall ms | control plane ms (%% of step) | compute ms | "
+      "all-reduce ms | update ms | samples/s | vs single process |\n");
   absl::PrintF("|---|---|---|---|---|---|---|---|\n");
   for (const auto& s : splits) {
     const double dispatch = std::max(0.0, s.wall - s.worker);
@@ -129,7 +132,8 @@ int Main(int argc, char** argv) {
   absl::PrintF("\nsingle-process trainer (lockstep train): %.0f samples/s\n",
                single->samples_per_sec);
   absl::PrintF("\n| control plane | empty steps/s |\n|---|---|\n");
-  absl::PrintF("| one gRPC round trip per step (unary Step) | %.0f |\n", cp.round_trip_steps_per_sec);
+  absl::PrintF("| one gRPC round trip per step (unary Step) | %.0f |\n",
+               cp.round_trip_steps_per_sec);
   absl::PrintF("| pipelined on the Steps stream | %.0f (%.1fx) |\n", cp.streamed_steps_per_sec,
                cp.streamed_steps_per_sec / cp.round_trip_steps_per_sec);
   return 0;

@@ -13,14 +13,15 @@
 
 int main(int argc, char** argv) {
   using namespace lockstep;
-  std::map<std::string, std::string> a = {{"model", "cnn"}, {"batch", "128"}, {"steps", "500"},
-                                          {"device", "cuda"}, {"workers", "1"}, {"warmup", "50"},
-                                          {"hidden", "512,512"}, {"coordinator", "127.0.0.1:7070"}};
+  std::map<std::string, std::string> a = {
+      {"model", "cnn"}, {"batch", "128"}, {"steps", "500"},      {"device", "cuda"},
+      {"workers", "1"}, {"warmup", "50"}, {"hidden", "512,512"}, {"coordinator", "127.0.0.1:7070"}};
   for (int i = 1; i + 1 < argc; i += 2) a[std::string(argv[i]).substr(2)] = argv[i + 1];
   v1::JobSpec spec;
   spec.mutable_model()->set_kind(a["model"]);
   if (a["model"] == "mlp") {
-    for (auto w : absl::StrSplit(a["hidden"], ',')) spec.mutable_model()->add_hidden(std::stoi(std::string(w)));
+    for (auto w : absl::StrSplit(a["hidden"], ','))
+      spec.mutable_model()->add_hidden(std::stoi(std::string(w)));
     spec.mutable_optimizer()->set_kind("adam");
     spec.mutable_optimizer()->set_learning_rate(1e-3);
   } else {
@@ -43,15 +44,16 @@ int main(int argc, char** argv) {
     absl::FPrintF(stderr, "%s\n", s.status().ToString());
     return 1;
   }
-  nlohmann::json out = {{"model", a["model"]},
-                        {"batch", spec.global_batch_size()},
-                        {"device", a["device"]},
-                        {"workers", s->workers},
-                        {"measured_steps", s->steps},
-                        {"samples_per_sec", s->samples_per_sec},
-                        {"us_per_step", s->wall * 1000},
-                        {"worker_us_per_step", s->worker * 1000},
-                        {"flops_per_step", 3.0 * model->ForwardFlopsPerSample() * spec.global_batch_size()}};
+  nlohmann::json out = {
+      {"model", a["model"]},
+      {"batch", spec.global_batch_size()},
+      {"device", a["device"]},
+      {"workers", s->workers},
+      {"measured_steps", s->steps},
+      {"samples_per_sec", s->samples_per_sec},
+      {"us_per_step", s->wall * 1000},
+      {"worker_us_per_step", s->worker * 1000},
+      {"flops_per_step", 3.0 * model->ForwardFlopsPerSample() * spec.global_batch_size()}};
   absl::PrintF("%s\n", out.dump());
   return 0;
 }

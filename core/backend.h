@@ -34,7 +34,9 @@ class Buffer {
   ~Buffer() { Reset(); }
 
   template <typename T = float>
-  T* as() const { return static_cast<T*>(data_); }
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
   size_t bytes() const { return bytes_; }
   void Reset();
 
@@ -74,8 +76,8 @@ class Backend {
   virtual absl::Status SetTf32(bool enabled) { return absl::OkStatus(); }
 
   // c = alpha * op(a) * op(b) + beta * c with op(a) m x k, op(b) k x n, c m x n.
-  virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                    const float* a, const float* b, float beta, float* c) = 0;
+  virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                    const float* b, float beta, float* c) = 0;
 
   // cols (b*h*w, k*k*c): the SAME-padded k x k patch around each output pixel, in HWI
   // order, so that cols @ kernel(k*k*c, f) is the convolution.
@@ -100,17 +102,16 @@ class Backend {
   // Flax Dropout: mask = bernoulli(*key, keep, (n,)) drawn with jax.random's bits, then
   // y = mask ? x / keep : 0. mask holds 0/1 bytes. `key` is in backend memory, so a
   // captured graph reads each step's key.
-  virtual void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl,
-                       const float* x, float* y, uint8_t* mask) = 0;
+  virtual void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x,
+                       float* y, uint8_t* mask) = 0;
   virtual void DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
                                float* dx) = 0;
 
   // Softmax cross-entropy on integer labels over logits (b, classes): per-sample loss,
   // dlogits = (softmax - onehot) / b (the gradient of the batch mean), and 1/0 in
   // correct where argmax (first maximum) equals the label.
-  virtual void SoftmaxCrossEntropy(int b, int classes, const float* logits,
-                                   const int32_t* labels, float* loss, float* dlogits,
-                                   float* correct) = 0;
+  virtual void SoftmaxCrossEntropy(int b, int classes, const float* logits, const int32_t* labels,
+                                   float* loss, float* dlogits, float* correct) = 0;
 
   // out (n, row) = table rows idx[0..n); idx is backend memory.
   virtual void GatherRows(size_t row, int n, const int32_t* idx, const float* table,
@@ -125,8 +126,8 @@ class Backend {
                          float* p) = 0;
   // optax.adam / adamw (scale_by_adam, add_decayed_weights, scale(-lr)); `s` is in
   // backend memory (it changes every step).
-  virtual void AdamUpdate(size_t n, const AdamScalars* s, const float* g, float* mu,
-                          float* nu, float* p) = 0;
+  virtual void AdamUpdate(size_t n, const AdamScalars* s, const float* g, float* mu, float* nu,
+                          float* p) = 0;
 
   // Graphs: records the ops `body` issues into a replayable graph (CUDA graphs). Pointers
   // and sizes are frozen at capture; per-step values must come from backend memory.
@@ -136,7 +137,8 @@ class Backend {
     virtual ~Graph() = default;
     virtual absl::Status Launch() = 0;
   };
-  virtual absl::StatusOr<std::unique_ptr<Graph>> Capture(const std::function<absl::Status()>& body) {
+  virtual absl::StatusOr<std::unique_ptr<Graph>> Capture(
+      const std::function<absl::Status()>& body) {
     return absl::UnimplementedError(Name() + ": no graph capture");
   }
 };

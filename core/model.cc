@@ -38,8 +38,8 @@ absl::StatusOr<Model> Model::FromSpec(const v1::ModelSpec& spec) {
     }
     return Mlp(hidden, rate);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "model.kind: unknown model \"", spec.kind(), "\" (expected \"cnn\" or \"mlp\")"));
+  return absl::InvalidArgumentError(absl::StrCat("model.kind: unknown model \"", spec.kind(),
+                                                 "\" (expected \"cnn\" or \"mlp\")"));
 }
 
 Model Model::Cnn() {

@@ -27,11 +27,11 @@ struct Dims {
 
 struct Layer {
   LayerKind kind;
-  std::string name;      // Flax module name ("Conv_0", "Dropout_1"); empty for functions
+  std::string name;  // Flax module name ("Conv_0", "Dropout_1"); empty for functions
   Dims in, out;
-  int kernel_size = 0;   // conv: square kernel, SAME padding, stride 1
-  float keep = 1.0f;     // dropout: float32(1 - rate)
-  int kernel = -1;       // index into layout() for conv and dense
+  int kernel_size = 0;  // conv: square kernel, SAME padding, stride 1
+  float keep = 1.0f;    // dropout: float32(1 - rate)
+  int kernel = -1;      // index into layout() for conv and dense
   int bias = -1;
 };
 

@@ -24,13 +24,13 @@ absl::StatusOr<Optimizer> Optimizer::FromSpec(const v1::OptimizerSpec& spec) {
   } else if (spec.kind() == "adamw") {
     o.kind_ = Kind::kAdamW;
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("optimizer.kind: unknown optimizer \"", spec.kind(),
-                     "\" (expected \"sgd\", \"adam\" or \"adamw\")"));
+    return absl::InvalidArgumentError(absl::StrCat("optimizer.kind: unknown optimizer \"",
+                                                   spec.kind(),
+                                                   "\" (expected \"sgd\", \"adam\" or \"adamw\")"));
   }
   if (!(std::isfinite(spec.learning_rate()) && spec.learning_rate() > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "optimizer.learning_rate: must be positive, got ", spec.learning_rate()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.learning_rate: must be positive, got ", spec.learning_rate()));
   }
   o.lr_ = spec.learning_rate();
   if (o.kind_ == Kind::kSgd) {
@@ -53,7 +53,8 @@ absl::StatusOr<Optimizer> Optimizer::FromSpec(const v1::OptimizerSpec& spec) {
   if (spec.has_b1()) o.b1_ = spec.b1();
   if (spec.has_b2()) o.b2_ = spec.b2();
   if (spec.has_eps()) o.eps_ = spec.eps();
-  if (o.kind_ == Kind::kAdamW) o.weight_decay_ = spec.has_weight_decay() ? spec.weight_decay() : 1e-4;
+  if (o.kind_ == Kind::kAdamW)
+    o.weight_decay_ = spec.has_weight_decay() ? spec.weight_decay() : 1e-4;
   for (auto st : {InRange("b1", o.b1_, 0, 1), InRange("b2", o.b2_, 0, 1),
                   InRange("eps", o.eps_, 0, 1), InRange("weight_decay", o.weight_decay_, 0, 1)}) {
     if (!st.ok()) return st;

@@ -5,12 +5,11 @@
 
 namespace lockstep {
 
-absl::StatusOr<std::vector<std::span<const int32_t>>> ShardBatch(
-    std::span<const int32_t> global, int num_shards) {
+absl::StatusOr<std::vector<std::span<const int32_t>>> ShardBatch(std::span<const int32_t> global,
+                                                                 int num_shards) {
   if (num_shards <= 0 || global.size() % num_shards != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("global batch size ", global.size(),
-                                                   " is not divisible by ", num_shards,
-                                                   " workers"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "global batch size ", global.size(), " is not divisible by ", num_shards, " workers"));
   }
   const size_t local = global.size() / num_shards;
   std::vector<std::span<const int32_t>> shards;
@@ -18,8 +17,8 @@ absl::StatusOr<std::vector<std::span<const int32_t>>> ShardBatch(
   return shards;
 }
 
-TrainingPlan::TrainingPlan(int64_t seed, int64_t dropout_seed, rng::Impl impl,
-                           int64_t num_train, int global_batch, int num_workers)
+TrainingPlan::TrainingPlan(int64_t seed, int64_t dropout_seed, rng::Impl impl, int64_t num_train,
+                           int global_batch, int num_workers)
     : impl_(impl),
       num_train_(num_train),
       global_batch_(global_batch),

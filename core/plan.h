@@ -17,14 +17,14 @@ namespace lockstep {
 
 // ShardBatch: global batch of B rows into N local batches of B/N, row-major (worker r
 // gets rows [r*B/N, (r+1)*B/N)). INVALID_ARGUMENT naming both numbers if B % N != 0.
-absl::StatusOr<std::vector<std::span<const int32_t>>> ShardBatch(
-    std::span<const int32_t> global, int num_shards);
+absl::StatusOr<std::vector<std::span<const int32_t>>> ShardBatch(std::span<const int32_t> global,
+                                                                 int num_shards);
 
 struct StepPlan {
-  int64_t step = 0;               // global step, from 0
+  int64_t step = 0;  // global step, from 0
   int64_t epoch = 0;
-  std::vector<rng::Key> keys;     // per worker: its 'dropout' stream root
-  std::vector<int32_t> indices;   // the global batch; shard with ShardBatch
+  std::vector<rng::Key> keys;    // per worker: its 'dropout' stream root
+  std::vector<int32_t> indices;  // the global batch; shard with ShardBatch
 };
 
 class TrainingPlan {

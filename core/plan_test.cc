@@ -8,14 +8,15 @@
 namespace lockstep {
 namespace {
 
-using testing::StatusIs;
 using ::testing::HasSubstr;
+using testing::StatusIs;
 
 TEST(ShardBatch, SplitsRowMajor) {
   std::vector<int32_t> g = {10, 11, 12, 13, 14, 15};
   ASSERT_OK_AND_ASSIGN(auto shards, ShardBatch(g, 3));
   ASSERT_EQ(shards.size(), 3u);
-  EXPECT_EQ(std::vector<int32_t>(shards[1].begin(), shards[1].end()), (std::vector<int32_t>{12, 13}));
+  EXPECT_EQ(std::vector<int32_t>(shards[1].begin(), shards[1].end()),
+            (std::vector<int32_t>{12, 13}));
 }
 
 TEST(ShardBatch, IndivisibleNamesBothNumbers) {

@@ -66,8 +66,7 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(
   for (const Layer& l : e->model_.layers()) {
     e->dropout_slot_.push_back(IsActiveDropout(l, true) ? keys++ : -1);
   }
-  ASSIGN_OR_RETURN(e->step_args_,
-                   backend->Allocate(sizeof(AdamScalars) + keys * sizeof(rng::Key)));
+  ASSIGN_OR_RETURN(e->step_args_, backend->Allocate(sizeof(AdamScalars) + keys * sizeof(rng::Key)));
   ASSIGN_OR_RETURN(e->params_, backend->Allocate(bytes));
   ASSIGN_OR_RETURN(e->grads_, backend->Allocate(bytes));
   for (size_t i = 0; i < e->optimizer_.slots().size(); ++i) {
@@ -81,27 +80,28 @@ absl::StatusOr<DeviceDataset> UploadDataset(Backend& backend, const Dataset& dat
   DeviceDataset d;
   d.size = dataset.size;
   d.row = dataset.row;
-  ASSIGN_OR_RETURN(d.images, backend.Upload(dataset.images.data(),
-                                            dataset.images.size() * sizeof(float)));
-  ASSIGN_OR_RETURN(d.labels, backend.Upload(dataset.labels.data(),
-                                            dataset.labels.size() * sizeof(int32_t)));
+  ASSIGN_OR_RETURN(d.images,
+                   backend.Upload(dataset.images.data(), dataset.images.size() * sizeof(float)));
+  ASSIGN_OR_RETURN(d.labels,
+                   backend.Upload(dataset.labels.data(), dataset.labels.size() * sizeof(int32_t)));
   return d;
 }
 
 absl::Status StepExecutor::SetState(const TrainState& state) {
   const size_t n = model_.layout().total();
   if (state.params.size() != n || state.slots.size() != slots_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "train state has ", state.params.size(), " params and ", state.slots.size(),
-        " optimizer slots; the model needs ", n, " and ", slots_.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("train state has ", state.params.size(), " params and ", state.slots.size(),
+                     " optimizer slots; the model needs ", n, " and ", slots_.size()));
   }
   RETURN_IF_ERROR(backend_->CopyToDevice(params_.as(), state.params.data(), n * sizeof(float)));
   for (size_t i = 0; i < slots_.size(); ++i) {
     if (state.slots[i].size() != n) {
-      return absl::InvalidArgumentError(absl::StrCat("optimizer slot ", i, " has ",
-                                                     state.slots[i].size(), " values, not ", n));
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer slot ", i, " has ", state.slots[i].size(), " values, not ", n));
     }
-    RETURN_IF_ERROR(backend_->CopyToDevice(slots_[i].as(), state.slots[i].data(), n * sizeof(float)));
+    RETURN_IF_ERROR(
+        backend_->CopyToDevice(slots_[i].as(), state.slots[i].data(), n * sizeof(float)));
   }
   step_ = state.step;
   return backend_->Synchronize();
@@ -187,8 +187,8 @@ absl::Status StepExecutor::Prepare(Workspace& ws, const DeviceDataset& data,
                                                      " examples)"));
     }
   }
-  RETURN_IF_ERROR(backend_->CopyToDevice(ws.idx.as(), indices.data(),
-                                         indices.size() * sizeof(int32_t)));
+  RETURN_IF_ERROR(
+      backend_->CopyToDevice(ws.idx.as(), indices.data(), indices.size() * sizeof(int32_t)));
   if (!ws.train) return absl::OkStatus();
   // make_rng('dropout') in each Dropout module: fold_in(root, hash(name, 1)).
   std::vector<unsigned char> args(step_args_.bytes());
@@ -207,8 +207,8 @@ void StepExecutor::Forward(Workspace& ws, const DeviceDataset& data, int b, bool
   backend_->GatherRows(data.row, b, ws.idx.as<int32_t>(), data.images.as(), ws.input.as());
   backend_->GatherLabels(b, ws.idx.as<int32_t>(), data.labels.as<int32_t>(),
                          ws.labels.as<int32_t>());
-  const auto* keys = reinterpret_cast<const rng::Key*>(step_args_.as<unsigned char>() +
-                                                       sizeof(AdamScalars));
+  const auto* keys =
+      reinterpret_cast<const rng::Key*>(step_args_.as<unsigned char>() + sizeof(AdamScalars));
   const float* params = params_.as();
   const auto& entries = model_.layout().entries();
   const float* x = ws.input.as();
@@ -253,8 +253,7 @@ void StepExecutor::Forward(Workspace& ws, const DeviceDataset& data, int b, bool
 
 absl::StatusOr<StepMetrics> StepExecutor::Finish(Workspace& ws, int b) {
   RETURN_IF_ERROR(backend_->CopyToHost(ws.host_loss.data(), ws.loss.as(), b * sizeof(float)));
-  RETURN_IF_ERROR(
-      backend_->CopyToHost(ws.host_correct.data(), ws.correct.as(), b * sizeof(float)));
+  RETURN_IF_ERROR(backend_->CopyToHost(ws.host_correct.data(), ws.correct.as(), b * sizeof(float)));
   RETURN_IF_ERROR(backend_->Synchronize());
   float loss = 0, correct = 0;
   for (int i = 0; i < b; ++i) {
@@ -345,12 +344,12 @@ absl::Status StepExecutor::DeviceStep(Workspace& ws, const DeviceDataset& data, 
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepExecutor::Workspace*> StepExecutor::PrepareStep(
-    const DeviceDataset& data, std::span<const int32_t> indices, rng::Key dropout_key) {
+absl::StatusOr<StepExecutor::Workspace*> StepExecutor::PrepareStep(const DeviceDataset& data,
+                                                                   std::span<const int32_t> indices,
+                                                                   rng::Key dropout_key) {
   if (static_cast<int>(indices.size()) != local_batch_) {
-    return absl::InvalidArgumentError(absl::StrCat("step has ", indices.size(),
-                                                   " samples; this replica's local batch is ",
-                                                   local_batch_));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step has ", indices.size(), " samples; this replica's local batch is ", local_batch_));
   }
   ASSIGN_OR_RETURN(Workspace * ws, GetWorkspace(local_batch_, true));
   RETURN_IF_ERROR(Prepare(*ws, data, indices, dropout_key));
@@ -368,7 +367,7 @@ absl::StatusOr<StepMetrics> StepExecutor::ComputeGradients(const DeviceDataset& 
 absl::StatusOr<StepMetrics> StepExecutor::Step(const DeviceDataset& data,
                                                std::span<const int32_t> indices,
                                                rng::Key dropout_key) {
-const auto start = std::chrono::steady_clock::now();
+  const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(Workspace * ws, PrepareStep(data, indices, dropout_key));
   if (use_graphs_ && (graph_ == nullptr || graph_data_ != &data)) {
     auto graph = backend_->Capture([&] { return DeviceStep(*ws, data, true); });
@@ -388,8 +387,7 @@ const auto start = std::chrono::steady_clock::now();
   }
   ASSIGN_OR_RETURN(StepMetrics m, Finish(*ws, local_batch_));
   ++step_;
-  timings_.total =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  timings_.total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return m;
 }
 
@@ -407,7 +405,8 @@ absl::StatusOr<std::vector<std::vector<uint8_t>>> StepExecutor::DropoutMasks() {
     const Layer& l = model_.layers()[i];
     if (!IsActiveDropout(l, true)) continue;
     masks.emplace_back(static_cast<size_t>(local_batch_) * l.out.size());
-    RETURN_IF_ERROR(backend_->CopyToHost(masks.back().data(), train_ws_->mask[i], masks.back().size()));
+    RETURN_IF_ERROR(
+        backend_->CopyToHost(masks.back().data(), train_ws_->mask[i], masks.back().size()));
   }
   RETURN_IF_ERROR(backend_->Synchronize());
   return masks;

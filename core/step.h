@@ -90,16 +90,15 @@ class StepExecutor {
 
  private:
   struct Workspace;
-  StepExecutor(Model model, Optimizer optimizer, rng::Impl impl, int local_batch,
-               Backend* backend, Collective* collective, CollectiveOptions options,
-               bool use_graphs);
+  StepExecutor(Model model, Optimizer optimizer, rng::Impl impl, int local_batch, Backend* backend,
+               Collective* collective, CollectiveOptions options, bool use_graphs);
   absl::StatusOr<Workspace*> GetWorkspace(int batch, bool train);
   // A training step's host part: checks the batch, then Prepare.
   absl::StatusOr<Workspace*> PrepareStep(const DeviceDataset& data,
                                          std::span<const int32_t> indices, rng::Key dropout_key);
   // Host part before a step: indices and per-step scalars into backend memory.
-  absl::Status Prepare(Workspace& ws, const DeviceDataset& data,
-                       std::span<const int32_t> indices, rng::Key dropout_key);
+  absl::Status Prepare(Workspace& ws, const DeviceDataset& data, std::span<const int32_t> indices,
+                       rng::Key dropout_key);
   // Device part: no host synchronization, so a backend can capture it as a graph.
   absl::Status DeviceStep(Workspace& ws, const DeviceDataset& data, bool update);
   void Forward(Workspace& ws, const DeviceDataset& data, int batch, bool train);

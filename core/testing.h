@@ -39,14 +39,17 @@ inline double RelativeL2(std::span<const float> a, std::span<const float> b) {
 
 inline double MaxAbsDiff(std::span<const float> a, std::span<const float> b) {
   double m = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::fabs(double{a[i]} - b[i]));
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    m = std::max(m, std::fabs(double{a[i]} - b[i]));
   return m;
 }
 
 namespace internal {
 inline const absl::Status& GetStatus(const absl::Status& s) { return s; }
 template <typename T>
-const absl::Status& GetStatus(const absl::StatusOr<T>& s) { return s.status(); }
+const absl::Status& GetStatus(const absl::StatusOr<T>& s) {
+  return s.status();
+}
 }  // namespace internal
 
 MATCHER_P2(StatusIs, code, message_matcher, "") {
@@ -55,16 +58,14 @@ MATCHER_P2(StatusIs, code, message_matcher, "") {
     *result_listener << "code is " << absl::StatusCodeToString(st.code()) << ": " << st.message();
     return false;
   }
-  return ::testing::ExplainMatchResult(message_matcher, std::string(st.message()),
-                                       result_listener);
+  return ::testing::ExplainMatchResult(message_matcher, std::string(st.message()), result_listener);
 }
 
 }  // namespace lockstep::testing
 
-#define ASSERT_OK(expr) \
-  ASSERT_TRUE((expr).ok()) << ::lockstep::testing::internal::GetStatus(expr)
-#define ASSERT_OK_AND_ASSIGN(lhs, rexpr)                          \
-  auto LS_CONCAT_(ls_t_, __LINE__) = (rexpr);                     \
+#define ASSERT_OK(expr) ASSERT_TRUE((expr).ok()) << ::lockstep::testing::internal::GetStatus(expr)
+#define ASSERT_OK_AND_ASSIGN(lhs, rexpr)                                                 \
+  auto LS_CONCAT_(ls_t_, __LINE__) = (rexpr);                                            \
   ASSERT_TRUE(LS_CONCAT_(ls_t_, __LINE__).ok()) << LS_CONCAT_(ls_t_, __LINE__).status(); \
   lhs = std::move(LS_CONCAT_(ls_t_, __LINE__)).value()
 

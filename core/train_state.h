@@ -11,7 +11,7 @@
 namespace lockstep {
 
 struct TrainState {
-  int64_t step = 0;                       // updates applied (= optax's count)
+  int64_t step = 0;  // updates applied (= optax's count)
   std::vector<float> params;
   std::vector<std::vector<float>> slots;  // Optimizer::slots() order, each like params
 

@@ -23,7 +23,8 @@ absl::StatusOr<TrainResult> Train(const v1::JobSpec& spec, Backend* backend,
                                                    train.size, " training examples"));
   }
   TrainingPlan plan(spec.seed(), spec.dropout_seed(), impl, train.size, batch, 1);
-  ASSIGN_OR_RETURN(auto exec, StepExecutor::Create(model, optimizer, impl, batch, backend, nullptr));
+  ASSIGN_OR_RETURN(auto exec,
+                   StepExecutor::Create(model, optimizer, impl, batch, backend, nullptr));
   ASSIGN_OR_RETURN(DeviceDataset train_d, exec->Upload(train));
   ASSIGN_OR_RETURN(DeviceDataset test_d, exec->Upload(test));
   RETURN_IF_ERROR(exec->SetState(TrainState::Create(model.Init(plan.init_key(), impl), optimizer)));
@@ -40,21 +41,26 @@ absl::StatusOr<TrainResult> Train(const v1::JobSpec& spec, Backend* backend,
     result.final_train_loss = m.loss;
     const int64_t done = i + 1;
     if (observer != nullptr) {
-      TrainProgress pr{done, total, p.epoch, m.loss, done * batch / train_seconds,
+      TrainProgress pr{done,
+                       total,
+                       p.epoch,
+                       m.loss,
+                       done * batch / train_seconds,
                        (total - done) * train_seconds / done};
       observer->OnStep(pr);
     }
     const bool epoch_end = done % plan.steps_per_epoch() == 0;
-    const bool eval_now =
-        (ev.every_epochs() > 0 && epoch_end && (done / plan.steps_per_epoch()) % ev.every_epochs() == 0) ||
-        (ev.every_steps() > 0 && done % ev.every_steps() == 0);
+    const bool eval_now = (ev.every_epochs() > 0 && epoch_end &&
+                           (done / plan.steps_per_epoch()) % ev.every_epochs() == 0) ||
+                          (ev.every_steps() > 0 && done % ev.every_steps() == 0);
     if (eval_now && done < total) {
       ASSIGN_OR_RETURN(EvalMetrics e, exec->Evaluate(test_d, ev.batch_size()));
       if (observer != nullptr) observer->OnEval(p.epoch, done, e);
     }
   }
   ASSIGN_OR_RETURN(result.test, exec->Evaluate(test_d, ev.batch_size()));
-  if (observer != nullptr) observer->OnEval((total - 1) / plan.steps_per_epoch(), total, result.test);
+  if (observer != nullptr)
+    observer->OnEval((total - 1) / plan.steps_per_epoch(), total, result.test);
   result.steps = total;
   result.train_seconds = train_seconds;
   result.samples_per_sec = train_seconds > 0 ? total * batch / train_seconds : 0;

@@ -14,10 +14,10 @@
 namespace lockstep {
 
 struct TrainProgress {
-  int64_t step = 0;        // steps done
+  int64_t step = 0;  // steps done
   int64_t total = 0;
   int64_t epoch = 0;
-  float loss = 0;          // of the last step
+  float loss = 0;  // of the last step
   double samples_per_sec = 0;
   double eta_sec = 0;
 };

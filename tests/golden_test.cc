@@ -50,8 +50,9 @@ class InitGolden : public ::testing::TestWithParam<std::tuple<const char*, int>>
 
 TEST_P(InitGolden, MatchesFlaxWithin1e6) {
   const auto [model_name, seed] = GetParam();
-  ASSERT_OK_AND_ASSIGN(SafeTensors st, SafeTensors::Read(GoldenPath(
-      std::string("init_") + model_name + "_seed" + std::to_string(seed) + ".safetensors")));
+  ASSERT_OK_AND_ASSIGN(SafeTensors st,
+                       SafeTensors::Read(GoldenPath(std::string("init_") + model_name + "_seed" +
+                                                    std::to_string(seed) + ".safetensors")));
   ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(ModelSpecFromJson(st.metadata().at("model"))));
   EXPECT_EQ(st.tensors().size(), m.layout().entries().size());
   const auto impl = rng::Impl::kPartitionable;
@@ -65,7 +66,8 @@ TEST_P(InitGolden, MatchesFlaxWithin1e6) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, InitGolden,
-                         ::testing::Combine(::testing::Values("cnn", "mlp"), ::testing::Values(0, 42)));
+                         ::testing::Combine(::testing::Values("cnn", "mlp"),
+                                            ::testing::Values(0, 42)));
 
 TEST(Golden, CnnCountsFlaxParams) { EXPECT_EQ(Model::Cnn().layout().total(), 824458u); }
 
@@ -74,14 +76,16 @@ class GradGolden : public ::testing::TestWithParam<const char*> {};
 TEST_P(GradGolden, LossAndEveryGradientWithin1e5) {
   const std::string name = GetParam();
   ASSERT_OK_AND_ASSIGN(SafeTensors g, SafeTensors::Read(GoldenPath("grads.safetensors")));
-  ASSERT_OK_AND_ASSIGN(SafeTensors init, SafeTensors::Read(GoldenPath("init_" + name + "_seed0.safetensors")));
+  ASSERT_OK_AND_ASSIGN(SafeTensors init,
+                       SafeTensors::Read(GoldenPath("init_" + name + "_seed0.safetensors")));
   ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(ModelSpecFromJson(init.metadata().at("model"))));
   v1::OptimizerSpec os;
   os.set_kind("sgd");
   os.set_learning_rate(0.1);
   auto backend = NewCpuBackend();
-  ASSERT_OK_AND_ASSIGN(auto exec, StepExecutor::Create(m, *Optimizer::FromSpec(os),
-                                                       rng::Impl::kPartitionable, 16, backend.get(), nullptr));
+  ASSERT_OK_AND_ASSIGN(
+      auto exec, StepExecutor::Create(m, *Optimizer::FromSpec(os), rng::Impl::kPartitionable, 16,
+                                      backend.get(), nullptr));
   Dataset batch = MakeDataset(g, "batch.images", "batch.labels");
   ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(batch));
   TrainState state;
@@ -110,8 +114,8 @@ INSTANTIATE_TEST_SUITE_P(Models, GradGolden, ::testing::Values("cnn", "mlp"));
 class TrainGolden : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(TrainGolden, TwentyDropoutStepsMatchOptax) {
-  ASSERT_OK_AND_ASSIGN(SafeTensors g, SafeTensors::Read(GoldenPath(
-      std::string("train_mlp_") + GetParam() + ".safetensors")));
+  ASSERT_OK_AND_ASSIGN(SafeTensors g, SafeTensors::Read(GoldenPath(std::string("train_mlp_") +
+                                                                   GetParam() + ".safetensors")));
   ASSERT_OK_AND_ASSIGN(v1::JobSpec parsed, ParseSpec(g.metadata().at("spec"), "golden spec"));
   ASSERT_OK_AND_ASSIGN(v1::JobSpec spec, Validate(parsed));
   ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(spec.model()));
@@ -142,7 +146,9 @@ TEST_P(TrainGolden, TwentyDropoutStepsMatchOptax) {
   const std::vector<float> want = Flat(g, m, "params.");
   for (const ParamEntry& e : m.layout().entries()) {
     EXPECT_LE(RelativeL2({final_state.params.data() + e.offset, e.size},
-                         {want.data() + e.offset, e.size}), 1e-5) << e.name;
+                         {want.data() + e.offset, e.size}),
+              1e-5)
+        << e.name;
   }
 }
 

@@ -18,9 +18,8 @@ absl::StatusOr<Device> ParseDevice(const std::string& device) {
   const bool all_digits = !digits.empty() && digits.size() <= 6 &&
                           digits.find_first_not_of("0123456789") == std::string::npos;
   if (!all_digits || !absl::SimpleAtoi(digits, &index)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device \"", device,
-                     "\": expected \"cpu\", \"cuda\" or \"cuda:K\" (K = 0, 1, ...)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device \"", device, "\": expected \"cpu\", \"cuda\" or \"cuda:K\" (K = 0, 1, ...)"));
   }
   return Device{Device::Kind::kCuda, index};
 }
@@ -43,9 +42,8 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& device,
   cuda.tf32 = options.tf32;
   return NewCudaBackend(parsed->index, cuda);
 #else
-  return absl::FailedPreconditionError(
-      absl::StrCat("device \"", device,
-                   "\": this worker was built without CUDA (nvcc was not found)"));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "device \"", device, "\": this worker was built without CUDA (nvcc was not found)"));
 #endif
 }
 

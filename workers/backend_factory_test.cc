@@ -20,8 +20,8 @@ TEST(ParseDevice, AcceptsCpuAndCudaOrdinals) {
 }
 
 TEST(ParseDevice, RejectsAnythingElseNamingIt) {
-  for (const char* bad : {"", "gpu", "CPU", "cuda:", "cuda:-1", "cuda:+1", "cuda:1x",
-                          "cuda:0:1", "cuda1", "cuda:99999999999"}) {
+  for (const char* bad : {"", "gpu", "CPU", "cuda:", "cuda:-1", "cuda:+1", "cuda:1x", "cuda:0:1",
+                          "cuda1", "cuda:99999999999"}) {
     EXPECT_THAT(ParseDevice(bad), StatusIs(absl::StatusCode::kInvalidArgument,
                                            HasSubstr(std::string("\"") + bad + "\"")))
         << bad;
@@ -46,18 +46,16 @@ TEST(MakeBackend, CudaWithoutAGpuIsAFailedPrecondition) {
   if (count.ok() && *count > 0) {
     ASSERT_OK_AND_ASSIGN(auto backend, MakeBackend("cuda:0"));
     EXPECT_EQ(backend->Name(), "cuda:0");
-    EXPECT_THAT(
-        MakeBackend("cuda:" + std::to_string(*count)),
-        StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no CUDA device")));
+    EXPECT_THAT(MakeBackend("cuda:" + std::to_string(*count)),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no CUDA device")));
     return;
   }
-  EXPECT_THAT(MakeBackend("cuda:0"), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                              HasSubstr("no CUDA device")));
+  EXPECT_THAT(MakeBackend("cuda:0"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no CUDA device")));
 #else
   ASSERT_FALSE(BuiltWithCuda());
-  EXPECT_THAT(MakeBackend("cuda:0"),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("this worker was built without CUDA")));
+  EXPECT_THAT(MakeBackend("cuda:0"), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                              HasSubstr("this worker was built without CUDA")));
 #endif
 }
 

@@ -1,9 +1,9 @@
 #include "workers/replica.h"
 
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 #include <cstring>
-
-#include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
 #include "core/plan.h"
@@ -56,9 +56,9 @@ void Replica::DropIfReleased() {
 absl::StatusOr<Replica::Job*> Replica::Current(const std::string& job_id) {
   DropIfReleased();
   if (!job_ || job_->id != job_id) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job_id, " is not prepared on this worker",
-        job_ ? absl::StrCat(" (it holds ", job_->id, ")") : std::string()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " is not prepared on this worker",
+                     job_ ? absl::StrCat(" (it holds ", job_->id, ")") : std::string()));
   }
   return job_.get();
 }
@@ -82,10 +82,10 @@ absl::StatusOr<v1::PrepareResponse> Replica::Prepare(const v1::PrepareHeader& h,
   const uint64_t n = model.layout().total();
   if (h.param_count() != n || h.slot_count() != optimizer.slots().size() ||
       state.size() != n * (1 + h.slot_count()) * sizeof(float)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "train state has ", state.size(), " bytes for ", h.param_count(), " params and ",
-        h.slot_count(), " slots; the model needs ", n, " params and ", optimizer.slots().size(),
-        " slots"));
+    return absl::InvalidArgumentError(absl::StrCat("train state has ", state.size(), " bytes for ",
+                                                   h.param_count(), " params and ", h.slot_count(),
+                                                   " slots; the model needs ", n, " params and ",
+                                                   optimizer.slots().size(), " slots"));
   }
   if (h.world_size() <= 0 || h.rank() < 0 || h.rank() >= h.world_size() ||
       h.spec().global_batch_size() % h.world_size() != 0) {
@@ -135,8 +135,8 @@ absl::StatusOr<v1::StepResponse> Replica::Step(const v1::StepRequest& req) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Job * job, Current(req.job_id()));
   if (req.step() != job->exec->step()) {
-    return absl::AbortedError(absl::StrCat("step ", req.step(), " is out of order: the replica is at step ",
-                                           job->exec->step()));
+    return absl::AbortedError(absl::StrCat(
+        "step ", req.step(), " is out of order: the replica is at step ", job->exec->step()));
   }
   const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<StepMetrics> m = job->exec->Step(
@@ -165,7 +165,8 @@ absl::StatusOr<v1::StepResponse> Replica::Step(const v1::StepRequest& req) {
 absl::StatusOr<v1::EvaluateResponse> Replica::Evaluate(const v1::EvaluateRequest& req) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Job * job, Current(req.job_id()));
-  ASSIGN_OR_RETURN(EvalMetrics m, job->exec->Evaluate(job->data->test_d, 1000, req.begin(), req.end()));
+  ASSIGN_OR_RETURN(EvalMetrics m,
+                   job->exec->Evaluate(job->data->test_d, 1000, req.begin(), req.end()));
   v1::EvaluateResponse resp;
   resp.set_loss_sum(m.loss * m.count);
   resp.set_correct(std::llround(m.accuracy * m.count));

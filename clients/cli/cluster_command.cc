@@ -1,12 +1,11 @@
 // `lockstep cluster up|down`: a local cluster of one coordinator and N CPU workers as
 // processes on loopback, with free ports, logs in a folder, stopped by Ctrl-C (in the
 // foreground) or by `lockstep cluster down`.
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <fcntl.h>
 
 #include <filesystem>
 #include <fstream>
@@ -37,8 +36,8 @@ absl::StatusOr<std::string> FindBinary(const std::string& name) {
   for (const fs::path& p : {self / name, self.parent_path() / "services" / name}) {
     if (fs::exists(p)) return p.string();
   }
-  return absl::NotFoundError(absl::StrCat("cannot find ", name, " beside ", self.string(),
-                                          " (set LOCKSTEP_BIN_DIR)"));
+  return absl::NotFoundError(
+      absl::StrCat("cannot find ", name, " beside ", self.string(), " (set LOCKSTEP_BIN_DIR)"));
 }
 
 absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& log,
@@ -67,7 +66,8 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::str
   const int rc = posix_spawn(&pid, argv[0].c_str(), &fa, &attr, args.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
-  if (rc != 0) return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", strerror(rc)));
+  if (rc != 0)
+    return absl::InternalError(absl::StrCat("cannot start ", argv[0], ": ", strerror(rc)));
   return pid;
 }
 
@@ -111,11 +111,13 @@ int Up(Args& args) {
   const std::string dir = args.Value("dir", DefaultClusterDir());
   const bool detach = args.Flag("detach");
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const std::string threads = args.Value("threads", std::to_string(std::max(1u, cores / std::max(1, n))));
+  const std::string threads =
+      args.Value("threads", std::to_string(std::max(1u, cores / std::max(1, n))));
   const std::string port = args.Value("port", "0");
   if (!args.Done() || !args.Positional().empty() || n < 1) {
-    absl::FPrintF(stderr, "usage: lockstep cluster up [--workers N] [--threads T] [--dir DIR] "
-                          "[--port P] [--detach]\n");
+    absl::FPrintF(stderr,
+                  "usage: lockstep cluster up [--workers N] [--threads T] [--dir DIR] "
+                  "[--port P] [--detach]\n");
     return 2;
   }
   auto coord_bin = FindBinary("lockstep-coordinator");
@@ -148,14 +150,15 @@ int Up(Args& args) {
   const std::string bound = ReadPort(port_file, absl::Seconds(20));
   if (bound.empty()) {
     Stop(pids, absl::Seconds(2));
-    return Fail(absl::UnavailableError("the coordinator did not start; see " + dir + "/logs/coordinator.log"));
+    return Fail(absl::UnavailableError("the coordinator did not start; see " + dir +
+                                       "/logs/coordinator.log"));
   }
   const std::string address = "127.0.0.1:" + bound;
   for (int i = 0; i < n; ++i) {
-    auto w = Spawn({*worker_bin, "--coordinator=" + address, "--listen=127.0.0.1:0",
-                    "--advertise_host=127.0.0.1", "--threads=" + threads,
-                    absl::StrCat("--name=worker-", i)},
-                   absl::StrCat(dir, "/logs/worker-", i, ".log"), detach);
+    auto w = Spawn(
+        {*worker_bin, "--coordinator=" + address, "--listen=127.0.0.1:0",
+         "--advertise_host=127.0.0.1", "--threads=" + threads, absl::StrCat("--name=worker-", i)},
+        absl::StrCat(dir, "/logs/worker-", i, ".log"), detach);
     if (!w.ok()) {
       Stop(pids, absl::Seconds(2));
       return Fail(w.status());
@@ -227,8 +230,8 @@ int Down(Args& args) {
   }
   Stop(pids, absl::Seconds(10));
   fs::remove(fs::path(dir) / "cluster.json");
-  absl::PrintF("cluster down: stopped %d processes (%d recorded were no longer running)\n", pids.size(),
-               recorded.size() - pids.size());
+  absl::PrintF("cluster down: stopped %d processes (%d recorded were no longer running)\n",
+               pids.size(), recorded.size() - pids.size());
   return 0;
 }
 

@@ -23,7 +23,8 @@ int HealthCommand(Args& args) {
   grpc::health::v1::HealthCheckResponse resp;
   grpc::Status st = stub->Check(ctx.get(), req, &resp);
   if (!st.ok()) return Fail(FromGrpcStatus(st));
-  absl::PrintF("%s: %s\n", address, grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status()));
+  absl::PrintF("%s: %s\n", address,
+               grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status()));
   return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
 }
 

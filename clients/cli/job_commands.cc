@@ -22,7 +22,8 @@ int SubmitCommand(Args& args) {
   const std::string workers = args.Value("workers", "");
   auto pos = args.Positional();
   if (!args.Done() || pos.size() != 1) {
-    return Usage("submit SPEC [--wait] [--json] [--workers N] [--request-id ID] [--coordinator HOST:PORT]");
+    return Usage(
+        "submit SPEC [--wait] [--json] [--workers N] [--request-id ID] [--coordinator HOST:PORT]");
   }
   auto spec = LoadSpecFile(pos[0]);
   if (!spec.ok()) return Fail(spec.status());
@@ -51,7 +52,8 @@ int ListCommand(Args& args) {
   v1::ListJobsRequest req;
   if (!state.empty()) {
     v1::JobState s;
-    if (!v1::JobState_Parse(state, &s)) return Fail(absl::InvalidArgumentError("--state: unknown state " + state));
+    if (!v1::JobState_Parse(state, &s))
+      return Fail(absl::InvalidArgumentError("--state: unknown state " + state));
     req.add_states(s);
   }
   auto stub = Connect(address);

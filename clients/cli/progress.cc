@@ -22,8 +22,8 @@ void ProgressBar::Update(int64_t step, int64_t total, double loss, double accura
                          double samples_per_sec, double eta_sec) {
   const double frac = total > 0 ? static_cast<double>(step) / total : 0;
   std::string acc = accuracy >= 0 ? absl::StrFormat(" acc %.3f", accuracy) : "";
-  std::string text = absl::StrFormat("step %d/%d  loss %.4f%s  %.0f samples/s  ETA %s", step,
-                                     total, loss, acc, samples_per_sec, FormatDuration(eta_sec));
+  std::string text = absl::StrFormat("step %d/%d  loss %.4f%s  %.0f samples/s  ETA %s", step, total,
+                                     loss, acc, samples_per_sec, FormatDuration(eta_sec));
   if (tty_) {
     constexpr int kWidth = 28;
     const int filled = static_cast<int>(frac * kWidth);

@@ -53,7 +53,9 @@ int TrainCommand(Args& args) {
   }
   if (spec->workers() != 1) {
     // One process is N = 1: the same parameters as N workers without dropout.
-    if (!json) absl::FPrintF(stderr, "note: workers: %d ignored; training in one process\n", spec->workers());
+    if (!json)
+      absl::FPrintF(stderr, "note: workers: %d ignored; training in one process\n",
+                    spec->workers());
     spec->set_workers(1);
   }
   SetCpuThreads(static_cast<int>(spec->threads()));
@@ -73,8 +75,7 @@ int TrainCommand(Args& args) {
     absl::PrintF("%s\n", out.dump());
   } else {
     absl::PrintF("test accuracy %.4f  test loss %.4f  (%d steps, %.0f samples/s)\n",
-                 result->test.accuracy, result->test.loss, result->steps,
-                 result->samples_per_sec);
+                 result->test.accuracy, result->test.loss, result->steps, result->samples_per_sec);
   }
   return 0;
 }

@@ -13,7 +13,8 @@ constexpr int kClasses = 10;
 
 absl::StatusOr<std::string> Find(const std::string& dir, const std::string& base) {
   struct stat st;
-  for (const std::string& path : {absl::StrCat(dir, "/", base, ".gz"), absl::StrCat(dir, "/", base)}) {
+  for (const std::string& path :
+       {absl::StrCat(dir, "/", base, ".gz"), absl::StrCat(dir, "/", base)}) {
     if (::stat(path.c_str(), &st) == 0) return path;
   }
   return absl::FailedPreconditionError(
@@ -29,16 +30,16 @@ absl::StatusOr<Dataset> LoadIdxDataset(const std::string& dir, Split split, uint
   ASSIGN_OR_RETURN(IdxArray images, ReadIdx(image_path, 3, max_bytes));
   ASSIGN_OR_RETURN(IdxArray labels, ReadIdx(label_path, 1, max_bytes));
   if (images.dims[0] != labels.dims[0]) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(image_path, " has ", images.dims[0], " images but ", label_path, " has ",
-                     labels.dims[0], " labels"));
+    return absl::InvalidArgumentError(absl::StrCat(image_path, " has ", images.dims[0],
+                                                   " images but ", label_path, " has ",
+                                                   labels.dims[0], " labels"));
   }
   Dataset ds;
   ds.size = images.dims[0];
   ds.row = images.dims[1] * images.dims[2];
   if (images.dims[1] != 28 || images.dims[2] != 28) {
-    return absl::InvalidArgumentError(absl::StrCat(image_path, ": images are ", images.dims[1],
-                                                   "x", images.dims[2], ", expected 28x28"));
+    return absl::InvalidArgumentError(absl::StrCat(image_path, ": images are ", images.dims[1], "x",
+                                                   images.dims[2], ", expected 28x28"));
   }
   ds.images.resize(images.data.size());
   for (size_t i = 0; i < images.data.size(); ++i) {
@@ -47,8 +48,8 @@ absl::StatusOr<Dataset> LoadIdxDataset(const std::string& dir, Split split, uint
   ds.labels.resize(ds.size);
   for (int64_t i = 0; i < ds.size; ++i) {
     if (labels.data[i] >= kClasses) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          label_path, ": label ", int{labels.data[i]}, " at index ", i, " is not in [0, 10)"));
+      return absl::InvalidArgumentError(absl::StrCat(label_path, ": label ", int{labels.data[i]},
+                                                     " at index ", i, " is not in [0, 10)"));
     }
     ds.labels[i] = labels.data[i];
   }

@@ -37,8 +37,7 @@ absl::Status Corrupt(const std::string& path, gzFile f) {
 
 }  // namespace
 
-absl::StatusOr<IdxArray> ReadIdx(const std::string& path, int expected_ndim,
-                                 uint64_t max_bytes) {
+absl::StatusOr<IdxArray> ReadIdx(const std::string& path, int expected_ndim, uint64_t max_bytes) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
     return absl::NotFoundError(absl::StrCat(path, ": no such file"));
@@ -59,9 +58,9 @@ absl::StatusOr<IdxArray> ReadIdx(const std::string& path, int expected_ndim,
   const uint32_t actual = (uint32_t{magic[0]} << 24) | (uint32_t{magic[1]} << 16) |
                           (uint32_t{magic[2]} << 8) | magic[3];
   if (actual != expected) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: wrong magic 0x%08x (expected 0x%08x: uint8 data, %d dimensions)", path, actual,
-        expected, expected_ndim));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: wrong magic 0x%08x (expected 0x%08x: uint8 data, %d dimensions)", path,
+                        actual, expected, expected_ndim));
   }
   IdxArray out;
   uint64_t total = 1;
@@ -78,8 +77,8 @@ absl::StatusOr<IdxArray> ReadIdx(const std::string& path, int expected_ndim,
     out.dims.push_back(dim);
     total *= dim;
     if (total > max_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": header declares more than ", max_bytes, " bytes of data (the limit)"));
+      return absl::InvalidArgumentError(absl::StrCat(path, ": header declares more than ",
+                                                     max_bytes, " bytes of data (the limit)"));
     }
   }
   out.data.resize(total);

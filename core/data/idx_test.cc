@@ -12,8 +12,8 @@
 namespace lockstep {
 namespace {
 
-using testing::StatusIs;
 using ::testing::HasSubstr;
+using testing::StatusIs;
 namespace fs = std::filesystem;
 
 std::string Header(uint32_t magic, std::vector<uint32_t> dims) {
@@ -44,7 +44,9 @@ class IdxTest : public ::testing::Test {
     }
     return path;
   }
-  std::string Images(uint32_t n) { return Header(0x803, {n, 28, 28}) + std::string(n * 784, '\x80'); }
+  std::string Images(uint32_t n) {
+    return Header(0x803, {n, 28, 28}) + std::string(n * 784, '\x80');
+  }
   std::string Labels(uint32_t n) { return Header(0x801, {n}) + std::string(n, '\x03'); }
   fs::path dir_;
 };

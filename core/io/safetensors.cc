@@ -67,8 +67,8 @@ absl::Status SafeTensors::Write(const std::string& path) const {
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors_) {
-    header[name] = {{"dtype", t.dtype}, {"shape", t.shape},
-                    {"data_offsets", {offset, offset + t.data.size()}}};
+    header[name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
     offset += t.data.size();
   }
   std::string h = header.dump();
@@ -82,7 +82,8 @@ absl::Status SafeTensors::Write(const std::string& path) const {
     out.write(reinterpret_cast<const char*>(len), 8);
     out << h;
     for (const auto& [name, t] : tensors_) {
-      out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
+      out.write(reinterpret_cast<const char*>(t.data.data()),
+                static_cast<std::streamsize>(t.data.size()));
     }
     if (!out.flush()) return absl::DataLossError(absl::StrCat(path, ": write failed"));
   }
@@ -106,17 +107,25 @@ absl::StatusOr<std::vector<T>> SafeTensors::Get(const std::string& name, const c
     return absl::NotFoundError(absl::StrCat(source_, ": no tensor ", name));
   }
   if (it->second.dtype != dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(source_, ": tensor ", name, " is ",
-                                                   it->second.dtype, ", not ", dtype));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_, ": tensor ", name, " is ", it->second.dtype, ", not ", dtype));
   }
   std::vector<T> v(it->second.data.size() / sizeof(T));
   std::memcpy(v.data(), it->second.data.data(), it->second.data.size());
   return v;
 }
 
-absl::StatusOr<std::vector<float>> SafeTensors::F32(const std::string& n) const { return Get<float>(n, "F32"); }
-absl::StatusOr<std::vector<int32_t>> SafeTensors::I32(const std::string& n) const { return Get<int32_t>(n, "I32"); }
-absl::StatusOr<std::vector<uint32_t>> SafeTensors::U32(const std::string& n) const { return Get<uint32_t>(n, "U32"); }
-absl::StatusOr<std::vector<uint8_t>> SafeTensors::U8(const std::string& n) const { return Get<uint8_t>(n, "U8"); }
+absl::StatusOr<std::vector<float>> SafeTensors::F32(const std::string& n) const {
+  return Get<float>(n, "F32");
+}
+absl::StatusOr<std::vector<int32_t>> SafeTensors::I32(const std::string& n) const {
+  return Get<int32_t>(n, "I32");
+}
+absl::StatusOr<std::vector<uint32_t>> SafeTensors::U32(const std::string& n) const {
+  return Get<uint32_t>(n, "U32");
+}
+absl::StatusOr<std::vector<uint8_t>> SafeTensors::U8(const std::string& n) const {
+  return Get<uint8_t>(n, "U8");
+}
 
 }  // namespace lockstep

@@ -28,8 +28,8 @@ class SafeTensors {
   // Writes atomically (a temporary file renamed into place).
   absl::Status Write(const std::string& path) const;
 
-  void Add(const std::string& name, std::string dtype, std::vector<int64_t> shape,
-           const void* data, size_t bytes);
+  void Add(const std::string& name, std::string dtype, std::vector<int64_t> shape, const void* data,
+           size_t bytes);
   void AddF32(const std::string& name, std::vector<int64_t> shape, std::span<const float> v) {
     Add(name, "F32", std::move(shape), v.data(), v.size_bytes());
   }

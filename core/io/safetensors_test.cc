@@ -19,8 +19,8 @@ TEST(SafeTensors, RoundTrip) {
   ASSERT_OK_AND_ASSIGN(std::vector<float> got, back.F32("params.Dense_0.bias"));
   EXPECT_EQ(got, v);
   EXPECT_EQ(back.metadata().at("step"), "7");
-  EXPECT_THAT(back.F32("missing"), testing::StatusIs(absl::StatusCode::kNotFound,
-                                                     ::testing::HasSubstr("missing")));
+  EXPECT_THAT(back.F32("missing"),
+              testing::StatusIs(absl::StatusCode::kNotFound, ::testing::HasSubstr("missing")));
   EXPECT_THAT(back.U8("params.Dense_0.bias"),
               testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("F32")));
   std::filesystem::remove(path);

@@ -71,9 +71,8 @@ std::vector<int32_t> Permutation(Key key, Impl impl, int64_t n) {
   std::vector<int32_t> x(n);
   std::iota(x.begin(), x.end(), 0);
   const double uint32_max = 4294967295.0;
-  const int rounds = static_cast<int>(
-      std::ceil(3.0 * std::log(static_cast<double>(std::max<int64_t>(1, n))) /
-                std::log(uint32_max)));
+  const int rounds = static_cast<int>(std::ceil(
+      3.0 * std::log(static_cast<double>(std::max<int64_t>(1, n))) / std::log(uint32_max)));
   std::vector<int64_t> order(n);
   std::vector<int32_t> sorted(n);
   for (int r = 0; r < rounds; ++r) {

@@ -7,8 +7,8 @@ namespace lockstep::rng {
 absl::StatusOr<Impl> ParseImpl(std::string_view name) {
   if (name.empty() || name == "partitionable") return Impl::kPartitionable;
   if (name == "legacy") return Impl::kLegacy;
-  return absl::InvalidArgumentError(
-      absl::StrCat("rng_impl: unknown value \"", std::string(name), "\" (expected partitionable or legacy)"));
+  return absl::InvalidArgumentError(absl::StrCat("rng_impl: unknown value \"", std::string(name),
+                                                 "\" (expected partitionable or legacy)"));
 }
 
 const char* ImplName(Impl impl) {
@@ -42,8 +42,7 @@ void RandomBits(Key key, Impl impl, std::span<uint32_t> out) {
     const uint64_t half = (n + 1) / 2;
     for (uint64_t j = 0; j < half; ++j) {
       const uint64_t b = j + half;
-      Pair p = Threefry2x32(key, static_cast<uint32_t>(j),
-                            b < n ? static_cast<uint32_t>(b) : 0u);
+      Pair p = Threefry2x32(key, static_cast<uint32_t>(j), b < n ? static_cast<uint32_t>(b) : 0u);
       out[j] = p.y0;
       if (b < n) out[b] = p.y1;
     }

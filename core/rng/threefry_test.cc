@@ -43,8 +43,8 @@ TEST(Threefry, PublishedVectors) {
   EXPECT_EQ(Flat(Split(PRNGKey(0), 2, Impl::kPartitionable)),
             (std::vector<uint32_t>{1797259609u, 2579123966u, 928981903u, 3453687069u}));
   EXPECT_EQ(Flat(Split(PRNGKey(0), 4, Impl::kLegacy)),
-            (std::vector<uint32_t>{2285895361u, 1501764800u, 1518642379u, 4090693311u,
-                                   433833334u, 4221794875u, 839183663u, 3740430601u}));
+            (std::vector<uint32_t>{2285895361u, 1501764800u, 1518642379u, 4090693311u, 433833334u,
+                                   4221794875u, 839183663u, 3740430601u}));
   EXPECT_EQ(FoldIn(PRNGKey(0), 4), (Key{2285895361u, 433833334u}));
   std::vector<uint32_t> bits(3);
   RandomBits(PRNGKey(1701), Impl::kLegacy, bits);

@@ -92,8 +92,8 @@ absl::StatusOr<v1::JobSpec> ParseSpec(const std::string& text, const std::string
   try {
     doc = YamlToJson(YAML::Load(text));
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid YAML or JSON: line ",
-                                                   e.mark.line + 1, ": ", e.msg));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": not valid YAML or JSON: line ", e.mark.line + 1, ": ", e.msg));
   }
   if (!doc.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": expected a mapping of fields"));
@@ -129,8 +129,8 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
   RETURN_IF_ERROR(Optimizer::FromSpec(spec.optimizer()).status());
   if (spec.workers() == 0) spec.set_workers(1);
   if (spec.workers() > limits.max_workers) {
-    return Invalid("workers", absl::StrCat(spec.workers(), " exceeds the maximum of ",
-                                           limits.max_workers));
+    return Invalid("workers",
+                   absl::StrCat(spec.workers(), " exceeds the maximum of ", limits.max_workers));
   }
   const uint32_t b = spec.global_batch_size();
   if (b == 0) return Invalid("global_batch_size", "must be positive");
@@ -139,8 +139,8 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
                    absl::StrCat(b, " exceeds the maximum of ", limits.max_global_batch));
   }
   if (b % spec.workers() != 0) {
-    return Invalid("global_batch_size", absl::StrCat(b, " is not divisible by workers (",
-                                                     spec.workers(), ")"));
+    return Invalid("global_batch_size",
+                   absl::StrCat(b, " is not divisible by workers (", spec.workers(), ")"));
   }
   if ((spec.epochs() > 0) == (spec.steps() > 0)) {
     return Invalid("epochs, steps", "set exactly one of them to a positive number");

@@ -5,8 +5,8 @@
 namespace lockstep {
 namespace {
 
-using testing::StatusIs;
 using ::testing::HasSubstr;
+using testing::StatusIs;
 
 constexpr char kGood[] = R"(
 model: {kind: mlp, hidden: [32, 16], dropout_rate: 0.1}
@@ -33,8 +33,10 @@ TEST(Spec, ParsesYamlAndFillsDefaults) {
 }
 
 TEST(Spec, ParsesJson) {
-  ASSERT_OK_AND_ASSIGN(v1::JobSpec s, ParseAndValidate(
-      R"({"model": {"kind": "cnn"}, "optimizer": {"kind": "sgd", "learningRate": 0.1},
+  ASSERT_OK_AND_ASSIGN(
+      v1::JobSpec s,
+      ParseAndValidate(
+          R"({"model": {"kind": "cnn"}, "optimizer": {"kind": "sgd", "learningRate": 0.1},
           "globalBatchSize": 128, "epochs": 1, "rngImpl": "legacy"})"));
   EXPECT_EQ(s.global_batch_size(), 128u);
   EXPECT_EQ(s.rng_impl(), "legacy");
@@ -83,9 +85,10 @@ TEST_P(SpecInvalid, NamesTheField) {
   auto edit = ParseSpec(GetParam().edit, "edit");
   ASSERT_OK(edit);
   spec->MergeFrom(*edit);
-  if (edit->model().hidden_size() > 0) *spec->mutable_model()->mutable_hidden() = edit->model().hidden();
-  EXPECT_THAT(Validate(*spec), StatusIs(absl::StatusCode::kInvalidArgument,
-                                        HasSubstr(GetParam().field)));
+  if (edit->model().hidden_size() > 0)
+    *spec->mutable_model()->mutable_hidden() = edit->model().hidden();
+  EXPECT_THAT(Validate(*spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(GetParam().field)));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -97,10 +100,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"optimizer: {learning_rate: -0.1}", "optimizer.learning_rate"},
                       BadCase{"optimizer: {b1: 1.5}", "optimizer.b1"},
                       BadCase{"global_batch_size: 63", "global_batch_size"},
-                      BadCase{"workers: 1000", "workers"},
-                      BadCase{"epochs: 3", "epochs, steps"},
-                      BadCase{"rng_impl: fast", "rng_impl"},
-                      BadCase{"device: tpu", "device"},
+                      BadCase{"workers: 1000", "workers"}, BadCase{"epochs: 3", "epochs, steps"},
+                      BadCase{"rng_impl: fast", "rng_impl"}, BadCase{"device: tpu", "device"},
                       BadCase{"model: {hidden: [1000000, 1000000]}", "model"}));
 
 }  // namespace

@@ -15,7 +15,8 @@ std::vector<char*> ParseFlagsWithEnv(int argc, char** argv, const std::vector<st
   storage.clear();
   for (const std::string& name : names) {
     std::string env = "LOCKSTEP_";
-    for (char c : name) env.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+    for (char c : name)
+      env.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
     if (const char* v = std::getenv(env.c_str())) storage.push_back("--" + name + "=" + v);
   }
   std::vector<char*> args = {argv[0]};

@@ -27,8 +27,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
-void ConfigureServer(grpc::ServerBuilder& builder, const std::string& address,
-                     int* selected_port) {
+void ConfigureServer(grpc::ServerBuilder& builder, const std::string& address, int* selected_port) {
   grpc::EnableDefaultHealthCheckService(true);
   builder.AddListeningPort(address, ServerCredentials(), selected_port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -42,7 +41,8 @@ void ConfigureServer(grpc::ServerBuilder& builder, const std::string& address,
 std::string HostOf(const std::string& address) {
   const size_t colon = address.rfind(':');
   std::string host = colon == std::string::npos ? address : address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   return host;
 }
 
@@ -66,9 +66,10 @@ absl::StatusOr<std::string> LocalAddressFor(const std::string& remote) {
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
         getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
       char text[INET6_ADDRSTRLEN] = {};
-      const void* a = local.ss_family == AF_INET
-                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
-                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+      const void* a =
+          local.ss_family == AF_INET
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
       if (inet_ntop(local.ss_family, a, text, sizeof(text)) != nullptr) out = text;
     }
     close(fd);

@@ -23,8 +23,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
 // Applies credentials, message limits and keepalive to a server listening on `address`
 // (host:port; port 0 picks one: see *selected_port).
-void ConfigureServer(grpc::ServerBuilder& builder, const std::string& address,
-                     int* selected_port);
+void ConfigureServer(grpc::ServerBuilder& builder, const std::string& address, int* selected_port);
 
 // "host:port" -> host; the part before the last ':' (brackets stripped).
 std::string HostOf(const std::string& address);

@@ -4,10 +4,10 @@
 #ifndef LOCKSTEP_SERVICES_COMMON_RENDEZVOUS_STORE_H_
 #define LOCKSTEP_SERVICES_COMMON_RENDEZVOUS_STORE_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "core/store.h"
 #include "lockstep/v1/registry.grpc.pb.h"

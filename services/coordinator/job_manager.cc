@@ -21,9 +21,10 @@ absl::Status CheckCheckpointPath(const std::string& path) {
   if (path.front() == '/' || path == ".." || path.rfind("../", 0) == 0 ||
       path.find("/../") != std::string::npos ||
       (path.size() >= 3 && path.compare(path.size() - 3, 3, "/..") == 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint_path: \"", path, "\" must be relative and without '..' (it is saved "
-        "under the coordinator's checkpoint directory)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint_path: \"", path,
+                     "\" must be relative and without '..' (it is saved "
+                     "under the coordinator's checkpoint directory)"));
   }
   return absl::OkStatus();
 }
@@ -102,13 +103,16 @@ absl::Status JobManager::Start() {
       const v1::JobState was = job.state();
       rec->job = std::move(job);
       const std::string& id = rec->job.id();
-      if (id.rfind("job-", 0) == 0) next_id_ = std::max<int64_t>(next_id_, std::atoll(id.c_str() + 4) + 1);
+      if (id.rfind("job-", 0) == 0)
+        next_id_ = std::max<int64_t>(next_id_, std::atoll(id.c_str() + 4) + 1);
       if (!rec->job.spec().request_id().empty()) by_request_id_[rec->job.spec().request_id()] = id;
       if (Terminal(was)) {
         SetStateLocked(*rec, was, absl::OkStatus());  // its final event, for watchers
       } else {
-        SetStateLocked(*rec, v1::FAILED, absl::UnavailableError(absl::StrCat(
-            "the coordinator restarted while the job was ", v1::JobState_Name(was))));
+        SetStateLocked(
+            *rec, v1::FAILED,
+            absl::UnavailableError(absl::StrCat("the coordinator restarted while the job was ",
+                                                v1::JobState_Name(was))));
       }
       jobs_[id] = std::move(rec);
     }
@@ -190,8 +194,8 @@ void JobManager::ScheduleLocked() {
     for (const PoolWorker& w : *workers) rec.job.add_workers(w.id);
     SetStateLocked(rec, v1::RUNNING, absl::OkStatus());
     rec.sink = std::make_unique<Sink>(this, &rec);
-    rec.runner = std::make_unique<JobRunner>(rec.job.id(), spec, *workers, factory_, kv_,
-                                             options_, rec.sink.get());
+    rec.runner = std::make_unique<JobRunner>(rec.job.id(), spec, *workers, factory_, kv_, options_,
+                                             rec.sink.get());
     rec.thread = std::thread([this, r = &rec] { RunJob(r); });
   }
 }
@@ -245,8 +249,8 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Record * rec, FindLocked(id));
   if (Terminal(rec->job.state())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", id, " already ended (", v1::JobState_Name(rec->job.state()), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " already ended (", v1::JobState_Name(rec->job.state()), ")"));
   }
   if (rec->job.state() == v1::QUEUED) {
     std::erase(queue_, id);
@@ -278,9 +282,9 @@ absl::Status JobManager::Watch(const std::string& id, int64_t from_step,
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Record * rec, FindLocked(id));
   if (watchers_ >= options_.max_watchers || rec->watchers >= options_.max_watchers_per_job) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "too many watchers (limits: ", options_.max_watchers_per_job, " per job, ",
-        options_.max_watchers, " in all)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("too many watchers (limits: ", options_.max_watchers_per_job, " per job, ",
+                     options_.max_watchers, " in all)"));
   }
   ++watchers_;
   ++rec->watchers;

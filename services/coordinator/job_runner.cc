@@ -30,9 +30,9 @@ std::string KeyHex(rng::Key k) { return absl::StrFormat("%08x%08x", k.k0, k.k1);
 
 }  // namespace
 
-JobRunner::JobRunner(std::string job_id, v1::JobSpec spec,
-                     std::vector<PoolWorker> workers, WorkerClientFactory* factory,
-                     KvTable* kv, const CoordinatorOptions& options, JobSink* sink)
+JobRunner::JobRunner(std::string job_id, v1::JobSpec spec, std::vector<PoolWorker> workers,
+                     WorkerClientFactory* factory, KvTable* kv, const CoordinatorOptions& options,
+                     JobSink* sink)
     : job_id_(std::move(job_id)),
       spec_(std::move(spec)),
       workers_(std::move(workers)),
@@ -55,8 +55,8 @@ absl::Status JobRunner::aborted() {
 
 absl::Status JobRunner::WorkerError(int rank, const absl::Status& st) const {
   const PoolWorker& w = workers_[rank];
-  return absl::Status(st.code(), absl::StrCat("worker ", w.id, " (", w.address, ", rank ",
-                                              rank, "): ", st.message()));
+  return absl::Status(st.code(), absl::StrCat("worker ", w.id, " (", w.address, ", rank ", rank,
+                                              "): ", st.message()));
 }
 
 absl::Status JobRunner::Run(JobOutcome* outcome) {
@@ -73,8 +73,8 @@ absl::Status JobRunner::Run(JobOutcome* outcome) {
       }
     }
     if (!dead.empty() && st.code() != absl::StatusCode::kCancelled && abort.ok()) {
-      st = WorkerError(dead[0], absl::UnavailableError(absl::StrCat(
-                                    "is unreachable; first error: ", st.message())));
+      st = WorkerError(dead[0], absl::UnavailableError(
+                                    absl::StrCat("is unreachable; first error: ", st.message())));
     }
   }
   ReleaseAll(st.ok() ? "job finished" : std::string(st.message()));
@@ -87,8 +87,7 @@ absl::Status JobRunner::Train(JobOutcome* outcome) {
   RETURN_IF_ERROR(Prepare(&num_train, &num_test));
   ASSIGN_OR_RETURN(rng::Impl impl, rng::ParseImpl(spec_.rng_impl()));
   TrainingPlan plan(spec_.seed(), spec_.dropout_seed(), impl, num_train,
-                    static_cast<int>(spec_.global_batch_size()),
-                    static_cast<int>(workers_.size()));
+                    static_cast<int>(spec_.global_batch_size()), static_cast<int>(workers_.size()));
   const int64_t total = TotalSteps(spec_, num_train);
   RETURN_IF_ERROR(StepLoop(plan, total, num_test, outcome));
   ASSIGN_OR_RETURN(outcome->final_eval,
@@ -99,8 +98,7 @@ absl::Status JobRunner::Train(JobOutcome* outcome) {
   if (path.empty() && !options_.checkpoint_dir.empty()) path = job_id_ + ".safetensors";
   if (path.empty()) return absl::OkStatus();
   if (!options_.checkpoint_dir.empty()) path = options_.checkpoint_dir + "/" + path;
-  RETURN_IF_ERROR(
-      SaveCheckpoint(path, outcome->param_checksum, plan.data_key(), plan.main_key()));
+  RETURN_IF_ERROR(SaveCheckpoint(path, outcome->param_checksum, plan.data_key(), plan.main_key()));
   outcome->checkpoint_path = std::filesystem::absolute(path).string();
   return absl::OkStatus();
 }
@@ -116,8 +114,8 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
   ASSIGN_OR_RETURN(Optimizer optimizer, Optimizer::FromSpec(spec_.optimizer()));
   ASSIGN_OR_RETURN(rng::Impl impl, rng::ParseImpl(spec_.rng_impl()));
   // The host initializes the TrainState and replicates it (the seed program).
-  const TrainState state = TrainState::Create(
-      model.Init(TrainingPlan::InitKey(spec_.seed(), impl), impl), optimizer);
+  const TrainState state =
+      TrainState::Create(model.Init(TrainingPlan::InitKey(spec_.seed(), impl), impl), optimizer);
   const uint64_t checksum = ParamChecksum(state.params);
   const int n = static_cast<int>(workers_.size());
   std::vector<absl::StatusOr<v1::PrepareResponse>> resp(n, absl::UnknownError("not run"));
@@ -143,25 +141,24 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
     }
     if (resp[r]->train_examples() != resp[0]->train_examples() ||
         resp[r]->test_examples() != resp[0]->test_examples()) {
-      return WorkerError(r, absl::FailedPreconditionError(absl::StrCat(
-                                "its dataset at ", spec_.dataset().path(), " has ",
-                                resp[r]->train_examples(), "/", resp[r]->test_examples(),
-                                " examples; rank 0's has ", resp[0]->train_examples(),
-                                "/", resp[0]->test_examples())));
+      return WorkerError(
+          r, absl::FailedPreconditionError(absl::StrCat(
+                 "its dataset at ", spec_.dataset().path(), " has ", resp[r]->train_examples(), "/",
+                 resp[r]->test_examples(), " examples; rank 0's has ", resp[0]->train_examples(),
+                 "/", resp[0]->test_examples())));
     }
   }
   *num_train = resp[0]->train_examples();
   *num_test = resp[0]->test_examples();
   if (*num_train < spec_.global_batch_size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("global_batch_size: ", spec_.global_batch_size(), " exceeds the ",
-                     *num_train, " training examples"));
+    return absl::InvalidArgumentError(absl::StrCat("global_batch_size: ", spec_.global_batch_size(),
+                                                   " exceeds the ", *num_train,
+                                                   " training examples"));
   }
   return absl::OkStatus();
 }
 
-std::vector<v1::StepRequest> JobRunner::StepRequests(const StepPlan& p,
-                                                     bool want_checksum) const {
+std::vector<v1::StepRequest> JobRunner::StepRequests(const StepPlan& p, bool want_checksum) const {
   const size_t n = workers_.size();
   const size_t local = p.indices.size() / n;  // B % N == 0: validated
   std::vector<v1::StepRequest> requests(n);
@@ -172,15 +169,14 @@ std::vector<v1::StepRequest> JobRunner::StepRequests(const StepPlan& p,
     req.set_key0(p.keys[r].k0);
     req.set_key1(p.keys[r].k1);
     // ShardBatch: worker r gets rows [r*B/N, (r+1)*B/N).
-    req.mutable_indices()->Add(p.indices.begin() + r * local,
-                               p.indices.begin() + (r + 1) * local);
+    req.mutable_indices()->Add(p.indices.begin() + r * local, p.indices.begin() + (r + 1) * local);
     req.set_want_checksum(want_checksum);
   }
   return requests;
 }
 
-absl::StatusOr<v1::StepEvent> JobRunner::Aggregate(
-    const std::vector<v1::StepResponse>& got, int64_t step, bool check) const {
+absl::StatusOr<v1::StepEvent> JobRunner::Aggregate(const std::vector<v1::StepResponse>& got,
+                                                   int64_t step, bool check) const {
   v1::StepEvent e;
   float loss_sum = 0, acc_sum = 0;
   for (size_t r = 0; r < got.size(); ++r) {
@@ -189,8 +185,8 @@ absl::StatusOr<v1::StepEvent> JobRunner::Aggregate(
           absl::StrFormat("replicas diverged after step %d: worker %s has params "
                           "checksum %016x, worker %s "
                           "has %016x",
-                          step + 1, workers_[0].id, got[0].param_checksum(),
-                          workers_[r].id, got[r].param_checksum()));
+                          step + 1, workers_[0].id, got[0].param_checksum(), workers_[r].id,
+                          got[r].param_checksum()));
     }
     loss_sum += got[r].loss();
     acc_sum += got[r].accuracy();
@@ -214,9 +210,8 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
   sink_->OnRunning(total);
   ASSIGN_OR_RETURN(
       std::unique_ptr<StepFanout> fanout,
-      StepFanout::Open(clients_, kStreamLifetime, [this](int r, const absl::Status& st) {
-        return WorkerError(r, st);
-      }));
+      StepFanout::Open(clients_, kStreamLifetime,
+                       [this](int r, const absl::Status& st) { return WorkerError(r, st); }));
   {
     absl::MutexLock lock(&mu_);
     fanout_ = fanout.get();
@@ -229,8 +224,7 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
 
   const auto& ev = spec_.eval();
   auto eval_due = [&](int64_t done) {
-    return (ev.every_epochs() > 0 && done % spe == 0 &&
-            (done / spe) % ev.every_epochs() == 0) ||
+    return (ev.every_epochs() > 0 && done % spe == 0 && (done / spe) % ev.every_epochs() == 0) ||
            (ev.every_steps() > 0 && done % ev.every_steps() == 0);
   };
   auto checksum_due = [&](int64_t done) {
@@ -248,8 +242,7 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
       ++sent;
       hold = eval_due(sent) && sent < total;
     }
-    ASSIGN_OR_RETURN(std::vector<v1::StepResponse> got,
-                     fanout->Take(done, options_.step_timeout));
+    ASSIGN_OR_RETURN(std::vector<v1::StepResponse> got, fanout->Take(done, options_.step_timeout));
     ASSIGN_OR_RETURN(v1::StepEvent e, Aggregate(got, done, checksum_due(done + 1)));
     ++done;
     const auto now = std::chrono::steady_clock::now();
@@ -276,18 +269,15 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::EvalResult> JobRunner::Evaluate(int64_t num_test, int64_t step,
-                                                   int64_t epoch) {
+absl::StatusOr<v1::EvalResult> JobRunner::Evaluate(int64_t num_test, int64_t step, int64_t epoch) {
   const int n = static_cast<int>(workers_.size());
-  std::vector<absl::StatusOr<v1::EvaluateResponse>> resp(n,
-                                                         absl::UnknownError("not run"));
+  std::vector<absl::StatusOr<v1::EvaluateResponse>> resp(n, absl::UnknownError("not run"));
   ForEachRank(n, [&](int r) {
     v1::EvaluateRequest req;
     req.set_job_id(job_id_);
     req.set_begin(num_test * r / n);
     req.set_end(num_test * (r + 1) / n);
-    resp[r] =
-        clients_[r]->Evaluate(req, options_.rpc_timeout + absl::Seconds(num_test / 100));
+    resp[r] = clients_[r]->Evaluate(req, options_.rpc_timeout + absl::Seconds(num_test / 100));
   });
   v1::EvalResult out;
   double loss = 0;
@@ -308,11 +298,10 @@ absl::StatusOr<v1::EvalResult> JobRunner::Evaluate(int64_t num_test, int64_t ste
 
 absl::Status JobRunner::SaveCheckpoint(const std::string& path, uint64_t checksum,
                                        rng::Key data_key, rng::Key main_key) {
-  ASSIGN_OR_RETURN(TrainState state,
-                   clients_[0]->FetchState(job_id_, options_.rpc_timeout));
+  ASSIGN_OR_RETURN(TrainState state, clients_[0]->FetchState(job_id_, options_.rpc_timeout));
   if (ParamChecksum(state.params) != checksum) {
-    return WorkerError(
-        0, absl::DataLossError("fetched params do not match the replicas' checksum"));
+    return WorkerError(0,
+                       absl::DataLossError("fetched params do not match the replicas' checksum"));
   }
   ASSIGN_OR_RETURN(Model model, Model::FromSpec(spec_.model()));
   ASSIGN_OR_RETURN(Optimizer optimizer, Optimizer::FromSpec(spec_.optimizer()));

@@ -59,18 +59,16 @@ class JobRunner {
   // Prepare, the steps, the final evaluation and the checkpoint.
   absl::Status Train(JobOutcome* outcome);
   absl::Status Prepare(int64_t* num_train, int64_t* num_test);
-  absl::Status StepLoop(TrainingPlan& plan, int64_t total, int64_t num_test,
-                        JobOutcome* outcome);
+  absl::Status StepLoop(TrainingPlan& plan, int64_t total, int64_t num_test, JobOutcome* outcome);
   // One step command per worker: the step, the worker's dropout key, its shard.
-  std::vector<v1::StepRequest> StepRequests(const StepPlan& plan,
-                                            bool want_checksum) const;
+  std::vector<v1::StepRequest> StepRequests(const StepPlan& plan, bool want_checksum) const;
   // Folds the workers' answers to one step into its event; with `check`, DATA_LOSS if
   // the replicas' checksums differ.
-  absl::StatusOr<v1::StepEvent> Aggregate(const std::vector<v1::StepResponse>& got,
-                                          int64_t step, bool check) const;
+  absl::StatusOr<v1::StepEvent> Aggregate(const std::vector<v1::StepResponse>& got, int64_t step,
+                                          bool check) const;
   absl::StatusOr<v1::EvalResult> Evaluate(int64_t num_test, int64_t step, int64_t epoch);
-  absl::Status SaveCheckpoint(const std::string& path, uint64_t checksum,
-                              rng::Key data_key, rng::Key main_key);
+  absl::Status SaveCheckpoint(const std::string& path, uint64_t checksum, rng::Key data_key,
+                              rng::Key main_key);
   absl::Status WorkerError(int rank, const absl::Status& st) const;
   absl::Status aborted();
   void ReleaseAll(const std::string& reason);

@@ -30,11 +30,11 @@ ABSL_FLAG(std::string, port_file, "", "write the port actually bound here (for -
 int main(int argc, char** argv) {
   using namespace lockstep;
   BlockShutdownSignals();
-  ParseFlagsWithEnv(argc, argv,
-                    {"listen", "state_dir", "heartbeat_timeout_s", "step_timeout_s",
-                     "prepare_timeout_s", "collective_timeout_s", "steps_in_flight",
-                     "max_workers_per_job", "max_params", "max_watchers", "max_history",
-                     "port_file"});
+  ParseFlagsWithEnv(
+      argc, argv,
+      {"listen", "state_dir", "heartbeat_timeout_s", "step_timeout_s", "prepare_timeout_s",
+       "collective_timeout_s", "steps_in_flight", "max_workers_per_job", "max_params",
+       "max_watchers", "max_history", "port_file"});
   CoordinatorOptions opts;
   opts.limits.max_workers = absl::GetFlag(FLAGS_max_workers_per_job);
   opts.limits.max_params = absl::GetFlag(FLAGS_max_params);

@@ -17,13 +17,13 @@ struct CoordinatorOptions {
   absl::Duration step_timeout = absl::Seconds(60);      // one step's answer
   absl::Duration rpc_timeout = absl::Seconds(30);       // evaluate, fetch, release
   absl::Duration collective_timeout = absl::Seconds(30);
-  int steps_in_flight = 4;          // step commands sent ahead of the slowest answer
-  int max_history = 20000;          // events kept per job for WatchJob
+  int steps_in_flight = 4;  // step commands sent ahead of the slowest answer
+  int max_history = 20000;  // events kept per job for WatchJob
   int max_watchers_per_job = 32;
   int max_watchers = 256;
-  int max_jobs_kept = 1000;         // finished jobs kept in memory
-  std::string checkpoint_dir;       // where relative checkpoint_path values land
-  std::string records_dir;          // job records (JobRecords); empty: kept in memory only
+  int max_jobs_kept = 1000;    // finished jobs kept in memory
+  std::string checkpoint_dir;  // where relative checkpoint_path values land
+  std::string records_dir;     // job records (JobRecords); empty: kept in memory only
 };
 
 }  // namespace lockstep

@@ -16,8 +16,7 @@ absl::StatusOr<std::unique_ptr<StepFanout>> StepFanout::Open(
     }
     streams.push_back(std::move(s).value());
   }
-  return std::unique_ptr<StepFanout>(
-      new StepFanout(std::move(streams), std::move(blame)));
+  return std::unique_ptr<StepFanout>(new StepFanout(std::move(streams), std::move(blame)));
 }
 
 StepFanout::StepFanout(std::vector<std::unique_ptr<StepStream>> streams, Blame blame)
@@ -68,11 +67,10 @@ absl::StatusOr<std::vector<v1::StepResponse>> StepFanout::Take(int64_t step,
       if (answers_[r].empty()) late.push_back(r);
     }
     std::string others;
-    if (late.size() > 1)
-      others = absl::StrCat(" (nor did ", late.size() - 1, " other worker(s))");
-    return blame_(late[0], absl::DeadlineExceededError(
-                               absl::StrCat("did not answer step ", step, " within ",
-                                            absl::FormatDuration(timeout), others)));
+    if (late.size() > 1) others = absl::StrCat(" (nor did ", late.size() - 1, " other worker(s))");
+    return blame_(late[0],
+                  absl::DeadlineExceededError(absl::StrCat("did not answer step ", step, " within ",
+                                                           absl::FormatDuration(timeout), others)));
   }
   if (first_error_ >= 0) return blame_(first_error_, ended_[first_error_]);
   std::vector<v1::StepResponse> got(size());
@@ -82,9 +80,8 @@ absl::StatusOr<std::vector<v1::StepResponse>> StepFanout::Take(int64_t step,
     got[r] = std::move(answers_[r].front());
     answers_[r].pop_front();
     if (got[r].step() != step) {
-      return blame_(r,
-                    absl::InternalError(absl::StrCat("answered step ", got[r].step(),
-                                                     " when step ", step, " was due")));
+      return blame_(r, absl::InternalError(absl::StrCat("answered step ", got[r].step(),
+                                                        " when step ", step, " was due")));
     }
   }
   return got;

@@ -35,8 +35,7 @@ class StepFanout {
   void Send(const std::vector<v1::StepRequest>& requests);
 
   // Every worker's next answer, which must be for `step`; waits at most `timeout`.
-  absl::StatusOr<std::vector<v1::StepResponse>> Take(int64_t step,
-                                                     absl::Duration timeout);
+  absl::StatusOr<std::vector<v1::StepResponse>> Take(int64_t step, absl::Duration timeout);
 
   // No more requests: waits until every worker has ended its stream.
   void Close();

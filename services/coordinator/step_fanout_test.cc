@@ -154,8 +154,7 @@ TEST(StepFanoutTest, ASilentWorkerIsADeadlineNamingIt) {
   auto got = (*fanout)->Take(0, absl::Milliseconds(100));
   EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(got.status().message(),
-              HasSubstr("worker w1: did not answer step 0 within 100ms"));
+  EXPECT_THAT(got.status().message(), HasSubstr("worker w1: did not answer step 0 within 100ms"));
   EXPECT_THAT(got.status().message(), HasSubstr("nor did 1 other worker"));
 }  // the destructor cancels the silent streams: no hang
 

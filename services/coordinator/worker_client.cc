@@ -6,10 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "lockstep/v1/worker.grpc.pb.h"
 #include "services/common/net.h"
 #include "services/common/status.h"
-#include "grpc/health/v1/health.grpc.pb.h"
 
 namespace lockstep {
 namespace {

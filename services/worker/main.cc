@@ -75,7 +75,8 @@ int Main() {
     name = h;
   }
   v1::RegisterRequest reg;
-  reg.set_address(absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", port));
+  reg.set_address(
+      absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", port));
   reg.set_device(device);
   reg.set_name(name);
   reg.set_threads(CpuThreads());
@@ -93,7 +94,8 @@ int Main() {
 
 int main(int argc, char** argv) {
   lockstep::BlockShutdownSignals();
-  lockstep::ParseFlagsWithEnv(argc, argv, {"coordinator", "listen", "advertise_host", "device",
-                                           "threads", "name", "port_file"});
+  lockstep::ParseFlagsWithEnv(
+      argc, argv,
+      {"coordinator", "listen", "advertise_host", "device", "threads", "name", "port_file"});
   return lockstep::Main();
 }

@@ -4,13 +4,13 @@
 #ifndef LOCKSTEP_SERVICES_WORKER_REGISTRATION_H_
 #define LOCKSTEP_SERVICES_WORKER_REGISTRATION_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
-#include <grpcpp/grpcpp.h>
-
 #include "lockstep/v1/registry.grpc.pb.h"
 
 namespace lockstep {

@@ -11,7 +11,8 @@ grpc::Status WorkerServiceImpl::Prepare(grpc::ServerContext*,
                                         v1::PrepareResponse* resp) {
   v1::PrepareChunk chunk;
   if (!reader->Read(&chunk) || !chunk.has_header()) {
-    return ToGrpcStatus(absl::InvalidArgumentError("Prepare: the first message must be the header"));
+    return ToGrpcStatus(
+        absl::InvalidArgumentError("Prepare: the first message must be the header"));
   }
   const v1::PrepareHeader header = chunk.header();
   // Bounded by what the header announces: a client cannot make us buffer more.

@@ -67,7 +67,8 @@ TEST(Cluster, KilledWorkerFailsItsJobWithinTenSecondsAndOthersGoOn) {
   ASSERT_OK(victim);
   ASSERT_OK(other);
   // Wait until the victim job is stepping.
-  for (int i = 0; i < 2400 && c->Get(victim->id())->step() < 5; ++i) absl::SleepFor(absl::Milliseconds(50));
+  for (int i = 0; i < 2400 && c->Get(victim->id())->step() < 5; ++i)
+    absl::SleepFor(absl::Milliseconds(50));
   ASSERT_GE(c->Get(victim->id())->step(), 5);
   const std::string killed_id = c->Get(victim->id())->workers(1);
   // Workers register in start order; the victim job has workers 0 and 1.
@@ -104,13 +105,21 @@ TEST(Cluster, InvalidSpecsAreRejectedAtSubmitNamingTheField) {
   auto c = StartCluster(1, {"--max_params=200000", "--max_workers_per_job=8"});
   ASSERT_NE(c, nullptr);
   const std::vector<BadSpec> cases = {
-      {"indivisible", [](v1::JobSpec& s) { s.set_global_batch_size(63); s.set_workers(2); }, "global_batch_size"},
+      {"indivisible",
+       [](v1::JobSpec& s) {
+         s.set_global_batch_size(63);
+         s.set_workers(2);
+       },
+       "global_batch_size"},
       {"model", [](v1::JobSpec& s) { s.mutable_model()->set_kind("resnet"); }, "model.kind"},
-      {"optimizer", [](v1::JobSpec& s) { s.mutable_optimizer()->set_kind("lamb"); }, "optimizer.kind"},
-      {"lr", [](v1::JobSpec& s) { s.mutable_optimizer()->set_learning_rate(0); }, "optimizer.learning_rate"},
+      {"optimizer", [](v1::JobSpec& s) { s.mutable_optimizer()->set_kind("lamb"); },
+       "optimizer.kind"},
+      {"lr", [](v1::JobSpec& s) { s.mutable_optimizer()->set_learning_rate(0); },
+       "optimizer.learning_rate"},
       {"params", [](v1::JobSpec& s) { s.mutable_model()->set_hidden(0, 4096); }, "model"},
       {"workers", [](v1::JobSpec& s) { s.set_workers(16); }, "workers"},
-      {"checkpoint", [](v1::JobSpec& s) { s.set_checkpoint_path("../../etc/x"); }, "checkpoint_path"},
+      {"checkpoint", [](v1::JobSpec& s) { s.set_checkpoint_path("../../etc/x"); },
+       "checkpoint_path"},
   };
   for (const auto& bad : cases) {
     v1::JobSpec spec = MlpSpec(1, 10);
@@ -141,7 +150,8 @@ TEST(Cluster, CancelMidRunReleasesTheWorkers) {
   ASSERT_NE(c, nullptr);
   auto job = c->Submit(MlpSpec(2, 100000));
   ASSERT_OK(job);
-  for (int i = 0; i < 2400 && c->Get(job->id())->step() < 3; ++i) absl::SleepFor(absl::Milliseconds(50));
+  for (int i = 0; i < 2400 && c->Get(job->id())->step() < 3; ++i)
+    absl::SleepFor(absl::Milliseconds(50));
   grpc::ClientContext ctx;
   v1::CancelJobRequest req;
   req.set_id(job->id());
@@ -228,7 +238,8 @@ TEST(Cluster, RestartedCoordinatorKeepsJobRecords) {
   ASSERT_EQ(finished->state(), v1::SUCCEEDED);
   auto running = c->Submit(MlpSpec(1, 1000000));
   ASSERT_OK(running);
-  for (int i = 0; i < 2400 && c->Get(running->id())->step() < 3; ++i) absl::SleepFor(absl::Milliseconds(50));
+  for (int i = 0; i < 2400 && c->Get(running->id())->step() < 3; ++i)
+    absl::SleepFor(absl::Milliseconds(50));
   ASSERT_OK(c->RestartCoordinator());
   auto kept = c->Get(done->id());
   ASSERT_OK(kept);

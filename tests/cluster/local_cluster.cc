@@ -114,9 +114,9 @@ absl::Status LocalCluster::RestartCoordinator() {
 }
 
 absl::StatusOr<pid_t> LocalCluster::SpawnWorker(int index) {
-  return Spawn({BinaryPath("lockstep-worker"), "--coordinator=" + address_,
-                "--listen=127.0.0.1:0", "--advertise_host=127.0.0.1",
-                absl::StrCat("--threads=", threads_), absl::StrCat("--name=worker-", index)},
+  return Spawn({BinaryPath("lockstep-worker"), "--coordinator=" + address_, "--listen=127.0.0.1:0",
+                "--advertise_host=127.0.0.1", absl::StrCat("--threads=", threads_),
+                absl::StrCat("--name=worker-", index)},
                absl::StrCat(dir_, "/worker-", index, ".log"));
 }
 
@@ -186,8 +186,8 @@ absl::StatusOr<v1::Job> LocalCluster::WaitFor(const std::string& id, absl::Durat
     const auto s = job->state();
     if (s == state || s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED) return job;
     if (absl::Now() > end) {
-      return absl::DeadlineExceededError(absl::StrCat("job ", id, " is still ",
-                                                      v1::JobState_Name(s), "\n", Logs()));
+      return absl::DeadlineExceededError(
+          absl::StrCat("job ", id, " is still ", v1::JobState_Name(s), "\n", Logs()));
     }
     absl::SleepFor(absl::Milliseconds(50));
   }

@@ -63,8 +63,7 @@ LS_MULTIVERSION void DivideRange(float d, float* x, size_t begin, size_t end) {
   for (size_t i = begin; i < end; ++i) x[i] /= d;
 }
 
-LS_MULTIVERSION void BiasAddRows(int cols, const float* bias, float* y, size_t begin,
-                                 size_t end) {
+LS_MULTIVERSION void BiasAddRows(int cols, const float* bias, float* y, size_t begin, size_t end) {
   for (size_t r = begin; r < end; ++r) {
     float* row = y + r * cols;
     for (int c = 0; c < cols; ++c) row[c] += bias[c];
@@ -72,16 +71,15 @@ LS_MULTIVERSION void BiasAddRows(int cols, const float* bias, float* y, size_t b
 }
 
 // sum[c] += column sums of rows [begin, end), top to bottom.
-LS_MULTIVERSION void ColumnSums(int cols, const float* dy, float* sum, size_t begin,
-                                size_t end) {
+LS_MULTIVERSION void ColumnSums(int cols, const float* dy, float* sum, size_t begin, size_t end) {
   for (size_t r = begin; r < end; ++r) {
     const float* row = dy + r * cols;
     for (int c = 0; c < cols; ++c) sum[c] += row[c];
   }
 }
 
-LS_MULTIVERSION void SgdRange(float neg_lr, float momentum, const float* g, float* trace,
-                              float* p, size_t begin, size_t end) {
+LS_MULTIVERSION void SgdRange(float neg_lr, float momentum, const float* g, float* trace, float* p,
+                              size_t begin, size_t end) {
   if (trace == nullptr) {
     for (size_t i = begin; i < end; ++i) p[i] = p[i] + neg_lr * g[i];
     return;
@@ -131,8 +129,8 @@ class CpuBackend final : public Backend {
   }
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
-  void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
-            const float* b, float beta, float* c) override {
+  void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, const float* b,
+            float beta, float* c) override {
     // OpenMP OpenBLAS sizes its team from the calling thread's OpenMP setting, which a
     // thread not started by us (gRPC's) has at its default: set it here.
     const int threads = Threads();
@@ -141,13 +139,13 @@ class CpuBackend final : public Backend {
     // thread: splitting such a product costs more than it saves.
     if (std::min({m, n, k}) < 32 && threads > 1) {
       openblas_set_num_threads(1);  // OpenMP OpenBLAS: also the OpenMP team size
-      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                  m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
+      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
+                  n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
       openblas_set_num_threads(threads);
       return;
     }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+                k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
   }
 
   void Im2Col(const ConvGeometry& g, const float* x, float* cols) override {
@@ -279,8 +277,8 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x,
-               float* y, uint8_t* mask) override {
+  void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x, float* y,
+               uint8_t* mask) override {
     const rng::Key k = *key;
 #pragma omp parallel for num_threads(Threads()) schedule(static) if (n > kParallelMin)
     for (size_t i = 0; i < n; ++i) {
@@ -317,8 +315,7 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void GatherRows(size_t row, int n, const int32_t* idx, const float* table,
-                  float* out) override {
+  void GatherRows(size_t row, int n, const int32_t* idx, const float* table, float* out) override {
 #pragma omp parallel for num_threads(Threads()) schedule(static) if (row * n > kParallelMin)
     for (int i = 0; i < n; ++i) {
       std::memcpy(out + i * row, table + static_cast<size_t>(idx[i]) * row, row * sizeof(float));

@@ -59,7 +59,8 @@ TEST(CpuBackend, SoftmaxCrossEntropy) {
   std::vector<float> logits = {1, 2, 3, 0, 0, 0};
   std::vector<int32_t> labels = {2, 1};
   std::vector<float> loss(2), dl(6), correct(2);
-  be->SoftmaxCrossEntropy(2, 3, logits.data(), labels.data(), loss.data(), dl.data(), correct.data());
+  be->SoftmaxCrossEntropy(2, 3, logits.data(), labels.data(), loss.data(), dl.data(),
+                          correct.data());
   const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
   EXPECT_NEAR(loss[0], lse - 3.0, 1e-6);
   EXPECT_NEAR(loss[1], std::log(3.0), 1e-6);

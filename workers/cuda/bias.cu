@@ -34,16 +34,14 @@ __global__ void BiasGradKernel(int rows, int cols, const float* dy, float* db) {
 
 }  // namespace
 
-cudaError_t BiasAdd(int rows, int cols, const float* bias, float* y,
-                    cudaStream_t stream) {
+cudaError_t BiasAdd(int rows, int cols, const float* bias, float* y, cudaStream_t stream) {
   const size_t n = size_t(rows) * cols;
   if (n == 0) return cudaSuccess;
   BiasAddKernel<<<Blocks(n), kThreads, 0, stream>>>(rows, cols, bias, y);
   return cudaGetLastError();
 }
 
-cudaError_t BiasGrad(int rows, int cols, const float* dy, float* db,
-                     cudaStream_t stream) {
+cudaError_t BiasGrad(int rows, int cols, const float* dy, float* db, cudaStream_t stream) {
   if (cols <= 0) return cudaSuccess;
   const dim3 block(32, kLanes);
   BiasGradKernel<<<(cols + 31) / 32, block, 0, stream>>>(rows, cols, dy, db);

@@ -4,8 +4,7 @@
 namespace lockstep::cuda {
 namespace {
 
-__global__ void Im2ColKernel(int b, int h, int w, int c, int k, const float* x,
-                             float* cols) {
+__global__ void Im2ColKernel(int b, int h, int w, int c, int k, const float* x, float* cols) {
   const int pad = (k - 1) / 2;
   const size_t n = size_t(b) * h * w * k * k * c;
   for (size_t e = FirstIndex(); e < n; e += Stride()) {
@@ -25,8 +24,7 @@ __global__ void Im2ColKernel(int b, int h, int w, int c, int k, const float* x,
   }
 }
 
-__global__ void Col2ImKernel(int b, int h, int w, int c, int k, const float* dcols,
-                             float* dx) {
+__global__ void Col2ImKernel(int b, int h, int w, int c, int k, const float* dcols, float* dx) {
   const int pad = (k - 1) / 2;
   const size_t patch = size_t(k) * k * c;
   const size_t n = size_t(b) * h * w * c;

@@ -22,8 +22,7 @@ constexpr absl::Duration kDrainGrace = absl::Seconds(10);
 
 class CudaGraph final : public Backend::Graph {
  public:
-  CudaGraph(CudaBackend* backend, cudaGraphExec_t exec)
-      : backend_(backend), exec_(exec) {}
+  CudaGraph(CudaBackend* backend, cudaGraphExec_t exec) : backend_(backend), exec_(exec) {}
   ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
 
   absl::Status Launch() override {
@@ -55,18 +54,16 @@ absl::StatusOr<int> CudaDeviceCount() {
   return count;
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(
-    int device, const CudaBackendOptions& options) {
-  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
-                   CudaBackend::Create(device, options));
+absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(int device,
+                                                        const CudaBackendOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::Create(device, options));
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     int device, const CudaBackendOptions& options) {
   if (device < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CUDA device ", device, " is negative"));
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device, " is negative"));
   }
   ASSIGN_OR_RETURN(const int count, CudaDeviceCount());
   if (device >= count) {
@@ -78,9 +75,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   return backend;
 }
 
-CudaBackend* CudaBackend::From(Backend* backend) {
-  return dynamic_cast<CudaBackend*>(backend);
-}
+CudaBackend* CudaBackend::From(Backend* backend) { return dynamic_cast<CudaBackend*>(backend); }
 
 absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(Activate());
@@ -89,18 +84,17 @@ absl::Status CudaBackend::Init() {
   // cublasSetStream resets the workspace, so the workspace comes after it.
   CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_, stream_));
   CUDA_RETURN_IF_ERROR(cudaMalloc(&cublas_workspace_, kCublasWorkspace));
+  CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
   CUBLAS_RETURN_IF_ERROR(
-      cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
-  CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
-      cublas_, tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+      cublasSetMathMode(cublas_, tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::SetTf32(bool enabled) {
   if (enabled == tf32_) return absl::OkStatus();
   RETURN_IF_ERROR(Activate());
-  CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
-      cublas_, enabled ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  CUBLAS_RETURN_IF_ERROR(
+      cublasSetMathMode(cublas_, enabled ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   tf32_ = enabled;
   return absl::OkStatus();
 }
@@ -149,8 +143,7 @@ absl::StatusOr<Buffer> CudaBackend::Upload(const void* host, size_t bytes) {
 absl::Status CudaBackend::CopyToDevice(void* dst, const void* host, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Activate());
-  CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
   return absl::OkStatus();
 }
 
@@ -159,8 +152,7 @@ absl::Status CudaBackend::CopyToDevice(void* dst, const void* host, size_t bytes
 absl::Status CudaBackend::CopyToHost(void* host, const void* src, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Synchronize());
-  CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
   return absl::OkStatus();
 }
 
@@ -170,8 +162,8 @@ absl::Status CudaBackend::Synchronize() {
   if (watch_) {
     RecordError(WaitWatched());
   } else {
-    RecordError(CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize",
-                           __FILE__, __LINE__));
+    RecordError(
+        CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", __FILE__, __LINE__));
   }
   return first_error_;
 }
@@ -186,8 +178,7 @@ absl::Status CudaBackend::WaitWatched() {
     const cudaError_t error = cudaStreamQuery(stream_);
     if (error == cudaSuccess) return watch_error;
     if (error != cudaErrorNotReady) {
-      const absl::Status status =
-          CudaStatus(error, "cudaStreamQuery", __FILE__, __LINE__);
+      const absl::Status status = CudaStatus(error, "cudaStreamQuery", __FILE__, __LINE__);
       return watch_error.ok() ? status : watch_error;
     }
     const absl::Duration waited = absl::Now() - start;
@@ -206,8 +197,7 @@ absl::Status CudaBackend::WaitWatched() {
 
 absl::Status CudaBackend::SetSyncWatch(SyncWatch watch) {
   if (watch && watch_) {
-    return absl::FailedPreconditionError(Name() +
-                                         ": another collective already watches it");
+    return absl::FailedPreconditionError(Name() + ": another collective already watches it");
   }
   watch_ = std::move(watch);
   return absl::OkStatus();
@@ -220,8 +210,8 @@ absl::StatusOr<std::unique_ptr<Backend::Graph>> CudaBackend::Capture(
   CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   const absl::Status body_status = body();
   cudaGraph_t graph = nullptr;
-  absl::Status status = CudaStatus(cudaStreamEndCapture(stream_, &graph),
-                                   "cudaStreamEndCapture", __FILE__, __LINE__);
+  absl::Status status =
+      CudaStatus(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture", __FILE__, __LINE__);
   // A launch that failed while capturing was recorded, and invalidated the capture.
   if (!first_error_.ok()) status = first_error_;
   if (!body_status.ok()) status = body_status;

@@ -33,8 +33,8 @@ absl::StatusOr<int> CudaDeviceCount();
 // error). Host memory passed to CopyToDevice/Upload may be reused once the call returns,
 // provided it is ordinary (pageable) memory. Not thread-safe, but any one thread at a
 // time may drive it (each call selects its device).
-absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(
-    int device, const CudaBackendOptions& options = {});
+absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(int device,
+                                                        const CudaBackendOptions& options = {});
 
 }  // namespace lockstep
 

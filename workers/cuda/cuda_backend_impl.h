@@ -20,8 +20,8 @@ namespace lockstep {
 
 class CudaBackend final : public Backend {
  public:
-  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(
-      int device, const CudaBackendOptions& options);
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int device,
+                                                             const CudaBackendOptions& options);
   // The CudaBackend behind `backend`, or null when it is another kind of backend.
   static CudaBackend* From(Backend* backend);
   ~CudaBackend() override;
@@ -44,16 +44,14 @@ class CudaBackend final : public Backend {
   void ReluBackward(size_t n, const float* y, float* dy) override;
   void AvgPool(int b, int h, int w, int c, const float* x, float* y) override;
   void AvgPoolBackward(int b, int h, int w, int c, const float* dy, float* dx) override;
-  void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x,
-               float* y, uint8_t* mask) override;
+  void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x, float* y,
+               uint8_t* mask) override;
   void DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
                        float* dx) override;
   void SoftmaxCrossEntropy(int b, int classes, const float* logits, const int32_t* labels,
                            float* loss, float* dlogits, float* correct) override;
-  void GatherRows(size_t row, int n, const int32_t* idx, const float* table,
-                  float* out) override;
-  void GatherLabels(int n, const int32_t* idx, const int32_t* table,
-                    int32_t* out) override;
+  void GatherRows(size_t row, int n, const int32_t* idx, const float* table, float* out) override;
+  void GatherLabels(int n, const int32_t* idx, const int32_t* table, int32_t* out) override;
   void Divide(size_t n, float d, float* x) override;
   void SgdUpdate(size_t n, float lr, float momentum, const float* g, float* trace,
                  float* p) override;

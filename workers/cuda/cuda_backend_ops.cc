@@ -30,10 +30,8 @@ void CudaBackend::Check(cudaError_t error, const char* what, const char* file, i
   if (error != cudaSuccess) RecordError(CudaStatus(error, what, file, line));
 }
 
-void CudaBackend::Check(cublasStatus_t status, const char* what, const char* file,
-                        int line) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    RecordError(CublasStatus(status, what, file, line));
+void CudaBackend::Check(cublasStatus_t status, const char* what, const char* file, int line) {
+  if (status != CUBLAS_STATUS_SUCCESS) RecordError(CublasStatus(status, what, file, line));
 }
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets the
@@ -41,9 +39,8 @@ void CudaBackend::Check(cublasStatus_t status, const char* what, const char* fil
 void CudaBackend::Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
                        const float* b, float beta, float* c) {
   if (m == 0 || n == 0) return;
-  LS_LAUNCH(cublasSgemm(cublas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                        ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, tb ? k : n, a,
-                        ta ? m : k, &beta, c, n));
+  LS_LAUNCH(cublasSgemm(cublas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n,
+                        m, k, &alpha, b, tb ? k : n, a, ta ? m : k, &beta, c, n));
 }
 
 void CudaBackend::Im2Col(const ConvGeometry& g, const float* x, float* cols) {
@@ -72,26 +69,24 @@ void CudaBackend::AvgPool(int b, int h, int w, int c, const float* x, float* y) 
   LS_LAUNCH(cuda::AvgPool(b, h, w, c, x, y, stream_));
 }
 
-void CudaBackend::AvgPoolBackward(int b, int h, int w, int c, const float* dy,
-                                  float* dx) {
+void CudaBackend::AvgPoolBackward(int b, int h, int w, int c, const float* dy, float* dx) {
   LS_LAUNCH(cuda::AvgPoolBackward(b, h, w, c, dy, dx, stream_));
 }
 
-void CudaBackend::Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl,
-                          const float* x, float* y, uint8_t* mask) {
+void CudaBackend::Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x,
+                          float* y, uint8_t* mask) {
   LS_LAUNCH(cuda::Dropout(n, keep, key, impl, x, y, mask, stream_));
 }
 
-void CudaBackend::DropoutBackward(size_t n, float keep, const uint8_t* mask,
-                                  const float* dy, float* dx) {
+void CudaBackend::DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
+                                  float* dx) {
   LS_LAUNCH(cuda::DropoutBackward(n, keep, mask, dy, dx, stream_));
 }
 
 void CudaBackend::SoftmaxCrossEntropy(int b, int classes, const float* logits,
                                       const int32_t* labels, float* loss, float* dlogits,
                                       float* correct) {
-  LS_LAUNCH(cuda::SoftmaxCrossEntropy(b, classes, logits, labels, loss, dlogits, correct,
-                                      stream_));
+  LS_LAUNCH(cuda::SoftmaxCrossEntropy(b, classes, logits, labels, loss, dlogits, correct, stream_));
 }
 
 void CudaBackend::GatherRows(size_t row, int n, const int32_t* idx, const float* table,
@@ -99,22 +94,19 @@ void CudaBackend::GatherRows(size_t row, int n, const int32_t* idx, const float*
   LS_LAUNCH(cuda::GatherRows(row, n, idx, table, out, stream_));
 }
 
-void CudaBackend::GatherLabels(int n, const int32_t* idx, const int32_t* table,
-                               int32_t* out) {
+void CudaBackend::GatherLabels(int n, const int32_t* idx, const int32_t* table, int32_t* out) {
   LS_LAUNCH(cuda::GatherLabels(n, idx, table, out, stream_));
 }
 
-void CudaBackend::Divide(size_t n, float d, float* x) {
-  LS_LAUNCH(cuda::Divide(n, d, x, stream_));
-}
+void CudaBackend::Divide(size_t n, float d, float* x) { LS_LAUNCH(cuda::Divide(n, d, x, stream_)); }
 
-void CudaBackend::SgdUpdate(size_t n, float lr, float momentum, const float* g,
-                            float* trace, float* p) {
+void CudaBackend::SgdUpdate(size_t n, float lr, float momentum, const float* g, float* trace,
+                            float* p) {
   LS_LAUNCH(cuda::SgdUpdate(n, lr, momentum, g, trace, p, stream_));
 }
 
-void CudaBackend::AdamUpdate(size_t n, const AdamScalars* s, const float* g, float* mu,
-                             float* nu, float* p) {
+void CudaBackend::AdamUpdate(size_t n, const AdamScalars* s, const float* g, float* mu, float* nu,
+                             float* p) {
   LS_LAUNCH(cuda::AdamUpdate(n, s, g, mu, nu, p, stream_));
 }
 

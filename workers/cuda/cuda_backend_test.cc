@@ -19,17 +19,17 @@ using testing::StatusIs;
 
 TEST(CudaBackendNoGpu, RefusesToStartWithoutAGpu) {
   if (testing::NoGpuReason().empty()) GTEST_SKIP() << "a GPU is present";
-  EXPECT_THAT(NewCudaBackend(0), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                          HasSubstr("no CUDA device")));
-  EXPECT_THAT(CudaDeviceCount(), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                          HasSubstr("no CUDA device: ")));
+  EXPECT_THAT(NewCudaBackend(0),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no CUDA device")));
+  EXPECT_THAT(CudaDeviceCount(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no CUDA device: ")));
 }
 
 TEST(CudaBackendNoGpu, RejectsBadDeviceNumbers) {
   EXPECT_THAT(NewCudaBackend(-1),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("negative")));
-  EXPECT_THAT(NewCudaBackend(4096), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                             HasSubstr("no CUDA device")));
+  EXPECT_THAT(NewCudaBackend(4096),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no CUDA device")));
 }
 
 TEST_F(CudaTest, NameAndZeroFilledAllocation) {
@@ -65,8 +65,8 @@ TEST_F(CudaTest, GemmMatchesCpuInEveryTransposition) {
 }
 
 TEST_F(CudaTest, Im2ColAndCol2ImAreBitwiseEqualToCpu) {
-  for (const ConvGeometry g : {ConvGeometry{3, 7, 6, 5, 3}, ConvGeometry{2, 9, 4, 3, 5},
-                               ConvGeometry{4, 28, 28, 1, 3}}) {
+  for (const ConvGeometry g :
+       {ConvGeometry{3, 7, 6, 5, 3}, ConvGeometry{2, 9, 4, 3, 5}, ConvGeometry{4, 28, 28, 1, 3}}) {
     const size_t nx = size_t(g.b) * g.h * g.w * g.c, ncols = nx * g.k * g.k;
     const auto x = RandomFloats(nx, 4), dcols = RandomFloats(ncols, 5);
     std::vector<float> cols(ncols), dx(nx);
@@ -122,8 +122,7 @@ TEST_F(CudaTest, AvgPoolAndBackwardAreBitwise) {
   std::vector<float> y(ny), dx(nx, 1.0f);
   cpu_->AvgPool(b, h, w, c, x.data(), y.data());
   cpu_->AvgPoolBackward(b, h, w, c, dy.data(), dx.data());
-  Buffer d_x = ToDevice(x), d_dy = ToDevice(dy),
-         d_dx = ToDevice(std::vector<float>(nx, 1.0f));
+  Buffer d_x = ToDevice(x), d_dy = ToDevice(dy), d_dx = ToDevice(std::vector<float>(nx, 1.0f));
   ASSERT_OK_AND_ASSIGN(Buffer d_y, cuda_->Allocate(ny * sizeof(float)));
   cuda_->AvgPool(b, h, w, c, d_x.as(), d_y.as());
   cuda_->AvgPoolBackward(b, h, w, c, d_dy.as(), d_dx.as());
@@ -146,11 +145,9 @@ TEST_F(CudaTest, DropoutMasksAndValuesAreBitwiseInBothRngModes) {
       ASSERT_OK_AND_ASSIGN(Buffer d_y, cuda_->Allocate(n * sizeof(float)));
       ASSERT_OK_AND_ASSIGN(Buffer d_dx, cuda_->Allocate(n * sizeof(float)));
       ASSERT_OK_AND_ASSIGN(Buffer d_mask, cuda_->Allocate(n));
-      cuda_->Dropout(n, keep, d_key.as<rng::Key>(), impl, d_x.as(), d_y.as(),
-                     d_mask.as<uint8_t>());
+      cuda_->Dropout(n, keep, d_key.as<rng::Key>(), impl, d_x.as(), d_y.as(), d_mask.as<uint8_t>());
       cuda_->DropoutBackward(n, keep, d_mask.as<uint8_t>(), d_dy.as(), d_dx.as());
-      const std::string what =
-          std::string(rng::ImplName(impl)) + " n=" + std::to_string(n);
+      const std::string what = std::string(rng::ImplName(impl)) + " n=" + std::to_string(n);
       EXPECT_EQ(ToHost<uint8_t>(d_mask, n), mask) << what;
       EXPECT_TRUE(Bitwise(ToHost(d_y, n), y)) << what;
       EXPECT_TRUE(Bitwise(ToHost(d_dx, n), dx)) << what;
@@ -165,14 +162,14 @@ TEST_F(CudaTest, SoftmaxCrossEntropyWithin1e5AndSameArgmax) {
   std::vector<int32_t> labels(b);
   for (int i = 0; i < b; ++i) labels[i] = (i * 7) % classes;
   std::vector<float> loss(b), dlogits(logits.size()), correct(b);
-  cpu_->SoftmaxCrossEntropy(b, classes, logits.data(), labels.data(), loss.data(),
-                            dlogits.data(), correct.data());
+  cpu_->SoftmaxCrossEntropy(b, classes, logits.data(), labels.data(), loss.data(), dlogits.data(),
+                            correct.data());
   Buffer d_logits = ToDevice(logits), d_labels = ToDevice(labels);
   ASSERT_OK_AND_ASSIGN(Buffer d_loss, cuda_->Allocate(b * sizeof(float)));
   ASSERT_OK_AND_ASSIGN(Buffer d_dlogits, cuda_->Allocate(logits.size() * sizeof(float)));
   ASSERT_OK_AND_ASSIGN(Buffer d_correct, cuda_->Allocate(b * sizeof(float)));
-  cuda_->SoftmaxCrossEntropy(b, classes, d_logits.as(), d_labels.as<int32_t>(),
-                             d_loss.as(), d_dlogits.as(), d_correct.as());
+  cuda_->SoftmaxCrossEntropy(b, classes, d_logits.as(), d_labels.as<int32_t>(), d_loss.as(),
+                             d_dlogits.as(), d_correct.as());
   EXPECT_LE(RelativeL2(ToHost(d_loss, b), loss), 1e-5);
   EXPECT_LE(RelativeL2(ToHost(d_dlogits, logits.size()), dlogits), 1e-5);
   EXPECT_EQ(ToHost(d_correct, b), correct);
@@ -193,8 +190,7 @@ TEST_F(CudaTest, GathersAreExact) {
   ASSERT_OK_AND_ASSIGN(Buffer d_out, cuda_->Allocate(out.size() * sizeof(float)));
   ASSERT_OK_AND_ASSIGN(Buffer d_out_labels, cuda_->Allocate(n * sizeof(int32_t)));
   cuda_->GatherRows(row, n, d_idx.as<int32_t>(), d_table.as(), d_out.as());
-  cuda_->GatherLabels(n, d_idx.as<int32_t>(), d_labels.as<int32_t>(),
-                      d_out_labels.as<int32_t>());
+  cuda_->GatherLabels(n, d_idx.as<int32_t>(), d_labels.as<int32_t>(), d_out_labels.as<int32_t>());
   EXPECT_TRUE(Bitwise(ToHost(d_out, out.size()), out));
   EXPECT_EQ(ToHost<int32_t>(d_out_labels, n), out_labels);
 }
@@ -205,10 +201,8 @@ TEST_F(CudaTest, SgdUpdatesAreBitwise) {
   for (const bool momentum : {false, true}) {
     auto p = RandomFloats(n, 18), trace = RandomFloats(n, 19);
     Buffer d_g = ToDevice(g), d_p = ToDevice(p), d_trace = ToDevice(trace);
-    cpu_->SgdUpdate(n, 0.05f, 0.9f, g.data(), momentum ? trace.data() : nullptr,
-                    p.data());
-    cuda_->SgdUpdate(n, 0.05f, 0.9f, d_g.as(), momentum ? d_trace.as() : nullptr,
-                     d_p.as());
+    cpu_->SgdUpdate(n, 0.05f, 0.9f, g.data(), momentum ? trace.data() : nullptr, p.data());
+    cuda_->SgdUpdate(n, 0.05f, 0.9f, d_g.as(), momentum ? d_trace.as() : nullptr, d_p.as());
     EXPECT_TRUE(Bitwise(ToHost(d_p, n), p)) << "momentum " << momentum;
     EXPECT_TRUE(Bitwise(ToHost(d_trace, n), trace)) << "momentum " << momentum;
   }
@@ -218,13 +212,11 @@ TEST_F(CudaTest, AdamAndAdamWUpdatesAreBitwise) {
   const size_t n = 100003;
   const auto g = RandomFloats(n, 20, 1e-3f);
   for (const float weight_decay : {0.0f, 1e-4f}) {
-    const AdamScalars s{1e-3f,  0.9f,     0.999f, 0.1f,        0.001f,
-                        0.271f, 0.00299f, 1e-8f,  weight_decay};
-    auto p = RandomFloats(n, 21), mu = RandomFloats(n, 22, 1e-3f),
-         nu = RandomFloats(n, 23);
+    const AdamScalars s{1e-3f, 0.9f, 0.999f, 0.1f, 0.001f, 0.271f, 0.00299f, 1e-8f, weight_decay};
+    auto p = RandomFloats(n, 21), mu = RandomFloats(n, 22, 1e-3f), nu = RandomFloats(n, 23);
     for (float& v : nu) v = v * v * 1e-6f;
-    Buffer d_s = ToDevice(std::vector<AdamScalars>{s}), d_g = ToDevice(g),
-           d_p = ToDevice(p), d_mu = ToDevice(mu), d_nu = ToDevice(nu);
+    Buffer d_s = ToDevice(std::vector<AdamScalars>{s}), d_g = ToDevice(g), d_p = ToDevice(p),
+           d_mu = ToDevice(mu), d_nu = ToDevice(nu);
     cpu_->AdamUpdate(n, &s, g.data(), mu.data(), nu.data(), p.data());
     cuda_->AdamUpdate(n, d_s.as<AdamScalars>(), d_g.as(), d_mu.as(), d_nu.as(), d_p.as());
     EXPECT_TRUE(Bitwise(ToHost(d_p, n), p)) << "weight decay " << weight_decay;

@@ -7,9 +7,8 @@ namespace lockstep {
 absl::Status CudaStatus(cudaError_t error, const char* expr, const char* file, int line) {
   if (error == cudaSuccess) return absl::OkStatus();
   (void)cudaGetLastError();
-  const std::string message =
-      absl::StrCat(file, ":", line, ": ", expr, ": ", cudaGetErrorName(error), ": ",
-                   cudaGetErrorString(error));
+  const std::string message = absl::StrCat(
+      file, ":", line, ": ", expr, ": ", cudaGetErrorName(error), ": ", cudaGetErrorString(error));
   switch (error) {
     case cudaErrorMemoryAllocation:
       return absl::ResourceExhaustedError(message);
@@ -23,8 +22,7 @@ absl::Status CudaStatus(cudaError_t error, const char* expr, const char* file, i
   }
 }
 
-absl::Status CublasStatus(cublasStatus_t status, const char* expr, const char* file,
-                          int line) {
+absl::Status CublasStatus(cublasStatus_t status, const char* expr, const char* file, int line) {
   if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
   const std::string message =
       absl::StrCat(file, ":", line, ": ", expr, ": ", cublasGetStatusName(status), ": ",

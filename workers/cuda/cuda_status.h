@@ -17,8 +17,7 @@ namespace lockstep {
 absl::Status CudaStatus(cudaError_t error, const char* expr, const char* file, int line);
 
 // The same for cuBLAS: RESOURCE_EXHAUSTED for allocation failures, INTERNAL otherwise.
-absl::Status CublasStatus(cublasStatus_t status, const char* expr, const char* file,
-                          int line);
+absl::Status CublasStatus(cublasStatus_t status, const char* expr, const char* file, int line);
 
 }  // namespace lockstep
 

@@ -48,20 +48,19 @@ struct Replica {
   DeviceDataset data;
 };
 
-absl::StatusOr<Replica> MakeReplica(const Model& m, const Optimizer& opt,
-                                    Backend* backend, const Dataset& data, int batch,
-                                    bool graphs, const TrainState& init) {
+absl::StatusOr<Replica> MakeReplica(const Model& m, const Optimizer& opt, Backend* backend,
+                                    const Dataset& data, int batch, bool graphs,
+                                    const TrainState& init) {
   Replica r;
-  ASSIGN_OR_RETURN(r.exec, StepExecutor::Create(m, opt, rng::Impl::kPartitionable, batch,
-                                                backend, nullptr, {}, graphs));
+  ASSIGN_OR_RETURN(r.exec, StepExecutor::Create(m, opt, rng::Impl::kPartitionable, batch, backend,
+                                                nullptr, {}, graphs));
   ASSIGN_OR_RETURN(r.data, r.exec->Upload(data));
   RETURN_IF_ERROR(r.exec->SetState(init));
   return r;
 }
 
-class CudaStepTest
-    : public CudaTest,
-      public ::testing::WithParamInterface<std::tuple<const char*, const char*>> {};
+class CudaStepTest : public CudaTest,
+                     public ::testing::WithParamInterface<std::tuple<const char*, const char*>> {};
 
 TEST_P(CudaStepTest, StepsMatchTheCpuBackend) {
   const auto [model_name, opt_name] = GetParam();
@@ -72,14 +71,11 @@ TEST_P(CudaStepTest, StepsMatchTheCpuBackend) {
   const auto impl = rng::Impl::kPartitionable;
   TrainingPlan plan(0, 1, impl, data.size, batch, 1);
   const TrainState init = TrainState::Create(m.Init(plan.init_key(), impl), opt);
-  ASSERT_OK_AND_ASSIGN(Replica cpu,
-                       MakeReplica(m, opt, cpu_.get(), data, batch, true, init));
-  ASSERT_OK_AND_ASSIGN(Replica gpu,
-                       MakeReplica(m, opt, cuda_.get(), data, batch, true, init));
+  ASSERT_OK_AND_ASSIGN(Replica cpu, MakeReplica(m, opt, cpu_.get(), data, batch, true, init));
+  ASSERT_OK_AND_ASSIGN(Replica gpu, MakeReplica(m, opt, cuda_.get(), data, batch, true, init));
   for (int s = 0; s < 4; ++s) {
     const StepPlan p = plan.Next();
-    ASSERT_OK_AND_ASSIGN(StepMetrics want,
-                         cpu.exec->Step(cpu.data, p.indices, p.keys[0]));
+    ASSERT_OK_AND_ASSIGN(StepMetrics want, cpu.exec->Step(cpu.data, p.indices, p.keys[0]));
     ASSERT_OK_AND_ASSIGN(StepMetrics got, gpu.exec->Step(gpu.data, p.indices, p.keys[0]));
     EXPECT_NEAR(got.loss, want.loss, 1e-5 * std::fabs(want.loss)) << "step " << s;
     EXPECT_NEAR(got.accuracy, want.accuracy, 1.0 / batch + 1e-6) << "step " << s;
@@ -95,9 +91,9 @@ TEST_P(CudaStepTest, StepsMatchTheCpuBackend) {
   ASSERT_OK_AND_ASSIGN(TrainState got, gpu.exec->GetState());
   EXPECT_EQ(got.step, 4);
   for (const ParamEntry& e : m.layout().entries()) {
-    EXPECT_LE(RelativeL2({got.params.data() + e.offset, e.size},
-                         {want.params.data() + e.offset, e.size}),
-              1e-5)
+    EXPECT_LE(
+        RelativeL2({got.params.data() + e.offset, e.size}, {want.params.data() + e.offset, e.size}),
+        1e-5)
         << e.name;
     for (size_t i = 0; i < want.slots.size(); ++i) {
       EXPECT_LE(RelativeL2({got.slots[i].data() + e.offset, e.size},
@@ -122,24 +118,19 @@ TEST_P(CudaStepTest, GraphReplayIsBitwiseEqualToEager) {
   const auto impl = rng::Impl::kPartitionable;
   TrainingPlan plan(3, 4, impl, data.size, batch, 1);
   const TrainState init = TrainState::Create(m.Init(plan.init_key(), impl), opt);
-  ASSERT_OK_AND_ASSIGN(Replica graph,
-                       MakeReplica(m, opt, cuda_.get(), data, batch, true, init));
-  ASSERT_OK_AND_ASSIGN(Replica eager,
-                       MakeReplica(m, opt, cuda_.get(), data, batch, false, init));
+  ASSERT_OK_AND_ASSIGN(Replica graph, MakeReplica(m, opt, cuda_.get(), data, batch, true, init));
+  ASSERT_OK_AND_ASSIGN(Replica eager, MakeReplica(m, opt, cuda_.get(), data, batch, false, init));
   for (int s = 0; s < 5; ++s) {
     const StepPlan p = plan.Next();
-    ASSERT_OK_AND_ASSIGN(StepMetrics a,
-                         graph.exec->Step(graph.data, p.indices, p.keys[0]));
-    ASSERT_OK_AND_ASSIGN(StepMetrics b,
-                         eager.exec->Step(eager.data, p.indices, p.keys[0]));
+    ASSERT_OK_AND_ASSIGN(StepMetrics a, graph.exec->Step(graph.data, p.indices, p.keys[0]));
+    ASSERT_OK_AND_ASSIGN(StepMetrics b, eager.exec->Step(eager.data, p.indices, p.keys[0]));
     EXPECT_EQ(std::memcmp(&a.loss, &b.loss, sizeof(float)), 0) << "step " << s;
   }
   ASSERT_OK_AND_ASSIGN(TrainState a, graph.exec->GetState());
   ASSERT_OK_AND_ASSIGN(TrainState b, eager.exec->GetState());
   EXPECT_TRUE(testing::Bitwise(a.params, b.params));
   EXPECT_NE(a.params, init.params);  // the steps did update the params
-  for (size_t i = 0; i < a.slots.size(); ++i)
-    EXPECT_TRUE(testing::Bitwise(a.slots[i], b.slots[i]));
+  for (size_t i = 0; i < a.slots.size(); ++i) EXPECT_TRUE(testing::Bitwise(a.slots[i], b.slots[i]));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaStepTest,
@@ -153,8 +144,7 @@ v1::ModelSpec ModelSpecFromJson(const std::string& json) {
   return spec->model();
 }
 
-std::vector<float> Flat(const SafeTensors& st, const Model& m,
-                        const std::string& prefix) {
+std::vector<float> Flat(const SafeTensors& st, const Model& m, const std::string& prefix) {
   std::vector<float> flat(m.layout().total());
   for (const ParamEntry& e : m.layout().entries()) {
     auto v = st.F32(prefix + e.name);
@@ -173,20 +163,17 @@ Dataset GoldenDataset(const SafeTensors& st, const std::string& prefix) {
   return d;
 }
 
-class CudaGradGolden : public CudaTest,
-                       public ::testing::WithParamInterface<const char*> {};
+class CudaGradGolden : public CudaTest, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(CudaGradGolden, LossAndEveryGradientWithin1e5OfJax) {
   const std::string name = GetParam();
   ASSERT_OK_AND_ASSIGN(SafeTensors g, SafeTensors::Read(GoldenPath("grads.safetensors")));
-  ASSERT_OK_AND_ASSIGN(
-      SafeTensors init,
-      SafeTensors::Read(GoldenPath("init_" + name + "_seed0.safetensors")));
-  ASSERT_OK_AND_ASSIGN(Model m,
-                       Model::FromSpec(ModelSpecFromJson(init.metadata().at("model"))));
-  ASSERT_OK_AND_ASSIGN(
-      auto exec, StepExecutor::Create(m, MakeOptimizer("sgd"), rng::Impl::kPartitionable,
-                                      16, cuda_.get(), nullptr));
+  ASSERT_OK_AND_ASSIGN(SafeTensors init,
+                       SafeTensors::Read(GoldenPath("init_" + name + "_seed0.safetensors")));
+  ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(ModelSpecFromJson(init.metadata().at("model"))));
+  ASSERT_OK_AND_ASSIGN(auto exec,
+                       StepExecutor::Create(m, MakeOptimizer("sgd"), rng::Impl::kPartitionable, 16,
+                                            cuda_.get(), nullptr));
   const Dataset batch = GoldenDataset(g, "batch");
   ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(batch));
   TrainState state = TrainState::Create(Flat(init, m, ""), MakeOptimizer("sgd"));
@@ -204,24 +191,19 @@ TEST_P(CudaGradGolden, LossAndEveryGradientWithin1e5OfJax) {
   ASSERT_OK_AND_ASSIGN(std::vector<float> grads, exec->Gradients());
   const std::vector<float> want = Flat(g, m, name + ".grads.");
   for (const ParamEntry& e : m.layout().entries()) {
-    EXPECT_LE(
-        RelativeL2({grads.data() + e.offset, e.size}, {want.data() + e.offset, e.size}),
-        1e-5)
+    EXPECT_LE(RelativeL2({grads.data() + e.offset, e.size}, {want.data() + e.offset, e.size}), 1e-5)
         << e.name;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaGradGolden, ::testing::Values("cnn", "mlp"));
 
-class CudaTrainGolden : public CudaTest,
-                        public ::testing::WithParamInterface<const char*> {};
+class CudaTrainGolden : public CudaTest, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(CudaTrainGolden, TwentyDropoutStepsInAGraphMatchOptax) {
-  ASSERT_OK_AND_ASSIGN(
-      SafeTensors g, SafeTensors::Read(GoldenPath(std::string("train_mlp_") + GetParam() +
-                                                  ".safetensors")));
-  ASSERT_OK_AND_ASSIGN(v1::JobSpec parsed,
-                       ParseSpec(g.metadata().at("spec"), "golden spec"));
+  ASSERT_OK_AND_ASSIGN(SafeTensors g, SafeTensors::Read(GoldenPath(std::string("train_mlp_") +
+                                                                   GetParam() + ".safetensors")));
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec parsed, ParseSpec(g.metadata().at("spec"), "golden spec"));
   ASSERT_OK_AND_ASSIGN(v1::JobSpec spec, Validate(parsed));
   ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(spec.model()));
   ASSERT_OK_AND_ASSIGN(Optimizer opt, Optimizer::FromSpec(spec.optimizer()));
@@ -229,8 +211,7 @@ TEST_P(CudaTrainGolden, TwentyDropoutStepsInAGraphMatchOptax) {
   const Dataset data = GoldenDataset(g, "data");
   const int b = static_cast<int>(spec.global_batch_size());
   TrainingPlan plan(spec.seed(), spec.dropout_seed(), impl, data.size, b, 1);
-  ASSERT_OK_AND_ASSIGN(auto exec,
-                       StepExecutor::Create(m, opt, impl, b, cuda_.get(), nullptr));
+  ASSERT_OK_AND_ASSIGN(auto exec, StepExecutor::Create(m, opt, impl, b, cuda_.get(), nullptr));
   ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(data));
   ASSERT_OK(exec->SetState(TrainState::Create(m.Init(plan.init_key(), impl), opt)));
   const std::vector<float> losses = *g.F32("losses");

@@ -14,9 +14,7 @@ using testing::CudaTest;
 using ::testing::HasSubstr;
 using testing::StatusIs;
 
-void CUDART_CB Sleep100ms(void*) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-}
+void CUDART_CB Sleep100ms(void*) { std::this_thread::sleep_for(std::chrono::milliseconds(100)); }
 
 TEST_F(CudaTest, SynchronizeConsultsTheWatchWhileItWaits) {
   CudaBackend* cuda = CudaBackend::From(cuda_.get());
@@ -44,8 +42,7 @@ TEST_F(CudaTest, AFailedWatchEndsTheWaitAndPoisonsTheBackend) {
   }));
   ASSERT_EQ(cudaLaunchHostFunc(cuda->stream(), Sleep100ms, nullptr), cudaSuccess);
   const absl::Status st = cuda_->Synchronize();
-  EXPECT_THAT(st,
-              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("peer is stuck")));
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("peer is stuck")));
   // The work in flight is unknown: every later wait reports the same error.
   ASSERT_OK(cuda->SetSyncWatch(nullptr));
   EXPECT_EQ(cuda_->Synchronize(), st);

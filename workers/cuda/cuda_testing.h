@@ -66,8 +66,7 @@ class CudaTest : public ::testing::Test {
 // Bitwise equality of float arrays (EXPECT_EQ on vectors would call -0 and 0 equal and
 // NaN unequal).
 inline bool Bitwise(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() &&
-         std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace lockstep::testing

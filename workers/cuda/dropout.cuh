@@ -14,11 +14,11 @@
 namespace lockstep::cuda {
 
 // `key` is in device memory (a captured graph reads each step's key).
-cudaError_t Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl,
-                    const float* x, float* y, uint8_t* mask, cudaStream_t stream);
+cudaError_t Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x,
+                    float* y, uint8_t* mask, cudaStream_t stream);
 // dx = mask ? dy / keep : 0.
-cudaError_t DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
-                            float* dx, cudaStream_t stream);
+cudaError_t DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy, float* dx,
+                            cudaStream_t stream);
 
 }  // namespace lockstep::cuda
 

@@ -11,8 +11,8 @@
 namespace lockstep::cuda {
 
 // out (n, row) = table rows idx[0..n).
-cudaError_t GatherRows(size_t row, int n, const int32_t* idx, const float* table,
-                       float* out, cudaStream_t stream);
+cudaError_t GatherRows(size_t row, int n, const int32_t* idx, const float* table, float* out,
+                       cudaStream_t stream);
 // out[i] = table[idx[i]].
 cudaError_t GatherLabels(int n, const int32_t* idx, const int32_t* table, int32_t* out,
                          cudaStream_t stream);

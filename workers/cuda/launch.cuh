@@ -20,9 +20,7 @@ inline unsigned Blocks(size_t n) {
 }
 
 // Grid-stride loops: for (size_t i = FirstIndex(); i < n; i += Stride()).
-__device__ inline size_t FirstIndex() {
-  return size_t{blockIdx.x} * blockDim.x + threadIdx.x;
-}
+__device__ inline size_t FirstIndex() { return size_t{blockIdx.x} * blockDim.x + threadIdx.x; }
 __device__ inline size_t Stride() { return size_t{gridDim.x} * blockDim.x; }
 
 }  // namespace lockstep::cuda

@@ -4,8 +4,8 @@
 namespace lockstep::cuda {
 namespace {
 
-__global__ void SgdKernel(size_t n, float lr, float momentum, const float* g,
-                          float* trace, float* p) {
+__global__ void SgdKernel(size_t n, float lr, float momentum, const float* g, float* trace,
+                          float* p) {
   const float neg_lr = -lr;
   for (size_t i = FirstIndex(); i < n; i += Stride()) {
     float u = g[i];
@@ -14,8 +14,8 @@ __global__ void SgdKernel(size_t n, float lr, float momentum, const float* g,
   }
 }
 
-__global__ void AdamKernel(size_t n, const AdamScalars* scalars, const float* g,
-                           float* mu, float* nu, float* p) {
+__global__ void AdamKernel(size_t n, const AdamScalars* scalars, const float* g, float* mu,
+                           float* nu, float* p) {
   const AdamScalars s = *scalars;
   const float neg_lr = -s.lr;
   for (size_t i = FirstIndex(); i < n; i += Stride()) {
@@ -31,15 +31,15 @@ __global__ void AdamKernel(size_t n, const AdamScalars* scalars, const float* g,
 
 }  // namespace
 
-cudaError_t SgdUpdate(size_t n, float lr, float momentum, const float* g, float* trace,
-                      float* p, cudaStream_t stream) {
+cudaError_t SgdUpdate(size_t n, float lr, float momentum, const float* g, float* trace, float* p,
+                      cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   SgdKernel<<<Blocks(n), kThreads, 0, stream>>>(n, lr, momentum, g, trace, p);
   return cudaGetLastError();
 }
 
-cudaError_t AdamUpdate(size_t n, const AdamScalars* s, const float* g, float* mu,
-                       float* nu, float* p, cudaStream_t stream) {
+cudaError_t AdamUpdate(size_t n, const AdamScalars* s, const float* g, float* mu, float* nu,
+                       float* p, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   AdamKernel<<<Blocks(n), kThreads, 0, stream>>>(n, s, g, mu, nu, p);
   return cudaGetLastError();

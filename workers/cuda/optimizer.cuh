@@ -13,11 +13,11 @@
 namespace lockstep::cuda {
 
 // trace = g + momentum * trace (when trace is not null); p += -lr * update.
-cudaError_t SgdUpdate(size_t n, float lr, float momentum, const float* g, float* trace,
-                      float* p, cudaStream_t stream);
+cudaError_t SgdUpdate(size_t n, float lr, float momentum, const float* g, float* trace, float* p,
+                      cudaStream_t stream);
 // scale_by_adam, add_decayed_weights, scale(-lr); `s` is in device memory.
-cudaError_t AdamUpdate(size_t n, const AdamScalars* s, const float* g, float* mu,
-                       float* nu, float* p, cudaStream_t stream);
+cudaError_t AdamUpdate(size_t n, const AdamScalars* s, const float* g, float* mu, float* nu,
+                       float* p, cudaStream_t stream);
 
 }  // namespace lockstep::cuda
 

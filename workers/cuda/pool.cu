@@ -19,8 +19,7 @@ __global__ void AvgPoolKernel(int b, int h, int w, int c, const float* x, float*
   }
 }
 
-__global__ void AvgPoolBackwardKernel(int b, int h, int w, int c, const float* dy,
-                                      float* dx) {
+__global__ void AvgPoolBackwardKernel(int b, int h, int w, int c, const float* dy, float* dx) {
   const int oh = h / 2, ow = w / 2;
   const size_t n = size_t(b) * h * w * c;
   for (size_t e = FirstIndex(); e < n; e += Stride()) {
@@ -39,8 +38,7 @@ __global__ void AvgPoolBackwardKernel(int b, int h, int w, int c, const float* d
 
 }  // namespace
 
-cudaError_t AvgPool(int b, int h, int w, int c, const float* x, float* y,
-                    cudaStream_t stream) {
+cudaError_t AvgPool(int b, int h, int w, int c, const float* x, float* y, cudaStream_t stream) {
   const size_t n = size_t(b) * (h / 2) * (w / 2) * c;
   if (n == 0) return cudaSuccess;
   AvgPoolKernel<<<Blocks(n), kThreads, 0, stream>>>(b, h, w, c, x, y);

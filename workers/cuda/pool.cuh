@@ -8,8 +8,7 @@
 namespace lockstep::cuda {
 
 // y (b, h/2, w/2, c) from x (b, h, w, c).
-cudaError_t AvgPool(int b, int h, int w, int c, const float* x, float* y,
-                    cudaStream_t stream);
+cudaError_t AvgPool(int b, int h, int w, int c, const float* x, float* y, cudaStream_t stream);
 // dx (b, h, w, c) = dy / 4 spread over each window; 0 in an odd last row or column.
 cudaError_t AvgPoolBackward(int b, int h, int w, int c, const float* dy, float* dx,
                             cudaStream_t stream);

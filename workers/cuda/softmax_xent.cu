@@ -5,8 +5,8 @@ namespace lockstep::cuda {
 namespace {
 
 __global__ void SoftmaxCrossEntropyKernel(int b, int classes, const float* logits,
-                                          const int32_t* labels, float* loss,
-                                          float* dlogits, float* correct) {
+                                          const int32_t* labels, float* loss, float* dlogits,
+                                          float* correct) {
   const float inv_b = 1.0f / static_cast<float>(b);
   for (size_t r = FirstIndex(); r < size_t(b); r += Stride()) {
     const float* z = logits + r * classes;
@@ -29,12 +29,11 @@ __global__ void SoftmaxCrossEntropyKernel(int b, int classes, const float* logit
 
 }  // namespace
 
-cudaError_t SoftmaxCrossEntropy(int b, int classes, const float* logits,
-                                const int32_t* labels, float* loss, float* dlogits,
-                                float* correct, cudaStream_t stream) {
+cudaError_t SoftmaxCrossEntropy(int b, int classes, const float* logits, const int32_t* labels,
+                                float* loss, float* dlogits, float* correct, cudaStream_t stream) {
   if (b <= 0) return cudaSuccess;
-  SoftmaxCrossEntropyKernel<<<Blocks(b), kThreads, 0, stream>>>(
-      b, classes, logits, labels, loss, dlogits, correct);
+  SoftmaxCrossEntropyKernel<<<Blocks(b), kThreads, 0, stream>>>(b, classes, logits, labels, loss,
+                                                                dlogits, correct);
   return cudaGetLastError();
 }
 

@@ -11,9 +11,8 @@
 
 namespace lockstep::cuda {
 
-cudaError_t SoftmaxCrossEntropy(int b, int classes, const float* logits,
-                                const int32_t* labels, float* loss, float* dlogits,
-                                float* correct, cudaStream_t stream);
+cudaError_t SoftmaxCrossEntropy(int b, int classes, const float* logits, const int32_t* labels,
+                                float* loss, float* dlogits, float* correct, cudaStream_t stream);
 
 }  // namespace lockstep::cuda
 

@@ -38,12 +38,9 @@ std::chrono::milliseconds ToGlooTimeout(absl::Duration timeout) {
       std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout + absl::Microseconds(999))));
 }
 
-std::string RankName(int rank, int size) {
-  return absl::StrCat("gloo rank ", rank, " of ", size);
-}
+std::string RankName(int rank, int size) { return absl::StrCat("gloo rank ", rank, " of ", size); }
 
-absl::Status ValidateCreate(int rank, int size, const Store* store,
-                            const GlooOptions& options) {
+absl::Status ValidateCreate(int rank, int size, const Store* store, const GlooOptions& options) {
   if (size < 1 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(
         absl::StrCat("gloo: rank ", rank, " is not in a job of size ", size));
@@ -54,8 +51,7 @@ absl::Status ValidateCreate(int rank, int size, const Store* store,
         "gloo: set at most one of GlooOptions.hostname and GlooOptions.interface");
   }
   if (options.connect_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        "gloo: GlooOptions.connect_timeout must be positive");
+    return absl::InvalidArgumentError("gloo: GlooOptions.connect_timeout must be positive");
   }
   return absl::OkStatus();
 }
@@ -77,8 +73,8 @@ absl::Status CheckResolves(const std::string& hostname, const std::string& field
 }
 
 // The TCP device of this rank, bound to the address the options name.
-absl::StatusOr<std::shared_ptr<gloo::transport::Device>> CreateDevice(
-    int rank, int size, const GlooOptions& options) {
+absl::StatusOr<std::shared_ptr<gloo::transport::Device>> CreateDevice(int rank, int size,
+                                                                      const GlooOptions& options) {
   gloo::transport::tcp::attr attr;
   std::string field;
   if (!options.interface.empty()) {
@@ -93,9 +89,8 @@ absl::StatusOr<std::shared_ptr<gloo::transport::Device>> CreateDevice(
   }
   if (attr.iface.empty()) RETURN_IF_ERROR(CheckResolves(attr.hostname, field));
   std::shared_ptr<gloo::transport::Device> device;
-  absl::Status status =
-      CallGloo(absl::StrCat(RankName(rank, size), ": bind ", field),
-               [&] { device = gloo::transport::tcp::CreateDevice(attr); });
+  absl::Status status = CallGloo(absl::StrCat(RankName(rank, size), ": bind ", field),
+                                 [&] { device = gloo::transport::tcp::CreateDevice(attr); });
   // Whatever Gloo threw, an address this host cannot bind is a configuration error.
   if (!status.ok()) return absl::InvalidArgumentError(status.message());
   return device;
@@ -103,8 +98,8 @@ absl::StatusOr<std::shared_ptr<gloo::transport::Device>> CreateDevice(
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Collective>> GlooCollective::Create(
-    int rank, int size, Store* store, const GlooOptions& options) {
+absl::StatusOr<std::unique_ptr<Collective>> GlooCollective::Create(int rank, int size, Store* store,
+                                                                   const GlooOptions& options) {
   RETURN_IF_ERROR(ValidateCreate(rank, size, store, options));
   ASSIGN_OR_RETURN(std::shared_ptr<gloo::transport::Device> device,
                    CreateDevice(rank, size, options));
@@ -114,10 +109,9 @@ absl::StatusOr<std::unique_ptr<Collective>> GlooCollective::Create(
   context->setTimeout(ToGlooTimeout(options.connect_timeout / 5));
   gloo_internal::GlooStore store_adapter(store, absl::Now() + options.connect_timeout);
   gloo::rendezvous::PrefixStore prefixed(options.prefix, store_adapter);
-  RETURN_IF_ERROR(
-      CallGloo(absl::StrCat(RankName(rank, size), ": connect full mesh under \"",
-                            options.prefix, "\""),
-               [&] { context->connectFullMesh(prefixed, device); }));
+  RETURN_IF_ERROR(CallGloo(
+      absl::StrCat(RankName(rank, size), ": connect full mesh under \"", options.prefix, "\""),
+      [&] { context->connectFullMesh(prefixed, device); }));
   return std::unique_ptr<Collective>(new GlooCollective(rank, size, std::move(context)));
 }
 
@@ -126,11 +120,9 @@ GlooCollective::GlooCollective(int rank, int size, std::shared_ptr<gloo::Context
 
 GlooCollective::~GlooCollective() = default;
 
-absl::Status GlooCollective::AllReduceSum(float* data, size_t n,
-                                          const CollectiveOptions& options) {
+absl::Status GlooCollective::AllReduceSum(float* data, size_t n, const CollectiveOptions& options) {
   absl::MutexLock lock(&mu_);
-  const std::string what =
-      absl::StrCat(RankName(rank_, size_), ": all-reduce of ", n, " floats");
+  const std::string what = absl::StrCat(RankName(rank_, size_), ": all-reduce of ", n, " floats");
   if (!error_.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         RankName(rank_, size_), ": unusable after an earlier error: ", error_.message()));
@@ -139,8 +131,7 @@ absl::Status GlooCollective::AllReduceSum(float* data, size_t n,
     return absl::InvalidArgumentError(absl::StrCat(what, ": timeout must be positive"));
   }
   if (n == 0) return absl::OkStatus();
-  if (data == nullptr)
-    return absl::InvalidArgumentError(absl::StrCat(what, ": null data"));
+  if (data == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": null data"));
   absl::Status status = CallGloo(what, [&] {
     gloo::AllreduceOptions gloo_options(context_);
     gloo_options.setOutput(data, n);

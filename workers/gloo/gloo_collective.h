@@ -50,8 +50,7 @@ class GlooCollective final : public Collective {
   // the store's own errors (with context added) as they come. Create returns within
   // about connect_timeout: at most the rendezvous wait plus one connect wait, each
   // bounded by it.
-  static absl::StatusOr<std::unique_ptr<Collective>> Create(int rank, int size,
-                                                            Store* store,
+  static absl::StatusOr<std::unique_ptr<Collective>> Create(int rank, int size, Store* store,
                                                             const GlooOptions& options);
 
   // Closes the connections; peers in or entering a collective then fail with UNAVAILABLE.
@@ -63,8 +62,7 @@ class GlooCollective final : public Collective {
 
   // See Collective. Also INVALID_ARGUMENT for a null `data` with n > 0 or a timeout that
   // is not positive, and FAILED_PRECONDITION after an earlier error.
-  absl::Status AllReduceSum(float* data, size_t n,
-                            const CollectiveOptions& options) override;
+  absl::Status AllReduceSum(float* data, size_t n, const CollectiveOptions& options) override;
 
  private:
   GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context);

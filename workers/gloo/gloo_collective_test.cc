@@ -27,8 +27,7 @@ using ::testing::HasSubstr;
 
 using Collectives = std::vector<std::unique_ptr<Collective>>;
 
-GlooOptions Loopback(const std::string& prefix,
-                     absl::Duration timeout = absl::Seconds(5)) {
+GlooOptions Loopback(const std::string& prefix, absl::Duration timeout = absl::Seconds(5)) {
   GlooOptions options;
   options.hostname = "127.0.0.1";
   options.prefix = prefix;
@@ -37,8 +36,9 @@ GlooOptions Loopback(const std::string& prefix,
 }
 
 // Calls Create for each of `ranks` (of a job of `size`) at once, one thread per rank.
-std::vector<absl::StatusOr<std::unique_ptr<Collective>>> CreateRanks(
-    const std::vector<int>& ranks, int size, Store* store, const GlooOptions& options) {
+std::vector<absl::StatusOr<std::unique_ptr<Collective>>> CreateRanks(const std::vector<int>& ranks,
+                                                                     int size, Store* store,
+                                                                     const GlooOptions& options) {
   std::vector<absl::StatusOr<std::unique_ptr<Collective>>> results(ranks.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < ranks.size(); ++i) {
@@ -62,8 +62,7 @@ Collectives CreateJob(int size, Store* store, const GlooOptions& options) {
 }
 
 // Runs fn(i) for every i in [0, n) at once, one thread each; returns their statuses.
-std::vector<absl::Status> RunEach(size_t n,
-                                  const std::function<absl::Status(size_t)>& fn) {
+std::vector<absl::Status> RunEach(size_t n, const std::function<absl::Status(size_t)>& fn) {
   std::vector<absl::Status> statuses(n);
   std::vector<std::thread> threads;
   for (size_t i = 0; i < n; ++i) threads.emplace_back([&, i] { statuses[i] = fn(i); });
@@ -72,8 +71,7 @@ std::vector<absl::Status> RunEach(size_t n,
 }
 
 // All-reduces data[rank] on every rank of `job` at once.
-std::vector<absl::Status> AllReduceAll(Collectives& job,
-                                       std::vector<std::vector<float>>& data,
+std::vector<absl::Status> AllReduceAll(Collectives& job, std::vector<std::vector<float>>& data,
                                        absl::Duration timeout = absl::Seconds(5)) {
   return RunEach(job.size(), [&](size_t r) {
     return job[r]->AllReduceSum(data[r].data(), data[r].size(), {.timeout = timeout});
@@ -138,9 +136,7 @@ TEST_P(GlooAllReduceTest, EveryRankEndsBitwiseIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, GlooAllReduceTest, ::testing::Values(2, 3, 4),
-                         [](const auto& info) {
-                           return absl::StrCat(info.param, "Ranks");
-                         });
+                         [](const auto& info) { return absl::StrCat(info.param, "Ranks"); });
 
 TEST(GlooCollectiveTest, LargeBuffers) {
   MemoryStore store;
@@ -225,10 +221,9 @@ TEST(GlooCollectiveTest, StaleAddressFailsCreateWithinConnectTimeout) {
     const int rank = attempt % 2;
     const std::string prefix = absl::StrCat("stale-", attempt);
     // Gloo's keys for the peer: its addresses, and a "rank_" marker.
-    for (const std::string& key :
-         {absl::StrCat(1 - rank), absl::StrCat("rank_", 1 - rank)}) {
-      ASSERT_OK_AND_ASSIGN(std::string value, store.Get(absl::StrCat("earlier/", key),
-                                                        absl::ZeroDuration()));
+    for (const std::string& key : {absl::StrCat(1 - rank), absl::StrCat("rank_", 1 - rank)}) {
+      ASSERT_OK_AND_ASSIGN(std::string value,
+                           store.Get(absl::StrCat("earlier/", key), absl::ZeroDuration()));
       ASSERT_OK(store.Set(absl::StrCat(prefix, "/", key), value));
     }
     const absl::Time start = absl::Now();
@@ -236,8 +231,8 @@ TEST(GlooCollectiveTest, StaleAddressFailsCreateWithinConnectTimeout) {
         GlooCollective::Create(rank, 2, &store, Loopback(prefix, connect_timeout));
     const absl::Duration elapsed = absl::Now() - start;
     ASSERT_FALSE(result.ok());
-    EXPECT_THAT(result.status().code(), AnyOf(absl::StatusCode::kUnavailable,
-                                              absl::StatusCode::kDeadlineExceeded))
+    EXPECT_THAT(result.status().code(),
+                AnyOf(absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded))
         << result.status();
     EXPECT_THAT(std::string(result.status().message()), HasSubstr("connect full mesh"));
     EXPECT_LT(elapsed, connect_timeout + absl::Seconds(1)) << result.status();
@@ -264,15 +259,14 @@ TEST(GlooCollectiveTest, LostPeerFailsEverySurvivorPromptly) {
   });
   const absl::Duration elapsed = absl::Now() - start;
   for (size_t i = 0; i < survivors.size(); ++i) {
-    EXPECT_THAT(statuses[i], StatusIs(absl::StatusCode::kUnavailable,
-                                      HasSubstr(absl::StrCat("gloo rank ", survivors[i],
-                                                             " of 4: all-reduce"))));
+    EXPECT_THAT(statuses[i],
+                StatusIs(absl::StatusCode::kUnavailable,
+                         HasSubstr(absl::StrCat("gloo rank ", survivors[i], " of 4: all-reduce"))));
   }
   EXPECT_LT(elapsed, absl::Seconds(5)) << "survivors waited out (part of) their timeout";
   // The collective is spent; later calls say so without touching the network.
-  EXPECT_THAT(
-      job[0]->AllReduceSum(data[0].data(), data[0].size(), {}),
-      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("earlier error")));
+  EXPECT_THAT(job[0]->AllReduceSum(data[0].data(), data[0].size(), {}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("earlier error")));
 }
 
 TEST(GlooCollectiveTest, SilentPeerTimesOutAndThenLearnsOfTheFailure) {
@@ -282,18 +276,15 @@ TEST(GlooCollectiveTest, SilentPeerTimesOutAndThenLearnsOfTheFailure) {
   std::vector<float> data(1000, 1.0f);
   // Rank 1 is alive but never enters the all-reduce.
   absl::Time start = absl::Now();
-  EXPECT_THAT(
-      job[0]->AllReduceSum(data.data(), data.size(),
-                           {.timeout = absl::Milliseconds(300)}),
-      StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("gloo rank 0 of 2")));
+  EXPECT_THAT(job[0]->AllReduceSum(data.data(), data.size(), {.timeout = absl::Milliseconds(300)}),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("gloo rank 0 of 2")));
   absl::Duration elapsed = absl::Now() - start;
   EXPECT_GE(elapsed, absl::Milliseconds(290));
   EXPECT_LT(elapsed, absl::Seconds(2));
   // Rank 0 closed its connections when it failed, so rank 1 fails at once, not in 20 s.
   start = absl::Now();
-  EXPECT_THAT(
-      job[1]->AllReduceSum(data.data(), data.size(), {.timeout = absl::Seconds(20)}),
-      StatusIs(absl::StatusCode::kUnavailable, HasSubstr("gloo rank 1 of 2")));
+  EXPECT_THAT(job[1]->AllReduceSum(data.data(), data.size(), {.timeout = absl::Seconds(20)}),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("gloo rank 1 of 2")));
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
 }
 
@@ -308,9 +299,8 @@ TEST(GlooCollectiveTest, RejectsBadArguments) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("store")));
   GlooOptions both = options;
   both.interface = "lo";
-  EXPECT_THAT(
-      GlooCollective::Create(0, 1, &store, both),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("GlooOptions.interface")));
+  EXPECT_THAT(GlooCollective::Create(0, 1, &store, both),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("GlooOptions.interface")));
   GlooOptions no_time = options;
   no_time.connect_timeout = absl::ZeroDuration();
   EXPECT_THAT(GlooCollective::Create(0, 1, &store, no_time),

@@ -22,8 +22,7 @@ absl::Status StatusFromCurrentException(absl::string_view what) {
   try {
     throw;
   } catch (const StoreError& e) {
-    return absl::Status(e.status().code(),
-                        absl::StrCat(what, ": ", e.status().message()));
+    return absl::Status(e.status().code(), absl::StrCat(what, ": ", e.status().message()));
   } catch (const gloo::IoException& e) {
     const std::string message = absl::StrCat(what, ": ", e.what());
     return SaysTimeout(e.what()) ? absl::DeadlineExceededError(message)

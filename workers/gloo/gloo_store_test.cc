@@ -111,17 +111,13 @@ TEST(GlooStatusTest, MapsWhatGlooThrows) {
   const std::string what = "gloo rank 1 of 2: all-reduce of 8 floats";
   auto map = [&](auto thrower) { return CallGloo(what, thrower); };
   EXPECT_OK(map([] {}));
-  EXPECT_THAT(map([] {
-                throw gloo::IoException("[pair.cc:1] Timed out waiting 300ms for recv");
-              }),
+  EXPECT_THAT(map([] { throw gloo::IoException("[pair.cc:1] Timed out waiting 300ms for recv"); }),
               StatusIs(absl::StatusCode::kDeadlineExceeded,
                        HasSubstr(what + ": [pair.cc:1] Timed out waiting")));
-  EXPECT_THAT(
-      map([] { throw gloo::IoException("[pair.cc:1] Read timeout [127.0.0.1]:1"); }),
-      StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("Read timeout")));
-  EXPECT_THAT(
-      map([] { throw gloo::IoException("[pair.cc:1] Connection closed by peer"); }),
-      StatusIs(absl::StatusCode::kUnavailable, HasSubstr("closed by peer")));
+  EXPECT_THAT(map([] { throw gloo::IoException("[pair.cc:1] Read timeout [127.0.0.1]:1"); }),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("Read timeout")));
+  EXPECT_THAT(map([] { throw gloo::IoException("[pair.cc:1] Connection closed by peer"); }),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("closed by peer")));
   EXPECT_THAT(map([] { throw gloo::EnforceNotMet("f.cc", 3, "n > 0", "bad n"); }),
               StatusIs(absl::StatusCode::kInternal, HasSubstr("gloo invariant")));
   EXPECT_THAT(map([] { throw gloo::InvalidOperationException("no such op"); }),

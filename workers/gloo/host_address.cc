@@ -64,8 +64,7 @@ absl::StatusOr<std::string> DefaultHostAddress() {
   if (std::optional<std::string> address = FromHostname()) return *address;
   ifaddrs* interfaces = nullptr;
   if (getifaddrs(&interfaces) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("gloo: getifaddrs failed: ", std::strerror(errno)));
+    return absl::UnavailableError(absl::StrCat("gloo: getifaddrs failed: ", std::strerror(errno)));
   }
   std::optional<std::string> address;
   for (ifaddrs* i = interfaces; i != nullptr && !address; i = i->ifa_next) {

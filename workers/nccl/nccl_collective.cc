@@ -28,8 +28,8 @@ class NcclCollective final : public Collective {
 
   // Has the backend's Synchronize() consult the watchdog.
   absl::Status Watch() {
-    RETURN_IF_ERROR(backend_->SetSyncWatch(
-        [this](absl::Duration waited) { return watchdog_.Check(waited); }));
+    RETURN_IF_ERROR(
+        backend_->SetSyncWatch([this](absl::Duration waited) { return watchdog_.Check(waited); }));
     watching_ = true;
     return absl::OkStatus();
   }
@@ -38,16 +38,15 @@ class NcclCollective final : public Collective {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  absl::Status AllReduceSum(float* data, size_t n,
-                            const CollectiveOptions& options) override {
+  absl::Status AllReduceSum(float* data, size_t n, const CollectiveOptions& options) override {
     RETURN_IF_ERROR(comm_->error());
     if (n == 0) return absl::OkStatus();
     RETURN_IF_ERROR(backend_->Activate());
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(backend_->stream(), &capture));
     watchdog_.Arm(options.timeout);
-    const ncclResult_t result = ncclAllReduce(data, data, n, ncclFloat, ncclSum,
-                                              comm_->get(), backend_->stream());
+    const ncclResult_t result =
+        ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_->get(), backend_->stream());
     if (result != ncclSuccess && result != ncclInProgress) {
       const absl::Status status =
           NcclStatus(result, "ncclAllReduce", __FILE__, __LINE__, comm_->get());
@@ -70,16 +69,15 @@ class NcclCollective final : public Collective {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Collective>> NewNcclCollective(
-    int rank, int size, Store* store, Backend* backend,
-    const NcclCollectiveOptions& options) {
+    int rank, int size, Store* store, Backend* backend, const NcclCollectiveOptions& options) {
   if (size < 1 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(
         absl::StrCat("NCCL collective: rank ", rank, " is not in [0, ", size, ")"));
   }
   CudaBackend* cuda = CudaBackend::From(backend);
   if (cuda == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "NCCL collective needs a CUDA backend, not \"", backend->Name(), "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("NCCL collective needs a CUDA backend, not \"", backend->Name(), "\""));
   }
   if (cuda->watched()) {
     return absl::FailedPreconditionError(

@@ -41,8 +41,7 @@ struct NcclCollectiveOptions {
 // init errors of NcclComm::Create (DEADLINE_EXCEEDED, UNAVAILABLE). Thread-compatible:
 // the thread that drives the backend drives the collective.
 absl::StatusOr<std::unique_ptr<Collective>> NewNcclCollective(
-    int rank, int size, Store* store, Backend* backend,
-    const NcclCollectiveOptions& options = {});
+    int rank, int size, Store* store, Backend* backend, const NcclCollectiveOptions& options = {});
 
 }  // namespace lockstep
 

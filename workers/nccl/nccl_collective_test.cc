@@ -19,12 +19,10 @@ using testing::StatusIs;
 TEST(NcclCollectiveNoGpu, RejectsBadRanksAndNonCudaBackends) {
   MemoryStore store;
   auto cpu = NewCpuBackend();
-  EXPECT_THAT(
-      NewNcclCollective(2, 2, &store, cpu.get()),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 2 is not in [0, 2)")));
-  EXPECT_THAT(
-      NewNcclCollective(0, 1, &store, cpu.get()),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs a CUDA backend")));
+  EXPECT_THAT(NewNcclCollective(2, 2, &store, cpu.get()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 2 is not in [0, 2)")));
+  EXPECT_THAT(NewNcclCollective(0, 1, &store, cpu.get()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs a CUDA backend")));
 }
 
 using NcclTest = CudaTest;
@@ -56,8 +54,7 @@ TEST_F(NcclTest, OneRankAllReduceRunsInPlaceEagerlyAndInAGraph) {
 
 TEST_F(NcclTest, OneCollectivePerBackend) {
   MemoryStore store;
-  ASSERT_OK_AND_ASSIGN(auto first,
-                       NewNcclCollective(0, 1, &store, cuda_.get(), {.key = "a"}));
+  ASSERT_OK_AND_ASSIGN(auto first, NewNcclCollective(0, 1, &store, cuda_.get(), {.key = "a"}));
   EXPECT_THAT(NewNcclCollective(0, 1, &store, cuda_.get(), {.key = "b"}),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("already has")));
 }
@@ -74,11 +71,9 @@ TEST_F(NcclTest, MissingPeerTimesOutTheInitAndAbortsIt) {
   EXPECT_THAT(NewNcclCollective(0, 2, &store, cuda_.get(), {.timeout = absl::Seconds(2)}),
               StatusIs(absl::StatusCode::kDeadlineExceeded,
                        HasSubstr("communicator init did not finish within 2s")));
-  EXPECT_TRUE(
-      store.Get("nccl_unique_id", absl::ZeroDuration()).ok());  // rank 0 published
+  EXPECT_TRUE(store.Get("nccl_unique_id", absl::ZeroDuration()).ok());  // rank 0 published
   // The backend is still usable, and a new communicator can be built on it.
-  ASSERT_OK_AND_ASSIGN(auto nccl,
-                       NewNcclCollective(0, 1, &store, cuda_.get(), {.key = "second"}));
+  ASSERT_OK_AND_ASSIGN(auto nccl, NewNcclCollective(0, 1, &store, cuda_.get(), {.key = "second"}));
   Buffer one = ToDevice(std::vector<float>{1.5f});
   ASSERT_OK(nccl->AllReduceSum(one.as(), 1, {}));
   EXPECT_EQ(ToHost(one, 1), std::vector<float>{1.5f});

@@ -21,8 +21,8 @@ absl::StatusOr<ncclUniqueId> RendezvousId(int rank, Store* store, const std::str
   ncclUniqueId id;
   if (rank == 0) {
     NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
-    RETURN_IF_ERROR(store->Set(key, absl::BytesToHexString(absl::string_view(
-                                        id.internal, sizeof(id.internal)))));
+    RETURN_IF_ERROR(store->Set(
+        key, absl::BytesToHexString(absl::string_view(id.internal, sizeof(id.internal)))));
     return id;
   }
   ASSIGN_OR_RETURN(const std::string hex, store->Get(key, timeout));
@@ -39,16 +39,14 @@ absl::StatusOr<ncclUniqueId> RendezvousId(int rank, Store* store, const std::str
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Create(int rank, int size,
-                                                           Store* store,
+absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Create(int rank, int size, Store* store,
                                                            const std::string& key,
                                                            absl::Duration timeout) {
   ASSIGN_OR_RETURN(const ncclUniqueId id, RendezvousId(rank, store, key, timeout));
   std::unique_ptr<NcclComm> comm(new NcclComm(rank, size, timeout));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  const ncclResult_t result =
-      ncclCommInitRankConfig(&comm->comm_, size, id, rank, &config);
+  const ncclResult_t result = ncclCommInitRankConfig(&comm->comm_, size, id, rank, &config);
   if (result != ncclSuccess && result != ncclInProgress) {
     const absl::Status status =
         NcclStatus(result, "ncclCommInitRankConfig", __FILE__, __LINE__, comm->comm_);
@@ -70,9 +68,7 @@ NcclComm::~NcclComm() {
   ncclCommDestroy(comm_);
 }
 
-std::string NcclComm::Describe() const {
-  return absl::StrCat("NCCL rank ", rank_, " of ", size_);
-}
+std::string NcclComm::Describe() const { return absl::StrCat("NCCL rank ", rank_, " of ", size_); }
 
 absl::Status NcclComm::Await(absl::Duration timeout, const char* what) {
   if (comm_ == nullptr) return error_;
@@ -84,15 +80,13 @@ absl::Status NcclComm::Await(absl::Duration timeout, const char* what) {
     if (state == ncclSuccess) return absl::OkStatus();
     if (state != ncclInProgress) {
       const absl::Status failed = NcclStatus(state, what, __FILE__, __LINE__, comm_);
-      Abort(
-          absl::Status(failed.code(), absl::StrCat(Describe(), ": ", failed.message())));
+      Abort(absl::Status(failed.code(), absl::StrCat(Describe(), ": ", failed.message())));
       return error_;
     }
     if (absl::Now() > deadline) {
-      Abort(absl::DeadlineExceededError(
-          absl::StrCat(Describe(), ": ", what, " did not finish within ",
-                       absl::FormatDuration(timeout),
-                       " (a peer is missing or stuck); communicator aborted")));
+      Abort(absl::DeadlineExceededError(absl::StrCat(
+          Describe(), ": ", what, " did not finish within ", absl::FormatDuration(timeout),
+          " (a peer is missing or stuck); communicator aborted")));
       return error_;
     }
     std::this_thread::sleep_for(kPoll);

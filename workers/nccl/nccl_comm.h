@@ -24,8 +24,7 @@ class NcclComm final : public AbortableComm {
   // device, awaited for at most `timeout`. Errors: DEADLINE_EXCEEDED naming the key or
   // the init (which is then aborted); NCCL's error otherwise (NcclStatus: UNAVAILABLE
   // when a peer is lost); INVALID_ARGUMENT for a malformed id in the store.
-  static absl::StatusOr<std::unique_ptr<NcclComm>> Create(int rank, int size,
-                                                          Store* store,
+  static absl::StatusOr<std::unique_ptr<NcclComm>> Create(int rank, int size, Store* store,
                                                           const std::string& key,
                                                           absl::Duration timeout);
   // Finalizes and destroys the communicator; aborts it when that does not finish within

@@ -7,8 +7,7 @@ namespace lockstep {
 absl::Status NcclStatus(ncclResult_t result, const char* expr, const char* file, int line,
                         ncclComm_t comm) {
   if (result == ncclSuccess || result == ncclInProgress) return absl::OkStatus();
-  std::string message =
-      absl::StrCat(file, ":", line, ": ", expr, ": ", ncclGetErrorString(result));
+  std::string message = absl::StrCat(file, ":", line, ": ", expr, ": ", ncclGetErrorString(result));
   const char* last = ncclGetLastError(comm);
   if (last != nullptr && last[0] != '\0') absl::StrAppend(&message, " (", last, ")");
   switch (result) {

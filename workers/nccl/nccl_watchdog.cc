@@ -15,12 +15,12 @@ absl::Status NcclWatchdog::Check(absl::Duration waited) {
   if (!error_.ok()) return error_;
   absl::Status async = comm_->AsyncError();
   if (!async.ok()) {
-    error_ = absl::UnavailableError(absl::StrCat(
-        what_, ": a collective failed, communicator aborted: ", async.message()));
+    error_ = absl::UnavailableError(
+        absl::StrCat(what_, ": a collective failed, communicator aborted: ", async.message()));
   } else if (armed_ && waited > timeout_) {
-    error_ = absl::DeadlineExceededError(absl::StrCat(
-        what_, ": a collective did not finish within ", absl::FormatDuration(timeout_),
-        " (a peer is stuck or gone); communicator aborted"));
+    error_ = absl::DeadlineExceededError(
+        absl::StrCat(what_, ": a collective did not finish within ", absl::FormatDuration(timeout_),
+                     " (a peer is stuck or gone); communicator aborted"));
   } else {
     return absl::OkStatus();
   }

@@ -33,8 +33,7 @@ class AbortableComm {
 class NcclWatchdog {
  public:
   // `comm` must outlive the watchdog. `what` names the communicator in errors.
-  NcclWatchdog(AbortableComm* comm, std::string what)
-      : comm_(comm), what_(std::move(what)) {}
+  NcclWatchdog(AbortableComm* comm, std::string what) : comm_(comm), what_(std::move(what)) {}
 
   // A collective with this timeout was queued on the stream or captured into a graph:
   // from now on, waits are bounded by the longest such timeout.

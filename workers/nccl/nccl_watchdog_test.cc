@@ -36,9 +36,8 @@ TEST(NcclWatchdog, AbortsOnceAWaitOutlastsTheLongestTimeout) {
   EXPECT_TRUE(watchdog.Check(absl::Seconds(4)).ok());
   EXPECT_EQ(comm.aborts, 0);
   const absl::Status st = watchdog.Check(absl::Seconds(6));
-  EXPECT_THAT(st,
-              StatusIs(absl::StatusCode::kDeadlineExceeded,
-                       HasSubstr("rank 0 of 2: a collective did not finish within 5s")));
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kDeadlineExceeded,
+                           HasSubstr("rank 0 of 2: a collective did not finish within 5s")));
   EXPECT_EQ(comm.aborts, 1);
   EXPECT_EQ(comm.reason, st);
   // Sticky, and aborts only once.
