@@ -113,13 +113,6 @@ void Model::Dropout(double rate) {
   layers_.push_back(l);
 }
 
-bool Model::has_dropout() const {
-  for (const Layer& l : layers_) {
-    if (l.kind == LayerKind::kDropout && l.keep < 1.0f) return true;
-  }
-  return false;
-}
-
 double Model::ForwardFlopsPerSample() const {
   double flops = 0;
   for (const Layer& l : layers_) {

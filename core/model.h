@@ -46,7 +46,6 @@ class Model {
   const ParamLayout& layout() const { return layout_; }
   Dims input() const { return input_; }
   int num_classes() const { return layers_.back().out.c; }
-  bool has_dropout() const;
   // Multiply-adds x2 of one sample's forward pass (for benchmarks' floors).
   double ForwardFlopsPerSample() const;
 

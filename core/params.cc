@@ -10,11 +10,4 @@ int ParamLayout::Add(std::string name, std::vector<int64_t> shape) {
   return static_cast<int>(entries_.size()) - 1;
 }
 
-int ParamLayout::Find(const std::string& name) const {
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    if (entries_[i].name == name) return static_cast<int>(i);
-  }
-  return -1;
-}
-
 }  // namespace lockstep

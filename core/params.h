@@ -24,8 +24,6 @@ class ParamLayout {
 
   const std::vector<ParamEntry>& entries() const { return entries_; }
   size_t total() const { return total_; }
-  // Index of the tensor called `name`, or -1.
-  int Find(const std::string& name) const;
 
  private:
   std::vector<ParamEntry> entries_;

@@ -79,14 +79,12 @@ class StepExecutor {
   // deterministic (no dropout), in batches.
   absl::StatusOr<EvalMetrics> Evaluate(const DeviceDataset& data, int batch_size = 1000,
                                        int64_t begin = 0, int64_t end = -1);
-  // Where the last Step's time went, in seconds (host clock: exact for synchronous
-  // backends; with graphs or async backends only `total` is meaningful).
+  // Where the last Step's time went, in seconds, by the host clock: exact for synchronous
+  // backends, enqueue times for asynchronous ones, and all 0 for a graph replay.
   struct Timings {
-    double compute = 0, allreduce = 0, update = 0, total = 0;
+    double compute = 0, allreduce = 0, update = 0;
   };
   const Timings& last_timings() const { return timings_; }
-
-  const Model& model() const { return model_; }
 
  private:
   struct Workspace;

@@ -4,8 +4,11 @@
 #define LOCKSTEP_CORE_TRAIN_STATE_H_
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "core/optimizer.h"
 
 namespace lockstep {
@@ -23,6 +26,14 @@ struct TrainState {
     return s;
   }
 };
+
+// The bytes a TrainState travels as (Prepare, FetchState): the params, then each slot,
+// as float32 in host order.
+std::string StateBytes(const TrainState& state);
+// The inverse. INVALID_ARGUMENT naming both sizes unless `bytes` holds exactly
+// param_count * (1 + slot_count) floats.
+absl::StatusOr<TrainState> StateFromBytes(std::string_view bytes, int64_t step,
+                                          uint64_t param_count, uint32_t slot_count);
 
 // FNV-1a over the bytes of the params: replicas must agree bit for bit.
 uint64_t ParamChecksum(const std::vector<float>& params);

@@ -49,11 +49,7 @@ absl::StatusOr<TrainResult> Train(const v1::JobSpec& spec, Backend* backend,
                        (total - done) * train_seconds / done};
       observer->OnStep(pr);
     }
-    const bool epoch_end = done % plan.steps_per_epoch() == 0;
-    const bool eval_now = (ev.every_epochs() > 0 && epoch_end &&
-                           (done / plan.steps_per_epoch()) % ev.every_epochs() == 0) ||
-                          (ev.every_steps() > 0 && done % ev.every_steps() == 0);
-    if (eval_now && done < total) {
+    if (EvalDue(ev, done, plan.steps_per_epoch()) && done < total) {
       ASSIGN_OR_RETURN(EvalMetrics e, exec->Evaluate(test_d, ev.batch_size()));
       if (observer != nullptr) observer->OnEval(p.epoch, done, e);
     }

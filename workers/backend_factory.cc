@@ -32,15 +32,12 @@ bool BuiltWithCuda() {
 #endif
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& device,
-                                                     const BackendOptions& options) {
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& device) {
   absl::StatusOr<Device> parsed = ParseDevice(device);
   if (!parsed.ok()) return parsed.status();
   if (parsed->kind == Device::Kind::kCpu) return NewCpuBackend();
 #ifdef LOCKSTEP_HAVE_CUDA
-  CudaBackendOptions cuda;
-  cuda.tf32 = options.tf32;
-  return NewCudaBackend(parsed->index, cuda);
+  return NewCudaBackend(parsed->index);
 #else
   return absl::FailedPreconditionError(absl::StrCat(
       "device \"", device, "\": this worker was built without CUDA (nvcc was not found)"));

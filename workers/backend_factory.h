@@ -24,19 +24,14 @@ struct Device {
 // otherwise.
 absl::StatusOr<Device> ParseDevice(const std::string& device);
 
-struct BackendOptions {
-  // CUDA GEMMs on TF32 tensor cores (see CudaBackendOptions::tf32); ignored on the CPU.
-  bool tf32 = false;
-};
-
 // Whether this binary has the CUDA backend (built where nvcc was found).
 bool BuiltWithCuda();
 
 // The backend for `device`. Errors: INVALID_ARGUMENT from ParseDevice;
 // FAILED_PRECONDITION "this worker was built without CUDA" or "no CUDA device..." (no
 // driver, no GPU, or no device K); what NewCudaBackend returns otherwise.
-absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& device,
-                                                     const BackendOptions& options = {});
+// TF32 is a per-job setting (Backend::SetTf32).
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& device);
 
 }  // namespace lockstep
 

@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "core/plan.h"
@@ -13,7 +12,7 @@ namespace lockstep {
 
 struct Replica::Job {
   std::string id;
-  int rank = 0;
+  int eval_batch = 0;
   std::unique_ptr<Collective> collective;
   std::unique_ptr<StepExecutor> exec;
   Data* data = nullptr;
@@ -27,15 +26,22 @@ Replica::~Replica() {
   job_.reset();
 }
 
-std::string Replica::job_id() {
-  absl::MutexLock lock(&mu_);
-  return job_ ? job_->id : "";
-}
-
 absl::StatusOr<Replica::Data*> Replica::LoadData(const std::string& path) {
   auto it = data_.find(path);
-  if (it != data_.end()) return it->second.get();
+  if (it != data_.end()) {
+    it->second->last_use = ++data_uses_;
+    return it->second.get();
+  }
+  // Called with no job held, so no dataset is in use.
+  while (data_.size() >= kMaxDatasets) {
+    auto lru = data_.begin();
+    for (auto i = data_.begin(); i != data_.end(); ++i) {
+      if (i->second->last_use < lru->second->last_use) lru = i;
+    }
+    data_.erase(lru);
+  }
   auto d = std::make_unique<Data>();
+  d->last_use = ++data_uses_;
   ASSIGN_OR_RETURN(d->train, LoadIdxDataset(path, Split::kTrain));
   ASSIGN_OR_RETURN(d->test, LoadIdxDataset(path, Split::kTest));
   ASSIGN_OR_RETURN(d->train_d, UploadDataset(*backend_, d->train));
@@ -53,6 +59,18 @@ void Replica::DropIfReleased() {
   }
 }
 
+void Replica::CheckDevice() {
+  absl::Status st = backend_->Synchronize();
+  if (st.ok()) return;
+  absl::MutexLock lock(&device_mu_);
+  if (device_error_.ok()) device_error_ = std::move(st);
+}
+
+absl::Status Replica::device_error() {
+  absl::MutexLock lock(&device_mu_);
+  return device_error_;
+}
+
 absl::StatusOr<Replica::Job*> Replica::Current(const std::string& job_id) {
   DropIfReleased();
   if (!job_ || job_->id != job_id) {
@@ -67,6 +85,10 @@ absl::StatusOr<v1::PrepareResponse> Replica::Prepare(const v1::PrepareHeader& h,
                                                      const std::string& state) {
   absl::MutexLock lock(&mu_);
   DropIfReleased();
+  if (absl::Status st = device_error(); !st.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(backend_->Name(), " is unusable after an earlier error: ", st.message()));
+  }
   if (job_ && job_->id == h.job_id()) {
     return absl::AlreadyExistsError(absl::StrCat("job ", h.job_id(), " is already prepared"));
   }
@@ -80,24 +102,27 @@ absl::StatusOr<v1::PrepareResponse> Replica::Prepare(const v1::PrepareHeader& h,
   ASSIGN_OR_RETURN(Optimizer optimizer, Optimizer::FromSpec(h.spec().optimizer()));
   ASSIGN_OR_RETURN(rng::Impl impl, rng::ParseImpl(h.spec().rng_impl()));
   const uint64_t n = model.layout().total();
-  if (h.param_count() != n || h.slot_count() != optimizer.slots().size() ||
-      state.size() != n * (1 + h.slot_count()) * sizeof(float)) {
-    return absl::InvalidArgumentError(absl::StrCat("train state has ", state.size(), " bytes for ",
-                                                   h.param_count(), " params and ", h.slot_count(),
-                                                   " slots; the model needs ", n, " params and ",
-                                                   optimizer.slots().size(), " slots"));
+  if (h.param_count() != n || h.slot_count() != optimizer.slots().size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train state has ", h.param_count(), " params and ", h.slot_count(),
+        " slots; the model needs ", n, " params and ", optimizer.slots().size(), " slots"));
   }
+  ASSIGN_OR_RETURN(TrainState ts, StateFromBytes(state, h.state_step(), n, h.slot_count()));
   if (h.world_size() <= 0 || h.rank() < 0 || h.rank() >= h.world_size() ||
       h.spec().global_batch_size() % h.world_size() != 0) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", h.rank(), " of ", h.world_size(),
                                                    " with global batch ",
                                                    h.spec().global_batch_size()));
   }
+  if (h.spec().eval().batch_size() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("eval.batch_size: ", h.spec().eval().batch_size(), " is not positive"));
+  }
   RETURN_IF_ERROR(backend_->SetTf32(h.spec().cuda().tf32()));
   ASSIGN_OR_RETURN(Data * data, LoadData(h.spec().dataset().path()));
   auto job = std::make_unique<Job>();
   job->id = h.job_id();
-  job->rank = h.rank();
+  job->eval_batch = static_cast<int>(h.spec().eval().batch_size());
   job->data = data;
   if (h.world_size() > 1) {
     ASSIGN_OR_RETURN(job->collective,
@@ -110,15 +135,6 @@ absl::StatusOr<v1::PrepareResponse> Replica::Prepare(const v1::PrepareHeader& h,
   ASSIGN_OR_RETURN(job->exec, StepExecutor::Create(model, optimizer, impl, local_batch, backend_,
                                                    job->collective.get(), copts,
                                                    !h.spec().cuda().disable_graphs()));
-  TrainState ts;
-  ts.step = h.state_step();
-  ts.params.resize(n);
-  std::memcpy(ts.params.data(), state.data(), n * sizeof(float));
-  for (uint32_t s = 0; s < h.slot_count(); ++s) {
-    ts.slots.emplace_back(n);
-    std::memcpy(ts.slots.back().data(), state.data() + (1 + s) * n * sizeof(float),
-                n * sizeof(float));
-  }
   RETURN_IF_ERROR(job->exec->SetState(ts));
   v1::PrepareResponse resp;
   resp.set_train_examples(data->train.size);
@@ -144,6 +160,7 @@ absl::StatusOr<v1::StepResponse> Replica::Step(const v1::StepRequest& req) {
       {req.key0(), req.key1()});
   if (!m.ok()) {
     job_.reset();  // a failed step leaves the replica and collective unusable
+    CheckDevice();
     return m.status();
   }
   resp.set_loss(m->loss);
@@ -165,12 +182,16 @@ absl::StatusOr<v1::StepResponse> Replica::Step(const v1::StepRequest& req) {
 absl::StatusOr<v1::EvaluateResponse> Replica::Evaluate(const v1::EvaluateRequest& req) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Job * job, Current(req.job_id()));
-  ASSIGN_OR_RETURN(EvalMetrics m,
-                   job->exec->Evaluate(job->data->test_d, 1000, req.begin(), req.end()));
+  absl::StatusOr<EvalMetrics> m =
+      job->exec->Evaluate(job->data->test_d, job->eval_batch, req.begin(), req.end());
+  if (!m.ok()) {
+    CheckDevice();
+    return m.status();
+  }
   v1::EvaluateResponse resp;
-  resp.set_loss_sum(m.loss * m.count);
-  resp.set_correct(std::llround(m.accuracy * m.count));
-  resp.set_count(m.count);
+  resp.set_loss_sum(m->loss * m->count);
+  resp.set_correct(std::llround(m->accuracy * m->count));
+  resp.set_count(m->count);
   return resp;
 }
 

@@ -1,5 +1,5 @@
 // Replica: a worker's side of a job, without gRPC. It holds the job's TrainState on the
-// backend, the datasets (loaded once per path and kept for later jobs) and the
+// backend, the datasets (loaded once per path and kept for later jobs, a few) and the
 // collective, and executes the coordinator's commands: Prepare, Step, Evaluate,
 // FetchState, Release. One job at a time. Thread-safe: commands are serialized; Release
 // never waits behind a running step (it marks the job released and the step's end tears
@@ -49,26 +49,36 @@ class Replica {
   // Idempotent; unknown job ids are fine (the job may never have been prepared here).
   absl::Status Release(const std::string& job_id);
 
-  // The job currently held ("" when free).
-  std::string job_id();
+  // Not OK once the backend is unusable for good (CUDA errors are sticky, e.g. after a
+  // collective was aborted mid-kernel): the worker should exit and be replaced.
+  // Thread-safe.
+  absl::Status device_error();
 
  private:
   struct Job;
   struct Data {
     Dataset train, test;
     DeviceDataset train_d, test_d;
+    uint64_t last_use = 0;
   };
+  // Datasets kept for later jobs, the least recently used dropped first.
+  static constexpr size_t kMaxDatasets = 2;
   absl::StatusOr<Data*> LoadData(const std::string& path) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Job*> Current(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropIfReleased() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a failed command: records the backend's error if it no longer works.
+  void CheckDevice() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Backend* backend_;
   CollectiveFactory* collectives_;
   absl::Mutex mu_;  // serializes commands
   std::unique_ptr<Job> job_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<Data>> data_ ABSL_GUARDED_BY(mu_);
+  uint64_t data_uses_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Mutex release_mu_;
   std::string released_ ABSL_GUARDED_BY(release_mu_);  // job id released while busy
+  absl::Mutex device_mu_;
+  absl::Status device_error_ ABSL_GUARDED_BY(device_mu_);
 };
 
 }  // namespace lockstep

@@ -178,4 +178,11 @@ int64_t TotalSteps(const v1::JobSpec& spec, int64_t num_train) {
   return static_cast<int64_t>(spec.epochs()) * (num_train / spec.global_batch_size());
 }
 
+bool EvalDue(const v1::EvalSpec& eval, int64_t done, int64_t steps_per_epoch) {
+  const bool epoch_end = done % steps_per_epoch == 0;
+  return (eval.every_epochs() > 0 && epoch_end &&
+          (done / steps_per_epoch) % eval.every_epochs() == 0) ||
+         (eval.every_steps() > 0 && done % eval.every_steps() == 0);
+}
+
 }  // namespace lockstep

@@ -32,6 +32,9 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& spec, const SpecLimits& 
 // Total steps the spec asks for given the training split's size.
 int64_t TotalSteps(const v1::JobSpec& spec, int64_t num_train);
 
+// Whether the spec's eval cadence asks for an evaluation once `done` steps are done.
+bool EvalDue(const v1::EvalSpec& eval, int64_t done, int64_t steps_per_epoch);
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_CORE_SPEC_SPEC_H_

@@ -104,5 +104,24 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"rng_impl: fast", "rng_impl"}, BadCase{"device: tpu", "device"},
                       BadCase{"model: {hidden: [1000000, 1000000]}", "model"}));
 
+TEST(Spec, EvalDueFollowsEpochsOrSteps) {
+  v1::EvalSpec every_2_epochs;
+  every_2_epochs.set_every_epochs(2);
+  std::vector<int64_t> due;
+  for (int64_t done = 1; done <= 50; ++done) {
+    if (EvalDue(every_2_epochs, done, /*steps_per_epoch=*/10)) due.push_back(done);
+  }
+  EXPECT_EQ(due, (std::vector<int64_t>{20, 40}));
+
+  v1::EvalSpec every_7_steps;
+  every_7_steps.set_every_steps(7);
+  due.clear();
+  for (int64_t done = 1; done <= 20; ++done) {
+    if (EvalDue(every_7_steps, done, 10)) due.push_back(done);
+  }
+  EXPECT_EQ(due, (std::vector<int64_t>{7, 14}));
+  EXPECT_FALSE(EvalDue(v1::EvalSpec(), 10, 10));  // no cadence: only the final evaluation
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -48,10 +48,13 @@ void BlockShutdownSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-void WaitForShutdownSignal() {
-  sigset_t set = ShutdownSignals();
-  int sig = 0;
-  sigwait(&set, &sig);
+bool WaitForShutdownSignal(const std::function<bool()>& give_up) {
+  const sigset_t set = ShutdownSignals();
+  const timespec second = {1, 0};
+  while (true) {
+    if (sigtimedwait(&set, nullptr, &second) > 0) return true;
+    if (give_up && give_up()) return false;
+  }
 }
 
 }  // namespace lockstep

@@ -3,6 +3,7 @@
 #ifndef LOCKSTEP_SERVICES_COMMON_FLAGS_H_
 #define LOCKSTEP_SERVICES_COMMON_FLAGS_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,9 @@ void WritePortFile(const std::string& path, int port);
 // Blocks SIGINT and SIGTERM for this thread and threads it starts later: call first in
 // main, so that WaitForShutdownSignal receives them.
 void BlockShutdownSignals();
-// Blocks until SIGINT or SIGTERM.
-void WaitForShutdownSignal();
+// Blocks until SIGINT or SIGTERM (true), or until `give_up`, asked every second, says so
+// (false).
+bool WaitForShutdownSignal(const std::function<bool()>& give_up = nullptr);
 
 }  // namespace lockstep
 

@@ -16,6 +16,13 @@ bool Terminal(v1::JobState s) {
 
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 
+v1::JobEvent StateEvent(v1::JobState state, absl::string_view reason) {
+  v1::JobEvent ev;
+  ev.mutable_state()->set_state(state);
+  ev.mutable_state()->set_reason(std::string(reason));
+  return ev;
+}
+
 absl::Status CheckCheckpointPath(const std::string& path) {
   if (path.empty()) return absl::OkStatus();
   if (path.front() == '/' || path == ".." || path.rfind("../", 0) == 0 ||
@@ -106,8 +113,8 @@ absl::Status JobManager::Start() {
       if (id.rfind("job-", 0) == 0)
         next_id_ = std::max<int64_t>(next_id_, std::atoll(id.c_str() + 4) + 1);
       if (!rec->job.spec().request_id().empty()) by_request_id_[rec->job.spec().request_id()] = id;
-      if (Terminal(was)) {
-        SetStateLocked(*rec, was, absl::OkStatus());  // its final event, for watchers
+      if (Terminal(was)) {  // its final event, for watchers; the record stays as it was
+        EmitLocked(*rec, StateEvent(was, rec->job.failure_reason()), rec->job.step());
       } else {
         SetStateLocked(
             *rec, v1::FAILED,
@@ -150,10 +157,7 @@ void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Sta
   }
   if (state == v1::RUNNING) rec.job.set_started_unix_ms(NowMs());
   if (Terminal(state)) rec.job.set_finished_unix_ms(NowMs());
-  v1::JobEvent ev;
-  ev.mutable_state()->set_state(state);
-  ev.mutable_state()->set_reason(std::string(reason.message()));
-  EmitLocked(rec, std::move(ev), rec.job.step());
+  EmitLocked(rec, StateEvent(state, reason.message()), rec.job.step());
   if (absl::Status st = records_.Save(rec.job); !st.ok()) {
     spdlog::error("job record of {}: {}", rec.job.id(), st.ToString());
   }
@@ -185,12 +189,20 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in) {
 }
 
 void JobManager::ScheduleLocked() {
-  while (!queue_.empty() && !stopping_) {
-    Record& rec = *jobs_[queue_.front()];
+  // FIFO: a job that does not fit in the free workers holds back the jobs behind it, so
+  // big jobs are not starved by small ones; but one that needs more workers of its
+  // device than are registered at all is passed over until enough register.
+  for (auto it = queue_.begin(); it != queue_.end() && !stopping_;) {
+    Record& rec = *jobs_[*it];
     const v1::JobSpec& spec = rec.job.spec();
-    auto workers = pool_->TryAcquire(rec.job.id(), static_cast<int>(spec.workers()), spec.device());
-    if (!workers) return;  // strict FIFO: later jobs wait behind the head
-    queue_.pop_front();
+    const int n = static_cast<int>(spec.workers());
+    auto workers = pool_->TryAcquire(rec.job.id(), n, spec.device());
+    if (!workers) {
+      if (pool_->CountFor(spec.device()) >= n) return;
+      ++it;
+      continue;
+    }
+    it = queue_.erase(it);
     for (const PoolWorker& w : *workers) rec.job.add_workers(w.id);
     SetStateLocked(rec, v1::RUNNING, absl::OkStatus());
     rec.sink = std::make_unique<Sink>(this, &rec);

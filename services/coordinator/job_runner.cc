@@ -11,12 +11,15 @@
 #include "absl/strings/str_format.h"
 #include "core/checkpoint.h"
 #include "core/plan.h"
+#include "core/spec/spec.h"
 #include "core/status_macros.h"
 
 namespace lockstep {
 namespace {
 
 constexpr absl::Duration kStreamLifetime = absl::Hours(24 * 30);
+// A health check after a failure, to tell the dead worker from its peers.
+constexpr absl::Duration kAliveTimeout = absl::Seconds(2);
 
 // Runs f(r) for every rank on its own thread and waits for all.
 template <typename F>
@@ -46,6 +49,7 @@ void JobRunner::Abort(absl::Status status) {
   absl::MutexLock lock(&mu_);
   if (abort_.ok()) abort_ = std::move(status);
   if (fanout_ != nullptr) fanout_->Cancel();
+  for (auto& c : clients_) c->CancelCalls();
 }
 
 absl::Status JobRunner::aborted() {
@@ -65,10 +69,13 @@ absl::Status JobRunner::Run(JobOutcome* outcome) {
     absl::Status abort = aborted();
     if (!abort.ok()) st = abort;
     // Name the dead: a lost worker makes its peers' collectives fail too.
+    const int n = static_cast<int>(clients_.size());
+    std::vector<char> alive(n);
+    ForEachRank(n, [&](int r) { alive[r] = clients_[r]->Alive(kAliveTimeout); });
     std::vector<int> dead;
-    for (size_t r = 0; r < clients_.size(); ++r) {
-      if (!clients_[r]->Alive(absl::Seconds(2))) {
-        dead.push_back(static_cast<int>(r));
+    for (int r = 0; r < n; ++r) {
+      if (!alive[r]) {
+        dead.push_back(r);
         outcome->unreachable.push_back(workers_[r].id);
       }
     }
@@ -85,19 +92,20 @@ absl::Status JobRunner::Run(JobOutcome* outcome) {
 absl::Status JobRunner::Train(JobOutcome* outcome) {
   int64_t num_train = 0, num_test = 0;
   RETURN_IF_ERROR(Prepare(&num_train, &num_test));
-  ASSIGN_OR_RETURN(rng::Impl impl, rng::ParseImpl(spec_.rng_impl()));
-  TrainingPlan plan(spec_.seed(), spec_.dropout_seed(), impl, num_train,
+  TrainingPlan plan(spec_.seed(), spec_.dropout_seed(), impl_, num_train,
                     static_cast<int>(spec_.global_batch_size()), static_cast<int>(workers_.size()));
   const int64_t total = TotalSteps(spec_, num_train);
   RETURN_IF_ERROR(StepLoop(plan, total, num_test, outcome));
-  ASSIGN_OR_RETURN(outcome->final_eval,
+  RETURN_IF_ERROR(aborted());
+  ASSIGN_OR_RETURN(v1::EvalResult final_eval,
                    Evaluate(num_test, total, (total - 1) / plan.steps_per_epoch()));
-  sink_->OnEval(outcome->final_eval);
+  sink_->OnEval(final_eval);
 
   std::string path = spec_.checkpoint_path();
   if (path.empty() && !options_.checkpoint_dir.empty()) path = job_id_ + ".safetensors";
   if (path.empty()) return absl::OkStatus();
   if (!options_.checkpoint_dir.empty()) path = options_.checkpoint_dir + "/" + path;
+  RETURN_IF_ERROR(aborted());
   RETURN_IF_ERROR(SaveCheckpoint(path, outcome->param_checksum, plan.data_key(), plan.main_key()));
   outcome->checkpoint_path = std::filesystem::absolute(path).string();
   return absl::OkStatus();
@@ -105,17 +113,17 @@ absl::Status JobRunner::Train(JobOutcome* outcome) {
 
 void JobRunner::ReleaseAll(const std::string& reason) {
   ForEachRank(static_cast<int>(clients_.size()), [&](int r) {
-    clients_[r]->Release(job_id_, reason, absl::Seconds(5)).IgnoreError();
+    clients_[r]->Release(job_id_, reason, options_.rpc_timeout).IgnoreError();
   });
 }
 
 absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
-  ASSIGN_OR_RETURN(Model model, Model::FromSpec(spec_.model()));
-  ASSIGN_OR_RETURN(Optimizer optimizer, Optimizer::FromSpec(spec_.optimizer()));
-  ASSIGN_OR_RETURN(rng::Impl impl, rng::ParseImpl(spec_.rng_impl()));
+  ASSIGN_OR_RETURN(model_, Model::FromSpec(spec_.model()));
+  ASSIGN_OR_RETURN(optimizer_, Optimizer::FromSpec(spec_.optimizer()));
+  ASSIGN_OR_RETURN(impl_, rng::ParseImpl(spec_.rng_impl()));
   // The host initializes the TrainState and replicates it (the seed program).
-  const TrainState state =
-      TrainState::Create(model.Init(TrainingPlan::InitKey(spec_.seed(), impl), impl), optimizer);
+  const TrainState state = TrainState::Create(
+      model_->Init(TrainingPlan::InitKey(spec_.seed(), impl_), impl_), *optimizer_);
   const uint64_t checksum = ParamChecksum(state.params);
   const int n = static_cast<int>(workers_.size());
   std::vector<absl::StatusOr<v1::PrepareResponse>> resp(n, absl::UnknownError("not run"));
@@ -158,18 +166,17 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
   return absl::OkStatus();
 }
 
-std::vector<v1::StepRequest> JobRunner::StepRequests(const StepPlan& p, bool want_checksum) const {
-  const size_t n = workers_.size();
-  const size_t local = p.indices.size() / n;  // B % N == 0: validated
-  std::vector<v1::StepRequest> requests(n);
-  for (size_t r = 0; r < n; ++r) {
+absl::StatusOr<std::vector<v1::StepRequest>> JobRunner::StepRequests(const StepPlan& p,
+                                                                     bool want_checksum) const {
+  ASSIGN_OR_RETURN(auto shards, ShardBatch(p.indices, static_cast<int>(workers_.size())));
+  std::vector<v1::StepRequest> requests(shards.size());
+  for (size_t r = 0; r < shards.size(); ++r) {
     v1::StepRequest& req = requests[r];
     req.set_job_id(job_id_);
     req.set_step(p.step);
     req.set_key0(p.keys[r].k0);
     req.set_key1(p.keys[r].k1);
-    // ShardBatch: worker r gets rows [r*B/N, (r+1)*B/N).
-    req.mutable_indices()->Add(p.indices.begin() + r * local, p.indices.begin() + (r + 1) * local);
+    req.mutable_indices()->Add(shards[r].begin(), shards[r].end());
     req.set_want_checksum(want_checksum);
   }
   return requests;
@@ -222,11 +229,6 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
     fanout_ = nullptr;
   };
 
-  const auto& ev = spec_.eval();
-  auto eval_due = [&](int64_t done) {
-    return (ev.every_epochs() > 0 && done % spe == 0 && (done / spe) % ev.every_epochs() == 0) ||
-           (ev.every_steps() > 0 && done % ev.every_steps() == 0);
-  };
   auto checksum_due = [&](int64_t done) {
     return done == total ||
            (spec_.checksum_every_steps() > 0 && done % spec_.checksum_every_steps() == 0);
@@ -238,9 +240,10 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
   while (done < total) {
     RETURN_IF_ERROR(aborted());
     while (sent < total && sent - done < options_.steps_in_flight && !hold) {
-      fanout->Send(StepRequests(plan.Next(), checksum_due(sent + 1)));
+      ASSIGN_OR_RETURN(auto requests, StepRequests(plan.Next(), checksum_due(sent + 1)));
+      fanout->Send(requests);
       ++sent;
-      hold = eval_due(sent) && sent < total;
+      hold = EvalDue(spec_.eval(), sent, spe) && sent < total;
     }
     ASSIGN_OR_RETURN(std::vector<v1::StepResponse> got, fanout->Take(done, options_.step_timeout));
     ASSIGN_OR_RETURN(v1::StepEvent e, Aggregate(got, done, checksum_due(done + 1)));
@@ -303,13 +306,11 @@ absl::Status JobRunner::SaveCheckpoint(const std::string& path, uint64_t checksu
     return WorkerError(0,
                        absl::DataLossError("fetched params do not match the replicas' checksum"));
   }
-  ASSIGN_OR_RETURN(Model model, Model::FromSpec(spec_.model()));
-  ASSIGN_OR_RETURN(Optimizer optimizer, Optimizer::FromSpec(spec_.optimizer()));
   std::string spec_json;
   (void)google::protobuf::util::MessageToJsonString(spec_, &spec_json);
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  return WriteCheckpoint(path, model, optimizer, state,
+  return WriteCheckpoint(path, *model_, *optimizer_, state,
                          {{"job_id", job_id_},
                           {"spec", spec_json},
                           {"rng_impl", spec_.rng_impl()},

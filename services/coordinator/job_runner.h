@@ -10,11 +10,14 @@
 #define LOCKSTEP_SERVICES_COORDINATOR_JOB_RUNNER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "core/model.h"
+#include "core/optimizer.h"
 #include "core/plan.h"
 #include "lockstep/v1/job.pb.h"
 #include "services/coordinator/kv_table.h"
@@ -35,7 +38,6 @@ class JobSink {
 };
 
 struct JobOutcome {
-  v1::EvalResult final_eval;
   uint64_t param_checksum = 0;
   std::string checkpoint_path;
   double samples_per_sec = 0;
@@ -52,7 +54,8 @@ class JobRunner {
   // the failure, its message naming the worker. `outcome` is filled either way.
   absl::Status Run(JobOutcome* outcome);
 
-  // Makes Run stop promptly with `status` (CANCELLED for a user's cancel). Thread-safe.
+  // Makes Run stop promptly with `status` (CANCELLED for a user's cancel): cancels the
+  // step streams and the worker calls in flight. Thread-safe.
   void Abort(absl::Status status);
 
  private:
@@ -61,7 +64,8 @@ class JobRunner {
   absl::Status Prepare(int64_t* num_train, int64_t* num_test);
   absl::Status StepLoop(TrainingPlan& plan, int64_t total, int64_t num_test, JobOutcome* outcome);
   // One step command per worker: the step, the worker's dropout key, its shard.
-  std::vector<v1::StepRequest> StepRequests(const StepPlan& plan, bool want_checksum) const;
+  absl::StatusOr<std::vector<v1::StepRequest>> StepRequests(const StepPlan& plan,
+                                                            bool want_checksum) const;
   // Folds the workers' answers to one step into its event; with `check`, DATA_LOSS if
   // the replicas' checksums differ.
   absl::StatusOr<v1::StepEvent> Aggregate(const std::vector<v1::StepResponse>& got, int64_t step,
@@ -80,6 +84,10 @@ class JobRunner {
   const CoordinatorOptions options_;
   JobSink* sink_;
   std::vector<std::unique_ptr<WorkerClient>> clients_;
+  // Set by Prepare from the spec.
+  std::optional<Model> model_;
+  std::optional<Optimizer> optimizer_;
+  rng::Impl impl_ = rng::Impl::kPartitionable;
 
   absl::Mutex mu_;
   absl::Status abort_ ABSL_GUARDED_BY(mu_);

@@ -63,6 +63,11 @@ int main(int argc, char** argv) {
   WorkerRegistryImpl registry(&pool, opts.heartbeat_interval);
   RendezvousImpl rendezvous(&kv);
 
+  // The records are reloaded before the server takes its first Submit.
+  if (absl::Status st = jobs.Start(); !st.ok()) {
+    spdlog::error("cannot reload the job records: {}", st.ToString());
+    return 1;
+  }
   grpc::ServerBuilder builder;
   int port = 0;
   ConfigureServer(builder, absl::GetFlag(FLAGS_listen), &port);
@@ -75,10 +80,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   WritePortFile(absl::GetFlag(FLAGS_port_file), port);
-  if (absl::Status st = jobs.Start(); !st.ok()) {
-    spdlog::error("cannot reload the job records: {}", st.ToString());
-    return 1;
-  }
   spdlog::info("lockstep-coordinator serving on port {} (state in {})", port,
                absl::GetFlag(FLAGS_state_dir));
   WaitForShutdownSignal();

@@ -99,6 +99,7 @@ class FakeClient final : public WorkerClient {
     return absl::OkStatus();
   }
   bool Alive(absl::Duration) override { return true; }
+  void CancelCalls() override {}
 
  private:
   const int rank_;

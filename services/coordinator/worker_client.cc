@@ -2,7 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <cstring>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -65,23 +65,17 @@ class GrpcWorkerClient final : public WorkerClient {
   absl::StatusOr<v1::PrepareResponse> Prepare(const v1::PrepareHeader& header,
                                               const TrainState& state,
                                               absl::Duration timeout) override {
-    grpc::ClientContext ctx;
-    SetDeadline(ctx, timeout);
+    Call call(this, timeout);
     v1::PrepareResponse resp;
-    auto writer = stub_->Prepare(&ctx, &resp);
+    auto writer = stub_->Prepare(&call.ctx, &resp);
     v1::PrepareChunk chunk;
     *chunk.mutable_header() = header;
     bool ok = writer->Write(chunk);
-    auto send = [&](const std::vector<float>& v) {
-      const char* p = reinterpret_cast<const char*>(v.data());
-      const size_t bytes = v.size() * sizeof(float);
-      for (size_t off = 0; ok && off < bytes; off += kStateChunkBytes) {
-        chunk.set_state(p + off, std::min(kStateChunkBytes, bytes - off));
-        ok = writer->Write(chunk);
-      }
-    };
-    send(state.params);
-    for (const auto& slot : state.slots) send(slot);
+    const std::string bytes = StateBytes(state);
+    for (size_t off = 0; ok && off < bytes.size(); off += kStateChunkBytes) {
+      chunk.set_state(bytes.substr(off, kStateChunkBytes));
+      ok = writer->Write(chunk);
+    }
     if (ok) writer->WritesDone();
     absl::Status st = FromGrpcStatus(writer->Finish());
     if (!st.ok()) return st;
@@ -94,50 +88,29 @@ class GrpcWorkerClient final : public WorkerClient {
 
   absl::StatusOr<v1::EvaluateResponse> Evaluate(const v1::EvaluateRequest& request,
                                                 absl::Duration timeout) override {
-    grpc::ClientContext ctx;
-    SetDeadline(ctx, timeout);
+    Call call(this, timeout);
     v1::EvaluateResponse resp;
-    absl::Status st = FromGrpcStatus(stub_->Evaluate(&ctx, request, &resp));
+    absl::Status st = FromGrpcStatus(stub_->Evaluate(&call.ctx, request, &resp));
     if (!st.ok()) return st;
     return resp;
   }
 
   absl::StatusOr<TrainState> FetchState(const std::string& job_id,
                                         absl::Duration timeout) override {
-    grpc::ClientContext ctx;
-    SetDeadline(ctx, timeout);
+    Call call(this, timeout);
     v1::FetchStateRequest req;
     req.set_job_id(job_id);
-    auto reader = stub_->FetchState(&ctx, req);
-    v1::StateChunk chunk;
-    TrainState state;
+    auto reader = stub_->FetchState(&call.ctx, req);
+    v1::StateChunk chunk, first;
     std::string bytes;
-    uint64_t n = 0;
-    uint32_t slots = 0;
-    bool first = true;
-    while (reader->Read(&chunk)) {
-      if (first) {
-        state.step = chunk.step();
-        n = chunk.param_count();
-        slots = chunk.slot_count();
-        bytes.reserve(n * (1 + slots) * sizeof(float));
-        first = false;
-      }
+    for (bool at_first = true; reader->Read(&chunk); at_first = false) {
+      if (at_first) first = chunk;  // the header fields travel in the first chunk
       bytes += chunk.data();
     }
     absl::Status st = FromGrpcStatus(reader->Finish());
     if (!st.ok()) return st;
-    if (bytes.size() != n * (1 + slots) * sizeof(float)) {
-      return absl::DataLossError(absl::StrCat("fetched state has ", bytes.size(),
-                                              " bytes, expected ", n * (1 + slots) * 4));
-    }
-    auto take = [&](size_t i) {
-      std::vector<float> v(n);
-      std::memcpy(v.data(), bytes.data() + i * n * sizeof(float), n * sizeof(float));
-      return v;
-    };
-    state.params = take(0);
-    for (uint32_t s = 0; s < slots; ++s) state.slots.push_back(take(1 + s));
+    auto state = StateFromBytes(bytes, first.step(), first.param_count(), first.slot_count());
+    if (!state.ok()) return absl::DataLossError(state.status().message());
     return state;
   }
 
@@ -161,10 +134,32 @@ class GrpcWorkerClient final : public WorkerClient {
            resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
   }
 
+  void CancelCalls() override {
+    absl::MutexLock lock(&mu_);
+    for (grpc::ClientContext* ctx : live_) ctx->TryCancel();
+  }
+
  private:
+  // A call's context, reachable by CancelCalls while the call lasts.
+  struct Call {
+    Call(GrpcWorkerClient* client, absl::Duration timeout) : client(client) {
+      SetDeadline(ctx, timeout);
+      absl::MutexLock lock(&client->mu_);
+      client->live_.insert(&ctx);
+    }
+    ~Call() {
+      absl::MutexLock lock(&client->mu_);
+      client->live_.erase(&ctx);
+    }
+    GrpcWorkerClient* client;
+    grpc::ClientContext ctx;
+  };
+
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Worker::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+  absl::Mutex mu_;
+  std::set<grpc::ClientContext*> live_ ABSL_GUARDED_BY(mu_);
 };
 
 class GrpcFactory final : public WorkerClientFactory {

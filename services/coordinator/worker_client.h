@@ -43,6 +43,9 @@ class WorkerClient {
                                absl::Duration timeout) = 0;
   // True if the worker's server answers a health check within `timeout`.
   virtual bool Alive(absl::Duration timeout) = 0;
+  // Cancels the Prepare, Evaluate and FetchState calls in flight (they return CANCELLED);
+  // later calls are unaffected. Thread-safe.
+  virtual void CancelCalls() = 0;
 };
 
 class WorkerClientFactory {

@@ -83,10 +83,16 @@ int Main() {
   spdlog::info("lockstep-worker {} serving on {} (device {}, {} threads); coordinator {}", name,
                reg.address(), device, CpuThreads(), coordinator);
   Registration registration(channel, reg);
-  WaitForShutdownSignal();
+  // A device left unusable (CUDA errors are sticky) ends the process, so that the
+  // supervisor (compose, Kubernetes, `cluster up`'s user) starts a fresh worker.
+  const bool signalled = WaitForShutdownSignal([&] {
+    absl::Status st = replica.device_error();
+    if (!st.ok()) spdlog::error("{} is unusable, exiting: {}", device, st.ToString());
+    return !st.ok();
+  });
   spdlog::info("shutting down");
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  return 0;
+  return signalled ? 0 : 3;
 }
 
 }  // namespace

@@ -19,11 +19,6 @@ Registration::~Registration() {
   thread_.join();
 }
 
-std::string Registration::worker_id() {
-  absl::MutexLock lock(&mu_);
-  return id_;
-}
-
 void Registration::Loop() {
   absl::Duration wait = absl::Milliseconds(200);
   std::string id;
@@ -48,8 +43,6 @@ void Registration::Loop() {
       wait = absl::Milliseconds(200);
       spdlog::info("registered as {} (device {}, address {})", id, request_.device(),
                    request_.address());
-      absl::MutexLock lock(&mu_);
-      id_ = id;
       continue;
     }
     v1::HeartbeatRequest req;
@@ -59,8 +52,6 @@ void Registration::Loop() {
     if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
       spdlog::warn("the coordinator forgot worker {}; registering again", id);
       id.clear();
-      absl::MutexLock lock(&mu_);
-      id_.clear();
     } else if (!st.ok()) {
       spdlog::warn("heartbeat: {}", st.error_message());
     }

@@ -20,16 +20,12 @@ class Registration {
   Registration(std::shared_ptr<grpc::Channel> coordinator, v1::RegisterRequest request);
   ~Registration();  // stops the thread
 
-  // The current id, or "" while unregistered.
-  std::string worker_id();
-
  private:
   void Loop();
 
   std::unique_ptr<v1::WorkerRegistry::Stub> stub_;
   const v1::RegisterRequest request_;
   absl::Mutex mu_;
-  std::string id_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

@@ -1,5 +1,7 @@
 #include "services/worker/service.h"
 
+#include <spdlog/spdlog.h>
+
 #include "absl/strings/str_cat.h"
 #include "services/common/net.h"
 #include "services/common/status.h"
@@ -15,13 +17,15 @@ grpc::Status WorkerServiceImpl::Prepare(grpc::ServerContext*,
         absl::InvalidArgumentError("Prepare: the first message must be the header"));
   }
   const v1::PrepareHeader header = chunk.header();
-  // Bounded by what the header announces: a client cannot make us buffer more.
-  const uint64_t expected = header.param_count() * (1 + uint64_t{header.slot_count()}) * 4;
-  if (expected > (uint64_t{1} << 34)) {
+  // Bounded by what the header announces: a client cannot make us buffer more. The
+  // buffer grows as chunks arrive, not by the announcement.
+  constexpr uint64_t kMaxStateBytes = uint64_t{1} << 34;
+  const uint64_t tensors = 1 + uint64_t{header.slot_count()};
+  if (header.param_count() > kMaxStateBytes / sizeof(float) / tensors) {
     return ToGrpcStatus(absl::InvalidArgumentError("Prepare: train state over 16 GiB"));
   }
+  const uint64_t expected = header.param_count() * tensors * sizeof(float);
   std::string state;
-  state.reserve(expected);
   while (reader->Read(&chunk)) {
     if (!chunk.has_state() || state.size() + chunk.state().size() > expected) {
       return ToGrpcStatus(absl::InvalidArgumentError(
@@ -62,12 +66,7 @@ grpc::Status WorkerServiceImpl::FetchState(grpc::ServerContext*, const v1::Fetch
   chunk.set_step(state->step);
   chunk.set_param_count(state->params.size());
   chunk.set_slot_count(static_cast<uint32_t>(state->slots.size()));
-  std::string bytes;
-  auto append = [&](const std::vector<float>& v) {
-    bytes.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
-  };
-  append(state->params);
-  for (const auto& s : state->slots) append(s);
+  const std::string bytes = StateBytes(*state);
   for (size_t off = 0; off == 0 || off < bytes.size(); off += kStateChunkBytes) {
     chunk.set_data(bytes.substr(off, kStateChunkBytes));
     if (!writer->Write(chunk)) return grpc::Status::CANCELLED;
@@ -80,6 +79,7 @@ grpc::Status WorkerServiceImpl::FetchState(grpc::ServerContext*, const v1::Fetch
 
 grpc::Status WorkerServiceImpl::Release(grpc::ServerContext*, const v1::ReleaseRequest* req,
                                         v1::ReleaseResponse*) {
+  spdlog::info("release {}: {}", req->job_id(), req->reason());
   return ToGrpcStatus(replica_->Release(req->job_id()));
 }
 
