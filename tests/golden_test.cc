@@ -1,6 +1,8 @@
 // The C++ core against JAX/Flax/optax: initial params, loss and gradients of both
 // models, and 20 training steps with dropout (adam and sgd with momentum), from the
 // golden files tools/reference/make_golden.py wrote.
+#include "tests/golden.h"
+
 #include <nlohmann/json.hpp>
 #include <numeric>
 
@@ -14,37 +16,11 @@
 namespace lockstep {
 namespace {
 
+using testing::GoldenDataset;
+using testing::GoldenModelSpec;
+using testing::GoldenParams;
 using testing::GoldenPath;
 using testing::RelativeL2;
-
-v1::ModelSpec ModelSpecFromJson(const std::string& json) {
-  auto spec = ParseSpec("{\"model\": " + json + "}", "golden metadata");
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return spec->model();
-}
-
-// The golden file's tensors called prefix + name for each param, in layout order.
-std::vector<float> Flat(const SafeTensors& st, const Model& m, const std::string& prefix) {
-  std::vector<float> flat(m.layout().total());
-  for (const ParamEntry& e : m.layout().entries()) {
-    auto it = st.tensors().find(prefix + e.name);
-    EXPECT_NE(it, st.tensors().end()) << prefix + e.name;
-    if (it == st.tensors().end()) continue;
-    EXPECT_EQ(it->second.shape, e.shape) << e.name;
-    auto v = st.F32(prefix + e.name);
-    std::copy(v->begin(), v->end(), flat.begin() + e.offset);
-  }
-  return flat;
-}
-
-Dataset MakeDataset(const SafeTensors& st, const std::string& images, const std::string& labels) {
-  Dataset d;
-  d.images = *st.F32(images);
-  d.labels = *st.I32(labels);
-  d.size = static_cast<int64_t>(d.labels.size());
-  d.row = 784;
-  return d;
-}
 
 class InitGolden : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
 
@@ -53,12 +29,12 @@ TEST_P(InitGolden, MatchesFlaxWithin1e6) {
   ASSERT_OK_AND_ASSIGN(SafeTensors st,
                        SafeTensors::Read(GoldenPath(std::string("init_") + model_name + "_seed" +
                                                     std::to_string(seed) + ".safetensors")));
-  ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(ModelSpecFromJson(st.metadata().at("model"))));
+  ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(GoldenModelSpec(st.metadata().at("model"))));
   EXPECT_EQ(st.tensors().size(), m.layout().entries().size());
   const auto impl = rng::Impl::kPartitionable;
   TrainingPlan plan(seed, seed, impl, 60000, 128, 1);
   const std::vector<float> mine = m.Init(plan.init_key(), impl);
-  const std::vector<float> want = Flat(st, m, "");
+  const std::vector<float> want = GoldenParams(st, m, "");
   for (const ParamEntry& e : m.layout().entries()) {
     std::span<const float> a(mine.data() + e.offset, e.size), b(want.data() + e.offset, e.size);
     EXPECT_LE(testing::MaxAbsDiff(a, b), 1e-6) << e.name;
@@ -78,7 +54,7 @@ TEST_P(GradGolden, LossAndEveryGradientWithin1e5) {
   ASSERT_OK_AND_ASSIGN(SafeTensors g, SafeTensors::Read(GoldenPath("grads.safetensors")));
   ASSERT_OK_AND_ASSIGN(SafeTensors init,
                        SafeTensors::Read(GoldenPath("init_" + name + "_seed0.safetensors")));
-  ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(ModelSpecFromJson(init.metadata().at("model"))));
+  ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(GoldenModelSpec(init.metadata().at("model"))));
   v1::OptimizerSpec os;
   os.set_kind("sgd");
   os.set_learning_rate(0.1);
@@ -86,10 +62,10 @@ TEST_P(GradGolden, LossAndEveryGradientWithin1e5) {
   ASSERT_OK_AND_ASSIGN(
       auto exec, StepExecutor::Create(m, *Optimizer::FromSpec(os), rng::Impl::kPartitionable, 16,
                                       backend.get(), nullptr));
-  Dataset batch = MakeDataset(g, "batch.images", "batch.labels");
+  Dataset batch = GoldenDataset(g, "batch");
   ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(batch));
   TrainState state;
-  state.params = Flat(init, m, "");
+  state.params = GoldenParams(init, m, "");
   ASSERT_OK(exec->SetState(state));
   rng::Key key{};
   if (name == "mlp") {
@@ -102,7 +78,7 @@ TEST_P(GradGolden, LossAndEveryGradientWithin1e5) {
   const float want_loss = (*g.F32(name + ".loss"))[0];
   EXPECT_NEAR(metrics.loss, want_loss, 1e-5 * std::fabs(want_loss));
   ASSERT_OK_AND_ASSIGN(std::vector<float> grads, exec->Gradients());
-  const std::vector<float> want = Flat(g, m, name + ".grads.");
+  const std::vector<float> want = GoldenParams(g, m, name + ".grads.");
   for (const ParamEntry& e : m.layout().entries()) {
     EXPECT_LE(RelativeL2({grads.data() + e.offset, e.size}, {want.data() + e.offset, e.size}), 1e-5)
         << e.name;
@@ -121,7 +97,7 @@ TEST_P(TrainGolden, TwentyDropoutStepsMatchOptax) {
   ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(spec.model()));
   ASSERT_OK_AND_ASSIGN(Optimizer opt, Optimizer::FromSpec(spec.optimizer()));
   const auto impl = rng::Impl::kPartitionable;
-  Dataset data = MakeDataset(g, "data.images", "data.labels");
+  Dataset data = GoldenDataset(g, "data");
   const int b = static_cast<int>(spec.global_batch_size());
   TrainingPlan plan(spec.seed(), spec.dropout_seed(), impl, data.size, b, 1);
   auto backend = NewCpuBackend();
@@ -143,7 +119,7 @@ TEST_P(TrainGolden, TwentyDropoutStepsMatchOptax) {
   }
   ASSERT_OK_AND_ASSIGN(TrainState final_state, exec->GetState());
   EXPECT_EQ(final_state.step, 20);
-  const std::vector<float> want = Flat(g, m, "params.");
+  const std::vector<float> want = GoldenParams(g, m, "params.");
   for (const ParamEntry& e : m.layout().entries()) {
     EXPECT_LE(RelativeL2({final_state.params.data() + e.offset, e.size},
                          {want.data() + e.offset, e.size}),

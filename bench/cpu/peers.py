@@ -31,7 +31,6 @@ Usage: peers.py [--threads N] [--models cnn,mlp] [--frameworks jax,torch,torch_c
                 [--steps S] [--windows W] [--warmup K] [--cpus 0,1]
 """
 import argparse
-import gzip
 import json
 import os
 import subprocess
@@ -42,16 +41,11 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "tools", "reference"))
+from idx import read_idx  # noqa: E402
+
 DATA = "/usr/share/datasets/fashion-mnist"
 BATCH = 128
-
-
-def read_idx(path):
-  with gzip.open(path, "rb") as f:
-    raw = f.read()
-  ndim = raw[3]
-  dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-  return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 def load_train():
@@ -93,7 +87,6 @@ def run_jax(model_name, threads, warmup, steps, windows):
   import jax
   import jax.numpy as jnp
   from flax.training import train_state
-  sys.path.insert(0, os.path.join(REPO, "tools", "reference"))
   import models
 
   images, labels = load_train()
@@ -127,52 +120,21 @@ def run_jax(model_name, threads, warmup, steps, windows):
 
 # ------------------------------------------------------------------------ PyTorch
 
-def torch_models():
-  import torch
-  from torch import nn
-
-  class CNN(nn.Module):
-    def __init__(self):
-      super().__init__()
-      self.conv0 = nn.Conv2d(1, 32, 3, padding=1)
-      self.conv1 = nn.Conv2d(32, 64, 3, padding=1)
-      self.dense0 = nn.Linear(64 * 7 * 7, 256)
-      self.dense1 = nn.Linear(256, 10)
-      self.pool = nn.AvgPool2d(2, 2)
-
-    def forward(self, x):  # x: NCHW
-      x = self.pool(torch.relu(self.conv0(x)))
-      x = self.pool(torch.relu(self.conv1(x)))
-      x = torch.flatten(x, 1)
-      return self.dense1(torch.relu(self.dense0(x)))
-
-  class MLP(nn.Module):
-    def __init__(self):
-      super().__init__()
-      self.net = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(),
-                               nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
-
-    def forward(self, x):
-      return self.net(x)
-
-  return CNN, MLP
-
-
 def run_torch(model_name, threads, warmup, steps, windows, compile_):
   import torch
+  import torch_models
   torch.set_num_threads(threads)
   torch.set_num_interop_threads(1)
   torch.manual_seed(0)
-  CNN, MLP = torch_models()
 
   images, labels = load_train()
   x_all = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2)))  # NCHW, once
   y_all = torch.from_numpy(labels.astype(np.int64))
   if model_name == "cnn":
-    model = CNN()
+    model = torch_models.CNN()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)  # = optax.sgd trace
   else:
-    model = MLP()
+    model = torch_models.MLP()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
   loss_fn = torch.nn.functional.cross_entropy  # mean over the batch, as loss_fn in models.py
 

@@ -23,31 +23,9 @@ def emit(**kw):
   print(json.dumps(kw), flush=True)
 
 
-def torch_models(torch):
-  nn = torch.nn
-
-  class CNN(nn.Module):
-    def __init__(self):
-      super().__init__()
-      self.c1 = nn.Conv2d(1, 32, 3, padding=1)
-      self.c2 = nn.Conv2d(32, 64, 3, padding=1)
-      self.d1 = nn.Linear(3136, 256)
-      self.d2 = nn.Linear(256, 10)
-
-    def forward(self, x):
-      x = nn.functional.avg_pool2d(torch.relu(self.c1(x)), 2)
-      x = nn.functional.avg_pool2d(torch.relu(self.c2(x)), 2)
-      return self.d2(torch.relu(self.d1(x.flatten(1))))
-
-  def mlp():
-    return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512),
-                         nn.ReLU(), nn.Linear(512, 10))
-
-  return {"cnn": CNN, "mlp": mlp}
-
-
 def bench_torch(device, quick, compile_modes):
   import torch
+  import torch_models
   torch.backends.cuda.matmul.allow_tf32 = False
   torch.backends.cudnn.allow_tf32 = False
   torch.manual_seed(0)
@@ -66,11 +44,10 @@ def bench_torch(device, quick, compile_modes):
     sync()
     emit(kind="gemm_rate", framework="torch", flops_per_sec=10 * 2 * n**3 / (time.perf_counter() - t))
     del a, b
-  models = torch_models(torch)
   for mode in compile_modes:
     for name, batch, steps in CONFIGS:
       steps = 20 if quick else steps
-      model = models[name]().to(dev)
+      model = torch_models.MODELS[name]().to(dev)
       opt = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if name == "cnn"
              else torch.optim.Adam(model.parameters(), lr=1e-3))
       xs = torch.rand(8, batch, 1, 28, 28, device=dev)

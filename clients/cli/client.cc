@@ -88,9 +88,8 @@ int WatchUntilDone(v1::JobService::Stub& stub, const std::string& id, bool json)
         bar.Update(s.step(), s.total_steps(), s.loss(), s.accuracy(), s.samples_per_sec(),
                    s.eta_sec());
       } else if (e.has_eval() && !json) {
-        bar.Println(absl::StrFormat("epoch %d (step %d): test loss %.4f  test accuracy %.4f",
-                                    e.eval().epoch() + 1, e.eval().step(), e.eval().test_loss(),
-                                    e.eval().test_accuracy()));
+        bar.Println(FormatEval(e.eval().epoch(), e.eval().step(), e.eval().test_loss(),
+                               e.eval().test_accuracy()));
       } else if (e.has_state() && !json) {
         bar.Println(absl::StrFormat("%s %s%s", id, StateName(e.state().state()),
                                     e.state().reason().empty() ? "" : ": " + e.state().reason()));

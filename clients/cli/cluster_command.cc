@@ -107,7 +107,9 @@ std::string ReadPort(const std::string& file, absl::Duration timeout) {
 }
 
 int Up(Args& args) {
-  const int n = std::stoi(args.Value("workers", "2"));
+  auto workers = ParseInt("workers", args.Value("workers", "2"));
+  if (!workers.ok()) return Fail(workers.status());
+  const int n = *workers;
   const std::string dir = args.Value("dir", DefaultClusterDir());
   const bool detach = args.Flag("detach");
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());

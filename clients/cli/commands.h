@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace lockstep::cli {
 
@@ -27,6 +28,11 @@ class Args {
 
 // Prints "error: <code>: <message>" and returns the CLI's exit code for it.
 int Fail(const absl::Status& status);
+
+// The value `text` of option --`name` as a number; InvalidArgument naming the option and
+// the value otherwise (for Fail: exit code 2).
+absl::StatusOr<int> ParseInt(const std::string& name, const std::string& text);
+absl::StatusOr<double> ParseDouble(const std::string& name, const std::string& text);
 
 // Options are read (Flag, Value) before positionals, so that option values are not
 // taken for positionals.

@@ -16,9 +16,11 @@ int HealthCommand(Args& args) {
     absl::FPrintF(stderr, "usage: lockstep health [HOST:PORT] [--timeout SECONDS]\n");
     return 2;
   }
+  auto seconds = ParseDouble("timeout", timeout);
+  if (!seconds.ok()) return Fail(seconds.status());
   const std::string address = pos.empty() ? CoordinatorAddress(args) : pos[0];
   auto stub = grpc::health::v1::Health::NewStub(MakeChannel(address));
-  auto ctx = Deadline(std::stod(timeout));
+  auto ctx = Deadline(*seconds);
   grpc::health::v1::HealthCheckRequest req;
   grpc::health::v1::HealthCheckResponse resp;
   grpc::Status st = stub->Check(ctx.get(), req, &resp);

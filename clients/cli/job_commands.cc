@@ -28,7 +28,11 @@ int SubmitCommand(Args& args) {
   auto spec = LoadSpecFile(pos[0]);
   if (!spec.ok()) return Fail(spec.status());
   if (!request_id.empty()) spec->set_request_id(request_id);
-  if (!workers.empty()) spec->set_workers(std::stoi(workers));
+  if (!workers.empty()) {
+    auto n = ParseInt("workers", workers);
+    if (!n.ok()) return Fail(n.status());
+    spec->set_workers(*n);
+  }
   auto stub = Connect(address);
   auto ctx = Deadline(30);
   v1::Job job;

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "clients/cli/commands.h"
 
@@ -61,6 +62,23 @@ int Fail(const absl::Status& status) {
   absl::FPrintF(stderr, "error: %s: %s\n", absl::StatusCodeToString(status.code()),
                 status.message());
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+absl::StatusOr<int> ParseInt(const std::string& name, const std::string& text) {
+  int v;
+  if (!absl::SimpleAtoi(text, &v)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--%s: \"%s\" is not an integer", name, text));
+  }
+  return v;
+}
+
+absl::StatusOr<double> ParseDouble(const std::string& name, const std::string& text) {
+  double v;
+  if (!absl::SimpleAtod(text, &v)) {
+    return absl::InvalidArgumentError(absl::StrFormat("--%s: \"%s\" is not a number", name, text));
+  }
+  return v;
 }
 
 namespace {

@@ -16,6 +16,11 @@ std::string FormatDuration(double s) {
   return absl::StrFormat("%ds", t);
 }
 
+std::string FormatEval(int64_t epoch, int64_t step, double loss, double accuracy) {
+  return absl::StrFormat("epoch %d (step %d): test loss %.4f  test accuracy %.4f", epoch + 1, step,
+                         loss, accuracy);
+}
+
 ProgressBar::ProgressBar(FILE* out) : out_(out), tty_(isatty(fileno(out)) != 0) {}
 
 void ProgressBar::Update(int64_t step, int64_t total, double loss, double accuracy,

@@ -28,6 +28,10 @@ class ProgressBar {
 
 std::string FormatDuration(double seconds);
 
+// The line printed for an evaluation after `epoch` (counted from 0) at `step`:
+// "epoch N (step S): test loss X  test accuracy Y".
+std::string FormatEval(int64_t epoch, int64_t step, double loss, double accuracy);
+
 }  // namespace lockstep::cli
 
 #endif  // LOCKSTEP_CLIENTS_CLI_PROGRESS_H_

@@ -18,10 +18,7 @@ class Printer final : public TrainObserver {
     if (!quiet_) bar_.Update(p.step, p.total, p.loss, -1, p.samples_per_sec, p.eta_sec);
   }
   void OnEval(int64_t epoch, int64_t step, const EvalMetrics& m) override {
-    if (!quiet_) {
-      bar_.Println(absl::StrFormat("epoch %d (step %d): test loss %.4f  test accuracy %.4f",
-                                   epoch + 1, step, m.loss, m.accuracy));
-    }
+    if (!quiet_) bar_.Println(FormatEval(epoch, step, m.loss, m.accuracy));
   }
   void Finish() { bar_.Finish(); }
 
@@ -44,7 +41,11 @@ int TrainCommand(Args& args) {
   auto parsed = LoadSpecFile(pos[0]);
   if (!parsed.ok()) return Fail(parsed.status());
   if (!data.empty()) parsed->mutable_dataset()->set_path(data);
-  if (!threads.empty()) parsed->set_threads(std::stoi(threads));
+  if (!threads.empty()) {
+    auto n = ParseInt("threads", threads);
+    if (!n.ok()) return Fail(n.status());
+    parsed->set_threads(*n);
+  }
   auto spec = Validate(*parsed);
   if (!spec.ok()) return Fail(spec.status());
   if (spec->device() != "cpu") {

@@ -67,9 +67,7 @@ TEST(Cluster, KilledWorkerFailsItsJobWithinTenSecondsAndOthersGoOn) {
   ASSERT_OK(victim);
   ASSERT_OK(other);
   // Wait until the victim job is stepping.
-  for (int i = 0; i < 2400 && c->Get(victim->id())->step() < 5; ++i)
-    absl::SleepFor(absl::Milliseconds(50));
-  ASSERT_GE(c->Get(victim->id())->step(), 5);
+  ASSERT_OK(c->WaitForStep(victim->id(), 5, absl::Minutes(2)));
   const std::string killed_id = c->Get(victim->id())->workers(1);
   // Workers register in start order; the victim job has workers 0 and 1.
   c->KillWorker(1);
@@ -150,8 +148,7 @@ TEST(Cluster, CancelMidRunReleasesTheWorkers) {
   ASSERT_NE(c, nullptr);
   auto job = c->Submit(MlpSpec(2, 100000));
   ASSERT_OK(job);
-  for (int i = 0; i < 2400 && c->Get(job->id())->step() < 3; ++i)
-    absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_OK(c->WaitForStep(job->id(), 3, absl::Minutes(2)));
   grpc::ClientContext ctx;
   v1::CancelJobRequest req;
   req.set_id(job->id());
@@ -238,8 +235,7 @@ TEST(Cluster, RestartedCoordinatorKeepsJobRecords) {
   ASSERT_EQ(finished->state(), v1::SUCCEEDED);
   auto running = c->Submit(MlpSpec(1, 1000000));
   ASSERT_OK(running);
-  for (int i = 0; i < 2400 && c->Get(running->id())->step() < 3; ++i)
-    absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_OK(c->WaitForStep(running->id(), 3, absl::Minutes(2)));
   ASSERT_OK(c->RestartCoordinator());
   auto kept = c->Get(done->id());
   ASSERT_OK(kept);

@@ -12,6 +12,7 @@
 #include "core/testing.h"
 #include "core/trainer.h"
 #include "tests/cluster/local_cluster.h"
+#include "tests/golden.h"
 #include "workers/cpu/cpu_backend.h"
 
 namespace lockstep::testing {
@@ -109,12 +110,7 @@ TEST_F(Equivalence, TwoWorkersWithDropoutMatchJaxPmap) {
   ASSERT_OK(model);
   std::vector<v1::StepEvent> steps;
   std::vector<float> mine = RunOnCluster(*parsed, "pmap2", &steps);
-  std::vector<float> want(model->layout().total());
-  for (const ParamEntry& e : model->layout().entries()) {
-    auto v = golden->F32("params." + e.name);
-    ASSERT_OK(v);
-    std::copy(v->begin(), v->end(), want.begin() + e.offset);
-  }
+  const std::vector<float> want = GoldenParams(*golden, *model, "params.");
   ExpectClose(*model, mine, want, "2 workers vs jax.pmap");
   auto losses = golden->F32("losses");
   ASSERT_OK(losses);

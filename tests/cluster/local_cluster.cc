@@ -193,6 +193,27 @@ absl::StatusOr<v1::Job> LocalCluster::WaitFor(const std::string& id, absl::Durat
   }
 }
 
+absl::StatusOr<v1::Job> LocalCluster::WaitForStep(const std::string& id, int64_t step,
+                                                  absl::Duration timeout) {
+  const absl::Time end = absl::Now() + timeout;
+  while (true) {
+    auto job = Get(id);
+    if (!job.ok()) return job.status();
+    if (job->step() >= step) return job;
+    const auto s = job->state();
+    if (s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", id, " ended ", v1::JobState_Name(s),
+                                                        " at step ", job->step(), " before step ",
+                                                        step, "\n", Logs()));
+    }
+    if (absl::Now() > end) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("job ", id, " is at step ", job->step(), ", not ", step, "\n", Logs()));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
 absl::StatusOr<v1::ListWorkersResponse> LocalCluster::Workers() {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));

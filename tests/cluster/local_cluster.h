@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,9 @@ class LocalCluster {
   // Polls until the job reaches one of the terminal states or `state` if given.
   absl::StatusOr<v1::Job> WaitFor(const std::string& id, absl::Duration timeout,
                                   v1::JobState state = v1::JOB_STATE_UNSPECIFIED);
+  // Polls until the job has reached `step` (job.step() >= step); DEADLINE_EXCEEDED after
+  // `timeout`, FAILED_PRECONDITION if the job ends first.
+  absl::StatusOr<v1::Job> WaitForStep(const std::string& id, int64_t step, absl::Duration timeout);
   absl::StatusOr<v1::ListWorkersResponse> Workers();
   // Reads the worker logs and the coordinator log (for failure messages).
   std::string Logs() const;

@@ -4,7 +4,6 @@ Run through tools/reference/run (it makes the venv). The C++ tests read these fi
 CI never needs JAX. Each file's metadata records the versions that produced it.
 """
 import argparse
-import gzip
 import json
 import os
 import sys
@@ -23,17 +22,10 @@ from safetensors.numpy import save_file
 
 sys.path.insert(0, os.path.dirname(__file__))
 import models  # noqa: E402
+from idx import read_idx  # noqa: E402
 
 VERSIONS = {"jax": jax.__version__, "flax": flax.__version__, "optax": optax.__version__}
 DATA = "/usr/share/datasets/fashion-mnist"
-
-
-def read_idx(path):
-  with gzip.open(path, "rb") as f:
-    raw = f.read()
-  ndim = raw[3]
-  dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-  return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 def load_split(split):

@@ -8,12 +8,16 @@
 #include "core/plan.h"
 #include "core/spec/spec.h"
 #include "core/step.h"
+#include "tests/golden.h"
 #include "workers/cuda/cuda_testing.h"
 
 namespace lockstep {
 namespace {
 
 using testing::CudaTest;
+using testing::GoldenDataset;
+using testing::GoldenModelSpec;
+using testing::GoldenParams;
 using testing::GoldenPath;
 using testing::RelativeL2;
 
@@ -138,31 +142,6 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaStepTest,
                                             ::testing::Values("adam", "sgd")));
 
 // The golden files (tools/reference, JAX on CPU) through the CUDA backend.
-v1::ModelSpec ModelSpecFromJson(const std::string& json) {
-  auto spec = ParseSpec("{\"model\": " + json + "}", "golden metadata");
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return spec->model();
-}
-
-std::vector<float> Flat(const SafeTensors& st, const Model& m, const std::string& prefix) {
-  std::vector<float> flat(m.layout().total());
-  for (const ParamEntry& e : m.layout().entries()) {
-    auto v = st.F32(prefix + e.name);
-    EXPECT_TRUE(v.ok()) << prefix + e.name;
-    if (v.ok()) std::copy(v->begin(), v->end(), flat.begin() + e.offset);
-  }
-  return flat;
-}
-
-Dataset GoldenDataset(const SafeTensors& st, const std::string& prefix) {
-  Dataset d;
-  d.images = *st.F32(prefix + ".images");
-  d.labels = *st.I32(prefix + ".labels");
-  d.size = static_cast<int64_t>(d.labels.size());
-  d.row = 784;
-  return d;
-}
-
 class CudaGradGolden : public CudaTest, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(CudaGradGolden, LossAndEveryGradientWithin1e5OfJax) {
@@ -170,13 +149,13 @@ TEST_P(CudaGradGolden, LossAndEveryGradientWithin1e5OfJax) {
   ASSERT_OK_AND_ASSIGN(SafeTensors g, SafeTensors::Read(GoldenPath("grads.safetensors")));
   ASSERT_OK_AND_ASSIGN(SafeTensors init,
                        SafeTensors::Read(GoldenPath("init_" + name + "_seed0.safetensors")));
-  ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(ModelSpecFromJson(init.metadata().at("model"))));
+  ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(GoldenModelSpec(init.metadata().at("model"))));
   ASSERT_OK_AND_ASSIGN(auto exec,
                        StepExecutor::Create(m, MakeOptimizer("sgd"), rng::Impl::kPartitionable, 16,
                                             cuda_.get(), nullptr));
   const Dataset batch = GoldenDataset(g, "batch");
   ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(batch));
-  TrainState state = TrainState::Create(Flat(init, m, ""), MakeOptimizer("sgd"));
+  TrainState state = TrainState::Create(GoldenParams(init, m, ""), MakeOptimizer("sgd"));
   ASSERT_OK(exec->SetState(state));
   rng::Key key{};
   if (name == "mlp") {
@@ -189,7 +168,7 @@ TEST_P(CudaGradGolden, LossAndEveryGradientWithin1e5OfJax) {
   const float want_loss = (*g.F32(name + ".loss"))[0];
   EXPECT_NEAR(metrics.loss, want_loss, 1e-5 * std::fabs(want_loss));
   ASSERT_OK_AND_ASSIGN(std::vector<float> grads, exec->Gradients());
-  const std::vector<float> want = Flat(g, m, name + ".grads.");
+  const std::vector<float> want = GoldenParams(g, m, name + ".grads.");
   for (const ParamEntry& e : m.layout().entries()) {
     EXPECT_LE(RelativeL2({grads.data() + e.offset, e.size}, {want.data() + e.offset, e.size}), 1e-5)
         << e.name;
@@ -228,7 +207,7 @@ TEST_P(CudaTrainGolden, TwentyDropoutStepsInAGraphMatchOptax) {
     }
   }
   ASSERT_OK_AND_ASSIGN(TrainState final_state, exec->GetState());
-  const std::vector<float> want = Flat(g, m, "params.");
+  const std::vector<float> want = GoldenParams(g, m, "params.");
   for (const ParamEntry& e : m.layout().entries()) {
     EXPECT_LE(RelativeL2({final_state.params.data() + e.offset, e.size},
                          {want.data() + e.offset, e.size}),
