@@ -1,5 +1,6 @@
 // The cluster's scheduling and failure behaviour, across real processes: concurrent jobs
-// on disjoint workers with a third queued, a worker killed mid-job, invalid specs, a
+// on disjoint workers with a third queued, a job too big for the pool passed over, a
+// worker killed mid-job, invalid specs, a
 // missing dataset, cancellation, idempotent submits and misbehaving clients.
 #include <grpcpp/grpcpp.h>
 
@@ -57,6 +58,24 @@ TEST(Cluster, TwoJobsRunConcurrentlyAndAThirdWaitsThenRuns) {
   EXPECT_EQ(c->Get(b->id())->state(), v1::SUCCEEDED);
   EXPECT_GE(done->started_unix_ms(),
             std::min(c->Get(a->id())->finished_unix_ms(), c->Get(b->id())->finished_unix_ms()));
+}
+
+TEST(Cluster, AJobTooBigForThePoolWaitsWithoutBlockingOthersAndRunsOnceWorkersJoin) {
+  auto c = StartCluster(2);
+  ASSERT_NE(c, nullptr);
+  auto big = c->Submit(MlpSpec(3, 30, 0.0, 96));  // more workers than are registered
+  auto small = c->Submit(MlpSpec(2, 30));         // behind it in the queue
+  ASSERT_OK(big);
+  ASSERT_OK(small);
+  auto small_done = c->WaitFor(small->id(), absl::Minutes(2));
+  ASSERT_OK(small_done);
+  EXPECT_EQ(small_done->state(), v1::SUCCEEDED) << small_done->failure_reason();
+  EXPECT_EQ(c->Get(big->id())->state(), v1::QUEUED);
+  ASSERT_OK(c->AddWorker());  // a third worker registers: the big job fits now
+  auto big_done = c->WaitFor(big->id(), absl::Minutes(2));
+  ASSERT_OK(big_done);
+  EXPECT_EQ(big_done->state(), v1::SUCCEEDED) << big_done->failure_reason();
+  EXPECT_EQ(big_done->workers_size(), 3);
 }
 
 TEST(Cluster, KilledWorkerFailsItsJobWithinTenSecondsAndOthersGoOn) {
