@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "clients/cli/progress.h"
+#include "services/common/job_state.h"
 #include "services/common/net.h"
 #include "services/common/status.h"
 
@@ -102,8 +103,7 @@ int WatchUntilDone(v1::JobService::Stub& stub, const std::string& id, bool json)
     greq.set_id(id);
     v1::Job job;
     grpc::Status gst = stub.GetJob(get_ctx.get(), greq, &job);
-    if (gst.ok() && (job.state() == v1::SUCCEEDED || job.state() == v1::FAILED ||
-                     job.state() == v1::CANCELLED)) {
+    if (gst.ok() && IsTerminal(job.state())) {
       PrintJob(job, json);
       return job.state() == v1::SUCCEEDED ? 0 : 1;
     }

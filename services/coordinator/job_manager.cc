@@ -6,13 +6,10 @@
 #include "absl/strings/str_format.h"
 #include "core/spec/spec.h"
 #include "core/status_macros.h"
+#include "services/common/job_state.h"
 
 namespace lockstep {
 namespace {
-
-bool Terminal(v1::JobState s) {
-  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
-}
 
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 
@@ -113,7 +110,7 @@ absl::Status JobManager::Start() {
       if (id.rfind("job-", 0) == 0)
         next_id_ = std::max<int64_t>(next_id_, std::atoll(id.c_str() + 4) + 1);
       if (!rec->job.spec().request_id().empty()) by_request_id_[rec->job.spec().request_id()] = id;
-      if (Terminal(was)) {  // its final event, for watchers; the record stays as it was
+      if (IsTerminal(was)) {  // its final event, for watchers; the record stays as it was
         EmitLocked(*rec, StateEvent(was, rec->job.failure_reason()), rec->job.step());
       } else {
         SetStateLocked(
@@ -156,7 +153,7 @@ void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Sta
     rec.job.set_failure_code(absl::StatusCodeToString(reason.code()));
   }
   if (state == v1::RUNNING) rec.job.set_started_unix_ms(NowMs());
-  if (Terminal(state)) rec.job.set_finished_unix_ms(NowMs());
+  if (IsTerminal(state)) rec.job.set_finished_unix_ms(NowMs());
   EmitLocked(rec, StateEvent(state, reason.message()), rec.job.step());
   if (absl::Status st = records_.Save(rec.job); !st.ok()) {
     spdlog::error("job record of {}: {}", rec.job.id(), st.ToString());
@@ -260,7 +257,7 @@ v1::ListJobsResponse JobManager::List(const v1::ListJobsRequest& req) {
 absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Record * rec, FindLocked(id));
-  if (Terminal(rec->job.state())) {
+  if (IsTerminal(rec->job.state())) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", id, " already ended (", v1::JobState_Name(rec->job.state()), ")"));
   }
@@ -277,7 +274,7 @@ void JobManager::ForgetOldLocked() {
   for (auto it = jobs_.begin();
        it != jobs_.end() && static_cast<int>(jobs_.size()) > options_.max_jobs_kept;) {
     Record& rec = *it->second;
-    if (Terminal(rec.job.state()) && rec.watchers == 0) {
+    if (IsTerminal(rec.job.state()) && rec.watchers == 0) {
       if (rec.thread.joinable()) rec.thread.join();
       by_request_id_.erase(rec.job.spec().request_id());
       records_.Erase(rec.job.id()).IgnoreError();
@@ -311,7 +308,7 @@ absl::Status JobManager::Watch(const std::string& id, int64_t from_step,
     }
     first = false;
     next = rec->seq;
-    const bool ended = Terminal(rec->job.state());
+    const bool ended = IsTerminal(rec->job.state());
     bool keep = true;
     mu_.Unlock();
     for (const auto& e : batch) {
@@ -320,7 +317,7 @@ absl::Status JobManager::Watch(const std::string& id, int64_t from_step,
     mu_.Lock();
     if (!keep || ended || cancelled()) break;
     auto more = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return rec->seq > next || Terminal(rec->job.state()) || stopping_;
+      return rec->seq > next || IsTerminal(rec->job.state()) || stopping_;
     };
     mu_.AwaitWithTimeout(absl::Condition(&more), absl::Seconds(1));
     if (stopping_) break;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "services/common/job_state.h"
 #include "services/common/net.h"
 #include "services/common/status.h"
 
@@ -184,7 +185,7 @@ absl::StatusOr<v1::Job> LocalCluster::WaitFor(const std::string& id, absl::Durat
     auto job = Get(id);
     if (!job.ok()) return job.status();
     const auto s = job->state();
-    if (s == state || s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED) return job;
+    if (s == state || IsTerminal(s)) return job;
     if (absl::Now() > end) {
       return absl::DeadlineExceededError(
           absl::StrCat("job ", id, " is still ", v1::JobState_Name(s), "\n", Logs()));

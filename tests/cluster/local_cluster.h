@@ -33,7 +33,6 @@ class LocalCluster {
   absl::Status RestartCoordinator();
   // SIGKILLs worker i (in start order).
   void KillWorker(int i);
-  pid_t worker_pid(int i) const { return workers_[i]; }
 
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
   absl::StatusOr<v1::Job> Get(const std::string& id);
