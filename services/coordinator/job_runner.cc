@@ -189,9 +189,8 @@ absl::StatusOr<v1::StepEvent> JobRunner::Aggregate(const std::vector<v1::StepRes
   for (size_t r = 0; r < got.size(); ++r) {
     if (check && got[r].param_checksum() != got[0].param_checksum()) {
       return absl::DataLossError(
-          absl::StrFormat("replicas diverged after step %d: worker %s has params "
-                          "checksum %016x, worker %s "
-                          "has %016x",
+          absl::StrFormat("replicas diverged after step %d: worker %s has params checksum "
+                          "%016x, worker %s has %016x",
                           step + 1, workers_[0].id, got[0].param_checksum(), workers_[r].id,
                           got[r].param_checksum()));
     }
