@@ -6,106 +6,12 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "services/coordinator/fake_worker_client.h"
 
-namespace lockstep {
+namespace lockstep::testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-// How a fake worker answers its step stream.
-enum class Behaviour { kEcho, kSilent, kFail, kEndEarly, kWrongStep };
-
-// An in-memory step stream: answers each request (or not) as its behaviour says.
-class FakeStream final : public StepStream {
- public:
-  FakeStream(int rank, Behaviour b) : rank_(rank), behaviour_(b) {}
-
-  bool Send(const v1::StepRequest& request) override {
-    absl::MutexLock lock(&mu_);
-    if (cancelled_) return false;
-    switch (behaviour_) {
-      case Behaviour::kEcho:
-      case Behaviour::kWrongStep: {
-        v1::StepResponse a;
-        a.set_step(request.step() + (behaviour_ == Behaviour::kWrongStep ? 1 : 0));
-        a.set_loss(static_cast<float>(rank_ + request.indices_size()));
-        answers_.push_back(a);
-        break;
-      }
-      case Behaviour::kFail:
-        error_ = absl::UnavailableError("connection reset");
-        break;
-      case Behaviour::kEndEarly:
-        closed_ = true;
-        break;
-      case Behaviour::kSilent:
-        break;
-    }
-    return true;
-  }
-  void CloseSend() override {
-    absl::MutexLock lock(&mu_);
-    closed_ = true;
-  }
-  absl::StatusOr<v1::StepResponse> Receive() override {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](FakeStream* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-          return !s->answers_.empty() || s->closed_ || s->cancelled_ || !s->error_.ok();
-        },
-        this));
-    if (cancelled_) return absl::CancelledError("cancelled");
-    if (!error_.ok()) return error_;
-    if (answers_.empty()) return absl::OutOfRangeError("ended");
-    v1::StepResponse a = answers_.front();
-    answers_.pop_front();
-    return a;
-  }
-  void Cancel() override {
-    absl::MutexLock lock(&mu_);
-    cancelled_ = true;
-  }
-
- private:
-  const int rank_;
-  const Behaviour behaviour_;
-  absl::Mutex mu_;
-  std::deque<v1::StepResponse> answers_ ABSL_GUARDED_BY(mu_);
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status error_ ABSL_GUARDED_BY(mu_);
-};
-
-class FakeClient final : public WorkerClient {
- public:
-  FakeClient(int rank, Behaviour b, bool refuse = false)
-      : rank_(rank), behaviour_(b), refuse_(refuse) {}
-  absl::StatusOr<std::unique_ptr<StepStream>> OpenSteps(absl::Duration) override {
-    if (refuse_) return absl::UnavailableError("connection refused");
-    return std::unique_ptr<StepStream>(new FakeStream(rank_, behaviour_));
-  }
-  absl::StatusOr<v1::PrepareResponse> Prepare(const v1::PrepareHeader&, const TrainState&,
-                                              absl::Duration) override {
-    return absl::UnimplementedError("not used");
-  }
-  absl::StatusOr<v1::EvaluateResponse> Evaluate(const v1::EvaluateRequest&,
-                                                absl::Duration) override {
-    return absl::UnimplementedError("not used");
-  }
-  absl::StatusOr<TrainState> FetchState(const std::string&, absl::Duration) override {
-    return absl::UnimplementedError("not used");
-  }
-  absl::Status Release(const std::string&, const std::string&, absl::Duration) override {
-    return absl::OkStatus();
-  }
-  bool Alive(absl::Duration) override { return true; }
-  void CancelCalls() override {}
-
- private:
-  const int rank_;
-  const Behaviour behaviour_;
-  const bool refuse_;
-};
 
 absl::Status Blame(int rank, const absl::Status& st) {
   return absl::Status(st.code(), absl::StrCat("worker w", rank, ": ", st.message()));
@@ -114,7 +20,8 @@ absl::Status Blame(int rank, const absl::Status& st) {
 std::vector<std::unique_ptr<WorkerClient>> Clients(std::vector<Behaviour> behaviours) {
   std::vector<std::unique_ptr<WorkerClient>> clients;
   for (size_t r = 0; r < behaviours.size(); ++r) {
-    clients.push_back(std::make_unique<FakeClient>(static_cast<int>(r), behaviours[r]));
+    clients.push_back(
+        std::make_unique<FakeClient>(static_cast<int>(r), FakeWorker{.steps = behaviours[r]}));
   }
   return clients;
 }
@@ -209,12 +116,12 @@ TEST(StepFanoutTest, CancelWakesAWaitingTake) {
 
 TEST(StepFanoutTest, OpenNamesTheWorkerThatRefused) {
   std::vector<std::unique_ptr<WorkerClient>> clients;
-  clients.push_back(std::make_unique<FakeClient>(0, Behaviour::kEcho));
-  clients.push_back(std::make_unique<FakeClient>(1, Behaviour::kEcho, /*refuse=*/true));
+  clients.push_back(std::make_unique<FakeClient>(0, FakeWorker{}));
+  clients.push_back(std::make_unique<FakeClient>(1, FakeWorker{.refuse_steps = true}));
   auto fanout = StepFanout::Open(clients, absl::Seconds(10), Blame);
   EXPECT_EQ(fanout.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(fanout.status().message(), "worker w1: connection refused");
 }
 
 }  // namespace
-}  // namespace lockstep
+}  // namespace lockstep::testing
