@@ -65,6 +65,9 @@ void PrintJob(const v1::Job& job, bool json) {
   if (job.step() > 0) absl::PrintF("  loss %.4f", job.last_loss());
   if (job.has_last_eval()) absl::PrintF("  test accuracy %.4f", job.last_eval().test_accuracy());
   absl::PrintF("  workers %d\n", job.spec().workers());
+  if (job.state() == v1::QUEUED && !job.waiting_for().empty()) {
+    absl::PrintF("  waiting for %s\n", job.waiting_for());
+  }
   if (!job.failure_reason().empty()) {
     absl::PrintF("  %s: %s\n", job.failure_code(), job.failure_reason());
   }

@@ -189,16 +189,31 @@ void JobManager::ScheduleLocked() {
   // FIFO: a job that does not fit in the free workers holds back the jobs behind it, so
   // big jobs are not starved by small ones; but one that needs more workers of its
   // device than are registered at all is passed over until enough register.
+  bool blocked = false;  // by a job ahead that fits the pool once workers are free
   for (auto it = queue_.begin(); it != queue_.end() && !stopping_;) {
     Record& rec = *jobs_[*it];
     const v1::JobSpec& spec = rec.job.spec();
     const int n = static_cast<int>(spec.workers());
-    auto workers = pool_->TryAcquire(rec.job.id(), n, spec.device());
-    if (!workers) {
-      if (pool_->CountFor(spec.device()) >= n) return;
+    const int registered = pool_->CountFor(spec.device());
+    if (registered < n) {
+      rec.job.set_waiting_for(
+          absl::StrCat(n, " ", spec.device(), " workers (", registered, " registered)"));
       ++it;
       continue;
     }
+    if (blocked) {
+      rec.job.set_waiting_for("the jobs ahead of it in the queue");
+      ++it;
+      continue;
+    }
+    auto workers = pool_->TryAcquire(rec.job.id(), n, spec.device());
+    if (!workers) {
+      rec.job.set_waiting_for(absl::StrCat(n, " free ", spec.device(), " workers"));
+      blocked = true;
+      ++it;
+      continue;
+    }
+    rec.job.clear_waiting_for();
     it = queue_.erase(it);
     for (const PoolWorker& w : *workers) rec.job.add_workers(w.id);
     SetStateLocked(rec, v1::RUNNING, absl::OkStatus());

@@ -42,6 +42,7 @@ TEST(Cluster, TwoJobsRunConcurrentlyAndAThirdWaitsThenRuns) {
   EXPECT_EQ(c->Get(a->id())->state(), v1::RUNNING);
   EXPECT_EQ(c->Get(b->id())->state(), v1::RUNNING);
   EXPECT_EQ(c->Get(third->id())->state(), v1::QUEUED);
+  EXPECT_EQ(c->Get(third->id())->waiting_for(), "2 free cpu workers");
   // Both first jobs make progress at the same time, while the third waits.
   const absl::Time end = absl::Now() + absl::Minutes(2);
   while ((c->Get(a->id())->step() == 0 || c->Get(b->id())->step() == 0) && absl::Now() < end) {
@@ -71,6 +72,7 @@ TEST(Cluster, AJobTooBigForThePoolWaitsWithoutBlockingOthersAndRunsOnceWorkersJo
   ASSERT_OK(small_done);
   EXPECT_EQ(small_done->state(), v1::SUCCEEDED) << small_done->failure_reason();
   EXPECT_EQ(c->Get(big->id())->state(), v1::QUEUED);
+  EXPECT_EQ(c->Get(big->id())->waiting_for(), "3 cpu workers (2 registered)");
   ASSERT_OK(c->AddWorker());  // a third worker registers: the big job fits now
   auto big_done = c->WaitFor(big->id(), absl::Minutes(2));
   ASSERT_OK(big_done);
