@@ -36,6 +36,17 @@ std::vector<v1::StepRequest> Requests(int n, int64_t step) {
   return requests;
 }
 
+// Opens a fanout on workers behaving as `behaviours`, sends them `step` and takes the
+// answers.
+absl::StatusOr<std::vector<v1::StepResponse>> SendAndTake(std::vector<Behaviour> behaviours,
+                                                          int64_t step, absl::Duration timeout) {
+  auto clients = Clients(behaviours);
+  auto fanout = StepFanout::Open(clients, absl::Seconds(10), Blame);
+  if (!fanout.ok()) return fanout.status();
+  (*fanout)->Send(Requests(static_cast<int>(clients.size()), step));
+  return (*fanout)->Take(step, timeout);
+}  // the fanout's destructor cancels what is still open: no hang
+
 TEST(StepFanoutTest, AnswersComeBackInStepOrderPerWorker) {
   auto clients = Clients({Behaviour::kEcho, Behaviour::kEcho, Behaviour::kEcho});
   auto fanout = StepFanout::Open(clients, absl::Seconds(10), Blame);
@@ -54,46 +65,31 @@ TEST(StepFanoutTest, AnswersComeBackInStepOrderPerWorker) {
 }
 
 TEST(StepFanoutTest, ASilentWorkerIsADeadlineNamingIt) {
-  auto clients = Clients({Behaviour::kEcho, Behaviour::kSilent, Behaviour::kSilent});
-  auto fanout = StepFanout::Open(clients, absl::Seconds(10), Blame);
-  ASSERT_TRUE(fanout.ok());
-  (*fanout)->Send(Requests(3, 0));
   const absl::Time t0 = absl::Now();
-  auto got = (*fanout)->Take(0, absl::Milliseconds(100));
+  auto got = SendAndTake({Behaviour::kEcho, Behaviour::kSilent, Behaviour::kSilent}, 0,
+                         absl::Milliseconds(100));
   EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(got.status().message(), HasSubstr("worker w1: did not answer step 0 within 100ms"));
   EXPECT_THAT(got.status().message(), HasSubstr("nor did 1 other worker"));
-}  // the destructor cancels the silent streams: no hang
+}
 
 TEST(StepFanoutTest, AFailedStreamEndsTheWaitAtOnce) {
-  auto clients = Clients({Behaviour::kSilent, Behaviour::kFail});
-  auto fanout = StepFanout::Open(clients, absl::Seconds(10), Blame);
-  ASSERT_TRUE(fanout.ok());
-  (*fanout)->Send(Requests(2, 0));
   const absl::Time t0 = absl::Now();
-  auto got = (*fanout)->Take(0, absl::Seconds(30));
+  auto got = SendAndTake({Behaviour::kSilent, Behaviour::kFail}, 0, absl::Seconds(30));
   EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(got.status().message(), "worker w1: connection reset");
 }
 
 TEST(StepFanoutTest, AStreamEndedWithoutAnAnswerIsUnavailable) {
-  auto clients = Clients({Behaviour::kEcho, Behaviour::kEndEarly});
-  auto fanout = StepFanout::Open(clients, absl::Seconds(10), Blame);
-  ASSERT_TRUE(fanout.ok());
-  (*fanout)->Send(Requests(2, 0));
-  auto got = (*fanout)->Take(0, absl::Seconds(30));
+  auto got = SendAndTake({Behaviour::kEcho, Behaviour::kEndEarly}, 0, absl::Seconds(30));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(got.status().message(), "worker w1: ended its step stream early");
 }
 
 TEST(StepFanoutTest, AnAnswerToTheWrongStepIsInternal) {
-  auto clients = Clients({Behaviour::kEcho, Behaviour::kWrongStep});
-  auto fanout = StepFanout::Open(clients, absl::Seconds(10), Blame);
-  ASSERT_TRUE(fanout.ok());
-  (*fanout)->Send(Requests(2, 7));
-  auto got = (*fanout)->Take(7, absl::Seconds(30));
+  auto got = SendAndTake({Behaviour::kEcho, Behaviour::kWrongStep}, 7, absl::Seconds(30));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kInternal);
   EXPECT_EQ(got.status().message(), "worker w1: answered step 8 when step 7 was due");
 }
