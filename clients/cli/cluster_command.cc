@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "clients/cli/client.h"
 #include "clients/cli/commands.h"
+#include "services/common/flags.h"
 #include "services/common/status.h"
 
 extern char** environ;
@@ -95,17 +96,6 @@ void Stop(const std::vector<pid_t>& pids, absl::Duration grace) {
   }
 }
 
-std::string ReadPort(const std::string& file, absl::Duration timeout) {
-  const absl::Time end = absl::Now() + timeout;
-  while (absl::Now() < end) {
-    std::ifstream in(file);
-    std::string port;
-    if (in >> port && !port.empty()) return port;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return "";
-}
-
 int Up(Args& args) {
   auto workers = ParseInt("workers", args.Value("workers", "2"));
   if (!workers.ok()) return Fail(workers.status());
@@ -149,7 +139,7 @@ int Up(Args& args) {
                      dir + "/logs/coordinator.log", detach);
   if (!coord.ok()) return Fail(coord.status());
   pids.push_back(*coord);
-  const std::string bound = ReadPort(port_file, absl::Seconds(20));
+  const std::string bound = ReadPortFile(port_file, absl::Seconds(20));
   if (bound.empty()) {
     Stop(pids, absl::Seconds(2));
     return Fail(absl::UnavailableError("the coordinator did not start; see " + dir +

@@ -5,8 +5,10 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 
 #include "absl/flags/parse.h"
+#include "absl/time/clock.h"
 
 namespace lockstep {
 
@@ -30,6 +32,17 @@ void WritePortFile(const std::string& path, int port) {
   if (FILE* f = std::fopen(path.c_str(), "w")) {
     std::fprintf(f, "%d\n", port);
     std::fclose(f);
+  }
+}
+
+std::string ReadPortFile(const std::string& path, absl::Duration timeout) {
+  const absl::Time end = absl::Now() + timeout;
+  while (true) {
+    std::ifstream in(path);
+    std::string port;
+    if (in >> port && !port.empty()) return port;
+    if (absl::Now() >= end) return "";
+    absl::SleepFor(absl::Milliseconds(50));
   }
 }
 

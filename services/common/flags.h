@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
+
 namespace lockstep {
 
 // Parses argv with absl flags after inserting --name=value for each of `names` whose
@@ -15,6 +17,8 @@ std::vector<char*> ParseFlagsWithEnv(int argc, char** argv, const std::vector<st
 
 // Writes the port a server bound to `path` (for --port_file); nothing when path is empty.
 void WritePortFile(const std::string& path, int port);
+// The port a server wrote to `path`, waiting up to `timeout` for it; "" if none came.
+std::string ReadPortFile(const std::string& path, absl::Duration timeout);
 
 // Blocks SIGINT and SIGTERM for this thread and threads it starts later: call first in
 // main, so that WaitForShutdownSignal receives them.

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "services/common/flags.h"
 #include "services/common/job_state.h"
 #include "services/common/net.h"
 #include "services/common/status.h"
@@ -98,12 +99,7 @@ absl::Status LocalCluster::StartCoordinator(const std::string& listen) {
   auto pid = Spawn(argv, dir_ + "/coordinator.log");
   if (!pid.ok()) return pid.status();
   coordinator_ = *pid;
-  std::string port;
-  for (int i = 0; i < 400 && port.empty(); ++i) {
-    std::ifstream in(port_file);
-    in >> port;
-    if (port.empty()) absl::SleepFor(absl::Milliseconds(50));
-  }
+  const std::string port = ReadPortFile(port_file, absl::Seconds(20));
   if (port.empty()) return absl::UnavailableError("coordinator did not start:\n" + Logs());
   address_ = "127.0.0.1:" + port;
   return absl::OkStatus();
