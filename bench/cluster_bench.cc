@@ -1,70 +1,49 @@
 // The cluster's benchmark, in one run, printing one table (issue: cluster):
-//  1. the control plane alone: empty steps (no compute, no collective) to a real worker
-//     process, one gRPC round trip per step vs. pipelined on the Steps stream;
+//  1. the control plane: a job whose compute is negligible (an MLP 784-8-10 at batch 1)
+//     on one worker process, with one step command in flight (a gRPC round trip per step)
+//     vs pipelined on the Steps stream (the coordinator's default);
 //  2. the CNN at global batch 128 with 1 and 2 workers through the coordinator, each
 //     step's time split into control plane (dispatch), compute, all-reduce and update;
-//  3. the cluster's throughput against the single-process trainer on the same machine.
+//  3. the cluster's throughput against the same job loop in one process (`lockstep train`).
 // Usage: cluster_bench [--steps N] [--threads T]
-#include <grpcpp/grpcpp.h>
-
 #include <thread>
 
 #include "absl/strings/str_format.h"
 #include "bench/job_stats.h"
 #include "core/spec/spec.h"
-#include "core/trainer.h"
-#include "lockstep/v1/worker.grpc.pb.h"
-#include "services/common/net.h"
+#include "services/standalone/local_job.h"
 #include "tests/cluster/local_cluster.h"
-#include "workers/cpu/cpu_backend.h"
 
 namespace lockstep {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point a) {
-  return std::chrono::duration<double>(Clock::now() - a).count();
-}
-
-struct ControlPlane {
-  double round_trip_steps_per_sec = 0;
-  double streamed_steps_per_sec = 0;
+class NullSink final : public JobSink {
+ public:
+  void OnRunning(int64_t) override {}
+  void OnStep(const v1::StepEvent&) override {}
+  void OnEval(const v1::EvalResult&) override {}
 };
 
-ControlPlane MeasureControlPlane(const std::string& worker_address) {
-  auto stub = v1::Worker::NewStub(MakeChannel(worker_address));
-  v1::StepRequest req;
-  req.set_empty(true);
-  ControlPlane out;
-  const int unary = 2000, streamed = 50000;
-  auto t0 = Clock::now();
-  for (int i = 0; i < unary; ++i) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    v1::StepResponse resp;
-    req.set_step(i);
-    if (!stub->Step(&ctx, req, &resp).ok()) return out;
-  }
-  out.round_trip_steps_per_sec = unary / Seconds(t0);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-  auto stream = stub->Steps(&ctx);
-  t0 = Clock::now();
-  std::thread writer([&] {
-    for (int i = 0; i < streamed; ++i) {
-      req.set_step(i);
-      if (!stream->Write(req)) break;
-    }
-    stream->WritesDone();
-  });
-  v1::StepResponse resp;
-  int got = 0;
-  while (stream->Read(&resp)) ++got;
-  writer.join();
-  out.streamed_steps_per_sec = got / Seconds(t0);
-  stream->Finish();
-  return out;
+v1::JobSpec TinySpec(int steps) {
+  v1::JobSpec spec;
+  spec.mutable_model()->set_kind("mlp");
+  spec.mutable_model()->add_hidden(8);
+  spec.mutable_optimizer()->set_kind("sgd");
+  spec.mutable_optimizer()->set_learning_rate(0.01);
+  spec.set_global_batch_size(1);
+  spec.set_steps(steps);
+  return spec;
+}
+
+// Steps per second of the tiny job on a fresh 1-worker cluster with `in_flight` step
+// commands in flight.
+absl::StatusOr<double> ControlPlaneRate(int in_flight, int steps) {
+  auto cluster =
+      testing::LocalCluster::Start(1, {absl::StrCat("--steps_in_flight=", in_flight)}, 1);
+  if (!cluster.ok()) return cluster.status();
+  auto s = RunAndMeasure((*cluster)->jobs(), TinySpec(steps), steps / 10);
+  if (!s.ok()) return s.status();
+  return 1000.0 / s->wall;
 }
 
 v1::JobSpec CnnSpec(int workers, int steps) {
@@ -87,16 +66,11 @@ int Main(int argc, char** argv) {
   }
   const int warmup = 10;
   std::vector<JobStats> splits;
-  ControlPlane cp;
   for (int workers : {1, 2}) {
     auto cluster = testing::LocalCluster::Start(workers, {}, std::max(1, threads / workers));
     if (!cluster.ok()) {
       absl::FPrintF(stderr, "%s\n", cluster.status().ToString());
       return 1;
-    }
-    if (workers == 1) {
-      auto w = (*cluster)->Workers();
-      cp = MeasureControlPlane(w->workers(0).address());
     }
     auto s = RunAndMeasure((*cluster)->jobs(), CnnSpec(workers, steps), warmup);
     if (!s.ok()) {
@@ -105,14 +79,19 @@ int Main(int argc, char** argv) {
     }
     splits.push_back(*s);
   }
-  // The single-process trainer on the same spec and thread count.
-  auto spec = Validate(CnnSpec(1, steps));
-  SetCpuThreads(threads);
-  auto backend = NewCpuBackend();
-  auto single = Train(*spec, backend.get(), nullptr);
-  if (!single.ok()) {
-    absl::FPrintF(stderr, "%s\n", single.status().ToString());
-    return 1;
+  const int tiny_steps = 3000;
+  auto round_trip = ControlPlaneRate(1, tiny_steps);
+  auto streamed = ControlPlaneRate(CoordinatorOptions().steps_in_flight, tiny_steps);
+  // The same job loop in one process, on the same spec and thread count.
+  v1::JobSpec spec = CnnSpec(1, steps);
+  spec.set_threads(threads);
+  NullSink sink;
+  auto single = RunLocalJob(*Validate(spec), &sink);
+  for (const absl::Status& st : {round_trip.status(), streamed.status(), single.status()}) {
+    if (!st.ok()) {
+      absl::FPrintF(stderr, "%s\n", st.ToString());
+      return 1;
+    }
   }
 
   absl::PrintF(
@@ -129,13 +108,11 @@ int Main(int argc, char** argv) {
                  s.wall, dispatch, 100 * dispatch / s.wall, s.compute, s.allreduce, s.update,
                  s.samples_per_sec, s.samples_per_sec / single->samples_per_sec);
   }
-  absl::PrintF("\nsingle-process trainer (lockstep train): %.0f samples/s\n",
-               single->samples_per_sec);
-  absl::PrintF("\n| control plane | empty steps/s |\n|---|---|\n");
-  absl::PrintF("| one gRPC round trip per step (unary Step) | %.0f |\n",
-               cp.round_trip_steps_per_sec);
-  absl::PrintF("| pipelined on the Steps stream | %.0f (%.1fx) |\n", cp.streamed_steps_per_sec,
-               cp.streamed_steps_per_sec / cp.round_trip_steps_per_sec);
+  absl::PrintF("\nsingle process (lockstep train): %.0f samples/s\n", single->samples_per_sec);
+  absl::PrintF("\n| control plane: MLP 784-8-10 at batch 1, 1 worker | steps/s |\n|---|---|\n");
+  absl::PrintF("| one step command in flight (a round trip per step) | %.0f |\n", *round_trip);
+  absl::PrintF("| pipelined on the Steps stream (%d in flight) | %.0f (%.1fx) |\n",
+               CoordinatorOptions().steps_in_flight, *streamed, *streamed / *round_trip);
   return 0;
 }
 

@@ -87,6 +87,51 @@ absl::StatusOr<DeviceDataset> UploadDataset(Backend& backend, const Dataset& dat
   return d;
 }
 
+uint64_t StepExecutor::state_bytes() const {
+  return uint64_t{model_.layout().total()} * (1 + slots_.size()) * sizeof(float);
+}
+
+absl::Status StepExecutor::ForStateRange(
+    uint64_t offset, uint64_t size,
+    const std::function<absl::Status(float*, uint64_t, uint64_t, uint64_t)>& f) {
+  if (offset > state_bytes() || size > state_bytes() - offset) {
+    return absl::InvalidArgumentError(absl::StrCat("state bytes [", offset, ", ", offset + size,
+                                                   ") are outside the ", state_bytes(),
+                                                   "-byte train state"));
+  }
+  const uint64_t per_buffer = uint64_t{model_.layout().total()} * sizeof(float);
+  for (uint64_t done = 0; done < size;) {
+    const uint64_t at = offset + done, i = at / per_buffer, in = at % per_buffer;
+    const uint64_t n = std::min(size - done, per_buffer - in);
+    float* buffer = i == 0 ? params_.as() : slots_[i - 1].as();
+    RETURN_IF_ERROR(f(buffer, in, done, n));
+    done += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepExecutor::WriteState(uint64_t offset, std::string_view bytes) {
+  return ForStateRange(
+      offset, bytes.size(), [&](float* buf, uint64_t in, uint64_t from, uint64_t n) {
+        return backend_->CopyToDevice(reinterpret_cast<char*>(buf) + in, bytes.data() + from, n);
+      });
+}
+
+absl::Status StepExecutor::ReadState(uint64_t offset, std::span<char> out) {
+  RETURN_IF_ERROR(
+      ForStateRange(offset, out.size(), [&](float* buf, uint64_t in, uint64_t to, uint64_t n) {
+        return backend_->CopyToHost(out.data() + to, reinterpret_cast<char*>(buf) + in, n);
+      }));
+  return backend_->Synchronize();
+}
+
+absl::StatusOr<uint64_t> StepExecutor::ParamChecksum() {
+  host_params_.resize(model_.layout().total());
+  RETURN_IF_ERROR(ReadState(
+      0, {reinterpret_cast<char*>(host_params_.data()), host_params_.size() * sizeof(float)}));
+  return ::lockstep::ParamChecksum(host_params_);
+}
+
 absl::Status StepExecutor::SetState(const TrainState& state) {
   const size_t n = model_.layout().total();
   if (state.params.size() != n || state.slots.size() != slots_.size()) {
@@ -94,31 +139,23 @@ absl::Status StepExecutor::SetState(const TrainState& state) {
         absl::StrCat("train state has ", state.params.size(), " params and ", state.slots.size(),
                      " optimizer slots; the model needs ", n, " and ", slots_.size()));
   }
-  RETURN_IF_ERROR(backend_->CopyToDevice(params_.as(), state.params.data(), n * sizeof(float)));
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    if (state.slots[i].size() != n) {
+  for (const std::vector<float>& slot : state.slots) {
+    if (slot.size() != n) {
       return absl::InvalidArgumentError(
-          absl::StrCat("optimizer slot ", i, " has ", state.slots[i].size(), " values, not ", n));
+          absl::StrCat("an optimizer slot has ", slot.size(), " values, not ", n));
     }
-    RETURN_IF_ERROR(
-        backend_->CopyToDevice(slots_[i].as(), state.slots[i].data(), n * sizeof(float)));
   }
+  const std::string bytes = StateBytes(state);
+  RETURN_IF_ERROR(WriteState(0, bytes));
   step_ = state.step;
   return backend_->Synchronize();
 }
 
 absl::StatusOr<TrainState> StepExecutor::GetState() {
-  const size_t n = model_.layout().total();
-  TrainState s;
-  s.step = step_;
-  s.params.resize(n);
-  RETURN_IF_ERROR(backend_->CopyToHost(s.params.data(), params_.as(), n * sizeof(float)));
-  for (const Buffer& slot : slots_) {
-    s.slots.emplace_back(n);
-    RETURN_IF_ERROR(backend_->CopyToHost(s.slots.back().data(), slot.as(), n * sizeof(float)));
-  }
-  RETURN_IF_ERROR(backend_->Synchronize());
-  return s;
+  std::string bytes(state_bytes(), '\0');
+  RETURN_IF_ERROR(ReadState(0, {bytes.data(), bytes.size()}));
+  return StateFromBytes(bytes,
+                        {step_, model_.layout().total(), static_cast<uint32_t>(slots_.size())});
 }
 
 absl::StatusOr<StepExecutor::Workspace*> StepExecutor::GetWorkspace(int batch, bool train) {

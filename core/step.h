@@ -7,8 +7,10 @@
 #ifndef LOCKSTEP_CORE_STEP_H_
 #define LOCKSTEP_CORE_STEP_H_
 
+#include <functional>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -60,6 +62,18 @@ class StepExecutor {
   absl::Status SetState(const TrainState& state);
   absl::StatusOr<TrainState> GetState();
   int64_t step() const { return step_; }
+  void set_step(int64_t step) { step_ = step; }
+  size_t param_count() const { return model_.layout().total(); }
+  size_t slot_count() const { return slots_.size(); }
+
+  // The state as bytes in StateBytes's layout (params, then each optimizer slot), written
+  // and read in pieces so that it never needs a second whole copy in host memory.
+  // INVALID_ARGUMENT when [offset, offset + size) is outside the state.
+  uint64_t state_bytes() const;
+  absl::Status WriteState(uint64_t offset, std::string_view bytes);
+  absl::Status ReadState(uint64_t offset, std::span<char> out);
+  // ParamChecksum of the params, copying only them to the host.
+  absl::StatusOr<uint64_t> ParamChecksum();
 
   // The training step on the local batch `indices` into `data`, with this replica's
   // 'dropout' stream root key. Returns the local loss and accuracy.
@@ -103,6 +117,11 @@ class StepExecutor {
   void Backward(Workspace& ws, int batch);
   // Host part after a step: the local loss and accuracy.
   absl::StatusOr<StepMetrics> Finish(Workspace& ws, int batch);
+  // Calls f(buffer, offset in it, state offset, bytes) for each buffer [offset, offset + size)
+  // overlaps, in order.
+  absl::Status ForStateRange(
+      uint64_t offset, uint64_t size,
+      const std::function<absl::Status(float*, uint64_t, uint64_t, uint64_t)>& f);
 
   Model model_;
   Optimizer optimizer_;
@@ -121,6 +140,7 @@ class StepExecutor {
   std::unique_ptr<Backend::Graph> graph_;
   const DeviceDataset* graph_data_ = nullptr;
   std::vector<Buffer> slots_;
+  std::vector<float> host_params_;  // ParamChecksum's copy
   std::unique_ptr<Workspace> train_ws_, eval_ws_;
 };
 

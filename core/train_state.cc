@@ -6,7 +6,7 @@
 
 namespace lockstep {
 
-uint64_t ParamChecksum(const std::vector<float>& params) {
+uint64_t ParamChecksum(std::span<const float> params) {
   uint64_t h = 1469598103934665603ull;
   const auto* p = reinterpret_cast<const unsigned char*>(params.data());
   for (size_t i = 0; i < params.size() * sizeof(float); ++i) {
@@ -14,6 +14,16 @@ uint64_t ParamChecksum(const std::vector<float>& params) {
     h *= 1099511628211ull;
   }
   return h;
+}
+
+absl::StatusOr<uint64_t> StateHeader::Bytes(uint64_t max_bytes) const {
+  const uint64_t tensors = 1 + uint64_t{slot_count};
+  if (param_count > max_bytes / sizeof(float) / tensors) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("train state of ", param_count, " params and ", slot_count,
+                     " optimizer slots exceeds the limit of ", max_bytes, " bytes"));
+  }
+  return param_count * tensors * sizeof(float);
 }
 
 std::string StateBytes(const TrainState& state) {
@@ -27,26 +37,62 @@ std::string StateBytes(const TrainState& state) {
   return bytes;
 }
 
-absl::StatusOr<TrainState> StateFromBytes(std::string_view bytes, int64_t step,
-                                          uint64_t param_count, uint32_t slot_count) {
-  const uint64_t tensors = 1 + uint64_t{slot_count};
-  if (param_count > bytes.size() || tensors > bytes.size() ||
-      bytes.size() != param_count * tensors * sizeof(float)) {
+std::string InitialStateBytes(std::span<const float> params, uint32_t slot_count) {
+  const size_t n = params.size() * sizeof(float);
+  std::string bytes(n * (1 + size_t{slot_count}), '\0');
+  std::memcpy(bytes.data(), params.data(), n);
+  return bytes;
+}
+
+absl::StatusOr<TrainState> StateFromBytes(std::string_view bytes, const StateHeader& header) {
+  absl::StatusOr<uint64_t> want = header.Bytes();
+  if (!want.ok() || *want != bytes.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("train state has ", bytes.size(), " bytes; ", param_count, " params and ",
-                     slot_count, " optimizer slots need ", param_count * tensors * sizeof(float)));
+        absl::StrCat("train state has ", bytes.size(), " bytes; ", header.param_count,
+                     " params and ", header.slot_count, " optimizer slots need ",
+                     want.ok() ? absl::StrCat(*want) : std::string(want.status().message())));
   }
-  auto take = [&](uint64_t i) {
-    std::vector<float> v(param_count);
-    std::memcpy(v.data(), bytes.data() + i * param_count * sizeof(float),
-                param_count * sizeof(float));
-    return v;
-  };
-  TrainState state;
-  state.step = step;
-  state.params = take(0);
-  for (uint32_t s = 0; s < slot_count; ++s) state.slots.push_back(take(1 + s));
-  return state;
+  absl::StatusOr<StateAssembler> a = StateAssembler::Create(header);
+  if (!a.ok()) return a.status();
+  if (absl::Status st = a->Append(bytes); !st.ok()) return st;
+  return std::move(*a).Finish();
+}
+
+absl::StatusOr<StateAssembler> StateAssembler::Create(const StateHeader& header,
+                                                      uint64_t max_bytes) {
+  absl::StatusOr<uint64_t> total = header.Bytes(max_bytes);
+  if (!total.ok()) return total.status();
+  StateAssembler a;
+  a.total_ = *total;
+  a.state_.step = header.step;
+  a.state_.params.resize(header.param_count);
+  a.state_.slots.assign(header.slot_count, std::vector<float>(header.param_count));
+  return a;
+}
+
+absl::Status StateAssembler::Append(std::string_view chunk) {
+  if (chunk.size() > total_ - received_) {
+    return absl::DataLossError(absl::StrCat("train state: ", received_ + chunk.size(),
+                                            " bytes arrived; the header announced ", total_));
+  }
+  const uint64_t per_tensor = state_.params.size() * sizeof(float);
+  for (uint64_t done = 0; done < chunk.size();) {
+    const uint64_t at = received_ + done, i = at / per_tensor, in = at % per_tensor;
+    const uint64_t n = std::min<uint64_t>(chunk.size() - done, per_tensor - in);
+    std::vector<float>& v = i == 0 ? state_.params : state_.slots[i - 1];
+    std::memcpy(reinterpret_cast<char*>(v.data()) + in, chunk.data() + done, n);
+    done += n;
+  }
+  received_ += chunk.size();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainState> StateAssembler::Finish() && {
+  if (received_ != total_) {
+    return absl::DataLossError(
+        absl::StrCat("train state: ", received_, " bytes arrived; the header announced ", total_));
+  }
+  return std::move(state_);
 }
 
 }  // namespace lockstep

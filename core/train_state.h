@@ -4,6 +4,7 @@
 #define LOCKSTEP_CORE_TRAIN_STATE_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,16 +28,43 @@ struct TrainState {
   }
 };
 
-// The bytes a TrainState travels as (Prepare, FetchState): the params, then each slot,
-// as float32 in host order.
+// What describes a TrainState's bytes in transit (Prepare, FetchState): the params, then
+// each slot, param_count float32 each, in host order.
+struct StateHeader {
+  int64_t step = 0;
+  uint64_t param_count = 0;
+  uint32_t slot_count = 0;
+
+  // The byte count; INVALID_ARGUMENT when it would exceed `max_bytes` (or overflow).
+  absl::StatusOr<uint64_t> Bytes(uint64_t max_bytes = uint64_t{1} << 40) const;
+};
+
 std::string StateBytes(const TrainState& state);
-// The inverse. INVALID_ARGUMENT naming both sizes unless `bytes` holds exactly
-// param_count * (1 + slot_count) floats.
-absl::StatusOr<TrainState> StateFromBytes(std::string_view bytes, int64_t step,
-                                          uint64_t param_count, uint32_t slot_count);
+// The bytes of a fresh TrainState (step 0, zero optimizer slots) without building it.
+std::string InitialStateBytes(std::span<const float> params, uint32_t slot_count);
+// The inverse of StateBytes. INVALID_ARGUMENT naming both sizes unless `bytes` holds
+// exactly what `header` describes.
+absl::StatusOr<TrainState> StateFromBytes(std::string_view bytes, const StateHeader& header);
+
+// Builds a TrainState from its bytes as they arrive in chunks, without a second copy.
+class StateAssembler {
+ public:
+  // INVALID_ARGUMENT when the header describes more than `max_bytes`.
+  static absl::StatusOr<StateAssembler> Create(const StateHeader& header,
+                                               uint64_t max_bytes = uint64_t{1} << 40);
+  // DATA_LOSS when the chunk runs past the announced size.
+  absl::Status Append(std::string_view chunk);
+  // DATA_LOSS unless every byte arrived.
+  absl::StatusOr<TrainState> Finish() &&;
+
+ private:
+  StateAssembler() = default;
+  TrainState state_;
+  uint64_t total_ = 0, received_ = 0;
+};
 
 // FNV-1a over the bytes of the params: replicas must agree bit for bit.
-uint64_t ParamChecksum(const std::vector<float>& params);
+uint64_t ParamChecksum(std::span<const float> params);
 
 }  // namespace lockstep
 

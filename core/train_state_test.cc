@@ -15,7 +15,7 @@ TEST(TrainState, BytesRoundTrip) {
   s.slots = {{0.1f, 0.2f, 0.3f}, {4.0f, 5.0f, 6.0f}};
   const std::string bytes = StateBytes(s);
   EXPECT_EQ(bytes.size(), 9 * sizeof(float));
-  ASSERT_OK_AND_ASSIGN(TrainState back, StateFromBytes(bytes, 7, 3, 2));
+  ASSERT_OK_AND_ASSIGN(TrainState back, StateFromBytes(bytes, {7, 3, 2}));
   EXPECT_EQ(back.step, 7);
   EXPECT_EQ(back.params, s.params);
   EXPECT_EQ(back.slots, s.slots);
@@ -24,13 +24,50 @@ TEST(TrainState, BytesRoundTrip) {
 
 TEST(TrainState, WrongSizeNamesBothSizes) {
   const std::string bytes(10 * sizeof(float), '\0');
-  EXPECT_THAT(StateFromBytes(bytes, 0, 3, 2),
+  EXPECT_THAT(StateFromBytes(bytes, {0, 3, 2}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("train state has 40 bytes; 3 params and 2 optimizer slots "
                                  "need 36")));
   // Sizes whose product would overflow are refused, not wrapped.
-  EXPECT_THAT(StateFromBytes(bytes, 0, uint64_t{1} << 62, 0xffffffffu),
+  EXPECT_THAT(StateFromBytes(bytes, {0, uint64_t{1} << 62, 0xffffffffu}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("train state has 40 bytes")));
+}
+
+TEST(TrainState, InitialBytesAreTheParamsThenZeroSlots) {
+  const std::vector<float> params = {1.5f, -2.0f};
+  TrainState want;
+  want.params = params;
+  want.slots = {{0, 0}, {0, 0}};
+  EXPECT_EQ(InitialStateBytes(params, 2), StateBytes(want));
+}
+
+TEST(StateAssembler, BuildsTheStateFromChunksOfAnySize) {
+  TrainState s;
+  s.step = 3;
+  s.params = {1, 2, 3};
+  s.slots = {{4, 5, 6}};
+  const std::string bytes = StateBytes(s);
+  for (size_t chunk : {size_t{1}, size_t{5}, size_t{12}, bytes.size()}) {
+    ASSERT_OK_AND_ASSIGN(StateAssembler a, StateAssembler::Create({3, 3, 1}));
+    for (size_t off = 0; off < bytes.size(); off += chunk) {
+      ASSERT_OK(a.Append(std::string_view(bytes).substr(off, chunk)));
+    }
+    ASSERT_OK_AND_ASSIGN(TrainState back, std::move(a).Finish());
+    EXPECT_EQ(back.step, 3);
+    EXPECT_EQ(back.params, s.params);
+    EXPECT_EQ(back.slots, s.slots);
+  }
+}
+
+TEST(StateAssembler, TooManyOrTooFewBytesAreDataLoss) {
+  ASSERT_OK_AND_ASSIGN(StateAssembler a, StateAssembler::Create({0, 2, 0}));
+  EXPECT_THAT(a.Append(std::string(9, 'x')),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("the header announced 8")));
+  ASSERT_OK(a.Append(std::string(4, 'x')));
+  EXPECT_THAT(std::move(a).Finish(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("4 bytes arrived")));
+  EXPECT_THAT(StateAssembler::Create({0, uint64_t{1} << 62, 3}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("exceeds the limit")));
 }
 
 }  // namespace

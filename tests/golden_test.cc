@@ -58,7 +58,7 @@ TEST_P(GradGolden, LossAndEveryGradientWithin1e5) {
   v1::OptimizerSpec os;
   os.set_kind("sgd");
   os.set_learning_rate(0.1);
-  auto backend = NewCpuBackend();
+  auto backend = NewCpuBackend(DefaultCpuThreads());
   ASSERT_OK_AND_ASSIGN(
       auto exec, StepExecutor::Create(m, *Optimizer::FromSpec(os), rng::Impl::kPartitionable, 16,
                                       backend.get(), nullptr));
@@ -100,7 +100,7 @@ TEST_P(TrainGolden, TwentyDropoutStepsMatchOptax) {
   Dataset data = GoldenDataset(g, "data");
   const int b = static_cast<int>(spec.global_batch_size());
   TrainingPlan plan(spec.seed(), spec.dropout_seed(), impl, data.size, b, 1);
-  auto backend = NewCpuBackend();
+  auto backend = NewCpuBackend(DefaultCpuThreads());
   ASSERT_OK_AND_ASSIGN(auto exec, StepExecutor::Create(m, opt, impl, b, backend.get(), nullptr));
   ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(data));
   ASSERT_OK(exec->SetState(TrainState::Create(m.Init(plan.init_key(), impl), opt)));

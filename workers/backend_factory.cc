@@ -32,16 +32,35 @@ bool BuiltWithCuda() {
 #endif
 }
 
-absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& device) {
+absl::StatusOr<std::unique_ptr<BackendSource>> BackendSource::Create(const std::string& device,
+                                                                     int threads) {
   absl::StatusOr<Device> parsed = ParseDevice(device);
   if (!parsed.ok()) return parsed.status();
-  if (parsed->kind == Device::Kind::kCpu) return NewCpuBackend();
+  if (threads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("threads: ", threads, " is not positive"));
+  }
+  std::shared_ptr<Backend> shared;
+  if (parsed->kind == Device::Kind::kCuda) {
 #ifdef LOCKSTEP_HAVE_CUDA
-  return NewCudaBackend(parsed->index);
+    absl::StatusOr<std::unique_ptr<Backend>> cuda = NewCudaBackend(parsed->index);
+    if (!cuda.ok()) return cuda.status();
+    shared = std::move(cuda).value();
 #else
-  return absl::FailedPreconditionError(absl::StrCat(
-      "device \"", device, "\": this worker was built without CUDA (nvcc was not found)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device \"", device, "\": this worker was built without CUDA (nvcc was not found)"));
 #endif
+  }
+  return std::unique_ptr<BackendSource>(new BackendSource(device, threads, std::move(shared)));
+}
+
+absl::StatusOr<std::shared_ptr<Backend>> BackendSource::ForJob(const v1::JobSpec& spec) const {
+  if (shared_ != nullptr) return shared_;
+  if (spec.threads() > static_cast<uint32_t>(threads_)) {
+    return absl::FailedPreconditionError(absl::StrCat("threads: the job asks for ", spec.threads(),
+                                                      " CPU threads; this worker has ", threads_));
+  }
+  return std::shared_ptr<Backend>(
+      NewCpuBackend(spec.threads() > 0 ? static_cast<int>(spec.threads()) : threads_));
 }
 
 }  // namespace lockstep

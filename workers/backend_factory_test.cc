@@ -28,34 +28,55 @@ TEST(ParseDevice, RejectsAnythingElseNamingIt) {
   }
 }
 
-TEST(MakeBackend, Cpu) {
-  ASSERT_OK_AND_ASSIGN(auto backend, MakeBackend("cpu"));
-  EXPECT_EQ(backend->Name(), "cpu");
+TEST(BackendSource, CpuJobsGetTheirOwnBackendWithTheirThreads) {
+  ASSERT_OK_AND_ASSIGN(auto source, BackendSource::Create("cpu", 2));
+  EXPECT_EQ(source->threads(), 2);
+  v1::JobSpec spec;
+  ASSERT_OK_AND_ASSIGN(auto a, source->ForJob(spec));
+  spec.set_threads(1);
+  ASSERT_OK_AND_ASSIGN(auto b, source->ForJob(spec));
+  EXPECT_EQ(a->Name(), "cpu");
+  EXPECT_NE(a.get(), b.get());
 }
 
-TEST(MakeBackend, RejectsABadDevice) {
-  EXPECT_THAT(MakeBackend("tpu:0"),
+TEST(BackendSource, ACpuJobAskingForMoreThreadsThanTheWorkerHasIsRefusedNamingThreads) {
+  ASSERT_OK_AND_ASSIGN(auto source, BackendSource::Create("cpu", 2));
+  v1::JobSpec spec;
+  spec.set_threads(3);
+  EXPECT_THAT(source->ForJob(spec),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("threads: the job asks for 3 CPU threads; this worker has 2")));
+}
+
+TEST(BackendSource, RejectsABadDeviceOrThreadCount) {
+  EXPECT_THAT(BackendSource::Create("tpu:0", 1),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tpu:0")));
+  EXPECT_THAT(BackendSource::Create("cpu", 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("threads")));
 }
 
 // What a GPU worker reports when it cannot start, here: built without CUDA, or no GPU.
-TEST(MakeBackend, CudaWithoutAGpuIsAFailedPrecondition) {
+TEST(BackendSource, CudaWithoutAGpuIsAFailedPrecondition) {
 #ifdef LOCKSTEP_HAVE_CUDA
   ASSERT_TRUE(BuiltWithCuda());
   absl::StatusOr<int> count = CudaDeviceCount();
   if (count.ok() && *count > 0) {
-    ASSERT_OK_AND_ASSIGN(auto backend, MakeBackend("cuda:0"));
-    EXPECT_EQ(backend->Name(), "cuda:0");
-    EXPECT_THAT(MakeBackend("cuda:" + std::to_string(*count)),
+    ASSERT_OK_AND_ASSIGN(auto source, BackendSource::Create("cuda:0", 1));
+    ASSERT_OK_AND_ASSIGN(auto a, source->ForJob(v1::JobSpec()));
+    ASSERT_OK_AND_ASSIGN(auto b, source->ForJob(v1::JobSpec()));
+    EXPECT_EQ(a->Name(), "cuda:0");
+    EXPECT_EQ(a.get(), b.get());  // one backend per device
+    EXPECT_THAT(BackendSource::Create("cuda:" + std::to_string(*count), 1),
                 StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no CUDA device")));
     return;
   }
-  EXPECT_THAT(MakeBackend("cuda:0"),
+  EXPECT_THAT(BackendSource::Create("cuda:0", 1),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no CUDA device")));
 #else
   ASSERT_FALSE(BuiltWithCuda());
-  EXPECT_THAT(MakeBackend("cuda:0"), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                              HasSubstr("this worker was built without CUDA")));
+  EXPECT_THAT(BackendSource::Create("cuda:0", 1),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("this worker was built without CUDA")));
 #endif
 }
 

@@ -1,84 +1,74 @@
-// Replica: a worker's side of a job, without gRPC. It holds the job's TrainState on the
-// backend, the datasets (loaded once per path and kept for later jobs, a few) and the
-// collective, and executes the coordinator's commands: Prepare, Step, Evaluate,
-// FetchState, Release. One job at a time. Thread-safe: commands are serialized; Release
-// never waits behind a running step (it marks the job released and the step's end tears
-// it down).
+// Replica: a worker's side of one job, without gRPC and without knowing about jobs or
+// rendezvous: the TrainState in the backend's memory, the job's datasets on the backend,
+// the collective and the step executor. Whoever holds it (the worker's JobSlot, or the
+// in-process worker of `lockstep train`) creates one per job and drops it to release it.
+//
+// Thread safety: none; one thread at a time drives a replica.
 #ifndef LOCKSTEP_WORKERS_REPLICA_H_
 #define LOCKSTEP_WORKERS_REPLICA_H_
 
-#include <map>
 #include <memory>
-#include <string>
+#include <span>
+#include <string_view>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "core/backend.h"
 #include "core/collective.h"
+#include "core/commands.h"
+#include "core/spec/spec.h"
 #include "core/step.h"
-#include "lockstep/v1/worker.pb.h"
+#include "core/train_state.h"
+#include "workers/dataset_cache.h"
 
 namespace lockstep {
 
-// Builds the data plane for a job: a Gloo (CPU) or NCCL (CUDA) collective bootstrapped
-// through the coordinator's rendezvous under `prefix`.
-class CollectiveFactory {
- public:
-  virtual ~CollectiveFactory() = default;
-  virtual absl::StatusOr<std::unique_ptr<Collective>> Create(int rank, int size,
-                                                             const std::string& prefix,
-                                                             absl::Duration timeout,
-                                                             Backend* backend) = 0;
-};
+// INVALID_ARGUMENT unless `config` is a place in its job (rank, world size, batch split,
+// evaluation batch).
+absl::Status CheckReplicaConfig(const ReplicaConfig& config);
 
 class Replica {
  public:
-  // `backend` and `collectives` must outlive the replica.
-  Replica(Backend* backend, CollectiveFactory* collectives);
+  // Builds the replica `config` describes for `setup` (SetupFromSpec(config.spec)) on
+  // `backend` with the job's datasets and `collective` (null for one replica): zeroed
+  // state buffers at step 0. CheckReplicaConfig's errors; RESOURCE_EXHAUSTED when the
+  // backend's memory does not suffice.
+  static absl::StatusOr<std::unique_ptr<Replica>> Create(const ReplicaConfig& config,
+                                                         TrainSetup setup,
+                                                         std::shared_ptr<Backend> backend,
+                                                         std::shared_ptr<const Datasets> data,
+                                                         std::unique_ptr<Collective> collective);
   ~Replica();
 
-  // `state` holds params then optimizer slots as float32 bytes. Loads the dataset named
-  // by the spec (FAILED_PRECONDITION naming the path if missing) and joins the collective.
-  // A job still held is dropped: the coordinator decides what runs where.
-  absl::StatusOr<v1::PrepareResponse> Prepare(const v1::PrepareHeader& header,
-                                              const std::string& state);
-  // Steps must come in order: ABORTED if `step` is not the replica's next one.
-  absl::StatusOr<v1::StepResponse> Step(const v1::StepRequest& request);
-  absl::StatusOr<v1::EvaluateResponse> Evaluate(const v1::EvaluateRequest& request);
-  absl::StatusOr<TrainState> FetchState(const std::string& job_id);
-  // Idempotent; unknown job ids are fine (the job may never have been prepared here).
-  absl::Status Release(const std::string& job_id);
+  const ReplicaConfig& config() const { return config_; }
+  Backend& backend() { return *backend_; }
+  int64_t train_examples() const { return data_->train.size; }
+  int64_t test_examples() const { return data_->test.size; }
 
-  // Not OK once the backend is unusable for good (CUDA errors are sticky, e.g. after a
-  // collective was aborted mid-kernel): the worker should exit and be replaced.
-  // Thread-safe.
-  absl::Status device_error();
+  // The state's shape and step.
+  StateHeader state_header() const;
+  void set_step(int64_t step) { exec_->set_step(step); }
+  // The state as bytes (StateBytes's layout), in pieces: INVALID_ARGUMENT outside it.
+  absl::Status WriteState(uint64_t offset, std::string_view bytes);
+  absl::Status ReadState(uint64_t offset, std::span<char> out);
+  absl::StatusOr<uint64_t> ParamChecksum() { return exec_->ParamChecksum(); }
+
+  // ABORTED if command.step is not the replica's next step. After a failed step the
+  // replica (its collective, for one) is unusable: drop it.
+  absl::StatusOr<StepResult> Step(const StepCommand& command);
+  // Loss and accuracy sums over [begin, end) of the test split, in eval.batch_size
+  // batches, without dropout.
+  absl::StatusOr<EvalSums> Evaluate(int64_t begin, int64_t end);
 
  private:
-  struct Job;
-  struct Data {
-    Dataset train, test;
-    DeviceDataset train_d, test_d;
-    uint64_t last_use = 0;
-  };
-  // Datasets kept for later jobs, the least recently used dropped first.
-  static constexpr size_t kMaxDatasets = 2;
-  absl::StatusOr<Data*> LoadData(const std::string& path) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Job*> Current(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropIfReleased() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After a failed command: records the backend's error if it no longer works.
-  void CheckDevice() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Replica() = default;
 
-  Backend* backend_;
-  CollectiveFactory* collectives_;
-  absl::Mutex mu_;  // serializes commands
-  std::unique_ptr<Job> job_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::unique_ptr<Data>> data_ ABSL_GUARDED_BY(mu_);
-  uint64_t data_uses_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Mutex release_mu_;
-  std::string released_ ABSL_GUARDED_BY(release_mu_);  // job id released while busy
-  absl::Mutex device_mu_;
-  absl::Status device_error_ ABSL_GUARDED_BY(device_mu_);
+  // Destroyed in reverse: the executor first, the backend last.
+  ReplicaConfig config_;
+  std::shared_ptr<Backend> backend_;
+  std::shared_ptr<const Datasets> data_;
+  DeviceDataset train_, test_;
+  std::unique_ptr<Collective> collective_;
+  std::unique_ptr<StepExecutor> exec_;
 };
 
 }  // namespace lockstep

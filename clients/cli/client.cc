@@ -3,6 +3,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -15,9 +16,23 @@
 
 namespace lockstep::cli {
 
+namespace fs = std::filesystem;
+
 std::string DefaultClusterDir() {
   if (const char* d = std::getenv("LOCKSTEP_CLUSTER_DIR")) return d;
   return ".lockstep-cluster";
+}
+
+absl::StatusOr<std::string> FindBinary(const std::string& name) {
+  if (const char* d = std::getenv("LOCKSTEP_BIN_DIR")) {
+    if (fs::exists(fs::path(d) / name)) return (fs::path(d) / name).string();
+  }
+  const fs::path self = fs::read_symlink("/proc/self/exe").parent_path();
+  for (const fs::path& p : {self / name, self.parent_path() / "services" / name}) {
+    if (fs::exists(p)) return p.string();
+  }
+  return absl::NotFoundError(
+      absl::StrCat("cannot find ", name, " beside ", self.string(), " (set LOCKSTEP_BIN_DIR)"));
 }
 
 std::string CoordinatorAddress(Args& args) {
@@ -75,7 +90,7 @@ void PrintJob(const v1::Job& job, bool json) {
 }
 
 int WatchUntilDone(v1::JobService::Stub& stub, const std::string& id, bool json) {
-  ProgressBar bar;
+  EventPrinter printer(id);
   int64_t from = 0;
   for (int attempt = 0; attempt < 30; ++attempt) {
     grpc::ClientContext ctx;  // a watch lasts as long as the job: no deadline
@@ -85,22 +100,11 @@ int WatchUntilDone(v1::JobService::Stub& stub, const std::string& id, bool json)
     auto reader = stub.WatchJob(&ctx, req);
     v1::JobEvent e;
     while (reader->Read(&e)) {
-      if (e.has_step()) {
-        const auto& s = e.step();
-        from = s.step() + 1;
-        if (json) continue;
-        bar.Update(s.step(), s.total_steps(), s.loss(), s.accuracy(), s.samples_per_sec(),
-                   s.eta_sec());
-      } else if (e.has_eval() && !json) {
-        bar.Println(FormatEval(e.eval().epoch(), e.eval().step(), e.eval().test_loss(),
-                               e.eval().test_accuracy()));
-      } else if (e.has_state() && !json) {
-        bar.Println(absl::StrFormat("%s %s%s", id, StateName(e.state().state()),
-                                    e.state().reason().empty() ? "" : ": " + e.state().reason()));
-      }
+      if (e.has_step()) from = e.step().step() + 1;
+      if (!json) printer.Print(e);
     }
     grpc::Status st = reader->Finish();
-    bar.Finish();
+    printer.Finish();
     auto get_ctx = Deadline(10);
     v1::GetJobRequest greq;
     greq.set_id(id);

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "clients/cli/commands.h"
 #include "lockstep/v1/job.grpc.pb.h"
 
@@ -17,6 +18,10 @@ std::string CoordinatorAddress(Args& args);
 
 // The default cluster directory: $LOCKSTEP_CLUSTER_DIR or ./.lockstep-cluster.
 std::string DefaultClusterDir();
+
+// A Lockstep program: in $LOCKSTEP_BIN_DIR, else beside this one (an install, or the
+// CLI's build folder), else in the build tree's services/. NOT_FOUND saying where.
+absl::StatusOr<std::string> FindBinary(const std::string& name);
 
 std::unique_ptr<v1::JobService::Stub> Connect(const std::string& address);
 

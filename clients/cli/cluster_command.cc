@@ -28,19 +28,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The server binaries: beside this one (an install), or in the build tree's services/.
-absl::StatusOr<std::string> FindBinary(const std::string& name) {
-  if (const char* d = std::getenv("LOCKSTEP_BIN_DIR")) {
-    if (fs::exists(fs::path(d) / name)) return (fs::path(d) / name).string();
-  }
-  const fs::path self = fs::read_symlink("/proc/self/exe").parent_path();
-  for (const fs::path& p : {self / name, self.parent_path() / "services" / name}) {
-    if (fs::exists(p)) return p.string();
-  }
-  return absl::NotFoundError(
-      absl::StrCat("cannot find ", name, " beside ", self.string(), " (set LOCKSTEP_BIN_DIR)"));
-}
-
 absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& log,
                             bool detach) {
   posix_spawn_file_actions_t fa;

@@ -1,42 +1,18 @@
-// The `lockstep` CLI's subcommands and their shared argument handling.
+// The `lockstep` CLI's subcommands.
 #ifndef LOCKSTEP_CLIENTS_CLI_COMMANDS_H_
 #define LOCKSTEP_CLIENTS_CLI_COMMANDS_H_
 
-#include <map>
 #include <string>
-#include <vector>
 
-#include "absl/status/status.h"
-#include "absl/status/statusor.h"
+#include "clients/cli/args.h"
 
 namespace lockstep::cli {
 
-// Arguments after the subcommand: `--name value`, `--name=value`, `--flag`, positionals.
-class Args {
- public:
-  Args(int argc, char** argv, int start);
-  bool Flag(const std::string& name);
-  std::string Value(const std::string& name, const std::string& fallback);
-  std::vector<std::string> Positional();
-  // False (after printing what) if any option was not consumed.
-  bool Done();
-
- private:
-  std::vector<std::string> args_;
-  std::vector<bool> used_;
-};
-
-// Prints "error: <code>: <message>" and returns the CLI's exit code for it.
-int Fail(const absl::Status& status);
-
-// The value `text` of option --`name` as a number; InvalidArgument naming the option and
-// the value otherwise (for Fail: exit code 2).
-absl::StatusOr<int> ParseInt(const std::string& name, const std::string& text);
-absl::StatusOr<double> ParseDouble(const std::string& name, const std::string& text);
+// Replaces this process with lockstep-train, passing the arguments after `train`.
+int TrainCommand(int argc, char** argv);
 
 // Options are read (Flag, Value) before positionals, so that option values are not
 // taken for positionals.
-int TrainCommand(Args& args);
 int SubmitCommand(Args& args);
 int ListCommand(Args& args);
 int StatusCommand(Args& args);

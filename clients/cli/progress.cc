@@ -52,6 +52,20 @@ void ProgressBar::Println(const std::string& line) {
   std::fflush(out_);
 }
 
+void EventPrinter::Print(const v1::JobEvent& e) {
+  if (e.has_step()) {
+    const auto& s = e.step();
+    bar_.Update(s.step(), s.total_steps(), s.loss(), s.accuracy(), s.samples_per_sec(),
+                s.eta_sec());
+  } else if (e.has_eval()) {
+    bar_.Println(FormatEval(e.eval().epoch(), e.eval().step(), e.eval().test_loss(),
+                            e.eval().test_accuracy()));
+  } else if (e.has_state()) {
+    bar_.Println(absl::StrFormat("%s %s%s", job_id_, v1::JobState_Name(e.state().state()),
+                                 e.state().reason().empty() ? "" : ": " + e.state().reason()));
+  }
+}
+
 void ProgressBar::Finish() {
   if (tty_ && drawn_) absl::FPrintF(out_, "\n");
   drawn_ = false;

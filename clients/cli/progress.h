@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <string>
 
+#include "lockstep/v1/job.pb.h"
+
 namespace lockstep::cli {
 
 class ProgressBar {
@@ -24,6 +26,19 @@ class ProgressBar {
   bool tty_;
   bool drawn_ = false;
   int last_percent_ = -1;
+};
+
+// Renders a job's events: steps on the bar, evaluations and state changes as lines.
+class EventPrinter {
+ public:
+  explicit EventPrinter(std::string job_id, FILE* out = stderr)
+      : job_id_(std::move(job_id)), bar_(out) {}
+  void Print(const v1::JobEvent& event);
+  void Finish() { bar_.Finish(); }
+
+ private:
+  const std::string job_id_;
+  ProgressBar bar_;
 };
 
 std::string FormatDuration(double seconds);

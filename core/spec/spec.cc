@@ -138,10 +138,7 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
     return Invalid("global_batch_size",
                    absl::StrCat(b, " exceeds the maximum of ", limits.max_global_batch));
   }
-  if (b % spec.workers() != 0) {
-    return Invalid("global_batch_size",
-                   absl::StrCat(b, " is not divisible by workers (", spec.workers(), ")"));
-  }
+  RETURN_IF_ERROR(LocalBatch(spec, static_cast<int>(spec.workers())).status());
   if ((spec.epochs() > 0) == (spec.steps() > 0)) {
     return Invalid("epochs, steps", "set exactly one of them to a positive number");
   }
@@ -171,6 +168,22 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
   }
   if (ev->batch_size() == 0) ev->set_batch_size(1000);
   return spec;
+}
+
+absl::StatusOr<TrainSetup> SetupFromSpec(const v1::JobSpec& spec) {
+  ASSIGN_OR_RETURN(Model model, Model::FromSpec(spec.model()));
+  ASSIGN_OR_RETURN(Optimizer optimizer, Optimizer::FromSpec(spec.optimizer()));
+  ASSIGN_OR_RETURN(rng::Impl impl, rng::ParseImpl(spec.rng_impl()));
+  return TrainSetup{std::move(model), std::move(optimizer), impl};
+}
+
+absl::StatusOr<int> LocalBatch(const v1::JobSpec& spec, int world_size) {
+  const uint32_t b = spec.global_batch_size();
+  if (world_size <= 0 || b % world_size != 0) {
+    return Invalid("global_batch_size",
+                   absl::StrCat(b, " is not divisible by workers (", world_size, ")"));
+  }
+  return static_cast<int>(b / world_size);
 }
 
 int64_t TotalSteps(const v1::JobSpec& spec, int64_t num_train) {

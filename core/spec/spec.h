@@ -9,6 +9,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/model.h"
+#include "core/optimizer.h"
+#include "core/rng/threefry.h"
 #include "lockstep/v1/spec.pb.h"
 
 namespace lockstep {
@@ -28,6 +31,19 @@ struct SpecLimits {
 // Checks a spec and returns it with defaults filled in (workers 1, rng_impl, dataset
 // path, eval cadence...). INVALID_ARGUMENT naming the offending field.
 absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& spec, const SpecLimits& limits = {});
+
+// What a spec trains: built once per process from the spec (the coordinator's job
+// loop and each replica).
+struct TrainSetup {
+  Model model;
+  Optimizer optimizer;
+  rng::Impl impl;
+};
+absl::StatusOr<TrainSetup> SetupFromSpec(const v1::JobSpec& spec);
+
+// Each of `world_size` replicas' share of the global batch; INVALID_ARGUMENT naming
+// global_batch_size unless world_size divides it. The one divisibility check.
+absl::StatusOr<int> LocalBatch(const v1::JobSpec& spec, int world_size);
 
 // Total steps the spec asks for given the training split's size.
 int64_t TotalSteps(const v1::JobSpec& spec, int64_t num_train);

@@ -15,8 +15,6 @@ namespace lockstep {
 
 // Largest message a server accepts or a channel receives (state travels in chunks).
 inline constexpr int kMaxMessageBytes = 16 << 20;
-// Chunk size for streamed TrainState.
-inline constexpr size_t kStateChunkBytes = 1 << 20;
 
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials();
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);

@@ -14,23 +14,26 @@
 namespace lockstep::testing {
 
 // How a fake worker answers its step stream. kEcho answers each step with its number and
-// loss = rank + the shard's size.
-enum class Behaviour { kEcho, kSilent, kFail, kEndEarly, kWrongStep };
+// loss = rank + the shard's size; kSilent answers nothing; kHang answers nothing and does
+// not end its stream when told no more commands come.
+enum class Behaviour { kEcho, kSilent, kHang, kFail, kEndEarly, kWrongStep };
 
-// An in-memory step stream: answers each request (or not) as its behaviour says.
+// An in-memory step stream: answers each command (or not) as its behaviour says.
 class FakeStream final : public StepStream {
  public:
-  FakeStream(int rank, Behaviour b) : rank_(rank), behaviour_(b) {}
+  FakeStream(int rank, Behaviour b, const CancelToken& cancel) : rank_(rank), behaviour_(b) {
+    on_cancel_ = cancel.OnCancel([this] { Cancel(); });
+  }
 
-  bool Send(const v1::StepRequest& request) override {
+  bool Send(const StepCommand& command) override {
     absl::MutexLock lock(&mu_);
     if (cancelled_) return false;
     switch (behaviour_) {
       case Behaviour::kEcho:
       case Behaviour::kWrongStep: {
-        v1::StepResponse a;
-        a.set_step(request.step() + (behaviour_ == Behaviour::kWrongStep ? 1 : 0));
-        a.set_loss(static_cast<float>(rank_ + request.indices_size()));
+        StepResult a;
+        a.step = command.step + (behaviour_ == Behaviour::kWrongStep ? 1 : 0);
+        a.loss = static_cast<float>(rank_ + command.indices.size());
         answers_.push_back(a);
         break;
       }
@@ -41,15 +44,16 @@ class FakeStream final : public StepStream {
         closed_ = true;
         break;
       case Behaviour::kSilent:
+      case Behaviour::kHang:
         break;
     }
     return true;
   }
   void CloseSend() override {
     absl::MutexLock lock(&mu_);
-    closed_ = true;
+    if (behaviour_ != Behaviour::kHang) closed_ = true;
   }
-  absl::StatusOr<v1::StepResponse> Receive() override {
+  absl::StatusOr<StepResult> Receive() override {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
         +[](FakeStream* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
@@ -59,7 +63,7 @@ class FakeStream final : public StepStream {
     if (cancelled_) return absl::CancelledError("cancelled");
     if (!error_.ok()) return error_;
     if (answers_.empty()) return absl::OutOfRangeError("ended");
-    v1::StepResponse a = answers_.front();
+    StepResult a = answers_.front();
     answers_.pop_front();
     return a;
   }
@@ -72,16 +76,17 @@ class FakeStream final : public StepStream {
   const int rank_;
   const Behaviour behaviour_;
   absl::Mutex mu_;
-  std::deque<v1::StepResponse> answers_ ABSL_GUARDED_BY(mu_);
+  std::deque<StepResult> answers_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
+  CancelToken::Callback on_cancel_;  // last: unregisters before the rest goes
 };
 
 struct FakeWorker {
   Behaviour steps = Behaviour::kEcho;
   bool refuse_steps = false;  // OpenSteps fails
-  bool hang_prepare = false;  // Prepare waits until CancelCalls (at most a minute)
+  bool hang_prepare = false;  // Prepare waits until cancelled (at most a minute)
   int64_t train_examples = 64, test_examples = 20;
 };
 
@@ -89,36 +94,37 @@ class FakeClient final : public WorkerClient {
  public:
   FakeClient(int rank, FakeWorker w) : rank_(rank), w_(w) {}
 
-  absl::StatusOr<v1::PrepareResponse> Prepare(const v1::PrepareHeader&, const TrainState& state,
-                                              absl::Duration) override {
-    absl::MutexLock lock(&mu_);
+  absl::StatusOr<PrepareResult> Prepare(const JobAssignment&,
+                                        std::shared_ptr<const SharedState> state,
+                                        const CancelToken& cancel, absl::Duration) override {
     if (w_.hang_prepare) {
-      in_prepare_ = true;
-      const bool cancelled = mu_.AwaitWithTimeout(absl::Condition(&cancelled_), absl::Minutes(1));
-      in_prepare_ = false;
-      return cancelled ? absl::CancelledError("cancelled") : absl::DeadlineExceededError("hung");
+      {
+        absl::MutexLock lock(&mu_);
+        in_prepare_ = true;
+      }
+      const bool cancelled = cancel.WaitFor(absl::Minutes(1));
+      return cancelled ? cancel.status() : absl::DeadlineExceededError("hung");
     }
-    state_ = state;
-    v1::PrepareResponse resp;
-    resp.set_param_checksum(ParamChecksum(state.params));
-    resp.set_train_examples(w_.train_examples);
-    resp.set_test_examples(w_.test_examples);
-    return resp;
+    auto s = StateFromBytes(state->bytes, state->header);
+    if (!s.ok()) return s.status();
+    absl::MutexLock lock(&mu_);
+    state_ = *s;
+    return PrepareResult{w_.train_examples, w_.test_examples, ParamChecksum(state_.params)};
   }
-  absl::StatusOr<std::unique_ptr<StepStream>> OpenSteps(absl::Duration) override {
+  absl::StatusOr<std::unique_ptr<StepStream>> OpenSteps(const std::string&,
+                                                        const CancelToken& cancel,
+                                                        absl::Duration) override {
     if (w_.refuse_steps) return absl::UnavailableError("connection refused");
-    return std::unique_ptr<StepStream>(new FakeStream(rank_, w_.steps));
+    return std::unique_ptr<StepStream>(new FakeStream(rank_, w_.steps, cancel));
   }
   // Half the examples right, loss 0.5 each.
-  absl::StatusOr<v1::EvaluateResponse> Evaluate(const v1::EvaluateRequest& request,
-                                                absl::Duration) override {
-    v1::EvaluateResponse resp;
-    resp.set_count(request.end() - request.begin());
-    resp.set_loss_sum(0.5 * resp.count());
-    resp.set_correct(resp.count() / 2);
-    return resp;
+  absl::StatusOr<EvalSums> Evaluate(const std::string&, int64_t begin, int64_t end,
+                                    const CancelToken&, absl::Duration) override {
+    const int64_t count = end - begin;
+    return EvalSums{0.5 * count, count / 2, count};
   }
-  absl::StatusOr<TrainState> FetchState(const std::string&, absl::Duration) override {
+  absl::StatusOr<TrainState> FetchState(const std::string&, const CancelToken&,
+                                        absl::Duration) override {
     absl::MutexLock lock(&mu_);
     return state_;
   }
@@ -128,14 +134,15 @@ class FakeClient final : public WorkerClient {
     return absl::OkStatus();
   }
   bool Alive(absl::Duration) override { return true; }
-  void CancelCalls() override {
-    absl::MutexLock lock(&mu_);
-    if (in_prepare_) cancelled_ = true;
-  }
 
   std::vector<std::string> releases() {
     absl::MutexLock lock(&mu_);
     return releases_;
+  }
+  // Waits until a hanging Prepare has started.
+  void AwaitPrepare() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&in_prepare_));
   }
 
  private:
@@ -144,7 +151,6 @@ class FakeClient final : public WorkerClient {
   absl::Mutex mu_;
   TrainState state_ ABSL_GUARDED_BY(mu_);
   bool in_prepare_ ABSL_GUARDED_BY(mu_) = false;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::string> releases_ ABSL_GUARDED_BY(mu_);
 };
 

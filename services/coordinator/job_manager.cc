@@ -17,6 +17,7 @@ v1::JobEvent StateEvent(v1::JobState state, absl::string_view reason) {
   v1::JobEvent ev;
   ev.mutable_state()->set_state(state);
   ev.mutable_state()->set_reason(std::string(reason));
+  ev.set_unix_ms(NowMs());
   return ev;
 }
 
@@ -33,51 +34,60 @@ absl::Status CheckCheckpointPath(const std::string& path) {
   return absl::OkStatus();
 }
 
+JobDemand DemandOf(const v1::Job& job) {
+  return {job.id(), static_cast<int>(job.spec().workers()), job.spec().device(),
+          job.spec().threads()};
+}
+
 }  // namespace
 
 struct JobManager::Record {
-  struct Entry {
-    int64_t seq;
-    int64_t step;
-    v1::JobEvent event;
-  };
   v1::Job job;
-  std::deque<Entry> history;
-  int64_t seq = 0;  // events ever emitted
+  int64_t version = 0;    // of `job`, bumped by every change that is written to disk
+  int64_t persisted = 0;  // the version on disk
+  std::shared_ptr<EventLog> log;
   int watchers = 0;
   std::unique_ptr<Sink> sink;
-  std::unique_ptr<JobRunner> runner;
+  std::unique_ptr<JobRunner> runner;  // while the job runs, until its thread is joined
   std::thread thread;
 };
 
-// Forwards a runner's progress into the job's record and event history.
+// Forwards a runner's progress into the job's summary (under the manager's lock) and its
+// event log (outside it: a step's wake-ups of its watchers hold up no one).
 class JobManager::Sink final : public JobSink {
  public:
-  Sink(JobManager* m, Record* rec) : m_(m), rec_(rec) {}
+  Sink(JobManager* m, Record* rec) : m_(m), rec_(rec), log_(rec->log) {}
   void OnRunning(int64_t total) override {
     absl::MutexLock lock(&m_->mu_);
     rec_->job.set_total_steps(total);
   }
   void OnStep(const v1::StepEvent& e) override {
-    absl::MutexLock lock(&m_->mu_);
-    rec_->job.set_step(e.step());
-    rec_->job.set_last_loss(e.loss());
-    rec_->job.set_samples_per_sec(e.samples_per_sec());
+    {
+      absl::MutexLock lock(&m_->mu_);
+      rec_->job.set_step(e.step());
+      rec_->job.set_last_loss(e.loss());
+      rec_->job.set_samples_per_sec(e.samples_per_sec());
+    }
     v1::JobEvent ev;
     *ev.mutable_step() = e;
-    m_->EmitLocked(*rec_, std::move(ev), e.step());
+    ev.set_unix_ms(NowMs());
+    log_->Append(std::move(ev));
   }
   void OnEval(const v1::EvalResult& r) override {
-    absl::MutexLock lock(&m_->mu_);
-    *rec_->job.mutable_last_eval() = r;
+    {
+      absl::MutexLock lock(&m_->mu_);
+      *rec_->job.mutable_last_eval() = r;
+    }
     v1::JobEvent ev;
     *ev.mutable_eval() = r;
-    m_->EmitLocked(*rec_, std::move(ev), r.step());
+    ev.set_unix_ms(NowMs());
+    log_->Append(std::move(ev));
   }
 
  private:
   JobManager* m_;
   Record* rec_;
+  const std::shared_ptr<EventLog> log_;
 };
 
 JobManager::JobManager(const CoordinatorOptions& options, WorkerPool* pool, KvTable* kv,
@@ -93,60 +103,104 @@ JobManager::~JobManager() {
     }
   }
   if (scheduler_.joinable()) scheduler_.join();
-  for (auto& [id, rec] : jobs_) {
-    if (rec->thread.joinable()) rec->thread.join();
+  std::vector<std::thread> threads;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, rec] : jobs_) threads.push_back(std::move(rec->thread));
+    for (auto& [id, t] : ended_) threads.push_back(std::move(t));
+    ended_.clear();
+  }
+  for (auto& t : threads) {
+    if (t.joinable()) t.join();
   }
 }
 
 absl::Status JobManager::Start() {
   ASSIGN_OR_RETURN(std::vector<v1::Job> saved, records_.Load());
+  std::vector<Save> saves;
+  std::vector<std::string> forgotten;
   {
     absl::MutexLock lock(&mu_);
     for (v1::Job& job : saved) {
       auto rec = std::make_unique<Record>();
       const v1::JobState was = job.state();
       rec->job = std::move(job);
-      const std::string& id = rec->job.id();
+      rec->version = rec->persisted = 1;
+      rec->log = std::make_shared<EventLog>(options_.history_bytes);
+      const std::string id = rec->job.id();
       if (id.rfind("job-", 0) == 0)
         next_id_ = std::max<int64_t>(next_id_, std::atoll(id.c_str() + 4) + 1);
       if (!rec->job.spec().request_id().empty()) by_request_id_[rec->job.spec().request_id()] = id;
       if (IsTerminal(was)) {  // its final event, for watchers; the record stays as it was
-        EmitLocked(*rec, StateEvent(was, rec->job.failure_reason()), rec->job.step());
+        rec->log->Append(StateEvent(was, rec->job.failure_reason()));
+        rec->log->Close();
+        rec->log->Compact();
       } else {
-        SetStateLocked(
-            *rec, v1::FAILED,
-            absl::UnavailableError(absl::StrCat("the coordinator restarted while the job was ",
-                                                v1::JobState_Name(was))));
+        SetStateLocked(*rec, v1::FAILED,
+                       absl::UnavailableError(absl::StrCat(
+                           "the coordinator restarted while the job was ", v1::JobState_Name(was))),
+                       &saves);
       }
       jobs_[id] = std::move(rec);
     }
-    ForgetOldLocked();
   }
+  Persist(std::move(saves));
+  {
+    absl::MutexLock lock(&mu_);
+    forgotten = ForgetOldLocked();
+  }
+  for (const std::string& id : forgotten) records_.Erase(id).IgnoreError();
   scheduler_ = std::thread([this] { SchedulerLoop(); });
   return absl::OkStatus();
 }
 
-void JobManager::SchedulerLoop() {
+void JobManager::Kick() {
   absl::MutexLock lock(&mu_);
-  while (!stopping_) {
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(200));
-    for (const LostWorker& lost : pool_->TakeLost(absl::Now())) {
-      auto it = jobs_.find(lost.worker.job_id);
-      if (it != jobs_.end() && it->second->runner) {
-        it->second->runner->Abort(absl::UnavailableError(lost.reason));
+  kicked_ = true;
+}
+
+void JobManager::SchedulerLoop() {
+  while (true) {
+    std::vector<std::pair<std::string, std::thread>> ended;
+    std::vector<Save> saves;
+    std::vector<std::string> forgotten;
+    {
+      absl::MutexLock lock(&mu_);
+      auto wake = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || kicked_; };
+      mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Milliseconds(200));
+      if (stopping_) return;
+      kicked_ = false;
+      for (const LostWorker& lost : pool_->TakeLost(absl::Now())) {
+        auto it = jobs_.find(lost.worker.job_id);
+        if (it != jobs_.end() && it->second->runner) {
+          it->second->runner->Abort(absl::UnavailableError(lost.reason));
+        }
+      }
+      ScheduleLocked(&saves);
+      ended.swap(ended_);
+    }
+    // The threads of jobs that ended: joined, then their runners (and connections) go.
+    for (auto& [id, t] : ended) t.join();
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& [id, t] : ended) {
+        auto it = jobs_.find(id);
+        if (it == jobs_.end()) continue;
+        it->second->runner.reset();
+        it->second->sink.reset();
       }
     }
-    ScheduleLocked();
+    Persist(std::move(saves));
+    {
+      absl::MutexLock lock(&mu_);
+      forgotten = ForgetOldLocked();
+    }
+    for (const std::string& id : forgotten) records_.Erase(id).IgnoreError();
   }
 }
 
-void JobManager::EmitLocked(Record& rec, v1::JobEvent event, int64_t step) {
-  event.set_unix_ms(NowMs());
-  rec.history.push_back({rec.seq++, step, std::move(event)});
-  while (static_cast<int>(rec.history.size()) > options_.max_history) rec.history.pop_front();
-}
-
-void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Status& reason) {
+void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Status& reason,
+                                std::vector<Save>* saves) {
   rec.job.set_state(state);
   if (!reason.ok()) {
     rec.job.set_failure_reason(std::string(reason.message()));
@@ -154,93 +208,116 @@ void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Sta
   }
   if (state == v1::RUNNING) rec.job.set_started_unix_ms(NowMs());
   if (IsTerminal(state)) rec.job.set_finished_unix_ms(NowMs());
-  EmitLocked(rec, StateEvent(state, reason.message()), rec.job.step());
-  if (absl::Status st = records_.Save(rec.job); !st.ok()) {
-    spdlog::error("job record of {}: {}", rec.job.id(), st.ToString());
+  saves->push_back({rec.job, ++rec.version});
+  rec.log->Append(StateEvent(state, reason.message()));
+  if (IsTerminal(state)) {
+    rec.log->Close();
+    if (rec.watchers == 0) rec.log->Compact();  // else when the last watcher goes
   }
   spdlog::info("{} {}{}", rec.job.id(), v1::JobState_Name(state),
                reason.ok() ? "" : ": " + std::string(reason.message()));
 }
 
+void JobManager::Persist(std::vector<Save> saves) {
+  for (Save& s : saves) {
+    if (absl::Status st = records_.Save(s.job, s.version); !st.ok()) {
+      spdlog::error("job record of {}: {}", s.job.id(), st.ToString());
+      continue;
+    }
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(s.job.id());
+    if (it != jobs_.end()) it->second->persisted = std::max(it->second->persisted, s.version);
+  }
+}
+
 absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in) {
   ASSIGN_OR_RETURN(v1::JobSpec spec, Validate(in, options_.limits));
   RETURN_IF_ERROR(CheckCheckpointPath(spec.checkpoint_path()));
-  absl::MutexLock lock(&mu_);
-  if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
-  if (!spec.request_id().empty()) {
-    auto it = by_request_id_.find(spec.request_id());
-    if (it != by_request_id_.end() && jobs_.count(it->second)) return jobs_[it->second]->job;
+  absl::MutexLock submit(&submit_mu_);
+  v1::Job job;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
+    if (!spec.request_id().empty()) {
+      auto it = by_request_id_.find(spec.request_id());
+      if (it != by_request_id_.end() && jobs_.count(it->second)) return jobs_[it->second]->job;
+    }
+    if (static_cast<int>(queue_.size()) >= options_.max_queued_jobs) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          queue_.size(), " jobs are queued, the coordinator's limit (max_queued_jobs)"));
+    }
+    job.set_id(absl::StrFormat("job-%06d", next_id_++));
+    *job.mutable_spec() = spec;
+    job.set_created_unix_ms(NowMs());
+    job.set_state(v1::QUEUED);
   }
-  auto rec = std::make_unique<Record>();
-  const std::string id = absl::StrFormat("job-%06d", next_id_++);
-  rec->job.set_id(id);
-  *rec->job.mutable_spec() = spec;
-  rec->job.set_created_unix_ms(NowMs());
-  SetStateLocked(*rec, v1::QUEUED, absl::OkStatus());
-  if (!spec.request_id().empty()) by_request_id_[spec.request_id()] = id;
-  jobs_[id] = std::move(rec);
-  queue_.push_back(id);
-  ScheduleLocked();
-  ForgetOldLocked();
-  return jobs_[id]->job;
+  // On disk before anyone can see it: a job acknowledged survives a kill -9.
+  RETURN_IF_ERROR(records_.Save(job, 1));
+  std::vector<Save> saves;
+  std::vector<std::string> forgotten;
+  v1::Job out;
+  {
+    absl::MutexLock lock(&mu_);
+    auto rec = std::make_unique<Record>();
+    rec->job = job;
+    rec->version = rec->persisted = 1;
+    rec->log = std::make_shared<EventLog>(options_.history_bytes);
+    rec->log->Append(StateEvent(v1::QUEUED, ""));
+    spdlog::info("{} QUEUED", job.id());
+    if (!spec.request_id().empty()) by_request_id_[spec.request_id()] = job.id();
+    jobs_[job.id()] = std::move(rec);
+    queue_.push_back(job.id());
+    ScheduleLocked(&saves);
+    out = jobs_[job.id()]->job;
+    forgotten = ForgetOldLocked();
+  }
+  Persist(std::move(saves));
+  for (const std::string& id : forgotten) records_.Erase(id).IgnoreError();
+  return out;
 }
 
-void JobManager::ScheduleLocked() {
-  // FIFO: a job that does not fit in the free workers holds back the jobs behind it, so
-  // big jobs are not starved by small ones; but one that needs more workers of its
-  // device than are registered at all is passed over until enough register.
-  bool blocked = false;  // by a job ahead that fits the pool once workers are free
-  for (auto it = queue_.begin(); it != queue_.end() && !stopping_;) {
-    Record& rec = *jobs_[*it];
-    const v1::JobSpec& spec = rec.job.spec();
-    const int n = static_cast<int>(spec.workers());
-    const int registered = pool_->CountFor(spec.device());
-    if (registered < n) {
-      rec.job.set_waiting_for(
-          absl::StrCat(n, " ", spec.device(), " workers (", registered, " registered)"));
-      ++it;
-      continue;
-    }
-    if (blocked) {
-      rec.job.set_waiting_for("the jobs ahead of it in the queue");
-      ++it;
-      continue;
-    }
-    auto workers = pool_->TryAcquire(rec.job.id(), n, spec.device());
-    if (!workers) {
-      rec.job.set_waiting_for(absl::StrCat(n, " free ", spec.device(), " workers"));
-      blocked = true;
-      ++it;
-      continue;
-    }
+void JobManager::ScheduleLocked(std::vector<Save>* saves) {
+  if (stopping_ || queue_.empty()) return;
+  std::vector<JobDemand> demands;
+  for (const std::string& id : queue_) demands.push_back(DemandOf(jobs_[id]->job));
+  const Schedule plan = PlanSchedule(demands, pool_->Views());
+  for (const auto& [id, what] : plan.waiting_for) jobs_[id]->job.set_waiting_for(what);
+  for (const Placement& p : plan.start) {
+    absl::StatusOr<std::vector<PoolWorker>> workers = pool_->Assign(p.job_id, p.worker_ids);
+    if (!workers.ok()) continue;  // the pool changed meanwhile: the next round retries
+    Record& rec = *jobs_[p.job_id];
+    std::erase(queue_, p.job_id);
     rec.job.clear_waiting_for();
-    it = queue_.erase(it);
     for (const PoolWorker& w : *workers) rec.job.add_workers(w.id);
-    SetStateLocked(rec, v1::RUNNING, absl::OkStatus());
+    SetStateLocked(rec, v1::RUNNING, absl::OkStatus(), saves);
     rec.sink = std::make_unique<Sink>(this, &rec);
-    rec.runner = std::make_unique<JobRunner>(rec.job.id(), spec, *workers, factory_, kv_, options_,
-                                             rec.sink.get());
+    rec.runner = std::make_unique<JobRunner>(rec.job.id(), rec.job.spec(), *workers, factory_,
+                                             options_, rec.sink.get());
     rec.thread = std::thread([this, r = &rec] { RunJob(r); });
   }
 }
 
 void JobManager::RunJob(Record* rec) {
   JobOutcome out;
-  absl::Status st = rec->runner->Run(&out);
-  absl::MutexLock lock(&mu_);
-  for (const std::string& id : out.unreachable) pool_->Drop(id);
-  pool_->Release(rec->job.id());
-  rec->job.set_param_checksum(out.param_checksum);
-  rec->job.set_checkpoint_path(out.checkpoint_path);
-  if (out.samples_per_sec > 0) rec->job.set_samples_per_sec(out.samples_per_sec);
-  if (st.ok()) {
-    SetStateLocked(*rec, v1::SUCCEEDED, absl::OkStatus());
-  } else if (absl::IsCancelled(st)) {
-    SetStateLocked(*rec, v1::CANCELLED, st);
-  } else {
-    SetStateLocked(*rec, v1::FAILED, st);
+  const absl::Status st = rec->runner->Run(&out);
+  const std::string id = rec->job.id();  // immutable once created
+  if (kv_ != nullptr) kv_->ErasePrefix(absl::StrCat("jobs/", id, "/"));
+  std::vector<Save> saves;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& w : out.unreachable) pool_->Drop(w);
+    pool_->Release(id);
+    rec->job.set_param_checksum(out.param_checksum);
+    rec->job.set_checkpoint_path(out.checkpoint_path);
+    if (out.samples_per_sec > 0) rec->job.set_samples_per_sec(out.samples_per_sec);
+    const v1::JobState state = st.ok()                 ? v1::SUCCEEDED
+                               : absl::IsCancelled(st) ? v1::CANCELLED
+                                                       : v1::FAILED;
+    SetStateLocked(*rec, state, st, &saves);
+    ended_.emplace_back(id, std::move(rec->thread));
+    kicked_ = true;  // the scheduler joins this thread and starts what waited
   }
-  ScheduleLocked();
+  Persist(std::move(saves));
 }
 
 absl::StatusOr<JobManager::Record*> JobManager::FindLocked(const std::string& id) {
@@ -270,39 +347,45 @@ v1::ListJobsResponse JobManager::List(const v1::ListJobsRequest& req) {
 }
 
 absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Record * rec, FindLocked(id));
-  if (IsTerminal(rec->job.state())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", id, " already ended (", v1::JobState_Name(rec->job.state()), ")"));
+  std::vector<Save> saves;
+  v1::Job out;
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(Record * rec, FindLocked(id));
+    if (IsTerminal(rec->job.state())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", id, " already ended (", v1::JobState_Name(rec->job.state()), ")"));
+    }
+    if (rec->job.state() == v1::QUEUED) {
+      std::erase(queue_, id);
+      SetStateLocked(*rec, v1::CANCELLED, absl::CancelledError("cancelled by the user"), &saves);
+    } else if (rec->runner) {
+      rec->runner->Abort(absl::CancelledError("cancelled by the user"));
+    }
+    out = rec->job;
   }
-  if (rec->job.state() == v1::QUEUED) {
-    std::erase(queue_, id);
-    SetStateLocked(*rec, v1::CANCELLED, absl::CancelledError("cancelled by the user"));
-  } else if (rec->runner) {
-    rec->runner->Abort(absl::CancelledError("cancelled by the user"));
-  }
-  return rec->job;
+  Persist(std::move(saves));
+  return out;
 }
 
-void JobManager::ForgetOldLocked() {
+std::vector<std::string> JobManager::ForgetOldLocked() {
+  std::vector<std::string> forgotten;
   for (auto it = jobs_.begin();
        it != jobs_.end() && static_cast<int>(jobs_.size()) > options_.max_jobs_kept;) {
-    Record& rec = *it->second;
-    if (IsTerminal(rec.job.state()) && rec.watchers == 0) {
-      if (rec.thread.joinable()) rec.thread.join();
+    const Record& rec = *it->second;
+    if (IsTerminal(rec.job.state()) && rec.persisted == rec.version && !rec.runner &&
+        !rec.thread.joinable()) {
       by_request_id_.erase(rec.job.spec().request_id());
-      records_.Erase(rec.job.id()).IgnoreError();
+      forgotten.push_back(it->first);
       it = jobs_.erase(it);
     } else {
       ++it;
     }
   }
+  return forgotten;
 }
 
-absl::Status JobManager::Watch(const std::string& id, int64_t from_step,
-                               const std::function<bool(const v1::JobEvent&)>& emit,
-                               const std::function<bool()>& cancelled) {
+absl::StatusOr<std::unique_ptr<JobManager::Watch>> JobManager::StartWatch(const std::string& id) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Record * rec, FindLocked(id));
   if (watchers_ >= options_.max_watchers || rec->watchers >= options_.max_watchers_per_job) {
@@ -312,34 +395,18 @@ absl::Status JobManager::Watch(const std::string& id, int64_t from_step,
   }
   ++watchers_;
   ++rec->watchers;
-  int64_t next = 0;  // next event seq to send
-  bool first = true;
-  while (true) {
-    std::vector<v1::JobEvent> batch;
-    const int64_t oldest = rec->history.empty() ? rec->seq : rec->history.front().seq;
-    next = std::max(next, oldest);
-    for (auto it = rec->history.begin() + (next - oldest); it != rec->history.end(); ++it) {
-      if (!first || it->step >= from_step || it->event.has_state()) batch.push_back(it->event);
-    }
-    first = false;
-    next = rec->seq;
-    const bool ended = IsTerminal(rec->job.state());
-    bool keep = true;
-    mu_.Unlock();
-    for (const auto& e : batch) {
-      if (!(keep = emit(e))) break;
-    }
-    mu_.Lock();
-    if (!keep || ended || cancelled()) break;
-    auto more = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return rec->seq > next || IsTerminal(rec->job.state()) || stopping_;
-    };
-    mu_.AwaitWithTimeout(absl::Condition(&more), absl::Seconds(1));
-    if (stopping_) break;
-  }
-  --watchers_;
-  --rec->watchers;
-  return absl::OkStatus();
+  return std::unique_ptr<Watch>(new Watch(this, id, rec->log));
 }
+
+void JobManager::EndWatch(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  --watchers_;
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  Record& rec = *it->second;
+  if (--rec.watchers == 0 && IsTerminal(rec.job.state())) rec.log->Compact();
+}
+
+JobManager::Watch::~Watch() { m_->EndWatch(id_); }
 
 }  // namespace lockstep

@@ -1,21 +1,29 @@
 // JobManager: the coordinator's single writer of job state. It validates and queues
-// submitted jobs, schedules them FIFO onto free workers (jobs on disjoint workers run
-// concurrently), runs each on its own thread (JobRunner), fails jobs whose workers die,
-// keeps a bounded event history per job for watchers, and handles cancellation.
-// Thread-safe.
+// submitted jobs (at most max_queued_jobs), starts them as the scheduling policy says
+// (scheduler.h: FIFO onto free workers; jobs on disjoint workers run concurrently), runs
+// each on a thread of its own (JobRunner), fails a job whose worker dies, and cancels.
+// Its parts, each with one concern: job records on disk (JobRecords, written outside
+// this class's lock), each job's event log (EventLog, its own lock, for watchers), the
+// pool (WorkerPool) and the policy (PlanSchedule, pure).
+//
+// Thread-safe. Lock order: submit_mu_, then mu_, then the WorkerPool's lock; a job's
+// CancelToken callbacks and EventLog wake-ups may run under mu_ and take only leaf locks
+// (a gRPC call's, a step stream's, a watcher's). mu_ is never held while waiting for the
+// disk, a worker or a thread: records are written and threads joined after unlocking.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_JOB_MANAGER_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_JOB_MANAGER_H_
 
 #include <deque>
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "lockstep/v1/job.pb.h"
+#include "services/coordinator/event_log.h"
 #include "services/coordinator/job_records.h"
 #include "services/coordinator/job_runner.h"
 #include "services/coordinator/kv_table.h"
@@ -27,6 +35,7 @@ namespace lockstep {
 
 class JobManager {
  public:
+  // All must outlive the manager. `kv` may be null (no rendezvous keys to drop).
   JobManager(const CoordinatorOptions& options, WorkerPool* pool, KvTable* kv,
              WorkerClientFactory* factory);
   ~JobManager();  // cancels running jobs and joins every thread
@@ -35,31 +44,61 @@ class JobManager {
   // marked FAILED) and starts the scheduler thread. DATA_LOSS naming an unreadable record.
   absl::Status Start();
 
-  // INVALID_ARGUMENT naming the spec field. A known spec.request_id returns its job.
+  // INVALID_ARGUMENT naming the spec field; RESOURCE_EXHAUSTED when max_queued_jobs are
+  // queued; DATA_LOSS when the record cannot be written. Returns once the job's record is
+  // on disk. A known spec.request_id returns its job.
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
   absl::StatusOr<v1::Job> Get(const std::string& id);
   v1::ListJobsResponse List(const v1::ListJobsRequest& request);
-  // FAILED_PRECONDITION if the job already ended.
+  // FAILED_PRECONDITION if the job already ended. A queued job is CANCELLED at once; a
+  // running one within about a second (its runner stops; its workers are released).
   absl::StatusOr<v1::Job> Cancel(const std::string& id);
 
-  // Calls `emit` with the job's events from `from_step` (history, then live) until the
-  // job ends (after its final event), `emit` returns false, or `cancelled()` is true.
-  // RESOURCE_EXHAUSTED when the watcher limits are reached.
-  absl::Status Watch(const std::string& id, int64_t from_step,
-                     const std::function<bool(const v1::JobEvent&)>& emit,
-                     const std::function<bool()>& cancelled);
+  // A watcher of one job: its event log, and where the history it replays ends. Counts
+  // against the watcher limits while it lives.
+  class Watch {
+   public:
+    ~Watch();
+    const std::shared_ptr<EventLog>& log() const { return log_; }
+    int64_t replay_until() const { return replay_until_; }
+
+   private:
+    friend class JobManager;
+    Watch(JobManager* m, std::string id, std::shared_ptr<EventLog> log)
+        : m_(m), id_(std::move(id)), log_(std::move(log)), replay_until_(log_->end()) {}
+    JobManager* m_;
+    const std::string id_;
+    const std::shared_ptr<EventLog> log_;
+    const int64_t replay_until_;
+  };
+  // NOT_FOUND; RESOURCE_EXHAUSTED when the watcher limits are reached.
+  absl::StatusOr<std::unique_ptr<Watch>> StartWatch(const std::string& id);
+
+  // Wakes the scheduler (e.g. a worker registered).
+  void Kick();
 
  private:
   struct Record;
   class Sink;
+  // A record to write once mu_ is released.
+  struct Save {
+    v1::Job job;
+    int64_t version;
+  };
   void SchedulerLoop();
-  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies PlanSchedule; started jobs' records go to *saves.
+  void ScheduleLocked(std::vector<Save>* saves) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunJob(Record* rec);
-  void EmitLocked(Record& rec, v1::JobEvent event, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SetStateLocked(Record& rec, v1::JobState state, const absl::Status& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ForgetOldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Changes the job's state, logs the state event, and queues the record's write.
+  void SetStateLocked(Record& rec, v1::JobState state, const absl::Status& reason,
+                      std::vector<Save>* saves) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the records (without mu_) and notes what reached the disk.
+  void Persist(std::vector<Save> saves) ABSL_LOCKS_EXCLUDED(mu_);
+  // Finished jobs past max_jobs_kept whose records are on disk: forgotten, their ids
+  // returned for their records to be erased.
+  std::vector<std::string> ForgetOldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Record*> FindLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndWatch(const std::string& id);
 
   const CoordinatorOptions options_;
   WorkerPool* pool_;
@@ -67,13 +106,17 @@ class JobManager {
   WorkerClientFactory* factory_;
   JobRecords records_;
 
+  absl::Mutex submit_mu_;  // serializes Submit, whose write to disk happens under it
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Record>> jobs_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> by_request_id_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   int watchers_ ABSL_GUARDED_BY(mu_) = 0;
+  bool kicked_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Threads of jobs that ended, for the scheduler thread to join outside mu_.
+  std::vector<std::pair<std::string, std::thread>> ended_ ABSL_GUARDED_BY(mu_);
   std::thread scheduler_;
 };
 

@@ -1,9 +1,12 @@
 #include "services/coordinator/job_records.h"
 
+#include <fcntl.h>
 #include <google/protobuf/util/json_util.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -11,14 +14,52 @@
 #include "absl/strings/str_cat.h"
 
 namespace lockstep {
+namespace {
 
 namespace fs = std::filesystem;
+
+absl::Status Errno(const std::string& path, const char* what) {
+  return absl::DataLossError(absl::StrCat(path, ": ", what, ": ", std::strerror(errno)));
+}
+
+// Writes `text` to `path` atomically and durably (write, fsync, rename, fsync the folder).
+absl::Status WriteDurably(const std::string& dir, const std::string& path,
+                          const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno(tmp, "cannot create");
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      absl::Status st = Errno(tmp, "write failed");
+      close(fd);
+      return st;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0) {
+    absl::Status st = Errno(tmp, "fsync failed");
+    close(fd);
+    return st;
+  }
+  close(fd);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Errno(path, "cannot rename into place");
+  const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return Errno(dir, "cannot open");
+  const int rc = fsync(dfd);
+  close(dfd);
+  if (rc != 0) return Errno(dir, "fsync failed");
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<v1::Job>> JobRecords::Load() const {
   std::vector<v1::Job> jobs;
   if (dir_.empty() || !fs::exists(dir_)) return jobs;
   for (const auto& entry : fs::directory_iterator(dir_)) {
-    if (entry.path().extension() != ".json") continue;
+    if (entry.path().extension() != ".json") continue;  // a .tmp left by a kill is ignored
     std::ifstream in(entry.path());
     std::stringstream text;
     text << in.rdbuf();
@@ -36,31 +77,31 @@ absl::StatusOr<std::vector<v1::Job>> JobRecords::Load() const {
   return jobs;
 }
 
-absl::Status JobRecords::Save(const v1::Job& job) const {
+absl::Status JobRecords::Save(const v1::Job& job, int64_t version) {
   if (dir_.empty()) return absl::OkStatus();
-  std::error_code ec;
-  fs::create_directories(dir_, ec);
   std::string text;
   google::protobuf::util::JsonPrintOptions opts;
   opts.preserve_proto_field_names = true;
   (void)google::protobuf::util::MessageToJsonString(job, &text, opts);
-  const std::string path = absl::StrCat(dir_, "/", job.id(), ".json");
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text << "\n";
-    if (!out.flush()) return absl::DataLossError(absl::StrCat(tmp, ": write failed"));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::DataLossError(absl::StrCat(path, ": cannot rename into place"));
-  }
-  return absl::OkStatus();
+  text += "\n";
+  absl::MutexLock lock(&mu_);
+  auto it = written_.find(job.id());
+  if (it != written_.end() && it->second >= version) return absl::OkStatus();  // stale
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) return absl::DataLossError(absl::StrCat(dir_, ": ", ec.message()));
+  absl::Status st = WriteDurably(dir_, PathOf(job.id()), text);
+  if (st.ok()) written_[job.id()] = version;
+  return st;
 }
 
-absl::Status JobRecords::Erase(const std::string& id) const {
+absl::Status JobRecords::Erase(const std::string& id) {
   if (dir_.empty()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  written_.erase(id);
   std::error_code ec;
-  fs::remove(absl::StrCat(dir_, "/", id, ".json"), ec);
+  fs::remove(PathOf(id), ec);
+  if (ec) return absl::DataLossError(absl::StrCat(PathOf(id), ": ", ec.message()));
   return absl::OkStatus();
 }
 

@@ -1,15 +1,23 @@
 // JobRecords: the coordinator's job records on disk, one JSON file per job under
-// <state_dir>/jobs, written atomically whenever a job changes state. A restarted
-// coordinator reloads them: finished jobs keep their results, and jobs that were queued
-// or running are marked FAILED (recovery of running jobs is a later feature). Thread
-// safety: none; the JobManager calls it under its lock.
+// <state_dir>/jobs, so that a restarted coordinator knows its jobs. Every write is atomic
+// and durable: the record goes to a temporary file, which is fsync'ed and renamed over
+// the old one, and the directory is fsync'ed; a kill -9 at any moment leaves either the
+// old record or the new one, never a torn one (a leftover temporary file is ignored).
+//
+// Thread-safe, with a lock of its own: callers write records without holding theirs (the
+// JobManager's job API never waits for the disk). Writes of one job are ordered by the
+// version the caller gives: a write older than one already made is skipped. Erase a job
+// only once no write of it can still come.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_JOB_RECORDS_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_JOB_RECORDS_H_
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "lockstep/v1/job.pb.h"
 
 namespace lockstep {
@@ -19,13 +27,19 @@ class JobRecords {
   // An empty dir keeps nothing (tests, throwaway coordinators).
   explicit JobRecords(std::string dir) : dir_(std::move(dir)) {}
 
-  // Every record, oldest first. Unreadable files are errors naming the file.
+  // Every record, oldest first. Unreadable files are DATA_LOSS naming the file.
   absl::StatusOr<std::vector<v1::Job>> Load() const;
-  absl::Status Save(const v1::Job& job) const;
-  absl::Status Erase(const std::string& id) const;
+  // Writes `job` as of `version` (increasing per job). DATA_LOSS naming the file when the
+  // disk refuses.
+  absl::Status Save(const v1::Job& job, int64_t version);
+  absl::Status Erase(const std::string& id);
 
  private:
-  std::string dir_;
+  std::string PathOf(const std::string& id) const { return dir_ + "/" + id + ".json"; }
+
+  const std::string dir_;
+  absl::Mutex mu_;                                               // held while writing
+  std::map<std::string, int64_t> written_ ABSL_GUARDED_BY(mu_);  // id -> version on disk
 };
 
 }  // namespace lockstep

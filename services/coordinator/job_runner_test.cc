@@ -49,9 +49,8 @@ class RecordingSink final : public JobSink {
 
 TEST(JobRunnerTest, RunsTheStepsAveragingTheWorkersLossesAndEvaluatesOnCadence) {
   FakeClientFactory factory;
-  KvTable kv;
   RecordingSink sink;
-  JobRunner runner("job-1", Spec(2), Workers(2), &factory, &kv, CoordinatorOptions(), &sink);
+  JobRunner runner("job-1", Spec(2), Workers(2), &factory, CoordinatorOptions(), &sink);
   JobOutcome out;
   ASSERT_OK(runner.Run(&out));
   EXPECT_EQ(sink.total_steps, 6);
@@ -74,9 +73,8 @@ TEST(JobRunnerTest, RunsTheStepsAveragingTheWorkersLossesAndEvaluatesOnCadence) 
 
 TEST(JobRunnerTest, AStepErrorFailsTheJobNamingTheWorkerAndReleasesEveryone) {
   FakeClientFactory factory({FakeWorker{}, FakeWorker{.steps = Behaviour::kFail}});
-  KvTable kv;
   RecordingSink sink;
-  JobRunner runner("job-1", Spec(2), Workers(2), &factory, &kv, CoordinatorOptions(), &sink);
+  JobRunner runner("job-1", Spec(2), Workers(2), &factory, CoordinatorOptions(), &sink);
   JobOutcome out;
   const absl::Status st = runner.Run(&out);
   EXPECT_THAT(st, StatusIs(absl::StatusCode::kUnavailable,
@@ -88,16 +86,15 @@ TEST(JobRunnerTest, AStepErrorFailsTheJobNamingTheWorkerAndReleasesEveryone) {
 
 TEST(JobRunnerTest, AbortCancelsAPrepareInFlight) {
   FakeClientFactory factory({FakeWorker{.hang_prepare = true}, FakeWorker{.hang_prepare = true}});
-  KvTable kv;
   RecordingSink sink;
-  JobRunner runner("job-1", Spec(2), Workers(2), &factory, &kv, CoordinatorOptions(), &sink);
+  JobRunner runner("job-1", Spec(2), Workers(2), &factory, CoordinatorOptions(), &sink);
   absl::Status st;
   const absl::Time t0 = absl::Now();
   std::thread run([&] {
     JobOutcome out;
     st = runner.Run(&out);
   });
-  absl::SleepFor(absl::Milliseconds(200));  // both Prepare calls are waiting
+  for (FakeClient* c : factory.clients) c->AwaitPrepare();
   runner.Abort(absl::CancelledError("cancelled by the user"));
   run.join();
   EXPECT_LT(absl::Now() - t0, absl::Seconds(10));  // not the minute a hung Prepare lasts

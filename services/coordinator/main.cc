@@ -23,18 +23,21 @@ ABSL_FLAG(int, collective_timeout_s, 30, "workers' all-reduce timeout");
 ABSL_FLAG(int, steps_in_flight, 4, "step commands queued ahead per worker");
 ABSL_FLAG(int, max_workers_per_job, 64, "jobs asking for more workers are rejected");
 ABSL_FLAG(int64_t, max_params, 100000000, "models with more parameters are rejected");
-ABSL_FLAG(int, max_watchers, 256, "concurrent WatchJob streams");
-ABSL_FLAG(int, max_history, 20000, "events kept per job for WatchJob");
+ABSL_FLAG(int, max_watchers, 4096, "concurrent WatchJob streams (at most 1024 per job)");
+ABSL_FLAG(int64_t, history_bytes, 4 << 20,
+          "a running job's event log for WatchJob (finished jobs keep states and evaluations)");
+ABSL_FLAG(int, max_queued_jobs, 1000, "submitting past this many queued jobs is refused");
 ABSL_FLAG(std::string, port_file, "", "write the port actually bound here (for --listen :0)");
 
 int main(int argc, char** argv) {
   using namespace lockstep;
+  signal(SIGPIPE, SIG_IGN);  // a peer gone mid-write is an error to report, not a death
   BlockShutdownSignals();
   ParseFlagsWithEnv(
       argc, argv,
       {"listen", "state_dir", "heartbeat_timeout_s", "step_timeout_s", "prepare_timeout_s",
        "collective_timeout_s", "steps_in_flight", "max_workers_per_job", "max_params",
-       "max_watchers", "max_history", "port_file"});
+       "max_watchers", "history_bytes", "max_queued_jobs", "port_file"});
   CoordinatorOptions opts;
   opts.limits.max_workers = absl::GetFlag(FLAGS_max_workers_per_job);
   opts.limits.max_params = absl::GetFlag(FLAGS_max_params);
@@ -45,7 +48,9 @@ int main(int argc, char** argv) {
   opts.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s));
   opts.steps_in_flight = std::max(1, absl::GetFlag(FLAGS_steps_in_flight));
   opts.max_watchers = absl::GetFlag(FLAGS_max_watchers);
-  opts.max_history = absl::GetFlag(FLAGS_max_history);
+  opts.history_bytes =
+      static_cast<size_t>(std::max<int64_t>(1, absl::GetFlag(FLAGS_history_bytes)));
+  opts.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
   opts.checkpoint_dir = absl::GetFlag(FLAGS_state_dir) + "/checkpoints";
   opts.records_dir = absl::GetFlag(FLAGS_state_dir) + "/jobs";
   std::error_code ec;
@@ -60,7 +65,7 @@ int main(int argc, char** argv) {
   auto factory = NewGrpcWorkerClientFactory();
   JobManager jobs(opts, &pool, &kv, factory.get());
   JobServiceImpl job_service(&jobs, &pool);
-  WorkerRegistryImpl registry(&pool, opts.heartbeat_interval);
+  WorkerRegistryImpl registry(&pool, &jobs, opts.heartbeat_interval);
   RendezvousImpl rendezvous(&kv);
 
   // The records are reloaded before the server takes its first Submit.

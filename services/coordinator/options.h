@@ -15,12 +15,14 @@ struct CoordinatorOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(5);
   absl::Duration prepare_timeout = absl::Seconds(180);  // dataset load + collective bootstrap
   absl::Duration step_timeout = absl::Seconds(60);      // one step's answer
-  absl::Duration rpc_timeout = absl::Seconds(30);       // evaluate, fetch, release
+  absl::Duration rpc_timeout = absl::Seconds(30);       // evaluate, fetch
+  absl::Duration release_timeout = absl::Seconds(1);    // a job's cleanup, also after a cancel
   absl::Duration collective_timeout = absl::Seconds(30);
-  int steps_in_flight = 4;  // step commands sent ahead of the slowest answer
-  int max_history = 20000;  // events kept per job for WatchJob
-  int max_watchers_per_job = 32;
-  int max_watchers = 256;
+  int steps_in_flight = 4;          // step commands sent ahead of the slowest answer
+  size_t history_bytes = 4 << 20;   // a running job's event log (about 40,000 step events)
+  int max_watchers_per_job = 1024;  // WatchJob streams pin no thread: a few KiB each
+  int max_watchers = 4096;
+  int max_queued_jobs = 1000;
   int max_jobs_kept = 1000;    // finished jobs kept in memory
   std::string checkpoint_dir;  // where relative checkpoint_path values land
   std::string records_dir;     // job records (JobRecords); empty: kept in memory only

@@ -1,8 +1,144 @@
 #include "services/coordinator/service.h"
 
+#include <deque>
+
 #include "services/common/status.h"
 
 namespace lockstep {
+namespace {
+
+// Streams a job's events: the history, then live events as its log wakes it, one write
+// in flight at a time, until the log is closed (the job ended) or the call is cancelled.
+// Its state lives in a Core shared with the log's wake-up, so that a wake-up after the
+// RPC ended touches no freed memory: calls on the reactor are made under core->mu while
+// core->reactor is set, and OnDone clears it first.
+class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
+ public:
+  WatchReactor(std::unique_ptr<JobManager::Watch> watch, int64_t from_step)
+      : watch_(std::move(watch)),
+        core_(std::make_shared<Core>(watch_->log(), from_step, watch_->replay_until())) {
+    absl::MutexLock lock(&core_->mu);
+    core_->reactor = this;
+    core_->wake = core_->log->Subscribe([weak = std::weak_ptr<Core>(core_)] {
+      if (auto core = weak.lock()) {
+        absl::MutexLock lock(&core->mu);
+        core->Pump();
+      }
+    });
+    core_->Pump();
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&core_->mu);
+    core_->writing = false;
+    if (!ok) core_->cancelled = true;
+    core_->Pump();
+  }
+  void OnCancel() override {
+    absl::MutexLock lock(&core_->mu);
+    core_->cancelled = true;
+    core_->Pump();
+  }
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&core_->mu);
+      core_->reactor = nullptr;
+      core_->wake.reset();
+    }
+    delete this;  // the Watch goes with it, outside any lock
+  }
+
+ private:
+  static constexpr size_t kBatch = 64;
+
+  struct Core {
+    Core(std::shared_ptr<EventLog> log, int64_t from_step, int64_t replay_until)
+        : log(std::move(log)), from_step(from_step), replay_until(replay_until) {}
+
+    // Starts the next write, or Finish.
+    void Pump() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      if (reactor == nullptr || finished || writing) return;
+      if (cancelled) {
+        finished = true;
+        reactor->Finish(grpc::Status::CANCELLED);
+        return;
+      }
+      if (pending.empty() && !closed) {
+        EventLog::Batch b = log->Read(cursor, from_step, replay_until, kBatch);
+        cursor = b.next;
+        closed = b.closed;
+        pending.insert(pending.end(), std::make_move_iterator(b.events.begin()),
+                       std::make_move_iterator(b.events.end()));
+      }
+      if (!pending.empty()) {
+        message = std::move(pending.front());
+        pending.pop_front();
+        writing = true;
+        reactor->StartWrite(&message);
+      } else if (closed) {
+        finished = true;
+        reactor->Finish(grpc::Status::OK);
+      }
+    }
+
+    const std::shared_ptr<EventLog> log;
+    const int64_t from_step, replay_until;
+    absl::Mutex mu;
+    WatchReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;  // null once done
+    EventLog::Wake wake ABSL_GUARDED_BY(mu);
+    int64_t cursor ABSL_GUARDED_BY(mu) = 0;
+    std::deque<v1::JobEvent> pending ABSL_GUARDED_BY(mu);
+    v1::JobEvent message ABSL_GUARDED_BY(mu);  // the write in flight
+    bool writing ABSL_GUARDED_BY(mu) = false;
+    bool closed ABSL_GUARDED_BY(mu) = false;  // the log ends after `pending`
+    bool cancelled ABSL_GUARDED_BY(mu) = false;
+    bool finished ABSL_GUARDED_BY(mu) = false;
+  };
+
+  const std::unique_ptr<JobManager::Watch> watch_;
+  const std::shared_ptr<Core> core_;
+};
+
+// A stream refused at the start.
+class RefusedReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
+ public:
+  explicit RefusedReactor(const absl::Status& st) { Finish(ToGrpcStatus(st)); }
+  void OnDone() override { delete this; }
+};
+
+// One Rendezvous.Wait: a KvTable waiter, ended by its keys, its deadline or a cancel.
+class WaitReactor final : public grpc::ServerUnaryReactor {
+ public:
+  WaitReactor(KvTable* kv, std::vector<std::string> keys, absl::Time deadline,
+              v1::WaitResponse* resp)
+      : kv_(kv) {
+    const int64_t id = kv_->WaitAsync(
+        std::move(keys), deadline, [this, resp](absl::StatusOr<std::vector<std::string>> values) {
+          if (values.ok()) {
+            for (auto& v : *values) resp->add_values(std::move(v));
+          }
+          Finish(ToGrpcStatus(values.status()));
+        });
+    absl::MutexLock lock(&mu_);
+    id_ = id;
+  }
+  void OnCancel() override {
+    int64_t id;
+    {
+      absl::MutexLock lock(&mu_);
+      id = id_;
+    }
+    kv_->CancelWait(id, absl::CancelledError("rendezvous: the wait was cancelled"));
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  KvTable* kv_;
+  absl::Mutex mu_;
+  int64_t id_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*, const v1::JobSpec* req,
                                        v1::Job* resp) {
@@ -20,11 +156,11 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRe
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
-                                      grpc::ServerWriter<v1::JobEvent>* writer) {
-  return ToGrpcStatus(jobs_->Watch(
-      req->id(), req->from_step(), [&](const v1::JobEvent& e) { return writer->Write(e); },
-      [&] { return ctx->IsCancelled(); }));
+grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(grpc::CallbackServerContext*,
+                                                                 const v1::WatchJobRequest* req) {
+  absl::StatusOr<std::unique_ptr<JobManager::Watch>> watch = jobs_->StartWatch(req->id());
+  if (!watch.ok()) return new RefusedReactor(watch.status());
+  return new WatchReactor(std::move(watch).value(), req->from_step());
 }
 
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
@@ -45,6 +181,7 @@ grpc::Status WorkerRegistryImpl::Register(grpc::ServerContext*, const v1::Regist
   }
   resp->set_worker_id(pool_->Register(req->address(), req->device(), req->name(), req->threads()));
   resp->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(interval_));
+  jobs_->Kick();
   return grpc::Status::OK;
 }
 
@@ -60,21 +197,16 @@ grpc::Status RendezvousImpl::Set(grpc::ServerContext*, const v1::SetRequest* req
 
 grpc::Status RendezvousImpl::Get(grpc::ServerContext*, const v1::GetRequest* req,
                                  v1::GetResponse* resp) {
-  auto v = kv_->Get(req->key());
-  if (v.ok()) resp->set_value(*v);
-  return ToGrpcStatus(v.status());
+  return Answer(kv_->Get(req->key()), resp->mutable_value());
 }
 
-grpc::Status RendezvousImpl::Wait(grpc::ServerContext* ctx, const v1::WaitRequest* req,
-                                  v1::WaitResponse* resp) {
+grpc::ServerUnaryReactor* RendezvousImpl::Wait(grpc::CallbackServerContext* ctx,
+                                               const v1::WaitRequest* req, v1::WaitResponse* resp) {
   // Bounded by the request's timeout and the caller's deadline, whichever is sooner.
-  absl::Duration timeout = absl::Milliseconds(std::clamp<int64_t>(req->timeout_ms(), 0, 600000));
-  timeout = std::min(timeout, absl::FromChrono(ctx->deadline() - std::chrono::system_clock::now()));
-  auto v = kv_->Wait({req->keys().begin(), req->keys().end()}, timeout);
-  if (v.ok()) {
-    for (auto& s : *v) resp->add_values(std::move(s));
-  }
-  return ToGrpcStatus(v.status());
+  const absl::Time deadline =
+      std::min(absl::Now() + absl::Milliseconds(std::clamp<int64_t>(req->timeout_ms(), 0, 600000)),
+               absl::FromChrono(ctx->deadline()));
+  return new WaitReactor(kv_, {req->keys().begin(), req->keys().end()}, deadline, resp);
 }
 
 }  // namespace lockstep

@@ -1,5 +1,7 @@
 // The coordinator's gRPC layer: JobService, WorkerRegistry and Rendezvous, each handler
-// one line over the plain classes (JobManager, WorkerPool, KvTable).
+// one line over the plain classes (JobManager, WorkerPool, KvTable). The streams that can
+// last long — WatchJob (a job's whole run) and Rendezvous.Wait (a job's bootstrap) — use
+// gRPC's callback API, so that they pin no thread; they end on cancellation and shutdown.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_SERVICE_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_SERVICE_H_
 
@@ -11,15 +13,16 @@
 
 namespace lockstep {
 
-class JobServiceImpl final : public v1::JobService::Service {
+class JobServiceImpl final
+    : public v1::JobService::WithCallbackMethod_WatchJob<v1::JobService::Service> {
  public:
   JobServiceImpl(JobManager* jobs, WorkerPool* pool) : jobs_(jobs), pool_(pool) {}
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::JobSpec* req, v1::Job* resp) override;
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* req, v1::Job* resp) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req,
                         v1::ListJobsResponse* resp) override;
-  grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
-                        grpc::ServerWriter<v1::JobEvent>* writer) override;
+  grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* ctx,
+                                                   const v1::WatchJobRequest* req) override;
   grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
                          v1::Job* resp) override;
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest* req,
@@ -32,8 +35,9 @@ class JobServiceImpl final : public v1::JobService::Service {
 
 class WorkerRegistryImpl final : public v1::WorkerRegistry::Service {
  public:
-  WorkerRegistryImpl(WorkerPool* pool, absl::Duration heartbeat_interval)
-      : pool_(pool), interval_(heartbeat_interval) {}
+  // `jobs` is told when a worker registers (its scheduler may have work for it).
+  WorkerRegistryImpl(WorkerPool* pool, JobManager* jobs, absl::Duration heartbeat_interval)
+      : pool_(pool), jobs_(jobs), interval_(heartbeat_interval) {}
   grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest* req,
                         v1::RegisterResponse* resp) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
@@ -41,16 +45,18 @@ class WorkerRegistryImpl final : public v1::WorkerRegistry::Service {
 
  private:
   WorkerPool* pool_;
+  JobManager* jobs_;
   absl::Duration interval_;
 };
 
-class RendezvousImpl final : public v1::Rendezvous::Service {
+class RendezvousImpl final
+    : public v1::Rendezvous::WithCallbackMethod_Wait<v1::Rendezvous::Service> {
  public:
   explicit RendezvousImpl(KvTable* kv) : kv_(kv) {}
   grpc::Status Set(grpc::ServerContext*, const v1::SetRequest* req, v1::SetResponse*) override;
   grpc::Status Get(grpc::ServerContext*, const v1::GetRequest* req, v1::GetResponse* resp) override;
-  grpc::Status Wait(grpc::ServerContext* ctx, const v1::WaitRequest* req,
-                    v1::WaitResponse* resp) override;
+  grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext* ctx, const v1::WaitRequest* req,
+                                 v1::WaitResponse* resp) override;
 
  private:
   KvTable* kv_;

@@ -5,11 +5,11 @@
 namespace lockstep {
 
 absl::StatusOr<std::unique_ptr<StepFanout>> StepFanout::Open(
-    const std::vector<std::unique_ptr<WorkerClient>>& clients, absl::Duration lifetime,
-    Blame blame) {
+    const std::vector<std::unique_ptr<WorkerClient>>& clients, const std::string& job_id,
+    const CancelToken& cancel, absl::Duration lifetime, Blame blame) {
   std::vector<std::unique_ptr<StepStream>> streams;
   for (size_t r = 0; r < clients.size(); ++r) {
-    auto s = clients[r]->OpenSteps(lifetime);
+    auto s = clients[r]->OpenSteps(job_id, cancel, lifetime);
     if (!s.ok()) {
       for (auto& open : streams) open->Cancel();
       return blame(static_cast<int>(r), s.status());
@@ -47,12 +47,11 @@ void StepFanout::Read(int rank) {
   }
 }
 
-void StepFanout::Send(const std::vector<v1::StepRequest>& requests) {
-  for (int r = 0; r < size(); ++r) streams_[r]->Send(requests[r]);
+void StepFanout::Send(const std::vector<StepCommand>& commands) {
+  for (int r = 0; r < size(); ++r) streams_[r]->Send(commands[r]);
 }
 
-absl::StatusOr<std::vector<v1::StepResponse>> StepFanout::Take(int64_t step,
-                                                               absl::Duration timeout) {
+absl::StatusOr<std::vector<StepResult>> StepFanout::Take(int64_t step, absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     if (first_error_ >= 0) return true;
@@ -73,23 +72,47 @@ absl::StatusOr<std::vector<v1::StepResponse>> StepFanout::Take(int64_t step,
                                                            absl::FormatDuration(timeout), others)));
   }
   if (first_error_ >= 0) return blame_(first_error_, ended_[first_error_]);
-  std::vector<v1::StepResponse> got(size());
+  std::vector<StepResult> got(size());
   for (int r = 0; r < size(); ++r) {
     if (answers_[r].empty())
       return blame_(r, absl::UnavailableError("ended its step stream early"));
     got[r] = std::move(answers_[r].front());
     answers_[r].pop_front();
-    if (got[r].step() != step) {
-      return blame_(r, absl::InternalError(absl::StrCat("answered step ", got[r].step(),
+    if (got[r].step != step) {
+      return blame_(r, absl::InternalError(absl::StrCat("answered step ", got[r].step,
                                                         " when step ", step, " was due")));
     }
   }
   return got;
 }
 
-void StepFanout::Close() {
+bool StepFanout::AllEnded() const {
+  for (const absl::Status& st : ended_) {
+    if (st.ok()) return false;
+  }
+  return true;
+}
+
+absl::Status StepFanout::Close(absl::Duration timeout) {
   for (auto& s : streams_) s->CloseSend();
+  absl::Status st;
+  {
+    absl::MutexLock lock(&mu_);
+    auto ended = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return AllEnded(); };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&ended), timeout)) {
+      for (int r = 0; r < size(); ++r) {
+        if (ended_[r].ok()) {
+          st =
+              blame_(r, absl::DeadlineExceededError(absl::StrCat(
+                            "did not end its step stream within ", absl::FormatDuration(timeout))));
+          break;
+        }
+      }
+    }
+  }
+  if (!st.ok()) Cancel();
   Join();
+  return st;
 }
 
 void StepFanout::Cancel() {

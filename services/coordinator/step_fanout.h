@@ -2,12 +2,14 @@
 // commands go out on every stream at once; a reader thread per stream queues the
 // answers, and Take hands back every worker's answer to the next step, or the first
 // error, or DEADLINE_EXCEEDED naming the late. Errors name the worker through `blame`.
+// The job's cancel token breaks every stream.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_STEP_FANOUT_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_STEP_FANOUT_H_
 
 #include <deque>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -23,28 +25,31 @@ class StepFanout {
   // Wraps a worker's error with the worker's name: blame(rank, status).
   using Blame = std::function<absl::Status(int, const absl::Status&)>;
 
-  // Opens a step stream to every client (rank r = clients[r]), each living `lifetime`.
+  // Opens a step stream for `job_id` to every client (rank r = clients[r]), each living
+  // `lifetime` and cancelled with `cancel` (which must outlive the fanout).
   static absl::StatusOr<std::unique_ptr<StepFanout>> Open(
-      const std::vector<std::unique_ptr<WorkerClient>>& clients, absl::Duration lifetime,
-      Blame blame);
+      const std::vector<std::unique_ptr<WorkerClient>>& clients, const std::string& job_id,
+      const CancelToken& cancel, absl::Duration lifetime, Blame blame);
   ~StepFanout();  // cancels what is still open and joins the readers
 
   int size() const { return static_cast<int>(streams_.size()); }
 
-  // Queues requests[r] on worker r's stream. A broken stream reports through Take.
-  void Send(const std::vector<v1::StepRequest>& requests);
+  // Queues commands[r] on worker r's stream. A broken stream reports through Take.
+  void Send(const std::vector<StepCommand>& commands);
 
   // Every worker's next answer, which must be for `step`; waits at most `timeout`.
-  absl::StatusOr<std::vector<v1::StepResponse>> Take(int64_t step, absl::Duration timeout);
+  absl::StatusOr<std::vector<StepResult>> Take(int64_t step, absl::Duration timeout);
 
-  // No more requests: waits until every worker has ended its stream.
-  void Close();
+  // No more commands: waits until every worker has ended its stream, at most `timeout`
+  // (then breaks the streams); DEADLINE_EXCEEDED naming a worker that did not.
+  absl::Status Close(absl::Duration timeout);
 
   // Breaks every stream; a waiting Take returns promptly. Thread-safe.
   void Cancel();
 
  private:
   StepFanout(std::vector<std::unique_ptr<StepStream>> streams, Blame blame);
+  bool AllEnded() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void Read(int rank);
   void Join();
 
@@ -53,7 +58,7 @@ class StepFanout {
   std::vector<std::thread> readers_;
 
   absl::Mutex mu_;
-  std::vector<std::deque<v1::StepResponse>> answers_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::deque<StepResult>> answers_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Status> ended_ ABSL_GUARDED_BY(mu_);  // OUT_OF_RANGE: a clean end
   int first_error_ ABSL_GUARDED_BY(mu_) = -1;
 };

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/testing.h"
 #include "services/coordinator/fake_worker_client.h"
 
 namespace lockstep::testing {
@@ -27,41 +28,44 @@ std::vector<std::unique_ptr<WorkerClient>> Clients(std::vector<Behaviour> behavi
 }
 
 // Step `step` for every worker; worker r's shard has r + 1 indices.
-std::vector<v1::StepRequest> Requests(int n, int64_t step) {
-  std::vector<v1::StepRequest> requests(n);
+std::vector<StepCommand> Commands(int n, int64_t step) {
+  static const int32_t kIndices[] = {0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<StepCommand> commands(n);
   for (int r = 0; r < n; ++r) {
-    requests[r].set_step(step);
-    for (int i = 0; i <= r; ++i) requests[r].add_indices(i);
+    commands[r].step = step;
+    commands[r].indices = {kIndices, static_cast<size_t>(r + 1)};
   }
-  return requests;
+  return commands;
 }
 
 // Opens a fanout on workers behaving as `behaviours`, sends them `step` and takes the
 // answers.
-absl::StatusOr<std::vector<v1::StepResponse>> SendAndTake(std::vector<Behaviour> behaviours,
-                                                          int64_t step, absl::Duration timeout) {
+absl::StatusOr<std::vector<StepResult>> SendAndTake(std::vector<Behaviour> behaviours, int64_t step,
+                                                    absl::Duration timeout) {
   auto clients = Clients(behaviours);
-  auto fanout = StepFanout::Open(clients, absl::Seconds(10), Blame);
+  CancelToken cancel;
+  auto fanout = StepFanout::Open(clients, "job-1", cancel, absl::Seconds(10), Blame);
   if (!fanout.ok()) return fanout.status();
-  (*fanout)->Send(Requests(static_cast<int>(clients.size()), step));
+  (*fanout)->Send(Commands(static_cast<int>(clients.size()), step));
   return (*fanout)->Take(step, timeout);
 }  // the fanout's destructor cancels what is still open: no hang
 
 TEST(StepFanoutTest, AnswersComeBackInStepOrderPerWorker) {
   auto clients = Clients({Behaviour::kEcho, Behaviour::kEcho, Behaviour::kEcho});
-  auto fanout = StepFanout::Open(clients, absl::Seconds(10), Blame);
+  CancelToken cancel;
+  auto fanout = StepFanout::Open(clients, "job-1", cancel, absl::Seconds(10), Blame);
   ASSERT_TRUE(fanout.ok()) << fanout.status();
-  for (int64_t s = 0; s < 4; ++s) (*fanout)->Send(Requests(3, s));  // pipelined
+  for (int64_t s = 0; s < 4; ++s) (*fanout)->Send(Commands(3, s));  // pipelined
   for (int64_t s = 0; s < 4; ++s) {
     auto got = (*fanout)->Take(s, absl::Seconds(10));
     ASSERT_TRUE(got.ok()) << got.status();
     ASSERT_EQ(got->size(), 3u);
     for (int r = 0; r < 3; ++r) {
-      EXPECT_EQ((*got)[r].step(), s);
-      EXPECT_EQ((*got)[r].loss(), 2 * r + 1);  // its own rank and shard
+      EXPECT_EQ((*got)[r].step, s);
+      EXPECT_EQ((*got)[r].loss, 2 * r + 1);  // its own rank and shard
     }
   }
-  (*fanout)->Close();  // returns: every stream ended cleanly
+  EXPECT_TRUE((*fanout)->Close(absl::Seconds(10)).ok());  // every stream ended cleanly
 }
 
 TEST(StepFanoutTest, ASilentWorkerIsADeadlineNamingIt) {
@@ -94,15 +98,26 @@ TEST(StepFanoutTest, AnAnswerToTheWrongStepIsInternal) {
   EXPECT_EQ(got.status().message(), "worker w1: answered step 8 when step 7 was due");
 }
 
-TEST(StepFanoutTest, CancelWakesAWaitingTake) {
-  auto clients = Clients({Behaviour::kSilent, Behaviour::kSilent});
-  auto fanout = StepFanout::Open(clients, absl::Seconds(10), Blame);
+TEST(StepFanoutTest, CloseGivesUpOnAWorkerThatDoesNotEndItsStream) {
+  auto clients = Clients({Behaviour::kEcho, Behaviour::kHang});
+  CancelToken cancel;
+  auto fanout = StepFanout::Open(clients, "job-1", cancel, absl::Seconds(10), Blame);
   ASSERT_TRUE(fanout.ok());
-  (*fanout)->Send(Requests(2, 0));
-  std::thread canceller([&] {
-    absl::SleepFor(absl::Milliseconds(50));
-    (*fanout)->Cancel();
-  });
+  const absl::Time t0 = absl::Now();
+  const absl::Status st = (*fanout)->Close(absl::Milliseconds(100));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kDeadlineExceeded,
+                           "worker w1: did not end its step stream within 100ms"));
+}
+
+TEST(StepFanoutTest, TheJobsCancelTokenWakesAWaitingTake) {
+  auto clients = Clients({Behaviour::kSilent, Behaviour::kSilent});
+  CancelToken cancel;
+  auto fanout = StepFanout::Open(clients, "job-1", cancel, absl::Seconds(10), Blame);
+  ASSERT_TRUE(fanout.ok());
+  (*fanout)->Send(Commands(2, 0));
+  // Whether the cancel lands before or during the wait, the wait ends with it.
+  std::thread canceller([&] { cancel.Cancel(absl::CancelledError("by the user")); });
   const absl::Time t0 = absl::Now();
   auto got = (*fanout)->Take(0, absl::Seconds(30));
   canceller.join();
@@ -114,7 +129,8 @@ TEST(StepFanoutTest, OpenNamesTheWorkerThatRefused) {
   std::vector<std::unique_ptr<WorkerClient>> clients;
   clients.push_back(std::make_unique<FakeClient>(0, FakeWorker{}));
   clients.push_back(std::make_unique<FakeClient>(1, FakeWorker{.refuse_steps = true}));
-  auto fanout = StepFanout::Open(clients, absl::Seconds(10), Blame);
+  CancelToken cancel;
+  auto fanout = StepFanout::Open(clients, "job-1", cancel, absl::Seconds(10), Blame);
   EXPECT_EQ(fanout.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(fanout.status().message(), "worker w1: connection refused");
 }

@@ -2,7 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <set>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -10,21 +10,40 @@
 #include "lockstep/v1/worker.grpc.pb.h"
 #include "services/common/net.h"
 #include "services/common/status.h"
+#include "services/worker/wire.h"
 
 namespace lockstep {
 namespace {
 
-void SetDeadline(grpc::ClientContext& ctx, absl::Duration timeout) {
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-}
+// A call's context: its deadline, and cancelled with `cancel` while the call lasts.
+class Call {
+ public:
+  Call(const CancelToken& cancel, absl::Duration timeout)
+      : cancel_(cancel), on_cancel_(cancel.OnCancel([this] { ctx_.TryCancel(); })) {
+    ctx_.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  }
+  grpc::ClientContext* ctx() { return &ctx_; }
+  // The call's outcome: the token's reason if it was cancelled, else `st`.
+  absl::Status Result(const grpc::Status& st) const {
+    absl::Status why = cancel_.status();
+    return why.ok() ? FromGrpcStatus(st) : why;
+  }
+
+ private:
+  const CancelToken& cancel_;
+  grpc::ClientContext ctx_;
+  CancelToken::Callback on_cancel_;  // last: unregisters before ctx_ goes
+};
 
 class GrpcStepStream final : public StepStream {
  public:
-  GrpcStepStream(v1::Worker::Stub* stub, absl::Duration timeout) {
-    SetDeadline(ctx_, timeout);
-    stream_ = stub->Steps(&ctx_);
+  GrpcStepStream(v1::Worker::Stub* stub, std::string job_id, const CancelToken& cancel,
+                 absl::Duration lifetime)
+      : job_id_(std::move(job_id)), call_(cancel, lifetime) {
+    stream_ = stub->Steps(call_.ctx());
   }
-  bool Send(const v1::StepRequest& request) override {
+  bool Send(const StepCommand& command) override {
+    const v1::StepRequest request = ToProto(job_id_, command);
     absl::MutexLock lock(&write_mu_);
     return !closed_ && stream_->Write(request);
   }
@@ -33,20 +52,21 @@ class GrpcStepStream final : public StepStream {
     if (!closed_) stream_->WritesDone();
     closed_ = true;
   }
-  absl::StatusOr<v1::StepResponse> Receive() override {
+  absl::StatusOr<StepResult> Receive() override {
     v1::StepResponse resp;
-    if (stream_->Read(&resp)) return resp;
+    if (stream_->Read(&resp)) return FromProto(resp);
     if (!finished_) {
-      final_ = FromGrpcStatus(stream_->Finish());
+      final_ = call_.Result(stream_->Finish());
       finished_ = true;
     }
     if (final_.ok()) return absl::OutOfRangeError("step stream ended");
     return final_;
   }
-  void Cancel() override { ctx_.TryCancel(); }
+  void Cancel() override { call_.ctx()->TryCancel(); }
 
  private:
-  grpc::ClientContext ctx_;
+  const std::string job_id_;
+  Call call_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>> stream_;
   absl::Mutex write_mu_;
   bool closed_ ABSL_GUARDED_BY(write_mu_) = false;
@@ -62,62 +82,89 @@ class GrpcWorkerClient final : public WorkerClient {
         stub_(v1::Worker::NewStub(channel_)),
         health_(grpc::health::v1::Health::NewStub(channel_)) {}
 
-  absl::StatusOr<v1::PrepareResponse> Prepare(const v1::PrepareHeader& header,
-                                              const TrainState& state,
-                                              absl::Duration timeout) override {
-    Call call(this, timeout);
-    v1::PrepareResponse resp;
-    auto writer = stub_->Prepare(&call.ctx, &resp);
-    v1::PrepareChunk chunk;
-    *chunk.mutable_header() = header;
-    bool ok = writer->Write(chunk);
-    const std::string bytes = StateBytes(state);
-    for (size_t off = 0; ok && off < bytes.size(); off += kStateChunkBytes) {
-      chunk.set_state(bytes.substr(off, kStateChunkBytes));
-      ok = writer->Write(chunk);
-    }
-    if (ok) writer->WritesDone();
-    absl::Status st = FromGrpcStatus(writer->Finish());
-    if (!st.ok()) return st;
-    return resp;
-  }
-
-  absl::StatusOr<std::unique_ptr<StepStream>> OpenSteps(absl::Duration timeout) override {
-    return std::make_unique<GrpcStepStream>(stub_.get(), timeout);
-  }
-
-  absl::StatusOr<v1::EvaluateResponse> Evaluate(const v1::EvaluateRequest& request,
-                                                absl::Duration timeout) override {
-    Call call(this, timeout);
-    v1::EvaluateResponse resp;
-    absl::Status st = FromGrpcStatus(stub_->Evaluate(&call.ctx, request, &resp));
-    if (!st.ok()) return st;
-    return resp;
-  }
-
-  absl::StatusOr<TrainState> FetchState(const std::string& job_id,
+  absl::StatusOr<PrepareResult> Prepare(const JobAssignment& job,
+                                        std::shared_ptr<const SharedState> state,
+                                        const CancelToken& cancel,
                                         absl::Duration timeout) override {
-    Call call(this, timeout);
+    if (absl::Status st = cancel.status(); !st.ok()) return st;
+    Call call(cancel, timeout);
+    v1::PrepareResponse resp;
+    auto writer = stub_->Prepare(call.ctx(), &resp);
+    bool first = true;
+    const bool ok = WriteStateChunks(state->header, state->bytes, [&](const v1::StateChunk& c) {
+      v1::PrepareChunk chunk;
+      if (first) *chunk.mutable_job() = ToProto(job);
+      first = false;
+      *chunk.mutable_state() = c;
+      return writer->Write(chunk);
+    });
+    if (ok) writer->WritesDone();
+    absl::Status st = call.Result(writer->Finish());
+    if (!st.ok()) return st;
+    return FromProto(resp);
+  }
+
+  absl::StatusOr<std::unique_ptr<StepStream>> OpenSteps(const std::string& job_id,
+                                                        const CancelToken& cancel,
+                                                        absl::Duration lifetime) override {
+    if (absl::Status st = cancel.status(); !st.ok()) return st;
+    return std::make_unique<GrpcStepStream>(stub_.get(), job_id, cancel, lifetime);
+  }
+
+  absl::StatusOr<EvalSums> Evaluate(const std::string& job_id, int64_t begin, int64_t end,
+                                    const CancelToken& cancel, absl::Duration timeout) override {
+    if (absl::Status st = cancel.status(); !st.ok()) return st;
+    Call call(cancel, timeout);
+    v1::EvaluateRequest req;
+    req.set_job_id(job_id);
+    req.set_begin(begin);
+    req.set_end(end);
+    v1::EvaluateResponse resp;
+    absl::Status st = call.Result(stub_->Evaluate(call.ctx(), req, &resp));
+    if (!st.ok()) return st;
+    return FromProto(resp);
+  }
+
+  absl::StatusOr<TrainState> FetchState(const std::string& job_id, const CancelToken& cancel,
+                                        absl::Duration timeout) override {
+    if (absl::Status st = cancel.status(); !st.ok()) return st;
+    Call call(cancel, timeout);
     v1::FetchStateRequest req;
     req.set_job_id(job_id);
-    auto reader = stub_->FetchState(&call.ctx, req);
-    v1::StateChunk chunk, first;
-    std::string bytes;
-    for (bool at_first = true; reader->Read(&chunk); at_first = false) {
-      if (at_first) first = chunk;  // the header fields travel in the first chunk
-      bytes += chunk.data();
+    auto reader = stub_->FetchState(call.ctx(), req);
+    v1::StateChunk chunk;
+    std::optional<StateAssembler> state;
+    absl::Status st;
+    while (st.ok() && reader->Read(&chunk)) {
+      if (!state.has_value()) {
+        if (!chunk.has_header()) {
+          st = absl::DataLossError("FetchState: the first chunk carries no header");
+          break;
+        }
+        absl::StatusOr<StateAssembler> a = StateAssembler::Create(FromProto(chunk.header()));
+        if (!a.ok()) {
+          st = absl::DataLossError(a.status().message());
+          break;
+        }
+        state.emplace(std::move(a).value());
+      }
+      st = state->Append(chunk.data());
     }
-    absl::Status st = FromGrpcStatus(reader->Finish());
+    if (!st.ok()) {
+      call.ctx()->TryCancel();
+      reader->Finish().ok();
+      return st;
+    }
+    st = call.Result(reader->Finish());
     if (!st.ok()) return st;
-    auto state = StateFromBytes(bytes, first.step(), first.param_count(), first.slot_count());
-    if (!state.ok()) return absl::DataLossError(state.status().message());
-    return state;
+    if (!state.has_value()) return absl::DataLossError("FetchState: no state arrived");
+    return std::move(*state).Finish();
   }
 
   absl::Status Release(const std::string& job_id, const std::string& reason,
                        absl::Duration timeout) override {
     grpc::ClientContext ctx;
-    SetDeadline(ctx, timeout);
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     v1::ReleaseRequest req;
     req.set_job_id(job_id);
     req.set_reason(reason);
@@ -127,39 +174,17 @@ class GrpcWorkerClient final : public WorkerClient {
 
   bool Alive(absl::Duration timeout) override {
     grpc::ClientContext ctx;
-    SetDeadline(ctx, timeout);
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     grpc::health::v1::HealthCheckRequest req;
     grpc::health::v1::HealthCheckResponse resp;
     return health_->Check(&ctx, req, &resp).ok() &&
            resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
   }
 
-  void CancelCalls() override {
-    absl::MutexLock lock(&mu_);
-    for (grpc::ClientContext* ctx : live_) ctx->TryCancel();
-  }
-
  private:
-  // A call's context, reachable by CancelCalls while the call lasts.
-  struct Call {
-    Call(GrpcWorkerClient* client, absl::Duration timeout) : client(client) {
-      SetDeadline(ctx, timeout);
-      absl::MutexLock lock(&client->mu_);
-      client->live_.insert(&ctx);
-    }
-    ~Call() {
-      absl::MutexLock lock(&client->mu_);
-      client->live_.erase(&ctx);
-    }
-    GrpcWorkerClient* client;
-    grpc::ClientContext ctx;
-  };
-
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Worker::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
-  absl::Mutex mu_;
-  std::set<grpc::ClientContext*> live_ ABSL_GUARDED_BY(mu_);
 };
 
 class GrpcFactory final : public WorkerClientFactory {

@@ -1,5 +1,11 @@
-// WorkerClient: the coordinator's handle on one worker's Worker service. The interface
-// lets the job runner be tested with injected faults; GrpcWorkerClient is the real one.
+// WorkerClient: the coordinator's handle on one worker, in plain commands
+// (core/commands.h). GrpcWorkerClient calls a Worker service; the in-process client
+// (services/standalone) calls a JobSlot in this process; fakes inject faults in tests.
+//
+// Cancellation is sticky: the calls that take a CancelToken fail at once with its status
+// when it is already cancelled, and return promptly with it when it is cancelled while
+// they run. Release and Alive take none: they are how the coordinator cleans up after a
+// cancel. Every call has a timeout.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_WORKER_CLIENT_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_WORKER_CLIENT_H_
 
@@ -8,44 +14,54 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/cancel.h"
+#include "core/commands.h"
 #include "core/train_state.h"
-#include "lockstep/v1/worker.pb.h"
 
 namespace lockstep {
 
-// A bidirectional stream of step commands. Send and Receive may be called from two
-// threads; Cancel from any.
+// A TrainState serialized once per job (StateBytes's layout) and shared by every rank's
+// Prepare.
+struct SharedState {
+  StateHeader header;
+  std::string bytes;
+};
+
+// A bidirectional stream of one job's step commands. Send and Receive may be called from
+// two threads; Cancel from any.
 class StepStream {
  public:
   virtual ~StepStream() = default;
   // False once the stream is broken (Receive then reports why).
-  virtual bool Send(const v1::StepRequest& request) = 0;
-  // No more requests; the worker ends the stream after answering those sent.
+  virtual bool Send(const StepCommand& command) = 0;
+  // No more commands; the worker ends the stream after answering those sent.
   virtual void CloseSend() = 0;
   // The next answer, in order. OUT_OF_RANGE when the stream ended cleanly, otherwise the
   // error that ended it.
-  virtual absl::StatusOr<v1::StepResponse> Receive() = 0;
+  virtual absl::StatusOr<StepResult> Receive() = 0;
   virtual void Cancel() = 0;
 };
 
 class WorkerClient {
  public:
   virtual ~WorkerClient() = default;
-  virtual absl::StatusOr<v1::PrepareResponse> Prepare(const v1::PrepareHeader& header,
-                                                      const TrainState& state,
-                                                      absl::Duration timeout) = 0;
-  virtual absl::StatusOr<std::unique_ptr<StepStream>> OpenSteps(absl::Duration timeout) = 0;
-  virtual absl::StatusOr<v1::EvaluateResponse> Evaluate(const v1::EvaluateRequest& request,
-                                                        absl::Duration timeout) = 0;
+  virtual absl::StatusOr<PrepareResult> Prepare(const JobAssignment& job,
+                                                std::shared_ptr<const SharedState> state,
+                                                const CancelToken& cancel,
+                                                absl::Duration timeout) = 0;
+  // The stream lives at most `lifetime`; cancelled with `cancel`.
+  virtual absl::StatusOr<std::unique_ptr<StepStream>> OpenSteps(const std::string& job_id,
+                                                                const CancelToken& cancel,
+                                                                absl::Duration lifetime) = 0;
+  virtual absl::StatusOr<EvalSums> Evaluate(const std::string& job_id, int64_t begin, int64_t end,
+                                            const CancelToken& cancel, absl::Duration timeout) = 0;
   virtual absl::StatusOr<TrainState> FetchState(const std::string& job_id,
+                                                const CancelToken& cancel,
                                                 absl::Duration timeout) = 0;
   virtual absl::Status Release(const std::string& job_id, const std::string& reason,
                                absl::Duration timeout) = 0;
   // True if the worker's server answers a health check within `timeout`.
   virtual bool Alive(absl::Duration timeout) = 0;
-  // Cancels the Prepare, Evaluate and FetchState calls in flight (they return CANCELLED);
-  // later calls are unaffected. Thread-safe.
-  virtual void CancelCalls() = 0;
 };
 
 class WorkerClientFactory {

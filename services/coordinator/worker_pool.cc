@@ -33,24 +33,26 @@ absl::Status WorkerPool::Heartbeat(const std::string& id) {
   return absl::OkStatus();
 }
 
-bool WorkerPool::Matches(const std::string& worker_device, const std::string& job_device) {
-  if (job_device == "cuda") return worker_device.rfind("cuda", 0) == 0;
-  return worker_device == job_device;
+std::vector<WorkerView> WorkerPool::Views() {
+  absl::MutexLock lock(&mu_);
+  std::vector<WorkerView> out;
+  for (const auto& [id, w] : workers_) out.push_back({id, w.device, w.threads, w.job_id.empty()});
+  return out;
 }
 
-std::optional<std::vector<PoolWorker>> WorkerPool::TryAcquire(const std::string& job_id, int n,
-                                                              const std::string& device) {
+absl::StatusOr<std::vector<PoolWorker>> WorkerPool::Assign(const std::string& job_id,
+                                                           const std::vector<std::string>& ids) {
   absl::MutexLock lock(&mu_);
-  std::vector<PoolWorker*> picked;
-  for (auto& [id, w] : workers_) {
-    if (w.job_id.empty() && Matches(w.device, device)) picked.push_back(&w);
-    if (static_cast<int>(picked.size()) == n) break;
+  for (const std::string& id : ids) {
+    auto it = workers_.find(id);
+    if (it == workers_.end() || !it->second.job_id.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat("worker ", id, " is no longer free"));
+    }
   }
-  if (static_cast<int>(picked.size()) < n) return std::nullopt;
   std::vector<PoolWorker> out;
-  for (PoolWorker* w : picked) {
-    w->job_id = job_id;
-    out.push_back(*w);
+  for (const std::string& id : ids) {
+    workers_[id].job_id = job_id;
+    out.push_back(workers_[id]);
   }
   return out;
 }
@@ -82,13 +84,6 @@ std::vector<LostWorker> WorkerPool::TakeLost(absl::Time now) {
   std::vector<LostWorker> out;
   out.swap(lost_);
   return out;
-}
-
-int WorkerPool::CountFor(const std::string& device) {
-  absl::MutexLock lock(&mu_);
-  int n = 0;
-  for (const auto& [id, w] : workers_) n += Matches(w.device, device) ? 1 : 0;
-  return n;
 }
 
 std::vector<v1::WorkerInfo> WorkerPool::List() {

@@ -1,11 +1,11 @@
 // WorkerPool: the registered workers, their liveness (heartbeats) and which job holds
-// each. The scheduler acquires workers from it; a worker whose heartbeats stop is
-// dropped and reported so its job can fail. Thread-safe.
+// each. The scheduler (scheduler.h) plans on its Views and the JobManager assigns workers
+// to jobs; a worker whose heartbeats stop is dropped and reported so its job can fail.
+// Thread-safe; its lock is taken under the JobManager's, never the other way round.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_WORKER_POOL_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_WORKER_POOL_H_
 
 #include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "lockstep/v1/job.pb.h"
+#include "services/coordinator/scheduler.h"
 
 namespace lockstep {
 
@@ -39,10 +40,12 @@ class WorkerPool {
   // NOT_FOUND for an unknown (e.g. expired) worker: it must register again.
   absl::Status Heartbeat(const std::string& id);
 
-  // Takes n free workers for `job_id` whose device matches ("cpu", or "cuda" for any
-  // "cuda:K"), in registration order; nullopt if fewer are free.
-  std::optional<std::vector<PoolWorker>> TryAcquire(const std::string& job_id, int n,
-                                                    const std::string& device);
+  // The workers in registration order, as the scheduler sees them.
+  std::vector<WorkerView> Views();
+  // Gives the workers `ids` to `job_id`; FAILED_PRECONDITION naming one that is gone or
+  // busy (then none is taken).
+  absl::StatusOr<std::vector<PoolWorker>> Assign(const std::string& job_id,
+                                                 const std::vector<std::string>& ids);
   // Frees the job's workers still registered.
   void Release(const std::string& job_id);
   // Drops a worker found unreachable; if it is alive after all, its next heartbeat gets
@@ -51,13 +54,9 @@ class WorkerPool {
 
   // Moves workers whose heartbeats lapsed into the lost list; returns and clears it.
   std::vector<LostWorker> TakeLost(absl::Time now);
-  // How many registered workers could ever run `device` jobs.
-  int CountFor(const std::string& device);
   std::vector<v1::WorkerInfo> List();
 
  private:
-  static bool Matches(const std::string& worker_device, const std::string& job_device);
-
   const absl::Duration timeout_;
   absl::Mutex mu_;
   int next_id_ ABSL_GUARDED_BY(mu_) = 0;

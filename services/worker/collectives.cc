@@ -1,6 +1,5 @@
 #include "services/worker/collectives.h"
 
-#include "absl/strings/str_cat.h"
 #include "services/common/rendezvous_store.h"
 #include "workers/gloo/gloo_collective.h"
 #ifdef LOCKSTEP_HAVE_NCCL
@@ -16,9 +15,9 @@ class Factory final : public CollectiveFactory {
       : coordinator_(std::move(coordinator)), host_(std::move(host)) {}
 
   absl::StatusOr<std::unique_ptr<Collective>> Create(int rank, int size, const std::string& prefix,
-                                                     absl::Duration timeout,
-                                                     Backend* backend) override {
-    RendezvousStore store(coordinator_, prefix);
+                                                     absl::Duration timeout, Backend* backend,
+                                                     const CancelToken& cancel) override {
+    RendezvousStore store(coordinator_, prefix, cancel);
     if (backend->Name().rfind("cuda", 0) == 0) {
 #ifdef LOCKSTEP_HAVE_NCCL
       NcclCollectiveOptions options;

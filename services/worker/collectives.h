@@ -1,5 +1,6 @@
-// The worker's CollectiveFactory: NCCL for a CUDA backend, Gloo over TCP otherwise, both
-// bootstrapped through the coordinator's Rendezvous under the job's prefix.
+// The worker's CollectiveFactory (job_slot.h): a job's data plane bootstrapped through the
+// coordinator's Rendezvous under the job's prefix: NCCL for a CUDA backend, Gloo over TCP
+// otherwise.
 #ifndef LOCKSTEP_SERVICES_WORKER_COLLECTIVES_H_
 #define LOCKSTEP_SERVICES_WORKER_COLLECTIVES_H_
 
@@ -8,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "workers/replica.h"
+#include "services/worker/job_slot.h"
 
 namespace lockstep {
 

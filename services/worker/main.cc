@@ -4,6 +4,7 @@
 // the coordinator and serves the Worker service. Every flag has an environment
 // equivalent (LOCKSTEP_<FLAG>); see deploy/CONFIGURATION.md.
 #include <grpcpp/grpcpp.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include "services/common/flags.h"
 #include "services/common/net.h"
 #include "services/worker/collectives.h"
+#include "services/worker/job_slot.h"
 #include "services/worker/registration.h"
 #include "services/worker/service.h"
 #include "workers/backend_factory.h"
@@ -46,17 +48,19 @@ int Main() {
     host = *local;
   }
   const std::string device = absl::GetFlag(FLAGS_device);
-  SetCpuThreads(absl::GetFlag(FLAGS_threads));
-  auto backend = MakeBackend(device);
-  if (!backend.ok()) {
+  const int threads =
+      absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads) : DefaultCpuThreads();
+  auto backends = BackendSource::Create(device, threads);
+  if (!backends.ok()) {
     // A GPU worker without a usable device or driver refuses to start, saying why.
-    spdlog::error("--device {}: {}", device, backend.status().ToString());
+    spdlog::error("--device {}: {}", device, backends.status().ToString());
     return 1;
   }
   auto channel = MakeChannel(coordinator);
   auto collectives = NewCollectiveFactory(channel, host);
-  Replica replica(backend->get(), collectives.get());
-  WorkerServiceImpl service(&replica);
+  DatasetCache datasets;
+  JobSlot slot(backends->get(), &datasets, collectives.get());
+  WorkerServiceImpl service(&slot);
 
   grpc::ServerBuilder builder;
   int port = 0;
@@ -79,14 +83,14 @@ int Main() {
       absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", port));
   reg.set_device(device);
   reg.set_name(name);
-  reg.set_threads(CpuThreads());
+  reg.set_threads(threads);
   spdlog::info("lockstep-worker {} serving on {} (device {}, {} threads); coordinator {}", name,
-               reg.address(), device, CpuThreads(), coordinator);
+               reg.address(), device, threads, coordinator);
   Registration registration(channel, reg);
   // A device left unusable (CUDA errors are sticky) ends the process, so that the
   // supervisor (compose, Kubernetes, `cluster up`'s user) starts a fresh worker.
   const bool signalled = WaitForShutdownSignal([&] {
-    absl::Status st = replica.device_error();
+    absl::Status st = slot.device_error();
     if (!st.ok()) spdlog::error("{} is unusable, exiting: {}", device, st.ToString());
     return !st.ok();
   });
@@ -99,6 +103,7 @@ int Main() {
 }  // namespace lockstep
 
 int main(int argc, char** argv) {
+  signal(SIGPIPE, SIG_IGN);  // a peer gone mid-write is an error to report, not a death
   lockstep::BlockShutdownSignals();
   lockstep::ParseFlagsWithEnv(
       argc, argv,

@@ -2,85 +2,196 @@
 
 #include <spdlog/spdlog.h>
 
+#include <deque>
+
 #include "absl/strings/str_cat.h"
-#include "services/common/net.h"
 #include "services/common/status.h"
+#include "services/worker/wire.h"
 
 namespace lockstep {
+namespace {
+
+// The state's chunks as Prepare's stream brings them, the first one's data included.
+class PrepareSource final : public StateSource {
+ public:
+  PrepareSource(grpc::ServerReader<v1::PrepareChunk>* reader, std::string first)
+      : reader_(reader), first_(std::move(first)) {}
+  absl::StatusOr<bool> Next(std::string* chunk) override {
+    if (!first_done_) {
+      first_done_ = true;
+      *chunk = std::move(first_);
+      return true;
+    }
+    v1::PrepareChunk c;
+    if (!reader_->Read(&c)) return false;
+    if (c.has_job() || c.state().has_header()) {
+      return absl::InvalidArgumentError("Prepare: only the first message carries a header");
+    }
+    *chunk = std::move(*c.mutable_state()->mutable_data());
+    return true;
+  }
+
+ private:
+  grpc::ServerReader<v1::PrepareChunk>* reader_;
+  std::string first_;
+  bool first_done_ = false;
+};
+
+// One Steps stream. Requests are read ahead (at most kMaxQueued waiting) and run on the
+// service's executor; answers are written in order, one write in flight at a time. The
+// reactor's state lives in a Core shared with the tasks on the executor, so that a task
+// finishing after the RPC ended touches no freed memory: every call on the reactor is
+// made under core->mu while core->reactor is set, and OnDone clears it first.
+class StepsReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse> {
+ public:
+  StepsReactor(JobSlot* slot, SerialExecutor* executor)
+      : core_(std::make_shared<Core>()), slot_(slot), executor_(executor) {
+    absl::MutexLock lock(&core_->mu);
+    core_->reactor = this;
+    core_->Pump();
+  }
+
+  void OnReadDone(bool ok) override {
+    absl::MutexLock lock(&core_->mu);
+    core_->reading = false;
+    if (!ok) {
+      core_->reads_done = true;
+      core_->MaybeFinish();
+      return;
+    }
+    if (!core_->status.ok()) return;  // failed: stop reading
+    auto request = std::make_shared<v1::StepRequest>(std::move(core_->request));
+    ++core_->queued;
+    executor_->Post([core = core_, slot = slot_, request] {
+      absl::StatusOr<StepResult> result = slot->Step(request->job_id(), FromProto(*request));
+      absl::MutexLock lock(&core->mu);
+      --core->queued;
+      if (!result.ok() && core->status.ok()) core->status = result.status();
+      if (result.ok() && core->status.ok()) core->outbox.push_back(ToProto(*result));
+      core->Pump();
+    });
+    core_->Pump();
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&core_->mu);
+    core_->writing = false;
+    if (!ok && core_->status.ok()) core_->status = absl::CancelledError("the stream broke");
+    core_->Pump();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&core_->mu);
+    if (core_->status.ok()) core_->status = absl::CancelledError("the coordinator cancelled");
+    core_->Pump();
+  }
+
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&core_->mu);
+      core_->reactor = nullptr;
+    }
+    delete this;
+  }
+
+ private:
+  static constexpr int kMaxQueued = 16;
+
+  struct Core {
+    absl::Mutex mu;
+    StepsReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;   // null once done
+    v1::StepRequest request ABSL_GUARDED_BY(mu);           // the read in flight
+    v1::StepResponse writing_message ABSL_GUARDED_BY(mu);  // the write in flight
+    std::deque<v1::StepResponse> outbox ABSL_GUARDED_BY(mu);
+    int queued ABSL_GUARDED_BY(mu) = 0;  // requests read, not yet run
+    bool reading ABSL_GUARDED_BY(mu) = false;
+    bool reads_done ABSL_GUARDED_BY(mu) = false;
+    bool writing ABSL_GUARDED_BY(mu) = false;
+    bool finished ABSL_GUARDED_BY(mu) = false;
+    absl::Status status ABSL_GUARDED_BY(mu);  // the first error
+
+    // Starts what can start: the next write, the next read (while few requests wait),
+    // or Finish.
+    void Pump() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      if (reactor == nullptr || finished) return;
+      if (!writing && !outbox.empty() && status.ok()) {
+        writing_message = std::move(outbox.front());
+        outbox.pop_front();
+        writing = true;
+        reactor->StartWrite(&writing_message);
+      }
+      if (!reading && !reads_done && status.ok() &&
+          queued + static_cast<int>(outbox.size()) < kMaxQueued) {
+        reading = true;
+        reactor->StartRead(&request);
+      }
+      MaybeFinish();
+    }
+    void MaybeFinish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  };
+
+  std::shared_ptr<Core> core_;
+  JobSlot* slot_;
+  SerialExecutor* executor_;
+};
+
+void StepsReactor::Core::MaybeFinish() {
+  if (reactor == nullptr || finished || writing || queued > 0) return;
+  // Done when the coordinator stopped sending and every answer is out, or on an error
+  // (the error ends the stream; answers not yet written are dropped).
+  if (status.ok() && !(reads_done && outbox.empty())) return;
+  finished = true;
+  reactor->Finish(ToGrpcStatus(status));
+}
+
+}  // namespace
 
 grpc::Status WorkerServiceImpl::Prepare(grpc::ServerContext*,
                                         grpc::ServerReader<v1::PrepareChunk>* reader,
                                         v1::PrepareResponse* resp) {
-  v1::PrepareChunk chunk;
-  if (!reader->Read(&chunk) || !chunk.has_header()) {
-    return ToGrpcStatus(
-        absl::InvalidArgumentError("Prepare: the first message must be the header"));
+  v1::PrepareChunk first;
+  if (!reader->Read(&first) || !first.has_job() || !first.state().has_header()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "Prepare: the first message must carry the job and the state's header"));
   }
-  const v1::PrepareHeader header = chunk.header();
-  // Bounded by what the header announces: a client cannot make us buffer more. The
-  // buffer grows as chunks arrive, not by the announcement.
-  constexpr uint64_t kMaxStateBytes = uint64_t{1} << 34;
-  const uint64_t tensors = 1 + uint64_t{header.slot_count()};
-  if (header.param_count() > kMaxStateBytes / sizeof(float) / tensors) {
-    return ToGrpcStatus(absl::InvalidArgumentError("Prepare: train state over 16 GiB"));
-  }
-  const uint64_t expected = header.param_count() * tensors * sizeof(float);
-  std::string state;
-  while (reader->Read(&chunk)) {
-    if (!chunk.has_state() || state.size() + chunk.state().size() > expected) {
-      return ToGrpcStatus(absl::InvalidArgumentError(
-          absl::StrCat("Prepare: train state exceeds the ", expected, " bytes announced")));
-    }
-    state += chunk.state();
-  }
-  return Answer(replica_->Prepare(header, state), resp);
+  PrepareSource source(reader, std::move(*first.mutable_state()->mutable_data()));
+  absl::StatusOr<PrepareResult> result =
+      slot_->Prepare(FromProto(first.job()), FromProto(first.state().header()), source);
+  if (result.ok()) *resp = ToProto(*result);
+  return ToGrpcStatus(result.status());
 }
 
-grpc::Status WorkerServiceImpl::Step(grpc::ServerContext*, const v1::StepRequest* req,
-                                     v1::StepResponse* resp) {
-  return Answer(replica_->Step(*req), resp);
-}
-
-grpc::Status WorkerServiceImpl::Steps(
-    grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::StepResponse, v1::StepRequest>* stream) {
-  v1::StepRequest req;
-  while (stream->Read(&req)) {
-    if (ctx->IsCancelled()) return grpc::Status::CANCELLED;
-    auto resp = replica_->Step(req);
-    if (!resp.ok()) return ToGrpcStatus(resp.status());
-    if (!stream->Write(*resp)) break;
-  }
-  return grpc::Status::OK;
+grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>* WorkerServiceImpl::Steps(
+    grpc::CallbackServerContext*) {
+  return new StepsReactor(slot_, &steps_);
 }
 
 grpc::Status WorkerServiceImpl::Evaluate(grpc::ServerContext*, const v1::EvaluateRequest* req,
                                          v1::EvaluateResponse* resp) {
-  return Answer(replica_->Evaluate(*req), resp);
+  absl::StatusOr<EvalSums> sums = slot_->Evaluate(req->job_id(), req->begin(), req->end());
+  if (sums.ok()) *resp = ToProto(*sums);
+  return ToGrpcStatus(sums.status());
 }
 
 grpc::Status WorkerServiceImpl::FetchState(grpc::ServerContext*, const v1::FetchStateRequest* req,
                                            grpc::ServerWriter<v1::StateChunk>* writer) {
-  auto state = replica_->FetchState(req->job_id());
-  if (!state.ok()) return ToGrpcStatus(state.status());
-  v1::StateChunk chunk;
-  chunk.set_step(state->step);
-  chunk.set_param_count(state->params.size());
-  chunk.set_slot_count(static_cast<uint32_t>(state->slots.size()));
-  const std::string bytes = StateBytes(*state);
-  for (size_t off = 0; off == 0 || off < bytes.size(); off += kStateChunkBytes) {
-    chunk.set_data(bytes.substr(off, kStateChunkBytes));
-    if (!writer->Write(chunk)) return grpc::Status::CANCELLED;
-    chunk.clear_step();  // the header fields travel in the first chunk only
-    chunk.clear_param_count();
-    chunk.clear_slot_count();
-  }
-  return grpc::Status::OK;
+  bool first = true;
+  return ToGrpcStatus(slot_->FetchState(
+      req->job_id(), kStateChunkBytes, [&](const StateHeader& header, std::string_view bytes) {
+        v1::StateChunk chunk;
+        if (first) *chunk.mutable_header() = ToProto(header);
+        first = false;
+        chunk.set_data(std::string(bytes));
+        return writer->Write(chunk) ? absl::OkStatus()
+                                    : absl::CancelledError("the coordinator went away");
+      }));
 }
 
 grpc::Status WorkerServiceImpl::Release(grpc::ServerContext*, const v1::ReleaseRequest* req,
                                         v1::ReleaseResponse*) {
   spdlog::info("release {}: {}", req->job_id(), req->reason());
-  return ToGrpcStatus(replica_->Release(req->job_id()));
+  slot_->Release(req->job_id());
+  return grpc::Status::OK;
 }
 
 }  // namespace lockstep

@@ -1,22 +1,26 @@
-// The worker's gRPC layer: the Worker service over a Replica (workers/replica.h).
+// The worker's gRPC layer: the Worker service over a JobSlot (job_slot.h), translating
+// with wire.h. Steps streams use gRPC's callback API, so that a stream pins no thread:
+// their step commands run in order on one thread this service owns (a worker runs one
+// job at a time). Prepare, Evaluate, FetchState and Release are short, one per job, on
+// gRPC's synchronous threads.
 #ifndef LOCKSTEP_SERVICES_WORKER_SERVICE_H_
 #define LOCKSTEP_SERVICES_WORKER_SERVICE_H_
 
 #include "lockstep/v1/worker.grpc.pb.h"
-#include "workers/replica.h"
+#include "services/common/serial_executor.h"
+#include "services/worker/job_slot.h"
 
 namespace lockstep {
 
-class WorkerServiceImpl final : public v1::Worker::Service {
+class WorkerServiceImpl final : public v1::Worker::WithCallbackMethod_Steps<v1::Worker::Service> {
  public:
-  explicit WorkerServiceImpl(Replica* replica) : replica_(replica) {}
+  // `slot` must outlive the service, whose destructor waits for the steps posted.
+  explicit WorkerServiceImpl(JobSlot* slot) : slot_(slot) {}
 
   grpc::Status Prepare(grpc::ServerContext* ctx, grpc::ServerReader<v1::PrepareChunk>* reader,
                        v1::PrepareResponse* resp) override;
-  grpc::Status Step(grpc::ServerContext*, const v1::StepRequest* req,
-                    v1::StepResponse* resp) override;
-  grpc::Status Steps(grpc::ServerContext* ctx,
-                     grpc::ServerReaderWriter<v1::StepResponse, v1::StepRequest>* stream) override;
+  grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>* Steps(
+      grpc::CallbackServerContext* ctx) override;
   grpc::Status Evaluate(grpc::ServerContext*, const v1::EvaluateRequest* req,
                         v1::EvaluateResponse* resp) override;
   grpc::Status FetchState(grpc::ServerContext* ctx, const v1::FetchStateRequest* req,
@@ -25,7 +29,8 @@ class WorkerServiceImpl final : public v1::Worker::Service {
                        v1::ReleaseResponse*) override;
 
  private:
-  Replica* replica_;
+  JobSlot* slot_;
+  SerialExecutor steps_;  // runs every stream's step commands, in arrival order
 };
 
 }  // namespace lockstep

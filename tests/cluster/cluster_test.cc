@@ -170,11 +170,7 @@ TEST(Cluster, CancelMidRunReleasesTheWorkers) {
   auto job = c->Submit(MlpSpec(2, 100000));
   ASSERT_OK(job);
   ASSERT_OK(c->WaitForStep(job->id(), 3, absl::Minutes(2)));
-  grpc::ClientContext ctx;
-  v1::CancelJobRequest req;
-  req.set_id(job->id());
-  v1::Job resp;
-  ASSERT_TRUE(c->jobs().CancelJob(&ctx, req, &resp).ok());
+  ASSERT_OK(c->Cancel(job->id()));
   auto done = c->WaitFor(job->id(), absl::Seconds(10));
   ASSERT_OK(done);
   EXPECT_EQ(done->state(), v1::CANCELLED);
@@ -201,7 +197,7 @@ TEST(Cluster, SameRequestIdCreatesOneJob) {
 }
 
 TEST(Cluster, MisbehavingClientsCannotTakeTheCoordinatorDown) {
-  auto c = StartCluster(1, {"--max_watchers=4", "--max_history=50"});
+  auto c = StartCluster(1, {"--max_watchers=4", "--history_bytes=8192"});
   ASSERT_NE(c, nullptr);
   // An oversized message is refused by the transport.
   v1::JobSpec huge = MlpSpec(1, 5);
@@ -277,26 +273,51 @@ TEST(Cluster, RestartedCoordinatorKeepsJobRecords) {
   EXPECT_EQ(next_done->state(), v1::SUCCEEDED) << next_done->failure_reason();
 }
 
-TEST(Cluster, WatchResumesFromAStep) {
+TEST(Cluster, WatchResumesFromAStepAndAFinishedJobKeepsItsStatesAndEvaluations) {
   auto c = StartCluster(1);
   ASSERT_NE(c, nullptr);
-  auto job = c->Submit(MlpSpec(1, 40));
+  v1::JobSpec spec = MlpSpec(1, 1000000);
+  spec.mutable_eval()->set_every_steps(20);
+  auto job = c->Submit(spec);
   ASSERT_OK(job);
-  ASSERT_OK(c->WaitFor(job->id(), absl::Minutes(1)));
+  ASSERT_OK(c->WaitForStep(job->id(), 35, absl::Minutes(1)));
+  {
+    grpc::ClientContext ctx;
+    v1::WatchJobRequest req;
+    req.set_id(job->id());
+    req.set_from_step(30);
+    auto reader = c->jobs().WatchJob(&ctx, req);
+    v1::JobEvent e;
+    std::vector<int64_t> steps;
+    while (reader->Read(&e)) {
+      if (!e.has_step()) continue;
+      steps.push_back(e.step().step());
+      if (e.step().step() >= 40) ctx.TryCancel();
+    }
+    reader->Finish();
+    ASSERT_FALSE(steps.empty());
+    EXPECT_EQ(steps.front(), 30);
+    for (size_t i = 1; i < steps.size(); ++i) EXPECT_EQ(steps[i], steps[i - 1] + 1);
+  }
+  ASSERT_OK(c->Cancel(job->id()));
+  auto done = c->WaitFor(job->id(), absl::Minutes(1));
+  ASSERT_OK(done);
+  ASSERT_EQ(done->state(), v1::CANCELLED);
   grpc::ClientContext ctx;
   v1::WatchJobRequest req;
   req.set_id(job->id());
-  req.set_from_step(30);
   auto reader = c->jobs().WatchJob(&ctx, req);
   v1::JobEvent e;
-  std::vector<int64_t> steps;
+  int evals = 0, states = 0, steps = 0;
   while (reader->Read(&e)) {
-    if (e.has_step()) steps.push_back(e.step().step());
+    evals += e.has_eval();
+    states += e.has_state();
+    steps += e.has_step();
   }
   ASSERT_TRUE(reader->Finish().ok());
-  ASSERT_FALSE(steps.empty());
-  EXPECT_EQ(steps.front(), 30);
-  EXPECT_EQ(steps.back(), 40);
+  EXPECT_EQ(steps, 0);
+  EXPECT_GE(evals, 1);
+  EXPECT_EQ(states, 3);  // QUEUED, RUNNING, CANCELLED
 }
 
 }  // namespace

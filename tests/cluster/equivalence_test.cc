@@ -1,5 +1,5 @@
 // Data-parallel equivalence, across real processes: N workers on global batch B end with
-// the parameters of 1 worker and of the single-process trainer (no dropout), and 2
+// the parameters of 1 worker and of `lockstep train`'s job loop (no dropout), and 2
 // workers with dropout end with JAX pmap's parameters (golden file). Replicas end
 // bitwise identical, and each step's loss is the mean of the workers' local losses.
 #include <grpcpp/grpcpp.h>
@@ -10,13 +10,19 @@
 #include "core/io/safetensors.h"
 #include "core/spec/spec.h"
 #include "core/testing.h"
-#include "core/trainer.h"
+#include "services/standalone/local_job.h"
 #include "tests/cluster/local_cluster.h"
 #include "tests/golden.h"
-#include "workers/cpu/cpu_backend.h"
 
 namespace lockstep::testing {
 namespace {
+
+class NullSink final : public JobSink {
+ public:
+  void OnRunning(int64_t) override {}
+  void OnStep(const v1::StepEvent&) override {}
+  void OnEval(const v1::EvalResult&) override {}
+};
 
 class Equivalence : public ::testing::Test {
  protected:
@@ -93,12 +99,15 @@ TEST_F(Equivalence, OneTwoFourWorkersAndSingleProcessAgree) {
   }
   auto validated = Validate(base);
   ASSERT_OK(validated);
-  auto backend = NewCpuBackend();
-  auto single = Train(*validated, backend.get(), nullptr);
-  ASSERT_OK(single);
+  validated->set_checkpoint_path(cluster_->dir() + "/single.safetensors");
+  NullSink sink;
+  ASSERT_OK(RunLocalJob(*validated, &sink));
+  auto opt = Optimizer::FromSpec(base.optimizer());
+  ASSERT_OK_AND_ASSIGN(TrainState single,
+                       ReadCheckpoint(validated->checkpoint_path(), *model, *opt));
   ExpectClose(*model, params[2], params[1], "2 workers vs 1");
   ExpectClose(*model, params[4], params[1], "4 workers vs 1");
-  ExpectClose(*model, params[1], single->state.params, "1 worker vs lockstep train");
+  ExpectClose(*model, params[1], single.params, "1 worker vs lockstep train");
 }
 
 TEST_F(Equivalence, TwoWorkersWithDropoutMatchJaxPmap) {

@@ -155,6 +155,17 @@ absl::StatusOr<v1::Job> LocalCluster::Submit(const v1::JobSpec& spec) {
   return job;
 }
 
+absl::StatusOr<v1::Job> LocalCluster::Cancel(const std::string& id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  v1::CancelJobRequest req;
+  req.set_id(id);
+  v1::Job job;
+  absl::Status st = FromGrpcStatus(stub_->CancelJob(&ctx, req, &job));
+  if (!st.ok()) return st;
+  return job;
+}
+
 absl::StatusOr<v1::Job> LocalCluster::Get(const std::string& id) {
   // Retried while UNAVAILABLE: the first call after a coordinator restart may still go
   // to the dead connection.

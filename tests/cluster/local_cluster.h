@@ -36,6 +36,7 @@ class LocalCluster {
 
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
   absl::StatusOr<v1::Job> Get(const std::string& id);
+  absl::StatusOr<v1::Job> Cancel(const std::string& id);
   // Polls until the job reaches one of the terminal states or `state` if given.
   absl::StatusOr<v1::Job> WaitFor(const std::string& id, absl::Duration timeout,
                                   v1::JobState state = v1::JOB_STATE_UNSPECIFIED);

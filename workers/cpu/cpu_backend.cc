@@ -4,7 +4,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -19,13 +18,9 @@ namespace {
 // Elementwise loops below this size run on one thread: fork/join would cost more.
 constexpr size_t kParallelMin = 1 << 15;
 
-// The process-wide thread count (SetCpuThreads). Every parallel region names it: OpenMP's
-// own setting is per thread, and the threads that run steps in a worker are gRPC's.
-std::atomic<int> g_threads{0};
-int Threads() {
-  const int t = g_threads.load(std::memory_order_relaxed);
-  return t > 0 ? t : omp_get_max_threads();
-}
+// A GEMM with a dimension under this is too thin for OpenBLAS to split well (the first
+// conv's K = 9, the 10-class layer): see CpuBackend::Gemm.
+constexpr int kThinDim = 32;
 
 // Hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and picked at load time,
 // so one portable binary runs at the host's vector width. Vectorizing changes no result:
@@ -37,14 +32,14 @@ int Threads() {
 #define LS_MULTIVERSION
 #endif
 
-// Runs f(begin, end) over [0, n) split evenly across the OpenMP threads.
+// Runs f(begin, end) over [0, n) split evenly across `threads` OpenMP threads.
 template <typename F>
-void ParallelFor(size_t n, F f) {
+void ParallelFor(int threads, size_t n, F f) {
   if (n <= kParallelMin) {
     f(size_t{0}, n);
     return;
   }
-#pragma omp parallel num_threads(Threads())
+#pragma omp parallel num_threads(threads)
   {
     const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     f(n * t / nt, n * (t + 1) / nt);
@@ -104,8 +99,24 @@ LS_MULTIVERSION void AdamRange(AdamScalars s, const float* g, float* mu, float* 
   }
 }
 
+// Row-major c = alpha * op(a) * op(b) + beta * c with explicit leading dimensions, so that
+// a slice of c can be computed on its own.
+void Sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+           const float* b, int ldb, float beta, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+              k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// Sets the calling thread's OpenMP nthreads ICV (a per-thread setting, not process state)
+// when it differs; cheaper than the library call when it does not.
+void UseOpenMpThreads(int threads) {
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+}
+
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(int threads) : threads_(threads) {}
+
   std::string Name() const override { return "cpu"; }
 
   absl::StatusOr<Buffer> Allocate(size_t bytes) override {
@@ -131,28 +142,27 @@ class CpuBackend final : public Backend {
 
   void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, const float* b,
             float beta, float* c) override {
-    // OpenMP OpenBLAS sizes its team from the calling thread's OpenMP setting, which a
-    // thread not started by us (gRPC's) has at its default: set it here.
-    const int threads = Threads();
-    if (omp_get_max_threads() != threads) openblas_set_num_threads(threads);
-    // A dimension under 32 (the first conv's K = 9, the 10-class layer) runs on one
-    // thread: splitting such a product costs more than it saves.
-    if (std::min({m, n, k}) < 32 && threads > 1) {
-      openblas_set_num_threads(1);  // OpenMP OpenBLAS: also the OpenMP team size
-      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
-                  n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
-      openblas_set_num_threads(threads);
+    // Threads without process-wide state. OpenBLAS 0.3.21 (OpenMP build) runs a product
+    // with m*n*k > 2^18 on as many threads as the CALLING thread's OpenMP ICV says:
+    // one, with no global write, when that is 1 or inside an active parallel region;
+    // otherwise it first copies the ICV into its process-wide count if that differs.
+    // So a product runs on this thread's ICV, set to threads_ (a write only on a change
+    // of backend or thread). A thin product (a dimension under kThinDim) is split by
+    // OpenBLAS worse than not at all: threads_ > 1 splits c into row or column slices
+    // across our own team instead, each slice a single-threaded sgemm.
+    if (threads_ > 1 && std::min({m, n, k}) < kThinDim) {
+      ThinGemm(ta, tb, m, n, k, alpha, a, b, beta, c);
       return;
     }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
-                k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
+    UseOpenMpThreads(threads_);
+    Sgemm(ta, tb, m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
   }
 
   void Im2Col(const ConvGeometry& g, const float* x, float* cols) override {
     const int pad = (g.k - 1) / 2;
     const size_t patch = static_cast<size_t>(g.k) * g.k * g.c;
     const size_t krow = static_cast<size_t>(g.k) * g.c;  // one kernel row of a patch
-#pragma omp parallel for num_threads(Threads()) collapse(2) schedule(static)
+#pragma omp parallel for num_threads(threads_) collapse(2) schedule(static)
     for (int n = 0; n < g.b; ++n) {
       for (int y = 0; y < g.h; ++y) {
         for (int x0 = 0; x0 < g.w; ++x0) {
@@ -181,7 +191,7 @@ class CpuBackend final : public Backend {
     const size_t patch = static_cast<size_t>(g.k) * g.k * g.c;
     // Gather form: each input pixel sums the patch entries that read it, in a fixed
     // order, so threads never write the same element.
-#pragma omp parallel for num_threads(Threads()) collapse(2) schedule(static)
+#pragma omp parallel for num_threads(threads_) collapse(2) schedule(static)
     for (int n = 0; n < g.b; ++n) {
       for (int yy = 0; yy < g.h; ++yy) {
         for (int xx = 0; xx < g.w; ++xx) {
@@ -208,7 +218,7 @@ class CpuBackend final : public Backend {
       BiasAddRows(cols, bias, y, 0, rows);
       return;
     }
-#pragma omp parallel num_threads(Threads())
+#pragma omp parallel num_threads(threads_)
     {
       const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
       BiasAddRows(cols, bias, y, rows * t / nt, rows * (t + 1) / nt);
@@ -225,7 +235,7 @@ class CpuBackend final : public Backend {
       return;
     }
     std::vector<float> partial(static_cast<size_t>(kBlocks) * cols, 0.0f);
-#pragma omp parallel for num_threads(Threads()) schedule(static)
+#pragma omp parallel for num_threads(threads_) schedule(static)
     for (int blk = 0; blk < kBlocks; ++blk) {
       ColumnSums(cols, dy, partial.data() + static_cast<size_t>(blk) * cols,
                  static_cast<size_t>(rows) * blk / kBlocks,
@@ -237,16 +247,16 @@ class CpuBackend final : public Backend {
   }
 
   void Relu(size_t n, float* x) override {
-    ParallelFor(n, [&](size_t b, size_t e) { ReluRange(x, b, e); });
+    ParallelFor(threads_, n, [&](size_t b, size_t e) { ReluRange(x, b, e); });
   }
 
   void ReluBackward(size_t n, const float* y, float* dy) override {
-    ParallelFor(n, [&](size_t b, size_t e) { ReluBackwardRange(y, dy, b, e); });
+    ParallelFor(threads_, n, [&](size_t b, size_t e) { ReluBackwardRange(y, dy, b, e); });
   }
 
   void AvgPool(int b, int h, int w, int c, const float* x, float* y) override {
     const int oh = h / 2, ow = w / 2;
-#pragma omp parallel for num_threads(Threads()) collapse(2) schedule(static)
+#pragma omp parallel for num_threads(threads_) collapse(2) schedule(static)
     for (int n = 0; n < b; ++n) {
       for (int i = 0; i < oh; ++i) {
         for (int j = 0; j < ow; ++j) {
@@ -261,7 +271,7 @@ class CpuBackend final : public Backend {
 
   void AvgPoolBackward(int b, int h, int w, int c, const float* dy, float* dx) override {
     const int oh = h / 2, ow = w / 2;
-#pragma omp parallel for num_threads(Threads()) collapse(2) schedule(static)
+#pragma omp parallel for num_threads(threads_) collapse(2) schedule(static)
     for (int n = 0; n < b; ++n) {
       for (int i = 0; i < h; ++i) {
         for (int j = 0; j < w; ++j) {
@@ -280,7 +290,7 @@ class CpuBackend final : public Backend {
   void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x, float* y,
                uint8_t* mask) override {
     const rng::Key k = *key;
-#pragma omp parallel for num_threads(Threads()) schedule(static) if (n > kParallelMin)
+#pragma omp parallel for num_threads(threads_) schedule(static) if (n > kParallelMin)
     for (size_t i = 0; i < n; ++i) {
       const bool m = rng::BitsToUnitFloat(rng::RandomBitsAt(k, impl, i, n)) < keep;
       mask[i] = m ? 1 : 0;
@@ -316,7 +326,7 @@ class CpuBackend final : public Backend {
   }
 
   void GatherRows(size_t row, int n, const int32_t* idx, const float* table, float* out) override {
-#pragma omp parallel for num_threads(Threads()) schedule(static) if (row * n > kParallelMin)
+#pragma omp parallel for num_threads(threads_) schedule(static) if (row * n > kParallelMin)
     for (int i = 0; i < n; ++i) {
       std::memcpy(out + i * row, table + static_cast<size_t>(idx[i]) * row, row * sizeof(float));
     }
@@ -327,32 +337,55 @@ class CpuBackend final : public Backend {
   }
 
   void Divide(size_t n, float d, float* x) override {
-    ParallelFor(n, [&](size_t b, size_t e) { DivideRange(d, x, b, e); });
+    ParallelFor(threads_, n, [&](size_t b, size_t e) { DivideRange(d, x, b, e); });
   }
 
   void SgdUpdate(size_t n, float lr, float momentum, const float* g, float* trace,
                  float* p) override {
-    ParallelFor(n, [&](size_t b, size_t e) { SgdRange(-lr, momentum, g, trace, p, b, e); });
+    ParallelFor(threads_, n,
+                [&](size_t b, size_t e) { SgdRange(-lr, momentum, g, trace, p, b, e); });
   }
 
   void AdamUpdate(size_t n, const AdamScalars* scalars, const float* g, float* mu, float* nu,
                   float* p) override {
     const AdamScalars s = *scalars;
-    ParallelFor(n, [&](size_t b, size_t e) { AdamRange(s, g, mu, nu, p, b, e); });
+    ParallelFor(threads_, n, [&](size_t b, size_t e) { AdamRange(s, g, mu, nu, p, b, e); });
   }
+
+ private:
+  // Gemm for thin products on threads_ > 1: c split along its longer side into one
+  // contiguous slice per thread. The slices depend only on the team size, so the bits
+  // do too.
+  void ThinGemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, const float* b,
+                float beta, float* c) {
+    const int lda = ta ? m : k, ldb = tb ? k : n;
+    const bool by_rows = m >= n;
+    const int64_t dim = by_rows ? m : n;
+#pragma omp parallel num_threads(threads_)
+    {
+      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      const int lo = static_cast<int>(dim * t / nt), hi = static_cast<int>(dim * (t + 1) / nt);
+      if (hi > lo && by_rows) {
+        Sgemm(ta, tb, hi - lo, n, k, alpha, a + (ta ? lo : static_cast<size_t>(lo) * lda), lda, b,
+              ldb, beta, c + static_cast<size_t>(lo) * n, n);
+      } else if (hi > lo) {
+        Sgemm(ta, tb, m, hi - lo, k, alpha, a, lda, b + (tb ? static_cast<size_t>(lo) * ldb : lo),
+              ldb, beta, c + lo, n);
+      }
+    }
+  }
+
+  const int threads_;
 };
 
 }  // namespace
 
-void SetCpuThreads(int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  g_threads = threads;
-  openblas_set_num_threads(threads);
-  omp_set_num_threads(threads);
+int DefaultCpuThreads() {
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-int CpuThreads() { return Threads(); }
-
-std::unique_ptr<Backend> NewCpuBackend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> NewCpuBackend(int threads) {
+  return std::make_unique<CpuBackend>(std::max(1, threads));
+}
 
 }  // namespace lockstep

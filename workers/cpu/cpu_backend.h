@@ -10,12 +10,20 @@
 
 namespace lockstep {
 
-// Sets the threads OpenBLAS and OpenMP use, process-wide; 0 means all cores.
-void SetCpuThreads(int threads);
-int CpuThreads();
+// The hardware threads (std::thread::hardware_concurrency), at least 1: what a "0 = all
+// cores" thread setting resolves to.
+int DefaultCpuThreads();
 
-// Thread safety: none; see Backend.
-std::unique_ptr<Backend> NewCpuBackend();
+// A CPU backend whose kernels and GEMMs run on `threads` threads; `threads` >= 1 (a
+// smaller value means 1). The count belongs to the backend: nothing process-wide is
+// configured, and backends with different counts can live in one process.
+//
+// Thread safety: none; see Backend. Gemm sets the calling thread's OpenMP nthreads ICV
+// (omp_set_num_threads) to `threads`: OpenBLAS sizes its team from it, and copies it
+// into its own process-wide count when that differs. Hence two backends with different
+// counts above 1 must not run GEMMs at the same time on different threads; one after the
+// other, on any threads, each runs on its own count.
+std::unique_ptr<Backend> NewCpuBackend(int threads);
 
 }  // namespace lockstep
 

@@ -1,10 +1,19 @@
 #include "workers/cpu/cpu_backend.h"
 
+#include <dirent.h>
+
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "core/testing.h"
+
+// OpenBLAS's own count (its process-wide blas_cpu_number), declared here so that the test
+// needs no OpenBLAS include path.
+extern "C" int openblas_get_num_threads(void);
+extern "C" void openblas_set_num_threads(int);
 
 namespace lockstep {
 namespace {
@@ -24,7 +33,7 @@ double Dot(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST(CpuBackend, Col2ImIsTheAdjointOfIm2Col) {
-  auto be = NewCpuBackend();
+  auto be = NewCpuBackend(2);
   const ConvGeometry g{2, 5, 4, 3, 3};
   const size_t nx = 2 * 5 * 4 * 3, ncols = 2 * 5 * 4 * 27;
   auto x = Random(nx, 1), y = Random(ncols, 2);
@@ -35,7 +44,7 @@ TEST(CpuBackend, Col2ImIsTheAdjointOfIm2Col) {
 }
 
 TEST(CpuBackend, Im2ColPadsWithZeros) {
-  auto be = NewCpuBackend();
+  auto be = NewCpuBackend(2);
   const ConvGeometry g{1, 2, 2, 1, 3};
   std::vector<float> x = {1, 2, 3, 4}, cols(4 * 9);
   be->Im2Col(g, x.data(), cols.data());
@@ -45,7 +54,7 @@ TEST(CpuBackend, Im2ColPadsWithZeros) {
 }
 
 TEST(CpuBackend, AvgPoolAndBackward) {
-  auto be = NewCpuBackend();
+  auto be = NewCpuBackend(2);
   std::vector<float> x = {1, 2, 3, 4}, y(1), dx(4);
   be->AvgPool(1, 2, 2, 1, x.data(), y.data());
   EXPECT_FLOAT_EQ(y[0], 2.5f);
@@ -55,7 +64,7 @@ TEST(CpuBackend, AvgPoolAndBackward) {
 }
 
 TEST(CpuBackend, SoftmaxCrossEntropy) {
-  auto be = NewCpuBackend();
+  auto be = NewCpuBackend(2);
   std::vector<float> logits = {1, 2, 3, 0, 0, 0};
   std::vector<int32_t> labels = {2, 1};
   std::vector<float> loss(2), dl(6), correct(2);
@@ -70,12 +79,173 @@ TEST(CpuBackend, SoftmaxCrossEntropy) {
 }
 
 TEST(CpuBackend, AdamMatchesOptaxFormula) {
-  auto be = NewCpuBackend();
+  auto be = NewCpuBackend(2);
   std::vector<float> p = {1.0f}, g = {0.5f}, mu = {0}, nu = {0};
   AdamScalars s{0.1f, 0.9f, 0.999f, 0.1f, 0.001f, 0.1f, 0.001f, 1e-8f, 0.0f};
   be->AdamUpdate(1, &s, g.data(), mu.data(), nu.data(), p.data());
   EXPECT_FLOAT_EQ(mu[0], 0.05f);
   EXPECT_NEAR(p[0], 1.0f - 0.1f, 1e-6);  // first adam step moves by lr * sign(g)
+}
+
+struct GemmShape {
+  int m, n, k;
+};
+
+// The thin products (a dimension under 32: the first conv, the 10-class layer) and a large
+// square one that OpenBLAS threads itself.
+constexpr GemmShape kShapes[] = {
+    {4096, 32, 9}, {9, 32, 4096}, {128, 10, 128}, {128, 256, 10}, {256, 256, 256}};
+
+// Random a (m*k), b (k*n) and c0 (m*n) for a shape.
+struct GemmInputs {
+  explicit GemmInputs(GemmShape s)
+      : shape(s),
+        a(Random(static_cast<size_t>(s.m) * s.k, 1)),
+        b(Random(static_cast<size_t>(s.k) * s.n, 2)),
+        c0(Random(static_cast<size_t>(s.m) * s.n, 3)) {}
+  GemmShape shape;
+  std::vector<float> a, b, c0;
+};
+
+constexpr float kAlpha = 0.5f, kBeta = 0.25f;
+
+// c = alpha * op(a) * op(b) + beta * c0 in double, and sum |alpha * a * b| + |beta * c0|
+// per element, the scale a float result's rounding error grows with.
+void ReferenceGemm(bool ta, bool tb, const GemmInputs& in, std::vector<double>* c,
+                   std::vector<double>* scale) {
+  const GemmShape s = in.shape;
+  const std::vector<float>&a = in.a, &b = in.b, &c0 = in.c0;
+  const double alpha = kAlpha, beta = kBeta;
+  c->assign(c0.size(), 0.0);
+  scale->assign(c0.size(), 0.0);
+  for (int i = 0; i < s.m; ++i) {
+    for (int j = 0; j < s.n; ++j) {
+      double sum = 0, abs = 0;
+      for (int l = 0; l < s.k; ++l) {
+        const double x =
+            a[ta ? static_cast<size_t>(l) * s.m + i : static_cast<size_t>(i) * s.k + l];
+        const double y =
+            b[tb ? static_cast<size_t>(j) * s.k + l : static_cast<size_t>(l) * s.n + j];
+        sum += x * y;
+        abs += std::fabs(x * y);
+      }
+      const size_t e = static_cast<size_t>(i) * s.n + j;
+      (*c)[e] = alpha * sum + beta * c0[e];
+      (*scale)[e] = alpha * abs + beta * std::fabs(c0[e]);
+    }
+  }
+}
+
+std::vector<float> RunGemm(Backend& be, bool ta, bool tb, const GemmInputs& in) {
+  std::vector<float> c = in.c0;
+  const GemmShape s = in.shape;
+  be.Gemm(ta, tb, s.m, s.n, s.k, kAlpha, in.a.data(), in.b.data(), kBeta, c.data());
+  return c;
+}
+
+bool SameBits(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+class CpuBackendThreads : public ::testing::TestWithParam<int> {};
+
+TEST_P(CpuBackendThreads, GemmIsBitwiseReproducible) {
+  auto be = NewCpuBackend(GetParam());
+  for (const GemmShape s : kShapes) {
+    const GemmInputs in(s);
+    for (const bool ta : {false, true}) {
+      for (const bool tb : {false, true}) {
+        const auto first = RunGemm(*be, ta, tb, in);
+        EXPECT_TRUE(SameBits(first, RunGemm(*be, ta, tb, in)))
+            << s.m << "x" << s.n << "x" << s.k << " ta=" << ta << " tb=" << tb;
+      }
+    }
+  }
+}
+
+// One conv layer forward and backward, with the parallel paths of every kernel it uses
+// (sizes above the one-thread cutoff), and a sgd update; returns all the outputs.
+std::vector<float> ConvStep(Backend& be) {
+  const ConvGeometry g{16, 14, 14, 8, 3};
+  const int rows = g.b * g.h * g.w, patch = g.k * g.k * g.c, f = 16;
+  const auto x = Random(rows * g.c, 4), w = Random(patch * f, 5), bias = Random(f, 6),
+             dpool = Random(rows / 4 * f, 7);
+  std::vector<float> cols(rows * patch), y(rows * f), pool(y.size() / 4), dy(y.size()), db(f),
+      dw(w.size()), dcols(cols.size()), dx(x.size()), p = w, trace(w.size());
+  be.Im2Col(g, x.data(), cols.data());
+  be.Gemm(false, false, rows, f, patch, 1.0f, cols.data(), w.data(), 0.0f, y.data());
+  be.BiasAdd(rows, f, bias.data(), y.data());
+  be.Relu(y.size(), y.data());
+  be.AvgPool(g.b, g.h, g.w, f, y.data(), pool.data());
+  be.AvgPoolBackward(g.b, g.h, g.w, f, dpool.data(), dy.data());
+  be.ReluBackward(y.size(), y.data(), dy.data());
+  be.BiasGrad(rows, f, dy.data(), db.data());
+  be.Gemm(true, false, patch, f, rows, 1.0f, cols.data(), dy.data(), 0.0f, dw.data());
+  be.Gemm(false, true, rows, patch, f, 1.0f, dy.data(), w.data(), 0.0f, dcols.data());
+  be.Col2Im(g, dcols.data(), dx.data());
+  be.Divide(dw.size(), 2.0f, dw.data());
+  be.SgdUpdate(p.size(), 0.1f, 0.9f, dw.data(), trace.data(), p.data());
+  std::vector<float> out;
+  for (const auto* v : {&y, &pool, &dy, &db, &dw, &dx, &p, &trace}) {
+    out.insert(out.end(), v->begin(), v->end());
+  }
+  return out;
+}
+
+TEST_P(CpuBackendThreads, KernelsAreBitwiseReproducible) {
+  auto be = NewCpuBackend(GetParam());
+  const std::vector<float> first = ConvStep(*be);
+  EXPECT_TRUE(SameBits(first, ConvStep(*be)));
+}
+
+INSTANTIATE_TEST_SUITE_P(OneAndTwo, CpuBackendThreads, ::testing::Values(1, 2));
+
+TEST(CpuBackend, BackendsWithDifferentThreadCountsInterleaved) {
+  auto one = NewCpuBackend(1), two = NewCpuBackend(2);
+  for (const GemmShape s : kShapes) {
+    const GemmInputs in(s);
+    for (const bool ta : {false, true}) {
+      for (const bool tb : {false, true}) {
+        std::vector<double> want, scale;
+        ReferenceGemm(ta, tb, in, &want, &scale);
+        for (Backend* be : {one.get(), two.get(), one.get(), two.get()}) {
+          const auto c = RunGemm(*be, ta, tb, in);
+          size_t bad = 0;
+          for (size_t e = 0; e < c.size(); ++e) bad += std::fabs(c[e] - want[e]) > 1e-5 * scale[e];
+          EXPECT_EQ(bad, 0u) << s.m << "x" << s.n << "x" << s.k << " ta=" << ta << " tb=" << tb
+                             << " on " << (be == one.get() ? 1 : 2) << " threads";
+        }
+      }
+    }
+  }
+}
+
+// The threads of this process. libgomp (GCC's OpenMP) keeps a team's worker threads per
+// thread that forked it until that thread exits, so a fresh thread's first team of N
+// adds N - 1.
+int ProcessThreads() {
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return -1;
+  int n = 0;
+  while (const dirent* d = readdir(dir)) n += d->d_name[0] != '.';
+  closedir(dir);
+  return n;
+}
+
+TEST(CpuBackend, TwoThreadGemmRunsOnTwoThreadsAfterAOneThreadBackend) {
+  const GemmInputs large({256, 256, 256});  // OpenBLAS threads it
+  auto one = NewCpuBackend(1), two = NewCpuBackend(2);
+  // On a fresh thread, so that any team OpenBLAS forks shows up as new threads.
+  std::thread([&] {
+    const int before = ProcessThreads();
+    for (const GemmShape s : kShapes) RunGemm(*one, false, false, GemmInputs(s));
+    EXPECT_EQ(ProcessThreads(), before) << "a 1-thread backend forked a team";
+    // Even with OpenBLAS's own count left at 1 by some other caller.
+    openblas_set_num_threads(1);
+    RunGemm(*two, false, false, large);
+    EXPECT_EQ(openblas_get_num_threads(), 2);
+    EXPECT_EQ(ProcessThreads(), before + 1) << "the 2-thread GEMM did not fork a team of 2";
+  }).join();
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ class CudaTest : public ::testing::Test {
     const std::string why = NoGpuReason();
     if (!why.empty()) GTEST_SKIP() << "CUDA test skipped, no usable GPU: " << why;
     ASSERT_OK_AND_ASSIGN(cuda_, NewCudaBackend(0, Options()));
-    cpu_ = NewCpuBackend();
+    cpu_ = NewCpuBackend(DefaultCpuThreads());
   }
   virtual CudaBackendOptions Options() const { return {}; }
 

@@ -18,7 +18,7 @@ using testing::StatusIs;
 
 TEST(NcclCollectiveNoGpu, RejectsBadRanksAndNonCudaBackends) {
   MemoryStore store;
-  auto cpu = NewCpuBackend();
+  auto cpu = NewCpuBackend(DefaultCpuThreads());
   EXPECT_THAT(NewNcclCollective(2, 2, &store, cpu.get()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 2 is not in [0, 2)")));
   EXPECT_THAT(NewNcclCollective(0, 1, &store, cpu.get()),

@@ -1,0 +1,109 @@
+// lockstep-train SPEC [--json] [--data DIR] [--threads N]: what `lockstep train` runs.
+// Trains a job spec in this process: the coordinator's job loop over one in-process CPU
+// worker (services/standalone), with a live progress bar and each evaluation, or one
+// JSON object at the end. A spec asking for N workers trains as N = 1: without dropout,
+// the same parameters.
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_format.h"
+#include "clients/cli/args.h"
+#include "clients/cli/progress.h"
+#include "core/spec/spec.h"
+#include "services/standalone/local_job.h"
+#include "workers/cpu/cpu_backend.h"
+
+namespace lockstep::cli {
+namespace {
+
+// Renders the job's events, and keeps what the final report needs.
+class Printer final : public JobSink {
+ public:
+  explicit Printer(bool quiet) : quiet_(quiet), events_(kLocalJobId) {}
+  void OnRunning(int64_t) override {}
+  void OnStep(const v1::StepEvent& e) override {
+    last_loss = e.loss();
+    steps = e.step();
+    Show([&](v1::JobEvent& ev) { *ev.mutable_step() = e; });
+  }
+  void OnEval(const v1::EvalResult& r) override {
+    last_eval = r;
+    Show([&](v1::JobEvent& ev) { *ev.mutable_eval() = r; });
+  }
+  void Finish() { events_.Finish(); }
+
+  float last_loss = 0;
+  int64_t steps = 0;
+  v1::EvalResult last_eval;
+
+ private:
+  template <typename F>
+  void Show(F fill) {
+    if (quiet_) return;
+    v1::JobEvent ev;
+    fill(ev);
+    events_.Print(ev);
+  }
+  const bool quiet_;
+  EventPrinter events_;
+};
+
+int Main(int argc, char** argv) {
+  Args args(argc, argv, 1);
+  const bool json = args.Flag("json");
+  const std::string data = args.Value("data", "");
+  const std::string threads = args.Value("threads", "");
+  std::vector<std::string> pos = args.Positional();
+  if (!args.Done() || pos.size() != 1) {
+    absl::FPrintF(stderr, "usage: lockstep train SPEC [--json] [--data DIR] [--threads N]\n");
+    return 2;
+  }
+  auto parsed = LoadSpecFile(pos[0]);
+  if (!parsed.ok()) return Fail(parsed.status());
+  if (!data.empty()) parsed->mutable_dataset()->set_path(data);
+  if (!threads.empty()) {
+    auto n = ParseInt("threads", threads);
+    if (!n.ok()) return Fail(n.status());
+    parsed->set_threads(*n);
+  }
+  auto spec = Validate(*parsed);
+  if (!spec.ok()) return Fail(spec.status());
+  if (spec->device() != "cpu") {
+    return Fail(absl::InvalidArgumentError(
+        "device: lockstep train runs on the CPU; submit cuda jobs to a cluster"));
+  }
+  if (spec->workers() != 1) {
+    // One process is N = 1: the same parameters as N workers without dropout.
+    if (!json) {
+      absl::FPrintF(stderr, "note: workers: %d ignored; training in one process\n",
+                    spec->workers());
+    }
+    spec->set_workers(1);
+  }
+  if (spec->threads() == 0) spec->set_threads(DefaultCpuThreads());
+  Printer printer(json);
+  absl::StatusOr<JobOutcome> result = RunLocalJob(*spec, &printer);
+  printer.Finish();
+  if (!result.ok()) return Fail(result.status());
+  const v1::EvalResult& test = printer.last_eval;
+  if (json) {
+    nlohmann::json out = {{"test_accuracy", test.test_accuracy()},
+                          {"test_loss", test.test_loss()},
+                          {"final_train_loss", printer.last_loss},
+                          {"steps", printer.steps},
+                          {"samples_per_sec", result->samples_per_sec},
+                          {"train_seconds", result->train_seconds},
+                          {"threads", spec->threads()}};
+    if (!result->checkpoint_path.empty()) out["checkpoint"] = result->checkpoint_path;
+    absl::PrintF("%s\n", out.dump());
+  } else {
+    absl::PrintF("test accuracy %.4f  test loss %.4f  (%d steps, %.0f samples/s)\n",
+                 test.test_accuracy(), test.test_loss(), printer.steps, result->samples_per_sec);
+    if (!result->checkpoint_path.empty()) absl::PrintF("checkpoint %s\n", result->checkpoint_path);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace lockstep::cli
+
+int main(int argc, char** argv) { return lockstep::cli::Main(argc, argv); }

@@ -1,0 +1,68 @@
+// The commands a replica executes and what it answers, as plain structs: what the job
+// loop (services/coordinator) sends each worker and what the Worker API carries
+// (services/worker translates them to and from its protos). A replica is the worker's
+// side of one job (workers/replica.h).
+#ifndef LOCKSTEP_CORE_COMMANDS_H_
+#define LOCKSTEP_CORE_COMMANDS_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "absl/time/time.h"
+#include "core/rng/threefry.h"
+#include "lockstep/v1/spec.pb.h"
+
+namespace lockstep {
+
+// Which replica of which job: the job's validated spec and this replica's place in it.
+struct ReplicaConfig {
+  v1::JobSpec spec;
+  int rank = 0;
+  int world_size = 1;
+  absl::Duration collective_timeout = absl::Seconds(30);
+};
+
+// What Prepare hands a worker: the job, its replica's config and where the replica's
+// collective meets its peers (a namespace in the coordinator's rendezvous store).
+struct JobAssignment {
+  std::string job_id;
+  ReplicaConfig replica;
+  std::string rendezvous_prefix;
+};
+
+// What a replica says once its state is loaded.
+struct PrepareResult {
+  int64_t train_examples = 0;
+  int64_t test_examples = 0;
+  uint64_t param_checksum = 0;  // of the params as loaded
+};
+
+// One training step: everything it needs, so that it can be re-sent and gives the same
+// result. `indices` must outlive the call it is passed to.
+struct StepCommand {
+  int64_t step = 0;                  // global step from 0; must be the replica's next
+  rng::Key key;                      // this replica's 'dropout' stream root
+  std::span<const int32_t> indices;  // this replica's shard of the global batch
+  bool want_checksum = false;        // ParamChecksum of the params after the update
+};
+
+struct StepResult {
+  int64_t step = 0;
+  float loss = 0;  // mean over this replica's shard
+  float accuracy = 0;
+  uint64_t param_checksum = 0;  // when asked
+  // Where the time went (host clock; milliseconds).
+  double compute_ms = 0, allreduce_ms = 0, update_ms = 0, step_ms = 0;
+};
+
+// Sums over a range of the test split.
+struct EvalSums {
+  double loss_sum = 0;
+  int64_t correct = 0;
+  int64_t count = 0;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_CORE_COMMANDS_H_

@@ -1,0 +1,60 @@
+#include "services/coordinator/scheduler.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace lockstep {
+namespace {
+
+// "2 cpu workers", "2 cpu workers with 4 threads".
+std::string Describe(const JobDemand& job, const char* adjective) {
+  std::string s = absl::StrCat(job.workers, adjective, " ", job.device, " workers");
+  if (job.device == "cpu" && job.threads > 0)
+    absl::StrAppend(&s, " with ", job.threads, " threads");
+  return s;
+}
+
+}  // namespace
+
+bool Suits(const WorkerView& worker, const JobDemand& job) {
+  const bool device =
+      job.device == "cuda" ? worker.device.rfind("cuda", 0) == 0 : worker.device == job.device;
+  return device && (job.device != "cpu" || worker.threads >= job.threads);
+}
+
+Schedule PlanSchedule(const std::vector<JobDemand>& queue, const std::vector<WorkerView>& workers) {
+  Schedule out;
+  std::vector<bool> taken(workers.size());
+  for (size_t i = 0; i < workers.size(); ++i) taken[i] = !workers[i].free;
+  bool blocked = false;  // by a job ahead that fits the pool once workers are free
+  for (const JobDemand& job : queue) {
+    std::vector<size_t> free;
+    int registered = 0;
+    for (size_t i = 0; i < workers.size(); ++i) {
+      if (!Suits(workers[i], job)) continue;
+      ++registered;
+      if (!taken[i]) free.push_back(i);
+    }
+    if (registered < job.workers) {
+      out.waiting_for[job.id] = absl::StrCat(Describe(job, ""), " (", registered, " registered)");
+      continue;
+    }
+    if (blocked) {
+      out.waiting_for[job.id] = "the jobs ahead of it in the queue";
+      continue;
+    }
+    if (static_cast<int>(free.size()) < job.workers) {
+      out.waiting_for[job.id] = Describe(job, " free");
+      blocked = true;
+      continue;
+    }
+    Placement p{job.id, {}};
+    for (int r = 0; r < job.workers; ++r) {
+      taken[free[r]] = true;
+      p.worker_ids.push_back(workers[free[r]].id);
+    }
+    out.start.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,56 @@
+// Scheduling policy: which queued jobs start now, and on which workers. A pure function
+// of the queue and the pool's workers, unit-tested on its own; the JobManager applies
+// its decisions (WorkerPool::Assign).
+//
+// First come, first served: a job that the registered workers could run, but the free
+// ones cannot yet, holds back the jobs behind it, so that a big job is not starved by
+// small ones; a job that needs more workers of its kind than are registered at all is
+// passed over (nothing would ever free them) until enough register. A worker suits a job
+// when its device matches ("cpu", or "cuda" for any "cuda:K") and, for a CPU job asking
+// for `threads`, it has at least that many.
+#ifndef LOCKSTEP_SERVICES_COORDINATOR_SCHEDULER_H_
+#define LOCKSTEP_SERVICES_COORDINATOR_SCHEDULER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace lockstep {
+
+// What a queued job needs.
+struct JobDemand {
+  std::string id;
+  int workers = 1;
+  std::string device = "cpu";
+  uint32_t threads = 0;  // CPU threads per worker; 0: any
+};
+
+// A registered worker as the scheduler sees it.
+struct WorkerView {
+  std::string id;
+  std::string device;  // "cpu" or "cuda:K"
+  uint32_t threads = 0;
+  bool free = true;
+};
+
+struct Placement {
+  std::string job_id;
+  std::vector<std::string> worker_ids;  // rank order
+};
+
+struct Schedule {
+  std::vector<Placement> start;                    // in queue order
+  std::map<std::string, std::string> waiting_for;  // every other queued job: what it waits for
+};
+
+// `queue` in arrival order; `workers` in registration order (placements take the
+// earliest suitable free workers).
+Schedule PlanSchedule(const std::vector<JobDemand>& queue, const std::vector<WorkerView>& workers);
+
+// Whether `worker` suits `job` (device and threads), free or not.
+bool Suits(const WorkerView& worker, const JobDemand& job);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVICES_COORDINATOR_SCHEDULER_H_

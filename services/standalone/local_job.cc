@@ -1,0 +1,34 @@
+#include "services/standalone/local_job.h"
+
+#include "absl/strings/str_cat.h"
+#include "services/standalone/in_process_worker.h"
+#include "workers/backend_factory.h"
+#include "workers/cpu/cpu_backend.h"
+
+namespace lockstep {
+
+absl::StatusOr<JobOutcome> RunLocalJob(const v1::JobSpec& spec, JobSink* sink) {
+  if (spec.workers() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("workers: ", spec.workers(), "; a local job runs one worker"));
+  }
+  const int threads = spec.threads() > 0 ? static_cast<int>(spec.threads()) : DefaultCpuThreads();
+  absl::StatusOr<std::unique_ptr<BackendSource>> backends = BackendSource::Create("cpu", threads);
+  if (!backends.ok()) return backends.status();
+  DatasetCache datasets(1);
+  JobSlot slot(backends->get(), &datasets, /*collectives=*/nullptr);
+  const std::string address = "in-process";
+  InProcessWorkerFactory factory({{address, &slot}});
+  PoolWorker worker;
+  worker.id = "local";
+  worker.address = address;
+  worker.device = "cpu";
+  worker.threads = threads;
+  JobRunner runner(kLocalJobId, spec, {worker}, &factory, CoordinatorOptions(), sink);
+  JobOutcome outcome;
+  absl::Status st = runner.Run(&outcome);
+  if (!st.ok()) return st;
+  return outcome;
+}
+
+}  // namespace lockstep

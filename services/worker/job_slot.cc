@@ -1,0 +1,187 @@
+#include "services/worker/job_slot.h"
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "core/spec/spec.h"
+#include "core/status_macros.h"
+
+namespace lockstep {
+
+JobSlot::JobSlot(const BackendSource* backends, DatasetCache* data, CollectiveFactory* collectives)
+    : backends_(backends), data_(data), collectives_(collectives) {}
+
+JobSlot::~JobSlot() {
+  absl::MutexLock run(&run_mu_);
+  absl::MutexLock lock(&mu_);
+  job_.reset();
+}
+
+absl::StatusOr<PrepareResult> JobSlot::Prepare(const JobAssignment& assignment,
+                                               const StateHeader& header, StateSource& state) {
+  const ReplicaConfig& config = assignment.replica;
+  RETURN_IF_ERROR(CheckReplicaConfig(config));
+  ASSIGN_OR_RETURN(TrainSetup setup, SetupFromSpec(config.spec));
+  RETURN_IF_ERROR(header.Bytes(kMaxStateBytes).status());
+  const size_t params = setup.model.layout().total(), slots = setup.optimizer.slots().size();
+  if (header.param_count != params || header.slot_count != slots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train state has ", header.param_count, " params and ", header.slot_count,
+        " optimizer slots; the model needs ", params, " params and ", slots, " slots"));
+  }
+  if (absl::Status st = device_error(); !st.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(backends_->device(), " is unusable after an earlier error: ", st.message()));
+  }
+  {
+    // The coordinator is the single writer of job state: if it hands this worker a new
+    // job, the old one is over (e.g. the coordinator restarted without releasing it).
+    absl::MutexLock lock(&mu_);
+    if (job_ && job_->id == assignment.job_id) {
+      return absl::AlreadyExistsError(absl::StrCat("job ", assignment.job_id, " is already here"));
+    }
+    if (job_) {
+      spdlog::warn("dropping job {} for job {}", job_->id, assignment.job_id);
+      job_->cancel.Cancel(absl::CancelledError(absl::StrCat("replaced by ", assignment.job_id)));
+    }
+  }
+  absl::MutexLock run(&run_mu_);
+  Job* job;
+  {
+    absl::MutexLock lock(&mu_);
+    job_ = std::make_unique<Job>();
+    job_->id = assignment.job_id;
+    job = job_.get();
+  }
+  absl::StatusOr<PrepareResult> result = Load(*job, assignment, std::move(setup), header, state);
+  if (job->cancel.cancelled()) result = job->cancel.status();  // released meanwhile
+  Finish(/*drop_job=*/!result.ok());
+  return result;
+}
+
+absl::StatusOr<PrepareResult> JobSlot::Load(Job& job, const JobAssignment& assignment,
+                                            TrainSetup setup, const StateHeader& header,
+                                            StateSource& state) {
+  const ReplicaConfig& config = assignment.replica;
+  ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, backends_->ForJob(config.spec));
+  RETURN_IF_ERROR(job.cancel.status());
+  ASSIGN_OR_RETURN(std::shared_ptr<const Datasets> data, data_->Get(config.spec.dataset().path()));
+  RETURN_IF_ERROR(job.cancel.status());
+  std::unique_ptr<Collective> collective;
+  if (config.world_size > 1) {
+    if (collectives_ == nullptr) {
+      return absl::FailedPreconditionError("this worker runs single-worker jobs only");
+    }
+    ASSIGN_OR_RETURN(collective, collectives_->Create(
+                                     config.rank, config.world_size, assignment.rendezvous_prefix,
+                                     config.collective_timeout, backend.get(), job.cancel));
+  }
+  RETURN_IF_ERROR(job.cancel.status());
+  ASSIGN_OR_RETURN(std::unique_ptr<Replica> replica,
+                   Replica::Create(config, std::move(setup), std::move(backend), std::move(data),
+                                   std::move(collective)));
+  ASSIGN_OR_RETURN(const uint64_t total, header.Bytes(kMaxStateBytes));
+  uint64_t received = 0;
+  std::string chunk;
+  while (true) {
+    ASSIGN_OR_RETURN(bool more, state.Next(&chunk));
+    if (!more) break;
+    RETURN_IF_ERROR(job.cancel.status());
+    if (chunk.size() > total - received) {
+      return absl::DataLossError(absl::StrCat("train state: more than the ", total,
+                                              " bytes its header announced arrived"));
+    }
+    RETURN_IF_ERROR(replica->WriteState(received, chunk));
+    received += chunk.size();
+  }
+  if (received != total) {
+    return absl::DataLossError(
+        absl::StrCat("train state: ", received, " of the ", total, " bytes announced arrived"));
+  }
+  replica->set_step(header.step);
+  PrepareResult result;
+  ASSIGN_OR_RETURN(result.param_checksum, replica->ParamChecksum());
+  result.train_examples = replica->train_examples();
+  result.test_examples = replica->test_examples();
+  absl::MutexLock lock(&mu_);
+  job.replica = std::move(replica);
+  return result;
+}
+
+absl::StatusOr<Replica*> JobSlot::Current(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  if (!job_ || job_->id != job_id || !job_->replica || job_->cancel.cancelled()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " is not prepared on this worker",
+        job_ && job_->id != job_id ? absl::StrCat(" (it holds ", job_->id, ")") : std::string()));
+  }
+  return job_->replica.get();
+}
+
+void JobSlot::Finish(bool drop_job) {
+  absl::MutexLock lock(&mu_);
+  if (job_ && (drop_job || job_->cancel.cancelled())) job_.reset();
+}
+
+void JobSlot::CheckDevice(Backend& backend) {
+  absl::Status st = backend.Synchronize();
+  if (st.ok()) return;
+  absl::MutexLock lock(&mu_);
+  if (device_error_.ok()) device_error_ = std::move(st);
+}
+
+absl::Status JobSlot::device_error() {
+  absl::MutexLock lock(&mu_);
+  return device_error_;
+}
+
+absl::StatusOr<StepResult> JobSlot::Step(const std::string& job_id, const StepCommand& command) {
+  absl::MutexLock run(&run_mu_);
+  ASSIGN_OR_RETURN(Replica * replica, Current(job_id));
+  absl::StatusOr<StepResult> result = replica->Step(command);
+  // A failed step leaves the replica and its collective unusable.
+  if (!result.ok()) CheckDevice(replica->backend());
+  Finish(/*drop_job=*/!result.ok());
+  return result;
+}
+
+absl::StatusOr<EvalSums> JobSlot::Evaluate(const std::string& job_id, int64_t begin, int64_t end) {
+  absl::MutexLock run(&run_mu_);
+  ASSIGN_OR_RETURN(Replica * replica, Current(job_id));
+  absl::StatusOr<EvalSums> sums = replica->Evaluate(begin, end);
+  if (!sums.ok()) CheckDevice(replica->backend());
+  Finish(/*drop_job=*/false);
+  return sums;
+}
+
+absl::Status JobSlot::FetchState(
+    const std::string& job_id, size_t chunk_bytes,
+    const std::function<absl::Status(const StateHeader&, std::string_view)>& sink) {
+  absl::MutexLock run(&run_mu_);
+  ASSIGN_OR_RETURN(Replica * replica, Current(job_id));
+  const StateHeader header = replica->state_header();
+  ASSIGN_OR_RETURN(const uint64_t total, header.Bytes());
+  std::string chunk;
+  absl::Status st;
+  for (uint64_t off = 0; st.ok() && (off == 0 || off < total); off += chunk.size()) {
+    chunk.resize(std::min<uint64_t>(chunk_bytes, total - off));
+    st = replica->ReadState(off, {chunk.data(), chunk.size()});
+    if (st.ok()) st = sink(header, chunk);
+    if (chunk.empty()) break;
+  }
+  Finish(/*drop_job=*/false);
+  return st;
+}
+
+void JobSlot::Release(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  if (!job_ || job_->id != job_id) return;
+  job_->cancel.Cancel(absl::CancelledError(absl::StrCat("job ", job_id, " was released")));
+  // Otherwise the command running now drops it when it ends (Finish).
+  if (run_mu_.TryLock()) {
+    job_.reset();
+    run_mu_.Unlock();
+  }
+}
+
+}  // namespace lockstep

@@ -1,0 +1,120 @@
+#include "services/worker/wire.h"
+
+namespace lockstep {
+
+v1::PrepareHeader ToProto(const JobAssignment& job) {
+  v1::PrepareHeader h;
+  h.set_job_id(job.job_id);
+  *h.mutable_spec() = job.replica.spec;
+  h.set_rank(job.replica.rank);
+  h.set_world_size(job.replica.world_size);
+  h.set_rendezvous_prefix(job.rendezvous_prefix);
+  h.set_collective_timeout_ms(absl::ToInt64Milliseconds(job.replica.collective_timeout));
+  return h;
+}
+
+JobAssignment FromProto(const v1::PrepareHeader& h) {
+  JobAssignment job;
+  job.job_id = h.job_id();
+  job.replica.spec = h.spec();
+  job.replica.rank = h.rank();
+  job.replica.world_size = h.world_size();
+  job.replica.collective_timeout = absl::Milliseconds(h.collective_timeout_ms());
+  job.rendezvous_prefix = h.rendezvous_prefix();
+  return job;
+}
+
+v1::StateHeader ToProto(const StateHeader& header) {
+  v1::StateHeader h;
+  h.set_step(header.step);
+  h.set_param_count(header.param_count);
+  h.set_slot_count(header.slot_count);
+  return h;
+}
+
+StateHeader FromProto(const v1::StateHeader& h) {
+  return {h.step(), h.param_count(), h.slot_count()};
+}
+
+v1::PrepareResponse ToProto(const PrepareResult& result) {
+  v1::PrepareResponse r;
+  r.set_train_examples(result.train_examples);
+  r.set_test_examples(result.test_examples);
+  r.set_param_checksum(result.param_checksum);
+  return r;
+}
+
+PrepareResult FromProto(const v1::PrepareResponse& r) {
+  return {r.train_examples(), r.test_examples(), r.param_checksum()};
+}
+
+v1::StepRequest ToProto(const std::string& job_id, const StepCommand& command) {
+  v1::StepRequest r;
+  r.set_job_id(job_id);
+  r.set_step(command.step);
+  r.set_key0(command.key.k0);
+  r.set_key1(command.key.k1);
+  r.mutable_indices()->Add(command.indices.begin(), command.indices.end());
+  r.set_want_checksum(command.want_checksum);
+  return r;
+}
+
+StepCommand FromProto(const v1::StepRequest& r) {
+  StepCommand c;
+  c.step = r.step();
+  c.key = {r.key0(), r.key1()};
+  c.indices = {r.indices().data(), static_cast<size_t>(r.indices_size())};
+  c.want_checksum = r.want_checksum();
+  return c;
+}
+
+v1::StepResponse ToProto(const StepResult& result) {
+  v1::StepResponse r;
+  r.set_step(result.step);
+  r.set_loss(result.loss);
+  r.set_accuracy(result.accuracy);
+  r.set_param_checksum(result.param_checksum);
+  r.set_compute_ms(result.compute_ms);
+  r.set_allreduce_ms(result.allreduce_ms);
+  r.set_update_ms(result.update_ms);
+  r.set_step_ms(result.step_ms);
+  return r;
+}
+
+StepResult FromProto(const v1::StepResponse& r) {
+  StepResult s;
+  s.step = r.step();
+  s.loss = r.loss();
+  s.accuracy = r.accuracy();
+  s.param_checksum = r.param_checksum();
+  s.compute_ms = r.compute_ms();
+  s.allreduce_ms = r.allreduce_ms();
+  s.update_ms = r.update_ms();
+  s.step_ms = r.step_ms();
+  return s;
+}
+
+v1::EvaluateResponse ToProto(const EvalSums& sums) {
+  v1::EvaluateResponse r;
+  r.set_loss_sum(sums.loss_sum);
+  r.set_correct(sums.correct);
+  r.set_count(sums.count);
+  return r;
+}
+
+EvalSums FromProto(const v1::EvaluateResponse& r) { return {r.loss_sum(), r.correct(), r.count()}; }
+
+bool WriteStateChunks(const StateHeader& header, std::string_view bytes,
+                      const std::function<bool(const v1::StateChunk&)>& write) {
+  v1::StateChunk chunk;
+  *chunk.mutable_header() = ToProto(header);
+  for (size_t off = 0; off == 0 || off < bytes.size(); off += kStateChunkBytes) {
+    chunk.set_data(std::string(bytes.substr(off, kStateChunkBytes)));
+    if (!write(chunk)) return false;
+    chunk.clear_header();
+    if (bytes.empty()) break;
+  }
+  return true;
+}
+
+}  // namespace lockstep

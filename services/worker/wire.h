@@ -1,0 +1,47 @@
+// The Worker API's protos <-> the plain commands and results (core/commands.h): the one
+// place that knows both, used by the worker's service and the coordinator's gRPC client.
+// Also how a TrainState travels as StateChunks (Prepare and FetchState alike).
+#ifndef LOCKSTEP_SERVICES_WORKER_WIRE_H_
+#define LOCKSTEP_SERVICES_WORKER_WIRE_H_
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "core/commands.h"
+#include "core/train_state.h"
+#include "lockstep/v1/worker.pb.h"
+
+namespace lockstep {
+
+// Bytes of state per chunk.
+inline constexpr size_t kStateChunkBytes = 1 << 20;
+
+v1::PrepareHeader ToProto(const JobAssignment& job);
+JobAssignment FromProto(const v1::PrepareHeader& header);
+
+v1::StateHeader ToProto(const StateHeader& header);
+StateHeader FromProto(const v1::StateHeader& header);
+
+v1::PrepareResponse ToProto(const PrepareResult& result);
+PrepareResult FromProto(const v1::PrepareResponse& response);
+
+v1::StepRequest ToProto(const std::string& job_id, const StepCommand& command);
+// The command's indices point into `request`, which must outlive it.
+StepCommand FromProto(const v1::StepRequest& request);
+
+v1::StepResponse ToProto(const StepResult& result);
+StepResult FromProto(const v1::StepResponse& response);
+
+v1::EvaluateResponse ToProto(const EvalSums& sums);
+EvalSums FromProto(const v1::EvaluateResponse& response);
+
+// Sends `bytes` (the state `header` describes) as chunks of at most kStateChunkBytes, the
+// header in the first, through `write`; stops at the first write that returns false.
+bool WriteStateChunks(const StateHeader& header, std::string_view bytes,
+                      const std::function<bool(const v1::StateChunk&)>& write);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVICES_WORKER_WIRE_H_
