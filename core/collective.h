@@ -28,6 +28,12 @@ class Collective {
   // DEADLINE_EXCEEDED when a peer does not answer within options.timeout, UNAVAILABLE
   // when a peer is lost.
   virtual absl::Status AllReduceSum(float* data, size_t n, const CollectiveOptions& options) = 0;
+
+  // Gives up on the collective: one in flight on another thread fails promptly, every
+  // later one fails at once, and the peers' fail too instead of waiting out their
+  // timeouts; the errors carry `why`. Thread-safe; for a job cancelled or released while
+  // a step waits for a peer that will never come.
+  virtual void Abort(const absl::Status& why) = 0;
 };
 
 }  // namespace lockstep

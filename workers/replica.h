@@ -41,6 +41,8 @@ class Replica {
 
   const ReplicaConfig& config() const { return config_; }
   Backend& backend() { return *backend_; }
+  // Null for one replica. Collective::Abort may be called from any thread.
+  Collective* collective() { return collective_.get(); }
   int64_t train_examples() const { return data_->train.size; }
   int64_t test_examples() const { return data_->test.size; }
 

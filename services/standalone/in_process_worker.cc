@@ -38,7 +38,10 @@ class InProcessStepStream final : public StepStream {
     thread_ = std::thread([this] { Loop(); });
   }
   ~InProcessStepStream() override {
-    Cancel();
+    {
+      absl::MutexLock lock(&mu_);
+      if (error_.ok()) error_ = absl::CancelledError("step stream closed");
+    }
     thread_.join();
   }
 
@@ -66,9 +69,17 @@ class InProcessStepStream final : public StepStream {
     if (!error_.ok()) return error_;
     return absl::OutOfRangeError("step stream ended");
   }
+  // A stream cancelled before it ended cleanly means the job loop gave up on the job: it
+  // is released, which also ends a step waiting in the all-reduce (the collective is
+  // aborted), so that the stream's thread ends at once.
   void Cancel() override {
-    absl::MutexLock lock(&mu_);
-    if (error_.ok()) error_ = absl::CancelledError("step stream cancelled");
+    bool ended;
+    {
+      absl::MutexLock lock(&mu_);
+      ended = closed_ && commands_.empty() && !running_ && error_.ok();
+      if (error_.ok()) error_ = absl::CancelledError("step stream cancelled");
+    }
+    if (!ended) slot_->Release(job_id_);
   }
 
  private:

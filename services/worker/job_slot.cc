@@ -104,6 +104,9 @@ absl::StatusOr<PrepareResult> JobSlot::Load(Job& job, const JobAssignment& assig
   result.train_examples = replica->train_examples();
   result.test_examples = replica->test_examples();
   absl::MutexLock lock(&mu_);
+  if (Collective* c = replica->collective()) {
+    job.abort_collective = job.cancel.OnCancel([c, &job] { c->Abort(job.cancel.status()); });
+  }
   job.replica = std::move(replica);
   return result;
 }

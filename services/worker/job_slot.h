@@ -4,8 +4,9 @@
 //
 // Thread safety: thread-safe. Commands on the replica are serialized (run_mu_). Release
 // never waits behind one: it cancels the job's token, so that a Prepare in progress stops
-// at its next phase (backend, datasets, rendezvous, each chunk of state) with CANCELLED,
-// and the replica is dropped as soon as no command runs. Lock order: run_mu_, then mu_;
+// at its next phase (backend, datasets, rendezvous, each chunk of state) with CANCELLED and
+// a step waiting in the all-reduce ends (the collective is aborted), and the replica is
+// dropped as soon as no command runs. Lock order: run_mu_, then mu_;
 // the token's callbacks take neither.
 #ifndef LOCKSTEP_SERVICES_WORKER_JOB_SLOT_H_
 #define LOCKSTEP_SERVICES_WORKER_JOB_SLOT_H_
@@ -85,6 +86,9 @@ class JobSlot {
     std::string id;
     CancelToken cancel;                // cancelled by Release or by the next Prepare
     std::unique_ptr<Replica> replica;  // set once prepared
+    // Cancelling aborts the replica's collective, so that a step waiting for a peer that
+    // will not come ends now. Destroyed before the replica.
+    CancelToken::Callback abort_collective;
   };
   absl::StatusOr<PrepareResult> Load(Job& job, const JobAssignment& assignment, TrainSetup setup,
                                      const StateHeader& header, StateSource& state)

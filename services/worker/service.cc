@@ -63,6 +63,14 @@ class StepsReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::S
     auto request = std::make_shared<v1::StepRequest>(std::move(core_->request));
     ++core_->queued;
     executor_->Post([core = core_, slot = slot_, request] {
+      {
+        absl::MutexLock lock(&core->mu);
+        if (!core->status.ok()) {  // the stream ended: its steps are not wanted
+          --core->queued;
+          core->Pump();
+          return;
+        }
+      }
       absl::StatusOr<StepResult> result = slot->Step(request->job_id(), FromProto(*request));
       absl::MutexLock lock(&core->mu);
       --core->queued;

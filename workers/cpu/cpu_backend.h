@@ -15,14 +15,13 @@ namespace lockstep {
 int DefaultCpuThreads();
 
 // A CPU backend whose kernels and GEMMs run on `threads` threads; `threads` >= 1 (a
-// smaller value means 1). The count belongs to the backend: nothing process-wide is
-// configured, and backends with different counts can live in one process.
+// smaller value means 1). The count belongs to the backend: it splits each GEMM across
+// its own OpenMP team and OpenBLAS runs single-threaded, so nothing process-wide is set,
+// and backends with different counts can live in one process without affecting each
+// other. Results are bitwise reproducible for a given count.
 //
-// Thread safety: none; see Backend. Gemm sets the calling thread's OpenMP nthreads ICV
-// (omp_set_num_threads) to `threads`: OpenBLAS sizes its team from it, and copies it
-// into its own process-wide count when that differs. Hence two backends with different
-// counts above 1 must not run GEMMs at the same time on different threads; one after the
-// other, on any threads, each runs on its own count.
+// Thread safety: none; see Backend. Gemm on a 1-thread backend sets the calling thread's
+// OpenMP nthreads ICV (omp_set_num_threads, a per-thread setting) to 1.
 std::unique_ptr<Backend> NewCpuBackend(int threads);
 
 }  // namespace lockstep

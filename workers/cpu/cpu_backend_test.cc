@@ -91,8 +91,8 @@ struct GemmShape {
   int m, n, k;
 };
 
-// The thin products (a dimension under 32: the first conv, the 10-class layer) and a large
-// square one that OpenBLAS threads itself.
+// Products with a dimension under 32 (the first conv's K = 9, the 10-class layer), which
+// split badly, and a large square one.
 constexpr GemmShape kShapes[] = {
     {4096, 32, 9}, {9, 32, 4096}, {128, 10, 128}, {128, 256, 10}, {256, 256, 256}};
 
@@ -198,22 +198,27 @@ TEST_P(CpuBackendThreads, KernelsAreBitwiseReproducible) {
   EXPECT_TRUE(SameBits(first, ConvStep(*be)));
 }
 
-INSTANTIATE_TEST_SUITE_P(OneAndTwo, CpuBackendThreads, ::testing::Values(1, 2));
+// 4: blocks in two dimensions (a 2 x 2 grid for square products).
+INSTANTIATE_TEST_SUITE_P(Counts, CpuBackendThreads, ::testing::Values(1, 2, 4));
 
 TEST(CpuBackend, BackendsWithDifferentThreadCountsInterleaved) {
-  auto one = NewCpuBackend(1), two = NewCpuBackend(2);
+  auto one = NewCpuBackend(1), two = NewCpuBackend(2), four = NewCpuBackend(4);
   for (const GemmShape s : kShapes) {
     const GemmInputs in(s);
     for (const bool ta : {false, true}) {
       for (const bool tb : {false, true}) {
         std::vector<double> want, scale;
         ReferenceGemm(ta, tb, in, &want, &scale);
-        for (Backend* be : {one.get(), two.get(), one.get(), two.get()}) {
+        for (Backend* be : {one.get(), two.get(), four.get(), one.get(), two.get()}) {
           const auto c = RunGemm(*be, ta, tb, in);
           size_t bad = 0;
           for (size_t e = 0; e < c.size(); ++e) bad += std::fabs(c[e] - want[e]) > 1e-5 * scale[e];
           EXPECT_EQ(bad, 0u) << s.m << "x" << s.n << "x" << s.k << " ta=" << ta << " tb=" << tb
-                             << " on " << (be == one.get() ? 1 : 2) << " threads";
+                             << " on "
+                             << (be == one.get()   ? 1
+                                 : be == two.get() ? 2
+                                                   : 4)
+                             << " threads";
         }
       }
     }
@@ -232,21 +237,23 @@ int ProcessThreads() {
   return n;
 }
 
-TEST(CpuBackend, TwoThreadGemmRunsOnTwoThreadsAfterAOneThreadBackend) {
-  const GemmInputs large({256, 256, 256});  // OpenBLAS threads it
+TEST(CpuBackend, TwoThreadBackendStillUsesTwoThreadsAfterAOneThreadBackend) {
+  const GemmInputs large({256, 256, 256});
   auto one = NewCpuBackend(1), two = NewCpuBackend(2);
-  // On a fresh thread, so that any team OpenBLAS forks shows up as new threads.
+  const int blas_threads = openblas_get_num_threads();
+  // On a fresh thread, so that every team forked shows up as new threads.
   std::thread([&] {
     const int before = ProcessThreads();
     for (const GemmShape s : kShapes) RunGemm(*one, false, false, GemmInputs(s));
-    EXPECT_EQ(ProcessThreads(), before) << "a 1-thread backend forked a team";
+    EXPECT_EQ(ProcessThreads(), before) << "the 1-thread backend forked a team";
+    EXPECT_EQ(openblas_get_num_threads(), blas_threads) << "OpenBLAS's global count changed";
     // Even with OpenBLAS's own count left at 1 by some other caller.
     openblas_set_num_threads(1);
     RunGemm(*two, false, false, large);
-    EXPECT_EQ(openblas_get_num_threads(), 2);
     EXPECT_EQ(ProcessThreads(), before + 1) << "the 2-thread GEMM did not fork a team of 2";
+    EXPECT_EQ(openblas_get_num_threads(), 1) << "OpenBLAS's global count changed";
+    openblas_set_num_threads(blas_threads);
   }).join();
 }
-
 }  // namespace
 }  // namespace lockstep

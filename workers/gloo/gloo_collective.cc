@@ -6,6 +6,7 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "gloo/allreduce.h"
@@ -46,9 +47,9 @@ absl::Status ValidateCreate(int rank, int size, const Store* store, const GlooOp
         absl::StrCat("gloo: rank ", rank, " is not in a job of size ", size));
   }
   if (store == nullptr) return absl::InvalidArgumentError("gloo: null store");
-  if (!options.hostname.empty() && !options.interface.empty()) {
+  if (options.hostname.empty() == options.interface.empty()) {
     return absl::InvalidArgumentError(
-        "gloo: set at most one of GlooOptions.hostname and GlooOptions.interface");
+        "gloo: set exactly one of GlooOptions.hostname and GlooOptions.interface");
   }
   if (options.connect_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("gloo: GlooOptions.connect_timeout must be positive");
@@ -80,12 +81,9 @@ absl::StatusOr<std::shared_ptr<gloo::transport::Device>> CreateDevice(int rank, 
   if (!options.interface.empty()) {
     attr.iface = options.interface;
     field = absl::StrCat("GlooOptions.interface \"", options.interface, "\"");
-  } else if (!options.hostname.empty()) {
+  } else {
     attr.hostname = options.hostname;
     field = absl::StrCat("GlooOptions.hostname \"", options.hostname, "\"");
-  } else {
-    ASSIGN_OR_RETURN(attr.hostname, DefaultHostAddress());
-    field = absl::StrCat("default host address \"", attr.hostname, "\"");
   }
   if (attr.iface.empty()) RETURN_IF_ERROR(CheckResolves(attr.hostname, field));
   std::shared_ptr<gloo::transport::Device> device;
@@ -116,13 +114,22 @@ absl::StatusOr<std::unique_ptr<Collective>> GlooCollective::Create(int rank, int
 }
 
 GlooCollective::GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context)
-    : rank_(rank), size_(size), context_(std::move(context)) {}
+    : rank_(rank), size_(size), context_(context), abortable_(std::move(context)) {}
 
 GlooCollective::~GlooCollective() = default;
 
 absl::Status GlooCollective::AllReduceSum(float* data, size_t n, const CollectiveOptions& options) {
   absl::MutexLock lock(&mu_);
   const std::string what = absl::StrCat(RankName(rank_, size_), ": all-reduce of ", n, " floats");
+  {
+    absl::MutexLock abort_lock(&abort_mu_);
+    if (!aborted_.ok() && error_.ok()) error_ = aborted_;
+    in_flight_ = error_.ok();
+  }
+  absl::Cleanup landed = [this] {
+    absl::MutexLock abort_lock(&abort_mu_);
+    in_flight_ = false;
+  };
   if (!error_.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         RankName(rank_, size_), ": unusable after an earlier error: ", error_.message()));
@@ -140,12 +147,40 @@ absl::Status GlooCollective::AllReduceSum(float* data, size_t n, const Collectiv
     gloo::allreduce(gloo_options);
   });
   if (!status.ok()) {
+    if (absl::Status why = aborted(); !why.ok()) {
+      status = absl::AbortedError(absl::StrCat(what, ": aborted: ", why.message()));
+    }
     error_ = status;
     // Destroying the context closes every connection: peers waiting on this rank learn
     // at once that the step is lost instead of waiting out their timeouts.
     context_.reset();
+    absl::MutexLock abort_lock(&abort_mu_);
+    abortable_.reset();
   }
   return status;
+}
+
+absl::Status GlooCollective::aborted() {
+  absl::MutexLock lock(&abort_mu_);
+  return aborted_;
+}
+
+void GlooCollective::Abort(const absl::Status& why) {
+  std::shared_ptr<gloo::Context> context;
+  {
+    absl::MutexLock lock(&abort_mu_);
+    if (!aborted_.ok()) return;
+    aborted_ = why.ok() ? absl::AbortedError("aborted") : why;
+    // An all-reduce in flight here is not woken by closing our own connections (gloo
+    // signals a closed pair's waiters only when the peer closes): it ends when the peers,
+    // aborted too, close theirs, or at its timeout. Ranks not in flight close theirs now.
+    if (in_flight_) return;
+    context = abortable_;
+  }
+  if (context == nullptr) return;  // already failed: its connections are closed
+  CallGloo(absl::StrCat(RankName(rank_, size_), ": abort"), [&] {
+    context->closeConnections();
+  }).IgnoreError();
 }
 
 }  // namespace lockstep

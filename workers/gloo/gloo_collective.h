@@ -25,8 +25,8 @@ namespace lockstep {
 
 struct GlooOptions {
   // The address peers use to reach this rank: a hostname or a numeric IP ("127.0.0.1"
-  // for tests on one host). Empty: the address of `interface` when that is set, else
-  // DefaultHostAddress(). Set at most one of hostname and interface.
+  // for tests on one host; a worker's is its address on the route to the coordinator,
+  // services/common/net.h LocalAddressFor). Set exactly one of hostname and interface.
   std::string hostname;
   // A network interface ("eth0") whose address to bind, as GLOO_SOCKET_IFNAME would.
   std::string interface;
@@ -63,21 +63,24 @@ class GlooCollective final : public Collective {
   // See Collective. Also INVALID_ARGUMENT for a null `data` with n > 0 or a timeout that
   // is not positive, and FAILED_PRECONDITION after an earlier error.
   absl::Status AllReduceSum(float* data, size_t n, const CollectiveOptions& options) override;
+  // Closes the connections unless an all-reduce is in flight on this rank (see the .cc):
+  // peers waiting on this rank fail at once.
+  void Abort(const absl::Status& why) override;
 
  private:
   GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context);
+  absl::Status aborted();  // OK unless Abort was called
 
   const int rank_;
   const int size_;
-  absl::Mutex mu_;
+  absl::Mutex mu_;                                               // held by AllReduceSum throughout
   std::shared_ptr<gloo::Context> context_ ABSL_GUARDED_BY(mu_);  // null after an error
   absl::Status error_ ABSL_GUARDED_BY(mu_);                      // the first error
+  absl::Mutex abort_mu_;  // never held while waiting; taken under mu_, never around it
+  std::shared_ptr<gloo::Context> abortable_ ABSL_GUARDED_BY(abort_mu_);  // context_ for Abort
+  absl::Status aborted_ ABSL_GUARDED_BY(abort_mu_);
+  bool in_flight_ ABSL_GUARDED_BY(abort_mu_) = false;  // an AllReduceSum is running
 };
-
-// An address of this host that peers on other hosts can reach: the first non-loopback
-// address the hostname resolves to, else the first non-loopback IPv4 address of an
-// interface that is up, else "127.0.0.1" (a host alone can only talk to itself).
-absl::StatusOr<std::string> DefaultHostAddress();
 
 }  // namespace lockstep
 

@@ -344,17 +344,34 @@ TEST(GlooCollectiveTest, InterfaceOptionBindsThatInterface) {
   EXPECT_EQ(data[1], (std::vector<float>{4, 6}));
 }
 
-TEST(GlooCollectiveTest, DefaultHostAddressIsReachable) {
-  ASSERT_OK_AND_ASSIGN(std::string address, DefaultHostAddress());
-  EXPECT_FALSE(address.empty());
+TEST(GlooCollectiveTest, AbortEndsAPeersWaitAndEveryLaterCall) {
   MemoryStore store;
-  GlooOptions options = Loopback("default");
-  options.hostname.clear();  // bind and advertise DefaultHostAddress()
-  Collectives job = CreateJob(2, &store, options);
-  ASSERT_EQ(job.size(), 2) << "address " << address;
-  std::vector<std::vector<float>> data = {{1}, {2}};
-  for (const absl::Status& s : AllReduceAll(job, data)) ASSERT_OK(s);
-  EXPECT_EQ(data[0][0], 3);
+  Collectives job = CreateJob(2, &store, Loopback("abort"));
+  ASSERT_EQ(job.size(), 2);
+  std::vector<float> data(1000, 1.0f);
+  // Rank 0 waits in an all-reduce that rank 1 will never join; rank 1 is aborted (a job
+  // released while its step waits for a peer). Whichever happens first, rank 0's wait
+  // ends at once, not at its 20 s timeout.
+  const absl::Time start = absl::Now();
+  std::thread waiter([&] {
+    EXPECT_THAT(job[0]->AllReduceSum(data.data(), data.size(), {.timeout = absl::Seconds(20)}),
+                StatusIs(absl::StatusCode::kUnavailable, HasSubstr("gloo rank 0 of 2")));
+  });
+  job[1]->Abort(absl::CancelledError("job job-7 was released"));
+  waiter.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_THAT(job[1]->AllReduceSum(data.data(), data.size(), {}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("job job-7 was released")));
+  job[1]->Abort(absl::CancelledError("again"));  // idempotent
+}
+
+TEST(GlooCollectiveTest, AnAddressIsRequired) {
+  MemoryStore store;
+  GlooOptions options = Loopback("none");
+  options.hostname.clear();
+  EXPECT_THAT(GlooCollective::Create(0, 1, &store, options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("set exactly one of GlooOptions.hostname")));
 }
 
 }  // namespace

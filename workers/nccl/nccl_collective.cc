@@ -38,7 +38,11 @@ class NcclCollective final : public Collective {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
+  // The driving thread aborts the communicator at its next wait for the stream.
+  void Abort(const absl::Status& why) override { watchdog_.RequestAbort(why); }
+
   absl::Status AllReduceSum(float* data, size_t n, const CollectiveOptions& options) override {
+    RETURN_IF_ERROR(watchdog_.Check(absl::ZeroDuration()));
     RETURN_IF_ERROR(comm_->error());
     if (n == 0) return absl::OkStatus();
     RETURN_IF_ERROR(backend_->Activate());

@@ -11,10 +11,23 @@ void NcclWatchdog::Arm(absl::Duration timeout) {
   armed_ = true;
 }
 
+void NcclWatchdog::RequestAbort(const absl::Status& why) {
+  absl::MutexLock lock(&request_mu_);
+  if (requested_.ok()) requested_ = why.ok() ? absl::AbortedError("aborted") : why;
+}
+
 absl::Status NcclWatchdog::Check(absl::Duration waited) {
   if (!error_.ok()) return error_;
+  absl::Status requested;
+  {
+    absl::MutexLock lock(&request_mu_);
+    requested = requested_;
+  }
   absl::Status async = comm_->AsyncError();
-  if (!async.ok()) {
+  if (!requested.ok()) {
+    error_ = absl::AbortedError(
+        absl::StrCat(what_, ": aborted, communicator aborted: ", requested.message()));
+  } else if (!async.ok()) {
     error_ = absl::UnavailableError(
         absl::StrCat(what_, ": a collective failed, communicator aborted: ", async.message()));
   } else if (armed_ && waited > timeout_) {

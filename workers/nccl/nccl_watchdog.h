@@ -7,7 +7,8 @@
 //
 // The timeout bounds the whole wait, compute included, once any collective was queued:
 // a wait is expected to take far less than a collective's timeout. No thread of its own:
-// it runs on the thread that drives the backend and the collective (thread-compatible).
+// it runs on the thread that drives the backend and the collective (thread-compatible;
+// RequestAbort alone is thread-safe).
 #ifndef LOCKSTEP_WORKERS_NCCL_NCCL_WATCHDOG_H_
 #define LOCKSTEP_WORKERS_NCCL_NCCL_WATCHDOG_H_
 
@@ -15,6 +16,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace lockstep {
@@ -40,10 +42,14 @@ class NcclWatchdog {
   void Arm(absl::Duration timeout);
 
   // Called while the host has waited `waited` for the stream. OK while all is well.
-  // Otherwise aborts the communicator and returns, then and ever after, UNAVAILABLE (an
-  // asynchronous NCCL error: a peer was lost) or DEADLINE_EXCEEDED (armed, and the wait
-  // outlasted the timeout).
+  // Otherwise aborts the communicator and returns, then and ever after, ABORTED (an abort
+  // was requested), UNAVAILABLE (an asynchronous NCCL error: a peer was lost) or
+  // DEADLINE_EXCEEDED (armed, and the wait outlasted the timeout).
   absl::Status Check(absl::Duration waited);
+
+  // Asks for the communicator to be aborted with `why` at the next Check, from any thread
+  // (Collective::Abort): the driving thread, waiting for the stream, does it.
+  void RequestAbort(const absl::Status& why);
 
  private:
   AbortableComm* comm_;
@@ -51,6 +57,8 @@ class NcclWatchdog {
   bool armed_ = false;
   absl::Duration timeout_ = absl::ZeroDuration();
   absl::Status error_;
+  absl::Mutex request_mu_;
+  absl::Status requested_ ABSL_GUARDED_BY(request_mu_);
 };
 
 }  // namespace lockstep

@@ -1,5 +1,7 @@
 #include "workers/nccl/nccl_watchdog.h"
 
+#include <thread>
+
 #include "core/testing.h"
 
 namespace lockstep {
@@ -52,6 +54,18 @@ TEST(NcclWatchdog, AsyncErrorAbortsAsUnavailableEvenUnarmed) {
   EXPECT_THAT(watchdog.Check(absl::Milliseconds(1)),
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr("communicator aborted: remote process exited")));
+  EXPECT_EQ(comm.aborts, 1);
+}
+
+TEST(NcclWatchdog, AnAbortRequestedFromAnotherThreadAbortsAtTheNextCheck) {
+  FakeComm comm;
+  NcclWatchdog watchdog(&comm, "rank 0 of 2");
+  watchdog.Arm(absl::Seconds(30));
+  std::thread other([&] { watchdog.RequestAbort(absl::CancelledError("job released")); });
+  other.join();
+  EXPECT_EQ(comm.aborts, 0);  // only the driving thread touches the communicator
+  EXPECT_THAT(watchdog.Check(absl::Milliseconds(1)),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("job released")));
   EXPECT_EQ(comm.aborts, 1);
 }
 
