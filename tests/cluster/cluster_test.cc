@@ -44,10 +44,8 @@ TEST(Cluster, TwoJobsRunConcurrentlyAndAThirdWaitsThenRuns) {
   EXPECT_EQ(c->Get(third->id())->state(), v1::QUEUED);
   EXPECT_EQ(c->Get(third->id())->waiting_for(), "2 free cpu workers");
   // Both first jobs make progress at the same time, while the third waits.
-  const absl::Time end = absl::Now() + absl::Minutes(2);
-  while ((c->Get(a->id())->step() == 0 || c->Get(b->id())->step() == 0) && absl::Now() < end) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_OK(c->WaitForStep(a->id(), 1, absl::Minutes(2)));
+  ASSERT_OK(c->WaitForStep(b->id(), 1, absl::Minutes(2)));
   EXPECT_EQ(c->Get(third->id())->state(), v1::QUEUED);
   auto ja = c->Get(a->id()), jb = c->Get(b->id());
   EXPECT_TRUE(ja->state() == v1::RUNNING && ja->step() > 0) << ja->DebugString();
@@ -102,10 +100,9 @@ TEST(Cluster, KilledWorkerFailsItsJobWithinTenSecondsAndOthersGoOn) {
   auto ok = c->WaitFor(other->id(), absl::Minutes(3));
   ASSERT_OK(ok);
   EXPECT_EQ(ok->state(), v1::SUCCEEDED) << ok->failure_reason();
-  absl::SleepFor(absl::Seconds(1));
-  auto workers = c->Workers();
-  ASSERT_OK(workers);
-  EXPECT_EQ(workers->workers_size(), 3);  // the dead one is gone
+  // The dead one is gone (dropped as unreachable when its job failed) and the survivor is
+  // free again (released when its job ended): both before the jobs' states changed.
+  EXPECT_EQ(c->Workers()->workers_size(), 3);
   EXPECT_EQ(FreeWorkers(*c), 3);
   // The survivor takes new work.
   auto next = c->Submit(MlpSpec(2, 20));

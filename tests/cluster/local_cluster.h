@@ -1,17 +1,20 @@
 // LocalCluster: a coordinator and N workers started as separate processes on loopback
-// for integration tests, with helpers to submit specs, wait for jobs and kill workers.
+// for integration tests (ClusterProcesses, as `lockstep cluster up` starts them), with
+// helpers to submit specs, wait for jobs and kill workers.
 #ifndef LOCKSTEP_TESTS_CLUSTER_LOCAL_CLUSTER_H_
 #define LOCKSTEP_TESTS_CLUSTER_LOCAL_CLUSTER_H_
 
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "clients/cluster/cluster_processes.h"
 #include "lockstep/v1/job.grpc.pb.h"
 
 namespace lockstep::testing {
@@ -24,24 +27,24 @@ class LocalCluster {
       int workers, std::vector<std::string> coordinator_flags = {}, int threads_per_worker = 1);
   ~LocalCluster();  // kills everything
 
-  const std::string& address() const { return address_; }
+  const std::string& address() const { return processes_->address(); }
   const std::string& dir() const { return dir_; }
   v1::JobService::Stub& jobs() { return *stub_; }
 
-  absl::StatusOr<std::string> AddWorker();
+  absl::StatusOr<std::string> AddWorker() { return processes_->AddWorker(); }
   // SIGKILLs the coordinator and starts it again on the same port and state directory.
-  absl::Status RestartCoordinator();
+  absl::Status RestartCoordinator() { return processes_->RestartCoordinator(); }
   // SIGKILLs worker i (in start order).
-  void KillWorker(int i);
+  void KillWorker(int i) { processes_->KillWorker(i); }
 
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
   absl::StatusOr<v1::Job> Get(const std::string& id);
   absl::StatusOr<v1::Job> Cancel(const std::string& id);
-  // Polls until the job reaches one of the terminal states or `state` if given.
+  // Watches the job until it reaches a terminal state, or `state` if given.
   absl::StatusOr<v1::Job> WaitFor(const std::string& id, absl::Duration timeout,
                                   v1::JobState state = v1::JOB_STATE_UNSPECIFIED);
-  // Polls until the job has reached `step` (job.step() >= step); DEADLINE_EXCEEDED after
-  // `timeout`, FAILED_PRECONDITION if the job ends first.
+  // Watches the job until it has reached `step` (job.step() >= step); DEADLINE_EXCEEDED
+  // after `timeout`, FAILED_PRECONDITION if the job ends first.
   absl::StatusOr<v1::Job> WaitForStep(const std::string& id, int64_t step, absl::Duration timeout);
   absl::StatusOr<v1::ListWorkersResponse> Workers();
   // Reads the worker logs and the coordinator log (for failure messages).
@@ -49,14 +52,12 @@ class LocalCluster {
 
  private:
   LocalCluster() = default;
-  absl::StatusOr<pid_t> SpawnWorker(int index);
-  absl::Status StartCoordinator(const std::string& listen);
+  // Streams the job's events until done(event) or the job's end; then the job as it is.
+  absl::StatusOr<v1::Job> WatchUntil(const std::string& id, absl::Duration timeout,
+                                     const std::function<bool(const v1::JobEvent&)>& done);
 
-  std::string dir_, address_;
-  pid_t coordinator_ = -1;
-  std::vector<pid_t> workers_;
-  int threads_ = 1;
-  std::vector<std::string> coordinator_flags_;
+  std::string dir_;
+  std::unique_ptr<ClusterProcesses> processes_;
   std::unique_ptr<v1::JobService::Stub> stub_;
 };
 

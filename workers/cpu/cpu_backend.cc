@@ -17,6 +17,9 @@ namespace {
 
 // Elementwise loops below this size run on one thread: fork/join would cost more.
 constexpr size_t kParallelMin = 1 << 15;
+// So do GEMMs of at most this many multiply-adds (m * n * k), where OpenBLAS itself would
+// not use threads either (64^3: about 8 us).
+constexpr int64_t kGemmParallelMin = 1 << 18;
 
 // Hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and picked at load time,
 // so one portable binary runs at the host's vector width. Vectorizing changes no result:
@@ -157,13 +160,13 @@ class CpuBackend final : public Backend {
     // process-wide is read or written. Its OpenMP build (0.3.21) sizes a product's team
     // (m*n*k > 2^18) from the CALLING thread's omp_get_max_threads() and copies that into
     // its global count, unless the ICV is 1 or the caller is inside an active parallel
-    // region: then it runs on the caller alone and touches no global. So one thread calls
-    // it with its own ICV at 1; more split c into a grid of threads_ blocks, each a
-    // single-threaded sgemm inside our team. On 2 cores this beats OpenBLAS's threading
-    // (the CNN step 17-27% faster, the MLP 4%); the blocks depend only on threads_, and so
-    // do the bits.
+    // region: then it runs on the caller alone and touches no global. So a product for one
+    // thread is called with this thread's ICV at 1; a larger one is split into a grid of
+    // threads_ blocks of c, each a single-threaded sgemm inside our own team. On 2 cores
+    // this beats OpenBLAS's threading (CNN steps 17-27% faster, MLP 4%). The blocks depend
+    // only on threads_, and so do the bits.
     const int lda = ta ? m : k, ldb = tb ? k : n;
-    if (threads_ == 1) {
+    if (threads_ == 1 || int64_t{m} * n * k <= kGemmParallelMin) {
       if (omp_get_max_threads() != 1) omp_set_num_threads(1);  // this thread's ICV only
       Sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
       return;

@@ -1,0 +1,183 @@
+#include "clients/cluster/cluster_processes.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "lockstep/v1/job.grpc.pb.h"
+#include "services/common/flags.h"
+#include "services/common/net.h"
+#include "services/common/status.h"
+
+namespace lockstep {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr absl::Duration kStartTimeout = absl::Seconds(60);  // per server
+
+}  // namespace
+
+absl::StatusOr<pid_t> SpawnServer(const std::vector<std::string>& argv, const std::string& log,
+                                  bool detach) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  if (pid == 0) {  // only async-signal-safe calls until exec
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (detach) {
+      setsid();
+    } else {
+      setpgid(0, 0);  // Ctrl-C reaches the launcher only, which stops the servers in order
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);
+    }
+    const int in = open("/dev/null", O_RDONLY);
+    const int out = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (in >= 0) dup2(in, 0);
+    if (out >= 0) {
+      dup2(out, 1);
+      dup2(out, 2);
+    }
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+bool Running(pid_t pid) {
+  if (pid <= 0) return false;
+  int status;
+  if (waitpid(pid, &status, WNOHANG) == pid) return false;  // our child, exited
+  return kill(pid, 0) == 0;
+}
+
+void StopProcesses(const std::vector<pid_t>& pids, absl::Duration grace) {
+  for (pid_t p : pids) {
+    if (p > 0) kill(p, SIGTERM);
+  }
+  const absl::Time end = absl::Now() + grace;
+  for (pid_t p : pids) {
+    while (Running(p) && absl::Now() < end) absl::SleepFor(absl::Milliseconds(20));
+    if (Running(p)) kill(p, SIGKILL);
+    if (p > 0) waitpid(p, nullptr, 0);  // reaps our children; no-op for others
+  }
+}
+
+absl::StatusOr<std::unique_ptr<ClusterProcesses>> ClusterProcesses::Start(
+    const ClusterOptions& options) {
+  std::unique_ptr<ClusterProcesses> c(new ClusterProcesses(options));
+  std::error_code ec;
+  fs::create_directories(fs::path(options.dir) / "logs", ec);
+  if (ec) return absl::FailedPreconditionError(absl::StrCat(options.dir, ": ", ec.message()));
+  if (absl::Status st = c->StartCoordinator(options.port); !st.ok()) return st;
+  // One at a time, so that worker ids follow start order (w0000 is the first started).
+  for (int i = 0; i < options.workers; ++i) {
+    if (absl::StatusOr<std::string> id = c->AddWorker(); !id.ok()) return id.status();
+  }
+  return c;
+}
+
+ClusterProcesses::~ClusterProcesses() {
+  if (!detached_) Stop(absl::ZeroDuration());
+}
+
+std::vector<pid_t> ClusterProcesses::pids() const {
+  std::vector<pid_t> out = {coordinator_};
+  out.insert(out.end(), workers_.begin(), workers_.end());
+  return out;
+}
+
+absl::Status ClusterProcesses::StartCoordinator(int port) {
+  const std::string port_file = (fs::path(options_.dir) / "coordinator.port").string();
+  fs::remove(port_file);
+  std::vector<std::string> argv = {
+      options_.coordinator_binary, absl::StrCat("--listen=127.0.0.1:", port),
+      "--state_dir=" + options_.dir + "/state", "--port_file=" + port_file};
+  argv.insert(argv.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
+  const std::string log = options_.dir + "/logs/coordinator.log";
+  auto pid = SpawnServer(argv, log, options_.detach);
+  if (!pid.ok()) return pid.status();
+  coordinator_ = *pid;
+  const std::string bound = ReadPortFile(port_file, absl::Seconds(20));
+  if (bound.empty()) return absl::UnavailableError("the coordinator did not start; see " + log);
+  address_ = "127.0.0.1:" + bound;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<pid_t> ClusterProcesses::SpawnWorker(int index) {
+  return SpawnServer(
+      {options_.worker_binary, "--coordinator=" + address_, "--listen=127.0.0.1:0",
+       "--advertise_host=127.0.0.1", absl::StrCat("--threads=", options_.threads_per_worker),
+       absl::StrCat("--name=worker-", index)},
+      absl::StrCat(options_.dir, "/logs/worker-", index, ".log"), options_.detach);
+}
+
+absl::StatusOr<std::vector<std::string>> ClusterProcesses::WorkerIds() {
+  auto stub = v1::JobService::NewStub(MakeChannel(address_));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  v1::ListWorkersResponse resp;
+  absl::Status st = FromGrpcStatus(stub->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp));
+  if (!st.ok()) return st;
+  std::vector<std::string> ids;
+  for (const auto& w : resp.workers()) ids.push_back(w.id());
+  return ids;
+}
+
+absl::StatusOr<std::string> ClusterProcesses::AddWorker() {
+  auto before = WorkerIds();
+  const size_t had = before.ok() ? before->size() : 0;
+  auto pid = SpawnWorker(static_cast<int>(workers_.size()));
+  if (!pid.ok()) return pid.status();
+  workers_.push_back(*pid);
+  const absl::Time end = absl::Now() + kStartTimeout;
+  while (absl::Now() < end) {
+    auto ids = WorkerIds();
+    if (ids.ok() && ids->size() > had) return ids->back();
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("the new worker did not register; see ", options_.dir, "/logs"));
+}
+
+absl::Status ClusterProcesses::RestartCoordinator() {
+  StopProcesses({coordinator_}, absl::ZeroDuration());
+  return StartCoordinator(std::stoi(address_.substr(address_.rfind(':') + 1)));
+}
+
+void ClusterProcesses::KillWorker(int i) {
+  StopProcesses({workers_[i]}, absl::ZeroDuration());
+  workers_[i] = -1;
+}
+
+bool ClusterProcesses::AllRunning() {
+  for (pid_t p : pids()) {
+    if (p > 0 && !Running(p)) return false;
+  }
+  return true;
+}
+
+void ClusterProcesses::Stop(absl::Duration grace) {
+  std::vector<pid_t> running;
+  for (pid_t p : pids()) {
+    if (p > 0) running.push_back(p);
+  }
+  StopProcesses(running, grace);
+  coordinator_ = -1;
+  workers_.assign(workers_.size(), -1);
+}
+
+}  // namespace lockstep
