@@ -17,13 +17,6 @@
 namespace lockstep {
 namespace {
 
-class NullSink final : public JobSink {
- public:
-  void OnRunning(int64_t) override {}
-  void OnStep(const v1::StepEvent&) override {}
-  void OnEval(const v1::EvalResult&) override {}
-};
-
 v1::JobSpec TinySpec(int steps) {
   v1::JobSpec spec;
   spec.mutable_model()->set_kind("mlp");
@@ -85,7 +78,7 @@ int Main(int argc, char** argv) {
   // The same job loop in one process, on the same spec and thread count.
   v1::JobSpec spec = CnnSpec(1, steps);
   spec.set_threads(threads);
-  NullSink sink;
+  NullJobSink sink;
   auto single = RunLocalJob(*Validate(spec), &sink);
   for (const absl::Status& st : {round_trip.status(), streamed.status(), single.status()}) {
     if (!st.ok()) {

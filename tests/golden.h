@@ -1,16 +1,22 @@
 // Helpers for the tests that read the golden files tools/reference/make_golden.py wrote
-// (tests/golden/): the model a file records, its params as one flat vector, its data.
+// (tests/golden/): the model a file records, its params as one flat vector, its data; and
+// the gradient and training checks every backend passes (golden_test: CPU; CUDA tests).
 #ifndef LOCKSTEP_TESTS_GOLDEN_H_
 #define LOCKSTEP_TESTS_GOLDEN_H_
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/data/dataset.h"
 #include "core/io/safetensors.h"
 #include "core/model.h"
+#include "core/plan.h"
 #include "core/spec/spec.h"
+#include "core/step.h"
 #include "core/testing.h"
 
 namespace lockstep::testing {
@@ -49,6 +55,82 @@ inline Dataset GoldenDataset(const SafeTensors& st, const std::string& prefix) {
   d.size = static_cast<int64_t>(d.labels.size());
   d.row = 784;
   return d;
+}
+
+// The loss and every gradient of `model_name` ("cnn" or "mlp") on the golden batch,
+// computed on `backend`, within 1e-5 of JAX's.
+inline void ExpectGradientsMatchJax(Backend* backend, const std::string& model_name) {
+  ASSERT_OK_AND_ASSIGN(SafeTensors g, SafeTensors::Read(GoldenPath("grads.safetensors")));
+  ASSERT_OK_AND_ASSIGN(SafeTensors init,
+                       SafeTensors::Read(GoldenPath("init_" + model_name + "_seed0.safetensors")));
+  ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(GoldenModelSpec(init.metadata().at("model"))));
+  v1::OptimizerSpec os;
+  os.set_kind("sgd");
+  os.set_learning_rate(0.1);
+  ASSERT_OK_AND_ASSIGN(Optimizer sgd, Optimizer::FromSpec(os));
+  ASSERT_OK_AND_ASSIGN(
+      auto exec, StepExecutor::Create(m, sgd, rng::Impl::kPartitionable, 16, backend, nullptr));
+  const Dataset batch = GoldenDataset(g, "batch");
+  ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(batch));
+  ASSERT_OK(exec->SetState(TrainState::Create(GoldenParams(init, m, ""), sgd)));
+  rng::Key key{};
+  if (model_name == "mlp") {
+    auto k = *g.U32("mlp.dropout_key");
+    key = {k[0], k[1]};
+  }
+  std::vector<int32_t> idx(16);
+  std::iota(idx.begin(), idx.end(), 0);
+  ASSERT_OK_AND_ASSIGN(StepMetrics metrics, exec->ComputeGradients(d, idx, key));
+  const float want_loss = (*g.F32(model_name + ".loss"))[0];
+  EXPECT_NEAR(metrics.loss, want_loss, 1e-5 * std::fabs(want_loss));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> grads, exec->Gradients());
+  const std::vector<float> want = GoldenParams(g, m, model_name + ".grads.");
+  for (const ParamEntry& e : m.layout().entries()) {
+    EXPECT_LE(RelativeL2({grads.data() + e.offset, e.size}, {want.data() + e.offset, e.size}), 1e-5)
+        << e.name;
+  }
+}
+
+// 20 training steps of the golden MLP with dropout (`optimizer`: "adam" or "sgd") on
+// `backend`: each loss within 1e-5 of optax's, the same dropout masks, and the final
+// params within 1e-5 (relative L2 per tensor).
+inline void ExpectTrainingMatchesOptax(Backend* backend, const std::string& optimizer) {
+  ASSERT_OK_AND_ASSIGN(SafeTensors g,
+                       SafeTensors::Read(GoldenPath("train_mlp_" + optimizer + ".safetensors")));
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec parsed, ParseSpec(g.metadata().at("spec"), "golden spec"));
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec spec, Validate(parsed));
+  ASSERT_OK_AND_ASSIGN(TrainSetup setup, SetupFromSpec(spec));
+  const Model& m = setup.model;
+  const Dataset data = GoldenDataset(g, "data");
+  const int b = static_cast<int>(spec.global_batch_size());
+  TrainingPlan plan(spec.seed(), spec.dropout_seed(), setup.impl, data.size, b, 1);
+  ASSERT_OK_AND_ASSIGN(auto exec,
+                       StepExecutor::Create(m, setup.optimizer, setup.impl, b, backend, nullptr));
+  ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(data));
+  ASSERT_OK(
+      exec->SetState(TrainState::Create(m.Init(plan.init_key(), setup.impl), setup.optimizer)));
+  const std::vector<float> losses = *g.F32("losses");
+  ASSERT_EQ(losses.size(), spec.steps());
+  for (uint64_t s = 0; s < spec.steps(); ++s) {
+    StepPlan p = plan.Next();
+    ASSERT_OK_AND_ASSIGN(StepMetrics metrics, exec->Step(d, p.indices, p.keys[0]));
+    EXPECT_NEAR(metrics.loss, losses[s], 1e-5 * std::fabs(losses[s])) << "step " << s;
+    ASSERT_OK_AND_ASSIGN(auto masks, exec->DropoutMasks());
+    ASSERT_EQ(masks.size(), 2u);
+    for (size_t i = 0; i < masks.size(); ++i) {
+      EXPECT_EQ(masks[i], *g.U8("masks." + std::to_string(s) + "." + std::to_string(i)))
+          << "step " << s << " dropout " << i;
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(TrainState final_state, exec->GetState());
+  EXPECT_EQ(final_state.step, 20);
+  const std::vector<float> want = GoldenParams(g, m, "params.");
+  for (const ParamEntry& e : m.layout().entries()) {
+    EXPECT_LE(RelativeL2({final_state.params.data() + e.offset, e.size},
+                         {want.data() + e.offset, e.size}),
+              1e-5)
+        << e.name;
+  }
 }
 
 }  // namespace lockstep::testing

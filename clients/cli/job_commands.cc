@@ -13,6 +13,26 @@ int Usage(const char* text) {
   return 2;
 }
 
+// `lockstep COMMAND JOB [--json]`: one call about a job that answers with the job.
+template <typename Request>
+int JobCommand(Args& args, const char* usage,
+               grpc::Status (v1::JobService::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                            v1::Job*)) {
+  const std::string address = CoordinatorAddress(args);
+  const bool json = args.Flag("json");
+  auto pos = args.Positional();
+  if (!args.Done() || pos.size() != 1) return Usage(usage);
+  auto stub = Connect(address);
+  auto ctx = Deadline(30);
+  Request req;
+  req.set_id(pos[0]);
+  v1::Job job;
+  grpc::Status st = ((*stub).*method)(ctx.get(), req, &job);
+  if (!st.ok()) return Fail(FromGrpcStatus(st));
+  PrintJob(job, json);
+  return 0;
+}
+
 }  // namespace
 
 int SubmitCommand(Args& args) {
@@ -75,19 +95,7 @@ int ListCommand(Args& args) {
 }
 
 int StatusCommand(Args& args) {
-  const std::string address = CoordinatorAddress(args);
-  const bool json = args.Flag("json");
-  auto pos = args.Positional();
-  if (!args.Done() || pos.size() != 1) return Usage("status JOB [--json]");
-  auto stub = Connect(address);
-  auto ctx = Deadline(30);
-  v1::GetJobRequest req;
-  req.set_id(pos[0]);
-  v1::Job job;
-  grpc::Status st = stub->GetJob(ctx.get(), req, &job);
-  if (!st.ok()) return Fail(FromGrpcStatus(st));
-  PrintJob(job, json);
-  return 0;
+  return JobCommand(args, "status JOB [--json]", &v1::JobService::Stub::GetJob);
 }
 
 int WatchCommand(Args& args) {
@@ -100,19 +108,7 @@ int WatchCommand(Args& args) {
 }
 
 int CancelCommand(Args& args) {
-  const std::string address = CoordinatorAddress(args);
-  const bool json = args.Flag("json");
-  auto pos = args.Positional();
-  if (!args.Done() || pos.size() != 1) return Usage("cancel JOB [--json]");
-  auto stub = Connect(address);
-  auto ctx = Deadline(30);
-  v1::CancelJobRequest req;
-  req.set_id(pos[0]);
-  v1::Job job;
-  grpc::Status st = stub->CancelJob(ctx.get(), req, &job);
-  if (!st.ok()) return Fail(FromGrpcStatus(st));
-  PrintJob(job, json);
-  return 0;
+  return JobCommand(args, "cancel JOB [--json]", &v1::JobService::Stub::CancelJob);
 }
 
 int WorkersCommand(Args& args) {

@@ -7,8 +7,19 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "services/common/flags.h"
 
 namespace lockstep {
+namespace {
+
+// Keepalive, both ends: a dead peer is noticed in seconds even on an idle connection.
+constexpr std::pair<const char*, int> kKeepalive[] = {
+    {GRPC_ARG_KEEPALIVE_TIME_MS, 10000},
+    {GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000},
+    {GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1},
+};
+
+}  // namespace
 
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials() {
   return grpc::InsecureServerCredentials();
@@ -18,9 +29,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  for (const auto& [name, value] : kKeepalive) args.SetInt(name, value);
   // Fail fast on a dead peer rather than waiting out long reconnect backoffs.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
@@ -32,10 +41,23 @@ void ConfigureServer(grpc::ServerBuilder& builder, const std::string& address, i
   builder.AddListeningPort(address, ServerCredentials(), selected_port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  for (const auto& [name, value] : kKeepalive) builder.AddChannelArgument(name, value);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+}
+
+absl::StatusOr<Serving> StartServer(const std::string& address,
+                                    const std::vector<grpc::Service*>& services,
+                                    const std::string& port_file) {
+  grpc::ServerBuilder builder;
+  Serving s;
+  ConfigureServer(builder, address, &s.port);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  s.server = builder.BuildAndStart();
+  if (!s.server || s.port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  }
+  WritePortFile(port_file, s.port);
+  return s;
 }
 
 std::string HostOf(const std::string& address) {

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -22,6 +23,17 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 // Applies credentials, message limits and keepalive to a server listening on `address`
 // (host:port; port 0 picks one: see *selected_port).
 void ConfigureServer(grpc::ServerBuilder& builder, const std::string& address, int* selected_port);
+
+// A server listening on `address` with `services` (ConfigureServer's settings), its port
+// written to `port_file` when that is set. UNAVAILABLE naming the address when it cannot
+// listen there.
+struct Serving {
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+absl::StatusOr<Serving> StartServer(const std::string& address,
+                                    const std::vector<grpc::Service*>& services,
+                                    const std::string& port_file);
 
 // "host:port" -> host; the part before the last ':' (brackets stripped).
 std::string HostOf(const std::string& address);

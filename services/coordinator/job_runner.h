@@ -41,6 +41,14 @@ class JobSink {
   virtual void OnEval(const v1::EvalResult& result) = 0;
 };
 
+// A sink for runs whose progress nobody watches (benchmarks, comparisons in tests).
+class NullJobSink final : public JobSink {
+ public:
+  void OnRunning(int64_t) override {}
+  void OnStep(const v1::StepEvent&) override {}
+  void OnEval(const v1::EvalResult&) override {}
+};
+
 struct JobOutcome {
   uint64_t param_checksum = 0;
   std::string checkpoint_path;

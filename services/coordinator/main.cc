@@ -73,22 +73,17 @@ int main(int argc, char** argv) {
     spdlog::error("cannot reload the job records: {}", st.ToString());
     return 1;
   }
-  grpc::ServerBuilder builder;
-  int port = 0;
-  ConfigureServer(builder, absl::GetFlag(FLAGS_listen), &port);
-  builder.RegisterService(&job_service);
-  builder.RegisterService(&registry);
-  builder.RegisterService(&rendezvous);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) {
-    spdlog::error("cannot listen on {}", absl::GetFlag(FLAGS_listen));
+  absl::StatusOr<Serving> serving =
+      StartServer(absl::GetFlag(FLAGS_listen), {&job_service, &registry, &rendezvous},
+                  absl::GetFlag(FLAGS_port_file));
+  if (!serving.ok()) {
+    spdlog::error("{}", serving.status().ToString());
     return 1;
   }
-  WritePortFile(absl::GetFlag(FLAGS_port_file), port);
-  spdlog::info("lockstep-coordinator serving on port {} (state in {})", port,
+  spdlog::info("lockstep-coordinator serving on port {} (state in {})", serving->port,
                absl::GetFlag(FLAGS_state_dir));
   WaitForShutdownSignal();
   spdlog::info("shutting down");
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  serving->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   return 0;
 }

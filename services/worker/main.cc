@@ -62,16 +62,13 @@ int Main() {
   JobSlot slot(backends->get(), &datasets, collectives.get());
   WorkerServiceImpl service(&slot);
 
-  grpc::ServerBuilder builder;
-  int port = 0;
-  ConfigureServer(builder, absl::GetFlag(FLAGS_listen), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) {
-    spdlog::error("cannot listen on {}", absl::GetFlag(FLAGS_listen));
+  absl::StatusOr<Serving> serving =
+      StartServer(absl::GetFlag(FLAGS_listen), {&service}, absl::GetFlag(FLAGS_port_file));
+  if (!serving.ok()) {
+    spdlog::error("{}", serving.status().ToString());
     return 1;
   }
-  WritePortFile(absl::GetFlag(FLAGS_port_file), port);
+  const int port = serving->port;
   std::string name = absl::GetFlag(FLAGS_name);
   if (name.empty()) {
     char h[256] = {};
@@ -95,7 +92,7 @@ int Main() {
     return !st.ok();
   });
   spdlog::info("shutting down");
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  serving->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   return signalled ? 0 : 3;
 }
 

@@ -24,11 +24,9 @@ JobAssignment FromProto(const v1::PrepareHeader& h) {
   return job;
 }
 
-v1::StateHeader ToProto(const StateHeader& header) {
+v1::StateHeader ToProto(const StateHeader& s) {
   v1::StateHeader h;
-  h.set_step(header.step);
-  h.set_param_count(header.param_count);
-  h.set_slot_count(header.slot_count);
+  h.set_step(s.step), h.set_param_count(s.param_count), h.set_slot_count(s.slot_count);
   return h;
 }
 
@@ -38,8 +36,7 @@ StateHeader FromProto(const v1::StateHeader& h) {
 
 v1::PrepareResponse ToProto(const PrepareResult& result) {
   v1::PrepareResponse r;
-  r.set_train_examples(result.train_examples);
-  r.set_test_examples(result.test_examples);
+  r.set_train_examples(result.train_examples), r.set_test_examples(result.test_examples);
   r.set_param_checksum(result.param_checksum);
   return r;
 }
@@ -82,23 +79,13 @@ v1::StepResponse ToProto(const StepResult& result) {
 }
 
 StepResult FromProto(const v1::StepResponse& r) {
-  StepResult s;
-  s.step = r.step();
-  s.loss = r.loss();
-  s.accuracy = r.accuracy();
-  s.param_checksum = r.param_checksum();
-  s.compute_ms = r.compute_ms();
-  s.allreduce_ms = r.allreduce_ms();
-  s.update_ms = r.update_ms();
-  s.step_ms = r.step_ms();
-  return s;
+  return {r.step(),       r.loss(),         r.accuracy(),  r.param_checksum(),
+          r.compute_ms(), r.allreduce_ms(), r.update_ms(), r.step_ms()};
 }
 
 v1::EvaluateResponse ToProto(const EvalSums& sums) {
   v1::EvaluateResponse r;
-  r.set_loss_sum(sums.loss_sum);
-  r.set_correct(sums.correct);
-  r.set_count(sums.count);
+  r.set_loss_sum(sums.loss_sum), r.set_correct(sums.correct), r.set_count(sums.count);
   return r;
 }
 

@@ -17,13 +17,6 @@
 namespace lockstep::testing {
 namespace {
 
-class NullSink final : public JobSink {
- public:
-  void OnRunning(int64_t) override {}
-  void OnStep(const v1::StepEvent&) override {}
-  void OnEval(const v1::EvalResult&) override {}
-};
-
 class Equivalence : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -41,15 +34,11 @@ class Equivalence : public ::testing::Test {
     EXPECT_TRUE(job.ok()) << job.status();
     if (!job.ok()) return {};
     if (steps != nullptr) {
-      grpc::ClientContext ctx;
-      v1::WatchJobRequest req;
-      req.set_id(job->id());
-      auto reader = cluster_->jobs().WatchJob(&ctx, req);
-      v1::JobEvent e;
-      while (reader->Read(&e)) {
+      auto events = cluster_->Events(job->id());
+      EXPECT_TRUE(events.ok()) << events.status();
+      for (const v1::JobEvent& e : events.value_or(std::vector<v1::JobEvent>())) {
         if (e.has_step()) steps->push_back(e.step());
       }
-      EXPECT_TRUE(reader->Finish().ok());
     }
     auto done = cluster_->WaitFor(job->id(), absl::Minutes(5));
     EXPECT_TRUE(done.ok()) << done.status();
@@ -100,7 +89,7 @@ TEST_F(Equivalence, OneTwoFourWorkersAndSingleProcessAgree) {
   auto validated = Validate(base);
   ASSERT_OK(validated);
   validated->set_checkpoint_path(cluster_->dir() + "/single.safetensors");
-  NullSink sink;
+  NullJobSink sink;
   ASSERT_OK(RunLocalJob(*validated, &sink));
   auto opt = Optimizer::FromSpec(base.optimizer());
   ASSERT_OK_AND_ASSIGN(TrainState single,

@@ -17,6 +17,22 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// One unary JobService call, waiting for the coordinator to be reachable within `timeout`.
+template <typename Request, typename Response>
+absl::StatusOr<Response> Call(grpc::Status (v1::JobService::Stub::*method)(grpc::ClientContext*,
+                                                                           const Request&,
+                                                                           Response*),
+                              v1::JobService::Stub& stub, const Request& request,
+                              absl::Duration timeout = absl::Seconds(30)) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  ctx.set_wait_for_ready(true);
+  Response response;
+  absl::Status st = FromGrpcStatus((stub.*method)(&ctx, request, &response));
+  if (!st.ok()) return st;
+  return response;
+}
+
 }  // namespace
 
 std::string BinaryPath(const std::string& name) {
@@ -67,62 +83,52 @@ LocalCluster::~LocalCluster() {
 }
 
 absl::StatusOr<v1::Job> LocalCluster::Submit(const v1::JobSpec& spec) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-  v1::Job job;
-  absl::Status st = FromGrpcStatus(stub_->SubmitJob(&ctx, spec, &job));
-  if (!st.ok()) return st;
-  return job;
+  return Call(&v1::JobService::Stub::SubmitJob, *stub_, spec);
 }
 
 absl::StatusOr<v1::Job> LocalCluster::Cancel(const std::string& id) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
   v1::CancelJobRequest req;
   req.set_id(id);
-  v1::Job job;
-  absl::Status st = FromGrpcStatus(stub_->CancelJob(&ctx, req, &job));
-  if (!st.ok()) return st;
-  return job;
+  return Call(&v1::JobService::Stub::CancelJob, *stub_, req);
 }
 
 absl::StatusOr<v1::Job> LocalCluster::Get(const std::string& id) {
+  v1::GetJobRequest req;
+  req.set_id(id);
   // Retried while UNAVAILABLE: the first call after a coordinator restart may still go
   // to the dead connection.
-  absl::Status st;
+  absl::StatusOr<v1::Job> job;
   for (int attempt = 0; attempt < 50; ++attempt) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    ctx.set_wait_for_ready(true);
-    v1::GetJobRequest req;
-    req.set_id(id);
-    v1::Job job;
-    st = FromGrpcStatus(stub_->GetJob(&ctx, req, &job));
-    if (st.ok()) return job;
-    if (!absl::IsUnavailable(st)) return st;
-    absl::SleepFor(absl::Milliseconds(100));
+    job = Call(&v1::JobService::Stub::GetJob, *stub_, req);
+    if (!absl::IsUnavailable(job.status())) break;
   }
-  return st;
+  return job;
 }
 
 absl::StatusOr<v1::Job> LocalCluster::WatchUntil(
     const std::string& id, absl::Duration timeout,
     const std::function<bool(const v1::JobEvent&)>& done) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  v1::WatchJobRequest req;
-  req.set_id(id);
-  auto reader = stub_->WatchJob(&ctx, req);
-  v1::JobEvent e;
-  bool hit = false;
-  while (!hit && reader->Read(&e)) hit = done(e);
-  if (hit) ctx.TryCancel();
-  const absl::Status st = FromGrpcStatus(reader->Finish());
-  if (!hit && !st.ok()) {
+  const absl::Time end = absl::Now() + timeout;
+  while (true) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(end));
+    v1::WatchJobRequest req;
+    req.set_id(id);
+    auto reader = stub_->WatchJob(&ctx, req);
+    v1::JobEvent e;
+    bool hit = false;
+    while (!hit && reader->Read(&e)) hit = done(e);
+    if (hit) ctx.TryCancel();
+    const absl::Status st = FromGrpcStatus(reader->Finish());
+    if (hit || st.ok()) return Get(id);
+    // Watcher slots that a test's cancelled streams held come free a moment later.
+    if (absl::IsResourceExhausted(st) && absl::Now() < end) {
+      absl::SleepFor(absl::Milliseconds(50));
+      continue;
+    }
     return absl::Status(st.code(),
                         absl::StrCat("watching job ", id, ": ", st.message(), "\n", Logs()));
   }
-  return Get(id);
 }
 
 absl::StatusOr<v1::Job> LocalCluster::WaitFor(const std::string& id, absl::Duration timeout,
@@ -143,13 +149,18 @@ absl::StatusOr<v1::Job> LocalCluster::WaitForStep(const std::string& id, int64_t
                    " before step ", step, "\n", Logs()));
 }
 
+absl::StatusOr<std::vector<v1::JobEvent>> LocalCluster::Events(const std::string& id) {
+  std::vector<v1::JobEvent> events;
+  auto job = WatchUntil(id, absl::Minutes(10), [&](const v1::JobEvent& e) {
+    events.push_back(e);
+    return false;
+  });
+  if (!job.ok()) return job.status();
+  return events;
+}
+
 absl::StatusOr<v1::ListWorkersResponse> LocalCluster::Workers() {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  v1::ListWorkersResponse resp;
-  absl::Status st = FromGrpcStatus(stub_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp));
-  if (!st.ok()) return st;
-  return resp;
+  return Call(&v1::JobService::Stub::ListWorkers, *stub_, v1::ListWorkersRequest());
 }
 
 std::string LocalCluster::Logs() const {

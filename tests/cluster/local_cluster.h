@@ -46,6 +46,8 @@ class LocalCluster {
   // Watches the job until it has reached `step` (job.step() >= step); DEADLINE_EXCEEDED
   // after `timeout`, FAILED_PRECONDITION if the job ends first.
   absl::StatusOr<v1::Job> WaitForStep(const std::string& id, int64_t step, absl::Duration timeout);
+  // Every event WatchJob streams for the job until it ends (history, then live).
+  absl::StatusOr<std::vector<v1::JobEvent>> Events(const std::string& id);
   absl::StatusOr<v1::ListWorkersResponse> Workers();
   // Reads the worker logs and the coordinator log (for failure messages).
   std::string Logs() const;

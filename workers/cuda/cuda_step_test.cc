@@ -145,34 +145,7 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaStepTest,
 class CudaGradGolden : public CudaTest, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(CudaGradGolden, LossAndEveryGradientWithin1e5OfJax) {
-  const std::string name = GetParam();
-  ASSERT_OK_AND_ASSIGN(SafeTensors g, SafeTensors::Read(GoldenPath("grads.safetensors")));
-  ASSERT_OK_AND_ASSIGN(SafeTensors init,
-                       SafeTensors::Read(GoldenPath("init_" + name + "_seed0.safetensors")));
-  ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(GoldenModelSpec(init.metadata().at("model"))));
-  ASSERT_OK_AND_ASSIGN(auto exec,
-                       StepExecutor::Create(m, MakeOptimizer("sgd"), rng::Impl::kPartitionable, 16,
-                                            cuda_.get(), nullptr));
-  const Dataset batch = GoldenDataset(g, "batch");
-  ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(batch));
-  TrainState state = TrainState::Create(GoldenParams(init, m, ""), MakeOptimizer("sgd"));
-  ASSERT_OK(exec->SetState(state));
-  rng::Key key{};
-  if (name == "mlp") {
-    auto k = *g.U32("mlp.dropout_key");
-    key = {k[0], k[1]};
-  }
-  std::vector<int32_t> idx(16);
-  std::iota(idx.begin(), idx.end(), 0);
-  ASSERT_OK_AND_ASSIGN(StepMetrics metrics, exec->ComputeGradients(d, idx, key));
-  const float want_loss = (*g.F32(name + ".loss"))[0];
-  EXPECT_NEAR(metrics.loss, want_loss, 1e-5 * std::fabs(want_loss));
-  ASSERT_OK_AND_ASSIGN(std::vector<float> grads, exec->Gradients());
-  const std::vector<float> want = GoldenParams(g, m, name + ".grads.");
-  for (const ParamEntry& e : m.layout().entries()) {
-    EXPECT_LE(RelativeL2({grads.data() + e.offset, e.size}, {want.data() + e.offset, e.size}), 1e-5)
-        << e.name;
-  }
+  testing::ExpectGradientsMatchJax(cuda_.get(), GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaGradGolden, ::testing::Values("cnn", "mlp"));
@@ -180,40 +153,7 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaGradGolden, ::testing::Values("cnn", "mlp")
 class CudaTrainGolden : public CudaTest, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(CudaTrainGolden, TwentyDropoutStepsInAGraphMatchOptax) {
-  ASSERT_OK_AND_ASSIGN(SafeTensors g, SafeTensors::Read(GoldenPath(std::string("train_mlp_") +
-                                                                   GetParam() + ".safetensors")));
-  ASSERT_OK_AND_ASSIGN(v1::JobSpec parsed, ParseSpec(g.metadata().at("spec"), "golden spec"));
-  ASSERT_OK_AND_ASSIGN(v1::JobSpec spec, Validate(parsed));
-  ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(spec.model()));
-  ASSERT_OK_AND_ASSIGN(Optimizer opt, Optimizer::FromSpec(spec.optimizer()));
-  const auto impl = rng::Impl::kPartitionable;
-  const Dataset data = GoldenDataset(g, "data");
-  const int b = static_cast<int>(spec.global_batch_size());
-  TrainingPlan plan(spec.seed(), spec.dropout_seed(), impl, data.size, b, 1);
-  ASSERT_OK_AND_ASSIGN(auto exec, StepExecutor::Create(m, opt, impl, b, cuda_.get(), nullptr));
-  ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(data));
-  ASSERT_OK(exec->SetState(TrainState::Create(m.Init(plan.init_key(), impl), opt)));
-  const std::vector<float> losses = *g.F32("losses");
-  ASSERT_EQ(losses.size(), spec.steps());
-  for (uint64_t s = 0; s < spec.steps(); ++s) {
-    StepPlan p = plan.Next();
-    ASSERT_OK_AND_ASSIGN(StepMetrics metrics, exec->Step(d, p.indices, p.keys[0]));
-    EXPECT_NEAR(metrics.loss, losses[s], 1e-5 * std::fabs(losses[s])) << "step " << s;
-    ASSERT_OK_AND_ASSIGN(auto masks, exec->DropoutMasks());
-    ASSERT_EQ(masks.size(), 2u);
-    for (size_t i = 0; i < masks.size(); ++i) {
-      EXPECT_EQ(masks[i], *g.U8("masks." + std::to_string(s) + "." + std::to_string(i)))
-          << "step " << s << " dropout " << i;
-    }
-  }
-  ASSERT_OK_AND_ASSIGN(TrainState final_state, exec->GetState());
-  const std::vector<float> want = GoldenParams(g, m, "params.");
-  for (const ParamEntry& e : m.layout().entries()) {
-    EXPECT_LE(RelativeL2({final_state.params.data() + e.offset, e.size},
-                         {want.data() + e.offset, e.size}),
-              1e-5)
-        << e.name;
-  }
+  testing::ExpectTrainingMatchesOptax(cuda_.get(), GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, CudaTrainGolden, ::testing::Values("adam", "sgd"));
