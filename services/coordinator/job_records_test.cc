@@ -1,0 +1,182 @@
+// Tests of JobRecords: the job records on disk, in a temporary folder per test.
+#include "services/coordinator/job_records.h"
+
+#include <google/protobuf/util/message_differencer.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "core/testing.h"
+
+namespace lockstep::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
+
+v1::Job MakeJob(const std::string& id, v1::JobState state) {
+  v1::Job job;
+  job.set_id(id);
+  job.set_state(state);
+  job.mutable_spec()->set_workers(2);
+  job.mutable_spec()->set_request_id("req-" + id);
+  job.set_created_unix_ms(1700000000123);
+  return job;
+}
+
+std::vector<std::string> Ids(const std::vector<v1::Job>& jobs) {
+  std::vector<std::string> ids;
+  for (const v1::Job& j : jobs) ids.push_back(j.id());
+  return ids;
+}
+
+class JobRecordsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string templ = (fs::temp_directory_path() / "job_records_test.XXXXXX").string();
+    ASSERT_NE(mkdtemp(templ.data()), nullptr);
+    root_ = templ;
+    dir_ = root_ + "/jobs";  // not there yet: Save creates it
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  // The names of the files in the records folder.
+  std::vector<std::string> Files() const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename());
+    return names;
+  }
+  void WriteFile(const std::string& name, const std::string& text) const {
+    fs::create_directories(dir_);
+    std::ofstream(dir_ + "/" + name) << text;
+  }
+
+  std::string root_, dir_;
+};
+
+TEST_F(JobRecordsTest, ASavedJobLoadsBackTheSame) {
+  JobRecords records(dir_);
+  v1::Job job = MakeJob("job-000001", v1::FAILED);
+  job.set_failure_reason("worker w0001 (fake:1, rank 1): connection reset");
+  job.set_failure_code("UNAVAILABLE");
+  job.add_workers("w0000");
+  job.add_workers("w0001");
+  job.set_param_checksum(0xfedcba9876543210ull);
+  job.mutable_last_eval()->set_test_accuracy(0.75);
+  ASSERT_OK(records.Save(job, 1));
+  EXPECT_THAT(Files(), ElementsAre("job-000001.json"));  // no temporary file left behind
+
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> loaded, JobRecords(dir_).Load());
+  ASSERT_EQ(loaded.size(), 1u);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(loaded[0], job))
+      << loaded[0].DebugString();
+}
+
+TEST_F(JobRecordsTest, LoadOfAFolderNotCreatedYetIsEmpty) {
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> loaded, JobRecords(dir_).Load());
+  EXPECT_THAT(loaded, IsEmpty());
+}
+
+TEST_F(JobRecordsTest, LoadReturnsTheJobsSortedById) {
+  JobRecords records(dir_);
+  for (const char* id : {"job-000003", "job-000010", "job-000001", "job-000002"}) {
+    ASSERT_OK(records.Save(MakeJob(id, v1::SUCCEEDED), 1));
+  }
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> loaded, records.Load());
+  EXPECT_THAT(Ids(loaded), ElementsAre("job-000001", "job-000002", "job-000003", "job-000010"));
+}
+
+TEST_F(JobRecordsTest, AWriteOlderThanOneMadeIsSkipped) {
+  JobRecords records(dir_);
+  ASSERT_OK(records.Save(MakeJob("job-000001", v1::RUNNING), 2));
+  ASSERT_OK(records.Save(MakeJob("job-000001", v1::QUEUED), 1));  // stale: skipped
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> loaded, records.Load());
+  ASSERT_EQ(loaded.size(), 1u);
+  EXPECT_EQ(loaded[0].state(), v1::RUNNING);
+
+  ASSERT_OK(records.Save(MakeJob("job-000001", v1::SUCCEEDED), 3));
+  ASSERT_OK_AND_ASSIGN(loaded, records.Load());
+  ASSERT_EQ(loaded.size(), 1u);
+  EXPECT_EQ(loaded[0].state(), v1::SUCCEEDED);
+}
+
+TEST_F(JobRecordsTest, EraseRemovesTheRecord) {
+  JobRecords records(dir_);
+  ASSERT_OK(records.Save(MakeJob("job-000001", v1::SUCCEEDED), 1));
+  ASSERT_OK(records.Save(MakeJob("job-000002", v1::CANCELLED), 1));
+  ASSERT_OK(records.Erase("job-000001"));
+  EXPECT_THAT(Files(), ElementsAre("job-000002.json"));
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> loaded, records.Load());
+  EXPECT_THAT(Ids(loaded), ElementsAre("job-000002"));
+}
+
+TEST_F(JobRecordsTest, ATemporaryFileLeftByAKillIsIgnored) {
+  JobRecords records(dir_);
+  ASSERT_OK(records.Save(MakeJob("job-000001", v1::SUCCEEDED), 1));
+  WriteFile("job-000002.json.tmp", "{\"id\": \"job-0000");  // torn
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> loaded, records.Load());
+  EXPECT_THAT(Ids(loaded), ElementsAre("job-000001"));
+}
+
+TEST_F(JobRecordsTest, AnUnparsableRecordIsDataLossNamingTheFile) {
+  JobRecords records(dir_);
+  ASSERT_OK(records.Save(MakeJob("job-000001", v1::SUCCEEDED), 1));
+  WriteFile("job-000002.json", "this is not json");
+  EXPECT_THAT(records.Load(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr(dir_ + "/job-000002.json")));
+}
+
+TEST_F(JobRecordsTest, FieldsUnknownToThisVersionAreIgnored) {
+  WriteFile("job-000001.json", R"({"id": "job-000001", "state": "SUCCEEDED", "from_v2": 7})");
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> loaded, JobRecords(dir_).Load());
+  ASSERT_EQ(loaded.size(), 1u);
+  EXPECT_EQ(loaded[0].state(), v1::SUCCEEDED);
+}
+
+TEST_F(JobRecordsTest, AFolderThatCannotBeCreatedIsDataLossNamingIt) {
+  std::ofstream(root_ + "/file") << "a file, not a folder";
+  const std::string dir = root_ + "/file/jobs";
+  JobRecords records(dir);
+  EXPECT_THAT(records.Save(MakeJob("job-000001", v1::QUEUED), 1),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr(dir)));
+}
+
+TEST_F(JobRecordsTest, ConcurrentWritesOfDifferentJobsAllLand) {
+  JobRecords records(dir_);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&records, t] {
+      for (int v = 1; v <= 5; ++v) {
+        const v1::JobState state = v == 5 ? v1::SUCCEEDED : v1::RUNNING;
+        ASSERT_OK(records.Save(MakeJob(absl::StrCat("job-00000", t), state), v));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> loaded, records.Load());
+  ASSERT_EQ(loaded.size(), 4u);
+  for (const v1::Job& job : loaded) EXPECT_EQ(job.state(), v1::SUCCEEDED) << job.id();
+  EXPECT_THAT(Files(), UnorderedElementsAre("job-000000.json", "job-000001.json", "job-000002.json",
+                                            "job-000003.json"));
+}
+
+TEST(JobRecords, AnEmptyFolderKeepsNothing) {
+  JobRecords records("");
+  ASSERT_OK(records.Save(MakeJob("job-records-test-empty", v1::QUEUED), 1));
+  EXPECT_FALSE(fs::exists("/job-records-test-empty.json"));
+  EXPECT_FALSE(fs::exists("job-records-test-empty.json"));
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> loaded, records.Load());
+  EXPECT_THAT(loaded, IsEmpty());
+  ASSERT_OK(records.Erase("job-records-test-empty"));
+}
+
+}  // namespace
+}  // namespace lockstep::testing

@@ -1,0 +1,174 @@
+// Tests of WorkerPool: registration, heartbeats and their lapse (with explicit times, no
+// waiting), assignment to jobs, release and drop.
+#include "services/coordinator/worker_pool.h"
+
+#include "core/testing.h"
+
+namespace lockstep::testing {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr absl::Duration kTimeout = absl::Seconds(10);
+
+// A moment strictly after every clock reading taken before the call and strictly before
+// every one taken after it (the clock is read until it moves on, both sides).
+absl::Time Tick() {
+  const absl::Time before = absl::Now();
+  absl::Time t = absl::Now();
+  while (t <= before) t = absl::Now();
+  while (absl::Now() <= t) {
+  }
+  return t;
+}
+
+std::vector<std::string> Ids(const std::vector<WorkerView>& views) {
+  std::vector<std::string> ids;
+  for (const WorkerView& v : views) ids.push_back(v.id);
+  return ids;
+}
+
+std::vector<bool> Free(const std::vector<WorkerView>& views) {
+  std::vector<bool> free;
+  for (const WorkerView& v : views) free.push_back(v.free);
+  return free;
+}
+
+TEST(WorkerPool, RegisterGivesIdsInRegistrationOrder) {
+  WorkerPool pool(kTimeout);
+  EXPECT_EQ(pool.Register("10.0.0.1:7000", "cpu", "alpha", 4), "w0000");
+  EXPECT_EQ(pool.Register("10.0.0.2:7000", "cuda:0", "beta", 8), "w0001");
+  EXPECT_EQ(pool.Register("10.0.0.3:7000", "cpu", "gamma", 2), "w0002");
+  const std::vector<WorkerView> views = pool.Views();
+  ASSERT_EQ(views.size(), 3u);
+  EXPECT_EQ(views[1].id, "w0001");
+  EXPECT_EQ(views[1].device, "cuda:0");
+  EXPECT_EQ(views[1].threads, 8u);
+  EXPECT_THAT(Free(views), ElementsAre(true, true, true));
+}
+
+TEST(WorkerPool, ListDescribesEveryWorker) {
+  WorkerPool pool(kTimeout);
+  const absl::Time before = absl::Now();
+  pool.Register("10.0.0.1:7000", "cpu", "alpha", 4);
+  pool.Register("10.0.0.2:7000", "cuda:1", "beta", 8);
+  ASSERT_OK(pool.Assign("job-000001", {"w0001"}).status());
+  const std::vector<v1::WorkerInfo> list = pool.List();
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].id(), "w0000");
+  EXPECT_EQ(list[0].address(), "10.0.0.1:7000");
+  EXPECT_EQ(list[0].device(), "cpu");
+  EXPECT_EQ(list[0].name(), "alpha");
+  EXPECT_EQ(list[0].threads(), 4u);
+  EXPECT_EQ(list[0].job_id(), "");
+  EXPECT_GE(list[0].last_heartbeat_unix_ms(), absl::ToUnixMillis(before));
+  EXPECT_EQ(list[1].id(), "w0001");
+  EXPECT_EQ(list[1].job_id(), "job-000001");
+}
+
+TEST(WorkerPool, ReRegisteringFromTheSameAddressReplacesTheOldEntryAndReportsItLost) {
+  WorkerPool pool(kTimeout);
+  pool.Register("a:1", "cpu", "first", 1);
+  pool.Register("a:2", "cpu", "other", 1);
+  ASSERT_OK(pool.Assign("job-000001", {"w0000"}).status());
+  EXPECT_EQ(pool.Register("a:1", "cpu", "restarted", 1), "w0002");
+  EXPECT_THAT(Ids(pool.Views()), ElementsAre("w0001", "w0002"));
+  EXPECT_THAT(Free(pool.Views()), ElementsAre(true, true));
+
+  const std::vector<LostWorker> lost = pool.TakeLost(absl::Now());
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].worker.id, "w0000");
+  EXPECT_EQ(lost[0].worker.job_id, "job-000001");  // so that its job can fail
+  EXPECT_THAT(lost[0].reason, AllOf(HasSubstr("w0000"), HasSubstr("a:1")));
+  EXPECT_THAT(pool.TakeLost(absl::Now()), IsEmpty());  // taken once
+  EXPECT_THAT(pool.Heartbeat("w0000"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("w0000")));
+}
+
+TEST(WorkerPool, HeartbeatOfAnUnknownWorkerIsNotFound) {
+  WorkerPool pool(kTimeout);
+  const std::string id = pool.Register("a:1", "cpu", "alpha", 1);
+  ASSERT_OK(pool.Heartbeat(id));
+  EXPECT_THAT(pool.Heartbeat("w0042"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("w0042")));
+}
+
+TEST(WorkerPool, AWorkerWhoseHeartbeatsLapsedIsLostOnceAndMustRegisterAgain) {
+  WorkerPool pool(kTimeout);
+  pool.Register("a:0", "cpu", "silent", 1);
+  pool.Register("a:1", "cpu", "beating", 1);
+  ASSERT_OK(pool.Assign("job-000007", {"w0000"}).status());
+  const absl::Time mark = Tick();
+  ASSERT_OK(pool.Heartbeat("w0001"));
+  EXPECT_THAT(pool.TakeLost(mark), IsEmpty());
+  EXPECT_THAT(pool.TakeLost(absl::Now() + kTimeout / 2), IsEmpty());
+
+  // kTimeout after the mark: w0000 was last seen before it, w0001 after it.
+  const std::vector<LostWorker> lost = pool.TakeLost(mark + kTimeout);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].worker.id, "w0000");
+  EXPECT_EQ(lost[0].worker.address, "a:0");
+  EXPECT_EQ(lost[0].worker.job_id, "job-000007");
+  EXPECT_THAT(lost[0].reason, AllOf(HasSubstr("w0000"), HasSubstr("heartbeat")));
+  EXPECT_THAT(Ids(pool.Views()), ElementsAre("w0001"));
+  EXPECT_THAT(pool.TakeLost(mark + kTimeout), IsEmpty());
+  EXPECT_THAT(pool.Heartbeat("w0000"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("w0000")));
+  EXPECT_EQ(pool.Register("a:0", "cpu", "silent", 1), "w0002");
+}
+
+TEST(WorkerPool, AssignGivesTheWorkersToTheJob) {
+  WorkerPool pool(kTimeout);
+  for (const char* a : {"a:0", "a:1", "a:2"}) pool.Register(a, "cpu", a, 1);
+  ASSERT_OK_AND_ASSIGN(std::vector<PoolWorker> got, pool.Assign("job-1", {"w0002", "w0000"}));
+  ASSERT_EQ(got.size(), 2u);  // in the order asked for: rank order
+  EXPECT_EQ(got[0].id, "w0002");
+  EXPECT_EQ(got[0].address, "a:2");
+  EXPECT_EQ(got[0].job_id, "job-1");
+  EXPECT_EQ(got[1].id, "w0000");
+  EXPECT_THAT(Free(pool.Views()), ElementsAre(false, true, false));
+}
+
+TEST(WorkerPool, AssignOfABusyOrGoneWorkerIsFailedPreconditionAndTakesNone) {
+  WorkerPool pool(kTimeout);
+  for (const char* a : {"a:0", "a:1", "a:2"}) pool.Register(a, "cpu", a, 1);
+  ASSERT_OK(pool.Assign("job-1", {"w0001"}).status());
+  EXPECT_THAT(pool.Assign("job-2", {"w0000", "w0001"}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("w0001")));
+  EXPECT_THAT(pool.Assign("job-2", {"w0002", "w0099"}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("w0099")));
+  EXPECT_THAT(Free(pool.Views()), ElementsAre(true, false, true));
+  EXPECT_EQ(pool.List()[1].job_id(), "job-1");
+  ASSERT_OK(pool.Assign("job-2", {"w0000", "w0002"}).status());
+}
+
+TEST(WorkerPool, ReleaseFreesOnlyThatJobsWorkers) {
+  WorkerPool pool(kTimeout);
+  for (const char* a : {"a:0", "a:1", "a:2"}) pool.Register(a, "cpu", a, 1);
+  ASSERT_OK(pool.Assign("job-1", {"w0000", "w0002"}).status());
+  ASSERT_OK(pool.Assign("job-2", {"w0001"}).status());
+  pool.Drop("w0002");  // one of job-1's workers is gone meanwhile
+  pool.Release("job-1");
+  EXPECT_THAT(Ids(pool.Views()), ElementsAre("w0000", "w0001"));
+  EXPECT_THAT(Free(pool.Views()), ElementsAre(true, false));
+  pool.Release("job-unknown");
+  EXPECT_THAT(Free(pool.Views()), ElementsAre(true, false));
+}
+
+TEST(WorkerPool, DropRemovesTheWorkerUntilItRegistersAgain) {
+  WorkerPool pool(kTimeout);
+  pool.Register("a:0", "cpu", "x", 1);
+  pool.Register("a:1", "cpu", "y", 1);
+  pool.Drop("w0000");
+  EXPECT_THAT(Ids(pool.Views()), ElementsAre("w0001"));
+  EXPECT_THAT(pool.Heartbeat("w0000"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("w0000")));
+  EXPECT_THAT(pool.Assign("job-1", {"w0000"}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("w0000")));
+  pool.Drop("w0042");  // unknown: nothing happens
+  EXPECT_EQ(pool.Register("a:0", "cpu", "x", 1), "w0002");
+  EXPECT_THAT(Ids(pool.Views()), ElementsAre("w0001", "w0002"));
+  EXPECT_EQ(pool.List().size(), 2u);
+}
+
+}  // namespace
+}  // namespace lockstep::testing

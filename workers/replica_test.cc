@@ -1,0 +1,2 @@
+// Placeholder: tests to come.
+#include <gtest/gtest.h>
