@@ -1,2 +1,247 @@
-// Placeholder: tests to come.
-#include <gtest/gtest.h>
+// Replica on the CPU backend with the real Fashion-MNIST splits: config checks, state
+// transfer in pieces, step order, reproducibility and evaluation sums.
+#include "workers/replica.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/plan.h"
+#include "core/spec/spec.h"
+#include "core/testing.h"
+#include "workers/cpu/cpu_backend.h"
+
+namespace lockstep {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::StatusIs;
+
+auto IsOk() { return StatusIs(absl::StatusCode::kOk, ::testing::_); }
+
+v1::JobSpec MlpSpec(int workers = 1) {
+  auto spec = ParseSpec(absl::StrCat(R"(
+model: {kind: mlp, hidden: [32]}
+optimizer: {kind: adam, learning_rate: 0.001}
+global_batch_size: 32
+eval: {every_steps: 5, batch_size: 500}
+steps: 10
+workers: )",
+                                     workers),
+                        "test spec");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  auto valid = Validate(*spec);
+  EXPECT_TRUE(valid.ok()) << valid.status();
+  return *valid;
+}
+
+// A collective that is never used: Create only checks that one is there.
+class NullCollective final : public Collective {
+ public:
+  std::string Name() const override { return "null"; }
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  absl::Status AllReduceSum(float*, size_t, const CollectiveOptions&) override {
+    return absl::UnimplementedError("null collective");
+  }
+  void Abort(const absl::Status&) override {}
+};
+
+class ReplicaTest : public ::testing::Test {
+ protected:
+  // Kept for the process: the dataset loads once.
+  static void SetUpTestSuite() {
+    if (data_ != nullptr) return;
+    DatasetCache cache;
+    auto data = cache.Get(kDefaultDatasetPath);
+    ASSERT_TRUE(data.ok()) << data.status();
+    data_ = new std::shared_ptr<const Datasets>(*data);
+  }
+
+  static absl::StatusOr<std::unique_ptr<Replica>> Make(
+      const ReplicaConfig& config, std::unique_ptr<Collective> collective = nullptr) {
+    ASSIGN_OR_RETURN(TrainSetup setup, SetupFromSpec(config.spec));
+    return Replica::Create(config, std::move(setup), NewCpuBackend(1), *data_,
+                           std::move(collective));
+  }
+
+  // A state at step 3 with initialized params and non-zero optimizer slots.
+  static TrainState SomeState(const v1::JobSpec& spec) {
+    auto setup = SetupFromSpec(spec);
+    EXPECT_TRUE(setup.ok()) << setup.status();
+    TrainState s = TrainState::Create(
+        setup->model.Init(TrainingPlan::InitKey(spec.seed(), setup->impl), setup->impl),
+        setup->optimizer);
+    s.step = 3;
+    for (size_t k = 0; k < s.slots.size(); ++k) {
+      for (size_t i = 0; i < s.slots[k].size(); ++i) s.slots[k][i] = 1e-3f * (i % 97) + k;
+    }
+    return s;
+  }
+
+  // Writes `bytes` in pieces of 1, 7, 1001, 4093, ... bytes (none a multiple of 4).
+  static void WriteInPieces(Replica& r, const std::string& bytes) {
+    const size_t sizes[] = {1, 7, 1001, 4093, 65537};
+    size_t off = 0;
+    for (int i = 0; off < bytes.size(); ++i) {
+      const size_t n = std::min(sizes[i % 5], bytes.size() - off);
+      ASSERT_OK(r.WriteState(off, std::string_view(bytes).substr(off, n)));
+      off += n;
+    }
+  }
+
+  static std::string ReadInPieces(Replica& r, size_t total) {
+    std::string out(total, '\0');
+    const size_t sizes[] = {3, 65539, 11, 999};
+    size_t off = 0;
+    for (int i = 0; off < total; ++i) {
+      const size_t n = std::min(sizes[i % 4], total - off);
+      EXPECT_THAT(r.ReadState(off, {out.data() + off, n}), IsOk());
+      off += n;
+    }
+    return out;
+  }
+
+  static inline std::shared_ptr<const Datasets>* data_ = nullptr;
+};
+
+TEST_F(ReplicaTest, CheckReplicaConfigRejectsABadRankOrWorldSize) {
+  const v1::JobSpec spec = MlpSpec(2);
+  EXPECT_THAT(CheckReplicaConfig({spec, 1, 2}), IsOk());
+  for (auto [rank, world] : {std::pair{2, 2}, {-1, 2}, {0, 3}, {0, 1}}) {
+    EXPECT_THAT(CheckReplicaConfig({spec, rank, world}),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr(absl::StrCat("rank ", rank, " of ", world))))
+        << rank << " of " << world;
+  }
+}
+
+TEST_F(ReplicaTest, CheckReplicaConfigRejectsAnIndivisibleBatch) {
+  v1::JobSpec spec = MlpSpec(1);
+  spec.set_workers(3);  // 32 is not divisible by 3 (Validate would have refused it)
+  EXPECT_THAT(CheckReplicaConfig({spec, 0, 3}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("global_batch_size")));
+}
+
+TEST_F(ReplicaTest, CreateWantsACollectiveExactlyWhenThereArePeers) {
+  EXPECT_THAT(Make({MlpSpec(1), 0, 1}, std::make_unique<NullCollective>()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("collective")));
+  EXPECT_THAT(Make({MlpSpec(2), 0, 2}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("collective")));
+  ASSERT_OK_AND_ASSIGN(auto r, Make({MlpSpec(2), 1, 2}, std::make_unique<NullCollective>()));
+  EXPECT_NE(r->collective(), nullptr);
+  EXPECT_EQ(r->state_header().step, 0);
+}
+
+TEST_F(ReplicaTest, StateRoundTripsInOddPieces) {
+  const v1::JobSpec spec = MlpSpec();
+  ASSERT_OK_AND_ASSIGN(auto r, Make({spec, 0, 1}));
+  const TrainState state = SomeState(spec);
+  const std::string bytes = StateBytes(state);
+  const StateHeader h = r->state_header();
+  EXPECT_EQ(h.param_count, state.params.size());
+  EXPECT_EQ(h.slot_count, state.slots.size());
+  ASSERT_OK_AND_ASSIGN(uint64_t total, h.Bytes());
+  ASSERT_EQ(total, bytes.size());
+  WriteInPieces(*r, bytes);
+  EXPECT_TRUE(ReadInPieces(*r, bytes.size()) == bytes);
+  ASSERT_OK_AND_ASSIGN(uint64_t checksum, r->ParamChecksum());
+  EXPECT_EQ(checksum, ParamChecksum(state.params));
+}
+
+TEST_F(ReplicaTest, StateRangesOutsideTheStateAreRejected) {
+  ASSERT_OK_AND_ASSIGN(auto r, Make({MlpSpec(), 0, 1}));
+  ASSERT_OK_AND_ASSIGN(const uint64_t total, r->state_header().Bytes());
+  char buf[8] = {};
+  EXPECT_THAT(r->WriteState(total - 4, std::string_view(buf, 4)), IsOk());
+  EXPECT_THAT(r->WriteState(total, std::string_view()), IsOk());
+  EXPECT_THAT(r->WriteState(total - 3, std::string_view(buf, 4)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside")));
+  EXPECT_THAT(r->WriteState(total + 1, std::string_view()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside")));
+  EXPECT_THAT(r->WriteState(~uint64_t{0} - 2, std::string_view(buf, 8)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside")));
+  EXPECT_THAT(r->ReadState(total, {buf, 1}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside")));
+}
+
+TEST_F(ReplicaTest, AStepOutOfOrderIsAbortedNamingBothSteps) {
+  ASSERT_OK_AND_ASSIGN(auto r, Make({MlpSpec(), 0, 1}));
+  r->set_step(4);
+  std::vector<int32_t> idx(32);
+  for (int i = 0; i < 32; ++i) idx[i] = i;
+  EXPECT_THAT(
+      r->Step({.step = 7, .key = {1, 2}, .indices = idx}),
+      StatusIs(absl::StatusCode::kAborted, AllOf(HasSubstr("step 7"), HasSubstr("at step 4"))));
+  EXPECT_EQ(r->state_header().step, 4);
+}
+
+TEST_F(ReplicaTest, ABadBatchIsInvalidArgument) {
+  ASSERT_OK_AND_ASSIGN(auto r, Make({MlpSpec(), 0, 1}));
+  std::vector<int32_t> idx(31, 0);
+  EXPECT_THAT(r->Step({.step = 0, .indices = idx}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("local batch is 32")));
+  idx.push_back(60000);
+  EXPECT_THAT(r->Step({.step = 0, .indices = idx}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("sample index 60000")));
+}
+
+TEST_F(ReplicaTest, StepsAdvanceAndAreBitwiseReproducible) {
+  const v1::JobSpec spec = MlpSpec();
+  const std::string initial = StateBytes(SomeState(spec));
+  std::string after[2];
+  uint64_t checksums[2] = {};
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_OK_AND_ASSIGN(auto r, Make({spec, 0, 1}));
+    WriteInPieces(*r, initial);
+    r->set_step(3);
+    for (int64_t s = 3; s < 6; ++s) {
+      std::vector<int32_t> idx(32);
+      for (int i = 0; i < 32; ++i) idx[i] = static_cast<int32_t>((s * 131 + i * 17) % 60000);
+      ASSERT_OK_AND_ASSIGN(StepResult res, r->Step({.step = s,
+                                                    .key = {static_cast<uint32_t>(s), 9},
+                                                    .indices = idx,
+                                                    .want_checksum = true}));
+      EXPECT_EQ(res.step, s);
+      EXPECT_TRUE(std::isfinite(res.loss)) << res.loss;
+      EXPECT_GE(res.accuracy, 0);
+      EXPECT_LE(res.accuracy, 1);
+      EXPECT_EQ(r->state_header().step, s + 1);
+      ASSERT_OK_AND_ASSIGN(checksums[k], r->ParamChecksum());
+      EXPECT_EQ(res.param_checksum, checksums[k]);
+    }
+    after[k] = ReadInPieces(*r, initial.size());
+    EXPECT_FALSE(after[k] == initial);
+  }
+  EXPECT_TRUE(after[0] == after[1]);
+  EXPECT_EQ(checksums[0], checksums[1]);
+}
+
+TEST_F(ReplicaTest, EvaluateSumsOverTheRange) {
+  const v1::JobSpec spec = MlpSpec();
+  ASSERT_OK_AND_ASSIGN(auto r, Make({spec, 0, 1}));
+  WriteInPieces(*r, StateBytes(SomeState(spec)));
+  EXPECT_EQ(r->test_examples(), 10000);
+  EXPECT_EQ(r->train_examples(), 60000);
+  ASSERT_OK_AND_ASSIGN(EvalSums a, r->Evaluate(0, 500));
+  ASSERT_OK_AND_ASSIGN(EvalSums b, r->Evaluate(500, 1250));
+  ASSERT_OK_AND_ASSIGN(EvalSums ab, r->Evaluate(0, 1250));
+  EXPECT_EQ(a.count, 500);
+  EXPECT_EQ(b.count, 750);
+  EXPECT_EQ(ab.count, 1250);
+  EXPECT_EQ(a.correct + b.correct, ab.correct);
+  EXPECT_GE(a.correct, 0);
+  EXPECT_LE(a.correct, 500);
+  EXPECT_GT(a.loss_sum, 0);
+  EXPECT_NEAR(a.loss_sum + b.loss_sum, ab.loss_sum, 1e-3 * ab.loss_sum);
+  ASSERT_OK_AND_ASSIGN(EvalSums none, r->Evaluate(700, 700));
+  EXPECT_EQ(none.count, 0);
+  EXPECT_THAT(r->Evaluate(9000, 10001),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside")));
+}
+
+}  // namespace
+}  // namespace lockstep

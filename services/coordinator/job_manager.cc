@@ -45,6 +45,7 @@ struct JobManager::Record {
   v1::Job job;
   int64_t version = 0;    // of `job`, bumped by every change that is written to disk
   int64_t persisted = 0;  // the version on disk
+  int pending_saves = 0;  // writes queued and not yet made (it is not forgotten before)
   std::shared_ptr<EventLog> log;
   int watchers = 0;
   std::unique_ptr<Sink> sink;
@@ -117,10 +118,13 @@ JobManager::~JobManager() {
 
 absl::Status JobManager::Start() {
   ASSIGN_OR_RETURN(std::vector<v1::Job> saved, records_.Load());
+  ASSIGN_OR_RETURN(const int64_t next_id, records_.LoadNextId());
   std::vector<Save> saves;
   std::vector<std::string> forgotten;
+  int64_t next = 0;
   {
     absl::MutexLock lock(&mu_);
+    next_id_ = std::max(next_id_, next_id);
     for (v1::Job& job : saved) {
       auto rec = std::make_unique<Record>();
       const v1::JobState was = job.state();
@@ -148,8 +152,9 @@ absl::Status JobManager::Start() {
   {
     absl::MutexLock lock(&mu_);
     forgotten = ForgetOldLocked();
+    next = next_id_;
   }
-  for (const std::string& id : forgotten) records_.Erase(id).IgnoreError();
+  Forget(std::move(forgotten), next);
   scheduler_ = std::thread([this] { SchedulerLoop(); });
   return absl::OkStatus();
 }
@@ -191,11 +196,13 @@ void JobManager::SchedulerLoop() {
       }
     }
     Persist(std::move(saves));
+    int64_t next = 0;
     {
       absl::MutexLock lock(&mu_);
       forgotten = ForgetOldLocked();
+      next = next_id_;
     }
-    for (const std::string& id : forgotten) records_.Erase(id).IgnoreError();
+    Forget(std::move(forgotten), next);
   }
 }
 
@@ -209,6 +216,7 @@ void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Sta
   if (state == v1::RUNNING) rec.job.set_started_unix_ms(NowMs());
   if (IsTerminal(state)) rec.job.set_finished_unix_ms(NowMs());
   saves->push_back({rec.job, ++rec.version});
+  ++rec.pending_saves;
   rec.log->Append(StateEvent(state, reason.message()));
   if (IsTerminal(state)) {
     rec.log->Close();
@@ -220,14 +228,25 @@ void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Sta
 
 void JobManager::Persist(std::vector<Save> saves) {
   for (Save& s : saves) {
-    if (absl::Status st = records_.Save(s.job, s.version); !st.ok()) {
-      spdlog::error("job record of {}: {}", s.job.id(), st.ToString());
-      continue;
-    }
+    const absl::Status st = records_.Save(s.job, s.version);
+    if (!st.ok()) spdlog::error("job record of {}: {}", s.job.id(), st.ToString());
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(s.job.id());
-    if (it != jobs_.end()) it->second->persisted = std::max(it->second->persisted, s.version);
+    if (it == jobs_.end()) continue;
+    --it->second->pending_saves;
+    if (st.ok()) it->second->persisted = std::max(it->second->persisted, s.version);
   }
+}
+
+void JobManager::Forget(std::vector<std::string> ids, int64_t next_id) {
+  if (ids.empty()) return;
+  // The next id first: were the records erased and the coordinator killed before it was
+  // on disk, a restart could hand their ids out again.
+  if (absl::Status st = records_.SaveNextId(next_id); !st.ok()) {
+    spdlog::error("job ids: {}", st.ToString());
+    return;  // the records stay: their ids keep the next one above them
+  }
+  for (const std::string& id : ids) records_.Erase(id).IgnoreError();
 }
 
 absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in) {
@@ -255,6 +274,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in) {
   RETURN_IF_ERROR(records_.Save(job, 1));
   std::vector<Save> saves;
   std::vector<std::string> forgotten;
+  int64_t next = 0;
   v1::Job out;
   {
     absl::MutexLock lock(&mu_);
@@ -270,9 +290,10 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in) {
     ScheduleLocked(&saves);
     out = jobs_[job.id()]->job;
     forgotten = ForgetOldLocked();
+    next = next_id_;
   }
   Persist(std::move(saves));
-  for (const std::string& id : forgotten) records_.Erase(id).IgnoreError();
+  Forget(std::move(forgotten), next);
   return out;
 }
 
@@ -373,8 +394,8 @@ std::vector<std::string> JobManager::ForgetOldLocked() {
   for (auto it = jobs_.begin();
        it != jobs_.end() && static_cast<int>(jobs_.size()) > options_.max_jobs_kept;) {
     const Record& rec = *it->second;
-    if (IsTerminal(rec.job.state()) && rec.persisted == rec.version && !rec.runner &&
-        !rec.thread.joinable()) {
+    if (IsTerminal(rec.job.state()) && rec.persisted == rec.version && rec.pending_saves == 0 &&
+        !rec.runner && !rec.thread.joinable()) {
       by_request_id_.erase(rec.job.spec().request_id());
       forgotten.push_back(it->first);
       it = jobs_.erase(it);

@@ -94,9 +94,11 @@ class JobManager {
                       std::vector<Save>* saves) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the records (without mu_) and notes what reached the disk.
   void Persist(std::vector<Save> saves) ABSL_LOCKS_EXCLUDED(mu_);
-  // Finished jobs past max_jobs_kept whose records are on disk: forgotten, their ids
-  // returned for their records to be erased.
+  // Finished jobs past max_jobs_kept whose records are on disk, with no write of them
+  // pending: forgotten, their ids returned for Forget.
   std::vector<std::string> ForgetOldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Erases the forgotten jobs' records, after writing down `next_id` (ids are not reused).
+  void Forget(std::vector<std::string> ids, int64_t next_id) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Record*> FindLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndWatch(const std::string& id);
 

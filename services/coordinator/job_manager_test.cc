@@ -1,12 +1,13 @@
 // Tests of JobManager over in-memory workers (fake_worker_client.h): scheduling, the queue
 // limit, cancellation, records across a restart, request ids, watchers, forgetting old
-// jobs and failing a job whose worker stops heartbeating. Jobs' ends are awaited through
-// their event logs, never by sleeping.
+// jobs and failing a job whose worker stops heartbeating. A job's end is awaited through
+// its event log, never by sleeping.
 #include "services/coordinator/job_manager.h"
 
 #include <stdlib.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "core/spec/spec.h"
@@ -17,40 +18,24 @@ namespace lockstep::testing {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::_;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
 
 constexpr absl::Duration kPatience = absl::Seconds(30);  // for what should take a second
 
 v1::JobSpec Spec(int workers, const std::string& request_id = "") {
-  auto spec = ParseSpec(absl::StrCat(R"(
-model: {kind: mlp, hidden: [8]}
-optimizer: {kind: sgd, learning_rate: 0.1}
-global_batch_size: 8
-steps: 6
-eval: {every_steps: 3}
-workers: )",
+  auto spec = ParseSpec(absl::StrCat("model: {kind: mlp, hidden: [8]}\n"
+                                     "optimizer: {kind: sgd, learning_rate: 0.1}\n"
+                                     "global_batch_size: 8\nsteps: 6\neval: {every_steps: 3}\n"
+                                     "workers: ",
                                      workers),
                         "test spec");
   EXPECT_TRUE(spec.ok()) << spec.status();
   spec->set_request_id(request_id);
   return *spec;
-}
-
-// Workers at "fake:0".. (FakeClientFactory connects the i-th Connect to rank i).
-void RegisterWorkers(WorkerPool& pool, int n, int first = 0) {
-  for (int i = first; i < first + n; ++i) {
-    pool.Register(absl::StrCat("fake:", i), "cpu", absl::StrCat("fake-", i), 1);
-  }
-}
-
-std::vector<bool> Free(WorkerPool& pool) {
-  std::vector<bool> free;
-  for (const WorkerView& v : pool.Views()) free.push_back(v.free);
-  return free;
 }
 
 std::vector<std::string> Ids(const v1::ListJobsResponse& resp) {
@@ -59,69 +44,94 @@ std::vector<std::string> Ids(const v1::ListJobsResponse& resp) {
   return ids;
 }
 
-// Waits for the job's event log to close, then returns the job; `states` gets the state
-// events seen. A watcher of its own, so it counts against the watcher limits.
-absl::StatusOr<v1::Job> AwaitEnd(JobManager& jobs, const std::string& id,
-                                 std::vector<v1::JobState>* states = nullptr) {
-  ASSIGN_OR_RETURN(std::unique_ptr<JobManager::Watch> watch, jobs.StartWatch(id));
-  // Shared with the wake-up, which may still run once after `wake` is dropped.
-  struct Woken {
-    absl::Mutex mu;
-    bool woke = false;
-  };
-  auto woken = std::make_shared<Woken>();
-  EventLog::Wake wake = watch->log()->Subscribe([woken] {
-    absl::MutexLock lock(&woken->mu);
-    woken->woke = true;
+// Waits for the job's event log to close and returns the job then: an empty one, and a
+// test failure, if it does not end. `states` gets the state events seen. A watcher of its
+// own: it counts against the watcher limits.
+v1::Job AwaitEnd(JobManager& jobs, const std::string& id,
+                 std::vector<v1::JobState>* states = nullptr) {
+  absl::StatusOr<std::unique_ptr<JobManager::Watch>> watch = jobs.StartWatch(id);
+  if (!watch.ok()) {
+    ADD_FAILURE() << watch.status();
+    return {};
+  }
+  // The flag outlives `wake`: a wake-up under way may still run once after it is dropped.
+  auto woken = std::make_shared<std::pair<absl::Mutex, bool>>();
+  EventLog::Wake wake = (*watch)->log()->Subscribe([woken] {
+    absl::MutexLock lock(&woken->first);
+    woken->second = true;
   });
   const absl::Time end = absl::Now() + kPatience;
   for (int64_t cursor = 0;;) {
-    EventLog::Batch b = watch->log()->Read(cursor, 0, 0, 1000);
+    EventLog::Batch b = (*watch)->log()->Read(cursor, 0, 0, 1000);
     cursor = b.next;
     for (const v1::JobEvent& e : b.events) {
       if (e.has_state() && states != nullptr) states->push_back(e.state().state());
     }
-    if (b.closed) return jobs.Get(id);
-    absl::MutexLock lock(&woken->mu);
-    if (!woken->mu.AwaitWithDeadline(absl::Condition(&woken->woke), end)) {
-      return absl::DeadlineExceededError(absl::StrCat(id, " did not end"));
+    if (b.closed) return jobs.Get(id).value_or(v1::Job());
+    absl::MutexLock lock(&woken->first);
+    if (!woken->first.AwaitWithDeadline(absl::Condition(&woken->second), end)) {
+      ADD_FAILURE() << id << " did not end";
+      return {};
     }
-    woken->woke = false;
+    woken->second = false;
   }
 }
 
-// A folder under /tmp, removed with everything in it when the test ends.
-class TempDir {
- public:
-  TempDir() {
+// A manager over fake workers, with its records in a folder under /tmp removed at the end.
+class JobManagerTest : public ::testing::Test {
+ protected:
+  JobManagerTest() {
     std::string templ = "/tmp/job_manager_test.XXXXXX";
     EXPECT_NE(mkdtemp(templ.data()), nullptr);
-    path_ = templ;
+    dir_ = templ;
+    options_.records_dir = dir_ + "/jobs";
   }
-  ~TempDir() {
+  ~JobManagerTest() override {
+    jobs_.reset();
     std::error_code ec;
-    fs::remove_all(path_, ec);
+    fs::remove_all(dir_, ec);
   }
-  std::string Path(const std::string& rel) const { return path_ + "/" + rel; }
-  std::vector<std::string> Files(const std::string& rel) const {
+  // (Re)starts the manager: a new one over the same pool and records, as after a restart.
+  absl::Status Start(std::vector<FakeWorker> fakes = {}) {
+    jobs_.reset();
+    factory_ = std::make_unique<FakeClientFactory>(std::move(fakes));
+    jobs_ = std::make_unique<JobManager>(options_, pool_.get(), kv_.get(), factory_.get());
+    return jobs_->Start();
+  }
+  // Workers at "fake:<first>".. (FakeClientFactory connects its i-th Connect to rank i).
+  void Register(int n, int first = 0) {
+    for (int i = first; i < first + n; ++i) {
+      pool_->Register(absl::StrCat("fake:", i), "cpu", absl::StrCat("fake-", i), 1);
+    }
+  }
+  std::vector<bool> Free() {
+    std::vector<bool> free;
+    for (const WorkerView& v : pool_->Views()) free.push_back(v.free);
+    return free;
+  }
+  // The job records (one JSON file each; next_id beside them is not one).
+  std::vector<std::string> RecordFiles() {
     std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(Path(rel))) names.push_back(e.path().filename());
+    for (const auto& e : fs::directory_iterator(options_.records_dir)) {
+      if (e.path().extension() == ".json") names.push_back(e.path().filename());
+    }
     return names;
   }
 
- private:
-  std::string path_;
+  std::string dir_;
+  CoordinatorOptions options_;
+  std::unique_ptr<WorkerPool> pool_ = std::make_unique<WorkerPool>(absl::Hours(1));
+  std::unique_ptr<KvTable> kv_;  // none unless a test makes one
+  std::unique_ptr<FakeClientFactory> factory_;
+  std::unique_ptr<JobManager> jobs_;
 };
 
-TEST(JobManager, RunsAJobToSucceededOnTheRegisteredWorkers) {
-  WorkerPool pool(absl::Hours(1));
-  RegisterWorkers(pool, 2);
-  FakeClientFactory factory;
-  JobManager jobs(CoordinatorOptions(), &pool, nullptr, &factory);
-  ASSERT_OK(jobs.Start());
-  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs.Submit(Spec(2)));
+TEST_F(JobManagerTest, RunsAJobToSucceededOnTheRegisteredWorkers) {
+  Register(2);
+  ASSERT_OK(Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(Spec(2)));
   std::vector<v1::JobState> states;
-  ASSERT_OK_AND_ASSIGN(v1::Job done, AwaitEnd(jobs, job.id(), &states));
+  const v1::Job done = AwaitEnd(*jobs_, job.id(), &states);
   EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
   EXPECT_THAT(states, ElementsAre(v1::QUEUED, v1::RUNNING, v1::SUCCEEDED));
   EXPECT_THAT(done.workers(), ElementsAre("w0000", "w0001"));
@@ -129,261 +139,192 @@ TEST(JobManager, RunsAJobToSucceededOnTheRegisteredWorkers) {
   EXPECT_EQ(done.total_steps(), 6);
   EXPECT_EQ(done.last_loss(), 4.5f);  // the fakes' losses: rank + the shard's 4 samples
   EXPECT_EQ(done.last_eval().step(), 6);
-  EXPECT_GE(done.started_unix_ms(), done.created_unix_ms());
-  EXPECT_GE(done.finished_unix_ms(), done.started_unix_ms());
-  EXPECT_THAT(Free(pool), ElementsAre(true, true));
-  EXPECT_THAT(jobs.Cancel(job.id()),
+  EXPECT_THAT(Free(), ElementsAre(true, true));
+  EXPECT_THAT(jobs_->Cancel(job.id()),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr(job.id())));
-  EXPECT_THAT(jobs.Get("job-999999"),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("job-999999")));
+  EXPECT_THAT(jobs_->Get("job-999999"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("999")));
 }
 
-TEST(JobManager, AJobWaitsQueuedUntilEnoughWorkersRegister) {
-  WorkerPool pool(absl::Hours(1));
-  RegisterWorkers(pool, 1);
-  FakeClientFactory factory;
-  JobManager jobs(CoordinatorOptions(), &pool, nullptr, &factory);
-  ASSERT_OK(jobs.Start());
-  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs.Submit(Spec(2)));
+TEST_F(JobManagerTest, AJobWaitsQueuedUntilEnoughWorkersRegister) {
+  Register(1);
+  ASSERT_OK(Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(Spec(2)));
   EXPECT_EQ(job.state(), v1::QUEUED);
   EXPECT_THAT(job.waiting_for(), HasSubstr("2 cpu workers"));
-  ASSERT_OK_AND_ASSIGN(v1::Job got, jobs.Get(job.id()));
-  EXPECT_EQ(got.state(), v1::QUEUED);
-  EXPECT_EQ(got.waiting_for(), job.waiting_for());
-
-  RegisterWorkers(pool, 1, /*first=*/1);
-  jobs.Kick();
-  ASSERT_OK_AND_ASSIGN(v1::Job done, AwaitEnd(jobs, job.id()));
+  EXPECT_EQ(jobs_->Get(job.id()).value_or(v1::Job()).waiting_for(), job.waiting_for());
+  Register(1, /*first=*/1);
+  jobs_->Kick();
+  const v1::Job done = AwaitEnd(*jobs_, job.id());
   EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
   EXPECT_EQ(done.waiting_for(), "");
   EXPECT_THAT(done.workers(), ElementsAre("w0000", "w0001"));
 }
 
-TEST(JobManager, TheQueueIsBoundedAndListsNewestFirst) {
-  WorkerPool pool(absl::Hours(1));
-  FakeClientFactory factory;
-  CoordinatorOptions options;
-  options.max_queued_jobs = 2;
-  JobManager jobs(options, &pool, nullptr, &factory);
-  ASSERT_OK(jobs.Start());
-  ASSERT_OK_AND_ASSIGN(v1::Job a, jobs.Submit(Spec(1)));
-  ASSERT_OK_AND_ASSIGN(v1::Job b, jobs.Submit(Spec(1)));
-  EXPECT_THAT(jobs.Submit(Spec(1)),
+TEST_F(JobManagerTest, TheQueueIsBoundedButARetryWithARequestIdGetsItsJob) {
+  options_.max_queued_jobs = 2;
+  ASSERT_OK(Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job a, jobs_->Submit(Spec(1)));
+  ASSERT_OK_AND_ASSIGN(v1::Job b, jobs_->Submit(Spec(1, "req-b")));
+  EXPECT_THAT(jobs_->Submit(Spec(1)),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("max_queued_jobs")));
-  ASSERT_OK(jobs.Cancel(a.id()).status());
-  ASSERT_OK_AND_ASSIGN(v1::Job c, jobs.Submit(Spec(1)));
-
-  EXPECT_THAT(Ids(jobs.List({})), ElementsAre(c.id(), b.id(), a.id()));
+  ASSERT_OK_AND_ASSIGN(v1::Job retry, jobs_->Submit(Spec(1, "req-b")));
+  EXPECT_EQ(retry.id(), b.id());
+  ASSERT_OK(jobs_->Cancel(a.id()).status());
+  ASSERT_OK_AND_ASSIGN(v1::Job c, jobs_->Submit(Spec(1)));
+  EXPECT_THAT(Ids(jobs_->List({})), ElementsAre(c.id(), b.id(), a.id()));
   v1::ListJobsRequest queued;
   queued.add_states(v1::QUEUED);
-  EXPECT_THAT(Ids(jobs.List(queued)), ElementsAre(c.id(), b.id()));
+  EXPECT_THAT(Ids(jobs_->List(queued)), ElementsAre(c.id(), b.id()));
   queued.set_limit(1);
-  EXPECT_THAT(Ids(jobs.List(queued)), ElementsAre(c.id()));
+  EXPECT_THAT(Ids(jobs_->List(queued)), ElementsAre(c.id()));
 }
 
-TEST(JobManager, SubmitRejectsACheckpointPathOutsideTheCheckpointFolder) {
-  WorkerPool pool(absl::Hours(1));
-  FakeClientFactory factory;
-  JobManager jobs(CoordinatorOptions(), &pool, nullptr, &factory);
-  ASSERT_OK(jobs.Start());
-  for (const char* path : {"/etc/model.ckpt", "../model.ckpt", "a/../../model.ckpt"}) {
-    v1::JobSpec spec = Spec(1);
-    spec.set_checkpoint_path(path);
-    EXPECT_THAT(jobs.Submit(spec),
-                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("checkpoint_path")));
-  }
-  EXPECT_THAT(jobs.List({}).jobs(), IsEmpty());
-}
-
-TEST(JobManager, CancelOfAQueuedJobIsImmediateAndOfAnEndedOneFailedPrecondition) {
-  WorkerPool pool(absl::Hours(1));
-  FakeClientFactory factory;
-  JobManager jobs(CoordinatorOptions(), &pool, nullptr, &factory);
-  ASSERT_OK(jobs.Start());
-  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs.Submit(Spec(1)));
-  ASSERT_OK_AND_ASSIGN(v1::Job cancelled, jobs.Cancel(job.id()));
+TEST_F(JobManagerTest, CancelOfAQueuedJobIsImmediateAndOfAnEndedOneFailedPrecondition) {
+  ASSERT_OK(Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(Spec(1)));
+  ASSERT_OK_AND_ASSIGN(v1::Job cancelled, jobs_->Cancel(job.id()));
   EXPECT_EQ(cancelled.state(), v1::CANCELLED);
   EXPECT_EQ(cancelled.failure_code(), "CANCELLED");
   EXPECT_EQ(cancelled.failure_reason(), "cancelled by the user");
   std::vector<v1::JobState> states;
-  ASSERT_OK_AND_ASSIGN(v1::Job got, AwaitEnd(jobs, job.id(), &states));
+  const v1::Job got = AwaitEnd(*jobs_, job.id(), &states);
   EXPECT_EQ(got.state(), v1::CANCELLED);
   EXPECT_THAT(states, ElementsAre(v1::QUEUED, v1::CANCELLED));
-  EXPECT_THAT(jobs.Cancel(job.id()), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                              AllOf(HasSubstr(job.id()), HasSubstr("CANCELLED"))));
-  EXPECT_THAT(jobs.Cancel("job-999999"),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("job-999999")));
+  EXPECT_THAT(jobs_->Cancel(job.id()),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr(job.id()), HasSubstr("CANCELLED"))));
+  EXPECT_THAT(jobs_->Cancel("job-999999"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("999")));
 }
 
-TEST(JobManager, CancelDuringAHungPrepareEndsTheJobWithinTwoSeconds) {
-  WorkerPool pool(absl::Hours(1));
-  RegisterWorkers(pool, 2);
-  FakeClientFactory factory({FakeWorker{.hang_prepare = true}, FakeWorker{.hang_prepare = true}});
-  JobManager jobs(CoordinatorOptions(), &pool, nullptr, &factory);
-  ASSERT_OK(jobs.Start());
-  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs.Submit(Spec(2)));
+TEST_F(JobManagerTest, CancelDuringAHungPrepareEndsTheJobWithinTwoSecondsAndDropsItsKeys) {
+  kv_ = std::make_unique<KvTable>();
+  KvTable& kv = *kv_;
+  Register(2);
+  ASSERT_OK(Start({FakeWorker{.hang_prepare = true}, FakeWorker{.hang_prepare = true}}));
+  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(Spec(2)));
+  ASSERT_OK(kv.Set(absl::StrCat("jobs/", job.id(), "/rank0"), "its"));
+  ASSERT_OK(kv.Set(absl::StrCat("jobs/", job.id(), "0/rank0"), "another job's"));
   // Started by Submit itself, so its clients exist (and are this thread's to look at).
   ASSERT_EQ(job.state(), v1::RUNNING);
-  ASSERT_EQ(factory.clients.size(), 2u);
-  for (FakeClient* c : factory.clients) c->AwaitPrepare();
+  ASSERT_EQ(factory_->clients.size(), 2u);
+  for (FakeClient* c : factory_->clients) c->AwaitPrepare();
   const absl::Time t0 = absl::Now();
-  ASSERT_OK(jobs.Cancel(job.id()).status());
-  ASSERT_OK_AND_ASSIGN(v1::Job done, AwaitEnd(jobs, job.id()));
+  ASSERT_OK(jobs_->Cancel(job.id()).status());
+  const v1::Job done = AwaitEnd(*jobs_, job.id());
   EXPECT_LT(absl::Now() - t0, absl::Seconds(2));
   EXPECT_EQ(done.state(), v1::CANCELLED);
   EXPECT_EQ(done.failure_reason(), "cancelled by the user");
-  EXPECT_THAT(Free(pool), ElementsAre(true, true));
+  EXPECT_THAT(Free(), ElementsAre(true, true));
+  EXPECT_THAT(kv.Get(absl::StrCat("jobs/", job.id(), "/rank0")),
+              StatusIs(absl::StatusCode::kNotFound, _));
+  ASSERT_OK(kv.Get(absl::StrCat("jobs/", job.id(), "0/rank0")).status());
 }
 
-TEST(JobManager, JobsOnDisjointWorkersRunAtOnceAndAQueuedOneTakesTheFirstFreed) {
-  WorkerPool pool(absl::Hours(1));
-  RegisterWorkers(pool, 2);
-  FakeClientFactory factory({FakeWorker{.hang_prepare = true}, FakeWorker{.hang_prepare = true}});
-  JobManager jobs(CoordinatorOptions(), &pool, nullptr, &factory);
-  ASSERT_OK(jobs.Start());
-  ASSERT_OK_AND_ASSIGN(v1::Job a, jobs.Submit(Spec(1)));
-  ASSERT_OK_AND_ASSIGN(v1::Job b, jobs.Submit(Spec(1)));
-  ASSERT_EQ(a.state(), v1::RUNNING);
-  ASSERT_EQ(b.state(), v1::RUNNING);
-  ASSERT_EQ(factory.clients.size(), 2u);
-  factory.clients[0]->AwaitPrepare();  // both preparing at once
-  factory.clients[1]->AwaitPrepare();
-  ASSERT_OK_AND_ASSIGN(v1::Job c, jobs.Submit(Spec(1)));
-  EXPECT_EQ(c.state(), v1::QUEUED);
-  EXPECT_THAT(c.waiting_for(), HasSubstr("1 free cpu workers"));
+TEST_F(JobManagerTest, RecordsSurviveARestart) {
+  Register(2);
+  ASSERT_OK(Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job done, jobs_->Submit(Spec(2)));
+  ASSERT_EQ(AwaitEnd(*jobs_, done.id()).state(), v1::SUCCEEDED);
+  ASSERT_OK_AND_ASSIGN(v1::Job queued, jobs_->Submit(Spec(4, "req-queued")));
+  ASSERT_EQ(queued.state(), v1::QUEUED);
 
-  ASSERT_OK(jobs.Cancel(a.id()).status());  // c runs on a's worker, rank 2 of the fakes: echo
-  ASSERT_OK_AND_ASSIGN(v1::Job a_done, AwaitEnd(jobs, a.id()));
-  EXPECT_EQ(a_done.state(), v1::CANCELLED);
-  ASSERT_OK_AND_ASSIGN(v1::Job c_done, AwaitEnd(jobs, c.id()));
-  EXPECT_EQ(c_done.state(), v1::SUCCEEDED) << c_done.failure_reason();
-  EXPECT_THAT(c_done.workers(), ElementsAre("w0000"));
-  ASSERT_OK_AND_ASSIGN(v1::Job b_now, jobs.Get(b.id()));
-  EXPECT_EQ(b_now.state(), v1::RUNNING);
-}
-
-TEST(JobManager, RecordsSurviveARestart) {
-  TempDir tmp;
-  CoordinatorOptions options;
-  options.records_dir = tmp.Path("jobs");
-  WorkerPool pool(absl::Hours(1));
-  RegisterWorkers(pool, 2);
-  v1::Job done, queued;
-  {
-    FakeClientFactory factory;
-    JobManager jobs(options, &pool, nullptr, &factory);
-    ASSERT_OK(jobs.Start());
-    ASSERT_OK_AND_ASSIGN(v1::Job a, jobs.Submit(Spec(2)));
-    ASSERT_OK_AND_ASSIGN(done, AwaitEnd(jobs, a.id()));
-    ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
-    ASSERT_OK_AND_ASSIGN(queued, jobs.Submit(Spec(4, "req-queued")));
-    ASSERT_EQ(queued.state(), v1::QUEUED);
-  }
-  FakeClientFactory factory;
-  JobManager jobs(options, &pool, nullptr, &factory);
-  ASSERT_OK(jobs.Start());
-  ASSERT_OK_AND_ASSIGN(v1::Job a, jobs.Get(done.id()));
+  ASSERT_OK(Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job a, jobs_->Get(done.id()));
   EXPECT_EQ(a.state(), v1::SUCCEEDED);
   EXPECT_EQ(a.step(), 6);
-  ASSERT_OK_AND_ASSIGN(v1::Job b, AwaitEnd(jobs, queued.id()));  // its watchers see the end
+  const v1::Job b = AwaitEnd(*jobs_, queued.id());  // its watchers see the end
   EXPECT_EQ(b.state(), v1::FAILED);
   EXPECT_EQ(b.failure_code(), "UNAVAILABLE");
   EXPECT_EQ(b.failure_reason(), "the coordinator restarted while the job was QUEUED");
-  ASSERT_OK_AND_ASSIGN(v1::Job again, jobs.Submit(Spec(4, "req-queued")));
-  EXPECT_EQ(again.id(), queued.id());
-  EXPECT_EQ(again.state(), v1::FAILED);
+  EXPECT_EQ(jobs_->Submit(Spec(4, "req-queued")).value_or(v1::Job()).id(), queued.id());
 
-  ASSERT_OK_AND_ASSIGN(v1::Job c, jobs.Submit(Spec(2)));
+  ASSERT_OK_AND_ASSIGN(v1::Job c, jobs_->Submit(Spec(2)));
   EXPECT_NE(c.id(), done.id());
   EXPECT_NE(c.id(), queued.id());
-  ASSERT_OK_AND_ASSIGN(v1::Job c_done, AwaitEnd(jobs, c.id()));
-  EXPECT_EQ(c_done.state(), v1::SUCCEEDED) << c_done.failure_reason();
-  ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> on_disk, JobRecords(options.records_dir).Load());
+  EXPECT_EQ(AwaitEnd(*jobs_, c.id()).state(), v1::SUCCEEDED);
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> on_disk, JobRecords(options_.records_dir).Load());
   ASSERT_EQ(on_disk.size(), 3u);
   EXPECT_EQ(on_disk[1].id(), queued.id());
   EXPECT_EQ(on_disk[1].state(), v1::FAILED);  // the new state was written
 }
 
-TEST(JobManager, ARequestIdSeenBeforeReturnsItsJob) {
-  WorkerPool pool(absl::Hours(1));
-  FakeClientFactory factory;
-  CoordinatorOptions options;
-  options.max_queued_jobs = 2;
-  JobManager jobs(options, &pool, nullptr, &factory);
-  ASSERT_OK(jobs.Start());
-  ASSERT_OK_AND_ASSIGN(v1::Job first, jobs.Submit(Spec(1, "req-1")));
-  ASSERT_OK_AND_ASSIGN(v1::Job other, jobs.Submit(Spec(1, "req-2")));
-  EXPECT_NE(other.id(), first.id());
-  // The queue is full, yet a retry of a submitted job gets that job.
-  ASSERT_OK_AND_ASSIGN(v1::Job retry, jobs.Submit(Spec(1, "req-1")));
-  EXPECT_EQ(retry.id(), first.id());
-  EXPECT_EQ(jobs.List({}).jobs_size(), 2);
-}
-
-TEST(JobManager, WatchersAreLimitedPerJobAndInAll) {
-  WorkerPool pool(absl::Hours(1));
-  FakeClientFactory factory;
-  CoordinatorOptions options;
-  options.max_watchers_per_job = 1;
-  options.max_watchers = 2;
-  JobManager jobs(options, &pool, nullptr, &factory);
-  ASSERT_OK(jobs.Start());
-  ASSERT_OK_AND_ASSIGN(v1::Job a, jobs.Submit(Spec(1)));
-  ASSERT_OK_AND_ASSIGN(v1::Job b, jobs.Submit(Spec(1)));
-  ASSERT_OK_AND_ASSIGN(v1::Job c, jobs.Submit(Spec(1)));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobManager::Watch> wa, jobs.StartWatch(a.id()));
-  EXPECT_THAT(jobs.StartWatch(a.id()),
+TEST_F(JobManagerTest, WatchersAreLimitedPerJobAndInAll) {
+  options_.max_watchers_per_job = 1;
+  options_.max_watchers = 2;
+  ASSERT_OK(Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job a, jobs_->Submit(Spec(1)));
+  ASSERT_OK_AND_ASSIGN(v1::Job b, jobs_->Submit(Spec(1)));
+  ASSERT_OK_AND_ASSIGN(v1::Job c, jobs_->Submit(Spec(1)));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobManager::Watch> wa, jobs_->StartWatch(a.id()));
+  EXPECT_THAT(jobs_->StartWatch(a.id()),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("watchers")));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobManager::Watch> wb, jobs.StartWatch(b.id()));
-  EXPECT_THAT(jobs.StartWatch(c.id()),
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobManager::Watch> wb, jobs_->StartWatch(b.id()));
+  EXPECT_THAT(jobs_->StartWatch(c.id()),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("watchers")));
   wa.reset();
-  ASSERT_OK_AND_ASSIGN(wa, jobs.StartWatch(a.id()));
-  EXPECT_THAT(jobs.StartWatch("job-999999"),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("job-999999")));
+  ASSERT_OK_AND_ASSIGN(wa, jobs_->StartWatch(a.id()));
+  EXPECT_THAT(jobs_->StartWatch("job-999999"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("999")));
 }
 
-TEST(JobManager, FinishedJobsBeyondMaxJobsKeptAreForgottenWithTheirRecords) {
-  TempDir tmp;
-  CoordinatorOptions options;
-  options.records_dir = tmp.Path("jobs");
-  options.max_jobs_kept = 2;
-  WorkerPool pool(absl::Hours(1));
-  FakeClientFactory factory;
-  v1::Job a, b, c;
-  {
-    JobManager jobs(options, &pool, nullptr, &factory);
-    ASSERT_OK(jobs.Start());
-    ASSERT_OK_AND_ASSIGN(a, jobs.Submit(Spec(1)));
-    ASSERT_OK(jobs.Cancel(a.id()).status());
-    ASSERT_OK_AND_ASSIGN(b, jobs.Submit(Spec(1)));
-    ASSERT_OK(jobs.Cancel(b.id()).status());
-    ASSERT_OK_AND_ASSIGN(c, jobs.Submit(Spec(1)));  // a third job: the oldest ended one goes
-    EXPECT_THAT(jobs.Get(a.id()), StatusIs(absl::StatusCode::kNotFound, HasSubstr(a.id())));
-    EXPECT_THAT(Ids(jobs.List({})), ElementsAre(c.id(), b.id()));
+TEST_F(JobManagerTest, FinishedJobsBeyondMaxJobsKeptAreForgottenWithTheirRecords) {
+  options_.max_jobs_kept = 2;
+  ASSERT_OK(Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job a, jobs_->Submit(Spec(1)));
+  ASSERT_OK(jobs_->Cancel(a.id()).status());
+  ASSERT_OK_AND_ASSIGN(v1::Job b, jobs_->Submit(Spec(1)));
+  ASSERT_OK(jobs_->Cancel(b.id()).status());
+  ASSERT_OK_AND_ASSIGN(v1::Job c, jobs_->Submit(Spec(1)));  // a third job: the oldest ended goes
+  EXPECT_THAT(jobs_->Get(a.id()), StatusIs(absl::StatusCode::kNotFound, HasSubstr(a.id())));
+  EXPECT_THAT(Ids(jobs_->List({})), ElementsAre(c.id(), b.id()));
+  jobs_.reset();  // every write and erase done
+  EXPECT_THAT(RecordFiles(), UnorderedElementsAre(b.id() + ".json", c.id() + ".json"));
+  ASSERT_OK(Start());
+  EXPECT_THAT(jobs_->Get(a.id()), StatusIs(absl::StatusCode::kNotFound, HasSubstr(a.id())));
+  EXPECT_THAT(Ids(jobs_->List({})), ElementsAre(c.id(), b.id()));
+}
+
+// BUG: Start() takes the next id from the records it finds, so the id of a forgotten job
+// newer than every kept one is given out again after a restart.
+TEST_F(JobManagerTest, TheIdOfAForgottenJobIsNotReusedAfterARestart) {
+  options_.max_jobs_kept = 1;
+  ASSERT_OK(Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job waiting, jobs_->Submit(Spec(2)));  // no workers: queued for good
+  ASSERT_OK_AND_ASSIGN(v1::Job forgotten, jobs_->Submit(Spec(1)));
+  ASSERT_OK(jobs_->Cancel(forgotten.id()).status());
+  jobs_->Kick();   // the scheduler forgets it, the one ended job past max_jobs_kept
+  absl::Mutex mu;  // polled: no event tells that a job was forgotten
+  absl::MutexLock lock(&mu);
+  static const bool kNever = false;
+  for (int i = 0; i < 1000 && jobs_->Get(forgotten.id()).ok(); ++i) {
+    mu.AwaitWithTimeout(absl::Condition(&kNever), absl::Milliseconds(10));
   }
-  EXPECT_THAT(tmp.Files("jobs"), UnorderedElementsAre(b.id() + ".json", c.id() + ".json"));
-  JobManager jobs(options, &pool, nullptr, &factory);
-  ASSERT_OK(jobs.Start());
-  EXPECT_THAT(jobs.Get(a.id()), StatusIs(absl::StatusCode::kNotFound, HasSubstr(a.id())));
-  EXPECT_THAT(Ids(jobs.List({})), ElementsAre(c.id(), b.id()));
+  ASSERT_THAT(jobs_->Get(forgotten.id()), StatusIs(absl::StatusCode::kNotFound, _));
+  ASSERT_OK(Start());
+  EXPECT_THAT(RecordFiles(), ElementsAre(waiting.id() + ".json"));
+  ASSERT_OK_AND_ASSIGN(v1::Job next, jobs_->Submit(Spec(1)));
+  EXPECT_NE(next.id(), forgotten.id());
 }
 
-TEST(JobManager, AWorkerLostByHeartbeatFailsItsJobWithUnavailableNamingIt) {
-  WorkerPool pool(absl::Milliseconds(400));  // and no worker ever heartbeats
-  FakeClientFactory factory(
-      {FakeWorker{.steps = Behaviour::kSilent}, FakeWorker{.steps = Behaviour::kSilent}});
-  JobManager jobs(CoordinatorOptions(), &pool, nullptr, &factory);
-  ASSERT_OK(jobs.Start());
-  RegisterWorkers(pool, 2);
-  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs.Submit(Spec(2)));
+TEST_F(JobManagerTest, StartIsDataLossNamingAnUnreadableRecord) {
+  fs::create_directories(options_.records_dir);
+  std::ofstream(options_.records_dir + "/job-000001.json") << "{ torn";
+  EXPECT_THAT(Start(), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("job-000001.json")));
+}
+
+TEST_F(JobManagerTest, AWorkerLostByHeartbeatFailsItsJobWithUnavailableNamingIt) {
+  pool_ = std::make_unique<WorkerPool>(absl::Milliseconds(400));  // and no one heartbeats
+  ASSERT_OK(
+      Start({FakeWorker{.steps = Behaviour::kSilent}, FakeWorker{.steps = Behaviour::kSilent}}));
+  Register(2);
+  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(Spec(2)));
   ASSERT_EQ(job.state(), v1::RUNNING);  // before its workers' heartbeats lapse
-  ASSERT_OK_AND_ASSIGN(v1::Job done, AwaitEnd(jobs, job.id()));
+  const v1::Job done = AwaitEnd(*jobs_, job.id());
   EXPECT_EQ(done.state(), v1::FAILED);
   EXPECT_EQ(done.failure_code(), "UNAVAILABLE");
   EXPECT_THAT(done.failure_reason(),
               AllOf(HasSubstr("worker w0000 at fake:0"), HasSubstr("heartbeats")));
-  EXPECT_THAT(pool.List(), IsEmpty());
+  EXPECT_EQ(pool_->List().size(), 0u);  // both lost
 }
 
 }  // namespace

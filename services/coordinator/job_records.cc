@@ -95,6 +95,25 @@ absl::Status JobRecords::Save(const v1::Job& job, int64_t version) {
   return st;
 }
 
+absl::StatusOr<int64_t> JobRecords::LoadNextId() const {
+  if (dir_.empty()) return 1;
+  std::ifstream in(dir_ + "/next_id");
+  if (!in) return 1;
+  int64_t next = 0;
+  if (!(in >> next) || next < 1) {
+    return absl::DataLossError(absl::StrCat(dir_, "/next_id: not a job number"));
+  }
+  return next;
+}
+
+absl::Status JobRecords::SaveNextId(int64_t next) {
+  if (dir_.empty()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  return WriteDurably(dir_, dir_ + "/next_id", absl::StrCat(next, "\n"));
+}
+
 absl::Status JobRecords::Erase(const std::string& id) {
   if (dir_.empty()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);

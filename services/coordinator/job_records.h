@@ -34,6 +34,12 @@ class JobRecords {
   absl::Status Save(const v1::Job& job, int64_t version);
   absl::Status Erase(const std::string& id);
 
+  // The next job number to issue, kept beside the records (a file of its own), so that a
+  // restarted coordinator does not reuse the ids of jobs whose records were erased. 1 when
+  // none was saved.
+  absl::StatusOr<int64_t> LoadNextId() const;
+  absl::Status SaveNextId(int64_t next);
+
  private:
   std::string PathOf(const std::string& id) const { return dir_ + "/" + id + ".json"; }
 

@@ -168,7 +168,7 @@ TEST_F(JobRecordsTest, ConcurrentWritesOfDifferentJobsAllLand) {
                                             "job-000003.json"));
 }
 
-TEST(JobRecords, AnEmptyFolderKeepsNothing) {
+TEST_F(JobRecordsTest, AnEmptyFolderKeepsNothing) {
   JobRecords records("");
   ASSERT_OK(records.Save(MakeJob("job-records-test-empty", v1::QUEUED), 1));
   EXPECT_FALSE(fs::exists("/job-records-test-empty.json"));
@@ -176,6 +176,20 @@ TEST(JobRecords, AnEmptyFolderKeepsNothing) {
   ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> loaded, records.Load());
   EXPECT_THAT(loaded, IsEmpty());
   ASSERT_OK(records.Erase("job-records-test-empty"));
+}
+
+TEST_F(JobRecordsTest, TheNextIdIsKeptBesideTheRecordsAndIsNotOne) {
+  JobRecords records(dir_);
+  ASSERT_OK_AND_ASSIGN(int64_t next, records.LoadNextId());
+  EXPECT_EQ(next, 1);  // nothing saved yet
+  ASSERT_OK(records.Save(MakeJob("job-000001", v1::QUEUED), 1));
+  ASSERT_OK(records.SaveNextId(42));
+  ASSERT_OK_AND_ASSIGN(next, JobRecords(dir_).LoadNextId());
+  EXPECT_EQ(next, 42);
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> loaded, records.Load());
+  EXPECT_EQ(loaded.size(), 1u);
+  std::ofstream(dir_ + "/next_id") << "garbage";
+  EXPECT_THAT(records.LoadNextId(), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("next_id")));
 }
 
 }  // namespace

@@ -176,11 +176,15 @@ class TickingFactory final : public WorkerClientFactory {
 // Waits, without sleeping, until the job's event log closes (the job ended).
 absl::StatusOr<v1::Job> AwaitEnd(JobManager& jobs, const std::string& id, absl::Duration timeout) {
   ASSIGN_OR_RETURN(std::unique_ptr<JobManager::Watch> watch, jobs.StartWatch(id));
-  absl::Mutex mu;
-  bool woke = false;
-  EventLog::Wake wake = watch->log()->Subscribe([&] {
-    absl::MutexLock lock(&mu);
-    woke = true;
+  // Shared with the wake-up, which may run once more after the handle is dropped.
+  struct Woken {
+    absl::Mutex mu;
+    bool woke ABSL_GUARDED_BY(mu) = false;
+  };
+  auto woken = std::make_shared<Woken>();
+  EventLog::Wake wake = watch->log()->Subscribe([woken] {
+    absl::MutexLock lock(&woken->mu);
+    woken->woke = true;
   });
   const absl::Time end = absl::Now() + timeout;
   int64_t cursor = 0;
@@ -188,11 +192,11 @@ absl::StatusOr<v1::Job> AwaitEnd(JobManager& jobs, const std::string& id, absl::
     EventLog::Batch b = watch->log()->Read(cursor, 0, 0, 1000);
     cursor = b.next;
     if (b.closed) return jobs.Get(id);
-    absl::MutexLock lock(&mu);
-    if (!mu.AwaitWithDeadline(absl::Condition(&woke), end)) {
+    absl::MutexLock lock(&woken->mu);
+    if (!woken->mu.AwaitWithDeadline(absl::Condition(&woken->woke), end)) {
       return absl::DeadlineExceededError(absl::StrCat(id, " did not end"));
     }
-    woke = false;
+    woken->woke = false;
   }
 }
 

@@ -33,25 +33,32 @@ absl::StatusOr<PrepareResult> JobSlot::Prepare(const JobAssignment& assignment,
     return absl::FailedPreconditionError(
         absl::StrCat(backends_->device(), " is unusable after an earlier error: ", st.message()));
   }
+  Job* job;
   {
     // The coordinator is the single writer of job state: if it hands this worker a new
     // job, the old one is over (e.g. the coordinator restarted without releasing it).
     absl::MutexLock lock(&mu_);
-    if (job_ && job_->id == assignment.job_id) {
+    if (job_ && job_->id == assignment.job_id && !job_->cancel.cancelled()) {
       return absl::AlreadyExistsError(absl::StrCat("job ", assignment.job_id, " is already here"));
     }
-    if (job_) {
-      spdlog::warn("dropping job {} for job {}", job_->id, assignment.job_id);
-      job_->cancel.Cancel(absl::CancelledError(absl::StrCat("replaced by ", assignment.job_id)));
+    for (Job* old : {job_.get(), next_.get()}) {
+      if (old == nullptr) continue;
+      spdlog::warn("dropping job {} for job {}", old->id, assignment.job_id);
+      old->cancel.Cancel(absl::CancelledError(absl::StrCat("replaced by ", assignment.job_id)));
     }
+    // From now on a Release of the new job finds it, while it waits for the old job's
+    // command to end.
+    next_ = std::make_unique<Job>();
+    next_->id = assignment.job_id;
+    job = next_.get();
   }
   absl::MutexLock run(&run_mu_);
-  Job* job;
   {
     absl::MutexLock lock(&mu_);
-    job_ = std::make_unique<Job>();
-    job_->id = assignment.job_id;
-    job = job_.get();
+    if (next_.get() != job) {  // a later Prepare replaced it
+      return absl::CancelledError(absl::StrCat("job ", assignment.job_id, " was replaced"));
+    }
+    job_ = std::move(next_);
   }
   absl::StatusOr<PrepareResult> result = Load(*job, assignment, std::move(setup), header, state);
   if (job->cancel.cancelled()) result = job->cancel.status();  // released meanwhile
@@ -178,6 +185,9 @@ absl::Status JobSlot::FetchState(
 
 void JobSlot::Release(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
+  if (next_ && next_->id == job_id) {  // waiting to be prepared: its Prepare will stop
+    next_->cancel.Cancel(absl::CancelledError(absl::StrCat("job ", job_id, " was released")));
+  }
   if (!job_ || job_->id != job_id) return;
   job_->cancel.Cancel(absl::CancelledError(absl::StrCat("job ", job_id, " was released")));
   // Otherwise the command running now drops it when it ends (Finish).

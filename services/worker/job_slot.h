@@ -107,6 +107,8 @@ class JobSlot {
   absl::Mutex run_mu_;  // held while a command runs on the replica
   absl::Mutex mu_;
   std::unique_ptr<Job> job_ ABSL_GUARDED_BY(mu_);
+  // A job whose Prepare waits for the command running on job_ to end.
+  std::unique_ptr<Job> next_ ABSL_GUARDED_BY(mu_);
   absl::Status device_error_ ABSL_GUARDED_BY(mu_);
 };
 

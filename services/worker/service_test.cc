@@ -1,2 +1,254 @@
-// Placeholder: tests to come.
-#include <gtest/gtest.h>
+// The Worker service over a JobSlot, served in-process on loopback and driven by the
+// coordinator's GrpcWorkerClient: a job's life over the wire, errors carried through the
+// stream, the client's cancellation, health and a malformed Prepare stream.
+#include "services/worker/service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "core/plan.h"
+#include "core/spec/spec.h"
+#include "core/testing.h"
+#include "lockstep/v1/worker.grpc.pb.h"
+#include "services/common/net.h"
+#include "services/coordinator/worker_client.h"
+#include "services/worker/wire.h"
+
+namespace lockstep {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::StatusIs;
+
+auto IsOk() { return StatusIs(absl::StatusCode::kOk, ::testing::_); }
+
+constexpr absl::Duration kTimeout = absl::Seconds(30);
+
+v1::JobSpec MlpSpec() {
+  auto spec = ParseSpec(R"(
+model: {kind: mlp, hidden: [32]}
+optimizer: {kind: adam, learning_rate: 0.001}
+global_batch_size: 32
+eval: {every_steps: 5, batch_size: 500}
+steps: 10
+)",
+                        "test spec");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  auto valid = Validate(*spec);
+  EXPECT_TRUE(valid.ok()) << valid.status();
+  return *valid;
+}
+
+class WorkerServiceTest : public ::testing::Test {
+ protected:
+  // Kept for the process: the dataset loads once.
+  static void SetUpTestSuite() {
+    if (cache_ != nullptr) return;
+    cache_ = new DatasetCache();
+    ASSERT_TRUE(cache_->Get(kDefaultDatasetPath).ok());
+    auto backends = BackendSource::Create("cpu", 1);
+    ASSERT_TRUE(backends.ok()) << backends.status();
+    backends_ = backends->release();
+  }
+
+  WorkerServiceTest() : slot_(backends_, cache_, nullptr), service_(&slot_), spec_(MlpSpec()) {}
+  ~WorkerServiceTest() override {
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    ConfigureServer(builder, "127.0.0.1:0", &port);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_NE(port, 0);
+    address_ = absl::StrCat("127.0.0.1:", port);
+    client_ = NewGrpcWorkerClientFactory()->Connect(address_);
+
+    // What JobRunner::Prepare sends: the seed program's params at step 0.
+    auto setup = SetupFromSpec(spec_);
+    ASSERT_TRUE(setup.ok()) << setup.status();
+    impl_ = setup->impl;
+    const std::vector<float> params =
+        setup->model.Init(TrainingPlan::InitKey(spec_.seed(), impl_), impl_);
+    const auto slots = static_cast<uint32_t>(setup->optimizer.slots().size());
+    checksum_ = ParamChecksum(params);
+    state_ = std::make_shared<SharedState>(
+        SharedState{{0, params.size(), slots}, InitialStateBytes(params, slots)});
+  }
+
+  JobAssignment Job(const std::string& id) const {
+    return {id, {spec_, 0, 1, kTimeout}, absl::StrCat("jobs/", id, "/")};
+  }
+  TrainingPlan Plan() const {
+    return TrainingPlan(spec_.seed(), spec_.dropout_seed(), impl_, 60000,
+                        static_cast<int>(spec_.global_batch_size()), 1);
+  }
+
+  static inline DatasetCache* cache_ = nullptr;
+  static inline BackendSource* backends_ = nullptr;
+  JobSlot slot_;
+  WorkerServiceImpl service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  std::unique_ptr<WorkerClient> client_;
+  const v1::JobSpec spec_;
+  rng::Impl impl_ = {};
+  uint64_t checksum_ = 0;
+  std::shared_ptr<const SharedState> state_;
+  CancelToken live_;  // never cancelled
+};
+
+TEST_F(WorkerServiceTest, RunsAJobOverTheWire) {
+  ASSERT_OK_AND_ASSIGN(PrepareResult prepared, client_->Prepare(Job("a"), state_, live_, kTimeout));
+  EXPECT_EQ(prepared.param_checksum, checksum_);
+  EXPECT_EQ(prepared.train_examples, 60000);
+  EXPECT_EQ(prepared.test_examples, 10000);
+
+  ASSERT_OK_AND_ASSIGN(auto stream, client_->OpenSteps("a", live_, kTimeout));
+  TrainingPlan plan = Plan();
+  constexpr int kSteps = 20;          // past the worker's read-ahead of 16
+  for (int s = 0; s < kSteps; ++s) {  // all sent before any answer is read
+    const StepPlan p = plan.Next();
+    ASSERT_TRUE(stream->Send(
+        {.step = p.step, .key = p.keys[0], .indices = p.indices, .want_checksum = true}));
+  }
+  uint64_t last_checksum = 0;
+  for (int s = 0; s < kSteps; ++s) {
+    ASSERT_OK_AND_ASSIGN(StepResult r, stream->Receive());
+    EXPECT_EQ(r.step, s);
+    EXPECT_TRUE(std::isfinite(r.loss)) << r.loss;
+    last_checksum = r.param_checksum;
+  }
+  stream->CloseSend();
+  EXPECT_THAT(stream->Receive(), StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
+
+  ASSERT_OK_AND_ASSIGN(EvalSums sums, client_->Evaluate("a", 1000, 2500, live_, kTimeout));
+  EXPECT_EQ(sums.count, 1500);
+  EXPECT_GT(sums.loss_sum, 0);
+  ASSERT_OK_AND_ASSIGN(TrainState state, client_->FetchState("a", live_, kTimeout));
+  EXPECT_EQ(state.step, kSteps);
+  EXPECT_EQ(state.params.size(), state_->header.param_count);
+  EXPECT_EQ(state.slots.size(), state_->header.slot_count);
+  EXPECT_EQ(ParamChecksum(state.params), last_checksum);
+  EXPECT_NE(last_checksum, checksum_);
+
+  ASSERT_THAT(client_->Release("a", "test over", kTimeout), IsOk());
+  EXPECT_THAT(client_->Evaluate("a", 0, 10, live_, kTimeout),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("job a is not prepared")));
+  EXPECT_THAT(client_->FetchState("a", live_, kTimeout),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("job a is not prepared")));
+}
+
+TEST_F(WorkerServiceTest, AStepForAnotherJobEndsTheStream) {
+  ASSERT_THAT(client_->Prepare(Job("a"), state_, live_, kTimeout), IsOk());
+  ASSERT_OK_AND_ASSIGN(auto stream, client_->OpenSteps("b", live_, kTimeout));
+  TrainingPlan plan = Plan();
+  const StepPlan p = plan.Next();
+  stream->Send({.step = 0, .key = p.keys[0], .indices = p.indices});
+  EXPECT_THAT(stream->Receive(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                          HasSubstr("job b is not prepared on this worker")));
+  // The job held is untouched.
+  ASSERT_OK_AND_ASSIGN(EvalSums sums, client_->Evaluate("a", 0, 10, live_, kTimeout));
+  EXPECT_EQ(sums.count, 10);
+}
+
+TEST_F(WorkerServiceTest, ACancelledTokenFailsCallsAtOnceWithItsStatus) {
+  CancelToken cancel;
+  const absl::Status why = absl::AbortedError("the job was stopped by the test");
+  cancel.Cancel(why);
+  EXPECT_EQ(client_->Prepare(Job("a"), state_, cancel, kTimeout).status(), why);
+  EXPECT_EQ(client_->OpenSteps("a", cancel, kTimeout).status(), why);
+  EXPECT_EQ(client_->Evaluate("a", 0, 10, cancel, kTimeout).status(), why);
+  EXPECT_EQ(client_->FetchState("a", cancel, kTimeout).status(), why);
+  // Nothing reached the worker.
+  EXPECT_THAT(client_->Evaluate("a", 0, 10, live_, kTimeout),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("job a")));
+}
+
+TEST_F(WorkerServiceTest, CancellingTheTokenEndsAnOpenStream) {
+  ASSERT_THAT(client_->Prepare(Job("a"), state_, live_, kTimeout), IsOk());
+  CancelToken cancel;
+  ASSERT_OK_AND_ASSIGN(auto stream, client_->OpenSteps("a", cancel, kTimeout));
+  TrainingPlan plan = Plan();
+  const StepPlan p = plan.Next();
+  ASSERT_TRUE(stream->Send({.step = 0, .key = p.keys[0], .indices = p.indices}));
+  ASSERT_OK_AND_ASSIGN(StepResult r, stream->Receive());
+  EXPECT_EQ(r.step, 0);
+  // Receive now waits for an answer that will never come, unless the cancel ends it (the
+  // cancel may land before or during the Receive: either must end it with the reason).
+  const absl::Status why = absl::CancelledError("the coordinator gave up");
+  const absl::Time start = absl::Now();
+  std::thread canceller([&] { cancel.Cancel(why); });
+  EXPECT_EQ(stream->Receive().status(), why);
+  canceller.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
+// A port bound but not listening: connections to it are refused, and no one can take it.
+class RefusingPort {
+ public:
+  RefusingPort() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr = {};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), len), 0);
+    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~RefusingPort() { close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1, port_ = 0;
+};
+
+TEST_F(WorkerServiceTest, AliveIsTrueOnlyWhereAWorkerListens) {
+  EXPECT_TRUE(client_->Alive(absl::Seconds(10)));
+  RefusingPort nobody;
+  auto dead = NewGrpcWorkerClientFactory()->Connect(absl::StrCat("127.0.0.1:", nobody.port()));
+  EXPECT_FALSE(dead->Alive(absl::Milliseconds(300)));
+}
+
+TEST_F(WorkerServiceTest, AMalformedPrepareStreamIsInvalidArgument) {
+  auto stub = v1::Worker::NewStub(MakeChannel(address_));
+  auto send = [&](const std::vector<v1::PrepareChunk>& chunks) {
+    grpc::ClientContext ctx;
+    v1::PrepareResponse resp;
+    auto writer = stub->Prepare(&ctx, &resp);
+    for (const v1::PrepareChunk& c : chunks) {
+      if (!writer->Write(c)) break;  // the worker may answer before reading everything
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  v1::PrepareChunk no_job;
+  *no_job.mutable_state()->mutable_header() = ToProto(state_->header);
+  no_job.mutable_state()->set_data(state_->bytes.substr(0, 100));
+  grpc::Status st = send({no_job});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("the first message must carry the job"));
+  EXPECT_EQ(send({}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  // A header again in a later message.
+  v1::PrepareChunk first = no_job;
+  *first.mutable_job() = ToProto(Job("a"));
+  st = send({first, first});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("only the first message carries a header"));
+  EXPECT_THAT(client_->Evaluate("a", 0, 10, live_, kTimeout),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("job a")));
+}
+
+}  // namespace
+}  // namespace lockstep
