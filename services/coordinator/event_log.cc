@@ -34,7 +34,7 @@ void EventLog::Append(v1::JobEvent event) {
       }
     }
   }
-  Notify();
+  Changed();
 }
 
 void EventLog::Close() {
@@ -43,7 +43,7 @@ void EventLog::Close() {
     if (closed_) return;
     closed_ = true;
   }
-  Notify();
+  Changed();
 }
 
 void EventLog::Compact() {
@@ -88,10 +88,23 @@ EventLog::Wake EventLog::Subscribe(std::function<void()> wake) {
   return w;
 }
 
+void EventLog::Changed() {
+  if (notifier_ == nullptr) return Notify();
+  {
+    absl::MutexLock lock(&mu_);
+    if (notify_posted_) return;  // the one posted sees this change too
+    notify_posted_ = true;
+  }
+  notifier_->Post([weak = weak_from_this()] {
+    if (std::shared_ptr<EventLog> log = weak.lock()) log->Notify();
+  });
+}
+
 void EventLog::Notify() {
   std::vector<std::shared_ptr<const std::function<void()>>> live;
   {
     absl::MutexLock lock(&mu_);
+    notify_posted_ = false;
     for (const auto& weak : wakes_) {
       if (auto w = weak.lock()) live.push_back(std::move(w));
     }

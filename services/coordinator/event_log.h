@@ -5,8 +5,10 @@
 // job has ended (Close) and its watchers are gone, Compact drops its step events: a
 // finished job keeps its states and evaluations.
 //
-// Thread-safe. Its lock is a leaf: wake-ups run after it is released, on the appending
-// thread, and must be quick (they schedule a write; they never wait).
+// Thread-safe. Its lock is a leaf. Wake-ups run without it: on `notifier`'s thread when
+// one is given (a job's runner then pays one hand-off per event, however many watch),
+// else on the appending thread; they must be quick (they schedule a write; they never
+// wait). Create it with std::make_shared when it has a notifier.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_EVENT_LOG_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_EVENT_LOG_H_
 
@@ -18,12 +20,14 @@
 
 #include "absl/synchronization/mutex.h"
 #include "lockstep/v1/job.pb.h"
+#include "services/common/serial_executor.h"
 
 namespace lockstep {
 
-class EventLog {
+class EventLog : public std::enable_shared_from_this<EventLog> {
  public:
-  explicit EventLog(size_t byte_budget) : budget_(byte_budget) {}
+  explicit EventLog(size_t byte_budget, SerialExecutor* notifier = nullptr)
+      : budget_(byte_budget), notifier_(notifier) {}
 
   // Appends an event; ignored once closed.
   void Append(v1::JobEvent event);
@@ -57,14 +61,18 @@ class EventLog {
     size_t bytes;
     v1::JobEvent event;
   };
-  void Notify();  // runs the live subscriptions' wake-ups; called without mu_
+  // After a change: runs the wake-ups, or has the notifier run them (one task at a time).
+  void Changed() ABSL_LOCKS_EXCLUDED(mu_);
+  void Notify() ABSL_LOCKS_EXCLUDED(mu_);  // runs the live subscriptions' wake-ups
 
   const size_t budget_;
+  SerialExecutor* const notifier_;
   mutable absl::Mutex mu_;
   std::deque<Entry> entries_ ABSL_GUARDED_BY(mu_);  // ascending seq
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool notify_posted_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::weak_ptr<const std::function<void()>>> wakes_ ABSL_GUARDED_BY(mu_);
 };
 

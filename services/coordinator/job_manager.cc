@@ -130,7 +130,7 @@ absl::Status JobManager::Start() {
       const v1::JobState was = job.state();
       rec->job = std::move(job);
       rec->version = rec->persisted = 1;
-      rec->log = std::make_shared<EventLog>(options_.history_bytes);
+      rec->log = std::make_shared<EventLog>(options_.history_bytes, &notifier_);
       const std::string id = rec->job.id();
       if (id.rfind("job-", 0) == 0)
         next_id_ = std::max<int64_t>(next_id_, std::atoll(id.c_str() + 4) + 1);
@@ -281,7 +281,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in) {
     auto rec = std::make_unique<Record>();
     rec->job = job;
     rec->version = rec->persisted = 1;
-    rec->log = std::make_shared<EventLog>(options_.history_bytes);
+    rec->log = std::make_shared<EventLog>(options_.history_bytes, &notifier_);
     rec->log->Append(StateEvent(v1::QUEUED, ""));
     spdlog::info("{} QUEUED", job.id());
     if (!spec.request_id().empty()) by_request_id_[spec.request_id()] = job.id();

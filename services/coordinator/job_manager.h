@@ -7,9 +7,10 @@
 // pool (WorkerPool) and the policy (PlanSchedule, pure).
 //
 // Thread-safe. Lock order: submit_mu_, then mu_, then the WorkerPool's lock; a job's
-// CancelToken callbacks and EventLog wake-ups may run under mu_ and take only leaf locks
-// (a gRPC call's, a step stream's, a watcher's). mu_ is never held while waiting for the
-// disk, a worker or a thread: records are written and threads joined after unlocking.
+// CancelToken callbacks may run under mu_ and take only leaf locks (a gRPC call's, a step
+// stream's). Watchers are woken on a thread of the manager's own (notifier_). mu_ is never held
+// while waiting for the disk, a worker or a thread: records are written and threads joined after
+// unlocking.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_JOB_MANAGER_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_JOB_MANAGER_H_
 
@@ -103,6 +104,9 @@ class JobManager {
   void EndWatch(const std::string& id);
 
   const CoordinatorOptions options_;
+  // Wakes the watchers of every job's event log (EventLog), so that a runner never does.
+  // Destroyed last.
+  SerialExecutor notifier_;
   WorkerPool* pool_;
   KvTable* kv_;
   WorkerClientFactory* factory_;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -36,7 +37,10 @@ absl::StatusOr<Response> Call(grpc::Status (v1::JobService::Stub::*method)(grpc:
 }  // namespace
 
 std::string BinaryPath(const std::string& name) {
-  return std::string(LOCKSTEP_BINARY_DIR) + "/services/" + name;
+  const char* dir = std::getenv("LOCKSTEP_BIN_DIR");
+  return (dir != nullptr && dir[0] != '\0' ? std::string(dir)
+                                           : std::string(LOCKSTEP_BINARY_DIR) + "/services") +
+         "/" + name;
 }
 
 v1::JobSpec MlpSpec(int workers, int steps, double dropout_rate, int batch) {

@@ -66,7 +66,8 @@ class LocalCluster {
 // A small MLP job spec (Fashion-MNIST from the Debian package).
 v1::JobSpec MlpSpec(int workers, int steps, double dropout_rate = 0.0, int batch = 64);
 
-// The binaries under test (from the build tree).
+// The binaries under test: in $LOCKSTEP_BIN_DIR when set (e.g. another build, for a
+// comparison), else in this build tree's services/.
 std::string BinaryPath(const std::string& name);
 
 }  // namespace lockstep::testing
