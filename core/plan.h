@@ -1,7 +1,7 @@
 // TrainingPlan: Lockstep's RNG plan for a job (reference §7), the single source of
 // every random choice a job makes: the init key, each epoch's data order and each step's
-// per-worker dropout keys and sample indices. The coordinator (and the single-process
-// trainer, N = 1) owns one; workers receive its output in the step command, so any step
+// per-worker dropout keys and sample indices. The coordinator's job loop owns one (also in
+// `lockstep train`, N = 1); workers receive its output in the step command, so any step
 // can be replayed.
 #ifndef LOCKSTEP_CORE_PLAN_H_
 #define LOCKSTEP_CORE_PLAN_H_

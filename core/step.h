@@ -1,5 +1,5 @@
-// StepExecutor: the one training step in Lockstep, run by the single-process trainer
-// (N = 1, no collective) and by every worker alike. It reads top to bottom:
+// StepExecutor: the one training step in Lockstep, run by every replica alike (N = 1: no
+// collective). It reads top to bottom:
 // gather the local batch, forward, loss, backward, all-reduce (mean), optimizer update.
 //
 // The replica (params, gradients, optimizer state, datasets) lives in the backend's

@@ -21,7 +21,7 @@ absl::StatusOr<v1::JobSpec> ParseSpec(const std::string& text, const std::string
 // Reads and parses a file; NOT_FOUND naming the path when it cannot be read.
 absl::StatusOr<v1::JobSpec> LoadSpecFile(const std::string& path);
 
-// Limits a service places on specs (the single-process trainer uses the defaults).
+// Limits a service places on specs (`lockstep train` uses the defaults).
 struct SpecLimits {
   uint32_t max_workers = 64;
   uint64_t max_params = 100'000'000;
