@@ -61,6 +61,8 @@ MATCHER_P2(StatusIs, code, message_matcher, "") {
   return ::testing::ExplainMatchResult(message_matcher, std::string(st.message()), result_listener);
 }
 
+inline auto IsOk() { return StatusIs(absl::StatusCode::kOk, ::testing::_); }
+
 }  // namespace lockstep::testing
 
 #define ASSERT_OK(expr) ASSERT_TRUE((expr).ok()) << ::lockstep::testing::internal::GetStatus(expr)

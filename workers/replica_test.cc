@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/plan.h"
 #include "core/spec/spec.h"
+#include "core/spec/testing.h"
 #include "core/testing.h"
 #include "workers/cpu/cpu_backend.h"
 
@@ -18,24 +19,19 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using testing::IsOk;
 using testing::StatusIs;
-
-auto IsOk() { return StatusIs(absl::StatusCode::kOk, ::testing::_); }
+using testing::ValidSpec;
 
 v1::JobSpec MlpSpec(int workers = 1) {
-  auto spec = ParseSpec(absl::StrCat(R"(
+  return ValidSpec(absl::StrCat(R"(
 model: {kind: mlp, hidden: [32]}
 optimizer: {kind: adam, learning_rate: 0.001}
 global_batch_size: 32
 eval: {every_steps: 5, batch_size: 500}
 steps: 10
 workers: )",
-                                     workers),
-                        "test spec");
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  auto valid = Validate(*spec);
-  EXPECT_TRUE(valid.ok()) << valid.status();
-  return *valid;
+                                workers));
 }
 
 // A collective that is never used: Create only checks that one is there.

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/spec/testing.h"
 #include "core/testing.h"
 #include "services/coordinator/fake_worker_client.h"
 
@@ -13,19 +14,14 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 v1::JobSpec Spec(int workers) {
-  auto spec = ParseSpec(absl::StrCat(R"(
+  return ValidSpec(absl::StrCat(R"(
 model: {kind: mlp, hidden: [8]}
 optimizer: {kind: sgd, learning_rate: 0.1}
 global_batch_size: 8
 steps: 6
 eval: {every_steps: 3}
 workers: )",
-                                     workers),
-                        "test spec");
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  auto valid = Validate(*spec);
-  EXPECT_TRUE(valid.ok()) << valid.status();
-  return *valid;
+                                workers));
 }
 
 std::vector<PoolWorker> Workers(int n) {

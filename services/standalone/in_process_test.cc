@@ -10,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "core/checkpoint.h"
 #include "core/spec/spec.h"
+#include "core/spec/testing.h"
 #include "core/testing.h"
 #include "services/coordinator/job_manager.h"
 #include "services/standalone/testing.h"
@@ -18,18 +19,13 @@ namespace lockstep::testing {
 namespace {
 
 v1::JobSpec MlpSpec(int workers, int steps) {
-  auto spec = ParseSpec(absl::StrCat(R"(
+  return ValidSpec(absl::StrCat(R"(
 model: {kind: mlp, hidden: [32]}
 optimizer: {kind: adam, learning_rate: 0.001}
 global_batch_size: 32
 eval: {every_steps: 5, batch_size: 500}
 steps: )",
-                                     steps, "\nworkers: ", workers),
-                        "test spec");
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  auto valid = Validate(*spec);
-  EXPECT_TRUE(valid.ok()) << valid.status();
-  return *valid;
+                                steps, "\nworkers: ", workers));
 }
 
 class Recorder final : public JobSink {

@@ -9,32 +9,29 @@
 #include "absl/synchronization/notification.h"
 #include "core/plan.h"
 #include "core/spec/spec.h"
+#include "core/spec/testing.h"
 #include "core/testing.h"
+#include "services/worker/testing.h"
 
 namespace lockstep {
 namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using testing::IsOk;
 using ::testing::Not;
 using testing::StatusIs;
-
-auto IsOk() { return StatusIs(absl::StatusCode::kOk, ::testing::_); }
+using testing::ValidSpec;
 
 v1::JobSpec MlpSpec(int workers = 1) {
-  auto spec = ParseSpec(absl::StrCat(R"(
+  return ValidSpec(absl::StrCat(R"(
 model: {kind: mlp, hidden: [32]}
 optimizer: {kind: adam, learning_rate: 0.001}
 global_batch_size: 32
 eval: {every_steps: 5, batch_size: 500}
 steps: 10
 workers: )",
-                                     workers),
-                        "test spec");
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  auto valid = Validate(*spec);
-  EXPECT_TRUE(valid.ok()) << valid.status();
-  return *valid;
+                                workers));
 }
 
 // The state's bytes in chunks of `chunk` bytes; with `gate`, the first Next waits (after
@@ -87,16 +84,6 @@ StepCommand Command(int64_t step, const std::vector<int32_t>& indices) {
 
 class JobSlotTest : public ::testing::Test {
  protected:
-  // Shared by both suites here and kept for the process: the dataset loads once.
-  static void SetUpTestSuite() {
-    if (cache_ != nullptr) return;
-    cache_ = new DatasetCache();
-    ASSERT_TRUE(cache_->Get(kDefaultDatasetPath).ok());
-    auto backends = BackendSource::Create("cpu", 1);
-    ASSERT_TRUE(backends.ok()) << backends.status();
-    backends_ = backends->release();
-  }
-
   JobSlotTest() : spec_(MlpSpec()), state_(MakeState(spec_)), batch_(32) {
     for (int i = 0; i < 32; ++i) batch_[i] = i * 3;
   }
@@ -106,8 +93,8 @@ class JobSlotTest : public ::testing::Test {
     return slot_.Prepare(job, state_.header, source);
   }
 
-  static inline DatasetCache* cache_ = nullptr;
-  static inline BackendSource* backends_ = nullptr;
+  DatasetCache* const cache_ = &testing::TestDatasets();  // shared by the process: loads once
+  const BackendSource* const backends_ = &testing::TestBackends();
   const v1::JobSpec spec_;
   const InitialState state_;
   std::vector<int32_t> batch_;

@@ -14,49 +14,35 @@
 #include "absl/strings/str_cat.h"
 #include "core/plan.h"
 #include "core/spec/spec.h"
+#include "core/spec/testing.h"
 #include "core/testing.h"
 #include "lockstep/v1/worker.grpc.pb.h"
 #include "services/common/net.h"
 #include "services/coordinator/worker_client.h"
+#include "services/worker/testing.h"
 #include "services/worker/wire.h"
 
 namespace lockstep {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::IsOk;
 using testing::StatusIs;
-
-auto IsOk() { return StatusIs(absl::StatusCode::kOk, ::testing::_); }
 
 constexpr absl::Duration kTimeout = absl::Seconds(30);
 
 v1::JobSpec MlpSpec() {
-  auto spec = ParseSpec(R"(
+  return testing::ValidSpec(R"(
 model: {kind: mlp, hidden: [32]}
 optimizer: {kind: adam, learning_rate: 0.001}
 global_batch_size: 32
 eval: {every_steps: 5, batch_size: 500}
 steps: 10
-)",
-                        "test spec");
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  auto valid = Validate(*spec);
-  EXPECT_TRUE(valid.ok()) << valid.status();
-  return *valid;
+)");
 }
 
 class WorkerServiceTest : public ::testing::Test {
  protected:
-  // Kept for the process: the dataset loads once.
-  static void SetUpTestSuite() {
-    if (cache_ != nullptr) return;
-    cache_ = new DatasetCache();
-    ASSERT_TRUE(cache_->Get(kDefaultDatasetPath).ok());
-    auto backends = BackendSource::Create("cpu", 1);
-    ASSERT_TRUE(backends.ok()) << backends.status();
-    backends_ = backends->release();
-  }
-
   WorkerServiceTest() : slot_(backends_, cache_, nullptr), service_(&slot_), spec_(MlpSpec()) {}
   ~WorkerServiceTest() override {
     if (server_ != nullptr) server_->Shutdown();
@@ -93,8 +79,8 @@ class WorkerServiceTest : public ::testing::Test {
                         static_cast<int>(spec_.global_batch_size()), 1);
   }
 
-  static inline DatasetCache* cache_ = nullptr;
-  static inline BackendSource* backends_ = nullptr;
+  DatasetCache* const cache_ = &testing::TestDatasets();  // shared by the process: loads once
+  const BackendSource* const backends_ = &testing::TestBackends();
   JobSlot slot_;
   WorkerServiceImpl service_;
   std::unique_ptr<grpc::Server> server_;
