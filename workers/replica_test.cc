@@ -20,19 +20,8 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using testing::IsOk;
+using testing::SmallMlpSpec;
 using testing::StatusIs;
-using testing::ValidSpec;
-
-v1::JobSpec MlpSpec(int workers = 1) {
-  return ValidSpec(absl::StrCat(R"(
-model: {kind: mlp, hidden: [32]}
-optimizer: {kind: adam, learning_rate: 0.001}
-global_batch_size: 32
-eval: {every_steps: 5, batch_size: 500}
-steps: 10
-workers: )",
-                                workers));
-}
 
 // A collective that is never used: Create only checks that one is there.
 class NullCollective final : public Collective {
@@ -105,7 +94,7 @@ class ReplicaTest : public ::testing::Test {
 };
 
 TEST_F(ReplicaTest, CheckReplicaConfigRejectsABadRankOrWorldSize) {
-  const v1::JobSpec spec = MlpSpec(2);
+  const v1::JobSpec spec = SmallMlpSpec(2);
   EXPECT_THAT(CheckReplicaConfig({spec, 1, 2}), IsOk());
   for (auto [rank, world] : {std::pair{2, 2}, {-1, 2}, {0, 3}, {0, 1}}) {
     EXPECT_THAT(CheckReplicaConfig({spec, rank, world}),
@@ -116,24 +105,24 @@ TEST_F(ReplicaTest, CheckReplicaConfigRejectsABadRankOrWorldSize) {
 }
 
 TEST_F(ReplicaTest, CheckReplicaConfigRejectsAnIndivisibleBatch) {
-  v1::JobSpec spec = MlpSpec(1);
+  v1::JobSpec spec = SmallMlpSpec(1);
   spec.set_workers(3);  // 32 is not divisible by 3 (Validate would have refused it)
   EXPECT_THAT(CheckReplicaConfig({spec, 0, 3}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("global_batch_size")));
 }
 
 TEST_F(ReplicaTest, CreateWantsACollectiveExactlyWhenThereArePeers) {
-  EXPECT_THAT(Make({MlpSpec(1), 0, 1}, std::make_unique<NullCollective>()),
+  EXPECT_THAT(Make({SmallMlpSpec(1), 0, 1}, std::make_unique<NullCollective>()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("collective")));
-  EXPECT_THAT(Make({MlpSpec(2), 0, 2}),
+  EXPECT_THAT(Make({SmallMlpSpec(2), 0, 2}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("collective")));
-  ASSERT_OK_AND_ASSIGN(auto r, Make({MlpSpec(2), 1, 2}, std::make_unique<NullCollective>()));
+  ASSERT_OK_AND_ASSIGN(auto r, Make({SmallMlpSpec(2), 1, 2}, std::make_unique<NullCollective>()));
   EXPECT_NE(r->collective(), nullptr);
   EXPECT_EQ(r->state_header().step, 0);
 }
 
 TEST_F(ReplicaTest, StateRoundTripsInOddPieces) {
-  const v1::JobSpec spec = MlpSpec();
+  const v1::JobSpec spec = SmallMlpSpec();
   ASSERT_OK_AND_ASSIGN(auto r, Make({spec, 0, 1}));
   const TrainState state = SomeState(spec);
   const std::string bytes = StateBytes(state);
@@ -149,7 +138,7 @@ TEST_F(ReplicaTest, StateRoundTripsInOddPieces) {
 }
 
 TEST_F(ReplicaTest, StateRangesOutsideTheStateAreRejected) {
-  ASSERT_OK_AND_ASSIGN(auto r, Make({MlpSpec(), 0, 1}));
+  ASSERT_OK_AND_ASSIGN(auto r, Make({SmallMlpSpec(), 0, 1}));
   ASSERT_OK_AND_ASSIGN(const uint64_t total, r->state_header().Bytes());
   char buf[8] = {};
   EXPECT_THAT(r->WriteState(total - 4, std::string_view(buf, 4)), IsOk());
@@ -165,7 +154,7 @@ TEST_F(ReplicaTest, StateRangesOutsideTheStateAreRejected) {
 }
 
 TEST_F(ReplicaTest, AStepOutOfOrderIsAbortedNamingBothSteps) {
-  ASSERT_OK_AND_ASSIGN(auto r, Make({MlpSpec(), 0, 1}));
+  ASSERT_OK_AND_ASSIGN(auto r, Make({SmallMlpSpec(), 0, 1}));
   r->set_step(4);
   std::vector<int32_t> idx(32);
   for (int i = 0; i < 32; ++i) idx[i] = i;
@@ -176,7 +165,7 @@ TEST_F(ReplicaTest, AStepOutOfOrderIsAbortedNamingBothSteps) {
 }
 
 TEST_F(ReplicaTest, ABadBatchIsInvalidArgument) {
-  ASSERT_OK_AND_ASSIGN(auto r, Make({MlpSpec(), 0, 1}));
+  ASSERT_OK_AND_ASSIGN(auto r, Make({SmallMlpSpec(), 0, 1}));
   std::vector<int32_t> idx(31, 0);
   EXPECT_THAT(r->Step({.step = 0, .indices = idx}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("local batch is 32")));
@@ -186,7 +175,7 @@ TEST_F(ReplicaTest, ABadBatchIsInvalidArgument) {
 }
 
 TEST_F(ReplicaTest, StepsAdvanceAndAreBitwiseReproducible) {
-  const v1::JobSpec spec = MlpSpec();
+  const v1::JobSpec spec = SmallMlpSpec();
   const std::string initial = StateBytes(SomeState(spec));
   std::string after[2];
   uint64_t checksums[2] = {};
@@ -217,7 +206,7 @@ TEST_F(ReplicaTest, StepsAdvanceAndAreBitwiseReproducible) {
 }
 
 TEST_F(ReplicaTest, EvaluateSumsOverTheRange) {
-  const v1::JobSpec spec = MlpSpec();
+  const v1::JobSpec spec = SmallMlpSpec();
   ASSERT_OK_AND_ASSIGN(auto r, Make({spec, 0, 1}));
   WriteInPieces(*r, StateBytes(SomeState(spec)));
   EXPECT_EQ(r->test_examples(), 10000);

@@ -18,16 +18,6 @@
 namespace lockstep::testing {
 namespace {
 
-v1::JobSpec MlpSpec(int workers, int steps) {
-  return ValidSpec(absl::StrCat(R"(
-model: {kind: mlp, hidden: [32]}
-optimizer: {kind: adam, learning_rate: 0.001}
-global_batch_size: 32
-eval: {every_steps: 5, batch_size: 500}
-steps: )",
-                                steps, "\nworkers: ", workers));
-}
-
 class Recorder final : public JobSink {
  public:
   void OnRunning(int64_t) override {}
@@ -53,7 +43,7 @@ TEST(InProcessJobLoop, TwoWorkersEndWithOneWorkersParams) {
   for (int n : {1, 2}) {
     InProcessWorkers workers(n);
     Recorder sink;
-    JobRunner runner(absl::StrCat("job-", n), MlpSpec(n, 20), workers.pool_workers(),
+    JobRunner runner(absl::StrCat("job-", n), SmallMlpSpec(n, 20), workers.pool_workers(),
                      workers.factory(), options, &sink);
     JobOutcome out;
     ASSERT_OK(runner.Run(&out));
@@ -64,7 +54,7 @@ TEST(InProcessJobLoop, TwoWorkersEndWithOneWorkersParams) {
       for (float l : s.local_losses()) sum += l;
       EXPECT_EQ(s.loss(), sum / static_cast<float>(n));
     }
-    ASSERT_OK_AND_ASSIGN(TrainSetup setup, SetupFromSpec(MlpSpec(n, 20)));
+    ASSERT_OK_AND_ASSIGN(TrainSetup setup, SetupFromSpec(SmallMlpSpec(n, 20)));
     ASSERT_OK_AND_ASSIGN(TrainState state,
                          ReadCheckpoint(out.checkpoint_path, setup.model, setup.optimizer));
     EXPECT_EQ(state.step, 20);
@@ -208,7 +198,7 @@ TEST(JobManagerCancel, FiftyRandomMomentsEachEndCancelledWithinTwoSeconds) {
   ASSERT_OK(jobs.Start());
 
   // An undisturbed run tells how many moments a job has.
-  ASSERT_OK_AND_ASSIGN(v1::Job first, jobs.Submit(MlpSpec(2, 12)));
+  ASSERT_OK_AND_ASSIGN(v1::Job first, jobs.Submit(SmallMlpSpec(2, 12)));
   ASSERT_OK_AND_ASSIGN(v1::Job ended, AwaitEnd(jobs, first.id(), absl::Minutes(1)));
   ASSERT_EQ(ended.state(), v1::SUCCEEDED) << ended.failure_reason();
   const int64_t total = moments.count();
@@ -229,7 +219,7 @@ TEST(JobManagerCancel, FiftyRandomMomentsEachEndCancelledWithinTwoSeconds) {
       cancel_status = jobs.Cancel(id).status();
       cancelled.Notify();
     });
-    ASSERT_OK_AND_ASSIGN(v1::Job job, jobs.Submit(MlpSpec(2, 12)));
+    ASSERT_OK_AND_ASSIGN(v1::Job job, jobs.Submit(SmallMlpSpec(2, 12)));
     id = job.id();
     submitted.Notify();
     ASSERT_OK_AND_ASSIGN(v1::Job done, AwaitEnd(jobs, id, absl::Minutes(1)));
@@ -264,7 +254,7 @@ TEST(JobManagerCancel, FiftyRandomMomentsEachEndCancelledWithinTwoSeconds) {
       latencies_ms.size(), too_late, latencies_ms[latencies_ms.size() / 2], latencies_ms.back(),
       static_cast<long long>(total));
   // The workers are free again: a last job runs to the end.
-  ASSERT_OK_AND_ASSIGN(v1::Job last, jobs.Submit(MlpSpec(2, 4)));
+  ASSERT_OK_AND_ASSIGN(v1::Job last, jobs.Submit(SmallMlpSpec(2, 4)));
   moments.Arm(-1, nullptr);
   ASSERT_OK_AND_ASSIGN(v1::Job last_done, AwaitEnd(jobs, last.id(), absl::Minutes(1)));
   EXPECT_EQ(last_done.state(), v1::SUCCEEDED) << last_done.failure_reason();

@@ -20,19 +20,8 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using testing::IsOk;
 using ::testing::Not;
+using testing::SmallMlpSpec;
 using testing::StatusIs;
-using testing::ValidSpec;
-
-v1::JobSpec MlpSpec(int workers = 1) {
-  return ValidSpec(absl::StrCat(R"(
-model: {kind: mlp, hidden: [32]}
-optimizer: {kind: adam, learning_rate: 0.001}
-global_batch_size: 32
-eval: {every_steps: 5, batch_size: 500}
-steps: 10
-workers: )",
-                                workers));
-}
 
 // The state's bytes in chunks of `chunk` bytes; with `gate`, the first Next waits (after
 // notifying `entered`) until the test notifies `proceed`.
@@ -84,7 +73,7 @@ StepCommand Command(int64_t step, const std::vector<int32_t>& indices) {
 
 class JobSlotTest : public ::testing::Test {
  protected:
-  JobSlotTest() : spec_(MlpSpec()), state_(MakeState(spec_)), batch_(32) {
+  JobSlotTest() : spec_(SmallMlpSpec()), state_(MakeState(spec_)), batch_(32) {
     for (int i = 0; i < 32; ++i) batch_[i] = i * 3;
   }
 
@@ -210,7 +199,7 @@ TEST_F(JobSlotTest, AJobTheWorkerCannotRunIsFailedPrecondition) {
   EXPECT_THAT(Prepare(Job("a", spec)),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("/nonexistent")));
   StringSource source(state_.bytes, 1 << 20);  // two workers, but no collectives here
-  EXPECT_THAT(slot_.Prepare(Job("a", MlpSpec(2), 0, 2), state_.header, source),
+  EXPECT_THAT(slot_.Prepare(Job("a", SmallMlpSpec(2), 0, 2), state_.header, source),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("single-worker")));
 }
 
@@ -286,7 +275,7 @@ class HeldStepTest : public JobSlotTest {
  protected:
   void SetUp() override {
     StringSource source(state_.bytes, 1 << 20);
-    ASSERT_THAT(held_.Prepare(Job("a", MlpSpec(2), 0, 2), state_.header, source), IsOk());
+    ASSERT_THAT(held_.Prepare(Job("a", SmallMlpSpec(2), 0, 2), state_.header, source), IsOk());
     ASSERT_NE(factory_.made, nullptr);
     step_ = std::thread([this] { result_ = held_.Step("a", Command(0, shard_)); });
     factory_.made->entered.WaitForNotification();

@@ -31,19 +31,10 @@ using testing::StatusIs;
 
 constexpr absl::Duration kTimeout = absl::Seconds(30);
 
-v1::JobSpec MlpSpec() {
-  return testing::ValidSpec(R"(
-model: {kind: mlp, hidden: [32]}
-optimizer: {kind: adam, learning_rate: 0.001}
-global_batch_size: 32
-eval: {every_steps: 5, batch_size: 500}
-steps: 10
-)");
-}
-
 class WorkerServiceTest : public ::testing::Test {
  protected:
-  WorkerServiceTest() : slot_(backends_, cache_, nullptr), service_(&slot_), spec_(MlpSpec()) {}
+  WorkerServiceTest()
+      : slot_(backends_, cache_, nullptr), service_(&slot_), spec_(testing::SmallMlpSpec()) {}
   ~WorkerServiceTest() override {
     if (server_ != nullptr) server_->Shutdown();
   }
