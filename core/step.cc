@@ -4,6 +4,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "absl/base/internal/raw_logging.h"
 #include "absl/strings/str_cat.h"
 #include "core/rng/flax_rng.h"
 #include "core/status_macros.h"
@@ -405,26 +406,42 @@ absl::StatusOr<StepMetrics> StepExecutor::Step(const DeviceDataset& data,
                                                std::span<const int32_t> indices,
                                                rng::Key dropout_key) {
   ASSIGN_OR_RETURN(Workspace * ws, PrepareStep(data, indices, dropout_key));
-  if (use_graphs_ && (graph_ == nullptr || graph_data_ != &data)) {
-    auto graph = backend_->Capture([&] { return DeviceStep(*ws, data, true); });
-    if (graph.ok()) {
-      graph_ = std::move(graph).value();
-      graph_data_ = &data;
-    } else if (absl::IsUnimplemented(graph.status())) {
-      use_graphs_ = false;  // this backend has no graphs: run eagerly
-    } else {
-      return graph.status();
-    }
-  }
-  if (use_graphs_) {
-    timings_ = {};  // a replay is one launch: no split to measure
-    RETURN_IF_ERROR(graph_->Launch());
-  } else {
-    RETURN_IF_ERROR(DeviceStep(*ws, data, true));
-  }
+  ASSIGN_OR_RETURN(const bool replayed, ReplayGraph(*ws, data));
+  if (!replayed) RETURN_IF_ERROR(DeviceStep(*ws, data, true));
   ASSIGN_OR_RETURN(StepMetrics m, Finish(*ws, local_batch_));
   ++step_;
   return m;
+}
+
+absl::StatusOr<bool> StepExecutor::ReplayGraph(Workspace& ws, const DeviceDataset& data) {
+  if (!use_graphs_) return false;
+  if (!warmed_up_) {  // the first step: eager, so that lazy setup happens before capture
+    warmed_up_ = true;
+    return false;
+  }
+  if (graph_ == nullptr || graph_data_ != &data) {
+    graph_.reset();
+    absl::Status body_status;
+    auto graph = backend_->Capture([&] { return body_status = DeviceStep(ws, data, true); });
+    // The body's own error (the collective's) is the step's: running it again would not help.
+    RETURN_IF_ERROR(body_status);
+    if (!graph.ok()) {
+      // No graphs here (UNIMPLEMENTED), or the capture failed. Nothing captured has run, so
+      // this step and every later one run eagerly.
+      use_graphs_ = false;
+      if (!absl::IsUnimplemented(graph.status())) {
+        graph_fallback_ = graph.status();
+        ABSL_RAW_LOG(WARNING, "%s: graph capture failed, running eagerly: %s",
+                     backend_->Name().c_str(), graph_fallback_.ToString().c_str());
+      }
+      return false;
+    }
+    graph_ = std::move(graph).value();
+    graph_data_ = &data;
+  }
+  timings_ = {};  // a replay is one launch: no split to measure
+  RETURN_IF_ERROR(graph_->Launch());
+  return true;
 }
 
 absl::StatusOr<std::vector<float>> StepExecutor::Gradients() {

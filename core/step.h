@@ -48,8 +48,11 @@ struct EvalMetrics {
 class StepExecutor {
  public:
   // `collective` may be null (N = 1). Both must outlive the executor. local_batch is B/N.
-  // With use_graphs, the device part of Step (gather to update) is captured once as a
-  // backend graph and replayed, where the backend supports it.
+  // With use_graphs, the device part of Step (gather to update) is captured as a backend
+  // graph and replayed, where the backend supports it: the first step runs eagerly (a
+  // warm-up: libraries set themselves up lazily, which must not happen in a capture), the
+  // second is captured and launched, later ones replay it (recaptured for another dataset).
+  // If a capture fails, that step and all later ones run eagerly (see graph_fallback()).
   static absl::StatusOr<std::unique_ptr<StepExecutor>> Create(
       Model model, Optimizer optimizer, rng::Impl impl, int local_batch, Backend* backend,
       Collective* collective, CollectiveOptions collective_options = {}, bool use_graphs = true);
@@ -93,6 +96,10 @@ class StepExecutor {
   // deterministic (no dropout), in batches.
   absl::StatusOr<EvalMetrics> Evaluate(const DeviceDataset& data, int batch_size = 1000,
                                        int64_t begin = 0, int64_t end = -1);
+  // Why steps run eagerly although graphs were asked for: the failed capture's error, or OK
+  // (graphs in use, not asked for, or not supported by the backend).
+  const absl::Status& graph_fallback() const { return graph_fallback_; }
+
   // Where the last Step's time went, in seconds, by the host clock: exact for synchronous
   // backends, enqueue times for asynchronous ones, and all 0 for a graph replay.
   struct Timings {
@@ -111,6 +118,9 @@ class StepExecutor {
   // Host part before a step: indices and per-step scalars into backend memory.
   absl::Status Prepare(Workspace& ws, const DeviceDataset& data, std::span<const int32_t> indices,
                        rng::Key dropout_key);
+  // Runs the device step as a graph (capturing it first where needed); false when this
+  // step must run eagerly instead. Errors: the capture body's or the launch's.
+  absl::StatusOr<bool> ReplayGraph(Workspace& ws, const DeviceDataset& data);
   // Device part: no host synchronization, so a backend can capture it as a graph.
   absl::Status DeviceStep(Workspace& ws, const DeviceDataset& data, bool update);
   void Forward(Workspace& ws, const DeviceDataset& data, int batch, bool train);
@@ -131,6 +141,8 @@ class StepExecutor {
   Collective* collective_;
   CollectiveOptions collective_options_;
   bool use_graphs_;
+  bool warmed_up_ = false;       // an eager step has run (graphs are captured after one)
+  absl::Status graph_fallback_;  // see graph_fallback()
   int64_t step_ = 0;
   Timings timings_;
   Buffer params_, grads_;

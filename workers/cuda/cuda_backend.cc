@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "workers/cuda/bias_plan.h"
 #include "workers/cuda/cuda_backend_impl.h"
 #include "workers/cuda/cuda_status.h"
 
@@ -87,6 +88,7 @@ absl::Status CudaBackend::Init() {
   CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
   CUBLAS_RETURN_IF_ERROR(
       cublasSetMathMode(cublas_, tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&bias_scratch_, cuda::kBiasScratchFloats * sizeof(float)));
   return absl::OkStatus();
 }
 
@@ -104,6 +106,7 @@ CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
+  if (bias_scratch_ != nullptr) cudaFree(bias_scratch_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
   (void)cudaGetLastError();
 }
@@ -119,7 +122,8 @@ absl::Status CudaBackend::Activate() {
 }
 
 void CudaBackend::RecordError(absl::Status status) {
-  if (first_error_.ok()) first_error_ = std::move(status);
+  absl::Status& first = capturing_ ? capture_error_ : first_error_;
+  if (first.ok()) first = std::move(status);
 }
 
 absl::StatusOr<Buffer> CudaBackend::Allocate(size_t bytes) {
@@ -208,15 +212,20 @@ absl::StatusOr<std::unique_ptr<Backend::Graph>> CudaBackend::Capture(
   if (!first_error_.ok()) return first_error_;
   RETURN_IF_ERROR(Activate());
   CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  capturing_ = true;
+  capture_error_ = absl::OkStatus();
   const absl::Status body_status = body();
+  capturing_ = false;
   cudaGraph_t graph = nullptr;
   absl::Status status =
       CudaStatus(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture", __FILE__, __LINE__);
-  // A launch that failed while capturing was recorded, and invalidated the capture.
-  if (!first_error_.ok()) status = first_error_;
+  // A launch that failed while capturing was recorded here, and invalidated the capture.
+  if (!capture_error_.ok()) status = capture_error_;
   if (!body_status.ok()) status = body_status;
   if (!status.ok()) {
     if (graph != nullptr) cudaGraphDestroy(graph);
+    // Nothing captured ran: the backend stays usable (a sticky error would resurface).
+    (void)cudaGetLastError();
     return status;
   }
   cudaGraphExec_t exec = nullptr;

@@ -29,7 +29,8 @@ absl::StatusOr<int> CudaDeviceCount();
 //
 // The backend is asynchronous: kernels are queued on its stream and the first launch or
 // execution error is reported by Synchronize() (and by every later one: after an error
-// the backend is unusable). CopyToHost waits for the queued work first (and reports its
+// the backend is unusable), except that a launch failing during Capture() fails only that
+// capture. CopyToHost waits for the queued work first (and reports its
 // error). Host memory passed to CopyToDevice/Upload may be reused once the call returns,
 // provided it is ordinary (pageable) memory. Not thread-safe, but any one thread at a
 // time may drive it (each call selects its device).

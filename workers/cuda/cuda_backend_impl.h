@@ -59,7 +59,10 @@ class CudaBackend final : public Backend {
                   float* p) override;
 
   // Captures the work `body` queues on the stream into a CUDA graph (thread-local capture
-  // mode). Errors: body's own, or the capture's (INTERNAL naming the CUDA error).
+  // mode). Errors: body's own, or the capture's (INTERNAL naming the CUDA error), which
+  // includes a kernel or cuBLAS launch that failed during the capture: nothing captured
+  // has run, so such a failure fails the capture only and the backend stays usable (the
+  // caller can run the same work eagerly). A backend already failed returns its error.
   absl::StatusOr<std::unique_ptr<Graph>> Capture(
       const std::function<absl::Status()>& body) override;
 
@@ -77,7 +80,8 @@ class CudaBackend final : public Backend {
   absl::Status SetSyncWatch(SyncWatch watch);
   bool watched() const { return static_cast<bool>(watch_); }
 
-  // Keeps the first error for Synchronize(); later ones are dropped.
+  // Keeps the first error for Synchronize(); later ones are dropped. During Capture, keeps
+  // it for the capture instead.
   void RecordError(absl::Status status);
 
  private:
@@ -93,7 +97,10 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
+  float* bias_scratch_ = nullptr;  // BiasGrad's chunk sums (bias_plan.h)
   absl::Status first_error_;
+  bool capturing_ = false;      // inside Capture's body
+  absl::Status capture_error_;  // the first launch error while capturing
   SyncWatch watch_;
 };
 

@@ -56,7 +56,7 @@ void CudaBackend::BiasAdd(int rows, int cols, const float* bias, float* y) {
 }
 
 void CudaBackend::BiasGrad(int rows, int cols, const float* dy, float* db) {
-  LS_LAUNCH(cuda::BiasGrad(rows, cols, dy, db, stream_));
+  LS_LAUNCH(cuda::BiasGrad(rows, cols, dy, db, bias_scratch_, stream_));
 }
 
 void CudaBackend::Relu(size_t n, float* x) { LS_LAUNCH(cuda::Relu(n, x, stream_)); }

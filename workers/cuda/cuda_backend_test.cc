@@ -1,10 +1,12 @@
 // Every CUDA kernel against the CPU backend (workers/cpu) on random data: bitwise where
 // the arithmetic is elementwise, within 1e-5 (relative L2) where a reduction's order
-// differs (GEMM, bias gradient, softmax's exp/log). TF32 is off.
+// differs (GEMM, bias gradient, softmax's exp/log). The bias gradient is also bitwise
+// equal to the host reference of its own order (bias_plan.h). TF32 is off.
 #include "workers/cuda/cuda_backend.h"
 
 #include <numeric>
 
+#include "workers/cuda/bias_plan.h"
 #include "workers/cuda/cuda_testing.h"
 
 namespace lockstep {
@@ -99,6 +101,23 @@ TEST_F(CudaTest, BiasAddIsBitwiseAndBiasGradWithin1e5) {
   // Deterministic: the same reduction again gives the same bits.
   cuda_->BiasGrad(rows, cols, d_dy.as(), d_db.as());
   EXPECT_TRUE(Bitwise(ToHost(d_db, cols), got));
+}
+
+// The kernels sum in bias_plan.h's order, which its host reference reproduces bit for
+// bit: one pass (few rows, or too many columns for the scratch) and two (the CNN's
+// convolutions at batch 128 and 1024, where many chunks spread the work over the GPU).
+TEST_F(CudaTest, BiasGradIsBitwiseEqualToItsOrdersReference) {
+  for (const auto& [rows, cols] :
+       {std::pair{0, 5}, std::pair{1, 33}, std::pair{128, 10}, std::pair{4096, 512},
+        std::pair{12544, 70}, std::pair{25088, 64}, std::pair{100352, 32}, std::pair{802816, 32},
+        std::pair{3, (1 << 20) + 5}}) {
+    const auto dy = RandomFloats(size_t(rows) * cols, rows + cols);
+    std::vector<float> want(cols);
+    cuda::BiasGradReference(rows, cols, dy.data(), want.data());
+    Buffer d_dy = ToDevice(dy), d_db = ToDevice(std::vector<float>(cols, 7.0f));
+    cuda_->BiasGrad(rows, cols, d_dy.as(), d_db.as());
+    EXPECT_TRUE(Bitwise(ToHost(d_db, cols), want)) << rows << "x" << cols;
+  }
 }
 
 TEST_F(CudaTest, ReluAndDivideAreBitwiseBeyondOneGrid) {

@@ -63,6 +63,33 @@ TEST_F(CudaTest, CaptureReturnsTheBodysErrorAndTheBackendStaysUsable) {
   EXPECT_EQ(ToHost(x, 2), (std::vector<float>{-0.5f, 2.0f}));
 }
 
+// A launch refused while capturing (here cuBLAS rejecting k = -1) fails that capture
+// only: nothing captured ran, so the backend is not failed and the same work can then
+// run eagerly (what StepExecutor does).
+TEST_F(CudaTest, ALaunchFailingDuringCaptureFailsTheCaptureNotTheBackend) {
+  Buffer x = ToDevice(std::vector<float>{-1, 4});
+  Buffer a = ToDevice(std::vector<float>(4, 1.0f)), c = ToDevice(std::vector<float>(4, 0.0f));
+  EXPECT_THAT(cuda_->Capture([&] {
+    cuda_->Relu(2, x.as());
+    cuda_->Gemm(false, false, 2, 2, -1, 1.0f, a.as(), a.as(), 0.0f, c.as());
+    cuda_->Divide(2, 2.0f, x.as());
+    return absl::OkStatus();
+  }),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("cublasSgemm")));
+  ASSERT_OK(cuda_->Synchronize());
+  EXPECT_EQ(ToHost(x, 2), (std::vector<float>{-1.0f, 4.0f}));  // the capture ran nothing
+  cuda_->Relu(2, x.as());
+  cuda_->Divide(2, 2.0f, x.as());
+  EXPECT_EQ(ToHost(x, 2), (std::vector<float>{0.0f, 2.0f}));
+  // And a later capture works.
+  ASSERT_OK_AND_ASSIGN(auto graph, cuda_->Capture([&] {
+    cuda_->Divide(2, 2.0f, x.as());
+    return absl::OkStatus();
+  }));
+  ASSERT_OK(graph->Launch());
+  EXPECT_EQ(ToHost(x, 2), (std::vector<float>{0.0f, 1.0f}));
+}
+
 class CudaTf32Test : public CudaTest {
  protected:
   CudaBackendOptions Options() const override { return {.tf32 = true}; }

@@ -1,0 +1,318 @@
+// StepExecutor's use of graphs, on the CPU: an eager warm-up step before the capture, and
+// an eager fallback when a capture fails. The CPU backend has no graphs, so the tests run
+// it behind GraphCpuBackend, a CPU model of CUDA graphs (kernels recorded while capturing,
+// run on Launch) whose captures can be made to fail as a launch refused during a CUDA
+// capture does: after the body has queued its work, none of which has run.
+#include <cstring>
+#include <functional>
+#include <random>
+
+#include "core/plan.h"
+#include "core/step.h"
+#include "core/testing.h"
+#include "workers/cpu/cpu_backend.h"
+
+namespace lockstep {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::StatusIs;
+
+class GraphCpuBackend final : public Backend {
+ public:
+  GraphCpuBackend() : cpu_(NewCpuBackend(1)) {}
+
+  // When set, the next captures record their body and then fail with this status.
+  absl::Status capture_fault;
+  int captures = 0;  // Capture calls
+  int launches = 0;  // graph launches
+
+  std::string Name() const override { return "graph-cpu"; }
+  absl::StatusOr<Buffer> Allocate(size_t bytes) override { return cpu_->Allocate(bytes); }
+  absl::StatusOr<Buffer> Upload(const void* host, size_t bytes) override {
+    return cpu_->Upload(host, bytes);
+  }
+  absl::Status CopyToDevice(void* dst, const void* host, size_t bytes) override {
+    return Host(cpu_->CopyToDevice(dst, host, bytes));
+  }
+  absl::Status CopyToHost(void* host, const void* src, size_t bytes) override {
+    return Host(cpu_->CopyToHost(host, src, bytes));
+  }
+  absl::Status Synchronize() override { return Host(cpu_->Synchronize()); }
+
+  void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, const float* b,
+            float beta, float* c) override {
+    Queue([=, this] { cpu_->Gemm(ta, tb, m, n, k, alpha, a, b, beta, c); });
+  }
+  void Im2Col(const ConvGeometry& g, const float* x, float* cols) override {
+    Queue([=, this] { cpu_->Im2Col(g, x, cols); });
+  }
+  void Col2Im(const ConvGeometry& g, const float* dcols, float* dx) override {
+    Queue([=, this] { cpu_->Col2Im(g, dcols, dx); });
+  }
+  void BiasAdd(int rows, int cols, const float* bias, float* y) override {
+    Queue([=, this] { cpu_->BiasAdd(rows, cols, bias, y); });
+  }
+  void BiasGrad(int rows, int cols, const float* dy, float* db) override {
+    Queue([=, this] { cpu_->BiasGrad(rows, cols, dy, db); });
+  }
+  void Relu(size_t n, float* x) override {
+    Queue([=, this] { cpu_->Relu(n, x); });
+  }
+  void ReluBackward(size_t n, const float* y, float* dy) override {
+    Queue([=, this] { cpu_->ReluBackward(n, y, dy); });
+  }
+  void AvgPool(int b, int h, int w, int c, const float* x, float* y) override {
+    Queue([=, this] { cpu_->AvgPool(b, h, w, c, x, y); });
+  }
+  void AvgPoolBackward(int b, int h, int w, int c, const float* dy, float* dx) override {
+    Queue([=, this] { cpu_->AvgPoolBackward(b, h, w, c, dy, dx); });
+  }
+  void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x, float* y,
+               uint8_t* mask) override {
+    Queue([=, this] { cpu_->Dropout(n, keep, key, impl, x, y, mask); });
+  }
+  void DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
+                       float* dx) override {
+    Queue([=, this] { cpu_->DropoutBackward(n, keep, mask, dy, dx); });
+  }
+  void SoftmaxCrossEntropy(int b, int classes, const float* logits, const int32_t* labels,
+                           float* loss, float* dlogits, float* correct) override {
+    Queue([=, this] {
+      cpu_->SoftmaxCrossEntropy(b, classes, logits, labels, loss, dlogits, correct);
+    });
+  }
+  void GatherRows(size_t row, int n, const int32_t* idx, const float* table, float* out) override {
+    Queue([=, this] { cpu_->GatherRows(row, n, idx, table, out); });
+  }
+  void GatherLabels(int n, const int32_t* idx, const int32_t* table, int32_t* out) override {
+    Queue([=, this] { cpu_->GatherLabels(n, idx, table, out); });
+  }
+  void Divide(size_t n, float d, float* x) override {
+    Queue([=, this] { cpu_->Divide(n, d, x); });
+  }
+  void SgdUpdate(size_t n, float lr, float momentum, const float* g, float* trace,
+                 float* p) override {
+    Queue([=, this] { cpu_->SgdUpdate(n, lr, momentum, g, trace, p); });
+  }
+  void AdamUpdate(size_t n, const AdamScalars* s, const float* g, float* mu, float* nu,
+                  float* p) override {
+    Queue([=, this] { cpu_->AdamUpdate(n, s, g, mu, nu, p); });
+  }
+
+  absl::StatusOr<std::unique_ptr<Graph>> Capture(
+      const std::function<absl::Status()>& body) override {
+    ++captures;
+    auto graph = std::make_unique<CpuGraph>(this);
+    recording_ = &graph->ops;
+    const absl::Status status = body();
+    recording_ = nullptr;
+    RETURN_IF_ERROR(status);
+    RETURN_IF_ERROR(capture_fault);  // the recorded ops are dropped: none of them ran
+    return graph;
+  }
+
+ private:
+  struct CpuGraph final : Graph {
+    explicit CpuGraph(GraphCpuBackend* backend) : backend(backend) {}
+    absl::Status Launch() override {
+      ++backend->launches;
+      for (const auto& op : ops) op();
+      return absl::OkStatus();
+    }
+    GraphCpuBackend* backend;
+    std::vector<std::function<void()>> ops;
+  };
+
+  void Queue(std::function<void()> op) {
+    if (recording_ != nullptr) {
+      recording_->push_back(std::move(op));
+    } else {
+      op();
+    }
+  }
+  // Host calls are refused while capturing, as CUDA refuses synchronization.
+  absl::Status Host(absl::Status status) {
+    if (recording_ != nullptr) return absl::FailedPreconditionError("host call while capturing");
+    return status;
+  }
+
+  std::unique_ptr<Backend> cpu_;
+  std::vector<std::function<void()>>* recording_ = nullptr;
+};
+
+// A 2-rank collective whose peer is gone once `fail` is set; until then the sum over
+// both ranks is twice this rank's values.
+class FakeCollective final : public Collective {
+ public:
+  std::string Name() const override { return "fake"; }
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  absl::Status AllReduceSum(float* data, size_t n, const CollectiveOptions&) override {
+    if (fail) return absl::UnavailableError("peer 1 is gone");
+    for (size_t i = 0; i < n; ++i) data[i] += data[i];
+    return absl::OkStatus();
+  }
+  void Abort(const absl::Status&) override {}
+  bool fail = false;
+};
+
+Dataset RandomDataset(int n, int seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  Dataset d;
+  d.size = n;
+  d.row = 784;
+  d.images.resize(size_t(n) * 784);
+  for (float& x : d.images) x = pixel(gen);
+  for (int i = 0; i < n; ++i) d.labels.push_back(static_cast<int32_t>(gen() % 10));
+  return d;
+}
+
+Optimizer Adam() {
+  v1::OptimizerSpec spec;
+  spec.set_kind("adam");
+  spec.set_learning_rate(1e-3);
+  return *Optimizer::FromSpec(spec);
+}
+
+bool Bitwise(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Two executors on the same plan, the MLP with dropout (per-step keys in backend memory,
+// which a replay must read afresh) and adam (per-step scalars likewise): one on
+// GraphCpuBackend with graphs, one on the plain CPU backend without.
+class StepCaptureTest : public ::testing::Test {
+ protected:
+  static constexpr int kBatch = 32;
+
+  void SetUp() override {
+    TrainingPlan init_plan(0, 1, impl_, data_.size, kBatch, 1);
+    init_ = TrainState::Create(model_.Init(init_plan.init_key(), impl_), Adam());
+  }
+
+  struct Replica {
+    std::unique_ptr<StepExecutor> exec;
+    DeviceDataset data;
+  };
+  Replica Make(Backend* backend, bool graphs, Collective* collective = nullptr) {
+    Replica r;
+    auto exec =
+        StepExecutor::Create(model_, Adam(), impl_, kBatch, backend, collective, {}, graphs);
+    EXPECT_TRUE(exec.ok()) << exec.status();
+    r.exec = std::move(exec).value();
+    auto data = r.exec->Upload(data_);
+    EXPECT_TRUE(data.ok()) << data.status();
+    r.data = std::move(data).value();
+    EXPECT_TRUE(r.exec->SetState(init_).ok());
+    return r;
+  }
+
+  // Runs `steps` steps of the plan on both (on their own datasets unless given others);
+  // the losses must agree bitwise.
+  void RunBoth(Replica& a, Replica& b, int steps, TrainingPlan& plan,
+               const DeviceDataset* a_data = nullptr, const DeviceDataset* b_data = nullptr) {
+    for (int s = 0; s < steps; ++s) {
+      const StepPlan p = plan.Next();
+      absl::StatusOr<StepMetrics> x = a.exec->Step(a_data ? *a_data : a.data, p.indices, p.keys[0]);
+      absl::StatusOr<StepMetrics> y = b.exec->Step(b_data ? *b_data : b.data, p.indices, p.keys[0]);
+      ASSERT_TRUE(x.ok()) << x.status();
+      ASSERT_TRUE(y.ok()) << y.status();
+      EXPECT_EQ(std::memcmp(&x->loss, &y->loss, sizeof(float)), 0) << "step " << s;
+    }
+  }
+
+  void ExpectSameState(Replica& a, Replica& b) {
+    absl::StatusOr<TrainState> x = a.exec->GetState(), y = b.exec->GetState();
+    ASSERT_TRUE(x.ok() && y.ok());
+    EXPECT_EQ(x->step, y->step);
+    EXPECT_TRUE(Bitwise(x->params, y->params));
+    EXPECT_FALSE(Bitwise(x->params, init_.params));  // the steps did update the params
+    for (size_t i = 0; i < x->slots.size(); ++i) EXPECT_TRUE(Bitwise(x->slots[i], y->slots[i]));
+  }
+
+  const rng::Impl impl_ = rng::Impl::kPartitionable;
+  const Model model_ = Model::Mlp({64, 32}, 0.3);
+  const Dataset data_ = RandomDataset(256, 1);
+  TrainState init_;
+  GraphCpuBackend graph_backend_;
+  std::unique_ptr<Backend> cpu_ = NewCpuBackend(1);
+};
+
+// Step 1 runs eagerly (the warm-up), step 2 is captured and launched, later steps replay
+// the graph: bitwise the eager executor's steps.
+TEST_F(StepCaptureTest, WarmsUpEagerlyThenCapturesOnceAndReplaysBitwise) {
+  Replica graph = Make(&graph_backend_, true), eager = Make(cpu_.get(), false);
+  TrainingPlan plan(3, 4, impl_, data_.size, kBatch, 1);
+  RunBoth(graph, eager, 1, plan);
+  EXPECT_EQ(graph_backend_.captures, 0);
+  RunBoth(graph, eager, 1, plan);
+  EXPECT_EQ(graph_backend_.captures, 1);
+  EXPECT_EQ(graph_backend_.launches, 1);
+  RunBoth(graph, eager, 4, plan);
+  EXPECT_EQ(graph_backend_.captures, 1);
+  EXPECT_EQ(graph_backend_.launches, 5);
+  EXPECT_TRUE(graph.exec->graph_fallback().ok()) << graph.exec->graph_fallback();
+  ExpectSameState(graph, eager);
+}
+
+// A capture that fails after its body queued the step (a launch refused during a CUDA
+// capture): that step and all later ones run eagerly, with the same bits, and the
+// failure is kept for graph_fallback().
+TEST_F(StepCaptureTest, FailedCaptureFallsBackToEagerWithTheSameBits) {
+  graph_backend_.capture_fault =
+      absl::InternalError("cudaLaunchKernel: cudaErrorStreamCaptureInvalidated (injected)");
+  Replica graph = Make(&graph_backend_, true), eager = Make(cpu_.get(), false);
+  TrainingPlan plan(3, 4, impl_, data_.size, kBatch, 1);
+  RunBoth(graph, eager, 6, plan);
+  EXPECT_EQ(graph_backend_.captures, 1);  // tried once, never again
+  EXPECT_EQ(graph_backend_.launches, 0);
+  EXPECT_THAT(graph.exec->graph_fallback(),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("StreamCaptureInvalidated")));
+  ExpectSameState(graph, eager);
+}
+
+// The capture body's own error (the collective's) is the step's error, not a reason to
+// run the step again eagerly.
+TEST_F(StepCaptureTest, TheBodysErrorFailsTheStep) {
+  FakeCollective collective;
+  Replica graph = Make(&graph_backend_, true, &collective);
+  TrainingPlan plan(3, 4, impl_, data_.size, kBatch, 1);
+  StepPlan p = plan.Next();
+  ASSERT_OK_AND_ASSIGN(StepMetrics warm_up, graph.exec->Step(graph.data, p.indices, p.keys[0]));
+  EXPECT_GT(warm_up.loss, 0.0f);
+  collective.fail = true;
+  p = plan.Next();
+  EXPECT_THAT(graph.exec->Step(graph.data, p.indices, p.keys[0]),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("peer 1 is gone")));
+  EXPECT_EQ(graph_backend_.captures, 1);
+  EXPECT_EQ(graph_backend_.launches, 0);
+  EXPECT_TRUE(graph.exec->graph_fallback().ok()) << graph.exec->graph_fallback();
+}
+
+// Another dataset needs another graph (pointers are frozen at capture); the warm-up is
+// not repeated.
+TEST_F(StepCaptureTest, RecapturesForAnotherDataset) {
+  Replica graph = Make(&graph_backend_, true), eager = Make(cpu_.get(), false);
+  TrainingPlan plan(3, 4, impl_, data_.size, kBatch, 1);
+  RunBoth(graph, eager, 3, plan);
+  ASSERT_OK_AND_ASSIGN(DeviceDataset other, graph.exec->Upload(data_));
+  ASSERT_OK_AND_ASSIGN(DeviceDataset other_eager, eager.exec->Upload(data_));
+  RunBoth(graph, eager, 2, plan, &other, &other_eager);
+  EXPECT_EQ(graph_backend_.captures, 2);
+  EXPECT_EQ(graph_backend_.launches, 4);
+  ExpectSameState(graph, eager);
+}
+
+// The plain CPU backend has no graphs (UNIMPLEMENTED): eager, and no fallback to report.
+TEST_F(StepCaptureTest, NoGraphsOnThePlainCpuBackend) {
+  Replica graph = Make(cpu_.get(), true), eager = Make(cpu_.get(), false);
+  TrainingPlan plan(3, 4, impl_, data_.size, kBatch, 1);
+  RunBoth(graph, eager, 3, plan);
+  EXPECT_TRUE(graph.exec->graph_fallback().ok()) << graph.exec->graph_fallback();
+  ExpectSameState(graph, eager);
+}
+
+}  // namespace
+}  // namespace lockstep
