@@ -1,8 +1,12 @@
 // job_bench: runs one training job through a running coordinator and prints, as one JSON
 // line, its throughput after a warm-up, the per-step time split, and the step's FLOPs
 // (3x the forward pass) for comparison with a floor. Used by bench/gpu/check.sh.
-// Usage: job_bench --coordinator HOST:PORT --model cnn|mlp --batch B --steps S
+// Usage: job_bench --coordinator HOST:PORT --data DIR --model cnn|mlp --batch B --steps S
 //                  [--device cpu|cuda] [--workers N] [--warmup W] [--hidden 512,512]
+//                  [--timeout SECONDS]   (then the job is cancelled and job_bench fails)
+// --data is the Fashion-MNIST IDX directory as the workers see it: required, since a
+// default that exists here but not on the machine that runs the job fails every job.
+// Exit status: 0 with the JSON line, 1 when the job fails, 2 for bad arguments.
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_format.h"
@@ -15,9 +19,22 @@ int main(int argc, char** argv) {
   using namespace lockstep;
   std::map<std::string, std::string> a = {
       {"model", "cnn"}, {"batch", "128"}, {"steps", "500"},      {"device", "cuda"},
-      {"workers", "1"}, {"warmup", "50"}, {"hidden", "512,512"}, {"coordinator", "127.0.0.1:7070"}};
-  for (int i = 1; i + 1 < argc; i += 2) a[std::string(argv[i]).substr(2)] = argv[i + 1];
+      {"workers", "1"}, {"warmup", "50"}, {"hidden", "512,512"}, {"coordinator", "127.0.0.1:7070"},
+      {"data", ""},     {"timeout", "0"}};
+  for (int i = 1; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag.rfind("--", 0) != 0 || !a.contains(flag.substr(2)) || i + 1 == argc) {
+      absl::FPrintF(stderr, "job_bench: bad argument %s (flags: see bench/job_bench.cc)\n", flag);
+      return 2;
+    }
+    a[flag.substr(2)] = argv[i + 1];
+  }
+  if (a["data"].empty()) {
+    absl::FPrintF(stderr, "job_bench: --data DIR (the dataset's IDX directory) is required\n");
+    return 2;
+  }
   v1::JobSpec spec;
+  spec.mutable_dataset()->set_path(a["data"]);
   spec.mutable_model()->set_kind(a["model"]);
   if (a["model"] == "mlp") {
     for (auto w : absl::StrSplit(a["hidden"], ','))
@@ -39,9 +56,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto stub = v1::JobService::NewStub(MakeChannel(a["coordinator"]));
-  auto s = RunAndMeasure(*stub, spec, std::stoi(a["warmup"]));
+  const int timeout = std::stoi(a["timeout"]);
+  auto s = RunAndMeasure(*stub, spec, std::stoi(a["warmup"]),
+                         timeout > 0 ? absl::Seconds(timeout) : absl::InfiniteDuration());
   if (!s.ok()) {
-    absl::FPrintF(stderr, "%s\n", s.status().ToString());
+    absl::FPrintF(stderr, "job_bench: %s %s batch %s failed: %s\n", a["model"], a["device"],
+                  a["batch"], s.status().ToString());
     return 1;
   }
   nlohmann::json out = {

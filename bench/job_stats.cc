@@ -7,8 +7,21 @@
 
 namespace lockstep {
 
+namespace {
+
+absl::Status Cancel(v1::JobService::Stub& jobs, const std::string& id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::CancelJobRequest req;
+  req.set_id(id);
+  v1::Job job;
+  return FromGrpcStatus(jobs.CancelJob(&ctx, req, &job));
+}
+
+}  // namespace
+
 absl::StatusOr<JobStats> RunAndMeasure(v1::JobService::Stub& jobs, const v1::JobSpec& spec,
-                                       int warmup) {
+                                       int warmup, absl::Duration timeout) {
   v1::Job job;
   {
     grpc::ClientContext ctx;
@@ -17,6 +30,9 @@ absl::StatusOr<JobStats> RunAndMeasure(v1::JobService::Stub& jobs, const v1::Job
     if (!st.ok()) return st;
   }
   grpc::ClientContext ctx;
+  if (timeout != absl::InfiniteDuration()) {
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  }
   v1::WatchJobRequest req;
   req.set_id(job.id());
   auto reader = jobs.WatchJob(&ctx, req);
@@ -34,6 +50,12 @@ absl::StatusOr<JobStats> RunAndMeasure(v1::JobService::Stub& jobs, const v1::Job
     ++s.steps;
   }
   absl::Status st = FromGrpcStatus(reader->Finish());
+  if (absl::IsDeadlineExceeded(st)) {
+    const absl::Status cancelled = Cancel(jobs, job.id());
+    return absl::DeadlineExceededError(
+        absl::StrCat(job.id(), " did not end within ", absl::FormatDuration(timeout), " (", s.steps,
+                     " steps measured); cancel: ", cancelled.ToString()));
+  }
   if (!st.ok()) return st;
   grpc::ClientContext get_ctx;
   get_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));

@@ -4,6 +4,7 @@
 #define LOCKSTEP_BENCH_JOB_STATS_H_
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "lockstep/v1/job.grpc.pb.h"
 
 namespace lockstep {
@@ -18,8 +19,12 @@ struct JobStats {
 };
 
 // Submits `spec`, watches it to the end and averages the step events after `warmup`.
+// Errors: the submission's; INTERNAL naming the job's state and failure reason when it
+// does not succeed; DEADLINE_EXCEEDED when it has not ended within `timeout`, after
+// cancelling it (so that it does not hold its workers from the next job).
 absl::StatusOr<JobStats> RunAndMeasure(v1::JobService::Stub& jobs, const v1::JobSpec& spec,
-                                       int warmup);
+                                       int warmup,
+                                       absl::Duration timeout = absl::InfiniteDuration());
 
 }  // namespace lockstep
 

@@ -3,23 +3,44 @@
 # Gloo, OpenBLAS; its python3 venv has torch, jax[cuda], flax, optax and the NVIDIA
 # libraries). Two halves:
 #
-#   bench/gpu/check.sh pack   here: build for sm_90 in build-cuda, bundle the binaries with
-#                             every non-system library they need and the Fashion-MNIST
-#                             files into .bundle/lockstep-gpu.tar.xz (ignored, < 64 MiB)
+#   bench/gpu/check.sh pack   here: build for sm_90 in build-cuda ($LOCKSTEP_GPU_BUILD),
+#                             bundle the binaries with every non-system library they need
+#                             and the Fashion-MNIST files ($LOCKSTEP_DATA, default
+#                             /usr/share/datasets/fashion-mnist) into
+#                             .bundle/lockstep-gpu.tar.xz (ignored, < 64 MiB)
 #   bench/gpu/check.sh run    there, from the repo root (device tool: carry [".bundle"],
-#                             timeout_s 540): the CUDA tests, a real job through the
-#                             coordinator with one GPU worker (the CNN recipe), then the
-#                             benchmark against JAX and PyTorch; a table is printed last.
-#                             Logs and the table go to $OUT (or /tmp/gpu_check).
+#                             timeout_s 450; the run stops itself within 420 s,
+#                             $LOCKSTEP_CHECK_SECONDS): four parts, each run whatever
+#                             became of the others, each with its own time limit, cut to
+#                             what is left of the run:
+#                               1. the CUDA tests                                    80 s
+#                               2. a real job through the coordinator with one GPU
+#                                  worker (the CNN recipe, >= 0.90 test accuracy)    30 + 75 s
+#                               3. the benchmark through the coordinator (job_bench)  3 x 23 s
+#                               4. the peers: JAX, then PyTorch eager                90 + 40 s
+#                                  and, if 45 s are left, PyTorch compiled with the rest
+#                             The table is written as soon as part 3 is done and again after
+#                             each peer. $OUT (or /tmp/gpu_check) gets two files: table.md
+#                             and logs.tar.gz (every log, this script's output included,
+#                             rewritten after every part). Exit 1, with CHECK FAILED and the
+#                             reasons last, when anything failed.
+#
+# LOCKSTEP_CHECK_DEVICE=cpu LOCKSTEP_CHECK_QUICK=1 rehearses the whole run, shortened, on a
+# machine without a GPU (the CUDA tests then skip, which only a GPU run counts as failure).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${LOCKSTEP_GPU_BUILD:-$root/build-cuda}
 bundle=$root/.bundle/lockstep-gpu.tar.xz
 bins="lockstep lockstep-coordinator lockstep-worker job_bench"
 tests="backend_factory_test cuda_backend_test cuda_step_test nccl_collective_test golden_test"
+data_files="train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz"
 
 pack() {
   set -e
+  local data=${LOCKSTEP_DATA:-/usr/share/datasets/fashion-mnist}
+  for f in $data_files; do
+    [ -f "$data/$f" ] || { echo "pack: no $data/$f (set LOCKSTEP_DATA)" >&2; exit 1; }
+  done
   if [ ! -f "$build/build.ninja" ]; then
     cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
   fi
@@ -37,7 +58,7 @@ pack() {
   done
   # That machine's C++ runtime is newer; ours is a fallback only.
   mv "$stage"/lib/libstdc++.so.6 "$stage"/lib/libgcc_s.so.1 "$stage/fallback/" 2>/dev/null || true
-  cp /usr/share/datasets/fashion-mnist/*.gz "$stage/data/fashion-mnist/"
+  for f in $data_files; do cp "$data/$f" "$stage/data/fashion-mnist/"; done
   tar -C "$root/.bundle" -cJf "$bundle" stage
   rm -rf "$stage"
   ls -la "$bundle"
@@ -58,97 +79,290 @@ nvidia_lib_path() {
   echo "${dirs#:}"
 }
 
-run() {
-  local out=${OUT:-/tmp/gpu_check}
-  # LOCKSTEP_CHECK_DEVICE=cpu LOCKSTEP_CHECK_QUICK=1 dry-runs the whole script, shortened,
-  # on a machine without a GPU.
-  local device=${LOCKSTEP_CHECK_DEVICE:-cuda:0} quick=${LOCKSTEP_CHECK_QUICK:-0}
-  local epochs=5 configs="cnn 128 3000 200,cnn 1024 600 50,mlp 4096 1000 100" peer_args=""
-  if [ "$quick" = 1 ]; then
-    epochs=1 configs="cnn 128 60 10,cnn 1024 12 2,mlp 4096 20 5" peer_args="--quick --no-compile"
+# --- run's state and helpers ---------------------------------------------------------
+failures=()  # one line per failed item
+notes=()     # worth a look, not failures
+fail() { failures+=("$*"); echo "FAILED: $*"; }
+
+# A part's time limit: `want` seconds, cut to what is left of the run (less a reserve
+# for the archive), at least 1.
+limit() {
+  local left=$((deadline - SECONDS - 10))
+  if [ "$left" -lt "$1" ]; then echo $((left > 1 ? left : 1)); else echo "$1"; fi
+}
+# Whether at least $1 seconds of the run are left for a part.
+have() { [ $((deadline - SECONDS - 10)) -ge "$1" ]; }
+
+# Every log so far into $out/logs.tar.gz, replaced whole (a kill mid-write leaves the
+# previous one).
+archive() {
+  tar -C "$work" -czf "$out/logs.tar.gz.part" logs 2>/dev/null &&
+    mv -f "$out/logs.tar.gz.part" "$out/logs.tar.gz"
+}
+
+# The table from the results so far, into $out/table.md, and printed.
+table() {
+  python3 "$root/bench/gpu/table.py" "$logs/bench.jsonl" --device "$kind" >"$logs/table.md" 2>&1
+  cp "$logs/table.md" "$out/table.md.part" && mv -f "$out/table.md.part" "$out/table.md"
+  echo; cat "$logs/table.md"
+  archive
+}
+
+# (Never a bare `wait`: it would wait for tee too.)
+stop_cluster() {
+  local pid
+  for pid in ${worker_pid:-} ${coord_pid:-}; do
+    kill "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  done
+  worker_pid="" coord_pid=""
+}
+
+on_exit() {
+  stop_cluster
+  echo
+  if [ ${#notes[@]} -gt 0 ]; then printf 'NOTE: %s\n' "${notes[@]}"; fi
+  if [ ${#failures[@]} -eq 0 ]; then
+    echo "CHECK PASSED ($((SECONDS - t0)) s)"
+  else
+    echo "CHECK FAILED ($((SECONDS - t0)) s):"
+    printf '  - %s\n' "${failures[@]}"
   fi
-  mkdir -p "$out"
-  exec > >(tee "$out/check.log") 2>&1
-  local t0=$SECONDS tmp
-  tmp=$(mktemp -d)
-  tar -C "$tmp" -xJf "$bundle" || { echo "no bundle at $bundle: run 'pack' first"; exit 1; }
-  local s=$tmp/stage
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  # Close the pipe into tee so that check.log is complete, then archive it.
+  exec 1>&3 2>&4
+  wait "$tee_pid" 2>/dev/null
+  archive
+}
+
+# Sets up the bundle in $tmp/stage and the library path. The preset LD_LIBRARY_PATH (the
+# GPU driver may be found only through it) is extended, never replaced, and kept in
+# preset_ld for the Python peers.
+setup() {
+  if ! tar -C "$tmp" -xJf "$bundle"; then
+    fail "no bundle at $bundle: run 'pack' first"
+    return 1
+  fi
+  s=$tmp/stage
+  data=$s/data/fashion-mnist
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  else
+    echo "no nvidia-smi"
+  fi
   echo "libraries:"
-  export LD_LIBRARY_PATH="$s/lib:$(nvidia_lib_path)"
+  preset_ld=${LD_LIBRARY_PATH-}
+  export LD_LIBRARY_PATH="$s/lib:$(nvidia_lib_path)${preset_ld:+:$preset_ld}"
   if ! "$s/bin/lockstep" help >/dev/null 2>&1; then
     echo "this machine's C++ runtime is too old for the bundle: using the bundled one"
     export LD_LIBRARY_PATH="$s/fallback:$LD_LIBRARY_PATH"
   fi
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH (preset: ${preset_ld:-none})"
   export LOCKSTEP_SOURCE_DIR=$root NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=WARN
-  local failed=0
+}
 
+part_tests() {
   echo; echo "=== 1. CUDA tests (every kernel vs its CPU reference, the step vs the CPU step, graphs, NCCL with one rank)"
+  local t1=$SECONDS t rc part_left
   for t in $tests; do
-    timeout 90 "$s/bin/$t" >"$out/$t.log" 2>&1
-    local rc=$?
-    echo "$t: exit $rc; $(grep -E '^\[  (PASSED|FAILED) +\] [0-9]|^\[  SKIPPED \] [0-9]' "$out/$t.log" | tr '\n' ' ')"
-    grep -E "Failure|Which is|Expected|error:" "$out/$t.log" | head -20
-    grep -m1 "no usable GPU" "$out/$t.log" && failed=1
-    [ "$rc" -ne 0 ] && failed=1
+    part_left=$((80 - (SECONDS - t1)))
+    if ! have 5 || [ "$part_left" -lt 5 ]; then fail "$t: not run, no time left"; continue; fi
+    timeout "$(limit "$part_left")" "$s/bin/$t" >"$logs/$t.log" 2>&1
+    rc=$?
+    echo "$t: exit $rc; $(grep -E '^\[  (PASSED|FAILED) +\] [0-9]|^\[  SKIPPED \] [0-9]' "$logs/$t.log" | tr '\n' ' ')"
+    grep -E "Failure|Which is|Expected|error:" "$logs/$t.log" | head -20
+    if [ "$rc" -eq 124 ]; then
+      fail "$t: timed out"
+    elif [ "$rc" -ne 0 ]; then
+      fail "$t: exit $rc"
+    fi
+    if [ "$kind" = cuda ] && grep -m1 "no usable GPU" "$logs/$t.log"; then
+      fail "$t: skipped, no usable GPU"
+    fi
   done
-  echo "(tests took $((SECONDS - t0)) s)"
+  echo "(tests took $((SECONDS - t1)) s)"
+}
 
-  echo; echo "=== 2. A job through the coordinator with one GPU worker: the CNN recipe, 5 epochs"
-  local state=$tmp/state
+# Starts a coordinator and one worker on $device; sets addr.
+start_cluster() {
+  local state=$tmp/state t_end
   "$s/bin/lockstep-coordinator" --listen=127.0.0.1:0 --port_file="$tmp/port" --state_dir="$state" \
-    >"$out/coordinator.log" 2>&1 &
-  local coord=$!
-  for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.1; done
-  local addr=127.0.0.1:$(cat "$tmp/port")
+    >"$logs/coordinator.log" 2>&1 &
+  coord_pid=$!
+  t_end=$((SECONDS + 10))
+  until [ -s "$tmp/port" ] || [ $SECONDS -ge $t_end ]; do sleep 0.1; done
+  if [ ! -s "$tmp/port" ]; then
+    fail "the coordinator did not start"; tail -20 "$logs/coordinator.log"
+    return 1
+  fi
+  addr=127.0.0.1:$(cat "$tmp/port")
   export LOCKSTEP_COORDINATOR=$addr
   "$s/bin/lockstep-worker" --coordinator="$addr" --listen=127.0.0.1:0 --advertise_host=127.0.0.1 \
-    --device="$device" --threads=4 >"$out/worker.log" 2>&1 &
-  local worker=$!
-  for _ in $(seq 200); do "$s/bin/lockstep" workers | grep -q "${device%%:*}" && break; sleep 0.1; done
-  if ! "$s/bin/lockstep" workers | grep -q "${device%%:*}"; then
-    echo "the GPU worker did not register:"; tail -20 "$out/worker.log"
-    kill "$coord"; exit 1
+    --device="$device" --threads=4 >"$logs/worker.log" 2>&1 &
+  worker_pid=$!
+  t_end=$((SECONDS + 20))
+  until timeout 5 "$s/bin/lockstep" workers 2>/dev/null | grep -q "$kind" || [ $SECONDS -ge $t_end ]; do
+    kill -0 "$worker_pid" 2>/dev/null || break  # it exited: it will not register
+    sleep 0.2
+  done
+  if ! timeout 5 "$s/bin/lockstep" workers 2>/dev/null | grep -q "$kind"; then
+    fail "the $kind worker did not register"; tail -20 "$logs/worker.log"
+    return 1
   fi
   "$s/bin/lockstep" workers
+}
+
+# Cancels every job still running (one cut by a time limit must not hold the worker).
+cancel_running() {
+  timeout 5 "$s/bin/lockstep" list --json 2>/dev/null | python3 -c '
+import json, sys
+for j in json.load(sys.stdin).get("jobs", []):
+  if j.get("state") not in ("SUCCEEDED", "FAILED", "CANCELLED"): print(j["id"])' 2>/dev/null |
+    while read -r id; do echo "cancelling $id"; timeout 5 "$s/bin/lockstep" cancel "$id"; done
+}
+
+part_job() {
+  echo; echo "=== 2. A job through the coordinator with one $kind worker: the CNN recipe, $epochs epochs"
   cat >"$tmp/cnn-gpu.yaml" <<YAML
 name: flax-mnist-cnn-gpu   # examples/cnn.yaml on one GPU worker
 model: {kind: cnn}
 optimizer: {kind: sgd, learning_rate: 0.1, momentum: 0.9}
-dataset: {name: fashion_mnist, path: $s/data/fashion-mnist}
+dataset: {name: fashion_mnist, path: $data}
 global_batch_size: 128
 epochs: $epochs
 seed: 0
 workers: 1
-device: ${device%%:*}
+device: $kind
 YAML
-  local t1=$SECONDS
-  timeout 240 "$s/bin/lockstep" submit "$tmp/cnn-gpu.yaml" --wait 2>&1 | tr '\r' '\n' | grep -vE '^\[ *[0-9]+%\]|^$' | tail -12
-  "$s/bin/lockstep" list --json >"$out/job.json"
-  local acc
-  acc=$(python3 -c "import json; j=json.load(open('$out/job.json'))['jobs'][0]; print(j.get('last_eval',{}).get('test_accuracy',0), j['state'])")
-  echo "CNN recipe on the GPU worker: test accuracy and state: $acc ($((SECONDS - t1)) s)"
-  [ "$quick" = 1 ] || python3 -c "import sys; sys.exit(0 if float('$acc'.split()[0]) >= 0.90 else 1)" || failed=1
+  local t1=$SECONDS rc
+  timeout "$(limit 75)" "$s/bin/lockstep" submit "$tmp/cnn-gpu.yaml" --wait >"$logs/job.log" 2>&1
+  rc=$?
+  tr '\r' '\n' <"$logs/job.log" | grep -vE '^\[ *[0-9]+%\]|^$' | tail -8
+  [ "$rc" -eq 124 ] && fail "the CNN job did not end within its time limit"
+  cancel_running
+  timeout 5 "$s/bin/lockstep" list --json >"$logs/job.json" 2>&1
+  local result
+  result=$(python3 -c "
+import json
+j = json.load(open('$logs/job.json'))['jobs'][0]
+print(j.get('last_eval', {}).get('test_accuracy', 0), j['state'], j.get('failure_reason', ''))" 2>&1)
+  echo "CNN recipe on the $kind worker: test accuracy, state: $result ($((SECONDS - t1)) s)"
+  set -- $result
+  if [ "${2:-}" != SUCCEEDED ]; then
+    fail "the CNN job: $result"
+  elif [ "$quick" != 1 ] && ! python3 -c "import sys; sys.exit(float('$1') < 0.90)"; then
+    fail "the CNN job's test accuracy $1 < 0.90"
+  fi
+}
 
-  echo; echo "=== 3. Benchmark: Lockstep through the coordinator (one GPU worker, graphs on, TF32 off)"
-  : >"$out/bench.jsonl"
-  local IFS_=$IFS
-  IFS=,
+part_bench() {
+  echo; echo "=== 3. Benchmark: Lockstep through the coordinator (one $kind worker, graphs on, TF32 off)"
+  local cfg rc
   for cfg in $configs; do
-    IFS=$IFS_
-    set -- $cfg
-    timeout 120 "$s/bin/job_bench" --coordinator "$addr" --model "$1" --batch "$2" --steps "$3" \
-      --warmup "$4" --device "${device%%:*}" | tee -a "$out/bench.jsonl"
+    set -- ${cfg//,/ }
+    if ! have 10; then fail "job_bench $1 $2: not run, no time left"; continue; fi
+    local cut
+    cut=$(limit 20)
+    # job_bench cancels its job at --timeout; the shell's limit is a backstop.
+    timeout $((cut + 3)) "$s/bin/job_bench" --coordinator "$addr" --data "$data" --model "$1" \
+      --batch "$2" --steps "$3" --warmup "$4" --device "$kind" --timeout "$cut" \
+      >"$tmp/bench.out" 2>>"$logs/job_bench.err"
+    rc=$?
+    cat "$tmp/bench.out"
+    if [ "$rc" -eq 0 ] && grep -q '^{' "$tmp/bench.out"; then
+      cat "$tmp/bench.out" >>"$logs/bench.jsonl"
+    else
+      fail "job_bench $1 batch $2: exit $rc: $(tail -1 "$logs/job_bench.err")"
+      cancel_running
+    fi
   done
-  kill "$worker" "$coord" 2>/dev/null; wait "$worker" "$coord" 2>/dev/null
-  echo; echo "=== 4. Peers on the same GPU: JAX (the seed's pmap step, jit) and PyTorch (eager, compile)"
-  unset LD_LIBRARY_PATH
-  timeout 300 python3 "$root/bench/gpu/peers.py" --device "${device%%:*}" $peer_args 2>"$out/peers.err" | tee -a "$out/bench.jsonl"
-  tail -5 "$out/peers.err"
+}
 
-  echo; echo "=== Table (total $((SECONDS - t0)) s)"
-  python3 "$root/bench/gpu/table.py" "$out/bench.jsonl" | tee "$out/table.md"
-  exit $failed
+# peers FRAMEWORK MODES LIMIT: one run of peers.py; its lines go to bench.jsonl.
+peers() {
+  local rc
+  echo "--- $1 ${2:-} (limit $3 s)"
+  LD_LIBRARY_PATH=$preset_ld timeout "$3" python3 "$root/bench/gpu/peers.py" --device "$kind" \
+    --only "$1" ${2:+--modes "$2"} $peer_args >"$tmp/peers.out" 2>>"$logs/peers.err"
+  rc=$?
+  cat "$tmp/peers.out"
+  grep '^{' "$tmp/peers.out" >>"$logs/bench.jsonl"
+  return $rc
+}
+
+part_peers() {
+  echo; echo "=== 4. Peers on the same $kind: JAX (the seed's pmap step, jit) and PyTorch (eager, then compile if time remains)"
+  echo "(the peers run with the preset LD_LIBRARY_PATH: ${preset_ld:-none})"
+  local rc
+  if have 20; then
+    peers jax "" "$(limit 90)" || fail "JAX peer: exit $? (peers.err: $(tail -1 "$logs/peers.err"))"
+    table
+  else
+    fail "JAX peer: not run, no time left"
+  fi
+  if have 20; then
+    peers torch eager "$(limit 40)"
+    rc=$?
+    [ "$rc" -ne 0 ] && fail "PyTorch eager peer: exit $rc (peers.err: $(tail -1 "$logs/peers.err"))"
+    table
+  else
+    fail "PyTorch eager peer: not run, no time left"
+  fi
+  if [ "${rc:-0}" -eq 3 ]; then
+    notes+=("torch.compile not run: PyTorch is not on the $kind")
+  elif have 45; then
+    peers torch compile "$(limit $((deadline - SECONDS)))"
+    rc=$?
+    if [ "$rc" -eq 124 ]; then
+      notes+=("torch.compile was cut by the time limit: its table cells are those it finished")
+    elif [ "$rc" -ne 0 ]; then
+      fail "PyTorch compile peer: exit $rc (peers.err: $(tail -1 "$logs/peers.err"))"
+    fi
+    table
+  else
+    notes+=("no time left for torch.compile ($((deadline - SECONDS)) s)")
+  fi
+}
+
+run() {
+  out=${OUT:-/tmp/gpu_check}
+  device=${LOCKSTEP_CHECK_DEVICE:-cuda:0}
+  kind=${device%%:*}
+  quick=${LOCKSTEP_CHECK_QUICK:-0}
+  t0=$SECONDS
+  deadline=$((t0 + ${LOCKSTEP_CHECK_SECONDS:-420}))
+  epochs=5 configs="cnn,128,3000,200 cnn,1024,600,50 mlp,4096,1000,100" peer_args=""
+  if [ "$quick" = 1 ]; then
+    epochs=1 configs="cnn,128,40,10 cnn,1024,4,1 mlp,4096,20,5" peer_args="--quick"
+  fi
+  mkdir -p "$out"
+  rm -f "$out/logs.tar.gz" "$out/table.md"
+  work=$(mktemp -d) tmp=$(mktemp -d)
+  logs=$work/logs
+  mkdir -p "$logs"
+  : >"$logs/bench.jsonl"
+  exec 3>&1 4>&2
+  exec > >(tee "$logs/check.log") 2>&1
+  tee_pid=$!
+  trap on_exit EXIT
+  trap 'fail "stopped by a signal"; exit 1' TERM INT
+  setup || exit 1
+  part_tests
+  archive
+  if start_cluster; then
+    part_job
+    archive
+    part_bench
+  else
+    fail "part 2 and 3 not run: no cluster"
+  fi
+  stop_cluster
+  local eager
+  eager=$(grep -h -m1 "graph capture failed" "$logs/worker.log" 2>/dev/null)
+  [ -n "$eager" ] && notes+=("the worker ran steps eagerly (timings are not the graphs'): $eager")
+  table
+  part_peers
+  [ ${#failures[@]} -eq 0 ]
+  exit $?
 }
 
 case "${1:-}" in

@@ -2,9 +2,15 @@
 train step (one device, jit-compiled by pmap), PyTorch eager and torch.compile, on the
 models Lockstep trains (tools/reference/models.py), in float32 without TF32 (as Lockstep's
 default), with batches already on the device. Also measures the device's float32 GEMM
-rate for the benchmark's floor. Prints one JSON object per line.
+rate for the benchmark's floor. Prints one JSON object per line: first each framework's
+"peer_env" (its backend and device), then its results; a configuration that fails prints
+a "peer_error" line and the others still run (exit status 1 at the end).
 
-  python3 bench/gpu/peers.py [--device cuda|cpu] [--quick] [--no-compile]
+With --device cuda, each framework must run on the GPU (jax.default_backend() == "gpu",
+torch.cuda.is_available()): a silent fallback to the CPU is an error, exit status 3.
+
+  python3 bench/gpu/peers.py [--device cuda|cpu] [--only jax,torch] [--modes eager,compile]
+                             [--quick]
 """
 import argparse
 import json
@@ -17,21 +23,46 @@ sys.path.insert(0, os.path.join(HERE, "../../tools/reference"))
 
 CONFIGS = [("cnn", 128, 1000), ("cnn", 1024, 300), ("mlp", 4096, 500)]
 WARMUP = 30
+QUICK_STEPS, QUICK_WARMUP = 5, 2
 
 
 def emit(**kw):
   print(json.dumps(kw), flush=True)
 
 
-def bench_torch(device, quick, compile_modes):
+class WrongDevice(Exception):
+  pass
+
+
+def each_config(framework, quick, run):
+  """Runs run(name, batch, steps, warmup) for every configuration; True if all ran."""
+  ok = True
+  for name, batch, steps in CONFIGS:
+    try:
+      run(name, batch, QUICK_STEPS if quick else steps, QUICK_WARMUP if quick else WARMUP)
+    except Exception as e:  # one configuration's failure (say, out of memory) is reported
+      ok = False
+      emit(kind="peer_error", framework=framework, model=name, batch=batch,
+           error=f"{type(e).__name__}: {e}")
+      print(f"{framework} {name} {batch}: {type(e).__name__}: {e}", file=sys.stderr)
+  return ok
+
+
+def bench_torch(device, quick, modes):
   import torch
   import torch_models
+  if device == "cuda" and not torch.cuda.is_available():
+    raise WrongDevice(f"torch {torch.__version__} sees no GPU (torch.cuda.is_available() is "
+                      f"False; CUDA {torch.version.cuda})")
+  emit(kind="peer_env", framework="torch", backend=device, version=torch.__version__,
+       device_name=torch.cuda.get_device_name() if device == "cuda" else "cpu",
+       ld_library_path=os.environ.get("LD_LIBRARY_PATH", ""))
   torch.backends.cuda.matmul.allow_tf32 = False
   torch.backends.cudnn.allow_tf32 = False
   torch.manual_seed(0)
   dev = torch.device(device)
   sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-  if device == "cuda":
+  if device == "cuda" and "eager" in modes:
     n = 8192
     a = torch.randn(n, n, device=dev)
     b = torch.randn(n, n, device=dev)
@@ -44,9 +75,10 @@ def bench_torch(device, quick, compile_modes):
     sync()
     emit(kind="gemm_rate", framework="torch", flops_per_sec=10 * 2 * n**3 / (time.perf_counter() - t))
     del a, b
-  for mode in compile_modes:
-    for name, batch, steps in CONFIGS:
-      steps = 20 if quick else steps
+  ok = True
+  for mode in modes:
+
+    def run(name, batch, steps, warmup):
       model = torch_models.MODELS[name]().to(dev)
       opt = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if name == "cnn"
              else torch.optim.Adam(model.parameters(), lr=1e-3))
@@ -63,7 +95,7 @@ def bench_torch(device, quick, compile_modes):
 
       fn = torch.compile(step) if mode == "compile" else step
       t0 = time.perf_counter()
-      for i in range(WARMUP):
+      for i in range(warmup):
         fn(xs[i % 8], ys[i % 8])
       sync()
       warm = time.perf_counter() - t0
@@ -73,20 +105,28 @@ def bench_torch(device, quick, compile_modes):
       sync()
       dt = time.perf_counter() - t
       emit(kind="throughput", framework=f"pytorch-{mode}", model=name, batch=batch,
-           samples_per_sec=steps * batch / dt, us_per_step=1e6 * dt / steps, warmup_s=warm)
+           samples_per_sec=steps * batch / dt, us_per_step=1e6 * dt / steps, warmup_s=warm,
+           backend=device)
+
+    ok = each_config(f"pytorch-{mode}", quick, run) and ok
+  return ok
 
 
-def bench_jax(quick):
+def bench_jax(device, quick):
   import jax
-  import jax.numpy as jnp
   import numpy as np
-  import optax
   from flax.training import train_state
   import models
+  backend = jax.default_backend()
+  if backend != {"cuda": "gpu"}.get(device, device):
+    raise WrongDevice(f"JAX runs on {backend} ({jax.devices()}), not {device}: "
+                      "is jax[cuda] installed, and libcuda on LD_LIBRARY_PATH?")
+  emit(kind="peer_env", framework="jax", backend=backend, version=jax.__version__,
+       device_name=str(jax.devices()[0]), ld_library_path=os.environ.get("LD_LIBRARY_PATH", ""))
   jax.config.update("jax_default_matmul_precision", "highest")  # float32, no TF32
   dev = jax.local_devices()[:1]
-  for name, batch, steps in CONFIGS:
-    steps = 20 if quick else steps
+
+  def run(name, batch, steps, warmup):
     model = models.CNN() if name == "cnn" else models.MLP(widths=(512, 512))
     tx = models.make_tx("sgd", 0.1, 0.9) if name == "cnn" else models.make_tx("adam", 1e-3)
     _, params = models.init_params(model, 0)
@@ -107,7 +147,7 @@ def bench_jax(quick):
     xs = [put(rng.random((batch, 28, 28, 1), np.float32)) for _ in range(8)]
     ys = [put(rng.integers(0, 10, batch).astype(np.int32)) for _ in range(8)]
     t0 = time.perf_counter()
-    for i in range(WARMUP):
+    for i in range(warmup):
       rstate, loss = p_step(rstate, xs[i % 8], ys[i % 8])
     loss.block_until_ready()
     warm = time.perf_counter() - t0
@@ -118,22 +158,38 @@ def bench_jax(quick):
     dt = time.perf_counter() - t
     emit(kind="throughput", framework="jax-pmap", model=name, batch=batch,
          samples_per_sec=steps * batch / dt, us_per_step=1e6 * dt / steps, warmup_s=warm,
-         backend=jax.default_backend())
+         backend=backend)
+
+  return each_config("jax-pmap", quick, run)
 
 
 def main():
   ap = argparse.ArgumentParser()
-  ap.add_argument("--device", default="cuda")
+  ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
   ap.add_argument("--quick", action="store_true", help="a few steps: a smoke test")
-  ap.add_argument("--no-compile", action="store_true")
   ap.add_argument("--only", default="jax,torch")
+  ap.add_argument("--modes", default="eager,compile", help="PyTorch's: eager, compile or both")
   args = ap.parse_args()
   only = args.only.split(",")
+  ok = True
+  wrong_device = False
   # Slowest to warm up last, so that a time limit cuts the least.
-  if "jax" in only:
-    bench_jax(args.quick)
-  if "torch" in only:
-    bench_torch(args.device, args.quick, ["eager"] if args.no_compile else ["eager", "compile"])
+  for framework, bench in (("jax", lambda: bench_jax(args.device, args.quick)),
+                           ("torch", lambda: bench_torch(args.device, args.quick,
+                                                         args.modes.split(",")))):
+    if framework not in only:
+      continue
+    try:
+      ok = bench() and ok
+    except WrongDevice as e:
+      wrong_device = True
+      emit(kind="peer_error", framework=framework, error=f"wrong device: {e}")
+      print(f"{framework}: wrong device: {e}", file=sys.stderr)
+    except Exception as e:  # an import or setup failure: the other framework still runs
+      ok = False
+      emit(kind="peer_error", framework=framework, error=f"{type(e).__name__}: {e}")
+      print(f"{framework}: {type(e).__name__}: {e}", file=sys.stderr)
+  sys.exit(3 if wrong_device else 0 if ok else 1)
 
 
 if __name__ == "__main__":
