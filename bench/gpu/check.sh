@@ -74,7 +74,7 @@ nvidia_lib_path() {
     d=$(find $site /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu \
         -name "$lib" 2>/dev/null | head -1 | xargs -r dirname)
     echo "  $lib: ${d:-NOT FOUND}" >&2
-    [ -n "$d" ] && dirs="$dirs:$d"
+    [ -n "$d" ] && [[ ":$dirs:" != *":$d:"* ]] && dirs="$dirs:$d"
   done
   echo "${dirs#:}"
 }
