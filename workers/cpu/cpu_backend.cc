@@ -163,7 +163,7 @@ class CpuBackend final : public Backend {
     // region: then it runs on the caller alone and touches no global. So a product for one
     // thread is called with this thread's ICV at 1; a larger one is split into a grid of
     // threads_ blocks of c, each a single-threaded sgemm inside our own team. On 2 cores
-    // this beats OpenBLAS's threading (CNN steps 17-27% faster, MLP 4%). The blocks depend
+    // this beats OpenBLAS's threading (CNN steps about 30% faster, MLP 2%). The blocks depend
     // only on threads_, and so do the bits.
     const int lda = ta ? m : k, ldb = tb ? k : n;
     if (threads_ == 1 || int64_t{m} * n * k <= kGemmParallelMin) {

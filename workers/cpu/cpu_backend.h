@@ -20,8 +20,9 @@ int DefaultCpuThreads();
 // and backends with different counts can live in one process without affecting each
 // other. Results are bitwise reproducible for a given count.
 //
-// Thread safety: none; see Backend. Gemm on a 1-thread backend sets the calling thread's
-// OpenMP nthreads ICV (omp_set_num_threads, a per-thread setting) to 1.
+// Thread safety: none; see Backend. Gemm may set the calling thread's OpenMP nthreads ICV
+// (omp_set_num_threads, a per-thread setting) to 1: it does so on a 1-thread backend, and
+// on any for products it runs on the calling thread alone.
 std::unique_ptr<Backend> NewCpuBackend(int threads);
 
 }  // namespace lockstep
