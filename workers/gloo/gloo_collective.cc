@@ -1,9 +1,11 @@
 #include "workers/gloo/gloo_collective.h"
 
 #include <netdb.h>
+#include <signal.h>
 #include <sys/socket.h>
 
 #include <chrono>
+#include <mutex>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -98,6 +100,8 @@ absl::StatusOr<std::shared_ptr<gloo::transport::Device>> CreateDevice(int rank, 
 
 absl::StatusOr<std::unique_ptr<Collective>> GlooCollective::Create(int rank, int size, Store* store,
                                                                    const GlooOptions& options) {
+  static std::once_flag sigpipe;
+  std::call_once(sigpipe, [] { signal(SIGPIPE, SIG_IGN); });
   RETURN_IF_ERROR(ValidateCreate(rank, size, store, options));
   ASSIGN_OR_RETURN(std::shared_ptr<gloo::transport::Device> device,
                    CreateDevice(rank, size, options));

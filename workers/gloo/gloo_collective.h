@@ -40,7 +40,9 @@ struct GlooOptions {
 // Thread safety: any thread may call any method; AllReduceSum calls are serialized.
 // After an error the collective closes its connections, so that its peers fail at once
 // instead of waiting out their own timeouts, and every later call returns
-// FAILED_PRECONDITION carrying the first error.
+// FAILED_PRECONDITION carrying the first error. Gloo writes to its sockets without
+// MSG_NOSIGNAL, so that a peer gone mid-write would end the process with SIGPIPE: Create
+// ignores SIGPIPE for the whole process (the lost peer is then an error like any other).
 class GlooCollective final : public Collective {
  public:
   // Joins the mesh of `size` ranks as `rank`, blocking until all ranks have joined.
