@@ -1,5 +1,6 @@
 #include "core/checkpoint.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "core/io/safetensors.h"
@@ -34,7 +35,8 @@ absl::Status WriteCheckpoint(const std::string& path, const Model& model,
 }
 
 absl::StatusOr<TrainState> ReadCheckpoint(const std::string& path, const Model& model,
-                                          const Optimizer& optimizer) {
+                                          const Optimizer& optimizer,
+                                          std::map<std::string, std::string>* metadata) {
   ASSIGN_OR_RETURN(SafeTensors st, SafeTensors::Read(path));
   TrainState state;
   const size_t n = model.layout().total();
@@ -56,7 +58,10 @@ absl::StatusOr<TrainState> ReadCheckpoint(const std::string& path, const Model& 
     RETURN_IF_ERROR(load("opt_state." + optimizer.slots()[s], state.slots[s]));
   }
   auto it = st.metadata().find("step");
-  if (it != st.metadata().end()) state.step = std::stoll(it->second);
+  if (it != st.metadata().end() && !absl::SimpleAtoi(it->second, &state.step)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": step \"", it->second, "\""));
+  }
+  if (metadata != nullptr) *metadata = st.metadata();
   return state;
 }
 

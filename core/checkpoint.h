@@ -19,10 +19,11 @@ absl::Status WriteCheckpoint(const std::string& path, const Model& model,
                              const Optimizer& optimizer, const TrainState& state,
                              const std::map<std::string, std::string>& extra);
 
-// Reads a checkpoint written for `model` and `optimizer`; errors name the file and the
-// missing or mis-shaped tensor.
+// Reads a checkpoint written for `model` and `optimizer`, and its metadata when asked;
+// errors name the file and the missing or mis-shaped tensor.
 absl::StatusOr<TrainState> ReadCheckpoint(const std::string& path, const Model& model,
-                                          const Optimizer& optimizer);
+                                          const Optimizer& optimizer,
+                                          std::map<std::string, std::string>* metadata = nullptr);
 
 }  // namespace lockstep
 

@@ -45,6 +45,8 @@ struct StepCommand {
   rng::Key key;                      // this replica's 'dropout' stream root
   std::span<const int32_t> indices;  // this replica's shard of the global batch
   bool want_checksum = false;        // ParamChecksum of the params after the update
+  // The all-reduce's wait for the peers, at most the job's; zero: the job's.
+  absl::Duration collective_timeout = absl::ZeroDuration();
 };
 
 struct StepResult {

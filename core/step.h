@@ -66,6 +66,7 @@ class StepExecutor {
   absl::StatusOr<TrainState> GetState();
   int64_t step() const { return step_; }
   void set_step(int64_t step) { step_ = step; }
+  void set_collective_timeout(absl::Duration t) { collective_options_.timeout = t; }
   size_t param_count() const { return model_.layout().total(); }
   size_t slot_count() const { return slots_.size(); }
 

@@ -65,7 +65,12 @@ inline auto IsOk() { return StatusIs(absl::StatusCode::kOk, ::testing::_); }
 
 }  // namespace lockstep::testing
 
-#define ASSERT_OK(expr) ASSERT_TRUE((expr).ok()) << ::lockstep::testing::internal::GetStatus(expr)
+// Evaluates `expr` once.
+#define ASSERT_OK(expr)                                                         \
+  do {                                                                          \
+    const absl::Status ls_st_ = ::lockstep::testing::internal::GetStatus(expr); \
+    ASSERT_TRUE(ls_st_.ok()) << ls_st_;                                         \
+  } while (0)
 #define ASSERT_OK_AND_ASSIGN(lhs, rexpr)                                                 \
   auto LS_CONCAT_(ls_t_, __LINE__) = (rexpr);                                            \
   ASSERT_TRUE(LS_CONCAT_(ls_t_, __LINE__).ok()) << LS_CONCAT_(ls_t_, __LINE__).status(); \

@@ -71,6 +71,10 @@ absl::StatusOr<StepResult> Replica::Step(const StepCommand& command) {
         "step ", command.step, " is out of order: the replica is at step ", exec_->step()));
   }
   const auto t0 = std::chrono::steady_clock::now();
+  exec_->set_collective_timeout(
+      command.collective_timeout > absl::ZeroDuration()
+          ? std::min(command.collective_timeout, config_.collective_timeout)
+          : config_.collective_timeout);
   ASSIGN_OR_RETURN(StepMetrics m, exec_->Step(train_, command.indices, command.key));
   StepResult r;
   r.step = command.step;

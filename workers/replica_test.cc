@@ -23,16 +23,21 @@ using testing::IsOk;
 using testing::SmallMlpSpec;
 using testing::StatusIs;
 
-// A collective that is never used: Create only checks that one is there.
+// A collective whose peers never answer; it keeps the timeout it was last called with.
 class NullCollective final : public Collective {
  public:
+  explicit NullCollective(absl::Duration* last_timeout = nullptr) : last_timeout_(last_timeout) {}
   std::string Name() const override { return "null"; }
   int rank() const override { return 0; }
   int size() const override { return 2; }
-  absl::Status AllReduceSum(float*, size_t, const CollectiveOptions&) override {
-    return absl::UnimplementedError("null collective");
+  absl::Status AllReduceSum(float*, size_t, const CollectiveOptions& options) override {
+    if (last_timeout_ != nullptr) *last_timeout_ = options.timeout;
+    return absl::DeadlineExceededError("null collective");
   }
   void Abort(const absl::Status&) override {}
+
+ private:
+  absl::Duration* last_timeout_;
 };
 
 class ReplicaTest : public ::testing::Test {
@@ -162,6 +167,24 @@ TEST_F(ReplicaTest, AStepOutOfOrderIsAbortedNamingBothSteps) {
       r->Step({.step = 7, .key = {1, 2}, .indices = idx}),
       StatusIs(absl::StatusCode::kAborted, AllOf(HasSubstr("step 7"), HasSubstr("at step 4"))));
   EXPECT_EQ(r->state_header().step, 4);
+}
+
+TEST_F(ReplicaTest, AStepsAllReduceWaitsAsLongAsItsCommandSaysAtMostTheJobsTimeout) {
+  const v1::JobSpec spec = SmallMlpSpec(2);
+  std::vector<int32_t> idx(16);  // a half of the global batch
+  for (int i = 0; i < 16; ++i) idx[i] = i;
+  const std::pair<absl::Duration, absl::Duration> cases[] = {
+      {absl::Seconds(3), absl::Seconds(3)},       // the coordinator's, from recent step times
+      {absl::ZeroDuration(), absl::Seconds(30)},  // none: the job's
+      {absl::Seconds(90), absl::Seconds(30)}};    // never longer than the job's
+  for (const auto& [asked, used] : cases) {
+    absl::Duration got;
+    ReplicaConfig config{spec, 0, 2, absl::Seconds(30)};
+    ASSERT_OK_AND_ASSIGN(auto r, Make(config, std::make_unique<NullCollective>(&got)));
+    EXPECT_THAT(r->Step({.step = 0, .key = {1, 2}, .indices = idx, .collective_timeout = asked}),
+                StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("null collective")));
+    EXPECT_EQ(got, used) << asked;
+  }
 }
 
 TEST_F(ReplicaTest, ABadBatchIsInvalidArgument) {

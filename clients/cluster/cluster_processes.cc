@@ -125,32 +125,32 @@ absl::StatusOr<pid_t> ClusterProcesses::SpawnWorker(int index) {
       absl::StrCat(options_.dir, "/logs/worker-", index, ".log"), options_.detach);
 }
 
-absl::StatusOr<std::vector<std::string>> ClusterProcesses::WorkerIds() {
+absl::StatusOr<std::string> ClusterProcesses::WorkerId(const std::string& name) {
   auto stub = v1::JobService::NewStub(MakeChannel(address_));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   v1::ListWorkersResponse resp;
   absl::Status st = FromGrpcStatus(stub->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp));
   if (!st.ok()) return st;
-  std::vector<std::string> ids;
-  for (const auto& w : resp.workers()) ids.push_back(w.id());
-  return ids;
+  for (const auto& w : resp.workers()) {
+    if (w.name() == name) return w.id();
+  }
+  return absl::NotFoundError(absl::StrCat("no worker named ", name, " is registered"));
 }
 
 absl::StatusOr<std::string> ClusterProcesses::AddWorker() {
-  auto before = WorkerIds();
-  const size_t had = before.ok() ? before->size() : 0;
-  auto pid = SpawnWorker(static_cast<int>(workers_.size()));
+  const int index = static_cast<int>(workers_.size());
+  auto pid = SpawnWorker(index);
   if (!pid.ok()) return pid.status();
   workers_.push_back(*pid);
   const absl::Time end = absl::Now() + kStartTimeout;
   while (absl::Now() < end) {
-    auto ids = WorkerIds();
-    if (ids.ok() && ids->size() > had) return ids->back();
+    auto id = WorkerId(absl::StrCat("worker-", index));
+    if (id.ok()) return id;
     absl::SleepFor(absl::Milliseconds(50));
   }
   return absl::UnavailableError(
-      absl::StrCat("the new worker did not register; see ", options_.dir, "/logs"));
+      absl::StrCat("worker-", index, " did not register; see ", options_.dir, "/logs"));
 }
 
 absl::Status ClusterProcesses::RestartCoordinator() {
@@ -161,6 +161,10 @@ absl::Status ClusterProcesses::RestartCoordinator() {
 void ClusterProcesses::KillWorker(int i) {
   StopProcesses({workers_[i]}, absl::ZeroDuration());
   workers_[i] = -1;
+}
+
+void ClusterProcesses::SignalWorker(int i, int signal) {
+  if (workers_[i] > 0) kill(workers_[i], signal);
 }
 
 bool ClusterProcesses::AllRunning() {

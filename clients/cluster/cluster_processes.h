@@ -48,6 +48,8 @@ class ClusterProcesses {
   absl::Status RestartCoordinator();
   // SIGKILLs worker i (in start order).
   void KillWorker(int i);
+  // Sends `signal` to worker i (SIGSTOP, SIGCONT: a stall).
+  void SignalWorker(int i, int signal);
   // Whether every server started is still running.
   bool AllRunning();
   // SIGTERM to every server, SIGKILL to those still running after `grace`.
@@ -59,8 +61,8 @@ class ClusterProcesses {
   explicit ClusterProcesses(ClusterOptions options) : options_(std::move(options)) {}
   absl::Status StartCoordinator(int port);
   absl::StatusOr<pid_t> SpawnWorker(int index);
-  // The registered workers' ids, in registration order.
-  absl::StatusOr<std::vector<std::string>> WorkerIds();
+  // The id of the registered worker called `name`.
+  absl::StatusOr<std::string> WorkerId(const std::string& name);
 
   const ClusterOptions options_;
   std::string address_;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "core/io/durable_file.h"
 
 namespace lockstep {
 namespace {
@@ -73,24 +74,13 @@ absl::Status SafeTensors::Write(const std::string& path) const {
   }
   std::string h = header.dump();
   while ((8 + h.size()) % 8 != 0) h.push_back(' ');
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write"));
-    uint8_t len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(uint64_t{h.size()} >> (8 * i));
-    out.write(reinterpret_cast<const char*>(len), 8);
-    out << h;
-    for (const auto& [name, t] : tensors_) {
-      out.write(reinterpret_cast<const char*>(t.data.data()),
-                static_cast<std::streamsize>(t.data.size()));
-    }
-    if (!out.flush()) return absl::DataLossError(absl::StrCat(path, ": write failed"));
+  char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>(uint64_t{h.size()} >> (8 * i));
+  std::vector<std::string_view> parts = {std::string_view(len, 8), h};
+  for (const auto& [name, t] : tensors_) {
+    parts.emplace_back(reinterpret_cast<const char*>(t.data.data()), t.data.size());
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot rename ", tmp, " into place"));
-  }
-  return absl::OkStatus();
+  return WriteFileDurably(path, parts);
 }
 
 void SafeTensors::Add(const std::string& name, std::string dtype, std::vector<int64_t> shape,

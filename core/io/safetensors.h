@@ -25,7 +25,7 @@ class SafeTensors {
   // Errors name the file: NOT_FOUND, DATA_LOSS (truncated, bad offsets), INVALID_ARGUMENT
   // (bad header).
   static absl::StatusOr<SafeTensors> Read(const std::string& path);
-  // Writes atomically (a temporary file renamed into place).
+  // Writes atomically and durably (core/io/durable_file.h).
   absl::Status Write(const std::string& path) const;
 
   void Add(const std::string& name, std::string dtype, std::vector<int64_t> shape, const void* data,

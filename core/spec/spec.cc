@@ -167,6 +167,13 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
     ev->set_every_epochs(1);
   }
   if (ev->batch_size() == 0) ev->set_batch_size(1000);
+  auto* rec = spec.mutable_recovery();
+  if (rec->snapshot_every_steps() == 0) rec->set_snapshot_every_steps(1000);
+  if (rec->snapshot_every_seconds() == 0) rec->set_snapshot_every_seconds(60);
+  if (rec->snapshots_kept() == 0) rec->set_snapshots_kept(2);
+  if (!rec->has_max_restarts()) rec->set_max_restarts(3);
+  if (rec->recovery_timeout_seconds() == 0) rec->set_recovery_timeout_seconds(300);
+  if (rec->max_restarts() > 1000) return Invalid("recovery.max_restarts", "must be at most 1000");
   return spec;
 }
 

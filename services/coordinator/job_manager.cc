@@ -48,16 +48,29 @@ struct JobManager::Record {
   int pending_saves = 0;  // writes queued and not yet made (it is not forgotten before)
   std::shared_ptr<EventLog> log;
   int watchers = 0;
+  bool resume = false;     // a restarted coordinator's job: it continues from its snapshot
+  bool cancelled = false;  // Cancel was called while it ran
+  // RECOVERING: the workers the scheduler gave it, for its runner to take (Replace).
+  std::optional<std::vector<PoolWorker>> replacement;
   std::unique_ptr<Sink> sink;
   std::unique_ptr<JobRunner> runner;  // while the job runs, until its thread is joined
   std::thread thread;
 };
 
 // Forwards a runner's progress into the job's summary (under the manager's lock) and its
-// event log (outside it: a step's wake-ups of its watchers hold up no one).
-class JobManager::Sink final : public JobSink {
+// event log (outside it), and gives it workers again after a loss (Replace).
+class JobManager::Sink final : public JobSink, public WorkerSupply {
  public:
   Sink(JobManager* m, Record* rec) : m_(m), rec_(rec), log_(rec->log) {}
+  void OnSnapshot(int64_t step) override {
+    absl::MutexLock lock(&m_->mu_);
+    rec_->job.set_snapshot_step(step);
+  }
+  absl::StatusOr<std::vector<PoolWorker>> Replace(const std::vector<std::string>& lost,
+                                                  const absl::Status& reason,
+                                                  absl::Duration timeout) override {
+    return m_->Replace(*rec_, lost, reason, timeout);
+  }
   void OnRunning(int64_t total) override {
     absl::MutexLock lock(&m_->mu_);
     rec_->job.set_total_steps(total);
@@ -140,10 +153,14 @@ absl::Status JobManager::Start() {
         rec->log->Close();
         rec->log->Compact();
       } else {
-        SetStateLocked(*rec, v1::FAILED,
-                       absl::UnavailableError(absl::StrCat(
-                           "the coordinator restarted while the job was ", v1::JobState_Name(was))),
-                       &saves);
+        // Nothing is lost: a job that was running continues from its latest snapshot.
+        if (was != v1::QUEUED) {
+          rec->resume = true;
+          rec->job.set_recoveries(rec->job.recoveries() + 1);
+          rec->job.clear_workers();
+        }
+        SetStateLocked(*rec, v1::QUEUED, absl::OkStatus(), &saves);
+        queue_.push_back(id);
       }
       jobs_[id] = std::move(rec);
     }
@@ -178,7 +195,7 @@ void JobManager::SchedulerLoop() {
       for (const LostWorker& lost : pool_->TakeLost(absl::Now())) {
         auto it = jobs_.find(lost.worker.job_id);
         if (it != jobs_.end() && it->second->runner) {
-          it->second->runner->Abort(absl::UnavailableError(lost.reason));
+          it->second->runner->LoseWorker(lost.worker.id, absl::UnavailableError(lost.reason));
         }
       }
       ScheduleLocked(&saves);
@@ -212,6 +229,9 @@ void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Sta
   if (!reason.ok()) {
     rec.job.set_failure_reason(std::string(reason.message()));
     rec.job.set_failure_code(absl::StatusCodeToString(reason.code()));
+  } else {  // running again after a recovery, or done: no failure to tell
+    rec.job.clear_failure_reason();
+    rec.job.clear_failure_code();
   }
   if (state == v1::RUNNING) rec.job.set_started_unix_ms(NowMs());
   if (IsTerminal(state)) rec.job.set_finished_unix_ms(NowMs());
@@ -246,7 +266,10 @@ void JobManager::Forget(std::vector<std::string> ids, int64_t next_id) {
     spdlog::error("job ids: {}", st.ToString());
     return;  // the records stay: their ids keep the next one above them
   }
-  for (const std::string& id : ids) records_.Erase(id).IgnoreError();
+  for (const std::string& id : ids) {
+    records_.Erase(id).IgnoreError();
+    if (!options_.snapshot_dir.empty()) SnapshotStore(options_.snapshot_dir + "/" + id, 1).Clear();
+  }
 }
 
 absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in) {
@@ -298,8 +321,10 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in) {
 }
 
 void JobManager::ScheduleLocked(std::vector<Save>* saves) {
-  if (stopping_ || queue_.empty()) return;
+  if (stopping_ || (queue_.empty() && recovering_.empty())) return;
+  // Jobs recovering from lost workers come first: they held workers already.
   std::vector<JobDemand> demands;
+  for (const std::string& id : recovering_) demands.push_back(DemandOf(jobs_[id]->job));
   for (const std::string& id : queue_) demands.push_back(DemandOf(jobs_[id]->job));
   const Schedule plan = PlanSchedule(demands, pool_->Views());
   for (const auto& [id, what] : plan.waiting_for) jobs_[id]->job.set_waiting_for(what);
@@ -307,13 +332,20 @@ void JobManager::ScheduleLocked(std::vector<Save>* saves) {
     absl::StatusOr<std::vector<PoolWorker>> workers = pool_->Assign(p.job_id, p.worker_ids);
     if (!workers.ok()) continue;  // the pool changed meanwhile: the next round retries
     Record& rec = *jobs_[p.job_id];
+    if (std::erase(recovering_, p.job_id) > 0) {
+      rec.job.clear_waiting_for();
+      for (const PoolWorker& w : *workers) rec.job.add_workers(w.id);
+      SetStateLocked(rec, v1::RUNNING, absl::OkStatus(), saves);
+      rec.replacement = std::move(workers).value();  // Replace hands them to the runner
+      continue;
+    }
     std::erase(queue_, p.job_id);
     rec.job.clear_waiting_for();
     for (const PoolWorker& w : *workers) rec.job.add_workers(w.id);
     SetStateLocked(rec, v1::RUNNING, absl::OkStatus(), saves);
     rec.sink = std::make_unique<Sink>(this, &rec);
     rec.runner = std::make_unique<JobRunner>(rec.job.id(), rec.job.spec(), *workers, factory_,
-                                             options_, rec.sink.get());
+                                             options_, rec.sink.get(), rec.sink.get(), rec.resume);
     rec.thread = std::thread([this, r = &rec] { RunJob(r); });
   }
 }
@@ -329,6 +361,7 @@ void JobManager::RunJob(Record* rec) {
     for (const std::string& w : out.unreachable) pool_->Drop(w);
     pool_->Release(id);
     rec->job.set_param_checksum(out.param_checksum);
+    rec->job.clear_waiting_for();
     rec->job.set_checkpoint_path(out.checkpoint_path);
     if (out.samples_per_sec > 0) rec->job.set_samples_per_sec(out.samples_per_sec);
     const v1::JobState state = st.ok()                 ? v1::SUCCEEDED
@@ -339,6 +372,40 @@ void JobManager::RunJob(Record* rec) {
     kicked_ = true;  // the scheduler joins this thread and starts what waited
   }
   Persist(std::move(saves));
+}
+
+absl::StatusOr<std::vector<PoolWorker>> JobManager::Replace(Record& rec,
+                                                            const std::vector<std::string>& lost,
+                                                            const absl::Status& reason,
+                                                            absl::Duration timeout) {
+  std::vector<Save> saves;
+  absl::StatusOr<std::vector<PoolWorker>> out;
+  {
+    absl::MutexLock lock(&mu_);
+    const std::string& id = rec.job.id();
+    for (const std::string& w : lost) pool_->Drop(w);
+    pool_->Release(id);
+    rec.job.clear_workers();
+    rec.job.set_recoveries(rec.job.recoveries() + 1);
+    rec.replacement.reset();
+    SetStateLocked(rec, v1::RECOVERING, reason, &saves);
+    recovering_.push_back(id);
+    kicked_ = true;  // the scheduler gives it workers first
+    auto ready = [&rec]() { return rec.replacement.has_value() || rec.cancelled; };
+    const bool got = mu_.AwaitWithTimeout(absl::Condition(&ready), timeout) && !rec.cancelled;
+    if (got) {
+      out = std::move(*rec.replacement);
+      rec.replacement.reset();
+    } else {
+      std::erase(recovering_, id);
+      out = rec.cancelled ? absl::CancelledError("cancelled by the user")
+                          : absl::DeadlineExceededError(absl::StrCat(
+                                "no ", rec.job.spec().workers(), " healthy workers within ",
+                                absl::FormatDuration(timeout), " (", rec.job.waiting_for(), ")"));
+    }
+  }
+  Persist(std::move(saves));
+  return out;
 }
 
 absl::StatusOr<JobManager::Record*> JobManager::FindLocked(const std::string& id) {
@@ -381,6 +448,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
       std::erase(queue_, id);
       SetStateLocked(*rec, v1::CANCELLED, absl::CancelledError("cancelled by the user"), &saves);
     } else if (rec->runner) {
+      rec->cancelled = true;  // ends a wait for workers (Replace)
       rec->runner->Abort(absl::CancelledError("cancelled by the user"));
     }
     out = rec->job;

@@ -1,7 +1,8 @@
 // JobManager: the coordinator's single writer of job state. It validates and queues
 // submitted jobs (at most max_queued_jobs), starts them as the scheduling policy says
 // (scheduler.h: FIFO onto free workers; jobs on disjoint workers run concurrently), runs
-// each on a thread of its own (JobRunner), fails a job whose worker dies, and cancels.
+// each on a thread of its own (JobRunner), gives a job that lost workers healthy ones
+// again (RECOVERING, first in line), resumes running jobs after a restart, and cancels.
 // Its parts, each with one concern: job records on disk (JobRecords, written outside
 // this class's lock), each job's event log (EventLog, its own lock, for watchers), the
 // pool (WorkerPool) and the policy (PlanSchedule, pure).
@@ -41,8 +42,9 @@ class JobManager {
              WorkerClientFactory* factory);
   ~JobManager();  // cancels running jobs and joins every thread
 
-  // Reloads the job records (jobs a previous coordinator left queued or running are
-  // marked FAILED) and starts the scheduler thread. DATA_LOSS naming an unreadable record.
+  // Reloads the job records and starts the scheduler thread: jobs a previous coordinator
+  // left queued stay queued, and those it left running are queued again to continue from
+  // their latest snapshot. DATA_LOSS naming an unreadable record.
   absl::Status Start();
 
   // INVALID_ARGUMENT naming the spec field; RESOURCE_EXHAUSTED when max_queued_jobs are
@@ -90,6 +92,11 @@ class JobManager {
   // Applies PlanSchedule; started jobs' records go to *saves.
   void ScheduleLocked(std::vector<Save>* saves) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunJob(Record* rec);
+  // A running job lost workers (WorkerSupply::Replace for its runner): RECOVERING until
+  // the scheduler gives it workers again, first in line.
+  absl::StatusOr<std::vector<PoolWorker>> Replace(Record& rec, const std::vector<std::string>& lost,
+                                                  const absl::Status& reason,
+                                                  absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
   // Changes the job's state, logs the state event, and queues the record's write.
   void SetStateLocked(Record& rec, v1::JobState state, const absl::Status& reason,
                       std::vector<Save>* saves) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -116,6 +123,7 @@ class JobManager {
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Record>> jobs_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> recovering_ ABSL_GUARDED_BY(mu_);  // waiting for workers again
   std::map<std::string, std::string> by_request_id_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   int watchers_ ABSL_GUARDED_BY(mu_) = 0;

@@ -120,7 +120,7 @@ class JobManagerTest : public ::testing::Test {
 
   std::string dir_;
   CoordinatorOptions options_;
-  std::unique_ptr<WorkerPool> pool_ = std::make_unique<WorkerPool>(absl::Hours(1));
+  std::unique_ptr<WorkerPool> pool_ = std::make_unique<WorkerPool>(absl::Hours(1), "");
   std::unique_ptr<KvTable> kv_;  // none unless a test makes one
   std::unique_ptr<FakeClientFactory> factory_;
   std::unique_ptr<JobManager> jobs_;
@@ -232,20 +232,20 @@ TEST_F(JobManagerTest, RecordsSurviveARestart) {
   ASSERT_OK_AND_ASSIGN(v1::Job a, jobs_->Get(done.id()));
   EXPECT_EQ(a.state(), v1::SUCCEEDED);
   EXPECT_EQ(a.step(), 6);
-  const v1::Job b = AwaitEnd(*jobs_, queued.id());  // its watchers see the end
-  EXPECT_EQ(b.state(), v1::FAILED);
-  EXPECT_EQ(b.failure_code(), "UNAVAILABLE");
-  EXPECT_EQ(b.failure_reason(), "the coordinator restarted while the job was QUEUED");
+  ASSERT_OK_AND_ASSIGN(v1::Job b, jobs_->Get(queued.id()));
+  EXPECT_EQ(b.state(), v1::QUEUED);  // still waiting, nothing lost
+  EXPECT_EQ(b.recoveries(), 0);
   EXPECT_EQ(jobs_->Submit(Spec(4, "req-queued")).value_or(v1::Job()).id(), queued.id());
 
   ASSERT_OK_AND_ASSIGN(v1::Job c, jobs_->Submit(Spec(2)));
   EXPECT_NE(c.id(), done.id());
   EXPECT_NE(c.id(), queued.id());
+  // Waiting for 4 workers while 2 are registered: the queue passes over it.
   EXPECT_EQ(AwaitEnd(*jobs_, c.id()).state(), v1::SUCCEEDED);
   ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> on_disk, JobRecords(options_.records_dir).Load());
   ASSERT_EQ(on_disk.size(), 3u);
   EXPECT_EQ(on_disk[1].id(), queued.id());
-  EXPECT_EQ(on_disk[1].state(), v1::FAILED);  // the new state was written
+  EXPECT_EQ(on_disk[1].state(), v1::QUEUED);
 }
 
 TEST_F(JobManagerTest, WatchersAreLimitedPerJobAndInAll) {
@@ -313,11 +313,13 @@ TEST_F(JobManagerTest, StartIsDataLossNamingAnUnreadableRecord) {
 }
 
 TEST_F(JobManagerTest, AWorkerLostByHeartbeatFailsItsJobWithUnavailableNamingIt) {
-  pool_ = std::make_unique<WorkerPool>(absl::Milliseconds(400));  // and no one heartbeats
+  pool_ = std::make_unique<WorkerPool>(absl::Milliseconds(400), "");  // and no one heartbeats
   ASSERT_OK(
       Start({FakeWorker{.steps = Behaviour::kSilent}, FakeWorker{.steps = Behaviour::kSilent}}));
   Register(2);
-  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(Spec(2)));
+  v1::JobSpec spec = Spec(2);
+  spec.mutable_recovery()->set_max_restarts(0);  // fail fast
+  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(spec));
   ASSERT_EQ(job.state(), v1::RUNNING);  // before its workers' heartbeats lapse
   const v1::Job done = AwaitEnd(*jobs_, job.id());
   EXPECT_EQ(done.state(), v1::FAILED);
@@ -325,6 +327,32 @@ TEST_F(JobManagerTest, AWorkerLostByHeartbeatFailsItsJobWithUnavailableNamingIt)
   EXPECT_THAT(done.failure_reason(),
               AllOf(HasSubstr("worker w0000 at fake:0"), HasSubstr("heartbeats")));
   EXPECT_EQ(pool_->List().size(), 0u);  // both lost
+}
+
+TEST_F(JobManagerTest, AJobWhoseStepsFailRecoversAndSucceeds) {
+  // The first attempt's streams break (a lost connection); the next attempt's work.
+  ASSERT_OK(Start({FakeWorker{.steps = Behaviour::kFail}, FakeWorker{.steps = Behaviour::kFail}}));
+  Register(2);
+  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(Spec(2)));
+  const v1::Job done = AwaitEnd(*jobs_, job.id());
+  EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
+  EXPECT_EQ(done.recoveries(), 1);
+  EXPECT_EQ(done.step(), 6);
+  EXPECT_TRUE(done.failure_reason().empty());
+}
+
+TEST_F(JobManagerTest, AJobOutOfRestartsFailsWithTheHistory) {
+  ASSERT_OK(Start({FakeWorker{.steps = Behaviour::kFail}, FakeWorker{.steps = Behaviour::kFail},
+                   FakeWorker{.steps = Behaviour::kFail}, FakeWorker{.steps = Behaviour::kFail}}));
+  Register(2);
+  v1::JobSpec spec = Spec(2);
+  spec.mutable_recovery()->set_max_restarts(1);
+  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(spec));
+  const v1::Job done = AwaitEnd(*jobs_, job.id());
+  EXPECT_EQ(done.state(), v1::FAILED);
+  EXPECT_EQ(done.recoveries(), 1);
+  EXPECT_THAT(done.failure_reason(),
+              AllOf(HasSubstr("connection reset"), HasSubstr("after 1 recoveries from")));
 }
 
 }  // namespace

@@ -1,57 +1,19 @@
 #include "services/coordinator/job_records.h"
 
-#include <fcntl.h>
 #include <google/protobuf/util/json_util.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/io/durable_file.h"
 
 namespace lockstep {
 namespace {
 
 namespace fs = std::filesystem;
-
-absl::Status Errno(const std::string& path, const char* what) {
-  return absl::DataLossError(absl::StrCat(path, ": ", what, ": ", std::strerror(errno)));
-}
-
-// Writes `text` to `path` atomically and durably (write, fsync, rename, fsync the folder).
-absl::Status WriteDurably(const std::string& dir, const std::string& path,
-                          const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno(tmp, "cannot create");
-  for (size_t done = 0; done < text.size();) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      absl::Status st = Errno(tmp, "write failed");
-      close(fd);
-      return st;
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0) {
-    absl::Status st = Errno(tmp, "fsync failed");
-    close(fd);
-    return st;
-  }
-  close(fd);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Errno(path, "cannot rename into place");
-  const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return Errno(dir, "cannot open");
-  const int rc = fsync(dfd);
-  close(dfd);
-  if (rc != 0) return Errno(dir, "fsync failed");
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -90,7 +52,7 @@ absl::Status JobRecords::Save(const v1::Job& job, int64_t version) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) return absl::DataLossError(absl::StrCat(dir_, ": ", ec.message()));
-  absl::Status st = WriteDurably(dir_, PathOf(job.id()), text);
+  absl::Status st = WriteFileDurably(PathOf(job.id()), {text});
   if (st.ok()) written_[job.id()] = version;
   return st;
 }
@@ -111,7 +73,7 @@ absl::Status JobRecords::SaveNextId(int64_t next) {
   absl::MutexLock lock(&mu_);
   std::error_code ec;
   fs::create_directories(dir_, ec);
-  return WriteDurably(dir_, dir_ + "/next_id", absl::StrCat(next, "\n"));
+  return WriteFileDurably(dir_ + "/next_id", {absl::StrCat(next, "\n")});
 }
 
 absl::Status JobRecords::Erase(const std::string& id) {

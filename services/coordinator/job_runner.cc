@@ -1,13 +1,17 @@
 #include "services/coordinator/job_runner.h"
 
 #include <google/protobuf/util/json_util.h>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <deque>
 #include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/checkpoint.h"
 #include "core/status_macros.h"
 
@@ -28,16 +32,67 @@ void ForEachRank(int n, F f) {
 
 std::string KeyHex(rng::Key k) { return absl::StrFormat("%08x%08x", k.k0, k.k1); }
 
+// How long a step's answers may take: the configured step timeout until a few steps have
+// been seen (the first include warm-ups), then ten times the slowest recent step, at least
+// 3 s: a stalled worker is found in seconds, not at the step timeout.
+class StepDeadline {
+ public:
+  explicit StepDeadline(absl::Duration limit) : limit_(limit) {}
+  void Add(absl::Duration wall) {
+    recent_.push_back(wall);
+    if (recent_.size() > 20) recent_.pop_front();
+    ++seen_;
+  }
+  absl::Duration Next() const {
+    if (seen_ < 5) return limit_;
+    const absl::Duration slowest = *std::max_element(recent_.begin(), recent_.end());
+    return std::min(limit_, std::max(absl::Seconds(3), 10 * slowest));
+  }
+
+ private:
+  const absl::Duration limit_;
+  std::deque<absl::Duration> recent_;
+  int seen_ = 0;
+};
+
 }  // namespace
 
 JobRunner::JobRunner(std::string job_id, v1::JobSpec spec, std::vector<PoolWorker> workers,
-                     WorkerClientFactory* factory, const CoordinatorOptions& options, JobSink* sink)
+                     WorkerClientFactory* factory, const CoordinatorOptions& options, JobSink* sink,
+                     WorkerSupply* supply, bool resume)
     : job_id_(std::move(job_id)),
       spec_(std::move(spec)),
-      workers_(std::move(workers)),
       options_(options),
-      sink_(sink) {
-  for (const PoolWorker& w : workers_) clients_.push_back(factory->Connect(w.address));
+      factory_(factory),
+      sink_(sink),
+      supply_(supply),
+      resume_(resume),
+      snapshots_(options.snapshot_dir.empty() ? "" : options.snapshot_dir + "/" + job_id_,
+                 static_cast<int>(spec_.recovery().snapshots_kept())),
+      attempt_(std::make_shared<CancelToken>()) {
+  Connect(std::move(workers));
+  cancel_attempt_ = cancel_.OnCancel([this] { attempt()->Cancel(cancel_.status()); });
+}
+
+JobRunner::~JobRunner() = default;
+
+void JobRunner::Connect(std::vector<PoolWorker> workers) {
+  clients_.clear();
+  for (const PoolWorker& w : workers) clients_.push_back(factory_->Connect(w.address));
+  absl::MutexLock lock(&attempt_mu_);
+  workers_ = std::move(workers);
+}
+
+std::shared_ptr<CancelToken> JobRunner::attempt() {
+  absl::MutexLock lock(&attempt_mu_);
+  return attempt_;
+}
+
+void JobRunner::LoseWorker(const std::string& worker_id, const absl::Status& why) {
+  absl::MutexLock lock(&attempt_mu_);
+  for (const PoolWorker& w : workers_) {
+    if (w.id == worker_id) attempt_->Cancel(why);
+  }
 }
 
 absl::Status JobRunner::WorkerError(int rank, const absl::Status& st) const {
@@ -53,34 +108,135 @@ std::vector<bool> JobRunner::Probe() {
   return {alive.begin(), alive.end()};
 }
 
-absl::Status JobRunner::Run(JobOutcome* outcome) {
-  absl::Status st = Train(outcome);
-  std::vector<bool> alive(clients_.size(), true);
-  if (absl::Status why = cancel_.status(); !why.ok()) {
-    st = why;  // aborted: say why, and waste no time probing
-  } else if (!st.ok()) {
-    // Name the dead: a lost worker makes its peers' collectives fail too.
-    alive = Probe();
-    for (size_t r = 0; r < alive.size(); ++r) {
-      if (alive[r]) continue;
-      if (outcome->unreachable.empty()) {
-        st = WorkerError(static_cast<int>(r), absl::UnavailableError(absl::StrCat(
-                                                  "is unreachable; first error: ", st.message())));
-      }
-      outcome->unreachable.push_back(workers_[r].id);
+absl::Status JobRunner::NameTheDead(absl::Status st, const std::vector<bool>& alive,
+                                    JobOutcome* outcome) {
+  // A lost worker makes its peers' collectives fail too: name the dead.
+  outcome->unreachable.clear();
+  for (size_t r = 0; r < alive.size(); ++r) {
+    if (alive[r]) continue;
+    if (outcome->unreachable.empty()) {
+      st = WorkerError(static_cast<int>(r), absl::UnavailableError(absl::StrCat(
+                                                "is unreachable; first error: ", st.message())));
     }
+    outcome->unreachable.push_back(workers_[r].id);
   }
-  ReleaseAll(st.ok() ? "job finished" : std::string(st.message()), alive);
-  // Sticky: an abort that arrived before the job's end wins, whatever came after it.
-  if (absl::Status why = cancel_.status(); !why.ok()) return why;
   return st;
 }
 
-absl::Status JobRunner::Train(JobOutcome* outcome) {
+absl::Status JobRunner::Run(JobOutcome* outcome) {
+  absl::Status st = Begin();
+  std::vector<std::string> reasons;  // of the recoveries
+  while (st.ok()) {
+    st = Attempt(outcome);
+    std::vector<bool> alive(clients_.size(), true);
+    if (!cancel_.status().ok()) {
+      st = cancel_.status();  // aborted: say why, and waste no time probing
+    } else if (absl::Status lost = attempt()->status(); !st.ok() && !lost.ok()) {
+      st = lost;  // LoseWorker's reason, which names the worker; its calls only say CANCELLED
+      alive = Probe();
+      NameTheDead(st, alive, outcome);
+    } else if (!st.ok()) {
+      alive = Probe();
+      st = NameTheDead(st, alive, outcome);
+    }
+    // The survivors at once: a released worker aborts its collective.
+    ReleaseAll(st.ok() ? "job finished" : std::string(st.message()), alive);
+    if (st.ok() || !cancel_.status().ok()) break;
+    reasons.emplace_back(st.message());
+    st = Recover(st, outcome);
+  }
+  // Sticky: an abort that arrived before the job's end wins, whatever came after it.
+  if (absl::Status why = cancel_.status(); !why.ok()) return why;
+  if (st.ok()) {
+    snapshots_.Clear();  // the checkpoint holds the end
+  } else if (outcome->recoveries > 0) {
+    st = absl::Status(
+        st.code(), absl::StrCat(st.message(), " (after ", outcome->recoveries, " recoveries from: ",
+                                absl::StrJoin(reasons.begin(), reasons.end() - 1, "; "), ")"));
+  }
+  return st;
+}
+
+absl::Status JobRunner::Recover(const absl::Status& failure, JobOutcome* outcome) {
+  const absl::StatusCode code = failure.code();
+  const bool worker_lost =
+      !outcome->unreachable.empty() || code == absl::StatusCode::kUnavailable ||
+      code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kAborted;
+  if (supply_ == nullptr || !worker_lost ||
+      outcome->recoveries >= static_cast<int>(spec_.recovery().max_restarts())) {
+    return failure;
+  }
+  ++outcome->recoveries;
+  absl::StatusOr<std::vector<PoolWorker>> workers = supply_->Replace(
+      outcome->unreachable, failure, absl::Seconds(spec_.recovery().recovery_timeout_seconds()));
+  if (!workers.ok()) {
+    if (absl::IsCancelled(workers.status())) return workers.status();
+    return absl::Status(
+        failure.code(),
+        absl::StrCat(failure.message(), "; recovery failed: ", workers.status().message()));
+  }
+  Connect(std::move(workers).value());
+  ++attempt_number_;
+  {
+    absl::MutexLock lock(&attempt_mu_);
+    attempt_ = std::make_shared<CancelToken>();
+  }
+  if (!cancel_.status().ok()) attempt()->Cancel(cancel_.status());  // raced with an Abort
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::Begin() {
+  ASSIGN_OR_RETURN(setup_, SetupFromSpec(spec_));
+  last_snapshot_time_ = absl::Now();
+  if (!resume_ || !snapshots_.enabled()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::optional<Snapshot> latest,
+                   snapshots_.Latest(setup_->model, setup_->optimizer));
+  if (!latest.has_value()) return absl::OkStatus();  // none yet: from step 0
+  start_.step = latest->state.step;
+  start_.data_key = latest->metadata["data_key"];
+  start_.main_key = latest->metadata["main_key"];
+  last_snapshot_step_ = high_water_ = start_.step;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const SharedState>> JobRunner::StartState() {
+  auto state = std::make_shared<SharedState>();
+  const auto slots = static_cast<uint32_t>(setup_->optimizer.slots().size());
+  if (start_.step == 0) {
+    // The host initializes the TrainState (the seed program), serialized once for every rank.
+    const std::vector<float> params =
+        setup_->model.Init(TrainingPlan::InitKey(spec_.seed(), setup_->impl), setup_->impl);
+    state->header = {0, params.size(), slots};
+    state->bytes = InitialStateBytes(params, slots);
+    return state;
+  }
+  std::optional<TrainState> loaded;
+  if (!start_.held.has_value()) {
+    ASSIGN_OR_RETURN(std::optional<Snapshot> latest,
+                     snapshots_.Latest(setup_->model, setup_->optimizer));
+    if (!latest.has_value() || latest->state.step != start_.step) {
+      return absl::DataLossError(absl::StrCat("the snapshot of step ", start_.step, " of job ",
+                                              job_id_, " is gone from ", options_.snapshot_dir));
+    }
+    loaded = std::move(latest->state);
+  }
+  const TrainState& s = start_.held.has_value() ? *start_.held : *loaded;
+  state->header = {s.step, s.params.size(), slots};
+  state->bytes = StateBytes(s);
+  return state;
+}
+
+absl::Status JobRunner::Attempt(JobOutcome* outcome) {
   int64_t num_train = 0, num_test = 0;
   RETURN_IF_ERROR(Prepare(&num_train, &num_test));
   TrainingPlan plan(spec_.seed(), spec_.dropout_seed(), setup_->impl, num_train,
                     static_cast<int>(spec_.global_batch_size()), static_cast<int>(workers_.size()));
+  for (int64_t s = 0; s < start_.step; ++s) plan.Next();  // where the start's state stands
+  if (!start_.data_key.empty() &&
+      (start_.data_key != KeyHex(plan.data_key()) || start_.main_key != KeyHex(plan.main_key()))) {
+    return absl::DataLossError(
+        absl::StrCat("the snapshot of step ", start_.step, " does not match this job's RNG plan"));
+  }
   const int64_t total = TotalSteps(spec_, num_train);
   RETURN_IF_ERROR(StepLoop(plan, total, num_test, outcome));
   ASSIGN_OR_RETURN(v1::EvalResult final_eval,
@@ -91,7 +247,7 @@ absl::Status JobRunner::Train(JobOutcome* outcome) {
   if (path.empty() && !options_.checkpoint_dir.empty()) path = job_id_ + ".safetensors";
   if (path.empty()) return absl::OkStatus();
   if (!options_.checkpoint_dir.empty()) path = options_.checkpoint_dir + "/" + path;
-  RETURN_IF_ERROR(SaveCheckpoint(path, outcome->param_checksum, plan.data_key(), plan.main_key()));
+  RETURN_IF_ERROR(SaveCheckpoint(path, outcome->param_checksum, plan));
   outcome->checkpoint_path = std::filesystem::absolute(path).string();
   return absl::OkStatus();
 }
@@ -103,27 +259,19 @@ void JobRunner::ReleaseAll(const std::string& reason, const std::vector<bool>& a
 }
 
 absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
-  ASSIGN_OR_RETURN(setup_, SetupFromSpec(spec_));
-  // The host initializes the TrainState and replicates it (the seed program), serialized
-  // once for every rank.
-  auto state = std::make_shared<SharedState>();
-  uint64_t checksum = 0;
-  {
-    const std::vector<float> params =
-        setup_->model.Init(TrainingPlan::InitKey(spec_.seed(), setup_->impl), setup_->impl);
-    checksum = ParamChecksum(params);
-    const auto slots = static_cast<uint32_t>(setup_->optimizer.slots().size());
-    state->header = {0, params.size(), slots};
-    state->bytes = InitialStateBytes(params, slots);
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const SharedState> state, StartState());
+  const uint64_t checksum = ParamChecksum(
+      {reinterpret_cast<const float*>(state->bytes.data()), state->header.param_count});
+  const std::shared_ptr<CancelToken> cancel = attempt();
   const int n = static_cast<int>(workers_.size());
   std::vector<absl::StatusOr<PrepareResult>> resp(n, absl::UnknownError("not run"));
   ForEachRank(n, [&](int r) {
     JobAssignment job;
     job.job_id = job_id_;
     job.replica = {spec_, r, n, options_.collective_timeout};
-    job.rendezvous_prefix = absl::StrCat("jobs/", job_id_, "/");
-    resp[r] = clients_[r]->Prepare(job, state, cancel_, options_.prepare_timeout);
+    // A namespace per attempt: a recovery's ranks never meet the lost attempt's keys.
+    job.rendezvous_prefix = absl::StrCat("jobs/", job_id_, "/", attempt_number_, "/");
+    resp[r] = clients_[r]->Prepare(job, state, *cancel, options_.prepare_timeout);
   });
   for (int r = 0; r < n; ++r) {
     if (!resp[r].ok()) return WorkerError(r, resp[r].status());
@@ -151,12 +299,12 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<StepCommand>> JobRunner::StepCommands(const StepPlan& p,
-                                                                 bool want_checksum) const {
+absl::StatusOr<std::vector<StepCommand>> JobRunner::StepCommands(
+    const StepPlan& p, bool want_checksum, absl::Duration collective_timeout) const {
   ASSIGN_OR_RETURN(auto shards, ShardBatch(p.indices, static_cast<int>(workers_.size())));
   std::vector<StepCommand> commands(shards.size());
   for (size_t r = 0; r < shards.size(); ++r) {
-    commands[r] = {p.step, p.keys[r], shards[r], want_checksum};
+    commands[r] = {p.step, p.keys[r], shards[r], want_checksum, collective_timeout};
   }
   return commands;
 }
@@ -191,61 +339,118 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
                                  JobOutcome* outcome) {
   const int64_t b = spec_.global_batch_size();
   const int64_t spe = plan.steps_per_epoch();
+  const v1::RecoverySpec& recovery = spec_.recovery();
   sink_->OnRunning(total);
+  const std::shared_ptr<CancelToken> cancel = attempt();
   ASSIGN_OR_RETURN(
       std::unique_ptr<StepFanout> fanout,
-      StepFanout::Open(clients_, job_id_, cancel_, kStreamLifetime,
+      StepFanout::Open(clients_, job_id_, *cancel, kStreamLifetime,
                        [this](int r, const absl::Status& st) { return WorkerError(r, st); }));
   auto checksum_due = [&](int64_t done) {
     return done == total ||
            (spec_.checksum_every_steps() > 0 && done % spec_.checksum_every_steps() == 0);
   };
-  int64_t sent = 0, done = 0;
-  bool hold = false;  // the pipeline drains before an evaluation
+  // Snapshots only where a recovery can use them.
+  auto snapshot_due = [&](int64_t after) {
+    return supply_ != nullptr && after < total &&
+           (after - last_snapshot_step_ >= static_cast<int64_t>(recovery.snapshot_every_steps()) ||
+            absl::Now() - last_snapshot_time_ >= absl::Seconds(recovery.snapshot_every_seconds()));
+  };
+  const int64_t first = start_.step;
+  int64_t sent = first, done = first;
+  int64_t hold_at = -1;  // the pipeline drains after this step: an evaluation, a snapshot
+  bool eval_at_hold = false, snapshot_at_hold = false;
   double step_seconds = 0;
   auto t_last = std::chrono::steady_clock::now();
+  StepDeadline deadline(options_.step_timeout);
   while (done < total) {
-    RETURN_IF_ERROR(cancel_.status());
-    while (sent < total && sent - done < options_.steps_in_flight && !hold) {
+    RETURN_IF_ERROR(cancel->status());
+    while (sent < total && sent - done < options_.steps_in_flight && hold_at < 0) {
       const StepPlan p = plan.Next();  // the commands' indices point into it until sent
-      ASSIGN_OR_RETURN(auto commands, StepCommands(p, checksum_due(sent + 1)));
+      const int64_t after = sent + 1;
+      const bool eval = EvalDue(spec_.eval(), after, spe) && after < total;
+      const bool snapshot = snapshot_due(after);
+      // The survivors of a stalled peer end their all-reduce when the step is late here.
+      ASSIGN_OR_RETURN(auto commands,
+                       StepCommands(p, checksum_due(after) || snapshot, deadline.Next()));
       fanout->Send(commands);
-      ++sent;
-      hold = EvalDue(spec_.eval(), sent, spe) && sent < total;
+      sent = after;
+      if (eval || snapshot) {
+        hold_at = after;
+        eval_at_hold = eval;
+        snapshot_at_hold = snapshot;
+      }
     }
-    ASSIGN_OR_RETURN(std::vector<StepResult> got, fanout->Take(done, options_.step_timeout));
-    ASSIGN_OR_RETURN(v1::StepEvent e, Aggregate(got, done, checksum_due(done + 1)));
+    const bool checked = checksum_due(done + 1) || (snapshot_at_hold && done + 1 == hold_at);
+    ASSIGN_OR_RETURN(std::vector<StepResult> got, fanout->Take(done, deadline.Next()));
+    ASSIGN_OR_RETURN(v1::StepEvent e, Aggregate(got, done, checked));
     ++done;
     const auto now = std::chrono::steady_clock::now();
     const double wall = std::chrono::duration<double>(now - t_last).count();
     step_seconds += wall;
     t_last = now;
+    deadline.Add(absl::Seconds(wall));
+    if (done <= high_water_) ++outcome->replayed_steps;
+    high_water_ = std::max(high_water_, done);
     if (checksum_due(done)) outcome->param_checksum = got[0].param_checksum;
     e.set_wall_ms(wall * 1000);
     e.set_step(done);
     e.set_epoch((done - 1) / spe);
-    e.set_samples_per_sec(done * b / step_seconds);
-    e.set_eta_sec((total - done) * step_seconds / done);
+    e.set_samples_per_sec((done - first) * b / step_seconds);
+    e.set_eta_sec((total - done) * step_seconds / (done - first));
     e.set_total_steps(total);
     sink_->OnStep(e);
-    if (hold && done == sent) {
-      ASSIGN_OR_RETURN(v1::EvalResult eval, Evaluate(num_test, done, (done - 1) / spe));
-      sink_->OnEval(eval);
-      hold = false;
-      t_last = std::chrono::steady_clock::now();  // evaluation is not step time
+    if (done == hold_at) {
+      if (eval_at_hold) {
+        ASSIGN_OR_RETURN(v1::EvalResult eval, Evaluate(num_test, done, (done - 1) / spe));
+        sink_->OnEval(eval);
+      }
+      if (snapshot_at_hold) RETURN_IF_ERROR(TakeSnapshot(done, got[0].param_checksum, plan));
+      hold_at = -1;
+      t_last = std::chrono::steady_clock::now();  // neither is step time
     }
   }
   RETURN_IF_ERROR(fanout->Close(options_.step_timeout));
-  outcome->train_seconds = step_seconds;
-  outcome->samples_per_sec = step_seconds > 0 ? total * b / step_seconds : 0;
+  outcome->train_seconds += step_seconds;
+  outcome->samples_per_sec = step_seconds > 0 ? (total - first) * b / step_seconds : 0;
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::TakeSnapshot(int64_t step, uint64_t checksum, const TrainingPlan& plan) {
+  ASSIGN_OR_RETURN(TrainState state,
+                   clients_[0]->FetchState(job_id_, *attempt(), options_.rpc_timeout));
+  if (state.step != step || ParamChecksum(state.params) != checksum) {
+    return WorkerError(
+        0, absl::DataLossError(absl::StrCat("the state fetched for the snapshot of step ", step,
+                                            " does not match the replicas' checksum")));
+  }
+  const std::map<std::string, std::string> metadata = Metadata(checksum, plan);
+  start_.step = step;
+  start_.data_key = metadata.at("data_key");
+  start_.main_key = metadata.at("main_key");
+  start_.held.reset();
+  // On disk for a restarted coordinator (a recovery reads it back); held here where there
+  // is no disk for it, or the disk refused it.
+  absl::Status written = snapshots_.enabled()
+                             ? snapshots_.Write(setup_->model, setup_->optimizer, state, metadata)
+                             : absl::FailedPreconditionError("no snapshot directory");
+  if (!written.ok()) {
+    if (snapshots_.enabled())
+      spdlog::warn("{}: snapshot kept in memory: {}", job_id_, written.ToString());
+    start_.held = std::move(state);
+  }
+  last_snapshot_step_ = step;
+  last_snapshot_time_ = absl::Now();
+  sink_->OnSnapshot(step);
   return absl::OkStatus();
 }
 
 absl::StatusOr<v1::EvalResult> JobRunner::Evaluate(int64_t num_test, int64_t step, int64_t epoch) {
+  const std::shared_ptr<CancelToken> cancel = attempt();
   const int n = static_cast<int>(workers_.size());
   std::vector<absl::StatusOr<EvalSums>> resp(n, absl::UnknownError("not run"));
   ForEachRank(n, [&](int r) {
-    resp[r] = clients_[r]->Evaluate(job_id_, num_test * r / n, num_test * (r + 1) / n, cancel_,
+    resp[r] = clients_[r]->Evaluate(job_id_, num_test * r / n, num_test * (r + 1) / n, *cancel,
                                     options_.rpc_timeout + absl::Seconds(num_test / 100));
   });
   EvalSums sum;
@@ -264,25 +469,29 @@ absl::StatusOr<v1::EvalResult> JobRunner::Evaluate(int64_t num_test, int64_t ste
   return out;
 }
 
+std::map<std::string, std::string> JobRunner::Metadata(uint64_t checksum,
+                                                       const TrainingPlan& plan) const {
+  std::string spec_json;
+  (void)google::protobuf::util::MessageToJsonString(spec_, &spec_json);
+  return {{"job_id", job_id_},
+          {"spec", spec_json},
+          {"rng_impl", spec_.rng_impl()},
+          {"data_key", KeyHex(plan.data_key())},
+          {"main_key", KeyHex(plan.main_key())},
+          {"param_checksum", absl::StrFormat("%016x", checksum)}};
+}
+
 absl::Status JobRunner::SaveCheckpoint(const std::string& path, uint64_t checksum,
-                                       rng::Key data_key, rng::Key main_key) {
+                                       const TrainingPlan& plan) {
   ASSIGN_OR_RETURN(TrainState state,
-                   clients_[0]->FetchState(job_id_, cancel_, options_.rpc_timeout));
+                   clients_[0]->FetchState(job_id_, *attempt(), options_.rpc_timeout));
   if (ParamChecksum(state.params) != checksum) {
     return WorkerError(0,
                        absl::DataLossError("fetched params do not match the replicas' checksum"));
   }
-  std::string spec_json;
-  (void)google::protobuf::util::MessageToJsonString(spec_, &spec_json);
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  return WriteCheckpoint(path, setup_->model, setup_->optimizer, state,
-                         {{"job_id", job_id_},
-                          {"spec", spec_json},
-                          {"rng_impl", spec_.rng_impl()},
-                          {"data_key", KeyHex(data_key)},
-                          {"main_key", KeyHex(main_key)},
-                          {"param_checksum", absl::StrFormat("%016x", checksum)}});
+  return WriteCheckpoint(path, setup_->model, setup_->optimizer, state, Metadata(checksum, plan));
 }
 
 }  // namespace lockstep

@@ -9,23 +9,33 @@
 // Steps are pipelined: up to `steps_in_flight` step commands are queued on each worker's
 // stream, so no round trip is paid per step; the all-reduce keeps workers in lockstep.
 //
-// Thread safety: Run on one thread; Abort from any. Cancellation is sticky: every worker
-// call is made with the job's CancelToken, so that an Abort at any moment ends Run
-// promptly, and a call made after it fails at once.
+// Recovery by replay: at the spec's cadence the runner drains the pipeline, fetches the
+// state from rank 0 (checked against every replica's checksum) and keeps it as the job's
+// snapshot, in memory and on disk (SnapshotStore). When workers are lost (a crash, a
+// partition, a stall), it releases the survivors, asks its WorkerSupply for healthy
+// workers, prepares them from the snapshot and replays the steps since: each step's
+// inputs come from the plan, so the job ends bitwise where an undisturbed one would.
+//
+// Thread safety: Run on one thread; Abort and LoseWorker from any. Cancellation is
+// sticky: every worker call is made with the attempt's CancelToken, so that an Abort at
+// any moment ends Run promptly, and a call made after it fails at once.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_JOB_RUNNER_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_JOB_RUNNER_H_
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "core/cancel.h"
 #include "core/plan.h"
 #include "core/spec/spec.h"
 #include "lockstep/v1/job.pb.h"
 #include "services/coordinator/options.h"
+#include "services/coordinator/snapshot_store.h"
 #include "services/coordinator/step_fanout.h"
 #include "services/coordinator/worker_client.h"
 #include "services/coordinator/worker_pool.h"
@@ -39,6 +49,20 @@ class JobSink {
   virtual void OnRunning(int64_t total_steps) = 0;
   virtual void OnStep(const v1::StepEvent& event) = 0;
   virtual void OnEval(const v1::EvalResult& result) = 0;
+  // A snapshot of the state at `step` was taken (and written, where the runner keeps them).
+  virtual void OnSnapshot(int64_t step) {}
+};
+
+// Where a runner gets workers again after losing some (the JobManager).
+class WorkerSupply {
+ public:
+  virtual ~WorkerSupply() = default;
+  // The job lost workers for `reason`: those in `lost` are gone for good, the others are
+  // released already. Returns as many workers as the job needs, in rank order, within
+  // `timeout`: DEADLINE_EXCEEDED when too few came, CANCELLED when the job was cancelled.
+  virtual absl::StatusOr<std::vector<PoolWorker>> Replace(const std::vector<std::string>& lost,
+                                                          const absl::Status& reason,
+                                                          absl::Duration timeout) = 0;
 };
 
 // A sink for runs whose progress nobody watches (benchmarks, comparisons in tests).
@@ -54,50 +78,92 @@ struct JobOutcome {
   std::string checkpoint_path;
   double samples_per_sec = 0;
   double train_seconds = 0;              // step time, evaluations excluded
-  std::vector<std::string> unreachable;  // worker ids found dead after a failure
+  std::vector<std::string> unreachable;  // worker ids found dead after the last failure
+  int recoveries = 0;
+  int64_t replayed_steps = 0;  // steps run again after recoveries
 };
 
 class JobRunner {
  public:
-  // `spec` is validated (core/spec/spec.h); workers[r] is rank r.
+  // `spec` is validated (core/spec/spec.h); workers[r] is rank r. `supply` may be null
+  // (no recovery: a lost worker fails the job). With `resume`, the job continues from the
+  // newest snapshot on disk, if any (a restarted coordinator).
   JobRunner(std::string job_id, v1::JobSpec spec, std::vector<PoolWorker> workers,
-            WorkerClientFactory* factory, const CoordinatorOptions& options, JobSink* sink);
+            WorkerClientFactory* factory, const CoordinatorOptions& options, JobSink* sink,
+            WorkerSupply* supply = nullptr, bool resume = false);
+  ~JobRunner();
 
   // Runs the job to its end. OK: succeeded. CANCELLED: Abort with it. Otherwise the
-  // failure, its message naming the worker. `outcome` is filled either way.
+  // failure, its message naming the worker (and, after recoveries, the earlier reasons).
+  // `outcome` is filled either way.
   absl::Status Run(JobOutcome* outcome);
 
   // Makes Run stop promptly with `status` (CANCELLED for a user's cancel).
   void Abort(absl::Status status) { cancel_.Cancel(std::move(status)); }
+  // Worker `worker_id` is gone (its heartbeats stopped): the current attempt ends with
+  // `why`, and the job recovers if it may. Thread-safe; other ids are ignored.
+  void LoseWorker(const std::string& worker_id, const absl::Status& why);
 
  private:
-  // Prepare, the steps, the final evaluation and the checkpoint.
-  absl::Status Train(JobOutcome* outcome);
+  // Where an attempt starts: step 0 (the initial state, made again from the seed) or the
+  // latest snapshot (read from disk, or held here when there is no disk to keep it on).
+  struct Start {
+    int64_t step = 0;
+    std::string data_key, main_key;  // the plan's keys after `step` steps, to check a replay
+    std::optional<TrainState> held;
+  };
+  absl::Status Begin();
+  // The attempt's TrainState, serialized once for every rank.
+  absl::StatusOr<std::shared_ptr<const SharedState>> StartState();
+  void Connect(std::vector<PoolWorker> workers);
+  std::shared_ptr<CancelToken> attempt();
+  std::map<std::string, std::string> Metadata(uint64_t checksum, const TrainingPlan& plan) const;
+  // Prepare, the steps, the final evaluation and the checkpoint, from start_.
+  absl::Status Attempt(JobOutcome* outcome);
   absl::Status Prepare(int64_t* num_train, int64_t* num_test);
   absl::Status StepLoop(TrainingPlan& plan, int64_t total, int64_t num_test, JobOutcome* outcome);
-  // One step command per worker: the step, the worker's dropout key, its shard.
-  absl::StatusOr<std::vector<StepCommand>> StepCommands(const StepPlan& plan,
-                                                        bool want_checksum) const;
+  // Fetches the state at `step` (drained), checks it against `checksum`, keeps and writes it.
+  absl::Status TakeSnapshot(int64_t step, uint64_t checksum, const TrainingPlan& plan);
+  // After a failed attempt: OK with new workers to go on with, or why the job fails.
+  absl::Status Recover(const absl::Status& failure, JobOutcome* outcome);
+  // One step command per worker: the step, the worker's dropout key, its shard, and how
+  // long its all-reduce may wait for the peers.
+  absl::StatusOr<std::vector<StepCommand>> StepCommands(const StepPlan& plan, bool want_checksum,
+                                                        absl::Duration collective_timeout) const;
   // Folds the workers' answers to one step into its event; with `check`, DATA_LOSS if
   // the replicas' checksums differ.
   absl::StatusOr<v1::StepEvent> Aggregate(const std::vector<StepResult>& got, int64_t step,
                                           bool check) const;
   absl::StatusOr<v1::EvalResult> Evaluate(int64_t num_test, int64_t step, int64_t epoch);
-  absl::Status SaveCheckpoint(const std::string& path, uint64_t checksum, rng::Key data_key,
-                              rng::Key main_key);
+  absl::Status SaveCheckpoint(const std::string& path, uint64_t checksum, const TrainingPlan& plan);
   absl::Status WorkerError(int rank, const absl::Status& st) const;
+  // After a failed attempt: names the first dead rank in the error; outcome->unreachable.
+  absl::Status NameTheDead(absl::Status st, const std::vector<bool>& alive, JobOutcome* outcome);
   // After a failure: which ranks still answer a health check.
   std::vector<bool> Probe();
   void ReleaseAll(const std::string& reason, const std::vector<bool>& alive);
 
   const std::string job_id_;
   const v1::JobSpec spec_;
-  const std::vector<PoolWorker> workers_;
   const CoordinatorOptions options_;
+  WorkerClientFactory* factory_;
   JobSink* sink_;
+  WorkerSupply* supply_;
+  const bool resume_;
+  std::optional<TrainSetup> setup_;  // set by Begin
+  SnapshotStore snapshots_;
+  Start start_;
+  int64_t high_water_ = 0;  // the most steps any attempt completed
+  int64_t last_snapshot_step_ = 0;
+  absl::Time last_snapshot_time_;
+  std::vector<PoolWorker> workers_;
   std::vector<std::unique_ptr<WorkerClient>> clients_;
-  std::optional<TrainSetup> setup_;  // set by Prepare
-  CancelToken cancel_;
+  int attempt_number_ = 0;
+  CancelToken cancel_;  // the job's: Abort
+  absl::Mutex attempt_mu_;
+  // The current attempt's: cancelled by the job's, or by LoseWorker. Worker calls use it.
+  std::shared_ptr<CancelToken> attempt_ ABSL_GUARDED_BY(attempt_mu_);
+  CancelToken::Callback cancel_attempt_;  // the job's cancel reaches the attempt
 };
 
 }  // namespace lockstep

@@ -15,7 +15,8 @@
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "host:port to serve on (port 0: pick one)");
 ABSL_FLAG(std::string, state_dir, "lockstep-state",
-          "where job records (jobs/) and checkpoints (checkpoints/) are kept");
+          "where job records (jobs/), snapshots (snapshots/) and checkpoints (checkpoints/) are "
+          "kept");
 ABSL_FLAG(int, heartbeat_timeout_s, 5, "a worker silent this long is dropped (its job fails)");
 ABSL_FLAG(int, step_timeout_s, 60, "a step not answered this long fails the job");
 ABSL_FLAG(int, prepare_timeout_s, 180, "dataset loading and collective bootstrap limit");
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
   opts.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
   opts.checkpoint_dir = absl::GetFlag(FLAGS_state_dir) + "/checkpoints";
   opts.records_dir = absl::GetFlag(FLAGS_state_dir) + "/jobs";
+  opts.snapshot_dir = absl::GetFlag(FLAGS_state_dir) + "/snapshots";
   std::error_code ec;
   std::filesystem::create_directories(opts.checkpoint_dir, ec);
   if (ec) {

@@ -26,6 +26,7 @@ struct CoordinatorOptions {
   int max_jobs_kept = 1000;    // finished jobs kept in memory
   std::string checkpoint_dir;  // where relative checkpoint_path values land
   std::string records_dir;     // job records (JobRecords); empty: kept in memory only
+  std::string snapshot_dir;    // jobs' snapshots (SnapshotStore); empty: held in memory
 };
 
 }  // namespace lockstep

@@ -1,9 +1,17 @@
 #include "services/coordinator/worker_pool.h"
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace lockstep {
+
+std::string WorkerPool::NewInstanceTag() {
+  return absl::StrFormat("%08x", absl::Uniform<uint32_t>(absl::BitGen()));
+}
+
+WorkerPool::WorkerPool(absl::Duration heartbeat_timeout, std::string instance)
+    : timeout_(heartbeat_timeout), instance_(std::move(instance)) {}
 
 std::string WorkerPool::Register(const std::string& address, const std::string& device,
                                  const std::string& name, uint32_t threads) {
@@ -17,8 +25,11 @@ std::string WorkerPool::Register(const std::string& address, const std::string& 
       ++it;
     }
   }
-  // Zero-padded so that map order is registration order.
-  const std::string id = absl::StrFormat("w%04d", next_id_++);
+  // Zero-padded so that map order is registration order; the suffix is this pool's, so that
+  // ids are not reused across coordinator lifetimes (a live worker from before a restart
+  // gets NOT_FOUND for its old id and registers again).
+  std::string id = absl::StrFormat("w%04d", next_id_++);
+  if (!instance_.empty()) absl::StrAppend(&id, "-", instance_);
   workers_[id] = PoolWorker{id, address, device, name, threads, "", absl::Now()};
   return id;
 }

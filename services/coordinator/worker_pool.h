@@ -31,7 +31,10 @@ struct LostWorker {
 
 class WorkerPool {
  public:
-  explicit WorkerPool(absl::Duration heartbeat_timeout) : timeout_(heartbeat_timeout) {}
+  // Ids are "w0000-<instance>", ...: a random instance tag per pool, so that ids are unique
+  // across coordinator lifetimes. An empty tag (tests) gives "w0000", ...
+  explicit WorkerPool(absl::Duration heartbeat_timeout, std::string instance = NewInstanceTag());
+  static std::string NewInstanceTag();
 
   // Adds a worker. A worker re-registering from the same address replaces its old entry
   // (it restarted); the old one is reported by TakeLost().
@@ -58,6 +61,7 @@ class WorkerPool {
 
  private:
   const absl::Duration timeout_;
+  const std::string instance_;  // a random tag in every id this pool gives
   absl::Mutex mu_;
   int next_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, PoolWorker> workers_ ABSL_GUARDED_BY(mu_);  // ordered by id

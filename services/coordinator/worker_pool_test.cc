@@ -38,7 +38,7 @@ std::vector<bool> Free(const std::vector<WorkerView>& views) {
 }
 
 TEST(WorkerPool, RegisterGivesIdsInRegistrationOrder) {
-  WorkerPool pool(kTimeout);
+  WorkerPool pool(kTimeout, "");
   EXPECT_EQ(pool.Register("10.0.0.1:7000", "cpu", "alpha", 4), "w0000");
   EXPECT_EQ(pool.Register("10.0.0.2:7000", "cuda:0", "beta", 8), "w0001");
   EXPECT_EQ(pool.Register("10.0.0.3:7000", "cpu", "gamma", 2), "w0002");
@@ -51,7 +51,7 @@ TEST(WorkerPool, RegisterGivesIdsInRegistrationOrder) {
 }
 
 TEST(WorkerPool, ListDescribesEveryWorker) {
-  WorkerPool pool(kTimeout);
+  WorkerPool pool(kTimeout, "");
   const absl::Time before = absl::Now();
   pool.Register("10.0.0.1:7000", "cpu", "alpha", 4);
   pool.Register("10.0.0.2:7000", "cuda:1", "beta", 8);
@@ -70,7 +70,7 @@ TEST(WorkerPool, ListDescribesEveryWorker) {
 }
 
 TEST(WorkerPool, ReRegisteringFromTheSameAddressReplacesTheOldEntryAndReportsItLost) {
-  WorkerPool pool(kTimeout);
+  WorkerPool pool(kTimeout, "");
   pool.Register("a:1", "cpu", "first", 1);
   pool.Register("a:2", "cpu", "other", 1);
   ASSERT_OK(pool.Assign("job-000001", {"w0000"}).status());
@@ -88,14 +88,14 @@ TEST(WorkerPool, ReRegisteringFromTheSameAddressReplacesTheOldEntryAndReportsItL
 }
 
 TEST(WorkerPool, HeartbeatOfAnUnknownWorkerIsNotFound) {
-  WorkerPool pool(kTimeout);
+  WorkerPool pool(kTimeout, "");
   const std::string id = pool.Register("a:1", "cpu", "alpha", 1);
   ASSERT_OK(pool.Heartbeat(id));
   EXPECT_THAT(pool.Heartbeat("w0042"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("w0042")));
 }
 
 TEST(WorkerPool, AWorkerWhoseHeartbeatsLapsedIsLostOnceAndMustRegisterAgain) {
-  WorkerPool pool(kTimeout);
+  WorkerPool pool(kTimeout, "");
   pool.Register("a:0", "cpu", "silent", 1);
   pool.Register("a:1", "cpu", "beating", 1);
   ASSERT_OK(pool.Assign("job-000007", {"w0000"}).status());
@@ -118,7 +118,7 @@ TEST(WorkerPool, AWorkerWhoseHeartbeatsLapsedIsLostOnceAndMustRegisterAgain) {
 }
 
 TEST(WorkerPool, AssignGivesTheWorkersToTheJob) {
-  WorkerPool pool(kTimeout);
+  WorkerPool pool(kTimeout, "");
   for (const char* a : {"a:0", "a:1", "a:2"}) pool.Register(a, "cpu", a, 1);
   ASSERT_OK_AND_ASSIGN(std::vector<PoolWorker> got, pool.Assign("job-1", {"w0002", "w0000"}));
   ASSERT_EQ(got.size(), 2u);  // in the order asked for: rank order
@@ -130,7 +130,7 @@ TEST(WorkerPool, AssignGivesTheWorkersToTheJob) {
 }
 
 TEST(WorkerPool, AssignOfABusyOrGoneWorkerIsFailedPreconditionAndTakesNone) {
-  WorkerPool pool(kTimeout);
+  WorkerPool pool(kTimeout, "");
   for (const char* a : {"a:0", "a:1", "a:2"}) pool.Register(a, "cpu", a, 1);
   ASSERT_OK(pool.Assign("job-1", {"w0001"}).status());
   EXPECT_THAT(pool.Assign("job-2", {"w0000", "w0001"}),
@@ -143,7 +143,7 @@ TEST(WorkerPool, AssignOfABusyOrGoneWorkerIsFailedPreconditionAndTakesNone) {
 }
 
 TEST(WorkerPool, ReleaseFreesOnlyThatJobsWorkers) {
-  WorkerPool pool(kTimeout);
+  WorkerPool pool(kTimeout, "");
   for (const char* a : {"a:0", "a:1", "a:2"}) pool.Register(a, "cpu", a, 1);
   ASSERT_OK(pool.Assign("job-1", {"w0000", "w0002"}).status());
   ASSERT_OK(pool.Assign("job-2", {"w0001"}).status());
@@ -156,7 +156,7 @@ TEST(WorkerPool, ReleaseFreesOnlyThatJobsWorkers) {
 }
 
 TEST(WorkerPool, DropRemovesTheWorkerUntilItRegistersAgain) {
-  WorkerPool pool(kTimeout);
+  WorkerPool pool(kTimeout, "");
   pool.Register("a:0", "cpu", "x", 1);
   pool.Register("a:1", "cpu", "y", 1);
   pool.Drop("w0000");
@@ -168,6 +168,17 @@ TEST(WorkerPool, DropRemovesTheWorkerUntilItRegistersAgain) {
   EXPECT_EQ(pool.Register("a:0", "cpu", "x", 1), "w0002");
   EXPECT_THAT(Ids(pool.Views()), ElementsAre("w0001", "w0002"));
   EXPECT_EQ(pool.List().size(), 2u);
+}
+
+TEST(WorkerPool, IdsOfAnotherPoolNeverMatch) {
+  // A restarted coordinator's pool: a worker from before the restart is not taken for
+  // the one that got its old number.
+  WorkerPool before(kTimeout), after(kTimeout);
+  const std::string old_id = before.Register("a:0", "cpu", "x", 1);
+  const std::string new_id = after.Register("a:1", "cpu", "y", 1);
+  EXPECT_THAT(old_id, ::testing::StartsWith("w0000-"));
+  EXPECT_NE(old_id, new_id);
+  EXPECT_THAT(after.Heartbeat(old_id), StatusIs(absl::StatusCode::kNotFound, HasSubstr(old_id)));
 }
 
 }  // namespace

@@ -35,12 +35,10 @@ absl::StatusOr<PrepareResult> JobSlot::Prepare(const JobAssignment& assignment,
   }
   Job* job;
   {
-    // The coordinator is the single writer of job state: if it hands this worker a new
-    // job, the old one is over (e.g. the coordinator restarted without releasing it).
+    // The coordinator is the single writer of job state: if it hands this worker a job,
+    // the one held is over, even the same job (its next attempt, after a recovery or a
+    // coordinator restart).
     absl::MutexLock lock(&mu_);
-    if (job_ && job_->id == assignment.job_id && !job_->cancel.cancelled()) {
-      return absl::AlreadyExistsError(absl::StrCat("job ", assignment.job_id, " is already here"));
-    }
     for (Job* old : {job_.get(), next_.get()}) {
       if (old == nullptr) continue;
       spdlog::warn("dropping job {} for job {}", old->id, assignment.job_id);

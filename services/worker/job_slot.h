@@ -1,6 +1,7 @@
 // JobSlot: a worker's one job, without gRPC. It prepares a Replica for the job the
-// coordinator hands it (dropping any other it held: the coordinator is the single writer
-// of job state), runs the job's commands on it by job id, and releases it.
+// coordinator hands it (dropping the one it held, even the same job's earlier attempt: the
+// coordinator is the single writer of job state), runs the job's commands on it by job id,
+// and releases it.
 //
 // Thread safety: thread-safe. Commands on the replica are serialized (run_mu_). Release
 // never waits behind one: it cancels the job's token, so that a Prepare in progress stops

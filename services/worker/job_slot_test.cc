@@ -161,10 +161,16 @@ TEST_F(JobSlotTest, ARefusedPrepareKeepsTheJobHeld) {
   bad.slot_count = 7;
   EXPECT_THAT(slot_.Prepare(Job("b", spec_), bad, source),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("7 optimizer slots")));
-  EXPECT_THAT(Prepare(Job("a", spec_)),
-              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("job a is already here")));
   ASSERT_OK_AND_ASSIGN(StepResult r, slot_.Step("a", Command(0, batch_)));
   EXPECT_EQ(r.step, 0);
+}
+
+TEST_F(JobSlotTest, PreparingTheJobHeldAgainStartsItOver) {
+  ASSERT_THAT(Prepare(Job("a", spec_)), IsOk());
+  ASSERT_THAT(slot_.Step("a", Command(0, batch_)), IsOk());
+  // The coordinator's next attempt of the same job (a recovery, a restart): from its state.
+  ASSERT_THAT(Prepare(Job("a", spec_)), IsOk());
+  EXPECT_THAT(slot_.Step("a", Command(0, batch_)), IsOk());  // at step 1 it would be ABORTED
 }
 
 TEST_F(JobSlotTest, ANewJobReplacesTheOneHeld) {

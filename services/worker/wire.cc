@@ -1,5 +1,8 @@
 #include "services/worker/wire.h"
 
+#include <algorithm>
+#include <limits>
+
 namespace lockstep {
 
 v1::PrepareHeader ToProto(const JobAssignment& job) {
@@ -53,6 +56,9 @@ v1::StepRequest ToProto(const std::string& job_id, const StepCommand& command) {
   r.set_key1(command.key.k1);
   r.mutable_indices()->Add(command.indices.begin(), command.indices.end());
   r.set_want_checksum(command.want_checksum);
+  r.set_collective_timeout_ms(
+      static_cast<uint32_t>(std::min<int64_t>(absl::ToInt64Milliseconds(command.collective_timeout),
+                                              std::numeric_limits<uint32_t>::max())));
   return r;
 }
 
@@ -62,6 +68,7 @@ StepCommand FromProto(const v1::StepRequest& r) {
   c.key = {r.key0(), r.key1()};
   c.indices = {r.indices().data(), static_cast<size_t>(r.indices_size())};
   c.want_checksum = r.want_checksum();
+  c.collective_timeout = absl::Milliseconds(r.collective_timeout_ms());
   return c;
 }
 

@@ -125,8 +125,9 @@ absl::StatusOr<v1::Job> LocalCluster::WatchUntil(
     if (hit) ctx.TryCancel();
     const absl::Status st = FromGrpcStatus(reader->Finish());
     if (hit || st.ok()) return Get(id);
-    // Watcher slots that a test's cancelled streams held come free a moment later.
-    if (absl::IsResourceExhausted(st) && absl::Now() < end) {
+    // Watcher slots that a test's cancelled streams held come free a moment later; a
+    // restarted coordinator is back a moment later (the history is streamed again).
+    if ((absl::IsResourceExhausted(st) || absl::IsUnavailable(st)) && absl::Now() < end) {
       absl::SleepFor(absl::Milliseconds(50));
       continue;
     }

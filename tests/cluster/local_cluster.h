@@ -36,6 +36,7 @@ class LocalCluster {
   absl::Status RestartCoordinator() { return processes_->RestartCoordinator(); }
   // SIGKILLs worker i (in start order).
   void KillWorker(int i) { processes_->KillWorker(i); }
+  void SignalWorker(int i, int signal) { processes_->SignalWorker(i, signal); }
 
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
   absl::StatusOr<v1::Job> Get(const std::string& id);

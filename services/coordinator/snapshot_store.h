@@ -1,0 +1,56 @@
+// SnapshotStore: a job's snapshots on the coordinator's disk — its TrainState at a step,
+// with everything needed to continue from there: the step, the RNG chain's keys, the spec
+// and the params' checksum. Safetensors files with Flax names (the checkpoint format),
+// written durably (core/io/durable_file.h) as <dir>/step-<12 digits>.safetensors; the
+// newest `keep` are kept. A kill -9 at any moment leaves every snapshot whole.
+//
+// Thread safety: none; the job's runner owns its store.
+#ifndef LOCKSTEP_SERVICES_COORDINATOR_SNAPSHOT_STORE_H_
+#define LOCKSTEP_SERVICES_COORDINATOR_SNAPSHOT_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/model.h"
+#include "core/optimizer.h"
+#include "core/train_state.h"
+
+namespace lockstep {
+
+struct Snapshot {
+  TrainState state;  // state.step: the steps done
+  std::map<std::string, std::string> metadata;
+};
+
+class SnapshotStore {
+ public:
+  // An empty dir keeps nothing.
+  SnapshotStore(std::string dir, int keep) : dir_(std::move(dir)), keep_(std::max(1, keep)) {}
+
+  bool enabled() const { return !dir_.empty(); }
+  // Writes the snapshot of `state` (with `metadata`), then drops all but the newest `keep`.
+  // DATA_LOSS or PERMISSION_DENIED naming the file when the disk refuses.
+  absl::Status Write(const Model& model, const Optimizer& optimizer, const TrainState& state,
+                     const std::map<std::string, std::string>& metadata);
+  // The steps of the snapshots on disk, oldest first.
+  std::vector<int64_t> Steps() const;
+  // The newest snapshot, or nullopt when there is none; DATA_LOSS naming an unreadable file.
+  absl::StatusOr<std::optional<Snapshot>> Latest(const Model& model,
+                                                 const Optimizer& optimizer) const;
+  // Drops every snapshot (the job ended).
+  void Clear();
+
+ private:
+  std::string PathOf(int64_t step) const;
+
+  const std::string dir_;
+  const int keep_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVICES_COORDINATOR_SNAPSHOT_STORE_H_
