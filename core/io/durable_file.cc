@@ -1,6 +1,8 @@
 #include "core/io/durable_file.h"
 
 #include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +14,11 @@
 
 namespace lockstep {
 namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kTmpSuffix[] = ".tmp";
+constexpr int kRandomChars = 6;  // mkostemps' XXXXXX
 
 absl::Status Errno(absl::StatusCode code, const std::string& path, const char* what) {
   return absl::Status(code, absl::StrCat(path, ": ", what, ": ", std::strerror(errno)));
@@ -28,29 +35,40 @@ bool WriteAll(int fd, std::string_view bytes) {
   return true;
 }
 
+// Fills `fd` (the temporary file `tmp`) with `parts` and makes them durable; closes `fd`.
+absl::Status FillAndClose(int fd, const std::string& tmp,
+                          const std::vector<std::string_view>& parts) {
+  absl::Status st;
+  // mkostemps creates 0600; the file replaces one readable like any other.
+  if (fchmod(fd, 0644) != 0) st = Errno(absl::StatusCode::kDataLoss, tmp, "chmod failed");
+  for (std::string_view part : parts) {
+    if (st.ok() && !WriteAll(fd, part))
+      st = Errno(absl::StatusCode::kDataLoss, tmp, "write failed");
+  }
+  if (st.ok() && fsync(fd) != 0) st = Errno(absl::StatusCode::kDataLoss, tmp, "fsync failed");
+  if (close(fd) != 0 && st.ok()) st = Errno(absl::StatusCode::kDataLoss, tmp, "close failed");
+  return st;
+}
+
 }  // namespace
 
 absl::Status WriteFileDurably(const std::string& path, const std::vector<std::string_view>& parts) {
-  const std::string tmp = path + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno(absl::StatusCode::kPermissionDenied, tmp, "cannot create");
-  bool ok = true;
-  for (std::string_view part : parts) ok = ok && WriteAll(fd, part);
-  if (!ok) {
-    absl::Status st = Errno(absl::StatusCode::kDataLoss, tmp, "write failed");
-    close(fd);
+  // The temporary file sits in the target's folder: rename is atomic only within a file system.
+  std::string tmp = absl::StrCat(path, ".", std::string(kRandomChars, 'X'), kTmpSuffix);
+  const int fd = mkostemps(tmp.data(), sizeof(kTmpSuffix) - 1, O_CLOEXEC);
+  if (fd < 0) {
+    return Errno(absl::StatusCode::kPermissionDenied, path, "cannot create a temporary file");
+  }
+  if (absl::Status st = FillAndClose(fd, tmp, parts); !st.ok()) {
+    unlink(tmp.c_str());
     return st;
   }
-  if (fsync(fd) != 0) {
-    absl::Status st = Errno(absl::StatusCode::kDataLoss, tmp, "fsync failed");
-    close(fd);
-    return st;
-  }
-  close(fd);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Errno(absl::StatusCode::kDataLoss, path, "cannot rename into place");
+    absl::Status st = Errno(absl::StatusCode::kDataLoss, path, "cannot rename into place");
+    unlink(tmp.c_str());
+    return st;
   }
-  std::string dir = std::filesystem::path(path).parent_path().string();
+  std::string dir = fs::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
   const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) return Errno(absl::StatusCode::kDataLoss, dir, "cannot open");
@@ -58,6 +76,24 @@ absl::Status WriteFileDurably(const std::string& path, const std::vector<std::st
   close(dfd);
   if (rc != 0) return Errno(absl::StatusCode::kDataLoss, dir, "fsync failed");
   return absl::OkStatus();
+}
+
+bool IsTemporaryFileName(std::string_view filename) {
+  // Ours are "<name>.XXXXXX.tmp"; before them, writes used "<name>.tmp", which a kill may
+  // have left too.
+  return filename.size() > sizeof(kTmpSuffix) - 1 && filename.ends_with(kTmpSuffix);
+}
+
+int RemoveTemporaryFiles(const std::string& dir) {
+  int removed = 0;
+  std::error_code ec;
+  // Best effort, never throwing: a file that cannot be removed stays ignored by readers.
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!IsTemporaryFileName(it->path().filename().string())) continue;
+    std::error_code rm;
+    if (it->is_regular_file(rm) && fs::remove(it->path(), rm)) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace lockstep

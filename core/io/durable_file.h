@@ -1,7 +1,12 @@
 // Files that survive a crash at any moment whole: the new contents go to a temporary file
 // beside the target, which is fsync'ed and renamed over it, and the folder is fsync'ed. A
-// kill -9 or power loss leaves the old file or the new one, never a torn one (a leftover
-// "<path>.tmp" may remain; readers ignore it).
+// kill -9 or power loss leaves the old file or the new one, never a torn one.
+//
+// Each write has a temporary file of its own, "<path>.<6 random characters>.tmp" (created
+// exclusively), so that two writers of one path never write into the same temporary file
+// and rename the other's half-written bytes into place. A kill leaves its temporary file
+// behind: readers skip names ending in ".tmp", and the folder's owner removes them with
+// RemoveTemporaryFiles where no write into the folder can be in flight.
 #ifndef LOCKSTEP_CORE_IO_DURABLE_FILE_H_
 #define LOCKSTEP_CORE_IO_DURABLE_FILE_H_
 
@@ -14,8 +19,18 @@
 namespace lockstep {
 
 // Writes the concatenation of `parts` to `path`. DATA_LOSS naming the file and the system
-// error when the disk refuses; PERMISSION_DENIED when the folder cannot be written.
+// error when the disk refuses; PERMISSION_DENIED when the folder cannot be written. A failed
+// write leaves the old file as it was and no temporary file.
 absl::Status WriteFileDurably(const std::string& path, const std::vector<std::string_view>& parts);
+
+// Whether `filename` (no folder) is a temporary file of WriteFileDurably: any "<name>.tmp",
+// so that folders written with WriteFileDurably hold no other such names.
+bool IsTemporaryFileName(std::string_view filename);
+
+// Removes the temporary files a killed WriteFileDurably left in `dir` (not below it), and
+// returns how many. Call it only where no WriteFileDurably into `dir` can be running: it
+// would remove that write's temporary file and fail its rename.
+int RemoveTemporaryFiles(const std::string& dir);
 
 }  // namespace lockstep
 

@@ -1,12 +1,16 @@
 #include "services/coordinator/snapshot_store.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/checkpoint.h"
+#include "core/io/durable_file.h"
 #include "core/status_macros.h"
 
 namespace lockstep {
@@ -16,6 +20,24 @@ namespace fs = std::filesystem;
 
 constexpr char kPrefix[] = "step-";
 constexpr char kSuffix[] = ".safetensors";
+
+// The snapshot of `step` at `path`, whole: DATA_LOSS or INVALID_ARGUMENT naming the file.
+absl::StatusOr<Snapshot> ReadSnapshot(const std::string& path, int64_t step, const Model& model,
+                                      const Optimizer& optimizer) {
+  Snapshot s;
+  ASSIGN_OR_RETURN(s.state, ReadCheckpoint(path, model, optimizer, &s.metadata));
+  if (s.state.step != step) {
+    return absl::DataLossError(absl::StrCat(path, ": holds step ", s.state.step));
+  }
+  // The checksum covers the params' bytes, which the file's header does not.
+  auto sum = s.metadata.find("param_checksum");
+  if (sum != s.metadata.end() &&
+      sum->second != absl::StrFormat("%016x", ParamChecksum(s.state.params))) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": the params do not match their checksum ", sum->second));
+  }
+  return s;
+}
 
 }  // namespace
 
@@ -30,6 +52,9 @@ absl::Status SnapshotStore::Write(const Model& model, const Optimizer& optimizer
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat(dir_, ": ", ec.message()));
+  // What earlier writes killed mid-way left (a snapshot's worth of bytes each). The store is
+  // its folder's only writer and writes one snapshot at a time, so none is in flight.
+  RemoveTemporaryFiles(dir_);
   RETURN_IF_ERROR(WriteCheckpoint(PathOf(state.step), model, optimizer, state, metadata));
   std::vector<int64_t> steps = Steps();
   for (size_t i = 0; i + keep_ < steps.size(); ++i) fs::remove(PathOf(steps[i]), ec);
@@ -42,7 +67,12 @@ std::vector<int64_t> SnapshotStore::Steps() const {
   if (!enabled()) return steps;
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind(kPrefix, 0) != 0 || e.path().extension() != kSuffix) continue;
+    // Exactly PathOf's names: a temporary file of a write ("...safetensors.XXXXXX.tmp") or
+    // anything else in the folder is not a snapshot.
+    if (name.size() != sizeof(kPrefix) - 1 + 12 + sizeof(kSuffix) - 1 ||
+        name.rfind(kPrefix, 0) != 0 || e.path().extension() != kSuffix) {
+      continue;
+    }
     int64_t step;
     const std::string digits = name.substr(sizeof(kPrefix) - 1, 12);
     if (absl::SimpleAtoi(digits, &step)) steps.push_back(step);
@@ -55,12 +85,22 @@ absl::StatusOr<std::optional<Snapshot>> SnapshotStore::Latest(const Model& model
                                                               const Optimizer& optimizer) const {
   const std::vector<int64_t> steps = Steps();
   if (steps.empty()) return std::optional<Snapshot>();
-  Snapshot s;
-  absl::StatusOr<TrainState> state =
-      ReadCheckpoint(PathOf(steps.back()), model, optimizer, &s.metadata);
-  if (!state.ok()) return absl::DataLossError(state.status().message());
-  s.state = std::move(state).value();
-  return s;
+  // A file a disk fault or a hand damaged must not end a job that an older snapshot can
+  // resume: its steps are replayed from there, to the same params.
+  std::vector<std::string> errors;
+  for (auto step = steps.rbegin(); step != steps.rend(); ++step) {
+    absl::StatusOr<Snapshot> s = ReadSnapshot(PathOf(*step), *step, model, optimizer);
+    if (s.ok()) {
+      if (!errors.empty()) {
+        spdlog::warn("{}: resuming from step {}, the newest readable snapshot; skipped: {}", dir_,
+                     *step, absl::StrJoin(errors, "; "));
+      }
+      return std::optional<Snapshot>(std::move(s).value());
+    }
+    errors.push_back(std::string(s.status().message()));
+  }
+  return absl::DataLossError(
+      absl::StrCat("no readable snapshot in ", dir_, ": ", absl::StrJoin(errors, "; ")));
 }
 
 void SnapshotStore::Clear() {
