@@ -2,12 +2,14 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -59,6 +61,8 @@ absl::Status WriteFileDurably(const std::string& path, const std::vector<std::st
   if (fd < 0) {
     return Errno(absl::StatusCode::kPermissionDenied, path, "cannot create a temporary file");
   }
+  // Held until the process ends or the file is renamed: RemoveTemporaryFiles leaves it be.
+  flock(fd, LOCK_EX);
   if (absl::Status st = FillAndClose(fd, tmp, parts); !st.ok()) {
     unlink(tmp.c_str());
     return st;
@@ -89,9 +93,17 @@ int RemoveTemporaryFiles(const std::string& dir) {
   std::error_code ec;
   // Best effort, never throwing: a file that cannot be removed stays ignored by readers.
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string path = it->path().string();
     if (!IsTemporaryFileName(it->path().filename().string())) continue;
-    std::error_code rm;
-    if (it->is_regular_file(rm) && fs::remove(it->path(), rm)) ++removed;
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) continue;
+    struct stat st;
+    // A write in flight holds its lock; one that has just created its file and not yet
+    // locked it has written nothing.
+    const bool orphan = flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &st) == 0 &&
+                        S_ISREG(st.st_mode) && (st.st_size > 0 || time(nullptr) - st.st_mtime > 60);
+    if (orphan && unlink(path.c_str()) == 0) ++removed;
+    close(fd);  // and the lock
   }
   return removed;
 }

@@ -6,7 +6,7 @@
 // exclusively), so that two writers of one path never write into the same temporary file
 // and rename the other's half-written bytes into place. A kill leaves its temporary file
 // behind: readers skip names ending in ".tmp", and the folder's owner removes them with
-// RemoveTemporaryFiles where no write into the folder can be in flight.
+// RemoveTemporaryFiles.
 #ifndef LOCKSTEP_CORE_IO_DURABLE_FILE_H_
 #define LOCKSTEP_CORE_IO_DURABLE_FILE_H_
 
@@ -27,9 +27,9 @@ absl::Status WriteFileDurably(const std::string& path, const std::vector<std::st
 // so that folders written with WriteFileDurably hold no other such names.
 bool IsTemporaryFileName(std::string_view filename);
 
-// Removes the temporary files a killed WriteFileDurably left in `dir` (not below it), and
-// returns how many. Call it only where no WriteFileDurably into `dir` can be running: it
-// would remove that write's temporary file and fail its rename.
+// Removes the temporary files that killed WriteFileDurably calls left in `dir` (not below
+// it), and returns how many. Safe at any moment, from any process: a write in flight holds
+// a lock on its file (flock, released when its process dies), and its file is left be.
 int RemoveTemporaryFiles(const std::string& dir);
 
 }  // namespace lockstep

@@ -20,6 +20,7 @@ namespace fs = std::filesystem;
 absl::StatusOr<std::vector<v1::Job>> JobRecords::Load() const {
   std::vector<v1::Job> jobs;
   if (dir_.empty() || !fs::exists(dir_)) return jobs;
+  RemoveTemporaryFiles(dir_);  // what kills left; writes in flight are left be
   for (const auto& entry : fs::directory_iterator(dir_)) {
     if (entry.path().extension() != ".json") continue;  // a .tmp left by a kill is ignored
     std::ifstream in(entry.path());

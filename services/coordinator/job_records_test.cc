@@ -6,9 +6,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/io/kill_testing.h"
 #include "core/testing.h"
 
 namespace lockstep::testing {
@@ -118,12 +120,56 @@ TEST_F(JobRecordsTest, EraseRemovesTheRecord) {
   EXPECT_THAT(Ids(loaded), ElementsAre("job-000002"));
 }
 
-TEST_F(JobRecordsTest, ATemporaryFileLeftByAKillIsIgnored) {
+TEST_F(JobRecordsTest, ATemporaryFileLeftByAKillIsIgnoredAndRemoved) {
   JobRecords records(dir_);
   ASSERT_OK(records.Save(MakeJob("job-000001", v1::SUCCEEDED), 1));
-  WriteFile("job-000002.json.tmp", "{\"id\": \"job-0000");  // torn
+  WriteFile("job-000002.json.tmp", "{\"id\": \"job-0000");         // torn, as writes named them
+  WriteFile("job-000003.json.x1Y2z3.tmp", "{\"id\": \"job-0000");  // torn, as they do now
   ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> loaded, records.Load());
   EXPECT_THAT(Ids(loaded), ElementsAre("job-000001"));
+  EXPECT_THAT(Files(), ElementsAre("job-000001.json"));
+}
+
+// A coordinator killed with SIGKILL while it rewrites a record, at random moments: each time,
+// the records load, and the record is one of the two versions it was writing, whole. The
+// record carries a long failure reason (256 KiB) so that kills land inside its writes.
+TEST_F(JobRecordsTest, AKillDuringRewritesLeavesAWholeRecord) {
+  v1::Job versions[2] = {MakeJob("job-000001", v1::RUNNING), MakeJob("job-000001", v1::FAILED)};
+  versions[0].set_step(41);
+  versions[1].set_failure_reason(std::string(256 << 10, 'r'));
+  versions[1].set_failure_code("UNAVAILABLE");
+  JobRecords records(dir_);  // each child writes through its own copy
+  auto write = [&](int trial, int64_t n) {
+    return records.Save(versions[(trial + n) % 2], n + 1).ok() &&
+           records.SaveNextId(1000 * trial + n + 2).ok();
+  };
+  int seen[2] = {0, 0};
+  auto check = [&](int trial) {
+    ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> loaded, JobRecords(dir_).Load());
+    ASSERT_EQ(loaded.size(), 1u) << "trial " << trial;
+    const bool second = google::protobuf::util::MessageDifferencer::Equals(loaded[0], versions[1]);
+    ASSERT_TRUE(second ||
+                google::protobuf::util::MessageDifferencer::Equals(loaded[0], versions[0]))
+        << "trial " << trial << ": " << loaded[0].ShortDebugString().substr(0, 200);
+    ++seen[second];
+    ASSERT_OK_AND_ASSIGN(int64_t next, JobRecords(dir_).LoadNextId());
+    EXPECT_GE(next, 2) << "trial " << trial;
+    for (const std::string& name : Files()) {
+      // Load removed what the kill left, but for a temporary file it left empty.
+      if (name != "job-000001.json" && name != "next_id") {
+        EXPECT_EQ(fs::file_size(dir_ + "/" + name), 0u) << "trial " << trial << ": " << name;
+      }
+    }
+  };
+  const KillTrials trials{.trials = 40, .seed = 7001, .min_delay_ms = 2, .max_delay_ms = 40};
+  int64_t writes = 0;
+  KillDuringWrites(trials, write, check, &writes);
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_GT(seen[0], 0);
+  EXPECT_GT(seen[1], 0);
+  EXPECT_GT(writes, trials.trials);
+  std::cout << trials.trials << " kills, " << writes << " complete record writes; versions "
+            << seen[0] << "/" << seen[1] << "\n";
 }
 
 TEST_F(JobRecordsTest, AnUnparsableRecordIsDataLossNamingTheFile) {
