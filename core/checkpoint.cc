@@ -13,6 +13,40 @@ std::string FlaxName(const std::string& prefix, const ParamEntry& e) {
   return absl::StrCat(prefix, ".", absl::StrReplaceAll(e.name, {{"/", "."}}));
 }
 
+constexpr char kFormat[] = "lockstep.train_state.v1";
+
+// The tensors under `prefix` ("params", "opt_state.mu"; "" for bare names) into `dst`.
+absl::Status Load(const SafeTensors& st, const std::string& path, const Model& model,
+                  const std::string& prefix, std::vector<float>& dst) {
+  dst.resize(model.layout().total());
+  for (const ParamEntry& e : model.layout().entries()) {
+    std::string name = FlaxName(prefix, e);
+    if (prefix.empty()) name = name.substr(1);
+    ASSIGN_OR_RETURN(std::vector<float> v, st.F32(name));  // NOT_FOUND naming file and tensor
+    if (v.size() != e.size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": ", name, " has ", v.size(), " values, expected ", e.size));
+    }
+    std::copy(v.begin(), v.end(), dst.begin() + e.offset);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainState> FromTensors(const SafeTensors& st, const std::string& path,
+                                       const Model& model, const Optimizer& optimizer) {
+  TrainState state;
+  RETURN_IF_ERROR(Load(st, path, model, "params", state.params));
+  state.slots.resize(optimizer.slots().size());
+  for (size_t s = 0; s < optimizer.slots().size(); ++s) {
+    RETURN_IF_ERROR(Load(st, path, model, "opt_state." + optimizer.slots()[s], state.slots[s]));
+  }
+  auto it = st.metadata().find("step");
+  if (it != st.metadata().end() && !absl::SimpleAtoi(it->second, &state.step)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": step \"", it->second, "\""));
+  }
+  return state;
+}
+
 }  // namespace
 
 absl::Status WriteCheckpoint(const std::string& path, const Model& model,
@@ -30,7 +64,7 @@ absl::Status WriteCheckpoint(const std::string& path, const Model& model,
   }
   st.metadata() = extra;
   st.metadata()["step"] = std::to_string(state.step);
-  st.metadata()["format"] = "lockstep.train_state.v1";
+  st.metadata()["format"] = kFormat;
   return st.Write(path);
 }
 
@@ -38,31 +72,30 @@ absl::StatusOr<TrainState> ReadCheckpoint(const std::string& path, const Model& 
                                           const Optimizer& optimizer,
                                           std::map<std::string, std::string>* metadata) {
   ASSIGN_OR_RETURN(SafeTensors st, SafeTensors::Read(path));
-  TrainState state;
-  const size_t n = model.layout().total();
-  state.params.resize(n);
-  state.slots.assign(optimizer.slots().size(), std::vector<float>(n));
-  auto load = [&](const std::string& prefix, std::vector<float>& dst) -> absl::Status {
-    for (const ParamEntry& e : model.layout().entries()) {
-      ASSIGN_OR_RETURN(std::vector<float> v, st.F32(FlaxName(prefix, e)));
-      if (v.size() != e.size) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": ", FlaxName(prefix, e), " has ",
-                                                       v.size(), " values, expected ", e.size));
-      }
-      std::copy(v.begin(), v.end(), dst.begin() + e.offset);
-    }
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(load("params", state.params));
-  for (size_t s = 0; s < optimizer.slots().size(); ++s) {
-    RETURN_IF_ERROR(load("opt_state." + optimizer.slots()[s], state.slots[s]));
-  }
-  auto it = st.metadata().find("step");
-  if (it != st.metadata().end() && !absl::SimpleAtoi(it->second, &state.step)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": step \"", it->second, "\""));
-  }
+  ASSIGN_OR_RETURN(TrainState state, FromTensors(st, path, model, optimizer));
   if (metadata != nullptr) *metadata = st.metadata();
   return state;
+}
+
+absl::StatusOr<StartingPoint> ReadStartingPoint(const std::string& path, const Model& model,
+                                                const Optimizer& optimizer) {
+  ASSIGN_OR_RETURN(SafeTensors st, SafeTensors::Read(path));
+  StartingPoint start;
+  start.metadata = st.metadata();
+  auto format = start.metadata.find("format");
+  if (format != start.metadata.end() && format->second == kFormat) {
+    ASSIGN_OR_RETURN(start.state, FromTensors(st, path, model, optimizer));
+    return start;
+  }
+  // Params only: under "params." or bare.
+  std::vector<float> params;
+  const bool prefixed =
+      !model.layout().entries().empty() &&
+      st.tensors().count(FlaxName("params", model.layout().entries().front())) > 0;
+  RETURN_IF_ERROR(Load(st, path, model, prefixed ? "params" : "", params));
+  start.state = TrainState::Create(std::move(params), optimizer);
+  start.params_only = true;
+  return start;
 }
 
 }  // namespace lockstep

@@ -25,6 +25,18 @@ absl::StatusOr<TrainState> ReadCheckpoint(const std::string& path, const Model& 
                                           const Optimizer& optimizer,
                                           std::map<std::string, std::string>* metadata = nullptr);
 
+// What a job can start from (`resume_from`): a Lockstep train state (its metadata's format
+// is "lockstep.train_state.v1") to continue where it stopped, or a file of params only
+// (Flax names, with or without the "params." prefix, as flatten_dict(params, sep=".")
+// writes them) to fine-tune from, at step 0 with a fresh optimizer state.
+struct StartingPoint {
+  TrainState state;
+  bool params_only = false;
+  std::map<std::string, std::string> metadata;
+};
+absl::StatusOr<StartingPoint> ReadStartingPoint(const std::string& path, const Model& model,
+                                                const Optimizer& optimizer);
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_CORE_CHECKPOINT_H_

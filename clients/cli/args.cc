@@ -18,7 +18,7 @@ bool Args::Flag(const std::string& name) {
 }
 
 std::string Args::Value(const std::string& name, const std::string& fallback) {
-  const std::string opt = "--" + name;
+  const std::string opt = name.size() == 1 ? "-" + name : "--" + name;  // -o, --output
   for (size_t i = 0; i < args_.size(); ++i) {
     if (used_[i]) continue;
     if (args_[i] == opt && i + 1 < args_.size()) {

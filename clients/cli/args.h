@@ -11,7 +11,8 @@
 
 namespace lockstep::cli {
 
-// Arguments after the subcommand: `--name value`, `--name=value`, `--flag`, positionals.
+// Arguments after the subcommand: `--name value`, `--name=value`, `--flag`, positionals;
+// a one-letter name is `-n value`.
 class Args {
  public:
   Args(int argc, char** argv, int start);

@@ -19,6 +19,7 @@ int StatusCommand(Args& args);
 int WatchCommand(Args& args);
 int CancelCommand(Args& args);
 int WorkersCommand(Args& args);
+int CheckpointCommand(Args& args);
 int HealthCommand(Args& args);
 int ClusterCommand(const std::string& sub, Args& args);
 

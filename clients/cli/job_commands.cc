@@ -1,4 +1,10 @@
-// submit, list, status, watch, cancel, workers: the JobService from the command line.
+// submit, list, status, watch, cancel, workers, checkpoint: the JobService from the
+// command line.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "clients/cli/client.h"
 #include "clients/cli/commands.h"
@@ -129,6 +135,54 @@ int WorkersCommand(Args& args) {
                  w.threads(), w.job_id().empty() ? "free" : "running " + w.job_id());
   }
   if (resp.workers().empty()) absl::PrintF("no workers registered\n");
+  return 0;
+}
+
+int CheckpointCommand(Args& args) {
+  const std::string address = CoordinatorAddress(args);
+  const std::string out = args.Value("o", args.Value("output", ""));
+  const std::string step = args.Value("step", "");
+  auto pos = args.Positional();
+  if (!args.Done() || pos.size() != 1 || out.empty()) {
+    return Usage("checkpoint JOB [--step S] -o FILE");
+  }
+  v1::GetCheckpointRequest req;
+  req.set_id(pos[0]);
+  if (!step.empty()) {
+    auto s = ParseInt("step", step);
+    if (!s.ok()) return Fail(s.status());
+    req.set_step(*s);
+  }
+  auto stub = Connect(address);
+  auto ctx = Deadline(3600);
+  auto reader = stub->GetCheckpoint(ctx.get(), req);
+  // Into FILE.part, renamed once whole: an interrupted download leaves no torn FILE.
+  const std::string part = out + ".part";
+  std::ofstream file(part, std::ios::binary | std::ios::trunc);
+  if (!file) return Fail(absl::PermissionDeniedError(absl::StrCat(out, ": cannot write here")));
+  v1::CheckpointChunk chunk;
+  int64_t at_step = -1;
+  uint64_t total = 0, got = 0;
+  while (reader->Read(&chunk)) {
+    if (at_step < 0) {
+      at_step = chunk.step();
+      total = chunk.total_bytes();
+    }
+    file.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+    got += chunk.data().size();
+  }
+  file.close();
+  grpc::Status st = reader->Finish();
+  std::error_code ec;
+  if (!st.ok() || !file || got != total || at_step < 0) {
+    std::filesystem::remove(part, ec);
+    if (!st.ok()) return Fail(FromGrpcStatus(st));
+    return Fail(absl::DataLossError(
+        absl::StrCat(out, ": ", got, " of ", total, " bytes arrived or could be written")));
+  }
+  std::filesystem::rename(part, out, ec);
+  if (ec) return Fail(absl::PermissionDeniedError(absl::StrCat(out, ": ", ec.message())));
+  absl::PrintF("wrote %s: job %s at step %d, %d bytes\n", out, pos[0], at_step, got);
   return 0;
 }
 

@@ -24,6 +24,9 @@ void Usage(FILE* out) {
                 "  watch JOB [--json]\n"
                 "  cancel JOB [--json]\n"
                 "  workers [--json]\n"
+                "  checkpoint JOB [--step S] -o FILE\n"
+                "      download a job's state (safetensors, Flax names): its final checkpoint,\n"
+                "      else its newest snapshot, or the kept snapshot of step S\n"
                 "  health [HOST:PORT]     exit 0 if the server's gRPC health service is SERVING\n\n"
                 "Job commands talk to --coordinator HOST:PORT, else $LOCKSTEP_COORDINATOR, else\n"
                 "the local cluster started by `lockstep cluster up`.\n");
@@ -51,6 +54,7 @@ int main(int argc, char** argv) {
   if (cmd == "watch") return WatchCommand(args);
   if (cmd == "cancel") return CancelCommand(args);
   if (cmd == "workers") return WorkersCommand(args);
+  if (cmd == "checkpoint") return CheckpointCommand(args);
   if (cmd == "health") return HealthCommand(args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") {
     Usage(stdout);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/spec/spec.h"
 #include "core/status_macros.h"
 #include "services/common/job_state.h"
@@ -418,6 +419,27 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Record * rec, FindLocked(id));
   return rec->job;
+}
+
+absl::StatusOr<JobManager::StateFile> JobManager::CheckpointFile(const std::string& id,
+                                                                 std::optional<int64_t> step) {
+  ASSIGN_OR_RETURN(const v1::Job job, Get(id));
+  std::vector<StateFile> files;  // oldest first
+  if (!options_.snapshot_dir.empty()) {
+    const SnapshotStore store(options_.snapshot_dir + "/" + id, 1);
+    for (int64_t s : store.Steps()) files.push_back({store.PathOf(s), s});
+  }
+  if (!job.checkpoint_path().empty()) files.push_back({job.checkpoint_path(), job.step()});
+  for (auto it = files.rbegin(); it != files.rend(); ++it) {
+    if (!step.has_value() || it->step == *step) return *it;
+  }
+  std::vector<int64_t> steps;
+  for (const StateFile& f : files) steps.push_back(f.step);
+  return absl::NotFoundError(absl::StrCat(
+      "job ", id,
+      steps.empty() ? " has no snapshot or checkpoint yet"
+                    : absl::StrCat(" has its state at steps ", absl::StrJoin(steps, ", "),
+                                   step.has_value() ? absl::StrCat(", not ", *step) : "")));
 }
 
 v1::ListJobsResponse JobManager::List(const v1::ListJobsRequest& req) {

@@ -18,6 +18,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,6 +57,15 @@ class JobManager {
   // FAILED_PRECONDITION if the job already ended. A queued job is CANCELLED at once; a
   // running one within about a second (its runner stops; its workers are released).
   absl::StatusOr<v1::Job> Cancel(const std::string& id);
+
+  // A file holding the job's state at a step: a kept snapshot (`step`), or by default the
+  // final checkpoint if there is one, else the newest snapshot. NOT_FOUND naming the steps
+  // there are.
+  struct StateFile {
+    std::string path;
+    int64_t step = 0;
+  };
+  absl::StatusOr<StateFile> CheckpointFile(const std::string& id, std::optional<int64_t> step);
 
   // A watcher of one job: its event log, and where the history it replays ends. Counts
   // against the watcher limits while it lives.

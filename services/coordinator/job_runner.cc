@@ -9,11 +9,14 @@
 #include <filesystem>
 #include <thread>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/checkpoint.h"
 #include "core/status_macros.h"
+#include "google/protobuf/util/message_differencer.h"
 
 namespace lockstep {
 namespace {
@@ -54,6 +57,36 @@ class StepDeadline {
   std::deque<absl::Duration> recent_;
   int seen_ = 0;
 };
+
+// Whether a job with spec `ours` continues the trajectory of a state saved by `theirs`.
+absl::Status SameTrajectory(const v1::JobSpec& theirs, const v1::JobSpec& ours,
+                            const std::string& path) {
+  using google::protobuf::util::MessageDifferencer;
+  auto differ = [&](const std::string& field, const std::string& a, const std::string& b) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resume_from: ", path, " was saved by a job with ", field, " ", a, "; this job has ", b,
+        " (to start from its params with other settings, use a params-only file)"));
+  };
+  if (!MessageDifferencer::Equals(theirs.model(), ours.model())) {
+    return differ("model", theirs.model().ShortDebugString(), ours.model().ShortDebugString());
+  }
+  if (!MessageDifferencer::Equals(theirs.optimizer(), ours.optimizer())) {
+    return differ("optimizer", theirs.optimizer().ShortDebugString(),
+                  ours.optimizer().ShortDebugString());
+  }
+  if (theirs.global_batch_size() != ours.global_batch_size()) {
+    return differ("global_batch_size", absl::StrCat(theirs.global_batch_size()),
+                  absl::StrCat(ours.global_batch_size()));
+  }
+  if (theirs.seed() != ours.seed() || theirs.dropout_seed() != ours.dropout_seed()) {
+    return differ("seed/dropout_seed", absl::StrCat(theirs.seed(), "/", theirs.dropout_seed()),
+                  absl::StrCat(ours.seed(), "/", ours.dropout_seed()));
+  }
+  if (theirs.rng_impl() != ours.rng_impl()) {
+    return differ("rng_impl", theirs.rng_impl(), ours.rng_impl());
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -188,21 +221,69 @@ absl::Status JobRunner::Recover(const absl::Status& failure, JobOutcome* outcome
 absl::Status JobRunner::Begin() {
   ASSIGN_OR_RETURN(setup_, SetupFromSpec(spec_));
   last_snapshot_time_ = absl::Now();
-  if (!resume_ || !snapshots_.enabled()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::optional<Snapshot> latest,
-                   snapshots_.Latest(setup_->model, setup_->optimizer));
-  if (!latest.has_value()) return absl::OkStatus();  // none yet: from step 0
-  start_.step = latest->state.step;
-  start_.data_key = latest->metadata["data_key"];
-  start_.main_key = latest->metadata["main_key"];
-  last_snapshot_step_ = high_water_ = start_.step;
+  if (resume_ && snapshots_.enabled()) {
+    ASSIGN_OR_RETURN(std::optional<Snapshot> latest,
+                     snapshots_.Latest(setup_->model, setup_->optimizer));
+    if (latest.has_value()) {
+      start_.step = latest->state.step;
+      start_.data_key = latest->metadata["data_key"];
+      start_.main_key = latest->metadata["main_key"];
+      last_snapshot_step_ = high_water_ = start_.step;
+      return absl::OkStatus();
+    }
+  }
+  if (!spec_.resume_from().empty()) return ResumeFrom();
+  return absl::OkStatus();  // from step 0
+}
+
+std::string JobRunner::ResolveStartFile() const {
+  const std::string& from = spec_.resume_from();
+  // Another job of this coordinator: its newest snapshot, else its final checkpoint.
+  const bool job_id = absl::StartsWith(from, "job-") && from.size() > 4 &&
+                      std::all_of(from.begin() + 4, from.end(), absl::ascii_isdigit);
+  if (job_id) {
+    if (!options_.snapshot_dir.empty()) {
+      const SnapshotStore other(options_.snapshot_dir + "/" + from, 1);
+      if (const std::vector<int64_t> steps = other.Steps(); !steps.empty()) {
+        return other.PathOf(steps.back());
+      }
+    }
+    return options_.checkpoint_dir.empty() ? from + ".safetensors"
+                                           : options_.checkpoint_dir + "/" + from + ".safetensors";
+  }
+  return options_.checkpoint_dir.empty() ? from : options_.checkpoint_dir + "/" + from;
+}
+
+absl::Status JobRunner::ResumeFrom() {
+  const std::string path = ResolveStartFile();
+  absl::StatusOr<StartingPoint> start = ReadStartingPoint(path, setup_->model, setup_->optimizer);
+  if (!start.ok()) {
+    return absl::Status(start.status().code(),
+                        absl::StrCat("resume_from: ", start.status().message()));
+  }
+  if (!start->params_only) {
+    // Bit for bit only with the trajectory's own settings; the RNG keys are checked
+    // against the plan when the attempt starts.
+    v1::JobSpec theirs;
+    if (!google::protobuf::util::JsonStringToMessage(start->metadata["spec"], &theirs).ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("resume_from: ", path, " has no readable spec in its metadata"));
+    }
+    RETURN_IF_ERROR(SameTrajectory(theirs, spec_, path));
+    start_.data_key = start->metadata["data_key"];
+    start_.main_key = start->metadata["main_key"];
+  }
+  start_.step = start->state.step;
+  spdlog::info("{}: starts from {} at step {}{}", job_id_, path, start_.step,
+               start->params_only ? " (params only: fine-tuning)" : "");
+  start_.held = std::move(start->state);
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<const SharedState>> JobRunner::StartState() {
   auto state = std::make_shared<SharedState>();
   const auto slots = static_cast<uint32_t>(setup_->optimizer.slots().size());
-  if (start_.step == 0) {
+  if (start_.step == 0 && !start_.held.has_value()) {
     // The host initializes the TrainState (the seed program), serialized once for every rank.
     const std::vector<float> params =
         setup_->model.Init(TrainingPlan::InitKey(spec_.seed(), setup_->impl), setup_->impl);

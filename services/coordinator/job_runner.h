@@ -105,14 +105,18 @@ class JobRunner {
   void LoseWorker(const std::string& worker_id, const absl::Status& why);
 
  private:
-  // Where an attempt starts: step 0 (the initial state, made again from the seed) or the
-  // latest snapshot (read from disk, or held here when there is no disk to keep it on).
+  // Where an attempt starts: step 0 (the initial state, made again from the seed), the
+  // latest snapshot (read from disk, or held here when there is no disk to keep it on), or
+  // the state spec.resume_from gave (held).
   struct Start {
     int64_t step = 0;
     std::string data_key, main_key;  // the plan's keys after `step` steps, to check a replay
     std::optional<TrainState> held;
   };
   absl::Status Begin();
+  // spec.resume_from: where the file is, and the start it gives.
+  std::string ResolveStartFile() const;
+  absl::Status ResumeFrom();
   // The attempt's TrainState, serialized once for every rank.
   absl::StatusOr<std::shared_ptr<const SharedState>> StartState();
   void Connect(std::vector<PoolWorker> workers);

@@ -1,7 +1,11 @@
 #include "services/coordinator/service.h"
 
+#include <algorithm>
 #include <deque>
+#include <fstream>
+#include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "services/common/status.h"
 
 namespace lockstep {
@@ -171,6 +175,39 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJob
 grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
                                          v1::ListWorkersResponse* resp) {
   for (auto& w : pool_->List()) *resp->add_workers() = std::move(w);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::GetCheckpoint(grpc::ServerContext* ctx,
+                                           const v1::GetCheckpointRequest* req,
+                                           grpc::ServerWriter<v1::CheckpointChunk>* writer) {
+  absl::StatusOr<JobManager::StateFile> file =
+      jobs_->CheckpointFile(req->id(), req->has_step() ? std::optional(req->step()) : std::nullopt);
+  if (!file.ok()) return ToGrpcStatus(file.status());
+  // Opened first: the job may drop an old snapshot meanwhile, and an open file stays whole.
+  std::ifstream in(file->path, std::ios::binary | std::ios::ate);
+  if (!in) {
+    return ToGrpcStatus(absl::NotFoundError(
+        absl::StrCat("job ", req->id(), ": the state of step ", file->step, " is gone")));
+  }
+  const uint64_t total = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  v1::CheckpointChunk chunk;
+  chunk.set_step(file->step);
+  chunk.set_total_bytes(total);
+  std::string buf(1 << 20, '\0');
+  uint64_t sent = 0;
+  do {
+    const uint64_t n = std::min<uint64_t>(buf.size(), total - sent);
+    if (!in.read(buf.data(), static_cast<std::streamsize>(n))) {
+      return ToGrpcStatus(absl::DataLossError(absl::StrCat(file->path, ": read failed")));
+    }
+    chunk.set_data(buf.data(), n);
+    if (ctx->IsCancelled() || !writer->Write(chunk)) return grpc::Status::CANCELLED;
+    chunk.clear_step();
+    chunk.clear_total_bytes();
+    sent += n;
+  } while (sent < total);
   return grpc::Status::OK;
 }
 

@@ -27,6 +27,8 @@ class JobServiceImpl final
                          v1::Job* resp) override;
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest* req,
                            v1::ListWorkersResponse* resp) override;
+  grpc::Status GetCheckpoint(grpc::ServerContext* ctx, const v1::GetCheckpointRequest* req,
+                             grpc::ServerWriter<v1::CheckpointChunk>* writer) override;
 
  private:
   JobManager* jobs_;

@@ -43,10 +43,10 @@ class SnapshotStore {
                                                  const Optimizer& optimizer) const;
   // Drops every snapshot (the job ended).
   void Clear();
-
- private:
+  // Where the snapshot of `step` is (or would be).
   std::string PathOf(int64_t step) const;
 
+ private:
   const std::string dir_;
   const int keep_;
 };

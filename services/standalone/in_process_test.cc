@@ -6,11 +6,14 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "core/checkpoint.h"
+#include "core/io/safetensors.h"
 #include "core/spec/spec.h"
 #include "core/spec/testing.h"
+#include "core/status_macros.h"
 #include "core/testing.h"
 #include "services/coordinator/job_manager.h"
 #include "services/standalone/testing.h"
@@ -63,6 +66,86 @@ TEST(InProcessJobLoop, TwoWorkersEndWithOneWorkersParams) {
   }
   EXPECT_LE(RelativeL2(params[1], params[0]), 1e-5);
   std::filesystem::remove_all(dir);
+}
+
+// A 2-worker MLP job with dropout (so that the per-worker keys matter) of `steps` steps.
+v1::JobSpec DropoutSpec(int steps, const std::string& checkpoint, const std::string& from = "") {
+  v1::JobSpec spec = SmallMlpSpec(2, steps);
+  spec.mutable_model()->set_dropout_rate(0.2);
+  spec.set_checkpoint_path(checkpoint);
+  spec.set_resume_from(from);
+  return spec;
+}
+
+absl::StatusOr<JobOutcome> RunJob(const v1::JobSpec& spec, const CoordinatorOptions& options,
+                                  Recorder* sink) {
+  InProcessWorkers workers(static_cast<int>(spec.workers()));
+  JobRunner runner(spec.checkpoint_path(), spec, workers.pool_workers(), workers.factory(), options,
+                   sink);
+  JobOutcome out;
+  RETURN_IF_ERROR(runner.Run(&out));
+  return out;
+}
+
+TEST(InProcessJobLoop, ResumeFromACheckpointEndsBitwiseWhereAnUninterruptedRunDoes) {
+  CoordinatorOptions options;
+  options.checkpoint_dir = TempDir("resume");
+  Recorder straight_sink, first_sink, resumed_sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome straight,
+                       RunJob(DropoutSpec(30, "straight"), options, &straight_sink));
+  ASSERT_OK(RunJob(DropoutSpec(12, "first"), options, &first_sink).status());
+  ASSERT_OK_AND_ASSIGN(JobOutcome resumed,
+                       RunJob(DropoutSpec(30, "resumed", "first"), options, &resumed_sink));
+  ASSERT_EQ(resumed_sink.steps.size(), 18u);
+  EXPECT_EQ(resumed_sink.steps.front().step(), 13);
+  EXPECT_EQ(resumed_sink.steps.back().loss(), straight_sink.steps.back().loss());
+  EXPECT_EQ(resumed.param_checksum, straight.param_checksum);
+  ASSERT_OK_AND_ASSIGN(TrainSetup setup, SetupFromSpec(DropoutSpec(30, "")));
+  ASSERT_OK_AND_ASSIGN(TrainState a,
+                       ReadCheckpoint(straight.checkpoint_path, setup.model, setup.optimizer));
+  ASSERT_OK_AND_ASSIGN(TrainState b,
+                       ReadCheckpoint(resumed.checkpoint_path, setup.model, setup.optimizer));
+  EXPECT_EQ(b.step, 30);
+  EXPECT_TRUE(a.params == b.params);
+  EXPECT_TRUE(a.slots == b.slots);  // the optimizer state too
+
+  // Other settings continue no Lockstep state: the error says what differs and what to do.
+  v1::JobSpec other_lr = DropoutSpec(30, "other", "first");
+  other_lr.mutable_optimizer()->set_learning_rate(0.01);
+  Recorder unused;
+  EXPECT_THAT(RunJob(other_lr, options, &unused),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::AllOf(::testing::HasSubstr("resume_from"),
+                                        ::testing::HasSubstr("optimizer"),
+                                        ::testing::HasSubstr("params-only"))));
+  std::filesystem::remove_all(options.checkpoint_dir);
+}
+
+TEST(InProcessJobLoop, AParamsOnlyFileFineTunesFromStepZero) {
+  CoordinatorOptions options;
+  options.checkpoint_dir = TempDir("finetune");
+  Recorder trained_sink, fresh_sink, tuned_sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome trained,
+                       RunJob(DropoutSpec(60, "trained"), options, &trained_sink));
+  // Params only, as Python writes them: flatten_dict({"params": params}, sep=".").
+  ASSERT_OK_AND_ASSIGN(SafeTensors full, SafeTensors::Read(trained.checkpoint_path));
+  SafeTensors params_only;
+  for (const auto& [name, t] : full.tensors()) {
+    if (!absl::StartsWith(name, "params.")) continue;
+    ASSERT_OK_AND_ASSIGN(std::vector<float> v, full.F32(name));
+    params_only.AddF32(name, t.shape, v);
+  }
+  ASSERT_OK(params_only.Write(options.checkpoint_dir + "/params.safetensors"));
+
+  v1::JobSpec tune = DropoutSpec(5, "tuned", "params.safetensors");
+  tune.mutable_optimizer()->set_learning_rate(1e-4);  // other settings are fine here
+  ASSERT_OK(RunJob(DropoutSpec(5, "fresh"), options, &fresh_sink).status());
+  ASSERT_OK(RunJob(tune, options, &tuned_sink).status());
+  ASSERT_EQ(tuned_sink.steps.size(), 5u);
+  EXPECT_EQ(tuned_sink.steps.front().step(), 1);
+  // Its first step starts from trained params, not from the seed's initialization.
+  EXPECT_LT(tuned_sink.steps.front().loss(), 0.8 * fresh_sink.steps.front().loss());
+  std::filesystem::remove_all(options.checkpoint_dir);
 }
 
 // Counts the moments of a job's life at which a cancel can land (each worker call, each

@@ -4,8 +4,12 @@
 // missing dataset, cancellation, idempotent submits and misbehaving clients.
 #include <grpcpp/grpcpp.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "core/testing.h"
 #include "services/common/net.h"
 #include "services/common/status.h"
@@ -267,6 +271,45 @@ TEST(Cluster, RestartedCoordinatorKeepsJobRecordsAndResumesItsRunningJob) {
   auto next_done = c->WaitFor(next->id(), absl::Minutes(1));
   ASSERT_OK(next_done);
   EXPECT_EQ(next_done->state(), v1::SUCCEEDED) << next_done->failure_reason();
+}
+
+// `lockstep checkpoint` with this cluster's coordinator; its exit code.
+int CheckpointCli(LocalCluster& c, const std::string& args) {
+  const std::string cli = std::string(LOCKSTEP_BINARY_DIR) + "/clients/lockstep";
+  return WEXITSTATUS(std::system(
+      absl::StrCat(cli, " checkpoint --coordinator ", c.address(), " ", args, " >&2").c_str()));
+}
+
+TEST(Cluster, AJobResumesFromAnotherJobsStateBitForBitAndItsStateDownloads) {
+  auto c = StartCluster(2);
+  ASSERT_NE(c, nullptr);
+  ASSERT_OK_AND_ASSIGN(v1::Job straight, c->Submit(MlpSpec(2, 40, 0.2)));
+  ASSERT_OK_AND_ASSIGN(v1::Job first, c->Submit(MlpSpec(2, 15, 0.2)));
+  ASSERT_EQ(c->WaitFor(first.id(), absl::Minutes(2))->state(), v1::SUCCEEDED);
+  v1::JobSpec rest = MlpSpec(2, 40, 0.2);
+  rest.set_resume_from(first.id());  // its final checkpoint, on the coordinator
+  ASSERT_OK_AND_ASSIGN(v1::Job resumed, c->Submit(rest));
+  ASSERT_OK_AND_ASSIGN(v1::Job straight_done, c->WaitFor(straight.id(), absl::Minutes(2)));
+  ASSERT_OK_AND_ASSIGN(v1::Job resumed_done, c->WaitFor(resumed.id(), absl::Minutes(2)));
+  ASSERT_EQ(resumed_done.state(), v1::SUCCEEDED) << resumed_done.failure_reason();
+  EXPECT_EQ(resumed_done.param_checksum(), straight_done.param_checksum());
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::JobEvent> events, c->Events(resumed.id()));
+  for (const v1::JobEvent& e : events) {
+    if (e.has_step()) EXPECT_GT(e.step().step(), 15);  // steps 1..15 were the first job's
+  }
+
+  // The CLI downloads it whole, as the coordinator keeps it.
+  const std::string out = c->dir() + "/downloaded.safetensors";
+  ASSERT_EQ(CheckpointCli(*c, absl::StrCat(resumed.id(), " -o ", out)), 0);
+  auto bytes = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(bytes(out), bytes(resumed_done.checkpoint_path()));
+  EXPECT_FALSE(std::filesystem::exists(out + ".part"));
+  // A step it does not keep is NOT_FOUND (exit 1), and no file is left.
+  EXPECT_EQ(CheckpointCli(*c, absl::StrCat(resumed.id(), " --step 7 -o ", out, "-7")), 1);
+  EXPECT_FALSE(std::filesystem::exists(out + "-7"));
 }
 
 TEST(Cluster, WatchResumesFromAStepAndAFinishedJobKeepsItsStatesAndEvaluations) {
