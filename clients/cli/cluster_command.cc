@@ -1,10 +1,15 @@
 // `lockstep cluster up|down`: a local cluster of one coordinator and N CPU workers as
-// processes on loopback, with free ports, logs in a folder, stopped by Ctrl-C (in the
-// foreground) or by `lockstep cluster down`.
+// processes on loopback, with free ports, logs in a folder. A supervisor restarts a
+// server that exits, with backoff — `cluster up` itself in the foreground, a background
+// process of its own with --detach — and stops the cluster on Ctrl-C or SIGTERM, which is
+// what `lockstep cluster down` sends it.
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -14,18 +19,132 @@
 #include "clients/cli/client.h"
 #include "clients/cli/commands.h"
 #include "clients/cluster/cluster_processes.h"
+#include "clients/cluster/supervisor.h"
 
 namespace lockstep::cli {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Whether `pid` still runs one of the cluster's servers: a recorded pid may have been
-// reused by an unrelated process since.
-bool IsClusterServer(pid_t pid) {
+// How long the servers get to stop after SIGTERM, before SIGKILL.
+constexpr absl::Duration kStopGrace = absl::Seconds(10);
+
+// Whether `pid` runs one of the programs `names` (a zombie runs none): a recorded pid may
+// have been reused by an unrelated process since.
+bool Runs(pid_t pid, std::initializer_list<std::string_view> names) {
+  if (pid <= 0) return false;
   std::error_code ec;
-  const std::string exe = fs::read_symlink(absl::StrCat("/proc/", pid, "/exe"), ec).filename();
-  return !ec && (exe == "lockstep-coordinator" || exe == "lockstep-worker");
+  std::string exe = fs::read_symlink(absl::StrCat("/proc/", pid, "/exe"), ec).filename();
+  if (ec) return false;
+  // A binary rebuilt since the process started reads "NAME (deleted)".
+  if (exe.ends_with(" (deleted)")) exe.resize(exe.size() - std::string_view(" (deleted)").size());
+  for (std::string_view name : names) {
+    if (exe == name) return true;
+  }
+  return false;
+}
+
+bool IsClusterServer(pid_t pid) { return Runs(pid, {"lockstep-coordinator", "lockstep-worker"}); }
+
+// Writes <dir>/cluster.json, what `cluster down` reads: the coordinator's address, the
+// servers' pids and the supervisor's. Replaced whole, as restarts rewrite it while `cluster
+// down` may be reading it.
+void WriteRecord(const std::string& dir, const std::string& address,
+                 const ClusterProcesses& cluster) {
+  const nlohmann::json record = {{"coordinator", address},
+                                 {"pids", cluster.pids()},
+                                 {"workers", cluster.ServerCount() - 1},
+                                 {"supervisor", getpid()}};
+  const fs::path path = fs::path(dir) / "cluster.json";
+  const fs::path tmp = fs::path(dir) / "cluster.json.tmp";
+  std::ofstream(tmp) << record.dump(2) << "\n";
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) absl::FPrintF(stderr, "cluster up: cannot write %s: %s\n", path.string(), ec.message());
+}
+
+// Starts the cluster and supervises it until one of the signals `stop` (blocked in this
+// thread) arrives, then stops it. `started` hears once how the start went.
+int Supervise(const ClusterOptions& options, const sigset_t& stop,
+              const std::function<void(const absl::Status&, const std::string& address)>& started) {
+  auto cluster = ClusterProcesses::Start(options);
+  if (!cluster.ok()) {
+    started(cluster.status(), "");
+    return 1;
+  }
+  const std::string address = (*cluster)->address();
+  WriteRecord(options.dir, address, **cluster);
+  started(absl::OkStatus(), address);
+  Supervisor supervisor(
+      cluster->get(), absl::Now(), BackoffOptions{}, [&options](const std::string& line) {
+        absl::FPrintF(stderr, "cluster up: %s (logs in %s/logs)\n", line, options.dir);
+        std::fflush(stderr);
+      });
+  timespec tick = {0, 200 * 1000 * 1000};
+  while (sigtimedwait(&stop, nullptr, &tick) <= 0) {
+    if (supervisor.Poll(absl::Now())) WriteRecord(options.dir, address, **cluster);
+  }
+  (*cluster)->Stop(kStopGrace);
+  fs::remove(fs::path(options.dir) / "cluster.json");
+  return 0;
+}
+
+void PrintStarted(const ClusterOptions& options, const std::string& address) {
+  absl::PrintF("cluster up: coordinator %s, %d workers (%d threads each), logs in %s/logs\n",
+               address, options.workers, options.threads_per_worker, options.dir);
+}
+
+// --detach: the supervisor runs in a process of its own, in a new session so that it
+// outlives this terminal, with its output in <dir>/logs/supervisor.log. It reports the
+// start through a pipe, and this process exits once it has.
+int StartDetached(const ClusterOptions& options, const sigset_t& stop) {
+  std::error_code ec;
+  fs::create_directories(fs::path(options.dir) / "logs", ec);
+  if (ec) return Fail(absl::FailedPreconditionError(absl::StrCat(options.dir, ": ", ec.message())));
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return Fail(absl::InternalError("pipe failed"));
+  std::fflush(nullptr);  // or the child would print this process's buffered output again
+  const pid_t pid = fork();
+  if (pid < 0) return Fail(absl::InternalError("fork failed"));
+  if (pid == 0) {
+    close(fds[0]);
+    setsid();
+    const int in = open("/dev/null", O_RDONLY);
+    const std::string log = options.dir + "/logs/supervisor.log";
+    const int out = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (in >= 0) dup2(in, 0);
+    if (out >= 0) {
+      dup2(out, 1);
+      dup2(out, 2);
+    }
+    pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+    const int rc = Supervise(options, stop, [&](const absl::Status& st, const std::string& a) {
+      const std::string message = st.ok() ? "ok " + a : st.ToString();
+      if (write(fds[1], message.data(), message.size()) < 0) {
+        absl::FPrintF(stderr, "cluster up: the launcher is gone\n");
+      }
+      close(fds[1]);
+    });
+    std::fflush(nullptr);
+    _exit(rc);  // this copy of the launcher has nothing else to do
+  }
+  close(fds[1]);
+  std::string message;
+  char buf[512];
+  for (ssize_t got; (got = read(fds[0], buf, sizeof(buf))) != 0;) {
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) break;
+    message.append(buf, got);
+  }
+  close(fds[0]);
+  if (message.rfind("ok ", 0) != 0) {
+    if (message.empty()) message = "the supervisor exited; see " + options.dir + "/logs";
+    return Fail(absl::UnavailableError(message));
+  }
+  const std::string address = message.substr(3);
+  PrintStarted(options, address);
+  absl::PrintF("export LOCKSTEP_COORDINATOR=%s   # stop with: lockstep cluster down\n", address);
+  return 0;
 }
 
 int Up(Args& args) {
@@ -54,12 +173,10 @@ int Up(Args& args) {
     return Fail(absl::AlreadyExistsError(absl::StrCat(
         "a cluster is recorded in ", dir, "/cluster.json: run `lockstep cluster down` first")));
   }
-  // Block Ctrl-C before starting anything, so the foreground loop below receives it.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  if (!detach) pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
   // Several servers share this host's cores: OpenMP threads that sleep rather than spin
   // while waiting cost nothing when idle and much less under contention.
   setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
@@ -70,33 +187,33 @@ int Up(Args& args) {
   options.port = *port;
   options.workers = n;
   options.threads_per_worker = *threads;
-  options.detach = detach;
-  auto cluster = ClusterProcesses::Start(options);
-  if (!cluster.ok()) return Fail(cluster.status());
-  const std::string address = (*cluster)->address();
-  nlohmann::json record = {{"coordinator", address}, {"pids", (*cluster)->pids()}, {"workers", n}};
-  std::ofstream(fs::path(dir) / "cluster.json") << record.dump(2) << "\n";
-  absl::PrintF("cluster up: coordinator %s, %d workers (%d threads each), logs in %s/logs\n",
-               address, n, *threads, dir);
-  if (detach) {
-    (*cluster)->Detach();
-    absl::PrintF("export LOCKSTEP_COORDINATOR=%s   # stop with: lockstep cluster down\n", address);
-    return 0;
-  }
-  absl::PrintF("press Ctrl-C to stop\n");
-  std::fflush(stdout);
-  // Wait for Ctrl-C (or SIGTERM), or for a process of the cluster to die.
-  timespec tick = {0, 200 * 1000 * 1000};
-  while (sigtimedwait(&set, nullptr, &tick) <= 0) {
-    if (!(*cluster)->AllRunning()) {
-      absl::FPrintF(stderr, "a cluster process exited; stopping the cluster (see %s/logs)\n", dir);
-      break;
+  if (detach) return StartDetached(options, stop);
+  // Blocked before anything starts, so that the supervision loop receives Ctrl-C.
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  bool up = false;
+  const int rc = Supervise(options, stop, [&](const absl::Status& st, const std::string& address) {
+    if (!st.ok()) {
+      Fail(st);
+      return;
     }
+    up = true;
+    PrintStarted(options, address);
+    absl::PrintF("press Ctrl-C to stop\n");
+    std::fflush(stdout);
+  });
+  if (up) absl::PrintF("cluster stopped\n");
+  return rc;
+}
+
+// Waits until `pid` no longer runs `name`; false after `timeout`. (Not waitpid: the
+// supervisor is not our child.)
+bool WaitGone(pid_t pid, std::string_view name, absl::Duration timeout) {
+  const absl::Time end = absl::Now() + timeout;
+  while (Runs(pid, {name})) {
+    if (absl::Now() >= end) return false;
+    absl::SleepFor(absl::Milliseconds(50));
   }
-  (*cluster)->Stop(absl::Seconds(10));
-  fs::remove(fs::path(dir) / "cluster.json");
-  absl::PrintF("cluster stopped\n");
-  return 0;
+  return true;
 }
 
 int Down(Args& args) {
@@ -108,17 +225,35 @@ int Down(Args& args) {
   std::ifstream in(fs::path(dir) / "cluster.json");
   if (!in) return Fail(absl::NotFoundError(absl::StrCat("no cluster recorded in ", dir)));
   std::vector<pid_t> recorded, pids;
+  pid_t supervisor = 0;  // none in records from before supervision
   try {
-    recorded = nlohmann::json::parse(in).at("pids").get<std::vector<pid_t>>();
+    const nlohmann::json record = nlohmann::json::parse(in);
+    recorded = record.at("pids").get<std::vector<pid_t>>();
+    supervisor = record.value("supervisor", pid_t{0});
   } catch (const std::exception& e) {
     return Fail(absl::DataLossError(absl::StrCat(dir, "/cluster.json: ", e.what())));
   }
   for (pid_t p : recorded) {
     if (IsClusterServer(p)) pids.push_back(p);
   }
-  StopProcesses(pids, absl::Seconds(10));
+  // The supervisor first: it stops the servers in order, and a server stopped behind its
+  // back would be restarted. Its servers die with it if it has to be killed.
+  if (Runs(supervisor, {"lockstep"})) {
+    kill(supervisor, SIGTERM);
+    if (!WaitGone(supervisor, "lockstep", kStopGrace + absl::Seconds(5))) {
+      kill(supervisor, SIGKILL);
+      WaitGone(supervisor, "lockstep", absl::Seconds(5));
+    }
+  }
+  // What is left: the servers of a record without a supervisor, or of a supervisor that
+  // died without stopping them.
+  std::vector<pid_t> left;
+  for (pid_t p : pids) {
+    if (IsClusterServer(p)) left.push_back(p);
+  }
+  StopProcesses(left, kStopGrace);
   fs::remove(fs::path(dir) / "cluster.json");
-  absl::PrintF("cluster down: stopped %d processes (%d recorded were no longer running)\n",
+  absl::PrintF("cluster down: stopped %d servers (%d recorded were no longer running)\n",
                pids.size(), recorded.size() - pids.size());
   return 0;
 }

@@ -25,8 +25,7 @@ constexpr absl::Duration kStartTimeout = absl::Seconds(60);  // per server
 
 }  // namespace
 
-absl::StatusOr<pid_t> SpawnServer(const std::vector<std::string>& argv, const std::string& log,
-                                  bool detach) {
+absl::StatusOr<pid_t> SpawnServer(const std::vector<std::string>& argv, const std::string& log) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -37,13 +36,10 @@ absl::StatusOr<pid_t> SpawnServer(const std::vector<std::string>& argv, const st
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (detach) {
-      setsid();
-    } else {
-      setpgid(0, 0);  // Ctrl-C reaches the launcher only, which stops the servers in order
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(1);
-    }
+    setpgid(0, 0);  // Ctrl-C reaches the launcher only, which stops the servers in order
+    // (The death signal follows the forking thread: ClusterProcesses is used from one.)
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
     const int in = open("/dev/null", O_RDONLY);
     const int out = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (in >= 0) dup2(in, 0);
@@ -90,9 +86,7 @@ absl::StatusOr<std::unique_ptr<ClusterProcesses>> ClusterProcesses::Start(
   return c;
 }
 
-ClusterProcesses::~ClusterProcesses() {
-  if (!detached_) Stop(absl::ZeroDuration());
-}
+ClusterProcesses::~ClusterProcesses() { Stop(absl::ZeroDuration()); }
 
 std::vector<pid_t> ClusterProcesses::pids() const {
   std::vector<pid_t> out = {coordinator_};
@@ -100,20 +94,49 @@ std::vector<pid_t> ClusterProcesses::pids() const {
   return out;
 }
 
-absl::Status ClusterProcesses::StartCoordinator(int port) {
+absl::StatusOr<pid_t> ClusterProcesses::SpawnCoordinator(int port) {
   const std::string port_file = (fs::path(options_.dir) / "coordinator.port").string();
   fs::remove(port_file);
   std::vector<std::string> argv = {
       options_.coordinator_binary, absl::StrCat("--listen=127.0.0.1:", port),
       "--state_dir=" + options_.dir + "/state", "--port_file=" + port_file};
   argv.insert(argv.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
-  const std::string log = options_.dir + "/logs/coordinator.log";
-  auto pid = SpawnServer(argv, log, options_.detach);
+  return SpawnServer(argv, options_.dir + "/logs/coordinator.log");
+}
+
+absl::Status ClusterProcesses::StartCoordinator(int port) {
+  auto pid = SpawnCoordinator(port);
   if (!pid.ok()) return pid.status();
   coordinator_ = *pid;
-  const std::string bound = ReadPortFile(port_file, absl::Seconds(20));
-  if (bound.empty()) return absl::UnavailableError("the coordinator did not start; see " + log);
+  const std::string bound =
+      ReadPortFile((fs::path(options_.dir) / "coordinator.port").string(), absl::Seconds(20));
+  if (bound.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("the coordinator did not start; see ", options_.dir, "/logs/coordinator.log"));
+  }
   address_ = "127.0.0.1:" + bound;
+  return absl::OkStatus();
+}
+
+std::string ClusterProcesses::ServerName(int i) const {
+  return i == 0 ? "coordinator" : absl::StrCat("worker-", i - 1);
+}
+
+std::optional<int> ClusterProcesses::Reap(int i) {
+  pid_t& pid = ServerPid(i);
+  int status;
+  if (pid <= 0 || waitpid(pid, &status, WNOHANG) != pid) return std::nullopt;
+  pid = -1;  // reaped: the number may belong to another process from now on
+  return status;
+}
+
+absl::Status ClusterProcesses::Respawn(int i) {
+  // The coordinator keeps its address: workers and clients reconnect to it there.
+  absl::StatusOr<pid_t> pid =
+      i == 0 ? SpawnCoordinator(std::stoi(address_.substr(address_.rfind(':') + 1)))
+             : SpawnWorker(i - 1);
+  if (!pid.ok()) return pid.status();
+  ServerPid(i) = *pid;
   return absl::OkStatus();
 }
 
@@ -122,7 +145,7 @@ absl::StatusOr<pid_t> ClusterProcesses::SpawnWorker(int index) {
       {options_.worker_binary, "--coordinator=" + address_, "--listen=127.0.0.1:0",
        "--advertise_host=127.0.0.1", absl::StrCat("--threads=", options_.threads_per_worker),
        absl::StrCat("--name=worker-", index)},
-      absl::StrCat(options_.dir, "/logs/worker-", index, ".log"), options_.detach);
+      absl::StrCat(options_.dir, "/logs/worker-", index, ".log"));
 }
 
 absl::StatusOr<std::string> ClusterProcesses::WorkerId(const std::string& name) {
@@ -165,13 +188,6 @@ void ClusterProcesses::KillWorker(int i) {
 
 void ClusterProcesses::SignalWorker(int i, int signal) {
   if (workers_[i] > 0) kill(workers_[i], signal);
-}
-
-bool ClusterProcesses::AllRunning() {
-  for (pid_t p : pids()) {
-    if (p > 0 && !Running(p)) return false;
-  }
-  return true;
 }
 
 void ClusterProcesses::Stop(absl::Duration grace) {

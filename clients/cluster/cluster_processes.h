@@ -1,6 +1,8 @@
 // ClusterProcesses: a local cluster's servers as processes on loopback — a coordinator
 // and N workers with free ports, each one's output in a log file — started, grown,
-// killed and stopped. `lockstep cluster up` and the integration tests share it.
+// killed, restarted (by a Supervisor) and stopped. `lockstep cluster up` and the
+// integration tests share it. The servers are this process's children and die with it,
+// even by SIGKILL: a detached `cluster up` keeps them in a supervisor process of its own.
 //
 // Not thread-safe; one thread manages a cluster.
 #ifndef LOCKSTEP_CLIENTS_CLUSTER_CLUSTER_PROCESSES_H_
@@ -9,11 +11,13 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "clients/cluster/supervisor.h"
 
 namespace lockstep {
 
@@ -24,19 +28,17 @@ struct ClusterOptions {
   int workers = 0;
   int threads_per_worker = 1;
   std::vector<std::string> coordinator_flags;  // more flags for the coordinator
-  // Detached: the servers run in a session of their own and outlive this process.
-  // Otherwise they are killed when this process dies, even by SIGKILL.
-  bool detach = false;
 };
 
-class ClusterProcesses {
+// As SupervisedServers, server 0 is the coordinator and server 1 + i is worker i.
+class ClusterProcesses : public SupervisedServers {
  public:
   // Starts the coordinator, then the workers one by one, each registered before the next
   // starts (so worker ids follow start order). UNAVAILABLE naming the logs to read when a
   // server does not come up.
   static absl::StatusOr<std::unique_ptr<ClusterProcesses>> Start(const ClusterOptions& options);
-  // Stops every server still running (SIGKILL), unless Detach() was called.
-  ~ClusterProcesses();
+  // Stops every server still running (SIGKILL).
+  ~ClusterProcesses() override;
 
   const std::string& address() const { return address_; }  // the coordinator's host:port
   // The coordinator first, then the workers in start order (-1 for one killed).
@@ -50,16 +52,20 @@ class ClusterProcesses {
   void KillWorker(int i);
   // Sends `signal` to worker i (SIGSTOP, SIGCONT: a stall).
   void SignalWorker(int i, int signal);
-  // Whether every server started is still running.
-  bool AllRunning();
   // SIGTERM to every server, SIGKILL to those still running after `grace`.
   void Stop(absl::Duration grace);
-  // Leaves the servers running when this object goes.
-  void Detach() { detached_ = true; }
+  // SupervisedServers. Respawn starts the coordinator on its port and state directory, a
+  // worker under its name (it registers again by itself); neither waits for the server.
+  int ServerCount() const override { return 1 + static_cast<int>(workers_.size()); }
+  std::string ServerName(int i) const override;
+  std::optional<int> Reap(int i) override;
+  absl::Status Respawn(int i) override;
 
  private:
   explicit ClusterProcesses(ClusterOptions options) : options_(std::move(options)) {}
   absl::Status StartCoordinator(int port);
+  absl::StatusOr<pid_t> SpawnCoordinator(int port);
+  pid_t& ServerPid(int i) { return i == 0 ? coordinator_ : workers_[i - 1]; }
   absl::StatusOr<pid_t> SpawnWorker(int index);
   // The id of the registered worker called `name`.
   absl::StatusOr<std::string> WorkerId(const std::string& name);
@@ -68,14 +74,12 @@ class ClusterProcesses {
   std::string address_;
   pid_t coordinator_ = -1;
   std::vector<pid_t> workers_;
-  bool detached_ = false;
 };
 
-// Starts argv[0] with stdin from /dev/null and stdout and stderr appended to `log`; in a
-// session of its own when `detach`, else killed when this process dies. The child starts
-// with default signal handling and no blocked signals.
-absl::StatusOr<pid_t> SpawnServer(const std::vector<std::string>& argv, const std::string& log,
-                                  bool detach);
+// Starts argv[0] with stdin from /dev/null and stdout and stderr appended to `log`, in a
+// process group of its own, killed when this process dies. The child starts with default
+// signal handling and no blocked signals.
+absl::StatusOr<pid_t> SpawnServer(const std::vector<std::string>& argv, const std::string& log);
 // Whether `pid` runs (reaping it if it is our child and has exited).
 bool Running(pid_t pid);
 // SIGTERM, then SIGKILL to those still running after `grace`.
