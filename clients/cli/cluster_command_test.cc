@@ -204,5 +204,24 @@ TEST_F(ClusterCommandTest, DetachedClusterRestartsAKilledWorkerAndGoesDown) {
   EXPECT_FALSE(fs::exists(fs::path(dir_) / "cluster.json"));
 }
 
+// A record from before supervision names no supervisor: `down` stops the servers it lists.
+TEST_F(ClusterCommandTest, DownStopsTheServersOfARecordWithoutASupervisor) {
+  ClusterOptions options;
+  options.dir = dir_;
+  options.coordinator_binary = std::string(LOCKSTEP_BINARY_DIR) + "/services/lockstep-coordinator";
+  options.worker_binary = std::string(LOCKSTEP_BINARY_DIR) + "/services/lockstep-worker";
+  options.workers = 1;
+  auto cluster = ClusterProcesses::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status() << "\n" << Logs();
+  const std::vector<pid_t> servers = (*cluster)->pids();
+  std::ofstream(fs::path(dir_) / "cluster.json")
+      << nlohmann::json{{"coordinator", (*cluster)->address()}, {"pids", servers}, {"workers", 1}};
+  const int down = WaitExit(Cli({"down"}), absl::Seconds(30));
+  EXPECT_TRUE(WIFEXITED(down) && WEXITSTATUS(down) == 0) << down << "\n" << Logs();
+  EXPECT_THAT(ReadFile(fs::path(dir_) / "launcher.log"), HasSubstr("cluster down: stopped 2"));
+  for (pid_t p : servers) EXPECT_FALSE(Alive(p)) << p;  // our children: zombies until reaped
+  EXPECT_FALSE(fs::exists(fs::path(dir_) / "cluster.json"));
+}
+
 }  // namespace
 }  // namespace lockstep

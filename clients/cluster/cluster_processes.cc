@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "lockstep/v1/job.grpc.pb.h"
@@ -57,7 +58,14 @@ bool Running(pid_t pid) {
   if (pid <= 0) return false;
   int status;
   if (waitpid(pid, &status, WNOHANG) == pid) return false;  // our child, exited
-  return kill(pid, 0) == 0;
+  if (kill(pid, 0) != 0) return false;
+  // Someone else's child that exited stays a zombie until its parent reaps it (never, under
+  // an init that does not reap): it runs no more.
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  std::getline(stat, line);
+  const size_t paren = line.rfind(')');  // the state follows "pid (comm) "
+  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
 }
 
 void StopProcesses(const std::vector<pid_t>& pids, absl::Duration grace) {

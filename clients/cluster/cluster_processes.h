@@ -80,7 +80,7 @@ class ClusterProcesses : public SupervisedServers {
 // process group of its own, killed when this process dies. The child starts with default
 // signal handling and no blocked signals.
 absl::StatusOr<pid_t> SpawnServer(const std::vector<std::string>& argv, const std::string& log);
-// Whether `pid` runs (reaping it if it is our child and has exited).
+// Whether `pid` runs (reaping it if it is our child and has exited; a zombie does not).
 bool Running(pid_t pid);
 // SIGTERM, then SIGKILL to those still running after `grace`.
 void StopProcesses(const std::vector<pid_t>& pids, absl::Duration grace);
