@@ -380,18 +380,22 @@ absl::StatusOr<std::vector<PoolWorker>> JobManager::Replace(Record& rec,
                                                             const absl::Status& reason,
                                                             absl::Duration timeout) {
   std::vector<Save> saves;
-  absl::StatusOr<std::vector<PoolWorker>> out;
   {
     absl::MutexLock lock(&mu_);
-    const std::string& id = rec.job.id();
     for (const std::string& w : lost) pool_->Drop(w);
-    pool_->Release(id);
+    pool_->Release(rec.job.id());
     rec.job.clear_workers();
     rec.job.set_recoveries(rec.job.recoveries() + 1);
     rec.replacement.reset();
     SetStateLocked(rec, v1::RECOVERING, reason, &saves);
-    recovering_.push_back(id);
+    recovering_.push_back(rec.job.id());
     kicked_ = true;  // the scheduler gives it workers first
+  }
+  Persist(std::move(saves));  // on disk while it waits
+  absl::StatusOr<std::vector<PoolWorker>> out;
+  {
+    absl::MutexLock lock(&mu_);
+    const std::string& id = rec.job.id();
     auto ready = [&rec]() { return rec.replacement.has_value() || rec.cancelled; };
     const bool got = mu_.AwaitWithTimeout(absl::Condition(&ready), timeout) && !rec.cancelled;
     if (got) {
@@ -405,7 +409,6 @@ absl::StatusOr<std::vector<PoolWorker>> JobManager::Replace(Record& rec,
                                 absl::FormatDuration(timeout), " (", rec.job.waiting_for(), ")"));
     }
   }
-  Persist(std::move(saves));
   return out;
 }
 

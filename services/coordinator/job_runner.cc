@@ -505,7 +505,7 @@ absl::Status JobRunner::TakeSnapshot(int64_t step, uint64_t checksum, const Trai
         0, absl::DataLossError(absl::StrCat("the state fetched for the snapshot of step ", step,
                                             " does not match the replicas' checksum")));
   }
-  const std::map<std::string, std::string> metadata = Metadata(checksum, plan);
+  const std::map<std::string, std::string> metadata = Metadata(checksum, plan, step);
   start_.step = step;
   start_.data_key = metadata.at("data_key");
   start_.main_key = metadata.at("main_key");
@@ -550,8 +550,8 @@ absl::StatusOr<v1::EvalResult> JobRunner::Evaluate(int64_t num_test, int64_t ste
   return out;
 }
 
-std::map<std::string, std::string> JobRunner::Metadata(uint64_t checksum,
-                                                       const TrainingPlan& plan) const {
+std::map<std::string, std::string> JobRunner::Metadata(uint64_t checksum, const TrainingPlan& plan,
+                                                       int64_t step) const {
   std::string spec_json;
   (void)google::protobuf::util::MessageToJsonString(spec_, &spec_json);
   return {{"job_id", job_id_},
@@ -559,6 +559,7 @@ std::map<std::string, std::string> JobRunner::Metadata(uint64_t checksum,
           {"rng_impl", spec_.rng_impl()},
           {"data_key", KeyHex(plan.data_key())},
           {"main_key", KeyHex(plan.main_key())},
+          {"epoch", absl::StrCat(step / plan.steps_per_epoch())},  // of the next step
           {"param_checksum", absl::StrFormat("%016x", checksum)}};
 }
 
@@ -572,7 +573,8 @@ absl::Status JobRunner::SaveCheckpoint(const std::string& path, uint64_t checksu
   }
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  return WriteCheckpoint(path, setup_->model, setup_->optimizer, state, Metadata(checksum, plan));
+  return WriteCheckpoint(path, setup_->model, setup_->optimizer, state,
+                         Metadata(checksum, plan, state.step));
 }
 
 }  // namespace lockstep

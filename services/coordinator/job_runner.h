@@ -121,7 +121,10 @@ class JobRunner {
   absl::StatusOr<std::shared_ptr<const SharedState>> StartState();
   void Connect(std::vector<PoolWorker> workers);
   std::shared_ptr<CancelToken> attempt();
-  std::map<std::string, std::string> Metadata(uint64_t checksum, const TrainingPlan& plan) const;
+  // A snapshot's or checkpoint's metadata after `step` steps: the spec, the RNG chain's
+  // keys and epoch, the params' checksum.
+  std::map<std::string, std::string> Metadata(uint64_t checksum, const TrainingPlan& plan,
+                                              int64_t step) const;
   // Prepare, the steps, the final evaluation and the checkpoint, from start_.
   absl::Status Attempt(JobOutcome* outcome);
   absl::Status Prepare(int64_t* num_train, int64_t* num_test);
