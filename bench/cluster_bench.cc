@@ -39,18 +39,6 @@ absl::StatusOr<double> ControlPlaneRate(int in_flight, int steps) {
   return 1000.0 / s->wall;
 }
 
-v1::JobSpec CnnSpec(int workers, int steps) {
-  v1::JobSpec spec;
-  spec.mutable_model()->set_kind("cnn");
-  spec.mutable_optimizer()->set_kind("sgd");
-  spec.mutable_optimizer()->set_learning_rate(0.1);
-  spec.mutable_optimizer()->set_momentum(0.9);
-  spec.set_global_batch_size(128);
-  spec.set_steps(steps);
-  spec.set_workers(workers);
-  return spec;
-}
-
 int Main(int argc, char** argv) {
   int steps = 80, threads = static_cast<int>(std::thread::hardware_concurrency());
   for (int i = 1; i + 1 < argc; i += 2) {

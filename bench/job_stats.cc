@@ -20,6 +20,18 @@ absl::Status Cancel(v1::JobService::Stub& jobs, const std::string& id) {
 
 }  // namespace
 
+v1::JobSpec CnnSpec(int workers, int steps) {
+  v1::JobSpec spec;
+  spec.mutable_model()->set_kind("cnn");
+  spec.mutable_optimizer()->set_kind("sgd");
+  spec.mutable_optimizer()->set_learning_rate(0.1);
+  spec.mutable_optimizer()->set_momentum(0.9);
+  spec.set_global_batch_size(128);
+  spec.set_steps(steps);
+  spec.set_workers(workers);
+  return spec;
+}
+
 absl::StatusOr<JobStats> RunAndMeasure(v1::JobService::Stub& jobs, const v1::JobSpec& spec,
                                        int warmup, absl::Duration timeout) {
   v1::Job job;

@@ -18,6 +18,9 @@ struct JobStats {
   v1::Job job;  // the finished job
 };
 
+// The Flax MNIST CNN at global batch 128, SGD with momentum 0.9 (the benchmarks' job).
+v1::JobSpec CnnSpec(int workers, int steps);
+
 // Submits `spec`, watches it to the end and averages the step events after `warmup`.
 // Errors: the submission's; INTERNAL naming the job's state and failure reason when it
 // does not succeed; DEADLINE_EXCEEDED when it has not ended within `timeout`, after

@@ -18,9 +18,9 @@
 #include <random>
 #include <thread>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "bench/job_stats.h"
 #include "services/common/job_state.h"
 #include "tests/cluster/local_cluster.h"
 
@@ -109,21 +109,6 @@ class Watcher {
 
 bool IsStep(const v1::JobEvent& e) { return e.has_step(); }
 
-// The start-order index of one of the job's workers (workers are named worker-<index>).
-absl::StatusOr<int> OneOfItsWorkers(testing::LocalCluster& c, const std::string& id) {
-  auto job = c.Get(id);
-  auto workers = c.Workers();
-  if (!job.ok() || !workers.ok()) return absl::UnavailableError("coordinator unreachable");
-  for (const v1::WorkerInfo& w : workers->workers()) {
-    int index;
-    if (job->workers_size() > 0 && w.id() == job->workers(0) &&
-        absl::SimpleAtoi(w.name().substr(w.name().rfind('-') + 1), &index)) {
-      return index;
-    }
-  }
-  return absl::NotFoundError("the job runs on no worker now");
-}
-
 v1::JobSpec MlpJob(int snapshot_every) {
   v1::JobSpec spec;
   spec.mutable_model()->set_kind("mlp");
@@ -174,7 +159,7 @@ int WorkerFaults(int trials, int snapshot_every, int signal) {
       absl::FPrintF(stderr, "the job did not reach step %d\n%s\n", target, c.Logs());
       return 1;
     }
-    auto victim = OneOfItsWorkers(c, job->id());
+    auto victim = c.WorkerOf(job->id());
     if (!victim.ok()) return 1;
     const int64_t kill_ms = NowMs();
     if (signal == SIGKILL) {
@@ -257,14 +242,7 @@ int CoordinatorRestarts(int restarts) {
 }
 
 v1::JobSpec CnnJob(int steps, int snapshot_every) {
-  v1::JobSpec spec;
-  spec.mutable_model()->set_kind("cnn");
-  spec.mutable_optimizer()->set_kind("sgd");
-  spec.mutable_optimizer()->set_learning_rate(0.1);
-  spec.mutable_optimizer()->set_momentum(0.9);
-  spec.set_global_batch_size(128);
-  spec.set_steps(steps);
-  spec.set_workers(2);
+  v1::JobSpec spec = CnnSpec(2, steps);
   spec.mutable_recovery()->set_snapshot_every_steps(snapshot_every);
   spec.mutable_recovery()->set_snapshot_every_seconds(1000000);
   return spec;

@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <span>
 #include <string>
 
@@ -35,6 +37,12 @@ inline double RelativeL2(std::span<const float> a, std::span<const float> b) {
     den += double{b[i]} * b[i];
   }
   return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+// A file's bytes ("" if it cannot be read).
+inline std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 inline double MaxAbsDiff(std::span<const float> a, std::span<const float> b) {

@@ -6,7 +6,6 @@
 
 #include <random>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/testing.h"
 #include "tests/cluster/local_cluster.h"
@@ -32,19 +31,6 @@ v1::JobSpec ChaosSpec(const std::string& request_id) {
   return spec;
 }
 
-// The start-order index of a worker the job runs on (workers are named worker-<index>).
-absl::StatusOr<int> OneOfItsWorkers(LocalCluster& c, const std::string& job_id) {
-  ASSIGN_OR_RETURN(v1::Job job, c.Get(job_id));
-  ASSIGN_OR_RETURN(v1::ListWorkersResponse workers, c.Workers());
-  for (const v1::WorkerInfo& w : workers.workers()) {
-    if (job.workers_size() == 0 || w.id() != job.workers(0)) continue;
-    int index;
-    if (absl::SimpleAtoi(w.name().substr(w.name().rfind('-') + 1), &index)) return index;
-  }
-  return absl::NotFoundError(
-      absl::StrCat(job_id, " runs on no worker now: ", job.DebugString(), workers.DebugString()));
-}
-
 TEST(Chaos, AJobSurvivesKilledWorkersAStallAndACoordinatorRestartBitForBit) {
   auto cluster = LocalCluster::Start(3);
   ASSERT_OK(cluster);
@@ -63,7 +49,7 @@ TEST(Chaos, AJobSurvivesKilledWorkersAStallAndACoordinatorRestartBitForBit) {
   ASSERT_OK_AND_ASSIGN(v1::Job job, c.Submit(ChaosSpec("chaos")));
   auto kill_at = [&](int step) {
     ASSERT_OK(c.WaitForStep(job.id(), step, absl::Minutes(5)));
-    ASSERT_OK_AND_ASSIGN(int victim, OneOfItsWorkers(c, job.id()));
+    ASSERT_OK_AND_ASSIGN(int victim, c.WorkerOf(job.id()));
     c.KillWorker(victim);
     ASSERT_OK(c.AddWorker());  // a spare for the next recovery
   };
@@ -74,7 +60,7 @@ TEST(Chaos, AJobSurvivesKilledWorkersAStallAndACoordinatorRestartBitForBit) {
   kill_at(kill3);
   // Last, as the job may well end while the worker is stopped.
   ASSERT_OK(c.WaitForStep(job.id(), stall, absl::Minutes(5)));
-  ASSERT_OK_AND_ASSIGN(int stalled, OneOfItsWorkers(c, job.id()));
+  ASSERT_OK_AND_ASSIGN(int stalled, c.WorkerOf(job.id()));
   c.SignalWorker(stalled, SIGSTOP);
   absl::SleepFor(absl::Seconds(20));  // the job goes on without it meanwhile
   c.SignalWorker(stalled, SIGCONT);

@@ -302,11 +302,7 @@ TEST(Cluster, AJobResumesFromAnotherJobsStateBitForBitAndItsStateDownloads) {
   // The CLI downloads it whole, as the coordinator keeps it.
   const std::string out = c->dir() + "/downloaded.safetensors";
   ASSERT_EQ(CheckpointCli(*c, absl::StrCat(resumed.id(), " -o ", out)), 0);
-  auto bytes = [](const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  EXPECT_EQ(bytes(out), bytes(resumed_done.checkpoint_path()));
+  EXPECT_EQ(ReadAll(out), ReadAll(resumed_done.checkpoint_path()));
   EXPECT_FALSE(std::filesystem::exists(out + ".part"));
   // A step it does not keep is NOT_FOUND (exit 1), and no file is left.
   EXPECT_EQ(CheckpointCli(*c, absl::StrCat(resumed.id(), " --step 7 -o ", out, "-7")), 1);

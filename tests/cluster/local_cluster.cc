@@ -7,7 +7,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "services/common/flags.h"
 #include "services/common/job_state.h"
 #include "services/common/net.h"
@@ -166,6 +168,19 @@ absl::StatusOr<std::vector<v1::JobEvent>> LocalCluster::Events(const std::string
 
 absl::StatusOr<v1::ListWorkersResponse> LocalCluster::Workers() {
   return Call(&v1::JobService::Stub::ListWorkers, *stub_, v1::ListWorkersRequest());
+}
+
+absl::StatusOr<int> LocalCluster::WorkerOf(const std::string& job_id) {
+  ASSIGN_OR_RETURN(v1::Job job, Get(job_id));
+  ASSIGN_OR_RETURN(v1::ListWorkersResponse workers, Workers());
+  for (const v1::WorkerInfo& w : workers.workers()) {
+    int index;  // workers are named worker-<index>
+    if (job.workers_size() > 0 && w.id() == job.workers(0) &&
+        absl::SimpleAtoi(w.name().substr(w.name().rfind('-') + 1), &index)) {
+      return index;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(job_id, " runs on no worker now"));
 }
 
 std::string LocalCluster::Logs() const {

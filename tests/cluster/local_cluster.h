@@ -50,6 +50,8 @@ class LocalCluster {
   // Every event WatchJob streams for the job until it ends (history, then live).
   absl::StatusOr<std::vector<v1::JobEvent>> Events(const std::string& id);
   absl::StatusOr<v1::ListWorkersResponse> Workers();
+  // The start-order index (for KillWorker, SignalWorker) of the job's rank-0 worker.
+  absl::StatusOr<int> WorkerOf(const std::string& job_id);
   // Reads the worker logs and the coordinator log (for failure messages).
   std::string Logs() const;
 
