@@ -236,27 +236,33 @@ absl::Status JobRunner::Begin() {
   return absl::OkStatus();  // from step 0
 }
 
-std::string JobRunner::ResolveStartFile() const {
+absl::StatusOr<StartingPoint> JobRunner::ReadStart(std::string* path) const {
   const std::string& from = spec_.resume_from();
-  // Another job of this coordinator: its newest snapshot, else its final checkpoint.
+  auto in_checkpoints = [&](const std::string& name) {
+    return options_.checkpoint_dir.empty() ? name : options_.checkpoint_dir + "/" + name;
+  };
+  *path = in_checkpoints(from);
   const bool job_id = absl::StartsWith(from, "job-") && from.size() > 4 &&
                       std::all_of(from.begin() + 4, from.end(), absl::ascii_isdigit);
   if (job_id) {
+    // Another job of this coordinator: its newest whole snapshot, else its checkpoint.
     if (!options_.snapshot_dir.empty()) {
       const SnapshotStore other(options_.snapshot_dir + "/" + from, 1);
-      if (const std::vector<int64_t> steps = other.Steps(); !steps.empty()) {
-        return other.PathOf(steps.back());
+      ASSIGN_OR_RETURN(std::optional<Snapshot> latest,
+                       other.Latest(setup_->model, setup_->optimizer));
+      if (latest.has_value()) {
+        *path = other.PathOf(latest->state.step);
+        return StartingPoint{std::move(latest->state), false, std::move(latest->metadata)};
       }
     }
-    return options_.checkpoint_dir.empty() ? from + ".safetensors"
-                                           : options_.checkpoint_dir + "/" + from + ".safetensors";
+    *path = in_checkpoints(from + ".safetensors");
   }
-  return options_.checkpoint_dir.empty() ? from : options_.checkpoint_dir + "/" + from;
+  return ReadStartingPoint(*path, setup_->model, setup_->optimizer);
 }
 
 absl::Status JobRunner::ResumeFrom() {
-  const std::string path = ResolveStartFile();
-  absl::StatusOr<StartingPoint> start = ReadStartingPoint(path, setup_->model, setup_->optimizer);
+  std::string path;
+  absl::StatusOr<StartingPoint> start = ReadStart(&path);
   if (!start.ok()) {
     return absl::Status(start.status().code(),
                         absl::StrCat("resume_from: ", start.status().message()));

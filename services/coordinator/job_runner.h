@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "core/cancel.h"
+#include "core/checkpoint.h"
 #include "core/plan.h"
 #include "core/spec/spec.h"
 #include "lockstep/v1/job.pb.h"
@@ -114,8 +115,8 @@ class JobRunner {
     std::optional<TrainState> held;
   };
   absl::Status Begin();
-  // spec.resume_from: where the file is, and the start it gives.
-  std::string ResolveStartFile() const;
+  // spec.resume_from: the start it gives, and the file it came from (*path).
+  absl::StatusOr<StartingPoint> ReadStart(std::string* path) const;
   absl::Status ResumeFrom();
   // The attempt's TrainState, serialized once for every rank.
   absl::StatusOr<std::shared_ptr<const SharedState>> StartState();

@@ -307,6 +307,26 @@ TEST(Cluster, AJobResumesFromAnotherJobsStateBitForBitAndItsStateDownloads) {
   // A step it does not keep is NOT_FOUND (exit 1), and no file is left.
   EXPECT_EQ(CheckpointCli(*c, absl::StrCat(resumed.id(), " --step 7 -o ", out, "-7")), 1);
   EXPECT_FALSE(std::filesystem::exists(out + "-7"));
+
+  // A cancelled job's newest snapshot: the rest of its run, bit for bit.
+  v1::JobSpec endless = MlpSpec(2, 100000000, 0.2);
+  endless.mutable_recovery()->set_snapshot_every_steps(50);
+  ASSERT_OK_AND_ASSIGN(v1::Job cancelled, c->Submit(endless));
+  ASSERT_OK(c->WaitForStep(cancelled.id(), 120, absl::Minutes(2)));
+  ASSERT_OK(c->Cancel(cancelled.id()));
+  ASSERT_OK_AND_ASSIGN(v1::Job straight_long, c->Submit(MlpSpec(2, 1500, 0.2)));
+  v1::JobSpec rest_long = MlpSpec(2, 1500, 0.2);
+  rest_long.set_resume_from(cancelled.id());
+  ASSERT_OK_AND_ASSIGN(v1::Job continued, c->Submit(rest_long));
+  ASSERT_OK_AND_ASSIGN(v1::Job straight_long_done,
+                       c->WaitFor(straight_long.id(), absl::Minutes(2)));
+  ASSERT_OK_AND_ASSIGN(v1::Job continued_done, c->WaitFor(continued.id(), absl::Minutes(2)));
+  ASSERT_EQ(continued_done.state(), v1::SUCCEEDED) << continued_done.failure_reason();
+  EXPECT_EQ(continued_done.param_checksum(), straight_long_done.param_checksum());
+  ASSERT_OK_AND_ASSIGN(events, c->Events(continued.id()));
+  for (const v1::JobEvent& e : events) {
+    if (e.has_step()) EXPECT_GT(e.step().step(), 100);  // from a snapshot at 100 or later
+  }
 }
 
 TEST(Cluster, WatchResumesFromAStepAndAFinishedJobKeepsItsStatesAndEvaluations) {
