@@ -80,10 +80,14 @@ void PrintJob(const v1::Job& job, bool json) {
   if (job.step() > 0) absl::PrintF("  loss %.4f", job.last_loss());
   if (job.has_last_eval()) absl::PrintF("  test accuracy %.4f", job.last_eval().test_accuracy());
   absl::PrintF("  workers %d\n", job.spec().workers());
-  if (job.state() == v1::QUEUED && !job.waiting_for().empty()) {
+  if ((job.state() == v1::QUEUED || job.state() == v1::RECOVERING) && !job.waiting_for().empty()) {
     absl::PrintF("  waiting for %s\n", job.waiting_for());
   }
-  if (!job.failure_reason().empty()) {
+  if (job.recoveries() > 0 || job.snapshot_step() > 0) {
+    absl::PrintF("  recoveries %d  last snapshot at step %d\n", job.recoveries(),
+                 job.snapshot_step());
+  }
+  if (!job.failure_reason().empty()) {  // RECOVERING: why; FAILED: what went wrong
     absl::PrintF("  %s: %s\n", job.failure_code(), job.failure_reason());
   }
   if (!job.checkpoint_path().empty()) absl::PrintF("  checkpoint %s\n", job.checkpoint_path());
