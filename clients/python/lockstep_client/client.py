@@ -204,6 +204,36 @@ class Client:
         return list(self._call(self._stub.ListWorkers, job_pb2.ListWorkersRequest(),
                                timeout).workers)
 
+    def checkpoint(self, job_id: str, path: str | os.PathLike[str], step: int | None = None,
+                   timeout: float | None = None) -> int:
+        """Downloads the job's state to `path` as a safetensors file with Flax names (load it
+        with safetensors and flax.traverse_util.unflatten_dict(..., sep=".")): its final
+        checkpoint, else its newest snapshot, or the kept snapshot of `step`. Written to
+        `path`.part and renamed once whole. Returns the state's step; NOT_FOUND names the
+        steps there are."""
+        target = Path(path)
+        part = target.with_name(target.name + ".part")
+        request = job_pb2.GetCheckpointRequest(id=job_id)
+        if step is not None:
+            request.step = step
+        call = self._stub.GetCheckpoint(request, timeout=timeout)
+        at_step, total, got = -1, 0, 0
+        try:
+            with open(part, "wb") as f:
+                for chunk in call:
+                    if at_step < 0:
+                        at_step, total = chunk.step, chunk.total_bytes
+                    f.write(chunk.data)
+                    got += len(chunk.data)
+        except grpc.RpcError as e:
+            part.unlink(missing_ok=True)
+            raise LockstepError.from_rpc(e) from e
+        if at_step < 0 or got != total:
+            part.unlink(missing_ok=True)
+            raise LockstepError("DATA_LOSS", f"{path}: {got} of {total} bytes arrived")
+        os.replace(part, target)
+        return at_step
+
     def watch(self, job_id: str, from_step: int = 0,
               timeout: float | None = None) -> Iterator[Event]:
         """The job's events: history from `from_step` (0: all the coordinator kept), then

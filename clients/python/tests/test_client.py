@@ -113,6 +113,22 @@ def test_submit_and_watch_to_success(client: Client) -> None:
     assert client.get(job.id) == done
 
 
+def test_checkpoint_downloads_the_final_state(client: Client, tmp_path: Path) -> None:
+    done = client.wait(client.submit(spec(steps=20)).id, timeout=60)
+    assert state_name(done.state) == "SUCCEEDED"
+    out = tmp_path / "job.safetensors"
+    assert client.checkpoint(done.id, out) == 20
+    assert out.read_bytes() == Path(done.checkpoint_path).read_bytes()  # the same machine
+    header_size = int.from_bytes(out.read_bytes()[:8], "little")
+    header = json.loads(out.read_bytes()[8:8 + header_size])
+    assert header["params.Dense_0.kernel"]["shape"] == [784, 32]
+    assert header["__metadata__"]["step"] == "20"
+    with pytest.raises(LockstepError) as e:
+        client.checkpoint(done.id, tmp_path / "other", step=7)
+    assert e.value.code == "NOT_FOUND" and "steps 20" in e.value.message
+    assert not (tmp_path / "other").exists() and not (tmp_path / "other.part").exists()
+
+
 def test_cancel_mid_run(client: Client) -> None:
     job = client.submit(spec(name="py-long", model={"kind": "mlp", "hidden": [256, 256]},
                              steps=1_000_000))
