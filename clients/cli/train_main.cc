@@ -65,7 +65,7 @@ int Main(int argc, char** argv) {
     if (!n.ok()) return Fail(n.status());
     parsed->set_threads(*n);
   }
-  auto spec = Validate(*parsed);
+  auto spec = Validate(*parsed, {.files_in_checkpoint_dir = false});  // this user's own files
   if (!spec.ok()) return Fail(spec.status());
   if (spec->device() != "cpu") {
     return Fail(absl::InvalidArgumentError(

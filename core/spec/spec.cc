@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/data/dataset.h"
 #include "core/model.h"
 #include "core/optimizer.h"
@@ -85,6 +86,18 @@ absl::Status Invalid(const std::string& field, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
+// A file name the coordinator resolves in its checkpoint folder: relative, and never
+// leaving it.
+absl::Status CheckRelativePath(const std::string& field, const std::string& path) {
+  if (path.size() > 1024) return Invalid(field, "longer than 1024 characters");
+  if (path.empty()) return absl::OkStatus();
+  if (path.front() == '/') return Invalid(field, "must be relative (to the checkpoint folder)");
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    if (part == "..") return Invalid(field, "must stay inside the checkpoint folder (no \"..\")");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<v1::JobSpec> ParseSpec(const std::string& text, const std::string& source) {
@@ -120,6 +133,13 @@ absl::StatusOr<v1::JobSpec> LoadSpecFile(const std::string& path) {
 }
 
 absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& limits) {
+  if (in.ByteSizeLong() > 64 * 1024) return Invalid("spec", "larger than 64 KiB");
+  if (in.name().size() > 256) return Invalid("name", "longer than 256 characters");
+  if (in.request_id().size() > 256) return Invalid("request_id", "longer than 256 characters");
+  if (limits.files_in_checkpoint_dir) {
+    RETURN_IF_ERROR(CheckRelativePath("checkpoint_path", in.checkpoint_path()));
+    RETURN_IF_ERROR(CheckRelativePath("resume_from", in.resume_from()));
+  }
   v1::JobSpec spec = in;
   ASSIGN_OR_RETURN(Model model, Model::FromSpec(spec.model()));
   if (model.layout().total() > limits.max_params) {
@@ -142,6 +162,8 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
   if ((spec.epochs() > 0) == (spec.steps() > 0)) {
     return Invalid("epochs, steps", "set exactly one of them to a positive number");
   }
+  if (spec.steps() > 1'000'000'000) return Invalid("steps", "must be at most 1,000,000,000");
+  if (spec.epochs() > 100'000) return Invalid("epochs", "must be at most 100,000");
   if (!spec.has_dropout_seed()) spec.set_dropout_seed(spec.seed());
   ASSIGN_OR_RETURN(rng::Impl impl, rng::ParseImpl(spec.rng_impl()));
   spec.set_rng_impl(rng::ImplName(impl));
@@ -167,6 +189,7 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
     ev->set_every_epochs(1);
   }
   if (ev->batch_size() == 0) ev->set_batch_size(1000);
+  if (ev->batch_size() > 100'000) return Invalid("eval.batch_size", "must be at most 100,000");
   auto* rec = spec.mutable_recovery();
   if (rec->snapshot_every_steps() == 0) rec->set_snapshot_every_steps(1000);
   if (rec->snapshot_every_seconds() == 0) rec->set_snapshot_every_seconds(60);
@@ -174,6 +197,10 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
   if (!rec->has_max_restarts()) rec->set_max_restarts(3);
   if (rec->recovery_timeout_seconds() == 0) rec->set_recovery_timeout_seconds(300);
   if (rec->max_restarts() > 1000) return Invalid("recovery.max_restarts", "must be at most 1000");
+  if (rec->snapshots_kept() > 100) return Invalid("recovery.snapshots_kept", "must be at most 100");
+  if (rec->recovery_timeout_seconds() > 86400) {
+    return Invalid("recovery.recovery_timeout_seconds", "must be at most 86400 (a day)");
+  }
   return spec;
 }
 

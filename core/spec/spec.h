@@ -26,6 +26,9 @@ struct SpecLimits {
   uint32_t max_workers = 64;
   uint64_t max_params = 100'000'000;
   uint32_t max_global_batch = 1 << 20;
+  // checkpoint_path and resume_from name files in the coordinator's checkpoint folder:
+  // relative, never leaving it. Off for `lockstep train` (the user's own files).
+  bool files_in_checkpoint_dir = true;
 };
 
 // Checks a spec and returns it with defaults filled in (workers 1, rng_impl, dataset

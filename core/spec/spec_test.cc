@@ -102,7 +102,28 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"global_batch_size: 63", "global_batch_size"},
                       BadCase{"workers: 1000", "workers"}, BadCase{"epochs: 3", "epochs, steps"},
                       BadCase{"rng_impl: fast", "rng_impl"}, BadCase{"device: tpu", "device"},
-                      BadCase{"model: {hidden: [1000000, 1000000]}", "model"}));
+                      BadCase{"model: {hidden: [1000000, 1000000]}", "model"},
+                      BadCase{"steps: 10000000000", "steps"},
+                      BadCase{"eval: {batch_size: 3000000000}", "eval.batch_size"},
+                      BadCase{"checkpoint_path: /etc/passwd", "checkpoint_path"},
+                      BadCase{"checkpoint_path: a/../../b.safetensors", "checkpoint_path"},
+                      BadCase{"resume_from: ../other/x.safetensors", "resume_from"},
+                      BadCase{"recovery: {snapshots_kept: 1000}", "recovery.snapshots_kept"}));
+
+TEST(Spec, LongNamesAndHugeSpecsAreRefused) {
+  auto spec = ParseSpec(kGood, "spec.yaml");
+  ASSERT_OK(spec);
+  v1::JobSpec named = *spec;
+  named.set_name(std::string(257, 'n'));
+  EXPECT_THAT(Validate(named), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("name")));
+  v1::JobSpec huge = *spec;
+  huge.set_request_id(std::string(15 << 20, 'r'));
+  EXPECT_THAT(Validate(huge), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("spec")));
+  v1::JobSpec fine = *spec;
+  fine.set_name(std::string(256, 'n'));
+  fine.set_checkpoint_path("runs/cnn..v2.safetensors");  // ".." only as a whole component
+  EXPECT_THAT(Validate(fine), testing::IsOk());
+}
 
 TEST(Spec, EvalDueFollowsEpochsOrSteps) {
   v1::EvalSpec every_2_epochs;

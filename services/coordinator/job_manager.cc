@@ -22,19 +22,6 @@ v1::JobEvent StateEvent(v1::JobState state, absl::string_view reason) {
   return ev;
 }
 
-absl::Status CheckCheckpointPath(const std::string& path) {
-  if (path.empty()) return absl::OkStatus();
-  if (path.front() == '/' || path == ".." || path.rfind("../", 0) == 0 ||
-      path.find("/../") != std::string::npos ||
-      (path.size() >= 3 && path.compare(path.size() - 3, 3, "/..") == 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint_path: \"", path,
-                     "\" must be relative and without '..' (it is saved "
-                     "under the coordinator's checkpoint directory)"));
-  }
-  return absl::OkStatus();
-}
-
 JobDemand DemandOf(const v1::Job& job) {
   return {job.id(), static_cast<int>(job.spec().workers()), job.spec().device(),
           job.spec().threads()};
@@ -275,7 +262,6 @@ void JobManager::Forget(std::vector<std::string> ids, int64_t next_id) {
 
 absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in) {
   ASSIGN_OR_RETURN(v1::JobSpec spec, Validate(in, options_.limits));
-  RETURN_IF_ERROR(CheckCheckpointPath(spec.checkpoint_path()));
   absl::MutexLock submit(&submit_mu_);
   v1::Job job;
   {

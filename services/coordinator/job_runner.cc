@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <deque>
 #include <filesystem>
 #include <thread>
@@ -417,7 +418,11 @@ absl::StatusOr<v1::StepEvent> JobRunner::Aggregate(const std::vector<StepResult>
     e.set_update_ms(std::max(e.update_ms(), got[r].update_ms));
   }
   const float n = static_cast<float>(got.size());
-  e.set_loss(loss_sum / n);  // jnp.mean of the local losses
+  e.set_loss(loss_sum / n);        // jnp.mean of the local losses
+  if (!std::isfinite(e.loss())) {  // no replay can help: the job's settings make it diverge
+    return absl::FailedPreconditionError(
+        absl::StrCat("diverged at step ", step + 1, ": the loss is ", e.loss()));
+  }
   e.set_accuracy(acc_sum / n);
   return e;
 }

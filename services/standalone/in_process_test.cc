@@ -148,6 +148,18 @@ TEST(InProcessJobLoop, AParamsOnlyFileFineTunesFromStepZero) {
   std::filesystem::remove_all(options.checkpoint_dir);
 }
 
+TEST(InProcessJobLoop, ADivergingJobFailsNamingTheStepAndSavesNothing) {
+  CoordinatorOptions options;
+  options.checkpoint_dir = TempDir("diverge");
+  v1::JobSpec spec = DropoutSpec(20, "diverged");
+  spec.mutable_optimizer()->set_learning_rate(1e30);
+  Recorder sink;
+  EXPECT_THAT(RunJob(spec, options, &sink), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                     ::testing::HasSubstr("diverged at step")));
+  EXPECT_FALSE(std::filesystem::exists(options.checkpoint_dir + "/diverged"));
+  std::filesystem::remove_all(options.checkpoint_dir);
+}
+
 // Counts the moments of a job's life at which a cancel can land (each worker call, each
 // step sent and answered) and fires `at(k)` at the k-th, without waiting for it.
 class Moments {
