@@ -54,6 +54,22 @@ absl::Status FillAndClose(int fd, const std::string& tmp,
 
 }  // namespace
 
+absl::Status CheckWritable(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(path, ": cannot create its folder: ", ec.message()));
+  }
+  std::string tmp = absl::StrCat(path, ".", std::string(kRandomChars, 'X'), kTmpSuffix);
+  const int fd = mkostemps(tmp.data(), sizeof(kTmpSuffix) - 1, O_CLOEXEC);
+  if (fd < 0) return Errno(absl::StatusCode::kPermissionDenied, path, "cannot be written");
+  close(fd);
+  unlink(tmp.c_str());
+  return absl::OkStatus();
+}
+
 absl::Status WriteFileDurably(const std::string& path, const std::vector<std::string_view>& parts) {
   // The temporary file sits in the target's folder: rename is atomic only within a file system.
   std::string tmp = absl::StrCat(path, ".", std::string(kRandomChars, 'X'), kTmpSuffix);

@@ -23,6 +23,11 @@ namespace lockstep {
 // write leaves the old file as it was and no temporary file.
 absl::Status WriteFileDurably(const std::string& path, const std::vector<std::string_view>& parts);
 
+// Whether WriteFileDurably(path) can work: the folder exists or can be made, and takes a
+// new file (tried with a temporary file, removed at once). PERMISSION_DENIED naming the
+// path and the system's reason otherwise. For failing before hours of work, not after.
+absl::Status CheckWritable(const std::string& path);
+
 // Whether `filename` (no folder) is a temporary file of WriteFileDurably: any "<name>.tmp",
 // so that folders written with WriteFileDurably hold no other such names.
 bool IsTemporaryFileName(std::string_view filename);

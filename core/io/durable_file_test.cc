@@ -89,6 +89,16 @@ TEST_F(DurableFileTest, AFolderThatCannotBeWrittenIsPermissionDeniedNamingThePat
   }
 }
 
+TEST_F(DurableFileTest, CheckWritableMakesTheFolderAndLeavesNoFile) {
+  ASSERT_OK(CheckWritable(dir_ + "/new/folder/a.bin"));
+  EXPECT_TRUE(fs::is_directory(dir_ + "/new/folder"));
+  EXPECT_TRUE(fs::is_empty(dir_ + "/new/folder"));
+  std::ofstream(dir_ + "/file") << "a file, not a folder";
+  EXPECT_THAT(CheckWritable(dir_ + "/file/a.bin"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr(dir_ + "/file/a.bin")));
+  EXPECT_EQ(ReadAll(dir_ + "/file"), "a file, not a folder");
+}
+
 TEST_F(DurableFileTest, AFailedRenameIsDataLossAndLeavesNoTemporaryFile) {
   const std::string path = dir_ + "/occupied";
   fs::create_directories(path + "/inside");  // a non-empty folder cannot be renamed over

@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/checkpoint.h"
+#include "core/io/durable_file.h"
 #include "core/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
 
@@ -219,9 +220,28 @@ absl::Status JobRunner::Recover(const absl::Status& failure, JobOutcome* outcome
   return absl::OkStatus();
 }
 
+std::string JobRunner::CheckpointPath() const {
+  std::string path = spec_.checkpoint_path();
+  if (path.empty() && !options_.checkpoint_dir.empty()) path = job_id_ + ".safetensors";
+  if (path.empty() || options_.checkpoint_dir.empty()) return path;
+  return options_.checkpoint_dir + "/" + path;
+}
+
 absl::Status JobRunner::Begin() {
   ASSIGN_OR_RETURN(setup_, SetupFromSpec(spec_));
   last_snapshot_time_ = absl::Now();
+  // Where the checkpoint goes must take it: found out now, not after the training. On a
+  // coordinator a new job never writes over a file in its checkpoint folder (another
+  // job's); a resumed one may find its own. (`lockstep train` writes the user's own path.)
+  if (const std::string path = CheckpointPath(); !path.empty()) {
+    if (!resume_ && !options_.checkpoint_dir.empty() && std::filesystem::exists(path)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "checkpoint_path: ", path, " exists already (another job's checkpoint?); name another"));
+    }
+    if (absl::Status st = CheckWritable(path); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("checkpoint_path: ", st.message()));
+    }
+  }
   if (resume_ && snapshots_.enabled()) {
     ASSIGN_OR_RETURN(std::optional<Snapshot> latest,
                      snapshots_.Latest(setup_->model, setup_->optimizer));
@@ -331,10 +351,8 @@ absl::Status JobRunner::Attempt(JobOutcome* outcome) {
                    Evaluate(num_test, total, (total - 1) / plan.steps_per_epoch()));
   sink_->OnEval(final_eval);
 
-  std::string path = spec_.checkpoint_path();
-  if (path.empty() && !options_.checkpoint_dir.empty()) path = job_id_ + ".safetensors";
+  const std::string path = CheckpointPath();
   if (path.empty()) return absl::OkStatus();
-  if (!options_.checkpoint_dir.empty()) path = options_.checkpoint_dir + "/" + path;
   RETURN_IF_ERROR(SaveCheckpoint(path, outcome->param_checksum, plan));
   outcome->checkpoint_path = std::filesystem::absolute(path).string();
   return absl::OkStatus();

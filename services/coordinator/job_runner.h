@@ -115,6 +115,8 @@ class JobRunner {
     std::optional<TrainState> held;
   };
   absl::Status Begin();
+  // Where the final checkpoint goes ("" for none).
+  std::string CheckpointPath() const;
   // spec.resume_from: the start it gives, and the file it came from (*path).
   absl::StatusOr<StartingPoint> ReadStart(std::string* path) const;
   absl::Status ResumeFrom();

@@ -3,6 +3,7 @@
 // cancellation at random moments of a job's life.
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -157,6 +158,22 @@ TEST(InProcessJobLoop, ADivergingJobFailsNamingTheStepAndSavesNothing) {
   EXPECT_THAT(RunJob(spec, options, &sink), StatusIs(absl::StatusCode::kFailedPrecondition,
                                                      ::testing::HasSubstr("diverged at step")));
   EXPECT_FALSE(std::filesystem::exists(options.checkpoint_dir + "/diverged"));
+  std::filesystem::remove_all(options.checkpoint_dir);
+}
+
+TEST(InProcessJobLoop, ACheckpointPathThatCannotTakeTheCheckpointFailsBeforeTraining) {
+  CoordinatorOptions options;
+  options.checkpoint_dir = TempDir("unwritable");
+  std::ofstream(options.checkpoint_dir + "/taken") << "another job's checkpoint";
+  Recorder sink;
+  EXPECT_THAT(RunJob(DropoutSpec(5, "taken"), options, &sink),
+              StatusIs(absl::StatusCode::kAlreadyExists, ::testing::HasSubstr("taken")));
+  // A folder that is a file (no permission bits stop root, this does).
+  EXPECT_THAT(
+      RunJob(DropoutSpec(5, "taken/x.safetensors"), options, &sink),
+      StatusIs(absl::StatusCode::kPermissionDenied, ::testing::HasSubstr("taken/x.safetensors")));
+  EXPECT_TRUE(sink.steps.empty());
+  EXPECT_EQ(ReadAll(options.checkpoint_dir + "/taken"), "another job's checkpoint");
   std::filesystem::remove_all(options.checkpoint_dir);
 }
 
