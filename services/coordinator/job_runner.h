@@ -16,6 +16,9 @@
 // workers, prepares them from the snapshot and replays the steps since: each step's
 // inputs come from the plan, so the job ends bitwise where an undisturbed one would.
 //
+// The loop is job_runner.cc; where the state comes from and goes (starts, snapshots, the
+// checkpoint) is job_state.cc.
+//
 // Thread safety: Run on one thread; Abort and LoseWorker from any. Cancellation is
 // sticky: every worker call is made with the attempt's CancelToken, so that an Abort at
 // any moment ends Run promptly, and a call made after it fails at once.
@@ -122,6 +125,8 @@ class JobRunner {
   absl::Status ResumeFrom();
   // The attempt's TrainState, serialized once for every rank.
   absl::StatusOr<std::shared_ptr<const SharedState>> StartState();
+  // DATA_LOSS unless `plan`, advanced to the start's step, holds the start's RNG keys.
+  absl::Status CheckStartKeys(const TrainingPlan& plan) const;
   void Connect(std::vector<PoolWorker> workers);
   std::shared_ptr<CancelToken> attempt();
   // A snapshot's or checkpoint's metadata after `step` steps: the spec, the RNG chain's

@@ -1,0 +1,236 @@
+// JobRunner, where a job's state comes from and where it goes: the start of an attempt
+// (step 0, the latest snapshot, or spec.resume_from), the snapshots taken at the spec's
+// cadence, their metadata, and the final checkpoint. The loop itself is job_runner.cc.
+#include <google/protobuf/util/json_util.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/checkpoint.h"
+#include "core/io/durable_file.h"
+#include "core/status_macros.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "services/coordinator/job_runner.h"
+
+namespace lockstep {
+namespace {
+
+std::string KeyHex(rng::Key k) { return absl::StrFormat("%08x%08x", k.k0, k.k1); }
+
+// Whether a job with spec `ours` continues the trajectory of a state saved by `theirs`.
+absl::Status SameTrajectory(const v1::JobSpec& theirs, const v1::JobSpec& ours,
+                            const std::string& path) {
+  using google::protobuf::util::MessageDifferencer;
+  auto differ = [&](const std::string& field, const std::string& a, const std::string& b) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resume_from: ", path, " was saved by a job with ", field, " ", a, "; this job has ", b,
+        " (to start from its params with other settings, use a params-only file)"));
+  };
+  if (!MessageDifferencer::Equals(theirs.model(), ours.model())) {
+    return differ("model", theirs.model().ShortDebugString(), ours.model().ShortDebugString());
+  }
+  if (!MessageDifferencer::Equals(theirs.optimizer(), ours.optimizer())) {
+    return differ("optimizer", theirs.optimizer().ShortDebugString(),
+                  ours.optimizer().ShortDebugString());
+  }
+  if (theirs.global_batch_size() != ours.global_batch_size()) {
+    return differ("global_batch_size", absl::StrCat(theirs.global_batch_size()),
+                  absl::StrCat(ours.global_batch_size()));
+  }
+  if (theirs.seed() != ours.seed() || theirs.dropout_seed() != ours.dropout_seed()) {
+    return differ("seed/dropout_seed", absl::StrCat(theirs.seed(), "/", theirs.dropout_seed()),
+                  absl::StrCat(ours.seed(), "/", ours.dropout_seed()));
+  }
+  if (theirs.rng_impl() != ours.rng_impl()) {
+    return differ("rng_impl", theirs.rng_impl(), ours.rng_impl());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string JobRunner::CheckpointPath() const {
+  std::string path = spec_.checkpoint_path();
+  if (path.empty() && !options_.checkpoint_dir.empty()) path = job_id_ + ".safetensors";
+  if (path.empty() || options_.checkpoint_dir.empty()) return path;
+  return options_.checkpoint_dir + "/" + path;
+}
+
+absl::Status JobRunner::Begin() {
+  ASSIGN_OR_RETURN(setup_, SetupFromSpec(spec_));
+  last_snapshot_time_ = absl::Now();
+  // Where the checkpoint goes must take it: found out now, not after the training. On a
+  // coordinator a new job never writes over a file in its checkpoint folder (another
+  // job's); a resumed one may find its own. (`lockstep train` writes the user's own path.)
+  if (const std::string path = CheckpointPath(); !path.empty()) {
+    if (!resume_ && !options_.checkpoint_dir.empty() && std::filesystem::exists(path)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "checkpoint_path: ", path, " exists already (another job's checkpoint?); name another"));
+    }
+    if (absl::Status st = CheckWritable(path); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("checkpoint_path: ", st.message()));
+    }
+  }
+  if (resume_ && snapshots_.enabled()) {
+    ASSIGN_OR_RETURN(std::optional<Snapshot> latest,
+                     snapshots_.Latest(setup_->model, setup_->optimizer));
+    if (latest.has_value()) {
+      start_.step = latest->state.step;
+      start_.data_key = latest->metadata["data_key"];
+      start_.main_key = latest->metadata["main_key"];
+      last_snapshot_step_ = high_water_ = start_.step;
+      return absl::OkStatus();
+    }
+  }
+  if (!spec_.resume_from().empty()) return ResumeFrom();
+  return absl::OkStatus();  // from step 0
+}
+
+absl::StatusOr<StartingPoint> JobRunner::ReadStart(std::string* path) const {
+  const std::string& from = spec_.resume_from();
+  auto in_checkpoints = [&](const std::string& name) {
+    return options_.checkpoint_dir.empty() ? name : options_.checkpoint_dir + "/" + name;
+  };
+  *path = in_checkpoints(from);
+  const bool job_id = absl::StartsWith(from, "job-") && from.size() > 4 &&
+                      std::all_of(from.begin() + 4, from.end(), absl::ascii_isdigit);
+  if (job_id) {
+    // Another job of this coordinator: its newest whole snapshot, else its checkpoint.
+    if (!options_.snapshot_dir.empty()) {
+      const SnapshotStore other(options_.snapshot_dir + "/" + from, 1);
+      ASSIGN_OR_RETURN(std::optional<Snapshot> latest,
+                       other.Latest(setup_->model, setup_->optimizer));
+      if (latest.has_value()) {
+        *path = other.PathOf(latest->state.step);
+        return StartingPoint{std::move(latest->state), false, std::move(latest->metadata)};
+      }
+    }
+    *path = in_checkpoints(from + ".safetensors");
+  }
+  return ReadStartingPoint(*path, setup_->model, setup_->optimizer);
+}
+
+absl::Status JobRunner::ResumeFrom() {
+  std::string path;
+  absl::StatusOr<StartingPoint> start = ReadStart(&path);
+  if (!start.ok()) {
+    return absl::Status(start.status().code(),
+                        absl::StrCat("resume_from: ", start.status().message()));
+  }
+  if (!start->params_only) {
+    // Bit for bit only with the trajectory's own settings; the RNG keys are checked
+    // against the plan when the attempt starts.
+    v1::JobSpec theirs;
+    if (!google::protobuf::util::JsonStringToMessage(start->metadata["spec"], &theirs).ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("resume_from: ", path, " has no readable spec in its metadata"));
+    }
+    RETURN_IF_ERROR(SameTrajectory(theirs, spec_, path));
+    start_.data_key = start->metadata["data_key"];
+    start_.main_key = start->metadata["main_key"];
+  }
+  start_.step = start->state.step;
+  spdlog::info("{}: starts from {} at step {}{}", job_id_, path, start_.step,
+               start->params_only ? " (params only: fine-tuning)" : "");
+  start_.held = std::move(start->state);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const SharedState>> JobRunner::StartState() {
+  auto state = std::make_shared<SharedState>();
+  const auto slots = static_cast<uint32_t>(setup_->optimizer.slots().size());
+  if (start_.step == 0 && !start_.held.has_value()) {
+    // The host initializes the TrainState (the seed program), serialized once for every rank.
+    const std::vector<float> params =
+        setup_->model.Init(TrainingPlan::InitKey(spec_.seed(), setup_->impl), setup_->impl);
+    state->header = {0, params.size(), slots};
+    state->bytes = InitialStateBytes(params, slots);
+    return state;
+  }
+  std::optional<TrainState> loaded;
+  if (!start_.held.has_value()) {
+    ASSIGN_OR_RETURN(std::optional<Snapshot> latest,
+                     snapshots_.Latest(setup_->model, setup_->optimizer));
+    if (!latest.has_value() || latest->state.step != start_.step) {
+      return absl::DataLossError(absl::StrCat("the snapshot of step ", start_.step, " of job ",
+                                              job_id_, " is gone from ", options_.snapshot_dir));
+    }
+    loaded = std::move(latest->state);
+  }
+  const TrainState& s = start_.held.has_value() ? *start_.held : *loaded;
+  state->header = {s.step, s.params.size(), slots};
+  state->bytes = StateBytes(s);
+  return state;
+}
+
+absl::Status JobRunner::CheckStartKeys(const TrainingPlan& plan) const {
+  if (start_.data_key.empty()) return absl::OkStatus();  // step 0, or params only
+  if (start_.data_key != KeyHex(plan.data_key()) || start_.main_key != KeyHex(plan.main_key())) {
+    return absl::DataLossError(
+        absl::StrCat("the snapshot of step ", start_.step, " does not match this job's RNG plan"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::TakeSnapshot(int64_t step, uint64_t checksum, const TrainingPlan& plan) {
+  ASSIGN_OR_RETURN(TrainState state,
+                   clients_[0]->FetchState(job_id_, *attempt(), options_.rpc_timeout));
+  if (state.step != step || ParamChecksum(state.params) != checksum) {
+    return WorkerError(
+        0, absl::DataLossError(absl::StrCat("the state fetched for the snapshot of step ", step,
+                                            " does not match the replicas' checksum")));
+  }
+  const std::map<std::string, std::string> metadata = Metadata(checksum, plan, step);
+  start_.step = step;
+  start_.data_key = metadata.at("data_key");
+  start_.main_key = metadata.at("main_key");
+  start_.held.reset();
+  // On disk for a restarted coordinator (a recovery reads it back); held here where there
+  // is no disk for it, or the disk refused it.
+  absl::Status written = snapshots_.enabled()
+                             ? snapshots_.Write(setup_->model, setup_->optimizer, state, metadata)
+                             : absl::FailedPreconditionError("no snapshot directory");
+  if (!written.ok()) {
+    if (snapshots_.enabled())
+      spdlog::warn("{}: snapshot kept in memory: {}", job_id_, written.ToString());
+    start_.held = std::move(state);
+  }
+  last_snapshot_step_ = step;
+  last_snapshot_time_ = absl::Now();
+  sink_->OnSnapshot(step);
+  return absl::OkStatus();
+}
+
+std::map<std::string, std::string> JobRunner::Metadata(uint64_t checksum, const TrainingPlan& plan,
+                                                       int64_t step) const {
+  std::string spec_json;
+  (void)google::protobuf::util::MessageToJsonString(spec_, &spec_json);
+  return {{"job_id", job_id_},
+          {"spec", spec_json},
+          {"rng_impl", spec_.rng_impl()},
+          {"data_key", KeyHex(plan.data_key())},
+          {"main_key", KeyHex(plan.main_key())},
+          {"epoch", absl::StrCat(step / plan.steps_per_epoch())},  // of the next step
+          {"param_checksum", absl::StrFormat("%016x", checksum)}};
+}
+
+absl::Status JobRunner::SaveCheckpoint(const std::string& path, uint64_t checksum,
+                                       const TrainingPlan& plan) {
+  ASSIGN_OR_RETURN(TrainState state,
+                   clients_[0]->FetchState(job_id_, *attempt(), options_.rpc_timeout));
+  if (ParamChecksum(state.params) != checksum) {
+    return WorkerError(0,
+                       absl::DataLossError("fetched params do not match the replicas' checksum"));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  return WriteCheckpoint(path, setup_->model, setup_->optimizer, state,
+                         Metadata(checksum, plan, state.step));
+}
+
+}  // namespace lockstep
