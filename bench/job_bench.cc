@@ -55,7 +55,8 @@ int main(int argc, char** argv) {
     absl::FPrintF(stderr, "%s\n", model.status().ToString());
     return 2;
   }
-  auto stub = v1::JobService::NewStub(MakeChannel(a["coordinator"]));
+  // A benchmark on loopback: the coordinator it measures runs with --insecure.
+  auto stub = v1::JobService::NewStub(MakeChannel(a["coordinator"], Transport::Plaintext(), ""));
   const int timeout = std::stoi(a["timeout"]);
   auto s = RunAndMeasure(*stub, spec, std::stoi(a["warmup"]),
                          timeout > 0 ? absl::Seconds(timeout) : absl::InfiniteDuration());

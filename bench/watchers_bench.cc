@@ -90,7 +90,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   const pid_t coordinator = (*cluster)->pids()[0];
-  auto stub = v1::JobService::NewStub(MakeChannel((*cluster)->address()));
+  auto stub = v1::JobService::NewStub((*cluster)->Channel());
   v1::JobSpec spec;
   spec.mutable_model()->set_kind("mlp");
   spec.mutable_model()->add_hidden(32);

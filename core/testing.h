@@ -79,6 +79,11 @@ inline auto IsOk() { return StatusIs(absl::StatusCode::kOk, ::testing::_); }
     const absl::Status ls_st_ = ::lockstep::testing::internal::GetStatus(expr); \
     ASSERT_TRUE(ls_st_.ok()) << ls_st_;                                         \
   } while (0)
+#define EXPECT_OK(expr)                                                         \
+  do {                                                                          \
+    const absl::Status ls_st_ = ::lockstep::testing::internal::GetStatus(expr); \
+    EXPECT_TRUE(ls_st_.ok()) << ls_st_;                                         \
+  } while (0)
 #define ASSERT_OK_AND_ASSIGN(lhs, rexpr)                                                 \
   auto LS_CONCAT_(ls_t_, __LINE__) = (rexpr);                                            \
   ASSERT_TRUE(LS_CONCAT_(ls_t_, __LINE__).ok()) << LS_CONCAT_(ls_t_, __LINE__).status(); \

@@ -185,7 +185,7 @@ part_tests() {
 # Starts a coordinator and one worker on $device; sets addr.
 start_cluster() {
   local state=$tmp/state t_end
-  "$s/bin/lockstep-coordinator" --listen=127.0.0.1:0 --port_file="$tmp/port" --state_dir="$state" \
+  "$s/bin/lockstep-coordinator" --insecure --listen=127.0.0.1:0 --port_file="$tmp/port" --state_dir="$state" \
     >"$logs/coordinator.log" 2>&1 &
   coord_pid=$!
   t_end=$((SECONDS + 10))
@@ -195,8 +195,8 @@ start_cluster() {
     return 1
   fi
   addr=127.0.0.1:$(cat "$tmp/port")
-  export LOCKSTEP_COORDINATOR=$addr
-  "$s/bin/lockstep-worker" --coordinator="$addr" --listen=127.0.0.1:0 --advertise_host=127.0.0.1 \
+  export LOCKSTEP_COORDINATOR=$addr LOCKSTEP_INSECURE=1  # a check on loopback: plaintext
+  "$s/bin/lockstep-worker" --insecure --coordinator="$addr" --listen=127.0.0.1:0 --advertise_host=127.0.0.1 \
     --device="$device" --threads=4 >"$logs/worker.log" 2>&1 &
   worker_pid=$!
   t_end=$((SECONDS + 20))

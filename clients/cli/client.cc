@@ -2,6 +2,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "clients/cli/progress.h"
+#include "core/status_macros.h"
 #include "services/common/job_state.h"
 #include "services/common/net.h"
 #include "services/common/status.h"
@@ -49,8 +51,56 @@ std::string CoordinatorAddress(Args& args) {
   return "127.0.0.1:7070";
 }
 
-std::unique_ptr<v1::JobService::Stub> Connect(const std::string& address) {
-  return v1::JobService::NewStub(MakeChannel(address));
+namespace {
+
+// --NAME, else $LOCKSTEP_NAME (upper case), else "".
+std::string Option(Args& args, const std::string& name) {
+  std::string v = args.Value(name, "");
+  if (!v.empty()) return v;
+  std::string env = "LOCKSTEP_" + name;
+  for (char& c : env) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const char* e = std::getenv(env.c_str());
+  return e != nullptr ? e : "";
+}
+
+}  // namespace
+
+absl::StatusOr<Connection> ResolveConnection(Args& args) {
+  Connection c;
+  c.address = CoordinatorAddress(args);
+  const bool insecure = args.Flag("insecure") || Option(args, "insecure") == "1" ||
+                        Option(args, "insecure") == "true";
+  std::string dir = Option(args, "credentials");
+  TlsFiles files{Option(args, "tls_ca"), "", ""};
+  std::string token_file = Option(args, "token_file");
+  if (insecure) return c;
+  if (dir.empty() && files.ca.empty()) {
+    const std::string local = DefaultClusterDir() + "/credentials";
+    if (fs::exists(local + "/ca.pem")) dir = local;
+  }
+  if (!dir.empty()) {
+    if (files.ca.empty()) files.ca = dir + "/ca.pem";
+    if (token_file.empty()) token_file = dir + "/admin.token";
+  }
+  if (files.ca.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no credentials for ", c.address,
+                     ": pass --credentials DIR (made by `lockstep certs`), or --tls_ca FILE and "
+                     "--token_file FILE, or --insecure for a plaintext coordinator"));
+  }
+  ASSIGN_OR_RETURN(c.transport, Transport::Tls(files));
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!(in >> c.token)) {
+      return absl::InvalidArgumentError(absl::StrCat("--token_file: cannot read ", token_file));
+    }
+  }
+  return c;
+}
+
+std::unique_ptr<v1::JobService::Stub> Connect(const Connection& c) {
+  return v1::JobService::NewStub(
+      MakeChannel(c.address, c.transport, kCoordinatorIdentity, c.token));
 }
 
 std::unique_ptr<grpc::ClientContext> Deadline(double seconds) {

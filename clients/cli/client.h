@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "clients/cli/commands.h"
 #include "lockstep/v1/job.grpc.pb.h"
+#include "services/common/net.h"
 
 namespace lockstep::cli {
 
@@ -23,7 +24,20 @@ std::string DefaultClusterDir();
 // CLI's build folder), else in the build tree's services/. NOT_FOUND saying where.
 absl::StatusOr<std::string> FindBinary(const std::string& name);
 
-std::unique_ptr<v1::JobService::Stub> Connect(const std::string& address);
+// How the CLI reaches a server: its address, and TLS with the cluster's CA plus a bearer
+// token (or plaintext).
+struct Connection {
+  std::string address;
+  Transport transport = Transport::Plaintext();
+  std::string token;
+};
+// Reads --coordinator, --credentials DIR (ca.pem and admin.token, as `lockstep certs` and
+// `cluster up` make them), --tls_ca, --token_file and --insecure (each also
+// $LOCKSTEP_<NAME>); without any of them, the local cluster's credentials. Consumes those
+// options whatever happens; INVALID_ARGUMENT saying what to pass when no credentials are
+// found.
+absl::StatusOr<Connection> ResolveConnection(Args& args);
+std::unique_ptr<v1::JobService::Stub> Connect(const Connection& connection);
 
 // A context whose deadline is `seconds` away.
 std::unique_ptr<grpc::ClientContext> Deadline(double seconds);

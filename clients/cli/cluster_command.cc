@@ -92,6 +92,12 @@ int Supervise(const ClusterOptions& options, const sigset_t& stop,
 void PrintStarted(const ClusterOptions& options, const std::string& address) {
   absl::PrintF("cluster up: coordinator %s, %d workers (%d threads each), logs in %s/logs\n",
                address, options.workers, options.threads_per_worker, options.dir);
+  if (options.insecure) {
+    absl::PrintF("cluster up: PLAINTEXT, no authentication (--insecure), loopback only\n");
+  } else {
+    absl::PrintF("cluster up: TLS; CA, certificates and the admin token in %s/credentials\n",
+                 options.dir);
+  }
 }
 
 // --detach: the supervisor runs in a process of its own, in a new session so that it
@@ -143,7 +149,11 @@ int StartDetached(const ClusterOptions& options, const sigset_t& stop) {
   }
   const std::string address = message.substr(3);
   PrintStarted(options, address);
-  absl::PrintF("export LOCKSTEP_COORDINATOR=%s   # stop with: lockstep cluster down\n", address);
+  absl::PrintF("export LOCKSTEP_COORDINATOR=%s%s   # stop with: lockstep cluster down\n", address,
+               options.insecure
+                   ? " LOCKSTEP_INSECURE=1"
+                   : absl::StrCat(" LOCKSTEP_CREDENTIALS=", fs::absolute(options.dir).string(),
+                                  "/credentials"));
   return 0;
 }
 
@@ -153,6 +163,7 @@ int Up(Args& args) {
   const int n = *workers;
   const std::string dir = args.Value("dir", DefaultClusterDir());
   const bool detach = args.Flag("detach");
+  const bool insecure = args.Flag("insecure");
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   auto threads = ParseInt(
       "threads", args.Value("threads", std::to_string(std::max(1u, cores / std::max(1, n)))));
@@ -161,7 +172,7 @@ int Up(Args& args) {
   if (!port.ok()) return Fail(port.status());
   if (!args.Done() || !args.Positional().empty() || n < 1) {
     absl::FPrintF(stderr,
-                  "usage: lockstep cluster up [--workers N] [--threads T] [--dir DIR] "
+                  "usage: lockstep cluster up [--workers N] [--threads T] [--dir DIR] [--insecure] "
                   "[--port P] [--detach]\n");
     return 2;
   }
@@ -187,6 +198,7 @@ int Up(Args& args) {
   options.port = *port;
   options.workers = n;
   options.threads_per_worker = *threads;
+  options.insecure = insecure;
   if (detach) return StartDetached(options, stop);
   // Blocked before anything starts, so that the supervision loop receives Ctrl-C.
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);

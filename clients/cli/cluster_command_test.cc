@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "clients/cluster/cluster_processes.h"
 #include "lockstep/v1/job.grpc.pb.h"
+#include "services/common/credentials.h"
 #include "services/common/net.h"
 #include "services/common/status.h"
 
@@ -57,8 +58,16 @@ bool WaitUntil(absl::Duration timeout, const std::function<bool()>& done) {
 
 // The cluster's name -> id of each registered worker; empty when the coordinator does not
 // answer.
-std::map<std::string, std::set<std::string>> Workers(const std::string& address) {
-  auto stub = v1::JobService::NewStub(MakeChannel(address));
+std::map<std::string, std::set<std::string>> Workers(const std::string& address,
+                                                     const std::string& cluster_dir) {
+  // As the cluster's admin, with the credentials `cluster up` made.
+  const std::string credentials = cluster_dir + "/credentials";
+  std::ifstream token_file(TokenFile(credentials, "admin"));
+  std::string token;
+  token_file >> token;
+  absl::StatusOr<Transport> tls = Transport::Tls(ClientTls(credentials));
+  if (!tls.ok()) return {};
+  auto stub = v1::JobService::NewStub(MakeChannel(address, *tls, kCoordinatorIdentity, token));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   v1::ListWorkersResponse resp;
@@ -121,13 +130,13 @@ class ClusterCommandTest : public ::testing::Test {
   void KillWorkerAndWaitForItsReplacement(int index) {
     const std::string address = Record().at("coordinator");
     const std::string name = absl::StrCat("worker-", index);
-    const std::set<std::string> before = Workers(address)[name];
+    const std::set<std::string> before = Workers(address, dir_)[name];
     ASSERT_EQ(before.size(), 1u) << Logs();
     const pid_t old = RecordedPid(1 + index);
     ASSERT_EQ(kill(old, SIGKILL), 0);
     EXPECT_TRUE(WaitUntil(kRecoveryTimeout,
                           [&] {
-                            auto workers = Workers(address);
+                            auto workers = Workers(address, dir_);
                             for (const std::string& id : workers[name]) {
                               if (!before.contains(id)) return true;
                             }
@@ -148,7 +157,8 @@ TEST_F(ClusterCommandTest, ForegroundRestartsAKilledWorkerAndCoordinatorAndStops
   launcher_ = Cli({"up", "--workers", "2", "--threads", "1"});
   ASSERT_TRUE(WaitUntil(absl::Seconds(60), [&] { return Record().contains("pids"); })) << Logs();
   const std::string address = Record().at("coordinator");
-  ASSERT_TRUE(WaitUntil(absl::Seconds(10), [&] { return Workers(address).size() == 2; })) << Logs();
+  ASSERT_TRUE(WaitUntil(absl::Seconds(10), [&] { return Workers(address, dir_).size() == 2; }))
+      << Logs();
 
   KillWorkerAndWaitForItsReplacement(0);
   EXPECT_EQ(waitpid(launcher_, nullptr, WNOHANG), 0) << "the launcher exited\n" << Logs();
@@ -156,12 +166,12 @@ TEST_F(ClusterCommandTest, ForegroundRestartsAKilledWorkerAndCoordinatorAndStops
 
   // The coordinator comes back on its address; both workers register with it again.
   std::set<std::string> ids;
-  for (const auto& [name, id] : Workers(address)) ids.insert(id.begin(), id.end());
+  for (const auto& [name, id] : Workers(address, dir_)) ids.insert(id.begin(), id.end());
   const pid_t coordinator = RecordedPid(0);
   ASSERT_EQ(kill(coordinator, SIGKILL), 0);
   EXPECT_TRUE(WaitUntil(kRecoveryTimeout,
                         [&] {
-                          const auto workers = Workers(address);
+                          const auto workers = Workers(address, dir_);
                           int fresh = 0;
                           for (const auto& [name, id] : workers)
                             fresh += !ids.contains(*id.begin());
@@ -189,7 +199,8 @@ TEST_F(ClusterCommandTest, DetachedClusterRestartsAKilledWorkerAndGoesDown) {
   const pid_t supervisor = Record().at("supervisor").get<pid_t>();
   EXPECT_TRUE(Alive(supervisor));
   const std::string address = Record().at("coordinator");
-  ASSERT_TRUE(WaitUntil(absl::Seconds(10), [&] { return Workers(address).size() == 2; })) << Logs();
+  ASSERT_TRUE(WaitUntil(absl::Seconds(10), [&] { return Workers(address, dir_).size() == 2; }))
+      << Logs();
 
   KillWorkerAndWaitForItsReplacement(1);
   EXPECT_THAT(ReadFile(fs::path(dir_) / "logs" / "supervisor.log"),

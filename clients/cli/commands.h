@@ -21,6 +21,7 @@ int CancelCommand(Args& args);
 int WorkersCommand(Args& args);
 int CheckpointCommand(Args& args);
 int HealthCommand(Args& args);
+int CertsCommand(Args& args);
 int ClusterCommand(const std::string& sub, Args& args);
 
 }  // namespace lockstep::cli

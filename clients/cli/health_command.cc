@@ -11,15 +11,20 @@ namespace lockstep::cli {
 
 int HealthCommand(Args& args) {
   const std::string timeout = args.Value("timeout", "3");
+  // Which certificate the server must show: the coordinator's, or a worker's.
+  const std::string server_name = args.Value("server_name", kCoordinatorIdentity);
+  const absl::StatusOr<Connection> conn = ResolveConnection(args);
   auto pos = args.Positional();
   if (!args.Done() || pos.size() > 1) {
-    absl::FPrintF(stderr, "usage: lockstep health [HOST:PORT] [--timeout SECONDS]\n");
+    absl::FPrintF(stderr,
+                  "usage: lockstep health [HOST:PORT] [--timeout SECONDS] [--server_name NAME]\n");
     return 2;
   }
   auto seconds = ParseDouble("timeout", timeout);
   if (!seconds.ok()) return Fail(seconds.status());
-  const std::string address = pos.empty() ? CoordinatorAddress(args) : pos[0];
-  auto stub = grpc::health::v1::Health::NewStub(MakeChannel(address));
+  if (!conn.ok()) return Fail(conn.status());
+  const std::string address = pos.empty() ? conn->address : pos[0];
+  auto stub = grpc::health::v1::Health::NewStub(MakeChannel(address, conn->transport, server_name));
   auto ctx = Deadline(*seconds);
   grpc::health::v1::HealthCheckRequest req;
   grpc::health::v1::HealthCheckResponse resp;

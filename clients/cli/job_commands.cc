@@ -24,11 +24,12 @@ template <typename Request>
 int JobCommand(Args& args, const char* usage,
                grpc::Status (v1::JobService::Stub::*method)(grpc::ClientContext*, const Request&,
                                                             v1::Job*)) {
-  const std::string address = CoordinatorAddress(args);
+  const absl::StatusOr<Connection> conn = ResolveConnection(args);
   const bool json = args.Flag("json");
   auto pos = args.Positional();
   if (!args.Done() || pos.size() != 1) return Usage(usage);
-  auto stub = Connect(address);
+  if (!conn.ok()) return Fail(conn.status());
+  auto stub = Connect(*conn);
   auto ctx = Deadline(30);
   Request req;
   req.set_id(pos[0]);
@@ -42,7 +43,7 @@ int JobCommand(Args& args, const char* usage,
 }  // namespace
 
 int SubmitCommand(Args& args) {
-  const std::string address = CoordinatorAddress(args);
+  const absl::StatusOr<Connection> conn = ResolveConnection(args);
   const bool wait = args.Flag("wait"), json = args.Flag("json");
   const std::string request_id = args.Value("request-id", "");
   const std::string workers = args.Value("workers", "");
@@ -59,7 +60,8 @@ int SubmitCommand(Args& args) {
     if (!n.ok()) return Fail(n.status());
     spec->set_workers(*n);
   }
-  auto stub = Connect(address);
+  if (!conn.ok()) return Fail(conn.status());
+  auto stub = Connect(*conn);
   auto ctx = Deadline(30);
   v1::Job job;
   grpc::Status st = stub->SubmitJob(ctx.get(), *spec, &job);
@@ -68,12 +70,12 @@ int SubmitCommand(Args& args) {
     PrintJob(job, json);
     return 0;
   }
-  if (!json) absl::FPrintF(stderr, "submitted %s to %s\n", job.id(), address);
+  if (!json) absl::FPrintF(stderr, "submitted %s to %s\n", job.id(), conn->address);
   return WatchUntilDone(*stub, job.id(), json);
 }
 
 int ListCommand(Args& args) {
-  const std::string address = CoordinatorAddress(args);
+  const absl::StatusOr<Connection> conn = ResolveConnection(args);
   const bool json = args.Flag("json");
   const std::string state = args.Value("state", "");
   if (!args.Done() || !args.Positional().empty()) {
@@ -86,7 +88,8 @@ int ListCommand(Args& args) {
       return Fail(absl::InvalidArgumentError("--state: unknown state " + state));
     req.add_states(s);
   }
-  auto stub = Connect(address);
+  if (!conn.ok()) return Fail(conn.status());
+  auto stub = Connect(*conn);
   auto ctx = Deadline(30);
   v1::ListJobsResponse resp;
   grpc::Status st = stub->ListJobs(ctx.get(), req, &resp);
@@ -105,11 +108,12 @@ int StatusCommand(Args& args) {
 }
 
 int WatchCommand(Args& args) {
-  const std::string address = CoordinatorAddress(args);
+  const absl::StatusOr<Connection> conn = ResolveConnection(args);
   const bool json = args.Flag("json");
   auto pos = args.Positional();
   if (!args.Done() || pos.size() != 1) return Usage("watch JOB [--json]");
-  auto stub = Connect(address);
+  if (!conn.ok()) return Fail(conn.status());
+  auto stub = Connect(*conn);
   return WatchUntilDone(*stub, pos[0], json);
 }
 
@@ -118,10 +122,11 @@ int CancelCommand(Args& args) {
 }
 
 int WorkersCommand(Args& args) {
-  const std::string address = CoordinatorAddress(args);
+  const absl::StatusOr<Connection> conn = ResolveConnection(args);
   const bool json = args.Flag("json");
   if (!args.Done() || !args.Positional().empty()) return Usage("workers [--json]");
-  auto stub = Connect(address);
+  if (!conn.ok()) return Fail(conn.status());
+  auto stub = Connect(*conn);
   auto ctx = Deadline(30);
   v1::ListWorkersResponse resp;
   grpc::Status st = stub->ListWorkers(ctx.get(), v1::ListWorkersRequest(), &resp);
@@ -139,7 +144,7 @@ int WorkersCommand(Args& args) {
 }
 
 int CheckpointCommand(Args& args) {
-  const std::string address = CoordinatorAddress(args);
+  const absl::StatusOr<Connection> conn = ResolveConnection(args);
   const std::string out = args.Value("o", args.Value("output", ""));
   const std::string step = args.Value("step", "");
   auto pos = args.Positional();
@@ -153,7 +158,8 @@ int CheckpointCommand(Args& args) {
     if (!s.ok()) return Fail(s.status());
     req.set_step(*s);
   }
-  auto stub = Connect(address);
+  if (!conn.ok()) return Fail(conn.status());
+  auto stub = Connect(*conn);
   auto ctx = Deadline(3600);
   auto reader = stub->GetCheckpoint(ctx.get(), req);
   // Into FILE.part, renamed once whole: an interrupted download leaves no torn FILE.

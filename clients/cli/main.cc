@@ -27,9 +27,14 @@ void Usage(FILE* out) {
                 "  checkpoint JOB [--step S] -o FILE\n"
                 "      download a job's state (safetensors, Flax names): its final checkpoint,\n"
                 "      else its newest snapshot, or the kept snapshot of step S\n"
-                "  health [HOST:PORT]     exit 0 if the server's gRPC health service is SERVING\n\n"
+                "  health [HOST:PORT] [--server_name NAME]\n"
+                "      exit 0 if the server's gRPC health service is SERVING\n"
+                "  certs [--out DIR] [--hosts NAME,...] [--users NAME,...] [--k8s-secrets FILE]\n"
+                "      make a cluster's CA, certificates and tokens (for compose, Kubernetes)\n\n"
                 "Job commands talk to --coordinator HOST:PORT, else $LOCKSTEP_COORDINATOR, else\n"
-                "the local cluster started by `lockstep cluster up`.\n");
+                "the local cluster started by `lockstep cluster up`, over TLS with the bearer\n"
+                "token and CA of --credentials DIR (else $LOCKSTEP_CREDENTIALS, else the local\n"
+                "cluster's), or --tls_ca FILE and --token_file FILE; --insecure for plaintext.\n");
 }
 
 }  // namespace
@@ -56,6 +61,7 @@ int main(int argc, char** argv) {
   if (cmd == "workers") return WorkersCommand(args);
   if (cmd == "checkpoint") return CheckpointCommand(args);
   if (cmd == "health") return HealthCommand(args);
+  if (cmd == "certs") return CertsCommand(args);
   if (cmd == "help" || cmd == "--help" || cmd == "-h") {
     Usage(stdout);
     return 0;

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lockstep/v1/job.grpc.pb.h"
+#include "services/common/credentials.h"
 #include "services/common/flags.h"
 #include "services/common/net.h"
 #include "services/common/status.h"
@@ -86,6 +87,11 @@ absl::StatusOr<std::unique_ptr<ClusterProcesses>> ClusterProcesses::Start(
   std::error_code ec;
   fs::create_directories(fs::path(options.dir) / "logs", ec);
   if (ec) return absl::FailedPreconditionError(absl::StrCat(options.dir, ": ", ec.message()));
+  if (!options.insecure) {
+    if (absl::Status st = MakeCredentials({c->credentials_dir(), {}, options.users}); !st.ok()) {
+      return st;
+    }
+  }
   if (absl::Status st = c->StartCoordinator(options.port); !st.ok()) return st;
   // One at a time, so that worker ids follow start order (w0000 is the first started).
   for (int i = 0; i < options.workers; ++i) {
@@ -102,12 +108,34 @@ std::vector<pid_t> ClusterProcesses::pids() const {
   return out;
 }
 
+std::string ClusterProcesses::credentials_dir() const {
+  return options_.insecure ? "" : (fs::path(options_.dir) / "credentials").string();
+}
+
+std::shared_ptr<grpc::Channel> ClusterProcesses::Channel(const std::string& user) const {
+  if (options_.insecure) return MakeChannel(address_, Transport::Plaintext(), "");
+  std::ifstream in(TokenFile(credentials_dir(), user));
+  std::string token;
+  in >> token;
+  absl::StatusOr<Transport> t = Transport::Tls(ClientTls(credentials_dir()));
+  return MakeChannel(address_, t.ok() ? *t : Transport::Plaintext(), kCoordinatorIdentity, token);
+}
+
+std::vector<std::string> ClusterProcesses::SecurityFlags(const TlsFiles& files) const {
+  if (options_.insecure) return {"--insecure"};
+  return {"--tls_ca=" + files.ca, "--tls_cert=" + files.cert, "--tls_key=" + files.key};
+}
+
 absl::StatusOr<pid_t> ClusterProcesses::SpawnCoordinator(int port) {
   const std::string port_file = (fs::path(options_.dir) / "coordinator.port").string();
   fs::remove(port_file);
   std::vector<std::string> argv = {
       options_.coordinator_binary, absl::StrCat("--listen=127.0.0.1:", port),
       "--state_dir=" + options_.dir + "/state", "--port_file=" + port_file};
+  for (std::string& flag : SecurityFlags(CoordinatorTls(credentials_dir()))) {
+    argv.push_back(std::move(flag));
+  }
+  if (!options_.insecure) argv.push_back("--tokens_file=" + TokensFile(credentials_dir()));
   argv.insert(argv.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
   return SpawnServer(argv, options_.dir + "/logs/coordinator.log");
 }
@@ -149,15 +177,20 @@ absl::Status ClusterProcesses::Respawn(int i) {
 }
 
 absl::StatusOr<pid_t> ClusterProcesses::SpawnWorker(int index) {
-  return SpawnServer(
-      {options_.worker_binary, "--coordinator=" + address_, "--listen=127.0.0.1:0",
-       "--advertise_host=127.0.0.1", absl::StrCat("--threads=", options_.threads_per_worker),
-       absl::StrCat("--name=worker-", index)},
-      absl::StrCat(options_.dir, "/logs/worker-", index, ".log"));
+  std::vector<std::string> argv = {options_.worker_binary,
+                                   "--coordinator=" + address_,
+                                   "--listen=127.0.0.1:0",
+                                   "--advertise_host=127.0.0.1",
+                                   absl::StrCat("--threads=", options_.threads_per_worker),
+                                   absl::StrCat("--name=worker-", index)};
+  for (std::string& flag : SecurityFlags(WorkerTls(credentials_dir()))) {
+    argv.push_back(std::move(flag));
+  }
+  return SpawnServer(argv, absl::StrCat(options_.dir, "/logs/worker-", index, ".log"));
 }
 
 absl::StatusOr<std::string> ClusterProcesses::WorkerId(const std::string& name) {
-  auto stub = v1::JobService::NewStub(MakeChannel(address_));
+  auto stub = v1::JobService::NewStub(Channel());
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   v1::ListWorkersResponse resp;

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "clients/cluster/supervisor.h"
+#include "services/common/net.h"
 
 namespace lockstep {
 
@@ -28,6 +29,10 @@ struct ClusterOptions {
   int workers = 0;
   int threads_per_worker = 1;
   std::vector<std::string> coordinator_flags;  // more flags for the coordinator
+  // Plaintext (--insecure) instead of TLS with the credentials made in dir/credentials
+  // (credentials.h; users: callers with role user besides admin).
+  bool insecure = false;
+  std::vector<std::string> users;
 };
 
 // As SupervisedServers, server 0 is the coordinator and server 1 + i is worker i.
@@ -41,6 +46,10 @@ class ClusterProcesses : public SupervisedServers {
   ~ClusterProcesses() override;
 
   const std::string& address() const { return address_; }  // the coordinator's host:port
+  // Where the CA, certificates and tokens are (empty when insecure).
+  std::string credentials_dir() const;
+  // A channel to the coordinator as `user` (with its token; anyone in plaintext).
+  std::shared_ptr<grpc::Channel> Channel(const std::string& user = "admin") const;
   // The coordinator first, then the workers in start order (-1 for one killed).
   std::vector<pid_t> pids() const;
 
@@ -67,6 +76,8 @@ class ClusterProcesses : public SupervisedServers {
   absl::StatusOr<pid_t> SpawnCoordinator(int port);
   pid_t& ServerPid(int i) { return i == 0 ? coordinator_ : workers_[i - 1]; }
   absl::StatusOr<pid_t> SpawnWorker(int index);
+  // The flags giving a server its certificate (or --insecure).
+  std::vector<std::string> SecurityFlags(const TlsFiles& files) const;
   // The id of the registered worker called `name`.
   absl::StatusOr<std::string> WorkerId(const std::string& name);
 

@@ -6,6 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <sstream>
+#include <tuple>
+
 #include "absl/strings/str_cat.h"
 #include "services/common/flags.h"
 
@@ -21,11 +25,53 @@ constexpr std::pair<const char*, int> kKeepalive[] = {
 
 }  // namespace
 
-std::shared_ptr<grpc::ServerCredentials> ServerCredentials() {
-  return grpc::InsecureServerCredentials();
+absl::StatusOr<Transport> Transport::Tls(const TlsFiles& files) {
+  if (files.ca.empty()) {
+    return absl::InvalidArgumentError("--tls_ca: the cluster's CA certificate is required");
+  }
+  if (files.cert.empty() != files.key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  Transport t;
+  t.secure_ = true;
+  for (auto [flag, path, pem] :
+       {std::tuple{"--tls_ca", &files.ca, &t.ca_}, std::tuple{"--tls_cert", &files.cert, &t.cert_},
+        std::tuple{"--tls_key", &files.key, &t.key_}}) {
+    if (path->empty()) continue;
+    std::ifstream in(*path, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in || text.str().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", *path));
+    }
+    *pem = text.str();
+  }
+  return t;
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::ServerCredentials> Transport::ServerCredentials() const {
+  if (!secure_) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions opts(GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+  opts.pem_root_certs = ca_;
+  opts.pem_key_cert_pairs.push_back({key_, cert_});
+  return grpc::SslServerCredentials(opts);
+}
+
+std::shared_ptr<grpc::ChannelCredentials> Transport::ChannelCredentials(
+    const std::string& token) const {
+  if (!secure_) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions opts;
+  opts.pem_root_certs = ca_;
+  opts.pem_private_key = key_;
+  opts.pem_cert_chain = cert_;
+  auto creds = grpc::SslCredentials(opts);
+  if (token.empty()) return creds;
+  return grpc::CompositeChannelCredentials(creds, grpc::AccessTokenCredentials(token));
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const Transport& transport,
+                                           const std::string& server_identity,
+                                           const std::string& token) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -33,24 +79,27 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // Fail fast on a dead peer rather than waiting out long reconnect backoffs.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  // The certificate names the role, not the address: workers and containers move.
+  if (transport.secure()) args.SetSslTargetNameOverride(server_identity);
+  return grpc::CreateCustomChannel(address, transport.ChannelCredentials(token), args);
 }
 
-void ConfigureServer(grpc::ServerBuilder& builder, const std::string& address, int* selected_port) {
+void ConfigureServer(grpc::ServerBuilder& builder, const std::string& address,
+                     const Transport& transport, int* selected_port) {
   grpc::EnableDefaultHealthCheckService(true);
-  builder.AddListeningPort(address, ServerCredentials(), selected_port);
+  builder.AddListeningPort(address, transport.ServerCredentials(), selected_port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   for (const auto& [name, value] : kKeepalive) builder.AddChannelArgument(name, value);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
 }
 
-absl::StatusOr<Serving> StartServer(const std::string& address,
+absl::StatusOr<Serving> StartServer(const std::string& address, const Transport& transport,
                                     const std::vector<grpc::Service*>& services,
                                     const std::string& port_file) {
   grpc::ServerBuilder builder;
   Serving s;
-  ConfigureServer(builder, address, &s.port);
+  ConfigureServer(builder, address, transport, &s.port);
   for (grpc::Service* service : services) builder.RegisterService(service);
   s.server = builder.BuildAndStart();
   if (!s.server || s.port == 0) {
@@ -66,6 +115,11 @@ std::string HostOf(const std::string& address) {
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
     host = host.substr(1, host.size() - 2);
   return host;
+}
+
+bool IsLoopback(const std::string& address) {
+  const std::string host = HostOf(address);
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
 absl::StatusOr<std::string> LocalAddressFor(const std::string& remote) {

@@ -1,6 +1,12 @@
-// Where every server and channel gets its credentials and limits: one place, so that
-// TLS and tokens can later be switched on for all of them at once. Plaintext for now
-// (loopback and private cluster networks).
+// Where every server and channel gets its credentials and limits: one place.
+//
+// A cluster speaks TLS under its own CA (see clients/cluster/credentials.h). The
+// coordinator and the workers hold certificates naming their role (kCoordinatorIdentity,
+// kWorkerIdentity) and present them on every call they make: mutual TLS. Clients of the
+// job API hold only the CA (to check the coordinator) and a bearer token. Who may call
+// what is decided by the handlers (services/common/auth.h); the transport only proves who
+// is at the other end. Plaintext (Transport::Plaintext) is for loopback development and
+// needs --insecure on every server.
 #ifndef LOCKSTEP_SERVICES_COMMON_NET_H_
 #define LOCKSTEP_SERVICES_COMMON_NET_H_
 
@@ -17,12 +23,49 @@ namespace lockstep {
 // Largest message a server accepts or a channel receives (state travels in chunks).
 inline constexpr int kMaxMessageBytes = 16 << 20;
 
-std::shared_ptr<grpc::ServerCredentials> ServerCredentials();
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+// The names in the cluster's certificates (subject CN and DNS name), checked by servers
+// (who is calling) and by channels (who answers, whatever address was dialled: pods and
+// containers have no stable names).
+inline constexpr char kCoordinatorIdentity[] = "lockstep-coordinator";
+inline constexpr char kWorkerIdentity[] = "lockstep-worker";
+
+// PEM files: the cluster's CA, and this process's certificate and key (both empty for a
+// client that authenticates with a token).
+struct TlsFiles {
+  std::string ca, cert, key;
+};
+
+class Transport {
+ public:
+  static Transport Plaintext() { return Transport(); }
+  // Reads the files; INVALID_ARGUMENT naming the flag's file that is missing or unreadable.
+  static absl::StatusOr<Transport> Tls(const TlsFiles& files);
+
+  bool secure() const { return secure_; }
+  // TLS with this certificate; callers are asked for theirs, verified against the CA when
+  // given (a client without one is let through to the handlers, which answer
+  // UNAUTHENTICATED rather than failing the handshake).
+  std::shared_ptr<grpc::ServerCredentials> ServerCredentials() const;
+  // TLS to a server that must prove `server_identity`, with this certificate if any, and
+  // `token` as a bearer token on every call when not empty.
+  std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(const std::string& token) const;
+
+ private:
+  Transport() = default;
+  bool secure_ = false;
+  std::string ca_, cert_, key_;
+};
+
+// A channel with the limits, keepalive and reconnect settings every Lockstep channel uses.
+// `server_identity` is the name the server's certificate must carry (ignored in plaintext).
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const Transport& transport,
+                                           const std::string& server_identity,
+                                           const std::string& token = "");
 
 // Applies credentials, message limits and keepalive to a server listening on `address`
 // (host:port; port 0 picks one: see *selected_port).
-void ConfigureServer(grpc::ServerBuilder& builder, const std::string& address, int* selected_port);
+void ConfigureServer(grpc::ServerBuilder& builder, const std::string& address,
+                     const Transport& transport, int* selected_port);
 
 // A server listening on `address` with `services` (ConfigureServer's settings), its port
 // written to `port_file` when that is set. UNAVAILABLE naming the address when it cannot
@@ -31,12 +74,14 @@ struct Serving {
   std::unique_ptr<grpc::Server> server;
   int port = 0;
 };
-absl::StatusOr<Serving> StartServer(const std::string& address,
+absl::StatusOr<Serving> StartServer(const std::string& address, const Transport& transport,
                                     const std::vector<grpc::Service*>& services,
                                     const std::string& port_file);
 
 // "host:port" -> host; the part before the last ':' (brackets stripped).
 std::string HostOf(const std::string& address);
+// Whether `address`'s host is this machine only (127.0.0.0/8, ::1, localhost).
+bool IsLoopback(const std::string& address);
 
 // The local IP address this host uses to reach `remote` (host:port): what peers should
 // dial to reach us (127.0.0.1 on loopback, the pod or container IP in a cluster).

@@ -7,12 +7,17 @@
 #include "absl/strings/str_join.h"
 #include "core/spec/spec.h"
 #include "core/status_macros.h"
+#include "services/common/auth.h"
 #include "services/common/job_state.h"
 
 namespace lockstep {
 namespace {
 
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
+
+std::string RequestKey(const std::string& owner, const std::string& request_id) {
+  return absl::StrCat(owner, "\n", request_id);
+}
 
 v1::JobEvent StateEvent(v1::JobState state, absl::string_view reason) {
   v1::JobEvent ev;
@@ -135,7 +140,8 @@ absl::Status JobManager::Start() {
       const std::string id = rec->job.id();
       if (id.rfind("job-", 0) == 0)
         next_id_ = std::max<int64_t>(next_id_, std::atoll(id.c_str() + 4) + 1);
-      if (!rec->job.spec().request_id().empty()) by_request_id_[rec->job.spec().request_id()] = id;
+      if (!rec->job.spec().request_id().empty())
+        by_request_id_[RequestKey(rec->job.owner(), rec->job.spec().request_id())] = id;
       if (IsTerminal(was)) {  // its final event, for watchers; the record stays as it was
         rec->log->Append(StateEvent(was, rec->job.failure_reason()));
         rec->log->Close();
@@ -260,7 +266,7 @@ void JobManager::Forget(std::vector<std::string> ids, int64_t next_id) {
   }
 }
 
-absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in) {
+absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const std::string& owner) {
   ASSIGN_OR_RETURN(v1::JobSpec spec, Validate(in, options_.limits));
   absl::MutexLock submit(&submit_mu_);
   v1::Job job;
@@ -268,14 +274,16 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in) {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
     if (!spec.request_id().empty()) {
-      auto it = by_request_id_.find(spec.request_id());
+      auto it = by_request_id_.find(RequestKey(owner, spec.request_id()));
       if (it != by_request_id_.end() && jobs_.count(it->second)) return jobs_[it->second]->job;
     }
     if (static_cast<int>(queue_.size()) >= options_.max_queued_jobs) {
       return absl::ResourceExhaustedError(absl::StrCat(
           queue_.size(), " jobs are queued, the coordinator's limit (max_queued_jobs)"));
     }
-    job.set_id(absl::StrFormat("job-%06d", next_id_++));
+    // The number orders the jobs; the random part keeps other callers from guessing ids.
+    job.set_id(absl::StrFormat("job-%06d-%s", next_id_++, RandomHex(4)));
+    job.set_owner(owner);
     *job.mutable_spec() = spec;
     job.set_created_unix_ms(NowMs());
     job.set_state(v1::QUEUED);
@@ -294,7 +302,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in) {
     rec->log = std::make_shared<EventLog>(options_.history_bytes, &notifier_);
     rec->log->Append(StateEvent(v1::QUEUED, ""));
     spdlog::info("{} QUEUED", job.id());
-    if (!spec.request_id().empty()) by_request_id_[spec.request_id()] = job.id();
+    if (!spec.request_id().empty()) by_request_id_[RequestKey(owner, spec.request_id())] = job.id();
     jobs_[job.id()] = std::move(rec);
     queue_.push_back(job.id());
     ScheduleLocked(&saves);
@@ -438,7 +446,7 @@ v1::ListJobsResponse JobManager::List(const v1::ListJobsRequest& req) {
     const v1::Job& job = it->second->job;
     bool match = req.states().empty();
     for (int s : req.states()) match = match || s == job.state();
-    if (!match) continue;
+    if (!match || (!req.owner().empty() && job.owner() != req.owner())) continue;
     *resp.add_jobs() = job;
     if (req.limit() > 0 && resp.jobs_size() >= req.limit()) break;
   }
@@ -475,7 +483,7 @@ std::vector<std::string> JobManager::ForgetOldLocked() {
     const Record& rec = *it->second;
     if (IsTerminal(rec.job.state()) && rec.persisted == rec.version && rec.pending_saves == 0 &&
         !rec.runner && !rec.thread.joinable()) {
-      by_request_id_.erase(rec.job.spec().request_id());
+      by_request_id_.erase(RequestKey(rec.job.owner(), rec.job.spec().request_id()));
       forgotten.push_back(it->first);
       it = jobs_.erase(it);
     } else {

@@ -50,8 +50,8 @@ class JobManager {
 
   // INVALID_ARGUMENT naming the spec field; RESOURCE_EXHAUSTED when max_queued_jobs are
   // queued; DATA_LOSS when the record cannot be written. Returns once the job's record is
-  // on disk. A known spec.request_id returns its job.
-  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
+  // on disk. A spec.request_id the owner used before returns that job.
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const std::string& owner = "");
   absl::StatusOr<v1::Job> Get(const std::string& id);
   v1::ListJobsResponse List(const v1::ListJobsRequest& request);
   // FAILED_PRECONDITION if the job already ended. A queued job is CANCELLED at once; a
@@ -134,6 +134,7 @@ class JobManager {
   std::map<std::string, std::unique_ptr<Record>> jobs_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> recovering_ ABSL_GUARDED_BY(mu_);  // waiting for workers again
+  // RequestKey(owner, request_id) -> job id: one caller's retries, never another's job.
   std::map<std::string, std::string> by_request_id_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   int watchers_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,6 +1,8 @@
 // JobRunner, where a job's state comes from and where it goes: the start of an attempt
 // (step 0, the latest snapshot, or spec.resume_from), the snapshots taken at the spec's
 // cadence, their metadata, and the final checkpoint. The loop itself is job_runner.cc.
+#include "services/common/job_state.h"
+
 #include <google/protobuf/util/json_util.h>
 #include <spdlog/spdlog.h>
 
@@ -97,9 +99,7 @@ absl::StatusOr<StartingPoint> JobRunner::ReadStart(std::string* path) const {
     return options_.checkpoint_dir.empty() ? name : options_.checkpoint_dir + "/" + name;
   };
   *path = in_checkpoints(from);
-  const bool job_id = absl::StartsWith(from, "job-") && from.size() > 4 &&
-                      std::all_of(from.begin() + 4, from.end(), absl::ascii_isdigit);
-  if (job_id) {
+  if (IsJobId(from)) {
     // Another job of this coordinator: its newest whole snapshot, else its checkpoint.
     if (!options_.snapshot_dir.empty()) {
       const SnapshotStore other(options_.snapshot_dir + "/" + from, 1);

@@ -8,8 +8,10 @@
 #include <filesystem>
 
 #include "absl/flags/flag.h"
+#include "services/common/auth.h"
 #include "services/common/flags.h"
 #include "services/common/net.h"
+#include "services/common/server_security.h"
 #include "services/coordinator/job_manager.h"
 #include "services/coordinator/service.h"
 
@@ -28,17 +30,51 @@ ABSL_FLAG(int, max_watchers, 4096, "concurrent WatchJob streams (at most 1024 pe
 ABSL_FLAG(int64_t, history_bytes, 4 << 20,
           "a running job's event log for WatchJob (finished jobs keep states and evaluations)");
 ABSL_FLAG(int, max_queued_jobs, 1000, "submitting past this many queued jobs is refused");
+ABSL_FLAG(std::string, tokens_file, "",
+          "the job API's callers: lines TOKEN NAME ROLE (user or admin); required with TLS");
 ABSL_FLAG(std::string, port_file, "", "write the port actually bound here (for --listen :0)");
 
 int main(int argc, char** argv) {
   using namespace lockstep;
   signal(SIGPIPE, SIG_IGN);  // a peer gone mid-write is an error to report, not a death
   BlockShutdownSignals();
-  ParseFlagsWithEnv(
-      argc, argv,
-      {"listen", "state_dir", "heartbeat_timeout_s", "step_timeout_s", "prepare_timeout_s",
-       "collective_timeout_s", "steps_in_flight", "max_workers_per_job", "max_params",
-       "max_watchers", "history_bytes", "max_queued_jobs", "port_file"});
+  std::vector<std::string> env = {"listen",
+                                  "state_dir",
+                                  "heartbeat_timeout_s",
+                                  "step_timeout_s",
+                                  "prepare_timeout_s",
+                                  "collective_timeout_s",
+                                  "steps_in_flight",
+                                  "max_workers_per_job",
+                                  "max_params",
+                                  "max_watchers",
+                                  "history_bytes",
+                                  "max_queued_jobs",
+                                  "tokens_file",
+                                  "port_file"};
+  env.insert(env.end(), kSecurityFlags.begin(), kSecurityFlags.end());
+  ParseFlagsWithEnv(argc, argv, env);
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  absl::StatusOr<Transport> transport = ServerTransport({listen});
+  if (!transport.ok()) {
+    spdlog::error("{}", std::string(transport.status().message()));
+    return 2;
+  }
+  Guard guard = Guard::Open();
+  if (transport->secure()) {
+    if (absl::GetFlag(FLAGS_tokens_file).empty()) {
+      spdlog::error("--tokens_file is required with TLS (`lockstep certs` makes one)");
+      return 2;
+    }
+    absl::StatusOr<TokenTable> tokens = TokenTable::Load(absl::GetFlag(FLAGS_tokens_file));
+    if (!tokens.ok()) {
+      spdlog::error("{}", std::string(tokens.status().message()));
+      return 2;
+    }
+    spdlog::info("TLS on; {} job API callers in {}", tokens->size(),
+                 absl::GetFlag(FLAGS_tokens_file));
+    guard = Guard::Tls(std::move(tokens).value());
+  }
   CoordinatorOptions opts;
   opts.limits.max_workers = absl::GetFlag(FLAGS_max_workers_per_job);
   opts.limits.max_params = absl::GetFlag(FLAGS_max_params);
@@ -64,20 +100,19 @@ int main(int argc, char** argv) {
 
   WorkerPool pool(opts.heartbeat_timeout);
   KvTable kv;
-  auto factory = NewGrpcWorkerClientFactory();
+  auto factory = NewGrpcWorkerClientFactory(*transport);
   JobManager jobs(opts, &pool, &kv, factory.get());
-  JobServiceImpl job_service(&jobs, &pool);
-  WorkerRegistryImpl registry(&pool, &jobs, opts.heartbeat_interval);
-  RendezvousImpl rendezvous(&kv);
+  JobServiceImpl job_service(&jobs, &pool, &guard);
+  WorkerRegistryImpl registry(&pool, &jobs, opts.heartbeat_interval, &guard);
+  RendezvousImpl rendezvous(&kv, &guard);
 
   // The records are reloaded before the server takes its first Submit.
   if (absl::Status st = jobs.Start(); !st.ok()) {
     spdlog::error("cannot reload the job records: {}", st.ToString());
     return 1;
   }
-  absl::StatusOr<Serving> serving =
-      StartServer(absl::GetFlag(FLAGS_listen), {&job_service, &registry, &rendezvous},
-                  absl::GetFlag(FLAGS_port_file));
+  absl::StatusOr<Serving> serving = StartServer(
+      listen, *transport, {&job_service, &registry, &rendezvous}, absl::GetFlag(FLAGS_port_file));
   if (!serving.ok()) {
     spdlog::error("{}", serving.status().ToString());
     return 1;

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "services/common/status.h"
 
 namespace lockstep {
@@ -110,6 +111,18 @@ class RefusedReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   void OnDone() override { delete this; }
 };
 
+class RefusedWait final : public grpc::ServerUnaryReactor {
+ public:
+  explicit RefusedWait(const absl::Status& st) { Finish(ToGrpcStatus(st)); }
+  void OnDone() override { delete this; }
+};
+
+// The job a spec.resume_from names: the value itself, or its first path component
+// ("JOB_ID/file"); empty for a file that belongs to no job.
+std::string ResumedJob(const std::string& resume_from) {
+  return resume_from.substr(0, resume_from.find('/'));
+}
+
 // One Rendezvous.Wait: a KvTable waiter, ended by its keys, its deadline or a cancel.
 class WaitReactor final : public grpc::ServerUnaryReactor {
  public:
@@ -144,36 +157,67 @@ class WaitReactor final : public grpc::ServerUnaryReactor {
 
 }  // namespace
 
-grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*, const v1::JobSpec* req,
-                                       v1::Job* resp) {
-  return Answer(jobs_->Submit(*req), resp);
+absl::Status JobServiceImpl::MayTouch(const grpc::ServerContextBase& ctx,
+                                      const std::string& id) const {
+  ASSIGN_OR_RETURN(const Principal who, guard_->Client(ctx));
+  ASSIGN_OR_RETURN(const v1::Job job, jobs_->Get(id));
+  if (!who.admin && job.owner() != who.name) {
+    return absl::PermissionDeniedError(absl::StrCat("job ", id, " belongs to another user"));
+  }
+  return absl::OkStatus();
 }
 
-grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*, const v1::GetJobRequest* req,
+grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::JobSpec* req,
+                                       v1::Job* resp) {
+  absl::StatusOr<Principal> who = guard_->Client(*ctx);
+  if (!who.ok()) return ToGrpcStatus(who.status());
+  // Resuming reads another job's state: only its owner's (or an admin's).
+  if (const std::string resumed = ResumedJob(req->resume_from());
+      !resumed.empty() && jobs_->Get(resumed).ok()) {
+    if (absl::Status st = MayTouch(*ctx, resumed); !st.ok()) {
+      return ToGrpcStatus(absl::PermissionDeniedError(absl::StrCat("resume_from: ", st.message())));
+    }
+  }
+  return Answer(jobs_->Submit(*req, who->name), resp);
+}
+
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
                                     v1::Job* resp) {
+  if (absl::Status st = MayTouch(*ctx, req->id()); !st.ok()) return ToGrpcStatus(st);
   return Answer(jobs_->Get(req->id()), resp);
 }
 
-grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req,
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
                                       v1::ListJobsResponse* resp) {
-  *resp = jobs_->List(*req);
+  absl::StatusOr<Principal> who = guard_->Client(*ctx);
+  if (!who.ok()) return ToGrpcStatus(who.status());
+  v1::ListJobsRequest mine = *req;
+  if (!who->admin) mine.set_owner(who->name);  // users see their own jobs only
+  *resp = jobs_->List(mine);
   return grpc::Status::OK;
 }
 
-grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(grpc::CallbackServerContext*,
+grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(grpc::CallbackServerContext* ctx,
                                                                  const v1::WatchJobRequest* req) {
+  if (absl::Status st = MayTouch(*ctx, req->id()); !st.ok()) return new RefusedReactor(st);
   absl::StatusOr<std::unique_ptr<JobManager::Watch>> watch = jobs_->StartWatch(req->id());
   if (!watch.ok()) return new RefusedReactor(watch.status());
   return new WatchReactor(std::move(watch).value(), req->from_step());
 }
 
-grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
                                        v1::Job* resp) {
+  if (absl::Status st = MayTouch(*ctx, req->id()); !st.ok()) return ToGrpcStatus(st);
   return Answer(jobs_->Cancel(req->id()), resp);
 }
 
-grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest*,
                                          v1::ListWorkersResponse* resp) {
+  absl::StatusOr<Principal> who = guard_->Client(*ctx);
+  if (!who.ok()) return ToGrpcStatus(who.status());
+  if (!who->admin) {
+    return ToGrpcStatus(absl::PermissionDeniedError("listing workers is for admins"));
+  }
   for (auto& w : pool_->List()) *resp->add_workers() = std::move(w);
   return grpc::Status::OK;
 }
@@ -181,6 +225,7 @@ grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext*, const v1::ListWor
 grpc::Status JobServiceImpl::GetCheckpoint(grpc::ServerContext* ctx,
                                            const v1::GetCheckpointRequest* req,
                                            grpc::ServerWriter<v1::CheckpointChunk>* writer) {
+  if (absl::Status st = MayTouch(*ctx, req->id()); !st.ok()) return ToGrpcStatus(st);
   absl::StatusOr<JobManager::StateFile> file =
       jobs_->CheckpointFile(req->id(), req->has_step() ? std::optional(req->step()) : std::nullopt);
   if (!file.ok()) return ToGrpcStatus(file.status());
@@ -211,8 +256,9 @@ grpc::Status JobServiceImpl::GetCheckpoint(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerRegistryImpl::Register(grpc::ServerContext*, const v1::RegisterRequest* req,
+grpc::Status WorkerRegistryImpl::Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                                           v1::RegisterResponse* resp) {
+  if (absl::Status st = guard_->Peer(*ctx, kWorkerIdentity); !st.ok()) return ToGrpcStatus(st);
   if (req->address().empty() || req->device().empty()) {
     return ToGrpcStatus(absl::InvalidArgumentError("address and device are required"));
   }
@@ -222,23 +268,28 @@ grpc::Status WorkerRegistryImpl::Register(grpc::ServerContext*, const v1::Regist
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerRegistryImpl::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+grpc::Status WorkerRegistryImpl::Heartbeat(grpc::ServerContext* ctx,
+                                           const v1::HeartbeatRequest* req,
                                            v1::HeartbeatResponse*) {
+  if (absl::Status st = guard_->Peer(*ctx, kWorkerIdentity); !st.ok()) return ToGrpcStatus(st);
   return ToGrpcStatus(pool_->Heartbeat(req->worker_id()));
 }
 
-grpc::Status RendezvousImpl::Set(grpc::ServerContext*, const v1::SetRequest* req,
+grpc::Status RendezvousImpl::Set(grpc::ServerContext* ctx, const v1::SetRequest* req,
                                  v1::SetResponse*) {
+  if (absl::Status st = guard_->Peer(*ctx, kWorkerIdentity); !st.ok()) return ToGrpcStatus(st);
   return ToGrpcStatus(kv_->Set(req->key(), req->value()));
 }
 
-grpc::Status RendezvousImpl::Get(grpc::ServerContext*, const v1::GetRequest* req,
+grpc::Status RendezvousImpl::Get(grpc::ServerContext* ctx, const v1::GetRequest* req,
                                  v1::GetResponse* resp) {
+  if (absl::Status st = guard_->Peer(*ctx, kWorkerIdentity); !st.ok()) return ToGrpcStatus(st);
   return Answer(kv_->Get(req->key()), resp->mutable_value());
 }
 
 grpc::ServerUnaryReactor* RendezvousImpl::Wait(grpc::CallbackServerContext* ctx,
                                                const v1::WaitRequest* req, v1::WaitResponse* resp) {
+  if (absl::Status st = guard_->Peer(*ctx, kWorkerIdentity); !st.ok()) return new RefusedWait(st);
   // Bounded by the request's timeout and the caller's deadline, whichever is sooner.
   const absl::Time deadline =
       std::min(absl::Now() + absl::Milliseconds(std::clamp<int64_t>(req->timeout_ms(), 0, 600000)),

@@ -77,8 +77,8 @@ class GrpcStepStream final : public StepStream {
 
 class GrpcWorkerClient final : public WorkerClient {
  public:
-  explicit GrpcWorkerClient(const std::string& address)
-      : channel_(MakeChannel(address)),
+  GrpcWorkerClient(const std::string& address, const Transport& transport)
+      : channel_(MakeChannel(address, transport, kWorkerIdentity)),
         stub_(v1::Worker::NewStub(channel_)),
         health_(grpc::health::v1::Health::NewStub(channel_)) {}
 
@@ -189,15 +189,19 @@ class GrpcWorkerClient final : public WorkerClient {
 
 class GrpcFactory final : public WorkerClientFactory {
  public:
+  explicit GrpcFactory(Transport transport) : transport_(std::move(transport)) {}
   std::unique_ptr<WorkerClient> Connect(const std::string& address) override {
-    return std::make_unique<GrpcWorkerClient>(address);
+    return std::make_unique<GrpcWorkerClient>(address, transport_);
   }
+
+ private:
+  const Transport transport_;
 };
 
 }  // namespace
 
-std::unique_ptr<WorkerClientFactory> NewGrpcWorkerClientFactory() {
-  return std::make_unique<GrpcFactory>();
+std::unique_ptr<WorkerClientFactory> NewGrpcWorkerClientFactory(const Transport& transport) {
+  return std::make_unique<GrpcFactory>(transport);
 }
 
 }  // namespace lockstep

@@ -17,6 +17,7 @@
 #include "core/cancel.h"
 #include "core/commands.h"
 #include "core/train_state.h"
+#include "services/common/net.h"
 
 namespace lockstep {
 
@@ -70,7 +71,9 @@ class WorkerClientFactory {
   virtual std::unique_ptr<WorkerClient> Connect(const std::string& address) = 0;
 };
 
-std::unique_ptr<WorkerClientFactory> NewGrpcWorkerClientFactory();
+// Workers over gRPC: `transport` is the coordinator's (its certificate is what workers
+// accept), and each worker must prove the worker identity.
+std::unique_ptr<WorkerClientFactory> NewGrpcWorkerClientFactory(const Transport& transport);
 
 }  // namespace lockstep
 

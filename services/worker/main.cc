@@ -10,8 +10,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "services/common/auth.h"
 #include "services/common/flags.h"
 #include "services/common/net.h"
+#include "services/common/server_security.h"
 #include "services/worker/collectives.h"
 #include "services/worker/job_slot.h"
 #include "services/worker/registration.h"
@@ -38,6 +40,15 @@ int Main() {
     spdlog::error("--coordinator (or LOCKSTEP_COORDINATOR) is required");
     return 2;
   }
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  absl::StatusOr<Transport> transport = ServerTransport({listen, coordinator});
+  if (!transport.ok()) {
+    spdlog::error("{}", std::string(transport.status().message()));
+    return 2;
+  }
+  // Only the coordinator's certificate opens this worker's service (TLS); nobody is
+  // checked in plaintext.
+  const Guard guard = transport->secure() ? Guard::Tls(TokenTable()) : Guard::Open();
   std::string host = absl::GetFlag(FLAGS_advertise_host);
   if (host.empty()) {
     auto local = LocalAddressFor(coordinator);
@@ -56,14 +67,14 @@ int Main() {
     spdlog::error("--device {}: {}", device, backends.status().ToString());
     return 1;
   }
-  auto channel = MakeChannel(coordinator);
+  auto channel = MakeChannel(coordinator, *transport, kCoordinatorIdentity);
   auto collectives = NewCollectiveFactory(channel, host);
   DatasetCache datasets;
   JobSlot slot(backends->get(), &datasets, collectives.get());
-  WorkerServiceImpl service(&slot);
+  WorkerServiceImpl service(&slot, &guard);
 
   absl::StatusOr<Serving> serving =
-      StartServer(absl::GetFlag(FLAGS_listen), {&service}, absl::GetFlag(FLAGS_port_file));
+      StartServer(listen, *transport, {&service}, absl::GetFlag(FLAGS_port_file));
   if (!serving.ok()) {
     spdlog::error("{}", serving.status().ToString());
     return 1;
@@ -102,8 +113,9 @@ int Main() {
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a peer gone mid-write is an error to report, not a death
   lockstep::BlockShutdownSignals();
-  lockstep::ParseFlagsWithEnv(
-      argc, argv,
-      {"coordinator", "listen", "advertise_host", "device", "threads", "name", "port_file"});
+  std::vector<std::string> env = {"coordinator", "listen", "advertise_host", "device",
+                                  "threads",     "name",   "port_file"};
+  env.insert(env.end(), lockstep::kSecurityFlags.begin(), lockstep::kSecurityFlags.end());
+  lockstep::ParseFlagsWithEnv(argc, argv, env);
   return lockstep::Main();
 }

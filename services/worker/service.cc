@@ -5,6 +5,7 @@
 #include <deque>
 
 #include "absl/strings/str_cat.h"
+#include "services/common/net.h"
 #include "services/common/status.h"
 #include "services/worker/wire.h"
 
@@ -152,11 +153,23 @@ void StepsReactor::Core::MaybeFinish() {
   reactor->Finish(ToGrpcStatus(status));
 }
 
+// A Steps stream refused at the start.
+class RefusedSteps final : public grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse> {
+ public:
+  explicit RefusedSteps(const absl::Status& st) { Finish(ToGrpcStatus(st)); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
-grpc::Status WorkerServiceImpl::Prepare(grpc::ServerContext*,
+absl::Status WorkerServiceImpl::CheckCaller(const grpc::ServerContextBase& ctx) const {
+  return guard_->Peer(ctx, kCoordinatorIdentity);
+}
+
+grpc::Status WorkerServiceImpl::Prepare(grpc::ServerContext* ctx,
                                         grpc::ServerReader<v1::PrepareChunk>* reader,
                                         v1::PrepareResponse* resp) {
+  if (absl::Status st = CheckCaller(*ctx); !st.ok()) return ToGrpcStatus(st);
   v1::PrepareChunk first;
   if (!reader->Read(&first) || !first.has_job() || !first.state().has_header()) {
     return ToGrpcStatus(absl::InvalidArgumentError(
@@ -170,19 +183,23 @@ grpc::Status WorkerServiceImpl::Prepare(grpc::ServerContext*,
 }
 
 grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>* WorkerServiceImpl::Steps(
-    grpc::CallbackServerContext*) {
+    grpc::CallbackServerContext* ctx) {
+  if (absl::Status st = CheckCaller(*ctx); !st.ok()) return new RefusedSteps(st);
   return new StepsReactor(slot_, &steps_);
 }
 
-grpc::Status WorkerServiceImpl::Evaluate(grpc::ServerContext*, const v1::EvaluateRequest* req,
+grpc::Status WorkerServiceImpl::Evaluate(grpc::ServerContext* ctx, const v1::EvaluateRequest* req,
                                          v1::EvaluateResponse* resp) {
+  if (absl::Status st = CheckCaller(*ctx); !st.ok()) return ToGrpcStatus(st);
   absl::StatusOr<EvalSums> sums = slot_->Evaluate(req->job_id(), req->begin(), req->end());
   if (sums.ok()) *resp = ToProto(*sums);
   return ToGrpcStatus(sums.status());
 }
 
-grpc::Status WorkerServiceImpl::FetchState(grpc::ServerContext*, const v1::FetchStateRequest* req,
+grpc::Status WorkerServiceImpl::FetchState(grpc::ServerContext* ctx,
+                                           const v1::FetchStateRequest* req,
                                            grpc::ServerWriter<v1::StateChunk>* writer) {
+  if (absl::Status st = CheckCaller(*ctx); !st.ok()) return ToGrpcStatus(st);
   bool first = true;
   return ToGrpcStatus(slot_->FetchState(
       req->job_id(), kStateChunkBytes, [&](const StateHeader& header, std::string_view bytes) {
@@ -195,8 +212,9 @@ grpc::Status WorkerServiceImpl::FetchState(grpc::ServerContext*, const v1::Fetch
       }));
 }
 
-grpc::Status WorkerServiceImpl::Release(grpc::ServerContext*, const v1::ReleaseRequest* req,
+grpc::Status WorkerServiceImpl::Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
                                         v1::ReleaseResponse*) {
+  if (absl::Status st = CheckCaller(*ctx); !st.ok()) return ToGrpcStatus(st);
   spdlog::info("release {}: {}", req->job_id(), req->reason());
   slot_->Release(req->job_id());
   return grpc::Status::OK;

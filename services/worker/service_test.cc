@@ -1,6 +1,7 @@
 // The Worker service over a JobSlot, served in-process on loopback and driven by the
 // coordinator's GrpcWorkerClient: a job's life over the wire, errors carried through the
-// stream, the client's cancellation, health and a malformed Prepare stream.
+// stream, the client's cancellation, health, a malformed Prepare stream, and callers other
+// than the coordinator refused (mutual TLS with a real cluster CA).
 #include "services/worker/service.h"
 
 #include <grpcpp/grpcpp.h>
@@ -17,7 +18,9 @@
 #include "core/spec/testing.h"
 #include "core/testing.h"
 #include "lockstep/v1/worker.grpc.pb.h"
+#include "services/common/credentials.h"
 #include "services/common/net.h"
+#include "services/common/status.h"
 #include "services/coordinator/worker_client.h"
 #include "services/worker/testing.h"
 #include "services/worker/wire.h"
@@ -31,10 +34,30 @@ using testing::StatusIs;
 
 constexpr absl::Duration kTimeout = absl::Seconds(30);
 
+// A cluster's credentials, made once for the test process.
+const std::string& CredentialsDir() {
+  static const std::string* dir = [] {
+    auto* d = new std::string(::testing::TempDir() + "/worker-service-credentials");
+    const absl::Status st = MakeCredentials({*d, {}, {}});
+    if (!st.ok()) std::abort();
+    return d;
+  }();
+  return *dir;
+}
+
+Transport Tls(const TlsFiles& files) {
+  absl::StatusOr<Transport> t = Transport::Tls(files);
+  if (!t.ok()) std::abort();
+  return *t;
+}
+
 class WorkerServiceTest : public ::testing::Test {
  protected:
   WorkerServiceTest()
-      : slot_(backends_, cache_, nullptr), service_(&slot_), spec_(testing::SmallMlpSpec()) {}
+      : slot_(backends_, cache_, nullptr),
+        guard_(Guard::Tls(TokenTable())),
+        service_(&slot_, &guard_),
+        spec_(testing::SmallMlpSpec()) {}
   ~WorkerServiceTest() override {
     if (server_ != nullptr) server_->Shutdown();
   }
@@ -42,13 +65,13 @@ class WorkerServiceTest : public ::testing::Test {
   void SetUp() override {
     grpc::ServerBuilder builder;
     int port = 0;
-    ConfigureServer(builder, "127.0.0.1:0", &port);
+    ConfigureServer(builder, "127.0.0.1:0", Tls(WorkerTls(CredentialsDir())), &port);
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
     ASSERT_NE(port, 0);
     address_ = absl::StrCat("127.0.0.1:", port);
-    client_ = NewGrpcWorkerClientFactory()->Connect(address_);
+    client_ = NewGrpcWorkerClientFactory(Tls(CoordinatorTls(CredentialsDir())))->Connect(address_);
 
     // What JobRunner::Prepare sends: the seed program's params at step 0.
     auto setup = SetupFromSpec(spec_);
@@ -73,6 +96,7 @@ class WorkerServiceTest : public ::testing::Test {
   DatasetCache* const cache_ = &testing::TestDatasets();  // shared by the process: loads once
   const BackendSource* const backends_ = &testing::TestBackends();
   JobSlot slot_;
+  const Guard guard_;
   WorkerServiceImpl service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
@@ -193,12 +217,14 @@ class RefusingPort {
 TEST_F(WorkerServiceTest, AliveIsTrueOnlyWhereAWorkerListens) {
   EXPECT_TRUE(client_->Alive(absl::Seconds(10)));
   RefusingPort nobody;
-  auto dead = NewGrpcWorkerClientFactory()->Connect(absl::StrCat("127.0.0.1:", nobody.port()));
+  auto dead = NewGrpcWorkerClientFactory(Tls(CoordinatorTls(CredentialsDir())))
+                  ->Connect(absl::StrCat("127.0.0.1:", nobody.port()));
   EXPECT_FALSE(dead->Alive(absl::Milliseconds(300)));
 }
 
 TEST_F(WorkerServiceTest, AMalformedPrepareStreamIsInvalidArgument) {
-  auto stub = v1::Worker::NewStub(MakeChannel(address_));
+  auto stub = v1::Worker::NewStub(
+      MakeChannel(address_, Tls(CoordinatorTls(CredentialsDir())), kWorkerIdentity));
   auto send = [&](const std::vector<v1::PrepareChunk>& chunks) {
     grpc::ClientContext ctx;
     v1::PrepareResponse resp;
@@ -225,6 +251,78 @@ TEST_F(WorkerServiceTest, AMalformedPrepareStreamIsInvalidArgument) {
   EXPECT_THAT(st.error_message(), HasSubstr("only the first message carries a header"));
   EXPECT_THAT(client_->Evaluate("a", 0, 10, live_, kTimeout),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("job a")));
+}
+
+}  // namespace
+}  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+// Only the coordinator's certificate opens a worker: a caller without one is
+// UNAUTHENTICATED, another worker's (or a client's) is PERMISSION_DENIED, for every
+// method, and the job held is untouched.
+TEST_F(WorkerServiceTest, OnlyTheCoordinatorMayCall) {
+  ASSERT_OK(client_->Prepare(Job("held"), state_, CancelToken(), kTimeout).status());
+  struct Caller {
+    const char* name;
+    TlsFiles files;
+    absl::StatusCode want;
+  };
+  const Caller callers[] = {
+      {"no certificate", ClientTls(CredentialsDir()), absl::StatusCode::kUnauthenticated},
+      {"a worker's certificate", WorkerTls(CredentialsDir()), absl::StatusCode::kPermissionDenied},
+  };
+  for (const Caller& c : callers) {
+    SCOPED_TRACE(c.name);
+    auto stub = v1::Worker::NewStub(MakeChannel(address_, Tls(c.files), kWorkerIdentity));
+    {
+      grpc::ClientContext ctx;
+      v1::FetchStateRequest req;
+      req.set_job_id("held");
+      auto reader = stub->FetchState(&ctx, req);
+      v1::StateChunk chunk;
+      EXPECT_FALSE(reader->Read(&chunk)) << "weights leaked";
+      EXPECT_EQ(FromGrpcStatus(reader->Finish()).code(), c.want);
+    }
+    {
+      grpc::ClientContext ctx;
+      v1::ReleaseRequest req;
+      req.set_job_id("held");
+      v1::ReleaseResponse resp;
+      EXPECT_EQ(FromGrpcStatus(stub->Release(&ctx, req, &resp)).code(), c.want);
+    }
+    {
+      grpc::ClientContext ctx;
+      v1::EvaluateRequest req;
+      req.set_job_id("held");
+      v1::EvaluateResponse resp;
+      EXPECT_EQ(FromGrpcStatus(stub->Evaluate(&ctx, req, &resp)).code(), c.want);
+    }
+    {
+      grpc::ClientContext ctx;
+      v1::PrepareResponse resp;
+      auto writer = stub->Prepare(&ctx, &resp);
+      v1::PrepareChunk chunk;
+      chunk.mutable_job()->set_job_id("rogue");
+      writer->Write(chunk);
+      writer->WritesDone();
+      EXPECT_EQ(FromGrpcStatus(writer->Finish()).code(), c.want);
+    }
+    {
+      grpc::ClientContext ctx;
+      auto stream = stub->Steps(&ctx);
+      v1::StepRequest req;
+      req.set_job_id("held");
+      stream->Write(req);
+      stream->WritesDone();
+      v1::StepResponse resp;
+      EXPECT_FALSE(stream->Read(&resp));
+      EXPECT_EQ(FromGrpcStatus(stream->Finish()).code(), c.want);
+    }
+  }
+  // The job is still held: its state comes back to the coordinator.
+  EXPECT_THAT(client_->FetchState("held", CancelToken(), kTimeout).status(), IsOk());
 }
 
 }  // namespace

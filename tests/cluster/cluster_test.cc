@@ -277,8 +277,10 @@ TEST(Cluster, RestartedCoordinatorKeepsJobRecordsAndResumesItsRunningJob) {
 // `lockstep checkpoint` with this cluster's coordinator; its exit code.
 int CheckpointCli(LocalCluster& c, const std::string& args) {
   const std::string cli = std::string(LOCKSTEP_BINARY_DIR) + "/clients/lockstep";
-  return WEXITSTATUS(std::system(
-      absl::StrCat(cli, " checkpoint --coordinator ", c.address(), " ", args, " >&2").c_str()));
+  return WEXITSTATUS(
+      std::system(absl::StrCat(cli, " checkpoint --coordinator ", c.address(), " --credentials ",
+                               c.processes().credentials_dir(), " ", args, " >&2")
+                      .c_str()));
 }
 
 TEST(Cluster, AJobResumesFromAnotherJobsStateBitForBitAndItsStateDownloads) {

@@ -61,24 +61,28 @@ v1::JobSpec MlpSpec(int workers, int steps, double dropout_rate, int batch) {
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     int workers, std::vector<std::string> coordinator_flags, int threads_per_worker) {
+  ClusterOptions options;
+  options.workers = workers;
+  options.threads_per_worker = threads_per_worker;
+  options.coordinator_flags = std::move(coordinator_flags);
+  return Start(std::move(options));
+}
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(ClusterOptions options) {
   std::unique_ptr<LocalCluster> c(new LocalCluster());
   c->dir_ = (fs::temp_directory_path() /
              absl::StrCat("lockstep-cluster-", getpid(), "-", absl::ToUnixMicros(absl::Now())))
                 .string();
-  ClusterOptions options;
   options.dir = c->dir_;
   options.coordinator_binary = BinaryPath("lockstep-coordinator");
   options.worker_binary = BinaryPath("lockstep-worker");
-  options.workers = workers;
-  options.threads_per_worker = threads_per_worker;
-  options.coordinator_flags = std::move(coordinator_flags);
   auto processes = ClusterProcesses::Start(options);
   if (!processes.ok()) {
     return absl::Status(processes.status().code(),
                         absl::StrCat(processes.status().message(), "\n", c->Logs()));
   }
   c->processes_ = std::move(processes).value();
-  c->stub_ = v1::JobService::NewStub(MakeChannel(c->address()));
+  c->stub_ = v1::JobService::NewStub(c->processes_->Channel());
   return c;
 }
 

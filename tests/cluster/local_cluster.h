@@ -25,11 +25,14 @@ class LocalCluster {
   // have registered.
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(
       int workers, std::vector<std::string> coordinator_flags = {}, int threads_per_worker = 1);
+  // The same with every option (dir and binaries are filled in): e.g. users, insecure.
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(ClusterOptions options);
   ~LocalCluster();  // kills everything
 
   const std::string& address() const { return processes_->address(); }
   const std::string& dir() const { return dir_; }
-  v1::JobService::Stub& jobs() { return *stub_; }
+  v1::JobService::Stub& jobs() { return *stub_; }  // as the admin
+  const ClusterProcesses& processes() const { return *processes_; }
 
   absl::StatusOr<std::string> AddWorker() { return processes_->AddWorker(); }
   // SIGKILLs the coordinator and starts it again on the same port and state directory.

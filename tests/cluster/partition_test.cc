@@ -7,10 +7,12 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "core/testing.h"
 #include "lockstep/v1/job.grpc.pb.h"
+#include "services/common/credentials.h"
 #include "services/common/flags.h"
 #include "services/common/job_state.h"
 #include "services/common/net.h"
@@ -57,15 +59,25 @@ class PartitionTest : public ::testing::Test {
     if (!netns_.Up()) GTEST_SKIP() << "network namespaces are not available here";
     dir_ = (fs::temp_directory_path() / absl::StrCat("lockstep-partition-", getpid())).string();
     fs::create_directories(dir_ + "/logs");
+    // Off loopback, so TLS as a deployment has it (plaintext would be refused here).
+    ASSERT_OK(MakeCredentials({Credentials(), {}, {}}));
+    const TlsFiles tls = CoordinatorTls(Credentials());
     auto pid = SpawnServer({BinaryPath("lockstep-coordinator"), "--listen=10.231.0.1:0",
-                            "--state_dir=" + dir_ + "/state", "--port_file=" + dir_ + "/port"},
+                            "--state_dir=" + dir_ + "/state", "--port_file=" + dir_ + "/port",
+                            "--tls_ca=" + tls.ca, "--tls_cert=" + tls.cert, "--tls_key=" + tls.key,
+                            "--tokens_file=" + TokensFile(Credentials())},
                            dir_ + "/logs/coordinator.log");
     ASSERT_OK(pid.status());
     pids_.push_back(*pid);
     const std::string port = ReadPortFile(dir_ + "/port", absl::Seconds(20));
     ASSERT_FALSE(port.empty()) << "the coordinator did not start";
     address_ = "10.231.0.1:" + port;
-    stub_ = v1::JobService::NewStub(MakeChannel(address_));
+    std::ifstream token_file(TokenFile(Credentials(), "admin"));
+    std::string token;
+    token_file >> token;
+    auto client = Transport::Tls(ClientTls(Credentials()));
+    ASSERT_OK(client.status());
+    stub_ = v1::JobService::NewStub(MakeChannel(address_, *client, kCoordinatorIdentity, token));
   }
   void TearDown() override {
     StopProcesses(pids_, absl::ZeroDuration());
@@ -73,14 +85,20 @@ class PartitionTest : public ::testing::Test {
   }
 
   // A worker on this side (10.231.0.1), or in the namespace (10.231.0.2).
+  std::string Credentials() const { return dir_ + "/credentials"; }
+
   void StartWorker(const std::string& name, bool in_netns) {
     const std::string host = in_netns ? "10.231.0.2" : "10.231.0.1";
+    const TlsFiles tls = WorkerTls(Credentials());
     std::vector<std::string> argv = {BinaryPath("lockstep-worker"),
                                      "--coordinator=" + address_,
                                      "--listen=" + host + ":0",
                                      "--advertise_host=" + host,
                                      "--threads=1",
-                                     "--name=" + name};
+                                     "--name=" + name,
+                                     "--tls_ca=" + tls.ca,
+                                     "--tls_cert=" + tls.cert,
+                                     "--tls_key=" + tls.key};
     if (in_netns) argv.insert(argv.begin(), {"/usr/sbin/ip", "netns", "exec", netns_.name()});
     auto pid = SpawnServer(argv, dir_ + "/logs/" + name + ".log");
     ASSERT_OK(pid.status());

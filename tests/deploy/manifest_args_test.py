@@ -413,7 +413,8 @@ def check_doc(bins):
             if not real and not doc.startswith("("):
                 fail(f"CONFIGURATION.md: {role} --{flag} has no default, the table says {doc}")
             # The variable must really set the flag: --helpfull then shows "currently".
-            value = "7" if re.fullmatch(r"-?\d+", real or "x") else "probe-value"
+            value = ("7" if re.fullmatch(r"-?\d+", real or "x") else
+                     "true" if real in ("false", "true") else "probe-value")
             text = help_entries(binary, dict(os.environ, **{env: value})).get(flag, "")
             m = re.search(r"; currently: (.*?);", text)
             if not m or m.group(1).strip('"') != value:

@@ -107,6 +107,32 @@ def resolve_address(address: str | None = None) -> str:
         return DEFAULT_ADDRESS
 
 
+_COORDINATOR = "lockstep-coordinator"
+
+
+def _resolve_credentials(credentials: str | os.PathLike[str] | None,
+                         tls_ca: str | os.PathLike[str] | None, token: str | None,
+                         address: str) -> tuple[bytes, str]:
+    """The CA (PEM bytes) and bearer token to use, found as Client's docstring says."""
+    folder = credentials or os.environ.get("LOCKSTEP_CREDENTIALS")
+    if folder is None:
+        local = Path(os.environ.get("LOCKSTEP_CLUSTER_DIR", ".lockstep-cluster")) / "credentials"
+        if (local / "ca.pem").exists():
+            folder = local
+    ca_path = tls_ca or os.environ.get("LOCKSTEP_TLS_CA") or (
+        Path(folder) / "ca.pem" if folder else None)
+    if ca_path is None:
+        raise LockstepError(
+            "INVALID_ARGUMENT",
+            f"no credentials for {address}: pass credentials=DIR (made by `lockstep certs`), "
+            "or tls_ca= and token=, or insecure=True for a plaintext coordinator")
+    if token is None:
+        token_file = os.environ.get("LOCKSTEP_TOKEN_FILE") or (
+            Path(folder) / "admin.token" if folder else None)
+        token = Path(token_file).read_text().strip() if token_file else ""
+    return Path(ca_path).read_bytes(), token
+
+
 def load_spec(spec: SpecLike) -> spec_pb2.JobSpec:
     """A JobSpec from a message (copied), a dict or a YAML/JSON file. Unknown fields and
     bad values raise LockstepError("INVALID_ARGUMENT") naming the field; a file that
@@ -144,10 +170,34 @@ class Client:
             print(c.wait(job.id).last_eval.test_accuracy)
     """
 
-    def __init__(self, address: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(self, address: str | None = None, timeout: float = 30.0, *,
+                 credentials: str | os.PathLike[str] | None = None,
+                 tls_ca: str | os.PathLike[str] | None = None,
+                 token: str | None = None, insecure: bool | None = None) -> None:
+        """Connects over TLS with a bearer token, as the CLI does.
+
+        `credentials`: a folder with ca.pem and admin.token (`lockstep certs`, or a local
+        cluster's DIR/credentials); else $LOCKSTEP_CREDENTIALS, else the local cluster's.
+        `tls_ca` (else $LOCKSTEP_TLS_CA) and `token` (else the contents of
+        $LOCKSTEP_TOKEN_FILE) override its parts. `insecure` (else $LOCKSTEP_INSECURE=1)
+        talks plaintext to a coordinator started with --insecure. Without credentials,
+        raises LockstepError("INVALID_ARGUMENT") saying what to pass.
+        """
         self.address = resolve_address(address)
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
+        if insecure is None:
+            insecure = os.environ.get("LOCKSTEP_INSECURE", "") in ("1", "true")
+        if insecure:
+            self._channel = grpc.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
+        else:
+            ca, token = _resolve_credentials(credentials, tls_ca, token, self.address)
+            creds = grpc.ssl_channel_credentials(root_certificates=ca)
+            if token:
+                creds = grpc.composite_channel_credentials(
+                    creds, grpc.access_token_call_credentials(token))
+            # The certificate names the role, not the address (as the servers check it).
+            options = _CHANNEL_OPTIONS + [("grpc.ssl_target_name_override", _COORDINATOR)]
+            self._channel = grpc.secure_channel(self.address, creds, options=options)
         self._stub = job_pb2_grpc.JobServiceStub(self._channel)
 
     def __enter__(self) -> Client:

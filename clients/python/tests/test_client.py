@@ -70,7 +70,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory,
 @pytest.fixture(scope="module")
 def client(cluster: Path) -> Iterator[Client]:
     address = json.loads((cluster / "cluster.json").read_text())["coordinator"]
-    with Client(address, timeout=10.0) as c:
+    with Client(address, timeout=10.0, credentials=cluster / "credentials") as c:
         yield c
 
 
@@ -89,6 +89,24 @@ def test_address_from_cluster_dir(cluster: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("LOCKSTEP_COORDINATOR", "10.1.2.3:4")
     assert Client().address == "10.1.2.3:4"
     assert Client("h:1").address == "h:1"
+
+
+def test_tls_and_token_are_required(cluster: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    address = json.loads((cluster / "cluster.json").read_text())["coordinator"]
+    with Client(address, timeout=10, credentials=cluster / "credentials",
+                token="not-a-token-of-this-cluster") as stranger:
+        with pytest.raises(LockstepError) as e:
+            stranger.list()
+        assert e.value.code == "UNAUTHENTICATED"
+    with Client(address, timeout=5, insecure=True) as plaintext:  # the server speaks TLS only
+        with pytest.raises(LockstepError) as e:
+            plaintext.list()
+        assert e.value.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+    monkeypatch.delenv("LOCKSTEP_CREDENTIALS", raising=False)
+    monkeypatch.setenv("LOCKSTEP_CLUSTER_DIR", str(cluster / "nowhere"))
+    with pytest.raises(LockstepError) as e:
+        Client(address)
+    assert e.value.code == "INVALID_ARGUMENT" and "credentials" in e.value.message
 
 
 def test_submit_and_watch_to_success(client: Client) -> None:
@@ -178,7 +196,7 @@ def test_errors(client: Client) -> None:
     with pytest.raises(LockstepError) as e:
         client.list(states=["NO_SUCH_STATE"])
     assert e.value.code == "INVALID_ARGUMENT"
-    with Client("127.0.0.1:1", timeout=2) as nobody:
+    with Client("127.0.0.1:1", timeout=2, insecure=True) as nobody:
         with pytest.raises(LockstepError) as e:
             nobody.workers()
         assert e.value.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED")

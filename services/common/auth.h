@@ -1,0 +1,84 @@
+// Who may call what. Job API clients prove themselves with a bearer token from the
+// coordinator's tokens file; the coordinator and the workers with their certificates
+// (mutual TLS, services/common/net.h). A token never registers a worker and a
+// certificate never reaches the job API: each handler asks for the one kind it accepts.
+//
+// The tokens file, one caller per line ("#" starts a comment):
+//   TOKEN NAME ROLE        ROLE: user (their own jobs) or admin (everything)
+// Tokens are kept only as SHA-256 digests and compared in constant time; they are never
+// logged.
+#ifndef LOCKSTEP_SERVICES_COMMON_AUTH_H_
+#define LOCKSTEP_SERVICES_COMMON_AUTH_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace lockstep {
+
+// A job API caller.
+struct Principal {
+  std::string name;
+  bool admin = false;
+};
+
+class TokenTable {
+ public:
+  TokenTable() = default;
+  // INVALID_ARGUMENT naming `source` and the line: a bad role, a token shorter than 16
+  // characters, a name with characters other than [A-Za-z0-9._@-], a token given twice.
+  static absl::StatusOr<TokenTable> Parse(absl::string_view text, const std::string& source);
+  static absl::StatusOr<TokenTable> Load(const std::string& path);
+
+  // The caller holding `token`; UNAUTHENTICATED if none. Every entry is compared, in
+  // constant time, whatever matches.
+  absl::StatusOr<Principal> Find(absl::string_view token) const;
+  size_t size() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    std::array<unsigned char, 32> digest;
+    Principal who;
+  };
+  std::vector<Entry> entries_;
+};
+
+// Random bytes as lowercase hex, from the system's CSPRNG (tokens, unguessable ids).
+std::string RandomHex(size_t bytes);
+
+class Guard {
+ public:
+  // Plaintext (--insecure): nobody is checked and every client is an admin called
+  // "anonymous". Development on loopback only.
+  static Guard Open() { return Guard(false, TokenTable()); }
+  // TLS: clients need a token from `tokens`, peers a certificate from the cluster's CA.
+  static Guard Tls(TokenTable tokens) { return Guard(true, std::move(tokens)); }
+
+  // A job API caller: UNAUTHENTICATED without a known bearer token; PERMISSION_DENIED for
+  // a caller presenting a cluster certificate (the coordinator's and workers' identities
+  // are not users).
+  absl::StatusOr<Principal> Client(const grpc::ServerContextBase& ctx) const;
+  // A peer holding the certificate named `identity`: UNAUTHENTICATED without a
+  // certificate, PERMISSION_DENIED with another one.
+  absl::Status Peer(const grpc::ServerContextBase& ctx, absl::string_view identity) const;
+
+  // The same decisions from the call's parts (for tests): the "authorization" header (empty
+  // if none) and the names in the caller's verified certificate (empty if none).
+  absl::StatusOr<Principal> Client(absl::string_view authorization,
+                                   const std::vector<std::string>& peer_names) const;
+  absl::Status Peer(const std::vector<std::string>& peer_names, absl::string_view identity) const;
+
+ private:
+  Guard(bool secure, TokenTable tokens) : secure_(secure), tokens_(std::move(tokens)) {}
+  bool secure_;
+  TokenTable tokens_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVICES_COMMON_AUTH_H_
