@@ -129,7 +129,9 @@ void PrintJob(const v1::Job& job, bool json) {
                job.step(), job.total_steps());
   if (job.step() > 0) absl::PrintF("  loss %.4f", job.last_loss());
   if (job.has_last_eval()) absl::PrintF("  test accuracy %.4f", job.last_eval().test_accuracy());
-  absl::PrintF("  workers %d\n", job.spec().workers());
+  absl::PrintF("  workers %d", job.spec().workers());
+  if (!job.owner().empty()) absl::PrintF("  owner %s", job.owner());
+  absl::PrintF("\n");
   if ((job.state() == v1::QUEUED || job.state() == v1::RECOVERING) && !job.waiting_for().empty()) {
     absl::PrintF("  waiting for %s\n", job.waiting_for());
   }
