@@ -4,13 +4,26 @@
 For every container of the rendered Kubernetes overlays and every service of the compose
 file, it takes the command, arguments, environment, ports and probes, and starts the real
 binary from the build tree with them (cluster service names become 127.0.0.1, the pod IP
-127.0.0.1, volume paths a temporary directory). It checks that:
+127.0.0.1, volume paths a temporary directory). The TLS files come from one `lockstep
+certs --k8s-secrets` run and are put where each container's LOCKSTEP_TLS_* and
+LOCKSTEP_TOKENS_FILE point: in a pod, the key of that name of the Secret mounted there, as
+certs wrote it; in compose, certs' file of that name (compose's volumes hold copies of
+them). It checks that:
   - every LOCKSTEP_* variable names a flag of that binary (the servers ignore the others);
+  - each TLS file it names lies on one of the container's volumes, and is a key of the
+    Secret mounted there (made for the pod's namespace) or a file certs makes;
   - the binary starts (no unknown flag, no bad value) and keeps running;
-  - it listens on each port the container declares, and each probe's port answers the
-    gRPC health check with SERVING (`lockstep health`), and so does the image's own
-    health check (docker/healthcheck);
+  - it listens on each port the container declares, and each port answers the gRPC
+    health check over TLS with SERVING (`lockstep health`, checking the certificate of
+    the role), and so does the image's own health check (docker/healthcheck);
+  - each probe passes: an exec probe must run lockstep-healthcheck (the image's health
+    check; kubelet gRPC probes cannot speak TLS) and exit 0 within its timeoutSeconds,
+    run with the container's environment; a tcpSocket probe's port must listen;
+  - the workers register with the coordinator (`lockstep workers` with the admin token);
   - it stops cleanly on SIGTERM within the grace period.
+The compose file's one-shot `credentials` service, which copies the credentials into the
+servers' volumes, is no server and is not started: it is checked to copy each file a
+server names into the volume the server mounts there.
 With --doc it also checks deploy/CONFIGURATION.md against the binaries' flags, and that
 each flag's LOCKSTEP_* variable really sets it.
 
@@ -20,6 +33,7 @@ or user namespaces), so the manifests' fixed ports never collide with anything e
 Usage: manifest_args_test.py --build BUILD_DIR [--doc] [--compose] [--k8s]
 """
 import argparse
+import base64
 import json
 import os
 import re
@@ -122,10 +136,93 @@ def listening_ports():
     return ports
 
 
-def health(cli, port, timeout=2):
-    r = subprocess.run([cli, "health", f"127.0.0.1:{port}", "--timeout", str(timeout)],
-                       capture_output=True, text=True, timeout=timeout + 10)
+def role(binary_name):
+    """coordinator or worker: whose certificate a server of this binary holds."""
+    return binary_name[len("lockstep-"):]
+
+
+def health(cli, port, server_name, ca, timeout=2):
+    """`lockstep health` over TLS, checking the server's certificate for server_name."""
+    r = subprocess.run([cli, "health", f"127.0.0.1:{port}", "--timeout", str(timeout),
+                        "--server_name", server_name],
+                       env=dict(os.environ, LOCKSTEP_TLS_CA=ca), capture_output=True,
+                       text=True, timeout=timeout + 10)
     return r.returncode == 0, (r.stdout + r.stderr).strip()
+
+
+class Credentials:
+    """One `lockstep certs` run: its folder (CA, both roles' certificates and keys, tokens,
+    admin.token) and the Kubernetes Secrets it writes, {name: (namespace, {key: bytes})}."""
+
+    def __init__(self, cli, tmp):
+        self.dir = os.path.join(tmp, "credentials")
+        secrets_file = os.path.join(tmp, "secrets.yaml")
+        subprocess.run([cli, "certs", "--out", self.dir, "--k8s-secrets", secrets_file],
+                       check=True, capture_output=True, timeout=60)
+        self.secrets = {}
+        with open(secrets_file) as f:
+            for d in yaml.safe_load_all(f):
+                if d and d.get("kind") == "Secret":
+                    data = {k: base64.b64decode(v) for k, v in d.get("data", {}).items()}
+                    self.secrets[d["metadata"]["name"]] = (d["metadata"].get("namespace"), data)
+
+    def ca(self):
+        return os.path.join(self.dir, "ca.pem")
+
+
+# The variables naming the files a server's TLS needs.
+TLS_VARS = ("LOCKSTEP_TLS_CA", "LOCKSTEP_TLS_CERT", "LOCKSTEP_TLS_KEY", "LOCKSTEP_TOKENS_FILE")
+
+
+def mount_of(c, path):
+    """(mount path, what is mounted there) of the container's volume holding path."""
+    for target in sorted(c.mounts, key=len, reverse=True):
+        if path.startswith(target.rstrip("/") + "/"):
+            return target, c.mounts[target]
+    return None, None
+
+
+def credential(c, key, path, credentials):
+    """What the file at path holds in the container: a key of the Secret mounted there
+    (Kubernetes), else the file of that name `lockstep certs` made (compose's volumes)."""
+    target, source = mount_of(c, path)
+    if target is None:
+        fail(f"{c.label}: {key}={path} is on none of its volumes {sorted(c.mounts)}")
+        return None
+    name = os.path.relpath(path, target)
+    if source.startswith("secret:"):
+        secret = source[len("secret:"):]
+        if secret not in credentials.secrets:
+            fail(f"{c.label}: mounts Secret {secret}, which `lockstep certs --k8s-secrets` "
+                 f"does not make (it makes {sorted(credentials.secrets)})")
+            return None
+        namespace, data = credentials.secrets[secret]
+        if namespace != c.namespace:
+            fail(f"{c.label}: runs in namespace {c.namespace}, Secret {secret} is made for {namespace}")
+        if name not in data:
+            fail(f"{c.label}: {key}={path}: Secret {secret} has no key {name} ({sorted(data)})")
+            return None
+        return data[name]
+    source_file = os.path.join(credentials.dir, name)
+    if not os.path.exists(source_file):
+        fail(f"{c.label}: {key}={path}: `lockstep certs` makes no {name}")
+        return None
+    with open(source_file, "rb") as f:
+        return f.read()
+
+
+def place_credentials(c, env, local_env, credentials):
+    """Writes the credentials where the container's variables point (after localize)."""
+    for key in TLS_VARS:
+        if key in env:
+            content = credential(c, key, env[key], credentials)
+            if content is None:
+                continue
+            path = local_env[key]
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(content)
+            os.chmod(path, 0o400)
 
 
 class Server:
@@ -159,12 +256,71 @@ class Server:
 
 # ---------------------------------------------------------------------------- containers
 
-class Container:
-    """What a workload runs: argv, environment, declared ports and probe ports."""
+class Probe:
+    """A Kubernetes probe: exec (must run the image's health check) or tcpSocket."""
 
-    def __init__(self, label, command, env, ports, probes, mounts, grace_s):
+    def __init__(self, label, kind, spec, port_names):
+        self.kind, self.timeout_s = kind, spec.get("timeoutSeconds", 1)
+        self.command, self.port = None, None
+        if "exec" in spec:
+            self.command = list(spec["exec"].get("command", []))
+            if not self.command or os.path.basename(self.command[0]) != "lockstep-healthcheck":
+                fail(f"{label}: {kind} runs {self.command}, not lockstep-healthcheck")
+            if self.timeout_s < HEALTHCHECK_TIMEOUT_S:
+                fail(f"{label}: {kind} timeoutSeconds {self.timeout_s} is shorter than the "
+                     f"{HEALTHCHECK_TIMEOUT_S} s the health check may take")
+        elif "tcpSocket" in spec:
+            port = spec["tcpSocket"]["port"]
+            self.port = port_names.get(port, port)
+        elif "grpc" in spec:
+            fail(f"{label}: {kind} is a grpc probe, which cannot speak TLS; "
+                 "exec lockstep-healthcheck instead")
+        else:
+            fail(f"{label}: {kind} is neither exec nor tcpSocket")
+
+    def run(self, label, env, image_path):
+        """Runs the probe as the kubelet would, against the started server."""
+        if self.port is not None:
+            ok = self.port in listening_ports()
+            print(f"   {self.kind} tcpSocket port {self.port}: {'open' if ok else 'closed'}")
+            if not ok:
+                fail(f"{label}: {self.kind} port {self.port} does not listen")
+            return
+        if not self.command:
+            return
+        # In the image it is /usr/local/bin/lockstep-healthcheck; here, on image_path.
+        command = [os.path.basename(self.command[0])] + self.command[1:]
+        try:
+            r = subprocess.run(command, capture_output=True, text=True,
+                               timeout=self.timeout_s,
+                               env=dict(env, PATH=":".join(image_path + [env["PATH"]])))
+        except subprocess.TimeoutExpired:
+            fail(f"{label}: {self.kind} {self.command} took over {self.timeout_s} s")
+            return
+        text = (r.stdout + r.stderr).strip()
+        print(f"   {self.kind} exec {' '.join(self.command)}: {text}")
+        if r.returncode != 0:
+            fail(f"{label}: {self.kind} {self.command} exits {r.returncode}: {text}")
+
+
+def healthcheck_timeout_s():
+    """The --timeout docker/healthcheck gives `lockstep health`."""
+    with open(os.path.join(ROOT, "docker", "healthcheck")) as f:
+        m = re.search(r"--timeout (\d+)", f.read())
+    return int(m.group(1)) if m else 1
+
+
+HEALTHCHECK_TIMEOUT_S = healthcheck_timeout_s()
+
+
+class Container:
+    """What a workload runs: argv, environment, declared ports and probes."""
+
+    def __init__(self, label, command, env, ports, probes, mounts, grace_s, namespace=None):
         self.label, self.command, self.env = label, command, env
-        self.ports, self.probes, self.mounts, self.grace_s = ports, probes, mounts, grace_s
+        self.ports, self.probes, self.grace_s = ports, probes, grace_s
+        self.mounts = mounts  # {mount path: "secret:NAME" or the volume's name or source}
+        self.namespace = namespace
 
 
 def k8s_containers(rendered):
@@ -199,17 +355,16 @@ def k8s_containers(rendered):
             probes = []
             for kind in ("readinessProbe", "livenessProbe", "startupProbe"):
                 probe = c.get(kind)
-                if not probe:
-                    continue
-                if "grpc" not in probe:
-                    fail(f"{label}: {kind} is not a grpc probe")
-                    continue
-                port = probe["grpc"]["port"]
-                probes.append((kind, names.get(port, port)))
-            mounts = [m["mountPath"] for m in c.get("volumeMounts", [])]
+                if probe:
+                    probes.append(Probe(label, kind, probe, names))
+            volumes = {v["name"]: (f'secret:{v["secret"]["secretName"]}' if "secret" in v
+                                   else v["name"]) for v in pod.get("volumes", [])}
+            mounts = {m["mountPath"]: volumes.get(m["name"], m["name"])
+                      for m in c.get("volumeMounts", [])}
             command = list(c.get("command", [])) + list(c.get("args", []))
             out.append(Container(label, command, env, ports, probes, mounts,
-                                 pod.get("terminationGracePeriodSeconds", 30)))
+                                 pod.get("terminationGracePeriodSeconds", 30),
+                                 d["metadata"].get("namespace")))
     return out, services
 
 
@@ -218,6 +373,8 @@ def compose_containers(rendered):
     services = set(doc["services"])
     out = []
     for name, svc in doc["services"].items():
+        if name == "credentials":
+            continue  # the one-shot copy of the credentials, no server: check_copies
         command = svc.get("command", [])
         if isinstance(command, str):
             command = command.split()
@@ -226,16 +383,51 @@ def compose_containers(rendered):
             env = dict(item.split("=", 1) for item in env)
         ports = {}
         for p in svc.get("ports", []):
-            target = int(p["target"]) if isinstance(p, dict) else int(str(p).rsplit(":", 1)[1])
-            ports[target] = "published"
-        mounts = []
-        for v in svc.get("volumes", []):
-            mounts.append(v["target"] if isinstance(v, dict) else v.split(":")[1])
+            target = p["target"] if isinstance(p, dict) else str(p).rsplit(":", 1)[1]
+            ports[int(str(target).split("/")[0])] = "published"
         grace = svc.get("stop_grace_period", "10s")
         grace_s = int(re.sub(r"\D", "", str(grace)) or 10)
         out.append(Container(f"compose/{name}", command, {k: str(v) for k, v in env.items()},
-                             ports, [], mounts, grace_s))
+                             ports, [], compose_mounts(svc), grace_s))
     return out, services
+
+
+def compose_mounts(svc):
+    """{mount path: volume name or host path} of a compose service."""
+    mounts = {}
+    for v in svc.get("volumes", []):
+        if isinstance(v, dict):
+            mounts[v["target"]] = v.get("source", "")
+        else:
+            parts = v.split(":")
+            mounts[parts[1] if len(parts) > 1 else parts[0]] = parts[0]
+    return mounts
+
+
+def check_copies(rendered, containers):
+    """The compose `credentials` service copies each TLS file a server names into the
+    volume the server mounts there (its `for f in NAMES; do ... DIR/$f; done` loops)."""
+    svc = yaml.safe_load(rendered)["services"].get("credentials")
+    if not svc:
+        fail("docker-compose.yml: no `credentials` service to fill the servers' TLS volumes")
+        return
+    command = svc.get("command", "")
+    script = " ".join(command) if isinstance(command, list) else str(command)
+    mounted_at = {source: target for target, source in compose_mounts(svc).items()}
+    copied = set()  # (volume, file name)
+    for var, names, body in re.findall(r"for (\w+) in ([^;]+); do (.*?); done", script):
+        for folder in re.findall(r"(/[\w/.-]+)/\$+\{?%s\b" % var, body):
+            volume = next((v for v, t in mounted_at.items() if t == folder), None)
+            copied |= {(volume, n) for n in names.split()}
+    for c in containers:
+        for key in TLS_VARS:
+            if key in c.env:
+                target, volume = mount_of(c, c.env[key])
+                name = os.path.relpath(c.env[key], target) if target else c.env[key]
+                if (volume, name) not in copied:
+                    fail(f"{c.label}: {key}={c.env[key]}: the credentials service copies no "
+                         f"{name} into volume {volume}")
+    print(f"== compose/credentials (one-shot, not started): copies {len(copied)} files")
 
 
 def image_env():
@@ -259,7 +451,7 @@ def localize(value, services, tmp, mounts):
     return value
 
 
-def check_container(c, services, bins, tmp, with_image_env):
+def check_container(c, services, bins, tmp, with_image_env, credentials):
     print(f"== {c.label}: {' '.join(c.command)}")
     if not c.command or c.command[0] not in ("lockstep-coordinator", "lockstep-worker"):
         fail(f"{c.label}: command {c.command} does not start a Lockstep server")
@@ -280,7 +472,9 @@ def check_container(c, services, bins, tmp, with_image_env):
     if env.get("LOCKSTEP_DEVICE", "cpu").startswith("cuda") and not os.path.exists("/dev/nvidia0"):
         print(f"   {c.label}: LOCKSTEP_DEVICE={env['LOCKSTEP_DEVICE']} run as cpu (no GPU here)")
         env["LOCKSTEP_DEVICE"] = "cpu"
-    env = {k: localize(v, services, tmp, c.mounts) for k, v in env.items()}
+    local_env = {k: localize(v, services, tmp, c.mounts) for k, v in env.items()}
+    place_credentials(c, env, local_env, credentials)
+    env = local_env
     env.setdefault("LOCKSTEP_PORT_FILE", os.path.join(tmp, "port"))
     argv = [binary] + [localize(a, services, tmp, c.mounts) for a in c.command[1:]]
     for k, v in env.items():
@@ -294,9 +488,9 @@ def check_container(c, services, bins, tmp, with_image_env):
     return server, env
 
 
-def wait_serving(c, server, env, bins):
+def wait_serving(c, server, env, bins, credentials, image_path):
     cli = bins["lockstep"]
-    ports = list(c.ports) + [p for _, p in c.probes]
+    ports = list(c.ports) + [p.port for p in c.probes if p.port is not None]
     deadline = time.time() + 30
     while time.time() < deadline:
         if server.proc.poll() is not None:
@@ -309,11 +503,14 @@ def wait_serving(c, server, env, bins):
     for port in c.ports:
         if port not in listening:
             fail(f"{c.label}: declares port {port} but does not listen on it:\n{server.output()}")
-    for kind, port in c.probes:
-        ok, text = health(cli, port)
-        print(f"   {kind} grpc port {port}: {text}")
+    server_name = f"lockstep-{role(c.command[0])}"
+    for port in c.ports:
+        ok, text = health(cli, port, server_name, credentials.ca())
+        print(f"   port {port} as {server_name} over TLS: {text}")
         if not ok:
-            fail(f"{c.label}: {kind} on port {port} is not SERVING: {text}")
+            fail(f"{c.label}: port {port} is not SERVING over TLS as {server_name}: {text}")
+    for probe in c.probes:
+        probe.run(c.label, env, image_path)
     # The image's HEALTHCHECK (docker/healthcheck) finds the port through the port file.
     hc = subprocess.run([os.path.join(ROOT, "docker", "healthcheck")], capture_output=True, text=True,
                         env=dict(env, PATH=os.path.dirname(cli) + ":" + env["PATH"]), timeout=20)
@@ -325,13 +522,17 @@ def wait_serving(c, server, env, bins):
         fail(f"{c.label}: exited with {server.proc.returncode}:\n{server.output()}")
 
 
-def check_registered(n, port_file, bins):
+def check_registered(n, port_file, bins, credentials):
     """The workers reached the coordinator through the address their manifest gives."""
+    if not os.path.exists(port_file):
+        fail(f"{n} worker(s) started, but the coordinator did not (see above)")
+        return
     with open(port_file) as f:
         address = f"127.0.0.1:{f.read().strip()}"
     deadline, seen = time.time() + 20, 0
     while time.time() < deadline:
-        r = subprocess.run([bins["lockstep"], "workers", "--json", "--coordinator", address],
+        r = subprocess.run([bins["lockstep"], "workers", "--json", "--coordinator", address,
+                            "--credentials", credentials.dir],
                            capture_output=True, text=True, timeout=40)
         if r.returncode == 0:
             seen = len(json.loads(r.stdout or "{}").get("workers", []))
@@ -347,20 +548,27 @@ def run_set(name, containers, services, bins, with_image_env):
     # Coordinators first: workers resolve the coordinator's address when they start.
     containers.sort(key=lambda c: c.command[:1] != ["lockstep-coordinator"])
     with tempfile.TemporaryDirectory(prefix="lockstep-manifest-") as tmp:
+        credentials = Credentials(bins["lockstep"], tmp)
+        # The image's PATH, as probes see it: lockstep-healthcheck (docker/healthcheck)
+        # and lockstep.
+        image_path = [os.path.join(tmp, "bin"), os.path.dirname(bins["lockstep"])]
+        os.makedirs(image_path[0])
+        os.symlink(os.path.join(ROOT, "docker", "healthcheck"),
+                   os.path.join(image_path[0], "lockstep-healthcheck"))
         started, coordinator_port_file = [], None
         for c in containers:
             sub = os.path.join(tmp, re.sub(r"\W+", "_", c.label))
             os.makedirs(sub)
-            r = check_container(c, services, bins, sub, with_image_env)
+            r = check_container(c, services, bins, sub, with_image_env, credentials)
             if r:
                 server, env = r
                 started.append((c, server))
-                wait_serving(c, server, env, bins)
+                wait_serving(c, server, env, bins, credentials, image_path)
                 if c.command[0] == "lockstep-coordinator":
                     coordinator_port_file = env["LOCKSTEP_PORT_FILE"]
         workers = [s for c, s in started if c.command[0] == "lockstep-worker"]
         if workers and coordinator_port_file:
-            check_registered(len(workers), coordinator_port_file, bins)
+            check_registered(len(workers), coordinator_port_file, bins, credentials)
         for c, server in reversed(started):
             server.stop(c.grace_s)
             if server.proc.returncode == 0:
@@ -455,6 +663,8 @@ def main():
                 fail(f"{name}: ports {sorted(busy)} are taken on this machine; cannot check")
                 continue
             run_set(name, containers, services, bins, with_image_env=True)
+            if kind == "compose":
+                check_copies(text, containers)
     if failures:
         print(f"{len(failures)} check(s) failed")
         return 1
