@@ -113,10 +113,16 @@ absl::StatusOr<v1::JobSpec> ParseSpec(const std::string& text, const std::string
   }
   auto st = CheckFields(doc, v1::JobSpec::descriptor(), "");
   if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", st.message()));
+  std::string doc_json;
+  try {
+    doc_json = doc.dump();
+  } catch (const json::exception&) {  // a string that is not UTF-8
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid UTF-8 text"));
+  }
   v1::JobSpec spec;
   google::protobuf::util::JsonParseOptions opts;
   opts.ignore_unknown_fields = false;
-  auto pst = google::protobuf::util::JsonStringToMessage(doc.dump(), &spec, opts);
+  auto pst = google::protobuf::util::JsonStringToMessage(doc_json, &spec, opts);
   if (!pst.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": ", std::string(pst.message().data(), pst.message().size())));

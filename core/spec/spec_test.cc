@@ -72,6 +72,14 @@ TEST(Spec, BadYamlNamesTheSource) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent/spec.yaml")));
 }
 
+TEST(Spec, TextThatIsNotUtf8IsInvalidArgument) {
+  EXPECT_THAT(
+      ParseSpec("name: mlp\xff\n", "latin1.yaml"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("latin1.yaml: not valid UTF-8")));
+  EXPECT_THAT(ParseSpec("{\"name\": \"mlp\xc3\"}", "cut.json"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not valid UTF-8")));
+}
+
 struct BadCase {
   const char* edit;
   const char* field;
