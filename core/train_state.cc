@@ -1,5 +1,6 @@
 #include "core/train_state.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,10 @@ uint64_t ParamChecksum(std::span<const float> params) {
 }
 
 absl::StatusOr<uint64_t> StateHeader::Bytes(uint64_t max_bytes) const {
+  if (slot_count > kMaxSlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("train state has ", slot_count, " optimizer slots; at most ", kMaxSlots));
+  }
   const uint64_t tensors = 1 + uint64_t{slot_count};
   if (param_count > max_bytes / sizeof(float) / tensors) {
     return absl::InvalidArgumentError(
@@ -63,10 +68,10 @@ absl::StatusOr<StateAssembler> StateAssembler::Create(const StateHeader& header,
   absl::StatusOr<uint64_t> total = header.Bytes(max_bytes);
   if (!total.ok()) return total.status();
   StateAssembler a;
+  a.param_count_ = header.param_count;
   a.total_ = *total;
   a.state_.step = header.step;
-  a.state_.params.resize(header.param_count);
-  a.state_.slots.assign(header.slot_count, std::vector<float>(header.param_count));
+  a.state_.slots.resize(header.slot_count);
   return a;
 }
 
@@ -75,11 +80,17 @@ absl::Status StateAssembler::Append(std::string_view chunk) {
     return absl::DataLossError(absl::StrCat("train state: ", received_ + chunk.size(),
                                             " bytes arrived; the header announced ", total_));
   }
-  const uint64_t per_tensor = state_.params.size() * sizeof(float);
+  const uint64_t per_tensor = param_count_ * sizeof(float);
   for (uint64_t done = 0; done < chunk.size();) {
     const uint64_t at = received_ + done, i = at / per_tensor, in = at % per_tensor;
     const uint64_t n = std::min<uint64_t>(chunk.size() - done, per_tensor - in);
     std::vector<float>& v = i == 0 ? state_.params : state_.slots[i - 1];
+    // Grow to what has arrived, doubling (as push_back would) but never past the tensor.
+    const size_t floats = (in + n + sizeof(float) - 1) / sizeof(float);
+    if (v.capacity() < floats) {
+      v.reserve(std::min<size_t>(param_count_, std::max(floats, 2 * v.capacity())));
+    }
+    if (v.size() < floats) v.resize(floats);
     std::memcpy(reinterpret_cast<char*>(v.data()) + in, chunk.data() + done, n);
     done += n;
   }

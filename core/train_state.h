@@ -31,11 +31,15 @@ struct TrainState {
 // What describes a TrainState's bytes in transit (Prepare, FetchState): the params, then
 // each slot, param_count float32 each, in host order.
 struct StateHeader {
+  // More optimizer slots than any optimizer has (adam's are two).
+  static constexpr uint32_t kMaxSlots = 16;
+
   int64_t step = 0;
   uint64_t param_count = 0;
   uint32_t slot_count = 0;
 
-  // The byte count; INVALID_ARGUMENT when it would exceed `max_bytes` (or overflow).
+  // The byte count; INVALID_ARGUMENT when it would exceed `max_bytes` (or overflow), or
+  // slot_count exceeds kMaxSlots.
   absl::StatusOr<uint64_t> Bytes(uint64_t max_bytes = uint64_t{1} << 40) const;
 };
 
@@ -47,6 +51,8 @@ std::string InitialStateBytes(std::span<const float> params, uint32_t slot_count
 absl::StatusOr<TrainState> StateFromBytes(std::string_view bytes, const StateHeader& header);
 
 // Builds a TrainState from its bytes as they arrive in chunks, without a second copy.
+// Memory grows with the bytes that arrive, not with what the header announces: a header
+// from a faulty peer cannot make it allocate terabytes.
 class StateAssembler {
  public:
   // INVALID_ARGUMENT when the header describes more than `max_bytes`.
@@ -59,8 +65,8 @@ class StateAssembler {
 
  private:
   StateAssembler() = default;
-  TrainState state_;
-  uint64_t total_ = 0, received_ = 0;
+  TrainState state_;  // each tensor as long as what has arrived of it
+  uint64_t param_count_ = 0, total_ = 0, received_ = 0;
 };
 
 // FNV-1a over the bytes of the params: replicas must agree bit for bit.

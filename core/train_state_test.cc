@@ -70,5 +70,16 @@ TEST(StateAssembler, TooManyOrTooFewBytesAreDataLoss) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("exceeds the limit")));
 }
 
+// A header is a peer's word: memory follows the bytes that arrive (a FetchState header
+// announcing 2^36 params and 4 billion slots once made the coordinator allocate them).
+TEST(StateAssembler, AllocatesWhatArrivesNotWhatTheHeaderAnnounces) {
+  ASSERT_OK_AND_ASSIGN(StateAssembler a, StateAssembler::Create({0, uint64_t{1} << 36, 2}));
+  ASSERT_OK(a.Append(std::string(6, '\0')));
+  EXPECT_THAT(std::move(a).Finish(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("6 bytes arrived")));
+  EXPECT_THAT(StateAssembler::Create({0, 0, 4'000'000'000u}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at most 16")));
+}
+
 }  // namespace
 }  // namespace lockstep

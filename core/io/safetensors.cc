@@ -48,10 +48,16 @@ absl::StatusOr<SafeTensors> SafeTensors::Read(const std::string& path) {
       t.dtype = v.at("dtype").get<std::string>();
       t.shape = v.at("shape").get<std::vector<int64_t>>();
       const auto off = v.at("data_offsets").get<std::vector<uint64_t>>();
-      size_t count = 1;
-      for (int64_t d : t.shape) count *= static_cast<size_t>(d);
-      if (off.size() != 2 || off[0] > off[1] || base + off[1] > raw.size() ||
-          off[1] - off[0] != count * DtypeSize(t.dtype)) {
+      // Counted without wrapping: a shape of 2^62 x 4 float32s must not read as 0 bytes.
+      uint64_t count = 1;
+      for (int64_t d : t.shape) {
+        if (d < 0 || __builtin_mul_overflow(count, static_cast<uint64_t>(d), &count)) {
+          return absl::InvalidArgumentError(absl::StrCat(path, ": tensor ", name, ": bad shape"));
+        }
+      }
+      uint64_t bytes = 0;
+      if (off.size() != 2 || off[0] > off[1] || off[1] > raw.size() - base ||
+          __builtin_mul_overflow(count, DtypeSize(t.dtype), &bytes) || off[1] - off[0] != bytes) {
         return absl::DataLossError(absl::StrCat(path, ": tensor ", name, ": bad data_offsets"));
       }
       t.data.assign(raw.begin() + base + off[0], raw.begin() + base + off[1]);
@@ -101,7 +107,8 @@ absl::StatusOr<std::vector<T>> SafeTensors::Get(const std::string& name, const c
         absl::StrCat(source_, ": tensor ", name, " is ", it->second.dtype, ", not ", dtype));
   }
   std::vector<T> v(it->second.data.size() / sizeof(T));
-  std::memcpy(v.data(), it->second.data.data(), it->second.data.size());
+  // An empty tensor's data() may be null, and memcpy from null is undefined even for 0 bytes.
+  if (!v.empty()) std::memcpy(v.data(), it->second.data.data(), v.size() * sizeof(T));
   return v;
 }
 

@@ -34,5 +34,45 @@ TEST(SafeTensors, TruncatedFileIsDataLoss) {
   std::filesystem::remove(path);
 }
 
+TEST(SafeTensors, EmptyTensorsReadBack) {
+  const std::string path = std::filesystem::temp_directory_path() / "st_empty.safetensors";
+  SafeTensors st;
+  st.AddF32("empty", {0, 3}, {});
+  ASSERT_OK(st.Write(path));
+  ASSERT_OK_AND_ASSIGN(SafeTensors back, SafeTensors::Read(path));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> got, back.F32("empty"));
+  EXPECT_TRUE(got.empty());
+  std::filesystem::remove(path);
+}
+
+// An end offset past 2^64 - base once wrapped to a small number and passed the check.
+TEST(SafeTensors, OffsetsThatWrapAreDataLoss) {
+  const std::string path = std::filesystem::temp_directory_path() / "st_offsets.safetensors";
+  const std::string header = R"({"t":{"dtype":"U8","shape":[9223372036854775807,2],)"
+                             R"("data_offsets":[1,18446744073709551615]}})";
+  std::string bytes(8, '\0');
+  bytes[0] = static_cast<char>(header.size());
+  std::ofstream(path, std::ios::binary) << bytes << header << "abcd";
+  EXPECT_THAT(SafeTensors::Read(path), testing::StatusIs(absl::StatusCode::kDataLoss,
+                                                         ::testing::HasSubstr("bad data_offsets")));
+  std::filesystem::remove(path);
+}
+
+// A header whose shape claims more elements than 64 bits count, or a negative dimension.
+TEST(SafeTensors, ShapesThatWrapOrAreNegativeAreInvalid) {
+  const std::string path = std::filesystem::temp_directory_path() / "st_shape.safetensors";
+  for (const std::string header :
+       {R"({"t":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})",
+        R"({"t":{"dtype":"U8","shape":[-1,-1],"data_offsets":[0,1]}})"}) {
+    std::string bytes(8, '\0');
+    bytes[0] = static_cast<char>(header.size());
+    std::ofstream(path, std::ios::binary) << bytes << header << 'x';
+    EXPECT_THAT(SafeTensors::Read(path), testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                                           ::testing::HasSubstr("bad shape")))
+        << header;
+  }
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace lockstep

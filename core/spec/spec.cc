@@ -39,18 +39,27 @@ json ScalarToJson(const YAML::Node& n) {
   return s;
 }
 
-json YamlToJson(const YAML::Node& n) {
+// At most this many values in a spec: more than 64 KiB of honest YAML holds, far
+// fewer than aliases can expand a few hundred bytes to ("billion laughs").
+constexpr int64_t kMaxSpecValues = 1 << 16;
+
+// `budget`: values left before the document is refused (a YAML::Exception at `n`).
+json YamlToJson(const YAML::Node& n, int64_t& budget) {
+  if (--budget < 0) {
+    throw YAML::Exception(
+        n.Mark(), absl::StrCat("more than ", kMaxSpecValues, " values (aliases expanding?)"));
+  }
   switch (n.Type()) {
     case YAML::NodeType::Scalar:
       return ScalarToJson(n);
     case YAML::NodeType::Sequence: {
       json a = json::array();
-      for (const auto& e : n) a.push_back(YamlToJson(e));
+      for (const auto& e : n) a.push_back(YamlToJson(e, budget));
       return a;
     }
     case YAML::NodeType::Map: {
       json o = json::object();
-      for (const auto& kv : n) o[kv.first.Scalar()] = YamlToJson(kv.second);
+      for (const auto& kv : n) o[kv.first.Scalar()] = YamlToJson(kv.second, budget);
       return o;
     }
     default:
@@ -103,7 +112,8 @@ absl::Status CheckRelativePath(const std::string& field, const std::string& path
 absl::StatusOr<v1::JobSpec> ParseSpec(const std::string& text, const std::string& source) {
   json doc;
   try {
-    doc = YamlToJson(YAML::Load(text));
+    int64_t budget = kMaxSpecValues;
+    doc = YamlToJson(YAML::Load(text), budget);
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": not valid YAML or JSON: line ", e.mark.line + 1, ": ", e.msg));
@@ -113,10 +123,16 @@ absl::StatusOr<v1::JobSpec> ParseSpec(const std::string& text, const std::string
   }
   auto st = CheckFields(doc, v1::JobSpec::descriptor(), "");
   if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", st.message()));
+  std::string doc_json;
+  try {
+    doc_json = doc.dump();
+  } catch (const json::exception&) {  // a string that is not UTF-8
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid UTF-8 text"));
+  }
   v1::JobSpec spec;
   google::protobuf::util::JsonParseOptions opts;
   opts.ignore_unknown_fields = false;
-  auto pst = google::protobuf::util::JsonStringToMessage(doc.dump(), &spec, opts);
+  auto pst = google::protobuf::util::JsonStringToMessage(doc_json, &spec, opts);
   if (!pst.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": ", std::string(pst.message().data(), pst.message().size())));

@@ -1,5 +1,6 @@
 #include "core/spec/spec.h"
 
+#include "absl/strings/str_cat.h"
 #include "core/testing.h"
 
 namespace lockstep {
@@ -70,6 +71,26 @@ TEST(Spec, BadYamlNamesTheSource) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bad.yaml")));
   EXPECT_THAT(LoadSpecFile("/nonexistent/spec.yaml"),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent/spec.yaml")));
+}
+
+TEST(Spec, TextThatIsNotUtf8IsInvalidArgument) {
+  EXPECT_THAT(
+      ParseSpec("name: mlp\xff\n", "latin1.yaml"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("latin1.yaml: not valid UTF-8")));
+  EXPECT_THAT(ParseSpec("{\"name\": \"mlp\xc3\"}", "cut.json"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not valid UTF-8")));
+}
+
+// 511 bytes whose aliases expand to 10^9 values once took minutes and gigabytes.
+TEST(Spec, AliasesExpandingPast65536ValuesAreRefused) {
+  std::string yaml = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 9; ++i) {
+    absl::StrAppend(&yaml, "a", i, ": &a", i, " [");
+    for (int j = 0; j < 10; ++j) absl::StrAppend(&yaml, j ? ", " : "", "*a", i - 1);
+    absl::StrAppend(&yaml, "]\n");
+  }
+  EXPECT_THAT(ParseSpec(yaml, "laughs.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("aliases expanding")));
 }
 
 struct BadCase {

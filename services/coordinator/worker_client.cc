@@ -2,8 +2,6 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <optional>
-
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -133,32 +131,20 @@ class GrpcWorkerClient final : public WorkerClient {
     req.set_job_id(job_id);
     auto reader = stub_->FetchState(call.ctx(), req);
     v1::StateChunk chunk;
-    std::optional<StateAssembler> state;
+    StateChunkAssembler state;
     absl::Status st;
-    while (st.ok() && reader->Read(&chunk)) {
-      if (!state.has_value()) {
-        if (!chunk.has_header()) {
-          st = absl::DataLossError("FetchState: the first chunk carries no header");
-          break;
-        }
-        absl::StatusOr<StateAssembler> a = StateAssembler::Create(FromProto(chunk.header()));
-        if (!a.ok()) {
-          st = absl::DataLossError(a.status().message());
-          break;
-        }
-        state.emplace(std::move(a).value());
-      }
-      st = state->Append(chunk.data());
-    }
+    while (st.ok() && reader->Read(&chunk)) st = state.Add(chunk);
     if (!st.ok()) {
       call.ctx()->TryCancel();
       reader->Finish().ok();
-      return st;
+      return absl::DataLossError(absl::StrCat("FetchState: ", st.message()));
     }
     st = call.Result(reader->Finish());
     if (!st.ok()) return st;
-    if (!state.has_value()) return absl::DataLossError("FetchState: no state arrived");
-    return std::move(*state).Finish();
+    absl::StatusOr<TrainState> result = std::move(state).Finish();
+    if (!result.ok())
+      return absl::DataLossError(absl::StrCat("FetchState: ", result.status().message()));
+    return result;
   }
 
   absl::Status Release(const std::string& job_id, const std::string& reason,

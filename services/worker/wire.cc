@@ -111,4 +111,21 @@ bool WriteStateChunks(const StateHeader& header, std::string_view bytes,
   return true;
 }
 
+absl::Status StateChunkAssembler::Add(const v1::StateChunk& chunk, uint64_t max_bytes) {
+  if (!state_.has_value()) {
+    if (!chunk.has_header()) return absl::DataLossError("the first state chunk carries no header");
+    absl::StatusOr<StateAssembler> a = StateAssembler::Create(FromProto(chunk.header()), max_bytes);
+    if (!a.ok()) return absl::DataLossError(a.status().message());
+    state_.emplace(std::move(a).value());
+  } else if (chunk.has_header()) {
+    return absl::DataLossError("only the first state chunk carries a header");
+  }
+  return state_->Append(chunk.data());
+}
+
+absl::StatusOr<TrainState> StateChunkAssembler::Finish() && {
+  if (!state_.has_value()) return absl::DataLossError("no state arrived");
+  return std::move(*state_).Finish();
+}
+
 }  // namespace lockstep

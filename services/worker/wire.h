@@ -5,6 +5,7 @@
 #define LOCKSTEP_SERVICES_WORKER_WIRE_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -41,6 +42,20 @@ EvalSums FromProto(const v1::EvaluateResponse& response);
 // header in the first, through `write`; stops at the first write that returns false.
 bool WriteStateChunks(const StateHeader& header, std::string_view bytes,
                       const std::function<bool(const v1::StateChunk&)>& write);
+
+// The receiving end of WriteStateChunks (the coordinator's FetchState): a TrainState
+// rebuilt from the chunks in the order they arrive. Not thread-safe.
+class StateChunkAssembler {
+ public:
+  // DATA_LOSS when the first chunk carries no header, a later one does, the header
+  // describes more than `max_bytes`, or the data run past the size it announces.
+  absl::Status Add(const v1::StateChunk& chunk, uint64_t max_bytes = uint64_t{1} << 40);
+  // DATA_LOSS unless a header and every byte it announced arrived.
+  absl::StatusOr<TrainState> Finish() &&;
+
+ private:
+  std::optional<StateAssembler> state_;
+};
 
 }  // namespace lockstep
 
