@@ -8,6 +8,7 @@
 #include "core/spec/spec.h"
 #include "core/status_macros.h"
 #include "services/common/job_state.h"
+#include "services/coordinator/checkpoint_folder.h"
 
 namespace lockstep {
 namespace {
@@ -262,6 +263,11 @@ void JobManager::Forget(std::vector<std::string> ids, int64_t next_id) {
 
 absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in) {
   ASSIGN_OR_RETURN(v1::JobSpec spec, Validate(in, options_.limits));
+  // What resume_from reads, found now (again when the job starts: a job's newest
+  // snapshot may be newer then); source.job_id is the job whose state it is.
+  ASSIGN_OR_RETURN(const ResumeSource source,
+                   CheckpointFolder(options_.checkpoint_dir, options_.snapshot_dir)
+                       .ResolveResumeFrom(spec.resume_from()));
   absl::MutexLock submit(&submit_mu_);
   v1::Job job;
   {

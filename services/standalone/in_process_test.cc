@@ -78,11 +78,13 @@ v1::JobSpec DropoutSpec(int steps, const std::string& checkpoint, const std::str
   return spec;
 }
 
+// Runs `spec` as job `job_id` (by default its checkpoint_path): the job's files are in
+// CHECKPOINT_DIR/JOB_ID/.
 absl::StatusOr<JobOutcome> RunJob(const v1::JobSpec& spec, const CoordinatorOptions& options,
-                                  Recorder* sink) {
+                                  Recorder* sink, std::string job_id = "") {
   InProcessWorkers workers(static_cast<int>(spec.workers()));
-  JobRunner runner(spec.checkpoint_path(), spec, workers.pool_workers(), workers.factory(), options,
-                   sink);
+  if (job_id.empty()) job_id = spec.checkpoint_path();
+  JobRunner runner(job_id, spec, workers.pool_workers(), workers.factory(), options, sink);
   JobOutcome out;
   RETURN_IF_ERROR(runner.Run(&out));
   return out;
@@ -96,7 +98,7 @@ TEST(InProcessJobLoop, ResumeFromACheckpointEndsBitwiseWhereAnUninterruptedRunDo
                        RunJob(DropoutSpec(30, "straight"), options, &straight_sink));
   ASSERT_OK(RunJob(DropoutSpec(12, "first"), options, &first_sink).status());
   ASSERT_OK_AND_ASSIGN(JobOutcome resumed,
-                       RunJob(DropoutSpec(30, "resumed", "first"), options, &resumed_sink));
+                       RunJob(DropoutSpec(30, "resumed", "first/first"), options, &resumed_sink));
   ASSERT_EQ(resumed_sink.steps.size(), 18u);
   EXPECT_EQ(resumed_sink.steps.front().step(), 13);
   EXPECT_EQ(resumed_sink.steps.back().loss(), straight_sink.steps.back().loss());
@@ -111,7 +113,7 @@ TEST(InProcessJobLoop, ResumeFromACheckpointEndsBitwiseWhereAnUninterruptedRunDo
   EXPECT_TRUE(a.slots == b.slots);  // the optimizer state too
 
   // Other settings continue no Lockstep state: the error says what differs and what to do.
-  v1::JobSpec other_lr = DropoutSpec(30, "other", "first");
+  v1::JobSpec other_lr = DropoutSpec(30, "other", "first/first");
   other_lr.mutable_optimizer()->set_learning_rate(0.01);
   Recorder unused;
   EXPECT_THAT(RunJob(other_lr, options, &unused),
@@ -157,23 +159,24 @@ TEST(InProcessJobLoop, ADivergingJobFailsNamingTheStepAndSavesNothing) {
   Recorder sink;
   EXPECT_THAT(RunJob(spec, options, &sink), StatusIs(absl::StatusCode::kFailedPrecondition,
                                                      ::testing::HasSubstr("diverged at step")));
-  EXPECT_FALSE(std::filesystem::exists(options.checkpoint_dir + "/diverged"));
+  EXPECT_FALSE(std::filesystem::exists(options.checkpoint_dir + "/diverged/diverged"));
   std::filesystem::remove_all(options.checkpoint_dir);
 }
 
 TEST(InProcessJobLoop, ACheckpointPathThatCannotTakeTheCheckpointFailsBeforeTraining) {
   CoordinatorOptions options;
   options.checkpoint_dir = TempDir("unwritable");
-  std::ofstream(options.checkpoint_dir + "/taken") << "another job's checkpoint";
+  std::filesystem::create_directories(options.checkpoint_dir + "/job-1");
+  std::ofstream(options.checkpoint_dir + "/job-1/taken") << "a file already there";
   Recorder sink;
-  EXPECT_THAT(RunJob(DropoutSpec(5, "taken"), options, &sink),
+  EXPECT_THAT(RunJob(DropoutSpec(5, "taken"), options, &sink, "job-1"),
               StatusIs(absl::StatusCode::kAlreadyExists, ::testing::HasSubstr("taken")));
   // A folder that is a file (no permission bits stop root, this does).
   EXPECT_THAT(
-      RunJob(DropoutSpec(5, "taken/x.safetensors"), options, &sink),
+      RunJob(DropoutSpec(5, "taken/x.safetensors"), options, &sink, "job-1"),
       StatusIs(absl::StatusCode::kPermissionDenied, ::testing::HasSubstr("taken/x.safetensors")));
   EXPECT_TRUE(sink.steps.empty());
-  EXPECT_EQ(ReadAll(options.checkpoint_dir + "/taken"), "another job's checkpoint");
+  EXPECT_EQ(ReadAll(options.checkpoint_dir + "/job-1/taken"), "a file already there");
   std::filesystem::remove_all(options.checkpoint_dir);
 }
 
