@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "absl/flags/flag.h"
+#include "core/data/data_roots.h"
 #include "services/common/flags.h"
 #include "services/common/net.h"
 #include "services/coordinator/job_manager.h"
@@ -29,6 +30,12 @@ ABSL_FLAG(int64_t, history_bytes, 4 << 20,
           "a running job's event log for WatchJob (finished jobs keep states and evaluations)");
 ABSL_FLAG(int, max_queued_jobs, 1000, "submitting past this many queued jobs is refused");
 ABSL_FLAG(std::string, port_file, "", "write the port actually bound here (for --listen :0)");
+// The workers' --data_root, checked here as written so that a dataset path outside it
+// (/etc, /proc/self, ../..) is refused at submit, not after the job was scheduled. The
+// coordinator cannot see the workers' files: each worker checks again, symlinks
+// resolved, at Prepare. Keep it a superset of the workers' roots.
+ABSL_FLAG(std::string, data_root, lockstep::kDefaultDataRoots,
+          "comma-separated folders a dataset.path must lie in (the workers' --data_root)");
 
 int main(int argc, char** argv) {
   using namespace lockstep;
@@ -38,10 +45,16 @@ int main(int argc, char** argv) {
       argc, argv,
       {"listen", "state_dir", "heartbeat_timeout_s", "step_timeout_s", "prepare_timeout_s",
        "collective_timeout_s", "steps_in_flight", "max_workers_per_job", "max_params",
-       "max_watchers", "history_bytes", "max_queued_jobs", "port_file"});
+       "max_watchers", "history_bytes", "max_queued_jobs", "port_file", "data_root"});
   CoordinatorOptions opts;
   opts.limits.max_workers = absl::GetFlag(FLAGS_max_workers_per_job);
   opts.limits.max_params = absl::GetFlag(FLAGS_max_params);
+  absl::StatusOr<DataRoots> roots = DataRoots::Parse(absl::GetFlag(FLAGS_data_root));
+  if (!roots.ok()) {
+    spdlog::error("--{}", std::string(roots.status().message()));
+    return 1;
+  }
+  opts.limits.data_roots = *std::move(roots);
   opts.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   opts.heartbeat_interval = opts.heartbeat_timeout / 5;
   opts.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
