@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/spec/memory.h"
 #include "core/spec/spec.h"
 #include "core/status_macros.h"
 #include "services/common/job_state.h"
@@ -268,6 +269,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in) {
   ASSIGN_OR_RETURN(const ResumeSource source,
                    CheckpointFolder(options_.checkpoint_dir, options_.snapshot_dir)
                        .ResolveResumeFrom(spec.resume_from()));
+  RETURN_IF_ERROR(CheckMemoryBudget(spec, options_.memory));
   absl::MutexLock submit(&submit_mu_);
   v1::Job job;
   {
@@ -300,6 +302,9 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in) {
     rec->log = std::make_shared<EventLog>(options_.history_bytes, &notifier_);
     rec->log->Append(StateEvent(v1::QUEUED, ""));
     spdlog::info("{} QUEUED", job.id());
+    const MemoryEstimate memory = EstimateMemory(spec);
+    spdlog::info("{}: estimated memory {} MiB on the coordinator, {} MiB on each worker", job.id(),
+                 memory.coordinator >> 20, memory.worker() >> 20);
     if (!spec.request_id().empty()) by_request_id_[spec.request_id()] = job.id();
     jobs_[job.id()] = std::move(rec);
     queue_.push_back(job.id());

@@ -48,8 +48,10 @@ class JobManager {
   // their latest snapshot. DATA_LOSS naming an unreadable record.
   absl::Status Start();
 
-  // INVALID_ARGUMENT naming the spec field; RESOURCE_EXHAUSTED when max_queued_jobs are
-  // queued; DATA_LOSS when the record cannot be written. Returns once the job's record is
+  // INVALID_ARGUMENT naming the spec field; NOT_FOUND when resume_from names nothing;
+  // RESOURCE_EXHAUSTED naming the field when the job's estimated memory exceeds a budget
+  // (CheckMemoryBudget), or when max_queued_jobs are queued; DATA_LOSS when the record
+  // cannot be written. Returns once the job's record is
   // on disk. A known spec.request_id returns its job.
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
   absl::StatusOr<v1::Job> Get(const std::string& id);

@@ -9,6 +9,7 @@
 
 #include "absl/flags/flag.h"
 #include "core/data/data_roots.h"
+#include "core/spec/memory.h"
 #include "services/common/flags.h"
 #include "services/common/net.h"
 #include "services/coordinator/job_manager.h"
@@ -25,6 +26,10 @@ ABSL_FLAG(int, collective_timeout_s, 30, "workers' all-reduce timeout");
 ABSL_FLAG(int, steps_in_flight, 4, "step commands queued ahead per worker");
 ABSL_FLAG(int, max_workers_per_job, 64, "jobs asking for more workers are rejected");
 ABSL_FLAG(int64_t, max_params, 100000000, "models with more parameters are rejected");
+ABSL_FLAG(int64_t, job_memory_budget_mb, lockstep::kDefaultJobMemoryBudgetMb,
+          "jobs estimated to need more of the coordinator's memory are rejected (0: no limit)");
+ABSL_FLAG(int64_t, worker_memory_budget_mb, lockstep::kDefaultWorkerMemoryBudgetMb,
+          "jobs estimated to need more memory on each worker are rejected (0: no limit)");
 ABSL_FLAG(int, max_watchers, 4096, "concurrent WatchJob streams (at most 1024 per job)");
 ABSL_FLAG(int64_t, history_bytes, 4 << 20,
           "a running job's event log for WatchJob (finished jobs keep states and evaluations)");
@@ -45,10 +50,16 @@ int main(int argc, char** argv) {
       argc, argv,
       {"listen", "state_dir", "heartbeat_timeout_s", "step_timeout_s", "prepare_timeout_s",
        "collective_timeout_s", "steps_in_flight", "max_workers_per_job", "max_params",
-       "max_watchers", "history_bytes", "max_queued_jobs", "port_file", "data_root"});
+       "job_memory_budget_mb", "worker_memory_budget_mb", "max_watchers", "history_bytes",
+       "max_queued_jobs", "port_file", "data_root"});
   CoordinatorOptions opts;
   opts.limits.max_workers = absl::GetFlag(FLAGS_max_workers_per_job);
   opts.limits.max_params = absl::GetFlag(FLAGS_max_params);
+  opts.memory.coordinator_per_job =
+      static_cast<uint64_t>(std::max<int64_t>(0, absl::GetFlag(FLAGS_job_memory_budget_mb))) << 20;
+  opts.memory.worker =
+      static_cast<uint64_t>(std::max<int64_t>(0, absl::GetFlag(FLAGS_worker_memory_budget_mb)))
+      << 20;
   absl::StatusOr<DataRoots> roots = DataRoots::Parse(absl::GetFlag(FLAGS_data_root));
   if (!roots.ok()) {
     spdlog::error("--{}", std::string(roots.status().message()));

@@ -124,6 +124,36 @@ TEST(InProcessJobLoop, ResumeFromACheckpointEndsBitwiseWhereAnUninterruptedRunDo
   std::filesystem::remove_all(options.checkpoint_dir);
 }
 
+TEST(InProcessJobLoop, JobsNamingTheSameCheckpointWriteInTheirOwnFoldersAndResumeFromThem) {
+  CoordinatorOptions options;
+  options.checkpoint_dir = TempDir("own-folders");
+  Recorder sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome one,
+                       RunJob(DropoutSpec(6, "model.safetensors"), options, &sink, "job-000001"));
+  ASSERT_OK_AND_ASSIGN(JobOutcome two,
+                       RunJob(DropoutSpec(8, "model.safetensors"), options, &sink, "job-000002"));
+  EXPECT_EQ(one.checkpoint_path, options.checkpoint_dir + "/job-000001/model.safetensors");
+  EXPECT_EQ(two.checkpoint_path, options.checkpoint_dir + "/job-000002/model.safetensors");
+  ASSERT_OK_AND_ASSIGN(TrainSetup setup, SetupFromSpec(DropoutSpec(6, "")));
+  ASSERT_OK_AND_ASSIGN(TrainState first,
+                       ReadCheckpoint(one.checkpoint_path, setup.model, setup.optimizer));
+  EXPECT_EQ(first.step, 6);  // not overwritten by the second job
+  // Another job's file by JOB/NAME, or by its id; a name climbing out is refused.
+  Recorder resumed;
+  ASSERT_OK(
+      RunJob(DropoutSpec(8, "", "job-000001/model.safetensors"), options, &resumed, "job-000003")
+          .status());
+  EXPECT_EQ(resumed.steps.front().step(), 7);
+  Recorder by_id;
+  ASSERT_OK(RunJob(DropoutSpec(8, "", "job-000001"), options, &by_id, "job-000004").status());
+  EXPECT_EQ(by_id.steps.front().step(), 7);
+  Recorder unused;
+  EXPECT_THAT(
+      RunJob(DropoutSpec(8, "../x"), options, &unused, "job-000005"),
+      StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("checkpoint_path")));
+  std::filesystem::remove_all(options.checkpoint_dir);
+}
+
 TEST(InProcessJobLoop, AParamsOnlyFileFineTunesFromStepZero) {
   CoordinatorOptions options;
   options.checkpoint_dir = TempDir("finetune");
