@@ -159,6 +159,29 @@ absl::StatusOr<TrainState> StepExecutor::GetState() {
                         {step_, model_.layout().total(), static_cast<uint32_t>(slots_.size())});
 }
 
+// What GetWorkspace allocates, buffer for buffer: keep the two in step.
+uint64_t WorkspaceBytes(const Model& model, int batch, bool train) {
+  const uint64_t b = batch, f = sizeof(float);
+  // idx, input, labels, loss, dlogits, correct; host_loss and host_correct.
+  uint64_t bytes = b * (4 + model.input().size() * f + 4 + f + model.num_classes() * f + f);
+  bytes += 2 * b * f;
+  const int first = FirstParamLayer(model);
+  for (size_t i = 0; i < model.layers().size(); ++i) {
+    const Layer& l = model.layers()[i];
+    if (l.kind == LayerKind::kRelu || l.kind == LayerKind::kFlatten ||
+        (l.kind == LayerKind::kDropout && !IsActiveDropout(l, train))) {
+      continue;  // in place
+    }
+    bytes += b * l.out.size() * f;
+    if (l.kind == LayerKind::kConv) {
+      bytes += b * l.in.h * l.in.w * l.kernel_size * l.kernel_size * l.in.c * f;
+    }
+    if (l.kind == LayerKind::kDropout) bytes += b * l.out.size();
+    if (train && static_cast<int>(i) > first) bytes += b * l.in.size() * f;
+  }
+  return bytes;
+}
+
 absl::StatusOr<StepExecutor::Workspace*> StepExecutor::GetWorkspace(int batch, bool train) {
   std::unique_ptr<Workspace>& slot = train ? train_ws_ : eval_ws_;
   if (slot && slot->capacity >= batch) return slot.get();

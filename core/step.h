@@ -34,6 +34,11 @@ struct DeviceDataset {
 // `dataset` must outlive the result).
 absl::StatusOr<DeviceDataset> UploadDataset(Backend& backend, const Dataset& dataset);
 
+// The bytes a StepExecutor allocates in its backend for batches of up to `batch`
+// examples (training: with the gradients' buffers and dropout masks; evaluation: the
+// forward pass only), besides the state; for estimating a job's memory before it runs.
+uint64_t WorkspaceBytes(const Model& model, int batch, bool train);
+
 struct StepMetrics {
   float loss = 0;      // mean over the local batch
   float accuracy = 0;  // fraction of the local batch classified correctly

@@ -4,7 +4,9 @@
 
 namespace lockstep {
 
-absl::StatusOr<std::shared_ptr<const Datasets>> DatasetCache::Get(const std::string& path) {
+absl::StatusOr<std::shared_ptr<const Datasets>> DatasetCache::Get(const std::string& spec_path) {
+  // Before anything else: a path outside the roots is not even looked up.
+  ASSIGN_OR_RETURN(const std::string path, roots_.Resolve("dataset.path", spec_path));
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(path);
   if (it != entries_.end()) {
@@ -12,8 +14,8 @@ absl::StatusOr<std::shared_ptr<const Datasets>> DatasetCache::Get(const std::str
     return it->second.data;
   }
   auto d = std::make_shared<Datasets>();
-  ASSIGN_OR_RETURN(d->train, LoadIdxDataset(path, Split::kTrain));
-  ASSIGN_OR_RETURN(d->test, LoadIdxDataset(path, Split::kTest));
+  ASSIGN_OR_RETURN(d->train, LoadIdxDataset(path, Split::kTrain, uint64_t{1} << 31, roots_));
+  ASSIGN_OR_RETURN(d->test, LoadIdxDataset(path, Split::kTest, uint64_t{1} << 31, roots_));
   while (!entries_.empty() && entries_.size() >= capacity_) {
     auto lru = entries_.begin();
     for (auto i = entries_.begin(); i != entries_.end(); ++i) {

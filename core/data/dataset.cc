@@ -11,11 +11,16 @@ namespace {
 
 constexpr int kClasses = 10;
 
-absl::StatusOr<std::string> Find(const std::string& dir, const std::string& base) {
+absl::StatusOr<std::string> Find(const std::string& dir, const std::string& base,
+                                 const DataRoots& roots) {
   struct stat st;
   for (const std::string& path :
        {absl::StrCat(dir, "/", base, ".gz"), absl::StrCat(dir, "/", base)}) {
-    if (::stat(path.c_str(), &st) == 0) return path;
+    // Within roots a link counts as there even when dangling: Resolve then refuses a
+    // link out of them alike whether or not its target exists.
+    if ((roots.empty() ? ::stat : ::lstat)(path.c_str(), &st) == 0) {
+      return roots.Resolve("dataset.path", path);
+    }
   }
   return absl::FailedPreconditionError(
       absl::StrCat("dataset: ", dir, "/", base, "[.gz]: no such file"));
@@ -23,10 +28,11 @@ absl::StatusOr<std::string> Find(const std::string& dir, const std::string& base
 
 }  // namespace
 
-absl::StatusOr<Dataset> LoadIdxDataset(const std::string& dir, Split split, uint64_t max_bytes) {
+absl::StatusOr<Dataset> LoadIdxDataset(const std::string& dir, Split split, uint64_t max_bytes,
+                                       const DataRoots& roots) {
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
-  ASSIGN_OR_RETURN(std::string image_path, Find(dir, prefix + "-images-idx3-ubyte"));
-  ASSIGN_OR_RETURN(std::string label_path, Find(dir, prefix + "-labels-idx1-ubyte"));
+  ASSIGN_OR_RETURN(std::string image_path, Find(dir, prefix + "-images-idx3-ubyte", roots));
+  ASSIGN_OR_RETURN(std::string label_path, Find(dir, prefix + "-labels-idx1-ubyte", roots));
   ASSIGN_OR_RETURN(IdxArray images, ReadIdx(image_path, 3, max_bytes));
   ASSIGN_OR_RETURN(IdxArray labels, ReadIdx(label_path, 1, max_bytes));
   if (images.dims[0] != labels.dims[0]) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/data/data_roots.h"
 
 namespace lockstep {
 
@@ -24,9 +25,12 @@ enum class Split { kTrain, kTest };
 
 // Loads `dir`/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (the .gz preferred).
 // Errors name the file: FAILED_PRECONDITION when a file is missing, INVALID_ARGUMENT or
-// DATA_LOSS when one is malformed, or when images and labels disagree in count.
+// DATA_LOSS when one is malformed, or when images and labels disagree in count. With
+// `roots`, each file must resolve inside them too (a link out of a root:
+// DataRoots::Resolve's INVALID_ARGUMENT naming dataset.path); `dir` is checked already.
 absl::StatusOr<Dataset> LoadIdxDataset(const std::string& dir, Split split,
-                                       uint64_t max_bytes = uint64_t{1} << 31);
+                                       uint64_t max_bytes = uint64_t{1} << 31,
+                                       const DataRoots& roots = {});
 
 }  // namespace lockstep
 

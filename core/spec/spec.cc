@@ -197,6 +197,7 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
     }
     ds->set_path(kDefaultDatasetPath);
   }
+  RETURN_IF_ERROR(limits.data_roots.CheckLexically("dataset.path", ds->path()));
   auto* ev = spec.mutable_eval();
   if (ev->every_epochs() > 0 && ev->every_steps() > 0) {
     return Invalid("eval", "set at most one of every_epochs and every_steps");

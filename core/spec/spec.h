@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/data/data_roots.h"
 #include "core/model.h"
 #include "core/optimizer.h"
 #include "core/rng/threefry.h"
@@ -29,6 +30,9 @@ struct SpecLimits {
   // checkpoint_path and resume_from name files in the coordinator's checkpoint folder:
   // relative, never leaving it. Off for `lockstep train` (the user's own files).
   bool files_in_checkpoint_dir = true;
+  // dataset.path must lie inside these, as written (DataRoots::CheckLexically: the
+  // workers check again, resolved); none: any path.
+  DataRoots data_roots;
 };
 
 // Checks a spec and returns it with defaults filled in (workers 1, rng_impl, dataset

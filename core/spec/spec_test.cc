@@ -146,6 +146,32 @@ TEST(Spec, LongNamesAndHugeSpecsAreRefused) {
   EXPECT_THAT(Validate(fine), testing::IsOk());
 }
 
+TEST(Spec, DatasetPathsOutsideTheDataRootsAreRefusedAtSubmitAlikeWhetherOrNotTheyExist) {
+  auto spec = ParseSpec(kGood, "spec.yaml");
+  ASSERT_OK(spec);
+  SpecLimits limits;
+  ASSERT_OK_AND_ASSIGN(limits.data_roots, DataRoots::Parse(kDefaultDataRoots));
+  EXPECT_THAT(Validate(*spec, limits), testing::IsOk());  // the default dataset
+  std::string first;
+  for (const std::string path : {"/etc/passwd", "/etc/no-such-file", "/proc/self/environ",
+                                 "/usr/share/datasets/../../../etc/passwd", "../../etc"}) {
+    v1::JobSpec bad = *spec;
+    bad.mutable_dataset()->set_name("mnist");
+    bad.mutable_dataset()->set_path(path);
+    absl::StatusOr<v1::JobSpec> v = Validate(bad, limits);
+    EXPECT_THAT(v, StatusIs(absl::StatusCode::kInvalidArgument,
+                            HasSubstr("dataset.path: \"" + path + "\" is outside the data roots")));
+    std::string text(v.status().message());
+    text.replace(text.find(path), path.size(), "PATH");
+    if (first.empty()) first = text;
+    EXPECT_EQ(text, first) << path;
+  }
+  v1::JobSpec mine = *spec;
+  mine.mutable_dataset()->set_path("/data/me/mnist");
+  EXPECT_THAT(Validate(mine, limits), testing::IsOk());
+  EXPECT_THAT(Validate(mine), testing::IsOk());  // no roots: any path (lockstep train)
+}
+
 TEST(Spec, EvalDueFollowsEpochsOrSteps) {
   v1::EvalSpec every_2_epochs;
   every_2_epochs.set_every_epochs(2);

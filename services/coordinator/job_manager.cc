@@ -5,10 +5,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/spec/memory.h"
 #include "core/spec/spec.h"
 #include "core/status_macros.h"
 #include "services/common/auth.h"
 #include "services/common/job_state.h"
+#include "services/coordinator/checkpoint_folder.h"
 
 namespace lockstep {
 namespace {
@@ -266,13 +268,29 @@ void JobManager::Forget(std::vector<std::string> ids, int64_t next_id) {
   }
 }
 
-absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const std::string& owner) {
+absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const Principal& by) {
+  const std::string& owner = by.name;
   ASSIGN_OR_RETURN(v1::JobSpec spec, Validate(in, options_.limits));
+  // What resume_from reads, found now (again when the job starts: a job's newest
+  // snapshot may be newer then); source.job_id is the job whose state it is.
+  ASSIGN_OR_RETURN(const ResumeSource source,
+                   CheckpointFolder(options_.checkpoint_dir, options_.snapshot_dir)
+                       .ResolveResumeFrom(spec.resume_from()));
+  RETURN_IF_ERROR(CheckMemoryBudget(spec, options_.memory));
   absl::MutexLock submit(&submit_mu_);
   v1::Job job;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
+    // Resuming reads another job's state: a user only their own (one text whether or not
+    // the job is known), an administrator any.
+    if (!by.admin && !source.job_id.empty()) {
+      auto it = jobs_.find(source.job_id);
+      if (it == jobs_.end() || it->second->job.owner() != owner) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("resume_from: job ", source.job_id, " is not one of yours"));
+      }
+    }
     if (!spec.request_id().empty()) {
       auto it = by_request_id_.find(RequestKey(owner, spec.request_id()));
       if (it != by_request_id_.end() && jobs_.count(it->second)) return jobs_[it->second]->job;
@@ -302,6 +320,9 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const std::str
     rec->log = std::make_shared<EventLog>(options_.history_bytes, &notifier_);
     rec->log->Append(StateEvent(v1::QUEUED, ""));
     spdlog::info("{} QUEUED", job.id());
+    const MemoryEstimate memory = EstimateMemory(spec);
+    spdlog::info("{}: estimated memory {} MiB on the coordinator, {} MiB on each worker", job.id(),
+                 memory.coordinator >> 20, memory.worker() >> 20);
     if (!spec.request_id().empty()) by_request_id_[RequestKey(owner, spec.request_id())] = job.id();
     jobs_[job.id()] = std::move(rec);
     queue_.push_back(job.id());

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "lockstep/v1/job.pb.h"
+#include "services/common/auth.h"
 #include "services/coordinator/event_log.h"
 #include "services/coordinator/job_records.h"
 #include "services/coordinator/job_runner.h"
@@ -48,10 +49,13 @@ class JobManager {
   // their latest snapshot. DATA_LOSS naming an unreadable record.
   absl::Status Start();
 
-  // INVALID_ARGUMENT naming the spec field; RESOURCE_EXHAUSTED when max_queued_jobs are
-  // queued; DATA_LOSS when the record cannot be written. Returns once the job's record is
-  // on disk. A spec.request_id the owner used before returns that job.
-  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const std::string& owner = "");
+  // INVALID_ARGUMENT naming the spec field; NOT_FOUND when resume_from names nothing;
+  // RESOURCE_EXHAUSTED naming the field when the job's estimated memory exceeds a budget
+  // (CheckMemoryBudget), or when max_queued_jobs are queued; DATA_LOSS when the record
+  // cannot be written; PERMISSION_DENIED when a user (not an admin) resumes from another's
+  // job. Returns once the job's record, owned by `by`, is on disk. A spec.request_id the
+  // owner used before returns that job.
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const Principal& by = {"", true});
   absl::StatusOr<v1::Job> Get(const std::string& id);
   v1::ListJobsResponse List(const v1::ListJobsRequest& request);
   // FAILED_PRECONDITION if the job already ended. A queued job is CANCELLED at once; a

@@ -355,5 +355,45 @@ TEST_F(JobManagerTest, AJobOutOfRestartsFailsWithTheHistory) {
               AllOf(HasSubstr("connection reset"), HasSubstr("after 1 recoveries from")));
 }
 
+TEST_F(JobManagerTest, AJobTooBigForTheMemoryBudgetsIsRefusedAtSubmitNamingTheField) {
+  ASSERT_OK(Start());
+  // 784-10000-9000-10 with adam, 97.9M parameters (under max_params): its TrainState is
+  // 1.1 GiB, 2.3 GiB measured on a coordinator, whose budget per job is 768 MiB.
+  v1::JobSpec big = Spec(1);
+  big.mutable_model()->set_hidden(0, 10000);
+  big.mutable_model()->add_hidden(9000);
+  big.mutable_optimizer()->set_kind("adam");
+  EXPECT_THAT(jobs_->Submit(big),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("model.hidden"), HasSubstr("on the coordinator"),
+                             HasSubstr("budget of 768 MiB"))));
+  // A batch whose activations do not fit a worker.
+  v1::JobSpec wide = Spec(1);
+  wide.mutable_model()->set_hidden(0, 65536);
+  wide.set_global_batch_size(16384);
+  EXPECT_THAT(jobs_->Submit(wide),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("global_batch_size"), HasSubstr("on each worker"))));
+  EXPECT_EQ(jobs_->List({}).jobs_size(), 0);                         // nothing queued, no id used
+  options_.memory.coordinator_per_job = options_.memory.worker = 0;  // no budgets
+  ASSERT_OK(Start());
+  EXPECT_THAT(jobs_->Submit(big), IsOk());
+}
+
+TEST_F(JobManagerTest, ResumeFromIsResolvedAtSubmit) {
+  options_.checkpoint_dir = dir_ + "/checkpoints";
+  options_.snapshot_dir = dir_ + "/snapshots";
+  ASSERT_OK(Start());
+  v1::JobSpec spec = Spec(1);
+  spec.set_resume_from("job-000042");  // no such job, no state
+  EXPECT_THAT(jobs_->Submit(spec), StatusIs(absl::StatusCode::kNotFound, HasSubstr("job-000042")));
+  fs::create_directories(options_.checkpoint_dir);
+  fs::create_symlink("/etc/passwd", options_.checkpoint_dir + "/passwd");
+  spec.set_resume_from("passwd");  // a link out of the folder
+  EXPECT_THAT(jobs_->Submit(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("resume_from")));
+  EXPECT_EQ(jobs_->List({}).jobs_size(), 0);
+}
+
 }  // namespace
 }  // namespace lockstep::testing

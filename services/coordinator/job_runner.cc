@@ -63,6 +63,7 @@ JobRunner::JobRunner(std::string job_id, v1::JobSpec spec, std::vector<PoolWorke
       sink_(sink),
       supply_(supply),
       resume_(resume),
+      folder_(options.checkpoint_dir, options.snapshot_dir),
       snapshots_(options.snapshot_dir.empty() ? "" : options.snapshot_dir + "/" + job_id_,
                  static_cast<int>(spec_.recovery().snapshots_kept())),
       attempt_(std::make_shared<CancelToken>()) {
@@ -194,10 +195,9 @@ absl::Status JobRunner::Attempt(JobOutcome* outcome) {
                    Evaluate(num_test, total, (total - 1) / plan.steps_per_epoch()));
   sink_->OnEval(final_eval);
 
-  const std::string path = CheckpointPath();
-  if (path.empty()) return absl::OkStatus();
-  RETURN_IF_ERROR(SaveCheckpoint(path, outcome->param_checksum, plan));
-  outcome->checkpoint_path = std::filesystem::absolute(path).string();
+  if (checkpoint_path_.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(SaveCheckpoint(checkpoint_path_, outcome->param_checksum, plan));
+  outcome->checkpoint_path = std::filesystem::absolute(checkpoint_path_).string();
   return absl::OkStatus();
 }
 

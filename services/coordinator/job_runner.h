@@ -38,6 +38,7 @@
 #include "core/plan.h"
 #include "core/spec/spec.h"
 #include "lockstep/v1/job.pb.h"
+#include "services/coordinator/checkpoint_folder.h"
 #include "services/coordinator/options.h"
 #include "services/coordinator/snapshot_store.h"
 #include "services/coordinator/step_fanout.h"
@@ -118,10 +119,7 @@ class JobRunner {
     std::optional<TrainState> held;
   };
   absl::Status Begin();
-  // Where the final checkpoint goes ("" for none).
-  std::string CheckpointPath() const;
-  // spec.resume_from: the start it gives, and the file it came from (*path).
-  absl::StatusOr<StartingPoint> ReadStart(std::string* path) const;
+  // The start spec.resume_from gives.
   absl::Status ResumeFrom();
   // The attempt's TrainState, serialized once for every rank.
   absl::StatusOr<std::shared_ptr<const SharedState>> StartState();
@@ -165,7 +163,9 @@ class JobRunner {
   JobSink* sink_;
   WorkerSupply* supply_;
   const bool resume_;
+  const CheckpointFolder folder_;
   std::optional<TrainSetup> setup_;  // set by Begin
+  std::string checkpoint_path_;      // set by Begin; "" for none
   SnapshotStore snapshots_;
   Start start_;
   int64_t high_water_ = 0;  // the most steps any attempt completed

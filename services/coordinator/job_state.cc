@@ -6,11 +6,8 @@
 #include <google/protobuf/util/json_util.h>
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <filesystem>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/checkpoint.h"
@@ -56,28 +53,14 @@ absl::Status SameTrajectory(const v1::JobSpec& theirs, const v1::JobSpec& ours,
 
 }  // namespace
 
-std::string JobRunner::CheckpointPath() const {
-  std::string path = spec_.checkpoint_path();
-  if (path.empty() && !options_.checkpoint_dir.empty()) path = job_id_ + ".safetensors";
-  if (path.empty() || options_.checkpoint_dir.empty()) return path;
-  return options_.checkpoint_dir + "/" + path;
-}
-
 absl::Status JobRunner::Begin() {
   ASSIGN_OR_RETURN(setup_, SetupFromSpec(spec_));
   last_snapshot_time_ = absl::Now();
   // Where the checkpoint goes must take it: found out now, not after the training. On a
-  // coordinator a new job never writes over a file in its checkpoint folder (another
-  // job's); a resumed one may find its own. (`lockstep train` writes the user's own path.)
-  if (const std::string path = CheckpointPath(); !path.empty()) {
-    if (!resume_ && !options_.checkpoint_dir.empty() && std::filesystem::exists(path)) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "checkpoint_path: ", path, " exists already (another job's checkpoint?); name another"));
-    }
-    if (absl::Status st = CheckWritable(path); !st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("checkpoint_path: ", st.message()));
-    }
-  }
+  // coordinator a job writes in its own folder and never over a file; a resumed one (a
+  // restarted coordinator's) may find its own. (`lockstep train` writes the user's path.)
+  ASSIGN_OR_RETURN(checkpoint_path_,
+                   folder_.PrepareCheckpoint(job_id_, spec_.checkpoint_path(), resume_));
   if (resume_ && snapshots_.enabled()) {
     ASSIGN_OR_RETURN(std::optional<Snapshot> latest,
                      snapshots_.Latest(setup_->model, setup_->optimizer));
@@ -93,34 +76,21 @@ absl::Status JobRunner::Begin() {
   return absl::OkStatus();  // from step 0
 }
 
-absl::StatusOr<StartingPoint> JobRunner::ReadStart(std::string* path) const {
-  const std::string& from = spec_.resume_from();
-  auto in_checkpoints = [&](const std::string& name) {
-    return options_.checkpoint_dir.empty() ? name : options_.checkpoint_dir + "/" + name;
-  };
-  *path = in_checkpoints(from);
-  if (IsJobId(from)) {
-    // Another job of this coordinator: its newest whole snapshot, else its checkpoint.
-    if (!options_.snapshot_dir.empty()) {
-      const SnapshotStore other(options_.snapshot_dir + "/" + from, 1);
-      ASSIGN_OR_RETURN(std::optional<Snapshot> latest,
-                       other.Latest(setup_->model, setup_->optimizer));
-      if (latest.has_value()) {
-        *path = other.PathOf(latest->state.step);
-        return StartingPoint{std::move(latest->state), false, std::move(latest->metadata)};
-      }
-    }
-    *path = in_checkpoints(from + ".safetensors");
-  }
-  return ReadStartingPoint(*path, setup_->model, setup_->optimizer);
-}
-
 absl::Status JobRunner::ResumeFrom() {
-  std::string path;
-  absl::StatusOr<StartingPoint> start = ReadStart(&path);
+  ASSIGN_OR_RETURN(const ResumeSource source, folder_.ResolveResumeFrom(spec_.resume_from()));
+  const std::string& path = source.path;
+  absl::StatusOr<StartingPoint> start = ReadStartingPoint(path, setup_->model, setup_->optimizer);
   if (!start.ok()) {
     return absl::Status(start.status().code(),
                         absl::StrCat("resume_from: ", start.status().message()));
+  }
+  // A snapshot's or checkpoint's checksum covers the params' bytes, which the file's
+  // header does not.
+  auto sum = start->metadata.find("param_checksum");
+  if (sum != start->metadata.end() &&
+      sum->second != absl::StrFormat("%016x", ParamChecksum(start->state.params))) {
+    return absl::DataLossError(absl::StrCat(
+        "resume_from: ", path, ": the params do not match their checksum ", sum->second));
   }
   if (!start->params_only) {
     // Bit for bit only with the trajectory's own settings; the RNG keys are checked

@@ -8,6 +8,8 @@
 #include <filesystem>
 
 #include "absl/flags/flag.h"
+#include "core/data/data_roots.h"
+#include "core/spec/memory.h"
 #include "services/common/auth.h"
 #include "services/common/flags.h"
 #include "services/common/net.h"
@@ -26,6 +28,10 @@ ABSL_FLAG(int, collective_timeout_s, 30, "workers' all-reduce timeout");
 ABSL_FLAG(int, steps_in_flight, 4, "step commands queued ahead per worker");
 ABSL_FLAG(int, max_workers_per_job, 64, "jobs asking for more workers are rejected");
 ABSL_FLAG(int64_t, max_params, 100000000, "models with more parameters are rejected");
+ABSL_FLAG(int64_t, job_memory_budget_mb, lockstep::kDefaultJobMemoryBudgetMb,
+          "jobs estimated to need more of the coordinator's memory are rejected (0: no limit)");
+ABSL_FLAG(int64_t, worker_memory_budget_mb, lockstep::kDefaultWorkerMemoryBudgetMb,
+          "jobs estimated to need more memory on each worker are rejected (0: no limit)");
 ABSL_FLAG(int, max_watchers, 4096, "concurrent WatchJob streams (at most 1024 per job)");
 ABSL_FLAG(int64_t, history_bytes, 4 << 20,
           "a running job's event log for WatchJob (finished jobs keep states and evaluations)");
@@ -33,6 +39,12 @@ ABSL_FLAG(int, max_queued_jobs, 1000, "submitting past this many queued jobs is 
 ABSL_FLAG(std::string, tokens_file, "",
           "the job API's callers: lines TOKEN NAME ROLE (user or admin); required with TLS");
 ABSL_FLAG(std::string, port_file, "", "write the port actually bound here (for --listen :0)");
+// The workers' --data_root, checked here as written so that a dataset path outside it
+// (/etc, /proc/self, ../..) is refused at submit, not after the job was scheduled. The
+// coordinator cannot see the workers' files: each worker checks again, symlinks
+// resolved, at Prepare. Keep it a superset of the workers' roots.
+ABSL_FLAG(std::string, data_root, lockstep::kDefaultDataRoots,
+          "comma-separated folders a dataset.path must lie in (the workers' --data_root)");
 
 int main(int argc, char** argv) {
   using namespace lockstep;
@@ -47,11 +59,14 @@ int main(int argc, char** argv) {
                                   "steps_in_flight",
                                   "max_workers_per_job",
                                   "max_params",
+                                  "job_memory_budget_mb",
+                                  "worker_memory_budget_mb",
                                   "max_watchers",
                                   "history_bytes",
                                   "max_queued_jobs",
                                   "tokens_file",
-                                  "port_file"};
+                                  "port_file",
+                                  "data_root"};
   env.insert(env.end(), kSecurityFlags.begin(), kSecurityFlags.end());
   ParseFlagsWithEnv(argc, argv, env);
   const std::string listen = absl::GetFlag(FLAGS_listen);
@@ -78,6 +93,17 @@ int main(int argc, char** argv) {
   CoordinatorOptions opts;
   opts.limits.max_workers = absl::GetFlag(FLAGS_max_workers_per_job);
   opts.limits.max_params = absl::GetFlag(FLAGS_max_params);
+  opts.memory.coordinator_per_job =
+      static_cast<uint64_t>(std::max<int64_t>(0, absl::GetFlag(FLAGS_job_memory_budget_mb))) << 20;
+  opts.memory.worker =
+      static_cast<uint64_t>(std::max<int64_t>(0, absl::GetFlag(FLAGS_worker_memory_budget_mb)))
+      << 20;
+  absl::StatusOr<DataRoots> roots = DataRoots::Parse(absl::GetFlag(FLAGS_data_root));
+  if (!roots.ok()) {
+    spdlog::error("--{}", std::string(roots.status().message()));
+    return 1;
+  }
+  opts.limits.data_roots = *std::move(roots);
   opts.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   opts.heartbeat_interval = opts.heartbeat_timeout / 5;
   opts.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));

@@ -5,12 +5,14 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "core/spec/memory.h"
 #include "core/spec/spec.h"
 
 namespace lockstep {
 
 struct CoordinatorOptions {
   SpecLimits limits;
+  MemoryBudget memory;  // jobs estimated to need more are refused at submit
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
   absl::Duration prepare_timeout = absl::Seconds(180);  // dataset load + collective bootstrap

@@ -117,12 +117,6 @@ class RefusedWait final : public grpc::ServerUnaryReactor {
   void OnDone() override { delete this; }
 };
 
-// The job a spec.resume_from names: the value itself, or its first path component
-// ("JOB_ID/file"); empty for a file that belongs to no job.
-std::string ResumedJob(const std::string& resume_from) {
-  return resume_from.substr(0, resume_from.find('/'));
-}
-
 // One Rendezvous.Wait: a KvTable waiter, ended by its keys, its deadline or a cancel.
 class WaitReactor final : public grpc::ServerUnaryReactor {
  public:
@@ -171,14 +165,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::JobSp
                                        v1::Job* resp) {
   absl::StatusOr<Principal> who = guard_->Client(*ctx);
   if (!who.ok()) return ToGrpcStatus(who.status());
-  // Resuming reads another job's state: only its owner's (or an admin's).
-  if (const std::string resumed = ResumedJob(req->resume_from());
-      !resumed.empty() && jobs_->Get(resumed).ok()) {
-    if (absl::Status st = MayTouch(*ctx, resumed); !st.ok()) {
-      return ToGrpcStatus(absl::PermissionDeniedError(absl::StrCat("resume_from: ", st.message())));
-    }
-  }
-  return Answer(jobs_->Submit(*req, who->name), resp);
+  return Answer(jobs_->Submit(*req, *who), resp);
 }
 
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,

@@ -78,11 +78,13 @@ v1::JobSpec DropoutSpec(int steps, const std::string& checkpoint, const std::str
   return spec;
 }
 
+// Runs `spec` as job `job_id` (by default its checkpoint_path): the job's files are in
+// CHECKPOINT_DIR/JOB_ID/.
 absl::StatusOr<JobOutcome> RunJob(const v1::JobSpec& spec, const CoordinatorOptions& options,
-                                  Recorder* sink) {
+                                  Recorder* sink, std::string job_id = "") {
   InProcessWorkers workers(static_cast<int>(spec.workers()));
-  JobRunner runner(spec.checkpoint_path(), spec, workers.pool_workers(), workers.factory(), options,
-                   sink);
+  if (job_id.empty()) job_id = spec.checkpoint_path();
+  JobRunner runner(job_id, spec, workers.pool_workers(), workers.factory(), options, sink);
   JobOutcome out;
   RETURN_IF_ERROR(runner.Run(&out));
   return out;
@@ -96,7 +98,7 @@ TEST(InProcessJobLoop, ResumeFromACheckpointEndsBitwiseWhereAnUninterruptedRunDo
                        RunJob(DropoutSpec(30, "straight"), options, &straight_sink));
   ASSERT_OK(RunJob(DropoutSpec(12, "first"), options, &first_sink).status());
   ASSERT_OK_AND_ASSIGN(JobOutcome resumed,
-                       RunJob(DropoutSpec(30, "resumed", "first"), options, &resumed_sink));
+                       RunJob(DropoutSpec(30, "resumed", "first/first"), options, &resumed_sink));
   ASSERT_EQ(resumed_sink.steps.size(), 18u);
   EXPECT_EQ(resumed_sink.steps.front().step(), 13);
   EXPECT_EQ(resumed_sink.steps.back().loss(), straight_sink.steps.back().loss());
@@ -111,7 +113,7 @@ TEST(InProcessJobLoop, ResumeFromACheckpointEndsBitwiseWhereAnUninterruptedRunDo
   EXPECT_TRUE(a.slots == b.slots);  // the optimizer state too
 
   // Other settings continue no Lockstep state: the error says what differs and what to do.
-  v1::JobSpec other_lr = DropoutSpec(30, "other", "first");
+  v1::JobSpec other_lr = DropoutSpec(30, "other", "first/first");
   other_lr.mutable_optimizer()->set_learning_rate(0.01);
   Recorder unused;
   EXPECT_THAT(RunJob(other_lr, options, &unused),
@@ -119,6 +121,36 @@ TEST(InProcessJobLoop, ResumeFromACheckpointEndsBitwiseWhereAnUninterruptedRunDo
                        ::testing::AllOf(::testing::HasSubstr("resume_from"),
                                         ::testing::HasSubstr("optimizer"),
                                         ::testing::HasSubstr("params-only"))));
+  std::filesystem::remove_all(options.checkpoint_dir);
+}
+
+TEST(InProcessJobLoop, JobsNamingTheSameCheckpointWriteInTheirOwnFoldersAndResumeFromThem) {
+  CoordinatorOptions options;
+  options.checkpoint_dir = TempDir("own-folders");
+  Recorder sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome one,
+                       RunJob(DropoutSpec(6, "model.safetensors"), options, &sink, "job-000001"));
+  ASSERT_OK_AND_ASSIGN(JobOutcome two,
+                       RunJob(DropoutSpec(8, "model.safetensors"), options, &sink, "job-000002"));
+  EXPECT_EQ(one.checkpoint_path, options.checkpoint_dir + "/job-000001/model.safetensors");
+  EXPECT_EQ(two.checkpoint_path, options.checkpoint_dir + "/job-000002/model.safetensors");
+  ASSERT_OK_AND_ASSIGN(TrainSetup setup, SetupFromSpec(DropoutSpec(6, "")));
+  ASSERT_OK_AND_ASSIGN(TrainState first,
+                       ReadCheckpoint(one.checkpoint_path, setup.model, setup.optimizer));
+  EXPECT_EQ(first.step, 6);  // not overwritten by the second job
+  // Another job's file by JOB/NAME, or by its id; a name climbing out is refused.
+  Recorder resumed;
+  ASSERT_OK(
+      RunJob(DropoutSpec(8, "", "job-000001/model.safetensors"), options, &resumed, "job-000003")
+          .status());
+  EXPECT_EQ(resumed.steps.front().step(), 7);
+  Recorder by_id;
+  ASSERT_OK(RunJob(DropoutSpec(8, "", "job-000001"), options, &by_id, "job-000004").status());
+  EXPECT_EQ(by_id.steps.front().step(), 7);
+  Recorder unused;
+  EXPECT_THAT(
+      RunJob(DropoutSpec(8, "../x"), options, &unused, "job-000005"),
+      StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("checkpoint_path")));
   std::filesystem::remove_all(options.checkpoint_dir);
 }
 
@@ -157,23 +189,24 @@ TEST(InProcessJobLoop, ADivergingJobFailsNamingTheStepAndSavesNothing) {
   Recorder sink;
   EXPECT_THAT(RunJob(spec, options, &sink), StatusIs(absl::StatusCode::kFailedPrecondition,
                                                      ::testing::HasSubstr("diverged at step")));
-  EXPECT_FALSE(std::filesystem::exists(options.checkpoint_dir + "/diverged"));
+  EXPECT_FALSE(std::filesystem::exists(options.checkpoint_dir + "/diverged/diverged"));
   std::filesystem::remove_all(options.checkpoint_dir);
 }
 
 TEST(InProcessJobLoop, ACheckpointPathThatCannotTakeTheCheckpointFailsBeforeTraining) {
   CoordinatorOptions options;
   options.checkpoint_dir = TempDir("unwritable");
-  std::ofstream(options.checkpoint_dir + "/taken") << "another job's checkpoint";
+  std::filesystem::create_directories(options.checkpoint_dir + "/job-1");
+  std::ofstream(options.checkpoint_dir + "/job-1/taken") << "a file already there";
   Recorder sink;
-  EXPECT_THAT(RunJob(DropoutSpec(5, "taken"), options, &sink),
+  EXPECT_THAT(RunJob(DropoutSpec(5, "taken"), options, &sink, "job-1"),
               StatusIs(absl::StatusCode::kAlreadyExists, ::testing::HasSubstr("taken")));
   // A folder that is a file (no permission bits stop root, this does).
   EXPECT_THAT(
-      RunJob(DropoutSpec(5, "taken/x.safetensors"), options, &sink),
+      RunJob(DropoutSpec(5, "taken/x.safetensors"), options, &sink, "job-1"),
       StatusIs(absl::StatusCode::kPermissionDenied, ::testing::HasSubstr("taken/x.safetensors")));
   EXPECT_TRUE(sink.steps.empty());
-  EXPECT_EQ(ReadAll(options.checkpoint_dir + "/taken"), "another job's checkpoint");
+  EXPECT_EQ(ReadAll(options.checkpoint_dir + "/job-1/taken"), "a file already there");
   std::filesystem::remove_all(options.checkpoint_dir);
 }
 

@@ -62,7 +62,8 @@ class JobSlot {
 
   // Checks `job` and `header` (INVALID_ARGUMENT naming what is wrong, before anything is
   // dropped), then builds the job's replica, joins its collective and loads the state from
-  // `state`: CANCELLED if the job is released meanwhile; FAILED_PRECONDITION naming a
+  // `state`: CANCELLED if the job is released meanwhile; INVALID_ARGUMENT naming
+  // dataset.path outside the data roots (DatasetCache); FAILED_PRECONDITION naming a
   // missing dataset; DATA_LOSS when the state's bytes do not match the header.
   absl::StatusOr<PrepareResult> Prepare(const JobAssignment& job, const StateHeader& header,
                                         StateSource& state);

@@ -10,6 +10,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "core/data/data_roots.h"
 #include "services/common/auth.h"
 #include "services/common/flags.h"
 #include "services/common/net.h"
@@ -30,6 +31,8 @@ ABSL_FLAG(std::string, device, "cpu", "cpu or cuda:K");
 ABSL_FLAG(int, threads, 0, "CPU threads for compute (0: all cores)");
 ABSL_FLAG(std::string, name, "", "a name shown in listings (default: the hostname)");
 ABSL_FLAG(std::string, port_file, "", "write the port actually bound here");
+ABSL_FLAG(std::string, data_root, lockstep::kDefaultDataRoots,
+          "comma-separated folders jobs may read datasets from (symlinks resolved)");
 
 namespace lockstep {
 namespace {
@@ -69,7 +72,12 @@ int Main() {
   }
   auto channel = MakeChannel(coordinator, *transport, kCoordinatorIdentity);
   auto collectives = NewCollectiveFactory(channel, host);
-  DatasetCache datasets;
+  absl::StatusOr<DataRoots> roots = DataRoots::Parse(absl::GetFlag(FLAGS_data_root));
+  if (!roots.ok()) {
+    spdlog::error("--{}", std::string(roots.status().message()));
+    return 1;
+  }
+  DatasetCache datasets(2, *std::move(roots));
   JobSlot slot(backends->get(), &datasets, collectives.get());
   WorkerServiceImpl service(&slot, &guard);
 
@@ -114,7 +122,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a peer gone mid-write is an error to report, not a death
   lockstep::BlockShutdownSignals();
   std::vector<std::string> env = {"coordinator", "listen", "advertise_host", "device",
-                                  "threads",     "name",   "port_file"};
+                                  "threads",     "name",   "port_file",      "data_root"};
   env.insert(env.end(), lockstep::kSecurityFlags.begin(), lockstep::kSecurityFlags.end());
   lockstep::ParseFlagsWithEnv(argc, argv, env);
   return lockstep::Main();

@@ -143,6 +143,11 @@ TEST(Cluster, InvalidSpecsAreRejectedAtSubmitNamingTheField) {
       {"workers", [](v1::JobSpec& s) { s.set_workers(16); }, "workers"},
       {"checkpoint", [](v1::JobSpec& s) { s.set_checkpoint_path("../../etc/x"); },
        "checkpoint_path"},
+      {"dataset outside the data roots",
+       [](v1::JobSpec& s) { s.mutable_dataset()->set_path("/etc"); }, "dataset.path"},
+      {"dataset climbing out of a root",
+       [](v1::JobSpec& s) { s.mutable_dataset()->set_path("/usr/share/datasets/../../../etc"); },
+       "dataset.path"},
   };
   for (const auto& bad : cases) {
     v1::JobSpec spec = MlpSpec(1, 10);
@@ -157,14 +162,39 @@ TEST(Cluster, MissingDatasetFailsTheJobNamingThePath) {
   ASSERT_NE(c, nullptr);
   v1::JobSpec spec = MlpSpec(1, 10);
   spec.mutable_dataset()->set_name("custom");
-  spec.mutable_dataset()->set_path("/nonexistent/fmnist");
+  spec.mutable_dataset()->set_path("/usr/share/datasets/no-such-dataset");  // in a data root
   auto job = c->Submit(spec);
   ASSERT_OK(job);
   auto done = c->WaitFor(job->id(), absl::Seconds(30));
   ASSERT_OK(done);
   EXPECT_EQ(done->state(), v1::FAILED);
   EXPECT_EQ(done->failure_code(), "FAILED_PRECONDITION");
-  EXPECT_THAT(done->failure_reason(), HasSubstr("/nonexistent/fmnist"));
+  EXPECT_THAT(done->failure_reason(), HasSubstr("/usr/share/datasets/no-such-dataset"));
+  EXPECT_EQ(FreeWorkers(*c), 1);
+}
+
+TEST(Cluster, AWorkerReadsNoDatasetOutsideItsDataRootsAndSaysSoAlikeWhetherItExists) {
+  // A coordinator that lets every path through (--data_root=/): the worker, with the
+  // default roots, refuses them at Prepare, before reading anything.
+  auto c = StartCluster(1, {"--data_root=/"});
+  ASSERT_NE(c, nullptr);
+  std::string first;
+  for (const std::string path :
+       {"/etc", "/etc/no-such-folder", "/proc/self", "/usr/share/datasets/../../../etc"}) {
+    v1::JobSpec spec = MlpSpec(1, 10);
+    spec.mutable_dataset()->set_name("mnist");
+    spec.mutable_dataset()->set_path(path);
+    ASSERT_OK_AND_ASSIGN(v1::Job job, c->Submit(spec));
+    ASSERT_OK_AND_ASSIGN(v1::Job done, c->WaitFor(job.id(), absl::Seconds(30)));
+    EXPECT_EQ(done.state(), v1::FAILED);
+    EXPECT_EQ(done.failure_code(), "INVALID_ARGUMENT");
+    EXPECT_THAT(done.failure_reason(),
+                HasSubstr("dataset.path: \"" + path + "\" is outside the data roots"));
+    std::string text = done.failure_reason();
+    text.replace(text.find(path), path.size(), "PATH");
+    if (first.empty()) first = text;
+    EXPECT_EQ(text, first);
+  }
   EXPECT_EQ(FreeWorkers(*c), 1);
 }
 

@@ -173,14 +173,16 @@ TEST(Security, UsersSeeAndTouchOnlyTheirOwnJobsAndAdminsEverything) {
     EXPECT_FALSE(reader->Read(&chunk)) << "bob downloaded alice's weights";
     EXPECT_EQ(FromGrpcStatus(reader->Finish()).code(), kDenied);
   }
-  {  // nor can he start from her weights
+  // nor can he start from her weights, however he names them
+  for (const std::string& from : {job.id(), job.id() + "/checkpoint.safetensors",
+                                  "./" + job.id() + "/checkpoint.safetensors"}) {
     v1::JobSpec spec = MlpSpec(1, 30);
-    spec.set_resume_from(job.id());
+    spec.set_resume_from(from);
     grpc::ClientContext ctx;
     v1::Job out;
     const absl::Status st = FromGrpcStatus(bob->SubmitJob(WithDeadline(&ctx), spec, &out));
-    EXPECT_EQ(st.code(), kDenied);
-    EXPECT_THAT(st.message(), HasSubstr("resume_from"));
+    EXPECT_EQ(st.code(), kDenied) << from;
+    EXPECT_THAT(st.message(), HasSubstr("resume_from")) << from;
   }
   {  // and his request id is his own
     v1::JobSpec spec = MlpSpec(1, 5);

@@ -1,0 +1,111 @@
+#include "core/spec/memory.h"
+
+#include "core/spec/testing.h"
+#include "core/step.h"
+
+namespace lockstep::testing {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+// 784-10000-9000-10: 97,949,010 parameters, under the default max_params of 100M.
+v1::JobSpec Big(const std::string& optimizer) {
+  return ValidSpec(absl::StrCat(R"(
+model: {kind: mlp, hidden: [10000, 9000]}
+optimizer: {kind: )",
+                                optimizer, R"(, learning_rate: 0.001}
+global_batch_size: 64
+steps: 10
+workers: 2
+)"));
+}
+
+TEST(Memory, CountsTheTrainStateAsTheCoordinatorAndTheWorkersHoldIt) {
+  const v1::JobSpec spec = Big("adam");
+  const uint64_t params = 97'949'010 * sizeof(float);
+  const MemoryEstimate e = EstimateMemory(spec);
+  EXPECT_EQ(e.train_state, 3 * params);  // params, mu, nu
+  EXPECT_EQ(e.coordinator, 9 * params + 2 * 4 * kMiB + 32 * kMiB);
+  // params, grads, mu, nu, the checksum copy; Gloo's scratch between the 2 workers.
+  EXPECT_EQ(e.worker_state, 5 * params + params / 2);
+  // 60,000 + 10,000 images of 784 floats and a label.
+  EXPECT_EQ(e.worker_dataset, 70'000u * (784 * 4 + 4));
+  // A cuda job's state lives in device memory: only the checksum copy is on the host.
+  v1::JobSpec cuda = spec;
+  cuda.set_device("cuda");
+  EXPECT_EQ(EstimateMemory(cuda).worker_state, params);
+  EXPECT_EQ(EstimateMemory(cuda).worker_activations, 0u);
+}
+
+TEST(Memory, TheWorkspaceCountsEveryBufferOfTheStep) {
+  // 784-32-10 at batch 8, training: input, the two dense outputs, the second dense
+  // layer's input gradient (the first one's is not needed), and per-example scalars.
+  const Model model = Model::Mlp({32}, 0.0);
+  const uint64_t b = 8, f = 4;
+  const uint64_t scalars = b * (4 + 4 + f + 10 * f + f) + 2 * b * f;
+  EXPECT_EQ(WorkspaceBytes(model, 8, true),
+            scalars + b * 784 * f + b * 32 * f + b * 10 * f + b * 32 * f);
+  EXPECT_EQ(WorkspaceBytes(model, 8, false), scalars + b * 784 * f + b * 32 * f + b * 10 * f);
+  // Dropout at training time: its output and mask, and the input gradient below it.
+  const Model dropout = Model::Mlp({32}, 0.5);
+  EXPECT_EQ(WorkspaceBytes(dropout, 8, true),
+            WorkspaceBytes(model, 8, true) + b * 32 * f + b * 32 + b * 32 * f);
+  EXPECT_EQ(WorkspaceBytes(dropout, 8, false), WorkspaceBytes(model, 8, false));
+}
+
+TEST(Memory, TheNinetyEightMillionParameterModelIsRefusedNamingTheFieldAndBothFigures) {
+  for (const std::string optimizer : {"adam", "sgd"}) {
+    EXPECT_THAT(CheckMemoryBudget(Big(optimizer), MemoryBudget()),
+                StatusIs(absl::StatusCode::kResourceExhausted,
+                         AllOf(HasSubstr("model.hidden"), HasSubstr("on the coordinator"),
+                               HasSubstr("over the coordinator's budget of 768 MiB"),
+                               HasSubstr("--job_memory_budget_mb"))))
+        << optimizer;
+  }
+  // Its workers need about 2.5 GiB each (2,392 MiB measured): with room on the
+  // coordinator, a 2 GiB worker budget says no, the state weighing most.
+  MemoryBudget roomy;
+  roomy.coordinator_per_job = 0;
+  EXPECT_THAT(CheckMemoryBudget(Big("adam"), roomy), IsOk());
+  roomy.worker = uint64_t{2048} << 20;
+  EXPECT_THAT(
+      CheckMemoryBudget(Big("adam"), roomy),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               AllOf(HasSubstr("model.hidden: the job needs about 2"), HasSubstr("on each worker"),
+                     HasSubstr("budget of 2048 MiB"), HasSubstr("--worker_memory_budget_mb"))));
+}
+
+TEST(Memory, BigBatchesAreRefusedNamingTheirField) {
+  v1::JobSpec spec = ValidSpec(R"(
+model: {kind: cnn}
+optimizer: {kind: sgd, learning_rate: 0.1}
+global_batch_size: 16384
+steps: 10
+)");
+  EXPECT_THAT(CheckMemoryBudget(spec, MemoryBudget()),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("global_batch_size: the job needs about"),
+                             HasSubstr("on each worker"))));
+  spec.set_workers(16);  // 1024 examples each
+  EXPECT_THAT(CheckMemoryBudget(spec, MemoryBudget()), IsOk());
+  spec.mutable_eval()->set_batch_size(10000);  // a worker evaluates up to 625 at a time
+  EXPECT_THAT(CheckMemoryBudget(spec, MemoryBudget()), IsOk());
+  spec.set_workers(1);
+  spec.set_global_batch_size(64);
+  EXPECT_THAT(CheckMemoryBudget(spec, MemoryBudget()),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("eval.batch_size")));
+}
+
+TEST(Memory, TheExamplesFitTheDefaultBudgets) {
+  for (const std::string name : {"examples/cnn.yaml", "examples/mlp.yaml"}) {
+    ASSERT_OK_AND_ASSIGN(v1::JobSpec spec, LoadSpecFile(SourcePath(name)));
+    ASSERT_OK_AND_ASSIGN(spec, Validate(spec));
+    EXPECT_THAT(CheckMemoryBudget(spec, MemoryBudget()), IsOk()) << name;
+  }
+}
+
+}  // namespace
+}  // namespace lockstep::testing
