@@ -4,6 +4,8 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/io/durable_file.h"
@@ -17,6 +19,19 @@ size_t DtypeSize(const std::string& dtype) {
   if (dtype == "F16" || dtype == "BF16" || dtype == "I16" || dtype == "U16") return 2;
   if (dtype == "U8" || dtype == "I8" || dtype == "BOOL") return 1;
   return 0;
+}
+
+// A header array of non-negative integers; nullopt for anything else. nlohmann's get<>
+// would convert a float such as 1e19 with a cast, undefined out of range (found by
+// safetensors_fuzz under UBSan).
+std::optional<std::vector<uint64_t>> Naturals(const nlohmann::json& a) {
+  if (!a.is_array()) return std::nullopt;
+  std::vector<uint64_t> out;
+  for (const auto& e : a) {
+    if (!e.is_number_unsigned()) return std::nullopt;
+    out.push_back(e.get<uint64_t>());
+  }
+  return out;
 }
 
 }  // namespace
@@ -46,21 +61,26 @@ absl::StatusOr<SafeTensors> SafeTensors::Read(const std::string& path) {
       }
       SafeTensor t;
       t.dtype = v.at("dtype").get<std::string>();
-      t.shape = v.at("shape").get<std::vector<int64_t>>();
-      const auto off = v.at("data_offsets").get<std::vector<uint64_t>>();
+      const std::optional<std::vector<uint64_t>> dims = Naturals(v.at("shape"));
+      const std::optional<std::vector<uint64_t>> off = Naturals(v.at("data_offsets"));
       // Counted without wrapping: a shape of 2^62 x 4 float32s must not read as 0 bytes.
       uint64_t count = 1;
-      for (int64_t d : t.shape) {
-        if (d < 0 || __builtin_mul_overflow(count, static_cast<uint64_t>(d), &count)) {
-          return absl::InvalidArgumentError(absl::StrCat(path, ": tensor ", name, ": bad shape"));
-        }
+      bool bad_shape = !dims.has_value();
+      for (uint64_t d : dims.value_or(std::vector<uint64_t>())) {
+        bad_shape = bad_shape || d > INT64_MAX || __builtin_mul_overflow(count, d, &count);
+        t.shape.push_back(static_cast<int64_t>(d));
+      }
+      if (bad_shape) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": tensor ", name, ": bad shape"));
       }
       uint64_t bytes = 0;
-      if (off.size() != 2 || off[0] > off[1] || off[1] > raw.size() - base ||
-          __builtin_mul_overflow(count, DtypeSize(t.dtype), &bytes) || off[1] - off[0] != bytes) {
+      if (!off.has_value() || off->size() != 2 || (*off)[0] > (*off)[1] ||
+          (*off)[1] > raw.size() - base ||
+          __builtin_mul_overflow(count, DtypeSize(t.dtype), &bytes) ||
+          (*off)[1] - (*off)[0] != bytes) {
         return absl::DataLossError(absl::StrCat(path, ": tensor ", name, ": bad data_offsets"));
       }
-      t.data.assign(raw.begin() + base + off[0], raw.begin() + base + off[1]);
+      t.data.assign(raw.begin() + base + (*off)[0], raw.begin() + base + (*off)[1]);
       st.tensors_[name] = std::move(t);
     }
   } catch (const nlohmann::json::exception& e) {

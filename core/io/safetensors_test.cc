@@ -46,15 +46,20 @@ TEST(SafeTensors, EmptyTensorsReadBack) {
 }
 
 // An end offset past 2^64 - base once wrapped to a small number and passed the check.
-TEST(SafeTensors, OffsetsThatWrapAreDataLoss) {
+TEST(SafeTensors, OffsetsThatWrapOrAreNotIntegersAreDataLoss) {
   const std::string path = std::filesystem::temp_directory_path() / "st_offsets.safetensors";
-  const std::string header = R"({"t":{"dtype":"U8","shape":[9223372036854775807,2],)"
-                             R"("data_offsets":[1,18446744073709551615]}})";
-  std::string bytes(8, '\0');
-  bytes[0] = static_cast<char>(header.size());
-  std::ofstream(path, std::ios::binary) << bytes << header << "abcd";
-  EXPECT_THAT(SafeTensors::Read(path), testing::StatusIs(absl::StatusCode::kDataLoss,
-                                                         ::testing::HasSubstr("bad data_offsets")));
+  for (const std::string offsets :
+       {"[1,18446744073709551615]", "[1,18446744073709551616]", "[0,2.0]", "[0]"}) {
+    const std::string header =
+        R"({"t":{"dtype":"U8","shape":[9223372036854775807,2],"data_offsets":)" + offsets + "}}";
+    std::string bytes(8, '\0');
+    bytes[0] = static_cast<char>(header.size());
+    std::ofstream(path, std::ios::binary) << bytes << header << "abcd";
+    EXPECT_THAT(
+        SafeTensors::Read(path),
+        testing::StatusIs(absl::StatusCode::kDataLoss, ::testing::HasSubstr("bad data_offsets")))
+        << offsets;
+  }
   std::filesystem::remove(path);
 }
 
@@ -63,7 +68,11 @@ TEST(SafeTensors, ShapesThatWrapOrAreNegativeAreInvalid) {
   const std::string path = std::filesystem::temp_directory_path() / "st_shape.safetensors";
   for (const std::string header :
        {R"({"t":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})",
-        R"({"t":{"dtype":"U8","shape":[-1,-1],"data_offsets":[0,1]}})"}) {
+        R"({"t":{"dtype":"U8","shape":[-1,-1],"data_offsets":[0,1]}})",
+        // Not integers: converting them was undefined behaviour (UBSan, safetensors_fuzz).
+        R"({"t":{"dtype":"U8","shape":[1.8e19],"data_offsets":[0,1]}})",
+        R"({"t":{"dtype":"U8","shape":[9223372036854775808],"data_offsets":[0,1]}})",
+        R"({"t":{"dtype":"U8","shape":["1"],"data_offsets":[0,1]}})"}) {
     std::string bytes(8, '\0');
     bytes[0] = static_cast<char>(header.size());
     std::ofstream(path, std::ios::binary) << bytes << header << 'x';

@@ -43,23 +43,32 @@ json ScalarToJson(const YAML::Node& n) {
 // fewer than aliases can expand a few hundred bytes to ("billion laughs").
 constexpr int64_t kMaxSpecValues = 1 << 16;
 
+// Nesting deeper than this is refused: a spec is 3 levels deep, and an alias inside its
+// own anchor ("a: &a [*a]") makes a cycle that would recurse until the stack overflows
+// (found by spec_yaml_fuzz).
+constexpr int kMaxSpecDepth = 64;
+
 // `budget`: values left before the document is refused (a YAML::Exception at `n`).
-json YamlToJson(const YAML::Node& n, int64_t& budget) {
+json YamlToJson(const YAML::Node& n, int64_t& budget, int depth = 0) {
   if (--budget < 0) {
     throw YAML::Exception(
         n.Mark(), absl::StrCat("more than ", kMaxSpecValues, " values (aliases expanding?)"));
+  }
+  if (depth > kMaxSpecDepth) {
+    throw YAML::Exception(n.Mark(), absl::StrCat("nested deeper than ", kMaxSpecDepth,
+                                                 " levels (an alias inside its own anchor?)"));
   }
   switch (n.Type()) {
     case YAML::NodeType::Scalar:
       return ScalarToJson(n);
     case YAML::NodeType::Sequence: {
       json a = json::array();
-      for (const auto& e : n) a.push_back(YamlToJson(e, budget));
+      for (const auto& e : n) a.push_back(YamlToJson(e, budget, depth + 1));
       return a;
     }
     case YAML::NodeType::Map: {
       json o = json::object();
-      for (const auto& kv : n) o[kv.first.Scalar()] = YamlToJson(kv.second, budget);
+      for (const auto& kv : n) o[kv.first.Scalar()] = YamlToJson(kv.second, budget, depth + 1);
       return o;
     }
     default:

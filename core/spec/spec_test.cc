@@ -93,6 +93,12 @@ TEST(Spec, AliasesExpandingPast65536ValuesAreRefused) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("aliases expanding")));
 }
 
+TEST(Spec, AnAliasInsideItsOwnAnchorIsRefused) {
+  // A cycle: converting it recursed until the stack overflowed (spec_yaml_fuzz).
+  EXPECT_THAT(ParseSpec("a0: &a0 [x, *a0]\nname: n\n", "cycle.yaml"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("nested deeper than")));
+}
+
 struct BadCase {
   const char* edit;
   const char* field;
