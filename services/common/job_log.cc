@@ -71,7 +71,7 @@ absl::StatusOr<LogFormat> ParseLogFormat(std::string_view name) {
   if (name == "text") return LogFormat::kText;
   if (name == "json") return LogFormat::kJson;
   return absl::InvalidArgumentError(
-      absl::StrCat("log_format: \"", name, "\" is not one of text, json"));
+      absl::StrCat("log_format: \"", std::string(name), "\" is not one of text, json"));
 }
 
 void SetLogFormat(LogFormat format) {

@@ -82,7 +82,7 @@ TEST_F(TensorBoardWriterTest, WritesTheStepsAndEvaluationsAsScalars) {
     eval.set_test_loss(0.75);
     eval.set_test_accuracy(0.875);
     writer->OnEval(eval, 1700000004000);
-    io.Post([&] { path = writer->path(); });
+    io.Post([&path, writer] { path = writer->path(); });
   }  // io's destructor runs what was posted
   ASSERT_THAT(path, StartsWith(root_ + "/job-000001-ab/events.out.tfevents."));
   const std::vector<tensorboard::Event> events = ReadEvents(path);
@@ -129,7 +129,7 @@ TEST_F(TensorBoardWriterTest, AFolderThatCannotBeMadeWritesNothingAndFailsNothin
     step.set_step(1);
     writer->OnStep(step, 0);
     writer->OnStep(step, 0);
-    io.Post([&] { path = writer->path(); });
+    io.Post([&path, writer] { path = writer->path(); });
   }
   EXPECT_EQ(path, "");
 }
