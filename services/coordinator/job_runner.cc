@@ -79,9 +79,9 @@ void JobRunner::Connect(std::vector<PoolWorker> workers) {
   for (size_t r = 0; r < workers.size(); ++r) {
     const PoolWorker& w = workers[r];
     clients_.push_back(factory_->Connect(w.address));
-    LogJob(
-        spdlog::level::info, {job_id_, w.id, static_cast<int>(r)},
-        absl::StrCat("rank ", r, " of ", workers.size(), ": worker ", w.name, " at ", w.address));
+    LogJob(spdlog::level::info, {job_id_, w.id, static_cast<int>(r)},
+           absl::StrCat("rank ", r, " of ", workers.size(), ": worker ",
+                        w.name.empty() ? w.id : w.name, " at ", w.address));
   }
   absl::MutexLock lock(&attempt_mu_);
   workers_ = std::move(workers);
