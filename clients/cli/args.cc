@@ -11,8 +11,9 @@ Args::Args(int argc, char** argv, int start) {
 }
 
 bool Args::Flag(const std::string& name) {
+  const std::string opt = name.size() == 1 ? "-" + name : "--" + name;  // -f, --follow
   for (size_t i = 0; i < args_.size(); ++i) {
-    if (!used_[i] && args_[i] == "--" + name) return used_[i] = true;
+    if (!used_[i] && args_[i] == opt) return used_[i] = true;
   }
   return false;
 }

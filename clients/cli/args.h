@@ -12,7 +12,7 @@
 namespace lockstep::cli {
 
 // Arguments after the subcommand: `--name value`, `--name=value`, `--flag`, positionals;
-// a one-letter name is `-n value`.
+// a one-letter name is `-n value` (a flag `-f`).
 class Args {
  public:
   Args(int argc, char** argv, int start);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "clients/cli/args.h"
+#include "lockstep/v1/job.grpc.pb.h"
 
 namespace lockstep::cli {
 
@@ -20,6 +21,11 @@ int WatchCommand(Args& args);
 int CancelCommand(Args& args);
 int WorkersCommand(Args& args);
 int CheckpointCommand(Args& args);
+int LogsCommand(Args& args);
+// `lockstep logs`'s work, from plain values: prints the job's events and its servers' log
+// lines as they come (with `follow`, until the job ends; else what is kept now). The exit
+// code: 0, or Fail's for the first stream's error.
+int ShowJobLogs(v1::JobService::Stub& stub, const std::string& job_id, bool follow, bool json);
 int HealthCommand(Args& args);
 int CertsCommand(Args& args);
 int ClusterCommand(const std::string& sub, Args& args);

@@ -22,6 +22,8 @@ void Usage(FILE* out) {
                 "  list [--state STATE] [--json]\n"
                 "  status JOB [--json]\n"
                 "  watch JOB [--json]\n"
+                "  logs JOB [-f] [--json]\n"
+                "      a job's events and its servers' log lines; -f follows until it ends\n"
                 "  cancel JOB [--json]\n"
                 "  workers [--json]\n"
                 "  checkpoint JOB [--step S] -o FILE\n"
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
   if (cmd == "list") return ListCommand(args);
   if (cmd == "status") return StatusCommand(args);
   if (cmd == "watch") return WatchCommand(args);
+  if (cmd == "logs") return LogsCommand(args);
   if (cmd == "cancel") return CancelCommand(args);
   if (cmd == "workers") return WorkersCommand(args);
   if (cmd == "checkpoint") return CheckpointCommand(args);

@@ -3,6 +3,9 @@
 // worker (services/standalone), with a live progress bar and each evaluation, or one
 // JSON object at the end. A spec asking for N workers trains as N = 1: without dropout,
 // the same parameters.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_format.h"
@@ -106,4 +109,9 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace lockstep::cli
 
-int main(int argc, char** argv) { return lockstep::cli::Main(argc, argv); }
+int main(int argc, char** argv) {
+  // The job loop's log lines (about its job and worker) go to stderr: stdout is the
+  // result's (--json).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("lockstep-train"));
+  return lockstep::cli::Main(argc, argv);
+}

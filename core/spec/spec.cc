@@ -109,9 +109,9 @@ absl::Status Invalid(const std::string& field, const std::string& what) {
 absl::Status CheckRelativePath(const std::string& field, const std::string& path) {
   if (path.size() > 1024) return Invalid(field, "longer than 1024 characters");
   if (path.empty()) return absl::OkStatus();
-  if (path.front() == '/') return Invalid(field, "must be relative (to the checkpoint folder)");
+  if (path.front() == '/') return Invalid(field, "must be relative (to its folder)");
   for (absl::string_view part : absl::StrSplit(path, '/')) {
-    if (part == "..") return Invalid(field, "must stay inside the checkpoint folder (no \"..\")");
+    if (part == "..") return Invalid(field, "must stay inside its folder (no \"..\")");
   }
   return absl::OkStatus();
 }
@@ -164,6 +164,7 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
   if (limits.files_in_checkpoint_dir) {
     RETURN_IF_ERROR(CheckRelativePath("checkpoint_path", in.checkpoint_path()));
     RETURN_IF_ERROR(CheckRelativePath("resume_from", in.resume_from()));
+    RETURN_IF_ERROR(CheckRelativePath("tensorboard_dir", in.tensorboard_dir()));
   }
   v1::JobSpec spec = in;
   ASSIGN_OR_RETURN(Model model, Model::FromSpec(spec.model()));

@@ -27,8 +27,9 @@ struct SpecLimits {
   uint32_t max_workers = 64;
   uint64_t max_params = 100'000'000;
   uint32_t max_global_batch = 1 << 20;
-  // checkpoint_path and resume_from name files in the coordinator's checkpoint folder:
-  // relative, never leaving it. Off for `lockstep train` (the user's own files).
+  // checkpoint_path and resume_from name files in the coordinator's checkpoint folder,
+  // tensorboard_dir a folder in the job's TensorBoard folder: relative, never leaving it. Off for
+  // `lockstep train` (the user's own files).
   bool files_in_checkpoint_dir = true;
   // dataset.path must lie inside these, as written (DataRoots::CheckLexically: the
   // workers check again, resolved); none: any path.

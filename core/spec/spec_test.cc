@@ -135,6 +135,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"checkpoint_path: /etc/passwd", "checkpoint_path"},
                       BadCase{"checkpoint_path: a/../../b.safetensors", "checkpoint_path"},
                       BadCase{"resume_from: ../other/x.safetensors", "resume_from"},
+                      BadCase{"tensorboard_dir: /tmp/tb", "tensorboard_dir"},
+                      BadCase{"tensorboard_dir: runs/../../x", "tensorboard_dir"},
                       BadCase{"recovery: {snapshots_kept: 1000}", "recovery.snapshots_kept"}));
 
 TEST(Spec, LongNamesAndHugeSpecsAreRefused) {

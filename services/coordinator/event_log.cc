@@ -24,9 +24,9 @@ void EventLog::Append(v1::JobEvent event) {
     const int64_t step = StepOf(event);
     entries_.push_back({next_seq_++, step, bytes, std::move(event)});
     bytes_ += bytes;
-    // Over budget: the oldest step events go first.
+    // Over budget: the oldest step events (or log lines) go first.
     for (auto it = entries_.begin(); bytes_ > budget_ && it != entries_.end();) {
-      if (it->event.has_step()) {
+      if (it->event.has_step() || it->event.has_log()) {
         bytes_ -= it->bytes;
         it = entries_.erase(it);
       } else {
@@ -55,18 +55,18 @@ void EventLog::Compact() {
   });
 }
 
-EventLog::Batch EventLog::Read(int64_t cursor, int64_t from_step, int64_t replay_until,
-                               size_t max) const {
+EventLog::Batch EventLog::Read(int64_t cursor, int64_t from_step, int64_t replay_until, size_t max,
+                               int64_t stop_at) const {
   absl::MutexLock lock(&mu_);
   Batch out;
   auto it = std::lower_bound(entries_.begin(), entries_.end(), cursor,
                              [](const Entry& e, int64_t seq) { return e.seq < seq; });
-  for (; it != entries_.end() && out.events.size() < max; ++it) {
+  for (; it != entries_.end() && it->seq < stop_at && out.events.size() < max; ++it) {
     const bool history = it->seq < replay_until;
     if (!history || it->step < 0 || it->step >= from_step) out.events.push_back(it->event);
   }
   out.next = it == entries_.end() ? next_seq_ : it->seq;
-  out.closed = closed_ && it == entries_.end();
+  out.closed = (closed_ && it == entries_.end()) || out.next >= stop_at;
   return out;
 }
 

@@ -1,9 +1,10 @@
-// EventLog: one job's events for WatchJob: appended by the job's runner, read by any
-// number of watchers, each from its own cursor (a sequence number), and with a wake-up
-// when more arrive. Bounded by a byte budget: past it the oldest step events go first
-// (state and evaluation events stay), and a watcher that fell behind skips them. Once the
-// job has ended (Close) and its watchers are gone, Compact drops its step events: a
-// finished job keeps its states and evaluations.
+// EventLog: one job's events for WatchJob (or its log lines for WatchLogs): appended by
+// the job's runner, read by any number of watchers, each from its own cursor (a sequence
+// number), and with a wake-up when more arrive. Bounded by a byte budget: past it the
+// oldest step events and log lines go first (state and evaluation events stay), and a
+// watcher that fell behind skips them. Once the job has ended (Close) and its watchers
+// are gone, Compact drops its step events: a finished job keeps its states, evaluations
+// and log lines.
 //
 // Thread-safe. Its lock is a leaf. Wake-ups run without it: on `notifier`'s thread when
 // one is given (a job's runner then pays one hand-off per event, however many watch),
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -43,8 +45,10 @@ class EventLog : public std::enable_shared_from_this<EventLog> {
   };
   // Up to `max` events from `cursor` on. Events before `replay_until` (the history a
   // watcher found when it started) are kept only if they are state events or at or after
-  // step `from_step`.
-  Batch Read(int64_t cursor, int64_t from_step, int64_t replay_until, size_t max) const;
+  // step `from_step`. Nothing from `stop_at` on is read: the batch that reaches it is
+  // `closed` (a watcher of the history only).
+  Batch Read(int64_t cursor, int64_t from_step, int64_t replay_until, size_t max,
+             int64_t stop_at = std::numeric_limits<int64_t>::max()) const;
   // The sequence number the next event will get.
   int64_t end() const;
   size_t bytes() const;

@@ -165,6 +165,41 @@ TEST(EventLog, CloseReportsClosedOnlyOnceTheReaderReachesTheEnd) {
   EXPECT_TRUE(log.Read(last.next, 0, 0, 2).closed);
 }
 
+TEST(EventLog, AReadOfTheHistoryOnlyStopsAtStopAtAndSaysClosed) {
+  EventLog log(1 << 20);
+  log.Append(State(v1::RUNNING));
+  log.Append(Step(1));
+  log.Append(Step(2));
+  const int64_t stop_at = log.end();
+  log.Append(Step(3));  // after the watcher started: not history
+  EventLog::Batch first = log.Read(0, 0, stop_at, 2, stop_at);
+  EXPECT_THAT(Describe(first.events), ElementsAre("state:RUNNING", "step:1"));
+  EXPECT_FALSE(first.closed);
+  EventLog::Batch last = log.Read(first.next, 0, stop_at, 100, stop_at);
+  EXPECT_THAT(Describe(last.events), ElementsAre("step:2"));
+  EXPECT_TRUE(last.closed);
+  EXPECT_EQ(last.next, stop_at);
+}
+
+v1::JobEvent Line(const std::string& message) {
+  v1::JobEvent e;
+  e.mutable_log()->set_message(message);
+  return e;
+}
+
+TEST(EventLog, OverBudgetTheOldestLogLinesGoAndCompactKeepsThem) {
+  EventLog probe(1 << 20);
+  probe.Append(Line("line 0"));
+  const size_t cost = probe.bytes();
+  EventLog log(3 * cost);
+  for (int i = 0; i < 5; ++i) log.Append(Line("line " + std::to_string(i)));
+  log.Close();
+  log.Compact();
+  std::vector<std::string> kept;
+  for (const v1::JobEvent& e : log.Read(0, 0, 0, 100).events) kept.push_back(e.log().message());
+  EXPECT_THAT(kept, ElementsAre("line 2", "line 3", "line 4"));
+}
+
 TEST(EventLog, CompactDropsOnlyTheStepEvents) {
   EventLog log(1 << 20);
   log.Append(State(v1::RUNNING));

@@ -9,6 +9,7 @@
 #include "core/spec/spec.h"
 #include "core/status_macros.h"
 #include "services/common/auth.h"
+#include "services/common/job_log.h"
 #include "services/common/job_state.h"
 #include "services/coordinator/checkpoint_folder.h"
 
@@ -42,6 +43,9 @@ struct JobManager::Record {
   int64_t persisted = 0;  // the version on disk
   int pending_saves = 0;  // writes queued and not yet made (it is not forgotten before)
   std::shared_ptr<EventLog> log;
+  std::shared_ptr<TensorBoardWriter> tensorboard;  // null: none written
+  std::shared_ptr<EventLog> logs;                  // its log lines (WatchLogs)
+  std::set<std::string> ran_on;                    // ids of the workers it was given
   int watchers = 0;
   bool resume = false;     // a restarted coordinator's job: it continues from its snapshot
   bool cancelled = false;  // Cancel was called while it ran
@@ -56,7 +60,8 @@ struct JobManager::Record {
 // event log (outside it), and gives it workers again after a loss (Replace).
 class JobManager::Sink final : public JobSink, public WorkerSupply {
  public:
-  Sink(JobManager* m, Record* rec) : m_(m), rec_(rec), log_(rec->log) {}
+  Sink(JobManager* m, Record* rec)
+      : m_(m), rec_(rec), log_(rec->log), tensorboard_(rec->tensorboard) {}
   void OnSnapshot(int64_t step) override {
     absl::MutexLock lock(&m_->mu_);
     rec_->job.set_snapshot_step(step);
@@ -80,6 +85,7 @@ class JobManager::Sink final : public JobSink, public WorkerSupply {
     v1::JobEvent ev;
     *ev.mutable_step() = e;
     ev.set_unix_ms(NowMs());
+    if (tensorboard_) tensorboard_->OnStep(e, ev.unix_ms());
     log_->Append(std::move(ev));
   }
   void OnEval(const v1::EvalResult& r) override {
@@ -90,6 +96,7 @@ class JobManager::Sink final : public JobSink, public WorkerSupply {
     v1::JobEvent ev;
     *ev.mutable_eval() = r;
     ev.set_unix_ms(NowMs());
+    if (tensorboard_) tensorboard_->OnEval(r, ev.unix_ms());
     log_->Append(std::move(ev));
   }
 
@@ -97,6 +104,7 @@ class JobManager::Sink final : public JobSink, public WorkerSupply {
   JobManager* m_;
   Record* rec_;
   const std::shared_ptr<EventLog> log_;
+  const std::shared_ptr<TensorBoardWriter> tensorboard_;
 };
 
 JobManager::JobManager(const CoordinatorOptions& options, WorkerPool* pool, KvTable* kv,
@@ -139,6 +147,7 @@ absl::Status JobManager::Start() {
       rec->job = std::move(job);
       rec->version = rec->persisted = 1;
       rec->log = std::make_shared<EventLog>(options_.history_bytes, &notifier_);
+      rec->logs = NewLogs(rec->job.id());
       const std::string id = rec->job.id();
       if (id.rfind("job-", 0) == 0)
         next_id_ = std::max<int64_t>(next_id_, std::atoll(id.c_str() + 4) + 1);
@@ -148,7 +157,9 @@ absl::Status JobManager::Start() {
         rec->log->Append(StateEvent(was, rec->job.failure_reason()));
         rec->log->Close();
         rec->log->Compact();
+        rec->logs->Close();
       } else {
+        rec->tensorboard = NewTensorBoardWriter(rec->job);
         // Nothing is lost: a job that was running continues from its latest snapshot.
         if (was != v1::QUEUED) {
           rec->resume = true;
@@ -196,6 +207,12 @@ void JobManager::SchedulerLoop() {
       }
       ScheduleLocked(&saves);
       ended.swap(ended_);
+      const absl::Time now = absl::Now();
+      std::erase_if(logs_to_close_, [now](const auto& due) {
+        if (due.first > now) return false;
+        due.second->Close();
+        return true;
+      });
     }
     // The threads of jobs that ended: joined, then their runners (and connections) go.
     for (auto& [id, t] : ended) t.join();
@@ -238,14 +255,18 @@ void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Sta
     rec.log->Close();
     if (rec.watchers == 0) rec.log->Compact();  // else when the last watcher goes
   }
-  spdlog::info("{} {}{}", rec.job.id(), v1::JobState_Name(state),
-               reason.ok() ? "" : ": " + std::string(reason.message()));
+  if (IsTerminal(state)) {  // closed once the workers' last lines had time to come
+    logs_to_close_.emplace_back(absl::Now() + 2 * options_.heartbeat_interval + absl::Seconds(1),
+                                rec.logs);
+  }
+  LogJob(reason.ok() ? spdlog::level::info : spdlog::level::warn, {rec.job.id()},
+         absl::StrCat(v1::JobState_Name(state), reason.ok() ? "" : ": ", reason.message()));
 }
 
 void JobManager::Persist(std::vector<Save> saves) {
   for (Save& s : saves) {
     const absl::Status st = records_.Save(s.job, s.version);
-    if (!st.ok()) spdlog::error("job record of {}: {}", s.job.id(), st.ToString());
+    if (!st.ok()) LogJob(spdlog::level::err, {s.job.id()}, "job record: " + st.ToString());
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(s.job.id());
     if (it == jobs_.end()) continue;
@@ -319,10 +340,13 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const Principa
     rec->version = rec->persisted = 1;
     rec->log = std::make_shared<EventLog>(options_.history_bytes, &notifier_);
     rec->log->Append(StateEvent(v1::QUEUED, ""));
-    spdlog::info("{} QUEUED", job.id());
+    rec->tensorboard = NewTensorBoardWriter(job);
+    rec->logs = NewLogs(job.id());
+    LogJob(spdlog::level::info, {job.id()}, absl::StrCat("QUEUED, submitted by ", owner));
     const MemoryEstimate memory = EstimateMemory(spec);
-    spdlog::info("{}: estimated memory {} MiB on the coordinator, {} MiB on each worker", job.id(),
-                 memory.coordinator >> 20, memory.worker() >> 20);
+    LogJob(spdlog::level::info, {job.id()},
+           absl::StrCat("estimated memory ", memory.coordinator >> 20, " MiB on the coordinator, ",
+                        memory.worker() >> 20, " MiB on each worker"));
     if (!spec.request_id().empty()) by_request_id_[RequestKey(owner, spec.request_id())] = job.id();
     jobs_[job.id()] = std::move(rec);
     queue_.push_back(job.id());
@@ -348,6 +372,7 @@ void JobManager::ScheduleLocked(std::vector<Save>* saves) {
     absl::StatusOr<std::vector<PoolWorker>> workers = pool_->Assign(p.job_id, p.worker_ids);
     if (!workers.ok()) continue;  // the pool changed meanwhile: the next round retries
     Record& rec = *jobs_[p.job_id];
+    for (const PoolWorker& w : *workers) rec.ran_on.insert(w.id);
     if (std::erase(recovering_, p.job_id) > 0) {
       rec.job.clear_waiting_for();
       for (const PoolWorker& w : *workers) rec.job.add_workers(w.id);
@@ -425,6 +450,55 @@ absl::StatusOr<std::vector<PoolWorker>> JobManager::Replace(Record& rec,
     }
   }
   return out;
+}
+
+std::shared_ptr<EventLog> JobManager::NewLogs(const std::string& id) {
+  auto logs = std::make_shared<EventLog>(options_.log_bytes, &notifier_);
+  absl::MutexLock lock(&logs_mu_);
+  logs_[id] = logs;
+  return logs;
+}
+
+void JobManager::AppendLog(const v1::LogLine& line) {
+  std::shared_ptr<EventLog> logs;
+  {
+    absl::MutexLock lock(&logs_mu_);
+    auto it = logs_.find(line.job());
+    if (it == logs_.end()) return;
+    logs = it->second;
+  }
+  v1::JobEvent ev;
+  *ev.mutable_log() = line;
+  if (ev.log().source().empty()) ev.mutable_log()->set_source("coordinator");
+  ev.set_unix_ms(line.unix_ms());
+  logs->Append(std::move(ev));
+}
+
+void JobManager::AppendWorkerLogs(const std::string& worker_id,
+                                  const google::protobuf::RepeatedPtrField<v1::LogLine>& lines) {
+  std::vector<std::pair<std::shared_ptr<EventLog>, v1::JobEvent>> kept;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const v1::LogLine& line : lines) {
+      auto it = jobs_.find(line.job());
+      // A worker writes only in the logs of jobs it ran.
+      if (it == jobs_.end() || !it->second->ran_on.contains(worker_id)) continue;
+      v1::JobEvent ev;
+      *ev.mutable_log() = line;
+      if (line.source().empty()) ev.mutable_log()->set_source(worker_id);
+      ev.mutable_log()->set_worker(worker_id);  // whatever it said
+      ev.set_unix_ms(line.unix_ms());
+      kept.emplace_back(it->second->logs, std::move(ev));
+    }
+  }
+  for (auto& [logs, ev] : kept) logs->Append(std::move(ev));
+}
+
+std::shared_ptr<TensorBoardWriter> JobManager::NewTensorBoardWriter(const v1::Job& job) {
+  if (options_.tensorboard_dir.empty()) return nullptr;
+  return std::make_shared<TensorBoardWriter>(
+      options_.tensorboard_dir, job.id(), job.spec().tensorboard_dir(),
+      job.spec().optimizer().learning_rate(), &tensorboard_io_);
 }
 
 absl::StatusOr<JobManager::Record*> JobManager::FindLocked(const std::string& id) {
@@ -505,6 +579,10 @@ std::vector<std::string> JobManager::ForgetOldLocked() {
     if (IsTerminal(rec.job.state()) && rec.persisted == rec.version && rec.pending_saves == 0 &&
         !rec.runner && !rec.thread.joinable()) {
       by_request_id_.erase(RequestKey(rec.job.owner(), rec.job.spec().request_id()));
+      {
+        absl::MutexLock logs_lock(&logs_mu_);
+        logs_.erase(it->first);
+      }
       forgotten.push_back(it->first);
       it = jobs_.erase(it);
     } else {
@@ -514,7 +592,8 @@ std::vector<std::string> JobManager::ForgetOldLocked() {
   return forgotten;
 }
 
-absl::StatusOr<std::unique_ptr<JobManager::Watch>> JobManager::StartWatch(const std::string& id) {
+absl::StatusOr<std::unique_ptr<JobManager::Watch>> JobManager::StartWatch(const std::string& id,
+                                                                          bool logs) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Record * rec, FindLocked(id));
   if (watchers_ >= options_.max_watchers || rec->watchers >= options_.max_watchers_per_job) {
@@ -524,7 +603,7 @@ absl::StatusOr<std::unique_ptr<JobManager::Watch>> JobManager::StartWatch(const 
   }
   ++watchers_;
   ++rec->watchers;
-  return std::unique_ptr<Watch>(new Watch(this, id, rec->log));
+  return std::unique_ptr<Watch>(new Watch(this, id, logs ? rec->logs : rec->log));
 }
 
 void JobManager::EndWatch(const std::string& id) {

@@ -4,7 +4,8 @@
 // each on a thread of its own (JobRunner), gives a job that lost workers healthy ones
 // again (RECOVERING, first in line), resumes running jobs after a restart, and cancels.
 // Its parts, each with one concern: job records on disk (JobRecords, written outside
-// this class's lock), each job's event log (EventLog, its own lock, for watchers), the
+// this class's lock), each job's event log (EventLog, its own lock, for watchers) and
+// TensorBoard event files (TensorBoardWriter, written on a thread of their own), the
 // pool (WorkerPool) and the policy (PlanSchedule, pure).
 //
 // Thread-safe. Lock order: submit_mu_, then mu_, then the WorkerPool's lock; a job's
@@ -19,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +34,7 @@
 #include "services/coordinator/job_runner.h"
 #include "services/coordinator/kv_table.h"
 #include "services/coordinator/options.h"
+#include "services/coordinator/tensorboard_writer.h"
 #include "services/coordinator/worker_client.h"
 #include "services/coordinator/worker_pool.h"
 
@@ -88,8 +91,18 @@ class JobManager {
     const std::shared_ptr<EventLog> log_;
     const int64_t replay_until_;
   };
-  // NOT_FOUND; RESOURCE_EXHAUSTED when the watcher limits are reached.
-  absl::StatusOr<std::unique_ptr<Watch>> StartWatch(const std::string& id);
+  // NOT_FOUND; RESOURCE_EXHAUSTED when the watcher limits are reached. With `logs`, the
+  // watch is of the job's log lines (JobEvents with `log`), not of its events.
+  absl::StatusOr<std::unique_ptr<Watch>> StartWatch(const std::string& id, bool logs = false);
+
+  // A log line about a job (LogLine.job), from this process's log (SetLogTap): kept in the
+  // job's log for WatchLogs; lines of unknown jobs are dropped. Takes only leaf locks.
+  void AppendLog(const v1::LogLine& line) ABSL_LOCKS_EXCLUDED(logs_mu_);
+  // Log lines a worker shipped with its heartbeat: each kept in its job's log if the
+  // worker ran that job (`worker` set to its id, whatever it said); others are dropped.
+  void AppendWorkerLogs(const std::string& worker_id,
+                        const google::protobuf::RepeatedPtrField<v1::LogLine>& lines)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Wakes the scheduler (e.g. a worker registered).
   void Kick();
@@ -121,6 +134,10 @@ class JobManager {
   std::vector<std::string> ForgetOldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Erases the forgotten jobs' records, after writing down `next_id` (ids are not reused).
   void Forget(std::vector<std::string> ids, int64_t next_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // A new job's log (WatchLogs), known to AppendLog from now on.
+  std::shared_ptr<EventLog> NewLogs(const std::string& id) ABSL_LOCKS_EXCLUDED(logs_mu_);
+  // The job's TensorBoard writer; null without options_.tensorboard_dir.
+  std::shared_ptr<TensorBoardWriter> NewTensorBoardWriter(const v1::Job& job);
   absl::StatusOr<Record*> FindLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndWatch(const std::string& id);
 
@@ -128,6 +145,8 @@ class JobManager {
   // Wakes the watchers of every job's event log (EventLog), so that a runner never does.
   // Destroyed last.
   SerialExecutor notifier_;
+  // Writes the jobs' TensorBoard event files (TensorBoardWriter), off the runners' threads.
+  SerialExecutor tensorboard_io_;
   WorkerPool* pool_;
   KvTable* kv_;
   WorkerClientFactory* factory_;
@@ -146,7 +165,13 @@ class JobManager {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Threads of jobs that ended, for the scheduler thread to join outside mu_.
   std::vector<std::pair<std::string, std::thread>> ended_ ABSL_GUARDED_BY(mu_);
+  // Logs of jobs that ended, closed once their workers' last lines had time to come.
+  std::vector<std::pair<absl::Time, std::shared_ptr<EventLog>>> logs_to_close_ ABSL_GUARDED_BY(mu_);
   std::thread scheduler_;
+
+  // Each known job's log lines (Record::logs), for AppendLog, which may run under mu_.
+  absl::Mutex logs_mu_;  // a leaf
+  std::map<std::string, std::shared_ptr<EventLog>> logs_ ABSL_GUARDED_BY(logs_mu_);
 };
 
 }  // namespace lockstep

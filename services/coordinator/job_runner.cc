@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "services/common/auth.h"
+#include "services/common/job_log.h"
 
 namespace lockstep {
 namespace {
@@ -75,7 +76,13 @@ JobRunner::~JobRunner() = default;
 
 void JobRunner::Connect(std::vector<PoolWorker> workers) {
   clients_.clear();
-  for (const PoolWorker& w : workers) clients_.push_back(factory_->Connect(w.address));
+  for (size_t r = 0; r < workers.size(); ++r) {
+    const PoolWorker& w = workers[r];
+    clients_.push_back(factory_->Connect(w.address));
+    LogJob(spdlog::level::info, {job_id_, w.id, static_cast<int>(r)},
+           absl::StrCat("rank ", r, " of ", workers.size(), ": worker ",
+                        w.name.empty() ? w.id : w.name, " at ", w.address));
+  }
   absl::MutexLock lock(&attempt_mu_);
   workers_ = std::move(workers);
 }
@@ -94,6 +101,9 @@ void JobRunner::LoseWorker(const std::string& worker_id, const absl::Status& why
 
 absl::Status JobRunner::WorkerError(int rank, const absl::Status& st) const {
   const PoolWorker& w = workers_[rank];
+  if (!absl::IsCancelled(st)) {
+    LogJob(spdlog::level::err, {job_id_, w.id, rank}, std::string(st.message()));
+  }
   return absl::Status(st.code(), absl::StrCat("worker ", w.id, " (", w.address, ", rank ", rank,
                                               "): ", st.message()));
 }

@@ -14,6 +14,7 @@
 #include "core/io/durable_file.h"
 #include "core/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "services/common/job_log.h"
 #include "services/coordinator/job_runner.h"
 
 namespace lockstep {
@@ -105,8 +106,9 @@ absl::Status JobRunner::ResumeFrom() {
     start_.main_key = start->metadata["main_key"];
   }
   start_.step = start->state.step;
-  spdlog::info("{}: starts from {} at step {}{}", job_id_, path, start_.step,
-               start->params_only ? " (params only: fine-tuning)" : "");
+  LogJob(spdlog::level::info, {job_id_},
+         absl::StrCat("starts from ", path, " at step ", start_.step,
+                      start->params_only ? " (params only: fine-tuning)" : ""));
   start_.held = std::move(start->state);
   return absl::OkStatus();
 }
@@ -167,7 +169,7 @@ absl::Status JobRunner::TakeSnapshot(int64_t step, uint64_t checksum, const Trai
                              : absl::FailedPreconditionError("no snapshot directory");
   if (!written.ok()) {
     if (snapshots_.enabled())
-      spdlog::warn("{}: snapshot kept in memory: {}", job_id_, written.ToString());
+      LogJob(spdlog::level::warn, {job_id_}, "snapshot kept in memory: " + written.ToString());
     start_.held = std::move(state);
   }
   last_snapshot_step_ = step;

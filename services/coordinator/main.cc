@@ -12,6 +12,7 @@
 #include "core/spec/memory.h"
 #include "services/common/auth.h"
 #include "services/common/flags.h"
+#include "services/common/job_log.h"
 #include "services/common/net.h"
 #include "services/common/server_security.h"
 #include "services/coordinator/job_manager.h"
@@ -19,8 +20,8 @@
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "host:port to serve on (port 0: pick one)");
 ABSL_FLAG(std::string, state_dir, "lockstep-state",
-          "where job records (jobs/), snapshots (snapshots/) and checkpoints (checkpoints/) are "
-          "kept");
+          "where job records (jobs/), snapshots (snapshots/), checkpoints (checkpoints/) and "
+          "TensorBoard event files (tensorboard/) are kept");
 ABSL_FLAG(int, heartbeat_timeout_s, 5, "a worker silent this long is dropped (its job fails)");
 ABSL_FLAG(int, step_timeout_s, 60, "a step not answered this long fails the job");
 ABSL_FLAG(int, prepare_timeout_s, 180, "dataset loading and collective bootstrap limit");
@@ -45,6 +46,9 @@ ABSL_FLAG(std::string, port_file, "", "write the port actually bound here (for -
 // resolved, at Prepare. Keep it a superset of the workers' roots.
 ABSL_FLAG(std::string, data_root, lockstep::kDefaultDataRoots,
           "comma-separated folders a dataset.path must lie in (the workers' --data_root)");
+ABSL_FLAG(std::string, log_format, "text",
+          "text, or json: one JSON object a line (ts, level, msg; job, worker, rank on lines "
+          "about a job)");
 
 int main(int argc, char** argv) {
   using namespace lockstep;
@@ -66,9 +70,16 @@ int main(int argc, char** argv) {
                                   "max_queued_jobs",
                                   "tokens_file",
                                   "port_file",
-                                  "data_root"};
+                                  "data_root",
+                                  "log_format"};
   env.insert(env.end(), kSecurityFlags.begin(), kSecurityFlags.end());
   ParseFlagsWithEnv(argc, argv, env);
+  absl::StatusOr<LogFormat> log_format = ParseLogFormat(absl::GetFlag(FLAGS_log_format));
+  if (!log_format.ok()) {
+    spdlog::error("--{}", std::string(log_format.status().message()));
+    return 2;
+  }
+  SetLogFormat(*log_format);
   const std::string listen = absl::GetFlag(FLAGS_listen);
   absl::StatusOr<Transport> transport = ServerTransport({listen});
   if (!transport.ok()) {
@@ -117,6 +128,7 @@ int main(int argc, char** argv) {
   opts.checkpoint_dir = absl::GetFlag(FLAGS_state_dir) + "/checkpoints";
   opts.records_dir = absl::GetFlag(FLAGS_state_dir) + "/jobs";
   opts.snapshot_dir = absl::GetFlag(FLAGS_state_dir) + "/snapshots";
+  opts.tensorboard_dir = absl::GetFlag(FLAGS_state_dir) + "/tensorboard";
   std::error_code ec;
   std::filesystem::create_directories(opts.checkpoint_dir, ec);
   if (ec) {
@@ -128,6 +140,11 @@ int main(int argc, char** argv) {
   KvTable kv;
   auto factory = NewGrpcWorkerClientFactory(*transport);
   JobManager jobs(opts, &pool, &kv, factory.get());
+  // Lines about a job go to its log (WatchLogs) while `jobs` lives: the guard goes first.
+  SetLogTap([&jobs](const v1::LogLine& line) { jobs.AppendLog(line); });
+  struct TapGuard {
+    ~TapGuard() { SetLogTap(nullptr); }
+  } tap_guard;
   JobServiceImpl job_service(&jobs, &pool, &guard);
   WorkerRegistryImpl registry(&pool, &jobs, opts.heartbeat_interval, &guard);
   RendezvousImpl rendezvous(&kv, &guard);

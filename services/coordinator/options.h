@@ -22,13 +22,15 @@ struct CoordinatorOptions {
   absl::Duration collective_timeout = absl::Seconds(30);
   int steps_in_flight = 4;          // step commands sent ahead of the slowest answer
   size_t history_bytes = 4 << 20;   // a running job's event log (about 40,000 step events)
+  size_t log_bytes = 256 << 10;     // a job's log lines for WatchLogs (the newest kept)
   int max_watchers_per_job = 1024;  // WatchJob streams pin no thread: a few KiB each
   int max_watchers = 4096;
   int max_queued_jobs = 1000;
-  int max_jobs_kept = 1000;    // finished jobs kept in memory
-  std::string checkpoint_dir;  // where relative checkpoint_path values land
-  std::string records_dir;     // job records (JobRecords); empty: kept in memory only
-  std::string snapshot_dir;    // jobs' snapshots (SnapshotStore); empty: held in memory
+  int max_jobs_kept = 1000;     // finished jobs kept in memory
+  std::string checkpoint_dir;   // where relative checkpoint_path values land
+  std::string records_dir;      // job records (JobRecords); empty: kept in memory only
+  std::string snapshot_dir;     // jobs' snapshots (SnapshotStore); empty: held in memory
+  std::string tensorboard_dir;  // jobs' TensorBoard event files (DIR/JOB); empty: none
 };
 
 }  // namespace lockstep

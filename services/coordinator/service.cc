@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <fstream>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -12,16 +13,19 @@
 namespace lockstep {
 namespace {
 
-// Streams a job's events: the history, then live events as its log wakes it, one write
-// in flight at a time, until the log is closed (the job ended) or the call is cancelled.
+// Streams a job's events (or log lines): the history, then live events as its log wakes
+// it, one write in flight at a time, until the log is closed (the job ended) or the call
+// is cancelled; with `history_only`, once the history is out.
 // Its state lives in a Core shared with the log's wake-up, so that a wake-up after the
 // RPC ended touches no freed memory: calls on the reactor are made under core->mu while
 // core->reactor is set, and OnDone clears it first.
 class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
  public:
-  WatchReactor(std::unique_ptr<JobManager::Watch> watch, int64_t from_step)
+  WatchReactor(std::unique_ptr<JobManager::Watch> watch, int64_t from_step, bool history_only)
       : watch_(std::move(watch)),
-        core_(std::make_shared<Core>(watch_->log(), from_step, watch_->replay_until())) {
+        core_(std::make_shared<Core>(
+            watch_->log(), from_step, watch_->replay_until(),
+            history_only ? watch_->replay_until() : std::numeric_limits<int64_t>::max())) {
     absl::MutexLock lock(&core_->mu);
     core_->reactor = this;
     core_->wake = core_->log->Subscribe([weak = std::weak_ptr<Core>(core_)] {
@@ -57,8 +61,8 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   static constexpr size_t kBatch = 64;
 
   struct Core {
-    Core(std::shared_ptr<EventLog> log, int64_t from_step, int64_t replay_until)
-        : log(std::move(log)), from_step(from_step), replay_until(replay_until) {}
+    Core(std::shared_ptr<EventLog> log, int64_t from_step, int64_t replay_until, int64_t stop_at)
+        : log(std::move(log)), from_step(from_step), replay_until(replay_until), stop_at(stop_at) {}
 
     // Starts the next write, or Finish.
     void Pump() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -69,7 +73,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
         return;
       }
       if (pending.empty() && !closed) {
-        EventLog::Batch b = log->Read(cursor, from_step, replay_until, kBatch);
+        EventLog::Batch b = log->Read(cursor, from_step, replay_until, kBatch, stop_at);
         cursor = b.next;
         closed = b.closed;
         pending.insert(pending.end(), std::make_move_iterator(b.events.begin()),
@@ -87,7 +91,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
     }
 
     const std::shared_ptr<EventLog> log;
-    const int64_t from_step, replay_until;
+    const int64_t from_step, replay_until, stop_at;
     absl::Mutex mu;
     WatchReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;  // null once done
     EventLog::Wake wake ABSL_GUARDED_BY(mu);
@@ -189,7 +193,16 @@ grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(grpc::CallbackS
   if (absl::Status st = MayTouch(*ctx, req->id()); !st.ok()) return new RefusedReactor(st);
   absl::StatusOr<std::unique_ptr<JobManager::Watch>> watch = jobs_->StartWatch(req->id());
   if (!watch.ok()) return new RefusedReactor(watch.status());
-  return new WatchReactor(std::move(watch).value(), req->from_step());
+  return new WatchReactor(std::move(watch).value(), req->from_step(), req->history_only());
+}
+
+grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchLogs(grpc::CallbackServerContext* ctx,
+                                                                  const v1::WatchLogsRequest* req) {
+  if (absl::Status st = MayTouch(*ctx, req->id()); !st.ok()) return new RefusedReactor(st);
+  absl::StatusOr<std::unique_ptr<JobManager::Watch>> watch =
+      jobs_->StartWatch(req->id(), /*logs=*/true);
+  if (!watch.ok()) return new RefusedReactor(watch.status());
+  return new WatchReactor(std::move(watch).value(), 0, !req->follow());
 }
 
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
@@ -259,7 +272,9 @@ grpc::Status WorkerRegistryImpl::Heartbeat(grpc::ServerContext* ctx,
                                            const v1::HeartbeatRequest* req,
                                            v1::HeartbeatResponse*) {
   if (absl::Status st = guard_->Peer(*ctx, kWorkerIdentity); !st.ok()) return ToGrpcStatus(st);
-  return ToGrpcStatus(pool_->Heartbeat(req->worker_id()));
+  if (absl::Status st = pool_->Heartbeat(req->worker_id()); !st.ok()) return ToGrpcStatus(st);
+  if (!req->logs().empty()) jobs_->AppendWorkerLogs(req->worker_id(), req->logs());
+  return grpc::Status::OK;
 }
 
 grpc::Status RendezvousImpl::Set(grpc::ServerContext* ctx, const v1::SetRequest* req,

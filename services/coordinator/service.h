@@ -1,7 +1,8 @@
 // The coordinator's gRPC layer: JobService, WorkerRegistry and Rendezvous, each handler
 // one line over the plain classes (JobManager, WorkerPool, KvTable). The streams that can
-// last long — WatchJob (a job's whole run) and Rendezvous.Wait (a job's bootstrap) — use
-// gRPC's callback API, so that they pin no thread; they end on cancellation and shutdown.
+// last long — WatchJob and WatchLogs (a job's whole run) and Rendezvous.Wait (a job's
+// bootstrap) — use gRPC's callback API, so that they pin no thread; they end on
+// cancellation and shutdown.
 //
 // Every handler first asks the Guard who calls: the job API takes bearer tokens (users
 // see and touch their own jobs, admins everything, and only admins list workers); the
@@ -19,7 +20,8 @@
 namespace lockstep {
 
 class JobServiceImpl final
-    : public v1::JobService::WithCallbackMethod_WatchJob<v1::JobService::Service> {
+    : public v1::JobService::WithCallbackMethod_WatchJob<
+          v1::JobService::WithCallbackMethod_WatchLogs<v1::JobService::Service>> {
  public:
   // All must outlive the service.
   JobServiceImpl(JobManager* jobs, WorkerPool* pool, const Guard* guard)
@@ -31,6 +33,8 @@ class JobServiceImpl final
                         v1::ListJobsResponse* resp) override;
   grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* ctx,
                                                    const v1::WatchJobRequest* req) override;
+  grpc::ServerWriteReactor<v1::JobEvent>* WatchLogs(grpc::CallbackServerContext* ctx,
+                                                    const v1::WatchLogsRequest* req) override;
   grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
                          v1::Job* resp) override;
   grpc::Status ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest* req,

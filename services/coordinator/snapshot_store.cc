@@ -12,6 +12,7 @@
 #include "core/checkpoint.h"
 #include "core/io/durable_file.h"
 #include "core/status_macros.h"
+#include "services/common/job_log.h"
 
 namespace lockstep {
 namespace {
@@ -92,8 +93,10 @@ absl::StatusOr<std::optional<Snapshot>> SnapshotStore::Latest(const Model& model
     absl::StatusOr<Snapshot> s = ReadSnapshot(PathOf(*step), *step, model, optimizer);
     if (s.ok()) {
       if (!errors.empty()) {
-        spdlog::warn("{}: resuming from step {}, the newest readable snapshot; skipped: {}", dir_,
-                     *step, absl::StrJoin(errors, "; "));
+        LogJob(
+            spdlog::level::warn, {std::filesystem::path(dir_).filename().string()},
+            absl::StrCat("resuming from step ", *step,
+                         ", the newest readable snapshot; skipped: ", absl::StrJoin(errors, "; ")));
       }
       return std::optional<Snapshot>(std::move(s).value());
     }

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/spec/spec.h"
 #include "core/status_macros.h"
+#include "services/common/job_log.h"
 
 namespace lockstep {
 
@@ -41,7 +42,7 @@ absl::StatusOr<PrepareResult> JobSlot::Prepare(const JobAssignment& assignment,
     absl::MutexLock lock(&mu_);
     for (Job* old : {job_.get(), next_.get()}) {
       if (old == nullptr) continue;
-      spdlog::warn("dropping job {} for job {}", old->id, assignment.job_id);
+      LogJob(spdlog::level::warn, {old->id}, "dropped for job " + assignment.job_id);
       old->cancel.Cancel(absl::CancelledError(absl::StrCat("replaced by ", assignment.job_id)));
     }
     // From now on a Release of the new job finds it, while it waits for the old job's

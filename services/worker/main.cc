@@ -13,6 +13,7 @@
 #include "core/data/data_roots.h"
 #include "services/common/auth.h"
 #include "services/common/flags.h"
+#include "services/common/job_log.h"
 #include "services/common/net.h"
 #include "services/common/server_security.h"
 #include "services/worker/collectives.h"
@@ -33,11 +34,20 @@ ABSL_FLAG(std::string, name, "", "a name shown in listings (default: the hostnam
 ABSL_FLAG(std::string, port_file, "", "write the port actually bound here");
 ABSL_FLAG(std::string, data_root, lockstep::kDefaultDataRoots,
           "comma-separated folders jobs may read datasets from (symlinks resolved)");
+ABSL_FLAG(std::string, log_format, "text",
+          "text, or json: one JSON object a line (ts, level, msg; job, worker, rank on lines "
+          "about a job)");
 
 namespace lockstep {
 namespace {
 
 int Main() {
+  absl::StatusOr<LogFormat> log_format = ParseLogFormat(absl::GetFlag(FLAGS_log_format));
+  if (!log_format.ok()) {
+    spdlog::error("--{}", std::string(log_format.status().message()));
+    return 2;
+  }
+  SetLogFormat(*log_format);
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
   if (coordinator.empty()) {
     spdlog::error("--coordinator (or LOCKSTEP_COORDINATOR) is required");
@@ -103,6 +113,16 @@ int Main() {
   spdlog::info("lockstep-worker {} serving on {} (device {}, {} threads); coordinator {}", name,
                reg.address(), device, threads, coordinator);
   Registration registration(channel, reg);
+  // Lines about jobs go to the coordinator with the next heartbeat (until `registration`
+  // goes: the guard is destroyed first).
+  SetLogTap([&registration, name](const v1::LogLine& line) {
+    v1::LogLine shipped = line;
+    shipped.set_source(name);
+    registration.Ship(std::move(shipped));
+  });
+  struct TapGuard {
+    ~TapGuard() { SetLogTap(nullptr); }
+  } tap_guard;
   // A device left unusable (CUDA errors are sticky) ends the process, so that the
   // supervisor (compose, Kubernetes, `cluster up`'s user) starts a fresh worker.
   const bool signalled = WaitForShutdownSignal([&] {
@@ -121,8 +141,9 @@ int Main() {
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a peer gone mid-write is an error to report, not a death
   lockstep::BlockShutdownSignals();
-  std::vector<std::string> env = {"coordinator", "listen", "advertise_host", "device",
-                                  "threads",     "name",   "port_file",      "data_root"};
+  std::vector<std::string> env = {"coordinator", "listen",    "advertise_host",
+                                  "device",      "threads",   "name",
+                                  "port_file",   "data_root", "log_format"};
   env.insert(env.end(), lockstep::kSecurityFlags.begin(), lockstep::kSecurityFlags.end());
   lockstep::ParseFlagsWithEnv(argc, argv, env);
   return lockstep::Main();

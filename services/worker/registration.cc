@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/time/time.h"
+#include "services/common/job_log.h"
 
 namespace lockstep {
 
@@ -17,6 +18,12 @@ Registration::~Registration() {
     stop_ = true;
   }
   thread_.join();
+}
+
+void Registration::Ship(v1::LogLine line) {
+  absl::MutexLock lock(&ship_mu_);
+  shipped_.push_back(std::move(line));
+  if (shipped_.size() > kMaxShipped) shipped_.pop_front();
 }
 
 void Registration::Loop() {
@@ -43,10 +50,16 @@ void Registration::Loop() {
       wait = absl::Milliseconds(200);
       spdlog::info("registered as {} (device {}, address {})", id, request_.device(),
                    request_.address());
+      SetLogWorkerId(id);
       continue;
     }
     v1::HeartbeatRequest req;
     req.set_worker_id(id);
+    {
+      absl::MutexLock lock(&ship_mu_);
+      for (v1::LogLine& line : shipped_) *req.add_logs() = std::move(line);
+      shipped_.clear();
+    }
     v1::HeartbeatResponse resp;
     grpc::Status st = stub_->Heartbeat(&ctx, req, &resp);
     if (st.error_code() == grpc::StatusCode::NOT_FOUND) {

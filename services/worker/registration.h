@@ -6,6 +6,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,6 +21,12 @@ class Registration {
   Registration(std::shared_ptr<grpc::Channel> coordinator, v1::RegisterRequest request);
   ~Registration();  // stops the thread
 
+  // Queues a log line about a job for the next heartbeat (the newest kMaxShipped kept).
+  // Thread-safe; takes only a leaf lock. Registering sets the log's worker id
+  // (SetLogWorkerId).
+  void Ship(v1::LogLine line);
+  static constexpr size_t kMaxShipped = 1000;
+
  private:
   void Loop();
 
@@ -27,6 +34,8 @@ class Registration {
   const v1::RegisterRequest request_;
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex ship_mu_;  // a leaf: Ship runs wherever a line is logged
+  std::deque<v1::LogLine> shipped_ ABSL_GUARDED_BY(ship_mu_);
   std::thread thread_;
 };
 

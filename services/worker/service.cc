@@ -3,14 +3,46 @@
 #include <spdlog/spdlog.h>
 
 #include <deque>
+#include <map>
 
 #include "absl/strings/str_cat.h"
+#include "services/common/job_log.h"
 #include "services/common/net.h"
 #include "services/common/status.h"
 #include "services/worker/wire.h"
 
 namespace lockstep {
 namespace {
+
+// The rank this worker holds in each job it was given (the newest few), for its lines
+// about them.
+class Ranks {
+ public:
+  void Set(const std::string& job_id, int rank) {
+    absl::MutexLock lock(&mu_);
+    ranks_[job_id] = rank;
+    order_.push_back(job_id);
+    if (order_.size() > 16) {
+      ranks_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+  JobContext About(const std::string& job_id) {
+    absl::MutexLock lock(&mu_);
+    auto it = ranks_.find(job_id);
+    return {job_id, "", it == ranks_.end() ? -1 : it->second};
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, int> ranks_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);
+};
+
+Ranks& JobRanks() {
+  static auto* ranks = new Ranks();
+  return *ranks;
+}
 
 // The state's chunks as Prepare's stream brings them, the first one's data included.
 class PrepareSource final : public StateSource {
@@ -73,6 +105,10 @@ class StepsReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::S
         }
       }
       absl::StatusOr<StepResult> result = slot->Step(request->job_id(), FromProto(*request));
+      if (!result.ok() && !absl::IsCancelled(result.status())) {
+        LogJob(spdlog::level::err, JobRanks().About(request->job_id()),
+               absl::StrCat("step ", request->step(), ": ", result.status().ToString()));
+      }
       absl::MutexLock lock(&core->mu);
       --core->queued;
       if (!result.ok() && core->status.ok()) core->status = result.status();
@@ -176,9 +212,21 @@ grpc::Status WorkerServiceImpl::Prepare(grpc::ServerContext* ctx,
         "Prepare: the first message must carry the job and the state's header"));
   }
   PrepareSource source(reader, std::move(*first.mutable_state()->mutable_data()));
+  const JobAssignment job = FromProto(first.job());
+  JobRanks().Set(job.job_id, job.replica.rank);
+  const JobContext about = JobRanks().About(job.job_id);
+  LogJob(spdlog::level::info, about,
+         absl::StrCat("preparing rank ", job.replica.rank, " of ", job.replica.world_size));
   absl::StatusOr<PrepareResult> result =
-      slot_->Prepare(FromProto(first.job()), FromProto(first.state().header()), source);
-  if (result.ok()) *resp = ToProto(*result);
+      slot_->Prepare(job, FromProto(first.state().header()), source);
+  if (result.ok()) {
+    *resp = ToProto(*result);
+    LogJob(spdlog::level::info, about,
+           absl::StrCat("prepared: ", result->train_examples, " training examples, ",
+                        result->test_examples, " test examples"));
+  } else {
+    LogJob(spdlog::level::err, about, "prepare failed: " + result.status().ToString());
+  }
   return ToGrpcStatus(result.status());
 }
 
@@ -215,7 +263,7 @@ grpc::Status WorkerServiceImpl::FetchState(grpc::ServerContext* ctx,
 grpc::Status WorkerServiceImpl::Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
                                         v1::ReleaseResponse*) {
   if (absl::Status st = CheckCaller(*ctx); !st.ok()) return ToGrpcStatus(st);
-  spdlog::info("release {}: {}", req->job_id(), req->reason());
+  LogJob(spdlog::level::info, JobRanks().About(req->job_id()), "released: " + req->reason());
   slot_->Release(req->job_id());
   return grpc::Status::OK;
 }

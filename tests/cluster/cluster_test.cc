@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -292,8 +293,22 @@ TEST(Cluster, RestartedCoordinatorKeepsJobRecordsAndResumesItsRunningJob) {
   ASSERT_OK(resumed);
   EXPECT_EQ(resumed->state(), v1::RUNNING) << resumed->failure_reason();
   EXPECT_EQ(resumed->recoveries(), 1);
+  ASSERT_OK(c->WaitForStep(running->id(), 1, absl::Minutes(2)));  // this coordinator's step
   ASSERT_OK(c->Cancel(running->id()));
   ASSERT_EQ(c->WaitFor(running->id(), absl::Minutes(1))->state(), v1::CANCELLED);
+  {  // Its TensorBoard events: each coordinator's run began its own file (or, within the
+     // same second, appended to the first), none written over.
+    int versions = 0;
+    for (const auto& f : std::filesystem::directory_iterator(
+             absl::StrCat(c->dir(), "/state/tensorboard/", running->id()))) {
+      std::ifstream in(f.path(), std::ios::binary);
+      const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+      for (size_t at = 0; (at = bytes.find("brain.Event:2", at)) != std::string::npos; ++at) {
+        ++versions;
+      }
+    }
+    EXPECT_EQ(versions, 2);
+  }
   // The worker takes new work; job ids are not reused.
   auto next = c->Submit(MlpSpec(1, 10));
   ASSERT_OK(next);

@@ -158,6 +158,31 @@ TEST(Security, UsersSeeAndTouchOnlyTheirOwnJobsAndAdminsEverything) {
     EXPECT_FALSE(reader->Read(&e));
     EXPECT_EQ(FromGrpcStatus(reader->Finish()).code(), kDenied);
   }
+  for (const bool follow : {false, true}) {  // her job's log lines
+    grpc::ClientContext ctx;
+    v1::WatchLogsRequest req;
+    req.set_id(job.id());
+    req.set_follow(follow);
+    auto reader = bob->WatchLogs(WithDeadline(&ctx), req);
+    v1::JobEvent e;
+    EXPECT_FALSE(reader->Read(&e)) << "bob reads alice's log: " << e.DebugString();
+    const absl::Status st = FromGrpcStatus(reader->Finish());
+    EXPECT_EQ(st.code(), kDenied);
+    EXPECT_THAT(st.message(), HasSubstr("another user"));
+  }
+  {  // while she reads them
+    grpc::ClientContext ctx;
+    v1::WatchLogsRequest req;
+    req.set_id(job.id());
+    auto reader = alice->WatchLogs(WithDeadline(&ctx), req);
+    v1::JobEvent e;
+    ASSERT_TRUE(reader->Read(&e));
+    EXPECT_EQ(e.log().job(), job.id());
+    ctx.TryCancel();
+    while (reader->Read(&e)) {
+    }
+    (void)reader->Finish();
+  }
   {
     grpc::ClientContext ctx;
     v1::ListWorkersResponse out;

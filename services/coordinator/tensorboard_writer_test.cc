@@ -1,0 +1,138 @@
+#include "services/coordinator/tensorboard_writer.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "core/io/tfrecord.h"
+#include "core/testing.h"
+
+namespace lockstep::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+class TensorBoardWriterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = (fs::temp_directory_path() / absl::StrCat("lockstep-tb-", getpid())).string();
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    root_ = fs::canonical(root_).string();
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // The records of an event file, their framing checked.
+  static std::vector<tensorboard::Event> ReadEvents(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string bytes = ss.str();
+    std::vector<tensorboard::Event> events;
+    size_t at = 0;
+    auto u32 = [&](size_t off) {
+      uint32_t v;
+      std::memcpy(&v, bytes.data() + off, 4);
+      return v;
+    };
+    while (at < bytes.size()) {
+      EXPECT_LE(at + 12, bytes.size());
+      uint64_t len;
+      std::memcpy(&len, bytes.data() + at, 8);
+      EXPECT_EQ(u32(at + 8), MaskCrc32c(Crc32c(std::string_view(bytes.data() + at, 8))));
+      const std::string_view data(bytes.data() + at + 12, len);
+      EXPECT_EQ(u32(at + 12 + len), MaskCrc32c(Crc32c(data)));
+      tensorboard::Event e;
+      EXPECT_TRUE(e.ParseFromArray(data.data(), static_cast<int>(data.size())));
+      events.push_back(e);
+      at += 16 + len;
+    }
+    return events;
+  }
+
+  std::string root_;
+};
+
+TEST_F(TensorBoardWriterTest, WritesTheStepsAndEvaluationsAsScalars) {
+  std::string path;
+  {
+    SerialExecutor io;
+    auto writer = std::make_shared<TensorBoardWriter>(root_, "job-000001-ab", "", 0.125, &io);
+    for (int s = 1; s <= 3; ++s) {
+      v1::StepEvent step;
+      step.set_step(s);
+      step.set_loss(2.5f / s);
+      step.set_accuracy(0.25f * s);
+      step.set_samples_per_sec(1000 + s);
+      step.set_compute_ms(1.5);
+      step.set_allreduce_ms(0.5);
+      step.set_update_ms(0.25);
+      writer->OnStep(step, 1700000000000 + s * 1000);
+    }
+    v1::EvalResult eval;
+    eval.set_step(3);
+    eval.set_test_loss(0.75);
+    eval.set_test_accuracy(0.875);
+    writer->OnEval(eval, 1700000004000);
+    io.Post([&path, writer] { path = writer->path(); });
+  }  // io's destructor runs what was posted
+  ASSERT_THAT(path, StartsWith(root_ + "/job-000001-ab/events.out.tfevents."));
+  const std::vector<tensorboard::Event> events = ReadEvents(path);
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events[0].file_version(), "brain.Event:2");
+  std::map<std::pair<int64_t, std::string>, float> got;
+  for (size_t i = 1; i < events.size(); ++i) {
+    for (const auto& v : events[i].summary().value())
+      got[{events[i].step(), v.tag()}] = v.simple_value();
+  }
+  EXPECT_EQ(events[2].wall_time(), 1700000002.0);
+  EXPECT_EQ((got[{2, "train/loss"}]), 1.25f);
+  EXPECT_EQ((got[{3, "train/accuracy"}]), 0.75f);
+  EXPECT_EQ((got[{1, "perf/samples_per_sec"}]), 1001.0f);
+  EXPECT_EQ((got[{1, "time/compute_ms"}]), 1.5f);
+  EXPECT_EQ((got[{1, "time/allreduce_ms"}]), 0.5f);
+  EXPECT_EQ((got[{1, "time/update_ms"}]), 0.25f);
+  EXPECT_EQ((got[{3, "train/learning_rate"}]), 0.125f);
+  EXPECT_EQ((got[{3, "eval/loss"}]), 0.75f);
+  EXPECT_EQ((got[{3, "eval/accuracy"}]), 0.875f);
+}
+
+TEST_F(TensorBoardWriterTest, ANamedFolderStaysInTheJobsFolder) {
+  ASSERT_OK_AND_ASSIGN(std::string dir, PrepareTensorBoardFolder(root_, "job-1", "runs/a"));
+  EXPECT_EQ(dir, root_ + "/job-1/runs/a");
+  EXPECT_TRUE(fs::is_directory(dir));
+  EXPECT_THAT(PrepareTensorBoardFolder(root_, "job-1", "/tmp/x"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tensorboard_dir")));
+  EXPECT_THAT(PrepareTensorBoardFolder(root_, "job-1", "a/../../job-2"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tensorboard_dir")));
+  fs::create_directories(root_ + "/elsewhere");
+  fs::create_directory_symlink(root_ + "/elsewhere", root_ + "/job-1/out");
+  EXPECT_THAT(PrepareTensorBoardFolder(root_, "job-1", "out/x"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("leads out")));
+}
+
+TEST_F(TensorBoardWriterTest, AFolderThatCannotBeMadeWritesNothingAndFailsNothing) {
+  std::ofstream(root_ + "/job-1") << "a file where the folder would be";
+  std::string path = "unset";
+  {
+    SerialExecutor io;
+    auto writer = std::make_shared<TensorBoardWriter>(root_, "job-1", "", 0.1, &io);
+    v1::StepEvent step;
+    step.set_step(1);
+    writer->OnStep(step, 0);
+    writer->OnStep(step, 0);
+    io.Post([&path, writer] { path = writer->path(); });
+  }
+  EXPECT_EQ(path, "");
+}
+
+}  // namespace
+}  // namespace lockstep::testing
