@@ -48,10 +48,12 @@ void AddCertsCommand(CLI::App& app, Commands& out) {
   sub->add_option("--hosts", o->credentials.hosts,
                   "more names for the servers' certificates (comma-separated)")
       ->delimiter(',')
-      ->type_name("NAME,...");
+      ->type_name("NAME,...")
+      ->default_str("");
   sub->add_option("--users", o->credentials.users, "users to make tokens for (comma-separated)")
       ->delimiter(',')
-      ->type_name("NAME,...");
+      ->type_name("NAME,...")
+      ->default_str("");
   sub->add_option("--k8s-secrets", o->k8s_secrets, "also write them as Kubernetes Secrets here")
       ->type_name("FILE");
   sub->add_option("--namespace", o->k8s_namespace, "the Secrets' namespace");

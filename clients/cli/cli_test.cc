@@ -101,7 +101,7 @@ TEST_F(CliTest, EverySubcommandsHelpExitsZeroAndNamesItsOptions) {
 }
 
 TEST_F(CliTest, VersionIsTheBuilds) {
-  for (const std::string& args : {"--version", "train --version"}) {
+  for (const std::string args : {"--version", "train --version"}) {
     const Result r = Run(args);
     EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
     EXPECT_EQ(r.out, std::string(LOCKSTEP_VERSION) + "\n") << args;
@@ -166,7 +166,9 @@ class CliClusterTest : public CliTest {
     up_ = true;
   }
   void TearDown() override {
-    if (up_) EXPECT_EQ(Run("cluster down", Env()).exit_code, 0);
+    if (up_) {
+      EXPECT_EQ(Run("cluster down", Env()).exit_code, 0);
+    }
     if (HasFailure()) {
       std::error_code ec;
       for (const auto& e : fs::directory_iterator(dir_ / "cluster" / "logs", ec)) {

@@ -265,7 +265,6 @@ int Down(const std::string& dir) {
 void AddClusterCommands(CLI::App& app, Commands& out) {
   CLI::App* cluster =
       app.add_subcommand("cluster", "a local cluster: `cluster up`, `cluster down`");
-  cluster->require_subcommand(1);
   const std::string dir_help = "the cluster's folder: record, credentials, logs, state";
   auto up = std::make_shared<UpOptions>();
   CLI::App* up_cmd = cluster->add_subcommand(

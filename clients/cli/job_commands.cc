@@ -137,7 +137,8 @@ void AddList(CLI::App& app, Commands& out) {
                   "only jobs in these states: QUEUED, RUNNING, RECOVERING, SUCCEEDED, FAILED, "
                   "CANCELLED (comma-separated or repeated)")
       ->delimiter(',')
-      ->type_name("STATE,...");
+      ->type_name("STATE,...")
+      ->default_str("");
   sub->add_option("--limit", o->limit, "at most N jobs (0: all)")
       ->check(CLI::NonNegativeNumber)
       ->type_name("N");

@@ -10,13 +10,6 @@ int main(int argc, char** argv) {
   using namespace lockstep::cli;
   std::unique_ptr<CLI::App> app =
       NewApp("Lockstep: data-parallel training as a service", "lockstep");
-  app->require_subcommand(1);
-  app->footer(
-      "Job commands talk to --coordinator HOST:PORT, else $LOCKSTEP_COORDINATOR, else the\n"
-      "local cluster started by `lockstep cluster up`, over TLS with the bearer token and CA\n"
-      "of --credentials DIR (else $LOCKSTEP_CREDENTIALS, else the local cluster's), or\n"
-      "--tls_ca FILE and --token_file FILE; --insecure for plaintext.\n"
-      "Exit codes: 0 success, 1 a failed call or a job that did not succeed, 2 bad usage.");
   Commands commands;
   AddTrainCommand(*app, commands);
   AddClusterCommands(*app, commands);
@@ -28,11 +21,20 @@ int main(int argc, char** argv) {
                         absl::PrintF("%s", app->help());
                         return 0;
                       }});
+  // After the subcommands, which would inherit it.
+  app->footer(
+      "Job commands talk to --coordinator HOST:PORT, else $LOCKSTEP_COORDINATOR, else the\n"
+      "local cluster started by `lockstep cluster up`, over TLS with the bearer token and CA\n"
+      "of --credentials DIR (else $LOCKSTEP_CREDENTIALS, else the local cluster's), or\n"
+      "--tls_ca FILE and --token_file FILE; --insecure for plaintext.\n"
+      "Exit codes: 0 success, 1 a failed call or a job that did not succeed, 2 bad usage.");
   if (std::optional<int> exit_code = Parse(*app, argc, argv)) return *exit_code;
   for (const Command& c : commands) {
     if (c.app->parsed()) return c.run();
   }
-  // A parsed group without a runner of its own (`cluster`) requires a subcommand.
-  absl::FPrintF(stderr, "error: no command\n%s", app->help());
+  // No command to run: none given, or a group (`cluster`) without its subcommand. (Not
+  // require_subcommand: it would report an unknown command as a missing one.)
+  // help() is the deepest command's given.
+  absl::FPrintF(stderr, "error: a subcommand is required\n%s", app->help());
   return kUsageExitCode;
 }
