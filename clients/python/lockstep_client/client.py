@@ -295,7 +295,9 @@ class Client:
         A stream that breaks (UNAVAILABLE: a restarted coordinator, a dropped connection)
         is resumed from the last step seen, and each event comes once: no step is missed
         or repeated, also when the job recovers from a snapshot and runs steps again.
-        Other errors raise LockstepError."""
+        (Only the coordinator's history can be replayed: it keeps a running job's recent
+        steps, and a finished job's states and evaluations only.) Other errors raise
+        LockstepError."""
         end = None if timeout is None else time.monotonic() + timeout
         seen = _Resume(from_step)
         while True:
