@@ -3,6 +3,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 
 #ifndef LOCKSTEP_VERSION
@@ -50,6 +51,16 @@ std::optional<int> Parse(CLI::App& app, int argc, char** argv) {
     absl::FPrintF(stderr, "error: %s\nrun `%s --help` for its usage\n", e.what(), CommandPath(app));
     return kUsageExitCode;
   }
+}
+
+CLI::Validator AtLeast(double min) {
+  return CLI::Validator(
+      [min](std::string& text) -> std::string {
+        double v;
+        if (absl::SimpleAtod(text, &v) && v >= min) return "";
+        return absl::StrFormat("must be a number >= %g, not \"%s\"", min, text);
+      },
+      absl::StrFormat(">=%g", min));
 }
 
 int Fail(const absl::Status& status) {

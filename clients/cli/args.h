@@ -27,6 +27,10 @@ std::unique_ptr<CLI::App> NewApp(const std::string& description, const std::stri
 // after printing a usage error (to stderr) with where to find the usage.
 std::optional<int> Parse(CLI::App& app, int argc, char** argv);
 
+// For an option's check(): a number >= `min`; otherwise the error says "--NAME: must be
+// a number >= MIN, not \"TEXT\"".
+CLI::Validator AtLeast(double min);
+
 // Prints "error: <code>: <message>" and returns the CLI's exit code for it: 2 for
 // INVALID_ARGUMENT, 1 otherwise.
 int Fail(const absl::Status& status);

@@ -269,9 +269,9 @@ void AddClusterCommands(CLI::App& app, Commands& out) {
   auto up = std::make_shared<UpOptions>();
   CLI::App* up_cmd = cluster->add_subcommand(
       "up", "start a local cluster (coordinator + N CPU workers on loopback); Ctrl-C stops it");
-  up_cmd->add_option("--workers", up->workers, "CPU workers")->check(CLI::PositiveNumber);
+  up_cmd->add_option("--workers", up->workers, "CPU workers")->check(AtLeast(1));
   up_cmd->add_option("--threads", up->threads, "threads per worker (0: the cores shared out)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(AtLeast(0));
   up_cmd->add_option("--dir", up->dir, dir_help)
       ->envname("LOCKSTEP_CLUSTER_DIR")
       ->default_val(".lockstep-cluster");

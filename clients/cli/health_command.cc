@@ -44,8 +44,7 @@ void AddHealthCommand(CLI::App& app, Commands& out) {
       app.add_subcommand("health", "exit 0 if the server's gRPC health service is SERVING");
   AddConnectionOptions(*sub, o->connection);
   sub->add_option("HOST:PORT", o->address, "the server (default: the coordinator)");
-  sub->add_option("--timeout", o->timeout, "seconds to wait for the answer")
-      ->check(CLI::PositiveNumber);
+  sub->add_option("--timeout", o->timeout, "seconds to wait for the answer")->check(AtLeast(0));
   sub->add_option("--server_name", o->server_name,
                   "the identity its certificate must show: lockstep-coordinator or "
                   "lockstep-worker");

@@ -91,8 +91,7 @@ void AddSubmit(CLI::App& app, Commands& out) {
   sub->add_option("SPEC", o->spec_file, "the job spec file")->required();
   sub->add_flag("--wait", o->wait,
                 "watch the job's progress until it ends; exit 0 if it succeeded");
-  sub->add_option("--workers", o->workers, "override the spec's worker count")
-      ->check(CLI::PositiveNumber);
+  sub->add_option("--workers", o->workers, "override the spec's worker count")->check(AtLeast(1));
   sub->add_option("--request-id", o->request_id,
                   "an idempotency key: resubmitting returns the job it made");
   out.push_back({sub, [o] { return Submit(*o); }});
@@ -140,7 +139,7 @@ void AddList(CLI::App& app, Commands& out) {
       ->type_name("STATE,...")
       ->default_str("");
   sub->add_option("--limit", o->limit, "at most N jobs (0: all)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(AtLeast(0))
       ->type_name("N");
   out.push_back({sub, [o] { return List(*o); }});
 }

@@ -57,7 +57,7 @@ int Main(int argc, char** argv) {
   app->add_flag("--json", json, "print one JSON object at the end, no progress");
   app->add_option("--data", data, "the dataset folder (IDX files), instead of the spec's");
   app->add_option("--threads", threads, "CPU threads (0: the spec's, else all cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(AtLeast(0));
   if (std::optional<int> exit_code = Parse(*app, argc, argv)) return *exit_code;
   auto parsed = LoadSpecFile(spec_file);
   if (!parsed.ok()) return Fail(parsed.status());
