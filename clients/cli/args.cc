@@ -1,81 +1,72 @@
 #include "clients/cli/args.h"
 
+#include <iostream>
+#include <sstream>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 
+#ifndef LOCKSTEP_VERSION
+#define LOCKSTEP_VERSION "unknown"
+#endif
+
 namespace lockstep::cli {
 
-Args::Args(int argc, char** argv, int start) {
-  for (int i = start; i < argc; ++i) args_.emplace_back(argv[i]);
-  used_.assign(args_.size(), false);
+std::string Version() { return LOCKSTEP_VERSION; }
+
+std::unique_ptr<CLI::App> NewApp(const std::string& description, const std::string& name) {
+  auto app = std::make_unique<CLI::App>(description, name);
+  app->set_version_flag("--version", Version(), "print the version and exit");
+  app->option_defaults()->always_capture_default();
+  app->get_formatter()->column_width(34);
+  return app;
 }
 
-bool Args::Flag(const std::string& name) {
-  const std::string opt = name.size() == 1 ? "-" + name : "--" + name;  // -f, --follow
-  for (size_t i = 0; i < args_.size(); ++i) {
-    if (!used_[i] && args_[i] == opt) return used_[i] = true;
+namespace {
+
+// "lockstep cluster up": the command line's deepest subcommand that was parsed.
+std::string CommandPath(const CLI::App& app) {
+  std::string path = app.get_name();
+  for (const CLI::App* at = &app;;) {
+    const std::vector<CLI::App*> subs = at->get_subcommands();
+    if (subs.empty()) return path;
+    at = subs.front();
+    path += " " + at->get_name();
   }
-  return false;
 }
 
-std::string Args::Value(const std::string& name, const std::string& fallback) {
-  const std::string opt = name.size() == 1 ? "-" + name : "--" + name;  // -o, --output
-  for (size_t i = 0; i < args_.size(); ++i) {
-    if (used_[i]) continue;
-    if (args_[i] == opt && i + 1 < args_.size()) {
-      used_[i] = used_[i + 1] = true;
-      return args_[i + 1];
-    }
-    if (args_[i].rfind(opt + "=", 0) == 0) {
-      used_[i] = true;
-      return args_[i].substr(opt.size() + 1);
-    }
+}  // namespace
+
+std::optional<int> Parse(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+    return std::nullopt;
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);  // prints the help of the subcommand that got --help; 0
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    absl::FPrintF(stderr, "error: %s\nrun `%s --help` for its usage\n", e.what(), CommandPath(app));
+    return kUsageExitCode;
   }
-  return fallback;
 }
 
-std::vector<std::string> Args::Positional() {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < args_.size(); ++i) {
-    if (!used_[i] && args_[i].rfind("--", 0) != 0) {
-      used_[i] = true;
-      out.push_back(args_[i]);
-    }
-  }
-  return out;
-}
-
-bool Args::Done() {
-  for (size_t i = 0; i < args_.size(); ++i) {
-    if (!used_[i]) {
-      absl::FPrintF(stderr, "error: unknown option %s\n", args_[i]);
-      return false;
-    }
-  }
-  return true;
+CLI::Validator AtLeast(double min) {
+  return CLI::Validator(
+      [min](std::string& text) -> std::string {
+        double v;
+        if (absl::SimpleAtod(text, &v) && v >= min) return "";
+        return absl::StrFormat("must be a number >= %g, not \"%s\"", min, text);
+      },
+      absl::StrFormat(">=%g", min));
 }
 
 int Fail(const absl::Status& status) {
   absl::FPrintF(stderr, "error: %s: %s\n", absl::StatusCodeToString(status.code()),
                 status.message());
-  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-}
-
-absl::StatusOr<int> ParseInt(const std::string& name, const std::string& text) {
-  int v;
-  if (!absl::SimpleAtoi(text, &v)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--%s: \"%s\" is not an integer", name, text));
-  }
-  return v;
-}
-
-absl::StatusOr<double> ParseDouble(const std::string& name, const std::string& text) {
-  double v;
-  if (!absl::SimpleAtod(text, &v)) {
-    return absl::InvalidArgumentError(absl::StrFormat("--%s: \"%s\" is not a number", name, text));
-  }
-  return v;
+  return status.code() == absl::StatusCode::kInvalidArgument ? kUsageExitCode : 1;
 }
 
 }  // namespace lockstep::cli

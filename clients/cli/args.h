@@ -1,39 +1,39 @@
-// Argument handling shared by the CLI's programs (`lockstep`, `lockstep-train`), and how
-// they report an error.
+// Argument handling shared by the CLI's programs (`lockstep`, `lockstep-train`), on CLI11,
+// and how they report an error. Exit codes: 0 success (and --help, --version), 1 a failed
+// call or a job that did not succeed, 2 bad usage or an invalid argument.
 #ifndef LOCKSTEP_CLIENTS_CLI_ARGS_H_
 #define LOCKSTEP_CLIENTS_CLI_ARGS_H_
 
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <optional>
 #include <string>
-#include <vector>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
 
 namespace lockstep::cli {
 
-// Arguments after the subcommand: `--name value`, `--name=value`, `--flag`, positionals;
-// a one-letter name is `-n value` (a flag `-f`).
-class Args {
- public:
-  Args(int argc, char** argv, int start);
-  bool Flag(const std::string& name);
-  std::string Value(const std::string& name, const std::string& fallback);
-  std::vector<std::string> Positional();
-  // False (after printing what) if any option was not consumed.
-  bool Done();
+// The exit code of bad usage: an unknown option, a missing argument, a malformed value.
+inline constexpr int kUsageExitCode = 2;
 
- private:
-  std::vector<std::string> args_;
-  std::vector<bool> used_;
-};
+// What --version prints: the project's version and `git describe` at configure time.
+std::string Version();
 
-// Prints "error: <code>: <message>" and returns the CLI's exit code for it.
+// A program's parser: `name` (as the usage line shows it), --help and --version.
+std::unique_ptr<CLI::App> NewApp(const std::string& description, const std::string& name);
+
+// Parses the command line into `app` and its subcommands. nullopt when the program should
+// go on; otherwise its exit code: 0 after printing --help or --version (to stdout), 2
+// after printing a usage error (to stderr) with where to find the usage.
+std::optional<int> Parse(CLI::App& app, int argc, char** argv);
+
+// For an option's check(): a number >= `min`; otherwise the error says "--NAME: must be
+// a number >= MIN, not \"TEXT\"".
+CLI::Validator AtLeast(double min);
+
+// Prints "error: <code>: <message>" and returns the CLI's exit code for it: 2 for
+// INVALID_ARGUMENT, 1 otherwise.
 int Fail(const absl::Status& status);
-
-// The value `text` of option --`name` as a number; InvalidArgument naming the option and
-// the value otherwise (for Fail: exit code 2).
-absl::StatusOr<int> ParseInt(const std::string& name, const std::string& text);
-absl::StatusOr<double> ParseDouble(const std::string& name, const std::string& text);
 
 }  // namespace lockstep::cli
 

@@ -2,46 +2,62 @@
 // for compose or Kubernetes; `lockstep cluster up` makes its own.
 #include <cstdio>
 #include <fstream>
+#include <memory>
 
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "clients/cli/commands.h"
 #include "services/common/credentials.h"
 
 namespace lockstep::cli {
+namespace {
 
-int CertsCommand(Args& args) {
-  const std::string out = args.Value("out", "lockstep-credentials");
-  const std::string hosts = args.Value("hosts", "");
-  const std::string users = args.Value("users", "");
-  const std::string k8s = args.Value("k8s-secrets", "");
-  const std::string ns = args.Value("namespace", "lockstep");
-  if (!args.Done() || !args.Positional().empty()) {
-    absl::FPrintF(stderr,
-                  "usage: lockstep certs [--out DIR] [--hosts NAME,...] [--users NAME,...]\n"
-                  "                      [--k8s-secrets FILE [--namespace NS]]\n");
-    return 2;
-  }
-  CredentialsOptions options;
-  options.dir = out;
-  options.hosts = absl::StrSplit(hosts, ',', absl::SkipEmpty());
-  options.users = absl::StrSplit(users, ',', absl::SkipEmpty());
-  if (absl::Status st = MakeCredentials(options); !st.ok()) return Fail(st);
+struct CertsOptions {
+  CredentialsOptions credentials;
+  std::string k8s_secrets;
+  std::string k8s_namespace = "lockstep";
+};
+
+int Certs(const CertsOptions& o) {
+  const std::string& out = o.credentials.dir;
+  if (absl::Status st = MakeCredentials(o.credentials); !st.ok()) return Fail(st);
   absl::PrintF(
       "credentials in %s (kept if already there): ca.pem, coordinator.pem, worker.pem and "
       "their keys; tokens (the coordinator's --tokens_file); admin.token",
       out);
-  for (const std::string& u : options.users) absl::PrintF(", %s.token", u);
+  for (const std::string& u : o.credentials.users) absl::PrintF(", %s.token", u);
   absl::PrintF("\n");
-  if (!k8s.empty()) {
-    absl::StatusOr<std::string> yaml = KubernetesSecrets(out, ns);
+  if (!o.k8s_secrets.empty()) {
+    absl::StatusOr<std::string> yaml = KubernetesSecrets(out, o.k8s_namespace);
     if (!yaml.ok()) return Fail(yaml.status());
-    std::ofstream f(k8s);
+    std::ofstream f(o.k8s_secrets);
     f << *yaml;
-    if (!f.flush()) return Fail(absl::PermissionDeniedError("cannot write " + k8s));
-    absl::PrintF("Kubernetes Secrets in %s: kubectl apply -f %s\n", k8s, k8s);
+    if (!f.flush()) return Fail(absl::PermissionDeniedError("cannot write " + o.k8s_secrets));
+    absl::PrintF("Kubernetes Secrets in %s: kubectl apply -f %s\n", o.k8s_secrets, o.k8s_secrets);
   }
   return 0;
+}
+
+}  // namespace
+
+void AddCertsCommand(CLI::App& app, Commands& out) {
+  auto o = std::make_shared<CertsOptions>();
+  o->credentials.dir = "lockstep-credentials";
+  CLI::App* sub = app.add_subcommand(
+      "certs", "make a cluster's CA, certificates and tokens (for compose, Kubernetes)");
+  sub->add_option("--out", o->credentials.dir, "the folder to write them to");
+  sub->add_option("--hosts", o->credentials.hosts,
+                  "more names for the servers' certificates (comma-separated)")
+      ->delimiter(',')
+      ->type_name("NAME,...")
+      ->default_str("");
+  sub->add_option("--users", o->credentials.users, "users to make tokens for (comma-separated)")
+      ->delimiter(',')
+      ->type_name("NAME,...")
+      ->default_str("");
+  sub->add_option("--k8s-secrets", o->k8s_secrets, "also write them as Kubernetes Secrets here")
+      ->type_name("FILE");
+  sub->add_option("--namespace", o->k8s_namespace, "the Secrets' namespace");
+  out.push_back({sub, [o] { return Certs(*o); }});
 }
 
 }  // namespace lockstep::cli

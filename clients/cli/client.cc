@@ -2,7 +2,6 @@
 
 #include <google/protobuf/util/json_util.h>
 
-#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "clients/cli/progress.h"
+#include "clients/cli/resume.h"
 #include "core/status_macros.h"
 #include "services/common/job_state.h"
 #include "services/common/net.h"
@@ -37,10 +37,30 @@ absl::StatusOr<std::string> FindBinary(const std::string& name) {
       absl::StrCat("cannot find ", name, " beside ", self.string(), " (set LOCKSTEP_BIN_DIR)"));
 }
 
-std::string CoordinatorAddress(Args& args) {
-  std::string a = args.Value("coordinator", "");
-  if (!a.empty()) return a;
-  if (const char* e = std::getenv("LOCKSTEP_COORDINATOR")) return e;
+void AddConnectionOptions(CLI::App& app, ConnectionOptions& o) {
+  const std::string group = "Connection";
+  app.add_option("--coordinator", o.coordinator, "the coordinator's HOST:PORT")
+      ->envname("LOCKSTEP_COORDINATOR")
+      ->group(group);
+  app.add_option("--credentials", o.credentials,
+                 "a folder with ca.pem and admin.token (`lockstep certs`)")
+      ->envname("LOCKSTEP_CREDENTIALS")
+      ->group(group);
+  app.add_option("--tls_ca", o.tls_ca, "the CA that signed the server's certificate")
+      ->envname("LOCKSTEP_TLS_CA")
+      ->group(group);
+  app.add_option("--token_file", o.token_file, "a file with the bearer token")
+      ->envname("LOCKSTEP_TOKEN_FILE")
+      ->group(group);
+  app.add_flag("--insecure", o.insecure, "plaintext, no token (a coordinator run --insecure)")
+      ->envname("LOCKSTEP_INSECURE")
+      ->group(group);
+}
+
+namespace {
+
+// The address `lockstep cluster up` recorded, else 127.0.0.1:7070.
+std::string LocalClusterAddress() {
   std::ifstream in(DefaultClusterDir() + "/cluster.json");
   if (in) {
     try {
@@ -51,29 +71,15 @@ std::string CoordinatorAddress(Args& args) {
   return "127.0.0.1:7070";
 }
 
-namespace {
-
-// --NAME, else $LOCKSTEP_NAME (upper case), else "".
-std::string Option(Args& args, const std::string& name) {
-  std::string v = args.Value(name, "");
-  if (!v.empty()) return v;
-  std::string env = "LOCKSTEP_" + name;
-  for (char& c : env) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  const char* e = std::getenv(env.c_str());
-  return e != nullptr ? e : "";
-}
-
 }  // namespace
 
-absl::StatusOr<Connection> ResolveConnection(Args& args) {
+absl::StatusOr<Connection> ResolveConnection(const ConnectionOptions& o) {
   Connection c;
-  c.address = CoordinatorAddress(args);
-  const bool insecure = args.Flag("insecure") || Option(args, "insecure") == "1" ||
-                        Option(args, "insecure") == "true";
-  std::string dir = Option(args, "credentials");
-  TlsFiles files{Option(args, "tls_ca"), "", ""};
-  std::string token_file = Option(args, "token_file");
-  if (insecure) return c;
+  c.address = o.coordinator.empty() ? LocalClusterAddress() : o.coordinator;
+  if (o.insecure) return c;
+  std::string dir = o.credentials;
+  TlsFiles files{o.tls_ca, "", ""};
+  std::string token_file = o.token_file;
   if (dir.empty() && files.ca.empty()) {
     const std::string local = DefaultClusterDir() + "/credentials";
     if (fs::exists(local + "/ca.pem")) dir = local;
@@ -115,8 +121,10 @@ void PrintJson(const google::protobuf::Message& message) {
   std::string out;
   google::protobuf::util::JsonPrintOptions opts;
   opts.preserve_proto_field_names = true;
+  opts.always_print_primitive_fields = true;  // a loss of 0 or a step of 0 is still there
   (void)google::protobuf::util::MessageToJsonString(message, &out, opts);
   absl::PrintF("%s\n", out);
+  std::fflush(stdout);  // a line at a time, also into a pipe (`watch --json | head`)
 }
 
 void PrintJob(const v1::Job& job, bool json) {
@@ -145,19 +153,20 @@ void PrintJob(const v1::Job& job, bool json) {
   if (!job.checkpoint_path().empty()) absl::PrintF("  checkpoint %s\n", job.checkpoint_path());
 }
 
-int WatchUntilDone(v1::JobService::Stub& stub, const std::string& id, bool json) {
+int WatchUntilDone(v1::JobService::Stub& stub, const std::string& id, WatchOutput output) {
   EventPrinter printer(id);
-  int64_t from = 0;
+  EventResume resume;
   for (int attempt = 0; attempt < 30; ++attempt) {
     grpc::ClientContext ctx;  // a watch lasts as long as the job: no deadline
     v1::WatchJobRequest req;
     req.set_id(id);
-    req.set_from_step(from);
+    req.set_from_step(resume.from_step());
     auto reader = stub.WatchJob(&ctx, req);
     v1::JobEvent e;
     while (reader->Read(&e)) {
-      if (e.has_step()) from = e.step().step() + 1;
-      if (!json) printer.Print(e);
+      if (!resume.First(e)) continue;
+      if (output == WatchOutput::kProgress) printer.Print(e);
+      if (output == WatchOutput::kJsonEvents) PrintJson(e);
     }
     grpc::Status st = reader->Finish();
     printer.Finish();
@@ -167,7 +176,7 @@ int WatchUntilDone(v1::JobService::Stub& stub, const std::string& id, bool json)
     v1::Job job;
     grpc::Status gst = stub.GetJob(get_ctx.get(), greq, &job);
     if (gst.ok() && IsTerminal(job.state())) {
-      PrintJob(job, json);
+      if (output != WatchOutput::kJsonEvents) PrintJob(job, output == WatchOutput::kJsonJob);
       return job.state() == v1::SUCCEEDED ? 0 : 1;
     }
     if (!st.ok() && st.error_code() != grpc::StatusCode::UNAVAILABLE) {

@@ -13,10 +13,6 @@
 
 namespace lockstep::cli {
 
-// --coordinator, else $LOCKSTEP_COORDINATOR, else the address `lockstep cluster up`
-// recorded in the cluster directory, else 127.0.0.1:7070.
-std::string CoordinatorAddress(Args& args);
-
 // The default cluster directory: $LOCKSTEP_CLUSTER_DIR or ./.lockstep-cluster.
 std::string DefaultClusterDir();
 
@@ -31,26 +27,41 @@ struct Connection {
   Transport transport = Transport::Plaintext();
   std::string token;
 };
-// Reads --coordinator, --credentials DIR (ca.pem and admin.token, as `lockstep certs` and
-// `cluster up` make them), --tls_ca, --token_file and --insecure (each also
-// $LOCKSTEP_<NAME>); without any of them, the local cluster's credentials. Consumes those
-// options whatever happens; INVALID_ARGUMENT saying what to pass when no credentials are
-// found.
-absl::StatusOr<Connection> ResolveConnection(Args& args);
+// The options that say how to reach the coordinator, each bound to $LOCKSTEP_<NAME>.
+struct ConnectionOptions {
+  std::string coordinator;  // HOST:PORT
+  std::string credentials;  // a folder with ca.pem and admin.token
+  std::string tls_ca;
+  std::string token_file;
+  bool insecure = false;
+};
+// Adds --coordinator, --credentials, --tls_ca, --token_file and --insecure to `app`.
+void AddConnectionOptions(CLI::App& app, ConnectionOptions& options);
+// The coordinator: --coordinator (or $LOCKSTEP_COORDINATOR), else the address `lockstep
+// cluster up` recorded in the cluster directory, else 127.0.0.1:7070. TLS with the CA and
+// token of --credentials DIR (as `lockstep certs` and `cluster up` make them), --tls_ca
+// and --token_file overriding its parts; without any of them, the local cluster's
+// credentials. INVALID_ARGUMENT saying what to pass when no credentials are found.
+absl::StatusOr<Connection> ResolveConnection(const ConnectionOptions& options);
 std::unique_ptr<v1::JobService::Stub> Connect(const Connection& connection);
 
 // A context whose deadline is `seconds` away.
 std::unique_ptr<grpc::ClientContext> Deadline(double seconds);
 
-// Prints a message as JSON with the .proto field names.
+// Prints a message as one line of JSON with the .proto field names, zero-valued fields
+// included, and flushes stdout.
 void PrintJson(const google::protobuf::Message& message);
 // Prints a job (human form or JSON).
 void PrintJob(const v1::Job& job, bool json);
 std::string StateName(v1::JobState state);
 
-// Streams WatchJob with a live progress bar until the job ends; returns the final job.
-// Exit code: 0 if SUCCEEDED, 1 otherwise.
-int WatchUntilDone(v1::JobService::Stub& stub, const std::string& id, bool json);
+// What WatchUntilDone prints: a live progress bar (stderr) and the final job; each event
+// as a line of JSON (JSON lines, flushed); or only the final job as JSON.
+enum class WatchOutput { kProgress, kJsonEvents, kJsonJob };
+
+// Streams WatchJob until the job ends, resuming from the last step seen when the stream
+// breaks, each event printed once. Exit code: 0 if SUCCEEDED, 1 otherwise.
+int WatchUntilDone(v1::JobService::Stub& stub, const std::string& id, WatchOutput output);
 
 }  // namespace lockstep::cli
 

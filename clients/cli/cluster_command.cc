@@ -157,25 +157,20 @@ int StartDetached(const ClusterOptions& options, const sigset_t& stop) {
   return 0;
 }
 
-int Up(Args& args) {
-  auto workers = ParseInt("workers", args.Value("workers", "2"));
-  if (!workers.ok()) return Fail(workers.status());
-  const int n = *workers;
-  const std::string dir = args.Value("dir", DefaultClusterDir());
-  const bool detach = args.Flag("detach");
-  const bool insecure = args.Flag("insecure");
+struct UpOptions {
+  int workers = 2;
+  int threads = 0;  // 0: the cores shared among the workers
+  std::string dir;
+  int port = 0;
+  bool detach = false;
+  bool insecure = false;
+};
+
+int Up(const UpOptions& o) {
+  const int n = o.workers;
+  const std::string& dir = o.dir;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  auto threads = ParseInt(
-      "threads", args.Value("threads", std::to_string(std::max(1u, cores / std::max(1, n)))));
-  if (!threads.ok()) return Fail(threads.status());
-  auto port = ParseInt("port", args.Value("port", "0"));
-  if (!port.ok()) return Fail(port.status());
-  if (!args.Done() || !args.Positional().empty() || n < 1) {
-    absl::FPrintF(stderr,
-                  "usage: lockstep cluster up [--workers N] [--threads T] [--dir DIR] [--insecure] "
-                  "[--port P] [--detach]\n");
-    return 2;
-  }
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, cores / n));
   auto coord_bin = FindBinary("lockstep-coordinator");
   auto worker_bin = FindBinary("lockstep-worker");
   if (!coord_bin.ok()) return Fail(coord_bin.status());
@@ -195,11 +190,11 @@ int Up(Args& args) {
   options.dir = dir;
   options.coordinator_binary = *coord_bin;
   options.worker_binary = *worker_bin;
-  options.port = *port;
+  options.port = o.port;
   options.workers = n;
-  options.threads_per_worker = *threads;
-  options.insecure = insecure;
-  if (detach) return StartDetached(options, stop);
+  options.threads_per_worker = threads;
+  options.insecure = o.insecure;
+  if (o.detach) return StartDetached(options, stop);
   // Blocked before anything starts, so that the supervision loop receives Ctrl-C.
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   bool up = false;
@@ -228,12 +223,7 @@ bool WaitGone(pid_t pid, std::string_view name, absl::Duration timeout) {
   return true;
 }
 
-int Down(Args& args) {
-  const std::string dir = args.Value("dir", DefaultClusterDir());
-  if (!args.Done() || !args.Positional().empty()) {
-    absl::FPrintF(stderr, "usage: lockstep cluster down [--dir DIR]\n");
-    return 2;
-  }
+int Down(const std::string& dir) {
   std::ifstream in(fs::path(dir) / "cluster.json");
   if (!in) return Fail(absl::NotFoundError(absl::StrCat("no cluster recorded in ", dir)));
   std::vector<pid_t> recorded, pids;
@@ -272,11 +262,30 @@ int Down(Args& args) {
 
 }  // namespace
 
-int ClusterCommand(const std::string& sub, Args& args) {
-  if (sub == "up") return Up(args);
-  if (sub == "down") return Down(args);
-  absl::FPrintF(stderr, "usage: lockstep cluster up|down [options]\n");
-  return 2;
+void AddClusterCommands(CLI::App& app, Commands& out) {
+  CLI::App* cluster =
+      app.add_subcommand("cluster", "a local cluster: `cluster up`, `cluster down`");
+  const std::string dir_help = "the cluster's folder: record, credentials, logs, state";
+  auto up = std::make_shared<UpOptions>();
+  CLI::App* up_cmd = cluster->add_subcommand(
+      "up", "start a local cluster (coordinator + N CPU workers on loopback); Ctrl-C stops it");
+  up_cmd->add_option("--workers", up->workers, "CPU workers")->check(AtLeast(1));
+  up_cmd->add_option("--threads", up->threads, "threads per worker (0: the cores shared out)")
+      ->check(AtLeast(0));
+  up_cmd->add_option("--dir", up->dir, dir_help)
+      ->envname("LOCKSTEP_CLUSTER_DIR")
+      ->default_val(".lockstep-cluster");
+  up_cmd->add_option("--port", up->port, "the coordinator's port (0: a free one)")
+      ->check(CLI::Range(0, 65535));
+  up_cmd->add_flag("--detach", up->detach, "run in the background; `cluster down` stops it");
+  up_cmd->add_flag("--insecure", up->insecure, "plaintext and no tokens (loopback only)");
+  out.push_back({up_cmd, [up] { return Up(*up); }});
+  auto down_dir = std::make_shared<std::string>();
+  CLI::App* down_cmd = cluster->add_subcommand("down", "stop a detached local cluster");
+  down_cmd->add_option("--dir", *down_dir, dir_help)
+      ->envname("LOCKSTEP_CLUSTER_DIR")
+      ->default_val(".lockstep-cluster");
+  out.push_back({down_cmd, [down_dir] { return Down(*down_dir); }});
 }
 
 }  // namespace lockstep::cli

@@ -1,34 +1,34 @@
-// The `lockstep` CLI's subcommands.
+// The `lockstep` CLI's subcommands. Each Add*Command adds its subcommand (with its
+// options, bound to variables that its runner owns) to the program's parser, and appends
+// to `out` how to run it once the command line has been parsed into it.
 #ifndef LOCKSTEP_CLIENTS_CLI_COMMANDS_H_
 #define LOCKSTEP_CLIENTS_CLI_COMMANDS_H_
 
-#include <string>
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <vector>
 
 #include "clients/cli/args.h"
-#include "lockstep/v1/job.grpc.pb.h"
 
 namespace lockstep::cli {
 
-// Replaces this process with lockstep-train, passing the arguments after `train`.
-int TrainCommand(int argc, char** argv);
+// A subcommand's parser, and its body: returns the exit code.
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+using Commands = std::vector<Command>;
 
-// Options are read (Flag, Value) before positionals, so that option values are not
-// taken for positionals.
-int SubmitCommand(Args& args);
-int ListCommand(Args& args);
-int StatusCommand(Args& args);
-int WatchCommand(Args& args);
-int CancelCommand(Args& args);
-int WorkersCommand(Args& args);
-int CheckpointCommand(Args& args);
-int LogsCommand(Args& args);
-// `lockstep logs`'s work, from plain values: prints the job's events and its servers' log
-// lines as they come (with `follow`, until the job ends; else what is kept now). The exit
-// code: 0, or Fail's for the first stream's error.
-int ShowJobLogs(v1::JobService::Stub& stub, const std::string& job_id, bool follow, bool json);
-int HealthCommand(Args& args);
-int CertsCommand(Args& args);
-int ClusterCommand(const std::string& sub, Args& args);
+// `train`: replaces this process with lockstep-train, passing the arguments after `train`.
+void AddTrainCommand(CLI::App& app, Commands& out);
+// submit, list, status, watch, cancel, workers, checkpoint: the JobService.
+void AddJobCommands(CLI::App& app, Commands& out);
+// `logs JOB [-f]`: a job's events and its servers' log lines (WatchJob, WatchLogs).
+void AddLogsCommand(CLI::App& app, Commands& out);
+void AddHealthCommand(CLI::App& app, Commands& out);
+void AddCertsCommand(CLI::App& app, Commands& out);
+// `cluster up` and `cluster down`.
+void AddClusterCommands(CLI::App& app, Commands& out);
 
 }  // namespace lockstep::cli
 

@@ -1,5 +1,7 @@
 // `lockstep health [ADDRESS]`: asks a server's gRPC health service whether it is
 // SERVING; exit 0 if so. For container health checks and scripts.
+#include <memory>
+
 #include "absl/strings/str_format.h"
 #include "clients/cli/client.h"
 #include "clients/cli/commands.h"
@@ -8,24 +10,23 @@
 #include "services/common/status.h"
 
 namespace lockstep::cli {
+namespace {
 
-int HealthCommand(Args& args) {
-  const std::string timeout = args.Value("timeout", "3");
+struct HealthOptions {
+  ConnectionOptions connection;
+  std::string address;  // else the coordinator's
+  double timeout = 3;
   // Which certificate the server must show: the coordinator's, or a worker's.
-  const std::string server_name = args.Value("server_name", kCoordinatorIdentity);
-  const absl::StatusOr<Connection> conn = ResolveConnection(args);
-  auto pos = args.Positional();
-  if (!args.Done() || pos.size() > 1) {
-    absl::FPrintF(stderr,
-                  "usage: lockstep health [HOST:PORT] [--timeout SECONDS] [--server_name NAME]\n");
-    return 2;
-  }
-  auto seconds = ParseDouble("timeout", timeout);
-  if (!seconds.ok()) return Fail(seconds.status());
+  std::string server_name = kCoordinatorIdentity;
+};
+
+int Health(const HealthOptions& o) {
+  const absl::StatusOr<Connection> conn = ResolveConnection(o.connection);
   if (!conn.ok()) return Fail(conn.status());
-  const std::string address = pos.empty() ? conn->address : pos[0];
-  auto stub = grpc::health::v1::Health::NewStub(MakeChannel(address, conn->transport, server_name));
-  auto ctx = Deadline(*seconds);
+  const std::string address = o.address.empty() ? conn->address : o.address;
+  auto stub =
+      grpc::health::v1::Health::NewStub(MakeChannel(address, conn->transport, o.server_name));
+  auto ctx = Deadline(o.timeout);
   grpc::health::v1::HealthCheckRequest req;
   grpc::health::v1::HealthCheckResponse resp;
   grpc::Status st = stub->Check(ctx.get(), req, &resp);
@@ -33,6 +34,21 @@ int HealthCommand(Args& args) {
   absl::PrintF("%s: %s\n", address,
                grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status()));
   return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
+}
+
+}  // namespace
+
+void AddHealthCommand(CLI::App& app, Commands& out) {
+  auto o = std::make_shared<HealthOptions>();
+  CLI::App* sub =
+      app.add_subcommand("health", "exit 0 if the server's gRPC health service is SERVING");
+  AddConnectionOptions(*sub, o->connection);
+  sub->add_option("HOST:PORT", o->address, "the server (default: the coordinator)");
+  sub->add_option("--timeout", o->timeout, "seconds to wait for the answer")->check(AtLeast(0));
+  sub->add_option("--server_name", o->server_name,
+                  "the identity its certificate must show: lockstep-coordinator or "
+                  "lockstep-worker");
+  out.push_back({sub, [o] { return Health(*o); }});
 }
 
 }  // namespace lockstep::cli

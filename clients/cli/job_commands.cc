@@ -3,7 +3,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "clients/cli/client.h"
@@ -14,87 +16,111 @@
 namespace lockstep::cli {
 namespace {
 
-int Usage(const char* text) {
-  absl::FPrintF(stderr, "usage: lockstep %s\n", text);
-  return 2;
+// What every job command takes: how to reach the coordinator, and --json.
+struct JobOptions {
+  ConnectionOptions connection;
+  bool json = false;
+};
+
+CLI::App* AddJobCommand(CLI::App& app, const std::string& name, const std::string& description,
+                        JobOptions& o, const std::string& json_help = "print JSON") {
+  CLI::App* sub = app.add_subcommand(name, description);
+  AddConnectionOptions(*sub, o.connection);
+  sub->add_flag("--json", o.json, json_help);
+  return sub;
 }
 
 // `lockstep COMMAND JOB [--json]`: one call about a job that answers with the job.
 template <typename Request>
-int JobCommand(Args& args, const char* usage,
-               grpc::Status (v1::JobService::Stub::*method)(grpc::ClientContext*, const Request&,
-                                                            v1::Job*)) {
-  const absl::StatusOr<Connection> conn = ResolveConnection(args);
-  const bool json = args.Flag("json");
-  auto pos = args.Positional();
-  if (!args.Done() || pos.size() != 1) return Usage(usage);
-  if (!conn.ok()) return Fail(conn.status());
-  auto stub = Connect(*conn);
-  auto ctx = Deadline(30);
-  Request req;
-  req.set_id(pos[0]);
-  v1::Job job;
-  grpc::Status st = ((*stub).*method)(ctx.get(), req, &job);
-  if (!st.ok()) return Fail(FromGrpcStatus(st));
-  PrintJob(job, json);
-  return 0;
+void AddOneJobCommand(CLI::App& app, Commands& out, const std::string& name,
+                      const std::string& description,
+                      grpc::Status (v1::JobService::Stub::*method)(grpc::ClientContext*,
+                                                                   const Request&, v1::Job*)) {
+  struct Options : JobOptions {
+    std::string id;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* sub = AddJobCommand(app, name, description, *o);
+  sub->add_option("JOB", o->id, "the job's id")->required();
+  out.push_back({sub, [o, method] {
+                   const absl::StatusOr<Connection> conn = ResolveConnection(o->connection);
+                   if (!conn.ok()) return Fail(conn.status());
+                   auto stub = Connect(*conn);
+                   auto ctx = Deadline(30);
+                   Request req;
+                   req.set_id(o->id);
+                   v1::Job job;
+                   grpc::Status st = ((*stub).*method)(ctx.get(), req, &job);
+                   if (!st.ok()) return Fail(FromGrpcStatus(st));
+                   PrintJob(job, o->json);
+                   return 0;
+                 }});
 }
 
-}  // namespace
+struct SubmitOptions : JobOptions {
+  std::string spec_file;
+  bool wait = false;
+  int workers = 0;
+  std::string request_id;
+};
 
-int SubmitCommand(Args& args) {
-  const absl::StatusOr<Connection> conn = ResolveConnection(args);
-  const bool wait = args.Flag("wait"), json = args.Flag("json");
-  const std::string request_id = args.Value("request-id", "");
-  const std::string workers = args.Value("workers", "");
-  auto pos = args.Positional();
-  if (!args.Done() || pos.size() != 1) {
-    return Usage(
-        "submit SPEC [--wait] [--json] [--workers N] [--request-id ID] [--coordinator HOST:PORT]");
-  }
-  auto spec = LoadSpecFile(pos[0]);
+int Submit(const SubmitOptions& o) {
+  auto spec = LoadSpecFile(o.spec_file);
   if (!spec.ok()) return Fail(spec.status());
-  if (!request_id.empty()) spec->set_request_id(request_id);
-  if (!workers.empty()) {
-    auto n = ParseInt("workers", workers);
-    if (!n.ok()) return Fail(n.status());
-    spec->set_workers(*n);
-  }
+  if (!o.request_id.empty()) spec->set_request_id(o.request_id);
+  if (o.workers > 0) spec->set_workers(o.workers);
+  const absl::StatusOr<Connection> conn = ResolveConnection(o.connection);
   if (!conn.ok()) return Fail(conn.status());
   auto stub = Connect(*conn);
   auto ctx = Deadline(30);
   v1::Job job;
   grpc::Status st = stub->SubmitJob(ctx.get(), *spec, &job);
   if (!st.ok()) return Fail(FromGrpcStatus(st));
-  if (!wait) {
-    PrintJob(job, json);
+  if (!o.wait) {
+    PrintJob(job, o.json);
     return 0;
   }
-  if (!json) absl::FPrintF(stderr, "submitted %s to %s\n", job.id(), conn->address);
-  return WatchUntilDone(*stub, job.id(), json);
+  if (!o.json) absl::FPrintF(stderr, "submitted %s to %s\n", job.id(), conn->address);
+  return WatchUntilDone(*stub, job.id(), o.json ? WatchOutput::kJsonJob : WatchOutput::kProgress);
 }
 
-int ListCommand(Args& args) {
-  const absl::StatusOr<Connection> conn = ResolveConnection(args);
-  const bool json = args.Flag("json");
-  const std::string state = args.Value("state", "");
-  if (!args.Done() || !args.Positional().empty()) {
-    return Usage("list [--state QUEUED|RUNNING|SUCCEEDED|FAILED|CANCELLED] [--json]");
-  }
+void AddSubmit(CLI::App& app, Commands& out) {
+  auto o = std::make_shared<SubmitOptions>();
+  CLI::App* sub = AddJobCommand(app, "submit", "queue a job spec (YAML or JSON) on the cluster", *o,
+                                "print the job (with --wait: the final job) as JSON");
+  sub->add_option("SPEC", o->spec_file, "the job spec file")->required();
+  sub->add_flag("--wait", o->wait,
+                "watch the job's progress until it ends; exit 0 if it succeeded");
+  sub->add_option("--workers", o->workers, "override the spec's worker count")->check(AtLeast(1));
+  sub->add_option("--request-id", o->request_id,
+                  "an idempotency key: resubmitting returns the job it made");
+  out.push_back({sub, [o] { return Submit(*o); }});
+}
+
+struct ListOptions : JobOptions {
+  std::vector<std::string> states;
+  int limit = 0;
+};
+
+int List(const ListOptions& o) {
   v1::ListJobsRequest req;
-  if (!state.empty()) {
+  for (std::string name : o.states) {
+    absl::AsciiStrToUpper(&name);
     v1::JobState s;
-    if (!v1::JobState_Parse(state, &s))
-      return Fail(absl::InvalidArgumentError("--state: unknown state " + state));
+    if (!v1::JobState_Parse(name, &s) || s == v1::JOB_STATE_UNSPECIFIED) {
+      return Fail(absl::InvalidArgumentError("--state: unknown state " + name));
+    }
     req.add_states(s);
   }
+  req.set_limit(o.limit);
+  const absl::StatusOr<Connection> conn = ResolveConnection(o.connection);
   if (!conn.ok()) return Fail(conn.status());
   auto stub = Connect(*conn);
   auto ctx = Deadline(30);
   v1::ListJobsResponse resp;
   grpc::Status st = stub->ListJobs(ctx.get(), req, &resp);
   if (!st.ok()) return Fail(FromGrpcStatus(st));
-  if (json) {
+  if (o.json) {
     PrintJson(resp);
     return 0;
   }
@@ -103,35 +129,47 @@ int ListCommand(Args& args) {
   return 0;
 }
 
-int StatusCommand(Args& args) {
-  return JobCommand(args, "status JOB [--json]", &v1::JobService::Stub::GetJob);
+void AddList(CLI::App& app, Commands& out) {
+  auto o = std::make_shared<ListOptions>();
+  CLI::App* sub = AddJobCommand(app, "list", "list jobs, newest first", *o);
+  sub->add_option("--state", o->states,
+                  "only jobs in these states: QUEUED, RUNNING, RECOVERING, SUCCEEDED, FAILED, "
+                  "CANCELLED (comma-separated or repeated)")
+      ->delimiter(',')
+      ->type_name("STATE,...")
+      ->default_str("");
+  sub->add_option("--limit", o->limit, "at most N jobs (0: all)")
+      ->check(AtLeast(0))
+      ->type_name("N");
+  out.push_back({sub, [o] { return List(*o); }});
 }
 
-int WatchCommand(Args& args) {
-  const absl::StatusOr<Connection> conn = ResolveConnection(args);
-  const bool json = args.Flag("json");
-  auto pos = args.Positional();
-  if (!args.Done() || pos.size() != 1) return Usage("watch JOB [--json]");
-  if (!conn.ok()) return Fail(conn.status());
-  auto stub = Connect(*conn);
-  return WatchUntilDone(*stub, pos[0], json);
+void AddWatch(CLI::App& app, Commands& out) {
+  struct Options : JobOptions {
+    std::string id;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* sub = AddJobCommand(app, "watch", "follow a job until it ends; exit 0 if it succeeded",
+                                *o, "print each event (step, evaluation, state) as a line of JSON");
+  sub->add_option("JOB", o->id, "the job's id")->required();
+  out.push_back({sub, [o] {
+                   const absl::StatusOr<Connection> conn = ResolveConnection(o->connection);
+                   if (!conn.ok()) return Fail(conn.status());
+                   auto stub = Connect(*conn);
+                   return WatchUntilDone(
+                       *stub, o->id, o->json ? WatchOutput::kJsonEvents : WatchOutput::kProgress);
+                 }});
 }
 
-int CancelCommand(Args& args) {
-  return JobCommand(args, "cancel JOB [--json]", &v1::JobService::Stub::CancelJob);
-}
-
-int WorkersCommand(Args& args) {
-  const absl::StatusOr<Connection> conn = ResolveConnection(args);
-  const bool json = args.Flag("json");
-  if (!args.Done() || !args.Positional().empty()) return Usage("workers [--json]");
+int Workers(const JobOptions& o) {
+  const absl::StatusOr<Connection> conn = ResolveConnection(o.connection);
   if (!conn.ok()) return Fail(conn.status());
   auto stub = Connect(*conn);
   auto ctx = Deadline(30);
   v1::ListWorkersResponse resp;
   grpc::Status st = stub->ListWorkers(ctx.get(), v1::ListWorkersRequest(), &resp);
   if (!st.ok()) return Fail(FromGrpcStatus(st));
-  if (json) {
+  if (o.json) {
     PrintJson(resp);
     return 0;
   }
@@ -143,22 +181,21 @@ int WorkersCommand(Args& args) {
   return 0;
 }
 
-int CheckpointCommand(Args& args) {
-  const absl::StatusOr<Connection> conn = ResolveConnection(args);
-  const std::string out = args.Value("o", args.Value("output", ""));
-  const std::string step = args.Value("step", "");
-  auto pos = args.Positional();
-  if (!args.Done() || pos.size() != 1 || out.empty()) {
-    return Usage("checkpoint JOB [--step S] -o FILE");
-  }
+struct CheckpointOptions {
+  ConnectionOptions connection;
+  std::string id;
+  std::string output;
+  CLI::Option* step_option = nullptr;
+  int64_t step = 0;
+};
+
+int Checkpoint(const CheckpointOptions& o) {
   v1::GetCheckpointRequest req;
-  req.set_id(pos[0]);
-  if (!step.empty()) {
-    auto s = ParseInt("step", step);
-    if (!s.ok()) return Fail(s.status());
-    req.set_step(*s);
-  }
+  req.set_id(o.id);
+  if (o.step_option->count() > 0) req.set_step(o.step);
+  const absl::StatusOr<Connection> conn = ResolveConnection(o.connection);
   if (!conn.ok()) return Fail(conn.status());
+  const std::string& out = o.output;
   auto stub = Connect(*conn);
   auto ctx = Deadline(3600);
   auto reader = stub->GetCheckpoint(ctx.get(), req);
@@ -188,8 +225,35 @@ int CheckpointCommand(Args& args) {
   }
   std::filesystem::rename(part, out, ec);
   if (ec) return Fail(absl::PermissionDeniedError(absl::StrCat(out, ": ", ec.message())));
-  absl::PrintF("wrote %s: job %s at step %d, %d bytes\n", out, pos[0], at_step, got);
+  absl::PrintF("wrote %s: job %s at step %d, %d bytes\n", out, o.id, at_step, got);
   return 0;
+}
+
+void AddCheckpoint(CLI::App& app, Commands& out) {
+  auto o = std::make_shared<CheckpointOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "checkpoint",
+      "download a job's state (safetensors, Flax names): its final checkpoint, else its newest "
+      "snapshot, or the kept snapshot of --step");
+  AddConnectionOptions(*sub, o->connection);
+  sub->add_option("JOB", o->id, "the job's id")->required();
+  sub->add_option("-o,--output", o->output, "the file to write")->required();
+  o->step_option = sub->add_option("--step", o->step, "the step of a kept snapshot");
+  out.push_back({sub, [o] { return Checkpoint(*o); }});
+}
+
+}  // namespace
+
+void AddJobCommands(CLI::App& app, Commands& out) {
+  AddSubmit(app, out);
+  AddList(app, out);
+  AddOneJobCommand(app, out, "status", "show a job", &v1::JobService::Stub::GetJob);
+  AddWatch(app, out);
+  AddOneJobCommand(app, out, "cancel", "cancel a job", &v1::JobService::Stub::CancelJob);
+  auto workers = std::make_shared<JobOptions>();
+  out.push_back({AddJobCommand(app, "workers", "list the registered workers", *workers),
+                 [workers] { return Workers(*workers); }});
+  AddCheckpoint(app, out);
 }
 
 }  // namespace lockstep::cli

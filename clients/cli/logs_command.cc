@@ -3,6 +3,8 @@
 // streams read side by side. Without -f, what the coordinator holds now; with -f, then
 // everything new until the job ends.
 #include <cstdio>
+#include <memory>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -59,8 +61,8 @@ absl::Status Drain(Reader& reader, bool json, absl::Mutex* mu) {
   return FromGrpcStatus(reader.Finish());
 }
 
-}  // namespace
-
+// Prints the job's events and its servers' log lines as they come (with `follow`, until
+// the job ends; else what is kept now). The exit code: 0, or Fail's for the first error.
 int ShowJobLogs(v1::JobService::Stub& stub, const std::string& job_id, bool follow, bool json) {
   // Without -f both streams end once the history is out; with it, when the job ends.
   const absl::Duration limit = follow ? absl::Hours(24 * 365) : absl::Seconds(60);
@@ -86,18 +88,27 @@ int ShowJobLogs(v1::JobService::Stub& stub, const std::string& job_id, bool foll
   return 0;
 }
 
-int LogsCommand(Args& args) {
-  const absl::StatusOr<Connection> conn = ResolveConnection(args);
-  const bool follow = args.Flag("f") || args.Flag("follow");
-  const bool json = args.Flag("json");
-  auto pos = args.Positional();
-  if (!args.Done() || pos.size() != 1) {
-    absl::FPrintF(stderr, "usage: lockstep logs JOB [-f] [--json]\n");
-    return 2;
-  }
-  if (!conn.ok()) return Fail(conn.status());
-  auto stub = Connect(*conn);
-  return ShowJobLogs(*stub, pos[0], follow, json);
+}  // namespace
+
+void AddLogsCommand(CLI::App& app, Commands& out) {
+  struct Options {
+    ConnectionOptions connection;
+    std::string id;
+    bool follow = false;
+    bool json = false;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* sub = app.add_subcommand("logs", "a job's events and its servers' log lines");
+  AddConnectionOptions(*sub, o->connection);
+  sub->add_option("JOB", o->id, "the job's id")->required();
+  sub->add_flag("-f,--follow", o->follow, "go on printing what comes until the job ends");
+  sub->add_flag("--json", o->json, "print each event and log line as a line of JSON");
+  out.push_back({sub, [o] {
+                   const absl::StatusOr<Connection> conn = ResolveConnection(o->connection);
+                   if (!conn.ok()) return Fail(conn.status());
+                   auto stub = Connect(*conn);
+                   return ShowJobLogs(*stub, o->id, o->follow, o->json);
+                 }});
 }
 
 }  // namespace lockstep::cli

@@ -1,75 +1,41 @@
-// lockstep: the command-line client. `lockstep help` lists the commands.
+// lockstep: the command-line client. `lockstep --help` lists the commands, `lockstep
+// COMMAND --help` their options.
 #include <cstdio>
-#include <string>
 
 #include "absl/strings/str_format.h"
+#include "clients/cli/args.h"
 #include "clients/cli/commands.h"
-
-namespace lockstep::cli {
-
-namespace {
-
-void Usage(FILE* out) {
-  absl::FPrintF(out,
-                "usage: lockstep COMMAND [ARGS]\n\n"
-                "  train SPEC [--json] [--data DIR] [--threads N]\n"
-                "      train a job spec (YAML or JSON) in this process\n"
-                "  cluster up [--workers N] [--threads T] [--dir DIR] [--port P] [--detach]\n"
-                "      start a local cluster (coordinator + N CPU workers); Ctrl-C stops it\n"
-                "  cluster down [--dir DIR]\n"
-                "      stop a detached local cluster\n"
-                "  submit SPEC [--wait] [--workers N] [--request-id ID] [--json]\n"
-                "  list [--state STATE] [--json]\n"
-                "  status JOB [--json]\n"
-                "  watch JOB [--json]\n"
-                "  logs JOB [-f] [--json]\n"
-                "      a job's events and its servers' log lines; -f follows until it ends\n"
-                "  cancel JOB [--json]\n"
-                "  workers [--json]\n"
-                "  checkpoint JOB [--step S] -o FILE\n"
-                "      download a job's state (safetensors, Flax names): its final checkpoint,\n"
-                "      else its newest snapshot, or the kept snapshot of step S\n"
-                "  health [HOST:PORT] [--server_name NAME]\n"
-                "      exit 0 if the server's gRPC health service is SERVING\n"
-                "  certs [--out DIR] [--hosts NAME,...] [--users NAME,...] [--k8s-secrets FILE]\n"
-                "      make a cluster's CA, certificates and tokens (for compose, Kubernetes)\n\n"
-                "Job commands talk to --coordinator HOST:PORT, else $LOCKSTEP_COORDINATOR, else\n"
-                "the local cluster started by `lockstep cluster up`, over TLS with the bearer\n"
-                "token and CA of --credentials DIR (else $LOCKSTEP_CREDENTIALS, else the local\n"
-                "cluster's), or --tls_ca FILE and --token_file FILE; --insecure for plaintext.\n");
-}
-
-}  // namespace
-}  // namespace lockstep::cli
 
 int main(int argc, char** argv) {
   using namespace lockstep::cli;
-  if (argc < 2) {
-    Usage(stderr);
-    return 2;
+  std::unique_ptr<CLI::App> app =
+      NewApp("Lockstep: data-parallel training as a service", "lockstep");
+  Commands commands;
+  AddTrainCommand(*app, commands);
+  AddClusterCommands(*app, commands);
+  AddJobCommands(*app, commands);
+  AddLogsCommand(*app, commands);
+  AddHealthCommand(*app, commands);
+  AddCertsCommand(*app, commands);
+  CLI::App* help = app->add_subcommand("help", "print this help");
+  commands.push_back({help, [&app] {
+                        absl::PrintF("%s", app->help());
+                        return 0;
+                      }});
+  // After the subcommands, which would inherit it.
+  app->footer(
+      "Job commands talk to --coordinator HOST:PORT, else $LOCKSTEP_COORDINATOR, else the\n"
+      "local cluster started by `lockstep cluster up`, over TLS with the bearer token and CA\n"
+      "of --credentials DIR (else $LOCKSTEP_CREDENTIALS, else the local cluster's), or\n"
+      "--tls_ca FILE and --token_file FILE; --insecure for plaintext.\n"
+      "Exit codes: 0 success, 1 a failed call or a job that did not succeed, 2 bad usage.");
+  if (std::optional<int> exit_code = Parse(*app, argc, argv)) return *exit_code;
+  for (const Command& c : commands) {
+    if (c.app->parsed()) return c.run();
   }
-  const std::string cmd = argv[1];
-  if (cmd == "cluster") {
-    Args args(argc, argv, 3);
-    return ClusterCommand(argc > 2 ? argv[2] : "", args);
-  }
-  Args args(argc, argv, 2);
-  if (cmd == "train") return TrainCommand(argc, argv);
-  if (cmd == "submit") return SubmitCommand(args);
-  if (cmd == "list") return ListCommand(args);
-  if (cmd == "status") return StatusCommand(args);
-  if (cmd == "watch") return WatchCommand(args);
-  if (cmd == "logs") return LogsCommand(args);
-  if (cmd == "cancel") return CancelCommand(args);
-  if (cmd == "workers") return WorkersCommand(args);
-  if (cmd == "checkpoint") return CheckpointCommand(args);
-  if (cmd == "health") return HealthCommand(args);
-  if (cmd == "certs") return CertsCommand(args);
-  if (cmd == "help" || cmd == "--help" || cmd == "-h") {
-    Usage(stdout);
-    return 0;
-  }
-  absl::FPrintF(stderr, "error: unknown command %s\n", cmd);
-  Usage(stderr);
-  return 2;
+  // No command to run: none given, or a group (`cluster`) without its subcommand. (Not
+  // require_subcommand: it would report an unknown command as a missing one.)
+  // help() is the deepest command's given.
+  absl::FPrintF(stderr, "error: a subcommand is required\n%s", app->help());
+  return kUsageExitCode;
 }

@@ -51,23 +51,21 @@ class Printer final : public JobSink {
 };
 
 int Main(int argc, char** argv) {
-  Args args(argc, argv, 1);
-  const bool json = args.Flag("json");
-  const std::string data = args.Value("data", "");
-  const std::string threads = args.Value("threads", "");
-  std::vector<std::string> pos = args.Positional();
-  if (!args.Done() || pos.size() != 1) {
-    absl::FPrintF(stderr, "usage: lockstep train SPEC [--json] [--data DIR] [--threads N]\n");
-    return 2;
-  }
-  auto parsed = LoadSpecFile(pos[0]);
+  std::unique_ptr<CLI::App> app =
+      NewApp("Train a job spec (YAML or JSON) in this process, on the CPU", "lockstep train");
+  std::string spec_file, data;
+  bool json = false;
+  int threads = 0;
+  app->add_option("SPEC", spec_file, "the job spec file")->required();
+  app->add_flag("--json", json, "print one JSON object at the end, no progress");
+  app->add_option("--data", data, "the dataset folder (IDX files), instead of the spec's");
+  app->add_option("--threads", threads, "CPU threads (0: the spec's, else all cores)")
+      ->check(AtLeast(0));
+  if (std::optional<int> exit_code = Parse(*app, argc, argv)) return *exit_code;
+  auto parsed = LoadSpecFile(spec_file);
   if (!parsed.ok()) return Fail(parsed.status());
   if (!data.empty()) parsed->mutable_dataset()->set_path(data);
-  if (!threads.empty()) {
-    auto n = ParseInt("threads", threads);
-    if (!n.ok()) return Fail(n.status());
-    parsed->set_threads(*n);
-  }
+  if (threads > 0) parsed->set_threads(threads);
   auto spec = Validate(*parsed, {.files_in_checkpoint_dir = false});  // this user's own files
   if (!spec.ok()) return Fail(spec.status());
   if (spec->device() != "cpu") {

@@ -177,6 +177,16 @@ TEST_F(JobManagerTest, TheQueueIsBoundedButARetryWithARequestIdGetsItsJob) {
   EXPECT_THAT(Ids(jobs_->List(queued)), ElementsAre(c.id(), b.id()));
   queued.set_limit(1);
   EXPECT_THAT(Ids(jobs_->List(queued)), ElementsAre(c.id()));
+  v1::ListJobsRequest two;  // several states: any of them
+  two.add_states(v1::CANCELLED);
+  two.add_states(v1::QUEUED);
+  EXPECT_THAT(Ids(jobs_->List(two)), ElementsAre(c.id(), b.id(), a.id()));
+  two.set_limit(2);
+  EXPECT_THAT(Ids(jobs_->List(two)), ElementsAre(c.id(), b.id()));
+  v1::ListJobsRequest none;
+  none.add_states(v1::RUNNING);
+  none.add_states(v1::FAILED);
+  EXPECT_THAT(Ids(jobs_->List(none)), ElementsAre());
 }
 
 TEST_F(JobManagerTest, CancelOfAQueuedJobIsImmediateAndOfAnEndedOneFailedPrecondition) {

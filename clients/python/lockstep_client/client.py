@@ -288,44 +288,84 @@ class Client:
               timeout: float | None = None) -> Iterator[Event]:
         """The job's events: history from `from_step` (0: all the coordinator kept), then
         live events until the job ends, when the iterator stops. A watch lasts as long as
-        the job, so it has no deadline unless `timeout` (seconds, for the whole stream) is
-        given. Leaving the loop early cancels the stream. Errors raise LockstepError."""
-        call = self._stub.WatchJob(job_pb2.WatchJobRequest(id=job_id, from_step=from_step),
-                                   timeout=timeout)
-        try:
-            for event in call:
-                yield Event.from_proto(event)
-        except grpc.RpcError as e:
-            raise LockstepError.from_rpc(e) from e
-        finally:
-            call.cancel()
+        the job, so it has no deadline unless `timeout` (seconds, for the whole watch) is
+        given; then LockstepError("DEADLINE_EXCEEDED"). Leaving the loop early cancels
+        the stream.
+
+        A stream that breaks (UNAVAILABLE: a restarted coordinator, a dropped connection)
+        is resumed from the last step seen, and each event comes once: no step is missed
+        or repeated, also when the job recovers from a snapshot and runs steps again.
+        (Only the coordinator's history can be replayed: it keeps a running job's recent
+        steps, and a finished job's states and evaluations only.) Other errors raise
+        LockstepError."""
+        end = None if timeout is None else time.monotonic() + timeout
+        seen = _Resume(from_step)
+        while True:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                raise LockstepError("DEADLINE_EXCEEDED", f"watching {job_id}: {timeout} s passed")
+            call = self._stub.WatchJob(
+                job_pb2.WatchJobRequest(id=job_id, from_step=seen.from_step), timeout=left)
+            try:
+                for event in call:
+                    if seen.first(event):
+                        yield Event.from_proto(event)
+                if seen.ended:
+                    return
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise LockstepError.from_rpc(e) from e
+            finally:
+                call.cancel()
+            # The stream broke, or ended before the job did (a coordinator going down):
+            # resume shortly; while the coordinator is away, the call fails UNAVAILABLE.
+            time.sleep(0.5)
 
     def wait(self, job_id: str, timeout: float | None = None) -> job_pb2.Job:
         """Blocks until the job ends (SUCCEEDED, FAILED or CANCELLED) and returns it.
         Resumes the watch if the stream breaks (UNAVAILABLE); after `timeout` seconds
         (None: no limit) raises LockstepError("DEADLINE_EXCEEDED")."""
         end = None if timeout is None else time.monotonic() + timeout
-
-        def left() -> float | None:  # seconds left; raises once the time is up
-            if end is None:
-                return None
-            remaining = end - time.monotonic()
-            if remaining <= 0:
+        job = self.get(job_id)
+        if job.state not in TERMINAL_STATES:
+            for _ in self.watch(job_id, from_step=job.step, timeout=timeout):
+                pass
+        while True:  # the job has ended; its record may still be on its way
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
                 raise LockstepError("DEADLINE_EXCEEDED", f"{job_id} did not end within {timeout} s")
-            return remaining
+            job = self.get(job_id, timeout=min(self.timeout, left or self.timeout))
+            if job.state in TERMINAL_STATES:
+                return job
+            time.sleep(min(0.2, left or 0.2))
 
-        def get() -> job_pb2.Job:
-            return self.get(job_id, timeout=min(self.timeout, left() or self.timeout))
 
-        job = get()
-        while job.state not in TERMINAL_STATES:
-            try:
-                for _ in self.watch(job_id, from_step=job.step + 1, timeout=left()):
-                    pass
-            except LockstepError as e:
-                if e.code not in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
-                    raise
-            job = get()
-            if job.state not in TERMINAL_STATES:  # the stream broke: resume shortly
-                time.sleep(min(0.5, left() or 0.5))
-        return job
+class _Resume:
+    """Which events of a resumed stream are new, and where to resume: WatchJob replays
+    the job's state events in full and its step and evaluation events from `from_step`
+    on, and a job that recovered from a snapshot reports some steps again. As the CLI's
+    EventResume (clients/cli/resume.h)."""
+
+    def __init__(self, from_step: int) -> None:
+        self.from_step = max(0, from_step - 1)  # the last step seen: none before from_step
+        self.last_eval_step = self.from_step if from_step > 0 else -1
+        self.states: set[bytes] = set()
+        self.ended = False  # a terminal state event arrived
+
+    def first(self, e: job_pb2.JobEvent) -> bool:
+        which = e.WhichOneof("event")
+        if which == "step":
+            if e.step.step <= self.from_step:
+                return False
+            self.from_step = e.step.step
+        elif which == "eval":
+            if e.eval.step <= self.last_eval_step:
+                return False
+            self.last_eval_step = e.eval.step
+        else:
+            key = e.SerializeToString(deterministic=True)
+            if key in self.states:
+                return False
+            self.states.add(key)
+            self.ended = self.ended or (which == "state" and e.state.state in TERMINAL_STATES)
+        return True

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -15,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from lockstep_client import (
@@ -129,6 +132,110 @@ def test_submit_and_watch_to_success(client: Client) -> None:
     assert done.step == 60 and done.last_loss == pytest.approx(steps[-1].loss)
     assert list(done.workers) and done.param_checksum != 0
     assert client.get(job.id) == done
+
+
+class _Unavailable(grpc.RpcError):
+    """What a stream that broke raises (the connection dropped, the coordinator went)."""
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return "stream dropped by the test"
+
+
+class _BreakingStream:
+    """A WatchJob call that breaks after `after` events: the call is cancelled and the
+    iterator raises UNAVAILABLE."""
+
+    def __init__(self, call: Any, after: int) -> None:
+        self._call, self._after = call, after
+
+    def __iter__(self) -> Iterator[Any]:
+        for i, event in enumerate(self._call):
+            if i == self._after:
+                self._call.cancel()
+                raise _Unavailable()
+            yield event
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
+class _DroppingStub:
+    """The client's stub, except that each of the first `drops` WatchJob streams breaks
+    after `after` events; records each WatchJob's from_step."""
+
+    def __init__(self, stub: Any, drops: int, after: int) -> None:
+        self._stub, self._drops, self._after = stub, drops, after
+        self.from_steps: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stub, name)
+
+    def WatchJob(self, request: Any, timeout: float | None = None) -> Any:  # noqa: N802
+        self.from_steps.append(request.from_step)
+        call = self._stub.WatchJob(request, timeout=timeout)
+        return _BreakingStream(call, self._after) if len(self.from_steps) <= self._drops else call
+
+
+def test_watch_resumes_after_dropped_streams(cluster: Path) -> None:
+    address = json.loads((cluster / "cluster.json").read_text())["coordinator"]
+    with Client(address, timeout=10.0, credentials=cluster / "credentials") as c:
+        # Long enough to be running at each drop: a finished job's steps are dropped
+        # from its history once no watcher is behind.
+        job = c.submit(spec(name="py-drops", steps=1500, eval={"every_steps": 500}))
+        dropping = _DroppingStub(c._stub, drops=4, after=12)
+        c._stub = dropping
+        events = list(c.watch(job.id, timeout=120))
+    assert len(dropping.from_steps) == 5, dropping.from_steps
+    resumed_at = dropping.from_steps[1:]
+    assert resumed_at == sorted(resumed_at) and resumed_at[-1] > 0, dropping.from_steps
+    steps = [e.step.step for e in events if e.step is not None]
+    assert steps == list(range(1, 1501)), "a step missed or repeated across the drops"
+    evals = [e.eval.step for e in events if e.eval is not None]
+    assert evals == [500, 1000, 1500], evals
+    states = [(e.state.state, e.unix_ms) for e in events if e.state is not None]
+    assert len(states) == len(set(states)), f"a state event repeated: {states}"
+    assert states[-1][0] == job_pb2.SUCCEEDED
+
+
+def test_watch_resumes_after_the_coordinator_restarts(cluster: Path) -> None:
+    """A real dropped stream: the coordinator is killed mid-job and restarted by `cluster
+    up`'s supervisor; the job recovers from its snapshot and runs some steps again."""
+    record = json.loads((cluster / "cluster.json").read_text())
+    with Client(record["coordinator"], timeout=10.0, credentials=cluster / "credentials") as c:
+        job = c.submit(spec(name="py-restart", steps=1000,
+                                 recovery={"snapshot_every_steps": 50}))
+        steps: list[int] = []
+        states: list[int] = []
+        for event in c.watch(job.id, timeout=240):
+            if event.step is not None:
+                steps.append(event.step.step)
+                if event.step.step == 120:
+                    os.kill(record["pids"][0], signal.SIGKILL)  # the coordinator
+            elif event.state is not None:
+                states.append(event.state.state)
+        assert c.wait(job.id, timeout=60).state == job_pb2.SUCCEEDED
+    assert steps == list(range(1, 1001)), "a step missed or repeated across the restart"
+    assert states[-1] == job_pb2.SUCCEEDED, states
+
+
+def test_plot_loss_example(cluster: Path, tmp_path: Path) -> None:
+    """examples/plot_loss.py against a short job: a PNG of the loss curve."""
+    png = tmp_path / "loss.png"
+    spec_file = tmp_path / "short.json"
+    spec_file.write_text(json.dumps(spec(name="py-plot", steps=30, eval={"every_steps": 10})))
+    env = {**os.environ, "LOCKSTEP_CLUSTER_DIR": str(cluster)}
+    env.pop("LOCKSTEP_COORDINATOR", None)
+    env.pop("LOCKSTEP_CREDENTIALS", None)
+    run = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "examples" / "plot_loss.py"),
+                          "--submit", str(spec_file), "-o", str(png)],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert re.search(r": 30 steps, [1-9]\d* evaluations of job-\S+ \(SUCCEEDED\)", run.stdout), \
+        run.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
 def test_checkpoint_downloads_the_final_state(client: Client, tmp_path: Path) -> None:
