@@ -1,0 +1,45 @@
+// RPC errors by method and code, counted where every status leaves a server: a gRPC server
+// interceptor (StartServer installs it), so that no handler has to remember to.
+//
+//   lockstep_rpc_errors_total{method="lockstep.v1.JobService/SubmitJob",code="NOT_FOUND"}
+//
+// `method` takes the names of Lockstep's services' methods and the health service's;
+// any other name a client sends is counted as "other", so that callers cannot grow the
+// label set.
+#ifndef LOCKSTEP_SERVICES_COMMON_RPC_METRICS_H_
+#define LOCKSTEP_SERVICES_COMMON_RPC_METRICS_H_
+
+#include <grpcpp/support/server_interceptor.h>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/registry.h>
+
+#include <memory>
+#include <set>
+#include <string>
+
+namespace lockstep {
+
+// Thread-safe. The registry must outlive it.
+class RpcMetrics {
+ public:
+  explicit RpcMetrics(prometheus::Registry& registry);
+
+  // Counts one call of `method` ("/package.Service/Method", as gRPC names it) that ended
+  // with `code` (OK is not counted).
+  void CountStatus(const std::string& method, grpc::StatusCode code);
+  // An interceptor factory for grpc::ServerBuilder, counting into this. Outlives nothing:
+  // the RpcMetrics must outlive the server.
+  std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> InterceptorFactory();
+
+  // The label value for `method`: without the leading '/', or "other".
+  std::string MethodLabel(const std::string& method) const;
+
+ private:
+  const std::set<std::string> known_;  // "package.Service/Method"
+  prometheus::Family<prometheus::Counter>& errors_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVICES_COMMON_RPC_METRICS_H_
