@@ -47,6 +47,7 @@ struct JobManager::Record {
   bool cancelled = false;  // Cancel was called while it ran
   // RECOVERING: the workers the scheduler gave it, for its runner to take (Replace).
   std::optional<std::vector<PoolWorker>> replacement;
+  JobSeries* series = nullptr;  // its metrics, from its start (CoordinatorMetrics)
   std::unique_ptr<Sink> sink;
   std::unique_ptr<JobRunner> runner;  // while the job runs, until its thread is joined
   std::thread thread;
@@ -56,7 +57,7 @@ struct JobManager::Record {
 // event log (outside it), and gives it workers again after a loss (Replace).
 class JobManager::Sink final : public JobSink, public WorkerSupply {
  public:
-  Sink(JobManager* m, Record* rec) : m_(m), rec_(rec), log_(rec->log) {}
+  Sink(JobManager* m, Record* rec) : m_(m), rec_(rec), log_(rec->log), series_(rec->series) {}
   void OnSnapshot(int64_t step) override {
     absl::MutexLock lock(&m_->mu_);
     rec_->job.set_snapshot_step(step);
@@ -77,6 +78,7 @@ class JobManager::Sink final : public JobSink, public WorkerSupply {
       rec_->job.set_last_loss(e.loss());
       rec_->job.set_samples_per_sec(e.samples_per_sec());
     }
+    series_->OnStep(e);
     v1::JobEvent ev;
     *ev.mutable_step() = e;
     ev.set_unix_ms(NowMs());
@@ -87,6 +89,7 @@ class JobManager::Sink final : public JobSink, public WorkerSupply {
       absl::MutexLock lock(&m_->mu_);
       *rec_->job.mutable_last_eval() = r;
     }
+    series_->OnEval(r);
     v1::JobEvent ev;
     *ev.mutable_eval() = r;
     ev.set_unix_ms(NowMs());
@@ -97,11 +100,20 @@ class JobManager::Sink final : public JobSink, public WorkerSupply {
   JobManager* m_;
   Record* rec_;
   const std::shared_ptr<EventLog> log_;
+  JobSeries* const series_;
 };
 
 JobManager::JobManager(const CoordinatorOptions& options, WorkerPool* pool, KvTable* kv,
-                       WorkerClientFactory* factory)
-    : options_(options), pool_(pool), kv_(kv), factory_(factory), records_(options.records_dir) {}
+                       WorkerClientFactory* factory, CoordinatorMetrics* metrics)
+    : options_(options),
+      pool_(pool),
+      kv_(kv),
+      factory_(factory),
+      own_metrics_(metrics != nullptr ? nullptr
+                                      : std::make_unique<CoordinatorMetrics>(
+                                            std::make_shared<prometheus::Registry>())),
+      metrics_(metrics != nullptr ? metrics : own_metrics_.get()),
+      records_(options.records_dir) {}
 
 JobManager::~JobManager() {
   {
@@ -140,6 +152,7 @@ absl::Status JobManager::Start() {
       rec->version = rec->persisted = 1;
       rec->log = std::make_shared<EventLog>(options_.history_bytes, &notifier_);
       const std::string id = rec->job.id();
+      metrics_->JobStateChanged(v1::JOB_STATE_UNSPECIFIED, was);
       if (id.rfind("job-", 0) == 0)
         next_id_ = std::max<int64_t>(next_id_, std::atoll(id.c_str() + 4) + 1);
       if (!rec->job.spec().request_id().empty())
@@ -153,6 +166,7 @@ absl::Status JobManager::Start() {
         if (was != v1::QUEUED) {
           rec->resume = true;
           rec->job.set_recoveries(rec->job.recoveries() + 1);
+          metrics_->Recovery();
           rec->job.clear_workers();
         }
         SetStateLocked(*rec, v1::QUEUED, absl::OkStatus(), &saves);
@@ -188,13 +202,16 @@ void JobManager::SchedulerLoop() {
       mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Milliseconds(200));
       if (stopping_) return;
       kicked_ = false;
-      for (const LostWorker& lost : pool_->TakeLost(absl::Now())) {
+      const std::vector<LostWorker> lost_workers = pool_->TakeLost(absl::Now());
+      metrics_->WorkersLost(lost_workers.size());
+      for (const LostWorker& lost : lost_workers) {
         auto it = jobs_.find(lost.worker.job_id);
         if (it != jobs_.end() && it->second->runner) {
           it->second->runner->LoseWorker(lost.worker.id, absl::UnavailableError(lost.reason));
         }
       }
       ScheduleLocked(&saves);
+      metrics_->SetWorkers(pool_->Views().size());
       ended.swap(ended_);
     }
     // The threads of jobs that ended: joined, then their runners (and connections) go.
@@ -221,6 +238,8 @@ void JobManager::SchedulerLoop() {
 
 void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Status& reason,
                                 std::vector<Save>* saves) {
+  metrics_->JobStateChanged(rec.job.state(), state);
+  if (IsTerminal(state)) metrics_->JobEnded(rec.job.id());
   rec.job.set_state(state);
   if (!reason.ok()) {
     rec.job.set_failure_reason(std::string(reason.message()));
@@ -319,6 +338,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const Principa
     rec->version = rec->persisted = 1;
     rec->log = std::make_shared<EventLog>(options_.history_bytes, &notifier_);
     rec->log->Append(StateEvent(v1::QUEUED, ""));
+    metrics_->JobStateChanged(v1::JOB_STATE_UNSPECIFIED, v1::QUEUED);
     spdlog::info("{} QUEUED", job.id());
     const MemoryEstimate memory = EstimateMemory(spec);
     spdlog::info("{}: estimated memory {} MiB on the coordinator, {} MiB on each worker", job.id(),
@@ -337,6 +357,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const Principa
 }
 
 void JobManager::ScheduleLocked(std::vector<Save>* saves) {
+  metrics_->SetQueueLength(queue_.size());
   if (stopping_ || (queue_.empty() && recovering_.empty())) return;
   // Jobs recovering from lost workers come first: they held workers already.
   std::vector<JobDemand> demands;
@@ -359,11 +380,13 @@ void JobManager::ScheduleLocked(std::vector<Save>* saves) {
     rec.job.clear_waiting_for();
     for (const PoolWorker& w : *workers) rec.job.add_workers(w.id);
     SetStateLocked(rec, v1::RUNNING, absl::OkStatus(), saves);
+    rec.series = metrics_->JobStarted(rec.job.id());
     rec.sink = std::make_unique<Sink>(this, &rec);
     rec.runner = std::make_unique<JobRunner>(rec.job.id(), rec.job.spec(), *workers, factory_,
                                              options_, rec.sink.get(), rec.sink.get(), rec.resume);
     rec.thread = std::thread([this, r = &rec] { RunJob(r); });
   }
+  metrics_->SetQueueLength(queue_.size());
 }
 
 void JobManager::RunJob(Record* rec) {
@@ -401,6 +424,7 @@ absl::StatusOr<std::vector<PoolWorker>> JobManager::Replace(Record& rec,
     pool_->Release(rec.job.id());
     rec.job.clear_workers();
     rec.job.set_recoveries(rec.job.recoveries() + 1);
+    metrics_->Recovery();
     rec.replacement.reset();
     SetStateLocked(rec, v1::RECOVERING, reason, &saves);
     recovering_.push_back(rec.job.id());
@@ -486,6 +510,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
     }
     if (rec->job.state() == v1::QUEUED) {
       std::erase(queue_, id);
+      metrics_->SetQueueLength(queue_.size());
       SetStateLocked(*rec, v1::CANCELLED, absl::CancelledError("cancelled by the user"), &saves);
     } else if (rec->runner) {
       rec->cancelled = true;  // ends a wait for workers (Replace)
@@ -505,6 +530,8 @@ std::vector<std::string> JobManager::ForgetOldLocked() {
     if (IsTerminal(rec.job.state()) && rec.persisted == rec.version && rec.pending_saves == 0 &&
         !rec.runner && !rec.thread.joinable()) {
       by_request_id_.erase(RequestKey(rec.job.owner(), rec.job.spec().request_id()));
+      metrics_->JobStateChanged(rec.job.state(), v1::JOB_STATE_UNSPECIFIED);
+      metrics_->JobForgotten(it->first);
       forgotten.push_back(it->first);
       it = jobs_.erase(it);
     } else {
