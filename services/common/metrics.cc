@@ -1,10 +1,18 @@
 #include "services/common/metrics.h"
 
-#include <prometheus/exposer.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <prometheus/text_serializer.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
-#include <exception>
+#include <cstring>
 #include <limits>
 
 #include "absl/strings/match.h"
@@ -12,7 +20,6 @@
 #include "services/common/flags.h"
 
 namespace lockstep {
-
 std::vector<double> DurationBuckets() {
   std::vector<double> out;
   for (double decade = 1e-4; decade < 100; decade *= 10) {
@@ -69,13 +76,24 @@ std::vector<prometheus::MetricFamily> HistogramFamily::Collect() const {
   return {std::move(f)};
 }
 
-MetricsServer::MetricsServer(std::unique_ptr<prometheus::Exposer> exposer, int port)
-    : exposer_(std::move(exposer)), port_(port) {}
+MetricsServer::MetricsServer(int listen_fd, int wake_fd, int port,
+                             std::vector<std::shared_ptr<prometheus::Collectable>> what)
+    : listen_fd_(listen_fd), wake_fd_(wake_fd), port_(port), what_(std::move(what)) {
+  thread_ = std::thread([this] { Serve(); });
+}
 
-MetricsServer::~MetricsServer() = default;
+MetricsServer::~MetricsServer() {
+  const uint64_t one = 1;
+  if (write(wake_fd_, &one, sizeof(one)) < 0) {
+    // An eventfd's write fails only on overflow; Serve wakes either way.
+  }
+  thread_.join();
+  close(listen_fd_);
+  close(wake_fd_);
+}
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
-    const std::string& address, const std::vector<std::shared_ptr<prometheus::Collectable>>& what,
+    const std::string& address, std::vector<std::shared_ptr<prometheus::Collectable>> what,
     const std::string& port_file) {
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == address.size() ||
@@ -83,21 +101,107 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     return absl::InvalidArgumentError(
         absl::StrCat("metrics address ", address, " is not host:port"));
   }
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    // One thread: a scrape every few seconds needs no more.
-    exposer = std::make_unique<prometheus::Exposer>(address, 1);
-  } catch (const std::exception& e) {  // CivetWeb could not bind
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  const std::string service = address.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics address ", address, ": ", gai_strerror(rc)));
+  }
+  const int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int yes = 1;
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  const bool listening =
+      fd >= 0 && bind(fd, found->ai_addr, found->ai_addrlen) == 0 && listen(fd, 16) == 0;
+  const int error = errno;
+  freeaddrinfo(found);
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  if (!listening || getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+    if (fd >= 0) close(fd);
     return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));
+        absl::StrCat("cannot serve metrics on ", address, ": ", std::strerror(error)));
   }
-  const std::vector<int> ports = exposer->GetListeningPorts();
-  if (ports.empty() || ports[0] <= 0) {
-    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address));
+  const int port =
+      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  const int wake = eventfd(0, EFD_CLOEXEC);
+  if (wake < 0) {
+    close(fd);
+    return absl::InternalError("eventfd failed");
   }
-  for (const auto& c : what) exposer->RegisterCollectable(c);
-  WritePortFile(port_file, ports[0]);
-  return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(exposer), ports[0]));
+  WritePortFile(port_file, port);
+  return std::unique_ptr<MetricsServer>(new MetricsServer(fd, wake, port, std::move(what)));
+}
+
+std::string MetricsServer::Page() const {
+  std::vector<prometheus::MetricFamily> families;
+  for (const auto& c : what_) {
+    for (prometheus::MetricFamily& f : c->Collect()) families.push_back(std::move(f));
+  }
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+void MetricsServer::Serve() {
+  while (true) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (fds[1].revents != 0) return;
+    const int connection = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (connection < 0) continue;
+    Answer(connection);
+    close(connection);
+  }
+}
+
+void MetricsServer::Answer(int connection) const {
+  // A slow or silent client holds the thread for at most this long.
+  const timeval limit = {2, 0};
+  setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  setsockopt(connection, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+  std::string request;
+  char buf[1024];
+  while (request.find("\r\n\r\n") == std::string::npos && request.size() < 8192) {
+    const ssize_t n = read(connection, buf, sizeof(buf));
+    if (n <= 0) break;
+    request.append(buf, n);
+  }
+  // "GET /metrics?x HTTP/1.1": the method, and the path without its query.
+  const size_t sp1 = request.find(' ');
+  const size_t sp2 = request.find(' ', sp1 + 1);
+  if (sp1 == std::string::npos || sp2 == std::string::npos) return;
+  const std::string method = request.substr(0, sp1);
+  std::string path = request.substr(sp1 + 1, sp2 - sp1 - 1);
+  path = path.substr(0, path.find('?'));
+  std::string status = "200 OK", body;
+  if (method != "GET" && method != "HEAD") {
+    status = "405 Method Not Allowed";
+  } else if (path != "/metrics") {
+    status = "404 Not Found";
+    body = "Lockstep serves its metrics on /metrics\n";
+  } else {
+    body = Page();
+  }
+  std::string response = absl::StrCat(
+      "HTTP/1.1 ", status, "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n",
+      "Content-Length: ", body.size(), "\r\nConnection: close\r\n\r\n");
+  if (method != "HEAD") response += body;
+  for (size_t sent = 0; sent < response.size();) {
+    const ssize_t n =
+        send(connection, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    sent += n;
+  }
 }
 
 absl::StatusOr<double> ReadMetric(const prometheus::Collectable& c, std::string_view name,

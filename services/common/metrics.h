@@ -2,6 +2,11 @@
 // (--metrics_listen) that serves every registered collectable on /metrics, and a reader of
 // values for unit tests (no HTTP needed).
 //
+// The listener is ours, not prometheus-cpp-pull's Exposer: Debian's CivetWeb (under the
+// Exposer) starts its threads with a fixed 100 KiB stack, smaller than a worker's static
+// TLS (cuBLASLt, OpenBLAS, NCCL: about 170 KiB), so pthread_create fails there with
+// EINVAL. It is one thread answering GET /metrics with prometheus-cpp's TextSerializer.
+//
 // The servers' metrics live in a small class per server (CoordinatorMetrics,
 // WorkerMetrics) that the plain classes call; this file knows nothing about jobs.
 // Counters and gauges are prometheus-cpp's (std::atomic<double>); histograms are ours,
@@ -24,13 +29,10 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
-
-namespace prometheus {
-class Exposer;
-}
 
 namespace lockstep {
 
@@ -69,23 +71,33 @@ class HistogramFamily final : public prometheus::Collectable {
 };
 
 // The HTTP listener: GET /metrics answers the collectables' samples in Prometheus's text
-// format. Plain HTTP, no authentication: bind it to loopback or a private network
-// (deploy/CONFIGURATION.md). The collectables must outlive the server.
+// format (other paths 404, other methods 405), one connection at a time on a thread of
+// its own. Plain HTTP, no authentication: bind it to loopback or a private network
+// (deploy/CONFIGURATION.md). Thread-safe; the destructor stops the thread.
 class MetricsServer {
  public:
-  // Listens on `address` (host:port; port 0 picks one), writing the bound port to
-  // `port_file` when it is not empty. INVALID_ARGUMENT for an address without a port,
-  // UNAVAILABLE naming the address when it cannot listen there.
+  // Listens on `address` (host:port, [v6]:port; port 0 picks one), writing the bound port
+  // to `port_file` when it is not empty. INVALID_ARGUMENT for an address without a port or
+  // a host that does not resolve, UNAVAILABLE naming the address when it cannot listen.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
-      const std::string& address, const std::vector<std::shared_ptr<prometheus::Collectable>>& what,
+      const std::string& address, std::vector<std::shared_ptr<prometheus::Collectable>> what,
       const std::string& port_file);
   ~MetricsServer();
   int port() const { return port_; }
+  // The page GET /metrics answers.
+  std::string Page() const;
 
  private:
-  MetricsServer(std::unique_ptr<prometheus::Exposer> exposer, int port);
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  int port_;
+  MetricsServer(int listen_fd, int wake_fd, int port,
+                std::vector<std::shared_ptr<prometheus::Collectable>> what);
+  void Serve();
+  void Answer(int connection) const;
+
+  const int listen_fd_;
+  const int wake_fd_;  // an eventfd: written by the destructor to end Serve
+  const int port_;
+  const std::vector<std::shared_ptr<prometheus::Collectable>> what_;
+  std::thread thread_;
 };
 
 // The value of the sample `name` with exactly `labels` among what `c` collects: a

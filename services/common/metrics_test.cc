@@ -86,11 +86,18 @@ TEST_F(MetricsServerTest, ServesTheSamplesOnPortZeroAndWritesTheBoundPort) {
   EXPECT_THAT(page, HasSubstr("lockstep_test_things_total{kind=\"x\"} 3"));
   EXPECT_THAT(page, HasSubstr("lockstep_test_seconds_bucket{le=\"1\"} 1"));
   EXPECT_THAT(page, HasSubstr("lockstep_test_seconds_count 1"));
+  EXPECT_EQ(page, server->Page());
+  EXPECT_THAT(HttpGet(server->port(), "/"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("404")));
+  ASSERT_OK_AND_ASSIGN(page, HttpGet(server->port(), "/metrics?again"));
+  EXPECT_THAT(page, HasSubstr("lockstep_test_things_total{kind=\"x\"} 3"));
 }
 
 TEST_F(MetricsServerTest, AnAddressWithoutAPortIsInvalidAndATakenPortUnavailable) {
   EXPECT_THAT(MetricsServer::Start("127.0.0.1", {registry_}, ""),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("host:port")));
+  EXPECT_THAT(MetricsServer::Start("no-such-host.invalid:0", {registry_}, ""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no-such-host.invalid")));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<MetricsServer> first,
                        MetricsServer::Start("127.0.0.1:0", {registry_}, ""));
   const std::string taken = "127.0.0.1:" + std::to_string(first->port());

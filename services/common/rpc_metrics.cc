@@ -1,12 +1,14 @@
 #include "services/common/rpc_metrics.h"
 
 #include <google/protobuf/descriptor.h>
+#include <spdlog/spdlog.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "lockstep/v1/job.grpc.pb.h"
 #include "lockstep/v1/registry.grpc.pb.h"
 #include "lockstep/v1/worker.grpc.pb.h"
+#include "services/common/net.h"
 
 namespace lockstep {
 namespace {
@@ -83,6 +85,26 @@ void RpcMetrics::CountStatus(const std::string& method, grpc::StatusCode code) {
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
 RpcMetrics::InterceptorFactory() {
   return std::make_unique<StatusCounterFactory>(this);
+}
+
+absl::StatusOr<std::unique_ptr<MetricsServer>> ServeMetrics(
+    const std::string& address, const std::string& port_file,
+    const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables, RpcMetrics& rpc,
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>*
+        interceptors) {
+  if (address.empty()) return nullptr;
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server =
+      MetricsServer::Start(address, collectables, port_file);
+  if (!server.ok()) return server.status();
+  interceptors->push_back(rpc.InterceptorFactory());
+  spdlog::info("metrics on http://{}:{}/metrics", HostOf(address), (*server)->port());
+  if (!IsLoopback(address)) {
+    spdlog::warn(
+        "metrics on {} are plain HTTP without authentication: keep the port on a private "
+        "network (job ids and progress, no job data)",
+        address);
+  }
+  return server;
 }
 
 }  // namespace lockstep

@@ -17,6 +17,10 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "services/common/metrics.h"
 
 namespace lockstep {
 
@@ -39,6 +43,16 @@ class RpcMetrics {
   const std::set<std::string> known_;  // "package.Service/Method"
   prometheus::Family<prometheus::Counter>& errors_;
 };
+
+// A server's --metrics_listen: with `address` empty, nothing (null); else serves
+// `collectables` there (its port written to `port_file`), logs where (warning when the
+// address is not loopback: plain HTTP without authentication), and adds `rpc`'s
+// interceptor to *interceptors for the gRPC server. MetricsServer::Start's errors.
+absl::StatusOr<std::unique_ptr<MetricsServer>> ServeMetrics(
+    const std::string& address, const std::string& port_file,
+    const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables, RpcMetrics& rpc,
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>*
+        interceptors);
 
 }  // namespace lockstep
 

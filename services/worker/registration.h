@@ -12,12 +12,15 @@
 
 #include "absl/synchronization/mutex.h"
 #include "lockstep/v1/registry.grpc.pb.h"
+#include "services/worker/worker_metrics.h"
 
 namespace lockstep {
 
 class Registration {
  public:
-  Registration(std::shared_ptr<grpc::Channel> coordinator, v1::RegisterRequest request);
+  // `metrics` (may be null) counts the registrations and heartbeats; it must outlive this.
+  Registration(std::shared_ptr<grpc::Channel> coordinator, v1::RegisterRequest request,
+               WorkerMetrics* metrics = nullptr);
   ~Registration();  // stops the thread
 
  private:
@@ -25,6 +28,7 @@ class Registration {
 
   std::unique_ptr<v1::WorkerRegistry::Stub> stub_;
   const v1::RegisterRequest request_;
+  WorkerMetrics* const metrics_;
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
