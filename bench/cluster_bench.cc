@@ -120,8 +120,11 @@ int CompareMetrics(int rounds, int steps, int threads) {
   int scrapes = 0;
   for (int r = 0; r < rounds; ++r) {
     for (bool metrics : {false, true}) {
-      auto one = MeasureWithMetrics(1, steps, threads, metrics, &scrapes);
-      auto two = MeasureWithMetrics(2, steps, threads, metrics, &scrapes);
+      // --steps 0: the tiny job alone.
+      auto one = steps > 0 ? MeasureWithMetrics(1, steps, threads, metrics, &scrapes)
+                           : absl::StatusOr<JobStats>(JobStats());
+      auto two = steps > 0 ? MeasureWithMetrics(2, steps, threads, metrics, &scrapes)
+                           : absl::StatusOr<JobStats>(JobStats());
       auto empty = MeasureWithMetrics(0, 3000, threads, metrics, &scrapes);
       for (const auto* st : {&one, &two, &empty}) {
         if (!st->ok()) {
@@ -129,7 +132,8 @@ int CompareMetrics(int rounds, int steps, int threads) {
           return 1;
         }
       }
-      share[metrics].push_back(100 * std::max(0.0, one->wall - one->worker) / one->wall);
+      share[metrics].push_back(
+          one->wall > 0 ? 100 * std::max(0.0, one->wall - one->worker) / one->wall : 0);
       one_sps[metrics].push_back(one->samples_per_sec);
       two_sps[metrics].push_back(two->samples_per_sec);
       tiny[metrics].push_back(1000.0 / empty->wall);

@@ -53,7 +53,12 @@ class StatusCounterFactory final : public grpc::experimental::ServerInterceptorF
   explicit StatusCounterFactory(RpcMetrics* metrics) : metrics_(metrics) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    return new StatusCounter(metrics_, info->method() == nullptr ? "" : info->method());
+    const std::string method = info->method() == nullptr ? "" : info->method();
+    // The per-step streams count their statuses themselves (RpcMetrics::kSelfCounted).
+    for (const char* m : RpcMetrics::kSelfCounted) {
+      if (method == m) return nullptr;
+    }
+    return new StatusCounter(metrics_, method);
   }
 
  private:

@@ -141,7 +141,9 @@ int main(int argc, char** argv) {
   CoordinatorMetrics metrics(registry);
   RpcMetrics rpc_metrics(*registry);
   JobManager jobs(opts, &pool, &kv, factory.get(), &metrics);
-  JobServiceImpl job_service(&jobs, &pool, &guard);
+  // With metrics off, nobody counts the WatchJob streams' statuses either.
+  const bool metrics_on = !absl::GetFlag(FLAGS_metrics_listen).empty();
+  JobServiceImpl job_service(&jobs, &pool, &guard, metrics_on ? &rpc_metrics : nullptr);
   WorkerRegistryImpl worker_registry(&pool, &jobs, opts.heartbeat_interval, &guard);
   RendezvousImpl rendezvous(&kv, &guard);
 

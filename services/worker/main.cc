@@ -90,7 +90,8 @@ int Main() {
   WorkerMetrics metrics(registry);
   RpcMetrics rpc_metrics(*registry);
   JobSlot slot(backends->get(), &datasets, collectives.get(), &metrics);
-  WorkerServiceImpl service(&slot, &guard);
+  WorkerServiceImpl service(&slot, &guard,
+                            absl::GetFlag(FLAGS_metrics_listen).empty() ? nullptr : &rpc_metrics);
 
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   absl::StatusOr<std::unique_ptr<MetricsServer>> metrics_server =
