@@ -1,5 +1,6 @@
-// RPC errors by method and code, counted where every status leaves a server: a gRPC server
-// interceptor (StartServer installs it), so that no handler has to remember to.
+// RPC errors by method and code, counted where statuses leave a server: a gRPC server
+// interceptor (StartServer installs it), so that no handler has to remember to, except on
+// the two streams that carry a message per step (kSelfCounted), which count their own.
 //
 //   lockstep_rpc_errors_total{method="lockstep.v1.JobService/SubmitJob",code="NOT_FOUND"}
 //
