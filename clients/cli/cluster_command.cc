@@ -16,6 +16,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "clients/cli/client.h"
 #include "clients/cli/commands.h"
 #include "clients/cluster/cluster_processes.h"
@@ -47,14 +49,19 @@ bool Runs(pid_t pid, std::initializer_list<std::string_view> names) {
 bool IsClusterServer(pid_t pid) { return Runs(pid, {"lockstep-coordinator", "lockstep-worker"}); }
 
 // Writes <dir>/cluster.json, what `cluster down` reads: the coordinator's address, the
-// servers' pids and the supervisor's. Replaced whole, as restarts rewrite it while `cluster
-// down` may be reading it.
+// servers' pids and the supervisor's, and where each serves its Prometheus metrics
+// ("metrics": {"coordinator": host:port, "workers": [host:port, ...]}; "" for a server not
+// listening). Replaced whole, as restarts rewrite it while `cluster down` may be reading it.
 void WriteRecord(const std::string& dir, const std::string& address,
-                 const ClusterProcesses& cluster) {
-  const nlohmann::json record = {{"coordinator", address},
-                                 {"pids", cluster.pids()},
-                                 {"workers", cluster.ServerCount() - 1},
-                                 {"supervisor", getpid()}};
+                 const ClusterProcesses& cluster, const std::vector<std::string>& metrics) {
+  nlohmann::json record = {{"coordinator", address},
+                           {"pids", cluster.pids()},
+                           {"workers", cluster.ServerCount() - 1},
+                           {"supervisor", getpid()}};
+  if (!metrics.empty()) {
+    record["metrics"] = {{"coordinator", metrics[0]},
+                         {"workers", std::vector<std::string>(metrics.begin() + 1, metrics.end())}};
+  }
   const fs::path path = fs::path(dir) / "cluster.json";
   const fs::path tmp = fs::path(dir) / "cluster.json.tmp";
   std::ofstream(tmp) << record.dump(2) << "\n";
@@ -63,18 +70,26 @@ void WriteRecord(const std::string& dir, const std::string& address,
   if (ec) absl::FPrintF(stderr, "cluster up: cannot write %s: %s\n", path.string(), ec.message());
 }
 
+// What `cluster up` tells once the cluster is up: the coordinator's address and the metrics
+// addresses (ClusterProcesses::MetricsAddresses).
+struct Started {
+  std::string address;
+  std::vector<std::string> metrics;
+};
+
 // Starts the cluster and supervises it until one of the signals `stop` (blocked in this
 // thread) arrives, then stops it. `started` hears once how the start went.
 int Supervise(const ClusterOptions& options, const sigset_t& stop,
-              const std::function<void(const absl::Status&, const std::string& address)>& started) {
+              const std::function<void(const absl::Status&, const Started&)>& started) {
   auto cluster = ClusterProcesses::Start(options);
   if (!cluster.ok()) {
-    started(cluster.status(), "");
+    started(cluster.status(), {});
     return 1;
   }
   const std::string address = (*cluster)->address();
-  WriteRecord(options.dir, address, **cluster);
-  started(absl::OkStatus(), address);
+  std::vector<std::string> metrics = (*cluster)->MetricsAddresses();
+  WriteRecord(options.dir, address, **cluster, metrics);
+  started(absl::OkStatus(), {address, metrics});
   Supervisor supervisor(
       cluster->get(), absl::Now(), BackoffOptions{}, [&options](const std::string& line) {
         absl::FPrintF(stderr, "cluster up: %s (logs in %s/logs)\n", line, options.dir);
@@ -82,16 +97,28 @@ int Supervise(const ClusterOptions& options, const sigset_t& stop,
       });
   timespec tick = {0, 200 * 1000 * 1000};
   while (sigtimedwait(&stop, nullptr, &tick) <= 0) {
-    if (supervisor.Poll(absl::Now())) WriteRecord(options.dir, address, **cluster);
+    const bool restarted = supervisor.Poll(absl::Now());
+    // A restarted server serves its metrics on a new port once it is up.
+    std::vector<std::string> now = (*cluster)->MetricsAddresses();
+    if (restarted || now != metrics) {
+      metrics = std::move(now);
+      WriteRecord(options.dir, address, **cluster, metrics);
+    }
   }
   (*cluster)->Stop(kStopGrace);
   fs::remove(fs::path(options.dir) / "cluster.json");
   return 0;
 }
 
-void PrintStarted(const ClusterOptions& options, const std::string& address) {
+void PrintStarted(const ClusterOptions& options, const Started& started) {
   absl::PrintF("cluster up: coordinator %s, %d workers (%d threads each), logs in %s/logs\n",
-               address, options.workers, options.threads_per_worker, options.dir);
+               started.address, options.workers, options.threads_per_worker, options.dir);
+  if (!started.metrics.empty()) {
+    absl::PrintF(
+        "cluster up: Prometheus metrics (GET /metrics, plain HTTP on loopback): coordinator %s, "
+        "workers %s\n",
+        started.metrics[0], absl::StrJoin(started.metrics.begin() + 1, started.metrics.end(), " "));
+  }
   if (options.insecure) {
     absl::PrintF("cluster up: PLAINTEXT, no authentication (--insecure), loopback only\n");
   } else {
@@ -124,8 +151,11 @@ int StartDetached(const ClusterOptions& options, const sigset_t& stop) {
       dup2(out, 2);
     }
     pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-    const int rc = Supervise(options, stop, [&](const absl::Status& st, const std::string& a) {
-      const std::string message = st.ok() ? "ok " + a : st.ToString();
+    const int rc = Supervise(options, stop, [&](const absl::Status& st, const Started& s) {
+      // "ok ADDRESS METRICS,METRICS,...": the metrics list is empty or has no spaces.
+      const std::string message =
+          st.ok() ? absl::StrCat("ok ", s.address, " ", absl::StrJoin(s.metrics, ","))
+                  : st.ToString();
       if (write(fds[1], message.data(), message.size()) < 0) {
         absl::FPrintF(stderr, "cluster up: the launcher is gone\n");
       }
@@ -147,13 +177,16 @@ int StartDetached(const ClusterOptions& options, const sigset_t& stop) {
     if (message.empty()) message = "the supervisor exited; see " + options.dir + "/logs";
     return Fail(absl::UnavailableError(message));
   }
-  const std::string address = message.substr(3);
-  PrintStarted(options, address);
-  absl::PrintF("export LOCKSTEP_COORDINATOR=%s%s   # stop with: lockstep cluster down\n", address,
-               options.insecure
-                   ? " LOCKSTEP_INSECURE=1"
-                   : absl::StrCat(" LOCKSTEP_CREDENTIALS=", fs::absolute(options.dir).string(),
-                                  "/credentials"));
+  Started started;
+  const std::vector<std::string> parts = absl::StrSplit(message.substr(3), ' ');
+  started.address = parts[0];
+  if (parts.size() > 1 && !parts[1].empty()) started.metrics = absl::StrSplit(parts[1], ',');
+  PrintStarted(options, started);
+  absl::PrintF(
+      "export LOCKSTEP_COORDINATOR=%s%s   # stop with: lockstep cluster down\n", started.address,
+      options.insecure ? " LOCKSTEP_INSECURE=1"
+                       : absl::StrCat(" LOCKSTEP_CREDENTIALS=", fs::absolute(options.dir).string(),
+                                      "/credentials"));
   return 0;
 }
 
@@ -194,17 +227,18 @@ int Up(const UpOptions& o) {
   options.workers = n;
   options.threads_per_worker = threads;
   options.insecure = o.insecure;
+  options.metrics = true;  // on loopback only, as the cluster
   if (o.detach) return StartDetached(options, stop);
   // Blocked before anything starts, so that the supervision loop receives Ctrl-C.
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   bool up = false;
-  const int rc = Supervise(options, stop, [&](const absl::Status& st, const std::string& address) {
+  const int rc = Supervise(options, stop, [&](const absl::Status& st, const Started& started) {
     if (!st.ok()) {
       Fail(st);
       return;
     }
     up = true;
-    PrintStarted(options, address);
+    PrintStarted(options, started);
     absl::PrintF("press Ctrl-C to stop\n");
     std::fflush(stdout);
   });

@@ -1,6 +1,7 @@
 // `lockstep cluster up` supervises its servers: the real CLI binary as a child process,
 // its servers killed with SIGKILL, their replacements checked through the coordinator's
-// ListWorkers; and `cluster down` of a detached cluster.
+// ListWorkers; the metrics addresses it records and prints; and `cluster down` of a
+// detached cluster.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -19,6 +20,7 @@
 #include "clients/cluster/cluster_processes.h"
 #include "lockstep/v1/job.grpc.pb.h"
 #include "services/common/credentials.h"
+#include "services/common/http_testing.h"
 #include "services/common/net.h"
 #include "services/common/status.h"
 
@@ -202,9 +204,36 @@ TEST_F(ClusterCommandTest, DetachedClusterRestartsAKilledWorkerAndGoesDown) {
   ASSERT_TRUE(WaitUntil(absl::Seconds(10), [&] { return Workers(address, dir_).size() == 2; }))
       << Logs();
 
+  // Every server's metrics, where the record says and the launcher printed.
+  const nlohmann::json metrics = Record().at("metrics");
+  const std::vector<std::string> workers = metrics.at("workers").get<std::vector<std::string>>();
+  ASSERT_EQ(workers.size(), 2u) << metrics.dump();
+  const std::string coordinator_metrics = metrics.at("coordinator");
+  EXPECT_THAT(
+      ReadFile(fs::path(dir_) / "launcher.log"),
+      HasSubstr(absl::StrCat("Prometheus metrics (GET /metrics, plain HTTP on loopback): "
+                             "coordinator ",
+                             coordinator_metrics, ", workers ", workers[0], " ", workers[1])));
+  auto page = [](const std::string& address) {
+    const int port = std::stoi(address.substr(address.rfind(':') + 1));
+    return testing::HttpGet(port, "/metrics").value_or("");
+  };
+  // The coordinator counts the registered workers on its scheduler's next round.
+  EXPECT_TRUE(WaitUntil(absl::Seconds(5), [&] {
+    return page(coordinator_metrics).find("\nlockstep_workers 2\n") != std::string::npos;
+  })) << page(coordinator_metrics);
+  EXPECT_THAT(page(workers[0]), HasSubstr("lockstep_worker_heartbeats_total{result=\"ok\"}"));
+
   KillWorkerAndWaitForItsReplacement(1);
   EXPECT_THAT(ReadFile(fs::path(dir_) / "logs" / "supervisor.log"),
               HasSubstr("worker-1 killed by signal 9"));
+  // The replacement serves its metrics on a port of its own, and the record says where.
+  std::string replaced;
+  EXPECT_TRUE(WaitUntil(absl::Seconds(10), [&] {
+    replaced = Record().at("metrics").at("workers").at(1);
+    return !replaced.empty() && replaced != workers[1];
+  })) << Record().dump();
+  EXPECT_THAT(page(replaced), HasSubstr("lockstep_worker_registrations_total 1"));
 
   const std::vector<pid_t> servers = Record().at("pids").get<std::vector<pid_t>>();
   const int down = WaitExit(Cli({"down"}), absl::Seconds(30));

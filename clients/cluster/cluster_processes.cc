@@ -126,6 +126,28 @@ std::vector<std::string> ClusterProcesses::SecurityFlags(const TlsFiles& files) 
   return {"--tls_ca=" + files.ca, "--tls_cert=" + files.cert, "--tls_key=" + files.key};
 }
 
+std::string ClusterProcesses::MetricsPortFile(const std::string& name) const {
+  return (fs::path(options_.dir) / (name + ".metrics_port")).string();
+}
+
+std::vector<std::string> ClusterProcesses::MetricsFlags(const std::string& name) const {
+  if (!options_.metrics) return {};
+  fs::remove(MetricsPortFile(name));
+  return {"--metrics_listen=127.0.0.1:0", "--metrics_port_file=" + MetricsPortFile(name)};
+}
+
+std::vector<std::string> ClusterProcesses::MetricsAddresses() const {
+  std::vector<std::string> out;
+  if (!options_.metrics) return out;
+  const std::vector<pid_t> running = pids();
+  for (int i = 0; i < ServerCount(); ++i) {
+    const std::string port =
+        running[i] > 0 ? ReadPortFile(MetricsPortFile(ServerName(i)), absl::ZeroDuration()) : "";
+    out.push_back(port.empty() ? "" : "127.0.0.1:" + port);
+  }
+  return out;
+}
+
 absl::StatusOr<pid_t> ClusterProcesses::SpawnCoordinator(int port) {
   const std::string port_file = (fs::path(options_.dir) / "coordinator.port").string();
   fs::remove(port_file);
@@ -136,6 +158,7 @@ absl::StatusOr<pid_t> ClusterProcesses::SpawnCoordinator(int port) {
     argv.push_back(std::move(flag));
   }
   if (!options_.insecure) argv.push_back("--tokens_file=" + TokensFile(credentials_dir()));
+  for (std::string& flag : MetricsFlags(ServerName(0))) argv.push_back(std::move(flag));
   argv.insert(argv.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
   return SpawnServer(argv, options_.dir + "/logs/coordinator.log");
 }
@@ -186,6 +209,7 @@ absl::StatusOr<pid_t> ClusterProcesses::SpawnWorker(int index) {
   for (std::string& flag : SecurityFlags(WorkerTls(credentials_dir()))) {
     argv.push_back(std::move(flag));
   }
+  for (std::string& flag : MetricsFlags(ServerName(1 + index))) argv.push_back(std::move(flag));
   return SpawnServer(argv, absl::StrCat(options_.dir, "/logs/worker-", index, ".log"));
 }
 

@@ -33,6 +33,8 @@ struct ClusterOptions {
   // (credentials.h; users: callers with role user besides admin).
   bool insecure = false;
   std::vector<std::string> users;
+  // Every server serves Prometheus metrics on 127.0.0.1 at a free port (MetricsAddresses).
+  bool metrics = false;
 };
 
 // As SupervisedServers, server 0 is the coordinator and server 1 + i is worker i.
@@ -52,6 +54,9 @@ class ClusterProcesses : public SupervisedServers {
   std::shared_ptr<grpc::Channel> Channel(const std::string& user = "admin") const;
   // The coordinator first, then the workers in start order (-1 for one killed).
   std::vector<pid_t> pids() const;
+  // With options.metrics, where each server serves its metrics (host:port, GET /metrics),
+  // in pids()'s order: "" for one killed or not listening yet. Empty without.
+  std::vector<std::string> MetricsAddresses() const;
 
   // Starts one more worker and waits until it registers; returns its worker id.
   absl::StatusOr<std::string> AddWorker();
@@ -78,6 +83,10 @@ class ClusterProcesses : public SupervisedServers {
   absl::StatusOr<pid_t> SpawnWorker(int index);
   // The flags giving a server its certificate (or --insecure).
   std::vector<std::string> SecurityFlags(const TlsFiles& files) const;
+  // The flags serving server `name`'s metrics (none without options.metrics), its port
+  // file removed.
+  std::vector<std::string> MetricsFlags(const std::string& name) const;
+  std::string MetricsPortFile(const std::string& name) const;
   // The id of the registered worker called `name`.
   absl::StatusOr<std::string> WorkerId(const std::string& name);
 

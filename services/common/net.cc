@@ -94,12 +94,15 @@ void ConfigureServer(grpc::ServerBuilder& builder, const std::string& address,
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
 }
 
-absl::StatusOr<Serving> StartServer(const std::string& address, const Transport& transport,
-                                    const std::vector<grpc::Service*>& services,
-                                    const std::string& port_file) {
+absl::StatusOr<Serving> StartServer(
+    const std::string& address, const Transport& transport,
+    const std::vector<grpc::Service*>& services, const std::string& port_file,
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors) {
   grpc::ServerBuilder builder;
   Serving s;
   ConfigureServer(builder, address, transport, &s.port);
+  if (!interceptors.empty()) builder.experimental().SetInterceptorCreators(std::move(interceptors));
   for (grpc::Service* service : services) builder.RegisterService(service);
   s.server = builder.BuildAndStart();
   if (!s.server || s.port == 0) {

@@ -67,16 +67,18 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const Tra
 void ConfigureServer(grpc::ServerBuilder& builder, const std::string& address,
                      const Transport& transport, int* selected_port);
 
-// A server listening on `address` with `services` (ConfigureServer's settings), its port
-// written to `port_file` when that is set. UNAVAILABLE naming the address when it cannot
-// listen there.
+// A server listening on `address` with `services` (ConfigureServer's settings) and
+// `interceptors` (e.g. RpcMetrics's), its port written to `port_file` when that is set.
+// UNAVAILABLE naming the address when it cannot listen there.
 struct Serving {
   std::unique_ptr<grpc::Server> server;
   int port = 0;
 };
-absl::StatusOr<Serving> StartServer(const std::string& address, const Transport& transport,
-                                    const std::vector<grpc::Service*>& services,
-                                    const std::string& port_file);
+absl::StatusOr<Serving> StartServer(
+    const std::string& address, const Transport& transport,
+    const std::vector<grpc::Service*>& services, const std::string& port_file,
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors = {});
 
 // "host:port" -> host; the part before the last ':' (brackets stripped).
 std::string HostOf(const std::string& address);

@@ -51,6 +51,7 @@ struct JobManager::Record {
   bool cancelled = false;  // Cancel was called while it ran
   // RECOVERING: the workers the scheduler gave it, for its runner to take (Replace).
   std::optional<std::vector<PoolWorker>> replacement;
+  JobSeries* series = nullptr;  // its metrics, from its start (CoordinatorMetrics)
   std::unique_ptr<Sink> sink;
   std::unique_ptr<JobRunner> runner;  // while the job runs, until its thread is joined
   std::thread thread;
@@ -61,7 +62,7 @@ struct JobManager::Record {
 class JobManager::Sink final : public JobSink, public WorkerSupply {
  public:
   Sink(JobManager* m, Record* rec)
-      : m_(m), rec_(rec), log_(rec->log), tensorboard_(rec->tensorboard) {}
+      : m_(m), rec_(rec), log_(rec->log), tensorboard_(rec->tensorboard), series_(rec->series) {}
   void OnSnapshot(int64_t step) override {
     absl::MutexLock lock(&m_->mu_);
     rec_->job.set_snapshot_step(step);
@@ -82,6 +83,7 @@ class JobManager::Sink final : public JobSink, public WorkerSupply {
       rec_->job.set_last_loss(e.loss());
       rec_->job.set_samples_per_sec(e.samples_per_sec());
     }
+    series_->OnStep(e);
     v1::JobEvent ev;
     *ev.mutable_step() = e;
     ev.set_unix_ms(NowMs());
@@ -93,6 +95,7 @@ class JobManager::Sink final : public JobSink, public WorkerSupply {
       absl::MutexLock lock(&m_->mu_);
       *rec_->job.mutable_last_eval() = r;
     }
+    series_->OnEval(r);
     v1::JobEvent ev;
     *ev.mutable_eval() = r;
     ev.set_unix_ms(NowMs());
@@ -105,11 +108,20 @@ class JobManager::Sink final : public JobSink, public WorkerSupply {
   Record* rec_;
   const std::shared_ptr<EventLog> log_;
   const std::shared_ptr<TensorBoardWriter> tensorboard_;
+  JobSeries* const series_;
 };
 
 JobManager::JobManager(const CoordinatorOptions& options, WorkerPool* pool, KvTable* kv,
-                       WorkerClientFactory* factory)
-    : options_(options), pool_(pool), kv_(kv), factory_(factory), records_(options.records_dir) {}
+                       WorkerClientFactory* factory, CoordinatorMetrics* metrics)
+    : options_(options),
+      pool_(pool),
+      kv_(kv),
+      factory_(factory),
+      own_metrics_(metrics != nullptr ? nullptr
+                                      : std::make_unique<CoordinatorMetrics>(
+                                            std::make_shared<prometheus::Registry>())),
+      metrics_(metrics != nullptr ? metrics : own_metrics_.get()),
+      records_(options.records_dir) {}
 
 JobManager::~JobManager() {
   {
@@ -149,6 +161,7 @@ absl::Status JobManager::Start() {
       rec->log = std::make_shared<EventLog>(options_.history_bytes, &notifier_);
       rec->logs = NewLogs(rec->job.id());
       const std::string id = rec->job.id();
+      metrics_->JobStateChanged(v1::JOB_STATE_UNSPECIFIED, was);
       if (id.rfind("job-", 0) == 0)
         next_id_ = std::max<int64_t>(next_id_, std::atoll(id.c_str() + 4) + 1);
       if (!rec->job.spec().request_id().empty())
@@ -164,6 +177,7 @@ absl::Status JobManager::Start() {
         if (was != v1::QUEUED) {
           rec->resume = true;
           rec->job.set_recoveries(rec->job.recoveries() + 1);
+          metrics_->Recovery();
           rec->job.clear_workers();
         }
         SetStateLocked(*rec, v1::QUEUED, absl::OkStatus(), &saves);
@@ -199,13 +213,16 @@ void JobManager::SchedulerLoop() {
       mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Milliseconds(200));
       if (stopping_) return;
       kicked_ = false;
-      for (const LostWorker& lost : pool_->TakeLost(absl::Now())) {
+      const std::vector<LostWorker> lost_workers = pool_->TakeLost(absl::Now());
+      metrics_->WorkersLost(lost_workers.size());
+      for (const LostWorker& lost : lost_workers) {
         auto it = jobs_.find(lost.worker.job_id);
         if (it != jobs_.end() && it->second->runner) {
           it->second->runner->LoseWorker(lost.worker.id, absl::UnavailableError(lost.reason));
         }
       }
       ScheduleLocked(&saves);
+      metrics_->SetWorkers(pool_->Views().size());
       ended.swap(ended_);
       const absl::Time now = absl::Now();
       std::erase_if(logs_to_close_, [now](const auto& due) {
@@ -238,6 +255,8 @@ void JobManager::SchedulerLoop() {
 
 void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Status& reason,
                                 std::vector<Save>* saves) {
+  metrics_->JobStateChanged(rec.job.state(), state);
+  if (IsTerminal(state)) metrics_->JobEnded(rec.job.id());
   rec.job.set_state(state);
   if (!reason.ok()) {
     rec.job.set_failure_reason(std::string(reason.message()));
@@ -340,6 +359,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const Principa
     rec->version = rec->persisted = 1;
     rec->log = std::make_shared<EventLog>(options_.history_bytes, &notifier_);
     rec->log->Append(StateEvent(v1::QUEUED, ""));
+    metrics_->JobStateChanged(v1::JOB_STATE_UNSPECIFIED, v1::QUEUED);
     rec->tensorboard = NewTensorBoardWriter(job);
     rec->logs = NewLogs(job.id());
     LogJob(spdlog::level::info, {job.id()}, absl::StrCat("QUEUED, submitted by ", owner));
@@ -361,6 +381,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const Principa
 }
 
 void JobManager::ScheduleLocked(std::vector<Save>* saves) {
+  metrics_->SetQueueLength(queue_.size());
   if (stopping_ || (queue_.empty() && recovering_.empty())) return;
   // Jobs recovering from lost workers come first: they held workers already.
   std::vector<JobDemand> demands;
@@ -384,11 +405,13 @@ void JobManager::ScheduleLocked(std::vector<Save>* saves) {
     rec.job.clear_waiting_for();
     for (const PoolWorker& w : *workers) rec.job.add_workers(w.id);
     SetStateLocked(rec, v1::RUNNING, absl::OkStatus(), saves);
+    rec.series = metrics_->JobStarted(rec.job.id());
     rec.sink = std::make_unique<Sink>(this, &rec);
     rec.runner = std::make_unique<JobRunner>(rec.job.id(), rec.job.spec(), *workers, factory_,
                                              options_, rec.sink.get(), rec.sink.get(), rec.resume);
     rec.thread = std::thread([this, r = &rec] { RunJob(r); });
   }
+  metrics_->SetQueueLength(queue_.size());
 }
 
 void JobManager::RunJob(Record* rec) {
@@ -426,6 +449,7 @@ absl::StatusOr<std::vector<PoolWorker>> JobManager::Replace(Record& rec,
     pool_->Release(rec.job.id());
     rec.job.clear_workers();
     rec.job.set_recoveries(rec.job.recoveries() + 1);
+    metrics_->Recovery();
     rec.replacement.reset();
     SetStateLocked(rec, v1::RECOVERING, reason, &saves);
     recovering_.push_back(rec.job.id());
@@ -560,6 +584,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
     }
     if (rec->job.state() == v1::QUEUED) {
       std::erase(queue_, id);
+      metrics_->SetQueueLength(queue_.size());
       SetStateLocked(*rec, v1::CANCELLED, absl::CancelledError("cancelled by the user"), &saves);
     } else if (rec->runner) {
       rec->cancelled = true;  // ends a wait for workers (Replace)
@@ -583,6 +608,8 @@ std::vector<std::string> JobManager::ForgetOldLocked() {
         absl::MutexLock logs_lock(&logs_mu_);
         logs_.erase(it->first);
       }
+      metrics_->JobStateChanged(rec.job.state(), v1::JOB_STATE_UNSPECIFIED);
+      metrics_->JobForgotten(it->first);
       forgotten.push_back(it->first);
       it = jobs_.erase(it);
     } else {

@@ -6,7 +6,8 @@
 // Its parts, each with one concern: job records on disk (JobRecords, written outside
 // this class's lock), each job's event log (EventLog, its own lock, for watchers) and
 // TensorBoard event files (TensorBoardWriter, written on a thread of their own), the
-// pool (WorkerPool) and the policy (PlanSchedule, pure).
+// pool (WorkerPool) and the policy (PlanSchedule, pure). Its metrics (CoordinatorMetrics)
+// follow state changes under mu_, and each step on the job's runner thread.
 //
 // Thread-safe. Lock order: submit_mu_, then mu_, then the WorkerPool's lock; a job's
 // CancelToken callbacks may run under mu_ and take only leaf locks (a gRPC call's, a step
@@ -29,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "lockstep/v1/job.pb.h"
 #include "services/common/auth.h"
+#include "services/coordinator/coordinator_metrics.h"
 #include "services/coordinator/event_log.h"
 #include "services/coordinator/job_records.h"
 #include "services/coordinator/job_runner.h"
@@ -42,9 +44,10 @@ namespace lockstep {
 
 class JobManager {
  public:
-  // All must outlive the manager. `kv` may be null (no rendezvous keys to drop).
+  // All must outlive the manager. `kv` may be null (no rendezvous keys to drop);
+  // `metrics` too (the manager keeps its own, unserved).
   JobManager(const CoordinatorOptions& options, WorkerPool* pool, KvTable* kv,
-             WorkerClientFactory* factory);
+             WorkerClientFactory* factory, CoordinatorMetrics* metrics = nullptr);
   ~JobManager();  // cancels running jobs and joins every thread
 
   // Reloads the job records and starts the scheduler thread: jobs a previous coordinator
@@ -150,6 +153,8 @@ class JobManager {
   WorkerPool* pool_;
   KvTable* kv_;
   WorkerClientFactory* factory_;
+  std::unique_ptr<CoordinatorMetrics> own_metrics_;  // when none was given
+  CoordinatorMetrics* metrics_;
   JobRecords records_;
 
   absl::Mutex submit_mu_;  // serializes Submit, whose write to disk happens under it

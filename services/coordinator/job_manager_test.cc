@@ -95,7 +95,10 @@ class JobManagerTest : public ::testing::Test {
   absl::Status Start(std::vector<FakeWorker> fakes = {}) {
     jobs_.reset();
     factory_ = std::make_unique<FakeClientFactory>(std::move(fakes));
-    jobs_ = std::make_unique<JobManager>(options_, pool_.get(), kv_.get(), factory_.get());
+    registry_ = std::make_shared<prometheus::Registry>();  // a restarted process's
+    metrics_ = std::make_unique<CoordinatorMetrics>(registry_);
+    jobs_ = std::make_unique<JobManager>(options_, pool_.get(), kv_.get(), factory_.get(),
+                                         metrics_.get());
     return jobs_->Start();
   }
   // Workers at "fake:<first>".. (FakeClientFactory connects its i-th Connect to rank i).
@@ -123,7 +126,17 @@ class JobManagerTest : public ::testing::Test {
   std::unique_ptr<WorkerPool> pool_ = std::make_unique<WorkerPool>(absl::Hours(1), "");
   std::unique_ptr<KvTable> kv_;  // none unless a test makes one
   std::unique_ptr<FakeClientFactory> factory_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<CoordinatorMetrics> metrics_;  // outlives jobs_
   std::unique_ptr<JobManager> jobs_;
+  // The value of a metric of the manager's (CoordinatorMetrics), -1 if it has none.
+  double Metric(const std::string& name, const prometheus::Labels& labels = {}) {
+    for (const auto& c : metrics_->collectables()) {
+      absl::StatusOr<double> v = ReadMetric(*c, name, labels);
+      if (v.ok()) return *v;
+    }
+    return -1;
+  }
 };
 
 TEST_F(JobManagerTest, RunsAJobToSucceededOnTheRegisteredWorkers) {
@@ -143,6 +156,32 @@ TEST_F(JobManagerTest, RunsAJobToSucceededOnTheRegisteredWorkers) {
   EXPECT_THAT(jobs_->Cancel(job.id()),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr(job.id())));
   EXPECT_THAT(jobs_->Get("job-999999"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("999")));
+}
+
+TEST_F(JobManagerTest, MetricsFollowAJobFromTheQueueToItsEnd) {
+  ASSERT_OK(Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(Spec(2)));  // no workers yet: queued
+  EXPECT_EQ(Metric("lockstep_jobs", {{"state", "QUEUED"}}), 1);
+  EXPECT_EQ(Metric("lockstep_job_queue_length"), 1);
+  EXPECT_EQ(Metric("lockstep_job_step", {{"job_id", job.id()}}), -1);  // none before it runs
+  Register(2);
+  jobs_->Kick();
+  const v1::Job done = AwaitEnd(*jobs_, job.id());
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
+  const prometheus::Labels labels = {{"job_id", job.id()}};
+  EXPECT_EQ(Metric("lockstep_jobs", {{"state", "QUEUED"}}), 0);
+  EXPECT_EQ(Metric("lockstep_jobs", {{"state", "RUNNING"}}), 0);
+  EXPECT_EQ(Metric("lockstep_jobs", {{"state", "SUCCEEDED"}}), 1);
+  EXPECT_EQ(Metric("lockstep_jobs_finished_total", {{"state", "SUCCEEDED"}}), 1);
+  EXPECT_EQ(Metric("lockstep_job_queue_length"), 0);
+  EXPECT_EQ(Metric("lockstep_job_step", labels), 6);
+  EXPECT_EQ(Metric("lockstep_job_total_steps", labels), 6);
+  EXPECT_EQ(Metric("lockstep_job_loss", labels), 4.5);  // the fakes' losses, as above
+  EXPECT_EQ(Metric("lockstep_job_eval_accuracy", labels), done.last_eval().test_accuracy());
+  EXPECT_GT(Metric("lockstep_job_samples_per_second", labels), 0);
+  EXPECT_EQ(Metric("lockstep_steps_total"), 6);
+  EXPECT_EQ(Metric("lockstep_step_phase_seconds_count", {{"phase", "compute"}}), 6);
+  EXPECT_EQ(Metric("lockstep_recoveries_total"), 0);
 }
 
 TEST_F(JobManagerTest, AJobWaitsQueuedUntilEnoughWorkersRegister) {
@@ -287,6 +326,8 @@ TEST_F(JobManagerTest, FinishedJobsBeyondMaxJobsKeptAreForgottenWithTheirRecords
   ASSERT_OK_AND_ASSIGN(v1::Job c, jobs_->Submit(Spec(1)));  // a third job: the oldest ended goes
   EXPECT_THAT(jobs_->Get(a.id()), StatusIs(absl::StatusCode::kNotFound, HasSubstr(a.id())));
   EXPECT_THAT(Ids(jobs_->List({})), ElementsAre(c.id(), b.id()));
+  EXPECT_EQ(Metric("lockstep_jobs", {{"state", "CANCELLED"}}), 1);  // a is forgotten
+  EXPECT_EQ(Metric("lockstep_jobs", {{"state", "QUEUED"}}), 1);
   jobs_.reset();  // every write and erase done
   EXPECT_THAT(RecordFiles(), UnorderedElementsAre(b.id() + ".json", c.id() + ".json"));
   ASSERT_OK(Start());
@@ -337,6 +378,8 @@ TEST_F(JobManagerTest, AWorkerLostByHeartbeatFailsItsJobWithUnavailableNamingIt)
   EXPECT_THAT(done.failure_reason(),
               AllOf(HasSubstr("worker w0000 at fake:0"), HasSubstr("heartbeats")));
   EXPECT_EQ(pool_->List().size(), 0u);  // both lost
+  EXPECT_EQ(Metric("lockstep_workers_lost_total"), 2);
+  EXPECT_EQ(Metric("lockstep_jobs_finished_total", {{"state", "FAILED"}}), 1);
 }
 
 TEST_F(JobManagerTest, AJobWhoseStepsFailRecoversAndSucceeds) {
@@ -349,6 +392,8 @@ TEST_F(JobManagerTest, AJobWhoseStepsFailRecoversAndSucceeds) {
   EXPECT_EQ(done.recoveries(), 1);
   EXPECT_EQ(done.step(), 6);
   EXPECT_TRUE(done.failure_reason().empty());
+  EXPECT_EQ(Metric("lockstep_recoveries_total"), 1);
+  EXPECT_EQ(Metric("lockstep_steps_total") - Metric("lockstep_replayed_steps_total"), 6);
 }
 
 TEST_F(JobManagerTest, AJobOutOfRestartsFailsWithTheHistory) {

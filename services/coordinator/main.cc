@@ -13,8 +13,11 @@
 #include "services/common/auth.h"
 #include "services/common/flags.h"
 #include "services/common/job_log.h"
+#include "services/common/metrics.h"
 #include "services/common/net.h"
+#include "services/common/rpc_metrics.h"
 #include "services/common/server_security.h"
+#include "services/coordinator/coordinator_metrics.h"
 #include "services/coordinator/job_manager.h"
 #include "services/coordinator/service.h"
 
@@ -40,6 +43,11 @@ ABSL_FLAG(int, max_queued_jobs, 1000, "submitting past this many queued jobs is 
 ABSL_FLAG(std::string, tokens_file, "",
           "the job API's callers: lines TOKEN NAME ROLE (user or admin); required with TLS");
 ABSL_FLAG(std::string, port_file, "", "write the port actually bound here (for --listen :0)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port to serve Prometheus metrics on, plain HTTP without tokens (port 0: pick "
+          "one; empty: off). Keep it on loopback or a private network");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "write the metrics port actually bound here (for --metrics_listen with port 0)");
 // The workers' --data_root, checked here as written so that a dataset path outside it
 // (/etc, /proc/self, ../..) is refused at submit, not after the job was scheduled. The
 // coordinator cannot see the workers' files: each worker checks again, symlinks
@@ -70,6 +78,8 @@ int main(int argc, char** argv) {
                                   "max_queued_jobs",
                                   "tokens_file",
                                   "port_file",
+                                  "metrics_listen",
+                                  "metrics_port_file",
                                   "data_root",
                                   "log_format"};
   env.insert(env.end(), kSecurityFlags.begin(), kSecurityFlags.end());
@@ -139,14 +149,19 @@ int main(int argc, char** argv) {
   WorkerPool pool(opts.heartbeat_timeout);
   KvTable kv;
   auto factory = NewGrpcWorkerClientFactory(*transport);
-  JobManager jobs(opts, &pool, &kv, factory.get());
+  auto registry = std::make_shared<prometheus::Registry>();
+  CoordinatorMetrics metrics(registry);
+  RpcMetrics rpc_metrics(*registry);
+  JobManager jobs(opts, &pool, &kv, factory.get(), &metrics);
   // Lines about a job go to its log (WatchLogs) while `jobs` lives: the guard goes first.
   SetLogTap([&jobs](const v1::LogLine& line) { jobs.AppendLog(line); });
   struct TapGuard {
     ~TapGuard() { SetLogTap(nullptr); }
   } tap_guard;
-  JobServiceImpl job_service(&jobs, &pool, &guard);
-  WorkerRegistryImpl registry(&pool, &jobs, opts.heartbeat_interval, &guard);
+  // With metrics off, nobody counts the WatchJob streams' statuses either.
+  const bool metrics_on = !absl::GetFlag(FLAGS_metrics_listen).empty();
+  JobServiceImpl job_service(&jobs, &pool, &guard, metrics_on ? &rpc_metrics : nullptr);
+  WorkerRegistryImpl worker_registry(&pool, &jobs, opts.heartbeat_interval, &guard);
   RendezvousImpl rendezvous(&kv, &guard);
 
   // The records are reloaded before the server takes its first Submit.
@@ -154,8 +169,18 @@ int main(int argc, char** argv) {
     spdlog::error("cannot reload the job records: {}", st.ToString());
     return 1;
   }
-  absl::StatusOr<Serving> serving = StartServer(
-      listen, *transport, {&job_service, &registry, &rendezvous}, absl::GetFlag(FLAGS_port_file));
+  // Metrics first: once the job API's port is written, both are there.
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  absl::StatusOr<std::unique_ptr<MetricsServer>> metrics_server =
+      ServeMetrics(absl::GetFlag(FLAGS_metrics_listen), absl::GetFlag(FLAGS_metrics_port_file),
+                   metrics.collectables(), rpc_metrics, &interceptors);
+  if (!metrics_server.ok()) {
+    spdlog::error("--metrics_listen: {}", metrics_server.status().ToString());
+    return 1;
+  }
+  absl::StatusOr<Serving> serving =
+      StartServer(listen, *transport, {&job_service, &worker_registry, &rendezvous},
+                  absl::GetFlag(FLAGS_port_file), std::move(interceptors));
   if (!serving.ok()) {
     spdlog::error("{}", serving.status().ToString());
     return 1;

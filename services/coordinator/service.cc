@@ -21,13 +21,15 @@ namespace {
 // core->reactor is set, and OnDone clears it first.
 class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
  public:
-  WatchReactor(std::unique_ptr<JobManager::Watch> watch, int64_t from_step, bool history_only)
+  WatchReactor(std::unique_ptr<JobManager::Watch> watch, int64_t from_step, bool history_only,
+               RpcMetrics* rpc)
       : watch_(std::move(watch)),
         core_(std::make_shared<Core>(
             watch_->log(), from_step, watch_->replay_until(),
             history_only ? watch_->replay_until() : std::numeric_limits<int64_t>::max())) {
     absl::MutexLock lock(&core_->mu);
     core_->reactor = this;
+    core_->rpc = rpc;
     core_->wake = core_->log->Subscribe([weak = std::weak_ptr<Core>(core_)] {
       if (auto core = weak.lock()) {
         absl::MutexLock lock(&core->mu);
@@ -69,7 +71,8 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
       if (reactor == nullptr || finished || writing) return;
       if (cancelled) {
         finished = true;
-        reactor->Finish(grpc::Status::CANCELLED);
+        reactor->Finish(
+            RpcMetrics::Counted(rpc, RpcMetrics::kWatchJobMethod, grpc::Status::CANCELLED));
         return;
       }
       if (pending.empty() && !closed) {
@@ -94,6 +97,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
     const int64_t from_step, replay_until, stop_at;
     absl::Mutex mu;
     WatchReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;  // null once done
+    RpcMetrics* rpc = nullptr;                            // may be null
     EventLog::Wake wake ABSL_GUARDED_BY(mu);
     int64_t cursor ABSL_GUARDED_BY(mu) = 0;
     std::deque<v1::JobEvent> pending ABSL_GUARDED_BY(mu);
@@ -111,7 +115,9 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
 // A stream refused at the start.
 class RefusedReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
  public:
-  explicit RefusedReactor(const absl::Status& st) { Finish(ToGrpcStatus(st)); }
+  RefusedReactor(const absl::Status& st, RpcMetrics* rpc) {
+    Finish(RpcMetrics::Counted(rpc, RpcMetrics::kWatchJobMethod, ToGrpcStatus(st)));
+  }
   void OnDone() override { delete this; }
 };
 
@@ -190,19 +196,20 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx, const v1::ListJo
 
 grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(grpc::CallbackServerContext* ctx,
                                                                  const v1::WatchJobRequest* req) {
-  if (absl::Status st = MayTouch(*ctx, req->id()); !st.ok()) return new RefusedReactor(st);
+  if (absl::Status st = MayTouch(*ctx, req->id()); !st.ok()) return new RefusedReactor(st, rpc_);
   absl::StatusOr<std::unique_ptr<JobManager::Watch>> watch = jobs_->StartWatch(req->id());
-  if (!watch.ok()) return new RefusedReactor(watch.status());
-  return new WatchReactor(std::move(watch).value(), req->from_step(), req->history_only());
+  if (!watch.ok()) return new RefusedReactor(watch.status(), rpc_);
+  return new WatchReactor(std::move(watch).value(), req->from_step(), req->history_only(), rpc_);
 }
 
+// Counted by the interceptor (RpcMetrics), not by itself: no RpcMetrics here.
 grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchLogs(grpc::CallbackServerContext* ctx,
                                                                   const v1::WatchLogsRequest* req) {
-  if (absl::Status st = MayTouch(*ctx, req->id()); !st.ok()) return new RefusedReactor(st);
+  if (absl::Status st = MayTouch(*ctx, req->id()); !st.ok()) return new RefusedReactor(st, nullptr);
   absl::StatusOr<std::unique_ptr<JobManager::Watch>> watch =
       jobs_->StartWatch(req->id(), /*logs=*/true);
-  if (!watch.ok()) return new RefusedReactor(watch.status());
-  return new WatchReactor(std::move(watch).value(), 0, !req->follow());
+  if (!watch.ok()) return new RefusedReactor(watch.status(), nullptr);
+  return new WatchReactor(std::move(watch).value(), 0, !req->follow(), nullptr);
 }
 
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,

@@ -13,6 +13,7 @@
 #include "lockstep/v1/job.grpc.pb.h"
 #include "lockstep/v1/registry.grpc.pb.h"
 #include "services/common/auth.h"
+#include "services/common/rpc_metrics.h"
 #include "services/coordinator/job_manager.h"
 #include "services/coordinator/kv_table.h"
 #include "services/coordinator/worker_pool.h"
@@ -23,9 +24,10 @@ class JobServiceImpl final
     : public v1::JobService::WithCallbackMethod_WatchJob<
           v1::JobService::WithCallbackMethod_WatchLogs<v1::JobService::Service>> {
  public:
-  // All must outlive the service.
-  JobServiceImpl(JobManager* jobs, WorkerPool* pool, const Guard* guard)
-      : jobs_(jobs), pool_(pool), guard_(guard) {}
+  // All must outlive the service. `rpc` (may be null) counts the WatchJob streams'
+  // statuses (RpcMetrics::kSelfCounted).
+  JobServiceImpl(JobManager* jobs, WorkerPool* pool, const Guard* guard, RpcMetrics* rpc = nullptr)
+      : jobs_(jobs), pool_(pool), guard_(guard), rpc_(rpc) {}
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::JobSpec* req, v1::Job* resp) override;
   grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
                       v1::Job* resp) override;
@@ -50,6 +52,7 @@ class JobServiceImpl final
   JobManager* jobs_;
   WorkerPool* pool_;
   const Guard* guard_;
+  RpcMetrics* rpc_;
 };
 
 class WorkerRegistryImpl final : public v1::WorkerRegistry::Service {

@@ -9,8 +9,9 @@
 
 namespace lockstep {
 
-JobSlot::JobSlot(const BackendSource* backends, DatasetCache* data, CollectiveFactory* collectives)
-    : backends_(backends), data_(data), collectives_(collectives) {}
+JobSlot::JobSlot(const BackendSource* backends, DatasetCache* data, CollectiveFactory* collectives,
+                 WorkerMetrics* metrics)
+    : backends_(backends), data_(data), collectives_(collectives), metrics_(metrics) {}
 
 JobSlot::~JobSlot() {
   absl::MutexLock run(&run_mu_);
@@ -81,6 +82,7 @@ absl::StatusOr<PrepareResult> JobSlot::Load(Job& job, const JobAssignment& assig
     ASSIGN_OR_RETURN(collective, collectives_->Create(
                                      config.rank, config.world_size, assignment.rendezvous_prefix,
                                      config.collective_timeout, backend.get(), job.cancel));
+    if (metrics_ != nullptr) collective = metrics_->Metered(std::move(collective));
   }
   RETURN_IF_ERROR(job.cancel.status());
   ASSIGN_OR_RETURN(std::unique_ptr<Replica> replica,
@@ -148,6 +150,7 @@ absl::StatusOr<StepResult> JobSlot::Step(const std::string& job_id, const StepCo
   absl::MutexLock run(&run_mu_);
   ASSIGN_OR_RETURN(Replica * replica, Current(job_id));
   absl::StatusOr<StepResult> result = replica->Step(command);
+  if (result.ok() && metrics_ != nullptr) metrics_->OnStep(*result);
   // A failed step leaves the replica and its collective unusable.
   if (!result.ok()) CheckDevice(replica->backend());
   Finish(/*drop_job=*/!result.ok());

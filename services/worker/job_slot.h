@@ -24,6 +24,7 @@
 #include "core/collective.h"
 #include "core/commands.h"
 #include "core/train_state.h"
+#include "services/worker/worker_metrics.h"
 #include "workers/backend_factory.h"
 #include "workers/dataset_cache.h"
 #include "workers/replica.h"
@@ -56,8 +57,10 @@ class JobSlot {
   // Largest state a worker accepts.
   static constexpr uint64_t kMaxStateBytes = uint64_t{1} << 34;
 
-  // All must outlive the slot. `collectives` may be null where every job has one worker.
-  JobSlot(const BackendSource* backends, DatasetCache* data, CollectiveFactory* collectives);
+  // All must outlive the slot. `collectives` may be null where every job has one worker;
+  // `metrics` where nobody reads them.
+  JobSlot(const BackendSource* backends, DatasetCache* data, CollectiveFactory* collectives,
+          WorkerMetrics* metrics = nullptr);
   ~JobSlot();
 
   // Checks `job` and `header` (INVALID_ARGUMENT naming what is wrong, before anything is
@@ -106,6 +109,7 @@ class JobSlot {
   const BackendSource* backends_;
   DatasetCache* data_;
   CollectiveFactory* collectives_;
+  WorkerMetrics* metrics_;
   absl::Mutex run_mu_;  // held while a command runs on the replica
   absl::Mutex mu_;
   std::unique_ptr<Job> job_ ABSL_GUARDED_BY(mu_);

@@ -14,12 +14,15 @@
 #include "services/common/auth.h"
 #include "services/common/flags.h"
 #include "services/common/job_log.h"
+#include "services/common/metrics.h"
 #include "services/common/net.h"
+#include "services/common/rpc_metrics.h"
 #include "services/common/server_security.h"
 #include "services/worker/collectives.h"
 #include "services/worker/job_slot.h"
 #include "services/worker/registration.h"
 #include "services/worker/service.h"
+#include "services/worker/worker_metrics.h"
 #include "workers/backend_factory.h"
 #include "workers/cpu/cpu_backend.h"
 
@@ -32,6 +35,11 @@ ABSL_FLAG(std::string, device, "cpu", "cpu or cuda:K");
 ABSL_FLAG(int, threads, 0, "CPU threads for compute (0: all cores)");
 ABSL_FLAG(std::string, name, "", "a name shown in listings (default: the hostname)");
 ABSL_FLAG(std::string, port_file, "", "write the port actually bound here");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port to serve Prometheus metrics on, plain HTTP without tokens (port 0: pick "
+          "one; empty: off). Keep it on loopback or a private network");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "write the metrics port actually bound here (for --metrics_listen with port 0)");
 ABSL_FLAG(std::string, data_root, lockstep::kDefaultDataRoots,
           "comma-separated folders jobs may read datasets from (symlinks resolved)");
 ABSL_FLAG(std::string, log_format, "text",
@@ -88,11 +96,23 @@ int Main() {
     return 1;
   }
   DatasetCache datasets(2, *std::move(roots));
-  JobSlot slot(backends->get(), &datasets, collectives.get());
-  WorkerServiceImpl service(&slot, &guard);
+  auto registry = std::make_shared<prometheus::Registry>();
+  WorkerMetrics metrics(registry);
+  RpcMetrics rpc_metrics(*registry);
+  JobSlot slot(backends->get(), &datasets, collectives.get(), &metrics);
+  WorkerServiceImpl service(&slot, &guard,
+                            absl::GetFlag(FLAGS_metrics_listen).empty() ? nullptr : &rpc_metrics);
 
-  absl::StatusOr<Serving> serving =
-      StartServer(listen, *transport, {&service}, absl::GetFlag(FLAGS_port_file));
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  absl::StatusOr<std::unique_ptr<MetricsServer>> metrics_server =
+      ServeMetrics(absl::GetFlag(FLAGS_metrics_listen), absl::GetFlag(FLAGS_metrics_port_file),
+                   metrics.collectables(), rpc_metrics, &interceptors);
+  if (!metrics_server.ok()) {
+    spdlog::error("--metrics_listen: {}", metrics_server.status().ToString());
+    return 1;
+  }
+  absl::StatusOr<Serving> serving = StartServer(
+      listen, *transport, {&service}, absl::GetFlag(FLAGS_port_file), std::move(interceptors));
   if (!serving.ok()) {
     spdlog::error("{}", serving.status().ToString());
     return 1;
@@ -112,7 +132,7 @@ int Main() {
   reg.set_threads(threads);
   spdlog::info("lockstep-worker {} serving on {} (device {}, {} threads); coordinator {}", name,
                reg.address(), device, threads, coordinator);
-  Registration registration(channel, reg);
+  Registration registration(channel, reg, &metrics);
   // Lines about jobs go to the coordinator with the next heartbeat (until `registration`
   // goes: the guard is destroyed first).
   SetLogTap([&registration, name](const v1::LogLine& line) {
@@ -141,9 +161,9 @@ int Main() {
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a peer gone mid-write is an error to report, not a death
   lockstep::BlockShutdownSignals();
-  std::vector<std::string> env = {"coordinator", "listen",    "advertise_host",
-                                  "device",      "threads",   "name",
-                                  "port_file",   "data_root", "log_format"};
+  std::vector<std::string> env = {
+      "coordinator", "listen",         "advertise_host",    "device",    "threads",   "name",
+      "port_file",   "metrics_listen", "metrics_port_file", "data_root", "log_format"};
   env.insert(env.end(), lockstep::kSecurityFlags.begin(), lockstep::kSecurityFlags.end());
   lockstep::ParseFlagsWithEnv(argc, argv, env);
   return lockstep::Main();

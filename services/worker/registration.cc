@@ -7,8 +7,11 @@
 
 namespace lockstep {
 
-Registration::Registration(std::shared_ptr<grpc::Channel> coordinator, v1::RegisterRequest request)
-    : stub_(v1::WorkerRegistry::NewStub(coordinator)), request_(std::move(request)) {
+Registration::Registration(std::shared_ptr<grpc::Channel> coordinator, v1::RegisterRequest request,
+                           WorkerMetrics* metrics)
+    : stub_(v1::WorkerRegistry::NewStub(coordinator)),
+      request_(std::move(request)),
+      metrics_(metrics) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -46,6 +49,7 @@ void Registration::Loop() {
         continue;
       }
       id = resp.worker_id();
+      if (metrics_ != nullptr) metrics_->OnRegistered();
       interval = absl::Milliseconds(std::max<int64_t>(100, resp.heartbeat_interval_ms()));
       wait = absl::Milliseconds(200);
       spdlog::info("registered as {} (device {}, address {})", id, request_.device(),
@@ -62,6 +66,7 @@ void Registration::Loop() {
     }
     v1::HeartbeatResponse resp;
     grpc::Status st = stub_->Heartbeat(&ctx, req, &resp);
+    if (metrics_ != nullptr) metrics_->OnHeartbeat(st.ok());
     if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
       spdlog::warn("the coordinator forgot worker {}; registering again", id);
       id.clear();

@@ -13,12 +13,15 @@
 
 #include "absl/synchronization/mutex.h"
 #include "lockstep/v1/registry.grpc.pb.h"
+#include "services/worker/worker_metrics.h"
 
 namespace lockstep {
 
 class Registration {
  public:
-  Registration(std::shared_ptr<grpc::Channel> coordinator, v1::RegisterRequest request);
+  // `metrics` (may be null) counts the registrations and heartbeats; it must outlive this.
+  Registration(std::shared_ptr<grpc::Channel> coordinator, v1::RegisterRequest request,
+               WorkerMetrics* metrics = nullptr);
   ~Registration();  // stops the thread
 
   // Queues a log line about a job for the next heartbeat (the newest kMaxShipped kept).
@@ -32,6 +35,7 @@ class Registration {
 
   std::unique_ptr<v1::WorkerRegistry::Stub> stub_;
   const v1::RegisterRequest request_;
+  WorkerMetrics* const metrics_;
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex ship_mu_;  // a leaf: Ship runs wherever a line is logged

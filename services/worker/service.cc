@@ -77,10 +77,11 @@ class PrepareSource final : public StateSource {
 // made under core->mu while core->reactor is set, and OnDone clears it first.
 class StepsReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse> {
  public:
-  StepsReactor(JobSlot* slot, SerialExecutor* executor)
+  StepsReactor(JobSlot* slot, SerialExecutor* executor, RpcMetrics* rpc)
       : core_(std::make_shared<Core>()), slot_(slot), executor_(executor) {
     absl::MutexLock lock(&core_->mu);
     core_->reactor = this;
+    core_->rpc = rpc;
     core_->Pump();
   }
 
@@ -145,6 +146,7 @@ class StepsReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::S
   struct Core {
     absl::Mutex mu;
     StepsReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;   // null once done
+    RpcMetrics* rpc = nullptr;                             // may be null
     v1::StepRequest request ABSL_GUARDED_BY(mu);           // the read in flight
     v1::StepResponse writing_message ABSL_GUARDED_BY(mu);  // the write in flight
     std::deque<v1::StepResponse> outbox ABSL_GUARDED_BY(mu);
@@ -186,13 +188,15 @@ void StepsReactor::Core::MaybeFinish() {
   // (the error ends the stream; answers not yet written are dropped).
   if (status.ok() && !(reads_done && outbox.empty())) return;
   finished = true;
-  reactor->Finish(ToGrpcStatus(status));
+  reactor->Finish(RpcMetrics::Counted(rpc, RpcMetrics::kStepsMethod, ToGrpcStatus(status)));
 }
 
 // A Steps stream refused at the start.
 class RefusedSteps final : public grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse> {
  public:
-  explicit RefusedSteps(const absl::Status& st) { Finish(ToGrpcStatus(st)); }
+  RefusedSteps(const absl::Status& st, RpcMetrics* rpc) {
+    Finish(RpcMetrics::Counted(rpc, RpcMetrics::kStepsMethod, ToGrpcStatus(st)));
+  }
   void OnDone() override { delete this; }
 };
 
@@ -232,8 +236,8 @@ grpc::Status WorkerServiceImpl::Prepare(grpc::ServerContext* ctx,
 
 grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>* WorkerServiceImpl::Steps(
     grpc::CallbackServerContext* ctx) {
-  if (absl::Status st = CheckCaller(*ctx); !st.ok()) return new RefusedSteps(st);
-  return new StepsReactor(slot_, &steps_);
+  if (absl::Status st = CheckCaller(*ctx); !st.ok()) return new RefusedSteps(st, rpc_);
+  return new StepsReactor(slot_, &steps_, rpc_);
 }
 
 grpc::Status WorkerServiceImpl::Evaluate(grpc::ServerContext* ctx, const v1::EvaluateRequest* req,

@@ -9,6 +9,7 @@
 
 #include "lockstep/v1/worker.grpc.pb.h"
 #include "services/common/auth.h"
+#include "services/common/rpc_metrics.h"
 #include "services/common/serial_executor.h"
 #include "services/worker/job_slot.h"
 
@@ -17,8 +18,10 @@ namespace lockstep {
 class WorkerServiceImpl final : public v1::Worker::WithCallbackMethod_Steps<v1::Worker::Service> {
  public:
   // `slot` and `guard` must outlive the service, whose destructor waits for the steps
-  // posted.
-  WorkerServiceImpl(JobSlot* slot, const Guard* guard) : slot_(slot), guard_(guard) {}
+  // posted; so must `rpc` (may be null), which counts the Steps streams' statuses
+  // (RpcMetrics::kSelfCounted).
+  WorkerServiceImpl(JobSlot* slot, const Guard* guard, RpcMetrics* rpc = nullptr)
+      : slot_(slot), guard_(guard), rpc_(rpc) {}
 
   grpc::Status Prepare(grpc::ServerContext* ctx, grpc::ServerReader<v1::PrepareChunk>* reader,
                        v1::PrepareResponse* resp) override;
@@ -37,6 +40,7 @@ class WorkerServiceImpl final : public v1::Worker::WithCallbackMethod_Steps<v1::
 
   JobSlot* slot_;
   const Guard* guard_;
+  RpcMetrics* rpc_;
   SerialExecutor steps_;  // runs every stream's step commands, in arrival order
 };
 

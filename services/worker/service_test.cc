@@ -56,7 +56,7 @@ class WorkerServiceTest : public ::testing::Test {
   WorkerServiceTest()
       : slot_(backends_, cache_, nullptr),
         guard_(Guard::Tls(TokenTable())),
-        service_(&slot_, &guard_),
+        service_(&slot_, &guard_, &rpc_),
         spec_(testing::SmallMlpSpec()) {}
   ~WorkerServiceTest() override {
     if (server_ != nullptr) server_->Shutdown();
@@ -95,6 +95,8 @@ class WorkerServiceTest : public ::testing::Test {
 
   DatasetCache* const cache_ = &testing::TestDatasets();  // shared by the process: loads once
   const BackendSource* const backends_ = &testing::TestBackends();
+  const std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
+  RpcMetrics rpc_{*registry_};  // counts the Steps streams' statuses
   JobSlot slot_;
   const Guard guard_;
   WorkerServiceImpl service_;
@@ -157,6 +159,11 @@ TEST_F(WorkerServiceTest, AStepForAnotherJobEndsTheStream) {
   stream->Send({.step = 0, .key = p.keys[0], .indices = p.indices});
   EXPECT_THAT(stream->Receive(), StatusIs(absl::StatusCode::kFailedPrecondition,
                                           HasSubstr("job b is not prepared on this worker")));
+  // Counted by the stream itself (no interceptor on the per-step streams).
+  EXPECT_EQ(ReadMetric(*registry_, "lockstep_rpc_errors_total",
+                       {{"method", "lockstep.v1.Worker/Steps"}, {"code", "FAILED_PRECONDITION"}})
+                .value_or(-1),
+            1);
   // The job held is untouched.
   ASSERT_OK_AND_ASSIGN(EvalSums sums, client_->Evaluate("a", 0, 10, live_, kTimeout));
   EXPECT_EQ(sums.count, 10);

@@ -13,8 +13,12 @@
     selected by one accepts only what some policy allows), they allow exactly this:
     the coordinator's gRPC port from workers and pods labelled lockstep.dev/client=true in
     the namespace; a worker's gRPC port from the coordinator and the workers; any other
-    TCP port of a worker (Gloo, NCCL) from workers only; nothing from other pods, other
-    namespaces or outside the cluster.
+    TCP port of a worker (Gloo, NCCL) from workers only; the metrics ports (named
+    `metrics`, plain HTTP) from pods labelled lockstep.dev/metrics-scraper=true in the
+    namespace; nothing from other pods, other namespaces or outside the cluster.
+  - Each container declares a `metrics` port, its pod is annotated for Prometheus
+    (prometheus.io/scrape, /port naming that port, /path /metrics), and its
+    LOCKSTEP_METRICS_LISTEN listens on that port.
 Usage: k8s_security_check.py RENDERED.yaml
 """
 import sys
@@ -34,6 +38,7 @@ TLS_ENV = {"LOCKSTEP_TLS_CA": "ca.pem", "LOCKSTEP_TLS_CERT": "tls.pem",
            "LOCKSTEP_TLS_KEY": "tls-key.pem"}
 TLS_DIR = "/etc/lockstep/tls"
 CLIENT_LABEL = ("lockstep.dev/client", "true")
+SCRAPER_LABEL = ("lockstep.dev/metrics-scraper", "true")
 
 
 def workloads(docs):
@@ -77,6 +82,7 @@ def check_workload(d, configmaps):
         for key, file in wanted.items():
             if env.get(key) != f"{TLS_DIR}/{file}":
                 fail(f"{label}: {key}={env.get(key)}, not {TLS_DIR}/{file}")
+        check_metrics(label, d["spec"]["template"]["metadata"].get("annotations", {}), c, env)
         if role == "worker" and "LOCKSTEP_TOKENS_FILE" in env:
             fail(f"{label}: a worker has LOCKSTEP_TOKENS_FILE (its Secret has no tokens)")
         if env.get("LOCKSTEP_INSECURE", "false").lower() not in ("", "0", "false"):
@@ -92,6 +98,22 @@ def check_workload(d, configmaps):
                 fail(f"{label}: {kind} is a grpc probe (the kubelet's cannot speak TLS)")
             elif probe.get("exec", {}).get("command") != ["lockstep-healthcheck"]:
                 fail(f"{label}: {kind} is not exec lockstep-healthcheck: {probe}")
+
+
+def check_metrics(label, annotations, c, env):
+    ports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
+    if "metrics" not in ports:
+        fail(f"{label}: no port named metrics")
+        return
+    want = {"prometheus.io/scrape": "true", "prometheus.io/port": str(ports["metrics"]),
+            "prometheus.io/path": "/metrics"}
+    for k, v in want.items():
+        if annotations.get(k) != v:
+            fail(f"{label}: pod annotation {k}={annotations.get(k)!r}, not {v!r}")
+    listen = env.get("LOCKSTEP_METRICS_LISTEN", "")
+    if not listen.endswith(f":{ports['metrics']}"):
+        fail(f"{label}: LOCKSTEP_METRICS_LISTEN={listen!r} is not on its metrics port "
+             f"{ports['metrics']}")
 
 
 # ---------------------------------------------------------------------------- policies
@@ -193,7 +215,10 @@ def check_policies(docs):
     other = Pod("other", ns, {"app": "other"})
     foreign_client = Pod("client-elsewhere", "elsewhere", dict([CLIENT_LABEL]))
     outside = Pod("outside", None, {}, external=True)
+    scraper = Pod("scraper", ns, dict([SCRAPER_LABEL]))
+    foreign_scraper = Pod("scraper-elsewhere", "elsewhere", dict([SCRAPER_LABEL]))
     c_port, w_port = coordinator.ports["grpc"], worker.ports["grpc"]
+    c_metrics, w_metrics = coordinator.ports.get("metrics", -1), worker.ports.get("metrics", -1)
     collective = 40123  # an ephemeral port, as Gloo and NCCL use
     expect = [
         (worker, coordinator, c_port, "TCP", True),
@@ -212,6 +237,16 @@ def check_policies(docs):
         (coordinator, worker, collective, "TCP", False),
         (client, worker, collective, "TCP", False),
         (other, worker, collective, "TCP", False),
+        (scraper, coordinator, c_metrics, "TCP", True),
+        (scraper, worker, w_metrics, "TCP", True),
+        (scraper, coordinator, c_port, "TCP", False),
+        (scraper, worker, w_port, "TCP", False),
+        (scraper, worker, collective, "TCP", False),
+        (client, coordinator, c_metrics, "TCP", False),
+        (other, coordinator, c_metrics, "TCP", False),
+        (other, worker, w_metrics, "TCP", False),
+        (foreign_scraper, coordinator, c_metrics, "TCP", False),
+        (outside, worker, w_metrics, "TCP", False),
     ]
     for src, dst, port, protocol, want in expect:
         got = allowed(policies, namespaces, src, dst, port, protocol)

@@ -15,7 +15,8 @@ them). It checks that:
   - the binary starts (no unknown flag, no bad value) and keeps running;
   - it listens on each port the container declares, and each port answers the gRPC
     health check over TLS with SERVING (`lockstep health`, checking the certificate of
-    the role), and so does the image's own health check (docker/healthcheck);
+    the role), and so does the image's own health check (docker/healthcheck); a port
+    named `metrics` instead answers GET /metrics with Lockstep's Prometheus metrics;
   - each probe passes: an exec probe must run lockstep-healthcheck (the image's health
     check; kubelet gRPC probes cannot speak TLS) and exit 0 within its timeoutSeconds,
     run with the container's environment; a tcpSocket probe's port must listen;
@@ -43,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 import yaml
 
@@ -139,6 +141,18 @@ def listening_ports():
 def role(binary_name):
     """coordinator or worker: whose certificate a server of this binary holds."""
     return binary_name[len("lockstep-"):]
+
+
+def metrics_page(port):
+    """GET /metrics over plain HTTP: (whether it lists lockstep_ series, what was seen)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            body = r.read().decode()
+    except OSError as e:
+        return False, str(e)
+    series = [line.split("{")[0].split(" ")[0] for line in body.splitlines()
+              if line.startswith("lockstep_")]
+    return bool(series), f"{len(series)} lockstep_ samples"
 
 
 def health(cli, port, server_name, ca, timeout=2):
@@ -378,6 +392,10 @@ def compose_containers(rendered):
         command = svc.get("command", [])
         if isinstance(command, str):
             command = command.split()
+        if not command or not command[0].startswith("lockstep-"):
+            print(f"== compose/{name}: not a Lockstep server (profile "
+                  f"{svc.get('profiles', ['(none)'])}), not started")
+            continue  # e.g. the optional Prometheus (profile metrics): no flags of ours
         env = svc.get("environment", {})
         if isinstance(env, list):
             env = dict(item.split("=", 1) for item in env)
@@ -504,7 +522,13 @@ def wait_serving(c, server, env, bins, credentials, image_path):
         if port not in listening:
             fail(f"{c.label}: declares port {port} but does not listen on it:\n{server.output()}")
     server_name = f"lockstep-{role(c.command[0])}"
-    for port in c.ports:
+    for port, name in c.ports.items():
+        if name == "metrics":
+            ok, text = metrics_page(port)
+            print(f"   port {port} (metrics): {text}")
+            if not ok:
+                fail(f"{c.label}: port {port} does not serve Prometheus metrics: {text}")
+            continue
         ok, text = health(cli, port, server_name, credentials.ca())
         print(f"   port {port} as {server_name} over TLS: {text}")
         if not ok:

@@ -1,0 +1,88 @@
+#include "services/worker/worker_metrics.h"
+
+#include <chrono>
+
+namespace lockstep {
+namespace {
+
+prometheus::Family<prometheus::Counter>& CounterFamily(prometheus::Registry& r, const char* name,
+                                                       const char* help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r);
+}
+
+// A Collective whose all-reduces are timed and counted into WorkerMetrics.
+class MeteredCollective final : public Collective {
+ public:
+  MeteredCollective(std::unique_ptr<Collective> inner, WorkerMetrics* metrics)
+      : inner_(std::move(inner)), metrics_(metrics) {}
+  std::string Name() const override { return inner_->Name(); }
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  absl::Status AllReduceSum(float* data, size_t n, const CollectiveOptions& options) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status st = inner_->AllReduceSum(data, n, options);
+    if (st.ok()) {
+      metrics_->OnAllReduce(
+          n * sizeof(float),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return st;
+  }
+  void Abort(const absl::Status& why) override { inner_->Abort(why); }
+
+ private:
+  const std::unique_ptr<Collective> inner_;
+  WorkerMetrics* const metrics_;
+};
+
+}  // namespace
+
+WorkerMetrics::WorkerMetrics(std::shared_ptr<prometheus::Registry> registry)
+    : registry_(std::move(registry)),
+      steps_(CounterFamily(*registry_, "lockstep_worker_steps_total",
+                           "Training steps this worker computed")
+                 .Add({})),
+      allreduce_bytes_(CounterFamily(*registry_, "lockstep_worker_allreduce_bytes_total",
+                                     "Bytes this worker all-reduced (its buffer's size per call)")
+                           .Add({})),
+      heartbeats_(CounterFamily(*registry_, "lockstep_worker_heartbeats_total",
+                                "Heartbeats sent to the coordinator, by result")),
+      heartbeats_ok_(heartbeats_.Add({{"result", "ok"}})),
+      heartbeats_error_(heartbeats_.Add({{"result", "error"}})),
+      registrations_(CounterFamily(*registry_, "lockstep_worker_registrations_total",
+                                   "Registrations with the coordinator (again after it forgot "
+                                   "this worker, e.g. restarted)")
+                         .Add({})),
+      phase_seconds_(std::make_shared<HistogramFamily>(
+          "lockstep_worker_step_phase_seconds",
+          "A training step's time on this worker by phase: compute (forward and backward), "
+          "allreduce (gradients), update (optimizer)",
+          std::vector<prometheus::Labels>{
+              {{"phase", "compute"}}, {{"phase", "allreduce"}}, {{"phase", "update"}}},
+          DurationBuckets())),
+      allreduce_seconds_(std::make_shared<HistogramFamily>(
+          "lockstep_worker_allreduce_seconds", "One all-reduce's time on this worker",
+          std::vector<prometheus::Labels>{{}}, DurationBuckets())) {}
+
+std::vector<std::shared_ptr<prometheus::Collectable>> WorkerMetrics::collectables() const {
+  return {registry_, phase_seconds_, allreduce_seconds_};
+}
+
+void WorkerMetrics::OnStep(const StepResult& r) {
+  steps_.Increment();
+  phase_seconds_->at(0).Observe(r.compute_ms / 1000);
+  phase_seconds_->at(1).Observe(r.allreduce_ms / 1000);
+  phase_seconds_->at(2).Observe(r.update_ms / 1000);
+}
+
+void WorkerMetrics::OnAllReduce(size_t bytes, double seconds) {
+  allreduce_bytes_.Increment(static_cast<double>(bytes));
+  allreduce_seconds_->at(0).Observe(seconds);
+}
+
+std::unique_ptr<Collective> WorkerMetrics::Metered(std::unique_ptr<Collective> collective) {
+  if (collective == nullptr) return nullptr;
+  return std::make_unique<MeteredCollective>(std::move(collective), this);
+}
+
+}  // namespace lockstep

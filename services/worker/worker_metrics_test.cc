@@ -1,0 +1,82 @@
+// Tests of WorkerMetrics: steps by phase, and all-reduces counted through the metered
+// collective a JobSlot wraps around its job's collective.
+#include "services/worker/worker_metrics.h"
+
+#include "core/testing.h"
+
+namespace lockstep::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A collective of `size` ranks that sums nothing and fails when told to.
+class StubCollective final : public Collective {
+ public:
+  explicit StubCollective(absl::Status answer) : answer_(std::move(answer)) {}
+  std::string Name() const override { return "stub"; }
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  absl::Status AllReduceSum(float*, size_t, const CollectiveOptions&) override { return answer_; }
+  void Abort(const absl::Status& why) override { aborted = why; }
+  absl::Status aborted;
+
+ private:
+  const absl::Status answer_;
+};
+
+class WorkerMetricsTest : public ::testing::Test {
+ protected:
+  double Value(const std::string& name, const prometheus::Labels& labels = {}) {
+    for (const auto& c : metrics_.collectables()) {
+      absl::StatusOr<double> v = ReadMetric(*c, name, labels);
+      if (v.ok()) return *v;
+    }
+    ADD_FAILURE() << "no " << name;
+    return -1;
+  }
+  WorkerMetrics metrics_{std::make_shared<prometheus::Registry>()};
+};
+
+TEST_F(WorkerMetricsTest, StepsAreCountedWithTheirPhases) {
+  StepResult r;
+  r.compute_ms = 10;
+  r.allreduce_ms = 5;
+  r.update_ms = 2;
+  metrics_.OnStep(r);
+  metrics_.OnStep(r);
+  EXPECT_EQ(Value("lockstep_worker_steps_total"), 2);
+  EXPECT_EQ(Value("lockstep_worker_step_phase_seconds_count", {{"phase", "allreduce"}}), 2);
+  EXPECT_NEAR(Value("lockstep_worker_step_phase_seconds_sum", {{"phase", "compute"}}), 0.02, 1e-9);
+  EXPECT_NEAR(Value("lockstep_worker_step_phase_seconds_sum", {{"phase", "update"}}), 0.004, 1e-9);
+}
+
+TEST_F(WorkerMetricsTest, TheMeteredCollectiveCountsBytesOfSuccessfulAllReducesOnly) {
+  std::unique_ptr<Collective> ok =
+      metrics_.Metered(std::make_unique<StubCollective>(absl::OkStatus()));
+  auto* failing_stub = new StubCollective(absl::UnavailableError("peer lost"));
+  std::unique_ptr<Collective> failing = metrics_.Metered(std::unique_ptr<Collective>(failing_stub));
+  std::vector<float> grads(1000);
+  ASSERT_OK(ok->AllReduceSum(grads.data(), grads.size(), {}));
+  ASSERT_OK(ok->AllReduceSum(grads.data(), 250, {}));
+  EXPECT_THAT(failing->AllReduceSum(grads.data(), grads.size(), {}),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("peer lost")));
+  EXPECT_EQ(ok->size(), 2);
+  failing->Abort(absl::CancelledError("released"));
+  EXPECT_TRUE(absl::IsCancelled(failing_stub->aborted));
+  EXPECT_EQ(Value("lockstep_worker_allreduce_bytes_total"), 5000);
+  EXPECT_EQ(Value("lockstep_worker_allreduce_seconds_count"), 2);
+  EXPECT_EQ(metrics_.Metered(nullptr), nullptr);
+}
+
+TEST_F(WorkerMetricsTest, HeartbeatsAreCountedByResult) {
+  metrics_.OnRegistered();
+  metrics_.OnHeartbeat(true);
+  metrics_.OnHeartbeat(true);
+  metrics_.OnHeartbeat(false);
+  EXPECT_EQ(Value("lockstep_worker_registrations_total"), 1);
+  EXPECT_EQ(Value("lockstep_worker_heartbeats_total", {{"result", "ok"}}), 2);
+  EXPECT_EQ(Value("lockstep_worker_heartbeats_total", {{"result", "error"}}), 1);
+}
+
+}  // namespace
+}  // namespace lockstep::testing
