@@ -16,6 +16,7 @@
 #include "services/common/metrics.h"
 #include "services/common/net.h"
 #include "services/common/rpc_metrics.h"
+#include "services/common/server_flags.h"
 #include "services/common/server_security.h"
 #include "services/coordinator/coordinator_metrics.h"
 #include "services/coordinator/job_manager.h"
@@ -43,20 +44,12 @@ ABSL_FLAG(int, max_queued_jobs, 1000, "submitting past this many queued jobs is 
 ABSL_FLAG(std::string, tokens_file, "",
           "the job API's callers: lines TOKEN NAME ROLE (user or admin); required with TLS");
 ABSL_FLAG(std::string, port_file, "", "write the port actually bound here (for --listen :0)");
-ABSL_FLAG(std::string, metrics_listen, "",
-          "host:port to serve Prometheus metrics on, plain HTTP without tokens (port 0: pick "
-          "one; empty: off). Keep it on loopback or a private network");
-ABSL_FLAG(std::string, metrics_port_file, "",
-          "write the metrics port actually bound here (for --metrics_listen with port 0)");
 // The workers' --data_root, checked here as written so that a dataset path outside it
 // (/etc, /proc/self, ../..) is refused at submit, not after the job was scheduled. The
 // coordinator cannot see the workers' files: each worker checks again, symlinks
 // resolved, at Prepare. Keep it a superset of the workers' roots.
 ABSL_FLAG(std::string, data_root, lockstep::kDefaultDataRoots,
           "comma-separated folders a dataset.path must lie in (the workers' --data_root)");
-ABSL_FLAG(std::string, log_format, "text",
-          "text, or json: one JSON object a line (ts, level, msg; job, worker, rank on lines "
-          "about a job)");
 
 int main(int argc, char** argv) {
   using namespace lockstep;
@@ -78,18 +71,15 @@ int main(int argc, char** argv) {
                                   "max_queued_jobs",
                                   "tokens_file",
                                   "port_file",
-                                  "metrics_listen",
-                                  "metrics_port_file",
-                                  "data_root",
-                                  "log_format"};
+                                  "data_root"};
   env.insert(env.end(), kSecurityFlags.begin(), kSecurityFlags.end());
+  env.insert(env.end(), kObservabilityFlags.begin(), kObservabilityFlags.end());
   ParseFlagsWithEnv(argc, argv, env);
-  absl::StatusOr<LogFormat> log_format = ParseLogFormat(absl::GetFlag(FLAGS_log_format));
-  if (!log_format.ok()) {
-    spdlog::error("--{}", std::string(log_format.status().message()));
+  if (absl::Status st = ApplyLogFormatFlag(); !st.ok()) {
+    spdlog::error("{}", std::string(st.message()));
     return 2;
   }
-  SetLogFormat(*log_format);
+  const MetricsFlags metrics_flags = GetMetricsFlags();
   const std::string listen = absl::GetFlag(FLAGS_listen);
   absl::StatusOr<Transport> transport = ServerTransport({listen});
   if (!transport.ok()) {
@@ -159,8 +149,7 @@ int main(int argc, char** argv) {
     ~TapGuard() { SetLogTap(nullptr); }
   } tap_guard;
   // With metrics off, nobody counts the WatchJob streams' statuses either.
-  const bool metrics_on = !absl::GetFlag(FLAGS_metrics_listen).empty();
-  JobServiceImpl job_service(&jobs, &pool, &guard, metrics_on ? &rpc_metrics : nullptr);
+  JobServiceImpl job_service(&jobs, &pool, &guard, metrics_flags.on() ? &rpc_metrics : nullptr);
   WorkerRegistryImpl worker_registry(&pool, &jobs, opts.heartbeat_interval, &guard);
   RendezvousImpl rendezvous(&kv, &guard);
 
@@ -172,8 +161,8 @@ int main(int argc, char** argv) {
   // Metrics first: once the job API's port is written, both are there.
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   absl::StatusOr<std::unique_ptr<MetricsServer>> metrics_server =
-      ServeMetrics(absl::GetFlag(FLAGS_metrics_listen), absl::GetFlag(FLAGS_metrics_port_file),
-                   metrics.collectables(), rpc_metrics, &interceptors);
+      ServeMetrics(metrics_flags.listen, metrics_flags.port_file, metrics.collectables(),
+                   rpc_metrics, &interceptors);
   if (!metrics_server.ok()) {
     spdlog::error("--metrics_listen: {}", metrics_server.status().ToString());
     return 1;

@@ -17,6 +17,7 @@
 #include "services/common/metrics.h"
 #include "services/common/net.h"
 #include "services/common/rpc_metrics.h"
+#include "services/common/server_flags.h"
 #include "services/common/server_security.h"
 #include "services/worker/collectives.h"
 #include "services/worker/job_slot.h"
@@ -35,27 +36,18 @@ ABSL_FLAG(std::string, device, "cpu", "cpu or cuda:K");
 ABSL_FLAG(int, threads, 0, "CPU threads for compute (0: all cores)");
 ABSL_FLAG(std::string, name, "", "a name shown in listings (default: the hostname)");
 ABSL_FLAG(std::string, port_file, "", "write the port actually bound here");
-ABSL_FLAG(std::string, metrics_listen, "",
-          "host:port to serve Prometheus metrics on, plain HTTP without tokens (port 0: pick "
-          "one; empty: off). Keep it on loopback or a private network");
-ABSL_FLAG(std::string, metrics_port_file, "",
-          "write the metrics port actually bound here (for --metrics_listen with port 0)");
 ABSL_FLAG(std::string, data_root, lockstep::kDefaultDataRoots,
           "comma-separated folders jobs may read datasets from (symlinks resolved)");
-ABSL_FLAG(std::string, log_format, "text",
-          "text, or json: one JSON object a line (ts, level, msg; job, worker, rank on lines "
-          "about a job)");
 
 namespace lockstep {
 namespace {
 
 int Main() {
-  absl::StatusOr<LogFormat> log_format = ParseLogFormat(absl::GetFlag(FLAGS_log_format));
-  if (!log_format.ok()) {
-    spdlog::error("--{}", std::string(log_format.status().message()));
+  if (absl::Status st = ApplyLogFormatFlag(); !st.ok()) {
+    spdlog::error("{}", std::string(st.message()));
     return 2;
   }
-  SetLogFormat(*log_format);
+  const MetricsFlags metrics_flags = GetMetricsFlags();
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
   if (coordinator.empty()) {
     spdlog::error("--coordinator (or LOCKSTEP_COORDINATOR) is required");
@@ -100,13 +92,12 @@ int Main() {
   WorkerMetrics metrics(registry);
   RpcMetrics rpc_metrics(*registry);
   JobSlot slot(backends->get(), &datasets, collectives.get(), &metrics);
-  WorkerServiceImpl service(&slot, &guard,
-                            absl::GetFlag(FLAGS_metrics_listen).empty() ? nullptr : &rpc_metrics);
+  WorkerServiceImpl service(&slot, &guard, metrics_flags.on() ? &rpc_metrics : nullptr);
 
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   absl::StatusOr<std::unique_ptr<MetricsServer>> metrics_server =
-      ServeMetrics(absl::GetFlag(FLAGS_metrics_listen), absl::GetFlag(FLAGS_metrics_port_file),
-                   metrics.collectables(), rpc_metrics, &interceptors);
+      ServeMetrics(metrics_flags.listen, metrics_flags.port_file, metrics.collectables(),
+                   rpc_metrics, &interceptors);
   if (!metrics_server.ok()) {
     spdlog::error("--metrics_listen: {}", metrics_server.status().ToString());
     return 1;
@@ -161,10 +152,10 @@ int Main() {
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a peer gone mid-write is an error to report, not a death
   lockstep::BlockShutdownSignals();
-  std::vector<std::string> env = {
-      "coordinator", "listen",         "advertise_host",    "device",    "threads",   "name",
-      "port_file",   "metrics_listen", "metrics_port_file", "data_root", "log_format"};
+  std::vector<std::string> env = {"coordinator", "listen", "advertise_host", "device",
+                                  "threads",     "name",   "port_file",      "data_root"};
   env.insert(env.end(), lockstep::kSecurityFlags.begin(), lockstep::kSecurityFlags.end());
+  env.insert(env.end(), lockstep::kObservabilityFlags.begin(), lockstep::kObservabilityFlags.end());
   lockstep::ParseFlagsWithEnv(argc, argv, env);
   return lockstep::Main();
 }
