@@ -93,6 +93,18 @@ TEST(Spec, AliasesExpandingPast65536ValuesAreRefused) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("aliases expanding")));
 }
 
+TEST(Spec, JsonIsReadAsJson) {
+  // Valid JSON that YAML's flow style does not take: a key's colon on the next line.
+  ASSERT_OK_AND_ASSIGN(
+      v1::JobSpec spec,
+      ParseSpec("{\"name\": \"n\", \"eval\"\n :{\"every_steps\": 5}}", "spec.json"));
+  EXPECT_EQ(spec.eval().every_steps(), 5);
+  EXPECT_THAT(ParseSpec(std::string(100, '[') + std::string(100, ']'), "deep.json"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("nested deeper than")));
+  EXPECT_THAT(ParseSpec("{\"name\": 3, \"nmae\": \"x\"}", "typo.json"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("nmae")));
+}
+
 TEST(Spec, AnAliasInsideItsOwnAnchorIsRefused) {
   // A cycle: converting it recursed until the stack overflowed (spec_yaml_fuzz).
   EXPECT_THAT(ParseSpec("a0: &a0 [x, *a0]\nname: n\n", "cycle.yaml"),
