@@ -297,17 +297,23 @@ TEST(Cluster, RestartedCoordinatorKeepsJobRecordsAndResumesItsRunningJob) {
   ASSERT_OK(c->Cancel(running->id()));
   ASSERT_EQ(c->WaitFor(running->id(), absl::Minutes(1))->state(), v1::CANCELLED);
   {  // Its TensorBoard events: each coordinator's run began its own file (or, within the
-     // same second, appended to the first), none written over.
-    int versions = 0;
-    for (const auto& f : std::filesystem::directory_iterator(
-             absl::StrCat(c->dir(), "/state/tensorboard/", running->id()))) {
-      std::ifstream in(f.path(), std::ios::binary);
-      const std::string bytes((std::istreambuf_iterator<char>(in)), {});
-      for (size_t at = 0; (at = bytes.find("brain.Event:2", at)) != std::string::npos; ++at) {
-        ++versions;
+     // same second, appended to the first), none written over. They are written on a
+     // thread of their own: the second run's may come a moment after the job ended.
+    auto versions = [&] {
+      int n = 0;
+      for (const auto& f : std::filesystem::directory_iterator(
+               absl::StrCat(c->dir(), "/state/tensorboard/", running->id()))) {
+        std::ifstream in(f.path(), std::ios::binary);
+        const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+        for (size_t at = 0; (at = bytes.find("brain.Event:2", at)) != std::string::npos; ++at) {
+          ++n;
+        }
       }
-    }
-    EXPECT_EQ(versions, 2);
+      return n;
+    };
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (versions() < 2 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+    EXPECT_EQ(versions(), 2);
   }
   // The worker takes new work; job ids are not reused.
   auto next = c->Submit(MlpSpec(1, 10));
