@@ -237,4 +237,14 @@ absl::StatusOr<double> ReadMetric(const prometheus::Collectable& c, std::string_
   return absl::NotFoundError(absl::StrCat("no metric ", series));
 }
 
+absl::StatusOr<double> ReadMetric(
+    const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables,
+    std::string_view name, const prometheus::Labels& labels) {
+  for (const auto& c : collectables) {
+    absl::StatusOr<double> v = ReadMetric(*c, name, labels);
+    if (v.ok()) return v;
+  }
+  return absl::NotFoundError(absl::StrCat("no metric ", std::string(name)));
+}
+
 }  // namespace lockstep

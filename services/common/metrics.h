@@ -105,6 +105,10 @@ class MetricsServer {
 // naming the series when there is none. For tests.
 absl::StatusOr<double> ReadMetric(const prometheus::Collectable& c, std::string_view name,
                                   const prometheus::Labels& labels = {});
+// The same among several (a CoordinatorMetrics' or WorkerMetrics' collectables()).
+absl::StatusOr<double> ReadMetric(
+    const std::vector<std::shared_ptr<prometheus::Collectable>>& collectables,
+    std::string_view name, const prometheus::Labels& labels = {});
 
 }  // namespace lockstep
 

@@ -13,10 +13,8 @@ using ::testing::HasSubstr;
 class CoordinatorMetricsTest : public ::testing::Test {
  protected:
   double Value(const std::string& name, const prometheus::Labels& labels = {}) {
-    for (const auto& c : metrics_.collectables()) {
-      absl::StatusOr<double> v = ReadMetric(*c, name, labels);
-      if (v.ok()) return *v;
-    }
+    absl::StatusOr<double> v = ReadMetric(metrics_.collectables(), name, labels);
+    if (v.ok()) return *v;
     ADD_FAILURE() << "no " << name;
     return -1;
   }

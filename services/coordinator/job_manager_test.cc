@@ -131,11 +131,7 @@ class JobManagerTest : public ::testing::Test {
   std::unique_ptr<JobManager> jobs_;
   // The value of a metric of the manager's (CoordinatorMetrics), -1 if it has none.
   double Metric(const std::string& name, const prometheus::Labels& labels = {}) {
-    for (const auto& c : metrics_->collectables()) {
-      absl::StatusOr<double> v = ReadMetric(*c, name, labels);
-      if (v.ok()) return *v;
-    }
-    return -1;
+    return ReadMetric(metrics_->collectables(), name, labels).value_or(-1);
   }
 };
 
