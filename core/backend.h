@@ -52,11 +52,33 @@ struct ConvGeometry {
   int b, h, w, c, k;
 };
 
-// optax's per-step scalars for adam/adamw, computed on the host in float32.
-struct AdamScalars {
+// optax's per-step scalars, computed on the host in float32 (Optimizer::Scalars) and read
+// by the update kernels from backend memory: the (scheduled) learning rate, which every
+// optimizer reads, and adam/adamw's.
+struct UpdateScalars {
   float lr, b1, b2, one_minus_b1, one_minus_b2, bias_correction1, bias_correction2, eps,
       weight_decay;  // 0 for adam
 };
+
+// The order in which every backend sums squares (SumSquares), whatever its threads, so
+// that all give the same bits: the values are cut into chunks of kSumChunk; a chunk's sum
+// is that of kSumLanes lanes, lane l adding (in double, from 0) the squares of the chunk's
+// values l, l + kSumLanes, l + 2 * kSumLanes, ... in turn, after which the lanes are added
+// pairwise, lane l += lane l + s for s = kSumLanes / 2, ..., 2, 1. The chunks' sums are
+// then summed the same way (not squared), level after level, until one is left.
+inline constexpr int kSumLanes = 256;
+inline constexpr int kSumChunk = 16 * kSumLanes;
+
+// The doubles SumSquares keeps between levels for n values: every level's sums but the
+// last (the result).
+inline size_t SumSquaresPartials(size_t n) {
+  size_t total = 0;
+  for (size_t count = (n + kSumChunk - 1) / kSumChunk; count > 1;
+       count = (count + kSumChunk - 1) / kSumChunk) {
+    total += count;
+  }
+  return total;
+}
 
 class Backend {
  public:
@@ -121,12 +143,21 @@ class Backend {
   // x /= d elementwise (pmean's division after the all-reduce sum).
   virtual void Divide(size_t n, float d, float* x) = 0;
 
-  // optax.sgd: trace = g + momentum * trace (when trace != nullptr); p += -lr * update.
-  virtual void SgdUpdate(size_t n, float lr, float momentum, const float* g, float* trace,
-                         float* p) = 0;
+  // *out = the sum of x[i]^2 over [0, n), in double, in the order described at kSumLanes;
+  // `partials` holds SumSquaresPartials(n) doubles. Both in backend memory.
+  virtual void SumSquares(size_t n, const float* x, double* partials, double* out) = 0;
+  // optax.clip_by_global_norm given the squared norm in backend memory: norm =
+  // float(sqrt(*sum_squares)); x = norm < max_norm ? x : x / norm * max_norm.
+  virtual void ClipByGlobalNorm(size_t n, float max_norm, const double* sum_squares, float* x) = 0;
+
+  // optax.sgd: with a trace (momentum > 0), trace = g + momentum * trace and the update is
+  // the trace, or with nesterov g + momentum * trace (the new one); without, g. Then
+  // p += -s->lr * update. `s` is in backend memory (the lr may change every step).
+  virtual void SgdUpdate(size_t n, const UpdateScalars* s, float momentum, bool nesterov,
+                         const float* g, float* trace, float* p) = 0;
   // optax.adam / adamw (scale_by_adam, add_decayed_weights, scale(-lr)); `s` is in
   // backend memory (it changes every step).
-  virtual void AdamUpdate(size_t n, const AdamScalars* s, const float* g, float* mu, float* nu,
+  virtual void AdamUpdate(size_t n, const UpdateScalars* s, const float* g, float* mu, float* nu,
                           float* p) = 0;
 
   // Graphs: records the ops `body` issues into a replayable graph (CUDA graphs). Pointers

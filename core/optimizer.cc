@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace lockstep {
 namespace {
@@ -28,25 +29,33 @@ absl::StatusOr<Optimizer> Optimizer::FromSpec(const v1::OptimizerSpec& spec) {
                                                    spec.kind(),
                                                    "\" (expected \"sgd\", \"adam\" or \"adamw\")"));
   }
-  if (!(std::isfinite(spec.learning_rate()) && spec.learning_rate() > 0)) {
+  ASSIGN_OR_RETURN(o.learning_rate_, LearningRate::FromSpec(spec));
+  if (!(std::isfinite(spec.clip_by_global_norm()) && spec.clip_by_global_norm() >= 0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("optimizer.learning_rate: must be positive, got ", spec.learning_rate()));
+        absl::StrCat("optimizer.clip_by_global_norm: ", spec.clip_by_global_norm(),
+                     " is not a finite number >= 0 (0: no clipping)"));
   }
-  o.lr_ = spec.learning_rate();
+  o.clip_norm_ = spec.clip_by_global_norm();
   if (o.kind_ == Kind::kSgd) {
     if (spec.has_b1() || spec.has_b2() || spec.has_eps() || spec.has_weight_decay()) {
       return absl::InvalidArgumentError(
           "optimizer: b1, b2, eps and weight_decay apply to adam and adamw, not sgd");
     }
-    auto st = InRange("momentum", spec.momentum(), 0.0, 1.0);
-    if (!st.ok()) return st;
+    RETURN_IF_ERROR(InRange("momentum", spec.momentum(), 0.0, 1.0));
     o.momentum_ = spec.momentum();
+    if (spec.nesterov() && o.momentum_ == 0) {
+      return absl::InvalidArgumentError(
+          "optimizer.nesterov: needs momentum > 0 (optax applies Nesterov's update to the "
+          "momentum trace)");
+    }
+    o.nesterov_ = spec.nesterov();
     if (o.momentum_ > 0) o.slots_ = {"trace"};
     return o;
   }
   if (spec.momentum() != 0) {
     return absl::InvalidArgumentError("optimizer.momentum: applies to sgd only (use b1)");
   }
+  if (spec.nesterov()) return absl::InvalidArgumentError("optimizer.nesterov: applies to sgd only");
   if (o.kind_ == Kind::kAdam && spec.has_weight_decay()) {
     return absl::InvalidArgumentError("optimizer.weight_decay: applies to adamw only");
   }
@@ -63,25 +72,37 @@ absl::StatusOr<Optimizer> Optimizer::FromSpec(const v1::OptimizerSpec& spec) {
   return o;
 }
 
-AdamScalars Optimizer::Scalars(int64_t count) const {
+UpdateScalars Optimizer::Scalars(int64_t count) const {
   // optax computes 1 - b in Python (double) and b^t in float32 from the int32 count.
   const float b1 = static_cast<float>(b1_), b2 = static_cast<float>(b2_);
   const float t = static_cast<float>(count + 1);
-  return AdamScalars{static_cast<float>(lr_),
-                     b1,
-                     b2,
-                     static_cast<float>(1.0 - b1_),
-                     static_cast<float>(1.0 - b2_),
-                     1.0f - std::pow(b1, t),
-                     1.0f - std::pow(b2, t),
-                     static_cast<float>(eps_),
-                     static_cast<float>(weight_decay_)};
+  return UpdateScalars{learning_rate_(count),
+                       b1,
+                       b2,
+                       static_cast<float>(1.0 - b1_),
+                       static_cast<float>(1.0 - b2_),
+                       1.0f - std::pow(b1, t),
+                       1.0f - std::pow(b2, t),
+                       static_cast<float>(eps_),
+                       static_cast<float>(weight_decay_)};
 }
 
-void Optimizer::Apply(Backend& backend, size_t n, const AdamScalars* scalars, const float* grads,
-                      const std::vector<float*>& slots, float* params) const {
+size_t Optimizer::ScratchBytes(size_t n) const {
+  return clip_norm_ > 0 ? (SumSquaresPartials(n) + 1) * sizeof(double) : 0;
+}
+
+void Optimizer::Apply(Backend& backend, size_t n, const UpdateScalars* scalars, void* scratch,
+                      float* grads, const std::vector<float*>& slots, float* params) const {
+  if (clip_norm_ > 0) {
+    // optax.clip_by_global_norm: the norm of all gradients, then where(norm < max, g,
+    // g / norm * max). The sum sits after the partial sums.
+    double* partials = static_cast<double*>(scratch);
+    double* sum_squares = partials + SumSquaresPartials(n);
+    backend.SumSquares(n, grads, partials, sum_squares);
+    backend.ClipByGlobalNorm(n, static_cast<float>(clip_norm_), sum_squares, grads);
+  }
   if (kind_ == Kind::kSgd) {
-    backend.SgdUpdate(n, static_cast<float>(lr_), static_cast<float>(momentum_), grads,
+    backend.SgdUpdate(n, scalars, static_cast<float>(momentum_), nesterov_, grads,
                       slots.empty() ? nullptr : slots[0], params);
     return;
   }

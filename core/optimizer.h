@@ -1,6 +1,9 @@
-// Optimizer: optax's sgd (with momentum), adam and adamw, configured from the spec.
-// The update itself is a backend kernel over the flat parameter array; this class holds
-// hyperparameters, names the state slots and derives the per-step scalars.
+// Optimizer: optax's sgd (with momentum, optionally Nesterov's), adam and adamw, with a
+// constant learning rate or an optax schedule, optionally chained after
+// clip_by_global_norm; configured from the spec. The update itself is backend kernels over
+// the flat parameter array; this class holds hyperparameters, names the state slots and
+// derives the per-step scalars (the schedule's learning rate among them), which the step
+// copies into backend memory so that a replayed graph reads each step's values.
 #ifndef LOCKSTEP_CORE_OPTIMIZER_H_
 #define LOCKSTEP_CORE_OPTIMIZER_H_
 
@@ -9,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/backend.h"
+#include "core/learning_rate.h"
 #include "lockstep/v1/spec.pb.h"
 
 namespace lockstep {
@@ -17,24 +21,36 @@ class Optimizer {
  public:
   enum class Kind { kSgd, kAdam, kAdamW };
 
-  // INVALID_ARGUMENT naming the field (optimizer.kind, optimizer.learning_rate, ...).
+  // INVALID_ARGUMENT naming the field (optimizer.kind, optimizer.learning_rate,
+  // optimizer.schedule.cosine_decay.decay_steps, ...).
   static absl::StatusOr<Optimizer> FromSpec(const v1::OptimizerSpec& spec);
 
   Kind kind() const { return kind_; }
   // State slots, each the size of the params: {"trace"}, {"mu", "nu"} or {} (plain sgd).
   const std::vector<std::string>& slots() const { return slots_; }
+  const LearningRate& learning_rate() const { return learning_rate_; }
+  // clip_by_global_norm's max_norm; 0: no clipping.
+  double clip_norm() const { return clip_norm_; }
 
-  // adam/adamw's scalars for the update after `count` updates (optax's state.count).
-  AdamScalars Scalars(int64_t count) const;
+  // The scalars of the update after `count` updates (optax's state.count): the
+  // schedule's learning rate, and adam/adamw's.
+  UpdateScalars Scalars(int64_t count) const;
+
+  // Backend memory Apply needs besides the slots, for `n` params (clipping's partial
+  // sums; 0 without clipping).
+  size_t ScratchBytes(size_t n) const;
 
   // Applies one update given the (already averaged) gradients; `scalars` is Scalars(count)
-  // in backend memory (ignored by sgd).
-  void Apply(Backend& backend, size_t n, const AdamScalars* scalars, const float* grads,
+  // in backend memory and `scratch` ScratchBytes(n) of it. Clipping scales `grads` in place.
+  void Apply(Backend& backend, size_t n, const UpdateScalars* scalars, void* scratch, float* grads,
              const std::vector<float*>& slots, float* params) const;
 
  private:
   Kind kind_ = Kind::kSgd;
-  double lr_ = 0, momentum_ = 0, b1_ = 0.9, b2_ = 0.999, eps_ = 1e-8, weight_decay_ = 0;
+  LearningRate learning_rate_;
+  double momentum_ = 0, b1_ = 0.9, b2_ = 0.999, eps_ = 1e-8, weight_decay_ = 0;
+  double clip_norm_ = 0;
+  bool nesterov_ = false;
   std::vector<std::string> slots_;
 };
 

@@ -67,9 +67,14 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(
   for (const Layer& l : e->model_.layers()) {
     e->dropout_slot_.push_back(IsActiveDropout(l, true) ? keys++ : -1);
   }
-  ASSIGN_OR_RETURN(e->step_args_, backend->Allocate(sizeof(AdamScalars) + keys * sizeof(rng::Key)));
+  ASSIGN_OR_RETURN(e->step_args_,
+                   backend->Allocate(sizeof(UpdateScalars) + keys * sizeof(rng::Key)));
   ASSIGN_OR_RETURN(e->params_, backend->Allocate(bytes));
   ASSIGN_OR_RETURN(e->grads_, backend->Allocate(bytes));
+  const size_t scratch = e->optimizer_.ScratchBytes(e->model_.layout().total());
+  if (scratch > 0) {
+    ASSIGN_OR_RETURN(e->update_scratch_, backend->Allocate(scratch));
+  }
   for (size_t i = 0; i < e->optimizer_.slots().size(); ++i) {
     ASSIGN_OR_RETURN(Buffer slot, backend->Allocate(bytes));
     e->slots_.push_back(std::move(slot));
@@ -253,12 +258,12 @@ absl::Status StepExecutor::Prepare(Workspace& ws, const DeviceDataset& data,
   if (!ws.train) return absl::OkStatus();
   // make_rng('dropout') in each Dropout module: fold_in(root, hash(name, 1)).
   std::vector<unsigned char> args(step_args_.bytes());
-  const AdamScalars adam = optimizer_.Scalars(step_);
-  std::memcpy(args.data(), &adam, sizeof(adam));
+  const UpdateScalars scalars = optimizer_.Scalars(step_);
+  std::memcpy(args.data(), &scalars, sizeof(scalars));
   for (size_t i = 0; i < model_.layers().size(); ++i) {
     if (dropout_slot_[i] < 0) continue;
     const rng::Key k = rng::FlaxMakeRng(dropout_key, model_.layers()[i].name, 1);
-    std::memcpy(args.data() + sizeof(AdamScalars) + dropout_slot_[i] * sizeof(rng::Key), &k,
+    std::memcpy(args.data() + sizeof(UpdateScalars) + dropout_slot_[i] * sizeof(rng::Key), &k,
                 sizeof(k));
   }
   return backend_->CopyToDevice(step_args_.as(), args.data(), args.size());
@@ -269,7 +274,7 @@ void StepExecutor::Forward(Workspace& ws, const DeviceDataset& data, int b, bool
   backend_->GatherLabels(b, ws.idx.as<int32_t>(), data.labels.as<int32_t>(),
                          ws.labels.as<int32_t>());
   const auto* keys =
-      reinterpret_cast<const rng::Key*>(step_args_.as<unsigned char>() + sizeof(AdamScalars));
+      reinterpret_cast<const rng::Key*>(step_args_.as<unsigned char>() + sizeof(UpdateScalars));
   const float* params = params_.as();
   const auto& entries = model_.layout().entries();
   const float* x = ws.input.as();
@@ -400,7 +405,8 @@ absl::Status StepExecutor::DeviceStep(Workspace& ws, const DeviceDataset& data, 
   timings_.allreduce = seconds(t1, t2);
   std::vector<float*> slots;
   for (Buffer& s : slots_) slots.push_back(s.as());
-  optimizer_.Apply(*backend_, n, step_args_.as<AdamScalars>(), grads_.as(), slots, params_.as());
+  optimizer_.Apply(*backend_, n, step_args_.as<UpdateScalars>(), update_scratch_.as<void>(),
+                   grads_.as(), slots, params_.as());
   timings_.update = seconds(t2, Clock::now());
   return absl::OkStatus();
 }

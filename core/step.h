@@ -152,8 +152,9 @@ class StepExecutor {
   int64_t step_ = 0;
   Timings timings_;
   Buffer params_, grads_;
-  // Per-step arguments in backend memory: AdamScalars, then one key per Dropout layer.
+  // Per-step arguments in backend memory: UpdateScalars, then one key per Dropout layer.
   Buffer step_args_;
+  Buffer update_scratch_;          // Optimizer::ScratchBytes (clipping's partial sums), if any
   std::vector<int> dropout_slot_;  // per layer: index of its key, or -1
   std::unique_ptr<Backend::Graph> graph_;
   const DeviceDataset* graph_data_ = nullptr;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -91,17 +92,25 @@ inline void ExpectGradientsMatchJax(Backend* backend, const std::string& model_n
   }
 }
 
-// 20 training steps of the golden MLP with dropout (`optimizer`: "adam" or "sgd") on
-// `backend`: each loss within 1e-5 of optax's, the same dropout masks, and the final
-// params within 1e-5 (relative L2 per tensor).
-inline void ExpectTrainingMatchesOptax(Backend* backend, const std::string& optimizer) {
-  ASSERT_OK_AND_ASSIGN(SafeTensors g,
-                       SafeTensors::Read(GoldenPath("train_mlp_" + optimizer + ".safetensors")));
+// The training steps a golden file records (`file` in tests/golden/: its spec, losses,
+// dropout masks and final params; its data, or that of the file its "data" metadata
+// names) run on `backend`: each loss within 1e-5 of optax's, the same dropout masks, and
+// the final params within 1e-5 (relative L2 per tensor).
+inline void ExpectTrainingMatchesGolden(Backend* backend, const std::string& file) {
+  ASSERT_OK_AND_ASSIGN(SafeTensors g, SafeTensors::Read(GoldenPath(file)));
   ASSERT_OK_AND_ASSIGN(v1::JobSpec parsed, ParseSpec(g.metadata().at("spec"), "golden spec"));
   ASSERT_OK_AND_ASSIGN(v1::JobSpec spec, Validate(parsed));
   ASSERT_OK_AND_ASSIGN(TrainSetup setup, SetupFromSpec(spec));
   const Model& m = setup.model;
-  const Dataset data = GoldenDataset(g, "data");
+  const auto data_file = g.metadata().find("data");
+  Dataset data;
+  if (data_file == g.metadata().end()) {
+    data = GoldenDataset(g, "data");
+  } else {
+    const std::string name = nlohmann::json::parse(data_file->second).get<std::string>();
+    ASSERT_OK_AND_ASSIGN(SafeTensors d, SafeTensors::Read(GoldenPath(name)));
+    data = GoldenDataset(d, "data");
+  }
   const int b = static_cast<int>(spec.global_batch_size());
   TrainingPlan plan(spec.seed(), spec.dropout_seed(), setup.impl, data.size, b, 1);
   ASSERT_OK_AND_ASSIGN(auto exec,
@@ -123,7 +132,7 @@ inline void ExpectTrainingMatchesOptax(Backend* backend, const std::string& opti
     }
   }
   ASSERT_OK_AND_ASSIGN(TrainState final_state, exec->GetState());
-  EXPECT_EQ(final_state.step, 20);
+  EXPECT_EQ(final_state.step, static_cast<int64_t>(spec.steps()));
   const std::vector<float> want = GoldenParams(g, m, "params.");
   for (const ParamEntry& e : m.layout().entries()) {
     EXPECT_LE(RelativeL2({final_state.params.data() + e.offset, e.size},
@@ -131,6 +140,11 @@ inline void ExpectTrainingMatchesOptax(Backend* backend, const std::string& opti
               1e-5)
         << e.name;
   }
+}
+
+// 20 training steps of the golden MLP with dropout (`optimizer`: "adam" or "sgd").
+inline void ExpectTrainingMatchesOptax(Backend* backend, const std::string& optimizer) {
+  ExpectTrainingMatchesGolden(backend, "train_mlp_" + optimizer + ".safetensors");
 }
 
 }  // namespace lockstep::testing

@@ -522,7 +522,7 @@ std::shared_ptr<TensorBoardWriter> JobManager::NewTensorBoardWriter(const v1::Jo
   if (options_.tensorboard_dir.empty()) return nullptr;
   return std::make_shared<TensorBoardWriter>(
       options_.tensorboard_dir, job.id(), job.spec().tensorboard_dir(),
-      job.spec().optimizer().learning_rate(), &tensorboard_io_);
+      LearningRateOf(job.spec().optimizer()), &tensorboard_io_);
 }
 
 absl::StatusOr<JobManager::Record*> JobManager::FindLocked(const std::string& id) {

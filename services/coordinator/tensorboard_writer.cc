@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "core/io/paths.h"
 #include "core/io/tfrecord.h"
+#include "core/learning_rate.h"
 #include "services/common/job_log.h"
 
 namespace lockstep {
@@ -69,12 +70,19 @@ absl::StatusOr<std::string> PrepareTensorBoardFolder(const std::string& root,
   return resolved.string();
 }
 
+std::function<double(int64_t)> LearningRateOf(const v1::OptimizerSpec& optimizer) {
+  absl::StatusOr<LearningRate> schedule = LearningRate::FromSpec(optimizer);
+  if (!schedule.ok()) return [](int64_t) { return 0.0; };
+  return [s = *std::move(schedule)](int64_t step) { return double{s(step - 1)}; };
+}
+
 TensorBoardWriter::TensorBoardWriter(std::string root, std::string job_id, std::string name,
-                                     double learning_rate, SerialExecutor* io)
+                                     std::function<double(int64_t)> learning_rate,
+                                     SerialExecutor* io)
     : root_(std::move(root)),
       job_id_(std::move(job_id)),
       name_(std::move(name)),
-      learning_rate_(learning_rate),
+      learning_rate_(std::move(learning_rate)),
       io_(io) {}
 
 TensorBoardWriter::~TensorBoardWriter() {
@@ -85,7 +93,7 @@ void TensorBoardWriter::OnStep(const v1::StepEvent& s, int64_t unix_ms) {
   Queue(Scalars(s.step(), unix_ms,
                 {{"train/loss", s.loss()},
                  {"train/accuracy", s.accuracy()},
-                 {"train/learning_rate", learning_rate_},
+                 {"train/learning_rate", learning_rate_(s.step())},
                  {"perf/samples_per_sec", s.samples_per_sec()},
                  {"time/compute_ms", s.compute_ms()},
                  {"time/allreduce_ms", s.allreduce_ms()},

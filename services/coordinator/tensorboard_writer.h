@@ -18,6 +18,7 @@
 #define LOCKSTEP_SERVICES_COORDINATOR_TENSORBOARD_WRITER_H_
 
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,12 +38,17 @@ absl::StatusOr<std::string> PrepareTensorBoardFolder(const std::string& root,
                                                      const std::string& job_id,
                                                      const std::string& name);
 
+// The learning rate step `step` (1-based) updated with: the optimizer's schedule at count
+// step - 1 (0 for a spec without a valid learning rate).
+std::function<double(int64_t step)> LearningRateOf(const v1::OptimizerSpec& optimizer);
+
 class TensorBoardWriter : public std::enable_shared_from_this<TensorBoardWriter> {
  public:
   // Writes into PrepareTensorBoardFolder(root, job_id, name), made on the first write.
-  // `learning_rate` is the optimizer's (constant: Lockstep has no schedules).
-  TensorBoardWriter(std::string root, std::string job_id, std::string name, double learning_rate,
-                    SerialExecutor* io);
+  // `learning_rate` maps a step (1-based, as StepEvent.step) to the learning rate its
+  // update used: LearningRateOf(the job's optimizer spec).
+  TensorBoardWriter(std::string root, std::string job_id, std::string name,
+                    std::function<double(int64_t step)> learning_rate, SerialExecutor* io);
   ~TensorBoardWriter();
 
   void OnStep(const v1::StepEvent& step, int64_t unix_ms);
@@ -59,7 +65,7 @@ class TensorBoardWriter : public std::enable_shared_from_this<TensorBoardWriter>
   bool Open();
 
   const std::string root_, job_id_, name_;
-  const double learning_rate_;
+  const std::function<double(int64_t)> learning_rate_;
   SerialExecutor* const io_;
   mutable absl::Mutex mu_;
   std::vector<tensorboard::Event> queued_ ABSL_GUARDED_BY(mu_);

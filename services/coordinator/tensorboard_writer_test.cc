@@ -65,7 +65,8 @@ TEST_F(TensorBoardWriterTest, WritesTheStepsAndEvaluationsAsScalars) {
   std::string path;
   {
     SerialExecutor io;
-    auto writer = std::make_shared<TensorBoardWriter>(root_, "job-000001-ab", "", 0.125, &io);
+    auto writer = std::make_shared<TensorBoardWriter>(
+        root_, "job-000001-ab", "", [](int64_t step) { return 0.125 * step; }, &io);
     for (int s = 1; s <= 3; ++s) {
       v1::StepEvent step;
       step.set_step(s);
@@ -100,9 +101,24 @@ TEST_F(TensorBoardWriterTest, WritesTheStepsAndEvaluationsAsScalars) {
   EXPECT_EQ((got[{1, "time/compute_ms"}]), 1.5f);
   EXPECT_EQ((got[{1, "time/allreduce_ms"}]), 0.5f);
   EXPECT_EQ((got[{1, "time/update_ms"}]), 0.25f);
-  EXPECT_EQ((got[{3, "train/learning_rate"}]), 0.125f);
+  EXPECT_EQ((got[{3, "train/learning_rate"}]), 0.375f);
   EXPECT_EQ((got[{3, "eval/loss"}]), 0.75f);
   EXPECT_EQ((got[{3, "eval/accuracy"}]), 0.875f);
+}
+
+TEST(LearningRateOf, IsTheScheduleAtTheStepsCount) {
+  v1::OptimizerSpec spec;
+  spec.set_kind("sgd");
+  spec.set_learning_rate(0.25);
+  EXPECT_EQ(LearningRateOf(spec)(7), 0.25);
+  spec.set_learning_rate(0);
+  auto* piecewise = spec.mutable_schedule()->mutable_piecewise_constant();
+  piecewise->set_init_value(1.0);
+  (*piecewise->mutable_boundaries_and_scales())[2] = 0.5;
+  const auto lr = LearningRateOf(spec);
+  EXPECT_EQ(lr(1), 1.0);  // step 1's update used count 0
+  EXPECT_EQ(lr(2), 1.0);
+  EXPECT_EQ(lr(3), 0.5);
 }
 
 TEST_F(TensorBoardWriterTest, ANamedFolderStaysInTheJobsFolder) {
@@ -124,7 +140,8 @@ TEST_F(TensorBoardWriterTest, AFolderThatCannotBeMadeWritesNothingAndFailsNothin
   std::string path = "unset";
   {
     SerialExecutor io;
-    auto writer = std::make_shared<TensorBoardWriter>(root_, "job-1", "", 0.1, &io);
+    auto writer = std::make_shared<TensorBoardWriter>(
+        root_, "job-1", "", [](int64_t) { return 0.1; }, &io);
     v1::StepEvent step;
     step.set_step(1);
     writer->OnStep(step, 0);

@@ -144,7 +144,7 @@ def train_plan(spec, images, labels):
   m = spec["model"]
   model = models.MLP(widths=tuple(m["hidden"]), dropout_rate=m["dropout_rate"])
   o = spec["optimizer"]
-  tx = models.make_tx(o["kind"], o["learning_rate"], o.get("momentum", 0.0))
+  tx = models.make_tx_from_spec(o)
   n, b = spec["workers"], spec["global_batch_size"]
   rng, params = models.init_params(model, spec["seed"])
   state = train_state.TrainState.create(apply_fn=model.apply, params=params, tx=tx)
@@ -214,7 +214,7 @@ def pmap_golden(out, images, labels):
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "../../tests/golden"))
-  ap.add_argument("--only", default="rng,init,grads,train,pmap")
+  ap.add_argument("--only", default="rng,init,grads,train,pmap,optax")
   args = ap.parse_args()
   os.makedirs(args.out, exist_ok=True)
   only = set(args.only.split(","))
@@ -231,6 +231,9 @@ def main():
     train_goldens(args.out, images, labels)
   if "pmap" in only:
     pmap_golden(args.out, images, labels)
+  if "optax" in only:
+    import golden_optax  # noqa: E402 (it imports this module's helpers)
+    golden_optax.write_goldens(args.out, images, labels)
 
 
 if __name__ == "__main__":

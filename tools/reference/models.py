@@ -44,14 +44,58 @@ class MLP(nn.Module):
     return nn.Dense(features=10)(x)
 
 
-def make_tx(kind, lr, momentum=0.0, weight_decay=1e-4):
+def make_tx(kind, lr, momentum=0.0, weight_decay=1e-4, nesterov=False, b1=0.9, b2=0.999,
+            eps=1e-8):
+  """optax's optimizer; `lr` a float or an optax schedule."""
   if kind == "sgd":
-    return optax.sgd(lr, momentum=momentum if momentum else None)
+    return optax.sgd(lr, momentum=momentum if momentum else None, nesterov=nesterov)
   if kind == "adam":
-    return optax.adam(lr)
+    return optax.adam(lr, b1=b1, b2=b2, eps=eps)
   if kind == "adamw":
-    return optax.adamw(lr, weight_decay=weight_decay)
+    return optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
   raise ValueError(kind)
+
+
+def make_schedule(opt):
+  """The learning rate of a Lockstep optimizer spec (a dict with the proto's field names):
+  `learning_rate`, or the optax schedule `schedule` names, with Python floats and ints
+  where a user's optax program would have them."""
+  if not opt.get("schedule"):
+    return float(opt["learning_rate"])
+  (kind, a), = opt["schedule"].items()
+  if kind == "cosine_decay":
+    return optax.cosine_decay_schedule(
+        float(a["init_value"]), int(a["decay_steps"]), alpha=float(a.get("alpha", 0.0)),
+        exponent=float(a.get("exponent", 1.0)))
+  if kind == "warmup_cosine_decay":
+    return optax.warmup_cosine_decay_schedule(
+        float(a.get("init_value", 0.0)), float(a["peak_value"]), int(a.get("warmup_steps", 0)),
+        int(a["decay_steps"]), end_value=float(a.get("end_value", 0.0)),
+        exponent=float(a.get("exponent", 1.0)))
+  if kind == "exponential_decay":
+    end = a.get("end_value")
+    return optax.exponential_decay(
+        float(a["init_value"]), int(a["transition_steps"]), float(a["decay_rate"]),
+        transition_begin=int(a.get("transition_begin", 0)),
+        staircase=bool(a.get("staircase", False)),
+        end_value=None if end is None else float(end))
+  if kind == "piecewise_constant":
+    return optax.piecewise_constant_schedule(
+        float(a["init_value"]),
+        {int(k): float(v) for k, v in a.get("boundaries_and_scales", {}).items()})
+  raise ValueError(kind)
+
+
+def make_tx_from_spec(opt):
+  """optax's transformation for a Lockstep optimizer spec (a dict with the proto's field
+  names): the schedule or constant learning rate, Nesterov, and clip_by_global_norm
+  chained before the optimizer."""
+  tx = make_tx(opt["kind"], make_schedule(opt), momentum=opt.get("momentum", 0.0),
+               weight_decay=opt.get("weight_decay", 1e-4), nesterov=opt.get("nesterov", False),
+               b1=opt.get("b1", 0.9), b2=opt.get("b2", 0.999), eps=opt.get("eps", 1e-8))
+  if opt.get("clip_by_global_norm"):
+    tx = optax.chain(optax.clip_by_global_norm(float(opt["clip_by_global_norm"])), tx)
+  return tx
 
 
 def loss_fn(params, apply_fn, images, labels, dropout_key=None):

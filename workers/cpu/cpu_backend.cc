@@ -72,19 +72,54 @@ LS_MULTIVERSION void ColumnSums(int cols, const float* dy, float* sum, size_t be
   }
 }
 
-LS_MULTIVERSION void SgdRange(float neg_lr, float momentum, const float* g, float* trace, float* p,
-                              size_t begin, size_t end) {
+LS_MULTIVERSION void SgdRange(float neg_lr, float momentum, bool nesterov, const float* g,
+                              float* trace, float* p, size_t begin, size_t end) {
   if (trace == nullptr) {
     for (size_t i = begin; i < end; ++i) p[i] = p[i] + neg_lr * g[i];
     return;
   }
   for (size_t i = begin; i < end; ++i) {
     trace[i] = g[i] + momentum * trace[i];
-    p[i] = p[i] + neg_lr * trace[i];
+    const float u = nesterov ? g[i] + momentum * trace[i] : trace[i];
+    p[i] = p[i] + neg_lr * u;
   }
 }
 
-LS_MULTIVERSION void AdamRange(AdamScalars s, const float* g, float* mu, float* nu, float* p,
+// One chunk's sum in Backend::SumSquares's order: x[0, count), count <= kSumChunk, squared
+// first for the float values (the first level), as they are for the chunks' sums.
+inline double AddLanes(double* lane) {
+  for (int s = kSumLanes / 2; s > 0; s /= 2) {
+    for (int l = 0; l < s; ++l) lane[l] += lane[l + s];
+  }
+  return lane[0];
+}
+
+LS_MULTIVERSION double ChunkSumSquares(const float* x, size_t count) {
+  double lane[kSumLanes] = {};
+  for (size_t row = 0; row < count; row += kSumLanes) {
+    const size_t width = std::min<size_t>(kSumLanes, count - row);
+    for (size_t l = 0; l < width; ++l) {
+      const double v = x[row + l];
+      lane[l] += v * v;
+    }
+  }
+  return AddLanes(lane);
+}
+
+LS_MULTIVERSION double ChunkSum(const double* x, size_t count) {
+  double lane[kSumLanes] = {};
+  for (size_t row = 0; row < count; row += kSumLanes) {
+    const size_t width = std::min<size_t>(kSumLanes, count - row);
+    for (size_t l = 0; l < width; ++l) lane[l] += x[row + l];
+  }
+  return AddLanes(lane);
+}
+
+LS_MULTIVERSION void ClipRange(float norm, float max_norm, float* x, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) x[i] = (x[i] / norm) * max_norm;
+}
+
+LS_MULTIVERSION void AdamRange(UpdateScalars s, const float* g, float* mu, float* nu, float* p,
                                size_t begin, size_t end) {
   const float neg_lr = -s.lr;
   for (size_t i = begin; i < end; ++i) {
@@ -366,15 +401,43 @@ class CpuBackend final : public Backend {
     ParallelFor(threads_, n, [&](size_t b, size_t e) { DivideRange(d, x, b, e); });
   }
 
-  void SgdUpdate(size_t n, float lr, float momentum, const float* g, float* trace,
-                 float* p) override {
-    ParallelFor(threads_, n,
-                [&](size_t b, size_t e) { SgdRange(-lr, momentum, g, trace, p, b, e); });
+  void SumSquares(size_t n, const float* x, double* partials, double* out) override {
+    // Level by level: the chunk sums of the squares, then of those sums, into partials
+    // until one is left, which goes to out.
+    const double* level = nullptr;
+    for (size_t count = n;;) {
+      const size_t chunks = std::max<size_t>(1, (count + kSumChunk - 1) / kSumChunk);
+      double* dst = chunks == 1 ? out : partials;
+#pragma omp parallel for num_threads(threads_) schedule(static) if (chunks >= 8)
+      for (size_t c = 0; c < chunks; ++c) {
+        const size_t first = c * kSumChunk, size = std::min<size_t>(kSumChunk, count - first);
+        dst[c] =
+            level == nullptr ? ChunkSumSquares(x + first, size) : ChunkSum(level + first, size);
+      }
+      if (chunks == 1) return;
+      level = partials;
+      partials += chunks;
+      count = chunks;
+    }
   }
 
-  void AdamUpdate(size_t n, const AdamScalars* scalars, const float* g, float* mu, float* nu,
+  void ClipByGlobalNorm(size_t n, float max_norm, const double* sum_squares, float* x) override {
+    const float norm = static_cast<float>(std::sqrt(*sum_squares));
+    if (norm < max_norm) return;
+    ParallelFor(threads_, n, [&](size_t b, size_t e) { ClipRange(norm, max_norm, x, b, e); });
+  }
+
+  void SgdUpdate(size_t n, const UpdateScalars* s, float momentum, bool nesterov, const float* g,
+                 float* trace, float* p) override {
+    const float neg_lr = -s->lr;
+    ParallelFor(threads_, n, [&](size_t b, size_t e) {
+      SgdRange(neg_lr, momentum, nesterov, g, trace, p, b, e);
+    });
+  }
+
+  void AdamUpdate(size_t n, const UpdateScalars* scalars, const float* g, float* mu, float* nu,
                   float* p) override {
-    const AdamScalars s = *scalars;
+    const UpdateScalars s = *scalars;
     ParallelFor(threads_, n, [&](size_t b, size_t e) { AdamRange(s, g, mu, nu, p, b, e); });
   }
 

@@ -81,10 +81,54 @@ TEST(CpuBackend, SoftmaxCrossEntropy) {
 TEST(CpuBackend, AdamMatchesOptaxFormula) {
   auto be = NewCpuBackend(2);
   std::vector<float> p = {1.0f}, g = {0.5f}, mu = {0}, nu = {0};
-  AdamScalars s{0.1f, 0.9f, 0.999f, 0.1f, 0.001f, 0.1f, 0.001f, 1e-8f, 0.0f};
+  UpdateScalars s{0.1f, 0.9f, 0.999f, 0.1f, 0.001f, 0.1f, 0.001f, 1e-8f, 0.0f};
   be->AdamUpdate(1, &s, g.data(), mu.data(), nu.data(), p.data());
   EXPECT_FLOAT_EQ(mu[0], 0.05f);
   EXPECT_NEAR(p[0], 1.0f - 0.1f, 1e-6);  // first adam step moves by lr * sign(g)
+}
+
+TEST(CpuBackend, SgdNesterovMatchesOptaxFormula) {
+  auto be = NewCpuBackend(1);
+  // optax.trace(decay=0.5, nesterov=True): trace = g + 0.5 trace; update = g + 0.5 trace.
+  std::vector<float> p = {1.0f}, g = {0.25f}, trace = {1.0f};
+  const UpdateScalars lr{0.125f};
+  be->SgdUpdate(1, &lr, 0.5f, /*nesterov=*/true, g.data(), trace.data(), p.data());
+  EXPECT_EQ(trace[0], 0.75f);
+  EXPECT_EQ(p[0], 1.0f - 0.125f * (0.25f + 0.5f * 0.75f));
+  be->SgdUpdate(1, &lr, 0.5f, /*nesterov=*/false, g.data(), trace.data(), p.data());
+  EXPECT_EQ(trace[0], 0.625f);
+  EXPECT_EQ(p[0], 1.0f - 0.125f * 0.625f - 0.125f * 0.625f);
+}
+
+// The fixed order of Backend::SumSquares: the same bits whatever the thread count, at
+// one, two and three levels; close to the exact sum.
+TEST(CpuBackend, SumSquaresIsTheSameWithAnyThreadsAndNearlyExact) {
+  for (const size_t n : {size_t{0}, size_t{5}, size_t{kSumChunk} * 40 + 3,
+                         size_t{kSumChunk} * kSumChunk + 2 * kSumChunk + 5}) {
+    const std::vector<float> x = Random(n, 7);
+    std::vector<double> partials(SumSquaresPartials(n));
+    double sums[3];
+    for (int i = 0; i < 3; ++i) {
+      NewCpuBackend(1 << i)->SumSquares(n, x.data(), partials.data(), &sums[i]);
+    }
+    EXPECT_EQ(std::memcmp(&sums[0], &sums[1], sizeof(double)), 0) << n;
+    EXPECT_EQ(std::memcmp(&sums[0], &sums[2], sizeof(double)), 0) << n;
+    long double exact = 0;
+    for (float v : x) exact += static_cast<long double>(v) * v;
+    EXPECT_NEAR(sums[0], static_cast<double>(exact), 1e-12 * static_cast<double>(exact)) << n;
+  }
+}
+
+TEST(CpuBackend, ClipByGlobalNormScalesOnlyFromMaxNormOn) {
+  auto be = NewCpuBackend(1);
+  const double sum_squares = 25;  // norm 5
+  for (const float max_norm : {10.0f, 5.0f, 2.5f}) {
+    std::vector<float> g = {3, -4};
+    be->ClipByGlobalNorm(g.size(), max_norm, &sum_squares, g.data());
+    const float scale = max_norm > 5 ? 1 : max_norm / 5;  // optax: norm < max keeps g
+    EXPECT_FLOAT_EQ(g[0], 3 * scale) << max_norm;
+    EXPECT_FLOAT_EQ(g[1], -4 * scale) << max_norm;
+  }
 }
 
 struct GemmShape {
@@ -184,7 +228,8 @@ std::vector<float> ConvStep(Backend& be) {
   be.Gemm(false, true, rows, patch, f, 1.0f, dy.data(), w.data(), 0.0f, dcols.data());
   be.Col2Im(g, dcols.data(), dx.data());
   be.Divide(dw.size(), 2.0f, dw.data());
-  be.SgdUpdate(p.size(), 0.1f, 0.9f, dw.data(), trace.data(), p.data());
+  const UpdateScalars lr{0.1f};
+  be.SgdUpdate(p.size(), &lr, 0.9f, /*nesterov=*/false, dw.data(), trace.data(), p.data());
   std::vector<float> out;
   for (const auto* v : {&y, &pool, &dy, &db, &dw, &dx, &p, &trace}) {
     out.insert(out.end(), v->begin(), v->end());

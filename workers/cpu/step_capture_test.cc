@@ -91,11 +91,17 @@ class GraphCpuBackend final : public Backend {
   void Divide(size_t n, float d, float* x) override {
     Queue([=, this] { cpu_->Divide(n, d, x); });
   }
-  void SgdUpdate(size_t n, float lr, float momentum, const float* g, float* trace,
-                 float* p) override {
-    Queue([=, this] { cpu_->SgdUpdate(n, lr, momentum, g, trace, p); });
+  void SumSquares(size_t n, const float* x, double* partials, double* out) override {
+    Queue([=, this] { cpu_->SumSquares(n, x, partials, out); });
   }
-  void AdamUpdate(size_t n, const AdamScalars* s, const float* g, float* mu, float* nu,
+  void ClipByGlobalNorm(size_t n, float max_norm, const double* sum_squares, float* x) override {
+    Queue([=, this] { cpu_->ClipByGlobalNorm(n, max_norm, sum_squares, x); });
+  }
+  void SgdUpdate(size_t n, const UpdateScalars* s, float momentum, bool nesterov, const float* g,
+                 float* trace, float* p) override {
+    Queue([=, this] { cpu_->SgdUpdate(n, s, momentum, nesterov, g, trace, p); });
+  }
+  void AdamUpdate(size_t n, const UpdateScalars* s, const float* g, float* mu, float* nu,
                   float* p) override {
     Queue([=, this] { cpu_->AdamUpdate(n, s, g, mu, nu, p); });
   }
@@ -176,6 +182,20 @@ Optimizer Adam() {
   return *Optimizer::FromSpec(spec);
 }
 
+// sgd with Nesterov momentum, a learning rate that changes every step (piecewise
+// constant) and clipping at a norm the gradients exceed: per-step values again.
+Optimizer SgdScheduleClip() {
+  v1::OptimizerSpec spec;
+  spec.set_kind("sgd");
+  spec.set_momentum(0.9);
+  spec.set_nesterov(true);
+  spec.set_clip_by_global_norm(0.5);
+  auto* piecewise = spec.mutable_schedule()->mutable_piecewise_constant();
+  piecewise->set_init_value(0.1);
+  for (int step = 1; step < 8; ++step) (*piecewise->mutable_boundaries_and_scales())[step] = 0.7;
+  return *Optimizer::FromSpec(spec);
+}
+
 bool Bitwise(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -187,9 +207,12 @@ class StepCaptureTest : public ::testing::Test {
  protected:
   static constexpr int kBatch = 32;
 
-  void SetUp() override {
+  void SetUp() override { UseOptimizer(Adam()); }
+
+  void UseOptimizer(Optimizer optimizer) {
+    optimizer_ = std::move(optimizer);
     TrainingPlan init_plan(0, 1, impl_, data_.size, kBatch, 1);
-    init_ = TrainState::Create(model_.Init(init_plan.init_key(), impl_), Adam());
+    init_ = TrainState::Create(model_.Init(init_plan.init_key(), impl_), optimizer_);
   }
 
   struct Replica {
@@ -199,7 +222,7 @@ class StepCaptureTest : public ::testing::Test {
   Replica Make(Backend* backend, bool graphs, Collective* collective = nullptr) {
     Replica r;
     auto exec =
-        StepExecutor::Create(model_, Adam(), impl_, kBatch, backend, collective, {}, graphs);
+        StepExecutor::Create(model_, optimizer_, impl_, kBatch, backend, collective, {}, graphs);
     EXPECT_TRUE(exec.ok()) << exec.status();
     r.exec = std::move(exec).value();
     auto data = r.exec->Upload(data_);
@@ -235,6 +258,7 @@ class StepCaptureTest : public ::testing::Test {
   const rng::Impl impl_ = rng::Impl::kPartitionable;
   const Model model_ = Model::Mlp({64, 32}, 0.3);
   const Dataset data_ = RandomDataset(256, 1);
+  Optimizer optimizer_;
   TrainState init_;
   GraphCpuBackend graph_backend_;
   std::unique_ptr<Backend> cpu_ = NewCpuBackend(1);
@@ -254,6 +278,19 @@ TEST_F(StepCaptureTest, WarmsUpEagerlyThenCapturesOnceAndReplaysBitwise) {
   EXPECT_EQ(graph_backend_.captures, 1);
   EXPECT_EQ(graph_backend_.launches, 5);
   EXPECT_TRUE(graph.exec->graph_fallback().ok()) << graph.exec->graph_fallback();
+  ExpectSameState(graph, eager);
+}
+
+// The learning rate is a per-step value too: a replay reads each step's (a graph that
+// froze the captured step's would drift from eager execution), and the clipping's sums
+// replay with it.
+TEST_F(StepCaptureTest, ReplaysReadEachStepsScheduledLearningRate) {
+  UseOptimizer(SgdScheduleClip());
+  Replica graph = Make(&graph_backend_, true), eager = Make(cpu_.get(), false);
+  TrainingPlan plan(3, 4, impl_, data_.size, kBatch, 1);
+  RunBoth(graph, eager, 6, plan);
+  EXPECT_EQ(graph_backend_.captures, 1);
+  EXPECT_EQ(graph_backend_.launches, 5);
   ExpectSameState(graph, eager);
 }
 

@@ -53,9 +53,11 @@ class CudaBackend final : public Backend {
   void GatherRows(size_t row, int n, const int32_t* idx, const float* table, float* out) override;
   void GatherLabels(int n, const int32_t* idx, const int32_t* table, int32_t* out) override;
   void Divide(size_t n, float d, float* x) override;
-  void SgdUpdate(size_t n, float lr, float momentum, const float* g, float* trace,
-                 float* p) override;
-  void AdamUpdate(size_t n, const AdamScalars* s, const float* g, float* mu, float* nu,
+  void SumSquares(size_t n, const float* x, double* partials, double* out) override;
+  void ClipByGlobalNorm(size_t n, float max_norm, const double* sum_squares, float* x) override;
+  void SgdUpdate(size_t n, const UpdateScalars* s, float momentum, bool nesterov, const float* g,
+                 float* trace, float* p) override;
+  void AdamUpdate(size_t n, const UpdateScalars* s, const float* g, float* mu, float* nu,
                   float* p) override;
 
   // Captures the work `body` queues on the stream into a CUDA graph (thread-local capture

@@ -100,12 +100,20 @@ void CudaBackend::GatherLabels(int n, const int32_t* idx, const int32_t* table, 
 
 void CudaBackend::Divide(size_t n, float d, float* x) { LS_LAUNCH(cuda::Divide(n, d, x, stream_)); }
 
-void CudaBackend::SgdUpdate(size_t n, float lr, float momentum, const float* g, float* trace,
-                            float* p) {
-  LS_LAUNCH(cuda::SgdUpdate(n, lr, momentum, g, trace, p, stream_));
+void CudaBackend::SumSquares(size_t n, const float* x, double* partials, double* out) {
+  LS_LAUNCH(cuda::SumSquares(n, x, partials, out, stream_));
 }
 
-void CudaBackend::AdamUpdate(size_t n, const AdamScalars* s, const float* g, float* mu, float* nu,
+void CudaBackend::ClipByGlobalNorm(size_t n, float max_norm, const double* sum_squares, float* x) {
+  LS_LAUNCH(cuda::ClipByGlobalNorm(n, max_norm, sum_squares, x, stream_));
+}
+
+void CudaBackend::SgdUpdate(size_t n, const UpdateScalars* s, float momentum, bool nesterov,
+                            const float* g, float* trace, float* p) {
+  LS_LAUNCH(cuda::SgdUpdate(n, s, momentum, nesterov, g, trace, p, stream_));
+}
+
+void CudaBackend::AdamUpdate(size_t n, const UpdateScalars* s, const float* g, float* mu, float* nu,
                              float* p) {
   LS_LAUNCH(cuda::AdamUpdate(n, s, g, mu, nu, p, stream_));
 }

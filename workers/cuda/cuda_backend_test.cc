@@ -217,13 +217,53 @@ TEST_F(CudaTest, GathersAreExact) {
 TEST_F(CudaTest, SgdUpdatesAreBitwise) {
   const size_t n = 100003;
   const auto g = RandomFloats(n, 17);
-  for (const bool momentum : {false, true}) {
+  const UpdateScalars s{0.05f};
+  Buffer d_s = ToDevice(std::vector<UpdateScalars>{s});
+  for (const auto& [momentum, nesterov] :
+       {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
     auto p = RandomFloats(n, 18), trace = RandomFloats(n, 19);
     Buffer d_g = ToDevice(g), d_p = ToDevice(p), d_trace = ToDevice(trace);
-    cpu_->SgdUpdate(n, 0.05f, 0.9f, g.data(), momentum ? trace.data() : nullptr, p.data());
-    cuda_->SgdUpdate(n, 0.05f, 0.9f, d_g.as(), momentum ? d_trace.as() : nullptr, d_p.as());
-    EXPECT_TRUE(Bitwise(ToHost(d_p, n), p)) << "momentum " << momentum;
+    cpu_->SgdUpdate(n, &s, 0.9f, nesterov, g.data(), momentum ? trace.data() : nullptr, p.data());
+    cuda_->SgdUpdate(n, d_s.as<UpdateScalars>(), 0.9f, nesterov, d_g.as(),
+                     momentum ? d_trace.as() : nullptr, d_p.as());
+    EXPECT_TRUE(Bitwise(ToHost(d_p, n), p)) << "momentum " << momentum << " nesterov " << nesterov;
     EXPECT_TRUE(Bitwise(ToHost(d_trace, n), trace)) << "momentum " << momentum;
+  }
+}
+
+// Sizes of one partial chunk, one level, two levels and three (over kSumChunk^2 values).
+TEST_F(CudaTest, SumSquaresIsBitwiseAtEveryLevelCount) {
+  for (const size_t n : {size_t{0}, size_t{1000}, size_t{kSumChunk}, size_t{3 * kSumChunk + 77},
+                         size_t{kSumChunk} * kSumChunk + 2 * kSumChunk + 5}) {
+    const auto x = RandomFloats(n, 30);
+    std::vector<double> partials(SumSquaresPartials(n));
+    double want = -1;
+    cpu_->SumSquares(n, x.data(), partials.data(), &want);
+    Buffer d_x = ToDevice(x);
+    ASSERT_OK_AND_ASSIGN(Buffer d_sums, cuda_->Allocate((partials.size() + 1) * sizeof(double)));
+    double* d_partials = d_sums.as<double>();
+    cuda_->SumSquares(n, d_x.as(), d_partials, d_partials + partials.size());
+    const double got = ToHost<double>(d_sums, partials.size() + 1).back();
+    EXPECT_EQ(std::memcmp(&got, &want, sizeof(double)), 0) << n << ": " << got << " vs " << want;
+  }
+}
+
+TEST_F(CudaTest, ClipByGlobalNormIsBitwiseClippedOrNot) {
+  const size_t n = 100003;
+  const auto g = RandomFloats(n, 31);
+  double sum_squares = 0;
+  for (float v : g) sum_squares += double{v} * v;
+  const float norm = static_cast<float>(std::sqrt(sum_squares));
+  Buffer d_sum = ToDevice(std::vector<double>{sum_squares});
+  for (const float max_norm : {norm * 0.5f, norm, norm * 2.0f}) {
+    auto want = g;
+    cpu_->ClipByGlobalNorm(n, max_norm, &sum_squares, want.data());
+    Buffer d_g = ToDevice(g);
+    cuda_->ClipByGlobalNorm(n, max_norm, d_sum.as<double>(), d_g.as());
+    EXPECT_TRUE(Bitwise(ToHost(d_g, n), want)) << max_norm;
+    if (max_norm != norm) {
+      EXPECT_EQ(Bitwise(want, g), max_norm > norm) << max_norm;  // unchanged below the max
+    }
   }
 }
 
@@ -231,13 +271,13 @@ TEST_F(CudaTest, AdamAndAdamWUpdatesAreBitwise) {
   const size_t n = 100003;
   const auto g = RandomFloats(n, 20, 1e-3f);
   for (const float weight_decay : {0.0f, 1e-4f}) {
-    const AdamScalars s{1e-3f, 0.9f, 0.999f, 0.1f, 0.001f, 0.271f, 0.00299f, 1e-8f, weight_decay};
+    const UpdateScalars s{1e-3f, 0.9f, 0.999f, 0.1f, 0.001f, 0.271f, 0.00299f, 1e-8f, weight_decay};
     auto p = RandomFloats(n, 21), mu = RandomFloats(n, 22, 1e-3f), nu = RandomFloats(n, 23);
     for (float& v : nu) v = v * v * 1e-6f;
-    Buffer d_s = ToDevice(std::vector<AdamScalars>{s}), d_g = ToDevice(g), d_p = ToDevice(p),
+    Buffer d_s = ToDevice(std::vector<UpdateScalars>{s}), d_g = ToDevice(g), d_p = ToDevice(p),
            d_mu = ToDevice(mu), d_nu = ToDevice(nu);
     cpu_->AdamUpdate(n, &s, g.data(), mu.data(), nu.data(), p.data());
-    cuda_->AdamUpdate(n, d_s.as<AdamScalars>(), d_g.as(), d_mu.as(), d_nu.as(), d_p.as());
+    cuda_->AdamUpdate(n, d_s.as<UpdateScalars>(), d_g.as(), d_mu.as(), d_nu.as(), d_p.as());
     EXPECT_TRUE(Bitwise(ToHost(d_p, n), p)) << "weight decay " << weight_decay;
     EXPECT_TRUE(Bitwise(ToHost(d_mu, n), mu));
     EXPECT_TRUE(Bitwise(ToHost(d_nu, n), nu));

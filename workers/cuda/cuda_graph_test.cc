@@ -18,8 +18,8 @@ using testing::StatusIs;
 TEST_F(CudaTest, GraphReplayEqualsEagerAndReadsDeviceScalars) {
   const size_t n = 4099;
   const auto g = RandomFloats(n, 1), p0 = RandomFloats(n, 2);
-  AdamScalars s{1e-2f, 0.9f, 0.999f, 0.1f, 0.001f, 0.1f, 0.001f, 1e-8f, 0.0f};
-  Buffer d_g = ToDevice(g), d_s = ToDevice(std::vector<AdamScalars>{s});
+  UpdateScalars s{1e-2f, 0.9f, 0.999f, 0.1f, 0.001f, 0.1f, 0.001f, 1e-8f, 0.0f};
+  Buffer d_g = ToDevice(g), d_s = ToDevice(std::vector<UpdateScalars>{s});
   Buffer graph_p = ToDevice(p0), eager_p = ToDevice(p0);
   ASSERT_OK_AND_ASSIGN(Buffer graph_mu, cuda_->Allocate(n * sizeof(float)));
   ASSERT_OK_AND_ASSIGN(Buffer graph_nu, cuda_->Allocate(n * sizeof(float)));
@@ -29,7 +29,7 @@ TEST_F(CudaTest, GraphReplayEqualsEagerAndReadsDeviceScalars) {
   // grads = g / 2, then an adam update; grads is refilled from g before each run.
   auto step = [&](float* p, float* mu, float* nu) {
     cuda_->Divide(n, 2.0f, grads.as());
-    cuda_->AdamUpdate(n, d_s.as<AdamScalars>(), grads.as(), mu, nu, p);
+    cuda_->AdamUpdate(n, d_s.as<UpdateScalars>(), grads.as(), mu, nu, p);
   };
   ASSERT_OK_AND_ASSIGN(auto graph, cuda_->Capture([&] {
     step(graph_p.as(), graph_mu.as(), graph_nu.as());
@@ -48,6 +48,40 @@ TEST_F(CudaTest, GraphReplayEqualsEagerAndReadsDeviceScalars) {
   const std::vector<float> graph_result = ToHost(graph_p, n);
   EXPECT_TRUE(Bitwise(graph_result, ToHost(eager_p, n)));
   EXPECT_FALSE(Bitwise(graph_result, p0));  // the updates did happen
+}
+
+// The optimizer's other per-step value: sgd's (scheduled) learning rate, read from device
+// memory by a replayed clip + Nesterov update, bitwise the CPU backend's steps.
+TEST_F(CudaTest, GraphReplayReadsEachStepsLearningRate) {
+  const size_t n = 3 * kSumChunk + 5;
+  const auto g = RandomFloats(n, 3), p0 = RandomFloats(n, 4);
+  const size_t parts = SumSquaresPartials(n);
+  Buffer d_s = ToDevice(std::vector<UpdateScalars>{{}}), d_p = ToDevice(p0);
+  ASSERT_OK_AND_ASSIGN(Buffer d_trace, cuda_->Allocate(n * sizeof(float)));
+  ASSERT_OK_AND_ASSIGN(Buffer d_grads, cuda_->Allocate(n * sizeof(float)));
+  ASSERT_OK_AND_ASSIGN(Buffer d_sums, cuda_->Allocate((parts + 1) * sizeof(double)));
+  double* partials = d_sums.as<double>();
+  ASSERT_OK_AND_ASSIGN(auto graph, cuda_->Capture([&] {
+    cuda_->SumSquares(n, d_grads.as(), partials, partials + parts);
+    cuda_->ClipByGlobalNorm(n, 10.0f, partials + parts, d_grads.as());
+    cuda_->SgdUpdate(n, d_s.as<UpdateScalars>(), 0.9f, true, d_grads.as(), d_trace.as(), d_p.as());
+    return absl::OkStatus();
+  }));
+  auto p = p0, trace = std::vector<float>(n), grads = g;
+  std::vector<double> host_partials(parts + 1);
+  for (const float lr : {0.1f, 0.05f, 0.0125f}) {
+    const UpdateScalars s{lr};
+    ASSERT_OK(cuda_->CopyToDevice(d_s.as<void>(), &s, sizeof(s)));
+    ASSERT_OK(cuda_->CopyToDevice(d_grads.as(), g.data(), n * sizeof(float)));
+    ASSERT_OK(graph->Launch());
+    grads = g;
+    cpu_->SumSquares(n, grads.data(), host_partials.data(), &host_partials[parts]);
+    cpu_->ClipByGlobalNorm(n, 10.0f, &host_partials[parts], grads.data());
+    cpu_->SgdUpdate(n, &s, 0.9f, true, grads.data(), trace.data(), p.data());
+  }
+  EXPECT_TRUE(Bitwise(ToHost(d_p, n), p));
+  EXPECT_TRUE(Bitwise(ToHost(d_trace, n), trace));
+  EXPECT_FALSE(Bitwise(grads, g));  // the norm (about 111) was clipped to 10
 }
 
 TEST_F(CudaTest, CaptureReturnsTheBodysErrorAndTheBackendStaysUsable) {

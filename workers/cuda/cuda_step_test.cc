@@ -1,5 +1,6 @@
 // The whole training step on the CUDA backend: against the CPU backend (the CNN and an
-// MLP with dropout, adam and sgd with momentum), graph replay against eager execution,
+// MLP with dropout; adam, sgd with momentum, and sgd with Nesterov momentum, a schedule
+// and clipping), graph replay against eager execution,
 // and the JAX/Flax/optax golden files that tests/golden_test.cc checks the CPU against.
 #include <cstring>
 #include <numeric>
@@ -21,8 +22,21 @@ using testing::GoldenParams;
 using testing::GoldenPath;
 using testing::RelativeL2;
 
+// "adam", "sgd" (with momentum), or "sgd_schedule_clip": sgd with Nesterov momentum, a
+// cosine decay (a new learning rate every step, which a replayed graph must read) and
+// clipping at a norm the gradients exceed.
 Optimizer MakeOptimizer(const std::string& kind) {
   v1::OptimizerSpec spec;
+  if (kind == "sgd_schedule_clip") {
+    spec.set_kind("sgd");
+    spec.set_momentum(0.9);
+    spec.set_nesterov(true);
+    spec.set_clip_by_global_norm(0.5);
+    auto* cosine = spec.mutable_schedule()->mutable_cosine_decay();
+    cosine->set_init_value(0.05);
+    cosine->set_decay_steps(6);
+    return *Optimizer::FromSpec(spec);
+  }
   spec.set_kind(kind);
   spec.set_learning_rate(kind == "sgd" ? 0.05 : 1e-3);
   if (kind == "sgd") spec.set_momentum(0.9);
@@ -139,7 +153,7 @@ TEST_P(CudaStepTest, GraphReplayIsBitwiseEqualToEager) {
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaStepTest,
                          ::testing::Combine(::testing::Values("cnn", "mlp"),
-                                            ::testing::Values("adam", "sgd")));
+                                            ::testing::Values("adam", "sgd", "sgd_schedule_clip")));
 
 // The golden files (tools/reference, JAX on CPU) through the CUDA backend.
 class CudaGradGolden : public CudaTest, public ::testing::WithParamInterface<const char*> {};
@@ -157,6 +171,19 @@ TEST_P(CudaTrainGolden, TwentyDropoutStepsInAGraphMatchOptax) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, CudaTrainGolden, ::testing::Values("adam", "sgd"));
+
+// optax beyond constants (tests/golden_optax_test.cc's files): schedules, Nesterov, clipping.
+class CudaOptaxGolden : public CudaTest, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CudaOptaxGolden, TwentyDropoutStepsInAGraphMatchOptax) {
+  testing::ExpectTrainingMatchesGolden(cuda_.get(),
+                                       std::string("optax_train_") + GetParam() + ".safetensors");
+}
+
+INSTANTIATE_TEST_SUITE_P(Options, CudaOptaxGolden,
+                         ::testing::Values("sgd_nesterov_cosine", "adam_warmup_cosine_clip",
+                                           "adamw_piecewise", "sgd_exponential_staircase",
+                                           "sgd_clipped"));
 
 }  // namespace
 }  // namespace lockstep
