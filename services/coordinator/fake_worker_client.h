@@ -6,6 +6,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -83,8 +84,41 @@ class FakeStream final : public StepStream {
   CancelToken::Callback on_cancel_;  // last: unregisters before the rest goes
 };
 
+// A stream that hands its answers over by itself, as the gRPC one does on gRPC's threads:
+// a thread of its own reads `inner` and delivers each answer, then the end.
+class PushingStream final : public StepStream {
+ public:
+  explicit PushingStream(std::unique_ptr<StepStream> inner) : inner_(std::move(inner)) {}
+  ~PushingStream() override {
+    inner_->Cancel();
+    if (thread_.joinable()) thread_.join();
+  }
+  bool Subscribe(Deliver deliver) override {
+    thread_ = std::thread([this, deliver = std::move(deliver)] {
+      while (true) {
+        absl::StatusOr<StepResult> answer = inner_->Receive();
+        const bool more = answer.ok();
+        deliver(std::move(answer));
+        if (!more) return;
+      }
+    });
+    return true;
+  }
+  bool Send(const StepCommand& command) override { return inner_->Send(command); }
+  void CloseSend() override { inner_->CloseSend(); }
+  absl::StatusOr<StepResult> Receive() override {
+    return absl::InternalError("a subscribed stream is not read");
+  }
+  void Cancel() override { inner_->Cancel(); }
+
+ private:
+  const std::unique_ptr<StepStream> inner_;
+  std::thread thread_;
+};
+
 struct FakeWorker {
   Behaviour steps = Behaviour::kEcho;
+  bool push = false;          // the step stream hands its answers over (PushingStream)
   bool refuse_steps = false;  // OpenSteps fails
   bool hang_prepare = false;  // Prepare waits until cancelled (at most a minute)
   int64_t train_examples = 64, test_examples = 20;
@@ -115,7 +149,9 @@ class FakeClient final : public WorkerClient {
                                                         const CancelToken& cancel,
                                                         absl::Duration) override {
     if (w_.refuse_steps) return absl::UnavailableError("connection refused");
-    return std::unique_ptr<StepStream>(new FakeStream(rank_, w_.steps, cancel));
+    auto stream = std::make_unique<FakeStream>(rank_, w_.steps, cancel);
+    if (w_.push) return std::unique_ptr<StepStream>(new PushingStream(std::move(stream)));
+    return std::unique_ptr<StepStream>(std::move(stream));
   }
   // Half the examples right, loss 0.5 each.
   absl::StatusOr<EvalSums> Evaluate(const std::string&, int64_t begin, int64_t end,

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "absl/flags/flag.h"
+#include "absl/synchronization/mutex.h"
 #include "core/data/data_roots.h"
 #include "core/spec/memory.h"
 #include "services/common/auth.h"
@@ -54,6 +55,11 @@ ABSL_FLAG(std::string, data_root, lockstep::kDefaultDataRoots,
 int main(int argc, char** argv) {
   using namespace lockstep;
   signal(SIGPIPE, SIG_IGN);  // a peer gone mid-write is an error to report, not a death
+  // Debian builds abseil without NDEBUG, which leaves absl::Mutex's deadlock detection on:
+  // a global graph updated on every lock, 10% of the coordinator's CPU per step at 1,024
+  // workers (bench/results/scale.md). Release builds of abseil turn it off; so do we here
+  // (unit tests keep it).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   BlockShutdownSignals();
   std::vector<std::string> env = {"listen",
                                   "state_dir",

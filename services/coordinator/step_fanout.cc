@@ -26,7 +26,10 @@ StepFanout::StepFanout(std::vector<std::unique_ptr<StepStream>> streams, Blame b
     answers_.resize(streams_.size());
     ended_.assign(streams_.size(), absl::OkStatus());
   }
-  for (int r = 0; r < size(); ++r) readers_.emplace_back([this, r] { Read(r); });
+  for (int r = 0; r < size(); ++r) {
+    auto deliver = [this, r](absl::StatusOr<StepResult> answer) { Hand(r, std::move(answer)); };
+    if (!streams_[r]->Subscribe(deliver)) readers_.emplace_back([this, r] { Read(r); });
+  }
 }
 
 StepFanout::~StepFanout() {
@@ -36,15 +39,26 @@ StepFanout::~StepFanout() {
 
 void StepFanout::Read(int rank) {
   while (true) {
-    auto answer = streams_[rank]->Receive();
-    absl::MutexLock lock(&mu_);
-    if (!answer.ok()) {
-      ended_[rank] = answer.status();
-      if (!absl::IsOutOfRange(answer.status()) && first_error_ < 0) first_error_ = rank;
-      return;
-    }
-    answers_[rank].push_back(std::move(answer).value());
+    absl::StatusOr<StepResult> answer = streams_[rank]->Receive();
+    const bool more = answer.ok();
+    Hand(rank, std::move(answer));
+    if (!more) return;
   }
+}
+
+bool StepFanout::Settled(int rank) const { return !answers_[rank].empty() || !ended_[rank].ok(); }
+
+void StepFanout::Hand(int rank, absl::StatusOr<StepResult> answer) {
+  absl::MutexLock lock(&mu_);
+  const bool settled = Settled(rank);
+  if (answer.ok()) {
+    answers_[rank].push_back(std::move(answer).value());
+  } else {
+    ended_[rank] = answer.status();
+    if (!absl::IsOutOfRange(answer.status()) && first_error_ < 0) first_error_ = rank;
+    if (answers_[rank].empty()) ++ended_early_;
+  }
+  settled_ += Settled(rank) - settled;
 }
 
 void StepFanout::Send(const std::vector<StepCommand>& commands) {
@@ -53,12 +67,9 @@ void StepFanout::Send(const std::vector<StepCommand>& commands) {
 
 absl::StatusOr<std::vector<StepResult>> StepFanout::Take(int64_t step, absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
+  // Counted as answers arrive, so that waking the waiter costs O(1), not a scan of N.
   auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    if (first_error_ >= 0) return true;
-    for (int r = 0; r < size(); ++r) {
-      if (answers_[r].empty()) return !ended_[r].ok();  // waiting, or ended early
-    }
-    return true;
+    return first_error_ >= 0 || ended_early_ > 0 || settled_ == size();
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
     std::vector<int> late;
@@ -72,12 +83,21 @@ absl::StatusOr<std::vector<StepResult>> StepFanout::Take(int64_t step, absl::Dur
                                                            absl::FormatDuration(timeout), others)));
   }
   if (first_error_ >= 0) return blame_(first_error_, ended_[first_error_]);
+  for (int r = 0; r < size(); ++r) {
+    if (answers_[r].empty() && !ended_[r].ok()) {
+      return blame_(r, absl::UnavailableError("ended its step stream early"));
+    }
+  }
   std::vector<StepResult> got(size());
   for (int r = 0; r < size(); ++r) {
-    if (answers_[r].empty())
-      return blame_(r, absl::UnavailableError("ended its step stream early"));
     got[r] = std::move(answers_[r].front());
     answers_[r].pop_front();
+    if (answers_[r].empty()) {
+      if (ended_[r].ok())
+        --settled_;
+      else
+        ++ended_early_;
+    }
     if (got[r].step != step) {
       return blame_(r, absl::InternalError(absl::StrCat("answered step ", got[r].step,
                                                         " when step ", step, " was due")));
@@ -123,6 +143,11 @@ void StepFanout::Join() {
   for (auto& t : readers_) {
     if (t.joinable()) t.join();
   }
+  // The subscribed streams hand over their end on their own threads: wait for it, so that
+  // none reaches this fanout after it is gone.
+  absl::MutexLock lock(&mu_);
+  auto ended = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return AllEnded(); };
+  mu_.Await(absl::Condition(&ended));
 }
 
 }  // namespace lockstep

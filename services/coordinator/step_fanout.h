@@ -1,8 +1,10 @@
 // StepFanout: the coordinator's end of one job's step streams, one per worker. Step
-// commands go out on every stream at once; a reader thread per stream queues the
-// answers, and Take hands back every worker's answer to the next step, or the first
-// error, or DEADLINE_EXCEEDED naming the late. Errors name the worker through `blame`.
-// The job's cancel token breaks every stream.
+// commands go out on every stream at once; the answers are queued as the streams hand
+// them over (on gRPC's callback threads; a stream that cannot gets a reader thread of its
+// own), and Take hands back every worker's answer to the next step, or the first error,
+// or DEADLINE_EXCEEDED naming the late. Errors name the worker through `blame`. The job's
+// cancel token breaks every stream. Per step it costs O(N) in all, none of it a thread
+// per worker: a thousand workers are a thousand queued writes and answers.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_STEP_FANOUT_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_STEP_FANOUT_H_
 
@@ -50,7 +52,13 @@ class StepFanout {
  private:
   StepFanout(std::vector<std::unique_ptr<StepStream>> streams, Blame blame);
   bool AllEnded() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Whether rank's next answer, or its end, is here.
+  bool Settled(int rank) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Queues rank's answer, or records the status that ended its stream.
+  void Hand(int rank, absl::StatusOr<StepResult> answer);
+  // A reader thread's loop, for a stream that does not hand its answers over by itself.
   void Read(int rank);
+  // Joins the readers and waits until every stream has ended (call Cancel or Close first).
   void Join();
 
   const std::vector<std::unique_ptr<StepStream>> streams_;
@@ -61,6 +69,8 @@ class StepFanout {
   std::vector<std::deque<StepResult>> answers_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Status> ended_ ABSL_GUARDED_BY(mu_);  // OUT_OF_RANGE: a clean end
   int first_error_ ABSL_GUARDED_BY(mu_) = -1;
+  int settled_ ABSL_GUARDED_BY(mu_) = 0;      // ranks for which Settled holds
+  int ended_early_ ABSL_GUARDED_BY(mu_) = 0;  // ranks ended with no answer left
 };
 
 }  // namespace lockstep

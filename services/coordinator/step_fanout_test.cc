@@ -18,11 +18,13 @@ absl::Status Blame(int rank, const absl::Status& st) {
   return absl::Status(st.code(), absl::StrCat("worker w", rank, ": ", st.message()));
 }
 
-std::vector<std::unique_ptr<WorkerClient>> Clients(std::vector<Behaviour> behaviours) {
+// With `push`, the streams hand their answers over by themselves (as gRPC's do) and the
+// fanout starts no reader thread; without, it reads each with a thread of its own.
+std::vector<std::unique_ptr<WorkerClient>> Clients(std::vector<Behaviour> behaviours, bool push) {
   std::vector<std::unique_ptr<WorkerClient>> clients;
   for (size_t r = 0; r < behaviours.size(); ++r) {
-    clients.push_back(
-        std::make_unique<FakeClient>(static_cast<int>(r), FakeWorker{.steps = behaviours[r]}));
+    clients.push_back(std::make_unique<FakeClient>(
+        static_cast<int>(r), FakeWorker{.steps = behaviours[r], .push = push}));
   }
   return clients;
 }
@@ -41,8 +43,8 @@ std::vector<StepCommand> Commands(int n, int64_t step) {
 // Opens a fanout on workers behaving as `behaviours`, sends them `step` and takes the
 // answers.
 absl::StatusOr<std::vector<StepResult>> SendAndTake(std::vector<Behaviour> behaviours, int64_t step,
-                                                    absl::Duration timeout) {
-  auto clients = Clients(behaviours);
+                                                    absl::Duration timeout, bool push) {
+  auto clients = Clients(behaviours, push);
   CancelToken cancel;
   auto fanout = StepFanout::Open(clients, "job-1", cancel, absl::Seconds(10), Blame);
   if (!fanout.ok()) return fanout.status();
@@ -50,8 +52,12 @@ absl::StatusOr<std::vector<StepResult>> SendAndTake(std::vector<Behaviour> behav
   return (*fanout)->Take(step, timeout);
 }  // the fanout's destructor cancels what is still open: no hang
 
-TEST(StepFanoutTest, AnswersComeBackInStepOrderPerWorker) {
-  auto clients = Clients({Behaviour::kEcho, Behaviour::kEcho, Behaviour::kEcho});
+class StepFanoutTest : public ::testing::TestWithParam<bool> {};
+
+INSTANTIATE_TEST_SUITE_P(ReaderThreadsAndPushingStreams, StepFanoutTest, ::testing::Bool());
+
+TEST_P(StepFanoutTest, AnswersComeBackInStepOrderPerWorker) {
+  auto clients = Clients({Behaviour::kEcho, Behaviour::kEcho, Behaviour::kEcho}, GetParam());
   CancelToken cancel;
   auto fanout = StepFanout::Open(clients, "job-1", cancel, absl::Seconds(10), Blame);
   ASSERT_TRUE(fanout.ok()) << fanout.status();
@@ -68,38 +74,40 @@ TEST(StepFanoutTest, AnswersComeBackInStepOrderPerWorker) {
   EXPECT_TRUE((*fanout)->Close(absl::Seconds(10)).ok());  // every stream ended cleanly
 }
 
-TEST(StepFanoutTest, ASilentWorkerIsADeadlineNamingIt) {
+TEST_P(StepFanoutTest, ASilentWorkerIsADeadlineNamingIt) {
   const absl::Time t0 = absl::Now();
   auto got = SendAndTake({Behaviour::kEcho, Behaviour::kSilent, Behaviour::kSilent}, 0,
-                         absl::Milliseconds(100));
+                         absl::Milliseconds(100), GetParam());
   EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(got.status().message(), HasSubstr("worker w1: did not answer step 0 within 100ms"));
   EXPECT_THAT(got.status().message(), HasSubstr("nor did 1 other worker"));
 }
 
-TEST(StepFanoutTest, AFailedStreamEndsTheWaitAtOnce) {
+TEST_P(StepFanoutTest, AFailedStreamEndsTheWaitAtOnce) {
   const absl::Time t0 = absl::Now();
-  auto got = SendAndTake({Behaviour::kSilent, Behaviour::kFail}, 0, absl::Seconds(30));
+  auto got = SendAndTake({Behaviour::kSilent, Behaviour::kFail}, 0, absl::Seconds(30), GetParam());
   EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(got.status().message(), "worker w1: connection reset");
 }
 
-TEST(StepFanoutTest, AStreamEndedWithoutAnAnswerIsUnavailable) {
-  auto got = SendAndTake({Behaviour::kEcho, Behaviour::kEndEarly}, 0, absl::Seconds(30));
+TEST_P(StepFanoutTest, AStreamEndedWithoutAnAnswerIsUnavailable) {
+  auto got =
+      SendAndTake({Behaviour::kEcho, Behaviour::kEndEarly}, 0, absl::Seconds(30), GetParam());
   EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(got.status().message(), "worker w1: ended its step stream early");
 }
 
-TEST(StepFanoutTest, AnAnswerToTheWrongStepIsInternal) {
-  auto got = SendAndTake({Behaviour::kEcho, Behaviour::kWrongStep}, 7, absl::Seconds(30));
+TEST_P(StepFanoutTest, AnAnswerToTheWrongStepIsInternal) {
+  auto got =
+      SendAndTake({Behaviour::kEcho, Behaviour::kWrongStep}, 7, absl::Seconds(30), GetParam());
   EXPECT_EQ(got.status().code(), absl::StatusCode::kInternal);
   EXPECT_EQ(got.status().message(), "worker w1: answered step 8 when step 7 was due");
 }
 
-TEST(StepFanoutTest, CloseGivesUpOnAWorkerThatDoesNotEndItsStream) {
-  auto clients = Clients({Behaviour::kEcho, Behaviour::kHang});
+TEST_P(StepFanoutTest, CloseGivesUpOnAWorkerThatDoesNotEndItsStream) {
+  auto clients = Clients({Behaviour::kEcho, Behaviour::kHang}, GetParam());
   CancelToken cancel;
   auto fanout = StepFanout::Open(clients, "job-1", cancel, absl::Seconds(10), Blame);
   ASSERT_TRUE(fanout.ok());
@@ -110,8 +118,8 @@ TEST(StepFanoutTest, CloseGivesUpOnAWorkerThatDoesNotEndItsStream) {
                            "worker w1: did not end its step stream within 100ms"));
 }
 
-TEST(StepFanoutTest, TheJobsCancelTokenWakesAWaitingTake) {
-  auto clients = Clients({Behaviour::kSilent, Behaviour::kSilent});
+TEST_P(StepFanoutTest, TheJobsCancelTokenWakesAWaitingTake) {
+  auto clients = Clients({Behaviour::kSilent, Behaviour::kSilent}, GetParam());
   CancelToken cancel;
   auto fanout = StepFanout::Open(clients, "job-1", cancel, absl::Seconds(10), Blame);
   ASSERT_TRUE(fanout.ok());
@@ -125,10 +133,11 @@ TEST(StepFanoutTest, TheJobsCancelTokenWakesAWaitingTake) {
   EXPECT_EQ(got.status().code(), absl::StatusCode::kCancelled);
 }
 
-TEST(StepFanoutTest, OpenNamesTheWorkerThatRefused) {
+TEST_P(StepFanoutTest, OpenNamesTheWorkerThatRefused) {
   std::vector<std::unique_ptr<WorkerClient>> clients;
-  clients.push_back(std::make_unique<FakeClient>(0, FakeWorker{}));
-  clients.push_back(std::make_unique<FakeClient>(1, FakeWorker{.refuse_steps = true}));
+  clients.push_back(std::make_unique<FakeClient>(0, FakeWorker{.push = GetParam()}));
+  clients.push_back(
+      std::make_unique<FakeClient>(1, FakeWorker{.push = GetParam(), .refuse_steps = true}));
   CancelToken cancel;
   auto fanout = StepFanout::Open(clients, "job-1", cancel, absl::Seconds(10), Blame);
   EXPECT_EQ(fanout.status().code(), absl::StatusCode::kUnavailable);

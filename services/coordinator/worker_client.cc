@@ -2,8 +2,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <deque>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "lockstep/v1/worker.grpc.pb.h"
 #include "services/common/net.h"
@@ -33,44 +36,124 @@ class Call {
   CancelToken::Callback on_cancel_;  // last: unregisters before ctx_ goes
 };
 
-class GrpcStepStream final : public StepStream {
+// A job's Steps stream on gRPC's callback API, so that a thousand workers cost no thread
+// each: Send queues the command and returns at once (one write in flight, the rest
+// queued in order); gRPC's own threads read the answers and hand them to the subscriber,
+// or queue them for Receive. No Start* call is made under a lock of ours: gRPC may run a
+// reaction inline.
+class GrpcStepStream final : public StepStream,
+                             public grpc::ClientBidiReactor<v1::StepRequest, v1::StepResponse> {
  public:
   GrpcStepStream(v1::Worker::Stub* stub, std::string job_id, const CancelToken& cancel,
                  absl::Duration lifetime)
       : job_id_(std::move(job_id)), call_(cancel, lifetime) {
-    stream_ = stub->Steps(call_.ctx());
+    stub->async()->Steps(call_.ctx(), this);
+    StartRead(&response_);
+    StartCall();
   }
+  ~GrpcStepStream() override {
+    call_.ctx()->TryCancel();
+    done_.WaitForNotification();  // OnDone: gRPC is finished with this reactor
+  }
+
   bool Send(const StepCommand& command) override {
-    const v1::StepRequest request = ToProto(job_id_, command);
-    absl::MutexLock lock(&write_mu_);
-    return !closed_ && stream_->Write(request);
+    v1::StepRequest request = ToProto(job_id_, command);
+    {
+      absl::MutexLock lock(&write_mu_);
+      if (closed_ || broken_) return false;
+      outbox_.push_back(std::move(request));
+    }
+    PumpWrites();
+    return true;
   }
   void CloseSend() override {
-    absl::MutexLock lock(&write_mu_);
-    if (!closed_) stream_->WritesDone();
-    closed_ = true;
+    {
+      absl::MutexLock lock(&write_mu_);
+      closed_ = true;
+    }
+    PumpWrites();
   }
   absl::StatusOr<StepResult> Receive() override {
-    v1::StepResponse resp;
-    if (stream_->Read(&resp)) return FromProto(resp);
-    if (!finished_) {
-      final_ = call_.Result(stream_->Finish());
-      finished_ = true;
-    }
-    if (final_.ok()) return absl::OutOfRangeError("step stream ended");
-    return final_;
+    absl::MutexLock lock(&read_mu_);
+    read_mu_.Await(absl::Condition(
+        +[](std::deque<absl::StatusOr<StepResult>>* q) { return !q->empty(); }, &inbox_));
+    if (!inbox_.front().ok()) return inbox_.front().status();  // the end stays: said again
+    absl::StatusOr<StepResult> next = std::move(inbox_.front());
+    inbox_.pop_front();
+    return next;
+  }
+  bool Subscribe(Deliver deliver) override {
+    absl::MutexLock lock(&read_mu_);
+    deliver_ = std::move(deliver);
+    for (auto& item : inbox_) deliver_(std::move(item));
+    inbox_.clear();
+    return true;
   }
   void Cancel() override { call_.ctx()->TryCancel(); }
 
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&write_mu_);
+      writing_ = false;
+      if (!ok) broken_ = true;  // the stream is ending: OnDone says why
+    }
+    PumpWrites();
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream ended: OnDone brings its status
+    Hand(FromProto(response_));
+    StartRead(&response_);
+  }
+  void OnDone(const grpc::Status& status) override {
+    absl::Status end = call_.Result(status);
+    Hand(end.ok() ? absl::OutOfRangeError("step stream ended") : end);
+    done_.Notify();  // last: the destructor may run from here on
+  }
+
  private:
+  // Starts the next write, or WritesDone once closed and every command is out.
+  void PumpWrites() {
+    enum { kNone, kWrite, kWritesDone } next = kNone;
+    {
+      absl::MutexLock lock(&write_mu_);
+      if (writing_ || broken_) return;
+      if (!outbox_.empty()) {
+        writing_message_ = std::move(outbox_.front());
+        outbox_.pop_front();
+        writing_ = true;
+        next = kWrite;
+      } else if (closed_ && !writes_done_) {
+        writes_done_ = true;
+        next = kWritesDone;
+      }
+    }
+    // Only the thread that set writing_ (or writes_done_) gets here with work to start.
+    if (next == kWrite) StartWrite(&writing_message_);
+    if (next == kWritesDone) StartWritesDone();
+  }
+  void Hand(absl::StatusOr<StepResult> item) {
+    absl::MutexLock lock(&read_mu_);
+    if (deliver_) {
+      deliver_(std::move(item));
+    } else {
+      inbox_.push_back(std::move(item));
+    }
+  }
+
   const std::string job_id_;
   Call call_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>> stream_;
   absl::Mutex write_mu_;
+  std::deque<v1::StepRequest> outbox_ ABSL_GUARDED_BY(write_mu_);
+  v1::StepRequest writing_message_;  // the write in flight (owned by whoever set writing_)
+  bool writing_ ABSL_GUARDED_BY(write_mu_) = false;
   bool closed_ ABSL_GUARDED_BY(write_mu_) = false;
-  // Receive runs on one thread only.
-  bool finished_ = false;
-  absl::Status final_;
+  bool writes_done_ ABSL_GUARDED_BY(write_mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(write_mu_) = false;
+  v1::StepResponse response_;  // the read in flight (one at a time)
+  absl::Mutex read_mu_;        // taken before the subscriber's locks, never after
+  Deliver deliver_ ABSL_GUARDED_BY(read_mu_);
+  std::deque<absl::StatusOr<StepResult>> inbox_ ABSL_GUARDED_BY(read_mu_);
+  absl::Notification done_;
 };
 
 class GrpcWorkerClient final : public WorkerClient {

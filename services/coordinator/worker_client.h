@@ -9,6 +9,7 @@
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_WORKER_CLIENT_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_WORKER_CLIENT_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -32,7 +33,16 @@ struct SharedState {
 // two threads; Cancel from any.
 class StepStream {
  public:
+  // Takes the stream's answers in order, then once the status that ended it (OUT_OF_RANGE:
+  // cleanly). Called on the stream's own threads, one call at a time.
+  using Deliver = std::function<void(absl::StatusOr<StepResult>)>;
+
   virtual ~StepStream() = default;
+  // A stream that hands its answers over by itself (gRPC's callback threads: no thread of
+  // the caller waits on it) takes `deliver` and returns true; Receive is then not called.
+  // Those answered already are delivered at once. False: the caller reads with Receive.
+  // `deliver` is not called once the destructor has returned.
+  virtual bool Subscribe(Deliver deliver) { return false; }
   // False once the stream is broken (Receive then reports why).
   virtual bool Send(const StepCommand& command) = 0;
   // No more commands; the worker ends the stream after answering those sent.
