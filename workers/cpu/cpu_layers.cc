@@ -17,7 +17,6 @@ constexpr size_t kParallelMin = 1 << 15;
 // blocks, combined in block order: the same bits whatever the thread count.
 constexpr int kBlocks = 8;
 
-using math::AvgDivisor;
 using math::Span;
 using math::WindowSpan;
 using math::WindowsReading;
@@ -25,6 +24,44 @@ using math::WindowsReading;
 size_t Pixel(const ConvGeometry& g, int n, int y, int x) {
   return (static_cast<size_t>(n) * g.h + y) * g.w + x;
 }
+
+// span(i, stride, pad, k, n) for i in [0, count): the windows' input spans (WindowSpan) or
+// the inputs' window spans (WindowsReading) along one axis, computed once per call.
+std::vector<Span> Spans(int count, int stride, int pad, int k, int n,
+                        Span (*span)(int, int, int, int, int)) {
+  std::vector<Span> out(count);
+  for (int i = 0; i < count; ++i) out[i] = span(i, stride, pad, k, n);
+  return out;
+}
+
+// Division by avg_pool's count (math::AvgDivisor), as a multiplication by its inverse
+// where the count is a power of two: the same bits (both round the same exact quotient),
+// without a division.
+class Divisor {
+ public:
+  explicit Divisor(float div) : div_(div), inv_(1.0f / div) {
+    int exponent;
+    pow2_ = std::frexp(div, &exponent) == 0.5f;
+  }
+  // The window's count, from its spans.
+  Divisor(Span r, Span q) : Divisor(static_cast<float>((r.end - r.begin) * (q.end - q.begin))) {}
+
+  // out[k] = in[k] / count for k < c.
+  void Row(int c, const float* in, float* out) const {
+    if (pow2_) {
+      for (int k = 0; k < c; ++k) out[k] = in[k] * inv_;
+    } else {
+      for (int k = 0; k < c; ++k) out[k] = in[k] / div_;
+    }
+  }
+  float div() const { return div_; }
+  bool pow2() const { return pow2_; }
+  float inv() const { return inv_; }
+
+ private:
+  float div_, inv_;
+  bool pow2_;
+};
 
 }  // namespace
 
@@ -40,13 +77,30 @@ void ActivateBackward(int threads, Activation a, size_t n, const float* x, float
 
 void AvgPool(int threads, const ConvGeometry& g, bool count_include_pad, const float* x, float* y) {
   const int oh = g.oh(), ow = g.ow(), c = g.c;
+  const std::vector<Span> rows = Spans(oh, g.stride_h, g.pad_top, g.kh, g.h, WindowSpan);
+  const std::vector<Span> cols = Spans(ow, g.stride_w, g.pad_left, g.kw, g.w, WindowSpan);
+  const Divisor whole(static_cast<float>(g.kh * g.kw));
 #pragma omp parallel for num_threads(threads) collapse(2) schedule(static)
   for (int n = 0; n < g.b; ++n) {
     for (int oy = 0; oy < oh; ++oy) {
-      const Span r = WindowSpan(oy, g.stride_h, g.pad_top, g.kh, g.h);
+      const Span r = rows[oy];
       for (int ox = 0; ox < ow; ++ox) {
-        const Span q = WindowSpan(ox, g.stride_w, g.pad_left, g.kw, g.w);
+        const Span q = cols[ox];
         float* out = y + ((static_cast<size_t>(n) * oh + oy) * ow + ox) * c;
+        const Divisor div = count_include_pad ? whole : Divisor(r, q);
+        if (g.kh == 2 && g.kw == 2 && r.end - r.begin == 2 && q.end - q.begin == 2) {
+          // A whole 2x2 window (the CNN's pools) in one pass: the same sums.
+          const float* p = x + Pixel(g, n, r.begin, q.begin) * c;
+          const float* s = p + static_cast<size_t>(g.w) * c;
+          if (div.pow2()) {
+            const float inv = div.inv();
+            for (int k = 0; k < c; ++k) out[k] = (((p[k] + p[c + k]) + s[k]) + s[c + k]) * inv;
+          } else {
+            for (int k = 0; k < c; ++k) out[k] = ((p[k] + p[c + k]) + s[k]) + s[c + k];
+            div.Row(c, out, out);
+          }
+          continue;
+        }
         // The window's elements in row-major order: ((a + b) + c) + d for 2x2.
         bool first = true;
         for (int yy = r.begin; yy < r.end; ++yy) {
@@ -60,8 +114,7 @@ void AvgPool(int threads, const ConvGeometry& g, bool count_include_pad, const f
             }
           }
         }
-        const float div = AvgDivisor(g, count_include_pad, oy, ox);
-        for (int k = 0; k < c; ++k) out[k] /= div;
+        div.Row(c, out, out);
       }
     }
   }
@@ -70,20 +123,32 @@ void AvgPool(int threads, const ConvGeometry& g, bool count_include_pad, const f
 void AvgPoolBackward(int threads, const ConvGeometry& g, bool count_include_pad, const float* dy,
                      float* dx) {
   const int oh = g.oh(), ow = g.ow(), c = g.c;
+  const std::vector<Span> reading_rows =
+      Spans(g.h, g.stride_h, g.pad_top, g.kh, oh, WindowsReading);
+  const std::vector<Span> reading_cols =
+      Spans(g.w, g.stride_w, g.pad_left, g.kw, ow, WindowsReading);
+  const std::vector<Span> rows = Spans(oh, g.stride_h, g.pad_top, g.kh, g.h, WindowSpan);
+  const std::vector<Span> cols = Spans(ow, g.stride_w, g.pad_left, g.kw, g.w, WindowSpan);
+  const Divisor whole(static_cast<float>(g.kh * g.kw));
   // Gather form: each input pixel sums dy / count over the windows reading it, in output
   // order, so threads never write the same element.
 #pragma omp parallel for num_threads(threads) collapse(2) schedule(static)
   for (int n = 0; n < g.b; ++n) {
     for (int yy = 0; yy < g.h; ++yy) {
-      const Span r = WindowsReading(yy, g.stride_h, g.pad_top, g.kh, oh);
+      const Span r = reading_rows[yy];
       for (int xx = 0; xx < g.w; ++xx) {
-        const Span q = WindowsReading(xx, g.stride_w, g.pad_left, g.kw, ow);
+        const Span q = reading_cols[xx];
         float* out = dx + Pixel(g, n, yy, xx) * c;
+        if (r.end - r.begin == 1 && q.end - q.begin == 1) {  // one window: no sum
+          const float* d = dy + ((static_cast<size_t>(n) * oh + r.begin) * ow + q.begin) * c;
+          (count_include_pad ? whole : Divisor(rows[r.begin], cols[q.begin])).Row(c, d, out);
+          continue;
+        }
         bool first = true;
         for (int oy = r.begin; oy < r.end; ++oy) {
           for (int ox = q.begin; ox < q.end; ++ox) {
             const float* d = dy + ((static_cast<size_t>(n) * oh + oy) * ow + ox) * c;
-            const float div = AvgDivisor(g, count_include_pad, oy, ox);
+            const float div = count_include_pad ? whole.div() : Divisor(rows[oy], cols[ox]).div();
             if (first) {
               for (int k = 0; k < c; ++k) out[k] = d[k] / div;
               first = false;
