@@ -46,10 +46,23 @@ class Buffer {
   std::function<void(void*)> free_;
 };
 
-// Convolution geometry: NHWC input (b, h, w, c), HWIO kernel (k, k, c, f), SAME
-// padding, stride 1, so the output is (b, h, w, f).
+// Convolution geometry: NHWC input (b, h, w, c), HWIO kernel (kh, kw, c, f), output
+// (b, oh, ow, f) where oh = (h + pad_top + pad_bottom - kh) / stride_h + 1 and likewise ow.
 struct ConvGeometry {
-  int b, h, w, c, k;
+  int b, h, w, c, f, kh, kw;
+  int stride_h = 1, stride_w = 1;
+  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  int oh() const { return (h + pad_top + pad_bottom - kh) / stride_h + 1; }
+  int ow() const { return (w + pad_left + pad_right - kw) / stride_w + 1; }
+};
+
+// Elementwise activations besides relu, as jax.nn computes them in float32.
+enum class Activation {
+  kGeluTanh,  // nn.gelu (approximate=True): x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
+  kGeluErf,   // nn.gelu(approximate=False): 0.5 * x * erfc(-x / sqrt(2))
+  kTanh,
+  kSigmoid,  // 1 / (1 + exp(-x))
+  kSilu,     // x * sigmoid(x)
 };
 
 // optax's per-step scalars, computed on the host in float32 (Optimizer::Scalars) and read
@@ -101,8 +114,8 @@ class Backend {
   virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                     const float* b, float beta, float* c) = 0;
 
-  // cols (b*h*w, k*k*c): the SAME-padded k x k patch around each output pixel, in HWI
-  // order, so that cols @ kernel(k*k*c, f) is the convolution.
+  // cols (b*oh*ow, kh*kw*c): the zero-padded kh x kw patch each output pixel reads, in
+  // HWI order, so that cols @ kernel(kh*kw*c, f) is the convolution.
   virtual void Im2Col(const ConvGeometry& g, const float* x, float* cols) = 0;
   // dx (b, h, w, c) = the adjoint of Im2Col applied to dcols (overwrites dx).
   virtual void Col2Im(const ConvGeometry& g, const float* dcols, float* dx) = 0;
@@ -117,9 +130,38 @@ class Backend {
   // dy = y > 0 ? dy : 0 in place, given the relu output y.
   virtual void ReluBackward(size_t n, const float* y, float* dy) = 0;
 
-  // 2x2 average pool, stride 2, VALID: x (b, h, w, c) -> y (b, h/2, w/2, c).
-  virtual void AvgPool(int b, int h, int w, int c, const float* x, float* y) = 0;
-  virtual void AvgPoolBackward(int b, int h, int w, int c, const float* dy, float* dx) = 0;
+  // y = activation(x) elementwise (y != x).
+  virtual void Activate(Activation a, size_t n, const float* x, float* y) = 0;
+  // dy *= activation'(x) in place, given its input x (the derivative is recomputed from
+  // x: a relu after the activation may have overwritten its output in place).
+  virtual void ActivateBackward(Activation a, size_t n, const float* x, float* dy) = 0;
+
+  // Pooling takes a ConvGeometry whose kernel is the window (kh, kw) and f == c:
+  // x (b, h, w, c) -> y (b, oh, ow, c). Each window's elements are read in row-major order.
+  // nn.avg_pool: the window's sum divided by kh * kw (count_include_pad) or by the number
+  // of its elements inside the image.
+  virtual void AvgPool(const ConvGeometry& g, bool count_include_pad, const float* x, float* y) = 0;
+  // dx (b, h, w, c), overwritten: each window's dy / count spread over its elements.
+  virtual void AvgPoolBackward(const ConvGeometry& g, bool count_include_pad, const float* dy,
+                               float* dx) = 0;
+  // nn.max_pool (padding reads as -inf).
+  virtual void MaxPool(const ConvGeometry& g, const float* x, float* y) = 0;
+  // dx (b, h, w, c), overwritten: each window's dy goes to the first (row-major) element
+  // holding its maximum, as XLA's select-and-scatter routes it; sums in output order.
+  virtual void MaxPoolBackward(const ConvGeometry& g, const float* x, const float* dy,
+                               float* dx) = 0;
+
+  // Flax LayerNorm over each row of x (rows, cols): mean = E[x], var = max(0, E[x^2] -
+  // mean^2) (use_fast_variance), rstd = rsqrt(var + epsilon), y = (x - mean) * (rstd *
+  // scale) + bias; scale and bias may be null (use_scale, use_bias false). Saves mean and
+  // rstd (rows) for the backward pass.
+  virtual void LayerNorm(int rows, int cols, float epsilon, const float* x, const float* scale,
+                         const float* bias, float* y, float* mean, float* rstd) = 0;
+  // Its gradients given dy: dx (may be null: not wanted), dscale and dbias (overwritten;
+  // null where the layer has no such param).
+  virtual void LayerNormBackward(int rows, int cols, const float* x, const float* scale,
+                                 const float* mean, const float* rstd, const float* dy, float* dx,
+                                 float* dscale, float* dbias) = 0;
 
   // Flax Dropout: mask = bernoulli(*key, keep, (n,)) drawn with jax.random's bits, then
   // y = mask ? x / keep : 0. mask holds 0/1 bytes. `key` is in backend memory, so a

@@ -1,5 +1,6 @@
 #include "core/model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -8,48 +9,27 @@
 
 namespace lockstep {
 
-constexpr int kImageSize = 28;
 constexpr int kClasses = 10;
 
-absl::StatusOr<Model> Model::FromSpec(const v1::ModelSpec& spec) {
-  if (spec.kind() == "cnn") {
-    if (spec.hidden_size() > 0 || spec.dropout_rate() != 0) {
-      return absl::InvalidArgumentError(
-          "model.hidden, model.dropout_rate: only apply to model.kind \"mlp\"");
-    }
-    return Cnn();
-  }
-  if (spec.kind() == "mlp") {
-    if (spec.hidden_size() == 0) {
-      return absl::InvalidArgumentError("model.hidden: an mlp needs at least one width");
-    }
-    std::vector<int> hidden;
-    for (int i = 0; i < spec.hidden_size(); ++i) {
-      if (spec.hidden(i) == 0 || spec.hidden(i) > (1u << 20)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("model.hidden[", i, "]: ", spec.hidden(i), " is not in [1, 2^20]"));
-      }
-      hidden.push_back(static_cast<int>(spec.hidden(i)));
-    }
-    const double rate = spec.dropout_rate();
-    if (!(rate >= 0.0 && rate < 1.0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model.dropout_rate: ", rate, " is not in [0, 1)"));
-    }
-    return Mlp(hidden, rate);
-  }
-  return absl::InvalidArgumentError(absl::StrCat("model.kind: unknown model \"", spec.kind(),
-                                                 "\" (expected \"cnn\" or \"mlp\")"));
+std::string DimsString(const Dims& d) {
+  return d.flat ? absl::StrCat("[", d.c, "]") : absl::StrCat("[", d.h, ", ", d.w, ", ", d.c, "]");
 }
 
-Model Model::Cnn() {
-  Model m({kImageSize, kImageSize, 1});
-  m.Conv(32, 3);
+Pads PadsFor(int in, int k, int stride, Padding padding) {
+  if (padding == Padding::kValid) return {(in - k) / stride + 1, 0, 0};
+  const int out = (in + stride - 1) / stride;
+  const int total = std::max((out - 1) * stride + k - in, 0);
+  return {out, total / 2, total - total / 2};
+}
+
+Model Model::Cnn(Dims input) {
+  Model m(input);
+  m.Conv(32, {3, 3});
   m.Relu();
-  m.AvgPool();
-  m.Conv(64, 3);
+  m.AvgPool({2, 2}, {2, 2});
+  m.Conv(64, {3, 3});
   m.Relu();
-  m.AvgPool();
+  m.AvgPool({2, 2}, {2, 2});
   m.Flatten();
   m.Dense(256);
   m.Relu();
@@ -57,8 +37,8 @@ Model Model::Cnn() {
   return m;
 }
 
-Model Model::Mlp(const std::vector<int>& hidden, double dropout_rate) {
-  Model m({kImageSize, kImageSize, 1});
+Model Model::Mlp(const std::vector<int>& hidden, double dropout_rate, Dims input) {
+  Model m(input);
   m.Flatten();
   for (int w : hidden) {
     m.Dense(w);
@@ -77,33 +57,65 @@ std::string Model::AutoName(const std::string& cls) {
   return cls + "_0";
 }
 
-void Model::Conv(int features, int kernel_size) {
-  Layer l{LayerKind::kConv, AutoName("Conv"), Last(), Last()};
+Layer Model::Windowed(LayerKind kind, std::array<int, 2> size, std::array<int, 2> strides,
+                      Padding padding) const {
+  Layer l{kind, "", Last(), Last()};
+  const Pads ph = PadsFor(l.in.h, size[0], strides[0], padding);
+  const Pads pw = PadsFor(l.in.w, size[1], strides[1], padding);
+  l.window = {size[0], size[1], strides[0], strides[1], ph.before, ph.after, pw.before, pw.after};
+  l.out.h = ph.out;
+  l.out.w = pw.out;
+  return l;
+}
+
+void Model::Conv(int features, std::array<int, 2> kernel_size, std::array<int, 2> strides,
+                 Padding padding, bool use_bias) {
+  Layer l = Windowed(LayerKind::kConv, kernel_size, strides, padding);
+  l.name = AutoName("Conv");
   l.out.c = features;
-  l.kernel_size = kernel_size;
-  l.kernel = layout_.Add(l.name + "/kernel", {kernel_size, kernel_size, l.in.c, features});
-  l.bias = layout_.Add(l.name + "/bias", {features});
+  l.kernel = layout_.Add(l.name + "/kernel", {kernel_size[0], kernel_size[1], l.in.c, features});
+  if (use_bias) l.bias = layout_.Add(l.name + "/bias", {features});
   layers_.push_back(l);
 }
 
-void Model::Dense(int features) {
-  Layer l{LayerKind::kDense, AutoName("Dense"), Last(), {1, 1, features}};
+void Model::Dense(int features, bool use_bias) {
+  Layer l{LayerKind::kDense, AutoName("Dense"), Last(), {1, 1, features, true}};
   l.kernel = layout_.Add(l.name + "/kernel", {l.in.size(), features});
-  l.bias = layout_.Add(l.name + "/bias", {features});
+  if (use_bias) l.bias = layout_.Add(l.name + "/bias", {features});
+  layers_.push_back(l);
+}
+
+void Model::LayerNorm(double epsilon, bool use_bias, bool use_scale) {
+  // Flax creates scale, then bias, both over the last axis.
+  Layer l{LayerKind::kLayerNorm, AutoName("LayerNorm"), Last(), Last()};
+  l.epsilon = static_cast<float>(epsilon);
+  if (use_scale) l.scale = layout_.Add(l.name + "/scale", {l.in.c});
+  if (use_bias) l.bias = layout_.Add(l.name + "/bias", {l.in.c});
   layers_.push_back(l);
 }
 
 void Model::Relu() { layers_.push_back({LayerKind::kRelu, "", Last(), Last()}); }
 
-void Model::AvgPool() {
-  Layer l{LayerKind::kAvgPool, "", Last(), Last()};
-  l.out.h /= 2;
-  l.out.w /= 2;
+void Model::Activate(Activation a) {
+  Layer l{LayerKind::kActivation, "", Last(), Last()};
+  l.activation = a;
   layers_.push_back(l);
 }
 
+void Model::AvgPool(std::array<int, 2> window_shape, std::array<int, 2> strides, Padding padding,
+                    bool count_include_pad) {
+  Layer l = Windowed(LayerKind::kAvgPool, window_shape, strides, padding);
+  l.count_include_pad = count_include_pad;
+  layers_.push_back(l);
+}
+
+void Model::MaxPool(std::array<int, 2> window_shape, std::array<int, 2> strides, Padding padding) {
+  layers_.push_back(Windowed(LayerKind::kMaxPool, window_shape, strides, padding));
+}
+
 void Model::Flatten() {
-  layers_.push_back({LayerKind::kFlatten, "", Last(), {1, 1, static_cast<int>(Last().size())}});
+  layers_.push_back(
+      {LayerKind::kFlatten, "", Last(), {1, 1, static_cast<int>(Last().size()), true}});
 }
 
 void Model::Dropout(double rate) {
@@ -116,10 +128,30 @@ void Model::Dropout(double rate) {
 double Model::ForwardFlopsPerSample() const {
   double flops = 0;
   for (const Layer& l : layers_) {
-    if (l.kind == LayerKind::kConv) {
-      flops += 2.0 * l.out.size() * l.kernel_size * l.kernel_size * l.in.c;
-    } else if (l.kind == LayerKind::kDense) {
-      flops += 2.0 * l.in.size() * l.out.c;
+    const double out = static_cast<double>(l.out.size());
+    switch (l.kind) {
+      case LayerKind::kConv:
+        flops += 2.0 * out * l.window.kh * l.window.kw * l.in.c;
+        break;
+      case LayerKind::kDense:
+        flops += 2.0 * static_cast<double>(l.in.size()) * l.out.c;
+        break;
+      case LayerKind::kAvgPool:
+      case LayerKind::kMaxPool:
+        flops += out * l.window.kh * l.window.kw;
+        break;
+      case LayerKind::kLayerNorm:
+        flops += 8.0 * out;  // two sums, squares, subtract, scale, shift
+        break;
+      case LayerKind::kActivation:
+        flops += (l.activation == Activation::kGeluTanh ? 8.0 : 4.0) * out;
+        break;
+      case LayerKind::kRelu:
+      case LayerKind::kDropout:
+        flops += out;
+        break;
+      case LayerKind::kFlatten:
+        break;
     }
   }
   return flops;
@@ -128,6 +160,10 @@ double Model::ForwardFlopsPerSample() const {
 std::vector<float> Model::Init(rng::Key init_key, rng::Impl impl) const {
   std::vector<float> params(layout_.total(), 0.0f);
   for (const Layer& l : layers_) {
+    if (l.scale >= 0) {  // ones
+      const ParamEntry& s = layout_.entries()[l.scale];
+      std::fill_n(params.begin() + s.offset, s.size, 1.0f);
+    }
     if (l.kernel < 0) continue;
     const ParamEntry& k = layout_.entries()[l.kernel];
     // lecun_normal: variance_scaling(1, fan_in, truncated_normal), in float32 as JAX.

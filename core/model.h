@@ -1,74 +1,139 @@
-// Model: a sequential stack of Flax linen layers (Conv, Dense, relu, avg_pool, flatten,
-// Dropout) with Flax's module names, parameter layout and initialization. Backends
-// execute the stack (see step.h); this file only describes it.
+// Model: a sequential stack of Flax linen layers (Conv, Dense, LayerNorm, activations,
+// pools, flatten, Dropout) with Flax's module names, parameter layout and initialization.
+// Backends execute the stack (see step.h); this file only describes it.
 //
-// Two families: the Flax MNIST example's CNN and an MLP with configurable widths and
-// dropout (tools/reference/models.py defines both on the JAX side).
+// A spec's `model.layers` builds any such stack (model_spec.cc checks it); the presets
+// `cnn` (the Flax MNIST example's CNN) and `mlp` expand to layer lists
+// (tools/reference/models.py and golden_layers.py define the same on the JAX side).
 #ifndef LOCKSTEP_CORE_MODEL_H_
 #define LOCKSTEP_CORE_MODEL_H_
 
+#include <array>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/backend.h"
 #include "core/params.h"
 #include "core/rng/threefry.h"
 #include "lockstep/v1/spec.pb.h"
 
 namespace lockstep {
 
-enum class LayerKind { kConv, kDense, kRelu, kAvgPool, kFlatten, kDropout };
+enum class LayerKind {
+  kConv,
+  kDense,
+  kRelu,
+  kAvgPool,
+  kFlatten,
+  kDropout,
+  kMaxPool,
+  kLayerNorm,
+  kActivation,  // gelu, tanh, sigmoid, silu (Layer::activation)
+};
 
-// Per-sample activation shape, NHWC without N. Dense activations are {1, 1, F}.
+// lax's padding modes for convolutions and pools.
+enum class Padding { kSame, kValid };
+
+// Per-sample activation shape, NHWC without N. Flat activations (after flatten or dense)
+// are {1, 1, F, flat = true}: Flax's rank-2 (batch, F) arrays.
 struct Dims {
   int h = 1, w = 1, c = 1;
+  bool flat = false;
   int64_t size() const { return int64_t{h} * w * c; }
+};
+
+// "[28, 28, 1]", or "[784]" when flat.
+std::string DimsString(const Dims& d);
+
+// Where a conv kernel or pool window (kh x kw) sits over its input: strides and lax's
+// padding (SAME: out = ceil(in / stride), the total padding split with the extra row or
+// column at the bottom or right).
+struct Window {
+  int kh = 1, kw = 1;
+  int stride_h = 1, stride_w = 1;
+  int pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
 };
 
 struct Layer {
   LayerKind kind;
   std::string name;  // Flax module name ("Conv_0", "Dropout_1"); empty for functions
   Dims in, out;
-  int kernel_size = 0;  // conv: square kernel, SAME padding, stride 1
-  float keep = 1.0f;    // dropout: float32(1 - rate)
-  int kernel = -1;      // index into layout() for conv and dense
-  int bias = -1;
+  Window window;                                  // conv kernel, pool window
+  bool count_include_pad = true;                  // avg_pool
+  Activation activation = Activation::kGeluTanh;  // kActivation
+  float keep = 1.0f;                              // dropout: float32(1 - rate)
+  float epsilon = 0.0f;                           // layer_norm: float32(epsilon)
+  int kernel = -1;                                // indices into layout(): conv and dense kernels,
+  int bias = -1;   // their biases and layer_norm's (-1 without use_bias)
+  int scale = -1;  // layer_norm's scale (-1 without use_scale)
+
+  bool has_params() const { return kernel >= 0 || bias >= 0 || scale >= 0; }
 };
 
 class Model {
  public:
-  // INVALID_ARGUMENT naming the field (model.kind, model.hidden, model.dropout_rate).
+  // The preset or layer list in `spec`; INVALID_ARGUMENT naming the field
+  // (model.kind, model.hidden, model.layers[2].kernel_size...) and the shapes involved.
   static absl::StatusOr<Model> FromSpec(const v1::ModelSpec& spec);
-  static Model Cnn();
-  static Model Mlp(const std::vector<int>& hidden, double dropout_rate);
+  static Model Cnn(Dims input = {28, 28, 1});
+  static Model Mlp(const std::vector<int>& hidden, double dropout_rate, Dims input = {28, 28, 1});
+
+  // An empty stack on per-sample inputs of shape `input`. The builders below append one
+  // layer each; their arguments must fit the stack so far (FromSpec checks a spec's:
+  // features >= 1, windows no larger than a VALID input, dense on flat inputs...).
+  explicit Model(Dims input) : input_(input) {}
+  // nn.Conv(features, kernel_size, strides, padding, use_bias) on an image input.
+  void Conv(int features, std::array<int, 2> kernel_size, std::array<int, 2> strides = {1, 1},
+            Padding padding = Padding::kSame, bool use_bias = true);
+  // nn.Dense(features, use_bias) on a flat input.
+  void Dense(int features, bool use_bias = true);
+  // nn.LayerNorm(epsilon, use_bias, use_scale) over the last axis.
+  void LayerNorm(double epsilon = 1e-6, bool use_bias = true, bool use_scale = true);
+  void Relu();
+  void Activate(Activation a);  // nn.gelu, nn.tanh, nn.sigmoid, nn.silu
+  // nn.avg_pool / nn.max_pool(window_shape, strides, padding) on an image input.
+  void AvgPool(std::array<int, 2> window_shape, std::array<int, 2> strides = {1, 1},
+               Padding padding = Padding::kValid, bool count_include_pad = true);
+  void MaxPool(std::array<int, 2> window_shape, std::array<int, 2> strides = {1, 1},
+               Padding padding = Padding::kValid);
+  void Flatten();
+  void Dropout(double rate);  // nn.Dropout(rate), rate in [0, 1)
 
   const std::vector<Layer>& layers() const { return layers_; }
   const ParamLayout& layout() const { return layout_; }
   Dims input() const { return input_; }
+  // The stack's output so far (the input when empty).
+  Dims Last() const { return layers_.empty() ? input_ : layers_.back().out; }
   int num_classes() const { return layers_.back().out.c; }
-  // Multiply-adds x2 of one sample's forward pass (for benchmarks' floors).
+  // Arithmetic of one sample's forward pass: multiply-adds x2 for conv and dense, about
+  // one op per element and window read for the others (for benchmarks' floors).
   double ForwardFlopsPerSample() const;
 
-  // model.init(init_key, ones[1, 28, 28, 1])['params'] flattened into layout() order:
-  // lecun_normal kernels (truncated normal), zero biases, Flax's per-module keys.
+  // model.init(init_key, ones[1, *input])['params'] flattened into layout() order:
+  // lecun_normal kernels (truncated normal), zero biases, LayerNorm scales of one,
+  // Flax's per-module keys.
   std::vector<float> Init(rng::Key init_key, rng::Impl impl) const;
 
  private:
-  explicit Model(Dims input) : input_(input) {}
-  Dims Last() const { return layers_.empty() ? input_ : layers_.back().out; }
   std::string AutoName(const std::string& cls);
-  void Conv(int features, int kernel_size);
-  void Dense(int features);
-  void Relu();
-  void AvgPool();
-  void Flatten();
-  void Dropout(double rate);
+  // Places a kh x kw window at `strides` over Last() with `padding`: out h and w.
+  Layer Windowed(LayerKind kind, std::array<int, 2> size, std::array<int, 2> strides,
+                 Padding padding) const;
 
   Dims input_;
   std::vector<Layer> layers_;
   ParamLayout layout_;
   std::vector<std::pair<std::string, int>> counters_;
 };
+
+// lax.padtype_to_pads for one spatial dimension: the output size and the padding before
+// and after for a window of `k` at `stride` over `in` elements (VALID: in >= k).
+struct Pads {
+  int out, before, after;
+};
+Pads PadsFor(int in, int k, int stride, Padding padding);
 
 }  // namespace lockstep
 

@@ -1,6 +1,8 @@
 #include "core/step.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 
@@ -13,13 +15,15 @@ namespace lockstep {
 
 // Buffers for one batch size. out[i] is layer i's output; relu and flatten write in
 // place (out[i] == out[i-1]), as does an inactive dropout. din[i] is the gradient with
-// respect to layer i's input, for the layers whose backward produces one.
+// respect to layer i's input, for the layers whose backward produces one in a buffer of
+// its own (activations work on dy in place). cols[i]: a conv's patches; stats[i]: a layer
+// norm's per-row mean, then rstd.
 struct StepExecutor::Workspace {
   int capacity = 0;
   bool train = false;
   Buffer idx, input, labels, loss, dlogits, correct;
   std::vector<Buffer> owned;
-  std::vector<float*> out, din, cols;
+  std::vector<float*> out, din, cols, stats;
   std::vector<uint8_t*> mask;
   std::vector<float> host_loss, host_correct;
 };
@@ -30,12 +34,44 @@ bool IsActiveDropout(const Layer& l, bool train) {
   return l.kind == LayerKind::kDropout && train && l.keep < 1.0f;
 }
 
+// Layers computed in place on their input's buffer.
+bool InPlace(const Layer& l, bool train) {
+  return l.kind == LayerKind::kRelu || l.kind == LayerKind::kFlatten ||
+         (l.kind == LayerKind::kDropout && !IsActiveDropout(l, train));
+}
+
+// Layers whose backward writes the input gradient into a buffer of its own.
+bool OwnsInputGrad(const Layer& l, bool train) {
+  return !InPlace(l, train) && l.kind != LayerKind::kActivation;
+}
+
 int FirstParamLayer(const Model& m) {
   for (size_t i = 0; i < m.layers().size(); ++i) {
-    if (m.layers()[i].kernel >= 0) return static_cast<int>(i);
+    if (m.layers()[i].has_params()) return static_cast<int>(i);
   }
   return 0;
 }
+
+// A conv's or pool's geometry at batch b (pools: f == c).
+ConvGeometry Geometry(const Layer& l, int b) {
+  const Window& w = l.window;
+  ConvGeometry g{b, l.in.h, l.in.w, l.in.c, l.out.c, w.kh, w.kw};
+  g.stride_h = w.stride_h;
+  g.stride_w = w.stride_w;
+  g.pad_top = w.pad_top;
+  g.pad_bottom = w.pad_bottom;
+  g.pad_left = w.pad_left;
+  g.pad_right = w.pad_right;
+  return g;
+}
+
+// A conv's im2col floats per sample: (oh*ow, kh*kw*c).
+uint64_t ColsPerSample(const Layer& l) {
+  return static_cast<uint64_t>(l.out.h) * l.out.w * l.window.kh * l.window.kw * l.in.c;
+}
+
+// A layer norm's rows per sample (one per pixel, or one when flat).
+int NormRows(const Layer& l) { return l.in.h * l.in.w; }
 
 }  // namespace
 
@@ -173,16 +209,14 @@ uint64_t WorkspaceBytes(const Model& model, int batch, bool train) {
   const int first = FirstParamLayer(model);
   for (size_t i = 0; i < model.layers().size(); ++i) {
     const Layer& l = model.layers()[i];
-    if (l.kind == LayerKind::kRelu || l.kind == LayerKind::kFlatten ||
-        (l.kind == LayerKind::kDropout && !IsActiveDropout(l, train))) {
-      continue;  // in place
-    }
+    if (InPlace(l, train)) continue;
     bytes += b * l.out.size() * f;
-    if (l.kind == LayerKind::kConv) {
-      bytes += b * l.in.h * l.in.w * l.kernel_size * l.kernel_size * l.in.c * f;
-    }
+    if (l.kind == LayerKind::kConv) bytes += b * ColsPerSample(l) * f;
     if (l.kind == LayerKind::kDropout) bytes += b * l.out.size();
-    if (train && static_cast<int>(i) > first) bytes += b * l.in.size() * f;
+    if (l.kind == LayerKind::kLayerNorm) bytes += 2 * b * NormRows(l) * f;
+    if (train && static_cast<int>(i) > first && OwnsInputGrad(l, train)) {
+      bytes += b * l.in.size() * f;
+    }
   }
   return bytes;
 }
@@ -190,6 +224,17 @@ uint64_t WorkspaceBytes(const Model& model, int batch, bool train) {
 absl::StatusOr<StepExecutor::Workspace*> StepExecutor::GetWorkspace(int batch, bool train) {
   std::unique_ptr<Workspace>& slot = train ? train_ws_ : eval_ws_;
   if (slot && slot->capacity >= batch) return slot.get();
+  // Kernels index a batch's activations and conv patches with int rows and columns.
+  uint64_t widest = model_.input().size();
+  for (const Layer& l : model_.layers()) {
+    widest = std::max<uint64_t>(widest, l.out.size());
+    if (l.kind == LayerKind::kConv) widest = std::max(widest, ColsPerSample(l));
+  }
+  if (static_cast<uint64_t>(batch) * widest > uint64_t{INT32_MAX}) {
+    return absl::InvalidArgumentError(absl::StrCat("a batch of ", batch, " needs ", widest,
+                                                   " floats per example in one buffer: over 2^31 "
+                                                   "in all; use a smaller batch"));
+  }
   auto ws = std::make_unique<Workspace>();
   ws->capacity = batch;
   ws->train = train;
@@ -211,29 +256,31 @@ absl::StatusOr<StepExecutor::Workspace*> StepExecutor::GetWorkspace(int batch, b
   ws->out.assign(layers.size(), nullptr);
   ws->din.assign(layers.size(), nullptr);
   ws->cols.assign(layers.size(), nullptr);
+  ws->stats.assign(layers.size(), nullptr);
   ws->mask.assign(layers.size(), nullptr);
   for (size_t i = 0; i < layers.size(); ++i) {
     const Layer& l = layers[i];
     float* prev = i == 0 ? ws->input.as() : ws->out[i - 1];
     const size_t n_out = b * l.out.size();
-    const bool in_place = l.kind == LayerKind::kRelu || l.kind == LayerKind::kFlatten ||
-                          (l.kind == LayerKind::kDropout && !IsActiveDropout(l, train));
-    if (in_place) {
+    if (InPlace(l, train)) {
       ws->out[i] = prev;
       continue;
     }
     ASSIGN_OR_RETURN(void* out, alloc(n_out * sizeof(float)));
     ws->out[i] = static_cast<float*>(out);
     if (l.kind == LayerKind::kConv) {
-      const size_t cols = b * l.in.h * l.in.w * l.kernel_size * l.kernel_size * l.in.c;
-      ASSIGN_OR_RETURN(void* c, alloc(cols * sizeof(float)));
+      ASSIGN_OR_RETURN(void* c, alloc(b * ColsPerSample(l) * sizeof(float)));
       ws->cols[i] = static_cast<float*>(c);
     }
     if (l.kind == LayerKind::kDropout) {
       ASSIGN_OR_RETURN(void* m, alloc(n_out));
       ws->mask[i] = static_cast<uint8_t*>(m);
     }
-    if (train && static_cast<int>(i) > first) {
+    if (l.kind == LayerKind::kLayerNorm) {
+      ASSIGN_OR_RETURN(void* st, alloc(2 * b * NormRows(l) * sizeof(float)));
+      ws->stats[i] = static_cast<float*>(st);
+    }
+    if (train && static_cast<int>(i) > first && OwnsInputGrad(l, train)) {
       ASSIGN_OR_RETURN(void* d, alloc(b * l.in.size() * sizeof(float)));
       ws->din[i] = static_cast<float*>(d);
     }
@@ -277,31 +324,44 @@ void StepExecutor::Forward(Workspace& ws, const DeviceDataset& data, int b, bool
       reinterpret_cast<const rng::Key*>(step_args_.as<unsigned char>() + sizeof(UpdateScalars));
   const float* params = params_.as();
   const auto& entries = model_.layout().entries();
+  auto param = [&](int index) { return index < 0 ? nullptr : params + entries[index].offset; };
   const float* x = ws.input.as();
   for (size_t i = 0; i < model_.layers().size(); ++i) {
     const Layer& l = model_.layers()[i];
     float* y = ws.out[i];
     switch (l.kind) {
       case LayerKind::kConv: {
-        const ConvGeometry g{b, l.in.h, l.in.w, l.in.c, l.kernel_size};
+        const ConvGeometry g = Geometry(l, b);
+        const int rows = b * l.out.h * l.out.w;
         backend_->Im2Col(g, x, ws.cols[i]);
-        backend_->Gemm(false, false, b * l.in.h * l.in.w, l.out.c,
-                       l.kernel_size * l.kernel_size * l.in.c, 1.0f, ws.cols[i],
-                       params + entries[l.kernel].offset, 0.0f, y);
-        backend_->BiasAdd(b * l.out.h * l.out.w, l.out.c, params + entries[l.bias].offset, y);
+        backend_->Gemm(false, false, rows, l.out.c, l.window.kh * l.window.kw * l.in.c, 1.0f,
+                       ws.cols[i], param(l.kernel), 0.0f, y);
+        if (l.bias >= 0) backend_->BiasAdd(rows, l.out.c, param(l.bias), y);
         break;
       }
       case LayerKind::kDense:
         backend_->Gemm(false, false, b, l.out.c, static_cast<int>(l.in.size()), 1.0f, x,
-                       params + entries[l.kernel].offset, 0.0f, y);
-        backend_->BiasAdd(b, l.out.c, params + entries[l.bias].offset, y);
+                       param(l.kernel), 0.0f, y);
+        if (l.bias >= 0) backend_->BiasAdd(b, l.out.c, param(l.bias), y);
         break;
       case LayerKind::kRelu:
         backend_->Relu(b * l.out.size(), y);
         break;
-      case LayerKind::kAvgPool:
-        backend_->AvgPool(b, l.in.h, l.in.w, l.in.c, x, y);
+      case LayerKind::kActivation:
+        backend_->Activate(l.activation, b * l.out.size(), x, y);
         break;
+      case LayerKind::kAvgPool:
+        backend_->AvgPool(Geometry(l, b), l.count_include_pad, x, y);
+        break;
+      case LayerKind::kMaxPool:
+        backend_->MaxPool(Geometry(l, b), x, y);
+        break;
+      case LayerKind::kLayerNorm: {
+        const int rows = b * NormRows(l);
+        backend_->LayerNorm(rows, l.in.c, l.epsilon, x, param(l.scale), param(l.bias), y,
+                            ws.stats[i], ws.stats[i] + rows);
+        break;
+      }
       case LayerKind::kFlatten:
         break;
       case LayerKind::kDropout:
@@ -334,44 +394,57 @@ void StepExecutor::Backward(Workspace& ws, int b) {
   const auto& entries = model_.layout().entries();
   const float* params = params_.as();
   float* grads = grads_.as();
+  auto param = [&](int index) { return index < 0 ? nullptr : params + entries[index].offset; };
+  auto grad = [&](int index) { return index < 0 ? nullptr : grads + entries[index].offset; };
   const int first = FirstParamLayer(model_);
   float* dy = ws.dlogits.as();
   for (int i = static_cast<int>(layers.size()) - 1; i >= first; --i) {
     const Layer& l = layers[i];
     const float* x = i == 0 ? ws.input.as() : ws.out[i - 1];
-    float* dx = ws.din[i];  // null for the first parameter layer and in-place layers
+    // Null for the first parameter layer and for layers that work on dy in place.
+    float* dx = ws.din[i];
     switch (l.kind) {
       case LayerKind::kConv: {
-        const ConvGeometry g{b, l.in.h, l.in.w, l.in.c, l.kernel_size};
-        const int rows = b * l.in.h * l.in.w;
-        const int patch = l.kernel_size * l.kernel_size * l.in.c;
+        const ConvGeometry g = Geometry(l, b);
+        const int rows = b * l.out.h * l.out.w;
+        const int patch = l.window.kh * l.window.kw * l.in.c;
         backend_->Gemm(true, false, patch, l.out.c, rows, 1.0f, ws.cols[i], dy, 0.0f,
-                       grads + entries[l.kernel].offset);
-        backend_->BiasGrad(rows, l.out.c, dy, grads + entries[l.bias].offset);
+                       grad(l.kernel));
+        if (l.bias >= 0) backend_->BiasGrad(rows, l.out.c, dy, grad(l.bias));
         if (dx != nullptr) {  // dcols reuses the cols buffer: the kernel grad is done
-          backend_->Gemm(false, true, rows, patch, l.out.c, 1.0f, dy,
-                         params + entries[l.kernel].offset, 0.0f, ws.cols[i]);
+          backend_->Gemm(false, true, rows, patch, l.out.c, 1.0f, dy, param(l.kernel), 0.0f,
+                         ws.cols[i]);
           backend_->Col2Im(g, ws.cols[i], dx);
         }
         break;
       }
       case LayerKind::kDense: {
         const int in = static_cast<int>(l.in.size());
-        backend_->Gemm(true, false, in, l.out.c, b, 1.0f, x, dy, 0.0f,
-                       grads + entries[l.kernel].offset);
-        backend_->BiasGrad(b, l.out.c, dy, grads + entries[l.bias].offset);
+        backend_->Gemm(true, false, in, l.out.c, b, 1.0f, x, dy, 0.0f, grad(l.kernel));
+        if (l.bias >= 0) backend_->BiasGrad(b, l.out.c, dy, grad(l.bias));
         if (dx != nullptr) {
-          backend_->Gemm(false, true, b, in, l.out.c, 1.0f, dy, params + entries[l.kernel].offset,
-                         0.0f, dx);
+          backend_->Gemm(false, true, b, in, l.out.c, 1.0f, dy, param(l.kernel), 0.0f, dx);
         }
         break;
       }
       case LayerKind::kRelu:
         backend_->ReluBackward(b * l.out.size(), ws.out[i], dy);
         break;
-      case LayerKind::kAvgPool:
-        if (dx != nullptr) backend_->AvgPoolBackward(b, l.in.h, l.in.w, l.in.c, dy, dx);
+      case LayerKind::kActivation:
+        backend_->ActivateBackward(l.activation, b * l.out.size(), x, dy);
         break;
+      case LayerKind::kAvgPool:
+        if (dx != nullptr) backend_->AvgPoolBackward(Geometry(l, b), l.count_include_pad, dy, dx);
+        break;
+      case LayerKind::kMaxPool:
+        if (dx != nullptr) backend_->MaxPoolBackward(Geometry(l, b), x, dy, dx);
+        break;
+      case LayerKind::kLayerNorm: {
+        const int rows = b * NormRows(l);
+        backend_->LayerNormBackward(rows, l.in.c, x, param(l.scale), ws.stats[i],
+                                    ws.stats[i] + rows, dy, dx, grad(l.scale), grad(l.bias));
+        break;
+      }
       case LayerKind::kFlatten:
         break;
       case LayerKind::kDropout:

@@ -1,6 +1,7 @@
 // Helpers for the tests that read the golden files tools/reference/make_golden.py wrote
 // (tests/golden/): the model a file records, its params as one flat vector, its data; and
-// the gradient and training checks every backend passes (golden_test: CPU; CUDA tests).
+// the gradient and training checks every backend passes (golden_test and
+// golden_layers_test: CPU; CUDA tests), for the presets and for the layers models.
 #ifndef LOCKSTEP_TESTS_GOLDEN_H_
 #define LOCKSTEP_TESTS_GOLDEN_H_
 
@@ -48,13 +49,13 @@ inline std::vector<float> GoldenParams(const SafeTensors& st, const Model& m,
   return flat;
 }
 
-// The Fashion-MNIST-shaped examples in the file's `prefix`.images and `prefix`.labels.
+// The examples in the file's `prefix`.images (N, H, W[, C]) and `prefix`.labels.
 inline Dataset GoldenDataset(const SafeTensors& st, const std::string& prefix) {
   Dataset d;
   d.images = *st.F32(prefix + ".images");
   d.labels = *st.I32(prefix + ".labels");
   d.size = static_cast<int64_t>(d.labels.size());
-  d.row = 784;
+  d.row = d.size == 0 ? 0 : static_cast<int64_t>(d.images.size()) / d.size;
   return d;
 }
 
@@ -145,6 +146,86 @@ inline void ExpectTrainingMatchesGolden(Backend* backend, const std::string& fil
 // 20 training steps of the golden MLP with dropout (`optimizer`: "adam" or "sgd").
 inline void ExpectTrainingMatchesOptax(Backend* backend, const std::string& optimizer) {
   ExpectTrainingMatchesGolden(backend, "train_mlp_" + optimizer + ".safetensors");
+}
+
+// A layers_<name>.safetensors file (tools/reference/golden_layers.py) with its spec,
+// validated, and what the spec trains.
+struct LayersGolden {
+  SafeTensors st;
+  v1::JobSpec spec;
+  TrainSetup setup;
+};
+
+inline absl::StatusOr<LayersGolden> ReadLayersGolden(const std::string& name) {
+  ASSIGN_OR_RETURN(SafeTensors st,
+                   SafeTensors::Read(GoldenPath("layers_" + name + ".safetensors")));
+  ASSIGN_OR_RETURN(v1::JobSpec parsed, ParseSpec(st.metadata().at("spec"), "golden spec"));
+  ASSIGN_OR_RETURN(v1::JobSpec spec, Validate(parsed));
+  ASSIGN_OR_RETURN(TrainSetup setup, SetupFromSpec(spec));
+  return LayersGolden{std::move(st), std::move(spec), std::move(setup)};
+}
+
+// Every param tensor of `got` within `tolerance` of `want`'s (relative L2).
+inline void ExpectEveryTensorWithin(const Model& m, const std::vector<float>& got,
+                                    const std::vector<float>& want, double tolerance) {
+  for (const ParamEntry& e : m.layout().entries()) {
+    EXPECT_LE(RelativeL2({got.data() + e.offset, e.size}, {want.data() + e.offset, e.size}),
+              tolerance)
+        << e.name;
+  }
+}
+
+// The loss and every gradient of the layers model `name` at its golden init, on the
+// golden batch with the golden dropout key, computed on `backend`: within 1e-5 of JAX's.
+inline void ExpectLayersGradientsMatchJax(Backend* backend, const std::string& name) {
+  ASSERT_OK_AND_ASSIGN(LayersGolden g, ReadLayersGolden(name));
+  const Model& m = g.setup.model;
+  const int b = static_cast<int>(g.spec.global_batch_size());
+  ASSERT_OK_AND_ASSIGN(
+      auto exec, StepExecutor::Create(m, g.setup.optimizer, g.setup.impl, b, backend, nullptr));
+  const Dataset data = GoldenDataset(g.st, "data");
+  ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(data));
+  ASSERT_OK(exec->SetState(TrainState::Create(GoldenParams(g.st, m, "init."), g.setup.optimizer)));
+  const std::vector<uint32_t> k = *g.st.U32("grads.dropout_key");
+  std::vector<int32_t> idx(b);
+  std::iota(idx.begin(), idx.end(), 0);
+  ASSERT_OK_AND_ASSIGN(StepMetrics metrics, exec->ComputeGradients(d, idx, {k[0], k[1]}));
+  const float want_loss = (*g.st.F32("grads.loss"))[0];
+  EXPECT_NEAR(metrics.loss, want_loss, 1e-5 * std::fabs(want_loss));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> grads, exec->Gradients());
+  ExpectEveryTensorWithin(m, grads, GoldenParams(g.st, m, "grads."), 1e-5);
+}
+
+// 20 steps of the layers model `name` with its spec's optimizer and dropout from its own
+// init on `backend`: each loss within 1e-5 of optax's, the same dropout masks, and the
+// final params within 1e-5.
+inline void ExpectLayersTrainingMatchesOptax(Backend* backend, const std::string& name) {
+  ASSERT_OK_AND_ASSIGN(LayersGolden g, ReadLayersGolden(name));
+  const Model& m = g.setup.model;
+  const int b = static_cast<int>(g.spec.global_batch_size());
+  const Dataset data = GoldenDataset(g.st, "data");
+  TrainingPlan plan(g.spec.seed(), g.spec.dropout_seed(), g.setup.impl, data.size, b, 1);
+  ASSERT_OK_AND_ASSIGN(
+      auto exec, StepExecutor::Create(m, g.setup.optimizer, g.setup.impl, b, backend, nullptr));
+  ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(data));
+  ASSERT_OK(
+      exec->SetState(TrainState::Create(m.Init(plan.init_key(), g.setup.impl), g.setup.optimizer)));
+  const std::vector<float> losses = *g.st.F32("train.losses");
+  ASSERT_EQ(losses.size(), g.spec.steps());
+  for (uint64_t s = 0; s < g.spec.steps(); ++s) {
+    StepPlan p = plan.Next();
+    ASSERT_OK_AND_ASSIGN(StepMetrics metrics, exec->Step(d, p.indices, p.keys[0]));
+    EXPECT_NEAR(metrics.loss, losses[s], 1e-5 * std::fabs(losses[s])) << "step " << s;
+    ASSERT_OK_AND_ASSIGN(auto masks, exec->DropoutMasks());
+    const std::string prefix = "masks." + std::to_string(s) + ".";
+    for (size_t i = 0; i < masks.size(); ++i) {
+      ASSERT_TRUE(g.st.tensors().contains(prefix + std::to_string(i))) << prefix << i;
+      EXPECT_EQ(masks[i], *g.st.U8(prefix + std::to_string(i))) << prefix << i;
+    }
+    EXPECT_FALSE(g.st.tensors().contains(prefix + std::to_string(masks.size())));
+  }
+  ASSERT_OK_AND_ASSIGN(TrainState final_state, exec->GetState());
+  ExpectEveryTensorWithin(m, final_state.params, GoldenParams(g.st, m, "train.params."), 1e-5);
 }
 
 }  // namespace lockstep::testing

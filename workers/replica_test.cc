@@ -126,6 +126,28 @@ TEST_F(ReplicaTest, CreateWantsACollectiveExactlyWhenThereArePeers) {
   EXPECT_EQ(r->state_header().step, 0);
 }
 
+TEST_F(ReplicaTest, CreateRefusesADatasetOfAnotherImageShapeOrMoreClasses) {
+  v1::JobSpec spec = SmallMlpSpec(1);
+  spec.mutable_model()->add_input_shape(32);
+  spec.mutable_model()->add_input_shape(32);
+  spec.mutable_model()->add_input_shape(3);
+  EXPECT_THAT(Make({spec, 0, 1}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("model.input_shape: [32, 32, 3] does not match the images"),
+                             HasSubstr("(train split), [28, 28, 1]"))));
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec five, ParseSpec(R"(
+model: {layers: [flatten, {dense: {features: 5}}]}
+optimizer: {kind: sgd, learning_rate: 0.1}
+global_batch_size: 32
+steps: 1
+)",
+                                                   "five.yaml"));
+  ASSERT_OK_AND_ASSIGN(five, Validate(five));
+  EXPECT_THAT(Make({five, 0, 1}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("(train split): label"), HasSubstr("is not in [0, 5)"))));
+}
+
 TEST_F(ReplicaTest, StateRoundTripsInOddPieces) {
   const v1::JobSpec spec = SmallMlpSpec();
   ASSERT_OK_AND_ASSIGN(auto r, Make({spec, 0, 1}));

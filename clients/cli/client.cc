@@ -132,9 +132,12 @@ void PrintJob(const v1::Job& job, bool json) {
     PrintJson(job);
     return;
   }
-  absl::PrintF("%s  %s  %s  step %d/%d", job.id(), StateName(job.state()),
-               job.spec().name().empty() ? job.spec().model().kind() : job.spec().name(),
-               job.step(), job.total_steps());
+  const v1::JobSpec& spec = job.spec();
+  const std::string label = !spec.name().empty()           ? spec.name()
+                            : !spec.model().kind().empty() ? spec.model().kind()
+                                                           : std::string("layers");
+  absl::PrintF("%s  %s  %s  step %d/%d", job.id(), StateName(job.state()), label, job.step(),
+               job.total_steps());
   if (job.step() > 0) absl::PrintF("  loss %.4f", job.last_loss());
   if (job.has_last_eval()) absl::PrintF("  test accuracy %.4f", job.last_eval().test_accuracy());
   absl::PrintF("  workers %d", job.spec().workers());

@@ -43,6 +43,9 @@ absl::StatusOr<Dataset> LoadIdxDataset(const std::string& dir, Split split, uint
   Dataset ds;
   ds.size = images.dims[0];
   ds.row = images.dims[1] * images.dims[2];
+  ds.height = static_cast<int>(images.dims[1]);
+  ds.width = static_cast<int>(images.dims[2]);
+  ds.channels = 1;
   if (images.dims[1] != 28 || images.dims[2] != 28) {
     return absl::InvalidArgumentError(absl::StrCat(image_path, ": images are ", images.dims[1], "x",
                                                    images.dims[2], ", expected 28x28"));

@@ -15,10 +15,11 @@ namespace lockstep {
 inline constexpr char kDefaultDatasetPath[] = "/usr/share/datasets/fashion-mnist";
 
 struct Dataset {
-  int64_t size = 0;             // number of examples
-  int64_t row = 0;              // floats per image (h * w * c)
-  std::vector<float> images;    // size * row, NHWC, values in [0, 1]
-  std::vector<int32_t> labels;  // size, in [0, 10)
+  int64_t size = 0;                         // number of examples
+  int64_t row = 0;                          // floats per image (h * w * c)
+  int height = 0, width = 0, channels = 0;  // one image's shape (IDX: 28, 28, 1); 0: unknown
+  std::vector<float> images;                // size * row, NHWC, values in [0, 1]
+  std::vector<int32_t> labels;              // size, in [0, 10)
 };
 
 enum class Split { kTrain, kTest };

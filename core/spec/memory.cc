@@ -68,7 +68,9 @@ MemoryEstimate EstimateMemory(const v1::JobSpec& spec) {
 
 absl::Status CheckMemoryBudget(const v1::JobSpec& spec, const MemoryBudget& budget) {
   const MemoryEstimate e = EstimateMemory(spec);
-  const std::string model = spec.model().kind() == "mlp" ? "model.hidden" : "model";
+  const std::string model = spec.model().kind() == "mlp"     ? "model.hidden"
+                            : spec.model().layers_size() > 0 ? "model.layers"
+                                                             : "model";
   if (budget.coordinator_per_job > 0 && e.coordinator > budget.coordinator_per_job) {
     return absl::ResourceExhaustedError(absl::StrCat(
         model, ": the job needs about ", Mib(e.coordinator), " on the coordinator (up to 3 copies ",

@@ -93,9 +93,42 @@ absl::Status CheckFields(const json& j, const google::protobuf::Descriptor* d,
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": unknown field (known here: ", known, ")"));
     }
-    if (f->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE && !f->is_repeated()) {
+    if (f->type() != google::protobuf::FieldDescriptor::TYPE_MESSAGE) continue;
+    if (!f->is_repeated()) {
       RETURN_IF_ERROR(CheckFields(value, f->message_type(), where));
+    } else if (value.is_array()) {
+      for (size_t i = 0; i < value.size(); ++i) {
+        RETURN_IF_ERROR(CheckFields(value[i], f->message_type(), absl::StrCat(where, "[", i, "]")));
+      }
     }
+  }
+  return absl::OkStatus();
+}
+
+// model.layers entries name one layer each: `- conv: {...}`. A layer without options may
+// also be written bare (`- relu`) or with no value (`- relu:`); both become `relu: {}`.
+absl::Status NormalizeLayers(json& doc) {
+  if (!doc.contains("model") || !doc["model"].is_object()) return absl::OkStatus();
+  json& model = doc["model"];
+  if (!model.contains("layers") || !model["layers"].is_array()) return absl::OkStatus();
+  json& layers = model["layers"];
+  for (size_t i = 0; i < layers.size(); ++i) {
+    json& entry = layers[i];
+    if (entry.is_string()) entry = json{{entry.get<std::string>(), json::object()}};
+    if (!entry.is_object()) continue;  // a type error: protobuf reports it
+    if (entry.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.layers[", i, "]: empty; name one layer (conv, dense, relu, flatten...)"));
+    }
+    if (entry.size() != 1) {
+      std::string keys;
+      for (const auto& [key, value] : entry.items())
+        absl::StrAppend(&keys, keys.empty() ? "" : ", ", key);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.layers[", i, "]: one layer per entry, found ", entry.size(), " (", keys, ")"));
+    }
+    json& options = entry.begin().value();
+    if (options.is_null()) options = json::object();
   }
   return absl::OkStatus();
 }
@@ -160,7 +193,8 @@ absl::StatusOr<v1::JobSpec> ParseSpec(const std::string& text, const std::string
   if (!doc.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": expected a mapping of fields"));
   }
-  auto st = CheckFields(doc, v1::JobSpec::descriptor(), "");
+  absl::Status st = NormalizeLayers(doc);
+  if (st.ok()) st = CheckFields(doc, v1::JobSpec::descriptor(), "");
   if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", st.message()));
   std::string doc_json;
   try {

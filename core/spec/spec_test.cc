@@ -44,7 +44,8 @@ TEST(Spec, ParsesJson) {
 }
 
 TEST(Spec, ExamplesAreValid) {
-  for (const char* f : {"examples/cnn.yaml", "examples/mlp.yaml", "examples/mlp-schedule.yaml"}) {
+  for (const char* f : {"examples/cnn.yaml", "examples/mlp.yaml", "examples/mlp-schedule.yaml",
+                        "examples/convnet.yaml"}) {
     auto s = LoadSpecFile(testing::SourcePath(f));
     ASSERT_OK(s);
     ASSERT_OK(Validate(*s));

@@ -21,6 +21,7 @@ from flax.training import train_state
 from safetensors.numpy import save_file
 
 sys.path.insert(0, os.path.dirname(__file__))
+import golden_layers  # noqa: E402
 import models  # noqa: E402
 from idx import read_idx  # noqa: E402
 
@@ -214,7 +215,7 @@ def pmap_golden(out, images, labels):
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "../../tests/golden"))
-  ap.add_argument("--only", default="rng,init,grads,train,pmap,optax")
+  ap.add_argument("--only", default="rng,init,grads,train,pmap,optax,layers")
   args = ap.parse_args()
   os.makedirs(args.out, exist_ok=True)
   only = set(args.only.split(","))
@@ -234,6 +235,8 @@ def main():
   if "optax" in only:
     import golden_optax  # noqa: E402 (it imports this module's helpers)
     golden_optax.write_goldens(args.out, images, labels)
+  if "layers" in only:
+    golden_layers.write_goldens(args.out)
 
 
 if __name__ == "__main__":

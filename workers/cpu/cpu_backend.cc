@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/rng/random.h"
+#include "workers/cpu/cpu_layers.h"
 
 namespace lockstep {
 namespace {
@@ -220,25 +221,26 @@ class CpuBackend final : public Backend {
   }
 
   void Im2Col(const ConvGeometry& g, const float* x, float* cols) override {
-    const int pad = (g.k - 1) / 2;
-    const size_t patch = static_cast<size_t>(g.k) * g.k * g.c;
-    const size_t krow = static_cast<size_t>(g.k) * g.c;  // one kernel row of a patch
+    const int oh = g.oh(), ow = g.ow();
+    const size_t krow = static_cast<size_t>(g.kw) * g.c;  // one kernel row of a patch
+    const size_t patch = static_cast<size_t>(g.kh) * krow;
 #pragma omp parallel for num_threads(threads_) collapse(2) schedule(static)
     for (int n = 0; n < g.b; ++n) {
-      for (int y = 0; y < g.h; ++y) {
-        for (int x0 = 0; x0 < g.w; ++x0) {
-          float* out = cols + ((static_cast<size_t>(n) * g.h + y) * g.w + x0) * patch;
+      for (int y = 0; y < oh; ++y) {
+        for (int x0 = 0; x0 < ow; ++x0) {
+          float* out = cols + ((static_cast<size_t>(n) * oh + y) * ow + x0) * patch;
           // Kernel columns [j0, j1) fall inside the image: per kernel row, one contiguous
           // run of input pixels, zeros around it.
-          const int j0 = std::max(0, pad - x0), j1 = std::min(g.k, g.w - x0 + pad);
-          for (int i = 0; i < g.k; ++i, out += krow) {
-            const int yy = y + i - pad;
+          const int left = x0 * g.stride_w - g.pad_left;  // the input column of kernel column 0
+          const int j0 = std::max(0, -left), j1 = std::min(g.kw, g.w - left);
+          for (int i = 0; i < g.kh; ++i, out += krow) {
+            const int yy = y * g.stride_h - g.pad_top + i;
             if (yy < 0 || yy >= g.h || j0 >= j1) {
               std::fill(out, out + krow, 0.0f);
               continue;
             }
             std::fill(out, out + static_cast<size_t>(j0) * g.c, 0.0f);
-            std::copy_n(x + ((static_cast<size_t>(n) * g.h + yy) * g.w + (x0 + j0 - pad)) * g.c,
+            std::copy_n(x + ((static_cast<size_t>(n) * g.h + yy) * g.w + (left + j0)) * g.c,
                         static_cast<size_t>(j1 - j0) * g.c, out + static_cast<size_t>(j0) * g.c);
             std::fill(out + static_cast<size_t>(j1) * g.c, out + krow, 0.0f);
           }
@@ -248,24 +250,26 @@ class CpuBackend final : public Backend {
   }
 
   void Col2Im(const ConvGeometry& g, const float* dcols, float* dx) override {
-    const int pad = (g.k - 1) / 2;
-    const size_t patch = static_cast<size_t>(g.k) * g.k * g.c;
+    const int oh = g.oh(), ow = g.ow();
+    const size_t patch = static_cast<size_t>(g.kh) * g.kw * g.c;
     // Gather form: each input pixel sums the patch entries that read it, in a fixed
-    // order, so threads never write the same element.
+    // order (kernel row, then column), so threads never write the same element.
 #pragma omp parallel for num_threads(threads_) collapse(2) schedule(static)
     for (int n = 0; n < g.b; ++n) {
       for (int yy = 0; yy < g.h; ++yy) {
         for (int xx = 0; xx < g.w; ++xx) {
           float* out = dx + ((static_cast<size_t>(n) * g.h + yy) * g.w + xx) * g.c;
           std::fill(out, out + g.c, 0.0f);
-          for (int i = 0; i < g.k; ++i) {
-            const int y = yy - i + pad;
-            if (y < 0 || y >= g.h) continue;
-            for (int j = 0; j < g.k; ++j) {
-              const int x = xx - j + pad;
-              if (x < 0 || x >= g.w) continue;
-              const float* in = dcols + ((static_cast<size_t>(n) * g.h + y) * g.w + x) * patch +
-                                (static_cast<size_t>(i) * g.k + j) * g.c;
+          for (int i = 0; i < g.kh; ++i) {
+            const int ty = yy + g.pad_top - i;  // y * stride_h for the output row y reading it
+            if (ty < 0 || ty % g.stride_h != 0 || ty / g.stride_h >= oh) continue;
+            const int y = ty / g.stride_h;
+            for (int j = 0; j < g.kw; ++j) {
+              const int tx = xx + g.pad_left - j;
+              if (tx < 0 || tx % g.stride_w != 0 || tx / g.stride_w >= ow) continue;
+              const int x = tx / g.stride_w;
+              const float* in = dcols + ((static_cast<size_t>(n) * oh + y) * ow + x) * patch +
+                                (static_cast<size_t>(i) * g.kw + j) * g.c;
               for (int c = 0; c < g.c; ++c) out[c] += in[c];
             }
           }
@@ -315,37 +319,40 @@ class CpuBackend final : public Backend {
     ParallelFor(threads_, n, [&](size_t b, size_t e) { ReluBackwardRange(y, dy, b, e); });
   }
 
-  void AvgPool(int b, int h, int w, int c, const float* x, float* y) override {
-    const int oh = h / 2, ow = w / 2;
-#pragma omp parallel for num_threads(threads_) collapse(2) schedule(static)
-    for (int n = 0; n < b; ++n) {
-      for (int i = 0; i < oh; ++i) {
-        for (int j = 0; j < ow; ++j) {
-          const float* p = x + ((static_cast<size_t>(n) * h + 2 * i) * w + 2 * j) * c;
-          const float* q = p + static_cast<size_t>(w) * c;
-          float* out = y + ((static_cast<size_t>(n) * oh + i) * ow + j) * c;
-          for (int k = 0; k < c; ++k) out[k] = (((p[k] + p[c + k]) + q[k]) + q[c + k]) / 4.0f;
-        }
-      }
-    }
+  void Activate(Activation a, size_t n, const float* x, float* y) override {
+    cpu::Activate(threads_, a, n, x, y);
   }
 
-  void AvgPoolBackward(int b, int h, int w, int c, const float* dy, float* dx) override {
-    const int oh = h / 2, ow = w / 2;
-#pragma omp parallel for num_threads(threads_) collapse(2) schedule(static)
-    for (int n = 0; n < b; ++n) {
-      for (int i = 0; i < h; ++i) {
-        for (int j = 0; j < w; ++j) {
-          float* out = dx + ((static_cast<size_t>(n) * h + i) * w + j) * c;
-          if (i / 2 >= oh || j / 2 >= ow) {
-            std::fill(out, out + c, 0.0f);
-            continue;
-          }
-          const float* g = dy + ((static_cast<size_t>(n) * oh + i / 2) * ow + j / 2) * c;
-          for (int k = 0; k < c; ++k) out[k] = g[k] / 4.0f;
-        }
-      }
-    }
+  void ActivateBackward(Activation a, size_t n, const float* x, float* dy) override {
+    cpu::ActivateBackward(threads_, a, n, x, dy);
+  }
+
+  void AvgPool(const ConvGeometry& g, bool count_include_pad, const float* x, float* y) override {
+    cpu::AvgPool(threads_, g, count_include_pad, x, y);
+  }
+
+  void AvgPoolBackward(const ConvGeometry& g, bool count_include_pad, const float* dy,
+                       float* dx) override {
+    cpu::AvgPoolBackward(threads_, g, count_include_pad, dy, dx);
+  }
+
+  void MaxPool(const ConvGeometry& g, const float* x, float* y) override {
+    cpu::MaxPool(threads_, g, x, y);
+  }
+
+  void MaxPoolBackward(const ConvGeometry& g, const float* x, const float* dy, float* dx) override {
+    cpu::MaxPoolBackward(threads_, g, x, dy, dx);
+  }
+
+  void LayerNorm(int rows, int cols, float epsilon, const float* x, const float* scale,
+                 const float* bias, float* y, float* mean, float* rstd) override {
+    cpu::LayerNorm(threads_, rows, cols, epsilon, x, scale, bias, y, mean, rstd);
+  }
+
+  void LayerNormBackward(int rows, int cols, const float* x, const float* scale, const float* mean,
+                         const float* rstd, const float* dy, float* dx, float* dscale,
+                         float* dbias) override {
+    cpu::LayerNormBackward(threads_, rows, cols, x, scale, mean, rstd, dy, dx, dscale, dbias);
   }
 
   void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x, float* y,

@@ -1,6 +1,7 @@
 // The CPU backend: GEMMs through OpenBLAS's sgemm, convolution as im2col + GEMM, and
-// OpenMP loops for the elementwise kernels. These loops are also the CPU references
-// the CUDA kernels are tested against.
+// OpenMP loops for the elementwise kernels (activations, pools and layer norm in
+// cpu_layers.cc). These loops are also the CPU references the CUDA kernels are tested
+// against.
 #ifndef LOCKSTEP_WORKERS_CPU_CPU_BACKEND_H_
 #define LOCKSTEP_WORKERS_CPU_CPU_BACKEND_H_
 

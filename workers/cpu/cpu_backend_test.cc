@@ -34,18 +34,35 @@ double Dot(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(CpuBackend, Col2ImIsTheAdjointOfIm2Col) {
   auto be = NewCpuBackend(2);
-  const ConvGeometry g{2, 5, 4, 3, 3};
-  const size_t nx = 2 * 5 * 4 * 3, ncols = 2 * 5 * 4 * 27;
-  auto x = Random(nx, 1), y = Random(ncols, 2);
-  std::vector<float> cols(ncols), dx(nx);
+  // SAME stride 1; SAME stride 2 (padding after only); VALID stride 2 (columns unread);
+  // a 2x3 kernel at strides 3x1, padded unevenly.
+  for (const ConvGeometry g : {ConvGeometry{2, 5, 4, 3, 4, 3, 3, 1, 1, 1, 1, 1, 1},
+                               ConvGeometry{2, 6, 7, 2, 4, 3, 3, 2, 2, 0, 1, 1, 1},
+                               ConvGeometry{1, 7, 8, 3, 2, 3, 3, 2, 2},
+                               ConvGeometry{3, 8, 5, 2, 1, 2, 3, 3, 1, 0, 1, 1, 1}}) {
+    const size_t nx = size_t(g.b) * g.h * g.w * g.c;
+    const size_t ncols = size_t(g.b) * g.oh() * g.ow() * g.kh * g.kw * g.c;
+    auto x = Random(nx, 1), y = Random(ncols, 2);
+    std::vector<float> cols(ncols), dx(nx);
+    be->Im2Col(g, x.data(), cols.data());
+    be->Col2Im(g, y.data(), dx.data());
+    EXPECT_NEAR(Dot(cols, y), Dot(x, dx), 1e-3) << g.kh << "x" << g.kw << " / " << g.stride_h;
+  }
+}
+
+TEST(CpuBackend, Im2ColPlacesStridedPatches) {
+  auto be = NewCpuBackend(2);
+  // 3x3 image, 2x2 kernel, stride 2, SAME: out 2x2, padding 0 before and 1 after.
+  const ConvGeometry g{1, 3, 3, 1, 1, 2, 2, 2, 2, 0, 1, 0, 1};
+  ASSERT_EQ(g.oh(), 2);
+  std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9}, cols(4 * 4);
   be->Im2Col(g, x.data(), cols.data());
-  be->Col2Im(g, y.data(), dx.data());
-  EXPECT_NEAR(Dot(cols, y), Dot(x, dx), 1e-3);
+  EXPECT_EQ(cols, (std::vector<float>{1, 2, 4, 5, 3, 0, 6, 0, 7, 8, 0, 0, 9, 0, 0, 0}));
 }
 
 TEST(CpuBackend, Im2ColPadsWithZeros) {
   auto be = NewCpuBackend(2);
-  const ConvGeometry g{1, 2, 2, 1, 3};
+  const ConvGeometry g{1, 2, 2, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1};
   std::vector<float> x = {1, 2, 3, 4}, cols(4 * 9);
   be->Im2Col(g, x.data(), cols.data());
   // Pixel (0,0): patch rows -1..1, cols -1..1.
@@ -56,10 +73,11 @@ TEST(CpuBackend, Im2ColPadsWithZeros) {
 TEST(CpuBackend, AvgPoolAndBackward) {
   auto be = NewCpuBackend(2);
   std::vector<float> x = {1, 2, 3, 4}, y(1), dx(4);
-  be->AvgPool(1, 2, 2, 1, x.data(), y.data());
+  const ConvGeometry g{1, 2, 2, 1, 1, 2, 2, 2, 2};
+  be->AvgPool(g, true, x.data(), y.data());
   EXPECT_FLOAT_EQ(y[0], 2.5f);
   std::vector<float> dy = {4};
-  be->AvgPoolBackward(1, 2, 2, 1, dy.data(), dx.data());
+  be->AvgPoolBackward(g, true, dy.data(), dx.data());
   EXPECT_EQ(dx, (std::vector<float>{1, 1, 1, 1}));
 }
 
@@ -210,8 +228,9 @@ TEST_P(CpuBackendThreads, GemmIsBitwiseReproducible) {
 // One conv layer forward and backward, with the parallel paths of every kernel it uses
 // (sizes above the one-thread cutoff), and a sgd update; returns all the outputs.
 std::vector<float> ConvStep(Backend& be) {
-  const ConvGeometry g{16, 14, 14, 8, 3};
-  const int rows = g.b * g.h * g.w, patch = g.k * g.k * g.c, f = 16;
+  const ConvGeometry g{16, 14, 14, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1};
+  const ConvGeometry pool_g{16, 14, 14, 16, 16, 2, 2, 2, 2};
+  const int rows = g.b * g.h * g.w, patch = g.kh * g.kw * g.c, f = 16;
   const auto x = Random(rows * g.c, 4), w = Random(patch * f, 5), bias = Random(f, 6),
              dpool = Random(rows / 4 * f, 7);
   std::vector<float> cols(rows * patch), y(rows * f), pool(y.size() / 4), dy(y.size()), db(f),
@@ -220,8 +239,8 @@ std::vector<float> ConvStep(Backend& be) {
   be.Gemm(false, false, rows, f, patch, 1.0f, cols.data(), w.data(), 0.0f, y.data());
   be.BiasAdd(rows, f, bias.data(), y.data());
   be.Relu(y.size(), y.data());
-  be.AvgPool(g.b, g.h, g.w, f, y.data(), pool.data());
-  be.AvgPoolBackward(g.b, g.h, g.w, f, dpool.data(), dy.data());
+  be.AvgPool(pool_g, true, y.data(), pool.data());
+  be.AvgPoolBackward(pool_g, true, dpool.data(), dy.data());
   be.ReluBackward(y.size(), y.data(), dy.data());
   be.BiasGrad(rows, f, dy.data(), db.data());
   be.Gemm(true, false, patch, f, rows, 1.0f, cols.data(), dy.data(), 0.0f, dw.data());

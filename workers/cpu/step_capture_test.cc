@@ -62,11 +62,35 @@ class GraphCpuBackend final : public Backend {
   void ReluBackward(size_t n, const float* y, float* dy) override {
     Queue([=, this] { cpu_->ReluBackward(n, y, dy); });
   }
-  void AvgPool(int b, int h, int w, int c, const float* x, float* y) override {
-    Queue([=, this] { cpu_->AvgPool(b, h, w, c, x, y); });
+  void Activate(Activation a, size_t n, const float* x, float* y) override {
+    Queue([=, this] { cpu_->Activate(a, n, x, y); });
   }
-  void AvgPoolBackward(int b, int h, int w, int c, const float* dy, float* dx) override {
-    Queue([=, this] { cpu_->AvgPoolBackward(b, h, w, c, dy, dx); });
+  void ActivateBackward(Activation a, size_t n, const float* x, float* dy) override {
+    Queue([=, this] { cpu_->ActivateBackward(a, n, x, dy); });
+  }
+  void AvgPool(const ConvGeometry& g, bool count_include_pad, const float* x, float* y) override {
+    Queue([=, this] { cpu_->AvgPool(g, count_include_pad, x, y); });
+  }
+  void AvgPoolBackward(const ConvGeometry& g, bool count_include_pad, const float* dy,
+                       float* dx) override {
+    Queue([=, this] { cpu_->AvgPoolBackward(g, count_include_pad, dy, dx); });
+  }
+  void MaxPool(const ConvGeometry& g, const float* x, float* y) override {
+    Queue([=, this] { cpu_->MaxPool(g, x, y); });
+  }
+  void MaxPoolBackward(const ConvGeometry& g, const float* x, const float* dy, float* dx) override {
+    Queue([=, this] { cpu_->MaxPoolBackward(g, x, dy, dx); });
+  }
+  void LayerNorm(int rows, int cols, float epsilon, const float* x, const float* scale,
+                 const float* bias, float* y, float* mean, float* rstd) override {
+    Queue([=, this] { cpu_->LayerNorm(rows, cols, epsilon, x, scale, bias, y, mean, rstd); });
+  }
+  void LayerNormBackward(int rows, int cols, const float* x, const float* scale, const float* mean,
+                         const float* rstd, const float* dy, float* dx, float* dscale,
+                         float* dbias) override {
+    Queue([=, this] {
+      cpu_->LayerNormBackward(rows, cols, x, scale, mean, rstd, dy, dx, dscale, dbias);
+    });
   }
   void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x, float* y,
                uint8_t* mask) override {

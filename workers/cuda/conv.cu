@@ -4,45 +4,46 @@
 namespace lockstep::cuda {
 namespace {
 
-__global__ void Im2ColKernel(int b, int h, int w, int c, int k, const float* x, float* cols) {
-  const int pad = (k - 1) / 2;
-  const size_t n = size_t(b) * h * w * k * k * c;
+// oh and ow come from the host (ConvGeometry's methods are host code).
+__global__ void Im2ColKernel(ConvGeometry g, int oh, int ow, const float* x, float* cols) {
+  const size_t n = size_t(g.b) * oh * ow * g.kh * g.kw * g.c;
   for (size_t e = FirstIndex(); e < n; e += Stride()) {
     // e indexes cols as (pixel, i, j, channel).
-    const int ch = static_cast<int>(e % c);
-    size_t t = e / c;
-    const int j = static_cast<int>(t % k);
-    t /= k;
-    const int i = static_cast<int>(t % k);
-    const size_t pixel = t / k;
-    const int x0 = static_cast<int>(pixel % w);
-    const int y = static_cast<int>((pixel / w) % h);
-    const size_t image = pixel / (size_t(w) * h);
-    const int yy = y + i - pad, xx = x0 + j - pad;
-    const bool inside = yy >= 0 && yy < h && xx >= 0 && xx < w;
-    cols[e] = inside ? x[((image * h + yy) * w + xx) * c + ch] : 0.0f;
+    const int ch = static_cast<int>(e % g.c);
+    size_t t = e / g.c;
+    const int j = static_cast<int>(t % g.kw);
+    t /= g.kw;
+    const int i = static_cast<int>(t % g.kh);
+    const size_t pixel = t / g.kh;
+    const int x0 = static_cast<int>(pixel % ow);
+    const int y = static_cast<int>((pixel / ow) % oh);
+    const size_t image = pixel / (size_t(ow) * oh);
+    const int yy = y * g.stride_h - g.pad_top + i, xx = x0 * g.stride_w - g.pad_left + j;
+    const bool inside = yy >= 0 && yy < g.h && xx >= 0 && xx < g.w;
+    cols[e] = inside ? x[((image * g.h + yy) * g.w + xx) * g.c + ch] : 0.0f;
   }
 }
 
-__global__ void Col2ImKernel(int b, int h, int w, int c, int k, const float* dcols, float* dx) {
-  const int pad = (k - 1) / 2;
-  const size_t patch = size_t(k) * k * c;
-  const size_t n = size_t(b) * h * w * c;
+__global__ void Col2ImKernel(ConvGeometry g, int oh, int ow, const float* dcols, float* dx) {
+  const size_t patch = size_t(g.kh) * g.kw * g.c;
+  const size_t n = size_t(g.b) * g.h * g.w * g.c;
   for (size_t e = FirstIndex(); e < n; e += Stride()) {
     // e indexes dx as (image, yy, xx, channel); sum the patch entries that read it.
-    const int ch = static_cast<int>(e % c);
-    const size_t pixel = e / c;
-    const int xx = static_cast<int>(pixel % w);
-    const int yy = static_cast<int>((pixel / w) % h);
-    const size_t image = pixel / (size_t(w) * h);
+    const int ch = static_cast<int>(e % g.c);
+    const size_t pixel = e / g.c;
+    const int xx = static_cast<int>(pixel % g.w);
+    const int yy = static_cast<int>((pixel / g.w) % g.h);
+    const size_t image = pixel / (size_t(g.w) * g.h);
     float sum = 0.0f;
-    for (int i = 0; i < k; ++i) {
-      const int y = yy - i + pad;
-      if (y < 0 || y >= h) continue;
-      for (int j = 0; j < k; ++j) {
-        const int x = xx - j + pad;
-        if (x < 0 || x >= w) continue;
-        sum += dcols[((image * h + y) * w + x) * patch + (size_t(i) * k + j) * c + ch];
+    for (int i = 0; i < g.kh; ++i) {
+      const int ty = yy + g.pad_top - i;
+      if (ty < 0 || ty % g.stride_h != 0 || ty / g.stride_h >= oh) continue;
+      const int y = ty / g.stride_h;
+      for (int j = 0; j < g.kw; ++j) {
+        const int tx = xx + g.pad_left - j;
+        if (tx < 0 || tx % g.stride_w != 0 || tx / g.stride_w >= ow) continue;
+        const int x = tx / g.stride_w;
+        sum += dcols[((image * oh + y) * ow + x) * patch + (size_t(i) * g.kw + j) * g.c + ch];
       }
     }
     dx[e] = sum;
@@ -51,19 +52,18 @@ __global__ void Col2ImKernel(int b, int h, int w, int c, int k, const float* dco
 
 }  // namespace
 
-cudaError_t Im2Col(int b, int h, int w, int c, int k, const float* x, float* cols,
-                   cudaStream_t stream) {
-  const size_t n = size_t(b) * h * w * k * k * c;
+cudaError_t Im2Col(const ConvGeometry& g, const float* x, float* cols, cudaStream_t stream) {
+  const int oh = g.oh(), ow = g.ow();
+  const size_t n = size_t(g.b) * oh * ow * g.kh * g.kw * g.c;
   if (n == 0) return cudaSuccess;
-  Im2ColKernel<<<Blocks(n), kThreads, 0, stream>>>(b, h, w, c, k, x, cols);
+  Im2ColKernel<<<Blocks(n), kThreads, 0, stream>>>(g, oh, ow, x, cols);
   return cudaGetLastError();
 }
 
-cudaError_t Col2Im(int b, int h, int w, int c, int k, const float* dcols, float* dx,
-                   cudaStream_t stream) {
-  const size_t n = size_t(b) * h * w * c;
+cudaError_t Col2Im(const ConvGeometry& g, const float* dcols, float* dx, cudaStream_t stream) {
+  const size_t n = size_t(g.b) * g.h * g.w * g.c;
   if (n == 0) return cudaSuccess;
-  Col2ImKernel<<<Blocks(n), kThreads, 0, stream>>>(b, h, w, c, k, dcols, dx);
+  Col2ImKernel<<<Blocks(n), kThreads, 0, stream>>>(g, g.oh(), g.ow(), dcols, dx);
   return cudaGetLastError();
 }
 

@@ -1,20 +1,20 @@
-// Convolution as im2col + GEMM: the patch gather and its adjoint, on NHWC activations
-// with SAME padding and stride 1 (see Backend::Im2Col). Both are bitwise equal to the CPU
-// backend: Col2Im is a gather that sums each pixel's patch entries in the CPU's order,
-// one thread per output element, so no atomics and a deterministic result.
+// Convolution as im2col + GEMM: the patch gather and its adjoint, on NHWC activations,
+// for any kernel, strides and padding (see Backend::Im2Col). Both are bitwise equal to
+// the CPU backend: Col2Im is a gather that sums each pixel's patch entries in the CPU's
+// order, one thread per output element, so no atomics and a deterministic result.
 #ifndef LOCKSTEP_WORKERS_CUDA_CONV_CUH_
 #define LOCKSTEP_WORKERS_CUDA_CONV_CUH_
 
 #include <cuda_runtime.h>
 
+#include "core/backend.h"
+
 namespace lockstep::cuda {
 
-// cols (b*h*w, k*k*c) from x (b, h, w, c).
-cudaError_t Im2Col(int b, int h, int w, int c, int k, const float* x, float* cols,
-                   cudaStream_t stream);
-// dx (b, h, w, c) from dcols (b*h*w, k*k*c); overwrites dx.
-cudaError_t Col2Im(int b, int h, int w, int c, int k, const float* dcols, float* dx,
-                   cudaStream_t stream);
+// cols (b*oh*ow, kh*kw*c) from x (b, h, w, c).
+cudaError_t Im2Col(const ConvGeometry& g, const float* x, float* cols, cudaStream_t stream);
+// dx (b, h, w, c) from dcols (b*oh*ow, kh*kw*c); overwrites dx.
+cudaError_t Col2Im(const ConvGeometry& g, const float* dcols, float* dx, cudaStream_t stream);
 
 }  // namespace lockstep::cuda
 

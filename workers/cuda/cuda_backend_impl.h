@@ -42,8 +42,18 @@ class CudaBackend final : public Backend {
   void BiasGrad(int rows, int cols, const float* dy, float* db) override;
   void Relu(size_t n, float* x) override;
   void ReluBackward(size_t n, const float* y, float* dy) override;
-  void AvgPool(int b, int h, int w, int c, const float* x, float* y) override;
-  void AvgPoolBackward(int b, int h, int w, int c, const float* dy, float* dx) override;
+  void Activate(Activation a, size_t n, const float* x, float* y) override;
+  void ActivateBackward(Activation a, size_t n, const float* x, float* dy) override;
+  void AvgPool(const ConvGeometry& g, bool count_include_pad, const float* x, float* y) override;
+  void AvgPoolBackward(const ConvGeometry& g, bool count_include_pad, const float* dy,
+                       float* dx) override;
+  void MaxPool(const ConvGeometry& g, const float* x, float* y) override;
+  void MaxPoolBackward(const ConvGeometry& g, const float* x, const float* dy, float* dx) override;
+  void LayerNorm(int rows, int cols, float epsilon, const float* x, const float* scale,
+                 const float* bias, float* y, float* mean, float* rstd) override;
+  void LayerNormBackward(int rows, int cols, const float* x, const float* scale, const float* mean,
+                         const float* rstd, const float* dy, float* dx, float* dscale,
+                         float* dbias) override;
   void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x, float* y,
                uint8_t* mask) override;
   void DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,

@@ -9,6 +9,7 @@
 #include "workers/cuda/dropout.cuh"
 #include "workers/cuda/elementwise.cuh"
 #include "workers/cuda/gather.cuh"
+#include "workers/cuda/layer_norm.cuh"
 #include "workers/cuda/optimizer.cuh"
 #include "workers/cuda/pool.cuh"
 #include "workers/cuda/softmax_xent.cuh"
@@ -44,11 +45,11 @@ void CudaBackend::Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const
 }
 
 void CudaBackend::Im2Col(const ConvGeometry& g, const float* x, float* cols) {
-  LS_LAUNCH(cuda::Im2Col(g.b, g.h, g.w, g.c, g.k, x, cols, stream_));
+  LS_LAUNCH(cuda::Im2Col(g, x, cols, stream_));
 }
 
 void CudaBackend::Col2Im(const ConvGeometry& g, const float* dcols, float* dx) {
-  LS_LAUNCH(cuda::Col2Im(g.b, g.h, g.w, g.c, g.k, dcols, dx, stream_));
+  LS_LAUNCH(cuda::Col2Im(g, dcols, dx, stream_));
 }
 
 void CudaBackend::BiasAdd(int rows, int cols, const float* bias, float* y) {
@@ -65,12 +66,42 @@ void CudaBackend::ReluBackward(size_t n, const float* y, float* dy) {
   LS_LAUNCH(cuda::ReluBackward(n, y, dy, stream_));
 }
 
-void CudaBackend::AvgPool(int b, int h, int w, int c, const float* x, float* y) {
-  LS_LAUNCH(cuda::AvgPool(b, h, w, c, x, y, stream_));
+void CudaBackend::Activate(Activation a, size_t n, const float* x, float* y) {
+  LS_LAUNCH(cuda::Activate(a, n, x, y, stream_));
 }
 
-void CudaBackend::AvgPoolBackward(int b, int h, int w, int c, const float* dy, float* dx) {
-  LS_LAUNCH(cuda::AvgPoolBackward(b, h, w, c, dy, dx, stream_));
+void CudaBackend::ActivateBackward(Activation a, size_t n, const float* x, float* dy) {
+  LS_LAUNCH(cuda::ActivateBackward(a, n, x, dy, stream_));
+}
+
+void CudaBackend::AvgPool(const ConvGeometry& g, bool count_include_pad, const float* x, float* y) {
+  LS_LAUNCH(cuda::AvgPool(g, count_include_pad, x, y, stream_));
+}
+
+void CudaBackend::AvgPoolBackward(const ConvGeometry& g, bool count_include_pad, const float* dy,
+                                  float* dx) {
+  LS_LAUNCH(cuda::AvgPoolBackward(g, count_include_pad, dy, dx, stream_));
+}
+
+void CudaBackend::MaxPool(const ConvGeometry& g, const float* x, float* y) {
+  LS_LAUNCH(cuda::MaxPool(g, x, y, stream_));
+}
+
+void CudaBackend::MaxPoolBackward(const ConvGeometry& g, const float* x, const float* dy,
+                                  float* dx) {
+  LS_LAUNCH(cuda::MaxPoolBackward(g, x, dy, dx, stream_));
+}
+
+void CudaBackend::LayerNorm(int rows, int cols, float epsilon, const float* x, const float* scale,
+                            const float* bias, float* y, float* mean, float* rstd) {
+  LS_LAUNCH(cuda::LayerNorm(rows, cols, epsilon, x, scale, bias, y, mean, rstd, stream_));
+}
+
+void CudaBackend::LayerNormBackward(int rows, int cols, const float* x, const float* scale,
+                                    const float* mean, const float* rstd, const float* dy,
+                                    float* dx, float* dscale, float* dbias) {
+  LS_LAUNCH(
+      cuda::LayerNormBackward(rows, cols, x, scale, mean, rstd, dy, dx, dscale, dbias, stream_));
 }
 
 void CudaBackend::Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x,

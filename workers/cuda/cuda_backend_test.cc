@@ -67,9 +67,16 @@ TEST_F(CudaTest, GemmMatchesCpuInEveryTransposition) {
 }
 
 TEST_F(CudaTest, Im2ColAndCol2ImAreBitwiseEqualToCpu) {
-  for (const ConvGeometry g :
-       {ConvGeometry{3, 7, 6, 5, 3}, ConvGeometry{2, 9, 4, 3, 5}, ConvGeometry{4, 28, 28, 1, 3}}) {
-    const size_t nx = size_t(g.b) * g.h * g.w * g.c, ncols = nx * g.k * g.k;
+  // SAME stride 1 (3x3, 5x5, the CNN's first layer); VALID stride 2; SAME stride 2 with
+  // padding after only; a 2x3 kernel at strides 3x1.
+  for (const ConvGeometry g : {ConvGeometry{3, 7, 6, 5, 4, 3, 3, 1, 1, 1, 1, 1, 1},
+                               ConvGeometry{2, 9, 4, 3, 4, 5, 5, 1, 1, 2, 2, 2, 2},
+                               ConvGeometry{4, 28, 28, 1, 32, 3, 3, 1, 1, 1, 1, 1, 1},
+                               ConvGeometry{2, 9, 8, 3, 4, 3, 3, 2, 2},
+                               ConvGeometry{2, 6, 7, 2, 4, 3, 3, 2, 2, 0, 1, 1, 1},
+                               ConvGeometry{3, 8, 5, 2, 1, 2, 3, 3, 1, 0, 1, 1, 1}}) {
+    const size_t nx = size_t(g.b) * g.h * g.w * g.c;
+    const size_t ncols = size_t(g.b) * g.oh() * g.ow() * g.kh * g.kw * g.c;
     const auto x = RandomFloats(nx, 4), dcols = RandomFloats(ncols, 5);
     std::vector<float> cols(ncols), dx(nx);
     cpu_->Im2Col(g, x.data(), cols.data());
@@ -79,8 +86,8 @@ TEST_F(CudaTest, Im2ColAndCol2ImAreBitwiseEqualToCpu) {
     ASSERT_OK_AND_ASSIGN(Buffer d_dx, cuda_->Allocate(nx * sizeof(float)));
     cuda_->Im2Col(g, d_x.as(), d_cols.as());
     cuda_->Col2Im(g, d_dcols.as(), d_dx.as());
-    EXPECT_TRUE(Bitwise(ToHost(d_cols, ncols), cols)) << "im2col k=" << g.k;
-    EXPECT_TRUE(Bitwise(ToHost(d_dx, nx), dx)) << "col2im k=" << g.k;
+    EXPECT_TRUE(Bitwise(ToHost(d_cols, ncols), cols)) << "im2col " << g.kh << "x" << g.kw;
+    EXPECT_TRUE(Bitwise(ToHost(d_dx, nx), dx)) << "col2im " << g.kh << "x" << g.kw;
   }
 }
 
@@ -134,19 +141,90 @@ TEST_F(CudaTest, ReluAndDivideAreBitwiseBeyondOneGrid) {
   EXPECT_TRUE(Bitwise(ToHost(d_dy, n), dy));
 }
 
-TEST_F(CudaTest, AvgPoolAndBackwardAreBitwise) {
-  const int b = 3, h = 7, w = 9, c = 5;  // odd sizes: the last row and column are dropped
-  const size_t nx = size_t(b) * h * w * c, ny = size_t(b) * (h / 2) * (w / 2) * c;
-  const auto x = RandomFloats(nx, 11), dy = RandomFloats(ny, 12);
-  std::vector<float> y(ny), dx(nx, 1.0f);
-  cpu_->AvgPool(b, h, w, c, x.data(), y.data());
-  cpu_->AvgPoolBackward(b, h, w, c, dy.data(), dx.data());
-  Buffer d_x = ToDevice(x), d_dy = ToDevice(dy), d_dx = ToDevice(std::vector<float>(nx, 1.0f));
-  ASSERT_OK_AND_ASSIGN(Buffer d_y, cuda_->Allocate(ny * sizeof(float)));
-  cuda_->AvgPool(b, h, w, c, d_x.as(), d_y.as());
-  cuda_->AvgPoolBackward(b, h, w, c, d_dy.as(), d_dx.as());
-  EXPECT_TRUE(Bitwise(ToHost(d_y, ny), y));
-  EXPECT_TRUE(Bitwise(ToHost(d_dx, nx), dx));
+// Pools' geometries: 2x2/2 VALID on odd sizes (the last row and column unread), 3x3/2
+// SAME (overlapping, padded), 3x2 at strides 1x2 SAME (padding before and after).
+std::vector<ConvGeometry> PoolGeometries() {
+  return {ConvGeometry{3, 7, 9, 5, 5, 2, 2, 2, 2},
+          ConvGeometry{2, 9, 8, 4, 4, 3, 3, 2, 2, 1, 1, 0, 1},
+          ConvGeometry{2, 6, 7, 3, 3, 3, 2, 1, 2, 1, 1, 0, 1}};
+}
+
+TEST_F(CudaTest, PoolsAndTheirBackwardAreBitwise) {
+  for (const ConvGeometry& g : PoolGeometries()) {
+    const size_t nx = size_t(g.b) * g.h * g.w * g.c, ny = size_t(g.b) * g.oh() * g.ow() * g.c;
+    auto x = RandomFloats(nx, 11);
+    for (size_t i = 0; i < nx; i += 7) x[i] = x[i + 1 < nx ? i + 1 : i];  // ties for max_pool
+    const auto dy = RandomFloats(ny, 12);
+    Buffer d_x = ToDevice(x), d_dy = ToDevice(dy);
+    ASSERT_OK_AND_ASSIGN(Buffer d_y, cuda_->Allocate(ny * sizeof(float)));
+    ASSERT_OK_AND_ASSIGN(Buffer d_dx, cuda_->Allocate(nx * sizeof(float)));
+    std::vector<float> y(ny), dx(nx, 1.0f);
+    for (const bool include : {true, false}) {
+      cpu_->AvgPool(g, include, x.data(), y.data());
+      cpu_->AvgPoolBackward(g, include, dy.data(), dx.data());
+      cuda_->AvgPool(g, include, d_x.as(), d_y.as());
+      cuda_->AvgPoolBackward(g, include, d_dy.as(), d_dx.as());
+      EXPECT_TRUE(Bitwise(ToHost(d_y, ny), y)) << "avg " << g.kh << "x" << g.kw << " " << include;
+      EXPECT_TRUE(Bitwise(ToHost(d_dx, nx), dx)) << "avg backward " << g.kh << "x" << g.kw;
+    }
+    cpu_->MaxPool(g, x.data(), y.data());
+    cpu_->MaxPoolBackward(g, x.data(), dy.data(), dx.data());
+    cuda_->MaxPool(g, d_x.as(), d_y.as());
+    cuda_->MaxPoolBackward(g, d_x.as(), d_dy.as(), d_dx.as());
+    EXPECT_TRUE(Bitwise(ToHost(d_y, ny), y)) << "max " << g.kh << "x" << g.kw;
+    EXPECT_TRUE(Bitwise(ToHost(d_dx, nx), dx)) << "max backward " << g.kh << "x" << g.kw;
+  }
+}
+
+TEST_F(CudaTest, ActivationsAndTheirBackwardWithin1e6) {
+  const size_t n = (size_t{1} << 20) + 3;
+  const auto x = RandomFloats(n, 15, 3.0f), dy0 = RandomFloats(n, 16);
+  for (const Activation a : {Activation::kGeluTanh, Activation::kGeluErf, Activation::kTanh,
+                             Activation::kSigmoid, Activation::kSilu}) {
+    std::vector<float> y(n), dy = dy0;
+    cpu_->Activate(a, n, x.data(), y.data());
+    cpu_->ActivateBackward(a, n, x.data(), dy.data());
+    Buffer d_x = ToDevice(x), d_dy = ToDevice(dy0);
+    ASSERT_OK_AND_ASSIGN(Buffer d_y, cuda_->Allocate(n * sizeof(float)));
+    cuda_->Activate(a, n, d_x.as(), d_y.as());
+    cuda_->ActivateBackward(a, n, d_x.as(), d_dy.as());
+    // CUDA's tanhf, expf and erfcf are within a few ulps of glibc's.
+    EXPECT_LE(RelativeL2(ToHost(d_y, n), y), 1e-6) << static_cast<int>(a);
+    EXPECT_LE(RelativeL2(ToHost(d_dy, n), dy), 1e-6) << static_cast<int>(a);
+  }
+}
+
+TEST_F(CudaTest, LayerNormAndBackwardAreBitwise) {
+  for (const auto& [rows, cols] : {std::pair{3000, 24}, std::pair{7, 1000}, std::pair{5, 1}}) {
+    const size_t n = size_t(rows) * cols;
+    const auto x = RandomFloats(n, 17, 2.0f), dy = RandomFloats(n, 18),
+               scale = RandomFloats(cols, 19), bias = RandomFloats(cols, 20);
+    Buffer d_x = ToDevice(x), d_dy = ToDevice(dy), d_scale = ToDevice(scale),
+           d_bias = ToDevice(bias);
+    ASSERT_OK_AND_ASSIGN(Buffer d_y, cuda_->Allocate(n * sizeof(float)));
+    ASSERT_OK_AND_ASSIGN(Buffer d_dx, cuda_->Allocate(n * sizeof(float)));
+    ASSERT_OK_AND_ASSIGN(Buffer d_stats, cuda_->Allocate(2 * rows * sizeof(float)));
+    ASSERT_OK_AND_ASSIGN(Buffer d_grads, cuda_->Allocate(2 * cols * sizeof(float)));
+    for (const bool params : {true, false}) {
+      const float* s = params ? scale.data() : nullptr;
+      const float* b = params ? bias.data() : nullptr;
+      std::vector<float> y(n), stats(2 * rows), dx(n), grads(2 * cols);
+      cpu_->LayerNorm(rows, cols, 1e-6f, x.data(), s, b, y.data(), stats.data(),
+                      stats.data() + rows);
+      cpu_->LayerNormBackward(rows, cols, x.data(), s, stats.data(), stats.data() + rows, dy.data(),
+                              dx.data(), grads.data(), grads.data() + cols);
+      const float* ds = params ? d_scale.as() : nullptr;
+      const float* db = params ? d_bias.as() : nullptr;
+      float* st = d_stats.as();
+      cuda_->LayerNorm(rows, cols, 1e-6f, d_x.as(), ds, db, d_y.as(), st, st + rows);
+      cuda_->LayerNormBackward(rows, cols, d_x.as(), ds, st, st + rows, d_dy.as(), d_dx.as(),
+                               d_grads.as(), d_grads.as() + cols);
+      EXPECT_TRUE(Bitwise(ToHost(d_y, n), y)) << rows << "x" << cols;
+      EXPECT_TRUE(Bitwise(ToHost(d_stats, 2 * rows), stats)) << rows << "x" << cols;
+      EXPECT_TRUE(Bitwise(ToHost(d_dx, n), dx)) << rows << "x" << cols;
+      EXPECT_TRUE(Bitwise(ToHost(d_grads, 2 * cols), grads)) << rows << "x" << cols;
+    }
+  }
 }
 
 TEST_F(CudaTest, DropoutMasksAndValuesAreBitwiseInBothRngModes) {

@@ -1,7 +1,7 @@
 // The whole training step on the CUDA backend: against the CPU backend (the CNN and an
 // MLP with dropout; adam, sgd with momentum, and sgd with Nesterov momentum, a schedule
-// and clipping), graph replay against eager execution,
-// and the JAX/Flax/optax golden files that tests/golden_test.cc checks the CPU against.
+// and clipping), graph replay against eager execution, and the JAX/Flax/optax golden
+// files that tests/golden_test.cc and golden_layers_test.cc check the CPU against.
 #include <cstring>
 #include <numeric>
 
@@ -184,6 +184,19 @@ INSTANTIATE_TEST_SUITE_P(Options, CudaOptaxGolden,
                          ::testing::Values("sgd_nesterov_cosine", "adam_warmup_cosine_clip",
                                            "adamw_piecewise", "sgd_exponential_staircase",
                                            "sgd_clipped"));
+
+// The layers models (tools/reference/golden_layers.py): every layer and option.
+class CudaLayersGolden : public CudaTest, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CudaLayersGolden, LossAndEveryGradientWithin1e5OfJax) {
+  testing::ExpectLayersGradientsMatchJax(cuda_.get(), GetParam());
+}
+
+TEST_P(CudaLayersGolden, TwentyDropoutStepsInAGraphMatchOptax) {
+  testing::ExpectLayersTrainingMatchesOptax(cuda_.get(), GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaLayersGolden, ::testing::Values("conv", "dense", "pool"));
 
 }  // namespace
 }  // namespace lockstep

@@ -1,3 +1,4 @@
+#include "core/layer_math.h"
 #include "workers/cuda/elementwise.cuh"
 #include "workers/cuda/launch.cuh"
 
@@ -10,6 +11,16 @@ __global__ void ReluKernel(size_t n, float* x) {
 
 __global__ void ReluBackwardKernel(size_t n, const float* y, float* dy) {
   for (size_t i = FirstIndex(); i < n; i += Stride()) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+__global__ void ActivateKernel(Activation a, size_t n, const float* x, float* y) {
+  for (size_t i = FirstIndex(); i < n; i += Stride()) y[i] = math::Activate(a, x[i]);
+}
+
+__global__ void ActivateBackwardKernel(Activation a, size_t n, const float* x, float* dy) {
+  for (size_t i = FirstIndex(); i < n; i += Stride()) {
+    dy[i] = dy[i] * math::ActivationDerivative(a, x[i]);
+  }
 }
 
 __global__ void DivideKernel(size_t n, float d, float* x) {
@@ -27,6 +38,19 @@ cudaError_t Relu(size_t n, float* x, cudaStream_t stream) {
 cudaError_t ReluBackward(size_t n, const float* y, float* dy, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   ReluBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(n, y, dy);
+  return cudaGetLastError();
+}
+
+cudaError_t Activate(Activation a, size_t n, const float* x, float* y, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ActivateKernel<<<Blocks(n), kThreads, 0, stream>>>(a, n, x, y);
+  return cudaGetLastError();
+}
+
+cudaError_t ActivateBackward(Activation a, size_t n, const float* x, float* dy,
+                             cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ActivateBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(a, n, x, dy);
   return cudaGetLastError();
 }
 

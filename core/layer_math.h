@@ -1,0 +1,104 @@
+// Arithmetic shared by the CPU backend and the CUDA kernels, so that both compute the same
+// expressions in the same order: the activations' formulas (float32, as jax.nn writes
+// them; the derivatives are those of the same expressions, as JAX's autodiff takes them)
+// and which input elements a pooling window covers.
+#ifndef LOCKSTEP_CORE_LAYER_MATH_H_
+#define LOCKSTEP_CORE_LAYER_MATH_H_
+
+#include <cmath>
+
+#include "core/backend.h"
+
+#if defined(__CUDACC__)
+#define LS_HOST_DEVICE __host__ __device__
+#else
+#define LS_HOST_DEVICE
+#endif
+
+namespace lockstep::math {
+
+inline constexpr float kSqrt2OverPi = 0.7978845608028654f;  // np.sqrt(2 / np.pi) in float32
+inline constexpr float kGeluCubic = 0.044715f;
+inline constexpr float kSqrtHalf = 0.70710678118654752f;      // np.sqrt(0.5) in float32
+inline constexpr float kTwoOverSqrtPi = 1.1283791670955126f;  // erfc's derivative scale
+
+LS_HOST_DEVICE inline float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+LS_HOST_DEVICE inline float Activate(Activation a, float x) {
+  switch (a) {
+    case Activation::kGeluTanh: {
+      const float cdf = 0.5f * (1.0f + tanhf(kSqrt2OverPi * (x + kGeluCubic * (x * (x * x)))));
+      return x * cdf;
+    }
+    case Activation::kGeluErf:
+      return 0.5f * x * erfcf(-x * kSqrtHalf);
+    case Activation::kTanh:
+      return tanhf(x);
+    case Activation::kSigmoid:
+      return Sigmoid(x);
+    case Activation::kSilu:
+      return x * Sigmoid(x);
+  }
+  return x;
+}
+
+// d activation(x) / dx.
+LS_HOST_DEVICE inline float ActivationDerivative(Activation a, float x) {
+  switch (a) {
+    case Activation::kGeluTanh: {
+      const float t = tanhf(kSqrt2OverPi * (x + kGeluCubic * (x * (x * x))));
+      const float dinner = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * (x * x));
+      return 0.5f * (1.0f + t) + x * (0.5f * ((1.0f - t * t) * dinner));
+    }
+    case Activation::kGeluErf: {
+      const float u = x * kSqrtHalf;
+      return 0.5f * erfcf(-u) + 0.5f * x * (kTwoOverSqrtPi * expf(-(u * u)) * kSqrtHalf);
+    }
+    case Activation::kTanh: {
+      const float y = tanhf(x);
+      return 1.0f - y * y;
+    }
+    case Activation::kSigmoid: {
+      const float y = Sigmoid(x);
+      return y * (1.0f - y);
+    }
+    case Activation::kSilu: {
+      const float s = Sigmoid(x);
+      return s + x * (s * (1.0f - s));
+    }
+  }
+  return 1.0f;
+}
+
+// Input rows (or columns) [begin, end).
+struct Span {
+  int begin, end;
+};
+
+// The input rows (or columns) that window `o` reads at `stride` with `pad` before,
+// clipped to [0, n).
+LS_HOST_DEVICE inline Span WindowSpan(int o, int stride, int pad, int k, int n) {
+  const int start = o * stride - pad;
+  return {start > 0 ? start : 0, start + k < n ? start + k : n};
+}
+
+// The windows [begin, end) among `out` that read input row (or column) i.
+LS_HOST_DEVICE inline Span WindowsReading(int i, int stride, int pad, int k, int out) {
+  const int low = i + pad - k + 1;
+  const int first = low <= 0 ? 0 : (low + stride - 1) / stride;
+  const int last = (i + pad) / stride + 1;
+  return {first, last < out ? last : out};
+}
+
+// What avg_pool divides window (oy, ox) by: its size, or its elements inside the image.
+LS_HOST_DEVICE inline float AvgDivisor(const ConvGeometry& g, bool count_include_pad, int oy,
+                                       int ox) {
+  if (count_include_pad) return static_cast<float>(g.kh * g.kw);
+  const Span r = WindowSpan(oy, g.stride_h, g.pad_top, g.kh, g.h);
+  const Span q = WindowSpan(ox, g.stride_w, g.pad_left, g.kw, g.w);
+  return static_cast<float>((r.end - r.begin) * (q.end - q.begin));
+}
+
+}  // namespace lockstep::math
+
+#endif  // LOCKSTEP_CORE_LAYER_MATH_H_

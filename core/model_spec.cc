@@ -1,0 +1,354 @@
+// Model::FromSpec: a spec's model (a preset or a list of layers) into a Model. Every field
+// and every shape is checked on the way, so that a bad model is INVALID_ARGUMENT naming
+// the field (model.layers[3].dense.features) and the shapes involved, before a worker
+// allocates anything.
+#include <algorithm>
+#include <cctype>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/model.h"
+#include "core/status_macros.h"
+
+namespace lockstep {
+namespace {
+
+constexpr int kMaxLayers = 1024;
+constexpr uint32_t kMaxFeatures = 1u << 20;
+constexpr uint32_t kMaxDim = 1u << 16;  // an image side, a kernel side, a stride
+// Floats per sample in one activation, or in one conv patch: bounds every buffer's index
+// arithmetic (int rows and columns at batch sizes the spec allows).
+constexpr int64_t kMaxElements = int64_t{1} << 26;
+
+absl::Status Invalid(const std::string& field, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+std::string List(const google::protobuf::RepeatedField<uint32_t>& v) {
+  return absl::StrCat("[", absl::StrJoin(v, ", "), "]");
+}
+
+// [a, b] from a two-value field, each in [1, kMaxDim]; `fallback` when it is empty and
+// there is one.
+absl::StatusOr<std::array<int, 2>> Pair(const std::string& field,
+                                        const google::protobuf::RepeatedField<uint32_t>& v,
+                                        const std::array<int, 2>* fallback, const char* what) {
+  if (v.empty() && fallback != nullptr) return *fallback;
+  if (v.size() != 2) {
+    return Invalid(field, absl::StrCat(List(v), " has ", v.size(), " values; expected ", what));
+  }
+  for (uint32_t x : v) {
+    if (x == 0 || x > kMaxDim) {
+      return Invalid(field, absl::StrCat(List(v), ": each value must be in [1, ", kMaxDim, "]"));
+    }
+  }
+  return std::array<int, 2>{static_cast<int>(v[0]), static_cast<int>(v[1])};
+}
+
+absl::StatusOr<Padding> ParsePadding(const std::string& field, const std::string& s,
+                                     Padding fallback) {
+  std::string upper = s;
+  std::transform(upper.begin(), upper.end(), upper.begin(),
+                 [](unsigned char c) { return std::toupper(c); });
+  if (upper.empty()) return fallback;
+  if (upper == "SAME") return Padding::kSame;
+  if (upper == "VALID") return Padding::kValid;
+  return Invalid(field, absl::StrCat("unknown padding \"", s, "\" (expected SAME or VALID)"));
+}
+
+absl::Status CheckFeatures(const std::string& field, uint32_t features) {
+  if (features == 0 || features > kMaxFeatures) {
+    return Invalid(field, absl::StrCat(features, " is not in [1, ", kMaxFeatures, "]"));
+  }
+  return absl::OkStatus();
+}
+
+// A conv kernel or pool window over `in`: an image, large enough for VALID padding.
+absl::Status CheckWindow(const std::string& layer, const char* size_field, Dims in,
+                         std::array<int, 2> size, Padding padding) {
+  if (in.flat) {
+    return Invalid(layer, absl::StrCat("the input ", DimsString(in),
+                                       " is flat (after flatten or dense); this layer needs an "
+                                       "image [h, w, c]"));
+  }
+  if (padding == Padding::kValid && (size[0] > in.h || size[1] > in.w)) {
+    return Invalid(absl::StrCat(layer, ".", size_field),
+                   absl::StrCat("[", size[0], ", ", size[1], "] is larger than the input ",
+                                DimsString(in), " with padding VALID"));
+  }
+  return absl::OkStatus();
+}
+
+// Calls m.BatchNorm where this build's Model has it (its own branch adds it).
+template <typename M>
+absl::Status AddBatchNorm(M& m, const std::string& field, const v1::BatchNormSpec& s) {
+  const double momentum = s.has_momentum() ? s.momentum() : 0.99;
+  const double epsilon = s.has_epsilon() ? s.epsilon() : 1e-5;
+  if (!(momentum >= 0.0 && momentum <= 1.0)) {
+    return Invalid(field + ".momentum", absl::StrCat(momentum, " is not in [0, 1]"));
+  }
+  if (!(epsilon > 0.0 && epsilon < 1.0)) {
+    return Invalid(field + ".epsilon", absl::StrCat(epsilon, " is not in (0, 1)"));
+  }
+  if constexpr (requires { m.BatchNorm(momentum, epsilon, true, true); }) {
+    m.BatchNorm(momentum, epsilon, !s.has_use_bias() || s.use_bias(),
+                !s.has_use_scale() || s.use_scale());
+    return absl::OkStatus();
+  } else {
+    return Invalid(field, "not built in this branch");
+  }
+}
+
+// A conv kernel's or pool window's size, strides and padding, checked against `in`.
+struct WindowArgs {
+  std::array<int, 2> size, strides;
+  Padding padding;
+};
+
+absl::StatusOr<WindowArgs> ParseWindow(const std::string& layer, const char* size_field,
+                                       const google::protobuf::RepeatedField<uint32_t>& size,
+                                       const google::protobuf::RepeatedField<uint32_t>& strides,
+                                       const std::string& padding, Padding fallback, Dims in) {
+  const std::array<int, 2> ones = {1, 1};
+  WindowArgs w;
+  ASSIGN_OR_RETURN(w.size, Pair(absl::StrCat(layer, ".", size_field), size, nullptr,
+                                size_field[0] == 'k' ? "[kh, kw]" : "[wh, ww]"));
+  ASSIGN_OR_RETURN(w.strides, Pair(layer + ".strides", strides, &ones, "[sh, sw]"));
+  ASSIGN_OR_RETURN(w.padding, ParsePadding(layer + ".padding", padding, fallback));
+  RETURN_IF_ERROR(CheckWindow(layer, size_field, in, w.size, w.padding));
+  return w;
+}
+
+absl::Status AddConv(Model& m, const std::string& at, const v1::ConvSpec& s) {
+  const std::string f = at + ".conv";
+  RETURN_IF_ERROR(CheckFeatures(f + ".features", s.features()));
+  const Dims in = m.Last();
+  ASSIGN_OR_RETURN(WindowArgs w, ParseWindow(f, "kernel_size", s.kernel_size(), s.strides(),
+                                             s.padding(), Padding::kSame, in));
+  if (int64_t{w.size[0]} * w.size[1] * in.c > kMaxElements) {
+    return Invalid(f + ".kernel_size", absl::StrCat("a patch of ", w.size[0], "x", w.size[1], "x",
+                                                    in.c, " floats is too large"));
+  }
+  m.Conv(static_cast<int>(s.features()), w.size, w.strides, w.padding,
+         !s.has_use_bias() || s.use_bias());
+  return absl::OkStatus();
+}
+
+absl::Status AddDense(Model& m, const std::string& at, const v1::DenseSpec& s) {
+  RETURN_IF_ERROR(CheckFeatures(at + ".dense.features", s.features()));
+  if (!m.Last().flat) {
+    return Invalid(at + ".dense", absl::StrCat("the input ", DimsString(m.Last()),
+                                               " is not flat; add `- flatten: {}` before it "
+                                               "(Flax's Dense would act on the last axis alone)"));
+  }
+  m.Dense(static_cast<int>(s.features()), !s.has_use_bias() || s.use_bias());
+  return absl::OkStatus();
+}
+
+absl::Status AddLayerNorm(Model& m, const std::string& at, const v1::LayerNormSpec& s) {
+  const double epsilon = s.has_epsilon() ? s.epsilon() : 1e-6;
+  if (!(epsilon > 0.0 && epsilon < 1.0)) {
+    return Invalid(at + ".layer_norm.epsilon", absl::StrCat(epsilon, " is not in (0, 1)"));
+  }
+  m.LayerNorm(epsilon, !s.has_use_bias() || s.use_bias(), !s.has_use_scale() || s.use_scale());
+  return absl::OkStatus();
+}
+
+absl::Status AddDropout(Model& m, const std::string& at, const v1::DropoutSpec& s) {
+  if (!(s.rate() >= 0.0 && s.rate() < 1.0)) {
+    return Invalid(at + ".dropout.rate", absl::StrCat(s.rate(), " is not in [0, 1)"));
+  }
+  m.Dropout(s.rate());
+  return absl::OkStatus();
+}
+
+// Appends layer `i` of the spec to `m`, checking it against the stack so far.
+absl::Status AddLayer(Model& m, int i, const v1::LayerSpec& spec) {
+  const std::string at = absl::StrCat("model.layers[", i, "]");
+  switch (spec.layer_case()) {
+    case v1::LayerSpec::kConv:
+      return AddConv(m, at, spec.conv());
+    case v1::LayerSpec::kDense:
+      return AddDense(m, at, spec.dense());
+    case v1::LayerSpec::kBatchNorm:
+      return AddBatchNorm(m, at + ".batch_norm", spec.batch_norm());
+    case v1::LayerSpec::kLayerNorm:
+      return AddLayerNorm(m, at, spec.layer_norm());
+    case v1::LayerSpec::kRelu:
+      m.Relu();
+      return absl::OkStatus();
+    case v1::LayerSpec::kGelu:
+      m.Activate(!spec.gelu().has_approximate() || spec.gelu().approximate()
+                     ? Activation::kGeluTanh
+                     : Activation::kGeluErf);
+      return absl::OkStatus();
+    case v1::LayerSpec::kTanh:
+      m.Activate(Activation::kTanh);
+      return absl::OkStatus();
+    case v1::LayerSpec::kSigmoid:
+      m.Activate(Activation::kSigmoid);
+      return absl::OkStatus();
+    case v1::LayerSpec::kSilu:
+      m.Activate(Activation::kSilu);
+      return absl::OkStatus();
+    case v1::LayerSpec::kAvgPool: {
+      const v1::AvgPoolSpec& s = spec.avg_pool();
+      ASSIGN_OR_RETURN(WindowArgs w,
+                       ParseWindow(at + ".avg_pool", "window_shape", s.window_shape(), s.strides(),
+                                   s.padding(), Padding::kValid, m.Last()));
+      m.AvgPool(w.size, w.strides, w.padding, !s.has_count_include_pad() || s.count_include_pad());
+      return absl::OkStatus();
+    }
+    case v1::LayerSpec::kMaxPool: {
+      const v1::MaxPoolSpec& s = spec.max_pool();
+      ASSIGN_OR_RETURN(WindowArgs w,
+                       ParseWindow(at + ".max_pool", "window_shape", s.window_shape(), s.strides(),
+                                   s.padding(), Padding::kValid, m.Last()));
+      m.MaxPool(w.size, w.strides, w.padding);
+      return absl::OkStatus();
+    }
+    case v1::LayerSpec::kFlatten:
+      m.Flatten();
+      return absl::OkStatus();
+    case v1::LayerSpec::kDropout:
+      return AddDropout(m, at, spec.dropout());
+    case v1::LayerSpec::LAYER_NOT_SET:
+      break;
+  }
+  return Invalid(at, "empty: name one layer (conv, dense, relu, max_pool, flatten...)");
+}
+
+absl::StatusOr<Dims> InputShape(const v1::ModelSpec& spec) {
+  if (spec.input_shape().empty()) return Dims{28, 28, 1};
+  const auto& s = spec.input_shape();
+  if (s.size() != 3) {
+    return Invalid("model.input_shape",
+                   absl::StrCat(List(s), " has ", s.size(), " values; expected [H, W, C]"));
+  }
+  for (uint32_t x : s) {
+    if (x == 0 || x > kMaxDim) {
+      return Invalid("model.input_shape",
+                     absl::StrCat(List(s), ": each value must be in [1, ", kMaxDim, "]"));
+    }
+  }
+  const Dims d{static_cast<int>(s[0]), static_cast<int>(s[1]), static_cast<int>(s[2])};
+  if (d.size() > kMaxElements) {
+    return Invalid("model.input_shape", absl::StrCat(List(s), " is too large"));
+  }
+  return d;
+}
+
+v1::LayerSpec Dense(uint32_t features) {
+  v1::LayerSpec l;
+  l.mutable_dense()->set_features(features);
+  return l;
+}
+
+v1::LayerSpec Relu() {
+  v1::LayerSpec l;
+  l.mutable_relu();
+  return l;
+}
+
+// The presets as layer lists (Model::Cnn and Model::Mlp build the same).
+absl::StatusOr<v1::ModelSpec> ExpandPreset(const v1::ModelSpec& spec) {
+  v1::ModelSpec out;
+  *out.mutable_input_shape() = spec.input_shape();
+  auto* layers = out.mutable_layers();
+  if (spec.kind() == "cnn") {
+    if (spec.hidden_size() > 0 || spec.dropout_rate() != 0) {
+      return absl::InvalidArgumentError(
+          "model.hidden, model.dropout_rate: only apply to model.kind \"mlp\"");
+    }
+    for (uint32_t features : {32, 64}) {
+      v1::ConvSpec* conv = layers->Add()->mutable_conv();
+      conv->set_features(features);
+      conv->add_kernel_size(3);
+      conv->add_kernel_size(3);
+      *layers->Add() = Relu();
+      v1::AvgPoolSpec* pool = layers->Add()->mutable_avg_pool();
+      for (int d = 0; d < 2; ++d) pool->add_window_shape(2), pool->add_strides(2);
+    }
+    layers->Add()->mutable_flatten();
+    *layers->Add() = Dense(256);
+    *layers->Add() = Relu();
+    *layers->Add() = Dense(10);
+    return out;
+  }
+  if (spec.kind() == "mlp") {
+    if (spec.hidden_size() == 0) {
+      return absl::InvalidArgumentError("model.hidden: an mlp needs at least one width");
+    }
+    const double rate = spec.dropout_rate();
+    if (!(rate >= 0.0 && rate < 1.0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.dropout_rate: ", rate, " is not in [0, 1)"));
+    }
+    layers->Add()->mutable_flatten();
+    for (int i = 0; i < spec.hidden_size(); ++i) {
+      if (spec.hidden(i) == 0 || spec.hidden(i) > kMaxFeatures) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model.hidden[", i, "]: ", spec.hidden(i), " is not in [1, 2^20]"));
+      }
+      *layers->Add() = Dense(spec.hidden(i));
+      *layers->Add() = Relu();
+      layers->Add()->mutable_dropout()->set_rate(rate);
+    }
+    *layers->Add() = Dense(10);
+    return out;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("model.kind: unknown model \"", spec.kind(),
+                   "\" (expected \"cnn\" or \"mlp\", or a list of model.layers)"));
+}
+
+// The layers in `spec` on inputs of `input`.
+absl::StatusOr<Model> Build(const v1::ModelSpec& spec, Dims input) {
+  if (spec.layers_size() > kMaxLayers) {
+    return Invalid("model.layers",
+                   absl::StrCat(spec.layers_size(), " layers exceed the limit of ", kMaxLayers));
+  }
+  Model m(input);
+  bool params = false;
+  for (int i = 0; i < spec.layers_size(); ++i) {
+    RETURN_IF_ERROR(AddLayer(m, i, spec.layers(i)));
+    const Layer& l = m.layers().back();
+    if (l.out.size() > kMaxElements) {
+      return Invalid(absl::StrCat("model.layers[", i, "]"),
+                     absl::StrCat("its output ", DimsString(l.out), " is too large"));
+    }
+    params = params || l.has_params();
+  }
+  const Dims out = m.Last();
+  if (!out.flat || out.c < 2) {
+    return Invalid("model.layers",
+                   absl::StrCat("the output is ", DimsString(out),
+                                "; the last layer must give flat logits [classes] with at least 2 "
+                                "classes (end with flatten or dense)"));
+  }
+  if (!params) return Invalid("model.layers", "no layer has parameters to train");
+  return m;
+}
+
+}  // namespace
+
+absl::StatusOr<Model> Model::FromSpec(const v1::ModelSpec& spec) {
+  ASSIGN_OR_RETURN(const Dims input, InputShape(spec));
+  if (!spec.layers().empty()) {
+    if (!spec.kind().empty() || spec.hidden_size() > 0 || spec.dropout_rate() != 0) {
+      return Invalid("model.kind, model.layers",
+                     "set a preset (kind, hidden, dropout_rate) or a list of layers, not both");
+    }
+    return Build(spec, input);
+  }
+  ASSIGN_OR_RETURN(const v1::ModelSpec expanded, ExpandPreset(spec));
+  absl::StatusOr<Model> m = Build(expanded, input);
+  if (!m.ok()) {  // only an input_shape can make a preset fail
+    return Invalid("model.input_shape",
+                   absl::StrCat(DimsString(input), " does not fit model.kind \"", spec.kind(),
+                                "\": ", m.status().message()));
+  }
+  return m;
+}
+
+}  // namespace lockstep

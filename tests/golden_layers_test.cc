@@ -1,0 +1,48 @@
+// Models written as layer lists (model.layers) against Flax building the same spec
+// (tools/reference/golden_layers.py): initial params, loss and every gradient, and 20
+// training steps with dropout and the same masks. Together the files use every layer and
+// option the spec offers; the presets keep their own golden_test.
+#include "core/io/safetensors.h"
+#include "core/plan.h"
+#include "core/testing.h"
+#include "tests/golden.h"
+#include "workers/cpu/cpu_backend.h"
+
+namespace lockstep {
+namespace {
+
+using testing::GoldenParams;
+
+class LayersGolden : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(LayersGolden, InitMatchesFlaxWithin1e6) {
+  ASSERT_OK_AND_ASSIGN(testing::LayersGolden g, testing::ReadLayersGolden(GetParam()));
+  const Model& m = g.setup.model;
+  int init_tensors = 0;
+  for (const auto& [name, t] : g.st.tensors()) init_tensors += name.rfind("init.", 0) == 0;
+  EXPECT_EQ(init_tensors, static_cast<int>(m.layout().entries().size()));
+  const std::vector<float> mine =
+      m.Init(TrainingPlan::InitKey(g.spec.seed(), g.setup.impl), g.setup.impl);
+  const std::vector<float> want = GoldenParams(g.st, m, "init.");
+  for (const ParamEntry& e : m.layout().entries()) {
+    EXPECT_LE(
+        testing::MaxAbsDiff({mine.data() + e.offset, e.size}, {want.data() + e.offset, e.size}),
+        1e-6)
+        << e.name;
+  }
+}
+
+TEST_P(LayersGolden, LossAndEveryGradientWithin1e5) {
+  auto backend = NewCpuBackend(DefaultCpuThreads());
+  testing::ExpectLayersGradientsMatchJax(backend.get(), GetParam());
+}
+
+TEST_P(LayersGolden, TwentyStepsWithDropoutMatchOptax) {
+  auto backend = NewCpuBackend(DefaultCpuThreads());
+  testing::ExpectLayersTrainingMatchesOptax(backend.get(), GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, LayersGolden, ::testing::Values("conv", "dense", "pool"));
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,302 @@
+#include "workers/cpu/cpu_layers.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/layer_math.h"
+
+namespace lockstep::cpu {
+namespace {
+
+// Loops below this many elements run on one thread: fork/join would cost more.
+constexpr size_t kParallelMin = 1 << 15;
+// Column sums (layer norm's scale and bias gradients) are taken over this many fixed row
+// blocks, combined in block order: the same bits whatever the thread count.
+constexpr int kBlocks = 8;
+
+using math::Span;
+using math::WindowSpan;
+using math::WindowsReading;
+
+size_t Pixel(const ConvGeometry& g, int n, int y, int x) {
+  return (static_cast<size_t>(n) * g.h + y) * g.w + x;
+}
+
+// span(i, stride, pad, k, n) for i in [0, count): the windows' input spans (WindowSpan) or
+// the inputs' window spans (WindowsReading) along one axis, computed once per call.
+std::vector<Span> Spans(int count, int stride, int pad, int k, int n,
+                        Span (*span)(int, int, int, int, int)) {
+  std::vector<Span> out(count);
+  for (int i = 0; i < count; ++i) out[i] = span(i, stride, pad, k, n);
+  return out;
+}
+
+// Division by avg_pool's count (math::AvgDivisor), as a multiplication by its inverse
+// where the count is a power of two: the same bits (both round the same exact quotient),
+// without a division.
+class Divisor {
+ public:
+  explicit Divisor(float div) : div_(div), inv_(1.0f / div) {
+    int exponent;
+    pow2_ = std::frexp(div, &exponent) == 0.5f;
+  }
+  // The window's count, from its spans.
+  Divisor(Span r, Span q) : Divisor(static_cast<float>((r.end - r.begin) * (q.end - q.begin))) {}
+
+  // out[k] = in[k] / count for k < c.
+  void Row(int c, const float* in, float* out) const {
+    if (pow2_) {
+      for (int k = 0; k < c; ++k) out[k] = in[k] * inv_;
+    } else {
+      for (int k = 0; k < c; ++k) out[k] = in[k] / div_;
+    }
+  }
+  float div() const { return div_; }
+  bool pow2() const { return pow2_; }
+  float inv() const { return inv_; }
+
+ private:
+  float div_, inv_;
+  bool pow2_;
+};
+
+}  // namespace
+
+void Activate(int threads, Activation a, size_t n, const float* x, float* y) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (n > kParallelMin)
+  for (size_t i = 0; i < n; ++i) y[i] = math::Activate(a, x[i]);
+}
+
+void ActivateBackward(int threads, Activation a, size_t n, const float* x, float* dy) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (n > kParallelMin)
+  for (size_t i = 0; i < n; ++i) dy[i] = dy[i] * math::ActivationDerivative(a, x[i]);
+}
+
+void AvgPool(int threads, const ConvGeometry& g, bool count_include_pad, const float* x, float* y) {
+  const int oh = g.oh(), ow = g.ow(), c = g.c;
+  const std::vector<Span> rows = Spans(oh, g.stride_h, g.pad_top, g.kh, g.h, WindowSpan);
+  const std::vector<Span> cols = Spans(ow, g.stride_w, g.pad_left, g.kw, g.w, WindowSpan);
+  const Divisor whole(static_cast<float>(g.kh * g.kw));
+#pragma omp parallel for num_threads(threads) collapse(2) schedule(static)
+  for (int n = 0; n < g.b; ++n) {
+    for (int oy = 0; oy < oh; ++oy) {
+      const Span r = rows[oy];
+      for (int ox = 0; ox < ow; ++ox) {
+        const Span q = cols[ox];
+        float* out = y + ((static_cast<size_t>(n) * oh + oy) * ow + ox) * c;
+        const Divisor div = count_include_pad ? whole : Divisor(r, q);
+        if (g.kh == 2 && g.kw == 2 && r.end - r.begin == 2 && q.end - q.begin == 2) {
+          // A whole 2x2 window (the CNN's pools) in one pass: the same sums.
+          const float* p = x + Pixel(g, n, r.begin, q.begin) * c;
+          const float* s = p + static_cast<size_t>(g.w) * c;
+          if (div.pow2()) {
+            const float inv = div.inv();
+            for (int k = 0; k < c; ++k) out[k] = (((p[k] + p[c + k]) + s[k]) + s[c + k]) * inv;
+          } else {
+            for (int k = 0; k < c; ++k) out[k] = ((p[k] + p[c + k]) + s[k]) + s[c + k];
+            div.Row(c, out, out);
+          }
+          continue;
+        }
+        // The window's elements in row-major order: ((a + b) + c) + d for 2x2.
+        bool first = true;
+        for (int yy = r.begin; yy < r.end; ++yy) {
+          for (int xx = q.begin; xx < q.end; ++xx) {
+            const float* p = x + Pixel(g, n, yy, xx) * c;
+            if (first) {
+              std::copy_n(p, c, out);
+              first = false;
+            } else {
+              for (int k = 0; k < c; ++k) out[k] += p[k];
+            }
+          }
+        }
+        div.Row(c, out, out);
+      }
+    }
+  }
+}
+
+void AvgPoolBackward(int threads, const ConvGeometry& g, bool count_include_pad, const float* dy,
+                     float* dx) {
+  const int oh = g.oh(), ow = g.ow(), c = g.c;
+  const std::vector<Span> reading_rows =
+      Spans(g.h, g.stride_h, g.pad_top, g.kh, oh, WindowsReading);
+  const std::vector<Span> reading_cols =
+      Spans(g.w, g.stride_w, g.pad_left, g.kw, ow, WindowsReading);
+  const std::vector<Span> rows = Spans(oh, g.stride_h, g.pad_top, g.kh, g.h, WindowSpan);
+  const std::vector<Span> cols = Spans(ow, g.stride_w, g.pad_left, g.kw, g.w, WindowSpan);
+  const Divisor whole(static_cast<float>(g.kh * g.kw));
+  // Gather form: each input pixel sums dy / count over the windows reading it, in output
+  // order, so threads never write the same element.
+#pragma omp parallel for num_threads(threads) collapse(2) schedule(static)
+  for (int n = 0; n < g.b; ++n) {
+    for (int yy = 0; yy < g.h; ++yy) {
+      const Span r = reading_rows[yy];
+      for (int xx = 0; xx < g.w; ++xx) {
+        const Span q = reading_cols[xx];
+        float* out = dx + Pixel(g, n, yy, xx) * c;
+        if (r.end - r.begin == 1 && q.end - q.begin == 1) {  // one window: no sum
+          const float* d = dy + ((static_cast<size_t>(n) * oh + r.begin) * ow + q.begin) * c;
+          (count_include_pad ? whole : Divisor(rows[r.begin], cols[q.begin])).Row(c, d, out);
+          continue;
+        }
+        bool first = true;
+        for (int oy = r.begin; oy < r.end; ++oy) {
+          for (int ox = q.begin; ox < q.end; ++ox) {
+            const float* d = dy + ((static_cast<size_t>(n) * oh + oy) * ow + ox) * c;
+            const float div = count_include_pad ? whole.div() : Divisor(rows[oy], cols[ox]).div();
+            if (first) {
+              for (int k = 0; k < c; ++k) out[k] = d[k] / div;
+              first = false;
+            } else {
+              for (int k = 0; k < c; ++k) out[k] += d[k] / div;
+            }
+          }
+        }
+        if (first) std::fill(out, out + c, 0.0f);  // read by no window
+      }
+    }
+  }
+}
+
+void MaxPool(int threads, const ConvGeometry& g, const float* x, float* y) {
+  const int oh = g.oh(), ow = g.ow(), c = g.c;
+#pragma omp parallel for num_threads(threads) collapse(2) schedule(static)
+  for (int n = 0; n < g.b; ++n) {
+    for (int oy = 0; oy < oh; ++oy) {
+      const Span r = WindowSpan(oy, g.stride_h, g.pad_top, g.kh, g.h);
+      for (int ox = 0; ox < ow; ++ox) {
+        const Span q = WindowSpan(ox, g.stride_w, g.pad_left, g.kw, g.w);
+        float* out = y + ((static_cast<size_t>(n) * oh + oy) * ow + ox) * c;
+        std::copy_n(x + Pixel(g, n, r.begin, q.begin) * c, c, out);
+        for (int yy = r.begin; yy < r.end; ++yy) {
+          for (int xx = q.begin; xx < q.end; ++xx) {
+            const float* p = x + Pixel(g, n, yy, xx) * c;
+            for (int k = 0; k < c; ++k) out[k] = p[k] > out[k] ? p[k] : out[k];
+          }
+        }
+      }
+    }
+  }
+}
+
+void MaxPoolBackward(int threads, const ConvGeometry& g, const float* x, const float* dy,
+                     float* dx) {
+  const int oh = g.oh(), ow = g.ow(), c = g.c;
+  const size_t image = static_cast<size_t>(g.h) * g.w * c;
+  // Scatter form, one image per thread: each window's dy goes to the first element that
+  // holds its maximum; an image's windows are visited in output order.
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> best(c);
+    std::vector<size_t> arg(c);
+#pragma omp for schedule(static)
+    for (int n = 0; n < g.b; ++n) {
+      const float* xi = x + n * image;
+      float* di = dx + n * image;
+      std::fill(di, di + image, 0.0f);
+      for (int oy = 0; oy < oh; ++oy) {
+        const Span r = WindowSpan(oy, g.stride_h, g.pad_top, g.kh, g.h);
+        for (int ox = 0; ox < ow; ++ox) {
+          const Span q = WindowSpan(ox, g.stride_w, g.pad_left, g.kw, g.w);
+          bool first = true;
+          for (int yy = r.begin; yy < r.end; ++yy) {
+            for (int xx = q.begin; xx < q.end; ++xx) {
+              const size_t at = (static_cast<size_t>(yy) * g.w + xx) * c;
+              for (int k = 0; k < c; ++k) {
+                if (first || xi[at + k] > best[k]) best[k] = xi[at + k], arg[k] = at + k;
+              }
+              first = false;
+            }
+          }
+          const float* d = dy + ((static_cast<size_t>(n) * oh + oy) * ow + ox) * c;
+          for (int k = 0; k < c; ++k) di[arg[k]] += d[k];
+        }
+      }
+    }
+  }
+}
+
+void LayerNorm(int threads, int rows, int cols, float epsilon, const float* x, const float* scale,
+               const float* bias, float* y, float* mean, float* rstd) {
+  const float n = static_cast<float>(cols);
+#pragma omp parallel for num_threads(threads) \
+    schedule(static) if (static_cast <size_t>(rows) * cols > kParallelMin)
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + static_cast<size_t>(r) * cols;
+    float sum = 0.0f, sum_sq = 0.0f;
+    for (int c = 0; c < cols; ++c) {
+      sum += xr[c];
+      sum_sq += xr[c] * xr[c];
+    }
+    const float m = sum / n, m2 = sum_sq / n;
+    const float var = std::max(0.0f, m2 - m * m);
+    const float rs = 1.0f / std::sqrt(var + epsilon);
+    mean[r] = m;
+    rstd[r] = rs;
+    float* yr = y + static_cast<size_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) {
+      const float mul = scale != nullptr ? rs * scale[c] : rs;
+      const float v = (xr[c] - m) * mul;
+      yr[c] = bias != nullptr ? v + bias[c] : v;
+    }
+  }
+}
+
+void LayerNormBackward(int threads, int rows, int cols, const float* x, const float* scale,
+                       const float* mean, const float* rstd, const float* dy, float* dx,
+                       float* dscale, float* dbias) {
+  const bool parallel = static_cast<size_t>(rows) * cols > kParallelMin;
+  const float n = static_cast<float>(cols);
+  if (dx != nullptr) {
+    // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * scale.
+#pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
+    for (int r = 0; r < rows; ++r) {
+      const size_t at = static_cast<size_t>(r) * cols;
+      float sum_g = 0.0f, sum_gx = 0.0f;
+      for (int c = 0; c < cols; ++c) {
+        const float gc = scale != nullptr ? dy[at + c] * scale[c] : dy[at + c];
+        sum_g += gc;
+        sum_gx += gc * ((x[at + c] - mean[r]) * rstd[r]);
+      }
+      const float mean_g = sum_g / n, mean_gx = sum_gx / n;
+      for (int c = 0; c < cols; ++c) {
+        const float gc = scale != nullptr ? dy[at + c] * scale[c] : dy[at + c];
+        const float xhat = (x[at + c] - mean[r]) * rstd[r];
+        dx[at + c] = rstd[r] * ((gc - mean_g) - xhat * mean_gx);
+      }
+    }
+  }
+  if (dscale == nullptr && dbias == nullptr) return;
+  // dscale = column sums of dy * xhat, dbias = column sums of dy.
+  std::vector<float> partial(2 * static_cast<size_t>(kBlocks) * cols, 0.0f);
+#pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
+  for (int blk = 0; blk < kBlocks; ++blk) {
+    float* ps = partial.data() + 2 * static_cast<size_t>(blk) * cols;
+    float* pb = ps + cols;
+    const int r0 = static_cast<int>(int64_t{rows} * blk / kBlocks);
+    const int r1 = static_cast<int>(int64_t{rows} * (blk + 1) / kBlocks);
+    for (int r = r0; r < r1; ++r) {
+      const size_t at = static_cast<size_t>(r) * cols;
+      for (int c = 0; c < cols; ++c) {
+        ps[c] += dy[at + c] * ((x[at + c] - mean[r]) * rstd[r]);
+        pb[c] += dy[at + c];
+      }
+    }
+  }
+  if (dscale != nullptr) std::fill(dscale, dscale + cols, 0.0f);
+  if (dbias != nullptr) std::fill(dbias, dbias + cols, 0.0f);
+  for (int blk = 0; blk < kBlocks; ++blk) {
+    const float* ps = partial.data() + 2 * static_cast<size_t>(blk) * cols;
+    for (int c = 0; c < cols; ++c) {
+      if (dscale != nullptr) dscale[c] += ps[c];
+      if (dbias != nullptr) dbias[c] += ps[cols + c];
+    }
+  }
+}
+
+}  // namespace lockstep::cpu

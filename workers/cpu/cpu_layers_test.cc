@@ -1,0 +1,234 @@
+// The CPU kernels for activations, pools and layer norm: known values (max pool's
+// routing as XLA's select-and-scatter does it, checked with JAX), gradients against finite
+// differences, and the same bits on any thread count.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+
+#include "core/testing.h"
+#include "workers/cpu/cpu_backend.h"
+
+namespace lockstep {
+namespace {
+
+std::vector<float> Random(size_t n, int seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// A pool's geometry with lax's SAME or VALID padding.
+ConvGeometry Pool(int b, int h, int w, int c, int kh, int kw, int sh, int sw, bool same) {
+  ConvGeometry g{b, h, w, c, c, kh, kw, sh, sw};
+  if (same) {
+    const int th = std::max(((h + sh - 1) / sh - 1) * sh + kh - h, 0);
+    const int tw = std::max(((w + sw - 1) / sw - 1) * sw + kw - w, 0);
+    g.pad_top = th / 2, g.pad_bottom = th - th / 2, g.pad_left = tw / 2, g.pad_right = tw - tw / 2;
+  }
+  return g;
+}
+
+TEST(CpuLayers, MaxPoolRoutesEachWindowToItsFirstMaximumAsJaxDoes) {
+  auto be = NewCpuBackend(2);
+  const std::vector<float> x = {1, 3, 3, 0, 3, 2, 1, 3, 0, 0, 5, 5, 0, 0, 5, 5};
+  // nn.max_pool(x, (2, 2), (2, 2)); the gradient of sum(y * [1, 2, 3, 4]) in JAX 0.10.
+  const ConvGeometry g = Pool(1, 4, 4, 1, 2, 2, 2, 2, false);
+  std::vector<float> y(4), dx(16);
+  be->MaxPool(g, x.data(), y.data());
+  EXPECT_EQ(y, (std::vector<float>{3, 3, 0, 5}));
+  const std::vector<float> dy = {1, 2, 3, 4};
+  be->MaxPoolBackward(g, x.data(), dy.data(), dx.data());
+  EXPECT_EQ(dx, (std::vector<float>{0, 1, 2, 0, 0, 0, 0, 0, 3, 0, 4, 0, 0, 0, 0, 0}));
+  // Overlapping windows: nn.max_pool(x, (3, 3), (1, 1), 'SAME'), gradient of sum(y).
+  const ConvGeometry same = Pool(1, 4, 4, 1, 3, 3, 1, 1, true);
+  std::vector<float> y2(16), dx2(16), ones(16, 1.0f);
+  be->MaxPool(same, x.data(), y2.data());
+  EXPECT_EQ(y2, (std::vector<float>{3, 3, 3, 3, 3, 5, 5, 5, 3, 5, 5, 5, 0, 5, 5, 5}));
+  be->MaxPoolBackward(same, x.data(), ones.data(), dx2.data());
+  EXPECT_EQ(dx2, (std::vector<float>{0, 4, 1, 0, 1, 0, 0, 0, 1, 0, 9, 0, 0, 0, 0, 0}));
+}
+
+TEST(CpuLayers, AvgPoolCountsPaddingOnlyWhenAsked) {
+  auto be = NewCpuBackend(2);
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  // 2x2 windows at stride 1, SAME on 3x3: padding one row and column after.
+  const ConvGeometry g = Pool(1, 3, 3, 1, 2, 2, 1, 1, true);
+  ASSERT_EQ(g.pad_bottom, 1);
+  std::vector<float> with(9), without(9);
+  be->AvgPool(g, true, x.data(), with.data());
+  be->AvgPool(g, false, x.data(), without.data());
+  EXPECT_FLOAT_EQ(with[0], 3.0f);  // (1 + 2 + 4 + 5) / 4
+  EXPECT_FLOAT_EQ(with[8], 9.0f / 4);
+  EXPECT_FLOAT_EQ(without[8], 9.0f);
+  EXPECT_FLOAT_EQ(without[2], (3.0f + 6.0f) / 2);
+}
+
+// sum(r * f(x)) and its gradient through `backward`, against central differences.
+void ExpectGradient(const std::function<void(const std::vector<float>&, std::vector<float>&)>& f,
+                    const std::vector<float>& x, size_t ny,
+                    const std::function<std::vector<float>(const std::vector<float>&)>& backward,
+                    double tolerance = 2e-2) {
+  const std::vector<float> r = Random(ny, 99);
+  auto loss = [&](const std::vector<float>& at) {
+    std::vector<float> y(ny);
+    f(at, y);
+    double s = 0;
+    for (size_t i = 0; i < ny; ++i) s += double{r[i]} * y[i];
+    return s;
+  };
+  const std::vector<float> got = backward(r);
+  ASSERT_EQ(got.size(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float h = 1e-2f;
+    std::vector<float> plus = x, minus = x;
+    plus[i] += h;
+    minus[i] -= h;
+    const double want = (loss(plus) - loss(minus)) / (2 * h);
+    EXPECT_NEAR(got[i], want, tolerance * std::max(1.0, std::fabs(want))) << "element " << i;
+  }
+}
+
+TEST(CpuLayers, ActivationGradientsMatchFiniteDifferences) {
+  auto be = NewCpuBackend(1);
+  const std::vector<float> x = Random(64, 1);
+  for (Activation a : {Activation::kGeluTanh, Activation::kGeluErf, Activation::kTanh,
+                       Activation::kSigmoid, Activation::kSilu}) {
+    SCOPED_TRACE(static_cast<int>(a));
+    auto f = [&](const std::vector<float>& in, std::vector<float>& y) {
+      be->Activate(a, in.size(), in.data(), y.data());
+    };
+    ExpectGradient(f, x, x.size(), [&](const std::vector<float>& dy) {
+      std::vector<float> y(x.size()), d = dy;
+      be->Activate(a, x.size(), x.data(), y.data());
+      be->ActivateBackward(a, x.size(), x.data(), d.data());
+      return d;
+    });
+  }
+  std::vector<float> y(1);
+  const float one = 1.0f;
+  be->Activate(Activation::kGeluTanh, 1, &one, y.data());
+  EXPECT_NEAR(y[0], 0.841192f, 1e-6);  // jax.nn.gelu(1.0)
+  be->Activate(Activation::kSilu, 1, &one, y.data());
+  EXPECT_NEAR(y[0], 0.7310586f, 1e-6);
+}
+
+TEST(CpuLayers, PoolGradientsMatchFiniteDifferences) {
+  auto be = NewCpuBackend(1);
+  const ConvGeometry g = Pool(2, 5, 6, 3, 3, 2, 2, 1, true);
+  const size_t nx = size_t(g.b) * g.h * g.w * g.c, ny = size_t(g.b) * g.oh() * g.ow() * g.c;
+  const std::vector<float> x = Random(nx, 2);
+  for (bool include : {true, false}) {
+    ExpectGradient([&](const std::vector<float>& in,
+                       std::vector<float>& y) { be->AvgPool(g, include, in.data(), y.data()); },
+                   x, ny,
+                   [&](const std::vector<float>& dy) {
+                     std::vector<float> dx(nx);
+                     be->AvgPoolBackward(g, include, dy.data(), dx.data());
+                     return dx;
+                   });
+  }
+  // Distinct values 0.1 apart, so that no difference step crosses a tie.
+  std::vector<float> spread(nx);
+  for (size_t i = 0; i < nx; ++i) spread[i] = 0.1f * static_cast<float>(i);
+  std::shuffle(spread.begin(), spread.end(), std::mt19937(3));
+  ExpectGradient([&](const std::vector<float>& in,
+                     std::vector<float>& y) { be->MaxPool(g, in.data(), y.data()); },
+                 spread, ny,
+                 [&](const std::vector<float>& dy) {
+                   std::vector<float> dx(nx);
+                   be->MaxPoolBackward(g, spread.data(), dy.data(), dx.data());
+                   return dx;
+                 });
+}
+
+TEST(CpuLayers, LayerNormMatchesItsDefinitionAndFiniteDifferences) {
+  auto be = NewCpuBackend(1);
+  const int rows = 3, cols = 7;
+  const std::vector<float> x = Random(rows * cols, 3), scale = Random(cols, 4),
+                           bias = Random(cols, 5);
+  std::vector<float> y(x.size()), mean(rows), rstd(rows);
+  be->LayerNorm(rows, cols, 1e-6f, x.data(), scale.data(), bias.data(), y.data(), mean.data(),
+                rstd.data());
+  for (int r = 0; r < rows; ++r) {
+    double m = 0, v = 0;
+    for (int c = 0; c < cols; ++c) m += x[r * cols + c] / double{cols};
+    for (int c = 0; c < cols; ++c) v += (x[r * cols + c] - m) * (x[r * cols + c] - m) / cols;
+    for (int c = 0; c < cols; ++c) {
+      const double want = (x[r * cols + c] - m) / std::sqrt(v + 1e-6) * scale[c] + bias[c];
+      EXPECT_NEAR(y[r * cols + c], want, 1e-5);
+    }
+  }
+  for (bool with_params : {true, false}) {
+    const float* s = with_params ? scale.data() : nullptr;
+    const float* b = with_params ? bias.data() : nullptr;
+    auto f = [&](const std::vector<float>& in, std::vector<float>& out) {
+      std::vector<float> m(rows), rs(rows);
+      be->LayerNorm(rows, cols, 1e-6f, in.data(), s, b, out.data(), m.data(), rs.data());
+    };
+    ExpectGradient(f, x, x.size(), [&](const std::vector<float>& dy) {
+      std::vector<float> out(x.size()), m(rows), rs(rows), dx(x.size()), ds(cols), db(cols);
+      be->LayerNorm(rows, cols, 1e-6f, x.data(), s, b, out.data(), m.data(), rs.data());
+      be->LayerNormBackward(rows, cols, x.data(), s, m.data(), rs.data(), dy.data(), dx.data(),
+                            ds.data(), db.data());
+      return dx;
+    });
+  }
+  // The parameters' gradients, through the same finite differences over scale and bias.
+  const std::vector<float> dy = Random(x.size(), 6);
+  std::vector<float> dx(x.size()), ds(cols), db(cols);
+  be->LayerNormBackward(rows, cols, x.data(), scale.data(), mean.data(), rstd.data(), dy.data(),
+                        dx.data(), ds.data(), db.data());
+  for (int c = 0; c < cols; ++c) {
+    double want_s = 0, want_b = 0;
+    for (int r = 0; r < rows; ++r) {
+      want_s += double{dy[r * cols + c]} * (x[r * cols + c] - mean[r]) * rstd[r];
+      want_b += dy[r * cols + c];
+    }
+    EXPECT_NEAR(ds[c], want_s, 1e-5);
+    EXPECT_NEAR(db[c], want_b, 1e-5);
+  }
+}
+
+// Every new kernel at sizes past the one-thread cutoff: all outputs, concatenated.
+std::vector<float> LayerKernels(Backend& be) {
+  const ConvGeometry g = Pool(16, 20, 20, 16, 3, 3, 2, 2, true);
+  const size_t nx = size_t(g.b) * g.h * g.w * g.c, ny = size_t(g.b) * g.oh() * g.ow() * g.c;
+  const auto x = Random(nx, 7), dy = Random(ny, 8), scale = Random(g.c, 9), bias = Random(g.c, 10);
+  std::vector<float> out;
+  auto keep = [&](const std::vector<float>& v) { out.insert(out.end(), v.begin(), v.end()); };
+  std::vector<float> y(ny), dx(nx);
+  be.AvgPool(g, false, x.data(), y.data());
+  be.AvgPoolBackward(g, true, dy.data(), dx.data());
+  keep(y), keep(dx);
+  be.MaxPool(g, x.data(), y.data());
+  be.MaxPoolBackward(g, x.data(), dy.data(), dx.data());
+  keep(y), keep(dx);
+  const int rows = g.b * g.h * g.w;
+  std::vector<float> z(nx), mean(rows), rstd(rows), ds(g.c), db(g.c), dz = Random(nx, 11);
+  be.LayerNorm(rows, g.c, 1e-6f, x.data(), scale.data(), bias.data(), z.data(), mean.data(),
+               rstd.data());
+  be.LayerNormBackward(rows, g.c, x.data(), scale.data(), mean.data(), rstd.data(), dz.data(),
+                       dx.data(), ds.data(), db.data());
+  keep(z), keep(mean), keep(rstd), keep(dx), keep(ds), keep(db);
+  be.Activate(Activation::kGeluTanh, nx, x.data(), z.data());
+  be.ActivateBackward(Activation::kGeluTanh, nx, x.data(), dz.data());
+  keep(z), keep(dz);
+  return out;
+}
+
+TEST(CpuLayers, KernelsGiveTheSameBitsOnAnyThreadCount) {
+  const std::vector<float> one = LayerKernels(*NewCpuBackend(1));
+  EXPECT_TRUE(SameBits(one, LayerKernels(*NewCpuBackend(2))));
+  EXPECT_TRUE(SameBits(one, LayerKernels(*NewCpuBackend(4))));
+}
+
+}  // namespace
+}  // namespace lockstep
