@@ -46,7 +46,7 @@ class ReplicaTest : public ::testing::Test {
   static void SetUpTestSuite() {
     if (data_ != nullptr) return;
     DatasetCache cache;
-    auto data = cache.Get(kDefaultDatasetPath);
+    auto data = cache.GetIdx(kDefaultDatasetPath);
     ASSERT_TRUE(data.ok()) << data.status();
     data_ = new std::shared_ptr<const Datasets>(*data);
   }

@@ -246,7 +246,8 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
         resp[r]->test_examples != resp[0]->test_examples) {
       return WorkerError(
           r, absl::FailedPreconditionError(absl::StrCat(
-                 "its dataset at ", spec_.dataset().path(), " has ", resp[r]->train_examples, "/",
+                 "its dataset at ", DatasetLocation(spec_.dataset()), " has ",
+                 resp[r]->train_examples, "/",
                  resp[r]->test_examples, " examples; rank 0's has ", resp[0]->train_examples, "/",
                  resp[0]->test_examples)));
     }
@@ -257,6 +258,8 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
     return absl::InvalidArgumentError(absl::StrCat("global_batch_size: ", spec_.global_batch_size(),
                                                    " exceeds the ", *num_train,
                                                    " training examples"));
+  // Submit assumed an MNIST-sized dataset; now its size is known.
+  RETURN_IF_ERROR(CheckMemoryBudget(spec_, options_.memory, {*num_train, *num_test}));
   }
   return absl::OkStatus();
 }
