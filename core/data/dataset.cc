@@ -40,8 +40,9 @@ bool SameShape(Dims a, Dims b) { return a.h == b.h && a.w == b.w && a.c == b.c; 
 
 absl::Status CheckNormalization(const v1::Normalization& n, Dims input) {
   if (n.mean_size() != n.std_size()) {
-    return Invalid("dataset.normalize", absl::StrCat("mean has ", n.mean_size(), " values and std ",
-                                                     n.std_size(), "; give one of each per channel"));
+    return Invalid("dataset.normalize",
+                   absl::StrCat("mean has ", n.mean_size(), " values and std ", n.std_size(),
+                                "; give one of each per channel"));
   }
   if (n.mean_size() == 0) return absl::OkStatus();
   if (n.mean_size() != input.c) {
@@ -109,17 +110,16 @@ absl::StatusOr<Datasets> LoadDatasets(const v1::DatasetSpec& spec, const DataRoo
   if (spec.format() == "npz") {
     ASSIGN_OR_RETURN(d.train, LoadNpzDataset(spec.train_path(), "dataset.train_path",
                                              spec.image_key(), spec.label_key(), max_bytes, roots));
-    ASSIGN_OR_RETURN(d.test, LoadNpzDataset(spec.test_path(), "dataset.test_path",
-                                            spec.image_key(), spec.label_key(), max_bytes, roots));
+    ASSIGN_OR_RETURN(d.test, LoadNpzDataset(spec.test_path(), "dataset.test_path", spec.image_key(),
+                                            spec.label_key(), max_bytes, roots));
   } else {
     ASSIGN_OR_RETURN(d.train, LoadIdxDataset(spec.path(), Split::kTrain, max_bytes, roots));
     ASSIGN_OR_RETURN(d.test, LoadIdxDataset(spec.path(), Split::kTest, max_bytes, roots));
   }
   if (!SameShape(d.train.shape, d.test.shape)) {
-    return Invalid(d.test.field,
-                   absl::StrCat(d.test.images_from, ": images are ", ShapeText(d.test.shape),
-                                ", the training split's (", d.train.images_from, ") ",
-                                ShapeText(d.train.shape)));
+    return Invalid(d.test.field, absl::StrCat(d.test.images_from, ": images are ",
+                                              ShapeText(d.test.shape), ", the training split's (",
+                                              d.train.images_from, ") ", ShapeText(d.train.shape)));
   }
   RETURN_IF_ERROR(Normalize(spec.normalize(), &d.train));
   RETURN_IF_ERROR(Normalize(spec.normalize(), &d.test));
@@ -149,10 +149,9 @@ absl::Status Normalize(const v1::Normalization& norm, Dataset* ds) {
 absl::Status CheckDatasetSpec(v1::DatasetSpec* ds, Dims input, const DataRoots& roots) {
   if (ds->format().empty()) ds->set_format("idx");
   if (ds->format() == "idx") {
-    for (const auto& [field, value] : {std::pair("train_path", &ds->train_path()),
-                                       std::pair("test_path", &ds->test_path()),
-                                       std::pair("image_key", &ds->image_key()),
-                                       std::pair("label_key", &ds->label_key())}) {
+    for (const auto& [field, value] :
+         {std::pair("train_path", &ds->train_path()), std::pair("test_path", &ds->test_path()),
+          std::pair("image_key", &ds->image_key()), std::pair("label_key", &ds->label_key())}) {
       if (!value->empty()) {
         return Invalid(absl::StrCat("dataset.", field),
                        "only for format npz (dataset.format: npz); format idx reads dataset.path");
@@ -182,9 +181,9 @@ absl::Status CheckDatasetSpec(v1::DatasetSpec* ds, Dims input, const DataRoots& 
     if (ds->image_key().empty()) ds->set_image_key("image");
     if (ds->label_key().empty()) ds->set_label_key("label");
     if (ds->image_key().size() > kMaxKeyLength || ds->label_key().size() > kMaxKeyLength) {
-      return Invalid(ds->image_key().size() > kMaxKeyLength ? "dataset.image_key"
-                                                            : "dataset.label_key",
-                     absl::StrCat("longer than ", kMaxKeyLength, " characters"));
+      return Invalid(
+          ds->image_key().size() > kMaxKeyLength ? "dataset.image_key" : "dataset.label_key",
+          absl::StrCat("longer than ", kMaxKeyLength, " characters"));
     }
     if (ds->image_key() == ds->label_key()) {
       return Invalid("dataset.label_key",
@@ -203,10 +202,10 @@ absl::Status CheckDatasetFitsModel(const Dataset& ds, Dims input, int classes) {
                                           " (HxWxC), the model takes ", ShapeText(input)));
   }
   if (ds.size > 0 && ds.labels[ds.max_label_index] >= classes) {
-    return Invalid(ds.field, absl::StrCat(ds.labels_from, ": label ",
-                                          ds.labels[ds.max_label_index], " at index ",
-                                          ds.max_label_index, " is not in [0, ", classes,
-                                          "): the model's last layer has ", classes, " outputs"));
+    return Invalid(ds.field,
+                   absl::StrCat(ds.labels_from, ": label ", ds.labels[ds.max_label_index],
+                                " at index ", ds.max_label_index, " is not in [0, ", classes,
+                                "): the model's last layer has ", classes, " outputs"));
   }
   return absl::OkStatus();
 }

@@ -49,8 +49,8 @@ class NpzDatasetTest : public ::testing::Test {
 };
 
 TEST_F(NpzDatasetTest, Uint8ImagesAreScaledAsIdxImagesAre) {
-  ASSERT_OK_AND_ASSIGN(
-      Dataset ds, Load(Uint8Images(3, 2, 2, 3), NpyBytes("<i8", {3}, RawBytes<int64_t>({4, 0, 2}))));
+  ASSERT_OK_AND_ASSIGN(Dataset ds, Load(Uint8Images(3, 2, 2, 3),
+                                        NpyBytes("<i8", {3}, RawBytes<int64_t>({4, 0, 2}))));
   EXPECT_EQ(ds.size, 3);
   EXPECT_EQ(ds.row, 12);
   EXPECT_EQ(ds.shape.h, 2);
@@ -88,8 +88,9 @@ TEST_F(NpzDatasetTest, Float32ImagesAreTakenAsTheyAreAndLabelsOfEveryIntegerDtyp
 }
 
 TEST_F(NpzDatasetTest, OtherKeysAndCompressedFilesRead) {
-  const std::string path = Write(
-      "c.npz", NpzBytes(Uint8Images(2, 1, 1, 1), NpyBytes("|u1", {2}, std::string("\x01\x00", 2)), true, "x", "y"));
+  const std::string path =
+      Write("c.npz", NpzBytes(Uint8Images(2, 1, 1, 1),
+                              NpyBytes("|u1", {2}, std::string("\x01\x00", 2)), true, "x", "y"));
   ASSERT_OK_AND_ASSIGN(Dataset ds, LoadNpzDataset(path, "dataset.test_path", "x", "y"));
   EXPECT_EQ(ds.labels, (std::vector<int32_t>{1, 0}));
 }
@@ -137,11 +138,13 @@ TEST_F(NpzDatasetTest, BadArraysAreNamedWithFileAndArray) {
 }
 
 TEST_F(NpzDatasetTest, MissingFilesArraysAndCorruptFilesAreNamed) {
-  EXPECT_THAT(LoadNpzDataset((dir_ / "none.npz").string(), "dataset.train_path", "image", "label"),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       AllOf(HasSubstr("dataset.train_path: "), HasSubstr("none.npz: no such file"))));
-  const std::string path = Write("k.npz", NpzBytes(Uint8Images(1, 1, 1, 1), NpyBytes("|u1", {1}, "a"),
-                                                    false, "pixels", "targets"));
+  EXPECT_THAT(
+      LoadNpzDataset((dir_ / "none.npz").string(), "dataset.train_path", "image", "label"),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               AllOf(HasSubstr("dataset.train_path: "), HasSubstr("none.npz: no such file"))));
+  const std::string path = Write(
+      "k.npz",
+      NpzBytes(Uint8Images(1, 1, 1, 1), NpyBytes("|u1", {1}, "a"), false, "pixels", "targets"));
   EXPECT_THAT(LoadNpzDataset(path, "dataset.test_path", "image", "targets"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("dataset.test_path: "), HasSubstr("k.npz: no array 'image'"),
@@ -180,9 +183,10 @@ v1::DatasetSpec NpzSpec(const std::string& train, const std::string& test) {
 }
 
 TEST_F(NpzDatasetTest, LoadDatasetsNormalizesPerChannelInFloat32) {
-  v1::DatasetSpec spec =
-      NpzSpec(Write("train.npz", NpzBytes(Uint8Images(2, 2, 1, 2), NpyBytes("|u1", {2}, std::string("\x01\x00", 2)))),
-              Write("test.npz", NpzBytes(Uint8Images(1, 2, 1, 2), NpyBytes("|u1", {1}, "\x01"))));
+  v1::DatasetSpec spec = NpzSpec(
+      Write("train.npz",
+            NpzBytes(Uint8Images(2, 2, 1, 2), NpyBytes("|u1", {2}, std::string("\x01\x00", 2)))),
+      Write("test.npz", NpzBytes(Uint8Images(1, 2, 1, 2), NpyBytes("|u1", {1}, "\x01"))));
   ASSERT_OK_AND_ASSIGN(Datasets plain, LoadDatasets(spec));
   spec.mutable_normalize()->add_mean(0.2860);
   spec.mutable_normalize()->add_mean(-1);
@@ -207,11 +211,11 @@ TEST_F(NpzDatasetTest, TrainAndTestImagesMustHaveOneShape) {
   const v1::DatasetSpec spec =
       NpzSpec(Write("train.npz", NpzBytes(Uint8Images(1, 2, 2, 1), NpyBytes("|u1", {1}, "\x01"))),
               Write("test.npz", NpzBytes(Uint8Images(1, 2, 2, 3), NpyBytes("|u1", {1}, "\x01"))));
-  EXPECT_THAT(LoadDatasets(spec),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("dataset.test_path: "), HasSubstr("test.npz: array 'image'"),
-                             HasSubstr("images are 2x2x3, the training split's"),
-                             HasSubstr("2x2x1"))));
+  EXPECT_THAT(
+      LoadDatasets(spec),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("dataset.test_path: "), HasSubstr("test.npz: array 'image'"),
+                     HasSubstr("images are 2x2x3, the training split's"), HasSubstr("2x2x1"))));
 }
 
 TEST_F(NpzDatasetTest, TheModelMustFitTheImagesAndLabels) {

@@ -116,8 +116,9 @@ absl::Status ParseHeader(absl::string_view text, const std::string& what, Header
     if (*key == "descr" && !h->descr) {
       h->descr = p.String();
       if (!h->descr) {
-        return Invalid(what, "a structured or other compound dtype is not supported (want a "
-                             "plain one: uint8, float32, int64...)");
+        return Invalid(what,
+                       "a structured or other compound dtype is not supported (want a "
+                       "plain one: uint8, float32, int64...)");
       }
     } else if (*key == "fortran_order" && !h->fortran_order) {
       if (p.ConsumeWord("True")) {
@@ -191,12 +192,22 @@ int64_t NpyArray::count() const {
 std::string NpyArray::DtypeName() const {
   std::string name;
   switch (kind) {
-    case 'u': name = absl::StrCat("uint", 8 * item_size); break;
-    case 'i': name = absl::StrCat("int", 8 * item_size); break;
-    case 'f': name = absl::StrCat("float", 8 * item_size); break;
-    case 'c': name = absl::StrCat("complex", 8 * item_size); break;
-    case 'b': return "bool";
-    default: return descr;
+    case 'u':
+      name = absl::StrCat("uint", 8 * item_size);
+      break;
+    case 'i':
+      name = absl::StrCat("int", 8 * item_size);
+      break;
+    case 'f':
+      name = absl::StrCat("float", 8 * item_size);
+      break;
+    case 'c':
+      name = absl::StrCat("complex", 8 * item_size);
+      break;
+    case 'b':
+      return "bool";
+    default:
+      return descr;
   }
   return big_endian ? absl::StrCat(name, " (big-endian)") : name;
 }
@@ -257,8 +268,7 @@ absl::StatusOr<NpyArray> ParseNpy(std::string bytes, const std::string& what, ui
     // Both at most max_bytes (< 2^63) before multiplying: no overflow.
     if (static_cast<uint64_t>(d) > max_bytes || total > max_bytes / static_cast<uint64_t>(d)) {
       return Invalid(what, absl::StrCat("shape ", a.ShapeString(), " of ", a.DtypeName(),
-                                        " holds more than ", max_bytes,
-                                        " bytes (the limit)"));
+                                        " holds more than ", max_bytes, " bytes (the limit)"));
     }
     total *= static_cast<uint64_t>(d);
   }

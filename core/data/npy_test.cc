@@ -35,7 +35,8 @@ TEST(Npy, ReadsEveryIntegerWidthAndByteOrder) {
                        ParseNpy(NpyBytes("<u4", {1}, RawBytes<uint32_t>({4000000000u})), "a"));
   EXPECT_EQ(u4.IntAt(0), 4000000000);
   ASSERT_OK_AND_ASSIGN(
-      NpyArray i8, ParseNpy(NpyBytes(">i8", {1}, RawBytes<int64_t>({-(int64_t{1} << 40)}, true)), "a"));
+      NpyArray i8,
+      ParseNpy(NpyBytes(">i8", {1}, RawBytes<int64_t>({-(int64_t{1} << 40)}, true)), "a"));
   EXPECT_EQ(i8.IntAt(0), -(int64_t{1} << 40));
   ASSERT_OK_AND_ASSIGN(NpyArray u8,
                        ParseNpy(NpyBytes("<u8", {1}, RawBytes<uint64_t>({~uint64_t{0}})), "a"));
@@ -100,9 +101,10 @@ TEST(Npy, RefusesWhatNumpyWouldNotWriteNamingTheArray) {
 }
 
 TEST(Npy, DataMustBeExactlyWhatTheShapeNeeds) {
-  EXPECT_THAT(ParseNpy(NpyBytes("<f4", {2, 2}, RawBytes<float>({1, 2, 3})), "a"),
-              StatusIs(absl::StatusCode::kDataLoss,
-                       HasSubstr("shape (2, 2) of float32 needs 16 bytes after the header, only 12")));
+  EXPECT_THAT(
+      ParseNpy(NpyBytes("<f4", {2, 2}, RawBytes<float>({1, 2, 3})), "a"),
+      StatusIs(absl::StatusCode::kDataLoss,
+               HasSubstr("shape (2, 2) of float32 needs 16 bytes after the header, only 12")));
   EXPECT_THAT(ParseNpy(NpyBytes("|u1", {2}, "abc"), "a"),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("but 3 follow")));
   std::string cut = NpyBytes("|u1", {2}, "ab");

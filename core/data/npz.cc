@@ -58,9 +58,9 @@ absl::Status ApplyZip64Extra(const uint8_t* extra, uint64_t len, bool sizes_satu
     if (id == 1) {
       const uint8_t* p = extra + at + 4;
       uint64_t left = size;
-      for (auto [saturated, field] : {std::pair(sizes_saturated[0], uncompressed),
-                                      std::pair(sizes_saturated[1], compressed),
-                                      std::pair(offset_saturated, offset)}) {
+      for (auto [saturated, field] :
+           {std::pair(sizes_saturated[0], uncompressed), std::pair(sizes_saturated[1], compressed),
+            std::pair(offset_saturated, offset)}) {
         if (!saturated) continue;
         if (left < 8) return absl::DataLossError("its zip64 extra field is too short");
         *field = U64(p);
@@ -82,7 +82,8 @@ absl::Status ApplyZip64Extra(const uint8_t* extra, uint64_t len, bool sizes_satu
 absl::StatusOr<std::unique_ptr<NpzFile>> NpzFile::Open(const std::string& path,
                                                        uint64_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open (", strerror(errno), ")"));
+  if (fd < 0)
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open (", strerror(errno), ")"));
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -150,15 +151,14 @@ absl::Status NpzFile::ReadDirectory() {
     uint8_t head[6] = {};
     if (size_ >= 6) RETURN_IF_ERROR(ReadAt(0, head, 6, "its first bytes"));
     if (std::memcmp(head, "\x93NUMPY", 6) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path_, ": a .npy file, not a .npz (write the arrays with np.savez)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path_, ": a .npy file, not a .npz (write the arrays with np.savez)"));
     }
     if (U32(head) == kLocalSig) {
       return absl::DataLossError(
           absl::StrCat(path_, ": truncated zip archive (no end of central directory record)"));
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat(path_, ": not a .npz file (not a zip archive)"));
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": not a .npz file (not a zip archive)"));
   }
   const uint8_t* end = &buf[at];
   const uint64_t end_pos = size_ - tail + static_cast<uint64_t>(at);
@@ -196,8 +196,9 @@ absl::Status NpzFile::ReadDirectory() {
         absl::StrCat(path_, ": a zip archive split over several disks is not supported"));
   }
   if (cd_offset > cd_end || cd_size != cd_end - cd_offset) {
-    return corrupt("its central directory is not where its end record says (or data precedes "
-                   "the archive, which is not supported)");
+    return corrupt(
+        "its central directory is not where its end record says (or data precedes "
+        "the archive, which is not supported)");
   }
   if (cd_size > kMaxDirectoryBytes) {
     return absl::InvalidArgumentError(absl::StrCat(path_, ": a central directory of ", cd_size,
@@ -241,9 +242,9 @@ absl::Status NpzFile::ReadDirectory() {
           absl::StrCat(path_, ": entry '", e.name, "' is encrypted (not supported)"));
     }
     if (e.method != kStored && e.method != kDeflated) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path_, ": entry '", e.name, "' uses compression method ", e.method,
-          " (np.savez writes 0, stored, and np.savez_compressed 8, deflated)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path_, ": entry '", e.name, "' uses compression method ", e.method,
+                       " (np.savez writes 0, stored, and np.savez_compressed 8, deflated)"));
     }
     if (e.offset > data_end_ || data_end_ - e.offset < kLocalSize ||
         e.compressed > data_end_ - e.offset - kLocalSize) {
@@ -276,8 +277,8 @@ absl::StatusOr<std::string> NpzFile::Contents(const Entry& e, const std::string&
     return absl::DataLossError(absl::StrCat(what, ": its local zip header names '", name, "'"));
   }
   if (e.uncompressed > max_bytes_ + kNpyOverhead) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", e.uncompressed,
-                                                   " bytes, more than the limit of ", max_bytes_));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", e.uncompressed, " bytes, more than the limit of ", max_bytes_));
   }
   std::string out;
   if (e.method == kStored) {

@@ -40,10 +40,10 @@ absl::Status ConvertImages(const NpyArray& a, const std::string& field, const st
     if (!std::isfinite(x)) {
       const Dims s = ds->shape;
       const int64_t pixel = i % ds->row;
-      return Invalid(field, what,
-                     absl::StrCat("image ", i / ds->row, " has ", x, " at [", pixel / (s.w * s.c),
-                                  ", ", pixel / s.c % s.w, ", ", pixel % s.c,
-                                  "] (h, w, c): images must be finite"));
+      return Invalid(
+          field, what,
+          absl::StrCat("image ", i / ds->row, " has ", x, " at [", pixel / (s.w * s.c), ", ",
+                       pixel / s.c % s.w, ", ", pixel % s.c, "] (h, w, c): images must be finite"));
     }
     ds->images[i] = x;
   }
@@ -88,10 +88,10 @@ absl::StatusOr<Dataset> LoadNpzDataset(const std::string& path, const std::strin
   const std::string images_from = absl::StrCat(file, ": array '", image_key, "'");
   const std::string labels_from = absl::StrCat(file, ": array '", label_key, "'");
   if (images->shape.size() != 4) {
-    return Invalid(field, images_from,
-                   absl::StrCat("shape ", images->ShapeString(), " is not [N, H, W, C]",
-                                images->shape.size() == 3 ? " (add a channel axis: x[..., None])"
-                                                          : ""));
+    return Invalid(
+        field, images_from,
+        absl::StrCat("shape ", images->ShapeString(), " is not [N, H, W, C]",
+                     images->shape.size() == 3 ? " (add a channel axis: x[..., None])" : ""));
   }
   if (!((images->kind == 'u' && images->item_size == 1) ||
         (images->kind == 'f' && images->item_size == 4))) {
@@ -119,10 +119,9 @@ absl::StatusOr<Dataset> LoadNpzDataset(const std::string& path, const std::strin
                                 "class indices in [0, classes)"));
   }
   if (labels->shape[0] != images->shape[0]) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": ", file, ": ", images->shape[0],
-                                                   " images in '", image_key, "' but ",
-                                                   labels->shape[0], " labels in '", label_key,
-                                                   "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", file, ": ", images->shape[0], " images in '", image_key, "' but ",
+                     labels->shape[0], " labels in '", label_key, "'"));
   }
   Dataset ds;
   ds.size = images->shape[0];

@@ -129,9 +129,9 @@ TEST_F(NpzTest, WhatIsNotAnNpzIsNamed) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("e.npz: not a .npz")));
   EXPECT_THAT(NpzFile::Open(Write("t.npz", "just text")),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("t.npz: not a .npz")));
-  EXPECT_THAT(NpzFile::Open(Write("x.npy", NpyBytes("|u1", {1}, "a"))),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("x.npy: a .npy file, not a .npz")));
+  EXPECT_THAT(
+      NpzFile::Open(Write("x.npy", NpyBytes("|u1", {1}, "a"))),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("x.npy: a .npy file, not a .npz")));
 }
 
 TEST_F(NpzTest, EveryTruncationIsAnErrorNamingTheFile) {

@@ -22,9 +22,9 @@ inline std::string NpyBytes(const std::string& descr, const std::vector<int64_t>
                             const std::string& data, bool fortran_order = false) {
   std::string dims = absl::StrJoin(shape, ", ");
   if (shape.size() == 1) dims += ",";
-  std::string header = absl::StrCat("{'descr': '", descr, "', 'fortran_order': ",
-                                    fortran_order ? "True" : "False", ", 'shape': (", dims,
-                                    "), }");
+  std::string header =
+      absl::StrCat("{'descr': '", descr, "', 'fortran_order': ", fortran_order ? "True" : "False",
+                   ", 'shape': (", dims, "), }");
   // Padded with spaces and a newline so that the data starts 64-byte aligned.
   const size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
@@ -60,8 +60,8 @@ class ZipWriter {
  public:
   void Add(const std::string& name, const std::string& bytes, ZipEntryOptions o = {}) {
     std::string data = o.deflate ? Deflate(bytes) : bytes;
-    const uint32_t crc = crc32(0, reinterpret_cast<const Bytef*>(bytes.data()),
-                               static_cast<uInt>(bytes.size()));
+    const uint32_t crc =
+        crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size()));
     const uint64_t offset = out_.size();
     const uint16_t flags = o.data_descriptor ? 8 : 0, method = o.deflate ? 8 : 0;
     Put(&out_, 0x04034b50, 4);

@@ -247,9 +247,8 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
       return WorkerError(
           r, absl::FailedPreconditionError(absl::StrCat(
                  "its dataset at ", DatasetLocation(spec_.dataset()), " has ",
-                 resp[r]->train_examples, "/",
-                 resp[r]->test_examples, " examples; rank 0's has ", resp[0]->train_examples, "/",
-                 resp[0]->test_examples)));
+                 resp[r]->train_examples, "/", resp[r]->test_examples, " examples; rank 0's has ",
+                 resp[0]->train_examples, "/", resp[0]->test_examples)));
     }
   }
   *num_train = resp[0]->train_examples;
@@ -258,9 +257,9 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
     return absl::InvalidArgumentError(absl::StrCat("global_batch_size: ", spec_.global_batch_size(),
                                                    " exceeds the ", *num_train,
                                                    " training examples"));
+  }
   // Submit assumed an MNIST-sized dataset; now its size is known.
   RETURN_IF_ERROR(CheckMemoryBudget(spec_, options_.memory, {*num_train, *num_test}));
-  }
   return absl::OkStatus();
 }
 
