@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 
+#include "core/data/npz.h"
 #include "core/data/npz_testing.h"
 #include "core/testing.h"
 
@@ -205,6 +206,23 @@ TEST_F(NpzDatasetTest, LoadDatasetsNormalizesPerChannelInFloat32) {
   EXPECT_THAT(LoadDatasets(spec), StatusIs(absl::StatusCode::kInvalidArgument,
                                            HasSubstr("dataset.normalize: 3 means and 3 stds for "
                                                      "images of 2 channels")));
+}
+
+TEST_F(NpzDatasetTest, NormalizationIsBitForBitWhatNumpyComputesInFloat32) {
+  // core/data/testdata/make_npz: numpy's (x.astype(float32) / float32(255) - mean) / std.
+  const std::string path = testing::SourcePath("core/data/testdata/normalized.npz");
+  v1::DatasetSpec spec = NpzSpec(path, path);
+  for (double m : {0.1, 0.7}) spec.mutable_normalize()->add_mean(m);
+  for (double s : {0.3, 0.25}) spec.mutable_normalize()->add_std(s);
+  ASSERT_OK_AND_ASSIGN(Datasets d, LoadDatasets(spec));
+  ASSERT_OK_AND_ASSIGN(auto npz, NpzFile::Open(path));
+  ASSERT_OK_AND_ASSIGN(NpyArray expected, npz->Read("expected"));
+  ASSERT_EQ(expected.count(), 120);
+  ASSERT_EQ(d.train.images.size(), 120u);
+  for (int64_t i = 0; i < 120; ++i) {
+    EXPECT_EQ(d.train.images[i], expected.Float32At(i)) << i;
+  }
+  EXPECT_EQ(d.test.images, d.train.images);
 }
 
 TEST_F(NpzDatasetTest, TrainAndTestImagesMustHaveOneShape) {

@@ -184,6 +184,11 @@ uint64_t LoadLe(const char* p, int n, bool big_endian) {
 }  // namespace
 
 int64_t NpyArray::count() const {
+  // A zero anywhere first: the other dimensions may be huge (ParseNpy bounds the product
+  // of those of a non-empty array only).
+  for (int64_t d : shape) {
+    if (d == 0) return 0;
+  }
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;

@@ -314,12 +314,14 @@ absl::StatusOr<std::string> NpzFile::Contents(const Entry& e, const std::string&
       const int rc = inflate(&zs, Z_NO_FLUSH);
       if (rc == Z_STREAM_END) break;
       if (rc == Z_OK) continue;
-      if (rc == Z_BUF_ERROR && zs.avail_in == 0 && read == e.compressed) {
+      // No progress: more input to read, or an error (each ends the loop).
+      if (rc == Z_BUF_ERROR && zs.avail_in == 0 && read < e.compressed) continue;
+      if (rc == Z_BUF_ERROR && zs.avail_in == 0) {
         st = absl::DataLossError(absl::StrCat(what, ": its deflate stream ends early"));
       } else if (rc == Z_BUF_ERROR && zs.total_out == out.size()) {
         st = absl::DataLossError(absl::StrCat(what, ": inflates to more than the ", out.size(),
                                               " bytes its directory entry says"));
-      } else if (rc != Z_BUF_ERROR) {
+      } else {
         st = absl::DataLossError(absl::StrCat(what, ": corrupt deflate stream (",
                                               zs.msg != nullptr ? zs.msg : "zlib error", ")"));
       }
