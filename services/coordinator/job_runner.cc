@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/data/dataset.h"
 #include "core/status_macros.h"
 #include "services/common/auth.h"
 #include "services/common/job_log.h"

@@ -288,16 +288,10 @@ TEST(InProcessJobLoop, AnNpzDatasetTheModelDoesNotFitFailsTheJobNamingFileAndArr
   write("eleven.npz", 1, 10);
   write("ok.npz", 1, 9);
   const auto spec = [&](const std::string& train) {
-    return ValidSpec(absl::StrCat("model: {kind: mlp, hidden: [8]}
-",
-                                  "optimizer: {kind: sgd, learning_rate: 0.1}
-",
-                                  "dataset: {format: npz, train_path: ", dir, "/", train,
-                                  ", test_path: ", dir, "/ok.npz}
-",
-                                  "global_batch_size: 32
-steps: 2
-"));
+    return ValidSpec(absl::StrCat(
+        "model: {kind: mlp, hidden: [8]}\n", "optimizer: {kind: sgd, learning_rate: 0.1}\n",
+        "dataset: {format: npz, train_path: ", dir, "/", train, ", test_path: ", dir, "/ok.npz}\n",
+        "global_batch_size: 32\nsteps: 2\n"));
   };
   CoordinatorOptions options;
   options.checkpoint_dir = dir;
