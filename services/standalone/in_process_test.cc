@@ -287,16 +287,16 @@ TEST(InProcessJobLoop, AnNpzDatasetTheModelDoesNotFitFailsTheJobNamingFileAndArr
   write("rgb.npz", 3, 1);
   write("eleven.npz", 1, 10);
   write("ok.npz", 1, 9);
-  const auto spec = [&](const std::string& train) {
+  const auto spec = [&](const std::string& train, const std::string& test = "ok.npz") {
     return ValidSpec(absl::StrCat(
         "model: {kind: mlp, hidden: [8]}\n", "optimizer: {kind: sgd, learning_rate: 0.1}\n",
-        "dataset: {format: npz, train_path: ", dir, "/", train, ", test_path: ", dir, "/ok.npz}\n",
-        "global_batch_size: 32\nsteps: 2\n"));
+        "dataset: {format: npz, train_path: ", dir, "/", train, ", test_path: ", dir, "/", test,
+        "}\n", "global_batch_size: 32\nsteps: 2\n"));
   };
   CoordinatorOptions options;
   options.checkpoint_dir = dir;
   Recorder sink;
-  EXPECT_THAT(RunJob(spec("rgb.npz"), options, &sink, "rgb"),
+  EXPECT_THAT(RunJob(spec("rgb.npz", "rgb.npz"), options, &sink, "rgb"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        ::testing::AllOf(::testing::HasSubstr("dataset.train_path: "),
                                         ::testing::HasSubstr("rgb.npz: array 'image'"),
