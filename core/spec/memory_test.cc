@@ -111,10 +111,11 @@ steps: 10
   EXPECT_EQ(EstimateMemory(spec).worker_dataset, 70'000u * (784 * 4 + 4));
   EXPECT_EQ(EstimateMemory(spec, {1'000'000, 5}).worker_dataset, 1'000'005u * (784 * 4 + 4));
   EXPECT_THAT(CheckMemoryBudget(spec, MemoryBudget()), IsOk());
-  EXPECT_THAT(CheckMemoryBudget(spec, MemoryBudget(), {1'200'000, 10'000}),
-              StatusIs(absl::StatusCode::kResourceExhausted,
-                       AllOf(HasSubstr("dataset.train_path: the job needs about"),
-                             HasSubstr("dataset 3624 MiB"), HasSubstr("--worker_memory_budget_mb"))));
+  EXPECT_THAT(
+      CheckMemoryBudget(spec, MemoryBudget(), {1'200'000, 10'000}),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               AllOf(HasSubstr("dataset.train_path: the job needs about"),
+                     HasSubstr("dataset 3624 MiB"), HasSubstr("--worker_memory_budget_mb"))));
 }
 
 TEST(Memory, TheExamplesFitTheDefaultBudgets) {
