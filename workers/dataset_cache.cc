@@ -4,18 +4,29 @@
 
 namespace lockstep {
 
-absl::StatusOr<std::shared_ptr<const Datasets>> DatasetCache::Get(const std::string& spec_path) {
-  // Before anything else: a path outside the roots is not even looked up.
-  ASSIGN_OR_RETURN(const std::string path, roots_.Resolve("dataset.path", spec_path));
+absl::StatusOr<std::shared_ptr<const Datasets>> DatasetCache::Get(const v1::DatasetSpec& in) {
+  // Before anything else: a path outside the roots is not even looked up. The key is
+  // the spec with its paths resolved (two spellings of one file share an entry).
+  v1::DatasetSpec spec = in;
+  spec.clear_name();
+  if (spec.format().empty()) spec.set_format("idx");
+  if (spec.format() == "npz") {
+    ASSIGN_OR_RETURN(*spec.mutable_train_path(),
+                     roots_.Resolve("dataset.train_path", spec.train_path()));
+    ASSIGN_OR_RETURN(*spec.mutable_test_path(),
+                     roots_.Resolve("dataset.test_path", spec.test_path()));
+  } else {
+    ASSIGN_OR_RETURN(*spec.mutable_path(), roots_.Resolve("dataset.path", spec.path()));
+  }
+  const std::string key = spec.SerializeAsString();
   absl::MutexLock lock(&mu_);
-  auto it = entries_.find(path);
+  auto it = entries_.find(key);
   if (it != entries_.end()) {
     it->second.last_use = ++uses_;
     return it->second.data;
   }
-  auto d = std::make_shared<Datasets>();
-  ASSIGN_OR_RETURN(d->train, LoadIdxDataset(path, Split::kTrain, uint64_t{1} << 31, roots_));
-  ASSIGN_OR_RETURN(d->test, LoadIdxDataset(path, Split::kTest, uint64_t{1} << 31, roots_));
+  ASSIGN_OR_RETURN(Datasets loaded, LoadDatasets(spec, roots_));
+  auto d = std::make_shared<const Datasets>(std::move(loaded));
   while (!entries_.empty() && entries_.size() >= capacity_) {
     auto lru = entries_.begin();
     for (auto i = entries_.begin(); i != entries_.end(); ++i) {
@@ -23,8 +34,15 @@ absl::StatusOr<std::shared_ptr<const Datasets>> DatasetCache::Get(const std::str
     }
     entries_.erase(lru);
   }
-  entries_[path] = Entry{d, ++uses_};
+  entries_[key] = Entry{d, ++uses_};
   return d;
+}
+
+absl::StatusOr<std::shared_ptr<const Datasets>> DatasetCache::GetIdx(const std::string& path) {
+  v1::DatasetSpec spec;
+  spec.set_format("idx");
+  spec.set_path(path);
+  return Get(spec);
 }
 
 }  // namespace lockstep

@@ -1,7 +1,8 @@
-// DatasetCache: the train and test splits a worker's jobs read, loaded once per directory
-// and kept in host memory for later jobs; past `capacity` directories the least recently
-// used is dropped (a job still using it keeps its copy alive). Only directories inside
-// its data roots are read (none: any). Thread-safe; loads are serialized.
+// DatasetCache: the train and test splits a worker's jobs read, loaded once per dataset
+// (its folder or files, keys and normalization) and kept in host memory for later jobs;
+// past `capacity` datasets the least recently used is dropped (a job still using it
+// keeps its copy alive). Only files inside its data roots are read (none: any).
+// Thread-safe; loads are serialized.
 #ifndef LOCKSTEP_WORKERS_DATASET_CACHE_H_
 #define LOCKSTEP_WORKERS_DATASET_CACHE_H_
 
@@ -14,23 +15,22 @@
 #include "absl/synchronization/mutex.h"
 #include "core/data/data_roots.h"
 #include "core/data/dataset.h"
+#include "lockstep/v1/spec.pb.h"
 
 namespace lockstep {
-
-struct Datasets {
-  Dataset train, test;
-};
 
 class DatasetCache {
  public:
   explicit DatasetCache(size_t capacity = 2, DataRoots roots = {})
       : capacity_(capacity), roots_(std::move(roots)) {}
 
-  // The splits under `path` (spec.dataset.path): INVALID_ARGUMENT naming dataset.path
-  // when it lies outside the data roots, alike whether or not it exists
-  // (DataRoots::Resolve); LoadIdxDataset's errors (FAILED_PRECONDITION naming a missing
-  // file, ...).
-  absl::StatusOr<std::shared_ptr<const Datasets>> Get(const std::string& path);
+  // The splits `spec` (a validated spec's dataset) names: INVALID_ARGUMENT naming
+  // dataset.path, dataset.train_path or dataset.test_path when it lies outside the data
+  // roots, alike whether or not it exists (DataRoots::Resolve); LoadDatasets's errors
+  // (FAILED_PRECONDITION naming a missing file, ...).
+  absl::StatusOr<std::shared_ptr<const Datasets>> Get(const v1::DatasetSpec& spec);
+  // The IDX folder `path` (Fashion-MNIST's layout), not normalized.
+  absl::StatusOr<std::shared_ptr<const Datasets>> GetIdx(const std::string& path);
 
  private:
   struct Entry {

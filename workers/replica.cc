@@ -23,28 +23,6 @@ absl::Status CheckReplicaConfig(const ReplicaConfig& config) {
   return LocalBatch(spec, config.world_size).status();
 }
 
-absl::Status CheckDataFitsModel(const Model& model, const Dataset& data, const std::string& where) {
-  const Dims in = model.input();
-  const bool shaped = data.height > 0;
-  if (shaped ? (data.height != in.h || data.width != in.w || data.channels != in.c)
-             : data.row != in.size()) {
-    const std::string images = shaped ? DimsString({data.height, data.width, data.channels})
-                                      : absl::StrCat("of ", data.row, " values");
-    return absl::InvalidArgumentError(absl::StrCat("model.input_shape: ", DimsString(in),
-                                                   " does not match the images of ", where, ", ",
-                                                   images));
-  }
-  const int classes = model.num_classes();
-  for (size_t i = 0; i < data.labels.size(); ++i) {
-    if (data.labels[i] < 0 || data.labels[i] >= classes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": label ", data.labels[i], " at index ", i, " is not in [0, ", classes,
-          "): the model has ", classes, " classes (its last layer's features)"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const ReplicaConfig& config,
                                                          TrainSetup setup,
                                                          std::shared_ptr<Backend> backend,
@@ -56,10 +34,9 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const ReplicaConfig& co
     return absl::InvalidArgumentError("a collective is needed exactly when there are peers");
   }
   ASSIGN_OR_RETURN(int local_batch, LocalBatch(spec, config.world_size));
-  RETURN_IF_ERROR(CheckDataFitsModel(setup.model, data->train,
-                                     absl::StrCat(spec.dataset().path(), " (train split)")));
-  RETURN_IF_ERROR(CheckDataFitsModel(setup.model, data->test,
-                                     absl::StrCat(spec.dataset().path(), " (test split)")));
+  for (const Dataset* d : {&data->train, &data->test}) {
+    RETURN_IF_ERROR(CheckDatasetFitsModel(*d, setup.model.input(), setup.model.num_classes()));
+  }
   RETURN_IF_ERROR(backend->SetTf32(spec.cuda().tf32()));
   std::unique_ptr<Replica> r(new Replica());
   r->config_ = config;

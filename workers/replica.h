@@ -26,17 +26,13 @@ namespace lockstep {
 // evaluation batch).
 absl::Status CheckReplicaConfig(const ReplicaConfig& config);
 
-// INVALID_ARGUMENT naming model.input_shape unless `data`'s images have the model's
-// input shape (where the dataset knows it; else its size), or naming `where` (the
-// dataset) when a label is outside the model's classes.
-absl::Status CheckDataFitsModel(const Model& model, const Dataset& data, const std::string& where);
-
 class Replica {
  public:
   // Builds the replica `config` describes for `setup` (SetupFromSpec(config.spec)) on
   // `backend` with the job's datasets and `collective` (null for one replica): zeroed
-  // state buffers at step 0. CheckReplicaConfig's and CheckDataFitsModel's errors;
-  // RESOURCE_EXHAUSTED when the backend's memory does not suffice.
+  // state buffers at step 0. CheckReplicaConfig's errors; INVALID_ARGUMENT naming the
+  // dataset field, file and array when the model cannot train on the datasets
+  // (CheckDatasetFitsModel); RESOURCE_EXHAUSTED when the backend's memory does not suffice.
   static absl::StatusOr<std::unique_ptr<Replica>> Create(const ReplicaConfig& config,
                                                          TrainSetup setup,
                                                          std::shared_ptr<Backend> backend,

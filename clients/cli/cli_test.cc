@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "core/data/npz_testing.h"
 
 namespace lockstep {
 namespace {
@@ -135,6 +136,43 @@ TEST_F(CliTest, BadUsageExitsTwoNamingTheProblem) {
     EXPECT_THAT(r.err, HasSubstr(named)) << args;
     EXPECT_THAT(r.err, HasSubstr("error")) << args;
   }
+}
+
+TEST_F(CliTest, TrainReadsAnNpzDatasetAndNamesTheArrayTheModelCannotFit) {
+  // 96 training and 40 test images, uint8, and int16 labels (the last one 12 in bad.npz).
+  const auto write = [&](const std::string& name, int n, int last_label) {
+    std::string pixels(static_cast<size_t>(n) * 784, '\0');
+    for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<char>(i * 37 % 251);
+    std::vector<int16_t> labels(n);
+    for (int i = 0; i < n; ++i) labels[i] = static_cast<int16_t>(i % 10);
+    labels.back() = static_cast<int16_t>(last_label);
+    testing::WriteFile((dir_ / name).string(),
+                       testing::NpzBytes(testing::NpyBytes("|u1", {n, 28, 28, 1}, pixels),
+                                         testing::NpyBytes("<i2", {n}, testing::RawBytes(labels)),
+                                         /*compressed=*/name == "test.npz"));
+  };
+  write("train.npz", 96, 5);
+  write("test.npz", 40, 3);
+  write("bad.npz", 96, 12);
+  const auto spec = [&](const std::string& train) {
+    const std::string path = (dir_ / (train + ".yaml")).string();
+    std::ofstream(path) << "model: {kind: mlp, hidden: [16]}\n"
+                        << "optimizer: {kind: adam, learning_rate: 0.001}\n"
+                        << "dataset:\n  format: npz\n  train_path: " << (dir_ / train).string()
+                        << "\n  test_path: " << (dir_ / "test.npz").string()
+                        << "\n  normalize: {mean: [0.286], std: [0.353]}\n"
+                        << "global_batch_size: 32\nepochs: 2\n";
+    return path;
+  };
+  const Result ok = Run("train --json --threads 1 " + spec("train.npz"));
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  const nlohmann::json result = nlohmann::json::parse(ok.out);
+  EXPECT_EQ(result["steps"], 6);  // 96 / 32 steps an epoch
+  EXPECT_GE(result["test_accuracy"].get<double>(), 0.0);
+  const Result bad = Run("train --json --threads 1 " + spec("bad.npz"));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("dataset.train_path: " + (dir_ / "bad.npz").string() +
+                                 ": array 'label': label 12 at index 95 is not in [0, 10)"));
 }
 
 TEST_F(CliTest, ConnectionOptionsReadTheirEnvironmentVariables) {

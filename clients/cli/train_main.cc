@@ -58,7 +58,8 @@ int Main(int argc, char** argv) {
   int threads = 0;
   app->add_option("SPEC", spec_file, "the job spec file")->required();
   app->add_flag("--json", json, "print one JSON object at the end, no progress");
-  app->add_option("--data", data, "the dataset folder (IDX files), instead of the spec's");
+  app->add_option("--data", data,
+                  "the dataset folder (IDX files), instead of the spec's dataset.path");
   app->add_option("--threads", threads, "CPU threads (0: the spec's, else all cores)")
       ->check(AtLeast(0));
   if (std::optional<int> exit_code = Parse(*app, argc, argv)) return *exit_code;

@@ -2,6 +2,9 @@
 
 #include <sys/stat.h>
 
+#include <cfloat>
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "core/data/idx.h"
 #include "core/status_macros.h"
@@ -10,6 +13,7 @@ namespace lockstep {
 namespace {
 
 constexpr int kClasses = 10;
+constexpr size_t kMaxPathLength = 4096, kMaxKeyLength = 256;
 
 absl::StatusOr<std::string> Find(const std::string& dir, const std::string& base,
                                  const DataRoots& roots) {
@@ -24,6 +28,39 @@ absl::StatusOr<std::string> Find(const std::string& dir, const std::string& base
   }
   return absl::FailedPreconditionError(
       absl::StrCat("dataset: ", dir, "/", base, "[.gz]: no such file"));
+}
+
+absl::Status Invalid(const std::string& field, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+std::string ShapeText(Dims d) { return absl::StrCat(d.h, "x", d.w, "x", d.c); }
+
+bool SameShape(Dims a, Dims b) { return a.h == b.h && a.w == b.w && a.c == b.c; }
+
+absl::Status CheckNormalization(const v1::Normalization& n, Dims input) {
+  if (n.mean_size() != n.std_size()) {
+    return Invalid("dataset.normalize",
+                   absl::StrCat("mean has ", n.mean_size(), " values and std ", n.std_size(),
+                                "; give one of each per channel"));
+  }
+  if (n.mean_size() == 0) return absl::OkStatus();
+  if (n.mean_size() != input.c) {
+    return Invalid("dataset.normalize.mean",
+                   absl::StrCat(n.mean_size(), " values for the model's ", input.c,
+                                " input channels (its input is ", ShapeText(input), ")"));
+  }
+  for (int i = 0; i < n.mean_size(); ++i) {
+    if (!(std::fabs(n.mean(i)) <= FLT_MAX)) {
+      return Invalid(absl::StrCat("dataset.normalize.mean[", i, "]"),
+                     absl::StrCat(n.mean(i), " is not a finite float32"));
+    }
+    if (!(n.std(i) > 0 && n.std(i) <= FLT_MAX && static_cast<float>(n.std(i)) > 0)) {
+      return Invalid(absl::StrCat("dataset.normalize.std[", i, "]"),
+                     absl::StrCat(n.std(i), " is not a positive finite float32"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -43,13 +80,14 @@ absl::StatusOr<Dataset> LoadIdxDataset(const std::string& dir, Split split, uint
   Dataset ds;
   ds.size = images.dims[0];
   ds.row = images.dims[1] * images.dims[2];
-  ds.height = static_cast<int>(images.dims[1]);
-  ds.width = static_cast<int>(images.dims[2]);
-  ds.channels = 1;
   if (images.dims[1] != 28 || images.dims[2] != 28) {
     return absl::InvalidArgumentError(absl::StrCat(image_path, ": images are ", images.dims[1], "x",
                                                    images.dims[2], ", expected 28x28"));
   }
+  ds.shape = {28, 28, 1};
+  ds.field = "dataset.path";
+  ds.images_from = image_path;
+  ds.labels_from = label_path;
   ds.images.resize(images.data.size());
   for (size_t i = 0; i < images.data.size(); ++i) {
     ds.images[i] = static_cast<float>(images.data[i]) / 255.0f;
@@ -61,8 +99,120 @@ absl::StatusOr<Dataset> LoadIdxDataset(const std::string& dir, Split split, uint
                                                      " at index ", i, " is not in [0, 10)"));
     }
     ds.labels[i] = labels.data[i];
+    if (ds.labels[i] > ds.labels[ds.max_label_index]) ds.max_label_index = i;
   }
   return ds;
+}
+
+absl::StatusOr<Datasets> LoadDatasets(const v1::DatasetSpec& spec, const DataRoots& roots,
+                                      uint64_t max_bytes) {
+  Datasets d;
+  if (spec.format() == "npz") {
+    ASSIGN_OR_RETURN(d.train, LoadNpzDataset(spec.train_path(), "dataset.train_path",
+                                             spec.image_key(), spec.label_key(), max_bytes, roots));
+    ASSIGN_OR_RETURN(d.test, LoadNpzDataset(spec.test_path(), "dataset.test_path", spec.image_key(),
+                                            spec.label_key(), max_bytes, roots));
+  } else {
+    ASSIGN_OR_RETURN(d.train, LoadIdxDataset(spec.path(), Split::kTrain, max_bytes, roots));
+    ASSIGN_OR_RETURN(d.test, LoadIdxDataset(spec.path(), Split::kTest, max_bytes, roots));
+  }
+  if (!SameShape(d.train.shape, d.test.shape)) {
+    return Invalid(d.test.field, absl::StrCat(d.test.images_from, ": images are ",
+                                              ShapeText(d.test.shape), ", the training split's (",
+                                              d.train.images_from, ") ", ShapeText(d.train.shape)));
+  }
+  RETURN_IF_ERROR(Normalize(spec.normalize(), &d.train));
+  RETURN_IF_ERROR(Normalize(spec.normalize(), &d.test));
+  return d;
+}
+
+absl::Status Normalize(const v1::Normalization& norm, Dataset* ds) {
+  if (norm.mean_size() == 0 && norm.std_size() == 0) return absl::OkStatus();
+  const int c = ds->shape.c;
+  if (norm.mean_size() != c || norm.std_size() != c) {
+    return Invalid("dataset.normalize",
+                   absl::StrCat(norm.mean_size(), " means and ", norm.std_size(),
+                                " stds for images of ", c, " channels (", ds->images_from, ")"));
+  }
+  std::vector<float> mean(c), std(c);
+  for (int i = 0; i < c; ++i) {
+    mean[i] = static_cast<float>(norm.mean(i));
+    std[i] = static_cast<float>(norm.std(i));
+  }
+  const size_t n = ds->images.size();
+  for (size_t i = 0; i < n; i += c) {
+    for (int k = 0; k < c; ++k) ds->images[i + k] = (ds->images[i + k] - mean[k]) / std[k];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDatasetSpec(v1::DatasetSpec* ds, Dims input, const DataRoots& roots) {
+  if (ds->format().empty()) ds->set_format("idx");
+  if (ds->format() == "idx") {
+    for (const auto& [field, value] :
+         {std::pair("train_path", &ds->train_path()), std::pair("test_path", &ds->test_path()),
+          std::pair("image_key", &ds->image_key()), std::pair("label_key", &ds->label_key())}) {
+      if (!value->empty()) {
+        return Invalid(absl::StrCat("dataset.", field),
+                       "only for format npz (dataset.format: npz); format idx reads dataset.path");
+      }
+    }
+    if (ds->name().empty()) ds->set_name("fashion_mnist");
+    if (ds->path().empty()) {
+      if (ds->name() != "fashion_mnist") {
+        return Invalid("dataset.path", absl::StrCat("required for dataset \"", ds->name(), "\""));
+      }
+      ds->set_path(kDefaultDatasetPath);
+    }
+    RETURN_IF_ERROR(roots.CheckLexically("dataset.path", ds->path()));
+  } else if (ds->format() == "npz") {
+    if (!ds->path().empty()) {
+      return Invalid("dataset.path",
+                     "format npz reads dataset.train_path and dataset.test_path, not a folder");
+    }
+    for (const auto& [field, value] : {std::pair("dataset.train_path", &ds->train_path()),
+                                       std::pair("dataset.test_path", &ds->test_path())}) {
+      if (value->empty()) return Invalid(field, "required for format npz (a .npz file)");
+      if (value->size() > kMaxPathLength) {
+        return Invalid(field, absl::StrCat("longer than ", kMaxPathLength, " characters"));
+      }
+      RETURN_IF_ERROR(roots.CheckLexically(field, *value));
+    }
+    if (ds->image_key().empty()) ds->set_image_key("image");
+    if (ds->label_key().empty()) ds->set_label_key("label");
+    if (ds->image_key().size() > kMaxKeyLength || ds->label_key().size() > kMaxKeyLength) {
+      return Invalid(
+          ds->image_key().size() > kMaxKeyLength ? "dataset.image_key" : "dataset.label_key",
+          absl::StrCat("longer than ", kMaxKeyLength, " characters"));
+    }
+    if (ds->image_key() == ds->label_key()) {
+      return Invalid("dataset.label_key",
+                     absl::StrCat("\"", ds->label_key(), "\" is also dataset.image_key"));
+    }
+  } else {
+    return Invalid("dataset.format", absl::StrCat("unknown format \"", ds->format(),
+                                                  "\" (expected \"idx\" or \"npz\")"));
+  }
+  return CheckNormalization(ds->normalize(), input);
+}
+
+absl::Status CheckDatasetFitsModel(const Dataset& ds, Dims input, int classes) {
+  if (!SameShape(ds.shape, input)) {
+    return Invalid(ds.field, absl::StrCat(ds.images_from, ": images are ", ShapeText(ds.shape),
+                                          " (HxWxC), the model takes ", ShapeText(input)));
+  }
+  if (ds.size > 0 && ds.labels[ds.max_label_index] >= classes) {
+    return Invalid(ds.field,
+                   absl::StrCat(ds.labels_from, ": label ", ds.labels[ds.max_label_index],
+                                " at index ", ds.max_label_index, " is not in [0, ", classes,
+                                "): the model's last layer has ", classes, " outputs"));
+  }
+  return absl::OkStatus();
+}
+
+std::string DatasetLocation(const v1::DatasetSpec& spec) {
+  if (spec.format() == "npz") return absl::StrCat(spec.train_path(), " and ", spec.test_path());
+  return spec.path();
 }
 
 }  // namespace lockstep

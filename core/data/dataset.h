@@ -1,5 +1,7 @@
-// Dataset: an image-classification split (Fashion-MNIST by default) loaded from IDX
-// files into float32 images scaled by 1/255 and int32 labels.
+// Dataset: an image-classification split in host memory, float32 images and int32 labels,
+// loaded from IDX files (Fashion-MNIST by default) or from the user's .npz files
+// (docs/datasets.md): images scaled by 1/255 when stored as uint8, kept as they are when
+// float32, then optionally normalized per channel.
 #ifndef LOCKSTEP_CORE_DATA_DATASET_H_
 #define LOCKSTEP_CORE_DATA_DATASET_H_
 
@@ -9,17 +11,27 @@
 
 #include "absl/status/statusor.h"
 #include "core/data/data_roots.h"
+#include "core/model.h"
+#include "lockstep/v1/spec.pb.h"
 
 namespace lockstep {
 
 inline constexpr char kDefaultDatasetPath[] = "/usr/share/datasets/fashion-mnist";
 
 struct Dataset {
-  int64_t size = 0;                         // number of examples
-  int64_t row = 0;                          // floats per image (h * w * c)
-  int height = 0, width = 0, channels = 0;  // one image's shape (IDX: 28, 28, 1); 0: unknown
-  std::vector<float> images;                // size * row, NHWC, values in [0, 1]
-  std::vector<int32_t> labels;              // size, in [0, 10)
+  int64_t size = 0;             // number of examples
+  int64_t row = 0;              // floats per image (h * w * c)
+  Dims shape;                   // one image's, NHWC without N
+  std::vector<float> images;    // size * row, NHWC
+  std::vector<int32_t> labels;  // size, each >= 0
+  int64_t max_label_index = 0;  // where the largest label is (labels[max_label_index])
+  // What it was read from, for errors: the spec's field ("dataset.train_path") and the
+  // images' and labels' sources ("/data/train.npz: array 'image'", or an IDX file).
+  std::string field, images_from, labels_from;
+};
+
+struct Datasets {
+  Dataset train, test;
 };
 
 enum class Split { kTrain, kTest };
@@ -32,6 +44,43 @@ enum class Split { kTrain, kTest };
 absl::StatusOr<Dataset> LoadIdxDataset(const std::string& dir, Split split,
                                        uint64_t max_bytes = uint64_t{1} << 31,
                                        const DataRoots& roots = {});
+
+// Loads one split from a .npz file: `image_key` [N, H, W, C] uint8 or float32 (finite),
+// `label_key` [N] of an integer dtype, each label >= 0. `field` is the spec field that
+// names `path` (dataset.train_path). Errors name the field, the file and the array:
+// INVALID_ARGUMENT naming the field for a path outside `roots` (alike whether or not it
+// exists), FAILED_PRECONDITION for a missing file, INVALID_ARGUMENT for a missing array
+// (listing those present), a wrong rank, dtype or count, a negative label or a NaN or
+// infinite pixel, DATA_LOSS or INVALID_ARGUMENT for a corrupt or truncated file (NpzFile).
+absl::StatusOr<Dataset> LoadNpzDataset(const std::string& path, const std::string& field,
+                                       const std::string& image_key, const std::string& label_key,
+                                       uint64_t max_bytes = uint64_t{1} << 31,
+                                       const DataRoots& roots = {});
+
+// Both splits as `spec` (validated: CheckDatasetSpec) says, normalized. INVALID_ARGUMENT
+// besides the loaders' errors when the splits' images differ in shape, or the
+// normalization's channels differ from theirs.
+absl::StatusOr<Datasets> LoadDatasets(const v1::DatasetSpec& spec, const DataRoots& roots = {},
+                                      uint64_t max_bytes = uint64_t{1} << 31);
+
+// x = (x - mean[c]) / std[c] in float32 over every pixel of channel c, mean and std
+// rounded to float32 first. INVALID_ARGUMENT naming dataset.normalize unless both have
+// one value per channel.
+absl::Status Normalize(const v1::Normalization& norm, Dataset* ds);
+
+// Checks a dataset spec and fills its defaults (format "idx", the IDX folder, the npz
+// keys). `input` is the model's input shape (for normalize's channel count). INVALID_ARGUMENT
+// naming the field: an unknown format, a field the format does not read, a missing
+// path, a path outside `roots` (DataRoots::CheckLexically), a bad normalization.
+absl::Status CheckDatasetSpec(v1::DatasetSpec* spec, Dims input, const DataRoots& roots);
+
+// Whether a model with input shape `input` and `classes` outputs can train on `ds`: its
+// images are that shape and its labels are in [0, classes). INVALID_ARGUMENT naming the
+// spec field, the file and the array otherwise.
+absl::Status CheckDatasetFitsModel(const Dataset& ds, Dims input, int classes);
+
+// How a spec's dataset is named in messages: its IDX folder, or its two .npz files.
+std::string DatasetLocation(const v1::DatasetSpec& spec);
 
 }  // namespace lockstep
 

@@ -11,9 +11,6 @@ namespace lockstep {
 namespace {
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
-// MNIST and Fashion-MNIST: 60,000 training and 10,000 test images. The coordinator
-// cannot see a worker's dataset; a larger one is not covered.
-constexpr uint64_t kTrainExamples = 60000, kTestExamples = 10000;
 // A state stream to or from one worker (1 MiB chunks) with gRPC's buffers.
 constexpr uint64_t kStreamBytes = 4 * kMiB;
 // A job's other bookkeeping on the coordinator (its event log, at most 4 MiB by
@@ -31,7 +28,7 @@ std::string Mib(uint64_t bytes) { return absl::StrCat((bytes + kMiB - 1) / kMiB,
 
 }  // namespace
 
-MemoryEstimate EstimateMemory(const v1::JobSpec& spec) {
+MemoryEstimate EstimateMemory(const v1::JobSpec& spec, DatasetSize data) {
   absl::StatusOr<TrainSetup> setup = SetupFromSpec(spec);
   if (!setup.ok()) return {};
   const Model& model = setup->model;
@@ -55,19 +52,20 @@ MemoryEstimate EstimateMemory(const v1::JobSpec& spec) {
   const uint64_t scratch = setup->optimizer.ScratchBytes(model.layout().total());
   e.worker_state =
       (cuda ? 0 : params * (2 + slots) + scratch) + params + (!cuda && n > 1 ? params / 2 : 0);
+  const uint64_t train = std::max<int64_t>(0, data.train), test = std::max<int64_t>(0, data.test);
   const int local_batch = static_cast<int>(spec.global_batch_size() / n);
   const int eval_batch =
-      static_cast<int>(std::min<uint64_t>(spec.eval().batch_size(), (kTestExamples + n - 1) / n));
+      static_cast<int>(std::min<uint64_t>(spec.eval().batch_size(), (test + n - 1) / n));
   e.worker_activations = cuda ? 0 : WorkspaceBytes(model, local_batch, /*train=*/true);
   e.worker_eval = cuda ? 0 : WorkspaceBytes(model, eval_batch, /*train=*/false);
-  e.worker_dataset =
-      (kTrainExamples + kTestExamples) * (model.input().size() * sizeof(float) + sizeof(int32_t));
+  e.worker_dataset = (train + test) * (model.input().size() * sizeof(float) + sizeof(int32_t));
   e.worker_process = kWorkerProcessBytes + (cuda ? kCudaRuntimeBytes : 0);
   return e;
 }
 
-absl::Status CheckMemoryBudget(const v1::JobSpec& spec, const MemoryBudget& budget) {
-  const MemoryEstimate e = EstimateMemory(spec);
+absl::Status CheckMemoryBudget(const v1::JobSpec& spec, const MemoryBudget& budget,
+                               DatasetSize data) {
+  const MemoryEstimate e = EstimateMemory(spec, data);
   const std::string model = spec.model().kind() == "mlp"     ? "model.hidden"
                             : spec.model().layers_size() > 0 ? "model.layers"
                                                              : "model";
@@ -80,8 +78,11 @@ absl::Status CheckMemoryBudget(const v1::JobSpec& spec, const MemoryBudget& budg
   if (budget.worker > 0 && e.worker() > budget.worker) {
     // The part that weighs most names the field to change.
     std::pair<uint64_t, std::string> most = {e.worker_state, model};
+    const std::string dataset =
+        spec.dataset().format() == "npz" ? "dataset.train_path" : "dataset.path";
     for (const auto& part : {std::pair(e.worker_activations, std::string("global_batch_size")),
-                             std::pair(e.worker_eval, std::string("eval.batch_size"))}) {
+                             std::pair(e.worker_eval, std::string("eval.batch_size")),
+                             std::pair(e.worker_dataset, dataset)}) {
       if (part.first > most.first) most = part;
     }
     return absl::ResourceExhaustedError(absl::StrCat(

@@ -31,15 +31,23 @@ struct MemoryEstimate {
                                     // all-reduce scratch
   uint64_t worker_activations = 0;  // the training step's buffers for the local batch
   uint64_t worker_eval = 0;         // the evaluation's buffers for an eval batch
-  uint64_t worker_dataset = 0;      // the dataset as floats (an MNIST-sized one assumed)
+  uint64_t worker_dataset = 0;      // the dataset as floats (DatasetSize)
   uint64_t worker_process = 0;      // the process itself (libraries, threads, gRPC)
   uint64_t worker() const {
     return worker_state + worker_activations + worker_eval + worker_dataset + worker_process;
   }
 };
 
+// How many examples the job's splits hold. The coordinator cannot see the workers'
+// files: at submit it assumes an MNIST-sized dataset (60,000 and 10,000 images of the
+// model's input shape), and checks again with the sizes the workers report once they
+// have loaded it (JobRunner).
+struct DatasetSize {
+  int64_t train = 60000, test = 10000;
+};
+
 // `spec` is validated (Validate); a spec whose model cannot be built estimates as 0.
-MemoryEstimate EstimateMemory(const v1::JobSpec& spec);
+MemoryEstimate EstimateMemory(const v1::JobSpec& spec, DatasetSize data = {});
 
 // Budgets in bytes; 0: none.
 struct MemoryBudget {
@@ -48,9 +56,10 @@ struct MemoryBudget {
 };
 
 // RESOURCE_EXHAUSTED when the estimate exceeds a budget, naming the field that weighs
-// most (model.hidden, global_batch_size, eval.batch_size...), the estimate, its parts
-// and the budget.
-absl::Status CheckMemoryBudget(const v1::JobSpec& spec, const MemoryBudget& budget);
+// most (model.hidden, global_batch_size, eval.batch_size, dataset.train_path...), the
+// estimate, its parts and the budget.
+absl::Status CheckMemoryBudget(const v1::JobSpec& spec, const MemoryBudget& budget,
+                               DatasetSize data = {});
 
 }  // namespace lockstep
 

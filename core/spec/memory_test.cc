@@ -99,9 +99,28 @@ steps: 10
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("eval.batch_size")));
 }
 
+TEST(Memory, TheDatasetCountsAsItsSizeOnceKnownAndALargeOneIsRefusedNamingItsFile) {
+  const v1::JobSpec spec = ValidSpec(R"(
+model: {kind: mlp, hidden: [32]}
+optimizer: {kind: sgd, learning_rate: 0.1}
+dataset: {format: npz, train_path: /data/train.npz, test_path: /data/test.npz}
+global_batch_size: 64
+steps: 10
+)");
+  // At submit: MNIST-sized; then the sizes the workers report.
+  EXPECT_EQ(EstimateMemory(spec).worker_dataset, 70'000u * (784 * 4 + 4));
+  EXPECT_EQ(EstimateMemory(spec, {1'000'000, 5}).worker_dataset, 1'000'005u * (784 * 4 + 4));
+  EXPECT_THAT(CheckMemoryBudget(spec, MemoryBudget()), IsOk());
+  EXPECT_THAT(
+      CheckMemoryBudget(spec, MemoryBudget(), {1'200'000, 10'000}),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               AllOf(HasSubstr("dataset.train_path: the job needs about"),
+                     HasSubstr("dataset 3624 MiB"), HasSubstr("--worker_memory_budget_mb"))));
+}
+
 TEST(Memory, TheExamplesFitTheDefaultBudgets) {
-  for (const std::string name :
-       {"examples/cnn.yaml", "examples/mlp.yaml", "examples/convnet.yaml"}) {
+  for (const std::string name : {"examples/cnn.yaml", "examples/mlp.yaml", "examples/convnet.yaml",
+                                 "examples/npz/fashion_mnist_npz.yaml"}) {
     ASSERT_OK_AND_ASSIGN(v1::JobSpec spec, LoadSpecFile(SourcePath(name)));
     ASSERT_OK_AND_ASSIGN(spec, Validate(spec));
     EXPECT_THAT(CheckMemoryBudget(spec, MemoryBudget()), IsOk()) << name;

@@ -263,15 +263,7 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
                                           "\" (expected \"cpu\" or \"cuda\")"));
   }
   if (spec.threads() > 1024) return Invalid("threads", "must be at most 1024");
-  auto* ds = spec.mutable_dataset();
-  if (ds->name().empty()) ds->set_name("fashion_mnist");
-  if (ds->path().empty()) {
-    if (ds->name() != "fashion_mnist") {
-      return Invalid("dataset.path", absl::StrCat("required for dataset \"", ds->name(), "\""));
-    }
-    ds->set_path(kDefaultDatasetPath);
-  }
-  RETURN_IF_ERROR(limits.data_roots.CheckLexically("dataset.path", ds->path()));
+  RETURN_IF_ERROR(CheckDatasetSpec(spec.mutable_dataset(), model.input(), limits.data_roots));
   auto* ev = spec.mutable_eval();
   if (ev->every_epochs() > 0 && ev->every_steps() > 0) {
     return Invalid("eval", "set at most one of every_epochs and every_steps");

@@ -31,13 +31,13 @@ struct SpecLimits {
   // tensorboard_dir a folder in the job's TensorBoard folder: relative, never leaving it. Off for
   // `lockstep train` (the user's own files).
   bool files_in_checkpoint_dir = true;
-  // dataset.path must lie inside these, as written (DataRoots::CheckLexically: the
-  // workers check again, resolved); none: any path.
+  // dataset.path (dataset.train_path and dataset.test_path) must lie inside these, as
+  // written (DataRoots::CheckLexically: the workers check again, resolved); none: any path.
   DataRoots data_roots;
 };
 
 // Checks a spec and returns it with defaults filled in (workers 1, rng_impl, dataset
-// path, eval cadence...). INVALID_ARGUMENT naming the offending field.
+// format and path, eval cadence...). INVALID_ARGUMENT naming the offending field.
 absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& spec, const SpecLimits& limits = {});
 
 // What a spec trains: built once per process from the spec (the coordinator's job

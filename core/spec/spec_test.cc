@@ -45,11 +45,47 @@ TEST(Spec, ParsesJson) {
 
 TEST(Spec, ExamplesAreValid) {
   for (const char* f : {"examples/cnn.yaml", "examples/mlp.yaml", "examples/mlp-schedule.yaml",
-                        "examples/convnet.yaml"}) {
+                        "examples/convnet.yaml", "examples/npz/fashion_mnist_npz.yaml"}) {
     auto s = LoadSpecFile(testing::SourcePath(f));
     ASSERT_OK(s);
     ASSERT_OK(Validate(*s));
   }
+}
+
+TEST(Spec, AnNpzDatasetIsValidatedNamingItsFields) {
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec s, ParseAndValidate(std::string(kGood) + R"(
+dataset:
+  format: npz
+  train_path: /data/train.npz
+  test_path: /data/test.npz
+  normalize: {mean: [0.5], std: [0.25]}
+)"));
+  EXPECT_EQ(s.dataset().image_key(), "image");
+  EXPECT_EQ(s.dataset().label_key(), "label");
+  EXPECT_EQ(s.dataset().path(), "");
+  EXPECT_THAT(ParseAndValidate(std::string(kGood) + "dataset: {format: npz, train_path: /a.npz}\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dataset.test_path")));
+  EXPECT_THAT(
+      ParseAndValidate(std::string(kGood) +
+                       "dataset: {format: npz, train_path: /a, test_path: /b, normalize: {mean: "
+                       "[0.5, 0.5, 0.5], std: [1, 1, 1]}}\n"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("dataset.normalize.mean: 3 values for the model's 1 input channels")));
+  EXPECT_THAT(ParseAndValidate(std::string(kGood) + "dataset: {format: npz, trainPath: /a}\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dataset.test_path")));
+  EXPECT_THAT(
+      ParseAndValidate(std::string(kGood) + "dataset: {format: npz, train: /a}\n"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dataset.train: unknown field")));
+  // On a cluster: both files inside the data roots, as written.
+  ASSERT_OK_AND_ASSIGN(DataRoots roots, DataRoots::Parse("/data"));
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec parsed,
+                       ParseSpec(std::string(kGood) + "dataset: {format: npz, train_path: "
+                                                      "/data/a.npz, test_path: /data/../etc/b}\n",
+                                 "s"));
+  EXPECT_THAT(
+      Validate(parsed, {.data_roots = roots}),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("dataset.test_path: \"/data/../etc/b\" is outside the data roots")));
 }
 
 TEST(Spec, UnknownFieldIsNamedWithItsPath) {

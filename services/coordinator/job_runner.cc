@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/data/dataset.h"
 #include "core/status_macros.h"
 #include "services/common/auth.h"
 #include "services/common/job_log.h"
@@ -246,9 +247,9 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
         resp[r]->test_examples != resp[0]->test_examples) {
       return WorkerError(
           r, absl::FailedPreconditionError(absl::StrCat(
-                 "its dataset at ", spec_.dataset().path(), " has ", resp[r]->train_examples, "/",
-                 resp[r]->test_examples, " examples; rank 0's has ", resp[0]->train_examples, "/",
-                 resp[0]->test_examples)));
+                 "its dataset at ", DatasetLocation(spec_.dataset()), " has ",
+                 resp[r]->train_examples, "/", resp[r]->test_examples, " examples; rank 0's has ",
+                 resp[0]->train_examples, "/", resp[0]->test_examples)));
     }
   }
   *num_train = resp[0]->train_examples;
@@ -258,6 +259,8 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
                                                    " exceeds the ", *num_train,
                                                    " training examples"));
   }
+  // Submit assumed an MNIST-sized dataset; now its size is known.
+  RETURN_IF_ERROR(CheckMemoryBudget(spec_, options_.memory, {*num_train, *num_test}));
   return absl::OkStatus();
 }
 

@@ -24,7 +24,9 @@ absl::StatusOr<JobOutcome> RunLocalJob(const v1::JobSpec& spec, JobSink* sink) {
   worker.address = address;
   worker.device = "cpu";
   worker.threads = threads;
-  JobRunner runner(kLocalJobId, spec, {worker}, &factory, CoordinatorOptions(), sink);
+  CoordinatorOptions options;
+  options.memory = {0, 0};  // the user's own machine: no budgets
+  JobRunner runner(kLocalJobId, spec, {worker}, &factory, options, sink);
   JobOutcome outcome;
   absl::Status st = runner.Run(&outcome);
   if (!st.ok()) return st;

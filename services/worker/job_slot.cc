@@ -72,7 +72,7 @@ absl::StatusOr<PrepareResult> JobSlot::Load(Job& job, const JobAssignment& assig
   const ReplicaConfig& config = assignment.replica;
   ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, backends_->ForJob(config.spec));
   RETURN_IF_ERROR(job.cancel.status());
-  ASSIGN_OR_RETURN(std::shared_ptr<const Datasets> data, data_->Get(config.spec.dataset().path()));
+  ASSIGN_OR_RETURN(std::shared_ptr<const Datasets> data, data_->Get(config.spec.dataset()));
   RETURN_IF_ERROR(job.cancel.status());
   std::unique_ptr<Collective> collective;
   if (config.world_size > 1) {

@@ -66,8 +66,10 @@ class JobSlot {
   // Checks `job` and `header` (INVALID_ARGUMENT naming what is wrong, before anything is
   // dropped), then builds the job's replica, joins its collective and loads the state from
   // `state`: CANCELLED if the job is released meanwhile; INVALID_ARGUMENT naming
-  // dataset.path outside the data roots (DatasetCache); FAILED_PRECONDITION naming a
-  // missing dataset; DATA_LOSS when the state's bytes do not match the header.
+  // a dataset path outside the data roots (DatasetCache), or a dataset the model cannot
+  // train on (CheckDatasetFitsModel: its image shape, a label past the model's classes);
+  // FAILED_PRECONDITION naming a missing dataset; DATA_LOSS when the state's bytes do not
+  // match the header.
   absl::StatusOr<PrepareResult> Prepare(const JobAssignment& job, const StateHeader& header,
                                         StateSource& state);
   // FAILED_PRECONDITION unless `job_id` is prepared here; the replica's errors otherwise

@@ -12,7 +12,7 @@ namespace lockstep::testing {
 inline DatasetCache& TestDatasets() {
   static DatasetCache* cache = [] {
     auto* c = new DatasetCache();
-    EXPECT_TRUE(c->Get(kDefaultDatasetPath).ok());
+    EXPECT_TRUE(c->GetIdx(kDefaultDatasetPath).ok());
     return c;
   }();
   return *cache;
