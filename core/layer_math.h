@@ -99,6 +99,47 @@ LS_HOST_DEVICE inline float AvgDivisor(const ConvGeometry& g, bool count_include
   return static_cast<float>((r.end - r.begin) * (q.end - q.begin));
 }
 
+// Flax LayerNorm of one row of `cols` values (Backend::LayerNorm): saves the row's mean
+// and rstd and writes y; scale and bias may be null.
+LS_HOST_DEVICE inline void LayerNormRow(int cols, float epsilon, const float* x, const float* scale,
+                                        const float* bias, float* y, float* mean, float* rstd) {
+  const float n = static_cast<float>(cols);
+  float sum = 0.0f, sum_sq = 0.0f;
+  for (int c = 0; c < cols; ++c) {
+    sum += x[c];
+    sum_sq += x[c] * x[c];
+  }
+  const float m = sum / n, m2 = sum_sq / n;
+  const float var = fmaxf(0.0f, m2 - m * m);
+  const float rs = 1.0f / sqrtf(var + epsilon);
+  *mean = m;
+  *rstd = rs;
+  for (int c = 0; c < cols; ++c) {
+    const float mul = scale != nullptr ? rs * scale[c] : rs;
+    const float v = (x[c] - m) * mul;
+    y[c] = bias != nullptr ? v + bias[c] : v;
+  }
+}
+
+// Its input gradient for one row: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with
+// g = dy * scale (scale may be null).
+LS_HOST_DEVICE inline void LayerNormDxRow(int cols, const float* x, const float* scale, float mean,
+                                          float rstd, const float* dy, float* dx) {
+  const float n = static_cast<float>(cols);
+  float sum_g = 0.0f, sum_gx = 0.0f;
+  for (int c = 0; c < cols; ++c) {
+    const float gc = scale != nullptr ? dy[c] * scale[c] : dy[c];
+    sum_g += gc;
+    sum_gx += gc * ((x[c] - mean) * rstd);
+  }
+  const float mean_g = sum_g / n, mean_gx = sum_gx / n;
+  for (int c = 0; c < cols; ++c) {
+    const float gc = scale != nullptr ? dy[c] * scale[c] : dy[c];
+    const float xhat = (x[c] - mean) * rstd;
+    dx[c] = rstd * ((gc - mean_g) - xhat * mean_gx);
+  }
+}
+
 }  // namespace lockstep::math
 
 #endif  // LOCKSTEP_CORE_LAYER_MATH_H_

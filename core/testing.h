@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <span>
@@ -24,6 +25,34 @@ inline std::string SourcePath(const std::string& rel) {
   const char* root = std::getenv("LOCKSTEP_SOURCE_DIR");
   return std::string(root != nullptr && root[0] != '\0' ? root : LOCKSTEP_SOURCE_DIR) + "/" + rel;
 }
+
+// A fresh directory under the system's temporary one, removed with everything in it when
+// the object goes: for tests that write files.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& prefix) {
+    std::string templ = (std::filesystem::temp_directory_path() / (prefix + ".XXXXXX")).string();
+    if (mkdtemp(templ.data()) == nullptr) ADD_FAILURE() << "mkdtemp " << templ << " failed";
+    path_ = templ;
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  // Writes `bytes` to the file `name` in the directory; returns its path.
+  std::string Write(const std::string& name, const std::string& bytes) const {
+    const std::string path = (path_ / name).string();
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+
+ private:
+  std::filesystem::path path_;
+};
 
 inline std::string GoldenPath(const std::string& name) {
   return SourcePath("tests/golden/" + name);

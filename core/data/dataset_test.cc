@@ -32,21 +32,14 @@ std::string Uint8Images(int n, int h, int w, int c) {
 
 class NpzDatasetTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("npz_dataset_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string Write(const std::string& name, const std::string& bytes) {
-    const std::string path = (dir_ / name).string();
-    testing::WriteFile(path, bytes);
-    return path;
+    return dir_.Write(name, bytes);
   }
   absl::StatusOr<Dataset> Load(const std::string& image_npy, const std::string& label_npy) {
     return LoadNpzDataset(Write("train.npz", NpzBytes(image_npy, label_npy)), "dataset.train_path",
                           "image", "label");
   }
-  fs::path dir_;
+  testing::ScratchDir dir_{"npz_dataset_test"};
 };
 
 TEST_F(NpzDatasetTest, Uint8ImagesAreScaledAsIdxImagesAre) {
@@ -140,7 +133,7 @@ TEST_F(NpzDatasetTest, BadArraysAreNamedWithFileAndArray) {
 
 TEST_F(NpzDatasetTest, MissingFilesArraysAndCorruptFilesAreNamed) {
   EXPECT_THAT(
-      LoadNpzDataset((dir_ / "none.npz").string(), "dataset.train_path", "image", "label"),
+      LoadNpzDataset((dir_.path() / "none.npz").string(), "dataset.train_path", "image", "label"),
       StatusIs(absl::StatusCode::kFailedPrecondition,
                AllOf(HasSubstr("dataset.train_path: "), HasSubstr("none.npz: no such file"))));
   const std::string path = Write(
@@ -158,15 +151,15 @@ TEST_F(NpzDatasetTest, MissingFilesArraysAndCorruptFilesAreNamed) {
 }
 
 TEST_F(NpzDatasetTest, DataRootsAreRespected) {
-  ASSERT_OK_AND_ASSIGN(DataRoots roots, DataRoots::Parse((dir_ / "root").string()));
-  fs::create_directories(dir_ / "root");
-  const std::string inside = (dir_ / "root" / "a.npz").string();
+  ASSERT_OK_AND_ASSIGN(DataRoots roots, DataRoots::Parse((dir_.path() / "root").string()));
+  fs::create_directories(dir_.path() / "root");
+  const std::string inside = (dir_.path() / "root" / "a.npz").string();
   testing::WriteFile(inside, NpzBytes(Uint8Images(1, 1, 1, 1), NpyBytes("|u1", {1}, "\x02")));
   ASSERT_OK(LoadNpzDataset(inside, "dataset.train_path", "image", "label", 1 << 20, roots));
   const std::string outside = Write("b.npz", testing::ReadAll(inside));
-  fs::create_symlink(outside, dir_ / "root" / "link.npz");
-  for (const std::string& p : {outside, (dir_ / "root" / "link.npz").string(),
-                               (dir_ / "root" / ".." / "b.npz").string()}) {
+  fs::create_symlink(outside, dir_.path() / "root" / "link.npz");
+  for (const std::string& p : {outside, (dir_.path() / "root" / "link.npz").string(),
+                               (dir_.path() / "root" / ".." / "b.npz").string()}) {
     EXPECT_THAT(LoadNpzDataset(p, "dataset.train_path", "image", "label", 1 << 20, roots),
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          HasSubstr("dataset.train_path: \"" + p + "\" is outside the data roots")));

@@ -28,27 +28,19 @@ std::string Header(uint32_t magic, std::vector<uint32_t> dims) {
 
 class IdxTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("idx_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string Write(const std::string& name, const std::string& bytes, bool gz = false) {
-    const std::string path = (dir_ / name).string();
-    if (gz) {
-      gzFile f = gzopen(path.c_str(), "wb");
-      gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
-      gzclose(f);
-    } else {
-      std::ofstream(path, std::ios::binary) << bytes;
-    }
+    if (!gz) return dir_.Write(name, bytes);
+    const std::string path = (dir_.path() / name).string();
+    gzFile f = gzopen(path.c_str(), "wb");
+    gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+    gzclose(f);
     return path;
   }
   std::string Images(uint32_t n) {
     return Header(0x803, {n, 28, 28}) + std::string(n * 784, '\x80');
   }
   std::string Labels(uint32_t n) { return Header(0x801, {n}) + std::string(n, '\x03'); }
-  fs::path dir_;
+  testing::ScratchDir dir_{"idx_test"};
 };
 
 TEST_F(IdxTest, ReadsPlainAndGzip) {
@@ -59,7 +51,7 @@ TEST_F(IdxTest, ReadsPlainAndGzip) {
 }
 
 TEST_F(IdxTest, MissingFileNamesIt) {
-  const std::string p = (dir_ / "nope").string();
+  const std::string p = (dir_.path() / "nope").string();
   EXPECT_THAT(ReadIdx(p, 3), StatusIs(absl::StatusCode::kNotFound, HasSubstr(p)));
 }
 
@@ -89,21 +81,21 @@ TEST_F(IdxTest, OversizedHeaderAndTrailingBytes) {
 TEST_F(IdxTest, DatasetCountMismatchNamesBothFiles) {
   Write("train-images-idx3-ubyte", Images(3));
   Write("train-labels-idx1-ubyte.gz", Labels(2), true);
-  EXPECT_THAT(LoadIdxDataset(dir_.string(), Split::kTrain),
+  EXPECT_THAT(LoadIdxDataset(dir_.path().string(), Split::kTrain),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        ::testing::AllOf(HasSubstr("train-images-idx3-ubyte"),
                                         HasSubstr("train-labels-idx1-ubyte.gz"))));
 }
 
 TEST_F(IdxTest, DatasetMissingIsFailedPrecondition) {
-  EXPECT_THAT(LoadIdxDataset(dir_.string(), Split::kTest),
+  EXPECT_THAT(LoadIdxDataset(dir_.path().string(), Split::kTest),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("t10k-images")));
 }
 
 TEST_F(IdxTest, DatasetScalesPixels) {
   Write("t10k-images-idx3-ubyte", Images(2));
   Write("t10k-labels-idx1-ubyte", Labels(2));
-  ASSERT_OK_AND_ASSIGN(Dataset ds, LoadIdxDataset(dir_.string(), Split::kTest));
+  ASSERT_OK_AND_ASSIGN(Dataset ds, LoadIdxDataset(dir_.path().string(), Split::kTest));
   EXPECT_EQ(ds.size, 2);
   EXPECT_FLOAT_EQ(ds.images[0], 128.0f / 255.0f);
   EXPECT_EQ(ds.labels[1], 3);

@@ -27,18 +27,11 @@ std::string Fixture(const std::string& name) {
 
 class NpzTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("npz_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
   void TearDown() override {
-    fs::remove_all(dir_);
     if (memfd_ >= 0) close(memfd_);
   }
   std::string Write(const std::string& name, const std::string& bytes) {
-    const std::string path = (dir_ / name).string();
-    testing::WriteFile(path, bytes);
-    return path;
+    return dir_.Write(name, bytes);
   }
   // The same in memory (a memfd named `name`, read through /proc/self/fd): the loops
   // over every truncation and every flipped byte write a thousand files.
@@ -56,7 +49,7 @@ class NpzTest : public ::testing::Test {
     z.Add("b.npy", NpyBytes("<i8", {3}, RawBytes<int64_t>({7, 8, 9})), o);
     return z.Finish(zip64_end, comment);
   }
-  fs::path dir_;
+  testing::ScratchDir dir_{"npz_test"};
   int memfd_ = -1;
 };
 
@@ -121,9 +114,9 @@ TEST_F(NpzTest, AMissingArrayIsNamedWithTheKeysPresent) {
 }
 
 TEST_F(NpzTest, WhatIsNotAnNpzIsNamed) {
-  EXPECT_THAT(NpzFile::Open((dir_ / "none.npz").string()),
+  EXPECT_THAT(NpzFile::Open((dir_.path() / "none.npz").string()),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("none.npz")));
-  EXPECT_THAT(NpzFile::Open(dir_.string()),
+  EXPECT_THAT(NpzFile::Open(dir_.path().string()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a regular file")));
   EXPECT_THAT(NpzFile::Open(Write("e.npz", "")),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("e.npz: not a .npz")));

@@ -11,8 +11,13 @@ namespace lockstep {
 namespace {
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
-// A state stream to or from one worker (1 MiB chunks) with gRPC's buffers.
-constexpr uint64_t kStreamBytes = 4 * kMiB;
+// A state stream to or from one worker: a chunk (1 MiB, or the whole state when smaller)
+// and gRPC's copies of it, four in all.
+constexpr uint64_t kChunkBytes = kMiB;
+constexpr uint64_t kStreamCopies = 4;
+// A worker's connection and its share of the job's bookkeeping (115 to 135 KiB measured
+// per worker with 256 and 1,024 workers: bench/results/scale.md), with room.
+constexpr uint64_t kConnectionBytes = 256 << 10;
 // A job's other bookkeeping on the coordinator (its event log, at most 4 MiB by
 // default, RPCs) and what the heap does not give back between copies.
 constexpr uint64_t kCoordinatorJobBytes = 32 * kMiB;
@@ -42,7 +47,9 @@ MemoryEstimate EstimateMemory(const v1::JobSpec& spec, DatasetSize data) {
   // fetches each snapshot and the final checkpoint from rank 0 and copies it into the
   // file's tensors to write it, while the start a file gave may still be held: at most
   // three copies at once, and a stream per worker.
-  e.coordinator = 3 * e.train_state + n * kStreamBytes + kCoordinatorJobBytes;
+  e.coordinator_per_worker =
+      kStreamCopies * std::min(kChunkBytes, e.train_state) + kConnectionBytes;
+  e.coordinator = 3 * e.train_state + n * e.coordinator_per_worker + kCoordinatorJobBytes;
   // A worker: params, gradients, optimizer slots and the optimizer's scratch in the
   // backend (on a GPU: none of them in host memory), and a host copy of the params for
   // checksums.
@@ -70,10 +77,13 @@ absl::Status CheckMemoryBudget(const v1::JobSpec& spec, const MemoryBudget& budg
                             : spec.model().layers_size() > 0 ? "model.layers"
                                                              : "model";
   if (budget.coordinator_per_job > 0 && e.coordinator > budget.coordinator_per_job) {
+    // The state's copies or the workers' streams, whichever weighs more, name the field.
+    const uint64_t streams = e.coordinator_per_worker * std::max<uint32_t>(1, spec.workers());
     return absl::ResourceExhaustedError(absl::StrCat(
-        model, ": the job needs about ", Mib(e.coordinator), " on the coordinator (up to 3 copies ",
-        "of its ", Mib(e.train_state), " TrainState), over the coordinator's budget of ",
-        Mib(budget.coordinator_per_job), " per job (--job_memory_budget_mb)"));
+        streams > 3 * e.train_state ? "workers" : model, ": the job needs about ",
+        Mib(e.coordinator), " on the coordinator (up to 3 copies of its ", Mib(e.train_state),
+        " TrainState, ", Mib(streams), " for its workers' streams), over the coordinator's ",
+        "budget of ", Mib(budget.coordinator_per_job), " per job (--job_memory_budget_mb)"));
   }
   if (budget.worker > 0 && e.worker() > budget.worker) {
     // The part that weighs most names the field to change.

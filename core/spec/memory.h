@@ -25,6 +25,7 @@ struct MemoryEstimate {
   // The coordinator's memory for this job (its own process not included): the
   // TrainState as it holds it, up to three copies while it saves one.
   uint64_t coordinator = 0;
+  uint64_t coordinator_per_worker = 0;  // of which each worker's stream and connection
   // Each worker's whole process, in host memory, by part (a cuda job's state and
   // activations are in device memory: not counted).
   uint64_t worker_state = 0;        // params, gradients, optimizer state, checksum copy,

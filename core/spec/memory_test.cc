@@ -28,7 +28,10 @@ TEST(Memory, CountsTheTrainStateAsTheCoordinatorAndTheWorkersHoldIt) {
   const uint64_t params = 97'949'010 * sizeof(float);
   const MemoryEstimate e = EstimateMemory(spec);
   EXPECT_EQ(e.train_state, 3 * params);  // params, mu, nu
-  EXPECT_EQ(e.coordinator, 9 * params + 2 * 4 * kMiB + 32 * kMiB);
+  // 3 copies of the state, and per worker a stream of 1 MiB chunks (4 copies) and the
+  // connection.
+  EXPECT_EQ(e.coordinator_per_worker, 4 * kMiB + 256 * 1024);
+  EXPECT_EQ(e.coordinator, 9 * params + 2 * e.coordinator_per_worker + 32 * kMiB);
   // params, grads, mu, nu, the checksum copy; Gloo's scratch between the 2 workers.
   EXPECT_EQ(e.worker_state, 5 * params + params / 2);
   // 60,000 + 10,000 images of 784 floats and a label.
@@ -125,6 +128,28 @@ TEST(Memory, TheExamplesFitTheDefaultBudgets) {
     ASSERT_OK_AND_ASSIGN(spec, Validate(spec));
     EXPECT_THAT(CheckMemoryBudget(spec, MemoryBudget()), IsOk()) << name;
   }
+}
+
+TEST(Memory, AThousandWorkersOfASmallModelFitTheCoordinatorAndTooManyNameWorkers) {
+  // The MNIST CNN's state is over a chunk: 4.25 MiB per worker; an MLP of 12 KiB of
+  // state streams it whole: 4 copies and the connection.
+  v1::JobSpec small = ValidSpec(R"(
+model: {kind: mlp, hidden: [4]}
+optimizer: {kind: sgd, learning_rate: 0.1}
+global_batch_size: 1024
+steps: 10
+workers: 64
+)");
+  small.set_workers(1024);  // over the spec's default cap (--max_workers_per_job raises it)
+  const MemoryEstimate e = EstimateMemory(small);
+  EXPECT_EQ(e.coordinator_per_worker, 4 * e.train_state + 256 * 1024);
+  EXPECT_THAT(CheckMemoryBudget(small, MemoryBudget(), {.train = 60'000, .test = 10'000}), IsOk());
+  MemoryBudget tight;
+  tight.coordinator_per_job = 64 * kMiB;
+  EXPECT_THAT(CheckMemoryBudget(small, tight, {.train = 60'000, .test = 10'000}),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       AllOf(HasSubstr("workers: the job needs about"),
+                             HasSubstr("for its workers' streams"))));
 }
 
 }  // namespace

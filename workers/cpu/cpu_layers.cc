@@ -223,27 +223,11 @@ void MaxPoolBackward(int threads, const ConvGeometry& g, const float* x, const f
 
 void LayerNorm(int threads, int rows, int cols, float epsilon, const float* x, const float* scale,
                const float* bias, float* y, float* mean, float* rstd) {
-  const float n = static_cast<float>(cols);
 #pragma omp parallel for num_threads(threads) \
     schedule(static) if (static_cast <size_t>(rows) * cols > kParallelMin)
   for (int r = 0; r < rows; ++r) {
-    const float* xr = x + static_cast<size_t>(r) * cols;
-    float sum = 0.0f, sum_sq = 0.0f;
-    for (int c = 0; c < cols; ++c) {
-      sum += xr[c];
-      sum_sq += xr[c] * xr[c];
-    }
-    const float m = sum / n, m2 = sum_sq / n;
-    const float var = std::max(0.0f, m2 - m * m);
-    const float rs = 1.0f / std::sqrt(var + epsilon);
-    mean[r] = m;
-    rstd[r] = rs;
-    float* yr = y + static_cast<size_t>(r) * cols;
-    for (int c = 0; c < cols; ++c) {
-      const float mul = scale != nullptr ? rs * scale[c] : rs;
-      const float v = (xr[c] - m) * mul;
-      yr[c] = bias != nullptr ? v + bias[c] : v;
-    }
+    const size_t at = static_cast<size_t>(r) * cols;
+    math::LayerNormRow(cols, epsilon, x + at, scale, bias, y + at, mean + r, rstd + r);
   }
 }
 
@@ -251,24 +235,11 @@ void LayerNormBackward(int threads, int rows, int cols, const float* x, const fl
                        const float* mean, const float* rstd, const float* dy, float* dx,
                        float* dscale, float* dbias) {
   const bool parallel = static_cast<size_t>(rows) * cols > kParallelMin;
-  const float n = static_cast<float>(cols);
   if (dx != nullptr) {
-    // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * scale.
 #pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
     for (int r = 0; r < rows; ++r) {
       const size_t at = static_cast<size_t>(r) * cols;
-      float sum_g = 0.0f, sum_gx = 0.0f;
-      for (int c = 0; c < cols; ++c) {
-        const float gc = scale != nullptr ? dy[at + c] * scale[c] : dy[at + c];
-        sum_g += gc;
-        sum_gx += gc * ((x[at + c] - mean[r]) * rstd[r]);
-      }
-      const float mean_g = sum_g / n, mean_gx = sum_gx / n;
-      for (int c = 0; c < cols; ++c) {
-        const float gc = scale != nullptr ? dy[at + c] * scale[c] : dy[at + c];
-        const float xhat = (x[at + c] - mean[r]) * rstd[r];
-        dx[at + c] = rstd[r] * ((gc - mean_g) - xhat * mean_gx);
-      }
+      math::LayerNormDxRow(cols, x + at, scale, mean[r], rstd[r], dy + at, dx + at);
     }
   }
   if (dscale == nullptr && dbias == nullptr) return;

@@ -1,3 +1,4 @@
+#include "core/layer_math.h"
 #include "workers/cuda/launch.cuh"
 #include "workers/cuda/layer_norm.cuh"
 
@@ -10,46 +11,17 @@ constexpr int kBlocks = 8;
 __global__ void LayerNormKernel(int rows, int cols, float epsilon, const float* x,
                                 const float* scale, const float* bias, float* y, float* mean,
                                 float* rstd) {
-  const float n = static_cast<float>(cols);
   for (size_t r = FirstIndex(); r < size_t(rows); r += Stride()) {
-    const float* xr = x + r * cols;
-    float sum = 0.0f, sum_sq = 0.0f;
-    for (int c = 0; c < cols; ++c) {
-      sum += xr[c];
-      sum_sq += xr[c] * xr[c];
-    }
-    const float m = sum / n, m2 = sum_sq / n;
-    const float var = fmaxf(0.0f, m2 - m * m);
-    const float rs = 1.0f / sqrtf(var + epsilon);
-    mean[r] = m;
-    rstd[r] = rs;
-    float* yr = y + r * cols;
-    for (int c = 0; c < cols; ++c) {
-      const float mul = scale != nullptr ? rs * scale[c] : rs;
-      const float v = (xr[c] - m) * mul;
-      yr[c] = bias != nullptr ? v + bias[c] : v;
-    }
+    math::LayerNormRow(cols, epsilon, x + r * cols, scale, bias, y + r * cols, mean + r, rstd + r);
   }
 }
 
 __global__ void LayerNormDxKernel(int rows, int cols, const float* x, const float* scale,
                                   const float* mean, const float* rstd, const float* dy,
                                   float* dx) {
-  const float n = static_cast<float>(cols);
   for (size_t r = FirstIndex(); r < size_t(rows); r += Stride()) {
     const size_t at = r * cols;
-    float sum_g = 0.0f, sum_gx = 0.0f;
-    for (int c = 0; c < cols; ++c) {
-      const float gc = scale != nullptr ? dy[at + c] * scale[c] : dy[at + c];
-      sum_g += gc;
-      sum_gx += gc * ((x[at + c] - mean[r]) * rstd[r]);
-    }
-    const float mean_g = sum_g / n, mean_gx = sum_gx / n;
-    for (int c = 0; c < cols; ++c) {
-      const float gc = scale != nullptr ? dy[at + c] * scale[c] : dy[at + c];
-      const float xhat = (x[at + c] - mean[r]) * rstd[r];
-      dx[at + c] = rstd[r] * ((gc - mean_g) - xhat * mean_gx);
-    }
+    math::LayerNormDxRow(cols, x + at, scale, mean[r], rstd[r], dy + at, dx + at);
   }
 }
 
