@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CPU training throughput of Lockstep's peers: JAX (jit) and PyTorch (eager, compile).
 
-Trains the two benchmark models on Fashion-MNIST batches with the same optimizer as the
+Trains the benchmark models on Fashion-MNIST batches with the same optimizer as the
 Lockstep specs in bench/cpu/run, and prints one JSON object:
 
   {"threads": N, "cpus": [...], "versions": {...},
@@ -9,6 +9,8 @@ Lockstep specs in bench/cpu/run, and prints one JSON object:
 
   cnn: the Flax MNIST CNN (tools/reference/models.py), optax.sgd(0.1, momentum=0.9)
   mlp: 784-512-512-10 (no dropout), optax.adam(1e-3)
+  bn-convnet: examples/bn-convnet.yaml's model (models.BNConvNet: BatchNorm in training
+              mode, dropout 0.3) and optimizer (adam on a cosine decay), as the spec says
 
 Only training steps are timed, after `--warmup` steps (JIT compilation, allocator and
 thread-pool start-up). Each step draws its batch from a fixed random permutation with a
@@ -27,7 +29,7 @@ N threads:
            set); --xla_cpu_multi_thread_eigen=true (the default) is set explicitly.
   PyTorch: torch.set_num_threads(N), torch.set_num_interop_threads(1), OMP_NUM_THREADS=N
 
-Usage: peers.py [--threads N] [--models cnn,mlp] [--frameworks jax,torch,torch_compile]
+Usage: peers.py [--threads N] [--models cnn,mlp,bn-convnet] [--frameworks jax,torch,torch_compile]
                 [--steps S] [--windows W] [--warmup K] [--cpus 0,1]
 """
 import argparse
@@ -46,6 +48,14 @@ from idx import read_idx  # noqa: E402
 
 DATA = "/usr/share/datasets/fashion-mnist"
 BATCH = 128
+BN_CONVNET_SPEC = os.path.join(REPO, "examples", "bn-convnet.yaml")
+
+
+def bn_convnet_optimizer():
+  """The optimizer of examples/bn-convnet.yaml (a dict with the proto's field names)."""
+  import yaml
+  with open(BN_CONVNET_SPEC) as f:
+    return yaml.safe_load(f)["optimizer"]
 
 
 def load_train():
@@ -83,35 +93,72 @@ def timed_windows(step, idx, warmup, steps, windows, sync):
 
 # ---------------------------------------------------------------------------- JAX
 
-def run_jax(model_name, threads, warmup, steps, windows):
+def jax_bn_step(model, tx, images, labels):
+  """A training step of a model with BatchNorm and dropout (train=True): the batch
+  statistics' running averages carried beside the params, a dropout key per step."""
   import jax
   import jax.numpy as jnp
+  import optax
+
+  rng, init_rng = jax.random.split(jax.random.PRNGKey(0))
+  variables = model.init(init_rng, jnp.ones([1, 28, 28, 1]))
+  params, stats = variables["params"], variables["batch_stats"]
+
+  def train_step(params, stats, opt_state, x, y, key):
+    def loss(params):
+      logits, new = model.apply({"params": params, "batch_stats": stats}, x, train=True,
+                                rngs={"dropout": key}, mutable=["batch_stats"])
+      l = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+      return l, new["batch_stats"]
+    (l, stats), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), stats, opt_state, l
+
+  # Donating the state lets XLA update parameters in place, as Lockstep does.
+  train_step = jax.jit(train_step, donate_argnums=(0, 1, 2))
+  holder = {"state": (params, stats, tx.init(params)), "loss": None, "key": rng}
+
+  def step(b):
+    holder["key"], key = jax.random.split(holder["key"])
+    *state, holder["loss"] = train_step(*holder["state"], images[b], labels[b], key)
+    holder["state"] = tuple(state)
+
+  return step, lambda: jax.block_until_ready(holder["state"]), holder
+
+
+def run_jax(model_name, threads, warmup, steps, windows):
+  import jax
   from flax.training import train_state
   import models
 
   images, labels = load_train()
   if model_name == "cnn":
     model, tx = models.CNN(), models.make_tx("sgd", 0.1, momentum=0.9)
+  elif model_name == "bn-convnet":
+    model, tx = models.BNConvNet(), models.make_tx_from_spec(bn_convnet_optimizer())
   else:
     model, tx = models.MLP(widths=(512, 512), dropout_rate=0.0), models.make_tx("adam", 1e-3)
-  _, params = models.init_params(model, 0)
-  state = train_state.TrainState.create(apply_fn=model.apply, params=params, tx=tx)
+  if model_name == "bn-convnet":
+    step, sync, holder = jax_bn_step(model, tx, images, labels)
+  else:
+    _, params = models.init_params(model, 0)
+    state = train_state.TrainState.create(apply_fn=model.apply, params=params, tx=tx)
 
-  def train_step(state, x, y):
-    def loss(params):
-      return models.loss_fn(params, state.apply_fn, x, y)  # no dropout key: train=False
-    (l, _), grads = jax.value_and_grad(loss, has_aux=True)(state.params)
-    return state.apply_gradients(grads=grads), l
+    def train_step(state, x, y):
+      def loss(params):
+        return models.loss_fn(params, state.apply_fn, x, y)  # no dropout key: train=False
+      (l, _), grads = jax.value_and_grad(loss, has_aux=True)(state.params)
+      return state.apply_gradients(grads=grads), l
 
-  # Donating the state lets XLA update parameters in place, as Lockstep does.
-  train_step = jax.jit(train_step, donate_argnums=(0,))
-  holder = {"state": state, "loss": None}
+    # Donating the state lets XLA update parameters in place, as Lockstep does.
+    train_step = jax.jit(train_step, donate_argnums=(0,))
+    holder = {"state": state, "loss": None}
 
-  def step(b):
-    holder["state"], holder["loss"] = train_step(holder["state"], images[b], labels[b])
+    def step(b):
+      holder["state"], holder["loss"] = train_step(holder["state"], images[b], labels[b])
 
-  def sync():
-    jax.block_until_ready(holder["state"].params)
+    def sync():
+      jax.block_until_ready(holder["state"].params)
 
   idx = batch_indices(len(labels), warmup + steps * windows)
   rates = timed_windows(step, idx, warmup, steps, windows, sync)
@@ -130,9 +177,17 @@ def run_torch(model_name, threads, warmup, steps, windows, compile_):
   images, labels = load_train()
   x_all = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2)))  # NCHW, once
   y_all = torch.from_numpy(labels.astype(np.int64))
+  sched = None
   if model_name == "cnn":
     model = torch_models.CNN()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)  # = optax.sgd trace
+  elif model_name == "bn-convnet":
+    model = torch_models.BNConvNet()
+    o = bn_convnet_optimizer()
+    (kind, a), = o["schedule"].items()
+    assert o["kind"] == "adam" and kind == "cosine_decay", o  # what examples/bn-convnet.yaml says
+    opt = torch.optim.Adam(model.parameters(), lr=float(a["init_value"]))
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=int(a["decay_steps"]))
   else:
     model = torch_models.MLP()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -151,6 +206,8 @@ def run_torch(model_name, threads, warmup, steps, windows, compile_):
     loss = loss_fn(net(x), y)
     loss.backward()
     opt.step()
+    if sched is not None:
+      sched.step()
     holder["loss"] = loss
 
   idx = batch_indices(len(labels), warmup + steps * windows)
@@ -215,7 +272,7 @@ def main():
   })
   results = {}
   for model in args.models.split(","):
-    steps = args.steps or (100 if model == "cnn" else 300)
+    steps = args.steps or (300 if model == "mlp" else 100)
     results[model] = {}
     for fw in args.frameworks.split(","):
       cmd = ["taskset", "-c", args.cpus, sys.executable, os.path.abspath(__file__),

@@ -175,6 +175,45 @@ TEST_F(CliTest, TrainReadsAnNpzDatasetAndNamesTheArrayTheModelCannotFit) {
                                  ": array 'label': label 12 at index 95 is not in [0, 10)"));
 }
 
+TEST_F(CliTest, TrainDataPointsAnNpzSpecAtAFolder) {
+  // train.npz and test.npz in dir_/npz; the spec names no files, or one relative to --data.
+  fs::create_directories(dir_ / "npz" / "v2");
+  std::string pixels(64 * 784, '\0');
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<char>(i * 31 % 253);
+  std::vector<uint8_t> labels(64);
+  for (int i = 0; i < 64; ++i) labels[i] = static_cast<uint8_t>(i % 10);
+  const std::string npz =
+      testing::NpzBytes(testing::NpyBytes("|u1", {64, 28, 28, 1}, pixels),
+                        testing::NpyBytes("|u1", {64}, testing::RawBytes(labels)));
+  for (const char* name : {"npz/train.npz", "npz/test.npz", "npz/v2/test.npz"}) {
+    testing::WriteFile((dir_ / name).string(), npz);
+  }
+  const auto spec = [&](const std::string& name, const std::string& dataset) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << "model: {kind: mlp, hidden: [16]}\n"
+                        << "optimizer: {kind: sgd, learning_rate: 0.01}\n"
+                        << "dataset: " << dataset << "\nglobal_batch_size: 32\nepochs: 1\n";
+    return path;
+  };
+  const std::string data = " --data " + (dir_ / "npz").string();
+  Result r = Run("train --json --threads 1 " + spec("bare.yaml", "{format: npz}") + data);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["steps"], 2);
+  r = Run("train --json --threads 1 " +
+          spec("rel.yaml", "{format: npz, train_path: train.npz, test_path: v2/test.npz}") + data);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Without --data the same relative paths are read from the current folder: not there.
+  r = Run("train --json --threads 1 " + (dir_ / "rel.yaml").string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("train.npz"));
+  r = Run("train --json --threads 1 " +
+          spec("abs.yaml", "{format: npz, train_path: /nowhere/train.npz}") + data);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("dataset.train_path is absolute (/nowhere/train.npz)"));
+  r = Run("train --help");
+  EXPECT_THAT(r.out, HasSubstr("train_path and test_path are read relative to it"));
+}
+
 TEST_F(CliTest, ConnectionOptionsReadTheirEnvironmentVariables) {
   // No credentials anywhere: the error names the address from $LOCKSTEP_COORDINATOR.
   Result r = Run("list", "LOCKSTEP_COORDINATOR=127.0.0.1:9");

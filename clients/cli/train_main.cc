@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_format.h"
 #include "clients/cli/args.h"
+#include "clients/cli/data_option.h"
 #include "clients/cli/progress.h"
 #include "core/spec/spec.h"
 #include "services/standalone/local_job.h"
@@ -58,14 +59,17 @@ int Main(int argc, char** argv) {
   int threads = 0;
   app->add_option("SPEC", spec_file, "the job spec file")->required();
   app->add_flag("--json", json, "print one JSON object at the end, no progress");
-  app->add_option("--data", data,
-                  "the dataset folder (IDX files), instead of the spec's dataset.path");
+  app->add_option("--data", data, kDataOptionHelp);
   app->add_option("--threads", threads, "CPU threads (0: the spec's, else all cores)")
       ->check(AtLeast(0));
   if (std::optional<int> exit_code = Parse(*app, argc, argv)) return *exit_code;
   auto parsed = LoadSpecFile(spec_file);
   if (!parsed.ok()) return Fail(parsed.status());
-  if (!data.empty()) parsed->mutable_dataset()->set_path(data);
+  if (!data.empty()) {
+    if (absl::Status st = ApplyDataFolder(data, parsed->mutable_dataset()); !st.ok()) {
+      return Fail(st);
+    }
+  }
   if (threads > 0) parsed->set_threads(threads);
   auto spec = Validate(*parsed, {.files_in_checkpoint_dir = false});  // this user's own files
   if (!spec.ok()) return Fail(spec.status());

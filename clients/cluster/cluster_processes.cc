@@ -210,6 +210,7 @@ absl::StatusOr<pid_t> ClusterProcesses::SpawnWorker(int index) {
     argv.push_back(std::move(flag));
   }
   for (std::string& flag : MetricsFlags(ServerName(1 + index))) argv.push_back(std::move(flag));
+  argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
   return SpawnServer(argv, absl::StrCat(options_.dir, "/logs/worker-", index, ".log"));
 }
 

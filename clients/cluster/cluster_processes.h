@@ -29,6 +29,7 @@ struct ClusterOptions {
   int workers = 0;
   int threads_per_worker = 1;
   std::vector<std::string> coordinator_flags;  // more flags for the coordinator
+  std::vector<std::string> worker_flags;       // more flags for every worker (--data_root)
   // Plaintext (--insecure) instead of TLS with the credentials made in dir/credentials
   // (credentials.h; users: callers with role user besides admin).
   bool insecure = false;

@@ -44,6 +44,31 @@ class MLP(nn.Module):
     return nn.Dense(features=10)(x)
 
 
+class BNConvNet(nn.Module):
+  """examples/bn-convnet.yaml's model (422,090 params): [Conv 3x3 -> BatchNorm -> relu ->
+  max_pool 2x2] for 32 and 64 features, Dense(128) -> BatchNorm -> relu -> Dropout(0.3),
+  Dense(10). BatchNorm as the spec's batch_norm layers: momentum 0.9, epsilon 1e-5,
+  running averages in evaluation (train=False); under pmap it would take axis_name."""
+  momentum: float = 0.9
+  epsilon: float = 1e-5
+  dropout_rate: float = 0.3
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    def bn(x):
+      return nn.BatchNorm(use_running_average=not train, momentum=self.momentum,
+                          epsilon=self.epsilon)(x)
+
+    for features in (32, 64):
+      x = nn.Conv(features=features, kernel_size=(3, 3))(x)
+      x = nn.relu(bn(x))
+      x = nn.max_pool(x, window_shape=(2, 2), strides=(2, 2))
+    x = x.reshape((x.shape[0], -1))
+    x = nn.relu(bn(nn.Dense(features=128)(x)))
+    x = nn.Dropout(rate=self.dropout_rate, deterministic=not train)(x)
+    return nn.Dense(features=10)(x)
+
+
 def make_tx(kind, lr, momentum=0.0, weight_decay=1e-4, nesterov=False, b1=0.9, b2=0.999,
             eps=1e-8):
   """optax's optimizer; `lr` a float or an optax schedule."""

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Trains a Lockstep job spec's layer-list model in JAX/Flax/optax, to check a recipe's
+accuracy against the framework Lockstep follows.
+
+  tools/.venv/bin/python tools/reference/train_flax.py examples/bn-convnet.yaml
+
+Reads the spec's model.layers (golden_layers.Sequential, plus batch_norm as
+nn.BatchNorm(use_running_average=not train, momentum, epsilon, use_bias, use_scale)), its
+optimizer (models.make_tx_from_spec: schedules, clipping), global_batch_size, epochs (or
+steps) and seed, and its dataset (IDX folder or NPZ files, scaled as docs/datasets.md
+says). It trains one process on the whole global batch, which is what Flax's
+BatchNorm(axis_name=...) computes under pmap over equal shards (the statistics' mean
+over the devices is the batch's, up to float rounding), and prints the test accuracy after
+each epoch, evaluated with the running averages as `model.apply(..., train=False)` does.
+
+The data order and dropout keys follow Lockstep's plan only in kind (a permutation per
+epoch from the spec's seed, a fresh dropout key per step), not bit for bit: this is a check
+of the recipe, not a golden file.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from golden_layers import Sequential  # noqa: E402
+from idx import read_idx  # noqa: E402
+import models  # noqa: E402
+
+FASHION = "/usr/share/datasets/fashion-mnist"
+
+
+class BatchNormSequential(nn.Module):
+  """Sequential with batch_norm layers; the other layers as golden_layers builds them."""
+  spec_json: str
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    run = []  # consecutive non-BN layers go through one Sequential each
+    layers = json.loads(self.spec_json)["layers"]
+    for entry in layers + [None]:
+      kind = None if entry is None else next(iter(entry))
+      if entry is not None and kind != "batch_norm":
+        run.append(entry)
+        continue
+      if run:
+        x = Sequential(json.dumps({"layers": run}))(x, train)
+        run = []
+      if entry is not None:
+        o = entry["batch_norm"] or {}
+        x = nn.BatchNorm(use_running_average=not train, momentum=o.get("momentum", 0.99),
+                         epsilon=o.get("epsilon", 1e-5), use_bias=o.get("use_bias", True),
+                         use_scale=o.get("use_scale", True))(x)
+    return x
+
+
+def normalize_layers(layers):
+  """`- relu`, `- relu:` and `- relu: {}` all become {'relu': {}}."""
+  out = []
+  for e in layers:
+    if isinstance(e, str):
+      out.append({e: {}})
+    else:
+      (k, v), = e.items()
+      out.append({k: v or {}})
+  return out
+
+
+def load(dataset, split):
+  """float32 NHWC images and int32 labels of one split, as Lockstep reads them."""
+  dataset = dataset or {}
+  if dataset.get("format", "idx") == "npz":
+    with np.load(dataset[f"{split}_path"]) as f:
+      x, y = f[dataset.get("image_key", "image")], f[dataset.get("label_key", "label")]
+  else:
+    path = dataset.get("path", FASHION)
+    prefix = "train" if split == "train" else "t10k"
+    x = read_idx(f"{path}/{prefix}-images-idx3-ubyte.gz")[..., None]
+    y = read_idx(f"{path}/{prefix}-labels-idx1-ubyte.gz")
+  if x.dtype == np.uint8:
+    x = x.astype(np.float32) / np.float32(255)
+  norm = dataset.get("normalize")
+  if norm:
+    x = (x - np.asarray(norm["mean"], np.float32)) / np.asarray(norm["std"], np.float32)
+  return x, y.astype(np.int32)
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("spec")
+  p.add_argument("--epochs", type=int, help="override the spec's epochs")
+  args = p.parse_args()
+  spec = yaml.safe_load(open(args.spec))
+  model_spec = dict(spec["model"], layers=normalize_layers(spec["model"]["layers"]))
+  shape = model_spec.get("input_shape", [28, 28, 1])
+  batch = int(spec["global_batch_size"])
+  seed = int(spec.get("seed", 0))
+
+  x_train, y_train = load(spec.get("dataset"), "train")
+  x_test, y_test = load(spec.get("dataset"), "test")
+  steps_per_epoch = len(x_train) // batch
+  epochs = args.epochs or int(spec.get("epochs") or -(-int(spec["steps"]) // steps_per_epoch))
+
+  model = BatchNormSequential(json.dumps(model_spec))
+  rng, init_rng = jax.random.split(jax.random.PRNGKey(seed))
+  variables = model.init(init_rng, jnp.ones([1, *shape]))
+  params, stats = variables["params"], variables.get("batch_stats", {})
+  tx = models.make_tx_from_spec(spec["optimizer"])
+  opt_state = tx.init(params)
+  print(f"{args.spec}: {sum(v.size for v in jax.tree_util.tree_leaves(params)):,} params, "
+        f"{epochs} epochs of {steps_per_epoch} steps at batch {batch}", flush=True)
+
+  @jax.jit
+  def train_step(params, stats, opt_state, x, y, key):
+    def lf(p):
+      logits, new = model.apply({"params": p, "batch_stats": stats}, x, train=True,
+                                rngs={"dropout": key}, mutable=["batch_stats"])
+      loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+      return loss, new.get("batch_stats", {})
+
+    (loss, stats), grads = jax.value_and_grad(lf, has_aux=True)(params)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), stats, opt_state, loss
+
+  @jax.jit
+  def correct(params, stats, x, y):
+    logits = model.apply({"params": params, "batch_stats": stats}, x, train=False)
+    return jnp.sum(jnp.argmax(logits, -1) == y)
+
+  dropout_key = jax.random.PRNGKey(seed + 1)
+  history = []
+  for epoch in range(1, epochs + 1):
+    t0 = time.time()
+    rng, input_rng = jax.random.split(rng)
+    order = np.asarray(jax.random.permutation(input_rng, len(x_train)))
+    losses = []
+    for s in range(steps_per_epoch):
+      idx = order[s * batch:(s + 1) * batch]
+      step_key, dropout_key = jax.random.split(dropout_key)
+      params, stats, opt_state, loss = train_step(params, stats, opt_state, x_train[idx],
+                                                  y_train[idx], step_key)
+      losses.append(loss)
+    n = sum(int(correct(params, stats, x_test[i:i + 1000], y_test[i:i + 1000]))
+            for i in range(0, len(x_test), 1000))
+    acc = n / len(x_test)
+    history.append(acc)
+    print(f"epoch {epoch}: train loss {float(jnp.mean(jnp.stack(losses))):.4f}, "
+          f"test accuracy {acc:.4f} ({time.time() - t0:.0f} s)", flush=True)
+  print(json.dumps({"spec": args.spec, "test_accuracy": history}))
+
+
+if __name__ == "__main__":
+  main()
