@@ -1,7 +1,9 @@
 // Data-parallel equivalence, across real processes: N workers on global batch B end with
 // the parameters of 1 worker and of `lockstep train`'s job loop (no dropout), and 2
-// workers with dropout end with JAX pmap's parameters (golden file). Replicas end
-// bitwise identical, and each step's loss is the mean of the workers' local losses.
+// workers with dropout end with JAX pmap's parameters (golden file), as do 2 workers
+// training a BatchNorm convnet, running averages included (their statistics all-reduced
+// across the worker processes). Replicas end bitwise identical, and each step's loss is
+// the mean of the workers' local losses.
 #include <grpcpp/grpcpp.h>
 
 #include <map>
@@ -26,9 +28,11 @@ class Equivalence : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete cluster_; }
 
-  // Runs the spec on the cluster; returns the final params from its checkpoint.
+  // Runs the spec on the cluster; returns the final params from its checkpoint (and the
+  // whole state in `final_state`, when given).
   std::vector<float> RunOnCluster(v1::JobSpec spec, const std::string& name,
-                                  std::vector<v1::StepEvent>* steps = nullptr) {
+                                  std::vector<v1::StepEvent>* steps = nullptr,
+                                  TrainState* final_state = nullptr) {
     spec.set_checkpoint_path(name + ".safetensors");
     auto job = cluster_->Submit(spec);
     EXPECT_TRUE(job.ok()) << job.status();
@@ -48,9 +52,11 @@ class Equivalence : public ::testing::Test {
     auto state = ReadCheckpoint(done->checkpoint_path(), *model, *opt);
     EXPECT_TRUE(state.ok()) << state.status();
     if (!state.ok()) return {};
-    // The coordinator compared every replica's checksum; the saved params carry it.
-    EXPECT_EQ(ParamChecksum(state->params), done->param_checksum());
+    // The coordinator compared every replica's checksum (params and batch_stats); the saved
+    // state carries it.
+    EXPECT_EQ(ParamChecksum(state->params, state->batch_stats), done->param_checksum());
     EXPECT_EQ(state->step, spec.steps());
+    if (final_state != nullptr) *final_state = *state;
     return state->params;
   }
 
@@ -115,6 +121,31 @@ TEST_F(Equivalence, TwoWorkersWithDropoutMatchJaxPmap) {
   ASSERT_EQ(steps.size(), losses->size());
   for (size_t i = 0; i < steps.size(); ++i) {
     EXPECT_NEAR(steps[i].loss(), (*losses)[i], 1e-5 * std::fabs((*losses)[i])) << "step " << i;
+  }
+}
+
+TEST_F(Equivalence, TwoWorkersWithBatchNormMatchJaxPmap) {
+  ASSERT_OK_AND_ASSIGN(SafeTensors golden,
+                       SafeTensors::Read(GoldenPath("batchnorm_pmap2_fashion.safetensors")));
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec parsed, ParseSpec(golden.metadata().at("spec"), "golden spec"));
+  ASSERT_EQ(parsed.workers(), 2u);
+  ASSERT_OK_AND_ASSIGN(Model model, Model::FromSpec(parsed.model()));
+  ASSERT_GT(model.stats_layout().total(), 0u);
+  std::vector<v1::StepEvent> steps;
+  TrainState state;
+  RunOnCluster(parsed, "batchnorm2", &steps, &state);
+  ExpectClose(model, state.params, GoldenParams(golden, model, "train.params."),
+              "2 workers vs jax.pmap");
+  ASSERT_EQ(state.batch_stats.size(), model.stats_layout().total());
+  for (const ParamEntry& e : model.stats_layout().entries()) {
+    auto want = golden.F32("train.stats." + e.name);
+    ASSERT_OK(want);
+    EXPECT_LE(RelativeL2({state.batch_stats.data() + e.offset, e.size}, *want), 1e-5) << e.name;
+  }
+  ASSERT_OK_AND_ASSIGN(std::vector<float> losses, golden.F32("train.losses"));
+  ASSERT_EQ(steps.size(), losses.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_NEAR(steps[i].loss(), losses[i], 1e-5 * std::fabs(losses[i])) << "step " << i;
   }
 }
 
