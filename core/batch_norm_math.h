@@ -35,14 +35,19 @@ LS_HOST_DEVICE inline float BatchNormVariance(float mean, float mean2) {
   return v > 0.0f ? v : 0.0f;
 }
 
-// One channel's input gradient, dx = dy * mul + g_mean + g_mean2 * (2 * x), its
-// coefficients from the transposes in Flax's forward order:
+// One channel's input gradient as JAX's autodiff of Flax's forward gives it,
 //   y = (x - mean) * mul + bias, mul = rsqrt(var + eps) * scale,
-//   var = max(0, mean2 - mean^2), [mean, mean2] = pmean([sum(x), sum(x^2)] / rows).
+//   var = max(0, mean2 - mean^2), [mean, mean2] = pmean([sum(x), sum(x^2)] / rows),
+// whose transposes give dx = dy * mul + g_mean + g_mean2 * 2x with
+//   g_mean = (-sum_dy * mul - 2 * mean * d_v) / M, g_mean2 = d_v / M,
+// M = replicas * rows, d_v the cotangent of var before the max. Written here as
+//   dx = (dy - sum_dy / M) * mul + (x - mean) * (2 * d_v / M),
+// the same sum without the cancellation of g_mean against g_mean2 * 2x (whose rounding
+// would otherwise leak into the parameters before the norm, whose true gradient is 0).
 // sum_dy and sum_dyc are the sums over all replicas of dy and dy * (x - mean) (each
 // replica's cotangents of the pmean'd stats are psum'd by its transpose).
 struct BatchNormGrad {
-  float mul, g_mean, g_mean2;
+  float mean, mul, mean_dy, k;
 };
 
 LS_HOST_DEVICE inline BatchNormGrad BatchNormGradFor(float mean, float mean2, float var,
@@ -57,14 +62,13 @@ LS_HOST_DEVICE inline BatchNormGrad BatchNormGradFor(float mean, float mean2, fl
   // jnp.maximum(0, v)'s gradient: 1 where v > 0, 0.5 on a tie, 0 below.
   const float v = mean2 - mean * mean;
   const float d_v = v > 0.0f ? d_var : (v == 0.0f ? d_var * 0.5f : 0.0f);
-  const float d_mean = -(sum_dy * mul) - d_v * (2.0f * mean);
   // pmean's transpose divides by the replicas, the local mean's by its rows.
   const float n = static_cast<float>(replicas), r = static_cast<float>(rows);
-  return {mul, d_mean / n / r, d_v / n / r};
+  return {mean, mul, sum_dy / n / r, (2.0f * d_v) / n / r};
 }
 
 LS_HOST_DEVICE inline float BatchNormDx(const BatchNormGrad& g, float x, float dy) {
-  return (dy * g.mul + g.g_mean) + g.g_mean2 * (2.0f * x);
+  return (dy - g.mean_dy) * g.mul + (x - g.mean) * g.k;
 }
 
 }  // namespace lockstep::math

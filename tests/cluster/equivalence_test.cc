@@ -134,8 +134,26 @@ TEST_F(Equivalence, TwoWorkersWithBatchNormMatchJaxPmap) {
   std::vector<v1::StepEvent> steps;
   TrainState state;
   RunOnCluster(parsed, "batchnorm2", &steps, &state);
-  ExpectClose(model, state.params, GoldenParams(golden, model, "train.params."),
-              "2 workers vs jax.pmap");
+  // The biases right before a BatchNorm get gradients of rounding noise only (the norm
+  // subtracts any shift; JAX's end within 2e-7 of 0, ours within 1e-5, summed in another
+  // order): those must stay within 1e-5 of the layer's kernel norm, the rest within 1e-5
+  // relative L2.
+  const std::vector<float> want = GoldenParams(golden, model, "train.params.");
+  const auto& entries = model.layout().entries();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const ParamEntry& e = entries[i];
+    const std::span<const float> a(state.params.data() + e.offset, e.size),
+        b(want.data() + e.offset, e.size);
+    if (e.name == "Conv_0/bias" || e.name == "Dense_0/bias") {
+      const ParamEntry& k = entries[i - 1];  // the layer's kernel
+      ASSERT_EQ(k.name, e.name.substr(0, e.name.find('/')) + "/kernel");
+      double norm = 0;
+      for (size_t j = 0; j < k.size; ++j) norm += double{want[k.offset + j]} * want[k.offset + j];
+      EXPECT_LE(MaxAbsDiff(a, b), 1e-5 * std::sqrt(norm)) << e.name;
+    } else {
+      EXPECT_LE(RelativeL2(a, b), 1e-5) << e.name;
+    }
+  }
   ASSERT_EQ(state.batch_stats.size(), model.stats_layout().total());
   for (const ParamEntry& e : model.stats_layout().entries()) {
     auto want = golden.F32("train.stats." + e.name);
