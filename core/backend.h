@@ -93,6 +93,11 @@ inline size_t SumSquaresPartials(size_t n) {
   return total;
 }
 
+// The fixed row blocks of BatchNorm's column sums (see BatchNormMoments), and the floats
+// their partial sums take for `cols` channels.
+inline constexpr int kBatchNormBlocks = 64;
+inline size_t BatchNormPartials(int cols) { return 2 * size_t(kBatchNormBlocks) * cols; }
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -162,6 +167,45 @@ class Backend {
   virtual void LayerNormBackward(int rows, int cols, const float* x, const float* scale,
                                  const float* mean, const float* rstd, const float* dy, float* dx,
                                  float* dscale, float* dbias) = 0;
+
+  // Flax BatchNorm (use_fast_variance) on x (rows, cols): statistics per channel (column)
+  // over every row and across the N replicas. A training step runs
+  //   BatchNormMoments, [all-reduce sum of the 2 * cols moments, Divide by N],
+  //   BatchNormVariance, BatchNormApply and BatchNormUpdateStats; and backward
+  //   BatchNormBackwardReduce, [all-reduce sum of its 2 * cols sums], BatchNormBackwardApply;
+  // evaluation only BatchNormApply with the running averages. Column sums are taken over
+  // kBatchNormBlocks fixed row blocks, each in row order, added in block order: the same
+  // bits whatever the threads, and on every backend; `partials` (BatchNormPartials(cols)
+  // floats of backend memory) holds the blocks' sums.
+  // moments (2 * cols) = [column sums of x / rows, column sums of x * x / rows].
+  virtual void BatchNormMoments(int rows, int cols, const float* x, float* partials,
+                                float* moments) = 0;
+  // var (cols) = max(0, moments[cols + c] - moments[c]^2).
+  virtual void BatchNormVariance(int cols, const float* moments, float* var) = 0;
+  // y = (x - mean) * (rsqrt(var + epsilon) * scale) + bias per column; scale and bias may
+  // be null (use_scale, use_bias false); y may be x.
+  virtual void BatchNormApply(int rows, int cols, float epsilon, const float* x, const float* mean,
+                              const float* var, const float* scale, const float* bias,
+                              float* y) = 0;
+  // The running averages: ra_mean = momentum * ra_mean + one_minus_momentum * mean, and
+  // ra_var likewise with var (cols each).
+  virtual void BatchNormUpdateStats(int cols, float momentum, float one_minus_momentum,
+                                    const float* mean, const float* var, float* ra_mean,
+                                    float* ra_var) = 0;
+  // sums (2 * cols) = [column sums of dy, of dy * (x - mean)]; and from them this
+  // replica's parameter gradients dbias = sums[c], dscale = sums[cols + c] *
+  // rsqrt(var + epsilon) (overwritten; null where the layer has no such param).
+  virtual void BatchNormBackwardReduce(int rows, int cols, float epsilon, const float* x,
+                                       const float* dy, const float* mean, const float* var,
+                                       float* partials, float* sums, float* dscale,
+                                       float* dbias) = 0;
+  // dx (overwritten) as JAX's autodiff of Flax's formula gives it on each of `replicas`
+  // replicas of `rows` rows (math::BatchNormGrad), given the moments and `sums`, the
+  // BatchNormBackwardReduce sums added over the replicas.
+  virtual void BatchNormBackwardApply(int rows, int cols, float epsilon, int replicas,
+                                      const float* x, const float* dy, const float* moments,
+                                      const float* var, const float* scale, const float* sums,
+                                      float* dx) = 0;
 
   // Flax Dropout: mask = bernoulli(*key, keep, (n,)) drawn with jax.random's bits, then
   // y = mask ? x / keep : 0. mask holds 0/1 bytes. `key` is in backend memory, so a

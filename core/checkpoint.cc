@@ -15,11 +15,12 @@ std::string FlaxName(const std::string& prefix, const ParamEntry& e) {
 
 constexpr char kFormat[] = "lockstep.train_state.v1";
 
-// The tensors under `prefix` ("params", "opt_state.mu"; "" for bare names) into `dst`.
-absl::Status Load(const SafeTensors& st, const std::string& path, const Model& model,
+// The tensors of `layout` under `prefix` ("params", "opt_state.mu", "batch_stats"; "" for
+// bare names) into `dst`.
+absl::Status Load(const SafeTensors& st, const std::string& path, const ParamLayout& layout,
                   const std::string& prefix, std::vector<float>& dst) {
-  dst.resize(model.layout().total());
-  for (const ParamEntry& e : model.layout().entries()) {
+  dst.resize(layout.total());
+  for (const ParamEntry& e : layout.entries()) {
     std::string name = FlaxName(prefix, e);
     if (prefix.empty()) name = name.substr(1);
     ASSIGN_OR_RETURN(std::vector<float> v, st.F32(name));  // NOT_FOUND naming file and tensor
@@ -35,11 +36,13 @@ absl::Status Load(const SafeTensors& st, const std::string& path, const Model& m
 absl::StatusOr<TrainState> FromTensors(const SafeTensors& st, const std::string& path,
                                        const Model& model, const Optimizer& optimizer) {
   TrainState state;
-  RETURN_IF_ERROR(Load(st, path, model, "params", state.params));
+  RETURN_IF_ERROR(Load(st, path, model.layout(), "params", state.params));
   state.slots.resize(optimizer.slots().size());
   for (size_t s = 0; s < optimizer.slots().size(); ++s) {
-    RETURN_IF_ERROR(Load(st, path, model, "opt_state." + optimizer.slots()[s], state.slots[s]));
+    RETURN_IF_ERROR(
+        Load(st, path, model.layout(), "opt_state." + optimizer.slots()[s], state.slots[s]));
   }
+  RETURN_IF_ERROR(Load(st, path, model.stats_layout(), "batch_stats", state.batch_stats));
   auto it = st.metadata().find("step");
   if (it != st.metadata().end() && !absl::SimpleAtoi(it->second, &state.step)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": step \"", it->second, "\""));
@@ -61,6 +64,10 @@ absl::Status WriteCheckpoint(const std::string& path, const Model& model,
       st.AddF32(FlaxName("opt_state." + optimizer.slots()[s], e), e.shape,
                 std::span<const float>(state.slots[s].data() + e.offset, e.size));
     }
+  }
+  for (const ParamEntry& e : model.stats_layout().entries()) {
+    st.AddF32(FlaxName("batch_stats", e), e.shape,
+              std::span<const float>(state.batch_stats.data() + e.offset, e.size));
   }
   st.metadata() = extra;
   st.metadata()["step"] = std::to_string(state.step);
@@ -92,8 +99,15 @@ absl::StatusOr<StartingPoint> ReadStartingPoint(const std::string& path, const M
   const bool prefixed =
       !model.layout().entries().empty() &&
       st.tensors().count(FlaxName("params", model.layout().entries().front())) > 0;
-  RETURN_IF_ERROR(Load(st, path, model, prefixed ? "params" : "", params));
-  start.state = TrainState::Create(std::move(params), optimizer);
+  RETURN_IF_ERROR(Load(st, path, model.layout(), prefixed ? "params" : "", params));
+  // The file's batch_stats where it has them (flatten_dict of the whole variables),
+  // otherwise the fresh running averages of init.
+  std::vector<float> stats = model.InitStats();
+  const auto& stats_entries = model.stats_layout().entries();
+  if (!stats_entries.empty() && st.tensors().count(FlaxName("batch_stats", stats_entries[0]))) {
+    RETURN_IF_ERROR(Load(st, path, model.stats_layout(), "batch_stats", stats));
+  }
+  start.state = TrainState::Create(std::move(params), optimizer, std::move(stats));
   start.params_only = true;
   return start;
 }

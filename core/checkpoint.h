@@ -1,5 +1,6 @@
 // Checkpoints: a TrainState as a safetensors file with Flax-style flattened names
-// ("params.Conv_0.kernel", "opt_state.mu.Conv_0.kernel"), the step and RNG keys in its
+// ("params.Conv_0.kernel", "opt_state.mu.Conv_0.kernel", "batch_stats.BatchNorm_0.mean"),
+// the step and RNG keys in its
 // metadata, so that Python's safetensors loads it straight into a Flax params tree.
 #ifndef LOCKSTEP_CORE_CHECKPOINT_H_
 #define LOCKSTEP_CORE_CHECKPOINT_H_
@@ -28,7 +29,8 @@ absl::StatusOr<TrainState> ReadCheckpoint(const std::string& path, const Model& 
 // What a job can start from (`resume_from`): a Lockstep train state (its metadata's format
 // is "lockstep.train_state.v1") to continue where it stopped, or a file of params only
 // (Flax names, with or without the "params." prefix, as flatten_dict(params, sep=".")
-// writes them) to fine-tune from, at step 0 with a fresh optimizer state.
+// writes them) to fine-tune from, at step 0 with a fresh optimizer state (and the file's
+// batch_stats.* where it has them, else those of init).
 struct StartingPoint {
   TrainState state;
   bool params_only = false;

@@ -1,6 +1,7 @@
-// Checkpoints and starting points: a train state round-trips bitwise with its metadata, a
-// params-only file (either naming) starts at step 0 with a fresh optimizer state, and a
-// file for another model is refused naming the tensor.
+// Checkpoints and starting points: a train state round-trips bitwise with its metadata
+// (BatchNorm's batch_stats under Flax's names too), a params-only file (either naming)
+// starts at step 0 with a fresh optimizer state, and a file for another model is refused
+// naming the tensor.
 #include "core/checkpoint.h"
 
 #include <filesystem>
@@ -90,6 +91,42 @@ steps: 1
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(path)));
   EXPECT_THAT(ReadStartingPoint(dir_ + "/missing.safetensors", other.model, other.optimizer),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing.safetensors")));
+}
+
+TEST_F(CheckpointTest, BatchStatsRoundTripUnderFlaxNamesAndParamsOnlyStartsGetInit) {
+  ASSERT_OK_AND_ASSIGN(TrainSetup bn, SetupFromSpec(ValidSpec(R"(
+model: {layers: [flatten, dense: {features: 8}, batch_norm: {momentum: 0.9}, relu,
+                 dense: {features: 10}, batch_norm: {use_scale: false}]}
+optimizer: {kind: adam, learning_rate: 0.001}
+global_batch_size: 32
+steps: 1
+)")));
+  TrainState state = TrainState::Create(bn.model.Init(TrainingPlan::InitKey(3, bn.impl), bn.impl),
+                                        bn.optimizer, bn.model.InitStats());
+  state.step = 5;
+  for (size_t i = 0; i < state.batch_stats.size(); ++i) state.batch_stats[i] = 0.5f + i;
+  const std::string path = dir_ + "/bn.safetensors";
+  ASSERT_OK(WriteCheckpoint(path, bn.model, bn.optimizer, state, {}));
+  ASSERT_OK_AND_ASSIGN(SafeTensors st, SafeTensors::Read(path));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> var1, st.F32("batch_stats.BatchNorm_1.var"));
+  EXPECT_EQ(var1, std::vector<float>(state.batch_stats.end() - 10, state.batch_stats.end()));
+  EXPECT_EQ(st.tensors().count("params.BatchNorm_1.scale"), 0u);
+  ASSERT_OK_AND_ASSIGN(StartingPoint start, ReadStartingPoint(path, bn.model, bn.optimizer));
+  EXPECT_FALSE(start.params_only);
+  EXPECT_EQ(start.state.batch_stats, state.batch_stats);
+  // Params alone (Flax's `params` collection): the running averages start as init's.
+  SafeTensors params_only;
+  for (const ParamEntry& e : bn.model.layout().entries()) {
+    std::string name = "params." + e.name;
+    for (char& c : name) c = c == '/' ? '.' : c;
+    params_only.AddF32(name, e.shape,
+                       std::span<const float>(state.params.data() + e.offset, e.size));
+  }
+  ASSERT_OK(params_only.Write(dir_ + "/bn-params.safetensors"));
+  ASSERT_OK_AND_ASSIGN(start,
+                       ReadStartingPoint(dir_ + "/bn-params.safetensors", bn.model, bn.optimizer));
+  EXPECT_TRUE(start.params_only);
+  EXPECT_EQ(start.state.batch_stats, bn.model.InitStats());
 }
 
 }  // namespace

@@ -94,6 +94,19 @@ void Model::LayerNorm(double epsilon, bool use_bias, bool use_scale) {
   layers_.push_back(l);
 }
 
+void Model::BatchNorm(double momentum, double epsilon, bool use_bias, bool use_scale) {
+  // Flax declares batch_stats mean then var, and creates scale then bias.
+  Layer l{LayerKind::kBatchNorm, AutoName("BatchNorm"), Last(), Last()};
+  l.epsilon = static_cast<float>(epsilon);
+  l.momentum = static_cast<float>(momentum);
+  l.one_minus_momentum = static_cast<float>(1.0 - momentum);
+  l.mean = stats_layout_.Add(l.name + "/mean", {l.in.c});
+  l.var = stats_layout_.Add(l.name + "/var", {l.in.c});
+  if (use_scale) l.scale = layout_.Add(l.name + "/scale", {l.in.c});
+  if (use_bias) l.bias = layout_.Add(l.name + "/bias", {l.in.c});
+  layers_.push_back(l);
+}
+
 void Model::Relu() { layers_.push_back({LayerKind::kRelu, "", Last(), Last()}); }
 
 void Model::Activate(Activation a) {
@@ -141,6 +154,7 @@ double Model::ForwardFlopsPerSample() const {
         flops += out * l.window.kh * l.window.kw;
         break;
       case LayerKind::kLayerNorm:
+      case LayerKind::kBatchNorm:
         flops += 8.0 * out;  // two sums, squares, subtract, scale, shift
         break;
       case LayerKind::kActivation:
@@ -177,6 +191,16 @@ std::vector<float> Model::Init(rng::Key init_key, rng::Impl impl) const {
     for (float& v : out) v *= stddev;
   }
   return params;
+}
+
+std::vector<float> Model::InitStats() const {
+  std::vector<float> stats(stats_layout_.total(), 0.0f);
+  for (const Layer& l : layers_) {
+    if (l.var < 0) continue;
+    const ParamEntry& v = stats_layout_.entries()[l.var];
+    std::fill_n(stats.begin() + v.offset, v.size, 1.0f);
+  }
+  return stats;
 }
 
 }  // namespace lockstep

@@ -1,5 +1,7 @@
-// Model: a sequential stack of Flax linen layers (Conv, Dense, LayerNorm, activations,
-// pools, flatten, Dropout) with Flax's module names, parameter layout and initialization.
+// Model: a sequential stack of Flax linen layers (Conv, Dense, BatchNorm, LayerNorm,
+// activations, pools, flatten, Dropout) with Flax's module names, parameter layout and
+// initialization, and the layout of the `batch_stats` collection (BatchNorm's running
+// averages).
 // Backends execute the stack (see step.h); this file only describes it.
 //
 // A spec's `model.layers` builds any such stack (model_spec.cc checks it); the presets
@@ -31,6 +33,7 @@ enum class LayerKind {
   kMaxPool,
   kLayerNorm,
   kActivation,  // gelu, tanh, sigmoid, silu (Layer::activation)
+  kBatchNorm,
 };
 
 // lax's padding modes for convolutions and pools.
@@ -64,10 +67,15 @@ struct Layer {
   bool count_include_pad = true;                  // avg_pool
   Activation activation = Activation::kGeluTanh;  // kActivation
   float keep = 1.0f;                              // dropout: float32(1 - rate)
-  float epsilon = 0.0f;                           // layer_norm: float32(epsilon)
-  int kernel = -1;                                // indices into layout(): conv and dense kernels,
-  int bias = -1;   // their biases and layer_norm's (-1 without use_bias)
-  int scale = -1;  // layer_norm's scale (-1 without use_scale)
+  float epsilon = 0.0f;                           // layer_norm, batch_norm: float32(epsilon)
+  // batch_norm: float32(momentum) and float32(1 - momentum) (1 - momentum taken in double,
+  // as Python does before JAX casts it).
+  float momentum = 0.0f, one_minus_momentum = 0.0f;
+  int kernel = -1;  // indices into layout(): conv and dense kernels,
+  int bias = -1;    // their biases and the norms' (-1 without use_bias)
+  int scale = -1;   // the norms' scales (-1 without use_scale)
+  int mean = -1;    // batch_norm: indices into stats_layout() of its running mean and var
+  int var = -1;
 
   bool has_params() const { return kernel >= 0 || bias >= 0 || scale >= 0; }
 };
@@ -91,6 +99,11 @@ class Model {
   void Dense(int features, bool use_bias = true);
   // nn.LayerNorm(epsilon, use_bias, use_scale) over the last axis.
   void LayerNorm(double epsilon = 1e-6, bool use_bias = true, bool use_scale = true);
+  // nn.BatchNorm(use_running_average=not train, momentum, epsilon, use_bias, use_scale,
+  // axis_name='batch'): statistics per channel (the last axis) over every other axis and
+  // across replicas; momentum in [0, 1), epsilon > 0.
+  void BatchNorm(double momentum = 0.99, double epsilon = 1e-5, bool use_bias = true,
+                 bool use_scale = true);
   void Relu();
   void Activate(Activation a);  // nn.gelu, nn.tanh, nn.sigmoid, nn.silu
   // nn.avg_pool / nn.max_pool(window_shape, strides, padding) on an image input.
@@ -103,6 +116,9 @@ class Model {
 
   const std::vector<Layer>& layers() const { return layers_; }
   const ParamLayout& layout() const { return layout_; }
+  // The `batch_stats` collection: "BatchNorm_0/mean", "BatchNorm_0/var", ... (empty
+  // without batch_norm layers).
+  const ParamLayout& stats_layout() const { return stats_layout_; }
   Dims input() const { return input_; }
   // The stack's output so far (the input when empty).
   Dims Last() const { return layers_.empty() ? input_ : layers_.back().out; }
@@ -115,6 +131,8 @@ class Model {
   // lecun_normal kernels (truncated normal), zero biases, LayerNorm scales of one,
   // Flax's per-module keys.
   std::vector<float> Init(rng::Key init_key, rng::Impl impl) const;
+  // model.init(...)['batch_stats'] in stats_layout() order: zero means, unit variances.
+  std::vector<float> InitStats() const;
 
  private:
   std::string AutoName(const std::string& cls);
@@ -125,6 +143,7 @@ class Model {
   Dims input_;
   std::vector<Layer> layers_;
   ParamLayout layout_;
+  ParamLayout stats_layout_;
   std::vector<std::pair<std::string, int>> counters_;
 };
 

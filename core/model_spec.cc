@@ -79,24 +79,19 @@ absl::Status CheckWindow(const std::string& layer, const char* size_field, Dims 
   return absl::OkStatus();
 }
 
-// Calls m.BatchNorm where this build's Model has it (its own branch adds it).
-template <typename M>
-absl::Status AddBatchNorm(M& m, const std::string& field, const v1::BatchNormSpec& s) {
+absl::Status AddBatchNorm(Model& m, const std::string& at, const v1::BatchNormSpec& s) {
+  const std::string field = at + ".batch_norm";
   const double momentum = s.has_momentum() ? s.momentum() : 0.99;
   const double epsilon = s.has_epsilon() ? s.epsilon() : 1e-5;
-  if (!(momentum >= 0.0 && momentum <= 1.0)) {
-    return Invalid(field + ".momentum", absl::StrCat(momentum, " is not in [0, 1]"));
+  if (!(momentum >= 0.0 && momentum < 1.0)) {
+    return Invalid(field + ".momentum", absl::StrCat(momentum, " is not in [0, 1)"));
   }
   if (!(epsilon > 0.0 && epsilon < 1.0)) {
     return Invalid(field + ".epsilon", absl::StrCat(epsilon, " is not in (0, 1)"));
   }
-  if constexpr (requires { m.BatchNorm(momentum, epsilon, true, true); }) {
-    m.BatchNorm(momentum, epsilon, !s.has_use_bias() || s.use_bias(),
-                !s.has_use_scale() || s.use_scale());
-    return absl::OkStatus();
-  } else {
-    return Invalid(field, "not built in this branch");
-  }
+  m.BatchNorm(momentum, epsilon, !s.has_use_bias() || s.use_bias(),
+              !s.has_use_scale() || s.use_scale());
+  return absl::OkStatus();
 }
 
 // A conv kernel's or pool window's size, strides and padding, checked against `in`.
@@ -171,7 +166,7 @@ absl::Status AddLayer(Model& m, int i, const v1::LayerSpec& spec) {
     case v1::LayerSpec::kDense:
       return AddDense(m, at, spec.dense());
     case v1::LayerSpec::kBatchNorm:
-      return AddBatchNorm(m, at + ".batch_norm", spec.batch_norm());
+      return AddBatchNorm(m, at, spec.batch_norm());
     case v1::LayerSpec::kLayerNorm:
       return AddLayerNorm(m, at, spec.layer_norm());
     case v1::LayerSpec::kRelu:

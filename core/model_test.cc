@@ -186,14 +186,47 @@ INSTANTIATE_TEST_SUITE_P(
         BadModel{"model: {kind: cnn, input_shape: [2, 2, 1]}",
                  {"model.input_shape", "does not fit model.kind \"cnn\"", "avg_pool"}},
         BadModel{"model: {layers: [flatten, batch_norm: {momentum: 2}, dense: {features: 10}]}",
-                 {"model.layers[1].batch_norm.momentum"}}));
+                 {"model.layers[1].batch_norm.momentum"}},
+        BadModel{"model: {layers: [flatten, batch_norm: {momentum: 1}, dense: {features: 10}]}",
+                 {"model.layers[1].batch_norm.momentum", "not in [0, 1)"}},
+        BadModel{"model: {layers: [flatten, dense: {features: 10}, batch_norm: {epsilon: 0}]}",
+                 {"model.layers[2].batch_norm.epsilon", "not in (0, 1)"}}));
 
-TEST(Model, BatchNormIsRefusedUntilThisBuildHasIt) {
-  absl::StatusOr<Model> m =
-      FromYaml("model: {layers: [flatten, batch_norm: {}, dense: {features: 10}]}");
-  if (m.ok()) GTEST_SKIP() << "this build has BatchNorm";
-  EXPECT_THAT(m, StatusIs(absl::StatusCode::kInvalidArgument,
-                          HasSubstr("model.layers[1].batch_norm: not built in this branch")));
+TEST(Model, BatchNormHasFlaxParamsAndBatchStats) {
+  ASSERT_OK_AND_ASSIGN(
+      Model m, FromYaml("model: {input_shape: [4, 4, 2], layers: [conv: {features: 3, kernel_size: "
+                        "[3, 3]}, batch_norm: {momentum: 0.9}, flatten, dense: {features: 10}, "
+                        "batch_norm: {use_scale: false, epsilon: 0.001}]}"));
+  const auto& l = m.layers();
+  ASSERT_EQ(l[1].kind, LayerKind::kBatchNorm);
+  EXPECT_EQ(l[1].name, "BatchNorm_0");
+  EXPECT_EQ(l[4].name, "BatchNorm_1");
+  EXPECT_EQ(l[1].momentum, 0.9f);
+  EXPECT_EQ(l[1].one_minus_momentum, static_cast<float>(1.0 - 0.9));
+  EXPECT_EQ(l[4].epsilon, 0.001f);
+  std::vector<std::string> names;
+  for (const ParamEntry& e : m.layout().entries()) names.push_back(e.name);
+  EXPECT_THAT(names, ::testing::ElementsAre("Conv_0/kernel", "Conv_0/bias", "BatchNorm_0/scale",
+                                            "BatchNorm_0/bias", "Dense_0/kernel", "Dense_0/bias",
+                                            "BatchNorm_1/bias"));
+  names.clear();
+  for (const ParamEntry& e : m.stats_layout().entries()) names.push_back(e.name);
+  EXPECT_THAT(names, ::testing::ElementsAre("BatchNorm_0/mean", "BatchNorm_0/var",
+                                            "BatchNorm_1/mean", "BatchNorm_1/var"));
+  EXPECT_EQ(m.stats_layout().total(), 26u);
+  const std::vector<float> stats = m.InitStats();
+  EXPECT_EQ(stats, std::vector<float>({0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0,
+                                       0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}));
+  const std::vector<float> params = m.Init({0, 1}, rng::Impl::kPartitionable);
+  const ParamEntry& scale = m.layout().entries()[2];
+  EXPECT_EQ(
+      std::vector<float>(params.begin() + scale.offset, params.begin() + scale.offset + scale.size),
+      std::vector<float>({1, 1, 1}));
+}
+
+TEST(Model, PresetsHaveNoBatchStats) {
+  EXPECT_EQ(Model::Cnn().stats_layout().total(), 0u);
+  EXPECT_EQ(Model::Mlp({32}, 0.1).stats_layout().total(), 0u);
 }
 
 TEST(Model, SpecErrorsInLayersNameTheirPath) {

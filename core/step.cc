@@ -17,13 +17,13 @@ namespace lockstep {
 // place (out[i] == out[i-1]), as does an inactive dropout. din[i] is the gradient with
 // respect to layer i's input, for the layers whose backward produces one in a buffer of
 // its own (activations work on dy in place). cols[i]: a conv's patches; stats[i]: a layer
-// norm's per-row mean, then rstd.
+// norm's per-row mean, then rstd; bn[i]: a batch norm's BatchNormBuffer (training only).
 struct StepExecutor::Workspace {
   int capacity = 0;
   bool train = false;
   Buffer idx, input, labels, loss, dlogits, correct;
   std::vector<Buffer> owned;
-  std::vector<float*> out, din, cols, stats;
+  std::vector<float*> out, din, cols, stats, bn;
   std::vector<uint8_t*> mask;
   std::vector<float> host_loss, host_correct;
 };
@@ -70,8 +70,14 @@ uint64_t ColsPerSample(const Layer& l) {
   return static_cast<uint64_t>(l.out.h) * l.out.w * l.window.kh * l.window.kw * l.in.c;
 }
 
-// A layer norm's rows per sample (one per pixel, or one when flat).
+// A layer norm's rows per sample (one per pixel, or one when flat); a batch norm's too.
 int NormRows(const Layer& l) { return l.in.h * l.in.w; }
+
+// A batch norm's workspace floats in training: its moments, var, backward sums and the
+// column sums' partials.
+uint64_t BatchNormBuffer(const Layer& l) {
+  return 5 * uint64_t(l.in.c) + BatchNormPartials(l.in.c);
+}
 
 }  // namespace
 
@@ -107,6 +113,9 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(
                    backend->Allocate(sizeof(UpdateScalars) + keys * sizeof(rng::Key)));
   ASSIGN_OR_RETURN(e->params_, backend->Allocate(bytes));
   ASSIGN_OR_RETURN(e->grads_, backend->Allocate(bytes));
+  if (e->stats_count() > 0) {
+    ASSIGN_OR_RETURN(e->stats_, backend->Allocate(e->stats_count() * sizeof(float)));
+  }
   const size_t scratch = e->optimizer_.ScratchBytes(e->model_.layout().total());
   if (scratch > 0) {
     ASSIGN_OR_RETURN(e->update_scratch_, backend->Allocate(scratch));
@@ -130,7 +139,7 @@ absl::StatusOr<DeviceDataset> UploadDataset(Backend& backend, const Dataset& dat
 }
 
 uint64_t StepExecutor::state_bytes() const {
-  return uint64_t{model_.layout().total()} * (1 + slots_.size()) * sizeof(float);
+  return (uint64_t{model_.layout().total()} * (1 + slots_.size()) + stats_count()) * sizeof(float);
 }
 
 absl::Status StepExecutor::ForStateRange(
@@ -142,10 +151,14 @@ absl::Status StepExecutor::ForStateRange(
                                                    "-byte train state"));
   }
   const uint64_t per_buffer = uint64_t{model_.layout().total()} * sizeof(float);
+  const uint64_t stats_at = per_buffer * (1 + slots_.size());
   for (uint64_t done = 0; done < size;) {
-    const uint64_t at = offset + done, i = at / per_buffer, in = at % per_buffer;
-    const uint64_t n = std::min(size - done, per_buffer - in);
-    float* buffer = i == 0 ? params_.as() : slots_[i - 1].as();
+    const uint64_t at = offset + done;
+    const bool stats = at >= stats_at;  // the batch_stats, after the params and slots
+    const uint64_t i = stats ? 0 : at / per_buffer, in = stats ? at - stats_at : at % per_buffer;
+    const uint64_t n =
+        std::min(size - done, (stats ? stats_count() * sizeof(float) : per_buffer) - in);
+    float* buffer = stats ? stats_.as() : (i == 0 ? params_.as() : slots_[i - 1].as());
     RETURN_IF_ERROR(f(buffer, in, done, n));
     done += n;
   }
@@ -168,10 +181,16 @@ absl::Status StepExecutor::ReadState(uint64_t offset, std::span<char> out) {
 }
 
 absl::StatusOr<uint64_t> StepExecutor::ParamChecksum() {
-  host_params_.resize(model_.layout().total());
-  RETURN_IF_ERROR(ReadState(
-      0, {reinterpret_cast<char*>(host_params_.data()), host_params_.size() * sizeof(float)}));
-  return ::lockstep::ParamChecksum(host_params_);
+  const size_t n = model_.layout().total(), stats = stats_count();
+  host_params_.resize(n + stats);
+  char* host = reinterpret_cast<char*>(host_params_.data());
+  RETURN_IF_ERROR(backend_->CopyToHost(host, params_.as(), n * sizeof(float)));
+  if (stats > 0) {
+    RETURN_IF_ERROR(
+        backend_->CopyToHost(host + n * sizeof(float), stats_.as(), stats * sizeof(float)));
+  }
+  RETURN_IF_ERROR(backend_->Synchronize());
+  return ::lockstep::ParamChecksum({host_params_.data(), n}, {host_params_.data() + n, stats});
 }
 
 absl::Status StepExecutor::SetState(const TrainState& state) {
@@ -187,6 +206,11 @@ absl::Status StepExecutor::SetState(const TrainState& state) {
           absl::StrCat("an optimizer slot has ", slot.size(), " values, not ", n));
     }
   }
+  if (state.batch_stats.size() != stats_count()) {
+    return absl::InvalidArgumentError(absl::StrCat("train state has ", state.batch_stats.size(),
+                                                   " batch_stats values; the model needs ",
+                                                   stats_count()));
+  }
   const std::string bytes = StateBytes(state);
   RETURN_IF_ERROR(WriteState(0, bytes));
   step_ = state.step;
@@ -196,8 +220,8 @@ absl::Status StepExecutor::SetState(const TrainState& state) {
 absl::StatusOr<TrainState> StepExecutor::GetState() {
   std::string bytes(state_bytes(), '\0');
   RETURN_IF_ERROR(ReadState(0, {bytes.data(), bytes.size()}));
-  return StateFromBytes(bytes,
-                        {step_, model_.layout().total(), static_cast<uint32_t>(slots_.size())});
+  return StateFromBytes(
+      bytes, {step_, model_.layout().total(), static_cast<uint32_t>(slots_.size()), stats_count()});
 }
 
 // What GetWorkspace allocates, buffer for buffer: keep the two in step.
@@ -214,6 +238,7 @@ uint64_t WorkspaceBytes(const Model& model, int batch, bool train) {
     if (l.kind == LayerKind::kConv) bytes += b * ColsPerSample(l) * f;
     if (l.kind == LayerKind::kDropout) bytes += b * l.out.size();
     if (l.kind == LayerKind::kLayerNorm) bytes += 2 * b * NormRows(l) * f;
+    if (l.kind == LayerKind::kBatchNorm && train) bytes += BatchNormBuffer(l) * f;
     if (train && static_cast<int>(i) > first && OwnsInputGrad(l, train)) {
       bytes += b * l.in.size() * f;
     }
@@ -257,6 +282,7 @@ absl::StatusOr<StepExecutor::Workspace*> StepExecutor::GetWorkspace(int batch, b
   ws->din.assign(layers.size(), nullptr);
   ws->cols.assign(layers.size(), nullptr);
   ws->stats.assign(layers.size(), nullptr);
+  ws->bn.assign(layers.size(), nullptr);
   ws->mask.assign(layers.size(), nullptr);
   for (size_t i = 0; i < layers.size(); ++i) {
     const Layer& l = layers[i];
@@ -279,6 +305,10 @@ absl::StatusOr<StepExecutor::Workspace*> StepExecutor::GetWorkspace(int batch, b
     if (l.kind == LayerKind::kLayerNorm) {
       ASSIGN_OR_RETURN(void* st, alloc(2 * b * NormRows(l) * sizeof(float)));
       ws->stats[i] = static_cast<float*>(st);
+    }
+    if (l.kind == LayerKind::kBatchNorm && train) {
+      ASSIGN_OR_RETURN(void* bn, alloc(BatchNormBuffer(l) * sizeof(float)));
+      ws->bn[i] = static_cast<float*>(bn);
     }
     if (train && static_cast<int>(i) > first && OwnsInputGrad(l, train)) {
       ASSIGN_OR_RETURN(void* d, alloc(b * l.in.size() * sizeof(float)));
@@ -316,7 +346,7 @@ absl::Status StepExecutor::Prepare(Workspace& ws, const DeviceDataset& data,
   return backend_->CopyToDevice(step_args_.as(), args.data(), args.size());
 }
 
-void StepExecutor::Forward(Workspace& ws, const DeviceDataset& data, int b, bool train) {
+absl::Status StepExecutor::Forward(Workspace& ws, const DeviceDataset& data, int b, bool train) {
   backend_->GatherRows(data.row, b, ws.idx.as<int32_t>(), data.images.as(), ws.input.as());
   backend_->GatherLabels(b, ws.idx.as<int32_t>(), data.labels.as<int32_t>(),
                          ws.labels.as<int32_t>());
@@ -362,6 +392,9 @@ void StepExecutor::Forward(Workspace& ws, const DeviceDataset& data, int b, bool
                             ws.stats[i], ws.stats[i] + rows);
         break;
       }
+      case LayerKind::kBatchNorm:
+        RETURN_IF_ERROR(BatchNormForward(l, b * NormRows(l), train, x, y, ws.bn[i]));
+        break;
       case LayerKind::kFlatten:
         break;
       case LayerKind::kDropout:
@@ -375,6 +408,7 @@ void StepExecutor::Forward(Workspace& ws, const DeviceDataset& data, int b, bool
   }
   backend_->SoftmaxCrossEntropy(b, model_.num_classes(), ws.out.back(), ws.labels.as<int32_t>(),
                                 ws.loss.as(), ws.dlogits.as(), ws.correct.as());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StepMetrics> StepExecutor::Finish(Workspace& ws, int b) {
@@ -389,7 +423,7 @@ absl::StatusOr<StepMetrics> StepExecutor::Finish(Workspace& ws, int b) {
   return StepMetrics{loss / static_cast<float>(b), correct / static_cast<float>(b)};
 }
 
-void StepExecutor::Backward(Workspace& ws, int b) {
+absl::Status StepExecutor::Backward(Workspace& ws, int b) {
   const auto& layers = model_.layers();
   const auto& entries = model_.layout().entries();
   const float* params = params_.as();
@@ -445,6 +479,9 @@ void StepExecutor::Backward(Workspace& ws, int b) {
                                     ws.stats[i] + rows, dy, dx, grad(l.scale), grad(l.bias));
         break;
       }
+      case LayerKind::kBatchNorm:
+        RETURN_IF_ERROR(BatchNormBackward(l, b * NormRows(l), x, dy, dx, ws.bn[i]));
+        break;
       case LayerKind::kFlatten:
         break;
       case LayerKind::kDropout:
@@ -455,6 +492,7 @@ void StepExecutor::Backward(Workspace& ws, int b) {
     }
     if (dx != nullptr) dy = dx;
   }
+  return absl::OkStatus();
 }
 
 absl::Status StepExecutor::DeviceStep(Workspace& ws, const DeviceDataset& data, bool update) {
@@ -463,8 +501,8 @@ absl::Status StepExecutor::DeviceStep(Workspace& ws, const DeviceDataset& data, 
     return std::chrono::duration<double>(b - a).count();
   };
   const auto t0 = Clock::now();
-  Forward(ws, data, local_batch_, true);
-  Backward(ws, local_batch_);
+  RETURN_IF_ERROR(Forward(ws, data, local_batch_, true));
+  RETURN_IF_ERROR(Backward(ws, local_batch_));
   const auto t1 = Clock::now();
   timings_.compute = seconds(t0, t1);
   if (!update) return absl::OkStatus();
@@ -480,6 +518,7 @@ absl::Status StepExecutor::DeviceStep(Workspace& ws, const DeviceDataset& data, 
   for (Buffer& s : slots_) slots.push_back(s.as());
   optimizer_.Apply(*backend_, n, step_args_.as<UpdateScalars>(), update_scratch_.as<void>(),
                    grads_.as(), slots, params_.as());
+  UpdateBatchStats(ws.bn);
   timings_.update = seconds(t2, Clock::now());
   return absl::OkStatus();
 }
@@ -585,7 +624,7 @@ absl::StatusOr<EvalMetrics> StepExecutor::Evaluate(const DeviceDataset& data, in
     const int b = static_cast<int>(std::min<int64_t>(cap, end - start));
     std::iota(idx.begin(), idx.begin() + b, static_cast<int32_t>(start));
     RETURN_IF_ERROR(Prepare(*ws, data, std::span<const int32_t>(idx.data(), b), {}));
-    Forward(*ws, data, b, false);
+    RETURN_IF_ERROR(Forward(*ws, data, b, false));
     ASSIGN_OR_RETURN(StepMetrics m, Finish(*ws, b));
     total.loss += static_cast<double>(m.loss) * b;
     total.accuracy += static_cast<double>(m.accuracy) * b;

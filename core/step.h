@@ -74,14 +74,15 @@ class StepExecutor {
   void set_collective_timeout(absl::Duration t) { collective_options_.timeout = t; }
   size_t param_count() const { return model_.layout().total(); }
   size_t slot_count() const { return slots_.size(); }
+  size_t stats_count() const { return model_.stats_layout().total(); }
 
-  // The state as bytes in StateBytes's layout (params, then each optimizer slot), written
+  // The state as bytes in StateBytes's layout (params, each optimizer slot, batch_stats), written
   // and read in pieces so that it never needs a second whole copy in host memory.
   // INVALID_ARGUMENT when [offset, offset + size) is outside the state.
   uint64_t state_bytes() const;
   absl::Status WriteState(uint64_t offset, std::string_view bytes);
   absl::Status ReadState(uint64_t offset, std::span<char> out);
-  // ParamChecksum of the params, copying only them to the host.
+  // ParamChecksum of the params and batch_stats, copying only them to the host.
   absl::StatusOr<uint64_t> ParamChecksum();
 
   // The training step on the local batch `indices` into `data`, with this replica's
@@ -89,8 +90,10 @@ class StepExecutor {
   absl::StatusOr<StepMetrics> Step(const DeviceDataset& data, std::span<const int32_t> indices,
                                    rng::Key dropout_key);
 
-  // Forward and backward only (no all-reduce, no update): leaves the local gradients
-  // for Gradients() and the dropout masks for DropoutMasks(). Never uses a graph.
+  // Forward and backward only (no gradient all-reduce, no update, running averages kept):
+  // leaves the local gradients for Gradients() and the dropout masks for DropoutMasks().
+  // Never uses a graph. BatchNorm's statistics are still all-reduced (N > 1): they are
+  // part of the forward pass, so every replica must call this alike.
   absl::StatusOr<StepMetrics> ComputeGradients(const DeviceDataset& data,
                                                std::span<const int32_t> indices,
                                                rng::Key dropout_key);
@@ -129,8 +132,19 @@ class StepExecutor {
   absl::StatusOr<bool> ReplayGraph(Workspace& ws, const DeviceDataset& data);
   // Device part: no host synchronization, so a backend can capture it as a graph.
   absl::Status DeviceStep(Workspace& ws, const DeviceDataset& data, bool update);
-  void Forward(Workspace& ws, const DeviceDataset& data, int batch, bool train);
-  void Backward(Workspace& ws, int batch);
+  // Errors: the collective's (BatchNorm's statistics, N > 1).
+  absl::Status Forward(Workspace& ws, const DeviceDataset& data, int batch, bool train);
+  absl::Status Backward(Workspace& ws, int batch);
+  // BatchNorm layer `l` on `rows` rows (step_batch_norm.cc). `bn` holds the layer's
+  // BatchNormBuffer floats: its moments (all-reduced), var, backward sums and partials.
+  absl::Status BatchNormForward(const Layer& l, int rows, bool train, const float* x, float* y,
+                                float* bn);
+  absl::Status BatchNormBackward(const Layer& l, int rows, const float* x, const float* dy,
+                                 float* dx, float* bn);
+  // The running averages from the last forward pass's statistics (`bn`: per layer, its
+  // BatchNorm workspace), for every BatchNorm.
+  void UpdateBatchStats(const std::vector<float*>& bn);
+  int replicas() const { return collective_ != nullptr ? collective_->size() : 1; }
   // Host part after a step: the local loss and accuracy.
   absl::StatusOr<StepMetrics> Finish(Workspace& ws, int batch);
   // Calls f(buffer, offset in it, state offset, bytes) for each buffer [offset, offset + size)
@@ -152,6 +166,7 @@ class StepExecutor {
   int64_t step_ = 0;
   Timings timings_;
   Buffer params_, grads_;
+  Buffer stats_;  // batch_stats (Model::stats_layout()), when the model has any
   // Per-step arguments in backend memory: UpdateScalars, then one key per Dropout layer.
   Buffer step_args_;
   Buffer update_scratch_;          // Optimizer::ScratchBytes (clipping's partial sums), if any
@@ -159,7 +174,7 @@ class StepExecutor {
   std::unique_ptr<Backend::Graph> graph_;
   const DeviceDataset* graph_data_ = nullptr;
   std::vector<Buffer> slots_;
-  std::vector<float> host_params_;  // ParamChecksum's copy
+  std::vector<float> host_params_;  // ParamChecksum's copy: params, then batch_stats
   std::unique_ptr<Workspace> train_ws_, eval_ws_;
 };
 

@@ -1,5 +1,6 @@
 // TrainState on the host: flax.training.train_state.TrainState's step, params and
-// optimizer state, each tensor tree flattened into one array in ParamLayout order.
+// optimizer state, each tensor tree flattened into one array in ParamLayout order, and the
+// model's `batch_stats` collection (BatchNorm's running averages; empty without them).
 #ifndef LOCKSTEP_CORE_TRAIN_STATE_H_
 #define LOCKSTEP_CORE_TRAIN_STATE_H_
 
@@ -18,18 +19,22 @@ struct TrainState {
   int64_t step = 0;  // updates applied (= optax's count)
   std::vector<float> params;
   std::vector<std::vector<float>> slots;  // Optimizer::slots() order, each like params
+  std::vector<float> batch_stats;         // Model::stats_layout() order
 
-  // TrainState.create(params, tx): step 0, zero optimizer state.
-  static TrainState Create(std::vector<float> params, const Optimizer& optimizer) {
+  // TrainState.create(params, tx) with the model's batch_stats (Model::InitStats): step 0,
+  // zero optimizer state.
+  static TrainState Create(std::vector<float> params, const Optimizer& optimizer,
+                           std::vector<float> batch_stats = {}) {
     TrainState s;
     s.slots.assign(optimizer.slots().size(), std::vector<float>(params.size(), 0.0f));
     s.params = std::move(params);
+    s.batch_stats = std::move(batch_stats);
     return s;
   }
 };
 
 // What describes a TrainState's bytes in transit (Prepare, FetchState): the params, then
-// each slot, param_count float32 each, in host order.
+// each slot, param_count float32 each, then the stats_count batch_stats, in host order.
 struct StateHeader {
   // More optimizer slots than any optimizer has (adam's are two).
   static constexpr uint32_t kMaxSlots = 16;
@@ -37,6 +42,7 @@ struct StateHeader {
   int64_t step = 0;
   uint64_t param_count = 0;
   uint32_t slot_count = 0;
+  uint64_t stats_count = 0;
 
   // The byte count; INVALID_ARGUMENT when it would exceed `max_bytes` (or overflow), or
   // slot_count exceeds kMaxSlots.
@@ -45,7 +51,8 @@ struct StateHeader {
 
 std::string StateBytes(const TrainState& state);
 // The bytes of a fresh TrainState (step 0, zero optimizer slots) without building it.
-std::string InitialStateBytes(std::span<const float> params, uint32_t slot_count);
+std::string InitialStateBytes(std::span<const float> params, uint32_t slot_count,
+                              std::span<const float> batch_stats = {});
 // The inverse of StateBytes. INVALID_ARGUMENT naming both sizes unless `bytes` holds
 // exactly what `header` describes.
 absl::StatusOr<TrainState> StateFromBytes(std::string_view bytes, const StateHeader& header);
@@ -66,11 +73,12 @@ class StateAssembler {
  private:
   StateAssembler() = default;
   TrainState state_;  // each tensor as long as what has arrived of it
-  uint64_t param_count_ = 0, total_ = 0, received_ = 0;
+  uint64_t param_count_ = 0, stats_count_ = 0, total_ = 0, received_ = 0;
 };
 
-// FNV-1a over the bytes of the params: replicas must agree bit for bit.
-uint64_t ParamChecksum(std::span<const float> params);
+// FNV-1a over the bytes of the params, continued over those of the batch_stats (none:
+// the params' alone): replicas must agree bit for bit.
+uint64_t ParamChecksum(std::span<const float> params, std::span<const float> batch_stats = {});
 
 }  // namespace lockstep
 

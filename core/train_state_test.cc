@@ -26,8 +26,8 @@ TEST(TrainState, WrongSizeNamesBothSizes) {
   const std::string bytes(10 * sizeof(float), '\0');
   EXPECT_THAT(StateFromBytes(bytes, {0, 3, 2}),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("train state has 40 bytes; 3 params and 2 optimizer slots "
-                                 "need 36")));
+                       HasSubstr("train state has 40 bytes; 3 params, 2 optimizer slots "
+                                 "and 0 batch stats need 36")));
   // Sizes whose product would overflow are refused, not wrapped.
   EXPECT_THAT(StateFromBytes(bytes, {0, uint64_t{1} << 62, 0xffffffffu}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("train state has 40 bytes")));
@@ -57,6 +57,39 @@ TEST(StateAssembler, BuildsTheStateFromChunksOfAnySize) {
     EXPECT_EQ(back.params, s.params);
     EXPECT_EQ(back.slots, s.slots);
   }
+}
+
+TEST(TrainState, BatchStatsFollowTheSlotsInBytesAndChecksum) {
+  TrainState s = TrainState::Create({1, 2}, *Optimizer::FromSpec([] {
+                                      v1::OptimizerSpec o;
+                                      o.set_kind("adam");
+                                      o.set_learning_rate(0.1);
+                                      return o;
+                                    }()),
+                                    {0.5f, 0.25f, 0.125f});
+  s.slots[1] = {7, 8};
+  const std::string bytes = StateBytes(s);
+  EXPECT_EQ(bytes.size(), 9 * sizeof(float));
+  EXPECT_EQ(InitialStateBytes(s.params, 2, s.batch_stats).substr(6 * sizeof(float)),
+            bytes.substr(6 * sizeof(float)));
+  for (size_t chunk : {size_t{1}, size_t{7}, bytes.size()}) {
+    StateHeader h{0, 2, 2, 3};
+    ASSERT_OK_AND_ASSIGN(StateAssembler a, StateAssembler::Create(h));
+    for (size_t off = 0; off < bytes.size(); off += chunk) {
+      ASSERT_OK(a.Append(std::string_view(bytes).substr(off, chunk)));
+    }
+    ASSERT_OK_AND_ASSIGN(TrainState back, std::move(a).Finish());
+    EXPECT_EQ(back.params, s.params);
+    EXPECT_EQ(back.slots, s.slots);
+    EXPECT_EQ(back.batch_stats, s.batch_stats);
+  }
+  EXPECT_THAT(StateFromBytes(bytes, {0, 2, 2, 2}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("2 batch stats need 32")));
+  // The checksum continues over the stats: without any it is the params' alone.
+  EXPECT_NE(ParamChecksum(s.params, s.batch_stats), ParamChecksum(s.params));
+  EXPECT_EQ(ParamChecksum(s.params, {}), ParamChecksum(s.params));
+  std::vector<float> both = {1, 2, 0.5f, 0.25f, 0.125f};
+  EXPECT_EQ(ParamChecksum(s.params, s.batch_stats), ParamChecksum(both));
 }
 
 TEST(StateAssembler, TooManyOrTooFewBytesAreDataLoss) {

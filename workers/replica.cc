@@ -57,7 +57,8 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const ReplicaConfig& co
 Replica::~Replica() = default;
 
 StateHeader Replica::state_header() const {
-  return {exec_->step(), exec_->param_count(), static_cast<uint32_t>(exec_->slot_count())};
+  return {exec_->step(), exec_->param_count(), static_cast<uint32_t>(exec_->slot_count()),
+          exec_->stats_count()};
 }
 
 absl::Status Replica::WriteState(uint64_t offset, std::string_view bytes) {

@@ -40,8 +40,9 @@ MemoryEstimate EstimateMemory(const v1::JobSpec& spec, DatasetSize data) {
   const uint64_t params = uint64_t{model.layout().total()} * sizeof(float);
   const uint64_t slots = setup->optimizer.slots().size();
   const uint64_t n = std::max<uint32_t>(1, spec.workers());
+  const uint64_t stats = uint64_t{model.stats_layout().total()} * sizeof(float);
   MemoryEstimate e;
-  e.train_state = params * (1 + slots);
+  e.train_state = params * (1 + slots) + stats;
   // The coordinator serializes the start once for every worker (from the seed, a file
   // or a snapshot: reading one holds its tensors and the state, as many copies), and
   // fetches each snapshot and the final checkpoint from rank 0 and copies it into the
@@ -51,14 +52,14 @@ MemoryEstimate EstimateMemory(const v1::JobSpec& spec, DatasetSize data) {
       kStreamCopies * std::min(kChunkBytes, e.train_state) + kConnectionBytes;
   e.coordinator = 3 * e.train_state + n * e.coordinator_per_worker + kCoordinatorJobBytes;
   // A worker: params, gradients, optimizer slots and the optimizer's scratch in the
-  // backend (on a GPU: none of them in host memory), and a host copy of the params for
-  // checksums.
+  // backend (on a GPU: none of them in host memory), the batch_stats likewise, and a host
+  // copy of the params and batch_stats for checksums.
   const bool cuda = spec.device() == "cuda";
   // Gloo's all-reduce between CPU workers takes scratch memory besides: up to 26 and 53
   // MiB more measured with 2 workers than with 1, for 76 and 153 MiB of params.
   const uint64_t scratch = setup->optimizer.ScratchBytes(model.layout().total());
-  e.worker_state =
-      (cuda ? 0 : params * (2 + slots) + scratch) + params + (!cuda && n > 1 ? params / 2 : 0);
+  e.worker_state = (cuda ? 0 : params * (2 + slots) + scratch + stats) + params + stats +
+                   (!cuda && n > 1 ? params / 2 : 0);
   const uint64_t train = std::max<int64_t>(0, data.train), test = std::max<int64_t>(0, data.test);
   const int local_batch = static_cast<int>(spec.global_batch_size() / n);
   const int eval_batch =

@@ -21,7 +21,7 @@ inline constexpr int64_t kDefaultJobMemoryBudgetMb = 768;
 inline constexpr int64_t kDefaultWorkerMemoryBudgetMb = 3584;
 
 struct MemoryEstimate {
-  uint64_t train_state = 0;  // one TrainState: params and optimizer slots
+  uint64_t train_state = 0;  // one TrainState: params, optimizer slots, batch_stats
   // The coordinator's memory for this job (its own process not included): the
   // TrainState as it holds it, up to three copies while it saves one.
   uint64_t coordinator = 0;

@@ -143,7 +143,8 @@ class FakeClient final : public WorkerClient {
     if (!s.ok()) return s.status();
     absl::MutexLock lock(&mu_);
     state_ = *s;
-    return PrepareResult{w_.train_examples, w_.test_examples, ParamChecksum(state_.params)};
+    return PrepareResult{w_.train_examples, w_.test_examples,
+                         ParamChecksum(state_.params, state_.batch_stats)};
   }
   absl::StatusOr<std::unique_ptr<StepStream>> OpenSteps(const std::string&,
                                                         const CancelToken& cancel,

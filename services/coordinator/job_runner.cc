@@ -220,8 +220,12 @@ void JobRunner::ReleaseAll(const std::string& reason, const std::vector<bool>& a
 
 absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
   ASSIGN_OR_RETURN(std::shared_ptr<const SharedState> state, StartState());
-  const uint64_t checksum = ParamChecksum(
-      {reinterpret_cast<const float*>(state->bytes.data()), state->header.param_count});
+  // The params, then (after the slots) the batch_stats.
+  const auto* floats = reinterpret_cast<const float*>(state->bytes.data());
+  const uint64_t checksum =
+      ParamChecksum({floats, state->header.param_count},
+                    {floats + state->header.param_count * (1 + uint64_t{state->header.slot_count}),
+                     state->header.stats_count});
   const std::shared_ptr<CancelToken> cancel = attempt();
   const int n = static_cast<int>(workers_.size());
   std::vector<absl::StatusOr<PrepareResult>> resp(n, absl::UnknownError("not run"));

@@ -85,11 +85,12 @@ absl::Status JobRunner::ResumeFrom() {
     return absl::Status(start.status().code(),
                         absl::StrCat("resume_from: ", start.status().message()));
   }
-  // A snapshot's or checkpoint's checksum covers the params' bytes, which the file's
-  // header does not.
+  // A snapshot's or checkpoint's checksum covers the params' (and batch_stats') bytes,
+  // which the file's header does not.
   auto sum = start->metadata.find("param_checksum");
   if (sum != start->metadata.end() &&
-      sum->second != absl::StrFormat("%016x", ParamChecksum(start->state.params))) {
+      sum->second !=
+          absl::StrFormat("%016x", ParamChecksum(start->state.params, start->state.batch_stats))) {
     return absl::DataLossError(absl::StrCat(
         "resume_from: ", path, ": the params do not match their checksum ", sum->second));
   }
@@ -120,8 +121,9 @@ absl::StatusOr<std::shared_ptr<const SharedState>> JobRunner::StartState() {
     // The host initializes the TrainState (the seed program), serialized once for every rank.
     const std::vector<float> params =
         setup_->model.Init(TrainingPlan::InitKey(spec_.seed(), setup_->impl), setup_->impl);
-    state->header = {0, params.size(), slots};
-    state->bytes = InitialStateBytes(params, slots);
+    const std::vector<float> stats = setup_->model.InitStats();
+    state->header = {0, params.size(), slots, stats.size()};
+    state->bytes = InitialStateBytes(params, slots, stats);
     return state;
   }
   std::optional<TrainState> loaded;
@@ -135,7 +137,7 @@ absl::StatusOr<std::shared_ptr<const SharedState>> JobRunner::StartState() {
     loaded = std::move(latest->state);
   }
   const TrainState& s = start_.held.has_value() ? *start_.held : *loaded;
-  state->header = {s.step, s.params.size(), slots};
+  state->header = {s.step, s.params.size(), slots, s.batch_stats.size()};
   state->bytes = StateBytes(s);
   return state;
 }
@@ -152,7 +154,7 @@ absl::Status JobRunner::CheckStartKeys(const TrainingPlan& plan) const {
 absl::Status JobRunner::TakeSnapshot(int64_t step, uint64_t checksum, const TrainingPlan& plan) {
   ASSIGN_OR_RETURN(TrainState state,
                    clients_[0]->FetchState(job_id_, *attempt(), options_.rpc_timeout));
-  if (state.step != step || ParamChecksum(state.params) != checksum) {
+  if (state.step != step || ParamChecksum(state.params, state.batch_stats) != checksum) {
     return WorkerError(
         0, absl::DataLossError(absl::StrCat("the state fetched for the snapshot of step ", step,
                                             " does not match the replicas' checksum")));
@@ -195,7 +197,7 @@ absl::Status JobRunner::SaveCheckpoint(const std::string& path, uint64_t checksu
                                        const TrainingPlan& plan) {
   ASSIGN_OR_RETURN(TrainState state,
                    clients_[0]->FetchState(job_id_, *attempt(), options_.rpc_timeout));
-  if (ParamChecksum(state.params) != checksum) {
+  if (ParamChecksum(state.params, state.batch_stats) != checksum) {
     return WorkerError(0,
                        absl::DataLossError("fetched params do not match the replicas' checksum"));
   }

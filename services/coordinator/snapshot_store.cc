@@ -33,7 +33,7 @@ absl::StatusOr<Snapshot> ReadSnapshot(const std::string& path, int64_t step, con
   // The checksum covers the params' bytes, which the file's header does not.
   auto sum = s.metadata.find("param_checksum");
   if (sum != s.metadata.end() &&
-      sum->second != absl::StrFormat("%016x", ParamChecksum(s.state.params))) {
+      sum->second != absl::StrFormat("%016x", ParamChecksum(s.state.params, s.state.batch_stats))) {
     return absl::DataLossError(
         absl::StrCat(path, ": the params do not match their checksum ", sum->second));
   }

@@ -26,10 +26,12 @@ absl::StatusOr<PrepareResult> JobSlot::Prepare(const JobAssignment& assignment,
   ASSIGN_OR_RETURN(TrainSetup setup, SetupFromSpec(config.spec));
   RETURN_IF_ERROR(header.Bytes(kMaxStateBytes).status());
   const size_t params = setup.model.layout().total(), slots = setup.optimizer.slots().size();
-  if (header.param_count != params || header.slot_count != slots) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "train state has ", header.param_count, " params and ", header.slot_count,
-        " optimizer slots; the model needs ", params, " params and ", slots, " slots"));
+  const size_t stats = setup.model.stats_layout().total();
+  if (header.param_count != params || header.slot_count != slots || header.stats_count != stats) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("train state has ", header.param_count, " params, ", header.slot_count,
+                     " optimizer slots and ", header.stats_count, " batch stats; the model needs ",
+                     params, " params, ", slots, " slots and ", stats, " batch stats"));
   }
   if (absl::Status st = device_error(); !st.ok()) {
     return absl::FailedPreconditionError(

@@ -30,11 +30,12 @@ JobAssignment FromProto(const v1::PrepareHeader& h) {
 v1::StateHeader ToProto(const StateHeader& s) {
   v1::StateHeader h;
   h.set_step(s.step), h.set_param_count(s.param_count), h.set_slot_count(s.slot_count);
+  h.set_stats_count(s.stats_count);
   return h;
 }
 
 StateHeader FromProto(const v1::StateHeader& h) {
-  return {h.step(), h.param_count(), h.slot_count()};
+  return {h.step(), h.param_count(), h.slot_count(), h.stats_count()};
 }
 
 v1::PrepareResponse ToProto(const PrepareResult& result) {

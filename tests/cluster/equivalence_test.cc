@@ -1,7 +1,9 @@
 // Data-parallel equivalence, across real processes: N workers on global batch B end with
 // the parameters of 1 worker and of `lockstep train`'s job loop (no dropout), and 2
-// workers with dropout end with JAX pmap's parameters (golden file). Replicas end
-// bitwise identical, and each step's loss is the mean of the workers' local losses.
+// workers with dropout end with JAX pmap's parameters (golden file), as do 2 workers
+// training a BatchNorm convnet, running averages included (their statistics all-reduced
+// across the worker processes). Replicas end bitwise identical, and each step's loss is
+// the mean of the workers' local losses.
 #include <grpcpp/grpcpp.h>
 
 #include <map>
@@ -26,9 +28,11 @@ class Equivalence : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete cluster_; }
 
-  // Runs the spec on the cluster; returns the final params from its checkpoint.
+  // Runs the spec on the cluster; returns the final params from its checkpoint (and the
+  // whole state in `final_state`, when given).
   std::vector<float> RunOnCluster(v1::JobSpec spec, const std::string& name,
-                                  std::vector<v1::StepEvent>* steps = nullptr) {
+                                  std::vector<v1::StepEvent>* steps = nullptr,
+                                  TrainState* final_state = nullptr) {
     spec.set_checkpoint_path(name + ".safetensors");
     auto job = cluster_->Submit(spec);
     EXPECT_TRUE(job.ok()) << job.status();
@@ -48,9 +52,11 @@ class Equivalence : public ::testing::Test {
     auto state = ReadCheckpoint(done->checkpoint_path(), *model, *opt);
     EXPECT_TRUE(state.ok()) << state.status();
     if (!state.ok()) return {};
-    // The coordinator compared every replica's checksum; the saved params carry it.
-    EXPECT_EQ(ParamChecksum(state->params), done->param_checksum());
+    // The coordinator compared every replica's checksum (params and batch_stats); the saved
+    // state carries it.
+    EXPECT_EQ(ParamChecksum(state->params, state->batch_stats), done->param_checksum());
     EXPECT_EQ(state->step, spec.steps());
+    if (final_state != nullptr) *final_state = *state;
     return state->params;
   }
 
@@ -115,6 +121,49 @@ TEST_F(Equivalence, TwoWorkersWithDropoutMatchJaxPmap) {
   ASSERT_EQ(steps.size(), losses->size());
   for (size_t i = 0; i < steps.size(); ++i) {
     EXPECT_NEAR(steps[i].loss(), (*losses)[i], 1e-5 * std::fabs((*losses)[i])) << "step " << i;
+  }
+}
+
+TEST_F(Equivalence, TwoWorkersWithBatchNormMatchJaxPmap) {
+  ASSERT_OK_AND_ASSIGN(SafeTensors golden,
+                       SafeTensors::Read(GoldenPath("batchnorm_pmap2_fashion.safetensors")));
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec parsed, ParseSpec(golden.metadata().at("spec"), "golden spec"));
+  ASSERT_EQ(parsed.workers(), 2u);
+  ASSERT_OK_AND_ASSIGN(Model model, Model::FromSpec(parsed.model()));
+  ASSERT_GT(model.stats_layout().total(), 0u);
+  std::vector<v1::StepEvent> steps;
+  TrainState state;
+  RunOnCluster(parsed, "batchnorm2", &steps, &state);
+  // The biases right before a BatchNorm get gradients of rounding noise only (the norm
+  // subtracts any shift; JAX's end within 2e-7 of 0, ours within 1e-5, summed in another
+  // order): those must stay within 1e-5 of the layer's kernel norm, the rest within 1e-5
+  // relative L2.
+  const std::vector<float> want = GoldenParams(golden, model, "train.params.");
+  const auto& entries = model.layout().entries();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const ParamEntry& e = entries[i];
+    const std::span<const float> a(state.params.data() + e.offset, e.size),
+        b(want.data() + e.offset, e.size);
+    if (e.name == "Conv_0/bias" || e.name == "Dense_0/bias") {
+      const ParamEntry& k = entries[i - 1];  // the layer's kernel
+      ASSERT_EQ(k.name, e.name.substr(0, e.name.find('/')) + "/kernel");
+      double norm = 0;
+      for (size_t j = 0; j < k.size; ++j) norm += double{want[k.offset + j]} * want[k.offset + j];
+      EXPECT_LE(MaxAbsDiff(a, b), 1e-5 * std::sqrt(norm)) << e.name;
+    } else {
+      EXPECT_LE(RelativeL2(a, b), 1e-5) << e.name;
+    }
+  }
+  ASSERT_EQ(state.batch_stats.size(), model.stats_layout().total());
+  for (const ParamEntry& e : model.stats_layout().entries()) {
+    auto want = golden.F32("train.stats." + e.name);
+    ASSERT_OK(want);
+    EXPECT_LE(RelativeL2({state.batch_stats.data() + e.offset, e.size}, *want), 1e-5) << e.name;
+  }
+  ASSERT_OK_AND_ASSIGN(std::vector<float> losses, golden.F32("train.losses"));
+  ASSERT_EQ(steps.size(), losses.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_NEAR(steps[i].loss(), losses[i], 1e-5 * std::fabs(losses[i])) << "step " << i;
   }
 }
 

@@ -3,8 +3,9 @@
   check_checkpoint.py FILE [--data DIR] [--accuracy A --loss L]
 
 Reads FILE with `safetensors`, rebuilds the tree with flax.traverse_util.unflatten_dict,
-checks that its params have exactly the structure and shapes Flax's own init gives the
-model named in the checkpoint's spec, evaluates the model on the test split, and (when
+checks that its params (and batch_stats, for BatchNorm models) have exactly the structure
+and shapes Flax's own init gives the model named in the checkpoint's spec (a preset or
+model.layers), evaluates the model on the test split, and (when
 given) compares test accuracy and loss with what Lockstep reported. Exits 1 on a mismatch.
 """
 import argparse
@@ -26,6 +27,9 @@ from idx import read_idx  # noqa: E402
 
 def model_from_spec(spec):
   m = spec["model"]
+  if m.get("layers"):
+    import golden_layers  # noqa: E402 (the generic Sequential of a spec's layers)
+    return golden_layers.Sequential(json.dumps(m))
   if m["kind"] == "cnn":
     return models.CNN()
   rate = m.get("dropoutRate", m.get("dropout_rate", 0.0))
@@ -44,6 +48,9 @@ def main():
     metadata = f.metadata()
   tree = traverse_util.unflatten_dict(load_file(args.file), sep=".")
   params = tree["params"]
+  variables = {"params": params}
+  if "batch_stats" in tree:  # BatchNorm's running averages, which evaluation uses
+    variables["batch_stats"] = tree["batch_stats"]
   spec = json.loads(metadata["spec"])
   model = model_from_spec(spec)
 
@@ -51,16 +58,16 @@ def main():
   labels = read_idx(os.path.join(args.data, "t10k-labels-idx1-ubyte.gz")).astype(np.int32)
   x = (images.astype(np.float32) / 255.0)[..., None]
 
-  want = jax.tree_util.tree_map(
-      lambda a: a.shape,
-      model.init(jax.random.PRNGKey(0), jnp.zeros((1,) + x.shape[1:]))["params"])
-  got = jax.tree_util.tree_map(lambda a: a.shape, params)
-  if want != got:
-    print(f"params tree differs from Flax's init:\n  want {want}\n  got  {got}")
-    return 1
+  init = model.init(jax.random.PRNGKey(0), jnp.zeros((1,) + x.shape[1:]))
+  for collection in ("params", "batch_stats"):
+    want = jax.tree_util.tree_map(lambda a: a.shape, dict(init.get(collection, {})))
+    got = jax.tree_util.tree_map(lambda a: a.shape, dict(variables.get(collection, {})))
+    if want != got:
+      print(f"{collection} tree differs from Flax's init:\n  want {want}\n  got  {got}")
+      return 1
 
   logits = np.concatenate([
-      np.asarray(model.apply({"params": params}, x[i:i + 1000]))
+      np.asarray(model.apply(variables, x[i:i + 1000]))
       for i in range(0, len(x), 1000)])
   logp = jax.nn.log_softmax(logits)
   loss = float(-np.mean(np.take_along_axis(np.asarray(logp), labels[:, None], 1)))

@@ -88,6 +88,7 @@ SPECS = {
 class Sequential(nn.Module):
   """The layers of a spec's model.layers, in Flax's own modules and functions."""
   spec_json: str  # the model spec as JSON (hashable, as module fields should be)
+  axis_name: str | None = None  # BatchNorm's statistics across this pmap axis
 
   @nn.compact
   def __call__(self, x, train: bool = False):
@@ -102,6 +103,10 @@ class Sequential(nn.Module):
                     use_bias=o.get("use_bias", True))(x)
       elif kind == "dense":
         x = nn.Dense(o["features"], use_bias=o.get("use_bias", True))(x)
+      elif kind == "batch_norm":
+        x = nn.BatchNorm(use_running_average=not train, momentum=o.get("momentum", 0.99),
+                         epsilon=o.get("epsilon", 1e-5), use_bias=o.get("use_bias", True),
+                         use_scale=o.get("use_scale", True), axis_name=self.axis_name)(x)
       elif kind == "layer_norm":
         x = nn.LayerNorm(epsilon=o.get("epsilon", 1e-6), use_bias=o.get("use_bias", True),
                          use_scale=o.get("use_scale", True))(x)

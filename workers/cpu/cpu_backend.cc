@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/rng/random.h"
+#include "workers/cpu/cpu_batch_norm.h"
 #include "workers/cpu/cpu_layers.h"
 
 namespace lockstep {
@@ -353,6 +354,34 @@ class CpuBackend final : public Backend {
                          const float* rstd, const float* dy, float* dx, float* dscale,
                          float* dbias) override {
     cpu::LayerNormBackward(threads_, rows, cols, x, scale, mean, rstd, dy, dx, dscale, dbias);
+  }
+
+  void BatchNormMoments(int rows, int cols, const float* x, float* partials,
+                        float* moments) override {
+    cpu::BatchNormMoments(threads_, rows, cols, x, partials, moments);
+  }
+  void BatchNormVariance(int cols, const float* moments, float* var) override {
+    cpu::BatchNormVariance(cols, moments, var);
+  }
+  void BatchNormApply(int rows, int cols, float epsilon, const float* x, const float* mean,
+                      const float* var, const float* scale, const float* bias, float* y) override {
+    cpu::BatchNormApply(threads_, rows, cols, epsilon, x, mean, var, scale, bias, y);
+  }
+  void BatchNormUpdateStats(int cols, float momentum, float one_minus_momentum, const float* mean,
+                            const float* var, float* ra_mean, float* ra_var) override {
+    cpu::BatchNormUpdateStats(cols, momentum, one_minus_momentum, mean, var, ra_mean, ra_var);
+  }
+  void BatchNormBackwardReduce(int rows, int cols, float epsilon, const float* x, const float* dy,
+                               const float* mean, const float* var, float* partials, float* sums,
+                               float* dscale, float* dbias) override {
+    cpu::BatchNormBackwardReduce(threads_, rows, cols, epsilon, x, dy, mean, var, partials, sums,
+                                 dscale, dbias);
+  }
+  void BatchNormBackwardApply(int rows, int cols, float epsilon, int replicas, const float* x,
+                              const float* dy, const float* moments, const float* var,
+                              const float* scale, const float* sums, float* dx) override {
+    cpu::BatchNormBackwardApply(threads_, rows, cols, epsilon, replicas, x, dy, moments, var, scale,
+                                sums, dx);
   }
 
   void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x, float* y,

@@ -92,6 +92,39 @@ class GraphCpuBackend final : public Backend {
       cpu_->LayerNormBackward(rows, cols, x, scale, mean, rstd, dy, dx, dscale, dbias);
     });
   }
+  void BatchNormMoments(int rows, int cols, const float* x, float* partials,
+                        float* moments) override {
+    Queue([=, this] { cpu_->BatchNormMoments(rows, cols, x, partials, moments); });
+  }
+  void BatchNormVariance(int cols, const float* moments, float* var) override {
+    Queue([=, this] { cpu_->BatchNormVariance(cols, moments, var); });
+  }
+  void BatchNormApply(int rows, int cols, float epsilon, const float* x, const float* mean,
+                      const float* var, const float* scale, const float* bias, float* y) override {
+    Queue([=, this] { cpu_->BatchNormApply(rows, cols, epsilon, x, mean, var, scale, bias, y); });
+  }
+  void BatchNormUpdateStats(int cols, float momentum, float one_minus_momentum, const float* mean,
+                            const float* var, float* ra_mean, float* ra_var) override {
+    Queue([=, this] {
+      cpu_->BatchNormUpdateStats(cols, momentum, one_minus_momentum, mean, var, ra_mean, ra_var);
+    });
+  }
+  void BatchNormBackwardReduce(int rows, int cols, float epsilon, const float* x, const float* dy,
+                               const float* mean, const float* var, float* partials, float* sums,
+                               float* dscale, float* dbias) override {
+    Queue([=, this] {
+      cpu_->BatchNormBackwardReduce(rows, cols, epsilon, x, dy, mean, var, partials, sums, dscale,
+                                    dbias);
+    });
+  }
+  void BatchNormBackwardApply(int rows, int cols, float epsilon, int replicas, const float* x,
+                              const float* dy, const float* moments, const float* var,
+                              const float* scale, const float* sums, float* dx) override {
+    Queue([=, this] {
+      cpu_->BatchNormBackwardApply(rows, cols, epsilon, replicas, x, dy, moments, var, scale, sums,
+                                   dx);
+    });
+  }
   void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x, float* y,
                uint8_t* mask) override {
     Queue([=, this] { cpu_->Dropout(n, keep, key, impl, x, y, mask); });

@@ -54,6 +54,19 @@ class CudaBackend final : public Backend {
   void LayerNormBackward(int rows, int cols, const float* x, const float* scale, const float* mean,
                          const float* rstd, const float* dy, float* dx, float* dscale,
                          float* dbias) override;
+  void BatchNormMoments(int rows, int cols, const float* x, float* partials,
+                        float* moments) override;
+  void BatchNormVariance(int cols, const float* moments, float* var) override;
+  void BatchNormApply(int rows, int cols, float epsilon, const float* x, const float* mean,
+                      const float* var, const float* scale, const float* bias, float* y) override;
+  void BatchNormUpdateStats(int cols, float momentum, float one_minus_momentum, const float* mean,
+                            const float* var, float* ra_mean, float* ra_var) override;
+  void BatchNormBackwardReduce(int rows, int cols, float epsilon, const float* x, const float* dy,
+                               const float* mean, const float* var, float* partials, float* sums,
+                               float* dscale, float* dbias) override;
+  void BatchNormBackwardApply(int rows, int cols, float epsilon, int replicas, const float* x,
+                              const float* dy, const float* moments, const float* var,
+                              const float* scale, const float* sums, float* dx) override;
   void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x, float* y,
                uint8_t* mask) override;
   void DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,

@@ -2,6 +2,7 @@
 // call queues work on the backend's stream and records a failed launch for
 // Synchronize() (Backend's kernel methods return nothing).
 #include "absl/strings/str_cat.h"
+#include "workers/cuda/batch_norm.cuh"
 #include "workers/cuda/bias.cuh"
 #include "workers/cuda/conv.cuh"
 #include "workers/cuda/cuda_backend_impl.h"
@@ -102,6 +103,44 @@ void CudaBackend::LayerNormBackward(int rows, int cols, const float* x, const fl
                                     float* dx, float* dscale, float* dbias) {
   LS_LAUNCH(
       cuda::LayerNormBackward(rows, cols, x, scale, mean, rstd, dy, dx, dscale, dbias, stream_));
+}
+
+void CudaBackend::BatchNormMoments(int rows, int cols, const float* x, float* partials,
+                                   float* moments) {
+  LS_LAUNCH(cuda::BatchNormMoments(rows, cols, x, partials, moments, stream_));
+}
+
+void CudaBackend::BatchNormVariance(int cols, const float* moments, float* var) {
+  LS_LAUNCH(cuda::BatchNormVariance(cols, moments, var, stream_));
+}
+
+void CudaBackend::BatchNormApply(int rows, int cols, float epsilon, const float* x,
+                                 const float* mean, const float* var, const float* scale,
+                                 const float* bias, float* y) {
+  LS_LAUNCH(cuda::BatchNormApply(rows, cols, epsilon, x, mean, var, scale, bias, y, stream_));
+}
+
+void CudaBackend::BatchNormUpdateStats(int cols, float momentum, float one_minus_momentum,
+                                       const float* mean, const float* var, float* ra_mean,
+                                       float* ra_var) {
+  LS_LAUNCH(cuda::BatchNormUpdateStats(cols, momentum, one_minus_momentum, mean, var, ra_mean,
+                                       ra_var, stream_));
+}
+
+void CudaBackend::BatchNormBackwardReduce(int rows, int cols, float epsilon, const float* x,
+                                          const float* dy, const float* mean, const float* var,
+                                          float* partials, float* sums, float* dscale,
+                                          float* dbias) {
+  LS_LAUNCH(cuda::BatchNormBackwardReduce(rows, cols, epsilon, x, dy, mean, var, partials, sums,
+                                          dscale, dbias, stream_));
+}
+
+void CudaBackend::BatchNormBackwardApply(int rows, int cols, float epsilon, int replicas,
+                                         const float* x, const float* dy, const float* moments,
+                                         const float* var, const float* scale, const float* sums,
+                                         float* dx) {
+  LS_LAUNCH(cuda::BatchNormBackwardApply(rows, cols, epsilon, replicas, x, dy, moments, var, scale,
+                                         sums, dx, stream_));
 }
 
 void CudaBackend::Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x,

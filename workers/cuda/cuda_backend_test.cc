@@ -227,6 +227,55 @@ TEST_F(CudaTest, LayerNormAndBackwardAreBitwise) {
   }
 }
 
+TEST_F(CudaTest, BatchNormAndBackwardAreBitwise) {
+  for (const auto& [rows, cols] : {std::pair{5000, 24}, std::pair{9, 300}, std::pair{3, 1}}) {
+    const size_t n = size_t(rows) * cols, parts = BatchNormPartials(cols);
+    const auto x = RandomFloats(n, 21, 2.0f), dy = RandomFloats(n, 22),
+               scale = RandomFloats(cols, 23), bias = RandomFloats(cols, 24);
+    Buffer d_x = ToDevice(x), d_dy = ToDevice(dy), d_scale = ToDevice(scale),
+           d_bias = ToDevice(bias);
+    ASSERT_OK_AND_ASSIGN(Buffer d_y, cuda_->Allocate(n * sizeof(float)));
+    ASSERT_OK_AND_ASSIGN(Buffer d_dx, cuda_->Allocate(n * sizeof(float)));
+    // moments (2c), var (c), sums (2c), running mean and var (2c), dscale and dbias (2c).
+    ASSERT_OK_AND_ASSIGN(Buffer d_small, cuda_->Allocate(9 * cols * sizeof(float)));
+    ASSERT_OK_AND_ASSIGN(Buffer d_parts, cuda_->Allocate(parts * sizeof(float)));
+    for (const bool params : {true, false}) {
+      const float* s = params ? scale.data() : nullptr;
+      const float* b = params ? bias.data() : nullptr;
+      std::vector<float> y(n), dx(n), small(9 * cols, 0.0f), partials(parts);
+      for (int c = 0; c < cols; ++c) small[6 * cols + c] = 1.0f;  // running var
+      float *m = small.data(), *v = m + 2 * cols, *sums = v + cols, *ra = sums + 2 * cols,
+            *grads = ra + 2 * cols;
+      cpu_->BatchNormMoments(rows, cols, x.data(), partials.data(), m);
+      cpu_->BatchNormVariance(cols, m, v);
+      cpu_->BatchNormApply(rows, cols, 1e-5f, x.data(), m, v, s, b, y.data());
+      cpu_->BatchNormUpdateStats(cols, 0.9f, 0.1f, m, v, ra, ra + cols);
+      cpu_->BatchNormBackwardReduce(rows, cols, 1e-5f, x.data(), dy.data(), m, v, partials.data(),
+                                    sums, params ? grads : nullptr, grads + cols);
+      cpu_->BatchNormBackwardApply(rows, cols, 1e-5f, 2, x.data(), dy.data(), m, v, s, sums,
+                                   dx.data());
+      std::vector<float> init(9 * cols, 0.0f);
+      for (int c = 0; c < cols; ++c) init[6 * cols + c] = 1.0f;
+      ASSERT_OK(cuda_->CopyToDevice(d_small.as(), init.data(), init.size() * sizeof(float)));
+      float *dm = d_small.as(), *dv = dm + 2 * cols, *ds = dv + cols, *dra = ds + 2 * cols,
+            *dg = dra + 2 * cols;
+      const float* dsc = params ? d_scale.as() : nullptr;
+      const float* dbi = params ? d_bias.as() : nullptr;
+      cuda_->BatchNormMoments(rows, cols, d_x.as(), d_parts.as(), dm);
+      cuda_->BatchNormVariance(cols, dm, dv);
+      cuda_->BatchNormApply(rows, cols, 1e-5f, d_x.as(), dm, dv, dsc, dbi, d_y.as());
+      cuda_->BatchNormUpdateStats(cols, 0.9f, 0.1f, dm, dv, dra, dra + cols);
+      cuda_->BatchNormBackwardReduce(rows, cols, 1e-5f, d_x.as(), d_dy.as(), dm, dv, d_parts.as(),
+                                     ds, params ? dg : nullptr, dg + cols);
+      cuda_->BatchNormBackwardApply(rows, cols, 1e-5f, 2, d_x.as(), d_dy.as(), dm, dv, dsc, ds,
+                                    d_dx.as());
+      EXPECT_TRUE(Bitwise(ToHost(d_small, 9 * cols), small)) << rows << "x" << cols;
+      EXPECT_TRUE(Bitwise(ToHost(d_y, n), y)) << rows << "x" << cols;
+      EXPECT_TRUE(Bitwise(ToHost(d_dx, n), dx)) << rows << "x" << cols;
+    }
+  }
+}
+
 TEST_F(CudaTest, DropoutMasksAndValuesAreBitwiseInBothRngModes) {
   for (const rng::Impl impl : {rng::Impl::kPartitionable, rng::Impl::kLegacy}) {
     for (const size_t n : {size_t{1001}, size_t{1} << 21}) {

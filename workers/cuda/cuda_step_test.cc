@@ -43,7 +43,21 @@ Optimizer MakeOptimizer(const std::string& kind) {
   return *Optimizer::FromSpec(spec);
 }
 
+// "cnn", "mlp", or "bn": a convnet with BatchNorm after a conv and after a dense layer.
 Model MakeModel(const std::string& name) {
+  if (name == "bn") {
+    Model m({28, 28, 1});
+    m.Conv(16, {3, 3});
+    m.BatchNorm();
+    m.Relu();
+    m.AvgPool({2, 2}, {2, 2});
+    m.Flatten();
+    m.Dense(64);
+    m.BatchNorm(0.9, 1e-3, true, false);
+    m.Relu();
+    m.Dense(10);
+    return m;
+  }
   return name == "cnn" ? Model::Cnn() : Model::Mlp({256, 128}, 0.3);
 }
 
@@ -88,7 +102,7 @@ TEST_P(CudaStepTest, StepsMatchTheCpuBackend) {
   const Dataset data = RandomDataset(256, 1);
   const auto impl = rng::Impl::kPartitionable;
   TrainingPlan plan(0, 1, impl, data.size, batch, 1);
-  const TrainState init = TrainState::Create(m.Init(plan.init_key(), impl), opt);
+  const TrainState init = TrainState::Create(m.Init(plan.init_key(), impl), opt, m.InitStats());
   ASSERT_OK_AND_ASSIGN(Replica cpu, MakeReplica(m, opt, cpu_.get(), data, batch, true, init));
   ASSERT_OK_AND_ASSIGN(Replica gpu, MakeReplica(m, opt, cuda_.get(), data, batch, true, init));
   for (int s = 0; s < 4; ++s) {
@@ -120,6 +134,7 @@ TEST_P(CudaStepTest, StepsMatchTheCpuBackend) {
           << e.name << " slot " << opt.slots()[i];
     }
   }
+  EXPECT_LE(RelativeL2(got.batch_stats, want.batch_stats), 1e-5);
   ASSERT_OK_AND_ASSIGN(EvalMetrics want_eval, cpu.exec->Evaluate(cpu.data, 100));
   ASSERT_OK_AND_ASSIGN(EvalMetrics got_eval, gpu.exec->Evaluate(gpu.data, 100));
   EXPECT_NEAR(got_eval.loss, want_eval.loss, 1e-5 * want_eval.loss);
@@ -135,7 +150,7 @@ TEST_P(CudaStepTest, GraphReplayIsBitwiseEqualToEager) {
   const Dataset data = RandomDataset(512, 2);
   const auto impl = rng::Impl::kPartitionable;
   TrainingPlan plan(3, 4, impl, data.size, batch, 1);
-  const TrainState init = TrainState::Create(m.Init(plan.init_key(), impl), opt);
+  const TrainState init = TrainState::Create(m.Init(plan.init_key(), impl), opt, m.InitStats());
   ASSERT_OK_AND_ASSIGN(Replica graph, MakeReplica(m, opt, cuda_.get(), data, batch, true, init));
   ASSERT_OK_AND_ASSIGN(Replica eager, MakeReplica(m, opt, cuda_.get(), data, batch, false, init));
   for (int s = 0; s < 5; ++s) {
@@ -149,10 +164,11 @@ TEST_P(CudaStepTest, GraphReplayIsBitwiseEqualToEager) {
   EXPECT_TRUE(testing::Bitwise(a.params, b.params));
   EXPECT_NE(a.params, init.params);  // the steps did update the params
   for (size_t i = 0; i < a.slots.size(); ++i) EXPECT_TRUE(testing::Bitwise(a.slots[i], b.slots[i]));
+  EXPECT_TRUE(testing::Bitwise(a.batch_stats, b.batch_stats));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaStepTest,
-                         ::testing::Combine(::testing::Values("cnn", "mlp"),
+                         ::testing::Combine(::testing::Values("cnn", "mlp", "bn"),
                                             ::testing::Values("adam", "sgd", "sgd_schedule_clip")));
 
 // The golden files (tools/reference, JAX on CPU) through the CUDA backend.

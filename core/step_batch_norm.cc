@@ -1,0 +1,73 @@
+// StepExecutor's BatchNorm layers: Flax's nn.BatchNorm(axis_name='batch') under pmap.
+// Each replica sums its own rows per channel; the statistics, and in the backward pass
+// the per-channel sums the gradient of their pmean needs, are all-reduced across the
+// replicas (one small synchronous collective each, N > 1), so every replica normalizes
+// with the same statistics and keeps the same running averages.
+#include "core/status_macros.h"
+#include "core/step.h"
+
+namespace lockstep {
+
+absl::Status StepExecutor::BatchNormForward(const Layer& l, int rows, bool train, const float* x,
+                                            float* y, float* bn) {
+  const int c = l.in.c;
+  const auto& entries = model_.layout().entries();
+  auto param = [&](int index) {
+    return index < 0 ? nullptr : params_.as() + entries[index].offset;
+  };
+  const float* scale = param(l.scale);
+  const float* bias = param(l.bias);
+  if (!train) {  // use_running_average: the batch_stats
+    const auto& stats = model_.stats_layout().entries();
+    backend_->BatchNormApply(rows, c, l.epsilon, x, stats_.as() + stats[l.mean].offset,
+                             stats_.as() + stats[l.var].offset, scale, bias, y);
+    return absl::OkStatus();
+  }
+  float* moments = bn;  // [E[x], E[x^2]], then pmean'd
+  float* var = bn + 2 * c;
+  backend_->BatchNormMoments(rows, c, x, bn + 5 * c, moments);
+  if (replicas() > 1) {
+    // lax.pmean of the stacked [mean, mean2]: the sum, then a division by N.
+    RETURN_IF_ERROR(collective_->AllReduceSum(moments, 2 * c, collective_options_));
+    backend_->Divide(2 * c, static_cast<float>(replicas()), moments);
+  }
+  backend_->BatchNormVariance(c, moments, var);
+  backend_->BatchNormApply(rows, c, l.epsilon, x, moments, var, scale, bias, y);
+  return absl::OkStatus();
+}
+
+absl::Status StepExecutor::BatchNormBackward(const Layer& l, int rows, const float* x,
+                                             const float* dy, float* dx, float* bn) {
+  const int c = l.in.c;
+  const auto& entries = model_.layout().entries();
+  auto at = [&](const Buffer& b, int index) {
+    return index < 0 ? nullptr : b.as() + entries[index].offset;
+  };
+  const float* moments = bn;
+  const float* var = bn + 2 * c;
+  float* sums = bn + 3 * c;
+  backend_->BatchNormBackwardReduce(rows, c, l.epsilon, x, dy, moments, var, bn + 5 * c, sums,
+                                    at(grads_, l.scale), at(grads_, l.bias));
+  if (dx == nullptr) return absl::OkStatus();
+  if (replicas() > 1) {
+    // The transpose of the statistics' pmean: every replica's cotangents, summed.
+    RETURN_IF_ERROR(collective_->AllReduceSum(sums, 2 * c, collective_options_));
+  }
+  backend_->BatchNormBackwardApply(rows, c, l.epsilon, replicas(), x, dy, moments, var,
+                                   at(params_, l.scale), sums, dx);
+  return absl::OkStatus();
+}
+
+void StepExecutor::UpdateBatchStats(const std::vector<float*>& bn) {
+  const auto& stats = model_.stats_layout().entries();
+  for (size_t i = 0; i < model_.layers().size(); ++i) {
+    const Layer& l = model_.layers()[i];
+    if (l.kind != LayerKind::kBatchNorm) continue;
+    const float* moments = bn[i];
+    backend_->BatchNormUpdateStats(l.in.c, l.momentum, l.one_minus_momentum, moments,
+                                   moments + 2 * l.in.c, stats_.as() + stats[l.mean].offset,
+                                   stats_.as() + stats[l.var].offset);
+  }
+}
+
+}  // namespace lockstep

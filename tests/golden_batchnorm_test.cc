@@ -1,0 +1,188 @@
+// BatchNorm against Flax's nn.BatchNorm(axis_name='batch') (tools/reference/
+// golden_batchnorm.py): init of params and batch_stats, the loss and every gradient on
+// one replica, and 20 steps on two replicas in this process (threads joined by Gloo over
+// loopback), whose statistics are all-reduced as pmap's pmean does: params and
+// batch_stats against the pmap run's, and the evaluation with the running averages.
+#include <algorithm>
+#include <thread>
+
+#include "core/io/safetensors.h"
+#include "core/plan.h"
+#include "core/store.h"
+#include "core/testing.h"
+#include "tests/golden.h"
+#include "workers/cpu/cpu_backend.h"
+#include "workers/gloo/gloo_collective.h"
+
+namespace lockstep {
+namespace {
+
+using testing::GoldenParams;
+
+constexpr char kFile[] = "batchnorm_pmap2.safetensors";
+
+struct Golden {
+  SafeTensors st;
+  v1::JobSpec spec;
+  TrainSetup setup;
+};
+
+absl::StatusOr<Golden> ReadGolden() {
+  ASSIGN_OR_RETURN(SafeTensors st, SafeTensors::Read(testing::GoldenPath(kFile)));
+  ASSIGN_OR_RETURN(v1::JobSpec parsed, ParseSpec(st.metadata().at("spec"), "golden spec"));
+  ASSIGN_OR_RETURN(v1::JobSpec spec, Validate(parsed));
+  ASSIGN_OR_RETURN(TrainSetup setup, SetupFromSpec(spec));
+  return Golden{std::move(st), std::move(spec), std::move(setup)};
+}
+
+// The file's tensors prefix + name for each entry of `layout` ("BatchNorm_0/mean").
+std::vector<float> GoldenTensors(const SafeTensors& st, const ParamLayout& layout,
+                                 const std::string& prefix) {
+  std::vector<float> flat(layout.total());
+  for (const ParamEntry& e : layout.entries()) {
+    auto v = st.F32(prefix + e.name);
+    EXPECT_TRUE(v.ok() && v->size() == e.size) << prefix << e.name;
+    if (v.ok() && v->size() == e.size) std::copy(v->begin(), v->end(), flat.begin() + e.offset);
+  }
+  return flat;
+}
+
+// The params whose gradient is zero but for rounding: the biases of layers right before
+// a BatchNorm, which subtracts any constant shift (JAX's gradients are ~1e-7 noise there).
+std::vector<std::string> ShiftedAway(const Model& m) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i + 1 < m.layers().size(); ++i) {
+    const Layer& l = m.layers()[i];
+    if (l.bias >= 0 && m.layers()[i + 1].kind == LayerKind::kBatchNorm) {
+      names.push_back(m.layout().entries()[l.bias].name);
+    }
+  }
+  return names;
+}
+
+// Every tensor of `layout` within `tolerance` (relative L2), but those named in `noise`:
+// within 1e-6 absolute (their values are rounding noise).
+void ExpectWithin(const ParamLayout& layout, const std::vector<float>& got,
+                  const std::vector<float>& want, double tolerance,
+                  const std::vector<std::string>& noise = {}) {
+  for (const ParamEntry& e : layout.entries()) {
+    const std::span<const float> a(got.data() + e.offset, e.size),
+        b(want.data() + e.offset, e.size);
+    if (std::find(noise.begin(), noise.end(), e.name) != noise.end()) {
+      EXPECT_LE(testing::MaxAbsDiff(a, b), 1e-6) << e.name;
+    } else {
+      EXPECT_LE(testing::RelativeL2(a, b), tolerance) << e.name;
+    }
+  }
+}
+
+TEST(BatchNormGolden, InitMatchesFlax) {
+  ASSERT_OK_AND_ASSIGN(Golden g, ReadGolden());
+  const Model& m = g.setup.model;
+  ASSERT_EQ(m.stats_layout().entries().size(), 4u);
+  const std::vector<float> mine =
+      m.Init(TrainingPlan::InitKey(g.spec.seed(), g.setup.impl), g.setup.impl);
+  const std::vector<float> want = GoldenParams(g.st, m, "init.");
+  for (const ParamEntry& e : m.layout().entries()) {
+    EXPECT_LE(
+        testing::MaxAbsDiff({mine.data() + e.offset, e.size}, {want.data() + e.offset, e.size}),
+        1e-6)
+        << e.name;
+  }
+  EXPECT_EQ(m.InitStats(), GoldenTensors(g.st, m.stats_layout(), "init_stats."));
+}
+
+TEST(BatchNormGolden, LossAndEveryGradientOnOneReplicaWithin1e5) {
+  ASSERT_OK_AND_ASSIGN(Golden g, ReadGolden());
+  const Model& m = g.setup.model;
+  const int b = static_cast<int>(g.spec.global_batch_size());
+  auto backend = NewCpuBackend(DefaultCpuThreads());
+  ASSERT_OK_AND_ASSIGN(auto exec, StepExecutor::Create(m, g.setup.optimizer, g.setup.impl, b,
+                                                       backend.get(), nullptr));
+  const Dataset data = testing::GoldenDataset(g.st, "data");
+  ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(data));
+  ASSERT_OK(exec->SetState(
+      TrainState::Create(GoldenParams(g.st, m, "init."), g.setup.optimizer, m.InitStats())));
+  std::vector<int32_t> idx(b);
+  std::iota(idx.begin(), idx.end(), 0);
+  ASSERT_OK_AND_ASSIGN(StepMetrics metrics, exec->ComputeGradients(d, idx, {}));
+  const float want_loss = (*g.st.F32("grads.loss"))[0];
+  EXPECT_NEAR(metrics.loss, want_loss, 1e-5 * std::fabs(want_loss));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> grads, exec->Gradients());
+  const std::vector<std::string> noise = ShiftedAway(m);
+  EXPECT_EQ(noise, (std::vector<std::string>{"Conv_0/bias", "Dense_0/bias"}));
+  ExpectWithin(m.layout(), grads, GoldenParams(g.st, m, "grads."), 1e-5, noise);
+  // Gradients alone leave the running averages as they were.
+  ASSERT_OK_AND_ASSIGN(TrainState state, exec->GetState());
+  EXPECT_EQ(state.batch_stats, m.InitStats());
+}
+
+// One replica of the 2-replica run: its final state and each step's local loss.
+struct ReplicaRun {
+  absl::Status status;
+  TrainState state;
+  std::vector<float> losses;
+  EvalMetrics eval;
+};
+
+void RunReplica(const Golden& g, const Dataset& data, MemoryStore* store, int rank,
+                ReplicaRun* run) {
+  run->status = [&]() -> absl::Status {
+    const Model& m = g.setup.model;
+    const int n = 2, b = static_cast<int>(g.spec.global_batch_size());
+    GlooOptions options;
+    options.hostname = "127.0.0.1";
+    options.prefix = "batchnorm_golden";
+    ASSIGN_OR_RETURN(auto collective, GlooCollective::Create(rank, n, store, options));
+    auto backend = NewCpuBackend(1);
+    ASSIGN_OR_RETURN(auto exec, StepExecutor::Create(m, g.setup.optimizer, g.setup.impl, b / n,
+                                                     backend.get(), collective.get()));
+    ASSIGN_OR_RETURN(DeviceDataset d, exec->Upload(data));
+    TrainingPlan plan(g.spec.seed(), g.spec.dropout_seed(), g.setup.impl, data.size, b, n);
+    RETURN_IF_ERROR(exec->SetState(TrainState::Create(m.Init(plan.init_key(), g.setup.impl),
+                                                      g.setup.optimizer, m.InitStats())));
+    for (uint64_t s = 0; s < g.spec.steps(); ++s) {
+      const StepPlan p = plan.Next();
+      ASSIGN_OR_RETURN(auto shards, ShardBatch(p.indices, n));
+      ASSIGN_OR_RETURN(StepMetrics metrics, exec->Step(d, shards[rank], p.keys[rank]));
+      run->losses.push_back(metrics.loss);
+    }
+    ASSIGN_OR_RETURN(run->state, exec->GetState());
+    ASSIGN_OR_RETURN(run->eval, exec->Evaluate(d, 24));
+    return absl::OkStatus();
+  }();
+}
+
+TEST(BatchNormGolden, TwentyStepsOnTwoReplicasMatchPmap) {
+  ASSERT_OK_AND_ASSIGN(Golden g, ReadGolden());
+  const Model& m = g.setup.model;
+  const Dataset data = testing::GoldenDataset(g.st, "data");
+  MemoryStore store;
+  ReplicaRun runs[2];
+  std::thread peer(RunReplica, std::cref(g), std::cref(data), &store, 1, &runs[1]);
+  RunReplica(g, data, &store, 0, &runs[0]);
+  peer.join();
+  ASSERT_OK(runs[0].status);
+  ASSERT_OK(runs[1].status);
+  const std::vector<float> losses = *g.st.F32("train.losses");
+  ASSERT_EQ(runs[0].losses.size(), losses.size());
+  for (size_t s = 0; s < losses.size(); ++s) {
+    const float mean = (runs[0].losses[s] + runs[1].losses[s]) / 2;
+    EXPECT_NEAR(mean, losses[s], 1e-5 * std::fabs(losses[s])) << "step " << s;
+  }
+  // The replicas agree bit for bit, running averages included.
+  EXPECT_EQ(runs[0].state.params, runs[1].state.params);
+  EXPECT_EQ(runs[0].state.batch_stats, runs[1].state.batch_stats);
+  ExpectWithin(m.layout(), runs[0].state.params, GoldenParams(g.st, m, "train.params."), 1e-5,
+               ShiftedAway(m));
+  ExpectWithin(m.stats_layout(), runs[0].state.batch_stats,
+               GoldenTensors(g.st, m.stats_layout(), "train.stats."), 1e-5);
+  // Evaluation normalizes with the running averages.
+  const float eval_loss = (*g.st.F32("eval.loss"))[0];
+  EXPECT_NEAR(runs[0].eval.loss, eval_loss, 1e-5 * std::fabs(eval_loss));
+  EXPECT_NEAR(runs[0].eval.accuracy, (*g.st.F32("eval.accuracy"))[0], 1e-6);
+  EXPECT_EQ(runs[0].eval.count, data.size);
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,27 @@
+// The CPU backend's Flax BatchNorm kernels (see Backend::BatchNormMoments and the methods
+// after it for each one's contract). Internal to the CPU backend; every function runs on
+// up to `threads` OpenMP threads and gives the same bits whatever their number: column
+// sums go over kBatchNormBlocks fixed row blocks, added in block order.
+#ifndef LOCKSTEP_WORKERS_CPU_CPU_BATCH_NORM_H_
+#define LOCKSTEP_WORKERS_CPU_CPU_BATCH_NORM_H_
+
+namespace lockstep::cpu {
+
+void BatchNormMoments(int threads, int rows, int cols, const float* x, float* partials,
+                      float* moments);
+void BatchNormVariance(int cols, const float* moments, float* var);
+void BatchNormApply(int threads, int rows, int cols, float epsilon, const float* x,
+                    const float* mean, const float* var, const float* scale, const float* bias,
+                    float* y);
+void BatchNormUpdateStats(int cols, float momentum, float one_minus_momentum, const float* mean,
+                          const float* var, float* ra_mean, float* ra_var);
+void BatchNormBackwardReduce(int threads, int rows, int cols, float epsilon, const float* x,
+                             const float* dy, const float* mean, const float* var, float* partials,
+                             float* sums, float* dscale, float* dbias);
+void BatchNormBackwardApply(int threads, int rows, int cols, float epsilon, int replicas,
+                            const float* x, const float* dy, const float* moments, const float* var,
+                            const float* scale, const float* sums, float* dx);
+
+}  // namespace lockstep::cpu
+
+#endif  // LOCKSTEP_WORKERS_CPU_CPU_BATCH_NORM_H_
