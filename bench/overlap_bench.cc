@@ -41,7 +41,7 @@ namespace lockstep {
 namespace {
 
 struct Flags {
-  int workers = 2, batch = 64, threads = 1, steps = 20, rounds = 3, bucket_kib = 1024;
+  int workers = 2, batch = 64, threads = 1, steps = 20, rounds = 3, bucket_kib = 64;
   int rank = -1;  // -1: spawn the ranks
   std::string store, host = "127.0.0.1";
 };
