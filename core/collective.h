@@ -1,16 +1,30 @@
 // Collective: the data plane's all-reduce across the N replicas of a job, c10d-style.
 // Implementations (workers/gloo, workers/nccl) bind to a rendezvous at creation; options
 // carry the timeout so that a dead peer is an error, never a hang.
+//
+// Overlap (DDP-style): StartAllReduceSum begins an all-reduce and returns at once, so that
+// the caller computes on while it runs (Gloo: on the collective's communication thread,
+// core/queued_collective.h; NCCL: on a communication stream ordered after the work queued
+// so far); Wait(ticket) ends it. Started and synchronous all-reduces run one at a time in
+// the order they were issued (a FIFO), so every rank must issue the same sequence; the
+// synchronous AllReduceSum may be called while started ones are pending (it queues behind
+// them and waits). Collectives without an overlap of their own run StartAllReduceSum
+// synchronously (the defaults below).
 #ifndef LOCKSTEP_CORE_COLLECTIVE_H_
 #define LOCKSTEP_CORE_COLLECTIVE_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
 namespace lockstep {
+
+// Names an all-reduce begun by StartAllReduceSum; tickets grow in issue order.
+using CollectiveTicket = uint64_t;
 
 struct CollectiveOptions {
   absl::Duration timeout = absl::Seconds(30);
@@ -28,6 +42,23 @@ class Collective {
   // DEADLINE_EXCEEDED when a peer does not answer within options.timeout, UNAVAILABLE
   // when a peer is lost.
   virtual absl::Status AllReduceSum(float* data, size_t n, const CollectiveOptions& options) = 0;
+
+  // Starts AllReduceSum(data, n, options) and returns its ticket, maybe before it is done:
+  // `data` must stay untouched (not read, not written) until Wait on this ticket or a later
+  // one has returned (CUDA: work queued after that Wait may use it). Its errors come from
+  // Start or from Wait, the same codes as AllReduceSum's. The default runs it now.
+  virtual absl::StatusOr<CollectiveTicket> StartAllReduceSum(float* data, size_t n,
+                                                             const CollectiveOptions& options) {
+    absl::Status status = AllReduceSum(data, n, options);
+    if (!status.ok()) return status;
+    return CollectiveTicket{0};
+  }
+  // Ends the all-reduce `ticket` and every one started before it: on CPU it blocks until
+  // they are done (each bounded by its options.timeout) and returns the first error among
+  // them that no earlier Wait returned; on CUDA it makes the caller's stream wait for them
+  // (their errors then come from the backend's Synchronize). Every started ticket must be
+  // waited for (a later ticket's Wait covers it) before its data is freed.
+  virtual absl::Status Wait(CollectiveTicket ticket) { return absl::OkStatus(); }
 
   // Gives up on the collective: one in flight on another thread fails promptly, every
   // later one fails at once, and the peers' fail too instead of waiting out their

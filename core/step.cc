@@ -423,7 +423,13 @@ absl::StatusOr<StepMetrics> StepExecutor::Finish(Workspace& ws, int b) {
   return StepMetrics{loss / static_cast<float>(b), correct / static_cast<float>(b)};
 }
 
-absl::Status StepExecutor::Backward(Workspace& ws, int b) {
+void StepExecutor::set_allreduce_bucket_bytes(size_t bytes) {
+  buckets_.clear();
+  if (bytes > 0) buckets_ = PlanGradBuckets(model_, bytes);
+}
+
+absl::Status StepExecutor::Backward(Workspace& ws, int b,
+                                    const std::function<void(int)>& grads_ready) {
   const auto& layers = model_.layers();
   const auto& entries = model_.layout().entries();
   const float* params = params_.as();
@@ -445,7 +451,8 @@ absl::Status StepExecutor::Backward(Workspace& ws, int b) {
         backend_->Gemm(true, false, patch, l.out.c, rows, 1.0f, ws.cols[i], dy, 0.0f,
                        grad(l.kernel));
         if (l.bias >= 0) backend_->BiasGrad(rows, l.out.c, dy, grad(l.bias));
-        if (dx != nullptr) {  // dcols reuses the cols buffer: the kernel grad is done
+        if (grads_ready) grads_ready(i);  // before dx: its all-reduce overlaps dx too
+        if (dx != nullptr) {              // dcols reuses the cols buffer: the kernel grad is done
           backend_->Gemm(false, true, rows, patch, l.out.c, 1.0f, dy, param(l.kernel), 0.0f,
                          ws.cols[i]);
           backend_->Col2Im(g, ws.cols[i], dx);
@@ -456,6 +463,7 @@ absl::Status StepExecutor::Backward(Workspace& ws, int b) {
         const int in = static_cast<int>(l.in.size());
         backend_->Gemm(true, false, in, l.out.c, b, 1.0f, x, dy, 0.0f, grad(l.kernel));
         if (l.bias >= 0) backend_->BiasGrad(b, l.out.c, dy, grad(l.bias));
+        if (grads_ready) grads_ready(i);
         if (dx != nullptr) {
           backend_->Gemm(false, true, b, in, l.out.c, 1.0f, dy, param(l.kernel), 0.0f, dx);
         }
@@ -490,9 +498,39 @@ absl::Status StepExecutor::Backward(Workspace& ws, int b) {
         }
         break;
     }
+    // Layers with parameters the cases above did not announce (grads_ready is idempotent).
+    if (grads_ready && l.has_params()) grads_ready(i);
     if (dx != nullptr) dy = dx;
   }
   return absl::OkStatus();
+}
+
+absl::Status StepExecutor::BackwardAllReduced(Workspace& ws,
+                                              std::chrono::steady_clock::time_point& backward_end) {
+  float* grads = grads_.as();
+  size_t next = 0;                       // the first bucket not started
+  CollectiveTicket last = 0;             // the last one started
+  absl::Status started;                  // the first error starting one
+  auto start_through = [&](int layer) {  // starts the buckets complete once `layer` is
+    while (started.ok() && next < buckets_.size() && buckets_[next].layer >= layer) {
+      const GradBucket& bucket = buckets_[next++];
+      absl::StatusOr<CollectiveTicket> t =
+          collective_->StartAllReduceSum(grads + bucket.offset, bucket.size, collective_options_);
+      if (t.ok()) {
+        last = *t;
+      } else {
+        started = t.status();
+      }
+    }
+  };
+  const absl::Status backward = Backward(ws, local_batch_, start_through);
+  backward_end = std::chrono::steady_clock::now();
+  if (backward.ok()) start_through(-1);  // the rest: complete now
+  // Every started bucket is waited for, even after an error: none may outlive the step.
+  absl::Status waited = collective_->Wait(last);
+  RETURN_IF_ERROR(backward);
+  RETURN_IF_ERROR(started);
+  return waited;
 }
 
 absl::Status StepExecutor::DeviceStep(Workspace& ws, const DeviceDataset& data, bool update) {
@@ -502,16 +540,22 @@ absl::Status StepExecutor::DeviceStep(Workspace& ws, const DeviceDataset& data, 
   };
   const auto t0 = Clock::now();
   RETURN_IF_ERROR(Forward(ws, data, local_batch_, true));
-  RETURN_IF_ERROR(Backward(ws, local_batch_));
-  const auto t1 = Clock::now();
+  const size_t n = model_.layout().total();
+  const bool reduce = update && collective_ != nullptr && collective_->size() > 1;
+  Clock::time_point t1;
+  absl::Status reduced;
+  if (reduce && !buckets_.empty()) {
+    reduced = BackwardAllReduced(ws, t1);  // the sums overlap backward
+  } else {
+    RETURN_IF_ERROR(Backward(ws, local_batch_));
+    t1 = Clock::now();
+    if (reduce) reduced = collective_->AllReduceSum(grads_.as(), n, collective_options_);
+  }
   timings_.compute = seconds(t0, t1);
   if (!update) return absl::OkStatus();
-  const size_t n = model_.layout().total();
-  if (collective_ != nullptr && collective_->size() > 1) {
-    // pmean: the sum over replicas, then a division (not a multiply) by N, as JAX does.
-    RETURN_IF_ERROR(collective_->AllReduceSum(grads_.as(), n, collective_options_));
-    backend_->Divide(n, static_cast<float>(collective_->size()), grads_.as());
-  }
+  RETURN_IF_ERROR(reduced);
+  // pmean: the sum over replicas, then a division (not a multiply) by N, as JAX does.
+  if (reduce) backend_->Divide(n, static_cast<float>(collective_->size()), grads_.as());
   const auto t2 = Clock::now();
   timings_.allreduce = seconds(t1, t2);
   std::vector<float*> slots;

@@ -1,12 +1,20 @@
 // StepExecutor: the one training step in Lockstep, run by every replica alike (N = 1: no
 // collective). It reads top to bottom:
 // gather the local batch, forward, loss, backward, all-reduce (mean), optimizer update.
+// With all-reduce buckets (set_allreduce_bucket_bytes, core/grad_buckets.h) the gradients'
+// all-reduce overlaps backward: each bucket starts (Collective::StartAllReduceSum) as soon
+// as backward has produced it, and the step waits for all of them before the division by
+// N and the update. The sums, hence the results, are bitwise those of one all-reduce for
+// 2 workers (each sum is a + b); for more, Gloo's ring sums each element in an order that
+// depends on the buffer's size, so the bucket size is part of what a run's bits depend on
+// (deterministic for a given size).
 //
 // The replica (params, gradients, optimizer state, datasets) lives in the backend's
 // memory. Thread safety: none; one thread drives an executor.
 #ifndef LOCKSTEP_CORE_STEP_H_
 #define LOCKSTEP_CORE_STEP_H_
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <span>
@@ -17,6 +25,7 @@
 #include "core/backend.h"
 #include "core/collective.h"
 #include "core/data/dataset.h"
+#include "core/grad_buckets.h"
 #include "core/model.h"
 #include "core/optimizer.h"
 #include "core/train_state.h"
@@ -72,6 +81,9 @@ class StepExecutor {
   int64_t step() const { return step_; }
   void set_step(int64_t step) { step_ = step; }
   void set_collective_timeout(absl::Duration t) { collective_options_.timeout = t; }
+  // Gradient buckets of at least this many bytes (PlanGradBuckets); 0 (the default): one
+  // all-reduce of all gradients after backward, no overlap.
+  void set_allreduce_bucket_bytes(size_t bytes);
   size_t param_count() const { return model_.layout().total(); }
   size_t slot_count() const { return slots_.size(); }
   size_t stats_count() const { return model_.stats_layout().total(); }
@@ -110,7 +122,9 @@ class StepExecutor {
   const absl::Status& graph_fallback() const { return graph_fallback_; }
 
   // Where the last Step's time went, in seconds, by the host clock: exact for synchronous
-  // backends, enqueue times for asynchronous ones, and all 0 for a graph replay.
+  // backends, enqueue times for asynchronous ones, and all 0 for a graph replay. compute:
+  // forward and backward (with starting the buckets' all-reduces); allreduce: the exposed
+  // all-reduce, from the end of backward until every bucket is done and divided by N.
   struct Timings {
     double compute = 0, allreduce = 0, update = 0;
   };
@@ -134,7 +148,12 @@ class StepExecutor {
   absl::Status DeviceStep(Workspace& ws, const DeviceDataset& data, bool update);
   // Errors: the collective's (BatchNorm's statistics, N > 1).
   absl::Status Forward(Workspace& ws, const DeviceDataset& data, int batch, bool train);
-  absl::Status Backward(Workspace& ws, int batch);
+  // Calls grads_ready(i) (when given) once layer i's parameter gradients are computed, in
+  // the order backward reaches the layers (last first).
+  absl::Status Backward(Workspace& ws, int batch, const std::function<void(int)>& grads_ready = {});
+  // The gradients' all-reduce (sum) in buckets overlapping Backward; see DeviceStep.
+  absl::Status BackwardAllReduced(Workspace& ws,
+                                  std::chrono::steady_clock::time_point& backward_end);
   // BatchNorm layer `l` on `rows` rows (step_batch_norm.cc). `bn` holds the layer's
   // BatchNormBuffer floats: its moments (all-reduced), var, backward sums and partials.
   absl::Status BatchNormForward(const Layer& l, int rows, bool train, const float* x, float* y,
@@ -165,6 +184,7 @@ class StepExecutor {
   absl::Status graph_fallback_;  // see graph_fallback()
   int64_t step_ = 0;
   Timings timings_;
+  std::vector<GradBucket> buckets_;  // empty: one all-reduce after backward
   Buffer params_, grads_;
   Buffer stats_;  // batch_stats (Model::stats_layout()), when the model has any
   // Per-step arguments in backend memory: UpdateScalars, then one key per Dropout layer.

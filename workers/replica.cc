@@ -51,6 +51,7 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const ReplicaConfig& co
       r->exec_, StepExecutor::Create(std::move(setup.model), std::move(setup.optimizer), setup.impl,
                                      local_batch, r->backend_.get(), r->collective_.get(), copts,
                                      !spec.cuda().disable_graphs()));
+  r->exec_->set_allreduce_bucket_bytes(AllReduceBucketBytes(spec));
   return r;
 }
 

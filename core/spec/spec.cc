@@ -273,6 +273,12 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
   }
   if (ev->batch_size() == 0) ev->set_batch_size(1000);
   if (ev->batch_size() > 100'000) return Invalid("eval.batch_size", "must be at most 100,000");
+  if (!spec.allreduce().has_bucket_kib()) {
+    spec.mutable_allreduce()->set_bucket_kib(kDefaultBucketKib);
+  }
+  if (spec.allreduce().bucket_kib() > (1u << 20)) {
+    return Invalid("allreduce.bucket_kib", "must be at most 1048576 (1 GiB)");
+  }
   auto* rec = spec.mutable_recovery();
   if (rec->snapshot_every_steps() == 0) rec->set_snapshot_every_steps(1000);
   if (rec->snapshot_every_seconds() == 0) rec->set_snapshot_every_seconds(60);

@@ -49,6 +49,15 @@ struct TrainSetup {
 };
 absl::StatusOr<TrainSetup> SetupFromSpec(const v1::JobSpec& spec);
 
+// allreduce.bucket_kib when the spec leaves it unset (Validate fills it in).
+inline constexpr uint32_t kDefaultBucketKib = 1024;
+// The gradient bucket size in bytes a replica all-reduces with (0: no overlap).
+inline size_t AllReduceBucketBytes(const v1::JobSpec& spec) {
+  const uint32_t kib =
+      spec.allreduce().has_bucket_kib() ? spec.allreduce().bucket_kib() : kDefaultBucketKib;
+  return size_t{kib} * 1024;
+}
+
 // Each of `world_size` replicas' share of the global batch; INVALID_ARGUMENT naming
 // global_batch_size unless world_size divides it. The one divisibility check.
 absl::StatusOr<int> LocalBatch(const v1::JobSpec& spec, int world_size);

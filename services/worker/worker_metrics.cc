@@ -1,6 +1,7 @@
 #include "services/worker/worker_metrics.h"
 
 #include <chrono>
+#include <deque>
 
 namespace lockstep {
 namespace {
@@ -28,11 +29,39 @@ class MeteredCollective final : public Collective {
     }
     return st;
   }
+  // Started all-reduces are metered when a Wait covers them: from the start to that wait's
+  // end. Called by the one thread that drives the collective, like Wait itself.
+  absl::StatusOr<CollectiveTicket> StartAllReduceSum(float* data, size_t n,
+                                                     const CollectiveOptions& options) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<CollectiveTicket> ticket = inner_->StartAllReduceSum(data, n, options);
+    if (ticket.ok()) started_.push_back({*ticket, n, t0});
+    return ticket;
+  }
+  absl::Status Wait(CollectiveTicket ticket) override {
+    absl::Status st = inner_->Wait(ticket);
+    const auto now = std::chrono::steady_clock::now();
+    while (!started_.empty() && started_.front().ticket <= ticket) {
+      const Started& s = started_.front();
+      if (st.ok()) {
+        metrics_->OnAllReduce(s.n * sizeof(float),
+                              std::chrono::duration<double>(now - s.start).count());
+      }
+      started_.pop_front();
+    }
+    return st;
+  }
   void Abort(const absl::Status& why) override { inner_->Abort(why); }
 
  private:
+  struct Started {
+    CollectiveTicket ticket;
+    size_t n;
+    std::chrono::steady_clock::time_point start;
+  };
   const std::unique_ptr<Collective> inner_;
   WorkerMetrics* const metrics_;
+  std::deque<Started> started_;  // not yet covered by a Wait
 };
 
 }  // namespace

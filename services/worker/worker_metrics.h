@@ -3,9 +3,11 @@
 //
 //   lockstep_worker_steps_total                 steps this worker computed
 //   lockstep_worker_step_phase_seconds{phase}   compute / allreduce / update (histogram)
-//   lockstep_worker_allreduce_bytes_total       bytes all-reduced (each rank's buffer size)
+//   lockstep_worker_allreduce_bytes_total       bytes all-reduced (each rank's buffers' sizes)
 //   lockstep_worker_allreduce_seconds           one all-reduce's time (histogram; with NCCL
-//                                               the time to queue it, outside CUDA graphs)
+//                                               the time to queue it, outside CUDA graphs;
+//                                               a bucket overlapping backward: from its start
+//                                               to the end of the wait covering it)
 //   lockstep_worker_heartbeats_total{result}    heartbeats sent: ok, error
 //   lockstep_worker_registrations_total         registrations with the coordinator
 //

@@ -2,6 +2,7 @@
 // collective a JobSlot wraps around its job's collective.
 #include "services/worker/worker_metrics.h"
 
+#include "core/queued_collective.h"
 #include "core/testing.h"
 
 namespace lockstep::testing {
@@ -64,6 +65,21 @@ TEST_F(WorkerMetricsTest, TheMeteredCollectiveCountsBytesOfSuccessfulAllReducesO
   EXPECT_EQ(Value("lockstep_worker_allreduce_bytes_total"), 5000);
   EXPECT_EQ(Value("lockstep_worker_allreduce_seconds_count"), 2);
   EXPECT_EQ(metrics_.Metered(nullptr), nullptr);
+}
+
+TEST_F(WorkerMetricsTest, StartedAllReducesAreCountedWhenAWaitCoversThem) {
+  std::unique_ptr<Collective> metered = metrics_.Metered(
+      std::make_unique<QueuedCollective>(std::make_unique<StubCollective>(absl::OkStatus())));
+  std::vector<float> grads(1000);
+  ASSERT_OK_AND_ASSIGN(CollectiveTicket first, metered->StartAllReduceSum(grads.data(), 100, {}));
+  ASSERT_OK_AND_ASSIGN(CollectiveTicket second,
+                       metered->StartAllReduceSum(grads.data() + 100, 900, {}));
+  EXPECT_LT(first, second);
+  ASSERT_OK(metered->Wait(second));  // covers both
+  EXPECT_EQ(Value("lockstep_worker_allreduce_bytes_total"), 4000);
+  EXPECT_EQ(Value("lockstep_worker_allreduce_seconds_count"), 2);
+  ASSERT_OK(metered->Wait(second));  // counted once
+  EXPECT_EQ(Value("lockstep_worker_allreduce_seconds_count"), 2);
 }
 
 TEST_F(WorkerMetricsTest, HeartbeatsAreCountedByResult) {

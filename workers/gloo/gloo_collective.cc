@@ -10,6 +10,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "core/queued_collective.h"
 #include "core/status_macros.h"
 #include "gloo/allreduce.h"
 #include "gloo/common/error.h"
@@ -114,7 +115,9 @@ absl::StatusOr<std::unique_ptr<Collective>> GlooCollective::Create(int rank, int
   RETURN_IF_ERROR(CallGloo(
       absl::StrCat(RankName(rank, size), ": connect full mesh under \"", options.prefix, "\""),
       [&] { context->connectFullMesh(prefixed, device); }));
-  return std::unique_ptr<Collective>(new GlooCollective(rank, size, std::move(context)));
+  // Gloo's all-reduce blocks its caller: the queue gives it StartAllReduceSum's overlap.
+  return std::make_unique<QueuedCollective>(
+      std::unique_ptr<Collective>(new GlooCollective(rank, size, std::move(context))));
 }
 
 GlooCollective::GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context)

@@ -45,7 +45,9 @@ struct GlooOptions {
 // ignores SIGPIPE for the whole process (the lost peer is then an error like any other).
 class GlooCollective final : public Collective {
  public:
-  // Joins the mesh of `size` ranks as `rank`, blocking until all ranks have joined.
+  // Joins the mesh of `size` ranks as `rank`, blocking until all ranks have joined. The
+  // result is a QueuedCollective (core/queued_collective.h) around the GlooCollective: its
+  // StartAllReduceSum runs on a communication thread, in one FIFO with AllReduceSum.
   // `store` is used during Create only. Errors: INVALID_ARGUMENT for a bad rank, size or
   // option, or an address that cannot be bound; DEADLINE_EXCEEDED when some rank has not
   // joined within options.connect_timeout; UNAVAILABLE when a peer cannot be reached;

@@ -36,6 +36,16 @@ struct NcclCollectiveOptions {
 // Either way the communicator is then aborted and every later call fails: rebuild the
 // collective (and the backend, whose stream saw the failure) under a new key.
 //
+// StartAllReduceSum (gradient buckets overlapping backward) queues ncclAllReduce on a
+// communication stream of the collective's own, after an event recorded on the backend's
+// stream (so after the kernels that produced the bucket); Wait records an event on the
+// communication stream and has the backend's stream wait for it, so the optimizer runs
+// after every started all-reduce. Neither waits on the host: errors come from the
+// backend's Synchronize() through the watchdog, as for a graph replay. Both work under
+// CUDA graph capture (the events fork the capture into the communication stream and join
+// it back). A synchronous AllReduceSum while started ones are pending first joins them,
+// so NCCL never has two operations of the communicator in flight on different streams.
+//
 // Errors from creation: INVALID_ARGUMENT (bad rank or size, not a CUDA backend),
 // FAILED_PRECONDITION (the backend already has a collective), and the rendezvous and
 // init errors of NcclComm::Create (DEADLINE_EXCEEDED, UNAVAILABLE). Thread-compatible:

@@ -1,0 +1,284 @@
+// What overlapping the gradients' all-reduce with backward buys (issue 15): the CNN
+// trained data-parallel by N worker processes over Gloo, each with its own CPU backend,
+// alternately without overlap (one all-reduce of all 824,458 gradients after backward)
+// and with gradient buckets started as backward produces them (StepExecutor::
+// set_allreduce_bucket_bytes). Per mode it prints the step time, compute (forward and
+// backward), the exposed all-reduce (from the end of backward until every bucket is done
+// and divided by N) and the update, each the median over a round's steps, best round of
+// --rounds (rounds alternate the modes, so both see the same machine load), as seen by
+// rank 0; then exposed(overlap) / all-reduce(no overlap).
+//
+//   overlap_bench [--workers N] [--batch B] [--threads T] [--steps S] [--rounds R]
+//                 [--bucket_kib K]
+// spawns N ranks of itself on 127.0.0.1; bench/netem/run starts them one per network
+// namespace instead, each with
+//   overlap_bench --workers N --rank R --store DIR --host ADDR ...
+// (DIR: a folder all ranks see, the rendezvous; ADDR: the address Gloo binds). B is the
+// batch per worker (default 64: global 128 for 2 workers).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+#include "core/step.h"
+#include "core/store.h"
+#include "workers/cpu/cpu_backend.h"
+#include "workers/gloo/gloo_collective.h"
+
+namespace lockstep {
+namespace {
+
+struct Flags {
+  int workers = 2, batch = 64, threads = 1, steps = 20, rounds = 3, bucket_kib = 64;
+  int rank = -1;  // -1: spawn the ranks
+  std::string store, host = "127.0.0.1";
+};
+
+// A Store of files in a folder every rank sees (written whole, then renamed into place).
+class FileStore final : public Store {
+ public:
+  explicit FileStore(std::string dir) : dir_(std::move(dir)) {}
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    const std::string path = Path(key), tmp = absl::StrCat(path, ".tmp", getpid());
+    {
+      std::ofstream out(tmp, std::ios::binary);
+      out << value;
+      if (!out.good()) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) return absl::InternalError(absl::StrCat("rename ", tmp, ": ", ec.message()));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override {
+    const absl::Time end = absl::Now() + timeout;
+    for (;;) {
+      std::ifstream in(Path(key), std::ios::binary);
+      if (in.good()) {
+        std::stringstream s;
+        s << in.rdbuf();
+        return s.str();
+      }
+      if (absl::Now() > end) {
+        return absl::DeadlineExceededError(absl::StrCat("store key \"", key, "\" not set"));
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+
+ private:
+  std::string Path(const std::string& key) const {
+    std::string name = key;
+    for (char& c : name) {
+      if (c == '/') c = '_';
+    }
+    return absl::StrCat(dir_, "/", name);
+  }
+  std::string dir_;
+};
+
+Dataset RandomImages(int64_t size) {
+  Dataset d;
+  d.size = size;
+  d.row = 28 * 28;
+  d.shape = {28, 28, 1};
+  std::mt19937 gen(1);
+  std::uniform_real_distribution<float> pixel(0, 1);
+  d.images.resize(size * d.row);
+  for (float& x : d.images) x = pixel(gen);
+  for (int64_t i = 0; i < size; ++i) d.labels.push_back(static_cast<int32_t>(gen() % 10));
+  return d;
+}
+
+struct Row {
+  double step = 0, compute = 0, allreduce = 0, update = 0;  // ms
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// One rank: joins the mesh, then measures the modes round after round.
+absl::Status RunRank(const Flags& f) {
+  FileStore store(f.store);
+  GlooOptions options;
+  options.hostname = f.host;
+  options.prefix = "overlap";
+  options.connect_timeout = absl::Seconds(60);
+  ASSIGN_OR_RETURN(std::unique_ptr<Collective> collective,
+                   GlooCollective::Create(f.rank, f.workers, &store, options));
+  std::unique_ptr<Backend> backend = NewCpuBackend(f.threads);
+  v1::OptimizerSpec adam;
+  adam.set_kind("adam");
+  adam.set_learning_rate(1e-3);
+  ASSIGN_OR_RETURN(Optimizer opt, Optimizer::FromSpec(adam));
+  const Model model = Model::Cnn();
+  ASSIGN_OR_RETURN(std::unique_ptr<StepExecutor> exec,
+                   StepExecutor::Create(model, opt, rng::Impl::kPartitionable, f.batch,
+                                        backend.get(), collective.get()));
+  RETURN_IF_ERROR(exec->SetState(
+      TrainState::Create(model.Init(rng::Key{0, 0}, rng::Impl::kPartitionable), opt)));
+  const Dataset data = RandomImages(int64_t{f.batch} * f.workers * 8);
+  ASSIGN_OR_RETURN(DeviceDataset device_data, exec->Upload(data));
+  std::vector<int32_t> idx(f.batch);
+  int64_t step = 0;
+  auto one_step = [&]() -> absl::StatusOr<Row> {
+    const int64_t at = (step % 8) * f.batch * f.workers + int64_t{f.rank} * f.batch;
+    for (int i = 0; i < f.batch; ++i) idx[i] = static_cast<int32_t>(at + i);
+    const auto t0 = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(
+        exec->Step(device_data, idx, rng::Key{0, static_cast<uint32_t>(step++)}).status());
+    const StepExecutor::Timings& t = exec->last_timings();
+    return Row{
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+        t.compute * 1000, t.allreduce * 1000, t.update * 1000};
+  };
+  const size_t bucket_bytes[2] = {0, size_t{static_cast<unsigned>(f.bucket_kib)} * 1024};
+  Row best[2];
+  for (int round = 0; round < f.rounds; ++round) {
+    for (int mode = 0; mode < 2; ++mode) {
+      exec->set_allreduce_bucket_bytes(bucket_bytes[mode]);
+      RETURN_IF_ERROR(one_step().status());  // settles the mode
+      std::vector<double> st, co, ar, up;
+      for (int s = 0; s < f.steps; ++s) {
+        ASSIGN_OR_RETURN(Row r, one_step());
+        st.push_back(r.step);
+        co.push_back(r.compute);
+        ar.push_back(r.allreduce);
+        up.push_back(r.update);
+      }
+      const Row med{Median(st), Median(co), Median(ar), Median(up)};
+      if (round == 0 || med.step < best[mode].step) best[mode] = med;
+    }
+  }
+  if (f.rank != 0) return absl::OkStatus();
+  std::printf(
+      "CNN, %d workers x batch %d (global %d), %d thread(s) each, %d steps x %d rounds, "
+      "bucket %d KiB; rank 0, best round's medians (ms)\n",
+      f.workers, f.batch, f.batch * f.workers, f.threads, f.steps, f.rounds, f.bucket_kib);
+  std::printf("| mode | step | compute | exposed all-reduce | update |\n|---|---|---|---|---|\n");
+  const char* names[2] = {"no overlap (one all-reduce)", "overlap (buckets)"};
+  for (int mode = 0; mode < 2; ++mode) {
+    std::printf("| %s | %.2f | %.2f | %.2f | %.2f |\n", names[mode], best[mode].step,
+                best[mode].compute, best[mode].allreduce, best[mode].update);
+  }
+  std::printf("exposed all-reduce with overlap / without: %.3f; step time ratio: %.3f\n",
+              best[0].allreduce > 0 ? best[1].allreduce / best[0].allreduce : 0,
+              best[0].step > 0 ? best[1].step / best[0].step : 0);
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+// Spawns the ranks on loopback, with a temporary store folder.
+int Spawn(const Flags& f, char* self) {
+  char dir_template[] = "/tmp/overlap_bench.XXXXXX";
+  const char* dir = mkdtemp(dir_template);
+  if (dir == nullptr) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  std::vector<pid_t> pids;
+  for (int r = 0; r < f.workers; ++r) {
+    std::vector<std::string> args = {self,
+                                     "--workers",
+                                     std::to_string(f.workers),
+                                     "--rank",
+                                     std::to_string(r),
+                                     "--store",
+                                     dir,
+                                     "--host",
+                                     f.host,
+                                     "--batch",
+                                     std::to_string(f.batch),
+                                     "--threads",
+                                     std::to_string(f.threads),
+                                     "--steps",
+                                     std::to_string(f.steps),
+                                     "--rounds",
+                                     std::to_string(f.rounds),
+                                     "--bucket_kib",
+                                     std::to_string(f.bucket_kib)};
+    const pid_t pid = fork();
+    if (pid == 0) {
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv("/proc/self/exe", argv.data());
+      std::perror("execv");
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  int failed = 0;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+  }
+  std::filesystem::remove_all(dir);
+  return failed == 0 ? 0 : 1;
+}
+
+int Main(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--workers")
+      f.workers = std::stoi(value);
+    else if (flag == "--batch")
+      f.batch = std::stoi(value);
+    else if (flag == "--threads")
+      f.threads = std::stoi(value);
+    else if (flag == "--steps")
+      f.steps = std::stoi(value);
+    else if (flag == "--rounds")
+      f.rounds = std::stoi(value);
+    else if (flag == "--bucket_kib")
+      f.bucket_kib = std::stoi(value);
+    else if (flag == "--rank")
+      f.rank = std::stoi(value);
+    else if (flag == "--store")
+      f.store = value;
+    else if (flag == "--host")
+      f.host = value;
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  if (f.workers < 2 || f.batch < 1 || f.steps < 1 || f.rounds < 1 || f.bucket_kib < 1) {
+    std::fprintf(stderr,
+                 "need --workers >= 2 and positive --batch, --steps, --rounds, "
+                 "--bucket_kib\n");
+    return 2;
+  }
+  if (f.rank < 0) return Spawn(f, argv[0]);
+  if (f.store.empty()) {
+    std::fprintf(stderr, "--rank needs --store\n");
+    return 2;
+  }
+  absl::Status st = RunRank(f);
+  if (!st.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", f.rank, st.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace lockstep
+
+int main(int argc, char** argv) { return lockstep::Main(argc, argv); }

@@ -1,0 +1,98 @@
+#include "core/queued_collective.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace lockstep {
+
+QueuedCollective::QueuedCollective(std::unique_ptr<Collective> inner) : inner_(std::move(inner)) {}
+
+QueuedCollective::~QueuedCollective() {
+  std::thread thread;
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    thread = std::move(thread_);
+    changed_.SignalAll();
+  }
+  if (thread.joinable()) thread.join();
+}
+
+absl::Status QueuedCollective::Run(const Op& op) {
+  return inner_->AllReduceSum(op.data, op.n, op.options);
+}
+
+void QueuedCollective::Done(CollectiveTicket ticket, absl::Status status) {
+  running_ = false;
+  done_ = ticket;
+  if (!status.ok()) failed_.emplace(ticket, std::move(status));
+  changed_.SignalAll();
+}
+
+void QueuedCollective::Loop() {
+  absl::MutexLock lock(&mu_);
+  for (;;) {
+    while (!((!queue_.empty() && !running_) || (stop_ && queue_.empty()))) changed_.Wait(&mu_);
+    if (queue_.empty()) return;  // stopping, and nothing left
+    const Op op = queue_.front();
+    queue_.pop_front();
+    running_ = true;
+    mu_.Unlock();
+    absl::Status status = Run(op);
+    mu_.Lock();
+    Done(op.ticket, std::move(status));
+  }
+}
+
+absl::StatusOr<CollectiveTicket> QueuedCollective::StartAllReduceSum(
+    float* data, size_t n, const CollectiveOptions& options) {
+  absl::MutexLock lock(&mu_);
+  const CollectiveTicket ticket = ++issued_;
+  queue_.push_back({ticket, data, n, options});
+  if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
+  changed_.SignalAll();
+  return ticket;
+}
+
+absl::Status QueuedCollective::Wait(CollectiveTicket ticket) {
+  absl::MutexLock lock(&mu_);
+  if (ticket > issued_) {
+    return absl::InvalidArgumentError(absl::StrCat(inner_->Name(), ": all-reduce ticket ", ticket,
+                                                   " was never issued (last: ", issued_, ")"));
+  }
+  while (done_ < ticket) changed_.Wait(&mu_);
+  absl::Status first;
+  for (auto it = failed_.begin(); it != failed_.end() && it->first <= ticket;) {
+    if (first.ok()) first = it->second;
+    it = failed_.erase(it);
+  }
+  return first;
+}
+
+absl::Status QueuedCollective::AllReduceSum(float* data, size_t n,
+                                            const CollectiveOptions& options) {
+  CollectiveTicket ticket;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!queue_.empty() || running_) {
+      // Behind started all-reduces: the thread runs it in its turn.
+      ticket = ++issued_;
+      queue_.push_back({ticket, data, n, options});
+      changed_.SignalAll();
+    } else {
+      ticket = 0;
+      running_ = true;  // nothing ahead: run it here, on the caller's thread
+    }
+  }
+  if (ticket != 0) return Wait(ticket);
+  absl::Status status = Run({0, data, n, options});
+  absl::MutexLock lock(&mu_);
+  running_ = false;  // done_ stays: this call took no ticket
+  changed_.SignalAll();
+  return status;
+}
+
+void QueuedCollective::Abort(const absl::Status& why) { inner_->Abort(why); }
+
+}  // namespace lockstep

@@ -1,0 +1,181 @@
+// Gradient buckets overlapping backward (StepExecutor::set_allreduce_bucket_bytes) with
+// a real GlooCollective over loopback: N in-process replicas of the CNN, one thread each.
+// 2 replicas end bitwise where one all-reduce after backward ends them; more are
+// deterministic run to run; a peer that never steps, or an abort, fails a bucketed step
+// promptly.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "core/step.h"
+#include "core/store.h"
+#include "core/testing.h"
+#include "workers/cpu/cpu_backend.h"
+#include "workers/gloo/gloo_collective.h"
+
+namespace lockstep {
+namespace {
+
+using ::lockstep::testing::RelativeL2;
+using ::testing::AnyOf;
+
+constexpr int kGlobalBatch = 48;
+constexpr int kSteps = 3;
+
+Dataset RandomImages(int64_t size) {
+  Dataset d;
+  d.size = size;
+  d.row = 28 * 28;
+  d.shape = {28, 28, 1};
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> pixel(0, 1);
+  d.images.resize(size * d.row);
+  for (float& x : d.images) x = pixel(gen);
+  for (int64_t i = 0; i < size; ++i) d.labels.push_back(static_cast<int32_t>(gen() % 10));
+  return d;
+}
+
+const Dataset& Data() {
+  static const Dataset* d = new Dataset(RandomImages(kGlobalBatch * kSteps));
+  return *d;
+}
+
+Optimizer Adam() {
+  v1::OptimizerSpec spec;
+  spec.set_kind("adam");
+  spec.set_learning_rate(1e-3);
+  return *Optimizer::FromSpec(spec);
+}
+
+std::unique_ptr<Collective> Join(Store* store, int rank, int size, const std::string& prefix) {
+  GlooOptions options;
+  options.hostname = "127.0.0.1";
+  options.prefix = prefix;
+  options.connect_timeout = absl::Seconds(20);
+  auto c = GlooCollective::Create(rank, size, store, options);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *std::move(c) : nullptr;
+}
+
+// Trains `size` replicas kSteps steps with the given bucket size; each rank's final params.
+std::vector<std::vector<float>> Train(int size, size_t bucket_bytes) {
+  static MemoryStore store;
+  static std::atomic<int> run{0};
+  const std::string prefix = absl::StrCat("overlap", run++);
+  std::vector<std::vector<float>> params(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      std::unique_ptr<Collective> collective = Join(&store, r, size, prefix);
+      if (collective == nullptr) return;
+      std::unique_ptr<Backend> backend = NewCpuBackend(1);
+      const Model model = Model::Cnn();
+      const Optimizer opt = Adam();
+      const int local = kGlobalBatch / size;
+      auto exec = StepExecutor::Create(model, opt, rng::Impl::kPartitionable, local, backend.get(),
+                                       collective.get());
+      ASSERT_OK(exec);
+      (*exec)->set_allreduce_bucket_bytes(bucket_bytes);
+      ASSERT_OK((*exec)->SetState(
+          TrainState::Create(model.Init(rng::Key{0, 0}, rng::Impl::kPartitionable), opt)));
+      auto data = (*exec)->Upload(Data());
+      ASSERT_OK(data);
+      std::vector<int32_t> idx(local);
+      for (int s = 0; s < kSteps; ++s) {
+        for (int i = 0; i < local; ++i) idx[i] = s * kGlobalBatch + r * local + i;
+        ASSERT_OK((*exec)->Step(*data, idx, rng::Key{0, static_cast<uint32_t>(s)}));
+      }
+      auto state = (*exec)->GetState();
+      ASSERT_OK(state);
+      params[r] = state->params;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return params;
+}
+
+TEST(GlooOverlapStep, TwoReplicasBucketedAreBitwiseTheUnbucketed) {
+  const auto plain = Train(2, 0);
+  ASSERT_FALSE(plain[0].empty());
+  EXPECT_EQ(plain[0], plain[1]);
+  EXPECT_NE(plain[0], Model::Cnn().Init(rng::Key{0, 0}, rng::Impl::kPartitionable));  // trained
+  for (size_t bucket : {size_t{1}, size_t{64} << 10, size_t{1} << 20}) {
+    const auto bucketed = Train(2, bucket);
+    EXPECT_EQ(bucketed[0], plain[0]) << "bucket " << bucket;
+    EXPECT_EQ(bucketed[1], plain[0]) << "bucket " << bucket;
+  }
+}
+
+TEST(GlooOverlapStep, ThreeReplicasAreDeterministicAndAgreeClosely) {
+  const auto a = Train(3, 1);
+  const auto b = Train(3, 1);
+  ASSERT_FALSE(a[0].empty());
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(a[r], a[0]) << "rank " << r;  // replicas agree
+    EXPECT_EQ(b[r], a[0]) << "rank " << r;  // and runs do
+  }
+  const auto plain = Train(3, 0);
+  EXPECT_LE(RelativeL2(a[0], plain[0]), 1e-5);
+}
+
+// Rank 0 steps with buckets; rank 1 joins the mesh but never steps.
+class LonelyStep : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::thread peer([&] { peer_ = Join(&store_, 1, 2, "lonely"); });
+    self_ = Join(&store_, 0, 2, "lonely");
+    peer.join();
+    ASSERT_NE(self_, nullptr);
+    ASSERT_NE(peer_, nullptr);
+    backend_ = NewCpuBackend(1);
+    auto exec = StepExecutor::Create(Model::Cnn(), Adam(), rng::Impl::kPartitionable,
+                                     kGlobalBatch / 2, backend_.get(), self_.get());
+    ASSERT_OK(exec);
+    exec_ = *std::move(exec);
+    exec_->set_allreduce_bucket_bytes(1);
+    auto data = exec_->Upload(Data());
+    ASSERT_OK(data);
+    data_ = *std::move(data);
+    idx_.resize(kGlobalBatch / 2);
+    for (size_t i = 0; i < idx_.size(); ++i) idx_[i] = static_cast<int32_t>(i);
+  }
+  MemoryStore store_;
+  std::unique_ptr<Collective> self_, peer_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<StepExecutor> exec_;
+  DeviceDataset data_;
+  std::vector<int32_t> idx_;
+};
+
+TEST_F(LonelyStep, TimesOutWithinTheCollectiveTimeout) {
+  exec_->set_collective_timeout(absl::Milliseconds(500));
+  const absl::Time t0 = absl::Now();
+  auto step = exec_->Step(data_, idx_, rng::Key{0, 0});
+  EXPECT_THAT(step.status().code(),
+              AnyOf(absl::StatusCode::kDeadlineExceeded, absl::StatusCode::kUnavailable));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+}
+
+TEST_F(LonelyStep, AbortEndsTheStepPromptly) {
+  exec_->set_collective_timeout(absl::Seconds(60));
+  std::thread abort([&] {
+    absl::SleepFor(absl::Milliseconds(300));  // the step is waiting for its buckets
+    const absl::Status why = absl::CancelledError("job cancelled");
+    self_->Abort(why);
+    peer_->Abort(why);  // as the coordinator's cancel reaches every worker
+  });
+  const absl::Time t0 = absl::Now();
+  auto step = exec_->Step(data_, idx_, rng::Key{0, 0});
+  abort.join();
+  EXPECT_FALSE(step.ok());
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+}
+
+}  // namespace
+}  // namespace lockstep
