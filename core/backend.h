@@ -125,6 +125,25 @@ class Backend {
   // dx (b, h, w, c) = the adjoint of Im2Col applied to dcols (overwrites dx).
   virtual void Col2Im(const ConvGeometry& g, const float* dcols, float* dx) = 0;
 
+  // Convolution, NHWC activations and HWIO kernel as in ConvGeometry. The default
+  // implementations compose Im2Col, Gemm, Col2Im, BiasAdd and BiasGrad; a backend with
+  // its own convolutions overrides all four. `scratch` is backend memory of
+  // ConvScratchBytes(g) bytes (null when that is 0) that belongs to one conv layer and
+  // also serves g with a smaller batch: ConvBackwardWeights must follow the ConvForward of
+  // the same x with the same scratch, untouched in between (the default keeps the patches
+  // there), and ConvBackwardData may then overwrite it.
+  virtual size_t ConvScratchBytes(const ConvGeometry& g);
+  // y (b, oh, ow, f) = conv(x, w) (+ bias broadcast, unless bias is null).
+  virtual void ConvForward(const ConvGeometry& g, const float* x, const float* w, const float* bias,
+                           float* y, void* scratch);
+  // dw (kh, kw, c, f) = the kernel's gradient given dy (b, oh, ow, f); dbias (f) = dy's
+  // sums over (b, oh, ow) unless dbias is null. Both overwritten.
+  virtual void ConvBackwardWeights(const ConvGeometry& g, const float* x, const float* dy,
+                                   float* dw, float* dbias, void* scratch);
+  // dx (b, h, w, c), overwritten: the input's gradient given dy.
+  virtual void ConvBackwardData(const ConvGeometry& g, const float* w, const float* dy, float* dx,
+                                void* scratch);
+
   // y (rows, cols) += bias (cols) broadcast over rows.
   virtual void BiasAdd(int rows, int cols, const float* bias, float* y) = 0;
   // db (cols) = column sums of dy (rows, cols).

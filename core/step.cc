@@ -16,14 +16,16 @@ namespace lockstep {
 // Buffers for one batch size. out[i] is layer i's output; relu and flatten write in
 // place (out[i] == out[i-1]), as does an inactive dropout. din[i] is the gradient with
 // respect to layer i's input, for the layers whose backward produces one in a buffer of
-// its own (activations work on dy in place). cols[i]: a conv's patches; stats[i]: a layer
-// norm's per-row mean, then rstd; bn[i]: a batch norm's BatchNormBuffer (training only).
+// its own (activations work on dy in place). scratch[i]: a conv's ConvScratchBytes (null
+// when it needs none); stats[i]: a layer norm's per-row mean, then rstd; bn[i]: a batch
+// norm's BatchNormBuffer (training only).
 struct StepExecutor::Workspace {
   int capacity = 0;
   bool train = false;
   Buffer idx, input, labels, loss, dlogits, correct;
   std::vector<Buffer> owned;
-  std::vector<float*> out, din, cols, stats, bn;
+  std::vector<float*> out, din, stats, bn;
+  std::vector<void*> scratch;
   std::vector<uint8_t*> mask;
   std::vector<float> host_loss, host_correct;
 };
@@ -65,7 +67,8 @@ ConvGeometry Geometry(const Layer& l, int b) {
   return g;
 }
 
-// A conv's im2col floats per sample: (oh*ow, kh*kw*c).
+// A conv's im2col floats per sample: (oh*ow, kh*kw*c), what the default convolutions keep
+// in their scratch.
 uint64_t ColsPerSample(const Layer& l) {
   return static_cast<uint64_t>(l.out.h) * l.out.w * l.window.kh * l.window.kw * l.in.c;
 }
@@ -224,7 +227,9 @@ absl::StatusOr<TrainState> StepExecutor::GetState() {
       bytes, {step_, model_.layout().total(), static_cast<uint32_t>(slots_.size()), stats_count()});
 }
 
-// What GetWorkspace allocates, buffer for buffer: keep the two in step.
+// What GetWorkspace allocates, buffer for buffer: keep the two in step. A conv's scratch is
+// counted as the default convolutions' (the patches): an upper bound for backends that
+// need less (the CPU backend's oneDNN convolutions need none).
 uint64_t WorkspaceBytes(const Model& model, int batch, bool train) {
   const uint64_t b = batch, f = sizeof(float);
   // idx, input, labels, loss, dlogits, correct; host_loss and host_correct.
@@ -280,7 +285,7 @@ absl::StatusOr<StepExecutor::Workspace*> StepExecutor::GetWorkspace(int batch, b
   const int first = FirstParamLayer(model_);
   ws->out.assign(layers.size(), nullptr);
   ws->din.assign(layers.size(), nullptr);
-  ws->cols.assign(layers.size(), nullptr);
+  ws->scratch.assign(layers.size(), nullptr);
   ws->stats.assign(layers.size(), nullptr);
   ws->bn.assign(layers.size(), nullptr);
   ws->mask.assign(layers.size(), nullptr);
@@ -295,8 +300,10 @@ absl::StatusOr<StepExecutor::Workspace*> StepExecutor::GetWorkspace(int batch, b
     ASSIGN_OR_RETURN(void* out, alloc(n_out * sizeof(float)));
     ws->out[i] = static_cast<float*>(out);
     if (l.kind == LayerKind::kConv) {
-      ASSIGN_OR_RETURN(void* c, alloc(b * ColsPerSample(l) * sizeof(float)));
-      ws->cols[i] = static_cast<float*>(c);
+      const size_t bytes = backend_->ConvScratchBytes(Geometry(l, batch));
+      if (bytes > 0) {
+        ASSIGN_OR_RETURN(ws->scratch[i], alloc(bytes));
+      }
     }
     if (l.kind == LayerKind::kDropout) {
       ASSIGN_OR_RETURN(void* m, alloc(n_out));
@@ -360,15 +367,9 @@ absl::Status StepExecutor::Forward(Workspace& ws, const DeviceDataset& data, int
     const Layer& l = model_.layers()[i];
     float* y = ws.out[i];
     switch (l.kind) {
-      case LayerKind::kConv: {
-        const ConvGeometry g = Geometry(l, b);
-        const int rows = b * l.out.h * l.out.w;
-        backend_->Im2Col(g, x, ws.cols[i]);
-        backend_->Gemm(false, false, rows, l.out.c, l.window.kh * l.window.kw * l.in.c, 1.0f,
-                       ws.cols[i], param(l.kernel), 0.0f, y);
-        if (l.bias >= 0) backend_->BiasAdd(rows, l.out.c, param(l.bias), y);
+      case LayerKind::kConv:
+        backend_->ConvForward(Geometry(l, b), x, param(l.kernel), param(l.bias), y, ws.scratch[i]);
         break;
-      }
       case LayerKind::kDense:
         backend_->Gemm(false, false, b, l.out.c, static_cast<int>(l.in.size()), 1.0f, x,
                        param(l.kernel), 0.0f, y);
@@ -445,18 +446,11 @@ absl::Status StepExecutor::Backward(Workspace& ws, int b,
     float* dx = ws.din[i];
     switch (l.kind) {
       case LayerKind::kConv: {
+        // The weights' gradient first: ConvBackwardData may overwrite the scratch.
         const ConvGeometry g = Geometry(l, b);
-        const int rows = b * l.out.h * l.out.w;
-        const int patch = l.window.kh * l.window.kw * l.in.c;
-        backend_->Gemm(true, false, patch, l.out.c, rows, 1.0f, ws.cols[i], dy, 0.0f,
-                       grad(l.kernel));
-        if (l.bias >= 0) backend_->BiasGrad(rows, l.out.c, dy, grad(l.bias));
+        backend_->ConvBackwardWeights(g, x, dy, grad(l.kernel), grad(l.bias), ws.scratch[i]);
         if (grads_ready) grads_ready(i);  // before dx: its all-reduce overlaps dx too
-        if (dx != nullptr) {              // dcols reuses the cols buffer: the kernel grad is done
-          backend_->Gemm(false, true, rows, patch, l.out.c, 1.0f, dy, param(l.kernel), 0.0f,
-                         ws.cols[i]);
-          backend_->Col2Im(g, ws.cols[i], dx);
-        }
+        if (dx != nullptr) backend_->ConvBackwardData(g, param(l.kernel), dy, dx, ws.scratch[i]);
         break;
       }
       case LayerKind::kDense: {

@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,9 +11,11 @@
 #include <limits>
 #include <thread>
 
+#include "absl/base/internal/raw_logging.h"
 #include "core/rng/random.h"
 #include "workers/cpu/cpu_batch_norm.h"
 #include "workers/cpu/cpu_layers.h"
+#include "workers/cpu/dnnl_conv.h"
 
 namespace lockstep {
 namespace {
@@ -135,10 +138,22 @@ LS_MULTIVERSION void AdamRange(UpdateScalars s, const float* g, float* mu, float
   }
 }
 
+// Products whose c has fewer columns than this (the 10-class layer's forward and kernel
+// gradient) run on OpenBLAS; wider ones on oneDNN's sgemm, about 1.3x faster for the
+// MLP's and the CNN's dense layers on one AVX-512 core (bench/results/roofline.md).
+// OpenBLAS is up to 3x faster for the narrow ones.
+constexpr int kOneDnnGemmMinN = 32;
+
 // Row-major c = alpha * op(a) * op(b) + beta * c with explicit leading dimensions, so that
-// a block of c can be computed on its own.
-void Sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+// a block of c can be computed on its own; single-threaded (see Gemm), on oneDNN or
+// OpenBLAS. oneDNN's sgemm runs on one thread where the caller's OpenMP ICV is 1 or it is
+// inside an active parallel region, as OpenBLAS does.
+void Sgemm(bool onednn, bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
            const float* b, int ldb, float beta, float* c, int ldc) {
+  if (onednn) {
+    dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
               k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
@@ -166,7 +181,10 @@ int PartStart(int n, int parts, int i) { return static_cast<int>(int64_t{n} * i 
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads) : threads_(threads) {}
+  CpuBackend(int threads, CpuKernels kernels)
+      : threads_(threads), onednn_gemm_(kernels == CpuKernels::kOneDnn) {
+    if (kernels == CpuKernels::kOneDnn) conv_ = std::make_unique<cpu::DnnlConv>(threads);
+  }
 
   std::string Name() const override { return "cpu"; }
 
@@ -193,8 +211,9 @@ class CpuBackend final : public Backend {
 
   void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, const float* b,
             float beta, float* c) override {
-    // The threads are ours; OpenBLAS only ever runs single-threaded, so that nothing
-    // process-wide is read or written. Its OpenMP build (0.3.21) sizes a product's team
+    // The library (oneDNN or OpenBLAS) depends on the product's shape only: see
+    // kOneDnnGemmMinN. The threads are ours; OpenBLAS only ever runs single-threaded, so that
+    // nothing process-wide is read or written. Its OpenMP build (0.3.21) sizes a product's team
     // (m*n*k > 2^18) from the CALLING thread's omp_get_max_threads() and copies that into
     // its global count, unless the ICV is 1 or the caller is inside an active parallel
     // region: then it runs on the caller alone and touches no global. So a product for one
@@ -203,9 +222,10 @@ class CpuBackend final : public Backend {
     // this beats OpenBLAS's threading (CNN steps about 30% faster, MLP 2%). The blocks depend
     // only on threads_, and so do the bits.
     const int lda = ta ? m : k, ldb = tb ? k : n;
+    const bool onednn = onednn_gemm_ && n >= kOneDnnGemmMinN;
     if (threads_ == 1 || int64_t{m} * n * k <= kGemmParallelMin) {
       if (omp_get_max_threads() != 1) omp_set_num_threads(1);  // this thread's ICV only
-      Sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
+      Sgemm(onednn, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
       return;
     }
     const GemmGrid grid = GridFor(m, n, threads_);
@@ -215,10 +235,33 @@ class CpuBackend final : public Backend {
       const int r0 = PartStart(m, grid.rows, i), r1 = PartStart(m, grid.rows, i + 1);
       const int c0 = PartStart(n, grid.cols, j), c1 = PartStart(n, grid.cols, j + 1);
       if (r1 == r0 || c1 == c0) continue;
-      Sgemm(ta, tb, r1 - r0, c1 - c0, k, alpha, a + (ta ? r0 : static_cast<size_t>(r0) * lda), lda,
+      Sgemm(onednn, ta, tb, r1 - r0, c1 - c0, k, alpha,
+            a + (ta ? r0 : static_cast<size_t>(r0) * lda), lda,
             b + (tb ? static_cast<size_t>(c0) * ldb : c0), ldb, beta,
             c + static_cast<size_t>(r0) * n + c0, n);
     }
+  }
+
+  size_t ConvScratchBytes(const ConvGeometry& g) override {
+    return conv_ != nullptr && conv_->Supports(g) ? 0 : Backend::ConvScratchBytes(g);
+  }
+
+  void ConvForward(const ConvGeometry& g, const float* x, const float* w, const float* bias,
+                   float* y, void* scratch) override {
+    if (UseDnnl(g, scratch)) return conv_->Forward(g, x, w, bias, y);
+    Backend::ConvForward(g, x, w, bias, y, scratch);
+  }
+
+  void ConvBackwardWeights(const ConvGeometry& g, const float* x, const float* dy, float* dw,
+                           float* dbias, void* scratch) override {
+    if (UseDnnl(g, scratch)) return conv_->BackwardWeights(g, x, dy, dw, dbias);
+    Backend::ConvBackwardWeights(g, x, dy, dw, dbias, scratch);
+  }
+
+  void ConvBackwardData(const ConvGeometry& g, const float* w, const float* dy, float* dx,
+                        void* scratch) override {
+    if (UseDnnl(g, scratch)) return conv_->BackwardData(g, w, dy, dx);
+    Backend::ConvBackwardData(g, w, dy, dx, scratch);
   }
 
   void Im2Col(const ConvGeometry& g, const float* x, float* cols) override {
@@ -478,7 +521,21 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Whether a conv runs on oneDNN; otherwise on the defaults, which need the scratch that
+  // ConvScratchBytes asked for (none where oneDNN took the geometry at the workspace's
+  // batch: it takes every batch of a shape it takes).
+  bool UseDnnl(const ConvGeometry& g, void* scratch) {
+    if (conv_ != nullptr && conv_->Supports(g)) return true;
+    if (scratch == nullptr) {
+      ABSL_RAW_LOG(FATAL, "cpu: oneDNN refused a conv at batch %d that it took at a larger one",
+                   g.b);
+    }
+    return false;
+  }
+
   const int threads_;
+  const bool onednn_gemm_;
+  std::unique_ptr<cpu::DnnlConv> conv_;  // null: kOpenBlas
 };
 
 }  // namespace
@@ -487,8 +544,8 @@ int DefaultCpuThreads() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-std::unique_ptr<Backend> NewCpuBackend(int threads) {
-  return std::make_unique<CpuBackend>(std::max(1, threads));
+std::unique_ptr<Backend> NewCpuBackend(int threads, CpuKernels kernels) {
+  return std::make_unique<CpuBackend>(std::max(1, threads), kernels);
 }
 
 }  // namespace lockstep

@@ -1,7 +1,7 @@
-// The CPU backend: GEMMs through OpenBLAS's sgemm, convolution as im2col + GEMM, and
-// OpenMP loops for the elementwise kernels (activations, pools and layer norm in
-// cpu_layers.cc). These loops are also the CPU references the CUDA kernels are tested
-// against.
+// The CPU backend: convolutions through oneDNN's primitives (dnnl_conv.h), GEMMs through
+// oneDNN's or OpenBLAS's sgemm (by shape), and OpenMP loops for the elementwise kernels
+// (activations, pools and layer norm in cpu_layers.cc). These loops are also the CPU references the
+// CUDA kernels are tested against.
 #ifndef LOCKSTEP_WORKERS_CPU_CPU_BACKEND_H_
 #define LOCKSTEP_WORKERS_CPU_CPU_BACKEND_H_
 
@@ -23,8 +23,15 @@ int DefaultCpuThreads();
 //
 // Thread safety: none; see Backend. Gemm may set the calling thread's OpenMP nthreads ICV
 // (omp_set_num_threads, a per-thread setting) to 1: it does so on a 1-thread backend, and
-// on any for products it runs on the calling thread alone.
-std::unique_ptr<Backend> NewCpuBackend(int threads);
+// on any for products it runs on the calling thread alone; the oneDNN convolutions set it
+// to `threads` (oneDNN's OpenMP runtime sizes its teams from it).
+//
+// `kernels`: kOneDnn (the default) or kOpenBlas, the convolutions as im2col + OpenBLAS
+// GEMMs (Backend's defaults): the former implementation, kept for comparison (benchmarks,
+// tests); each is bitwise reproducible for a given thread count, and the two agree to
+// float rounding.
+enum class CpuKernels { kOneDnn, kOpenBlas };
+std::unique_ptr<Backend> NewCpuBackend(int threads, CpuKernels kernels = CpuKernels::kOneDnn);
 
 }  // namespace lockstep
 
