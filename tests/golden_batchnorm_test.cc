@@ -2,7 +2,8 @@
 // golden_batchnorm.py): init of params and batch_stats, the loss and every gradient on
 // one replica, and 20 steps on two replicas in this process (threads joined by Gloo over
 // loopback), whose statistics are all-reduced as pmap's pmean does: params and
-// batch_stats against the pmap run's, and the evaluation with the running averages.
+// batch_stats against the pmap run's, and the evaluation with the running averages; and
+// the batch_stats as state (bytes, checksum, a bitwise restore).
 #include <algorithm>
 #include <thread>
 
@@ -182,6 +183,59 @@ TEST(BatchNormGolden, TwentyStepsOnTwoReplicasMatchPmap) {
   EXPECT_NEAR(runs[0].eval.loss, eval_loss, 1e-5 * std::fabs(eval_loss));
   EXPECT_NEAR(runs[0].eval.accuracy, (*g.st.F32("eval.accuracy"))[0], 1e-6);
   EXPECT_EQ(runs[0].eval.count, data.size);
+}
+
+// The running averages are state: in the state bytes (after the slots), in the checksum,
+// and restored by SetState so that a resumed replica continues bit for bit.
+TEST(BatchNormGolden, BatchStatsAreStateThatRestoresBitwise) {
+  ASSERT_OK_AND_ASSIGN(Golden g, ReadGolden());
+  const Model& m = g.setup.model;
+  const int b = static_cast<int>(g.spec.global_batch_size());
+  const Dataset data = testing::GoldenDataset(g.st, "data");
+  auto backend = NewCpuBackend(2);
+  auto make = [&]() {
+    return StepExecutor::Create(m, g.setup.optimizer, g.setup.impl, b, backend.get(), nullptr);
+  };
+  ASSERT_OK_AND_ASSIGN(auto first, make());
+  ASSERT_OK_AND_ASSIGN(DeviceDataset d, first->Upload(data));
+  ASSERT_OK(first->SetState(
+      TrainState::Create(m.Init(TrainingPlan::InitKey(3, g.setup.impl), g.setup.impl),
+                         g.setup.optimizer, m.InitStats())));
+  TrainingPlan plan(3, 5, g.setup.impl, data.size, b, 1);
+  for (int s = 0; s < 2; ++s) {
+    const StepPlan p = plan.Next();
+    ASSERT_OK(first->Step(d, p.indices, p.keys[0]).status());
+  }
+  ASSERT_OK_AND_ASSIGN(TrainState mid, first->GetState());
+  EXPECT_NE(mid.batch_stats, m.InitStats());
+  EXPECT_EQ(first->state_bytes(), StateBytes(mid).size());
+  // The last bytes of the state are the batch_stats.
+  std::vector<float> tail_stats(mid.batch_stats.size());
+  ASSERT_OK(first->ReadState(
+      first->state_bytes() - tail_stats.size() * sizeof(float),
+      {reinterpret_cast<char*>(tail_stats.data()), tail_stats.size() * sizeof(float)}));
+  EXPECT_EQ(tail_stats, mid.batch_stats);
+  ASSERT_OK_AND_ASSIGN(uint64_t sum, first->ParamChecksum());
+  EXPECT_EQ(sum, ParamChecksum(mid.params, mid.batch_stats));
+  EXPECT_NE(sum, ParamChecksum(mid.params));
+  // A second executor restored from `mid` continues as the first does.
+  ASSERT_OK_AND_ASSIGN(auto second, make());
+  ASSERT_OK_AND_ASSIGN(DeviceDataset d2, second->Upload(data));
+  TrainState wrong = mid;
+  wrong.batch_stats.pop_back();
+  EXPECT_THAT(second->SetState(wrong), testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                                         ::testing::HasSubstr("batch_stats")));
+  ASSERT_OK(second->SetState(mid));
+  for (int s = 0; s < 2; ++s) {
+    const StepPlan p = plan.Next();
+    ASSERT_OK(first->Step(d, p.indices, p.keys[0]).status());
+    ASSERT_OK(second->Step(d2, p.indices, p.keys[0]).status());
+  }
+  ASSERT_OK_AND_ASSIGN(TrainState a, first->GetState());
+  ASSERT_OK_AND_ASSIGN(TrainState c, second->GetState());
+  EXPECT_EQ(a.params, c.params);
+  EXPECT_EQ(a.batch_stats, c.batch_stats);
+  EXPECT_NE(a.batch_stats, mid.batch_stats);
 }
 
 }  // namespace
