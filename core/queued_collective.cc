@@ -61,7 +61,21 @@ absl::Status QueuedCollective::Wait(CollectiveTicket ticket) {
     return absl::InvalidArgumentError(absl::StrCat(inner_->Name(), ": all-reduce ticket ", ticket,
                                                    " was never issued (last: ", issued_, ")"));
   }
-  while (done_ < ticket) changed_.Wait(&mu_);
+  while (done_ < ticket) {
+    if (running_ || queue_.empty()) {
+      changed_.Wait(&mu_);
+      continue;
+    }
+    // The next one is due and the thread has not taken it yet (on a loaded machine it may
+    // not run for a while): run it here instead, still one at a time and in order.
+    const Op op = queue_.front();
+    queue_.pop_front();
+    running_ = true;
+    mu_.Unlock();
+    absl::Status status = Run(op);
+    mu_.Lock();
+    Done(op.ticket, std::move(status));
+  }
   absl::Status first;
   for (auto it = failed_.begin(); it != failed_.end() && it->first <= ticket;) {
     if (first.ok()) first = it->second;

@@ -4,7 +4,9 @@
 // caller's thread computes on meanwhile (a step's backward pass). The synchronous
 // AllReduceSum goes through the same FIFO and waits for its turn (it runs on the calling
 // thread when nothing is queued or running), so the inner collective never sees two calls
-// at once and every rank runs its all-reduces in the order it issued them.
+// at once and every rank runs its all-reduces in the order it issued them. A Wait that
+// finds the next all-reduce due but not yet taken by the thread runs it itself (the
+// thread may be waiting for a core), so waiting never adds a thread handoff.
 //
 // Errors and aborts: each all-reduce keeps the inner collective's timeout and errors, so a
 // dead peer is an error within it, never a hang. Abort is the inner collective's: the

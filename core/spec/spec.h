@@ -50,7 +50,7 @@ struct TrainSetup {
 absl::StatusOr<TrainSetup> SetupFromSpec(const v1::JobSpec& spec);
 
 // allreduce.bucket_kib when the spec leaves it unset (Validate fills it in).
-inline constexpr uint32_t kDefaultBucketKib = 1024;
+inline constexpr uint32_t kDefaultBucketKib = 64;
 // The gradient bucket size in bytes a replica all-reduces with (0: no overlap).
 inline size_t AllReduceBucketBytes(const v1::JobSpec& spec) {
   const uint32_t kib =

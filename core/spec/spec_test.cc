@@ -33,11 +33,11 @@ TEST(Spec, ParsesYamlAndFillsDefaults) {
   EXPECT_EQ(s.eval().batch_size(), 1000u);
 }
 
-TEST(Spec, AllReduceBucketsDefaultToOneMiBAndAreBounded) {
+TEST(Spec, AllReduceBucketsDefaultTo64KiBAndAreBounded) {
   ASSERT_OK_AND_ASSIGN(v1::JobSpec s, ParseAndValidate(kGood));
   EXPECT_EQ(s.allreduce().bucket_kib(), kDefaultBucketKib);
-  EXPECT_EQ(AllReduceBucketBytes(s), 1u << 20);
-  EXPECT_EQ(AllReduceBucketBytes(v1::JobSpec()), 1u << 20);  // unset, not validated
+  EXPECT_EQ(AllReduceBucketBytes(s), 64u << 10);
+  EXPECT_EQ(AllReduceBucketBytes(v1::JobSpec()), 64u << 10);  // unset, not validated
   ASSERT_OK_AND_ASSIGN(v1::JobSpec off,
                        ParseAndValidate(std::string(kGood) + "allreduce: {bucket_kib: 0}\n"));
   EXPECT_EQ(AllReduceBucketBytes(off), 0u);
