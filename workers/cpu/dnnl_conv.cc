@@ -104,8 +104,13 @@ struct DnnlConv::Impl {
           dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, e.src, any_w,
                                           e.bias, e.dst, strides, pad_l, pad_r),
           attr, engine);
+      // Backward-data on one thread: the kernel as it is (HWIO), which gets oneDNN's
+      // im2col + GEMM implementation, about 1.3x its blocked JIT one there (the CNN's
+      // conv2: 8.4 ms against 11.1); on more threads the JIT one, which scales where the
+      // other did not (10 ms against 18-26 on 2). bench/results/roofline.md.
       dnnl::convolution_backward_data::primitive_desc data(
-          dnnl::convolution_backward_data::desc(algo, e.src, any_w, e.dst, strides, pad_l, pad_r),
+          dnnl::convolution_backward_data::desc(algo, e.src, threads == 1 ? e.hwio : any_w, e.dst,
+                                                strides, pad_l, pad_r),
           attr, engine, fwd);
       dnnl::convolution_backward_weights::primitive_desc weights(
           dnnl::convolution_backward_weights::desc(algo, e.src, any_w, e.bias, e.dst, strides,
