@@ -4,8 +4,9 @@
 // blocked kernel layout (its JIT convolutions need one; fixed HWIO gets only its
 // im2col + GEMM implementation, 2-3x slower here for forward and backward-weights), so each
 // call reorders the kernel (tens of KB) into it or the gradient out of it; backward-data
-// on one thread keeps HWIO, where the GEMM implementation is the faster (dnnl_conv.cc). The primitives are created once per geometry and
-// cached; their scratchpads and the reordered kernels share one buffer owned here.
+// on one thread keeps HWIO, where the GEMM implementation is the faster (dnnl_conv.cc).
+// The primitives are created once per geometry and cached; their scratchpads and the
+// reordered kernels share one buffer owned here.
 //
 // Results are bitwise reproducible for a given thread count (oneDNN splits work by the
 // count it was created with), not across counts. Thread safety: none; one thread calls.
