@@ -10,8 +10,8 @@
 // the same threads. Each time is the best of --reps runs (load from elsewhere only slows
 // a run down; old and new alternate run by run). Prints a Markdown table.
 #include <cblas.h>
-#include <dnnl.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <chrono>

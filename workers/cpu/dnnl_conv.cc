@@ -100,17 +100,32 @@ struct DnnlConv::Impl {
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       const auto algo = dnnl::algorithm::convolution_direct;
+      const memory::desc& data_w = threads == 1 ? e.hwio : any_w;
+      // Backward-data on one thread: the kernel as it is (HWIO), which gets oneDNN's
+      // im2col + GEMM implementation, about 1.3x its blocked JIT one there (the CNN's
+      // conv2: 8.4 ms against 11.1); on more threads the JIT one, which scales where the
+      // other did not (10 ms against 18-26 on 2). bench/results/roofline.md.
+#if DNNL_VERSION_MAJOR >= 3  // primitive descriptors take the operation's parameters
+      dnnl::convolution_forward::primitive_desc fwd(engine, dnnl::prop_kind::forward_training, algo,
+                                                    e.src, any_w, e.bias, e.dst, strides, pad_l,
+                                                    pad_r, attr);
+      dnnl::convolution_backward_data::primitive_desc data(engine, algo, e.src, data_w, e.dst,
+                                                           strides, pad_l, pad_r, fwd, attr);
+      dnnl::convolution_backward_weights::primitive_desc weights(
+          engine, algo, e.src, any_w, e.bias, e.dst, strides, pad_l, pad_r, fwd, attr);
+#else  // 2.x (Debian 12): through operation descriptors
       dnnl::convolution_forward::primitive_desc fwd(
           dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, e.src, any_w,
                                           e.bias, e.dst, strides, pad_l, pad_r),
           attr, engine);
       dnnl::convolution_backward_data::primitive_desc data(
-          dnnl::convolution_backward_data::desc(algo, e.src, any_w, e.dst, strides, pad_l, pad_r),
+          dnnl::convolution_backward_data::desc(algo, e.src, data_w, e.dst, strides, pad_l, pad_r),
           attr, engine, fwd);
       dnnl::convolution_backward_weights::primitive_desc weights(
           dnnl::convolution_backward_weights::desc(algo, e.src, any_w, e.bias, e.dst, strides,
                                                    pad_l, pad_r),
           attr, engine, fwd);
+#endif
       e.fwd = dnnl::convolution_forward(fwd);
       e.bwd_data = dnnl::convolution_backward_data(data);
       e.bwd_weights = dnnl::convolution_backward_weights(weights);

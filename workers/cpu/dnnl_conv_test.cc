@@ -1,9 +1,13 @@
 // The CPU backend's convolutions (oneDNN, and the im2col + GEMM defaults of
 // core/backend.cc) against a float64 reference, over strides, uneven padding, one input
 // channel and missing biases; and bitwise reproducible run to run.
+#include <dirent.h>
+#include <omp.h>
+
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "core/testing.h"
@@ -180,6 +184,33 @@ TEST(CpuConv, OneDnnNeedsNoScratch) {
   auto blas = NewCpuBackend(2, CpuKernels::kOpenBlas);
   const ConvGeometry& g = kGeometries[0];
   EXPECT_EQ(blas->ConvScratchBytes(g), size_t(g.b) * g.oh() * g.ow() * 9 * g.c * sizeof(float));
+}
+
+// The threads of this process (libgomp keeps a team's threads per forking thread, so a
+// fresh thread's first team of N adds N - 1).
+int ProcessThreads() {
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return -1;
+  int n = 0;
+  while (const dirent* d = readdir(dir)) n += d->d_name[0] != '.';
+  closedir(dir);
+  return n;
+}
+
+// --threads holds for oneDNN too: whatever the calling thread's OpenMP setting, a 1-thread
+// backend's convolutions fork no team and a 2-thread one's a team of 2.
+TEST(CpuConv, OneDnnRunsOnTheBackendsThreads) {
+  const ConvGeometry g = kGeometries[0];
+  const auto x = Random(XSize(g), 1), w = Random(WSize(g), 2), dy = Random(YSize(g), 3);
+  auto one = NewCpuBackend(1), two = NewCpuBackend(2);
+  std::thread([&] {
+    omp_set_num_threads(4);  // the caller's own setting, which the backend must not use
+    const int before = ProcessThreads();
+    RunConv(*one, g, x, w, nullptr, dy, false);
+    EXPECT_EQ(ProcessThreads(), before) << "the 1-thread backend forked a team";
+    RunConv(*two, g, x, w, nullptr, dy, false);
+    EXPECT_EQ(ProcessThreads(), before + 1) << "the 2-thread backend's team is not 2";
+  }).join();
 }
 
 }  // namespace
