@@ -8,12 +8,7 @@
 #include <cmath>
 
 #include "core/backend.h"
-
-#if defined(__CUDACC__)
-#define LS_HOST_DEVICE __host__ __device__
-#else
-#define LS_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace lockstep::math {
 
