@@ -31,6 +31,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/data/random_dataset.h"
 #include "core/status_macros.h"
 #include "core/step.h"
 #include "core/store.h"
@@ -89,19 +90,6 @@ class FileStore final : public Store {
   std::string dir_;
 };
 
-Dataset RandomImages(int64_t size) {
-  Dataset d;
-  d.size = size;
-  d.row = 28 * 28;
-  d.shape = {28, 28, 1};
-  std::mt19937 gen(1);
-  std::uniform_real_distribution<float> pixel(0, 1);
-  d.images.resize(size * d.row);
-  for (float& x : d.images) x = pixel(gen);
-  for (int64_t i = 0; i < size; ++i) d.labels.push_back(static_cast<int32_t>(gen() % 10));
-  return d;
-}
-
 struct Row {
   double step = 0, compute = 0, allreduce = 0, update = 0;  // ms
 };
@@ -131,7 +119,7 @@ absl::Status RunRank(const Flags& f) {
                                         backend.get(), collective.get()));
   RETURN_IF_ERROR(exec->SetState(
       TrainState::Create(model.Init(rng::Key{0, 0}, rng::Impl::kPartitionable), opt)));
-  const Dataset data = RandomImages(int64_t{f.batch} * f.workers * 8);
+  const Dataset data = RandomDataset(int64_t{f.batch} * f.workers * 8, 1);
   ASSIGN_OR_RETURN(DeviceDataset device_data, exec->Upload(data));
   std::vector<int32_t> idx(f.batch);
   int64_t step = 0;

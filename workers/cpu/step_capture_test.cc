@@ -7,6 +7,7 @@
 #include <functional>
 #include <random>
 
+#include "core/data/random_dataset.h"
 #include "core/plan.h"
 #include "core/step.h"
 #include "core/testing.h"
@@ -219,18 +220,6 @@ class FakeCollective final : public Collective {
   void Abort(const absl::Status&) override {}
   bool fail = false;
 };
-
-Dataset RandomDataset(int n, int seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-  Dataset d;
-  d.size = n;
-  d.row = 784;
-  d.images.resize(size_t(n) * 784);
-  for (float& x : d.images) x = pixel(gen);
-  for (int i = 0; i < n; ++i) d.labels.push_back(static_cast<int32_t>(gen() % 10));
-  return d;
-}
 
 Optimizer Adam() {
   v1::OptimizerSpec spec;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 
+#include "core/data/random_dataset.h"
 #include "core/plan.h"
 #include "core/step.h"
 #include "core/testing.h"
@@ -13,18 +14,6 @@ namespace lockstep {
 namespace {
 
 constexpr int kBatch = 128, kSteps = 5;
-
-Dataset RandomDataset(int n, int seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-  Dataset d;
-  d.size = n;
-  d.row = 784;
-  d.images.resize(size_t(n) * 784);
-  for (float& x : d.images) x = pixel(gen);
-  for (int i = 0; i < n; ++i) d.labels.push_back(static_cast<int32_t>(gen() % 10));
-  return d;
-}
 
 Optimizer SgdMomentum() {
   v1::OptimizerSpec spec;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "core/data/random_dataset.h"
 #include "core/io/safetensors.h"
 #include "core/plan.h"
 #include "core/spec/spec.h"
@@ -59,19 +60,6 @@ Model MakeModel(const std::string& name) {
     return m;
   }
   return name == "cnn" ? Model::Cnn() : Model::Mlp({256, 128}, 0.3);
-}
-
-// n random Fashion-MNIST-shaped examples: pixels in [0, 1), labels in [0, 10).
-Dataset RandomDataset(int n, int seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-  Dataset d;
-  d.size = n;
-  d.row = 784;
-  d.images.resize(size_t(n) * 784);
-  for (float& x : d.images) x = pixel(gen);
-  for (int i = 0; i < n; ++i) d.labels.push_back(static_cast<int32_t>(gen() % 10));
-  return d;
 }
 
 // One replica: an executor on a backend, with the dataset uploaded and fresh state.

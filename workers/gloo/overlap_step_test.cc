@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "core/data/random_dataset.h"
 #include "core/step.h"
 #include "core/store.h"
 #include "core/testing.h"
@@ -28,21 +29,8 @@ using ::testing::AnyOf;
 constexpr int kGlobalBatch = 48;
 constexpr int kSteps = 3;
 
-Dataset RandomImages(int64_t size) {
-  Dataset d;
-  d.size = size;
-  d.row = 28 * 28;
-  d.shape = {28, 28, 1};
-  std::mt19937 gen(7);
-  std::uniform_real_distribution<float> pixel(0, 1);
-  d.images.resize(size * d.row);
-  for (float& x : d.images) x = pixel(gen);
-  for (int64_t i = 0; i < size; ++i) d.labels.push_back(static_cast<int32_t>(gen() % 10));
-  return d;
-}
-
 const Dataset& Data() {
-  static const Dataset* d = new Dataset(RandomImages(kGlobalBatch * kSteps));
+  static const Dataset* d = new Dataset(RandomDataset(kGlobalBatch * kSteps, 7));
   return *d;
 }
 
