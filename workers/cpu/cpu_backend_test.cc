@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/testing.h"
+#include "workers/cpu/cpu_testing.h"
 
 // OpenBLAS's own count (its process-wide blas_cpu_number), declared here so that the test
 // needs no OpenBLAS include path.
@@ -18,13 +19,7 @@ extern "C" void openblas_set_num_threads(int);
 namespace lockstep {
 namespace {
 
-std::vector<float> Random(size_t n, int seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(n);
-  for (float& x : v) x = d(gen);
-  return v;
-}
+using testing::RandomNormal;
 
 double Dot(const std::vector<float>& a, const std::vector<float>& b) {
   double s = 0;
@@ -42,7 +37,7 @@ TEST(CpuBackend, Col2ImIsTheAdjointOfIm2Col) {
                                ConvGeometry{3, 8, 5, 2, 1, 2, 3, 3, 1, 0, 1, 1, 1}}) {
     const size_t nx = size_t(g.b) * g.h * g.w * g.c;
     const size_t ncols = size_t(g.b) * g.oh() * g.ow() * g.kh * g.kw * g.c;
-    auto x = Random(nx, 1), y = Random(ncols, 2);
+    auto x = RandomNormal(nx, 1), y = RandomNormal(ncols, 2);
     std::vector<float> cols(ncols), dx(nx);
     be->Im2Col(g, x.data(), cols.data());
     be->Col2Im(g, y.data(), dx.data());
@@ -123,7 +118,7 @@ TEST(CpuBackend, SgdNesterovMatchesOptaxFormula) {
 TEST(CpuBackend, SumSquaresIsTheSameWithAnyThreadsAndNearlyExact) {
   for (const size_t n : {size_t{0}, size_t{5}, size_t{kSumChunk} * 40 + 3,
                          size_t{kSumChunk} * kSumChunk + 2 * kSumChunk + 5}) {
-    const std::vector<float> x = Random(n, 7);
+    const std::vector<float> x = RandomNormal(n, 7);
     std::vector<double> partials(SumSquaresPartials(n));
     double sums[3];
     for (int i = 0; i < 3; ++i) {
@@ -162,9 +157,9 @@ constexpr GemmShape kShapes[] = {{4096, 32, 9},  {9, 32, 4096},  {128, 10, 128},
 struct GemmInputs {
   explicit GemmInputs(GemmShape s)
       : shape(s),
-        a(Random(static_cast<size_t>(s.m) * s.k, 1)),
-        b(Random(static_cast<size_t>(s.k) * s.n, 2)),
-        c0(Random(static_cast<size_t>(s.m) * s.n, 3)) {}
+        a(RandomNormal(static_cast<size_t>(s.m) * s.k, 1)),
+        b(RandomNormal(static_cast<size_t>(s.k) * s.n, 2)),
+        c0(RandomNormal(static_cast<size_t>(s.m) * s.n, 3)) {}
   GemmShape shape;
   std::vector<float> a, b, c0;
 };
@@ -231,8 +226,8 @@ std::vector<float> ConvStep(Backend& be) {
   const ConvGeometry g{16, 14, 14, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1};
   const ConvGeometry pool_g{16, 14, 14, 16, 16, 2, 2, 2, 2};
   const int rows = g.b * g.h * g.w, patch = g.kh * g.kw * g.c, f = 16;
-  const auto x = Random(rows * g.c, 4), w = Random(patch * f, 5), bias = Random(f, 6),
-             dpool = Random(rows / 4 * f, 7);
+  const auto x = RandomNormal(rows * g.c, 4), w = RandomNormal(patch * f, 5),
+             bias = RandomNormal(f, 6), dpool = RandomNormal(rows / 4 * f, 7);
   std::vector<float> cols(rows * patch), y(rows * f), pool(y.size() / 4), dy(y.size()), db(f),
       dw(w.size()), dcols(cols.size()), dx(x.size()), p = w, trace(w.size());
   be.Im2Col(g, x.data(), cols.data());

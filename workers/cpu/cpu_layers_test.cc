@@ -9,17 +9,12 @@
 
 #include "core/testing.h"
 #include "workers/cpu/cpu_backend.h"
+#include "workers/cpu/cpu_testing.h"
 
 namespace lockstep {
 namespace {
 
-std::vector<float> Random(size_t n, int seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(n);
-  for (float& x : v) x = d(gen);
-  return v;
-}
+using testing::RandomNormal;
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -76,7 +71,7 @@ void ExpectGradient(const std::function<void(const std::vector<float>&, std::vec
                     const std::vector<float>& x, size_t ny,
                     const std::function<std::vector<float>(const std::vector<float>&)>& backward,
                     double tolerance = 2e-2) {
-  const std::vector<float> r = Random(ny, 99);
+  const std::vector<float> r = RandomNormal(ny, 99);
   auto loss = [&](const std::vector<float>& at) {
     std::vector<float> y(ny);
     f(at, y);
@@ -98,7 +93,7 @@ void ExpectGradient(const std::function<void(const std::vector<float>&, std::vec
 
 TEST(CpuLayers, ActivationGradientsMatchFiniteDifferences) {
   auto be = NewCpuBackend(1);
-  const std::vector<float> x = Random(64, 1);
+  const std::vector<float> x = RandomNormal(64, 1);
   for (Activation a : {Activation::kGeluTanh, Activation::kGeluErf, Activation::kTanh,
                        Activation::kSigmoid, Activation::kSilu}) {
     SCOPED_TRACE(static_cast<int>(a));
@@ -124,7 +119,7 @@ TEST(CpuLayers, PoolGradientsMatchFiniteDifferences) {
   auto be = NewCpuBackend(1);
   const ConvGeometry g = Pool(2, 5, 6, 3, 3, 2, 2, 1, true);
   const size_t nx = size_t(g.b) * g.h * g.w * g.c, ny = size_t(g.b) * g.oh() * g.ow() * g.c;
-  const std::vector<float> x = Random(nx, 2);
+  const std::vector<float> x = RandomNormal(nx, 2);
   for (bool include : {true, false}) {
     ExpectGradient([&](const std::vector<float>& in,
                        std::vector<float>& y) { be->AvgPool(g, include, in.data(), y.data()); },
@@ -152,8 +147,8 @@ TEST(CpuLayers, PoolGradientsMatchFiniteDifferences) {
 TEST(CpuLayers, LayerNormMatchesItsDefinitionAndFiniteDifferences) {
   auto be = NewCpuBackend(1);
   const int rows = 3, cols = 7;
-  const std::vector<float> x = Random(rows * cols, 3), scale = Random(cols, 4),
-                           bias = Random(cols, 5);
+  const std::vector<float> x = RandomNormal(rows * cols, 3), scale = RandomNormal(cols, 4),
+                           bias = RandomNormal(cols, 5);
   std::vector<float> y(x.size()), mean(rows), rstd(rows);
   be->LayerNorm(rows, cols, 1e-6f, x.data(), scale.data(), bias.data(), y.data(), mean.data(),
                 rstd.data());
@@ -182,7 +177,7 @@ TEST(CpuLayers, LayerNormMatchesItsDefinitionAndFiniteDifferences) {
     });
   }
   // The parameters' gradients, through the same finite differences over scale and bias.
-  const std::vector<float> dy = Random(x.size(), 6);
+  const std::vector<float> dy = RandomNormal(x.size(), 6);
   std::vector<float> dx(x.size()), ds(cols), db(cols);
   be->LayerNormBackward(rows, cols, x.data(), scale.data(), mean.data(), rstd.data(), dy.data(),
                         dx.data(), ds.data(), db.data());
@@ -201,7 +196,8 @@ TEST(CpuLayers, LayerNormMatchesItsDefinitionAndFiniteDifferences) {
 std::vector<float> LayerKernels(Backend& be) {
   const ConvGeometry g = Pool(16, 20, 20, 16, 3, 3, 2, 2, true);
   const size_t nx = size_t(g.b) * g.h * g.w * g.c, ny = size_t(g.b) * g.oh() * g.ow() * g.c;
-  const auto x = Random(nx, 7), dy = Random(ny, 8), scale = Random(g.c, 9), bias = Random(g.c, 10);
+  const auto x = RandomNormal(nx, 7), dy = RandomNormal(ny, 8), scale = RandomNormal(g.c, 9),
+             bias = RandomNormal(g.c, 10);
   std::vector<float> out;
   auto keep = [&](const std::vector<float>& v) { out.insert(out.end(), v.begin(), v.end()); };
   std::vector<float> y(ny), dx(nx);
@@ -212,7 +208,7 @@ std::vector<float> LayerKernels(Backend& be) {
   be.MaxPoolBackward(g, x.data(), dy.data(), dx.data());
   keep(y), keep(dx);
   const int rows = g.b * g.h * g.w;
-  std::vector<float> z(nx), mean(rows), rstd(rows), ds(g.c), db(g.c), dz = Random(nx, 11);
+  std::vector<float> z(nx), mean(rows), rstd(rows), ds(g.c), db(g.c), dz = RandomNormal(nx, 11);
   be.LayerNorm(rows, g.c, 1e-6f, x.data(), scale.data(), bias.data(), z.data(), mean.data(),
                rstd.data());
   be.LayerNormBackward(rows, g.c, x.data(), scale.data(), mean.data(), rstd.data(), dz.data(),

@@ -12,17 +12,12 @@
 
 #include "core/testing.h"
 #include "workers/cpu/cpu_backend.h"
+#include "workers/cpu/cpu_testing.h"
 
 namespace lockstep {
 namespace {
 
-std::vector<float> Random(size_t n, int seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(n);
-  for (float& x : v) x = d(gen);
-  return v;
-}
+using testing::RandomNormal;
 
 size_t XSize(const ConvGeometry& g) { return size_t(g.b) * g.h * g.w * g.c; }
 size_t YSize(const ConvGeometry& g) { return size_t(g.b) * g.oh() * g.ow() * g.f; }
@@ -136,8 +131,8 @@ class CpuConv : public ::testing::TestWithParam<Case> {};
 TEST_P(CpuConv, MatchesFloat64Reference) {
   auto be = NewCpuBackend(GetParam().threads, GetParam().kernels);
   for (const ConvGeometry& g : kGeometries) {
-    const auto x = Random(XSize(g), 1), w = Random(WSize(g), 2), bias = Random(g.f, 3),
-               dy = Random(YSize(g), 4);
+    const auto x = RandomNormal(XSize(g), 1), w = RandomNormal(WSize(g), 2),
+               bias = RandomNormal(g.f, 3), dy = RandomNormal(YSize(g), 4);
     for (const bool with_bias : {true, false}) {
       const ConvRef want = Reference(g, x, w, with_bias ? bias.data() : nullptr, dy);
       const ConvOut got = RunConv(*be, g, x, w, with_bias ? bias.data() : nullptr, dy, with_bias);
@@ -158,8 +153,8 @@ TEST_P(CpuConv, MatchesFloat64Reference) {
 TEST_P(CpuConv, IsBitwiseReproducible) {
   auto be = NewCpuBackend(GetParam().threads, GetParam().kernels);
   for (const ConvGeometry& g : kGeometries) {
-    const auto x = Random(XSize(g), 5), w = Random(WSize(g), 6), bias = Random(g.f, 7),
-               dy = Random(YSize(g), 8);
+    const auto x = RandomNormal(XSize(g), 5), w = RandomNormal(WSize(g), 6),
+               bias = RandomNormal(g.f, 7), dy = RandomNormal(YSize(g), 8);
     const ConvOut a = RunConv(*be, g, x, w, bias.data(), dy, true);
     const ConvOut b = RunConv(*be, g, x, w, bias.data(), dy, true);
     EXPECT_TRUE(SameBits(a.y, b.y) && SameBits(a.dw, b.dw) && SameBits(a.db, b.db) &&
@@ -201,7 +196,8 @@ int ProcessThreads() {
 // backend's convolutions fork no team and a 2-thread one's a team of 2.
 TEST(CpuConv, OneDnnRunsOnTheBackendsThreads) {
   const ConvGeometry g = kGeometries[0];
-  const auto x = Random(XSize(g), 1), w = Random(WSize(g), 2), dy = Random(YSize(g), 3);
+  const auto x = RandomNormal(XSize(g), 1), w = RandomNormal(WSize(g), 2),
+             dy = RandomNormal(YSize(g), 3);
   auto one = NewCpuBackend(1), two = NewCpuBackend(2);
   std::thread([&] {
     omp_set_num_threads(4);  // the caller's own setting, which the backend must not use
