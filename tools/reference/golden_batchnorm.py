@@ -5,9 +5,10 @@ tests/golden/batchnorm_pmap2.safetensors holds, with the spec as JSON in its met
   data.images/labels        the examples (synthetic, of the spec's input_shape)
   init.*, init_stats.*      params and batch_stats after init (Lockstep's RNG plan)
   grads.loss, grads.*       loss and every gradient at init on data[:batch], N = 1, train
-                            mode (batch statistics), no dropout
-  train.losses              20 steps of the seed program under pmap (N = 2): the mean of
-                            the replicas' losses; train.params.*, train.stats.* after them
+                            mode (batch statistics), dropout keyed by the zero key
+  train.losses              20 steps of the seed program under pmap (N = 2), dropout keys
+                            from the RNG plan (reference §7): the mean of the replicas'
+                            losses; train.params.*, train.stats.* after them
   eval.loss, eval.accuracy  the final state on every example, with the running averages
 tests/golden/batchnorm_pmap2_fashion.safetensors: a smaller BatchNorm convnet, 20 steps
 under pmap (N = 2) on the Fashion-MNIST train split (what a cluster job reads): losses,
@@ -27,7 +28,7 @@ from safetensors.numpy import save_file
 import golden_layers
 import models
 
-MODEL = {  # conv, batch norm, relu, pool; dense, batch norm (other options), relu, dense
+MODEL = {  # conv, batch norm, relu, pool; dense, batch norm (other options), relu, dropout, dense
     "input_shape": [8, 8, 3],
     "layers": [
         {"conv": {"features": 6, "kernel_size": [3, 3]}},
@@ -38,6 +39,7 @@ MODEL = {  # conv, batch norm, relu, pool; dense, batch norm (other options), re
         {"dense": {"features": 16}},
         {"batch_norm": {"momentum": 0.9, "epsilon": 1e-3, "use_scale": False}},
         {"relu": {}},
+        {"dropout": {"rate": 0.25}},
         {"dense": {"features": 10}},
     ],
 }
@@ -61,11 +63,13 @@ SPEC = {"model": MODEL, "optimizer": {"kind": "sgd", "learning_rate": 0.1, "mome
         "global_batch_size": 16, "steps": 20, "seed": 3, "dropout_seed": 5, "workers": 2}
 
 
-def loss_fn(params, batch_stats, model, images, labels, train):
-  """Mean softmax cross-entropy; in training also the new batch_stats."""
+def loss_fn(params, batch_stats, model, images, labels, train, key=None):
+  """Mean softmax cross-entropy; in training (dropout keyed by `key`) also the new
+  batch_stats."""
   variables = {"params": params, "batch_stats": batch_stats}
   if train:
-    logits, updated = model.apply(variables, images, train=True, mutable=["batch_stats"])
+    logits, updated = model.apply(variables, images, train=True, mutable=["batch_stats"],
+                                  rngs={"dropout": key})
     new_stats = updated["batch_stats"]
   else:
     logits, new_stats = model.apply(variables, images, train=False), batch_stats
@@ -82,9 +86,9 @@ def train_pmap(spec, params, batch_stats, rng, images, labels):
   tx = models.make_tx(o["kind"], o["learning_rate"], o.get("momentum", 0.0))
   n, b = spec["workers"], spec["global_batch_size"]
 
-  def step(params, batch_stats, opt_state, x, y):
+  def step(params, batch_stats, opt_state, x, y, key):
     (loss, (new_stats, _)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        params, batch_stats, model, x, y, True)
+        params, batch_stats, model, x, y, True, key)
     grads = jax.lax.pmean(grads, axis_name="batch")
     updates, opt_state = tx.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), new_stats, opt_state, loss
@@ -92,6 +96,7 @@ def train_pmap(spec, params, batch_stats, rng, images, labels):
   p_step = jax.pmap(step, axis_name="batch")
   rep = lambda t: jax.tree_util.tree_map(lambda v: np.stack([np.asarray(v)] * n), t)
   rparams, rstats, ropt = rep(params), rep(batch_stats), rep(tx.init(params))
+  main_key = jax.random.PRNGKey(spec["dropout_seed"])
   steps_per_epoch = len(images) // b
   losses, order = [], None
   for s in range(spec["steps"]):
@@ -99,7 +104,9 @@ def train_pmap(spec, params, batch_stats, rng, images, labels):
       rng, input_rng = jax.random.split(rng)
       order = np.asarray(jax.random.permutation(input_rng, len(images)))
     idx = order[(s % steps_per_epoch) * b:(s % steps_per_epoch + 1) * b].reshape(n, b // n)
-    rparams, rstats, ropt, loss = p_step(rparams, rstats, ropt, images[idx], labels[idx])
+    step_key, main_key = jax.random.split(main_key)
+    keys = jax.random.split(step_key, n)  # rank r's dropout root
+    rparams, rstats, ropt, loss = p_step(rparams, rstats, ropt, images[idx], labels[idx], keys)
     losses.append(float(jnp.mean(loss)))
   for tree in (rparams, rstats):  # the replicas agree bit for bit
     for leaf in jax.tree_util.tree_leaves(tree):
@@ -124,7 +131,7 @@ def write_goldens(out):
   t.update(golden_layers.tensors("init_stats.", stats))
   b = spec["global_batch_size"]
   (loss, _), g = jax.value_and_grad(loss_fn, has_aux=True)(
-      params, stats, model, images[:b], labels[:b], True)
+      params, stats, model, images[:b], labels[:b], True, jnp.zeros(2, jnp.uint32))
   t.update(golden_layers.tensors("grads.", g))
   t["grads.loss"] = np.asarray([loss], np.float32)
   final, final_stats, losses = train_pmap(spec, params, stats, rng, images, labels)
