@@ -30,18 +30,22 @@ void QueuedCollective::Done(CollectiveTicket ticket, absl::Status status) {
   changed_.SignalAll();
 }
 
+void QueuedCollective::RunNext() {
+  const Op op = queue_.front();
+  queue_.pop_front();
+  running_ = true;
+  mu_.Unlock();
+  absl::Status status = Run(op);
+  mu_.Lock();
+  Done(op.ticket, std::move(status));
+}
+
 void QueuedCollective::Loop() {
   absl::MutexLock lock(&mu_);
   for (;;) {
     while (!((!queue_.empty() && !running_) || (stop_ && queue_.empty()))) changed_.Wait(&mu_);
     if (queue_.empty()) return;  // stopping, and nothing left
-    const Op op = queue_.front();
-    queue_.pop_front();
-    running_ = true;
-    mu_.Unlock();
-    absl::Status status = Run(op);
-    mu_.Lock();
-    Done(op.ticket, std::move(status));
+    RunNext();
   }
 }
 
@@ -68,13 +72,7 @@ absl::Status QueuedCollective::Wait(CollectiveTicket ticket) {
     }
     // The next one is due and the thread has not taken it yet (on a loaded machine it may
     // not run for a while): run it here instead, still one at a time and in order.
-    const Op op = queue_.front();
-    queue_.pop_front();
-    running_ = true;
-    mu_.Unlock();
-    absl::Status status = Run(op);
-    mu_.Lock();
-    Done(op.ticket, std::move(status));
+    RunNext();
   }
   absl::Status first;
   for (auto it = failed_.begin(); it != failed_.end() && it->first <= ticket;) {

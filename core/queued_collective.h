@@ -54,7 +54,9 @@ class QueuedCollective final : public Collective {
     size_t n;
     CollectiveOptions options;
   };
-  void Loop();                     // the communication thread
+  void Loop();  // the communication thread
+  // Runs the queue's first all-reduce on the calling thread (the lock released meanwhile).
+  void RunNext() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Run(const Op& op);  // calls the inner collective
   void Done(CollectiveTicket ticket, absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
