@@ -1,12 +1,11 @@
 // StepExecutor's train state as bytes (StateBytes's layout: params, each optimizer slot,
 // batch_stats), read and written in pieces, its checksum, and whole TrainStates. The
 // step itself: step.cc.
-#include "core/step.h"
-
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/step.h"
 
 namespace lockstep {
 

@@ -148,21 +148,37 @@ inline void ExpectTrainingMatchesOptax(Backend* backend, const std::string& opti
   ExpectTrainingMatchesGolden(backend, "train_mlp_" + optimizer + ".safetensors");
 }
 
-// A layers_<name>.safetensors file (tools/reference/golden_layers.py) with its spec,
-// validated, and what the spec trains.
-struct LayersGolden {
+// A golden file written with its spec in the metadata (tools/reference/golden_layers.py,
+// golden_batchnorm.py): the tensors, the spec, validated, and what the spec trains.
+struct SpecGolden {
   SafeTensors st;
   v1::JobSpec spec;
   TrainSetup setup;
 };
 
-inline absl::StatusOr<LayersGolden> ReadLayersGolden(const std::string& name) {
-  ASSIGN_OR_RETURN(SafeTensors st,
-                   SafeTensors::Read(GoldenPath("layers_" + name + ".safetensors")));
+inline absl::StatusOr<SpecGolden> ReadSpecGolden(const std::string& file) {
+  ASSIGN_OR_RETURN(SafeTensors st, SafeTensors::Read(GoldenPath(file)));
   ASSIGN_OR_RETURN(v1::JobSpec parsed, ParseSpec(st.metadata().at("spec"), "golden spec"));
   ASSIGN_OR_RETURN(v1::JobSpec spec, Validate(parsed));
   ASSIGN_OR_RETURN(TrainSetup setup, SetupFromSpec(spec));
-  return LayersGolden{std::move(st), std::move(spec), std::move(setup)};
+  return SpecGolden{std::move(st), std::move(spec), std::move(setup)};
+}
+
+// layers_<name>.safetensors.
+inline absl::StatusOr<SpecGolden> ReadLayersGolden(const std::string& name) {
+  return ReadSpecGolden("layers_" + name + ".safetensors");
+}
+
+// The spec's initial params (Lockstep's RNG plan) within 1e-6 of the file's "init." ones.
+inline void ExpectInitWithin1e6(const SpecGolden& g) {
+  const Model& m = g.setup.model;
+  const std::vector<float> mine =
+      m.Init(TrainingPlan::InitKey(g.spec.seed(), g.setup.impl), g.setup.impl);
+  const std::vector<float> want = GoldenParams(g.st, m, "init.");
+  for (const ParamEntry& e : m.layout().entries()) {
+    EXPECT_LE(MaxAbsDiff({mine.data() + e.offset, e.size}, {want.data() + e.offset, e.size}), 1e-6)
+        << e.name;
+  }
 }
 
 // Every param tensor of `got` within `tolerance` of `want`'s (relative L2).
@@ -178,7 +194,7 @@ inline void ExpectEveryTensorWithin(const Model& m, const std::vector<float>& go
 // The loss and every gradient of the layers model `name` at its golden init, on the
 // golden batch with the golden dropout key, computed on `backend`: within 1e-5 of JAX's.
 inline void ExpectLayersGradientsMatchJax(Backend* backend, const std::string& name) {
-  ASSERT_OK_AND_ASSIGN(LayersGolden g, ReadLayersGolden(name));
+  ASSERT_OK_AND_ASSIGN(SpecGolden g, ReadLayersGolden(name));
   const Model& m = g.setup.model;
   const int b = static_cast<int>(g.spec.global_batch_size());
   ASSERT_OK_AND_ASSIGN(
@@ -200,7 +216,7 @@ inline void ExpectLayersGradientsMatchJax(Backend* backend, const std::string& n
 // init on `backend`: each loss within 1e-5 of optax's, the same dropout masks, and the
 // final params within 1e-5.
 inline void ExpectLayersTrainingMatchesOptax(Backend* backend, const std::string& name) {
-  ASSERT_OK_AND_ASSIGN(LayersGolden g, ReadLayersGolden(name));
+  ASSERT_OK_AND_ASSIGN(SpecGolden g, ReadLayersGolden(name));
   const Model& m = g.setup.model;
   const int b = static_cast<int>(g.spec.global_batch_size());
   const Dataset data = GoldenDataset(g.st, "data");

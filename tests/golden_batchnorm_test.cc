@@ -22,19 +22,9 @@ using testing::GoldenParams;
 
 constexpr char kFile[] = "batchnorm_pmap2.safetensors";
 
-struct Golden {
-  SafeTensors st;
-  v1::JobSpec spec;
-  TrainSetup setup;
-};
+using Golden = testing::SpecGolden;
 
-absl::StatusOr<Golden> ReadGolden() {
-  ASSIGN_OR_RETURN(SafeTensors st, SafeTensors::Read(testing::GoldenPath(kFile)));
-  ASSIGN_OR_RETURN(v1::JobSpec parsed, ParseSpec(st.metadata().at("spec"), "golden spec"));
-  ASSIGN_OR_RETURN(v1::JobSpec spec, Validate(parsed));
-  ASSIGN_OR_RETURN(TrainSetup setup, SetupFromSpec(spec));
-  return Golden{std::move(st), std::move(spec), std::move(setup)};
-}
+absl::StatusOr<Golden> ReadGolden() { return testing::ReadSpecGolden(kFile); }
 
 // The file's tensors prefix + name for each entry of `layout` ("BatchNorm_0/mean").
 std::vector<float> GoldenTensors(const SafeTensors& st, const ParamLayout& layout,
@@ -81,15 +71,7 @@ TEST(BatchNormGolden, InitMatchesFlax) {
   ASSERT_OK_AND_ASSIGN(Golden g, ReadGolden());
   const Model& m = g.setup.model;
   ASSERT_EQ(m.stats_layout().entries().size(), 4u);
-  const std::vector<float> mine =
-      m.Init(TrainingPlan::InitKey(g.spec.seed(), g.setup.impl), g.setup.impl);
-  const std::vector<float> want = GoldenParams(g.st, m, "init.");
-  for (const ParamEntry& e : m.layout().entries()) {
-    EXPECT_LE(
-        testing::MaxAbsDiff({mine.data() + e.offset, e.size}, {want.data() + e.offset, e.size}),
-        1e-6)
-        << e.name;
-  }
+  testing::ExpectInitWithin1e6(g);
   EXPECT_EQ(m.InitStats(), GoldenTensors(g.st, m.stats_layout(), "init_stats."));
 }
 
