@@ -1,11 +1,15 @@
 // GlooCollective: the CPU data plane. A Collective over Gloo's TCP transport: the ranks
 // of a job publish their addresses in a lockstep::Store (under a per-job prefix), connect
-// a full mesh, and all-reduce with Gloo's ring algorithm. Gloo reports errors by
-// throwing; this adapter is where that stops: everything comes back as absl::Status.
+// a full mesh whose pairings are authenticated with a per-attempt nonce from the store
+// (a stray or hostile connection to a rank's listeners is dropped, not taken as a peer),
+// retry that bootstrap in place when it fails on some rank (gloo_bootstrap.h), and
+// all-reduce with Gloo's ring algorithm. Gloo reports errors by throwing; this adapter is
+// where that stops: everything comes back as absl::Status.
 #ifndef LOCKSTEP_WORKERS_GLOO_GLOO_COLLECTIVE_H_
 #define LOCKSTEP_WORKERS_GLOO_GLOO_COLLECTIVE_H_
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -33,8 +37,15 @@ struct GlooOptions {
   // The namespace of this job attempt in the store. All ranks of one mesh use the same
   // prefix; jobs and attempts that share a store must use different ones.
   std::string prefix = "gloo";
-  // Bounds Create: waiting for every peer's address and connecting to it.
+  // Bounds Create: waiting for every peer's address and connecting to it, all attempts
+  // together.
   absl::Duration connect_timeout = absl::Seconds(30);
+  // Bootstrap attempts (each under PREFIX/K/ in the store) before Create gives up; a
+  // failed attempt is retried by every rank only for a transport error (UNAVAILABLE,
+  // ABORTED) and while connect_timeout lasts.
+  int bootstrap_attempts = 3;
+  // Called on Create's thread when attempt `attempt` failed on some rank and is retried.
+  std::function<void(int attempt, const absl::Status& why)> on_retry;
 };
 
 // Thread safety: any thread may call any method; AllReduceSum calls are serialized.
@@ -49,11 +60,11 @@ class GlooCollective final : public Collective {
   // result is a QueuedCollective (core/queued_collective.h) around the GlooCollective: its
   // StartAllReduceSum runs on a communication thread, in one FIFO with AllReduceSum.
   // `store` is used during Create only. Errors: INVALID_ARGUMENT for a bad rank, size or
-  // option, or an address that cannot be bound; DEADLINE_EXCEEDED when some rank has not
-  // joined within options.connect_timeout; UNAVAILABLE when a peer cannot be reached;
+  // option, or an address that cannot be bound (on any rank: every rank returns it);
+  // DEADLINE_EXCEEDED when some rank has not joined within options.connect_timeout;
+  // UNAVAILABLE when the peers could not be reached in bootstrap_attempts attempts;
   // the store's own errors (with context added) as they come. Create returns within
-  // about connect_timeout: at most the rendezvous wait plus one connect wait, each
-  // bounded by it.
+  // about connect_timeout: every wait of every attempt is bounded by its deadline.
   static absl::StatusOr<std::unique_ptr<Collective>> Create(int rank, int size, Store* store,
                                                             const GlooOptions& options);
 

@@ -200,7 +200,7 @@ TEST(GlooCollectiveTest, MissingRankFailsCreateWithinConnectTimeout) {
     EXPECT_THAT(results[r],
                 StatusIs(absl::StatusCode::kDeadlineExceeded,
                          AllOf(HasSubstr(absl::StrCat("gloo rank ", r, " of 3")),
-                               HasSubstr("connect full mesh"), HasSubstr("missing/2"))));
+                               HasSubstr("connect full mesh"), HasSubstr("missing/0/2"))));
   }
   EXPECT_GE(elapsed, absl::Milliseconds(900));
   EXPECT_LT(elapsed, absl::Seconds(3));
@@ -220,11 +220,13 @@ TEST(GlooCollectiveTest, StaleAddressFailsCreateWithinConnectTimeout) {
   for (int attempt = 0; attempt < 4; ++attempt) {
     const int rank = attempt % 2;
     const std::string prefix = absl::StrCat("stale-", attempt);
-    // Gloo's keys for the peer: its addresses, and a "rank_" marker.
-    for (const std::string& key : {absl::StrCat(1 - rank), absl::StrCat("rank_", 1 - rank)}) {
+    // The peer's keys of bootstrap attempt 0: Gloo's (its addresses, a "rank_" marker)
+    // and its pairing nonce.
+    for (const std::string& key : {absl::StrCat(1 - rank), absl::StrCat("rank_", 1 - rank),
+                                   absl::StrCat("nonce/", 1 - rank)}) {
       ASSERT_OK_AND_ASSIGN(std::string value,
-                           store.Get(absl::StrCat("earlier/", key), absl::ZeroDuration()));
-      ASSERT_OK(store.Set(absl::StrCat(prefix, "/", key), value));
+                           store.Get(absl::StrCat("earlier/0/", key), absl::ZeroDuration()));
+      ASSERT_OK(store.Set(absl::StrCat(prefix, "/0/", key), value));
     }
     const absl::Time start = absl::Now();
     absl::StatusOr<std::unique_ptr<Collective>> result =
