@@ -21,6 +21,7 @@
 #include "core/testing.h"
 #include "services/coordinator/job_manager.h"
 #include "services/standalone/testing.h"
+#include "workers/gloo/stray_connection_store.h"
 
 namespace lockstep::testing {
 namespace {
@@ -124,6 +125,31 @@ TEST(InProcessJobLoop, ResumeFromACheckpointEndsBitwiseWhereAnUninterruptedRunDo
                        ::testing::AllOf(::testing::HasSubstr("resume_from"),
                                         ::testing::HasSubstr("optimizer"),
                                         ::testing::HasSubstr("params-only"))));
+  std::filesystem::remove_all(options.checkpoint_dir);
+}
+
+TEST(InProcessJobLoop, StrayConnectionsToTheCollectiveListenersCostTheJobNothing) {
+  // Issue 22, item 4: while the workers bootstrap their collective, every listener they
+  // publish gets random bytes, a half-open connection, a plausible peer address, a wrong
+  // pairing token and a connection closed at once, all queued ahead of the real peer.
+  // The job needs no recovery (it has no spare workers: any would fail it) and ends
+  // bitwise where the undisturbed one does.
+  CoordinatorOptions options;
+  options.checkpoint_dir = TempDir("stray");
+  Recorder calm_sink, attacked_sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome calm, RunJob(DropoutSpec(10, "calm"), options, &calm_sink));
+  MemoryStore memory;
+  StrayConnectionStore stray(&memory);
+  InProcessWorkers workers(2, &stray);
+  JobRunner runner("attacked", DropoutSpec(10, "attacked"), workers.pool_workers(),
+                   workers.factory(), options, &attacked_sink);
+  JobOutcome attacked;
+  ASSERT_OK(runner.Run(&attacked));
+  EXPECT_GE(stray.connected(), 5) << "the attack reached no listener";
+  EXPECT_EQ(attacked.recoveries, 0);
+  EXPECT_EQ(attacked.param_checksum, calm.param_checksum);
+  ASSERT_EQ(attacked_sink.steps.size(), calm_sink.steps.size());
+  EXPECT_EQ(attacked_sink.steps.back().loss(), calm_sink.steps.back().loss());
   std::filesystem::remove_all(options.checkpoint_dir);
 }
 

@@ -50,9 +50,9 @@ class LoopbackCollectives final : public CollectiveFactory {
 
 }  // namespace
 
-InProcessWorkers::InProcessWorkers(int n)
+InProcessWorkers::InProcessWorkers(int n, Store* store)
     : backends_(*BackendSource::Create("cpu", 1)),
-      collectives_(std::make_unique<LoopbackCollectives>(&store_)) {
+      collectives_(std::make_unique<LoopbackCollectives>(store != nullptr ? store : &store_)) {
   std::map<std::string, JobSlot*> by_address;
   for (int r = 0; r < n; ++r) {
     slots_.push_back(std::make_unique<JobSlot>(backends_.get(), &datasets_, collectives_.get()));

@@ -17,8 +17,9 @@ namespace lockstep::testing {
 
 class InProcessWorkers {
  public:
-  // `n` workers with one CPU thread each, at addresses "in-process:R".
-  explicit InProcessWorkers(int n);
+  // `n` workers with one CPU thread each, at addresses "in-process:R". Their collectives
+  // rendezvous in `store` if given (it must outlive them), else in a MemoryStore of their own.
+  explicit InProcessWorkers(int n, Store* store = nullptr);
   ~InProcessWorkers();
 
   WorkerClientFactory* factory() { return factory_.get(); }

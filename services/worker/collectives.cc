@@ -1,5 +1,10 @@
 #include "services/worker/collectives.h"
 
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "services/common/job_log.h"
 #include "services/common/rendezvous_store.h"
 #include "workers/gloo/gloo_collective.h"
 #ifdef LOCKSTEP_HAVE_NCCL
@@ -8,6 +13,12 @@
 
 namespace lockstep {
 namespace {
+
+// The job a rendezvous prefix ("jobs/JOB/ATTEMPT-SECRET/") is for; its secret is not logged.
+std::string JobOf(const std::string& prefix) {
+  std::vector<std::string> parts = absl::StrSplit(prefix, '/');
+  return parts.size() > 1 && parts[0] == "jobs" ? parts[1] : "";
+}
 
 class Factory final : public CollectiveFactory {
  public:
@@ -30,6 +41,13 @@ class Factory final : public CollectiveFactory {
     GlooOptions options;
     options.hostname = host_;
     options.connect_timeout = timeout;
+    // A failed attempt is retried in place (not a recovery of the job): say so in its log.
+    options.on_retry = [about = JobContext{JobOf(prefix), "", rank}](int attempt,
+                                                                     const absl::Status& why) {
+      LogJob(spdlog::level::warn, about,
+             absl::StrCat("collective bootstrap attempt ", attempt + 1,
+                          " failed; retrying in place: ", why.message()));
+    };
     return GlooCollective::Create(rank, size, &store, options);
   }
 
