@@ -54,13 +54,15 @@ struct AttemptOutcome {
 AttemptOutcome RunAttempt(Store* store, const BootstrapRetryOptions& options, int k,
                           const std::string& prefix, BootstrapAttempt* attempt, absl::Status own) {
   const std::string failed_key = absl::StrCat(prefix, "/failed");
-  // Aborts this rank's attempt as soon as any rank reports a failure.
+  // Aborts this rank's attempt as soon as any rank reports a failure, or the store fails
+  // (the job cancelled, the coordinator gone: the ranks could not agree anyway).
   std::thread watcher([&] {
     absl::StatusOr<std::string> failed = store->Get(failed_key, Left(options.deadline));
-    if (attempt != nullptr && failed.ok() && *failed != kDone) {
-      attempt->Abort(absl::AbortedError(
-          absl::StrCat("bootstrap attempt ", k, " failed elsewhere: ", *failed)));
-    }
+    if (attempt == nullptr || (failed.ok() && *failed == kDone)) return;
+    if (absl::IsDeadlineExceeded(failed.status())) return;  // the attempt's own deadline too
+    attempt->Abort(absl::AbortedError(
+        failed.ok() ? absl::StrCat("bootstrap attempt ", k, " failed elsewhere: ", *failed)
+                    : absl::StrCat("bootstrap attempt ", k, ": ", failed.status().ToString())));
   });
   if (own.ok()) own = attempt->Join();
   const std::string me = absl::StrCat("rank ", options.rank, ": ");

@@ -7,9 +7,11 @@
 // number of attempts and by one deadline for them all.
 //
 // Keys, under `prefix`/`attempt`/: "verdict/R" (rank R's outcome) and "failed" (written
-// by the first rank to fail: its reason; "done" once every rank succeeded). A rank that
-// watches "failed" aborts its own attempt in progress when a peer fails, so that nobody
-// waits out a connect timeout for a peer that has moved on.
+// by the first rank to fail: its reason; "done" once every rank succeeded). Each rank
+// watches "failed" on a thread of its own and aborts its attempt in progress when a peer
+// fails, so that nobody waits out a connect timeout for a peer that has moved on, or when
+// the store fails (a cancelled job's rendezvous answers CANCELLED), so that a released
+// job's bootstrap ends promptly.
 #ifndef LOCKSTEP_WORKERS_GLOO_BOOTSTRAP_RETRY_H_
 #define LOCKSTEP_WORKERS_GLOO_BOOTSTRAP_RETRY_H_
 

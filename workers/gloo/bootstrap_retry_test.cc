@@ -228,6 +228,34 @@ TEST(JoinWithRetries, AFailedAttemptCreationIsThatRanksVerdict) {
   }
 }
 
+TEST(JoinWithRetries, ACancelledStoreEndsAWaitingAttemptPromptlyWithCancelled) {
+  // The coordinator's rendezvous answers CANCELLED once the job is released: a rank
+  // waiting in its attempt (for a connection) is aborted, and the bootstrap says CANCELLED.
+  class Released final : public Store {
+   public:
+    absl::Status Set(const std::string&, const std::string&) override {
+      return absl::CancelledError("job job-7 was released");
+    }
+    absl::StatusOr<std::string> Get(const std::string&, absl::Duration) override {
+      return absl::CancelledError("job job-7 was released");
+    }
+  } store;
+  std::string abort_reason;
+  BootstrapRetryOptions options = Options("released");
+  options.size = 2;
+  int made = 0;
+  absl::StatusOr<Joined> result = JoinWithRetries(
+      &store, options,
+      [&](int, const std::string&) -> absl::StatusOr<std::unique_ptr<BootstrapAttempt>> {
+        ++made;
+        return std::make_unique<ScriptedAttempt>(Behaviour{absl::OkStatus(), /*blocks=*/true},
+                                                 &abort_reason);
+      });
+  EXPECT_THAT(result, StatusIs(absl::StatusCode::kCancelled, HasSubstr("job job-7 was released")));
+  EXPECT_THAT(abort_reason, HasSubstr("job job-7 was released"));
+  EXPECT_EQ(made, 1);
+}
+
 TEST(JoinWithRetries, WhatIsRetried) {
   EXPECT_TRUE(IsRetriable(absl::UnavailableError("")));
   EXPECT_TRUE(IsRetriable(absl::AbortedError("")));

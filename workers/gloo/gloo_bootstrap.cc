@@ -98,7 +98,7 @@ class GlooAttempt final : public BootstrapAttempt {
         CallGloo(absl::StrCat(name, ": connect full mesh under \"", prefix_, "\""),
                  [&] { context_->connectFullMesh(prefixed, transport); });
     absl::MutexLock lock(&mu_);
-    if (!status.ok() && !aborted_.ok()) {
+    if (!status.ok() && !absl::IsDeadlineExceeded(status) && !aborted_.ok()) {
       return absl::AbortedError(absl::StrCat(status.message(), " (", aborted_.message(), ")"));
     }
     return status;

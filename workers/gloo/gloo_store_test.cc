@@ -6,6 +6,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "core/testing.h"
 #include "gloo/common/error.h"
@@ -41,6 +43,32 @@ class DownStore final : public Store {
   absl::StatusOr<std::string> Get(const std::string& key, absl::Duration) override {
     return absl::UnavailableError("store down getting " + key);
   }
+};
+
+// A MemoryStore that records the timeout of every Get and notifies when the first starts.
+class RecordingStore final : public Store {
+ public:
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    return memory_.Set(key, value);
+  }
+  absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override {
+    {
+      absl::MutexLock lock(&mu_);
+      timeouts_.push_back(timeout);
+      if (!waiting.HasBeenNotified()) waiting.Notify();
+    }
+    return memory_.Get(key, timeout);
+  }
+  std::vector<absl::Duration> timeouts() {
+    absl::MutexLock lock(&mu_);
+    return timeouts_;
+  }
+  absl::Notification waiting;
+
+ private:
+  MemoryStore memory_;
+  absl::Mutex mu_;
+  std::vector<absl::Duration> timeouts_ ABSL_GUARDED_BY(mu_);
 };
 
 TEST(GlooStoreTest, RoundTripsBinaryValues) {
@@ -85,17 +113,24 @@ TEST(GlooStoreTest, DeadlineBoundsWaitsWhateverGlooAsks) {
 }
 
 TEST(GlooStoreTest, WaitOutlastsGloosShorterTimeoutUntilTheDeadline) {
-  MemoryStore store;
+  // Gloo passes its context timeout (a fifth of the connect timeout); the adapter asks the
+  // store to wait until its own deadline instead, so that a peer showing up after Gloo's
+  // timeout is still waited for. The peer sets its key once the wait has reached the
+  // store (no sleep: whether the key lands before or during the store's wait, the
+  // timeout the store was given is what decides).
+  RecordingStore store;
   GlooStore adapter(&store, absl::Now() + absl::Seconds(10));
   std::thread late_peer([&] {
-    absl::SleepFor(absl::Milliseconds(300));
+    ASSERT_TRUE(store.waiting.WaitForNotificationWithTimeout(absl::Seconds(10)));
     ASSERT_OK(store.Set("late", "v"));
   });
-  // Gloo passes its context timeout (a fifth of the connect timeout); a peer that shows
-  // up after that but before the deadline is still waited for.
   EXPECT_NO_THROW(adapter.wait({"late"}, std::chrono::milliseconds(50)));
-  EXPECT_EQ(adapter.get("late"), std::vector<char>{'v'});
   late_peer.join();
+  EXPECT_EQ(adapter.get("late"), std::vector<char>{'v'});
+  const std::vector<absl::Duration> timeouts = store.timeouts();
+  ASSERT_EQ(timeouts.size(), 1u);  // get() after wait() is served from the adapter's cache
+  EXPECT_GT(timeouts[0], absl::Seconds(9));
+  EXPECT_LE(timeouts[0], absl::Seconds(10));
 }
 
 TEST(GlooStoreTest, StoreErrorsKeepTheirCode) {
