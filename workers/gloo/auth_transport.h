@@ -39,6 +39,8 @@ struct PairingSecrets {
   int rank = 0;
   std::string nonce;  // kNonceBytes random bytes, published to the peers through the store
   // The nonce `peer` published; may block on the store and throws StoreError on failure.
+  // Called only while the device's pairs connect (within the bootstrap attempt that made
+  // them), so it may refer to that attempt's store.
   std::function<std::string(int peer)> peer_nonce;
 };
 

@@ -20,8 +20,8 @@ namespace lockstep::gloo_internal {
 // Gloo's Store contract is exceptions, so every method throws StoreError (gloo_status.h)
 // carrying the lockstep::Store's status; a key that does not appear by `deadline` is
 // DEADLINE_EXCEEDED. The deadline alone bounds every wait, whatever timeout Gloo passes:
-// Gloo passes its context timeout, which GlooCollective::Create sets to a fifth of the
-// connect timeout because Gloo waits five times its context timeout for a TCP connect.
+// Gloo passes its context timeout, which the bootstrap (gloo_bootstrap.cc) sets to a fifth
+// of the time left because Gloo waits five times its context timeout for a TCP connect.
 // Values are Gloo's bytes, unchanged. Thread-safe; `store` must outlive the adapter.
 class GlooStore final : public gloo::rendezvous::Store {
  public:
