@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <memory>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -86,6 +87,8 @@ TEST(GlooAuthenticatedPairing, StrayConnectionsAtTheListenersCostNoAttempt) {
   ExpectJobWorks(3, &store, Loopback("stray", &retries));
   EXPECT_GE(store.connected(), 5) << "the attack reached no listener";
   EXPECT_EQ(retries.count(), 0);
+  // The listeners bind the address the ranks were given, not every interface.
+  EXPECT_EQ(store.hosts(), std::set<std::string>{"127.0.0.1"});
 }
 
 TEST(GlooAuthenticatedPairing, MoreHalfOpenConnectionsThanSlotsStillLetThePeerIn) {

@@ -11,6 +11,7 @@
 #ifndef LOCKSTEP_WORKERS_GLOO_STRAY_CONNECTION_STORE_H_
 #define LOCKSTEP_WORKERS_GLOO_STRAY_CONNECTION_STORE_H_
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -64,6 +65,11 @@ class StrayConnectionStore final : public Store {
     absl::MutexLock lock(&mu_);
     return connected_;
   }
+  // The addresses (numeric host, no port) of the listeners attacked.
+  std::set<std::string> hosts() {
+    absl::MutexLock lock(&mu_);
+    return hosts_;
+  }
 
  private:
   // Gloo's key for rank R's addresses ends in "/R"; its value is whole address records.
@@ -99,6 +105,13 @@ class StrayConnectionStore final : public Store {
     sockaddr_storage addr;
     std::memcpy(&addr, record.data(), sizeof(addr));
     if (addr.ss_family != AF_INET && addr.ss_family != AF_INET6) return;
+    char host[INET6_ADDRSTRLEN] = {};
+    const void* ip =
+        addr.ss_family == AF_INET
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&addr)->sin_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&addr)->sin6_addr);
+    inet_ntop(addr.ss_family, ip, host, sizeof(host));
+    hosts_.insert(host);
     std::string random(64, '\0');
     for (char& c : random) c = static_cast<char>(rng_());
     const std::vector<std::string> payloads = {
@@ -123,6 +136,7 @@ class StrayConnectionStore final : public Store {
   std::set<std::string> attacked_ ABSL_GUARDED_BY(mu_);
   std::vector<int> open_ ABSL_GUARDED_BY(mu_);
   int connected_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<std::string> hosts_ ABSL_GUARDED_BY(mu_);
   std::mt19937 rng_ ABSL_GUARDED_BY(mu_){22};
 };
 
