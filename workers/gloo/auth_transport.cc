@@ -13,7 +13,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "gloo/common/error.h"
 #include "gloo/transport/tcp/context.h"
 #include "gloo/transport/tcp/pair.h"
 
