@@ -106,7 +106,8 @@ absl::Status UserLimitsTable::Check(int max_queued_jobs, int max_jobs_kept) cons
   };
   if (absl::Status st = check("", defaults_, false); !st.ok()) return st;
   for (const auto& [name, n] : by_name_) {
-    if (absl::Status st = check(absl::StrCat("tokens file, ", name, ": "), n.limits, n.admin);
+    if (absl::Status st =
+            check(absl::StrCat(n.admin ? "admin " : "user ", name, ": "), n.limits, n.admin);
         !st.ok()) {
       return st;
     }
