@@ -9,6 +9,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -48,6 +49,36 @@ absl::string_view Authorization(const grpc::ServerContextBase& ctx) {
                         : absl::string_view(it->second.data(), it->second.size());
 }
 
+// Parses "KEY=VALUE" into `limits`; INVALID_ARGUMENT (after `where`) when the key is not a
+// limit's, the value not a non-negative integer, or the name's limit already set otherwise.
+absl::Status ParseLimit(absl::string_view field, const std::string& where, CallerLimits* limits) {
+  const size_t eq = field.find('=');
+  const absl::string_view key = field.substr(0, eq);
+  std::optional<int64_t>* slot = key == "max_queued_jobs"      ? &limits->max_queued_jobs
+                                 : key == "max_running_jobs"   ? &limits->max_running_jobs
+                                 : key == "submits_per_minute" ? &limits->submits_per_minute
+                                 : key == "max_jobs_kept"      ? &limits->max_jobs_kept
+                                                               : nullptr;
+  if (eq == absl::string_view::npos || slot == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where,
+                     "expected KEY=VALUE after the role, KEY one of max_queued_jobs, "
+                     "max_running_jobs, submits_per_minute, max_jobs_kept; got \"",
+                     field, "\""));
+  }
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(field.substr(eq + 1), &value) || value < 0 || value > (1 << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, key, ": expected a non-negative integer, got \"", field.substr(eq + 1), "\""));
+  }
+  if (slot->has_value() && **slot != value) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, key, "=", value, " but it was given as ", **slot));
+  }
+  *slot = value;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string RandomHex(size_t bytes) {
@@ -68,8 +99,9 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, const std::
         absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
     if (f.empty()) continue;
     const std::string where = absl::StrCat(source, ":", line_number, ": ");
-    if (f.size() != 3) {
-      return absl::InvalidArgumentError(absl::StrCat(where, "expected TOKEN NAME ROLE"));
+    if (f.size() < 3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "expected TOKEN NAME ROLE [KEY=VALUE ...]"));
     }
     if (f[0].size() < 16) {
       return absl::InvalidArgumentError(
@@ -87,6 +119,11 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, const std::
       if (other.digest == e.digest) {
         return absl::InvalidArgumentError(absl::StrCat(where, "this token is given twice"));
       }
+    }
+    Caller& caller = t.callers_[e.who.name];
+    caller.admin = caller.admin && e.who.admin;
+    for (size_t i = 3; i < f.size(); ++i) {
+      if (absl::Status st = ParseLimit(f[i], where, &caller.limits); !st.ok()) return st;
     }
     t.entries_.push_back(std::move(e));
   }

@@ -4,7 +4,10 @@
 // certificate never reaches the job API: each handler asks for the one kind it accepts.
 //
 // The tokens file, one caller per line ("#" starts a comment):
-//   TOKEN NAME ROLE        ROLE: user (their own jobs) or admin (everything)
+//   TOKEN NAME ROLE [KEY=VALUE ...]   ROLE: user (their own jobs) or admin (everything)
+// The optional KEY=VALUE fields are the caller's own limits (CallerLimits: max_queued_jobs,
+// max_running_jobs, submits_per_minute, max_jobs_kept), which replace the coordinator's
+// per-user defaults for that name (services/coordinator/user_limits.h).
 // Tokens are kept only as SHA-256 digests and compared in constant time; they are never
 // logged.
 #ifndef LOCKSTEP_SERVICES_COMMON_AUTH_H_
@@ -13,6 +16,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,11 +33,31 @@ struct Principal {
   bool admin = false;
 };
 
+// A name's own limits from the tokens file; an unset one takes the coordinator's default.
+// Each is a non-negative integer; what 0 means is the coordinator's (user_limits.h).
+struct CallerLimits {
+  std::optional<int64_t> max_queued_jobs;
+  std::optional<int64_t> max_running_jobs;
+  std::optional<int64_t> submits_per_minute;
+  std::optional<int64_t> max_jobs_kept;
+  bool any() const {
+    return max_queued_jobs || max_running_jobs || submits_per_minute || max_jobs_kept;
+  }
+};
+
+// What the tokens file says about one name, over all of its lines.
+struct Caller {
+  bool admin = true;  // every token of the name is an admin's
+  CallerLimits limits;
+};
+
 class TokenTable {
  public:
   TokenTable() = default;
   // INVALID_ARGUMENT naming `source` and the line: a bad role, a token shorter than 16
-  // characters, a name with characters other than [A-Za-z0-9._@-], a token given twice.
+  // characters, a name with characters other than [A-Za-z0-9._@-], a token given twice, an
+  // unknown KEY or a VALUE that is not a non-negative integer, or a limit that another
+  // line of the same name gives another value.
   static absl::StatusOr<TokenTable> Parse(absl::string_view text, const std::string& source);
   static absl::StatusOr<TokenTable> Load(const std::string& path);
 
@@ -39,6 +65,8 @@ class TokenTable {
   // constant time, whatever matches.
   absl::StatusOr<Principal> Find(absl::string_view token) const;
   size_t size() const { return entries_.size(); }
+  // Every name in the file, with its role and limits.
+  const std::map<std::string, Caller>& callers() const { return callers_; }
 
  private:
   struct Entry {
@@ -46,6 +74,7 @@ class TokenTable {
     Principal who;
   };
   std::vector<Entry> entries_;
+  std::map<std::string, Caller> callers_;
 };
 
 // Random bytes as lowercase hex, from the system's CSPRNG (tokens, unguessable ids).

@@ -12,6 +12,7 @@
 #include "services/common/job_log.h"
 #include "services/common/job_state.h"
 #include "services/coordinator/checkpoint_folder.h"
+#include "services/coordinator/user_limits.h"
 
 namespace lockstep {
 namespace {
@@ -31,8 +32,12 @@ v1::JobEvent StateEvent(v1::JobState state, absl::string_view reason) {
 }
 
 JobDemand DemandOf(const v1::Job& job) {
-  return {job.id(), static_cast<int>(job.spec().workers()), job.spec().device(),
-          job.spec().threads()};
+  return {job.id(),
+          static_cast<int>(job.spec().workers()),
+          job.spec().device(),
+          job.spec().threads(),
+          job.owner(),
+          job.state() == v1::RECOVERING};
 }
 
 }  // namespace
@@ -319,6 +324,8 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const Principa
   RETURN_IF_ERROR(CheckMemoryBudget(spec, options_.memory));
   absl::MutexLock submit(&submit_mu_);
   v1::Job job;
+  std::vector<std::string> forgotten;  // to make room in the records (AdmitLocked)
+  int64_t next = 0;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
@@ -335,22 +342,21 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const Principa
       auto it = by_request_id_.find(RequestKey(owner, spec.request_id()));
       if (it != by_request_id_.end() && jobs_.count(it->second)) return jobs_[it->second]->job;
     }
-    if (static_cast<int>(queue_.size()) >= options_.max_queued_jobs) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          queue_.size(), " jobs are queued, the coordinator's limit (max_queued_jobs)"));
-    }
+    RETURN_IF_ERROR(AdmitLocked(owner, &forgotten));
     // The number orders the jobs; the random part keeps other callers from guessing ids.
     job.set_id(absl::StrFormat("job-%06d-%s", next_id_++, RandomHex(4)));
     job.set_owner(owner);
     *job.mutable_spec() = spec;
     job.set_created_unix_ms(NowMs());
     job.set_state(v1::QUEUED);
+    next = next_id_;
   }
   // On disk before anyone can see it: a job acknowledged survives a kill -9.
-  RETURN_IF_ERROR(records_.Save(job, 1));
+  if (absl::Status st = records_.Save(job, 1); !st.ok()) {
+    Forget(std::move(forgotten), next);  // gone from memory already: from the disk too
+    return st;
+  }
   std::vector<Save> saves;
-  std::vector<std::string> forgotten;
-  int64_t next = 0;
   v1::Job out;
   {
     absl::MutexLock lock(&mu_);
@@ -372,7 +378,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const Principa
     queue_.push_back(job.id());
     ScheduleLocked(&saves);
     out = jobs_[job.id()]->job;
-    forgotten = ForgetOldLocked();
+    for (std::string& id : ForgetOldLocked()) forgotten.push_back(std::move(id));
     next = next_id_;
   }
   Persist(std::move(saves));
@@ -387,7 +393,7 @@ void JobManager::ScheduleLocked(std::vector<Save>* saves) {
   std::vector<JobDemand> demands;
   for (const std::string& id : recovering_) demands.push_back(DemandOf(jobs_[id]->job));
   for (const std::string& id : queue_) demands.push_back(DemandOf(jobs_[id]->job));
-  const Schedule plan = PlanSchedule(demands, pool_->Views());
+  const Schedule plan = PlanSchedule(demands, pool_->Views(), OwnerSlotsLocked());
   for (const auto& [id, what] : plan.waiting_for) jobs_[id]->job.set_waiting_for(what);
   for (const Placement& p : plan.start) {
     absl::StatusOr<std::vector<PoolWorker>> workers = pool_->Assign(p.job_id, p.worker_ids);
@@ -596,27 +602,106 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
   return out;
 }
 
+bool JobManager::ForgettableLocked(const Record& rec) const {
+  return IsTerminal(rec.job.state()) && rec.persisted == rec.version && rec.pending_saves == 0 &&
+         !rec.runner && !rec.thread.joinable();
+}
+
+std::string JobManager::ForgetLocked(JobMap::iterator it) {
+  const Record& rec = *it->second;
+  by_request_id_.erase(RequestKey(rec.job.owner(), rec.job.spec().request_id()));
+  {
+    absl::MutexLock logs_lock(&logs_mu_);
+    logs_.erase(it->first);
+  }
+  metrics_->JobStateChanged(rec.job.state(), v1::JOB_STATE_UNSPECIFIED);
+  metrics_->JobForgotten(it->first);
+  std::string id = it->first;
+  jobs_.erase(it);
+  return id;
+}
+
 std::vector<std::string> JobManager::ForgetOldLocked() {
+  // Each owner's finished jobs, against that owner's retention only.
+  std::map<std::string, int> finished;
+  for (const auto& [id, rec] : jobs_) {
+    if (IsTerminal(rec->job.state())) ++finished[rec->job.owner()];
+  }
   std::vector<std::string> forgotten;
-  for (auto it = jobs_.begin();
-       it != jobs_.end() && static_cast<int>(jobs_.size()) > options_.max_jobs_kept;) {
+  for (auto it = jobs_.begin(); it != jobs_.end();) {  // oldest first (ids in job order)
     const Record& rec = *it->second;
-    if (IsTerminal(rec.job.state()) && rec.persisted == rec.version && rec.pending_saves == 0 &&
-        !rec.runner && !rec.thread.joinable()) {
-      by_request_id_.erase(RequestKey(rec.job.owner(), rec.job.spec().request_id()));
-      {
-        absl::MutexLock logs_lock(&logs_mu_);
-        logs_.erase(it->first);
-      }
-      metrics_->JobStateChanged(rec.job.state(), v1::JOB_STATE_UNSPECIFIED);
-      metrics_->JobForgotten(it->first);
-      forgotten.push_back(it->first);
-      it = jobs_.erase(it);
+    if (!IsTerminal(rec.job.state())) {
+      ++it;
+      continue;
+    }
+    int& left = finished[rec.job.owner()];
+    if (left > options_.user_limits.For(rec.job.owner()).max_jobs_kept && ForgettableLocked(rec)) {
+      --left;
+      forgotten.push_back(ForgetLocked(it++));
     } else {
       ++it;
     }
   }
   return forgotten;
+}
+
+absl::Status JobManager::AdmitLocked(const std::string& owner,
+                                     std::vector<std::string>* forgotten) {
+  const UserLimits& limits = options_.user_limits.For(owner);
+  int queued = 0;
+  for (const std::string& id : queue_) queued += jobs_[id]->job.owner() == owner;
+  if (limits.max_queued_jobs > 0 && queued >= limits.max_queued_jobs) {
+    return absl::ResourceExhaustedError(OverLimit(owner, limits, UserLimit::kQueued, queued));
+  }
+  if (static_cast<int>(queue_.size()) >= options_.max_queued_jobs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(queue_.size(), " jobs are queued, the coordinator's limit (--max_queued_jobs ",
+                     options_.max_queued_jobs, ")"));
+  }
+  // At the global cap on records, the submitter's own oldest finished job makes room.
+  auto room = jobs_.end();
+  if (static_cast<int>(jobs_.size()) >= options_.max_jobs_kept) {
+    room = std::find_if(jobs_.begin(), jobs_.end(), [&](const auto& e) {
+      return e.second->job.owner() == owner && ForgettableLocked(*e.second);
+    });
+    if (room == jobs_.end()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the coordinator keeps ", jobs_.size(), " job records (limit --max_jobs_kept ",
+          options_.max_jobs_kept, "), none of them a finished job of user ", owner));
+    }
+  }
+  if (limits.submits_per_minute > 0) {
+    const absl::Time now = options_.clock->Now();
+    auto bucket = submit_rate_.try_emplace(owner, limits.submits_per_minute, now).first;
+    absl::Duration wait;
+    if (!bucket->second.TryTake(now, &wait)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          OverLimit(owner, limits, UserLimit::kSubmitsPerMinute, limits.submits_per_minute),
+          "; the next one in ", absl::FormatDuration(wait)));
+    }
+  }
+  if (room != jobs_.end()) forgotten->push_back(ForgetLocked(room));
+  return absl::OkStatus();
+}
+
+std::map<std::string, OwnerSlots> JobManager::OwnerSlotsLocked() const {
+  std::map<std::string, OwnerSlots> slots;  // the limited owners of queued jobs
+  for (const std::string& id : queue_) {
+    const std::string& owner = jobs_.at(id)->job.owner();
+    if (options_.user_limits.For(owner).max_running_jobs > 0) slots[owner];
+  }
+  if (slots.empty()) return slots;
+  std::map<std::string, int> running;
+  for (const auto& [id, rec] : jobs_) {
+    const v1::JobState state = rec->job.state();
+    if (state == v1::RUNNING || state == v1::RECOVERING) ++running[rec->job.owner()];
+  }
+  for (auto& [owner, s] : slots) {
+    const UserLimits& limits = options_.user_limits.For(owner);
+    s.free = limits.max_running_jobs - running[owner];
+    s.why = OverLimit(owner, limits, UserLimit::kRunning, running[owner]);
+  }
+  return slots;
 }
 
 absl::StatusOr<std::unique_ptr<JobManager::Watch>> JobManager::StartWatch(const std::string& id,

@@ -1,6 +1,7 @@
 // JobManager: the coordinator's single writer of job state. It validates and queues
-// submitted jobs (at most max_queued_jobs), starts them as the scheduling policy says
-// (scheduler.h: FIFO onto free workers; jobs on disjoint workers run concurrently), runs
+// submitted jobs (within their owner's limits, user_limits.h, and the global caps), starts
+// them as the scheduling policy says (scheduler.h: FIFO onto free workers, passing over an
+// owner at their running-jobs limit; jobs on disjoint workers run concurrently), runs
 // each on a thread of its own (JobRunner), gives a job that lost workers healthy ones
 // again (RECOVERING, first in line), resumes running jobs after a restart, and cancels.
 // Its parts, each with one concern: job records on disk (JobRecords, written outside
@@ -36,7 +37,9 @@
 #include "services/coordinator/job_runner.h"
 #include "services/coordinator/kv_table.h"
 #include "services/coordinator/options.h"
+#include "services/coordinator/scheduler.h"
 #include "services/coordinator/tensorboard_writer.h"
+#include "services/coordinator/token_bucket.h"
 #include "services/coordinator/worker_client.h"
 #include "services/coordinator/worker_pool.h"
 
@@ -57,7 +60,9 @@ class JobManager {
 
   // INVALID_ARGUMENT naming the spec field; NOT_FOUND when resume_from names nothing;
   // RESOURCE_EXHAUSTED naming the field when the job's estimated memory exceeds a budget
-  // (CheckMemoryBudget), or when max_queued_jobs are queued; DATA_LOSS when the record
+  // (CheckMemoryBudget), or naming the user and the limit when `by` has as many queued jobs
+  // as their limit or submits faster than theirs (AdmitLocked), or naming the global cap
+  // (--max_queued_jobs, --max_jobs_kept); DATA_LOSS when the record
   // cannot be written; PERMISSION_DENIED when a user (not an admin) resumes from another's
   // job. Returns once the job's record, owned by `by`, is on disk. A spec.request_id the
   // owner used before returns that job.
@@ -132,9 +137,23 @@ class JobManager {
                       std::vector<Save>* saves) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the records (without mu_) and notes what reached the disk.
   void Persist(std::vector<Save> saves) ABSL_LOCKS_EXCLUDED(mu_);
-  // Finished jobs past max_jobs_kept whose records are on disk, with no write of them
-  // pending: forgotten, their ids returned for Forget.
+  using JobMap = std::map<std::string, std::unique_ptr<Record>>;
+  // Each owner's oldest finished jobs past that owner's retention (UserLimits::
+  // max_jobs_kept) whose records are on disk, with no write of them pending: forgotten,
+  // their ids returned for Forget. Never another owner's.
   std::vector<std::string> ForgetOldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the job ended and nothing of it is still to be written or joined.
+  bool ForgettableLocked(const Record& rec) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the job from memory (its records go in Forget); returns its id.
+  std::string ForgetLocked(JobMap::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `owner` may queue one more job: RESOURCE_EXHAUSTED naming the user and the
+  // limit (their queued jobs, their submits a minute) or the global cap (queued jobs; job
+  // records, when none of theirs can make room). When admitted it takes a submit token,
+  // and at the records' cap forgets the owner's own oldest finished job (into *forgotten).
+  absl::Status AdmitLocked(const std::string& owner, std::vector<std::string>* forgotten)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The room to start jobs of each queued job's owner who has a running-jobs limit.
+  std::map<std::string, OwnerSlots> OwnerSlotsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Erases the forgotten jobs' records, after writing down `next_id` (ids are not reused).
   void Forget(std::vector<std::string> ids, int64_t next_id) ABSL_LOCKS_EXCLUDED(mu_);
   // A new job's log (WatchLogs), known to AppendLog from now on.
@@ -159,12 +178,14 @@ class JobManager {
 
   absl::Mutex submit_mu_;  // serializes Submit, whose write to disk happens under it
   absl::Mutex mu_;
-  std::map<std::string, std::unique_ptr<Record>> jobs_ ABSL_GUARDED_BY(mu_);
+  JobMap jobs_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> recovering_ ABSL_GUARDED_BY(mu_);  // waiting for workers again
   // RequestKey(owner, request_id) -> job id: one caller's retries, never another's job.
   std::map<std::string, std::string> by_request_id_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Each limited owner's submit rate (UserLimits::submits_per_minute).
+  std::map<std::string, TokenBucket> submit_rate_ ABSL_GUARDED_BY(mu_);
   int watchers_ ABSL_GUARDED_BY(mu_) = 0;
   bool kicked_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

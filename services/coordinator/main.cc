@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "absl/flags/flag.h"
 #include "absl/synchronization/mutex.h"
@@ -21,6 +22,7 @@
 #include "services/common/server_security.h"
 #include "services/coordinator/coordinator_metrics.h"
 #include "services/coordinator/job_manager.h"
+#include "services/coordinator/limit_flags.h"
 #include "services/coordinator/service.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "host:port to serve on (port 0: pick one)");
@@ -41,9 +43,11 @@ ABSL_FLAG(int64_t, worker_memory_budget_mb, lockstep::kDefaultWorkerMemoryBudget
 ABSL_FLAG(int, max_watchers, 4096, "concurrent WatchJob streams (at most 1024 per job)");
 ABSL_FLAG(int64_t, history_bytes, 4 << 20,
           "a running job's event log for WatchJob (finished jobs keep states and evaluations)");
-ABSL_FLAG(int, max_queued_jobs, 1000, "submitting past this many queued jobs is refused");
+ABSL_FLAG(int, max_queued_jobs, 1000,
+          "queued jobs in all, past which a submit is refused (per user: limit_flags.cc)");
 ABSL_FLAG(std::string, tokens_file, "",
-          "the job API's callers: lines TOKEN NAME ROLE (user or admin); required with TLS");
+          "the job API's callers: lines TOKEN NAME ROLE (user or admin) [KEY=VALUE limits]; "
+          "required with TLS");
 ABSL_FLAG(std::string, port_file, "", "write the port actually bound here (for --listen :0)");
 // The workers' --data_root, checked here as written so that a dataset path outside it
 // (/etc, /proc/self, ../..) is refused at submit, not after the job was scheduled. The
@@ -78,6 +82,7 @@ int main(int argc, char** argv) {
                                   "tokens_file",
                                   "port_file",
                                   "data_root"};
+  env.insert(env.end(), kLimitFlags.begin(), kLimitFlags.end());
   env.insert(env.end(), kSecurityFlags.begin(), kSecurityFlags.end());
   env.insert(env.end(), kObservabilityFlags.begin(), kObservabilityFlags.end());
   ParseFlagsWithEnv(argc, argv, env);
@@ -93,6 +98,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   Guard guard = Guard::Open();
+  std::optional<TokenTable> callers;  // for their limits (ApplyLimitFlags); none if insecure
   if (transport->secure()) {
     if (absl::GetFlag(FLAGS_tokens_file).empty()) {
       spdlog::error("--tokens_file is required with TLS (`lockstep certs` makes one)");
@@ -105,6 +111,7 @@ int main(int argc, char** argv) {
     }
     spdlog::info("TLS on; {} job API callers in {}", tokens->size(),
                  absl::GetFlag(FLAGS_tokens_file));
+    callers = *tokens;
     guard = Guard::Tls(std::move(tokens).value());
   }
   CoordinatorOptions opts;
@@ -131,6 +138,10 @@ int main(int argc, char** argv) {
   opts.history_bytes =
       static_cast<size_t>(std::max<int64_t>(1, absl::GetFlag(FLAGS_history_bytes)));
   opts.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
+  if (absl::Status st = ApplyLimitFlags(callers ? &*callers : nullptr, &opts); !st.ok()) {
+    spdlog::error("{}", std::string(st.message()));
+    return 2;
+  }
   opts.checkpoint_dir = absl::GetFlag(FLAGS_state_dir) + "/checkpoints";
   opts.records_dir = absl::GetFlag(FLAGS_state_dir) + "/jobs";
   opts.snapshot_dir = absl::GetFlag(FLAGS_state_dir) + "/snapshots";

@@ -7,6 +7,8 @@
 #include "absl/time/time.h"
 #include "core/spec/memory.h"
 #include "core/spec/spec.h"
+#include "services/common/clock.h"
+#include "services/coordinator/user_limits.h"
 
 namespace lockstep {
 
@@ -25,12 +27,16 @@ struct CoordinatorOptions {
   size_t log_bytes = 256 << 10;     // a job's log lines for WatchLogs (the newest kept)
   int max_watchers_per_job = 1024;  // WatchJob streams pin no thread: a few KiB each
   int max_watchers = 4096;
-  int max_queued_jobs = 1000;
-  int max_jobs_kept = 1000;     // finished jobs kept in memory
+  int max_queued_jobs = 1000;   // in all: the safety net below user_limits
+  int max_jobs_kept = 10000;    // job records in all (AdmitLocked: never another owner's)
   std::string checkpoint_dir;   // where relative checkpoint_path values land
   std::string records_dir;      // job records (JobRecords); empty: kept in memory only
   std::string snapshot_dir;     // jobs' snapshots (SnapshotStore); empty: held in memory
   std::string tensorboard_dir;  // jobs' TensorBoard event files (DIR/JOB); empty: none
+
+  // Per owner: queued and running jobs, submits a minute, retention (user_limits.h).
+  UserLimitsTable user_limits;
+  const Clock* clock = &Clock::Real();  // the submit rate's time
 };
 
 }  // namespace lockstep

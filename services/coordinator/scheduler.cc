@@ -21,12 +21,18 @@ bool Suits(const WorkerView& worker, const JobDemand& job) {
   return device && (job.device != "cpu" || worker.threads >= job.threads);
 }
 
-Schedule PlanSchedule(const std::vector<JobDemand>& queue, const std::vector<WorkerView>& workers) {
+Schedule PlanSchedule(const std::vector<JobDemand>& queue, const std::vector<WorkerView>& workers,
+                      std::map<std::string, OwnerSlots> owners) {
   Schedule out;
   std::vector<bool> taken(workers.size());
   for (size_t i = 0; i < workers.size(); ++i) taken[i] = !workers[i].free;
   bool blocked = false;  // by a job ahead that fits the pool once workers are free
   for (const JobDemand& job : queue) {
+    auto owner = job.recovering ? owners.end() : owners.find(job.owner);
+    if (owner != owners.end() && owner->second.free <= 0) {  // passed over: it blocks no one
+      out.waiting_for[job.id] = owner->second.why;
+      continue;
+    }
     std::vector<size_t> free;
     int registered = 0;
     for (size_t i = 0; i < workers.size(); ++i) {
@@ -53,6 +59,7 @@ Schedule PlanSchedule(const std::vector<JobDemand>& queue, const std::vector<Wor
       p.worker_ids.push_back(workers[free[r]].id);
     }
     out.start.push_back(std::move(p));
+    if (owner != owners.end()) --owner->second.free;
   }
   return out;
 }

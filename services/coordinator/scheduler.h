@@ -7,7 +7,8 @@
 // small ones; a job that needs more workers of its kind than are registered at all is
 // passed over (nothing would ever free them) until enough register. A worker suits a job
 // when its device matches ("cpu", or "cuda" for any "cuda:K") and, for a CPU job asking
-// for `threads`, it has at least that many.
+// for `threads`, it has at least that many. An owner at their running-jobs limit
+// (OwnerSlots) has their queued jobs passed over: they hold back nobody else's.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_SCHEDULER_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_SCHEDULER_H_
 
@@ -24,6 +25,15 @@ struct JobDemand {
   int workers = 1;
   std::string device = "cpu";
   uint32_t threads = 0;  // CPU threads per worker; 0: any
+  std::string owner;
+  bool recovering = false;  // it counts among its owner's running jobs already
+};
+
+// How many more of an owner's jobs may start (their running-jobs limit less the jobs of
+// theirs that run), and what their other jobs wait for when none may.
+struct OwnerSlots {
+  int free = 0;
+  std::string why;
 };
 
 // A registered worker as the scheduler sees it.
@@ -45,8 +55,9 @@ struct Schedule {
 };
 
 // `queue` in arrival order; `workers` in registration order (placements take the
-// earliest suitable free workers).
-Schedule PlanSchedule(const std::vector<JobDemand>& queue, const std::vector<WorkerView>& workers);
+// earliest suitable free workers); `owners`: the limited owners (others have no limit).
+Schedule PlanSchedule(const std::vector<JobDemand>& queue, const std::vector<WorkerView>& workers,
+                      std::map<std::string, OwnerSlots> owners = {});
 
 // Whether `worker` suits `job` (device and threads), free or not.
 bool Suits(const WorkerView& worker, const JobDemand& job);

@@ -68,5 +68,25 @@ TEST(Scheduler, ACpuJobAskingForThreadsRunsOnlyOnWorkersWithThatMany) {
   EXPECT_TRUE(Suits({"g", "cuda:0", 0, true}, {"j", 1, "cuda", 8}));
 }
 
+TEST(Scheduler, AnOwnerAtTheirRunningLimitIsPassedOverAndHoldsBackNoOneElse) {
+  // alice may start one more job; her second waits, and bob's behind it starts.
+  std::map<std::string, OwnerSlots> owners = {{"alice", {1, "user alice: limit"}}};
+  const Schedule s = PlanSchedule(
+      {{"a1", 1, "cpu", 0, "alice"}, {"a2", 1, "cpu", 0, "alice"}, {"b1", 1, "cpu", 0, "bob"}},
+      Cpus(3), owners);
+  ASSERT_EQ(s.start.size(), 2u);
+  EXPECT_EQ(s.start[0].job_id, "a1");
+  EXPECT_EQ(s.start[1].job_id, "b1");
+  EXPECT_THAT(s.waiting_for, UnorderedElementsAre(Pair("a2", "user alice: limit")));
+  // A recovering job holds its owner's slot already: it is not held back by the limit.
+  owners["alice"].free = 0;
+  const Schedule r = PlanSchedule(
+      {{"a0", 1, "cpu", 0, "alice", /*recovering=*/true}, {"a3", 1, "cpu", 0, "alice"}}, Cpus(2),
+      owners);
+  ASSERT_EQ(r.start.size(), 1u);
+  EXPECT_EQ(r.start[0].job_id, "a0");
+  EXPECT_THAT(r.waiting_for, UnorderedElementsAre(Pair("a3", "user alice: limit")));
+}
+
 }  // namespace
 }  // namespace lockstep

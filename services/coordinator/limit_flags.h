@@ -1,0 +1,28 @@
+// The coordinator's per-user limit flags (each with its LOCKSTEP_<FLAG> environment
+// variable) and the global record cap, turned into CoordinatorOptions: main.cc calls
+// ApplyLimitFlags after filling max_queued_jobs. See deploy/CONFIGURATION.md.
+#ifndef LOCKSTEP_SERVICES_COORDINATOR_LIMIT_FLAGS_H_
+#define LOCKSTEP_SERVICES_COORDINATOR_LIMIT_FLAGS_H_
+
+#include <array>
+
+#include "absl/status/status.h"
+#include "services/common/auth.h"
+#include "services/coordinator/options.h"
+
+namespace lockstep {
+
+// The flags' names, for ParseFlagsWithEnv.
+inline constexpr std::array<const char*, 5> kLimitFlags = {
+    "max_queued_jobs_per_user", "max_running_jobs_per_user", "submits_per_minute_per_user",
+    "max_jobs_kept_per_user", "max_jobs_kept"};
+
+// Sets options->user_limits (from the flags, and the names of `tokens`; null when the
+// coordinator is insecure and its one caller, "anonymous", is an administrator) and
+// options->max_jobs_kept. INVALID_ARGUMENT naming the flag or the tokens file's name when
+// one user alone could fill a global cap (UserLimitsTable::Check).
+absl::Status ApplyLimitFlags(const TokenTable* tokens, CoordinatorOptions* options);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVICES_COORDINATOR_LIMIT_FLAGS_H_
