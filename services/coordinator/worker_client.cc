@@ -100,7 +100,10 @@ class StepReactor final : public grpc::ClientBidiReactor<v1::StepRequest, v1::St
       return absl::DeadlineExceededError(
           absl::StrCat("no step answer within ", absl::FormatDuration(timeout)));
     }
-    if (inbox_.empty()) return absl::CancelledError("step stream cancelled");
+    if (inbox_.empty()) {  // cancelled: the token's reason, if it was the token
+      if (cancel_ != nullptr && !cancel_->status().ok()) return cancel_->status();
+      return absl::CancelledError("step stream cancelled");
+    }
     if (!inbox_.front().ok()) return inbox_.front().status();  // the end stays: said again
     absl::StatusOr<StepResult> next = std::move(inbox_.front());
     inbox_.pop_front();
