@@ -53,7 +53,12 @@ void ProgressBar::Println(const std::string& line) {
 }
 
 void EventPrinter::Print(const v1::JobEvent& e) {
-  if (e.has_step()) {
+  if (e.has_step() && e.step().replay()) {
+    // Run again from the snapshot after a recovery or a restart: said, one line a step.
+    const auto& s = e.step();
+    bar_.Println(absl::StrFormat("replay step %d/%d  loss %.4f (run again from the snapshot)",
+                                 s.step(), s.total_steps(), s.loss()));
+  } else if (e.has_step()) {
     const auto& s = e.step();
     bar_.Update(s.step(), s.total_steps(), s.loss(), s.accuracy(), s.samples_per_sec(),
                 s.eta_sec());

@@ -3,6 +3,10 @@
 namespace lockstep::cli {
 
 bool EventResume::First(const v1::JobEvent& event) {
+  if (event.has_step() && event.step().replay()) {
+    // A step run again after a recovery: shown once (a resumed stream may bring it again).
+    return replays_.insert(event.SerializeAsString()).second;
+  }
   if (event.has_step()) {
     if (event.step().step() <= last_step_) return false;
     last_step_ = event.step().step();

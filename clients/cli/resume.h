@@ -17,7 +17,7 @@ namespace lockstep::cli {
 class EventResume {
  public:
   // Whether `event` is new, i.e. after every step and evaluation seen so far, or a state
-  // event not seen before; records it if so.
+  // event or a replayed step (StepEvent.replay) not seen before; records it if so.
   bool First(const v1::JobEvent& event);
   // The from_step of the next WatchJob: the last step seen (its evaluation, if any, may
   // not have arrived yet; First drops the step event itself).
@@ -26,7 +26,8 @@ class EventResume {
  private:
   int64_t last_step_ = 0;
   int64_t last_eval_step_ = -1;
-  std::set<std::string> states_;  // the state events seen, serialized
+  std::set<std::string> states_;   // the state events seen, serialized
+  std::set<std::string> replays_;  // the replayed steps' events seen, serialized
 };
 
 }  // namespace lockstep::cli

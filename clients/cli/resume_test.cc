@@ -44,5 +44,21 @@ TEST(EventResume, AResumedStreamRepeatsNothingAndResumesAtTheLastStep) {
   EXPECT_EQ(r.from_step(), 3);
 }
 
+TEST(EventResume, ReplayedStepsAreShownOnceEachAndDoNotMoveTheResumePoint) {
+  EventResume r;
+  EXPECT_TRUE(r.First(Step(1)));
+  EXPECT_TRUE(r.First(Step(2)));
+  v1::JobEvent replay = Step(2);
+  replay.mutable_step()->set_replay(true);
+  replay.set_unix_ms(5);
+  EXPECT_TRUE(r.First(replay));   // dropped as "seen" at 400deec
+  EXPECT_FALSE(r.First(replay));  // a resumed stream brings it again
+  v1::JobEvent again = replay;
+  again.set_unix_ms(9);  // a second recovery replays step 2 once more
+  EXPECT_TRUE(r.First(again));
+  EXPECT_EQ(r.from_step(), 2);
+  EXPECT_TRUE(r.First(Step(3)));
+}
+
 }  // namespace
 }  // namespace lockstep::cli

@@ -247,6 +247,34 @@ absl::Status ClusterProcesses::RestartCoordinator() {
   return StartCoordinator(std::stoi(address_.substr(address_.rfind(':') + 1)));
 }
 
+absl::StatusOr<absl::Duration> ClusterProcesses::DrainAndRestartCoordinator(absl::Duration limit) {
+  const pid_t pid = coordinator_;
+  const absl::Time start = absl::Now();
+  kill(pid, SIGTERM);
+  int status = 0;
+  pid_t reaped = 0;
+  // Polled: waitpid has no timeout, and this is a test harness's wait for a child.
+  while ((reaped = waitpid(pid, &status, WNOHANG)) == 0 && absl::Now() - start < limit) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  const absl::Duration took = absl::Now() - start;
+  coordinator_ = -1;
+  if (reaped != pid) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return absl::DeadlineExceededError(absl::StrCat("the coordinator did not exit within ",
+                                                    absl::FormatDuration(limit), " of SIGTERM"));
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::InternalError(absl::StrCat("the coordinator exited with status ", status));
+  }
+  if (absl::Status st = StartCoordinator(std::stoi(address_.substr(address_.rfind(':') + 1)));
+      !st.ok()) {
+    return st;
+  }
+  return took;
+}
+
 void ClusterProcesses::KillWorker(int i) {
   StopProcesses({workers_[i]}, absl::ZeroDuration());
   workers_[i] = -1;

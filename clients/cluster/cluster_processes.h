@@ -63,6 +63,11 @@ class ClusterProcesses : public SupervisedServers {
   absl::StatusOr<std::string> AddWorker();
   // SIGKILLs the coordinator and starts it again on the same port and state directory.
   absl::Status RestartCoordinator();
+  // SIGTERMs the coordinator (a drain), waits at most `limit` for it to exit, and starts it
+  // again on the same port and state directory. The time from the signal to its exit;
+  // DEADLINE_EXCEEDED (it is SIGKILLed then) past `limit`, INTERNAL when its exit status
+  // was not 0.
+  absl::StatusOr<absl::Duration> DrainAndRestartCoordinator(absl::Duration limit);
   // SIGKILLs worker i (in start order).
   void KillWorker(int i);
   // Sends `signal` to worker i (SIGSTOP, SIGCONT: a stall).

@@ -46,6 +46,16 @@ void EventLog::Close() {
   Changed();
 }
 
+void EventLog::Interrupt(absl::Status why) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    closed_ = true;
+    interrupted_ = why.ok() ? absl::UnavailableError("the event log was interrupted") : why;
+  }
+  Changed();
+}
+
 void EventLog::Compact() {
   absl::MutexLock lock(&mu_);
   std::erase_if(entries_, [this](const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -67,6 +77,7 @@ EventLog::Batch EventLog::Read(int64_t cursor, int64_t from_step, int64_t replay
   }
   out.next = it == entries_.end() ? next_seq_ : it->seq;
   out.closed = (closed_ && it == entries_.end()) || out.next >= stop_at;
+  if (closed_ && it == entries_.end()) out.interrupted = interrupted_;
   return out;
 }
 

@@ -20,6 +20,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "lockstep/v1/job.pb.h"
 #include "services/common/serial_executor.h"
@@ -35,13 +36,17 @@ class EventLog : public std::enable_shared_from_this<EventLog> {
   void Append(v1::JobEvent event);
   // The job ended: no more events.
   void Close();
+  // The coordinator is going away (a drain): watchers read what is there, then end with
+  // `why` (not OK); nothing is appended after it.
+  void Interrupt(absl::Status why);
   // Drops the step events (of a job that ended, once no watcher is behind).
   void Compact();
 
   struct Batch {
     std::vector<v1::JobEvent> events;
-    int64_t next = 0;     // the cursor to read from next
-    bool closed = false;  // and nothing more will come after these
+    int64_t next = 0;          // the cursor to read from next
+    bool closed = false;       // and nothing more will come after these
+    absl::Status interrupted;  // with `closed`: why the log ends before the job (Interrupt)
   };
   // Up to `max` events from `cursor` on. Events before `replay_until` (the history a
   // watcher found when it started) are kept only if they are state events or at or after
@@ -76,6 +81,7 @@ class EventLog : public std::enable_shared_from_this<EventLog> {
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status interrupted_ ABSL_GUARDED_BY(mu_);
   bool notify_posted_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::weak_ptr<const std::function<void()>>> wakes_ ABSL_GUARDED_BY(mu_);
 };

@@ -54,13 +54,17 @@ class FakeStream final : public StepStream {
     absl::MutexLock lock(&mu_);
     if (behaviour_ != Behaviour::kHang) closed_ = true;
   }
-  absl::StatusOr<StepResult> Receive() override {
+  absl::StatusOr<StepResult> Receive(absl::Duration timeout) override {
     absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](FakeStream* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-          return !s->answers_.empty() || s->closed_ || s->cancelled_ || !s->error_.ok();
-        },
-        this));
+    if (!mu_.AwaitWithTimeout(absl::Condition(
+                                  +[](FakeStream* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+                                    return !s->answers_.empty() || s->closed_ || s->cancelled_ ||
+                                           !s->error_.ok();
+                                  },
+                                  this),
+                              timeout)) {
+      return absl::DeadlineExceededError("no answer in time");
+    }
     if (cancelled_) return absl::CancelledError("cancelled");
     if (!error_.ok()) return error_;
     if (answers_.empty()) return absl::OutOfRangeError("ended");
@@ -96,7 +100,7 @@ class PushingStream final : public StepStream {
   bool Subscribe(Deliver deliver) override {
     thread_ = std::thread([this, deliver = std::move(deliver)] {
       while (true) {
-        absl::StatusOr<StepResult> answer = inner_->Receive();
+        absl::StatusOr<StepResult> answer = inner_->Receive(absl::Hours(1));
         const bool more = answer.ok();
         deliver(std::move(answer));
         if (!more) return;
@@ -106,7 +110,7 @@ class PushingStream final : public StepStream {
   }
   bool Send(const StepCommand& command) override { return inner_->Send(command); }
   void CloseSend() override { inner_->CloseSend(); }
-  absl::StatusOr<StepResult> Receive() override {
+  absl::StatusOr<StepResult> Receive(absl::Duration) override {
     return absl::InternalError("a subscribed stream is not read");
   }
   void Cancel() override { inner_->Cancel(); }
@@ -121,6 +125,7 @@ struct FakeWorker {
   bool push = false;          // the step stream hands its answers over (PushingStream)
   bool refuse_steps = false;  // OpenSteps fails
   bool hang_prepare = false;  // Prepare waits until cancelled (at most a minute)
+  bool alive = true;          // what Alive answers (false: a dead worker)
   int64_t train_examples = 64, test_examples = 20;
 };
 
@@ -170,7 +175,7 @@ class FakeClient final : public WorkerClient {
     releases_.push_back(reason);
     return absl::OkStatus();
   }
-  bool Alive(absl::Duration) override { return true; }
+  bool Alive(absl::Duration) override { return w_.alive; }
 
   std::vector<std::string> releases() {
     absl::MutexLock lock(&mu_);

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -31,6 +33,13 @@ v1::JobEvent StateEvent(v1::JobState state, absl::string_view reason) {
   return ev;
 }
 
+// Why a job stops when the coordinator does: it is to continue, not cancelled.
+absl::Status Stopping(absl::string_view detail) {
+  return absl::UnavailableError(
+      absl::StrCat("the coordinator is stopping", detail,
+                   ": the job continues from its latest snapshot once it is back"));
+}
+
 JobDemand DemandOf(const v1::Job& job) {
   return {job.id(),
           static_cast<int>(job.spec().workers()),
@@ -53,6 +62,7 @@ struct JobManager::Record {
   std::set<std::string> ran_on;                    // ids of the workers it was given
   int watchers = 0;
   bool resume = false;     // a restarted coordinator's job: it continues from its snapshot
+  int64_t high_water = 0;  // with `resume`: the steps it had run (they are replays now)
   bool cancelled = false;  // Cancel was called while it ran
   // RECOVERING: the workers the scheduler gave it, for its runner to take (Replace).
   std::optional<std::vector<PoolWorker>> replacement;
@@ -74,8 +84,9 @@ class JobManager::Sink final : public JobSink, public WorkerSupply {
   }
   absl::StatusOr<std::vector<PoolWorker>> Replace(const std::vector<std::string>& lost,
                                                   const absl::Status& reason,
-                                                  absl::Duration timeout) override {
-    return m_->Replace(*rec_, lost, reason, timeout);
+                                                  absl::Duration timeout,
+                                                  const CancelToken& cancel) override {
+    return m_->Replace(*rec_, lost, reason, timeout, cancel);
   }
   void OnRunning(int64_t total) override {
     absl::MutexLock lock(&m_->mu_);
@@ -133,7 +144,9 @@ JobManager::~JobManager() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
     for (auto& [id, rec] : jobs_) {
-      if (rec->runner) rec->runner->Abort(absl::CancelledError("the coordinator is shutting down"));
+      if (!rec->runner) continue;
+      rec->runner->Drain();  // so that its end is recorded as one to continue
+      rec->runner->Abort(Stopping(""));
     }
   }
   if (scheduler_.joinable()) scheduler_.join();
@@ -178,14 +191,30 @@ absl::Status JobManager::Start() {
         rec->logs->Close();
       } else {
         rec->tensorboard = NewTensorBoardWriter(rec->job);
-        // Nothing is lost: a job that was running continues from its latest snapshot.
+        // Nothing is lost: a job that was running continues from its latest snapshot, and
+        // shows it (RECOVERING at that step) until it has workers.
         if (was != v1::QUEUED) {
           rec->resume = true;
           rec->job.set_recoveries(rec->job.recoveries() + 1);
           metrics_->Recovery();
           rec->job.clear_workers();
+          rec->high_water = rec->job.step();
+          int64_t from = 0;
+          if (!options_.snapshot_dir.empty()) {
+            const std::vector<int64_t> steps =
+                SnapshotStore(options_.snapshot_dir + "/" + id, 1).Steps();
+            if (!steps.empty()) from = steps.back();
+          }
+          rec->job.set_step(from);
+          rec->job.set_snapshot_step(from);
+          SetStateLocked(*rec, v1::RECOVERING,
+                         absl::UnavailableError(
+                             absl::StrCat("the coordinator restarted: the job continues from step ",
+                                          from, " once it has workers")),
+                         &saves);
+        } else {
+          SetStateLocked(*rec, v1::QUEUED, absl::OkStatus(), &saves);
         }
-        SetStateLocked(*rec, v1::QUEUED, absl::OkStatus(), &saves);
         queue_.push_back(id);
       }
       jobs_[id] = std::move(rec);
@@ -218,7 +247,7 @@ void JobManager::SchedulerLoop() {
       mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Milliseconds(200));
       if (stopping_) return;
       kicked_ = false;
-      const std::vector<LostWorker> lost_workers = pool_->TakeLost(absl::Now());
+      const std::vector<LostWorker> lost_workers = pool_->TakeLost();
       metrics_->WorkersLost(lost_workers.size());
       for (const LostWorker& lost : lost_workers) {
         auto it = jobs_.find(lost.worker.job_id);
@@ -415,6 +444,7 @@ void JobManager::ScheduleLocked(std::vector<Save>* saves) {
     rec.sink = std::make_unique<Sink>(this, &rec);
     rec.runner = std::make_unique<JobRunner>(rec.job.id(), rec.job.spec(), *workers, factory_,
                                              options_, rec.sink.get(), rec.sink.get(), rec.resume);
+    if (rec.resume) rec.runner->SetReplayedUntil(rec.high_water);
     rec.thread = std::thread([this, r = &rec] { RunJob(r); });
   }
   metrics_->SetQueueLength(queue_.size());
@@ -430,14 +460,21 @@ void JobManager::RunJob(Record* rec) {
     absl::MutexLock lock(&mu_);
     for (const std::string& w : out.unreachable) pool_->Drop(w);
     pool_->Release(id);
-    rec->job.set_param_checksum(out.param_checksum);
     rec->job.clear_waiting_for();
-    rec->job.set_checkpoint_path(out.checkpoint_path);
-    if (out.samples_per_sec > 0) rec->job.set_samples_per_sec(out.samples_per_sec);
-    const v1::JobState state = st.ok()                 ? v1::SUCCEEDED
-                               : absl::IsCancelled(st) ? v1::CANCELLED
-                                                       : v1::FAILED;
-    SetStateLocked(*rec, state, st, &saves);
+    if (!st.ok() && !rec->cancelled && rec->runner->draining()) {
+      // Stopped by the coordinator's stop: recorded to continue (from the snapshot it took,
+      // whose step it shows), never CANCELLED.
+      rec->job.clear_workers();
+      SetStateLocked(*rec, v1::RECOVERING, st, &saves);
+    } else {
+      rec->job.set_param_checksum(out.param_checksum);
+      rec->job.set_checkpoint_path(out.checkpoint_path);
+      if (out.samples_per_sec > 0) rec->job.set_samples_per_sec(out.samples_per_sec);
+      const v1::JobState state = st.ok()                 ? v1::SUCCEEDED
+                                 : absl::IsCancelled(st) ? v1::CANCELLED
+                                                         : v1::FAILED;
+      SetStateLocked(*rec, state, st, &saves);
+    }
     ended_.emplace_back(id, std::move(rec->thread));
     kicked_ = true;  // the scheduler joins this thread and starts what waited
   }
@@ -447,7 +484,8 @@ void JobManager::RunJob(Record* rec) {
 absl::StatusOr<std::vector<PoolWorker>> JobManager::Replace(Record& rec,
                                                             const std::vector<std::string>& lost,
                                                             const absl::Status& reason,
-                                                            absl::Duration timeout) {
+                                                            absl::Duration timeout,
+                                                            const CancelToken& cancel) {
   std::vector<Save> saves;
   {
     absl::MutexLock lock(&mu_);
@@ -466,20 +504,78 @@ absl::StatusOr<std::vector<PoolWorker>> JobManager::Replace(Record& rec,
   {
     absl::MutexLock lock(&mu_);
     const std::string& id = rec.job.id();
-    auto ready = [&rec]() { return rec.replacement.has_value() || rec.cancelled; };
-    const bool got = mu_.AwaitWithTimeout(absl::Condition(&ready), timeout) && !rec.cancelled;
+    // Whoever cancels the token, stops the manager or cancels the job does it under mu_
+    // (Abort, Drain, Cancel) or wakes it within the scheduler's round: the condition is
+    // evaluated again when they release it.
+    auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return rec.replacement.has_value() || rec.cancelled || stopping_ || cancel.cancelled();
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+    const bool got =
+        rec.replacement.has_value() && !rec.cancelled && !stopping_ && !cancel.cancelled();
     if (got) {
       out = std::move(*rec.replacement);
       rec.replacement.reset();
     } else {
       std::erase(recovering_, id);
-      out = rec.cancelled ? absl::CancelledError("cancelled by the user")
-                          : absl::DeadlineExceededError(absl::StrCat(
-                                "no ", rec.job.spec().workers(), " healthy workers within ",
-                                absl::FormatDuration(timeout), " (", rec.job.waiting_for(), ")"));
+      if (rec.cancelled) {
+        out = absl::CancelledError("cancelled by the user");
+      } else if (cancel.cancelled()) {
+        out = cancel.status();
+      } else if (stopping_) {
+        out = Stopping(" (drain) while the job waited for workers");
+      } else {
+        out = absl::DeadlineExceededError(
+            absl::StrCat("no ", rec.job.spec().workers(), " healthy workers within ",
+                         absl::FormatDuration(timeout), " (", rec.job.waiting_for(), ")"));
+      }
     }
   }
   return out;
+}
+
+bool JobManager::SettledLocked() const {
+  for (const auto& [id, rec] : jobs_) {
+    if (rec->thread.joinable() || rec->pending_saves > 0) return false;
+  }
+  return true;
+}
+
+absl::Status JobManager::Drain(absl::Time deadline) {
+  const absl::Time start = absl::Now();
+  // The runners' share of the grace period; the rest is for the aborted to end and write.
+  const absl::Time abort_at = start + std::max(absl::ZeroDuration(), deadline - start) * 3 / 4;
+  auto settled = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return SettledLocked(); };
+  std::vector<std::string> aborted;
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;  // no submit, no start, no replacement workers; waits for them end
+  int draining = 0;
+  for (auto& [id, rec] : jobs_) {
+    if (rec->runner && rec->thread.joinable()) {
+      rec->runner->Drain();
+      ++draining;
+    }
+  }
+  spdlog::info("draining: {} running job(s) snapshot and stop", draining);
+  if (!mu_.AwaitWithDeadline(absl::Condition(&settled), abort_at)) {
+    for (auto& [id, rec] : jobs_) {
+      if (!rec->runner || !rec->thread.joinable()) continue;
+      rec->runner->Abort(Stopping(" (drain) and the job reached no step boundary in time"));
+      aborted.push_back(id);
+    }
+    mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+  }
+  // Watchers end now, saying why, rather than when the server's shutdown cuts them off.
+  const absl::Status why = Stopping(" (drain); watch again then");
+  for (auto& [id, rec] : jobs_) {
+    rec->log->Interrupt(why);
+    rec->logs->Interrupt(why);
+  }
+  spdlog::info("drained in {}", absl::FormatDuration(absl::Now() - start));
+  if (aborted.empty()) return absl::OkStatus();
+  return absl::DeadlineExceededError(absl::StrCat("no step boundary within the grace period for ",
+                                                  absl::StrJoin(aborted, ", "),
+                                                  " (they continue from their previous snapshot)"));
 }
 
 std::shared_ptr<EventLog> JobManager::NewLogs(const std::string& id) {
@@ -588,7 +684,8 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
       return absl::FailedPreconditionError(
           absl::StrCat("job ", id, " already ended (", v1::JobState_Name(rec->job.state()), ")"));
     }
-    if (rec->job.state() == v1::QUEUED) {
+    if (std::find(queue_.begin(), queue_.end(), id) != queue_.end()) {
+      // Not started (QUEUED, or a restarted coordinator's job RECOVERING without workers).
       std::erase(queue_, id);
       metrics_->SetQueueLength(queue_.size());
       SetStateLocked(*rec, v1::CANCELLED, absl::CancelledError("cancelled by the user"), &saves);
@@ -708,6 +805,7 @@ absl::StatusOr<std::unique_ptr<JobManager::Watch>> JobManager::StartWatch(const 
                                                                           bool logs) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Record * rec, FindLocked(id));
+  if (stopping_) return Stopping("; watch again then");
   if (watchers_ >= options_.max_watchers || rec->watchers >= options_.max_watchers_per_job) {
     return absl::ResourceExhaustedError(
         absl::StrCat("too many watchers (limits: ", options_.max_watchers_per_job, " per job, ",

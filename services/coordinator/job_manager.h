@@ -51,12 +51,24 @@ class JobManager {
   // `metrics` too (the manager keeps its own, unserved).
   JobManager(const CoordinatorOptions& options, WorkerPool* pool, KvTable* kv,
              WorkerClientFactory* factory, CoordinatorMetrics* metrics = nullptr);
-  ~JobManager();  // cancels running jobs and joins every thread
+  // Stops every running job (to continue from its latest snapshot after a restart, never
+  // CANCELLED: call Drain first to have them take one now), and joins every thread.
+  ~JobManager();
 
   // Reloads the job records and starts the scheduler thread: jobs a previous coordinator
-  // left queued stay queued, and those it left running are queued again to continue from
-  // their latest snapshot. DATA_LOSS naming an unreadable record.
+  // left queued stay queued, and those it left running are RECOVERING (at the step of
+  // their latest snapshot) until they have workers, then continue from that snapshot.
+  // DATA_LOSS naming an unreadable record.
   absl::Status Start();
+
+  // A graceful stop (SIGTERM): refuses new jobs and watchers, starts no queued job, has
+  // every running job snapshot its state at its next step and recorded RECOVERING (it
+  // continues when a coordinator starts on these records), ends a job's wait for workers
+  // at once, and finally ends every WatchJob and WatchLogs stream with UNAVAILABLE saying
+  // so. Returns by `deadline`: a job that did not reach a step boundary within three
+  // quarters of the time left is aborted, to continue from its previous snapshot
+  // (DEADLINE_EXCEEDED naming those jobs). Call once; the manager serves reads after.
+  absl::Status Drain(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
 
   // INVALID_ARGUMENT naming the spec field; NOT_FOUND when resume_from names nothing;
   // RESOURCE_EXHAUSTED naming the field when the job's estimated memory exceeds a budget
@@ -129,9 +141,14 @@ class JobManager {
   void RunJob(Record* rec);
   // A running job lost workers (WorkerSupply::Replace for its runner): RECOVERING until
   // the scheduler gives it workers again, first in line.
+  // Ends early, with the status Replace documents, when `cancel` is cancelled or the
+  // manager stops.
   absl::StatusOr<std::vector<PoolWorker>> Replace(Record& rec, const std::vector<std::string>& lost,
                                                   const absl::Status& reason,
-                                                  absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
+                                                  absl::Duration timeout, const CancelToken& cancel)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether every job's thread ended and its records are written.
+  bool SettledLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Changes the job's state, logs the state event, and queues the record's write.
   void SetStateLocked(Record& rec, v1::JobState state, const absl::Status& reason,
                       std::vector<Save>* saves) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

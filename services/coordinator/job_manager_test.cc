@@ -25,6 +25,8 @@ using ::testing::_;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
 using ::testing::UnorderedElementsAre;
 
 constexpr absl::Duration kPatience = absl::Seconds(30);  // for what should take a second
@@ -80,6 +82,39 @@ v1::Job AwaitEnd(JobManager& jobs, const std::string& id,
   }
 }
 
+// Waits until the job's event log shows `state` (a state event) and returns the job then;
+// an empty one, and a test failure, if it does not come.
+v1::Job AwaitState(JobManager& jobs, const std::string& id, v1::JobState state) {
+  absl::StatusOr<std::unique_ptr<JobManager::Watch>> watch = jobs.StartWatch(id);
+  if (!watch.ok()) {
+    ADD_FAILURE() << watch.status();
+    return {};
+  }
+  auto woken = std::make_shared<std::pair<absl::Mutex, bool>>();
+  EventLog::Wake wake = (*watch)->log()->Subscribe([woken] {
+    absl::MutexLock lock(&woken->first);
+    woken->second = true;
+  });
+  const absl::Time end = absl::Now() + kPatience;
+  for (int64_t cursor = 0;;) {
+    EventLog::Batch b = (*watch)->log()->Read(cursor, 0, 0, 1000);
+    cursor = b.next;
+    for (const v1::JobEvent& e : b.events) {
+      if (e.has_state() && e.state().state() == state) return jobs.Get(id).value_or(v1::Job());
+    }
+    if (b.closed) {
+      ADD_FAILURE() << id << " ended before " << v1::JobState_Name(state);
+      return {};
+    }
+    absl::MutexLock lock(&woken->first);
+    if (!woken->first.AwaitWithDeadline(absl::Condition(&woken->second), end)) {
+      ADD_FAILURE() << id << " did not reach " << v1::JobState_Name(state);
+      return {};
+    }
+    woken->second = false;
+  }
+}
+
 // A manager over fake workers, with its records in a folder under /tmp removed at the end.
 class JobManagerTest : public ::testing::Test {
  protected:
@@ -127,7 +162,8 @@ class JobManagerTest : public ::testing::Test {
   std::string dir_;
   ManualClock clock_;  // the submit rate's (options_.clock when a test sets it)
   CoordinatorOptions options_;
-  std::unique_ptr<WorkerPool> pool_ = std::make_unique<WorkerPool>(absl::Hours(1), "");
+  SimulatedClock clock_;  // the pool's: heartbeats lapse when a test advances it
+  std::unique_ptr<WorkerPool> pool_ = std::make_unique<WorkerPool>(absl::Hours(1), "", &clock_);
   std::unique_ptr<KvTable> kv_;  // none unless a test makes one
   std::unique_ptr<FakeClientFactory> factory_;
   std::shared_ptr<prometheus::Registry> registry_;
@@ -537,14 +573,16 @@ TEST_F(JobManagerTest, StartIsDataLossNamingAnUnreadableRecord) {
 }
 
 TEST_F(JobManagerTest, AWorkerLostByHeartbeatFailsItsJobWithUnavailableNamingIt) {
-  pool_ = std::make_unique<WorkerPool>(absl::Milliseconds(400), "");  // and no one heartbeats
+  pool_ = std::make_unique<WorkerPool>(absl::Milliseconds(400), "", &clock_);  // no one beats
   ASSERT_OK(
       Start({FakeWorker{.steps = Behaviour::kSilent}, FakeWorker{.steps = Behaviour::kSilent}}));
   Register(2);
   v1::JobSpec spec = Spec(2);
   spec.mutable_recovery()->set_max_restarts(0);  // fail fast
   ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(spec));
-  ASSERT_EQ(job.state(), v1::RUNNING);  // before its workers' heartbeats lapse
+  ASSERT_EQ(job.state(), v1::RUNNING);  // no time passed: the heartbeats have not lapsed
+  clock_.Advance(absl::Seconds(1));
+  jobs_->Kick();  // the scheduler's next round finds them lapsed
   const v1::Job done = AwaitEnd(*jobs_, job.id());
   EXPECT_EQ(done.state(), v1::FAILED);
   EXPECT_EQ(done.failure_code(), "UNAVAILABLE");
@@ -621,6 +659,109 @@ TEST_F(JobManagerTest, ResumeFromIsResolvedAtSubmit) {
   EXPECT_THAT(jobs_->Submit(spec),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("resume_from")));
   EXPECT_EQ(jobs_->List({}).jobs_size(), 0);
+}
+
+}  // namespace
+}  // namespace lockstep::testing
+
+namespace lockstep::testing {
+namespace {
+
+// Two workers lost by heartbeat and none left: the job waits RECOVERING (300 s by default).
+class RecoveringTest : public JobManagerTest {
+ protected:
+  v1::Job StartRecovering() {
+    pool_ = std::make_unique<WorkerPool>(absl::Milliseconds(400), "", &clock_);
+    EXPECT_OK(
+        Start({FakeWorker{.steps = Behaviour::kSilent}, FakeWorker{.steps = Behaviour::kSilent}}));
+    Register(2);
+    absl::StatusOr<v1::Job> job = jobs_->Submit(Spec(2));
+    EXPECT_OK(job.status());
+    clock_.Advance(absl::Seconds(1));
+    jobs_->Kick();
+    return AwaitState(*jobs_, job.value_or(v1::Job()).id(), v1::RECOVERING);
+  }
+};
+
+TEST_F(RecoveringTest, StoppingTheManagerWhileAJobWaitsForWorkersIsPromptAndKeepsTheJob) {
+  const v1::Job recovering = StartRecovering();
+  ASSERT_EQ(recovering.state(), v1::RECOVERING);
+  EXPECT_EQ(recovering.spec().recovery().recovery_timeout_seconds(), 300u);
+  const absl::Time t0 = absl::Now();
+  jobs_.reset();  // waited out the recovery timeout at 400deec
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(3));
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> on_disk, JobRecords(options_.records_dir).Load());
+  ASSERT_EQ(on_disk.size(), 1u);
+  EXPECT_EQ(on_disk[0].state(), v1::RECOVERING);  // to continue, not CANCELLED
+  EXPECT_THAT(on_disk[0].failure_reason(), HasSubstr("the coordinator is stopping"));
+
+  // A restarted manager shows it RECOVERING (not QUEUED) until it has workers, and a
+  // cancel of it then is immediate.
+  ASSERT_OK(Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job resumed, jobs_->Get(recovering.id()));
+  EXPECT_EQ(resumed.state(), v1::RECOVERING);
+  EXPECT_THAT(resumed.failure_reason(), HasSubstr("the coordinator restarted: the job continues"));
+  EXPECT_EQ(resumed.recoveries(), 2);  // the heartbeats, the restart
+  ASSERT_OK_AND_ASSIGN(v1::Job cancelled, jobs_->Cancel(recovering.id()));
+  EXPECT_EQ(cancelled.state(), v1::CANCELLED);
+}
+
+TEST_F(RecoveringTest, ADrainEndsAWaitForWorkersAtOnceStartsNothingAndEndsTheWatchers) {
+  const v1::Job recovering = StartRecovering();
+  ASSERT_EQ(recovering.state(), v1::RECOVERING);
+  ASSERT_OK_AND_ASSIGN(v1::Job queued, jobs_->Submit(Spec(1)));
+  ASSERT_EQ(queued.state(), v1::QUEUED);  // no worker left
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<JobManager::Watch> watch, jobs_->StartWatch(queued.id()));
+  const absl::Time t0 = absl::Now();
+  ASSERT_OK(jobs_->Drain(t0 + absl::Seconds(20)));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(3));
+  Register(1, 2);  // a worker comes during the drain: the queued job is not started
+  jobs_->Kick();
+  ASSERT_OK_AND_ASSIGN(v1::Job kept, jobs_->Get(recovering.id()));
+  EXPECT_EQ(kept.state(), v1::RECOVERING);
+  EXPECT_THAT(kept.failure_reason(), HasSubstr("the coordinator is stopping (drain)"));
+  EXPECT_EQ(jobs_->Get(queued.id())->state(), v1::QUEUED);
+  EXPECT_THAT(jobs_->Submit(Spec(1)), StatusIs(absl::StatusCode::kUnavailable,
+                                               HasSubstr("the coordinator is shutting down")));
+  EXPECT_THAT(jobs_->StartWatch(queued.id()),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("watch again")));
+  const EventLog::Batch b = watch->log()->Read(watch->replay_until(), 0, 0, 100);
+  EXPECT_TRUE(b.closed);
+  EXPECT_THAT(b.interrupted,
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("the coordinator is stopping")));
+}
+
+TEST_F(JobManagerTest, AFailedRecoveryEndsWithItsReasonAndNoEmptyHistory) {
+  pool_ = std::make_unique<WorkerPool>(absl::Milliseconds(400), "", &clock_);
+  ASSERT_OK(
+      Start({FakeWorker{.steps = Behaviour::kSilent}, FakeWorker{.steps = Behaviour::kSilent}}));
+  Register(2);
+  v1::JobSpec spec = Spec(2);
+  spec.mutable_recovery()->set_recovery_timeout_seconds(1);  // no workers come
+  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(spec));
+  clock_.Advance(absl::Seconds(1));
+  jobs_->Kick();
+  const v1::Job done = AwaitEnd(*jobs_, job.id());
+  EXPECT_EQ(done.state(), v1::FAILED);
+  EXPECT_THAT(done.failure_reason(), HasSubstr("recovery failed: no 2 healthy workers within 1s"));
+  EXPECT_THAT(done.failure_reason(), Not(HasSubstr("recoveries from")));  // was ": )"
+  EXPECT_EQ(done.recoveries(), 1);
+}
+
+TEST_F(JobManagerTest, ARecoveringReasonNamesTheDeadWorkerNotItsPeersLaterError) {
+  // Rank 0's stream fails first (its all-reduce lost its peer); rank 1 is dead.
+  ASSERT_OK(Start({FakeWorker{.steps = Behaviour::kFail},
+                   FakeWorker{.steps = Behaviour::kSilent, .alive = false}}));
+  Register(2);
+  v1::JobSpec spec = Spec(2);
+  spec.mutable_recovery()->set_max_restarts(0);
+  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(spec));
+  const v1::Job done = AwaitEnd(*jobs_, job.id());
+  EXPECT_EQ(done.state(), v1::FAILED);
+  EXPECT_THAT(done.failure_reason(),
+              StartsWith("worker w0001 (fake:1, rank 1): is unreachable (no answer); its peers "
+                         "failed after it: worker w0000"));
+  EXPECT_THAT(done.failure_reason(), Not(HasSubstr("first error")));
 }
 
 }  // namespace

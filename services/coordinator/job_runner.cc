@@ -22,6 +22,12 @@ constexpr absl::Duration kStreamLifetime = absl::Hours(24 * 30);
 // A health check after a failure, to tell the dead worker from its peers.
 constexpr absl::Duration kAliveTimeout = absl::Seconds(2);
 
+// Why Run stopped on a drain: the job is to continue, from `from`.
+absl::Status Drained(absl::string_view from) {
+  return absl::UnavailableError(absl::StrCat(
+      "the coordinator is stopping (drain): the job continues from ", from, " once it is back"));
+}
+
 // Runs f(r) for every rank on its own thread and waits for all.
 template <typename F>
 void ForEachRank(int n, F f) {
@@ -93,6 +99,29 @@ std::shared_ptr<CancelToken> JobRunner::attempt() {
   return attempt_;
 }
 
+void JobRunner::Drain() {
+  bool now;
+  {
+    absl::MutexLock lock(&attempt_mu_);
+    draining_ = true;
+    now = !stepping_;
+  }
+  // Preparing, or between attempts: nothing to finish first.
+  if (now) cancel_.Cancel(Drained("its latest snapshot"));
+}
+
+bool JobRunner::draining() {
+  absl::MutexLock lock(&attempt_mu_);
+  return draining_;
+}
+
+absl::Status JobRunner::SetStepping(bool stepping) {
+  absl::MutexLock lock(&attempt_mu_);
+  stepping_ = stepping;
+  if (stepping && draining_) return Drained("its latest snapshot");
+  return absl::OkStatus();
+}
+
 void JobRunner::LoseWorker(const std::string& worker_id, const absl::Status& why) {
   absl::MutexLock lock(&attempt_mu_);
   for (const PoolWorker& w : workers_) {
@@ -123,8 +152,20 @@ absl::Status JobRunner::NameTheDead(absl::Status st, const std::vector<bool>& al
   for (size_t r = 0; r < alive.size(); ++r) {
     if (alive[r]) continue;
     if (outcome->unreachable.empty()) {
-      st = WorkerError(static_cast<int>(r), absl::UnavailableError(absl::StrCat(
-                                                "is unreachable; first error: ", st.message())));
+      // The dead worker's loss is the failure; an error its peers saw first (their
+      // all-reduce timed out, their connection to it reset) followed from it.
+      const int dead = static_cast<int>(r);
+      std::string what = "is unreachable";
+      if (blamed_ >= 0 && blamed_ != dead) {
+        const absl::Status own = dead < static_cast<int>(stream_errors_.size())
+                                     ? stream_errors_[dead]
+                                     : absl::OkStatus();
+        absl::StrAppend(&what, " (", own.ok() ? "no answer" : own.message(),
+                        "); its peers failed after it: ", st.message());
+      } else {
+        absl::StrAppend(&what, ": ", st.message());
+      }
+      st = WorkerError(dead, absl::UnavailableError(what));
     }
     outcome->unreachable.push_back(workers_[r].id);
   }
@@ -133,34 +174,39 @@ absl::Status JobRunner::NameTheDead(absl::Status st, const std::vector<bool>& al
 
 absl::Status JobRunner::Run(JobOutcome* outcome) {
   absl::Status st = Begin();
-  std::vector<std::string> reasons;  // of the recoveries
+  std::vector<std::string> recovered_from;  // the failures recovered from, in order
   while (st.ok()) {
     st = Attempt(outcome);
+    SetStepping(false).IgnoreError();
     std::vector<bool> alive(clients_.size(), true);
     if (!cancel_.status().ok()) {
       st = cancel_.status();  // aborted: say why, and waste no time probing
+    } else if (!st.ok() && draining()) {
+      // Stopped for a drain (or failed meanwhile): the job continues later; no probing.
     } else if (absl::Status lost = attempt()->status(); !st.ok() && !lost.ok()) {
       st = lost;  // LoseWorker's reason, which names the worker; its calls only say CANCELLED
       alive = Probe();
-      NameTheDead(st, alive, outcome);
+      NameTheDead(st, alive, outcome).IgnoreError();  // only outcome->unreachable: `st` says it
     } else if (!st.ok()) {
       alive = Probe();
       st = NameTheDead(st, alive, outcome);
     }
     // The survivors at once: a released worker aborts its collective.
     ReleaseAll(st.ok() ? "job finished" : std::string(st.message()), alive);
-    if (st.ok() || !cancel_.status().ok()) break;
-    reasons.emplace_back(st.message());
+    if (st.ok() || !cancel_.status().ok() || draining()) break;
+    const std::string failure(st.message());
     st = Recover(st, outcome);
+    if (st.ok()) recovered_from.push_back(failure);
   }
   // Sticky: an abort that arrived before the job's end wins, whatever came after it.
   if (absl::Status why = cancel_.status(); !why.ok()) return why;
   if (st.ok()) {
     snapshots_.Clear();  // the checkpoint holds the end
-  } else if (outcome->recoveries > 0) {
-    st = absl::Status(
-        st.code(), absl::StrCat(st.message(), " (after ", outcome->recoveries, " recoveries from: ",
-                                absl::StrJoin(reasons.begin(), reasons.end() - 1, "; "), ")"));
+  } else if (!recovered_from.empty()) {
+    // A failed recovery's own failure is in `st` already ("...; recovery failed: ...").
+    st = absl::Status(st.code(),
+                      absl::StrCat(st.message(), " (after ", recovered_from.size(),
+                                   " recoveries from: ", absl::StrJoin(recovered_from, "; "), ")"));
   }
   return st;
 }
@@ -175,10 +221,11 @@ absl::Status JobRunner::Recover(const absl::Status& failure, JobOutcome* outcome
     return failure;
   }
   ++outcome->recoveries;
-  absl::StatusOr<std::vector<PoolWorker>> workers = supply_->Replace(
-      outcome->unreachable, failure, absl::Seconds(spec_.recovery().recovery_timeout_seconds()));
+  absl::StatusOr<std::vector<PoolWorker>> workers =
+      supply_->Replace(outcome->unreachable, failure,
+                       absl::Seconds(spec_.recovery().recovery_timeout_seconds()), cancel_);
   if (!workers.ok()) {
-    if (absl::IsCancelled(workers.status())) return workers.status();
+    if (absl::IsCancelled(workers.status()) || draining()) return workers.status();
     return absl::Status(
         failure.code(),
         absl::StrCat(failure.message(), "; recovery failed: ", workers.status().message()));
@@ -194,6 +241,8 @@ absl::Status JobRunner::Recover(const absl::Status& failure, JobOutcome* outcome
 }
 
 absl::Status JobRunner::Attempt(JobOutcome* outcome) {
+  blamed_ = -1;
+  stream_errors_.clear();
   int64_t num_train = 0, num_test = 0;
   RETURN_IF_ERROR(Prepare(&num_train, &num_test));
   TrainingPlan plan(spec_.seed(), spec_.dropout_seed(), setup_->impl, num_train,
@@ -201,6 +250,7 @@ absl::Status JobRunner::Attempt(JobOutcome* outcome) {
   for (int64_t s = 0; s < start_.step; ++s) plan.Next();  // where the start's state stands
   RETURN_IF_ERROR(CheckStartKeys(plan));
   const int64_t total = TotalSteps(spec_, num_train);
+  RETURN_IF_ERROR(SetStepping(true));
   RETURN_IF_ERROR(StepLoop(plan, total, num_test, outcome));
   ASSIGN_OR_RETURN(v1::EvalResult final_eval,
                    Evaluate(num_test, total, (total - 1) / plan.steps_per_epoch()));
@@ -315,10 +365,12 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
   const v1::RecoverySpec& recovery = spec_.recovery();
   sink_->OnRunning(total);
   const std::shared_ptr<CancelToken> cancel = attempt();
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<StepFanout> fanout,
-      StepFanout::Open(clients_, job_id_, *cancel, kStreamLifetime,
-                       [this](int r, const absl::Status& st) { return WorkerError(r, st); }));
+  ASSIGN_OR_RETURN(std::unique_ptr<StepFanout> fanout,
+                   StepFanout::Open(clients_, job_id_, *cancel, kStreamLifetime,
+                                    [this](int r, const absl::Status& st) {
+                                      blamed_ = r;
+                                      return WorkerError(r, st);
+                                    }));
   auto checksum_due = [&](int64_t done) {
     return done == total ||
            (spec_.checksum_every_steps() > 0 && done % spec_.checksum_every_steps() == 0);
@@ -333,12 +385,24 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
   int64_t sent = first, done = first;
   int64_t hold_at = -1;  // the pipeline drains after this step: an evaluation, a snapshot
   bool eval_at_hold = false, snapshot_at_hold = false;
+  bool drain_at_hold = false;  // a drain: the run stops after the hold's snapshot
   double step_seconds = 0;
   auto t_last = std::chrono::steady_clock::now();
   StepDeadline deadline(options_.step_timeout);
   while (done < total) {
     RETURN_IF_ERROR(cancel->status());
-    while (sent < total && sent - done < options_.steps_in_flight && hold_at < 0) {
+    const bool drain = draining() && sent + 1 < total;
+    if (drain && hold_at < 0 && sent + 1 < total) {
+      // One more step, answered with the replicas' checksum; nothing after it: the snapshot
+      // of its state is the drain's. (A job whose last step is out just ends.)
+      const StepPlan p = plan.Next();
+      ASSIGN_OR_RETURN(auto commands, StepCommands(p, true, deadline.Next()));
+      fanout->Send(commands);
+      hold_at = ++sent;
+      eval_at_hold = EvalDue(spec_.eval(), sent, spe);
+      snapshot_at_hold = drain_at_hold = true;
+    }
+    while (!drain && sent < total && sent - done < options_.steps_in_flight && hold_at < 0) {
       const StepPlan p = plan.Next();  // the commands' indices point into it until sent
       const int64_t after = sent + 1;
       const bool eval = EvalDue(spec_.eval(), after, spe) && after < total;
@@ -355,7 +419,12 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
       }
     }
     const bool checked = checksum_due(done + 1) || (snapshot_at_hold && done + 1 == hold_at);
-    ASSIGN_OR_RETURN(std::vector<StepResult> got, fanout->Take(done, deadline.Next()));
+    absl::StatusOr<std::vector<StepResult>> taken = fanout->Take(done, deadline.Next());
+    if (!taken.ok()) {
+      stream_errors_ = fanout->Errors();  // for NameTheDead: each rank's own
+      return taken.status();
+    }
+    std::vector<StepResult> got = *std::move(taken);
     ASSIGN_OR_RETURN(v1::StepEvent e, Aggregate(got, done, checked));
     ++done;
     const auto now = std::chrono::steady_clock::now();
@@ -363,7 +432,10 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
     step_seconds += wall;
     t_last = now;
     deadline.Add(absl::Seconds(wall));
-    if (done <= high_water_) ++outcome->replayed_steps;
+    if (done <= high_water_) {
+      ++outcome->replayed_steps;
+      e.set_replay(true);  // a step run again since the snapshot: `watch` shows it so
+    }
     high_water_ = std::max(high_water_, done);
     if (checksum_due(done)) outcome->param_checksum = got[0].param_checksum;
     e.set_wall_ms(wall * 1000);
@@ -379,6 +451,7 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
         sink_->OnEval(eval);
       }
       if (snapshot_at_hold) RETURN_IF_ERROR(TakeSnapshot(done, got[0].param_checksum, plan));
+      if (drain_at_hold) return Drained(absl::StrCat("its snapshot of step ", done));
       hold_at = -1;
       t_last = std::chrono::steady_clock::now();  // neither is step time
     }

@@ -64,10 +64,13 @@ class WorkerSupply {
   virtual ~WorkerSupply() = default;
   // The job lost workers for `reason`: those in `lost` are gone for good, the others are
   // released already. Returns as many workers as the job needs, in rank order, within
-  // `timeout`: DEADLINE_EXCEEDED when too few came, CANCELLED when the job was cancelled.
+  // `timeout`: DEADLINE_EXCEEDED when too few came, CANCELLED when the job was cancelled,
+  // `cancel`'s status once it is cancelled (promptly), UNAVAILABLE when the supply shuts
+  // down (a coordinator's drain).
   virtual absl::StatusOr<std::vector<PoolWorker>> Replace(const std::vector<std::string>& lost,
                                                           const absl::Status& reason,
-                                                          absl::Duration timeout) = 0;
+                                                          absl::Duration timeout,
+                                                          const CancelToken& cancel) = 0;
 };
 
 // A sink for runs whose progress nobody watches (benchmarks, comparisons in tests).
@@ -105,6 +108,17 @@ class JobRunner {
 
   // Makes Run stop promptly with `status` (CANCELLED for a user's cancel).
   void Abort(absl::Status status) { cancel_.Cancel(std::move(status)); }
+  // The coordinator is stopping (a drain): the job keeps its progress. In its step loop
+  // it stops sending, takes a snapshot at the next step (drained: no step in flight) and
+  // Run returns UNAVAILABLE saying so; while preparing or waiting for workers it stops at
+  // once (its latest snapshot stays); its last steps, final evaluation and checkpoint
+  // run to the end. Thread-safe; Abort still cuts it short.
+  void Drain();
+  // Whether Drain was called: Run's error then means "continue later", not a failure.
+  bool draining();
+  // Steps up to `step` ran before (under a coordinator that stopped): run again, they are
+  // reported as replays (StepEvent.replay). Call before Run.
+  void SetReplayedUntil(int64_t step) { high_water_ = step; }
   // Worker `worker_id` is gone (its heartbeats stopped): the current attempt ends with
   // `why`, and the job recovers if it may. Thread-safe; other ids are ignored.
   void LoseWorker(const std::string& worker_id, const absl::Status& why);
@@ -135,6 +149,8 @@ class JobRunner {
   absl::Status Attempt(JobOutcome* outcome);
   absl::Status Prepare(int64_t* num_train, int64_t* num_test);
   absl::Status StepLoop(TrainingPlan& plan, int64_t total, int64_t num_test, JobOutcome* outcome);
+  // Enters (or leaves) the step loop; UNAVAILABLE (Drained) if a drain came first.
+  absl::Status SetStepping(bool stepping);
   // Fetches the state at `step` (drained), checks it against `checksum`, keeps and writes it.
   absl::Status TakeSnapshot(int64_t step, uint64_t checksum, const TrainingPlan& plan);
   // After a failed attempt: OK with new workers to go on with, or why the job fails.
@@ -174,11 +190,17 @@ class JobRunner {
   std::vector<PoolWorker> workers_;
   std::vector<std::unique_ptr<WorkerClient>> clients_;
   int attempt_number_ = 0;
+  // The rank the step loop's failure was blamed on (-1: none), and each rank's own stream
+  // error then (OK: none), so that a peer's error is not taken for the first one.
+  int blamed_ = -1;
+  std::vector<absl::Status> stream_errors_;
   CancelToken cancel_;  // the job's: Abort
   absl::Mutex attempt_mu_;
   // The current attempt's: cancelled by the job's, or by LoseWorker. Worker calls use it.
   std::shared_ptr<CancelToken> attempt_ ABSL_GUARDED_BY(attempt_mu_);
-  CancelToken::Callback cancel_attempt_;  // the job's cancel reaches the attempt
+  bool draining_ ABSL_GUARDED_BY(attempt_mu_) = false;
+  bool stepping_ ABSL_GUARDED_BY(attempt_mu_) = false;  // in StepLoop: a drain waits for a step
+  CancelToken::Callback cancel_attempt_;                // the job's cancel reaches the attempt
 };
 
 }  // namespace lockstep

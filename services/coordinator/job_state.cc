@@ -6,6 +6,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -69,7 +70,8 @@ absl::Status JobRunner::Begin() {
       start_.step = latest->state.step;
       start_.data_key = latest->metadata["data_key"];
       start_.main_key = latest->metadata["main_key"];
-      last_snapshot_step_ = high_water_ = start_.step;
+      last_snapshot_step_ = start_.step;
+      high_water_ = std::max(high_water_, start_.step);
       return absl::OkStatus();
     }
   }

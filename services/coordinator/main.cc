@@ -49,6 +49,10 @@ ABSL_FLAG(std::string, tokens_file, "",
           "the job API's callers: lines TOKEN NAME ROLE (user or admin) [KEY=VALUE limits]; "
           "required with TLS");
 ABSL_FLAG(std::string, port_file, "", "write the port actually bound here (for --listen :0)");
+// Below Kubernetes' default terminationGracePeriodSeconds (30), which must exceed it.
+ABSL_FLAG(int, drain_grace_s, 20,
+          "on SIGTERM/SIGINT: running jobs snapshot and are recorded to continue, then the "
+          "process exits within this many seconds");
 // The workers' --data_root, checked here as written so that a dataset path outside it
 // (/etc, /proc/self, ../..) is refused at submit, not after the job was scheduled. The
 // coordinator cannot see the workers' files: each worker checks again, symlinks
@@ -81,7 +85,8 @@ int main(int argc, char** argv) {
                                   "max_queued_jobs",
                                   "tokens_file",
                                   "port_file",
-                                  "data_root"};
+                                  "data_root",
+                                  "drain_grace_s"};
   env.insert(env.end(), kLimitFlags.begin(), kLimitFlags.end());
   env.insert(env.end(), kSecurityFlags.begin(), kSecurityFlags.end());
   env.insert(env.end(), kObservabilityFlags.begin(), kObservabilityFlags.end());
@@ -194,7 +199,16 @@ int main(int argc, char** argv) {
   spdlog::info("lockstep-coordinator serving on port {} (state in {})", serving->port,
                absl::GetFlag(FLAGS_state_dir));
   WaitForShutdownSignal();
-  spdlog::info("shutting down");
-  serving->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // A drain: nothing new starts, running jobs snapshot and are recorded to continue, the
+  // watch streams end saying so; then the server stops. All within the grace period.
+  const absl::Time signalled = absl::Now();
+  const absl::Duration grace = absl::Seconds(std::max(1, absl::GetFlag(FLAGS_drain_grace_s)));
+  const absl::Duration for_server = std::min(absl::Seconds(2), grace / 4);
+  spdlog::info("stopping: draining within {}", absl::FormatDuration(grace));
+  if (absl::Status st = jobs.Drain(signalled + grace - for_server); !st.ok()) {
+    spdlog::warn("drain: {}", std::string(st.message()));
+  }
+  serving->server->Shutdown(absl::ToChronoTime(absl::Now() + for_server));
+  spdlog::info("stopped {} after the signal", absl::FormatDuration(absl::Now() - signalled));
   return 0;
 }

@@ -79,6 +79,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
         EventLog::Batch b = log->Read(cursor, from_step, replay_until, kBatch, stop_at);
         cursor = b.next;
         closed = b.closed;
+        interrupted = b.interrupted;
         pending.insert(pending.end(), std::make_move_iterator(b.events.begin()),
                        std::make_move_iterator(b.events.end()));
       }
@@ -89,7 +90,10 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
         reactor->StartWrite(&message);
       } else if (closed) {
         finished = true;
-        reactor->Finish(grpc::Status::OK);
+        // A drain ends the stream with its reason (UNAVAILABLE: watch again later).
+        reactor->Finish(interrupted.ok() ? grpc::Status::OK
+                                         : RpcMetrics::Counted(rpc, RpcMetrics::kWatchJobMethod,
+                                                               ToGrpcStatus(interrupted)));
       }
     }
 
@@ -103,7 +107,8 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
     std::deque<v1::JobEvent> pending ABSL_GUARDED_BY(mu);
     v1::JobEvent message ABSL_GUARDED_BY(mu);  // the write in flight
     bool writing ABSL_GUARDED_BY(mu) = false;
-    bool closed ABSL_GUARDED_BY(mu) = false;  // the log ends after `pending`
+    bool closed ABSL_GUARDED_BY(mu) = false;       // the log ends after `pending`
+    absl::Status interrupted ABSL_GUARDED_BY(mu);  // why, when it ends before the job
     bool cancelled ABSL_GUARDED_BY(mu) = false;
     bool finished ABSL_GUARDED_BY(mu) = false;
   };

@@ -1,8 +1,19 @@
 #include "services/coordinator/step_fanout.h"
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace lockstep {
+namespace {
+
+// How long the streams may take to report their end once cancelled or closed (gRPC's
+// OnDone, a reader's last Receive): normally at once.
+constexpr absl::Duration kJoinTimeout = absl::Seconds(10);
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<StepFanout>> StepFanout::Open(
     const std::vector<std::unique_ptr<WorkerClient>>& clients, const std::string& job_id,
@@ -16,11 +27,13 @@ absl::StatusOr<std::unique_ptr<StepFanout>> StepFanout::Open(
     }
     streams.push_back(std::move(s).value());
   }
-  return std::unique_ptr<StepFanout>(new StepFanout(std::move(streams), std::move(blame)));
+  return std::unique_ptr<StepFanout>(
+      new StepFanout(std::move(streams), lifetime, std::move(blame)));
 }
 
-StepFanout::StepFanout(std::vector<std::unique_ptr<StepStream>> streams, Blame blame)
-    : streams_(std::move(streams)), blame_(std::move(blame)) {
+StepFanout::StepFanout(std::vector<std::unique_ptr<StepStream>> streams, absl::Duration lifetime,
+                       Blame blame)
+    : streams_(std::move(streams)), lifetime_(lifetime), blame_(std::move(blame)) {
   {
     absl::MutexLock lock(&mu_);
     answers_.resize(streams_.size());
@@ -35,11 +48,12 @@ StepFanout::StepFanout(std::vector<std::unique_ptr<StepStream>> streams, Blame b
 StepFanout::~StepFanout() {
   Cancel();
   Join();
+  streams_.clear();  // before mu_ and the answers: a stream gone delivers nothing
 }
 
 void StepFanout::Read(int rank) {
   while (true) {
-    absl::StatusOr<StepResult> answer = streams_[rank]->Receive();
+    absl::StatusOr<StepResult> answer = streams_[rank]->Receive(lifetime_);
     const bool more = answer.ok();
     Hand(rank, std::move(answer));
     if (!more) return;
@@ -135,6 +149,15 @@ absl::Status StepFanout::Close(absl::Duration timeout) {
   return st;
 }
 
+std::vector<absl::Status> StepFanout::Errors() {
+  absl::MutexLock lock(&mu_);
+  std::vector<absl::Status> out;
+  for (const absl::Status& st : ended_) {
+    out.push_back(absl::IsOutOfRange(st) ? absl::OkStatus() : st);
+  }
+  return out;
+}
+
 void StepFanout::Cancel() {
   for (auto& s : streams_) s->Cancel();
 }
@@ -147,7 +170,11 @@ void StepFanout::Join() {
   // none reaches this fanout after it is gone.
   absl::MutexLock lock(&mu_);
   auto ended = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return AllEnded(); };
-  mu_.Await(absl::Condition(&ended));
+  if (!mu_.AwaitWithTimeout(absl::Condition(&ended), kJoinTimeout)) {
+    spdlog::error("{} step stream(s) did not report their end within {} of a cancel",
+                  std::count_if(ended_.begin(), ended_.end(), [](const auto& s) { return s.ok(); }),
+                  absl::FormatDuration(kJoinTimeout));
+  }
 }
 
 }  // namespace lockstep

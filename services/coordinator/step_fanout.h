@@ -32,7 +32,7 @@ class StepFanout {
   static absl::StatusOr<std::unique_ptr<StepFanout>> Open(
       const std::vector<std::unique_ptr<WorkerClient>>& clients, const std::string& job_id,
       const CancelToken& cancel, absl::Duration lifetime, Blame blame);
-  ~StepFanout();  // cancels what is still open and joins the readers
+  ~StepFanout();  // cancels what is still open, joins the readers, closes the streams
 
   int size() const { return static_cast<int>(streams_.size()); }
 
@@ -49,8 +49,12 @@ class StepFanout {
   // Breaks every stream; a waiting Take returns promptly. Thread-safe.
   void Cancel();
 
+  // The error that ended each rank's stream so far (OK: none, or a clean end).
+  std::vector<absl::Status> Errors();
+
  private:
-  StepFanout(std::vector<std::unique_ptr<StepStream>> streams, Blame blame);
+  StepFanout(std::vector<std::unique_ptr<StepStream>> streams, absl::Duration lifetime,
+             Blame blame);
   bool AllEnded() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Whether rank's next answer, or its end, is here.
   bool Settled(int rank) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -58,10 +62,13 @@ class StepFanout {
   void Hand(int rank, absl::StatusOr<StepResult> answer);
   // A reader thread's loop, for a stream that does not hand its answers over by itself.
   void Read(int rank);
-  // Joins the readers and waits until every stream has ended (call Cancel or Close first).
+  // Joins the readers (their Receive ends on Cancel) and waits until every stream has
+  // ended, at most kJoinTimeout (call Cancel or Close first).
   void Join();
 
-  const std::vector<std::unique_ptr<StepStream>> streams_;
+  // Destroyed explicitly first (~StepFanout): a stream delivers nothing once destroyed.
+  std::vector<std::unique_ptr<StepStream>> streams_;
+  const absl::Duration lifetime_;  // a reader's wait for one answer
   const Blame blame_;
   std::vector<std::thread> readers_;
 

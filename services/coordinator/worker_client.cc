@@ -1,6 +1,7 @@
 #include "services/coordinator/worker_client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
 
 #include <deque>
 
@@ -36,27 +37,45 @@ class Call {
   CancelToken::Callback on_cancel_;  // last: unregisters before ctx_ goes
 };
 
+// How long a step stream's owner waits, once it cancelled the call, for gRPC to be done
+// with it (OnDone, normally at once). Past it the reactor is left to end by itself.
+constexpr absl::Duration kStreamDoneTimeout = absl::Seconds(10);
+
 // A job's Steps stream on gRPC's callback API, so that a thousand workers cost no thread
 // each: Send queues the command and returns at once (one write in flight, the rest
 // queued in order); gRPC's own threads read the answers and hand them to the subscriber,
 // or queue them for Receive. No Start* call is made under a lock of ours: gRPC may run a
-// reaction inline.
-class GrpcStepStream final : public StepStream,
-                             public grpc::ClientBidiReactor<v1::StepRequest, v1::StepResponse> {
+// reaction inline. The reactor owns itself until OnDone, so that its owner's wait for
+// gRPC (Detach) is bounded: an owner gone first leaves it nothing to call.
+class StepReactor final : public grpc::ClientBidiReactor<v1::StepRequest, v1::StepResponse> {
  public:
-  GrpcStepStream(v1::Worker::Stub* stub, std::string job_id, const CancelToken& cancel,
-                 absl::Duration lifetime)
-      : job_id_(std::move(job_id)), call_(cancel, lifetime) {
-    stub->async()->Steps(call_.ctx(), this);
-    StartRead(&response_);
-    StartCall();
-  }
-  ~GrpcStepStream() override {
-    call_.ctx()->TryCancel();
-    done_.WaitForNotification();  // OnDone: gRPC is finished with this reactor
+  static std::shared_ptr<StepReactor> Start(v1::Worker::Stub* stub, std::string job_id,
+                                            const CancelToken& cancel, absl::Duration lifetime) {
+    std::shared_ptr<StepReactor> r(new StepReactor(std::move(job_id), cancel));
+    r->self_ = r;  // until OnDone
+    r->ctx_.set_deadline(absl::ToChronoTime(absl::Now() + lifetime));
+    r->on_cancel_ = cancel.OnCancel([raw = r.get()] { raw->Cancel(); });
+    stub->async()->Steps(&r->ctx_, r.get());
+    r->StartRead(&r->response_);
+    r->StartCall();
+    return r;
   }
 
-  bool Send(const StepCommand& command) override {
+  // The owner lets go: cancels the call, waits at most `timeout` for gRPC to be done
+  // with it, and from then on delivers nothing and touches no token.
+  void Detach(absl::Duration timeout) {
+    Cancel();
+    if (!done_.WaitForNotificationWithTimeout(timeout)) {
+      spdlog::error("job {}: a step stream did not end within {} of its cancel; left behind",
+                    job_id_, absl::FormatDuration(timeout));
+    }
+    on_cancel_ = CancelToken::Callback();  // unregisters (waits for one running)
+    absl::MutexLock lock(&read_mu_);
+    deliver_ = nullptr;
+    cancel_ = nullptr;
+  }
+
+  bool Send(const StepCommand& command) {
     v1::StepRequest request = ToProto(job_id_, command);
     {
       absl::MutexLock lock(&write_mu_);
@@ -66,30 +85,41 @@ class GrpcStepStream final : public StepStream,
     PumpWrites();
     return true;
   }
-  void CloseSend() override {
+  void CloseSend() {
     {
       absl::MutexLock lock(&write_mu_);
       closed_ = true;
     }
     PumpWrites();
   }
-  absl::StatusOr<StepResult> Receive() override {
+  absl::StatusOr<StepResult> Receive(absl::Duration timeout) {
     absl::MutexLock lock(&read_mu_);
-    read_mu_.Await(absl::Condition(
-        +[](std::deque<absl::StatusOr<StepResult>>* q) { return !q->empty(); }, &inbox_));
+    auto ready = [this]()
+                     ABSL_SHARED_LOCKS_REQUIRED(read_mu_) { return !inbox_.empty() || cancelled_; };
+    if (!read_mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no step answer within ", absl::FormatDuration(timeout)));
+    }
+    if (inbox_.empty()) {  // cancelled: the token's reason, if it was the token
+      if (cancel_ != nullptr && !cancel_->status().ok()) return cancel_->status();
+      return absl::CancelledError("step stream cancelled");
+    }
     if (!inbox_.front().ok()) return inbox_.front().status();  // the end stays: said again
     absl::StatusOr<StepResult> next = std::move(inbox_.front());
     inbox_.pop_front();
     return next;
   }
-  bool Subscribe(Deliver deliver) override {
+  void Subscribe(StepStream::Deliver deliver) {
     absl::MutexLock lock(&read_mu_);
     deliver_ = std::move(deliver);
     for (auto& item : inbox_) deliver_(std::move(item));
     inbox_.clear();
-    return true;
   }
-  void Cancel() override { call_.ctx()->TryCancel(); }
+  void Cancel() {
+    ctx_.TryCancel();
+    absl::MutexLock lock(&read_mu_);
+    cancelled_ = true;
+  }
 
   void OnWriteDone(bool ok) override {
     {
@@ -105,12 +135,21 @@ class GrpcStepStream final : public StepStream,
     StartRead(&response_);
   }
   void OnDone(const grpc::Status& status) override {
-    absl::Status end = call_.Result(status);
+    absl::Status end = FromGrpcStatus(status);
+    {
+      absl::MutexLock lock(&read_mu_);
+      // The token's reason if it was cancelled (a detached stream has none to ask).
+      if (cancel_ != nullptr && !cancel_->status().ok()) end = cancel_->status();
+    }
     Hand(end.ok() ? absl::OutOfRangeError("step stream ended") : end);
-    done_.Notify();  // last: the destructor may run from here on
+    done_.Notify();
+    std::shared_ptr<StepReactor> last = std::move(self_);  // may be the last reference
   }
 
  private:
+  StepReactor(std::string job_id, const CancelToken& cancel)
+      : job_id_(std::move(job_id)), cancel_(&cancel) {}
+
   // Starts the next write, or WritesDone once closed and every command is out.
   void PumpWrites() {
     enum { kNone, kWrite, kWritesDone } next = kNone;
@@ -141,7 +180,9 @@ class GrpcStepStream final : public StepStream,
   }
 
   const std::string job_id_;
-  Call call_;
+  grpc::ClientContext ctx_;
+  std::shared_ptr<StepReactor> self_;  // set from Start until OnDone
+  CancelToken::Callback on_cancel_;    // until Detach
   absl::Mutex write_mu_;
   std::deque<v1::StepRequest> outbox_ ABSL_GUARDED_BY(write_mu_);
   v1::StepRequest writing_message_;  // the write in flight (owned by whoever set writing_)
@@ -151,9 +192,34 @@ class GrpcStepStream final : public StepStream,
   bool broken_ ABSL_GUARDED_BY(write_mu_) = false;
   v1::StepResponse response_;  // the read in flight (one at a time)
   absl::Mutex read_mu_;        // taken before the subscriber's locks, never after
-  Deliver deliver_ ABSL_GUARDED_BY(read_mu_);
+  const CancelToken* cancel_ ABSL_GUARDED_BY(read_mu_);  // null once detached
+  StepStream::Deliver deliver_ ABSL_GUARDED_BY(read_mu_);
   std::deque<absl::StatusOr<StepResult>> inbox_ ABSL_GUARDED_BY(read_mu_);
+  bool cancelled_ ABSL_GUARDED_BY(read_mu_) = false;
   absl::Notification done_;
+};
+
+// The owner's handle on a StepReactor.
+class GrpcStepStream final : public StepStream {
+ public:
+  GrpcStepStream(v1::Worker::Stub* stub, std::string job_id, const CancelToken& cancel,
+                 absl::Duration lifetime)
+      : reactor_(StepReactor::Start(stub, std::move(job_id), cancel, lifetime)) {}
+  ~GrpcStepStream() override { reactor_->Detach(kStreamDoneTimeout); }
+
+  bool Send(const StepCommand& command) override { return reactor_->Send(command); }
+  void CloseSend() override { reactor_->CloseSend(); }
+  absl::StatusOr<StepResult> Receive(absl::Duration timeout) override {
+    return reactor_->Receive(timeout);
+  }
+  bool Subscribe(Deliver deliver) override {
+    reactor_->Subscribe(std::move(deliver));
+    return true;
+  }
+  void Cancel() override { reactor_->Cancel(); }
+
+ private:
+  const std::shared_ptr<StepReactor> reactor_;
 };
 
 class GrpcWorkerClient final : public WorkerClient {

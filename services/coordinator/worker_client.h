@@ -47,9 +47,10 @@ class StepStream {
   virtual bool Send(const StepCommand& command) = 0;
   // No more commands; the worker ends the stream after answering those sent.
   virtual void CloseSend() = 0;
-  // The next answer, in order. OUT_OF_RANGE when the stream ended cleanly, otherwise the
-  // error that ended it.
-  virtual absl::StatusOr<StepResult> Receive() = 0;
+  // The next answer, in order, waiting at most `timeout` (then DEADLINE_EXCEEDED).
+  // OUT_OF_RANGE when the stream ended cleanly, CANCELLED promptly once it is cancelled,
+  // otherwise the error that ended it.
+  virtual absl::StatusOr<StepResult> Receive(absl::Duration timeout) = 0;
   virtual void Cancel() = 0;
 };
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "core/testing.h"
@@ -177,13 +178,34 @@ TEST_F(WorkerClientTest, AStreamReadWithoutSubscribingEndsCleanly) {
   ASSERT_OK(stream.status());
   ASSERT_TRUE((*stream)->Send(Commands(1, 0)[0]));
   (*stream)->CloseSend();
-  auto answer = (*stream)->Receive();
+  auto answer = (*stream)->Receive(absl::Seconds(30));
   ASSERT_OK(answer.status());
   EXPECT_EQ(answer->step, 0);
-  EXPECT_THAT((*stream)->Receive().status(),
+  EXPECT_THAT((*stream)->Receive(absl::Seconds(30)).status(),
               StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("ended")));
-  EXPECT_THAT((*stream)->Receive().status(),
+  EXPECT_THAT((*stream)->Receive(absl::Seconds(30)).status(),
               StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("ended")));
+}
+
+TEST_F(WorkerClientTest, ReceiveWaitsAtMostItsTimeoutAndEndsAtOnceOnACancel) {
+  Serve();
+  auto client = factory_->Connect(address_);
+  CancelToken cancel;
+  auto stream = client->OpenSteps("job-1", cancel, absl::Minutes(1));
+  ASSERT_OK(stream.status());
+  // No command sent: no answer comes (it waited for ever at 400deec).
+  EXPECT_THAT((*stream)->Receive(absl::Milliseconds(50)).status(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("no step answer")));
+  absl::Status got;
+  std::thread reader([&] { got = (*stream)->Receive(absl::Minutes(1)).status(); });
+  cancel.Cancel(absl::CancelledError("by the user"));
+  const absl::Time t0 = absl::Now();
+  reader.join();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+  EXPECT_EQ(got.code(), absl::StatusCode::kCancelled) << got;
+  const absl::Time t1 = absl::Now();
+  stream->reset();  // the reactor is done (or left to end by itself): bounded either way
+  EXPECT_LT(absl::Now() - t1, absl::Seconds(11));
 }
 
 }  // namespace

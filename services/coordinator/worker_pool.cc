@@ -10,8 +10,8 @@ std::string WorkerPool::NewInstanceTag() {
   return absl::StrFormat("%08x", absl::Uniform<uint32_t>(absl::BitGen()));
 }
 
-WorkerPool::WorkerPool(absl::Duration heartbeat_timeout, std::string instance)
-    : timeout_(heartbeat_timeout), instance_(std::move(instance)) {}
+WorkerPool::WorkerPool(absl::Duration heartbeat_timeout, std::string instance, Clock* clock)
+    : timeout_(heartbeat_timeout), instance_(std::move(instance)), clock_(clock) {}
 
 std::string WorkerPool::Register(const std::string& address, const std::string& device,
                                  const std::string& name, uint32_t threads) {
@@ -30,7 +30,7 @@ std::string WorkerPool::Register(const std::string& address, const std::string& 
   // gets NOT_FOUND for its old id and registers again).
   std::string id = absl::StrFormat("w%04d", next_id_++);
   if (!instance_.empty()) absl::StrAppend(&id, "-", instance_);
-  workers_[id] = PoolWorker{id, address, device, name, threads, "", absl::Now()};
+  workers_[id] = PoolWorker{id, address, device, name, threads, "", clock_->Now()};
   return id;
 }
 
@@ -40,7 +40,7 @@ absl::Status WorkerPool::Heartbeat(const std::string& id) {
   if (it == workers_.end()) {
     return absl::NotFoundError(absl::StrCat("worker ", id, " is not registered"));
   }
-  it->second.last_seen = absl::Now();
+  it->second.last_seen = clock_->Now();
   return absl::OkStatus();
 }
 

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/clock.h"
 #include "lockstep/v1/job.pb.h"
 #include "services/coordinator/scheduler.h"
 
@@ -33,7 +34,9 @@ class WorkerPool {
  public:
   // Ids are "w0000-<instance>", ...: a random instance tag per pool, so that ids are unique
   // across coordinator lifetimes. An empty tag (tests) gives "w0000", ...
-  explicit WorkerPool(absl::Duration heartbeat_timeout, std::string instance = NewInstanceTag());
+  // Heartbeats are timed on `clock` (tests pass a SimulatedClock), which must outlive the pool.
+  explicit WorkerPool(absl::Duration heartbeat_timeout, std::string instance = NewInstanceTag(),
+                      Clock* clock = Clock::Real());
   static std::string NewInstanceTag();
 
   // Adds a worker. A worker re-registering from the same address replaces its old entry
@@ -57,11 +60,13 @@ class WorkerPool {
 
   // Moves workers whose heartbeats lapsed into the lost list; returns and clears it.
   std::vector<LostWorker> TakeLost(absl::Time now);
+  std::vector<LostWorker> TakeLost() { return TakeLost(clock_->Now()); }
   std::vector<v1::WorkerInfo> List();
 
  private:
   const absl::Duration timeout_;
   const std::string instance_;  // a random tag in every id this pool gives
+  Clock* const clock_;
   absl::Mutex mu_;
   int next_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, PoolWorker> workers_ ABSL_GUARDED_BY(mu_);  // ordered by id

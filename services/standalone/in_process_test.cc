@@ -20,6 +20,8 @@
 #include "core/status_macros.h"
 #include "core/testing.h"
 #include "services/coordinator/job_manager.h"
+#include "services/coordinator/job_records.h"
+#include "services/coordinator/snapshot_store.h"
 #include "services/standalone/testing.h"
 #include "workers/gloo/stray_connection_store.h"
 
@@ -371,8 +373,8 @@ class TickingStream final : public StepStream {
     return inner_->Send(c);
   }
   void CloseSend() override { inner_->CloseSend(); }
-  absl::StatusOr<StepResult> Receive() override {
-    auto r = inner_->Receive();
+  absl::StatusOr<StepResult> Receive(absl::Duration timeout) override {
+    auto r = inner_->Receive(timeout);
     m_->Tick();
     return r;
   }
@@ -533,6 +535,191 @@ TEST(JobManagerCancel, FiftyRandomMomentsEachEndCancelledWithinTwoSeconds) {
   ASSERT_OK_AND_ASSIGN(v1::Job last_done, AwaitEnd(jobs, last.id(), absl::Minutes(1)));
   EXPECT_EQ(last_done.state(), v1::SUCCEEDED) << last_done.failure_reason();
   std::filesystem::remove_all(options.checkpoint_dir);
+}
+
+using ::testing::_;
+using ::testing::HasSubstr;
+
+// The job's events until `done` holds for one (returned) or the log closes (NOT_FOUND).
+absl::StatusOr<v1::JobEvent> AwaitEvent(JobManager& jobs, const std::string& id,
+                                        absl::Duration timeout,
+                                        const std::function<bool(const v1::JobEvent&)>& done,
+                                        std::vector<v1::JobEvent>* seen = nullptr) {
+  ASSIGN_OR_RETURN(std::unique_ptr<JobManager::Watch> watch, jobs.StartWatch(id));
+  struct Woken {
+    absl::Mutex mu;
+    bool woke ABSL_GUARDED_BY(mu) = false;
+  };
+  auto woken = std::make_shared<Woken>();
+  EventLog::Wake wake = watch->log()->Subscribe([woken] {
+    absl::MutexLock lock(&woken->mu);
+    woken->woke = true;
+  });
+  const absl::Time end = absl::Now() + timeout;
+  for (int64_t cursor = 0;;) {
+    EventLog::Batch b = watch->log()->Read(cursor, 0, 0, 1000);
+    cursor = b.next;
+    for (const v1::JobEvent& e : b.events) {
+      if (seen != nullptr) seen->push_back(e);
+      if (done(e)) return e;
+    }
+    if (b.closed) return absl::NotFoundError(absl::StrCat(id, " ended"));
+    absl::MutexLock lock(&woken->mu);
+    if (!woken->mu.AwaitWithDeadline(absl::Condition(&woken->woke), end)) {
+      return absl::DeadlineExceededError(absl::StrCat(id, ": no such event in time"));
+    }
+    woken->woke = false;
+  }
+}
+
+// A coordinator's records, snapshots and checkpoints in one folder; its pool; its manager.
+struct Coordinator {
+  Coordinator(const CoordinatorOptions& options, InProcessWorkers* workers, bool with_workers)
+      : pool(absl::Hours(1)), jobs(options, &pool, nullptr, workers->factory()) {
+    if (with_workers) Register(*workers);
+  }
+  void Register(InProcessWorkers& workers) {
+    for (const PoolWorker& w : workers.pool_workers()) pool.Register(w.address, "cpu", w.id, 1);
+    jobs.Kick();
+  }
+  WorkerPool pool;
+  JobManager jobs;
+};
+
+CoordinatorOptions DrainOptions(const std::string& dir) {
+  CoordinatorOptions options;
+  options.checkpoint_dir = dir + "/checkpoints";
+  options.records_dir = dir + "/jobs";
+  options.snapshot_dir = dir + "/snapshots";
+  return options;
+}
+
+// The params' checksum of an undisturbed run of `spec`, on a coordinator of its own.
+uint64_t UndisturbedChecksum(InProcessWorkers& workers, const v1::JobSpec& spec) {
+  const std::string dir = TempDir("undisturbed");
+  uint64_t sum = 0;
+  {
+    Coordinator c(DrainOptions(dir), &workers, true);
+    EXPECT_OK(c.jobs.Start());
+    absl::StatusOr<v1::Job> job = c.jobs.Submit(spec);
+    EXPECT_OK(job.status());
+    absl::StatusOr<v1::Job> done = AwaitEnd(c.jobs, job->id(), absl::Minutes(2));
+    EXPECT_OK(done.status());
+    EXPECT_EQ(done->state(), v1::SUCCEEDED) << done->failure_reason();
+    sum = done->param_checksum();
+  }
+  std::filesystem::remove_all(dir);
+  return sum;
+}
+
+auto StepAtLeast(int64_t n) {
+  return [n](const v1::JobEvent& e) { return e.has_step() && e.step().step() >= n; };
+}
+
+TEST(JobManagerDrain, ADrainedJobSnapshotsWaitsRecoveringAndEndsBitForBitAfterARestart) {
+  InProcessWorkers workers(2);
+  v1::JobSpec spec = SmallMlpSpec(2, 40);
+  // No snapshot but the drain's: the restart continues from the one it took.
+  spec.mutable_recovery()->set_snapshot_every_steps(100000);
+  spec.mutable_recovery()->set_snapshot_every_seconds(100000);
+  const uint64_t clean = UndisturbedChecksum(workers, spec);
+  ASSERT_NE(clean, 0u);
+
+  const std::string dir = TempDir("drain");
+  const CoordinatorOptions options = DrainOptions(dir);
+  std::string id, queued_id;
+  int64_t drained_at = 0;
+  {
+    Coordinator c(options, &workers, true);
+    ASSERT_OK(c.jobs.Start());
+    ASSERT_OK_AND_ASSIGN(v1::Job job, c.jobs.Submit(spec));
+    id = job.id();
+    ASSERT_OK(AwaitEvent(c.jobs, id, absl::Minutes(1), StepAtLeast(8)).status());
+    ASSERT_OK_AND_ASSIGN(v1::Job queued, c.jobs.Submit(SmallMlpSpec(2, 4)));  // workers busy
+    queued_id = queued.id();
+    ASSERT_EQ(queued.state(), v1::QUEUED);
+    const absl::Time t0 = absl::Now();
+    ASSERT_OK(c.jobs.Drain(t0 + absl::Seconds(20)));
+    const absl::Duration took = absl::Now() - t0;
+    std::printf("drain of a running job: %.0f ms\n", absl::ToDoubleMilliseconds(took));
+    EXPECT_LT(took, absl::Seconds(5));
+    ASSERT_OK_AND_ASSIGN(v1::Job drained, c.jobs.Get(id));
+    EXPECT_EQ(drained.state(), v1::RECOVERING);  // CANCELLED at 400deec
+    EXPECT_THAT(drained.failure_reason(),
+                HasSubstr(absl::StrCat("continues from its snapshot of step ", drained.step())));
+    EXPECT_EQ(drained.snapshot_step(), drained.step());
+    EXPECT_GE(drained.step(), 8);
+    EXPECT_LT(drained.step(), 40);
+    drained_at = drained.step();
+    EXPECT_EQ(c.jobs.Get(queued_id)->state(), v1::QUEUED);  // not started by the drain
+    const std::vector<int64_t> kept = SnapshotStore(options.snapshot_dir + "/" + id, 1).Steps();
+    ASSERT_FALSE(kept.empty());
+    EXPECT_EQ(kept.back(), drained_at);
+  }
+  Coordinator c(options, &workers, false);  // its workers come later
+  ASSERT_OK(c.jobs.Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job waiting, c.jobs.Get(id));
+  EXPECT_EQ(waiting.state(), v1::RECOVERING);  // QUEUED at step 0 at 400deec
+  EXPECT_EQ(waiting.step(), drained_at);
+  EXPECT_THAT(waiting.failure_reason(), HasSubstr("the coordinator restarted"));
+  c.Register(workers);
+  std::vector<v1::JobEvent> events;  // all of them, until the job's log closes
+  EXPECT_THAT(AwaitEvent(
+                  c.jobs, id, absl::Minutes(2), [](const v1::JobEvent&) { return false; }, &events),
+              StatusIs(absl::StatusCode::kNotFound, _));
+  ASSERT_OK_AND_ASSIGN(v1::Job done, c.jobs.Get(id));
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
+  EXPECT_EQ(done.param_checksum(), clean);
+  for (const v1::JobEvent& e : events) {  // it continued where it stopped: nothing replayed
+    if (e.has_step()) EXPECT_FALSE(e.step().replay()) << e.step().step();
+  }
+  ASSERT_OK_AND_ASSIGN(v1::Job queued_done, AwaitEnd(c.jobs, queued_id, absl::Minutes(2)));
+  EXPECT_EQ(queued_done.state(), v1::SUCCEEDED) << queued_done.failure_reason();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(JobManagerDrain, AManagerStoppedWithoutADrainKeepsItsJobWhichReplaysVisibly) {
+  InProcessWorkers workers(2);
+  v1::JobSpec spec = SmallMlpSpec(2, 30);
+  spec.mutable_recovery()->set_snapshot_every_steps(5);
+  const uint64_t clean = UndisturbedChecksum(workers, spec);
+
+  const std::string dir = TempDir("stop");
+  const CoordinatorOptions options = DrainOptions(dir);
+  std::string id;
+  int64_t stopped_at = 0;
+  {
+    Coordinator c(options, &workers, true);
+    ASSERT_OK(c.jobs.Start());
+    ASSERT_OK_AND_ASSIGN(v1::Job job, c.jobs.Submit(spec));
+    id = job.id();
+    ASSERT_OK(AwaitEvent(c.jobs, id, absl::Minutes(1), StepAtLeast(12)).status());
+  }  // ~JobManager: CANCELLED at 400deec
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::Job> on_disk, JobRecords(options.records_dir).Load());
+  ASSERT_EQ(on_disk.size(), 1u);
+  EXPECT_EQ(on_disk[0].state(), v1::RECOVERING);
+  stopped_at = on_disk[0].step();
+  ASSERT_GE(stopped_at, 12);
+
+  Coordinator c(options, &workers, true);
+  ASSERT_OK(c.jobs.Start());
+  std::vector<v1::JobEvent> events;
+  EXPECT_THAT(AwaitEvent(
+                  c.jobs, id, absl::Minutes(2), [](const v1::JobEvent&) { return false; }, &events),
+              StatusIs(absl::StatusCode::kNotFound, _));
+  ASSERT_OK_AND_ASSIGN(v1::Job done, c.jobs.Get(id));
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
+  EXPECT_EQ(done.param_checksum(), clean);
+  // From the snapshot of step 10 (or later): the steps up to where it stopped are
+  // replays, and shown as such; the rest are not.
+  int replays = 0;
+  for (const v1::JobEvent& e : events) {
+    if (!e.has_step()) continue;
+    EXPECT_EQ(e.step().replay(), e.step().step() <= stopped_at) << e.step().step();
+    replays += e.step().replay();
+  }
+  EXPECT_GT(replays, 0);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/base/internal/raw_logging.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/status_macros.h"
 #include "services/worker/wire.h"
@@ -55,12 +56,15 @@ class InProcessStepStream final : public StepStream {
     absl::MutexLock lock(&mu_);
     closed_ = true;
   }
-  absl::StatusOr<StepResult> Receive() override {
+  absl::StatusOr<StepResult> Receive(absl::Duration timeout) override {
     absl::MutexLock lock(&mu_);
     auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       return !results_.empty() || !error_.ok() || (closed_ && commands_.empty() && !running_);
     };
-    mu_.Await(absl::Condition(&ready));
+    if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no step answer within ", absl::FormatDuration(timeout)));
+    }
     if (!results_.empty()) {
       StepResult r = results_.front();
       results_.pop_front();

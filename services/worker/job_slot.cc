@@ -15,8 +15,12 @@ JobSlot::JobSlot(const BackendSource* backends, DatasetCache* data, CollectiveFa
 
 JobSlot::~JobSlot() {
   absl::MutexLock run(&run_mu_);
-  absl::MutexLock lock(&mu_);
-  job_.reset();
+  std::unique_ptr<Job> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    dropped = std::move(job_);
+  }
+  dropped.reset();  // its collective's thread is joined without mu_
 }
 
 absl::StatusOr<PrepareResult> JobSlot::Prepare(const JobAssignment& assignment,
@@ -132,8 +136,9 @@ absl::StatusOr<Replica*> JobSlot::Current(const std::string& job_id) {
 }
 
 void JobSlot::Finish(bool drop_job) {
+  std::unique_ptr<Job> dropped;  // destroyed after mu_ is released: it joins threads
   absl::MutexLock lock(&mu_);
-  if (job_ && (drop_job || job_->cancel.cancelled())) job_.reset();
+  if (job_ && (drop_job || job_->cancel.cancelled())) dropped = std::move(job_);
 }
 
 void JobSlot::CheckDevice(Backend& backend) {
@@ -188,17 +193,23 @@ absl::Status JobSlot::FetchState(
 }
 
 void JobSlot::Release(const std::string& job_id) {
-  absl::MutexLock lock(&mu_);
-  if (next_ && next_->id == job_id) {  // waiting to be prepared: its Prepare will stop
-    next_->cancel.Cancel(absl::CancelledError(absl::StrCat("job ", job_id, " was released")));
+  std::unique_ptr<Job> dropped;
+  bool idle = false;  // run_mu_ taken: no command runs
+  {
+    absl::MutexLock lock(&mu_);
+    if (next_ && next_->id == job_id) {  // waiting to be prepared: its Prepare will stop
+      next_->cancel.Cancel(absl::CancelledError(absl::StrCat("job ", job_id, " was released")));
+    }
+    if (!job_ || job_->id != job_id) return;
+    job_->cancel.Cancel(absl::CancelledError(absl::StrCat("job ", job_id, " was released")));
+    // Otherwise the command running now drops it when it ends (Finish).
+    idle = run_mu_.TryLock();
+    if (idle) dropped = std::move(job_);
   }
-  if (!job_ || job_->id != job_id) return;
-  job_->cancel.Cancel(absl::CancelledError(absl::StrCat("job ", job_id, " was released")));
-  // Otherwise the command running now drops it when it ends (Finish).
-  if (run_mu_.TryLock()) {
-    job_.reset();
-    run_mu_.Unlock();
-  }
+  // Its replica and collective (whose thread is joined) go without mu_, under run_mu_, so
+  // that no command starts on the slot meanwhile.
+  dropped.reset();
+  if (idle) run_mu_.Unlock();
 }
 
 }  // namespace lockstep

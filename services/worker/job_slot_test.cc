@@ -333,5 +333,73 @@ TEST_F(HeldStepTest, AReleaseWhilePrepareWaitsForTheOldJobIsHonoured) {
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("job b is not prepared")));
 }
 
+// A collective whose destructor asks the slot something (as a QueuedCollective's thread,
+// joined by its destructor, may): answered at once unless the slot destroys the job under
+// its own lock, which it did at 400deec.
+class ProbingCollective final : public Collective {
+ public:
+  ProbingCollective(JobSlot* slot, std::thread* probe, absl::Notification* answered)
+      : slot_(slot), probe_(probe), answered_(answered) {}
+  ~ProbingCollective() override {
+    *probe_ = std::thread([slot = slot_, answered = answered_] {
+      slot->device_error().IgnoreError();
+      answered->Notify();
+    });
+    blocked = !answered_->WaitForNotificationWithTimeout(absl::Seconds(10));
+  }
+  std::string Name() const override { return "probing"; }
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  absl::Status AllReduceSum(float*, size_t, const CollectiveOptions&) override {
+    return absl::OkStatus();
+  }
+  void Abort(const absl::Status&) override {}
+  static inline bool blocked = false;
+
+ private:
+  JobSlot* slot_;
+  std::thread* probe_;
+  absl::Notification* answered_;
+};
+
+class ProbingFactory final : public CollectiveFactory {
+ public:
+  absl::StatusOr<std::unique_ptr<Collective>> Create(int, int, const std::string&, absl::Duration,
+                                                     Backend*, const CancelToken&) override {
+    return std::make_unique<ProbingCollective>(slot, &probe, &answered);
+  }
+  JobSlot* slot = nullptr;
+  std::thread probe;  // joined by the test
+  absl::Notification answered;
+};
+
+TEST_F(JobSlotTest, ReleaseDestroysTheJobsCollectiveOutsideTheSlotsLock) {
+  ProbingFactory factory;
+  JobSlot slot(backends_, cache_, &factory);
+  factory.slot = &slot;
+  StringSource source(state_.bytes, 1 << 20);
+  ASSERT_THAT(slot.Prepare(Job("a", SmallMlpSpec(2), 0, 2), state_.header, source), IsOk());
+  ProbingCollective::blocked = false;
+  slot.Release("a");  // no command runs: the job goes now
+  ASSERT_TRUE(factory.probe.joinable());
+  factory.probe.join();
+  EXPECT_TRUE(factory.answered.HasBeenNotified());
+  EXPECT_FALSE(ProbingCollective::blocked);
+}
+
+TEST_F(JobSlotTest, AFailedStepDropsTheJobsCollectiveOutsideTheSlotsLock) {
+  ProbingFactory factory;
+  JobSlot slot(backends_, cache_, &factory);
+  factory.slot = &slot;
+  StringSource source(state_.bytes, 1 << 20);
+  ASSERT_THAT(slot.Prepare(Job("a", SmallMlpSpec(2), 0, 2), state_.header, source), IsOk());
+  ProbingCollective::blocked = false;
+  EXPECT_THAT(slot.Step("a", Command(3, batch_)),  // out of order: Finish drops the job
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("out of order")));
+  ASSERT_TRUE(factory.probe.joinable());
+  factory.probe.join();
+  EXPECT_FALSE(ProbingCollective::blocked);
+}
+
 }  // namespace
 }  // namespace lockstep

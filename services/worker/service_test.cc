@@ -126,13 +126,14 @@ TEST_F(WorkerServiceTest, RunsAJobOverTheWire) {
   }
   uint64_t last_checksum = 0;
   for (int s = 0; s < kSteps; ++s) {
-    ASSERT_OK_AND_ASSIGN(StepResult r, stream->Receive());
+    ASSERT_OK_AND_ASSIGN(StepResult r, stream->Receive(absl::Seconds(30)));
     EXPECT_EQ(r.step, s);
     EXPECT_TRUE(std::isfinite(r.loss)) << r.loss;
     last_checksum = r.param_checksum;
   }
   stream->CloseSend();
-  EXPECT_THAT(stream->Receive(), StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
+  EXPECT_THAT(stream->Receive(absl::Seconds(30)),
+              StatusIs(absl::StatusCode::kOutOfRange, ::testing::_));
 
   ASSERT_OK_AND_ASSIGN(EvalSums sums, client_->Evaluate("a", 1000, 2500, live_, kTimeout));
   EXPECT_EQ(sums.count, 1500);
@@ -157,8 +158,9 @@ TEST_F(WorkerServiceTest, AStepForAnotherJobEndsTheStream) {
   TrainingPlan plan = Plan();
   const StepPlan p = plan.Next();
   stream->Send({.step = 0, .key = p.keys[0], .indices = p.indices});
-  EXPECT_THAT(stream->Receive(), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                          HasSubstr("job b is not prepared on this worker")));
+  EXPECT_THAT(stream->Receive(absl::Seconds(30)),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("job b is not prepared on this worker")));
   // Counted by the stream itself (no interceptor on the per-step streams).
   EXPECT_EQ(ReadMetric(*registry_, "lockstep_rpc_errors_total",
                        {{"method", "lockstep.v1.Worker/Steps"}, {"code", "FAILED_PRECONDITION"}})
@@ -189,14 +191,14 @@ TEST_F(WorkerServiceTest, CancellingTheTokenEndsAnOpenStream) {
   TrainingPlan plan = Plan();
   const StepPlan p = plan.Next();
   ASSERT_TRUE(stream->Send({.step = 0, .key = p.keys[0], .indices = p.indices}));
-  ASSERT_OK_AND_ASSIGN(StepResult r, stream->Receive());
+  ASSERT_OK_AND_ASSIGN(StepResult r, stream->Receive(absl::Seconds(30)));
   EXPECT_EQ(r.step, 0);
   // Receive now waits for an answer that will never come, unless the cancel ends it (the
   // cancel may land before or during the Receive: either must end it with the reason).
   const absl::Status why = absl::CancelledError("the coordinator gave up");
   const absl::Time start = absl::Now();
   std::thread canceller([&] { cancel.Cancel(why); });
-  EXPECT_EQ(stream->Receive().status(), why);
+  EXPECT_EQ(stream->Receive(absl::Seconds(30)).status(), why);
   canceller.join();
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
 }

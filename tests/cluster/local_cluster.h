@@ -37,6 +37,10 @@ class LocalCluster {
   absl::StatusOr<std::string> AddWorker() { return processes_->AddWorker(); }
   // SIGKILLs the coordinator and starts it again on the same port and state directory.
   absl::Status RestartCoordinator() { return processes_->RestartCoordinator(); }
+  // SIGTERM (a drain), then a restart: the time from the signal to the exit.
+  absl::StatusOr<absl::Duration> DrainAndRestartCoordinator(absl::Duration limit) {
+    return processes_->DrainAndRestartCoordinator(limit);
+  }
   // SIGKILLs worker i (in start order).
   void KillWorker(int i) { processes_->KillWorker(i); }
   void SignalWorker(int i, int signal) { processes_->SignalWorker(i, signal); }

@@ -7,7 +7,9 @@
                              "optimizer": {"kind": "adam", "learning_rate": 0.001},
                              "global_batch_size": 64, "steps": 60, "workers": 2})
         for event in client.watch(job.id):
-            if event.step is not None:
+            if event.replay:                     # a step run again after a recovery
+                print("replay", event.step.step, event.step.loss)
+            elif event.step is not None:
                 print(event.step.step, event.step.loss)
         print(client.wait(job.id))
 

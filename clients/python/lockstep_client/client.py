@@ -77,6 +77,12 @@ class Event:
     state: StateEvent | None = None
 
     @property
+    def replay(self) -> bool:
+        """A step run again from the snapshot after a recovery or a coordinator restart
+        (same inputs as its first run, so the same result)."""
+        return self.step is not None and self.step.replay
+
+    @property
     def kind(self) -> Literal["step", "eval", "state"]:
         """Which of the three fields is set."""
         return "step" if self.step is not None else "eval" if self.eval is not None else "state"
@@ -294,7 +300,8 @@ class Client:
 
         A stream that breaks (UNAVAILABLE: a restarted coordinator, a dropped connection)
         is resumed from the last step seen, and each event comes once: no step is missed
-        or repeated, also when the job recovers from a snapshot and runs steps again.
+        or repeated, also when the job recovers from a snapshot and runs steps again:
+        those come once each as replays (`event.replay`, `event.step.replay`).
         (Only the coordinator's history can be replayed: it keeps a running job's recent
         steps, and a finished job's states and evaluations only.) Other errors raise
         LockstepError."""
@@ -350,11 +357,19 @@ class _Resume:
         self.from_step = max(0, from_step - 1)  # the last step seen: none before from_step
         self.last_eval_step = self.from_step if from_step > 0 else -1
         self.states: set[bytes] = set()
+        self.replays: set[bytes] = set()  # replayed steps' events seen (StepEvent.replay)
         self.ended = False  # a terminal state event arrived
 
     def first(self, e: job_pb2.JobEvent) -> bool:
         which = e.WhichOneof("event")
-        if which == "step":
+        if which == "step" and e.step.replay:
+            # A step run again after a recovery: yielded once (a resumed stream may bring
+            # it again), without moving the resume point.
+            key = e.SerializeToString(deterministic=True)
+            if key in self.replays:
+                return False
+            self.replays.add(key)
+        elif which == "step":
             if e.step.step <= self.from_step:
                 return False
             self.from_step = e.step.step

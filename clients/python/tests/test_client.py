@@ -336,3 +336,19 @@ def test_request_id_is_idempotent(client: Client, tmp_path: Path) -> None:
     other = client.submit(path, request_id=rid + "-2")
     assert other.id != first.id
     assert client.wait(other.id, timeout=30).state == job_pb2.SUCCEEDED
+
+
+def test_a_resumed_watch_yields_each_replayed_step_once() -> None:
+    from lockstep_client.client import _Resume
+
+    def step(n: int, replay: bool = False, unix_ms: int = 0) -> job_pb2.JobEvent:
+        return job_pb2.JobEvent(step=job_pb2.StepEvent(step=n, replay=replay), unix_ms=unix_ms)
+
+    seen = _Resume(0)
+    assert seen.first(step(1)) and seen.first(step(2))
+    assert seen.first(step(2, replay=True, unix_ms=5))  # dropped as seen before the fix
+    assert not seen.first(step(2, replay=True, unix_ms=5))  # the resumed stream's copy
+    assert seen.first(step(2, replay=True, unix_ms=9))  # a second recovery's replay
+    assert seen.from_step == 2
+    assert Event.from_proto(step(2, replay=True)).replay
+    assert not Event.from_proto(step(3)).replay

@@ -1,0 +1,18 @@
+#include "core/clock.h"
+
+namespace lockstep {
+namespace {
+
+class RealClock final : public Clock {
+ public:
+  absl::Time Now() override { return absl::Now(); }
+};
+
+}  // namespace
+
+Clock* Clock::Real() {
+  static Clock* const clock = new RealClock;
+  return clock;
+}
+
+}  // namespace lockstep
