@@ -5,7 +5,7 @@ namespace {
 
 class RealClock final : public Clock {
  public:
-  absl::Time Now() override { return absl::Now(); }
+  absl::Time Now() const override { return absl::Now(); }
 };
 
 }  // namespace

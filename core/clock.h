@@ -13,7 +13,7 @@ namespace lockstep {
 class Clock {
  public:
   virtual ~Clock() = default;
-  virtual absl::Time Now() = 0;
+  virtual absl::Time Now() const = 0;
   // The process's real clock (never destroyed).
   static Clock* Real();
 };
@@ -22,7 +22,7 @@ class SimulatedClock final : public Clock {
  public:
   explicit SimulatedClock(absl::Time start = absl::UnixEpoch() + absl::Hours(24 * 365 * 50))
       : now_(start) {}
-  absl::Time Now() override {
+  absl::Time Now() const override {
     absl::MutexLock lock(&mu_);
     return now_;
   }
@@ -32,7 +32,7 @@ class SimulatedClock final : public Clock {
   }
 
  private:
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   absl::Time now_ ABSL_GUARDED_BY(mu_);
 };
 

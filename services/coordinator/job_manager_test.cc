@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/spec/spec.h"
 #include "core/testing.h"
-#include "services/common/clock.h"
+#include "core/clock.h"
 #include "services/coordinator/fake_worker_client.h"
 #include "services/coordinator/snapshot_store.h"
 #include "services/coordinator/user_limits.h"
@@ -160,7 +160,7 @@ class JobManagerTest : public ::testing::Test {
   }
 
   std::string dir_;
-  ManualClock clock_;  // the submit rate's (options_.clock when a test sets it)
+  SimulatedClock rate_clock_;  // the submit rate's (options_.clock when a test sets it)
   CoordinatorOptions options_;
   SimulatedClock clock_;  // the pool's: heartbeats lapse when a test advances it
   std::unique_ptr<WorkerPool> pool_ = std::make_unique<WorkerPool>(absl::Hours(1), "", &clock_);
@@ -416,7 +416,7 @@ const Principal kRoot{"root", true};
 // 400deec alice's jobs filled the global queue (bob: "1000 jobs are queued") and evicted
 // bob's finished record (GetJob NOT_FOUND, resume_from PERMISSION_DENIED).
 TEST_F(JobManagerTest, OneUsersBurstNeitherBlocksNorForgetsAnotherUsersJobs) {
-  options_.clock = &clock_;
+  options_.clock = &rate_clock_;
   options_.user_limits = TwoUsersAndAnAdmin(/*kept=*/50);
   Register(1);
   ASSERT_OK(Start());
@@ -444,7 +444,7 @@ TEST_F(JobManagerTest, OneUsersBurstNeitherBlocksNorForgetsAnotherUsersJobs) {
   // 1,000 submits in 5 s: 20 queue, the rest are refused naming her queued-jobs limit.
   std::vector<std::string> queued;
   for (int i = 0; i < 1000; ++i) {
-    clock_.Advance(absl::Milliseconds(5));
+    rate_clock_.Advance(absl::Milliseconds(5));
     absl::StatusOr<v1::Job> job = jobs_->Submit(Spec(2), kAlice);
     if (job.ok()) {
       queued.push_back(job->id());
@@ -461,7 +461,7 @@ TEST_F(JobManagerTest, OneUsersBurstNeitherBlocksNorForgetsAnotherUsersJobs) {
   // since her first submit, less the 20 above; the rest refused naming her rate limit.
   int accepted = 0;
   for (int i = 0; i < 1000; ++i) {
-    clock_.Advance(absl::Milliseconds(5));
+    rate_clock_.Advance(absl::Milliseconds(5));
     absl::StatusOr<v1::Job> job = jobs_->Submit(Spec(2), kAlice);
     if (job.ok()) {
       ++accepted;
@@ -475,7 +475,7 @@ TEST_F(JobManagerTest, OneUsersBurstNeitherBlocksNorForgetsAnotherUsersJobs) {
   }
   EXPECT_EQ(accepted, 60 + 9 - 20);
   // An hour later her minute's worth is back.
-  clock_.Advance(absl::Hours(1));
+  rate_clock_.Advance(absl::Hours(1));
   ASSERT_OK_AND_ASSIGN(v1::Job later, jobs_->Submit(Spec(2), kAlice));
   ASSERT_OK(jobs_->Cancel(later.id()).status());
 
@@ -499,7 +499,7 @@ TEST_F(JobManagerTest, OneUsersBurstNeitherBlocksNorForgetsAnotherUsersJobs) {
 }
 
 TEST_F(JobManagerTest, AnAdministratorIsExemptFromThePerUserLimitsButNotTheGlobalCaps) {
-  options_.clock = &clock_;
+  options_.clock = &rate_clock_;
   options_.user_limits = TwoUsersAndAnAdmin(/*kept=*/50);
   options_.max_queued_jobs = 70;
   ASSERT_OK(Start());

@@ -7,7 +7,7 @@
 #include "absl/time/time.h"
 #include "core/spec/memory.h"
 #include "core/spec/spec.h"
-#include "services/common/clock.h"
+#include "core/clock.h"
 #include "services/coordinator/user_limits.h"
 
 namespace lockstep {
@@ -36,7 +36,7 @@ struct CoordinatorOptions {
 
   // Per owner: queued and running jobs, submits a minute, retention (user_limits.h).
   UserLimitsTable user_limits;
-  const Clock* clock = &Clock::Real();  // the submit rate's time
+  const Clock* clock = Clock::Real();  // the submit rate's time
 };
 
 }  // namespace lockstep
