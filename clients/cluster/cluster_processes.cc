@@ -206,7 +206,15 @@ absl::StatusOr<pid_t> ClusterProcesses::SpawnWorker(int index) {
                                    "--advertise_host=127.0.0.1",
                                    absl::StrCat("--threads=", options_.threads_per_worker),
                                    absl::StrCat("--name=worker-", index)};
-  for (std::string& flag : SecurityFlags(WorkerTls(credentials_dir()))) {
+  // Each worker its own certificate (identity worker-INDEX), issued when first started.
+  const std::string name = absl::StrCat("worker-", index);
+  if (!options_.insecure) {
+    if (absl::Status st = MakeCredentials({credentials_dir(), {}, options_.users, {name}});
+        !st.ok()) {
+      return st;
+    }
+  }
+  for (std::string& flag : SecurityFlags(WorkerTls(credentials_dir(), name))) {
     argv.push_back(std::move(flag));
   }
   for (std::string& flag : MetricsFlags(ServerName(1 + index))) argv.push_back(std::move(flag));

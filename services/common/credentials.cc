@@ -185,8 +185,9 @@ absl::Status EnsureLeaf(const std::string& dir, const std::string& name, const s
 TlsFiles CoordinatorTls(const std::string& dir) {
   return {Path(dir, "ca.pem"), Path(dir, "coordinator.pem"), Path(dir, "coordinator-key.pem")};
 }
-TlsFiles WorkerTls(const std::string& dir) {
-  return {Path(dir, "ca.pem"), Path(dir, "worker.pem"), Path(dir, "worker-key.pem")};
+TlsFiles WorkerTls(const std::string& dir, const std::string& worker) {
+  return {Path(dir, "ca.pem"), Path(dir, absl::StrCat("workers/", worker, ".pem")),
+          Path(dir, absl::StrCat("workers/", worker, "-key.pem"))};
 }
 TlsFiles ClientTls(const std::string& dir) { return {Path(dir, "ca.pem"), "", ""}; }
 std::string TokensFile(const std::string& dir) { return Path(dir, "tokens"); }
@@ -203,6 +204,12 @@ absl::Status MakeCredentials(const CredentialsOptions& options) {
           absl::StrCat("user name '", user, "': 1 to 64 characters of [A-Za-z0-9._@-], not admin"));
     }
   }
+  for (const std::string& worker : options.workers) {
+    if (!ValidWorkerName(worker)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker name '", worker, "': 1 to 64 characters of [A-Za-z0-9._-]"));
+    }
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat(dir, ": ", ec.message()));
@@ -216,6 +223,7 @@ absl::Status MakeCredentials(const CredentialsOptions& options) {
     for (const char* name : {"coordinator", "worker"}) {
       fs::remove(Path(dir, absl::StrCat(name, ".pem")), ec);
     }
+    fs::remove_all(Path(dir, "workers"), ec);
     if (absl::Status st = WritePrivate(ca_key_pem, Pem(ca->key)); !st.ok()) return st;
     if (absl::Status st = WritePrivate(ca_pem, Pem(ca->cert)); !st.ok()) return st;
   }
@@ -231,10 +239,19 @@ absl::Status MakeCredentials(const CredentialsOptions& options) {
       !st.ok()) {
     return st;
   }
-  if (absl::Status st =
-          EnsureLeaf(dir, "worker", kWorkerIdentity, {kWorkerIdentity}, ca->get(), ca_key->get());
-      !st.ok()) {
-    return st;
+  if (!options.workers.empty()) {
+    fs::create_directories(Path(dir, "workers"), ec);
+    if (ec)
+      return absl::PermissionDeniedError(absl::StrCat(Path(dir, "workers"), ": ", ec.message()));
+    fs::permissions(Path(dir, "workers"), fs::perms::owner_all, ec);
+  }
+  for (const std::string& worker : options.workers) {
+    if (absl::Status st =
+            EnsureLeaf(dir, absl::StrCat("workers/", worker), absl::StrCat(kWorkerCnPrefix, worker),
+                       {kWorkerIdentity}, ca->get(), ca_key->get());
+        !st.ok()) {
+      return st;
+    }
   }
 
   // Tokens: one per caller, each in its own file; the tokens file lists them all.
@@ -258,17 +275,21 @@ absl::Status MakeCredentials(const CredentialsOptions& options) {
   return TokenTable::Load(TokensFile(dir)).status();
 }
 
-absl::StatusOr<std::string> KubernetesSecrets(const std::string& dir, const std::string& ns) {
-  const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>
-      secrets = {
-          {"lockstep-coordinator-tls",
-           {{"ca.pem", "ca.pem"},
-            {"tls.pem", "coordinator.pem"},
-            {"tls-key.pem", "coordinator-key.pem"},
-            {"tokens", "tokens"}}},
-          {"lockstep-worker-tls",
-           {{"ca.pem", "ca.pem"}, {"tls.pem", "worker.pem"}, {"tls-key.pem", "worker-key.pem"}}},
-      };
+absl::StatusOr<std::string> KubernetesSecrets(const std::string& dir, const std::string& ns,
+                                              const std::vector<std::string>& workers) {
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> secrets = {
+      {"lockstep-coordinator-tls",
+       {{"ca.pem", "ca.pem"},
+        {"tls.pem", "coordinator.pem"},
+        {"tls-key.pem", "coordinator-key.pem"},
+        {"tokens", "tokens"}}},
+  };
+  for (const std::string& w : workers) {
+    secrets.push_back({absl::StrCat("lockstep-worker-", w, "-tls"),
+                       {{"ca.pem", "ca.pem"},
+                        {"tls.pem", absl::StrCat("workers/", w, ".pem")},
+                        {"tls-key.pem", absl::StrCat("workers/", w, "-key.pem")}}});
+  }
   std::string out = "# Made by `lockstep certs`: the cluster's CA, certificates and tokens.\n";
   for (const auto& [name, files] : secrets) {
     absl::StrAppend(&out, "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: ", name,

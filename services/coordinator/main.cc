@@ -41,6 +41,10 @@ ABSL_FLAG(int64_t, worker_memory_budget_mb, lockstep::kDefaultWorkerMemoryBudget
 ABSL_FLAG(int, max_watchers, 4096, "concurrent WatchJob streams (at most 1024 per job)");
 ABSL_FLAG(int64_t, history_bytes, 4 << 20,
           "a running job's event log for WatchJob (finished jobs keep states and evaluations)");
+ABSL_FLAG(int, rendezvous_keys_per_job, 4096,
+          "a job's rendezvous keys (collective bootstrap); more are RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, rendezvous_kb_per_job, 4096,
+          "a job's rendezvous bytes, in KiB; more are RESOURCE_EXHAUSTED for that job only");
 ABSL_FLAG(int, max_queued_jobs, 1000, "submitting past this many queued jobs is refused");
 ABSL_FLAG(std::string, tokens_file, "",
           "the job API's callers: lines TOKEN NAME ROLE (user or admin); required with TLS");
@@ -75,6 +79,8 @@ int main(int argc, char** argv) {
                                   "max_watchers",
                                   "history_bytes",
                                   "max_queued_jobs",
+                                  "rendezvous_keys_per_job",
+                                  "rendezvous_kb_per_job",
                                   "tokens_file",
                                   "port_file",
                                   "data_root"};
@@ -143,7 +149,14 @@ int main(int argc, char** argv) {
   }
 
   WorkerPool pool(opts.heartbeat_timeout);
-  KvTable kv;
+  const std::string revoked_file = absl::GetFlag(FLAGS_state_dir) + "/revoked-workers";
+  if (absl::Status st = pool.UseRevocationFile(revoked_file); !st.ok()) {
+    spdlog::error("{}", st.ToString());
+    return 1;
+  }
+  KvTable kv(
+      static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_rendezvous_keys_per_job))),
+      static_cast<size_t>(std::max<int64_t>(1, absl::GetFlag(FLAGS_rendezvous_kb_per_job))) * 1024);
   auto factory = NewGrpcWorkerClientFactory(*transport);
   auto registry = std::make_shared<prometheus::Registry>();
   CoordinatorMetrics metrics(registry);
@@ -158,6 +171,7 @@ int main(int argc, char** argv) {
   JobServiceImpl job_service(&jobs, &pool, &guard, metrics_flags.on() ? &rpc_metrics : nullptr);
   WorkerRegistryImpl worker_registry(&pool, &jobs, opts.heartbeat_interval, &guard);
   RendezvousImpl rendezvous(&kv, &guard);
+  WorkerAdminImpl worker_admin(&pool, &jobs, &guard);
 
   // The records are reloaded before the server takes its first Submit.
   if (absl::Status st = jobs.Start(); !st.ok()) {
@@ -174,7 +188,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   absl::StatusOr<Serving> serving =
-      StartServer(listen, *transport, {&job_service, &worker_registry, &rendezvous},
+      StartServer(listen, *transport, {&job_service, &worker_registry, &rendezvous, &worker_admin},
                   absl::GetFlag(FLAGS_port_file), std::move(interceptors));
   if (!serving.ok()) {
     spdlog::error("{}", serving.status().ToString());
