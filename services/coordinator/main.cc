@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/synchronization/mutex.h"
 #include "core/data/data_roots.h"
@@ -41,6 +42,13 @@ ABSL_FLAG(int64_t, worker_memory_budget_mb, lockstep::kDefaultWorkerMemoryBudget
 ABSL_FLAG(int, max_watchers, 4096, "concurrent WatchJob streams (at most 1024 per job)");
 ABSL_FLAG(int64_t, history_bytes, 4 << 20,
           "a running job's event log for WatchJob (finished jobs keep states and evaluations)");
+ABSL_DECLARE_FLAG(std::string, tls_ca);  // services/common/server_security.cc
+ABSL_FLAG(std::string, worker_ca_key, "",
+          "the CA's key (ca-key.pem): with --bootstrap_token_file, new workers enroll (their "
+          "own keys signed into certificates naming them)");
+ABSL_FLAG(std::string, bootstrap_token_file, "",
+          "bootstrap tokens (one a line) with which workers enroll (WorkerRegistry.Enroll)");
+ABSL_FLAG(int, worker_cert_hours, 720, "how long an enrolled worker's certificate is valid");
 ABSL_FLAG(int, rendezvous_keys_per_job, 4096,
           "a job's rendezvous keys (collective bootstrap); more are RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, rendezvous_kb_per_job, 4096,
@@ -79,6 +87,9 @@ int main(int argc, char** argv) {
                                   "max_watchers",
                                   "history_bytes",
                                   "max_queued_jobs",
+                                  "worker_ca_key",
+                                  "bootstrap_token_file",
+                                  "worker_cert_hours",
                                   "rendezvous_keys_per_job",
                                   "rendezvous_kb_per_job",
                                   "tokens_file",
@@ -169,7 +180,26 @@ int main(int argc, char** argv) {
   } tap_guard;
   // With metrics off, nobody counts the WatchJob streams' statuses either.
   JobServiceImpl job_service(&jobs, &pool, &guard, metrics_flags.on() ? &rpc_metrics : nullptr);
-  WorkerRegistryImpl worker_registry(&pool, &jobs, opts.heartbeat_interval, &guard);
+  std::unique_ptr<Enrollment> enrollment;
+  if (!absl::GetFlag(FLAGS_worker_ca_key).empty() ||
+      !absl::GetFlag(FLAGS_bootstrap_token_file).empty()) {
+    if (!transport->secure() || absl::GetFlag(FLAGS_worker_ca_key).empty() ||
+        absl::GetFlag(FLAGS_bootstrap_token_file).empty()) {
+      spdlog::error("enrollment needs TLS, --worker_ca_key and --bootstrap_token_file together");
+      return 2;
+    }
+    absl::StatusOr<std::unique_ptr<Enrollment>> loaded =
+        Enrollment::Load(absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_worker_ca_key),
+                         absl::GetFlag(FLAGS_bootstrap_token_file),
+                         absl::Hours(std::max(1, absl::GetFlag(FLAGS_worker_cert_hours))));
+    if (!loaded.ok()) {
+      spdlog::error("enrollment: {}", loaded.status().ToString());
+      return 2;
+    }
+    enrollment = *std::move(loaded);
+  }
+  WorkerRegistryImpl worker_registry(&pool, &jobs, opts.heartbeat_interval, &guard,
+                                     enrollment.get());
   RendezvousImpl rendezvous(&kv, &guard);
   WorkerAdminImpl worker_admin(&pool, &jobs, &guard);
 

@@ -281,6 +281,20 @@ grpc::Status WorkerRegistryImpl::Register(grpc::ServerContext* ctx, const v1::Re
   return grpc::Status::OK;
 }
 
+grpc::Status WorkerRegistryImpl::Enroll(grpc::ServerContext* ctx, const v1::EnrollRequest* req,
+                                        v1::EnrollResponse* resp) {
+  if (enrollment_ == nullptr) {
+    return ToGrpcStatus(absl::FailedPreconditionError(
+        "enrollment is off: the coordinator needs --worker_ca_key and --bootstrap_token_file"));
+  }
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  const absl::string_view authorization =
+      it == md.end() ? absl::string_view()
+                     : absl::string_view(it->second.data(), it->second.size());
+  return Answer(enrollment_->Enroll(authorization, *req), resp);
+}
+
 grpc::Status WorkerRegistryImpl::Heartbeat(grpc::ServerContext* ctx,
                                            const v1::HeartbeatRequest* req,
                                            v1::HeartbeatResponse*) {

@@ -16,6 +16,7 @@
 #include "lockstep/v1/registry.grpc.pb.h"
 #include "services/common/auth.h"
 #include "services/common/rpc_metrics.h"
+#include "services/coordinator/enrollment.h"
 #include "services/coordinator/job_manager.h"
 #include "services/coordinator/kv_table.h"
 #include "services/coordinator/worker_pool.h"
@@ -60,9 +61,16 @@ class JobServiceImpl final
 class WorkerRegistryImpl final : public v1::WorkerRegistry::Service {
  public:
   // `jobs` is told when a worker registers (its scheduler may have work for it).
+  // `enrollment` (may be null: Enroll is then FAILED_PRECONDITION) signs new workers' keys.
   WorkerRegistryImpl(WorkerPool* pool, JobManager* jobs, absl::Duration heartbeat_interval,
-                     const Guard* guard)
-      : pool_(pool), jobs_(jobs), interval_(heartbeat_interval), guard_(guard) {}
+                     const Guard* guard, const Enrollment* enrollment = nullptr)
+      : pool_(pool),
+        jobs_(jobs),
+        interval_(heartbeat_interval),
+        guard_(guard),
+        enrollment_(enrollment) {}
+  grpc::Status Enroll(grpc::ServerContext* ctx, const v1::EnrollRequest* req,
+                      v1::EnrollResponse* resp) override;
   grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                         v1::RegisterResponse* resp) override;
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
@@ -73,6 +81,7 @@ class WorkerRegistryImpl final : public v1::WorkerRegistry::Service {
   JobManager* jobs_;
   absl::Duration interval_;
   const Guard* guard_;
+  const Enrollment* enrollment_;
 };
 
 class WorkerAdminImpl final : public v1::WorkerAdmin::Service {
