@@ -157,7 +157,12 @@ absl::StatusOr<pid_t> ClusterProcesses::SpawnCoordinator(int port) {
   for (std::string& flag : SecurityFlags(CoordinatorTls(credentials_dir()))) {
     argv.push_back(std::move(flag));
   }
-  if (!options_.insecure) argv.push_back("--tokens_file=" + TokensFile(credentials_dir()));
+  if (!options_.insecure) {
+    argv.push_back("--tokens_file=" + TokensFile(credentials_dir()));
+    // Workers started by hand with the bootstrap token enroll (CONFIGURATION.md).
+    argv.push_back("--worker_ca_key=" + CaKeyFile(credentials_dir()));
+    argv.push_back("--bootstrap_token_file=" + BootstrapTokenFile(credentials_dir()));
+  }
   for (std::string& flag : MetricsFlags(ServerName(0))) argv.push_back(std::move(flag));
   argv.insert(argv.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
   return SpawnServer(argv, options_.dir + "/logs/coordinator.log");

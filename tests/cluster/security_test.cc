@@ -402,6 +402,39 @@ TEST(Security, ARevokedWorkerIsRefusedForGoodAndItsJobRecoversElsewhere) {
   EXPECT_EQ(WorkerNamed(*c, name).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(Security, AWorkerWithTheBootstrapTokenEnrollsForItsOwnIdentityAndOneWithoutDoesNot) {
+  auto c = Start(false, 1);
+  ASSERT_NE(c, nullptr);
+  const std::string dir = c->processes().credentials_dir();
+  auto worker = [&](const std::string& name, const std::string& token_file) {
+    return SpawnServer(
+        {BinaryPath("lockstep-worker"), "--coordinator=" + c->address(), "--listen=127.0.0.1:0",
+         "--advertise_host=127.0.0.1", "--threads=1", "--name=" + name,
+         "--tls_ca=" + dir + "/ca.pem", "--bootstrap_token_file=" + token_file,
+         "--identity_dir=" + c->dir() + "/identity-" + name},
+        c->dir() + "/logs/" + name + ".log");
+  };
+  const std::string wrong = c->dir() + "/wrong-token";
+  std::ofstream(wrong) << "not-the-bootstrap-token-0123456789\n";
+  ASSERT_OK_AND_ASSIGN(pid_t refused, worker("refused", wrong));
+  int status = 0;
+  ASSERT_EQ(waitpid(refused, &status, 0), refused);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+  // A 2-worker job waits (queued) for the second worker: the one that enrolls.
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c->Submit(MlpSpec(2, 5)));
+  ASSERT_OK_AND_ASSIGN(pid_t enrolled, worker("enrolled", BootstrapTokenFile(dir)));
+  ASSERT_OK_AND_ASSIGN(v1::Job done, c->WaitFor(job.id(), absl::Minutes(2)));
+  EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason() << "\n" << c->Logs();
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo info, WorkerNamed(*c, "enrolled"));
+  // Its key stayed where it was made.
+  EXPECT_TRUE(std::filesystem::exists(c->dir() + "/identity-enrolled/worker-key.pem"));
+  // Its identity is its name and a fresh random part.
+  ASSERT_OK_AND_ASSIGN(std::string identity, Revoke(*c, Token(*c, "admin"), info.id()));
+  EXPECT_THAT(identity, ::testing::StartsWith("enrolled-"));
+  kill(enrolled, SIGKILL);
+  waitpid(enrolled, nullptr, 0);
+}
+
 // The TCP ports process `pid` listens on (its sockets in LISTEN state).
 std::vector<int> ListeningPorts(pid_t pid) {
   std::set<std::string> inodes;
@@ -491,7 +524,12 @@ TEST(Security, AnInsecureClusterLetsTheAttacksThrough) {
   ASSERT_NE(c, nullptr);
   EXPECT_OK(List(*Jobs(*c, Transport::Plaintext(), "")));
   EXPECT_OK(Register(*c, Transport::Plaintext(), "", "127.0.0.1:9"));
-  EXPECT_OK(SetKey(*c, Transport::Plaintext(), "jobs/x"));
+  // Without identities, anyone heartbeats for a worker and takes its address (the
+  // rendezvous' namespaces and budgets hold even here: a key outside a job's is refused).
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo victim, WorkerNamed(*c, "worker-0"));
+  EXPECT_OK(Heartbeat(*c, Transport::Plaintext(), victim.id()));
+  EXPECT_OK(Register(*c, Transport::Plaintext(), "", victim.address()));
+  EXPECT_EQ(SetKey(*c, Transport::Plaintext(), "jobs/x").code(), kDenied);
 }
 
 // A server refuses to start in plaintext unless asked, and on a reachable address unless
