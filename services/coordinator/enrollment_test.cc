@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "core/testing.h"
+#include "services/common/auth.h"
 #include "services/common/credentials.h"
 
 namespace lockstep::testing {
