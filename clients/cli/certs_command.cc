@@ -4,6 +4,8 @@
 #include <fstream>
 #include <memory>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "clients/cli/commands.h"
 #include "services/common/credentials.h"
@@ -17,17 +19,31 @@ struct CertsOptions {
   std::string k8s_namespace = "lockstep";
 };
 
-int Certs(const CertsOptions& o) {
+// --workers N (a count) is worker-0 ... worker-N-1; names are kept as they are.
+std::vector<std::string> WorkerNames(const std::vector<std::string>& given) {
+  int n = 0;
+  if (given.size() != 1 || !absl::SimpleAtoi(given[0], &n) || n < 1) return given;
+  std::vector<std::string> names;
+  for (int i = 0; i < n; ++i) names.push_back(absl::StrCat("worker-", i));
+  return names;
+}
+
+int Certs(CertsOptions o) {
   const std::string& out = o.credentials.dir;
+  o.credentials.workers = WorkerNames(o.credentials.workers);
   if (absl::Status st = MakeCredentials(o.credentials); !st.ok()) return Fail(st);
   absl::PrintF(
-      "credentials in %s (kept if already there): ca.pem, coordinator.pem, worker.pem and "
-      "their keys; tokens (the coordinator's --tokens_file); admin.token",
+      "credentials in %s (kept if already there): ca.pem, coordinator.pem and its key; tokens "
+      "(the coordinator's --tokens_file); admin.token",
       out);
   for (const std::string& u : o.credentials.users) absl::PrintF(", %s.token", u);
+  for (const std::string& w : o.credentials.workers) {
+    absl::PrintF(", workers/%s.pem and its key", w);
+  }
   absl::PrintF("\n");
   if (!o.k8s_secrets.empty()) {
-    absl::StatusOr<std::string> yaml = KubernetesSecrets(out, o.k8s_namespace);
+    absl::StatusOr<std::string> yaml =
+        KubernetesSecrets(out, o.k8s_namespace, o.credentials.workers);
     if (!yaml.ok()) return Fail(yaml.status());
     std::ofstream f(o.k8s_secrets);
     f << *yaml;
@@ -53,6 +69,12 @@ void AddCertsCommand(CLI::App& app, Commands& out) {
   sub->add_option("--users", o->credentials.users, "users to make tokens for (comma-separated)")
       ->delimiter(',')
       ->type_name("NAME,...")
+      ->default_str("");
+  sub->add_option("--workers", o->credentials.workers,
+                  "workers to issue their own certificates for: names, or a count N for "
+                  "worker-0 ... worker-N-1 (comma-separated)")
+      ->delimiter(',')
+      ->type_name("NAME,...|N")
       ->default_str("");
   sub->add_option("--k8s-secrets", o->k8s_secrets, "also write them as Kubernetes Secrets here")
       ->type_name("FILE");

@@ -82,11 +82,12 @@ TEST_F(CliTest, EverySubcommandsHelpExitsZeroAndNamesItsOptions) {
       {"status", {"JOB", "--json"}},
       {"watch", {"JOB", "--json"}},
       {"cancel", {"JOB", "--json"}},
-      {"workers", {"--json"}},
+      {"workers", {"--json", "revoke"}},
+      {"workers revoke", {"ID"}},
       {"logs", {"JOB", "--follow", "-f", "--json"}},
       {"checkpoint", {"JOB", "--output", "--step"}},
       {"health", {"HOST:PORT", "--timeout", "--server_name"}},
-      {"certs", {"--out", "--hosts", "--users", "--k8s-secrets", "--namespace"}},
+      {"certs", {"--out", "--hosts", "--users", "--workers", "--k8s-secrets", "--namespace"}},
   };
   for (const auto& [sub, options] : cases) {
     const Result r = Run(sub + " --help");
@@ -121,6 +122,7 @@ TEST_F(CliTest, BadUsageExitsTwoNamingTheProblem) {
       {"list --state RUNNING,NOPE --insecure", "NOPE"},
       {"status", "JOB"},
       {"status a b", "b"},
+      {"workers revoke", "ID"},
       {"checkpoint job-000001", "--output"},
       {"cluster", "subcommand"},
       {"cluster up --workers many", "--workers: must be a number >= 1, not \"many\""},

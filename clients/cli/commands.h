@@ -26,6 +26,8 @@ void AddJobCommands(CLI::App& app, Commands& out);
 // `logs JOB [-f]`: a job's events and its servers' log lines (WatchJob, WatchLogs).
 void AddLogsCommand(CLI::App& app, Commands& out);
 void AddHealthCommand(CLI::App& app, Commands& out);
+// `workers revoke ID` under the `workers` command (before it in `out`: both are parsed).
+void AddWorkersRevokeCommand(CLI::App& workers, Commands& out);
 void AddCertsCommand(CLI::App& app, Commands& out);
 // `cluster up` and `cluster down`.
 void AddClusterCommands(CLI::App& app, Commands& out);

@@ -251,8 +251,10 @@ void AddJobCommands(CLI::App& app, Commands& out) {
   AddWatch(app, out);
   AddOneJobCommand(app, out, "cancel", "cancel a job", &v1::JobService::Stub::CancelJob);
   auto workers = std::make_shared<JobOptions>();
-  out.push_back({AddJobCommand(app, "workers", "list the registered workers", *workers),
-                 [workers] { return Workers(*workers); }});
+  CLI::App* workers_app =
+      AddJobCommand(app, "workers", "list the registered workers; `workers revoke ID`", *workers);
+  AddWorkersRevokeCommand(*workers_app, out);
+  out.push_back({workers_app, [workers] { return Workers(*workers); }});
   AddCheckpoint(app, out);
 }
 

@@ -157,7 +157,12 @@ absl::StatusOr<pid_t> ClusterProcesses::SpawnCoordinator(int port) {
   for (std::string& flag : SecurityFlags(CoordinatorTls(credentials_dir()))) {
     argv.push_back(std::move(flag));
   }
-  if (!options_.insecure) argv.push_back("--tokens_file=" + TokensFile(credentials_dir()));
+  if (!options_.insecure) {
+    argv.push_back("--tokens_file=" + TokensFile(credentials_dir()));
+    // Workers started by hand with the bootstrap token enroll (CONFIGURATION.md).
+    argv.push_back("--worker_ca_key=" + CaKeyFile(credentials_dir()));
+    argv.push_back("--bootstrap_token_file=" + BootstrapTokenFile(credentials_dir()));
+  }
   for (std::string& flag : MetricsFlags(ServerName(0))) argv.push_back(std::move(flag));
   argv.insert(argv.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
   return SpawnServer(argv, options_.dir + "/logs/coordinator.log");
@@ -206,7 +211,15 @@ absl::StatusOr<pid_t> ClusterProcesses::SpawnWorker(int index) {
                                    "--advertise_host=127.0.0.1",
                                    absl::StrCat("--threads=", options_.threads_per_worker),
                                    absl::StrCat("--name=worker-", index)};
-  for (std::string& flag : SecurityFlags(WorkerTls(credentials_dir()))) {
+  // Each worker its own certificate (identity worker-INDEX), issued when first started.
+  const std::string name = absl::StrCat("worker-", index);
+  if (!options_.insecure) {
+    if (absl::Status st = MakeCredentials({credentials_dir(), {}, options_.users, {name}});
+        !st.ok()) {
+      return st;
+    }
+  }
+  for (std::string& flag : SecurityFlags(WorkerTls(credentials_dir(), name))) {
     argv.push_back(std::move(flag));
   }
   for (std::string& flag : MetricsFlags(ServerName(1 + index))) argv.push_back(std::move(flag));

@@ -9,9 +9,11 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "services/common/net.h"
 
 namespace lockstep {
 namespace {
@@ -30,13 +32,15 @@ bool ValidName(absl::string_view name) {
   return true;
 }
 
-// The certificate names gRPC verified for this call (CN and DNS names); none if the caller
-// presented no certificate.
-std::vector<std::string> PeerNames(const grpc::ServerContextBase& ctx) {
+// The certificate names gRPC verified for this call (`properties`: CN, DNS names); none if
+// the caller presented no certificate.
+std::vector<std::string> PeerNames(const grpc::ServerContextBase& ctx,
+                                   std::vector<const char*> properties = {
+                                       GRPC_X509_CN_PROPERTY_NAME, GRPC_X509_SAN_PROPERTY_NAME}) {
   std::vector<std::string> names;
   const auto auth = ctx.auth_context();
   if (!auth || !auth->IsPeerAuthenticated()) return names;
-  for (const char* property : {GRPC_X509_CN_PROPERTY_NAME, GRPC_X509_SAN_PROPERTY_NAME}) {
+  for (const char* property : properties) {
     for (const auto& v : auth->FindPropertyValues(property)) names.emplace_back(v.data(), v.size());
   }
   return names;
@@ -80,6 +84,14 @@ absl::Status ParseLimit(absl::string_view field, const std::string& where, Calle
 }
 
 }  // namespace
+
+bool ValidWorkerName(absl::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '-') return false;
+  }
+  return true;
+}
 
 std::string RandomHex(size_t bytes) {
   std::string raw(bytes, '\0');
@@ -174,6 +186,24 @@ absl::Status Guard::Peer(const std::vector<std::string>& peer_names,
   }
   return absl::PermissionDeniedError(
       absl::StrCat("only the cluster's ", identity, " may call this"));
+}
+
+absl::StatusOr<std::string> Guard::Worker(const std::vector<std::string>& peer_names,
+                                          const std::vector<std::string>& common_names) const {
+  if (!secure_) return std::string();
+  if (absl::Status st = Peer(peer_names, kWorkerIdentity); !st.ok()) return st;
+  for (const std::string& cn : common_names) {
+    if (!absl::StartsWith(cn, kWorkerCnPrefix)) continue;
+    const std::string name = cn.substr(sizeof(kWorkerCnPrefix) - 1);
+    if (ValidWorkerName(name)) return name;
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "this worker certificate names no worker of its own (its CN is not ", kWorkerCnPrefix,
+      "NAME): give each worker its own, `lockstep certs --workers NAME,...`"));
+}
+
+absl::StatusOr<std::string> Guard::Worker(const grpc::ServerContextBase& ctx) const {
+  return Worker(PeerNames(ctx), PeerNames(ctx, {GRPC_X509_CN_PROPERTY_NAME}));
 }
 
 absl::StatusOr<Principal> Guard::Client(const grpc::ServerContextBase& ctx) const {

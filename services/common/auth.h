@@ -77,6 +77,14 @@ class TokenTable {
   std::map<std::string, Caller> callers_;
 };
 
+// A worker's own identity is in its certificate's CN: "lockstep-worker/NAME" (the DNS name
+// stays lockstep-worker, which the coordinator checks when it calls the worker). A
+// certificate whose CN is the bare role (the shared worker.pem of older clusters) names no
+// worker and is refused by the registry and the rendezvous.
+inline constexpr char kWorkerCnPrefix[] = "lockstep-worker/";
+// 1 to 64 characters of [A-Za-z0-9._-]: a worker name that may follow kWorkerCnPrefix.
+bool ValidWorkerName(absl::string_view name);
+
 // Random bytes as lowercase hex, from the system's CSPRNG (tokens, unguessable ids).
 std::string RandomHex(size_t bytes);
 
@@ -95,12 +103,19 @@ class Guard {
   // A peer holding the certificate named `identity`: UNAUTHENTICATED without a
   // certificate, PERMISSION_DENIED with another one.
   absl::Status Peer(const grpc::ServerContextBase& ctx, absl::string_view identity) const;
+  // A worker calling with its own certificate: the NAME of its CN "lockstep-worker/NAME".
+  // Peer's errors for a caller without the worker role; PERMISSION_DENIED for a worker
+  // certificate that names no worker (the shared one). Plaintext: "" (nobody is checked).
+  absl::StatusOr<std::string> Worker(const grpc::ServerContextBase& ctx) const;
 
   // The same decisions from the call's parts (for tests): the "authorization" header (empty
   // if none) and the names in the caller's verified certificate (empty if none).
   absl::StatusOr<Principal> Client(absl::string_view authorization,
                                    const std::vector<std::string>& peer_names) const;
   absl::Status Peer(const std::vector<std::string>& peer_names, absl::string_view identity) const;
+  // `common_names`: the CNs of the caller's verified certificate.
+  absl::StatusOr<std::string> Worker(const std::vector<std::string>& peer_names,
+                                     const std::vector<std::string>& common_names) const;
 
  private:
   Guard(bool secure, TokenTable tokens) : secure_(secure), tokens_(std::move(tokens)) {}

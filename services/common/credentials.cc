@@ -106,20 +106,22 @@ struct Issued {
   Key key;
 };
 
-// A certificate for `cn` with a fresh P-256 key, signed by (ca, ca_key), or self-signed
-// as a CA when ca is null. `names`: the subjectAltName entries (DNS or IP) of a leaf.
+// A certificate for `cn` with a fresh P-256 key (or for `public_key`, then `key` stays
+// null), signed by (ca, ca_key), or self-signed as a CA when ca is null. `names`: the
+// subjectAltName entries (DNS or IP) of a leaf. Valid for `seconds`.
 absl::StatusOr<Issued> Issue(const std::string& cn, const std::vector<std::string>& names, X509* ca,
-                             EVP_PKEY* ca_key, long days) {
-  Issued out{Cert(X509_new()), Key(EVP_EC_gen("P-256"))};
+                             EVP_PKEY* ca_key, long seconds, EVP_PKEY* public_key = nullptr) {
+  Issued out{Cert(X509_new()), Key(public_key == nullptr ? EVP_EC_gen("P-256") : nullptr)};
   X509* x = out.cert.get();
-  if (x == nullptr || !out.key) return OpenSslError("key generation");
+  if (x == nullptr || (public_key == nullptr && !out.key)) return OpenSslError("key generation");
+  EVP_PKEY* subject_key = public_key != nullptr ? public_key : out.key.get();
   X509_set_version(x, 2);
   std::unique_ptr<BIGNUM, Deleter<BIGNUM, BN_free>> serial(BN_new());
   BN_rand(serial.get(), 127, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY);
   BN_to_ASN1_INTEGER(serial.get(), X509_get_serialNumber(x));
   X509_gmtime_adj(X509_getm_notBefore(x), -kDay);  // clocks in a cluster disagree a little
-  X509_gmtime_adj(X509_getm_notAfter(x), days * kDay);
-  X509_set_pubkey(x, out.key.get());
+  X509_gmtime_adj(X509_getm_notAfter(x), seconds);
+  X509_set_pubkey(x, subject_key);
   X509_NAME* subject = X509_get_subject_name(x);
   X509_NAME_add_entry_by_txt(subject, "O", MBSTRING_ASC,
                              reinterpret_cast<const unsigned char*>("Lockstep"), -1, -1, 0);
@@ -145,7 +147,7 @@ absl::StatusOr<Issued> Issue(const std::string& cn, const std::vector<std::strin
   for (const auto& [nid, value] : ext) {
     if (absl::Status st = AddExtension(x, issuer, nid, value); !st.ok()) return st;
   }
-  if (X509_sign(x, ca_key != nullptr ? ca_key : out.key.get(), EVP_sha256()) == 0) {
+  if (X509_sign(x, ca_key != nullptr ? ca_key : subject_key, EVP_sha256()) == 0) {
     return OpenSslError("X509_sign");
   }
   return out;
@@ -174,22 +176,98 @@ absl::Status EnsureLeaf(const std::string& dir, const std::string& name, const s
                         const std::vector<std::string>& names, X509* ca, EVP_PKEY* ca_key) {
   const std::string cert = Path(dir, name + ".pem"), key = Path(dir, name + "-key.pem");
   if (fs::exists(cert) && fs::exists(key)) return absl::OkStatus();
-  absl::StatusOr<Issued> issued = Issue(cn, names, ca, ca_key, 5 * 365);
+  absl::StatusOr<Issued> issued = Issue(cn, names, ca, ca_key, 5 * 365 * kDay);
   if (!issued.ok()) return issued.status();
   if (absl::Status st = WritePrivate(key, Pem(issued->key)); !st.ok()) return st;
   return WritePrivate(cert, Pem(issued->cert));
 }
 
+std::string Pem(X509_REQ* req) {
+  Bio bio(BIO_new(BIO_s_mem()));
+  PEM_write_bio_X509_REQ(bio.get(), req);
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio.get(), &data);
+  return std::string(data, static_cast<size_t>(n));
+}
+
 }  // namespace
+
+absl::StatusOr<KeyAndCsr> NewWorkerKeyAndCsr() {
+  Key key(EVP_EC_gen("P-256"));
+  std::unique_ptr<X509_REQ, Deleter<X509_REQ, X509_REQ_free>> req(X509_REQ_new());
+  if (!key || !req) return OpenSslError("key generation");
+  X509_REQ_set_version(req.get(), 0);
+  X509_NAME_add_entry_by_txt(X509_REQ_get_subject_name(req.get()), "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>(kWorkerIdentity), -1, -1, 0);
+  if (X509_REQ_set_pubkey(req.get(), key.get()) != 1 ||
+      X509_REQ_sign(req.get(), key.get(), EVP_sha256()) == 0) {
+    return OpenSslError("X509_REQ_sign");
+  }
+  return KeyAndCsr{Pem(key), Pem(req.get())};
+}
+
+absl::StatusOr<WorkerSigner> WorkerSigner::Load(const std::string& ca_file,
+                                                const std::string& ca_key_file,
+                                                absl::Duration validity) {
+  absl::StatusOr<std::string> ca = ReadFile(ca_file);
+  if (!ca.ok()) return ca.status();
+  absl::StatusOr<std::string> key = ReadFile(ca_key_file);
+  if (!key.ok()) return key.status();
+  // Loaded once here, so that a bad file stops the start rather than an enrollment.
+  if (absl::StatusOr<Cert> c = LoadCert(ca_file); !c.ok()) return c.status();
+  if (absl::StatusOr<Key> k = LoadKey(ca_key_file); !k.ok()) return k.status();
+  return WorkerSigner(*std::move(ca), *std::move(key), validity);
+}
+
+absl::StatusOr<std::string> WorkerSigner::Sign(const std::string& csr_pem,
+                                               const std::string& identity) const {
+  Bio csr_bio(BIO_new_mem_buf(csr_pem.data(), static_cast<int>(csr_pem.size())));
+  std::unique_ptr<X509_REQ, Deleter<X509_REQ, X509_REQ_free>> req(
+      PEM_read_bio_X509_REQ(csr_bio.get(), nullptr, nullptr, nullptr));
+  if (!req) return absl::InvalidArgumentError("csr_pem: not a PEM certificate request");
+  Key public_key(X509_REQ_get_pubkey(req.get()));
+  // The request is signed with the key it names: its sender holds that key.
+  if (!public_key || X509_REQ_verify(req.get(), public_key.get()) != 1) {
+    return absl::InvalidArgumentError("csr_pem: its signature does not verify");
+  }
+  Bio ca_bio(BIO_new_mem_buf(ca_pem_.data(), static_cast<int>(ca_pem_.size())));
+  Cert ca(PEM_read_bio_X509(ca_bio.get(), nullptr, nullptr, nullptr));
+  Bio key_bio(BIO_new_mem_buf(ca_key_pem_.data(), static_cast<int>(ca_key_pem_.size())));
+  Key ca_key(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
+  if (!ca || !ca_key) return OpenSslError("loading the CA");
+  // Whatever the request's subject says, the certificate names the identity given.
+  absl::StatusOr<Issued> issued =
+      Issue(absl::StrCat(kWorkerCnPrefix, identity), {kWorkerIdentity}, ca.get(), ca_key.get(),
+            static_cast<long>(absl::ToInt64Seconds(validity_)), public_key.get());
+  if (!issued.ok()) return issued.status();
+  return Pem(issued->cert);
+}
+
+absl::StatusOr<absl::Time> CertificateExpiry(const std::string& cert_file) {
+  absl::StatusOr<Cert> cert = LoadCert(cert_file);
+  if (!cert.ok()) return cert.status();
+  tm t = {};
+  if (ASN1_TIME_to_tm(X509_get0_notAfter(cert->get()), &t) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(cert_file, ": no valid expiry"));
+  }
+  return absl::FromTM(t, absl::UTCTimeZone());
+}
+
+absl::Status WritePrivateFile(const std::string& path, const std::string& data) {
+  return WritePrivate(path, data);
+}
 
 TlsFiles CoordinatorTls(const std::string& dir) {
   return {Path(dir, "ca.pem"), Path(dir, "coordinator.pem"), Path(dir, "coordinator-key.pem")};
 }
-TlsFiles WorkerTls(const std::string& dir) {
-  return {Path(dir, "ca.pem"), Path(dir, "worker.pem"), Path(dir, "worker-key.pem")};
+TlsFiles WorkerTls(const std::string& dir, const std::string& worker) {
+  return {Path(dir, "ca.pem"), Path(dir, absl::StrCat("workers/", worker, ".pem")),
+          Path(dir, absl::StrCat("workers/", worker, "-key.pem"))};
 }
 TlsFiles ClientTls(const std::string& dir) { return {Path(dir, "ca.pem"), "", ""}; }
 std::string TokensFile(const std::string& dir) { return Path(dir, "tokens"); }
+std::string BootstrapTokenFile(const std::string& dir) { return Path(dir, "bootstrap-token"); }
+std::string CaKeyFile(const std::string& dir) { return Path(dir, "ca-key.pem"); }
 std::string TokenFile(const std::string& dir, const std::string& user) {
   return Path(dir, user + ".token");
 }
@@ -203,6 +281,12 @@ absl::Status MakeCredentials(const CredentialsOptions& options) {
           absl::StrCat("user name '", user, "': 1 to 64 characters of [A-Za-z0-9._@-], not admin"));
     }
   }
+  for (const std::string& worker : options.workers) {
+    if (!ValidWorkerName(worker)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker name '", worker, "': 1 to 64 characters of [A-Za-z0-9._-]"));
+    }
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat(dir, ": ", ec.message()));
@@ -210,12 +294,13 @@ absl::Status MakeCredentials(const CredentialsOptions& options) {
 
   const std::string ca_pem = Path(dir, "ca.pem"), ca_key_pem = Path(dir, "ca-key.pem");
   if (!fs::exists(ca_pem) || !fs::exists(ca_key_pem)) {
-    absl::StatusOr<Issued> ca = Issue("Lockstep cluster CA", {}, nullptr, nullptr, 10 * 365);
+    absl::StatusOr<Issued> ca = Issue("Lockstep cluster CA", {}, nullptr, nullptr, 10 * 365 * kDay);
     if (!ca.ok()) return ca.status();
     // A new CA makes the old leaves worthless: they are issued again below.
     for (const char* name : {"coordinator", "worker"}) {
       fs::remove(Path(dir, absl::StrCat(name, ".pem")), ec);
     }
+    fs::remove_all(Path(dir, "workers"), ec);
     if (absl::Status st = WritePrivate(ca_key_pem, Pem(ca->key)); !st.ok()) return st;
     if (absl::Status st = WritePrivate(ca_pem, Pem(ca->cert)); !st.ok()) return st;
   }
@@ -231,10 +316,26 @@ absl::Status MakeCredentials(const CredentialsOptions& options) {
       !st.ok()) {
     return st;
   }
-  if (absl::Status st =
-          EnsureLeaf(dir, "worker", kWorkerIdentity, {kWorkerIdentity}, ca->get(), ca_key->get());
-      !st.ok()) {
-    return st;
+  if (!options.workers.empty()) {
+    fs::create_directories(Path(dir, "workers"), ec);
+    if (ec)
+      return absl::PermissionDeniedError(absl::StrCat(Path(dir, "workers"), ": ", ec.message()));
+    fs::permissions(Path(dir, "workers"), fs::perms::owner_all, ec);
+  }
+  for (const std::string& worker : options.workers) {
+    if (absl::Status st =
+            EnsureLeaf(dir, absl::StrCat("workers/", worker), absl::StrCat(kWorkerCnPrefix, worker),
+                       {kWorkerIdentity}, ca->get(), ca_key->get());
+        !st.ok()) {
+      return st;
+    }
+  }
+
+  // The bootstrap token with which workers enroll (coordinator --bootstrap_token_file).
+  if (!fs::exists(BootstrapTokenFile(dir))) {
+    if (absl::Status st = WritePrivate(BootstrapTokenFile(dir), RandomHex(32) + "\n"); !st.ok()) {
+      return st;
+    }
   }
 
   // Tokens: one per caller, each in its own file; the tokens file lists them all.
@@ -258,17 +359,24 @@ absl::Status MakeCredentials(const CredentialsOptions& options) {
   return TokenTable::Load(TokensFile(dir)).status();
 }
 
-absl::StatusOr<std::string> KubernetesSecrets(const std::string& dir, const std::string& ns) {
-  const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>
-      secrets = {
-          {"lockstep-coordinator-tls",
-           {{"ca.pem", "ca.pem"},
-            {"tls.pem", "coordinator.pem"},
-            {"tls-key.pem", "coordinator-key.pem"},
-            {"tokens", "tokens"}}},
-          {"lockstep-worker-tls",
-           {{"ca.pem", "ca.pem"}, {"tls.pem", "worker.pem"}, {"tls-key.pem", "worker-key.pem"}}},
-      };
+absl::StatusOr<std::string> KubernetesSecrets(const std::string& dir, const std::string& ns,
+                                              const std::vector<std::string>& workers) {
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> secrets = {
+      {"lockstep-coordinator-tls",
+       {{"ca.pem", "ca.pem"},
+        {"tls.pem", "coordinator.pem"},
+        {"tls-key.pem", "coordinator-key.pem"},
+        {"tokens", "tokens"},
+        {"ca-key.pem", "ca-key.pem"},
+        {"bootstrap-token", "bootstrap-token"}}},
+      {"lockstep-worker-bootstrap", {{"ca.pem", "ca.pem"}, {"bootstrap-token", "bootstrap-token"}}},
+  };
+  for (const std::string& w : workers) {
+    secrets.push_back({absl::StrCat("lockstep-worker-", w, "-tls"),
+                       {{"ca.pem", "ca.pem"},
+                        {"tls.pem", absl::StrCat("workers/", w, ".pem")},
+                        {"tls-key.pem", absl::StrCat("workers/", w, "-key.pem")}}});
+  }
   std::string out = "# Made by `lockstep certs`: the cluster's CA, certificates and tokens.\n";
   for (const auto& [name, files] : secrets) {
     absl::StrAppend(&out, "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: ", name,

@@ -133,9 +133,13 @@ class FakeClient final : public WorkerClient {
  public:
   FakeClient(int rank, FakeWorker w) : rank_(rank), w_(w) {}
 
-  absl::StatusOr<PrepareResult> Prepare(const JobAssignment&,
+  absl::StatusOr<PrepareResult> Prepare(const JobAssignment& job,
                                         std::shared_ptr<const SharedState> state,
                                         const CancelToken& cancel, absl::Duration) override {
+    {
+      absl::MutexLock lock(&mu_);
+      rendezvous_prefix_ = job.rendezvous_prefix;
+    }
     if (w_.hang_prepare) {
       {
         absl::MutexLock lock(&mu_);
@@ -181,6 +185,11 @@ class FakeClient final : public WorkerClient {
     absl::MutexLock lock(&mu_);
     return releases_;
   }
+  // The rendezvous prefix of the last Prepare.
+  std::string rendezvous_prefix() {
+    absl::MutexLock lock(&mu_);
+    return rendezvous_prefix_;
+  }
   // Waits until a hanging Prepare has started.
   void AwaitPrepare() {
     absl::MutexLock lock(&mu_);
@@ -193,6 +202,7 @@ class FakeClient final : public WorkerClient {
   absl::Mutex mu_;
   TrainState state_ ABSL_GUARDED_BY(mu_);
   bool in_prepare_ ABSL_GUARDED_BY(mu_) = false;
+  std::string rendezvous_prefix_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> releases_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -82,6 +82,12 @@ class JobManager::Sink final : public JobSink, public WorkerSupply {
     absl::MutexLock lock(&m_->mu_);
     rec_->job.set_snapshot_step(step);
   }
+  void OnRendezvous(const std::string& prefix, const std::vector<PoolWorker>& workers) override {
+    if (m_->kv_ == nullptr) return;
+    std::set<std::string> members;
+    for (const PoolWorker& w : workers) members.insert(w.identity);
+    m_->kv_->Open(rec_->job.id(), prefix, std::move(members));
+  }
   absl::StatusOr<std::vector<PoolWorker>> Replace(const std::vector<std::string>& lost,
                                                   const absl::Status& reason,
                                                   absl::Duration timeout,
@@ -454,7 +460,7 @@ void JobManager::RunJob(Record* rec) {
   JobOutcome out;
   const absl::Status st = rec->runner->Run(&out);
   const std::string id = rec->job.id();  // immutable once created
-  if (kv_ != nullptr) kv_->ErasePrefix(absl::StrCat("jobs/", id, "/"));
+  if (kv_ != nullptr) kv_->Close(id);
   std::vector<Save> saves;
   {
     absl::MutexLock lock(&mu_);

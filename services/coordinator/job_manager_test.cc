@@ -287,12 +287,16 @@ TEST_F(JobManagerTest, CancelDuringAHungPrepareEndsTheJobWithinTwoSecondsAndDrop
   Register(2);
   ASSERT_OK(Start({FakeWorker{.hang_prepare = true}, FakeWorker{.hang_prepare = true}}));
   ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(Spec(2)));
-  ASSERT_OK(kv.Set(absl::StrCat("jobs/", job.id(), "/rank0"), "its"));
-  ASSERT_OK(kv.Set(absl::StrCat("jobs/", job.id(), "0/rank0"), "another job's"));
   // Started by Submit itself, so its clients exist (and are this thread's to look at).
   ASSERT_EQ(job.state(), v1::RUNNING);
   ASSERT_EQ(factory_->clients.size(), 2u);
   for (FakeClient* c : factory_->clients) c->AwaitPrepare();
+  // The attempt's namespace was opened before Prepare: its ranks can bootstrap in it.
+  const std::string prefix = factory_->clients[0]->rendezvous_prefix();
+  EXPECT_THAT(prefix, ::testing::StartsWith(absl::StrCat("jobs/", job.id(), "/")));
+  ASSERT_OK(kv.Set(prefix + "rank0", "its"));
+  EXPECT_THAT(kv.Set(absl::StrCat("jobs/", job.id(), "/rank0"), "no secret"),
+              StatusIs(absl::StatusCode::kPermissionDenied, _));
   const absl::Time t0 = absl::Now();
   ASSERT_OK(jobs_->Cancel(job.id()).status());
   const v1::Job done = AwaitEnd(*jobs_, job.id());
@@ -300,9 +304,9 @@ TEST_F(JobManagerTest, CancelDuringAHungPrepareEndsTheJobWithinTwoSecondsAndDrop
   EXPECT_EQ(done.state(), v1::CANCELLED);
   EXPECT_EQ(done.failure_reason(), "cancelled by the user");
   EXPECT_THAT(Free(), ElementsAre(true, true));
-  EXPECT_THAT(kv.Get(absl::StrCat("jobs/", job.id(), "/rank0")),
-              StatusIs(absl::StatusCode::kNotFound, _));
-  ASSERT_OK(kv.Get(absl::StrCat("jobs/", job.id(), "0/rank0")).status());
+  // Its namespace is closed: the keys are gone and no more can be written.
+  EXPECT_EQ(kv.keys(), 0u);
+  EXPECT_THAT(kv.Set(prefix + "rank0", "late"), StatusIs(absl::StatusCode::kPermissionDenied, _));
 }
 
 TEST_F(JobManagerTest, RecordsSurviveARestart) {

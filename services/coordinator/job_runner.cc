@@ -279,15 +279,17 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
   const std::shared_ptr<CancelToken> cancel = attempt();
   const int n = static_cast<int>(workers_.size());
   std::vector<absl::StatusOr<PrepareResult>> resp(n, absl::UnknownError("not run"));
-  const std::string secret = RandomHex(16);
+  // A namespace per attempt: a recovery's ranks never meet the lost attempt's keys. Its
+  // random part is known only to the ranks (it travels in Prepare, over mutual TLS), so
+  // no other registry client can read or pre-write the job's keys.
+  const std::string prefix =
+      absl::StrCat("jobs/", job_id_, "/", attempt_number_, "-", RandomHex(16), "/");
+  sink_->OnRendezvous(prefix, workers_);
   ForEachRank(n, [&](int r) {
     JobAssignment job;
     job.job_id = job_id_;
     job.replica = {spec_, r, n, options_.collective_timeout};
-    // A namespace per attempt: a recovery's ranks never meet the lost attempt's keys. Its
-    // random part is known only to the ranks (it travels in Prepare, over mutual TLS), so
-    // no other registry client can read or pre-write the job's keys.
-    job.rendezvous_prefix = absl::StrCat("jobs/", job_id_, "/", attempt_number_, "-", secret, "/");
+    job.rendezvous_prefix = prefix;
     resp[r] = clients_[r]->Prepare(job, state, *cancel, options_.prepare_timeout);
   });
   for (int r = 0; r < n; ++r) {

@@ -56,6 +56,9 @@ class JobSink {
   virtual void OnEval(const v1::EvalResult& result) = 0;
   // A snapshot of the state at `step` was taken (and written, where the runner keeps them).
   virtual void OnSnapshot(int64_t step) {}
+  // An attempt's collective bootstraps under rendezvous `prefix`, by `workers` (rank order);
+  // called before any of them learns it (the previous attempt's namespace is over).
+  virtual void OnRendezvous(const std::string& prefix, const std::vector<PoolWorker>& workers) {}
 };
 
 // Where a runner gets workers again after losing some (the JobManager).

@@ -1,5 +1,6 @@
-// Tests of KvTable: values, limits, ErasePrefix, and asynchronous waits ended by the last
-// key, their deadline (the timer thread), CancelWait or the table's destruction.
+// Tests of KvTable: namespaces (who may use them, their budgets, their end), values, and
+// asynchronous waits ended by the last key, their deadline (the timer thread), CancelWait,
+// their namespace's end or the table's destruction.
 #include "services/coordinator/kv_table.h"
 
 #include <memory>
@@ -59,26 +60,31 @@ struct Outcome {
 
 TEST(KvTable, SetsAndGetsValuesAndGetOfAMissingKeyIsNotFound) {
   KvTable kv;
+  kv.Open("job-1", "jobs/1/", {});
   ASSERT_OK(kv.Set("jobs/1/a", "one"));
   ASSERT_OK(kv.Set("jobs/1/a", "uno"));
   EXPECT_EQ(kv.Get("jobs/1/a").value_or(""), "uno");
   EXPECT_THAT(kv.Get("jobs/1/b"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("jobs/1/b")));
 }
 
-TEST(KvTable, ANewKeyPastTheKeyLimitIsResourceExhaustedButAnUpdateIsNot) {
-  KvTable kv(/*max_keys=*/2, /*max_bytes=*/1000);
+TEST(KvTable, ANewKeyPastTheJobsKeyBudgetIsResourceExhaustedButAnUpdateIsNot) {
+  KvTable kv(/*max_keys_per_job=*/2, /*max_bytes_per_job=*/1000);
+  kv.Open("job-1", "", {});
   ASSERT_OK(kv.Set("a", "1"));
   ASSERT_OK(kv.Set("b", "2"));
-  EXPECT_THAT(kv.Set("c", "3"), StatusIs(absl::StatusCode::kResourceExhausted, _));
+  EXPECT_THAT(kv.Set("c", "3"),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("job job-1")));
   EXPECT_THAT(kv.Get("c"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("c")));
   ASSERT_OK(kv.Set("a", "11"));
   EXPECT_EQ(kv.Get("a").value_or(""), "11");
 }
 
-TEST(KvTable, PastTheByteLimitASetIsResourceExhaustedAndChangesNothing) {
-  KvTable kv(/*max_keys=*/100, /*max_bytes=*/10);
+TEST(KvTable, PastTheJobsByteBudgetASetIsResourceExhaustedAndChangesNothing) {
+  KvTable kv(/*max_keys_per_job=*/100, /*max_bytes_per_job=*/10);
+  kv.Open("job-1", "", {});
   ASSERT_OK(kv.Set("k", "123456789"));  // 10 bytes with its key
-  EXPECT_THAT(kv.Set("j", "x"), StatusIs(absl::StatusCode::kResourceExhausted, _));
+  EXPECT_THAT(kv.Set("j", "x"),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("job job-1")));
   EXPECT_THAT(kv.Set("k", "1234567890"), StatusIs(absl::StatusCode::kResourceExhausted, _));
   EXPECT_EQ(kv.Get("k").value_or(""), "123456789");
   // Replacing a value counts only the new one.
@@ -86,23 +92,83 @@ TEST(KvTable, PastTheByteLimitASetIsResourceExhaustedAndChangesNothing) {
   ASSERT_OK(kv.Set("j", "xxxx"));
 }
 
-TEST(KvTable, ErasePrefixDropsTheKeysUnderItAndFreesTheirBytes) {
-  KvTable kv(/*max_keys=*/4, /*max_bytes=*/1000);
-  ASSERT_OK(kv.Set("jobs/1/a", "x"));
-  ASSERT_OK(kv.Set("jobs/1/b", "x"));
-  ASSERT_OK(kv.Set("jobs/10/a", "x"));
-  ASSERT_OK(kv.Set("jobs/2/a", "x"));
-  kv.ErasePrefix("jobs/1/");
-  EXPECT_THAT(kv.Get("jobs/1/a"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("jobs/1/a")));
-  EXPECT_THAT(kv.Get("jobs/1/b"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("jobs/1/b")));
-  EXPECT_EQ(kv.Get("jobs/10/a").value_or(""), "x");
-  EXPECT_EQ(kv.Get("jobs/2/a").value_or(""), "x");
-  ASSERT_OK(kv.Set("jobs/3/a", "x"));  // the two keys erased are free again
-  ASSERT_OK(kv.Set("jobs/3/b", "x"));
+TEST(KvTable, KeysInNoOpenNamespaceAreRefusedAndNeverStored) {
+  KvTable kv;
+  EXPECT_THAT(kv.Set("junk/0", "x"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("no running job")));
+  kv.Open("job-1", "jobs/job-1/1-secret/", {});
+  // Without the attempt's secret part, or under another job's name: refused too.
+  EXPECT_THAT(kv.Set("jobs/job-1/0", "x"), StatusIs(absl::StatusCode::kPermissionDenied, _));
+  EXPECT_THAT(kv.Set("jobs/job-2/1-secret/0", "x"),
+              StatusIs(absl::StatusCode::kPermissionDenied, _));
+  EXPECT_THAT(kv.Get("junk/0"), StatusIs(absl::StatusCode::kPermissionDenied, _));
+  Outcome out;
+  kv.WaitAsync({"jobs/job-1/1-secret/a", "junk/0"}, absl::Now() + absl::Minutes(1), out.Callback());
+  EXPECT_THAT(out.Await(), StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("junk/0")));
+  EXPECT_EQ(kv.keys(), 0u);
+  EXPECT_EQ(kv.waiters(), 0u);
+}
+
+TEST(KvTable, OnlyTheJobsWorkersMayWriteOrReadItsKeys) {
+  KvTable kv;
+  kv.Open("job-1", "jobs/job-1/1-s/", {"worker-0", "worker-1"});
+  ASSERT_OK(kv.Set("jobs/job-1/1-s/rank0", "10.0.0.1:4000", "worker-0"));
+  EXPECT_THAT(kv.Set("jobs/job-1/1-s/rank0", "attacker:1", "rogue"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("job-1")));
+  EXPECT_THAT(kv.Get("jobs/job-1/1-s/rank0", "rogue"),
+              StatusIs(absl::StatusCode::kPermissionDenied, _));
+  Outcome rogue;
+  kv.WaitAsync({"jobs/job-1/1-s/rank0"}, absl::Now() + absl::Minutes(1), rogue.Callback(), "rogue");
+  EXPECT_THAT(rogue.Await(), StatusIs(absl::StatusCode::kPermissionDenied, _));
+  EXPECT_EQ(kv.Get("jobs/job-1/1-s/rank0", "worker-1").value_or(""), "10.0.0.1:4000");
+}
+
+TEST(KvTable, AJobOverItsBudgetLeavesAnotherJobsBootstrapWorkingAndIsFreedWhenItEnds) {
+  KvTable kv(/*max_keys_per_job=*/1000, /*max_bytes_per_job=*/1 << 10);
+  kv.Open("job-a", "jobs/job-a/1-x/", {"rogue"});
+  kv.Open("job-b", "jobs/job-b/1-y/", {"worker-0", "worker-1"});
+  // The rogue fills its own job's namespace to the brim...
+  int stored = 0;
+  absl::Status full;
+  for (; full.ok(); ++stored) {
+    full = kv.Set(absl::StrCat("jobs/job-a/1-x/", stored), std::string(100, 'x'), "rogue");
+  }
+  EXPECT_THAT(full, StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("job job-a")));
+  EXPECT_GT(stored, 5);
+  // ...and the other job bootstraps as if nothing happened.
+  Outcome rank1;
+  kv.WaitAsync({"jobs/job-b/1-y/rank0"}, absl::Now() + absl::Minutes(1), rank1.Callback(),
+               "worker-1");
+  ASSERT_OK(kv.Set("jobs/job-b/1-y/rank0", std::string(900, 'a'), "worker-0"));
+  EXPECT_THAT(rank1.Await(), IsOkAndHoldsValues(ElementsAre(std::string(900, 'a'))));
+  // Its end frees everything it held.
+  kv.Close("job-a");
+  EXPECT_EQ(kv.keys(), 1u);
+  EXPECT_THAT(kv.Set("jobs/job-a/1-x/0", "x", "rogue"),
+              StatusIs(absl::StatusCode::kPermissionDenied, _));
+  kv.Close("job-b");
+  EXPECT_EQ(kv.keys(), 0u);
+}
+
+TEST(KvTable, ANewAttemptDeletesThePreviousAttemptsKeysAndAbortsItsWaiters) {
+  KvTable kv(/*max_keys_per_job=*/2, /*max_bytes_per_job=*/1000);
+  kv.Open("job-1", "jobs/job-1/1-a/", {});
+  ASSERT_OK(kv.Set("jobs/job-1/1-a/rank0", "x"));
+  ASSERT_OK(kv.Set("jobs/job-1/1-a/rank1", "x"));
+  Outcome waiting;
+  kv.WaitAsync({"jobs/job-1/1-a/rank2"}, absl::Now() + absl::Hours(1), waiting.Callback());
+  kv.Open("job-1", "jobs/job-1/2-b/", {});
+  EXPECT_THAT(waiting.Await(), StatusIs(absl::StatusCode::kAborted, HasSubstr("job-1")));
+  EXPECT_THAT(kv.Get("jobs/job-1/1-a/rank0"), StatusIs(absl::StatusCode::kPermissionDenied, _));
+  EXPECT_EQ(kv.keys(), 0u);
+  // The new attempt has the whole budget.
+  ASSERT_OK(kv.Set("jobs/job-1/2-b/rank0", "x"));
+  ASSERT_OK(kv.Set("jobs/job-1/2-b/rank1", "x"));
 }
 
 TEST(KvTable, AWaitForKeysAlreadySetEndsAtOnceWithTheValuesInKeyOrder) {
   KvTable kv;
+  kv.Open("job-1", "", {});
   ASSERT_OK(kv.Set("a", "va"));
   ASSERT_OK(kv.Set("b", "vb"));
   Outcome out;
@@ -113,6 +179,7 @@ TEST(KvTable, AWaitForKeysAlreadySetEndsAtOnceWithTheValuesInKeyOrder) {
 
 TEST(KvTable, AWaitEndsWhenItsLastKeyIsSetAndItsCallbackMayUseTheTable) {
   KvTable kv;
+  kv.Open("job-1", "", {});
   absl::Notification done;
   absl::StatusOr<std::vector<std::string>> got = absl::UnknownError("not called");
   absl::StatusOr<std::string> inside = absl::UnknownError("not called");
@@ -133,6 +200,7 @@ TEST(KvTable, AWaitEndsWhenItsLastKeyIsSetAndItsCallbackMayUseTheTable) {
 
 TEST(KvTable, AtItsDeadlineAWaitIsDeadlineExceededNamingTheMissingKeys) {
   KvTable kv;
+  kv.Open("job-1", "", {});
   ASSERT_OK(kv.Set("present-key", "x"));
   Outcome out;
   kv.WaitAsync({"present-key", "missing-1", "missing-2"}, absl::Now() + absl::Milliseconds(50),
@@ -148,6 +216,7 @@ TEST(KvTable, AtItsDeadlineAWaitIsDeadlineExceededNamingTheMissingKeys) {
 
 TEST(KvTable, AShortDeadlineBehindALongOneStillEndsOnTime) {
   KvTable kv;
+  kv.Open("job-1", "", {});
   Outcome long_wait, short_wait;
   const int64_t long_id = kv.WaitAsync({"x"}, absl::Now() + absl::Hours(1), long_wait.Callback());
   kv.WaitAsync({"y"}, absl::Now() + absl::Milliseconds(50), short_wait.Callback());
@@ -159,6 +228,7 @@ TEST(KvTable, AShortDeadlineBehindALongOneStillEndsOnTime) {
 
 TEST(KvTable, CancelWaitEndsAWaitWithTheStatusGivenAndIsANoOpAfterwards) {
   KvTable kv;
+  kv.Open("job-1", "", {});
   Outcome out;
   const int64_t id = kv.WaitAsync({"a"}, absl::Now() + absl::Minutes(1), out.Callback());
   EXPECT_EQ(kv.waiters(), 1u);
@@ -181,6 +251,7 @@ TEST(KvTable, CancelWaitEndsAWaitWithTheStatusGivenAndIsANoOpAfterwards) {
 TEST(KvTable, EveryWaiterIsCalledBackExactlyOnceUnderRacingSetsCancelsAndDeadlines) {
   constexpr int kWaiters = 300, kKeys = 20;
   auto kv = std::make_unique<KvTable>();
+  kv->Open("job-1", "", {});
   std::vector<std::unique_ptr<Outcome>> outs;
   std::vector<int64_t> ids;
   for (int i = 0; i < kWaiters; ++i) {
@@ -207,6 +278,7 @@ TEST(KvTable, DestroyingTheTableEndsPendingWaitsWithUnavailable) {
   Outcome a, b;
   {
     KvTable kv;
+    kv.Open("job-1", "", {});
     kv.WaitAsync({"a"}, absl::Now() + absl::Hours(1), a.Callback());
     kv.WaitAsync({"b"}, absl::InfiniteFuture(), b.Callback());
     EXPECT_EQ(kv.waiters(), 2u);

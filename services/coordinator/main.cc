@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/synchronization/mutex.h"
 #include "core/data/data_roots.h"
@@ -43,6 +44,17 @@ ABSL_FLAG(int64_t, worker_memory_budget_mb, lockstep::kDefaultWorkerMemoryBudget
 ABSL_FLAG(int, max_watchers, 4096, "concurrent WatchJob streams (at most 1024 per job)");
 ABSL_FLAG(int64_t, history_bytes, 4 << 20,
           "a running job's event log for WatchJob (finished jobs keep states and evaluations)");
+ABSL_DECLARE_FLAG(std::string, tls_ca);  // services/common/server_security.cc
+ABSL_FLAG(std::string, worker_ca_key, "",
+          "the CA's key (ca-key.pem): with --bootstrap_token_file, new workers enroll (their "
+          "own keys signed into certificates naming them)");
+ABSL_FLAG(std::string, bootstrap_token_file, "",
+          "bootstrap tokens (one a line) with which workers enroll (WorkerRegistry.Enroll)");
+ABSL_FLAG(int, worker_cert_hours, 720, "how long an enrolled worker's certificate is valid");
+ABSL_FLAG(int, rendezvous_keys_per_job, 4096,
+          "a job's rendezvous keys (collective bootstrap); more are RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, rendezvous_kb_per_job, 4096,
+          "a job's rendezvous bytes, in KiB; more are RESOURCE_EXHAUSTED for that job only");
 ABSL_FLAG(int, max_queued_jobs, 1000,
           "queued jobs in all, past which a submit is refused (per user: limit_flags.cc)");
 ABSL_FLAG(std::string, tokens_file, "",
@@ -83,6 +95,11 @@ int main(int argc, char** argv) {
                                   "max_watchers",
                                   "history_bytes",
                                   "max_queued_jobs",
+                                  "worker_ca_key",
+                                  "bootstrap_token_file",
+                                  "worker_cert_hours",
+                                  "rendezvous_keys_per_job",
+                                  "rendezvous_kb_per_job",
                                   "tokens_file",
                                   "port_file",
                                   "data_root",
@@ -159,7 +176,14 @@ int main(int argc, char** argv) {
   }
 
   WorkerPool pool(opts.heartbeat_timeout);
-  KvTable kv;
+  const std::string revoked_file = absl::GetFlag(FLAGS_state_dir) + "/revoked-workers";
+  if (absl::Status st = pool.UseRevocationFile(revoked_file); !st.ok()) {
+    spdlog::error("{}", st.ToString());
+    return 1;
+  }
+  KvTable kv(
+      static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_rendezvous_keys_per_job))),
+      static_cast<size_t>(std::max<int64_t>(1, absl::GetFlag(FLAGS_rendezvous_kb_per_job))) * 1024);
   auto factory = NewGrpcWorkerClientFactory(*transport);
   auto registry = std::make_shared<prometheus::Registry>();
   CoordinatorMetrics metrics(registry);
@@ -172,8 +196,28 @@ int main(int argc, char** argv) {
   } tap_guard;
   // With metrics off, nobody counts the WatchJob streams' statuses either.
   JobServiceImpl job_service(&jobs, &pool, &guard, metrics_flags.on() ? &rpc_metrics : nullptr);
-  WorkerRegistryImpl worker_registry(&pool, &jobs, opts.heartbeat_interval, &guard);
+  std::unique_ptr<Enrollment> enrollment;
+  if (!absl::GetFlag(FLAGS_worker_ca_key).empty() ||
+      !absl::GetFlag(FLAGS_bootstrap_token_file).empty()) {
+    if (!transport->secure() || absl::GetFlag(FLAGS_worker_ca_key).empty() ||
+        absl::GetFlag(FLAGS_bootstrap_token_file).empty()) {
+      spdlog::error("enrollment needs TLS, --worker_ca_key and --bootstrap_token_file together");
+      return 2;
+    }
+    absl::StatusOr<std::unique_ptr<Enrollment>> loaded =
+        Enrollment::Load(absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_worker_ca_key),
+                         absl::GetFlag(FLAGS_bootstrap_token_file),
+                         absl::Hours(std::max(1, absl::GetFlag(FLAGS_worker_cert_hours))));
+    if (!loaded.ok()) {
+      spdlog::error("enrollment: {}", loaded.status().ToString());
+      return 2;
+    }
+    enrollment = *std::move(loaded);
+  }
+  WorkerRegistryImpl worker_registry(&pool, &jobs, opts.heartbeat_interval, &guard,
+                                     enrollment.get());
   RendezvousImpl rendezvous(&kv, &guard);
+  WorkerAdminImpl worker_admin(&pool, &jobs, &guard);
 
   // The records are reloaded before the server takes its first Submit.
   if (absl::Status st = jobs.Start(); !st.ok()) {
@@ -190,7 +234,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   absl::StatusOr<Serving> serving =
-      StartServer(listen, *transport, {&job_service, &worker_registry, &rendezvous},
+      StartServer(listen, *transport, {&job_service, &worker_registry, &rendezvous, &worker_admin},
                   absl::GetFlag(FLAGS_port_file), std::move(interceptors));
   if (!serving.ok()) {
     spdlog::error("{}", serving.status().ToString());

@@ -136,15 +136,17 @@ class RefusedWait final : public grpc::ServerUnaryReactor {
 class WaitReactor final : public grpc::ServerUnaryReactor {
  public:
   WaitReactor(KvTable* kv, std::vector<std::string> keys, absl::Time deadline,
-              v1::WaitResponse* resp)
+              const std::string& caller, v1::WaitResponse* resp)
       : kv_(kv) {
     const int64_t id = kv_->WaitAsync(
-        std::move(keys), deadline, [this, resp](absl::StatusOr<std::vector<std::string>> values) {
+        std::move(keys), deadline,
+        [this, resp](absl::StatusOr<std::vector<std::string>> values) {
           if (values.ok()) {
             for (auto& v : *values) resp->add_values(std::move(v));
           }
           Finish(ToGrpcStatus(values.status()));
-        });
+        },
+        caller);
     absl::MutexLock lock(&mu_);
     id_ = id;
   }
@@ -270,45 +272,85 @@ grpc::Status JobServiceImpl::GetCheckpoint(grpc::ServerContext* ctx,
 
 grpc::Status WorkerRegistryImpl::Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                                           v1::RegisterResponse* resp) {
-  if (absl::Status st = guard_->Peer(*ctx, kWorkerIdentity); !st.ok()) return ToGrpcStatus(st);
+  absl::StatusOr<std::string> identity = guard_->Worker(*ctx);
+  if (!identity.ok()) return ToGrpcStatus(identity.status());
   if (req->address().empty() || req->device().empty()) {
     return ToGrpcStatus(absl::InvalidArgumentError("address and device are required"));
   }
-  resp->set_worker_id(pool_->Register(req->address(), req->device(), req->name(), req->threads()));
+  absl::StatusOr<std::string> id =
+      pool_->RegisterAs(*identity, req->address(), req->device(), req->name(), req->threads());
+  if (!id.ok()) return ToGrpcStatus(id.status());
+  resp->set_worker_id(*id);
   resp->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(interval_));
   jobs_->Kick();
   return grpc::Status::OK;
 }
 
+grpc::Status WorkerRegistryImpl::Enroll(grpc::ServerContext* ctx, const v1::EnrollRequest* req,
+                                        v1::EnrollResponse* resp) {
+  if (enrollment_ == nullptr) {
+    return ToGrpcStatus(absl::FailedPreconditionError(
+        "enrollment is off: the coordinator needs --worker_ca_key and --bootstrap_token_file"));
+  }
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  const absl::string_view authorization =
+      it == md.end() ? absl::string_view()
+                     : absl::string_view(it->second.data(), it->second.size());
+  return Answer(enrollment_->Enroll(authorization, *req), resp);
+}
+
 grpc::Status WorkerRegistryImpl::Heartbeat(grpc::ServerContext* ctx,
                                            const v1::HeartbeatRequest* req,
                                            v1::HeartbeatResponse*) {
-  if (absl::Status st = guard_->Peer(*ctx, kWorkerIdentity); !st.ok()) return ToGrpcStatus(st);
-  if (absl::Status st = pool_->Heartbeat(req->worker_id()); !st.ok()) return ToGrpcStatus(st);
+  absl::StatusOr<std::string> identity = guard_->Worker(*ctx);
+  if (!identity.ok()) return ToGrpcStatus(identity.status());
+  // Only the identity that registered an id beats for it and writes in its jobs' logs.
+  if (absl::Status st = pool_->Heartbeat(req->worker_id(), *identity); !st.ok()) {
+    return ToGrpcStatus(st);
+  }
   if (!req->logs().empty()) jobs_->AppendWorkerLogs(req->worker_id(), req->logs());
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerAdminImpl::RevokeWorker(grpc::ServerContext* ctx,
+                                           const v1::RevokeWorkerRequest* req,
+                                           v1::RevokeWorkerResponse* resp) {
+  absl::StatusOr<Principal> who = guard_->Client(*ctx);
+  if (!who.ok()) return ToGrpcStatus(who.status());
+  if (!who->admin) {
+    return ToGrpcStatus(absl::PermissionDeniedError("revoking workers is for admins"));
+  }
+  absl::StatusOr<std::string> identity = pool_->Revoke(req->id());
+  if (!identity.ok()) return ToGrpcStatus(identity.status());
+  resp->set_identity(*identity);
+  jobs_->Kick();  // its job, if any, recovers now
   return grpc::Status::OK;
 }
 
 grpc::Status RendezvousImpl::Set(grpc::ServerContext* ctx, const v1::SetRequest* req,
                                  v1::SetResponse*) {
-  if (absl::Status st = guard_->Peer(*ctx, kWorkerIdentity); !st.ok()) return ToGrpcStatus(st);
-  return ToGrpcStatus(kv_->Set(req->key(), req->value()));
+  absl::StatusOr<std::string> identity = guard_->Worker(*ctx);
+  if (!identity.ok()) return ToGrpcStatus(identity.status());
+  return ToGrpcStatus(kv_->Set(req->key(), req->value(), *identity));
 }
 
 grpc::Status RendezvousImpl::Get(grpc::ServerContext* ctx, const v1::GetRequest* req,
                                  v1::GetResponse* resp) {
-  if (absl::Status st = guard_->Peer(*ctx, kWorkerIdentity); !st.ok()) return ToGrpcStatus(st);
-  return Answer(kv_->Get(req->key()), resp->mutable_value());
+  absl::StatusOr<std::string> identity = guard_->Worker(*ctx);
+  if (!identity.ok()) return ToGrpcStatus(identity.status());
+  return Answer(kv_->Get(req->key(), *identity), resp->mutable_value());
 }
 
 grpc::ServerUnaryReactor* RendezvousImpl::Wait(grpc::CallbackServerContext* ctx,
                                                const v1::WaitRequest* req, v1::WaitResponse* resp) {
-  if (absl::Status st = guard_->Peer(*ctx, kWorkerIdentity); !st.ok()) return new RefusedWait(st);
+  absl::StatusOr<std::string> identity = guard_->Worker(*ctx);
+  if (!identity.ok()) return new RefusedWait(identity.status());
   // Bounded by the request's timeout and the caller's deadline, whichever is sooner.
   const absl::Time deadline =
       std::min(absl::Now() + absl::Milliseconds(std::clamp<int64_t>(req->timeout_ms(), 0, 600000)),
                absl::FromChrono(ctx->deadline()));
-  return new WaitReactor(kv_, {req->keys().begin(), req->keys().end()}, deadline, resp);
+  return new WaitReactor(kv_, {req->keys().begin(), req->keys().end()}, deadline, *identity, resp);
 }
 
 }  // namespace lockstep

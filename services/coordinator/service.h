@@ -6,7 +6,9 @@
 //
 // Every handler first asks the Guard who calls: the job API takes bearer tokens (users
 // see and touch their own jobs, admins everything, and only admins list workers); the
-// registry and the rendezvous take only the workers' certificate.
+// registry and the rendezvous take only workers' own certificates (auth.h: Guard::Worker),
+// and each worker acts only as itself: its id, its jobs' rendezvous keys and logs.
+// WorkerAdmin (admins' tokens) revokes a worker's identity.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_SERVICE_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_SERVICE_H_
 
@@ -14,6 +16,7 @@
 #include "lockstep/v1/registry.grpc.pb.h"
 #include "services/common/auth.h"
 #include "services/common/rpc_metrics.h"
+#include "services/coordinator/enrollment.h"
 #include "services/coordinator/job_manager.h"
 #include "services/coordinator/kv_table.h"
 #include "services/coordinator/worker_pool.h"
@@ -58,9 +61,16 @@ class JobServiceImpl final
 class WorkerRegistryImpl final : public v1::WorkerRegistry::Service {
  public:
   // `jobs` is told when a worker registers (its scheduler may have work for it).
+  // `enrollment` (may be null: Enroll is then FAILED_PRECONDITION) signs new workers' keys.
   WorkerRegistryImpl(WorkerPool* pool, JobManager* jobs, absl::Duration heartbeat_interval,
-                     const Guard* guard)
-      : pool_(pool), jobs_(jobs), interval_(heartbeat_interval), guard_(guard) {}
+                     const Guard* guard, const Enrollment* enrollment = nullptr)
+      : pool_(pool),
+        jobs_(jobs),
+        interval_(heartbeat_interval),
+        guard_(guard),
+        enrollment_(enrollment) {}
+  grpc::Status Enroll(grpc::ServerContext* ctx, const v1::EnrollRequest* req,
+                      v1::EnrollResponse* resp) override;
   grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                         v1::RegisterResponse* resp) override;
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
@@ -71,13 +81,27 @@ class WorkerRegistryImpl final : public v1::WorkerRegistry::Service {
   JobManager* jobs_;
   absl::Duration interval_;
   const Guard* guard_;
+  const Enrollment* enrollment_;
+};
+
+class WorkerAdminImpl final : public v1::WorkerAdmin::Service {
+ public:
+  WorkerAdminImpl(WorkerPool* pool, JobManager* jobs, const Guard* guard)
+      : pool_(pool), jobs_(jobs), guard_(guard) {}
+  grpc::Status RevokeWorker(grpc::ServerContext* ctx, const v1::RevokeWorkerRequest* req,
+                            v1::RevokeWorkerResponse* resp) override;
+
+ private:
+  WorkerPool* pool_;
+  JobManager* jobs_;
+  const Guard* guard_;
 };
 
 class RendezvousImpl final
     : public v1::Rendezvous::WithCallbackMethod_Wait<v1::Rendezvous::Service> {
  public:
   // A job's keys live under a prefix with a random part that only its ranks learn (in
-  // Prepare), so a registry client cannot read or pre-write another job's keys.
+  // Prepare), in a namespace only its workers' identities may use (KvTable).
   RendezvousImpl(KvTable* kv, const Guard* guard) : kv_(kv), guard_(guard) {}
   grpc::Status Set(grpc::ServerContext* ctx, const v1::SetRequest* req, v1::SetResponse*) override;
   grpc::Status Get(grpc::ServerContext* ctx, const v1::GetRequest* req,

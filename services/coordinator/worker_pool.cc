@@ -3,6 +3,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "services/common/auth.h"
 
 namespace lockstep {
 
@@ -13,13 +14,33 @@ std::string WorkerPool::NewInstanceTag() {
 WorkerPool::WorkerPool(absl::Duration heartbeat_timeout, std::string instance, Clock* clock)
     : timeout_(heartbeat_timeout), instance_(std::move(instance)), clock_(clock) {}
 
-std::string WorkerPool::Register(const std::string& address, const std::string& device,
-                                 const std::string& name, uint32_t threads) {
+absl::Status WorkerPool::UseRevocationFile(const std::string& path) {
+  absl::StatusOr<RevokedWorkers> revoked = RevokedWorkers::Load(path);
+  if (!revoked.ok()) return revoked.status();
   absl::MutexLock lock(&mu_);
+  revoked_ = *std::move(revoked);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> WorkerPool::RegisterAs(const std::string& identity,
+                                                   const std::string& address,
+                                                   const std::string& device,
+                                                   const std::string& name, uint32_t threads) {
+  absl::MutexLock lock(&mu_);
+  if (!identity.empty() && revoked_.Contains(identity)) {
+    return absl::PermissionDeniedError(absl::StrCat("worker identity ", identity, " is revoked"));
+  }
+  for (const auto& [id, w] : workers_) {
+    if (w.address == address && !w.identity.empty() && w.identity != identity) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("address ", address, " is held by worker ", id, " of another identity"));
+    }
+  }
   for (auto it = workers_.begin(); it != workers_.end();) {
-    if (it->second.address == address) {
-      lost_.push_back({it->second, absl::StrCat("worker ", it->first, " at ", address,
-                                                " restarted and registered again")});
+    const PoolWorker& w = it->second;
+    if (w.address == address || (!identity.empty() && w.identity == identity)) {
+      lost_.push_back({w, absl::StrCat("worker ", it->first, " at ", w.address,
+                                       " restarted and registered again")});
       it = workers_.erase(it);
     } else {
       ++it;
@@ -30,18 +51,71 @@ std::string WorkerPool::Register(const std::string& address, const std::string& 
   // gets NOT_FOUND for its old id and registers again).
   std::string id = absl::StrFormat("w%04d", next_id_++);
   if (!instance_.empty()) absl::StrAppend(&id, "-", instance_);
-  workers_[id] = PoolWorker{id, address, device, name, threads, "", clock_->Now()};
+  workers_[id] = PoolWorker{id, address, device, name, identity, threads, "", clock_->Now()};
   return id;
 }
 
-absl::Status WorkerPool::Heartbeat(const std::string& id) {
+std::string WorkerPool::Register(const std::string& address, const std::string& device,
+                                 const std::string& name, uint32_t threads) {
+  return *RegisterAs("", address, device, name, threads);  // without identity: never refused
+}
+
+absl::Status WorkerPool::CheckIdentity(const std::string& id, const std::string& identity) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(id);
   if (it == workers_.end()) {
     return absl::NotFoundError(absl::StrCat("worker ", id, " is not registered"));
   }
+  if (it->second.identity != identity) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker ", id, " was registered by another identity"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerPool::Heartbeat(const std::string& id, const std::string& identity) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker ", id, " is not registered"));
+  }
+  if (it->second.identity != identity) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker ", id, " was registered by another identity"));
+  }
   it->second.last_seen = clock_->Now();
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> WorkerPool::Revoke(const std::string& id_or_identity) {
+  absl::MutexLock lock(&mu_);
+  std::string identity = id_or_identity;
+  if (auto it = workers_.find(id_or_identity); it != workers_.end()) {
+    identity = it->second.identity;
+    if (identity.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker ", id_or_identity, " has no certificate identity (a plaintext cluster)"));
+    }
+  } else if (!ValidWorkerName(id_or_identity)) {
+    return absl::NotFoundError(
+        absl::StrCat("no worker ", id_or_identity, " is registered, nor is it an identity"));
+  }
+  if (absl::Status st = revoked_.Add(identity); !st.ok()) return st;
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    if (it->second.identity == identity) {
+      lost_.push_back({it->second, absl::StrCat("worker ", it->first, " (identity ", identity,
+                                                ") was revoked by an admin")});
+      it = workers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return identity;
+}
+
+bool WorkerPool::IsRevoked(const std::string& identity) {
+  absl::MutexLock lock(&mu_);
+  return !identity.empty() && revoked_.Contains(identity);
 }
 
 std::vector<WorkerView> WorkerPool::Views() {

@@ -1,7 +1,10 @@
-// WorkerPool: the registered workers, their liveness (heartbeats) and which job holds
-// each. The scheduler (scheduler.h) plans on its Views and the JobManager assigns workers
-// to jobs; a worker whose heartbeats stop is dropped and reported so its job can fail.
-// Thread-safe; its lock is taken under the JobManager's, never the other way round.
+// WorkerPool: the registered workers, their identities (the worker name in each one's
+// certificate, auth.h), their liveness (heartbeats) and which job holds each. A worker id
+// is bound to the identity that registered it: only that identity heartbeats for it, and
+// an address held by one live identity is not taken by another. Revoked identities are
+// refused (RevokedWorkers, persisted). The scheduler (scheduler.h) plans on its Views and the
+// JobManager assigns workers to jobs; a worker whose heartbeats stop is dropped and reported so its
+// job can fail. Thread-safe; its lock is taken under the JobManager's, never the other way round.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_WORKER_POOL_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_WORKER_POOL_H_
 
@@ -14,12 +17,14 @@
 #include "absl/time/time.h"
 #include "core/clock.h"
 #include "lockstep/v1/job.pb.h"
+#include "services/coordinator/revoked_workers.h"
 #include "services/coordinator/scheduler.h"
 
 namespace lockstep {
 
 struct PoolWorker {
   std::string id, address, device, name;
+  std::string identity;  // its certificate's worker name; empty without TLS
   uint32_t threads = 0;
   std::string job_id;  // empty when free
   absl::Time last_seen;
@@ -39,12 +44,33 @@ class WorkerPool {
                       Clock* clock = Clock::Real());
   static std::string NewInstanceTag();
 
-  // Adds a worker. A worker re-registering from the same address replaces its old entry
-  // (it restarted); the old one is reported by TakeLost().
+  // Where revocations are kept (the state folder's revoked-workers): loads them.
+  absl::Status UseRevocationFile(const std::string& path);
+
+  // Adds a worker proving `identity` (empty: none, --insecure). The same identity
+  // registering again replaces its old entry (it restarted), as does anyone registering
+  // from an address held by an entry without identity; the old entry is reported by
+  // TakeLost(). PERMISSION_DENIED for a revoked identity, or for an address a live worker
+  // of another identity holds (naming the address).
+  absl::StatusOr<std::string> RegisterAs(const std::string& identity, const std::string& address,
+                                         const std::string& device, const std::string& name,
+                                         uint32_t threads);
+  // RegisterAs without an identity (plaintext, tests).
   std::string Register(const std::string& address, const std::string& device,
                        const std::string& name, uint32_t threads);
   // NOT_FOUND for an unknown (e.g. expired) worker: it must register again.
-  absl::Status Heartbeat(const std::string& id);
+  // PERMISSION_DENIED when `id` was registered by another identity than `identity`.
+  absl::Status Heartbeat(const std::string& id, const std::string& identity = "");
+  // OK if worker `id` is registered under `identity`; as Heartbeat otherwise.
+  absl::Status CheckIdentity(const std::string& id, const std::string& identity);
+
+  // Revokes the identity of worker `id_or_identity` (a worker id, or an identity whether
+  // registered or not) for good: persisted first, then its workers are dropped and reported
+  // by TakeLost() (their jobs recover as for a lost worker). Returns the identity.
+  // NOT_FOUND for an unknown id that is no valid identity; FAILED_PRECONDITION for a
+  // worker without identity (plaintext); the file's error if it cannot be written.
+  absl::StatusOr<std::string> Revoke(const std::string& id_or_identity);
+  bool IsRevoked(const std::string& identity);
 
   // The workers in registration order, as the scheduler sees them.
   std::vector<WorkerView> Views();
@@ -71,6 +97,7 @@ class WorkerPool {
   int next_id_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, PoolWorker> workers_ ABSL_GUARDED_BY(mu_);  // ordered by id
   std::vector<LostWorker> lost_ ABSL_GUARDED_BY(mu_);
+  RevokedWorkers revoked_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace lockstep

@@ -1,12 +1,17 @@
 // Tests of WorkerPool: registration, heartbeats and their lapse (with explicit times, no
-// waiting), assignment to jobs, release and drop.
+// waiting), identities bound to ids and addresses, revocation (persisted), assignment to
+// jobs, release and drop.
 #include "services/coordinator/worker_pool.h"
+
+#include <filesystem>
+#include <fstream>
 
 #include "core/testing.h"
 
 namespace lockstep::testing {
 namespace {
 
+using ::testing::_;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -179,6 +184,82 @@ TEST(WorkerPool, IdsOfAnotherPoolNeverMatch) {
   EXPECT_THAT(old_id, ::testing::StartsWith("w0000-"));
   EXPECT_NE(old_id, new_id);
   EXPECT_THAT(after.Heartbeat(old_id), StatusIs(absl::StatusCode::kNotFound, HasSubstr(old_id)));
+}
+
+TEST(WorkerPool, OnlyTheIdentityThatRegisteredAnIdHeartbeatsForIt) {
+  WorkerPool pool(kTimeout, "");
+  ASSERT_OK_AND_ASSIGN(const std::string id, pool.RegisterAs("worker-0", "a:0", "cpu", "x", 1));
+  ASSERT_OK(pool.Heartbeat(id, "worker-0"));
+  EXPECT_THAT(pool.Heartbeat(id, "worker-1"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr(id)));
+  EXPECT_THAT(pool.Heartbeat(id), StatusIs(absl::StatusCode::kPermissionDenied, _));
+  EXPECT_THAT(pool.CheckIdentity(id, "worker-1"), StatusIs(absl::StatusCode::kPermissionDenied, _));
+  ASSERT_OK(pool.CheckIdentity(id, "worker-0"));
+}
+
+TEST(WorkerPool, AnAddressHeldByAnotherLiveIdentityCannotBeTakenOver) {
+  WorkerPool pool(kTimeout, "");
+  ASSERT_OK_AND_ASSIGN(const std::string victim,
+                       pool.RegisterAs("worker-0", "10.0.0.1:7000", "cpu", "victim", 1));
+  ASSERT_OK(pool.Assign("job-1", {victim}).status());
+  EXPECT_THAT(pool.RegisterAs("rogue", "10.0.0.1:7000", "cpu", "rogue", 1),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("10.0.0.1:7000")));
+  EXPECT_THAT(Ids(pool.Views()), ElementsAre(victim));
+  EXPECT_THAT(pool.TakeLost(absl::Now()), IsEmpty());  // the victim's job goes on
+  // The worker itself, restarted, takes its address back; so it does from a new port.
+  ASSERT_OK_AND_ASSIGN(const std::string again,
+                       pool.RegisterAs("worker-0", "10.0.0.1:7000", "cpu", "victim", 1));
+  ASSERT_OK_AND_ASSIGN(const std::string moved,
+                       pool.RegisterAs("worker-0", "10.0.0.1:7001", "cpu", "victim", 1));
+  EXPECT_THAT(Ids(pool.Views()), ElementsAre(moved));
+  const std::vector<LostWorker> lost = pool.TakeLost(absl::Now());
+  ASSERT_EQ(lost.size(), 2u);
+  EXPECT_EQ(lost[0].worker.id, victim);
+  EXPECT_EQ(lost[1].worker.id, again);
+}
+
+TEST(WorkerPool, ARevokedIdentityIsDroppedReportedLostAndRefusedAlsoByTheNextPool) {
+  const std::string file = ::testing::TempDir() + "/revoked-workers-test";
+  std::filesystem::remove(file);
+  {
+    WorkerPool pool(kTimeout, "");
+    ASSERT_OK(pool.UseRevocationFile(file));
+    ASSERT_OK_AND_ASSIGN(const std::string id, pool.RegisterAs("worker-0", "a:0", "cpu", "x", 1));
+    ASSERT_OK(pool.RegisterAs("worker-1", "a:1", "cpu", "y", 1).status());
+    ASSERT_OK(pool.Assign("job-3", {id}).status());
+    EXPECT_EQ(pool.Revoke(id).value_or(""), "worker-0");
+    const std::vector<LostWorker> lost = pool.TakeLost(absl::Now());
+    ASSERT_EQ(lost.size(), 1u);
+    EXPECT_EQ(lost[0].worker.job_id, "job-3");  // so that its job recovers
+    EXPECT_THAT(lost[0].reason, AllOf(HasSubstr(id), HasSubstr("revoked")));
+    EXPECT_THAT(pool.Heartbeat(id, "worker-0"), StatusIs(absl::StatusCode::kNotFound, _));
+    EXPECT_THAT(pool.RegisterAs("worker-0", "a:0", "cpu", "x", 1),
+                StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("worker-0 is revoked")));
+    EXPECT_TRUE(pool.IsRevoked("worker-0"));
+    EXPECT_FALSE(pool.IsRevoked("worker-1"));
+    // An identity not registered now (a stolen certificate) can be revoked by name.
+    EXPECT_EQ(pool.Revoke("worker-7").value_or(""), "worker-7");
+    EXPECT_THAT(pool.Revoke("no such/worker"), StatusIs(absl::StatusCode::kNotFound, _));
+    const std::string plain = pool.Register("a:9", "cpu", "plain", 1);
+    EXPECT_THAT(pool.Revoke(plain), StatusIs(absl::StatusCode::kFailedPrecondition, _));
+  }
+  WorkerPool restarted(kTimeout, "");
+  ASSERT_OK(restarted.UseRevocationFile(file));
+  for (const char* identity : {"worker-0", "worker-7"}) {
+    EXPECT_THAT(restarted.RegisterAs(identity, "b:0", "cpu", "x", 1),
+                StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("revoked")));
+  }
+  ASSERT_OK(restarted.RegisterAs("worker-1", "b:1", "cpu", "y", 1).status());
+  EXPECT_EQ(std::filesystem::status(file).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+}
+
+TEST(WorkerPool, AMalformedRevocationFileIsInvalidArgumentNamingIt) {
+  const std::string file = ::testing::TempDir() + "/revoked-workers-bad";
+  std::ofstream(file) << "worker-0\nnot a/name\n";
+  WorkerPool pool(kTimeout, "");
+  EXPECT_THAT(pool.UseRevocationFile(file),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(file + ":2")));
 }
 
 }  // namespace

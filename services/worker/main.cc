@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "core/data/data_roots.h"
@@ -20,6 +21,7 @@
 #include "services/common/server_flags.h"
 #include "services/common/server_security.h"
 #include "services/worker/collectives.h"
+#include "services/worker/enroll.h"
 #include "services/worker/job_slot.h"
 #include "services/worker/registration.h"
 #include "services/worker/service.h"
@@ -36,6 +38,14 @@ ABSL_FLAG(std::string, device, "cpu", "cpu or cuda:K");
 ABSL_FLAG(int, threads, 0, "CPU threads for compute (0: all cores)");
 ABSL_FLAG(std::string, name, "", "a name shown in listings (default: the hostname)");
 ABSL_FLAG(std::string, port_file, "", "write the port actually bound here");
+ABSL_FLAG(std::string, bootstrap_token_file, "",
+          "enroll with this bootstrap token when no --tls_cert is given: the coordinator signs "
+          "this worker's own key into a certificate naming it (kept in --identity_dir)");
+ABSL_FLAG(std::string, identity_dir, "lockstep-identity",
+          "where an enrolled worker keeps its key and certificate (mode 0700)");
+ABSL_DECLARE_FLAG(std::string, tls_ca);  // services/common/server_security.cc
+ABSL_DECLARE_FLAG(std::string, tls_cert);
+ABSL_DECLARE_FLAG(std::string, tls_key);
 ABSL_FLAG(std::string, data_root, lockstep::kDefaultDataRoots,
           "comma-separated folders jobs may read datasets from (symlinks resolved)");
 
@@ -54,6 +64,23 @@ int Main() {
     return 2;
   }
   const std::string listen = absl::GetFlag(FLAGS_listen);
+  std::string name = absl::GetFlag(FLAGS_name);
+  if (name.empty()) {
+    char h[256] = {};
+    gethostname(h, sizeof(h) - 1);
+    name = h;
+  }
+  if (!absl::GetFlag(FLAGS_bootstrap_token_file).empty() && absl::GetFlag(FLAGS_tls_cert).empty()) {
+    absl::StatusOr<TlsFiles> files = EnsureEnrolled({coordinator, absl::GetFlag(FLAGS_tls_ca),
+                                                     absl::GetFlag(FLAGS_bootstrap_token_file),
+                                                     absl::GetFlag(FLAGS_identity_dir), name});
+    if (!files.ok()) {
+      spdlog::error("{}", files.status().ToString());
+      return 1;
+    }
+    absl::SetFlag(&FLAGS_tls_cert, files->cert);
+    absl::SetFlag(&FLAGS_tls_key, files->key);
+  }
   absl::StatusOr<Transport> transport = ServerTransport({listen, coordinator});
   if (!transport.ok()) {
     spdlog::error("{}", std::string(transport.status().message()));
@@ -109,12 +136,6 @@ int Main() {
     return 1;
   }
   const int port = serving->port;
-  std::string name = absl::GetFlag(FLAGS_name);
-  if (name.empty()) {
-    char h[256] = {};
-    gethostname(h, sizeof(h) - 1);
-    name = h;
-  }
   v1::RegisterRequest reg;
   reg.set_address(
       absl::StrCat(host.find(':') != std::string::npos ? "[" + host + "]" : host, ":", port));
@@ -152,8 +173,9 @@ int Main() {
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a peer gone mid-write is an error to report, not a death
   lockstep::BlockShutdownSignals();
-  std::vector<std::string> env = {"coordinator", "listen", "advertise_host", "device",
-                                  "threads",     "name",   "port_file",      "data_root"};
+  std::vector<std::string> env = {
+      "coordinator", "listen",    "advertise_host",       "device",      "threads", "name",
+      "port_file",   "data_root", "bootstrap_token_file", "identity_dir"};
   env.insert(env.end(), lockstep::kSecurityFlags.begin(), lockstep::kSecurityFlags.end());
   env.insert(env.end(), lockstep::kObservabilityFlags.begin(), lockstep::kObservabilityFlags.end());
   lockstep::ParseFlagsWithEnv(argc, argv, env);

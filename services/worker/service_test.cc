@@ -38,7 +38,7 @@ constexpr absl::Duration kTimeout = absl::Seconds(30);
 const std::string& CredentialsDir() {
   static const std::string* dir = [] {
     auto* d = new std::string(::testing::TempDir() + "/worker-service-credentials");
-    const absl::Status st = MakeCredentials({*d, {}, {}});
+    const absl::Status st = MakeCredentials({*d, {}, {}, {"worker-0"}});
     if (!st.ok()) std::abort();
     return d;
   }();
@@ -65,7 +65,7 @@ class WorkerServiceTest : public ::testing::Test {
   void SetUp() override {
     grpc::ServerBuilder builder;
     int port = 0;
-    ConfigureServer(builder, "127.0.0.1:0", Tls(WorkerTls(CredentialsDir())), &port);
+    ConfigureServer(builder, "127.0.0.1:0", Tls(WorkerTls(CredentialsDir(), "worker-0")), &port);
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
@@ -280,7 +280,8 @@ TEST_F(WorkerServiceTest, OnlyTheCoordinatorMayCall) {
   };
   const Caller callers[] = {
       {"no certificate", ClientTls(CredentialsDir()), absl::StatusCode::kUnauthenticated},
-      {"a worker's certificate", WorkerTls(CredentialsDir()), absl::StatusCode::kPermissionDenied},
+      {"a worker's certificate", WorkerTls(CredentialsDir(), "worker-0"),
+       absl::StatusCode::kPermissionDenied},
   };
   for (const Caller& c : callers) {
     SCOPED_TRACE(c.name);

@@ -89,7 +89,9 @@ class PartitionTest : public ::testing::Test {
 
   void StartWorker(const std::string& name, bool in_netns) {
     const std::string host = in_netns ? "10.231.0.2" : "10.231.0.1";
-    const TlsFiles tls = WorkerTls(Credentials());
+    // Each worker its own certificate, as a deployment gives them.
+    EXPECT_OK(MakeCredentials({Credentials(), {}, {}, {name}}));
+    const TlsFiles tls = WorkerTls(Credentials(), name);
     std::vector<std::string> argv = {BinaryPath("lockstep-worker"),
                                      "--coordinator=" + address_,
                                      "--listen=" + host + ":0",

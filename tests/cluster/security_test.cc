@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "clients/cluster/cluster_processes.h"
+#include "core/status_macros.h"
 #include "core/testing.h"
 #include "lockstep/v1/registry.grpc.pb.h"
 #include "services/common/credentials.h"
@@ -37,9 +39,9 @@ using ::testing::HasSubstr;
 constexpr absl::StatusCode kUnauthenticated = absl::StatusCode::kUnauthenticated;
 constexpr absl::StatusCode kDenied = absl::StatusCode::kPermissionDenied;
 
-std::unique_ptr<LocalCluster> Start(bool insecure) {
+std::unique_ptr<LocalCluster> Start(bool insecure, int workers = 1) {
   ClusterOptions options;
-  options.workers = 1;
+  options.workers = workers;
   options.insecure = insecure;
   options.users = {"alice", "bob"};
   auto c = LocalCluster::Start(std::move(options));
@@ -88,6 +90,68 @@ absl::Status Register(const LocalCluster& c, const Transport& transport, const s
   req.set_name("rogue");
   v1::RegisterResponse resp;
   return FromGrpcStatus(stub->Register(WithDeadline(&ctx), req, &resp));
+}
+
+// A worker certificate of this cluster's CA for `name` (a compromised or rogue machine's
+// own identity).
+Transport WorkerCert(const LocalCluster& c, const std::string& name) {
+  const std::string dir = c.processes().credentials_dir();
+  EXPECT_OK(MakeCredentials({dir, {}, {}, {name}}));
+  return Tls(WorkerTls(dir, name));
+}
+
+// The shared worker certificate of clusters made before per-worker identities: CN and DNS
+// lockstep-worker, from this cluster's CA (made here with openssl, as an old `lockstep
+// certs` made it).
+Transport SharedWorkerCert(const LocalCluster& c) {
+  const std::string dir = c.processes().credentials_dir();
+  const std::string cmd = absl::StrCat(
+      "cd ", dir, " && openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes ",
+      "-keyout shared-key.pem -subj /O=Lockstep/CN=lockstep-worker -out shared.csr 2>/dev/null ",
+      "&& printf 'subjectAltName=DNS:lockstep-worker\nextendedKeyUsage=serverAuth,clientAuth\n' ",
+      "> shared.ext && openssl x509 -req -in shared.csr -CA ca.pem -CAkey ca-key.pem ",
+      "-CAcreateserial -days 1 -extfile shared.ext -out shared.pem 2>/dev/null");
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return Tls({dir + "/ca.pem", dir + "/shared.pem", dir + "/shared-key.pem"});
+}
+
+absl::Status Heartbeat(const LocalCluster& c, const Transport& transport, const std::string& id,
+                       const std::string& job_id = "") {
+  auto stub =
+      v1::WorkerRegistry::NewStub(MakeChannel(c.address(), transport, kCoordinatorIdentity));
+  grpc::ClientContext ctx;
+  v1::HeartbeatRequest req;
+  req.set_worker_id(id);
+  if (!job_id.empty()) {
+    v1::LogLine* line = req.add_logs();
+    line->set_job(job_id);
+    line->set_message("forged line");
+  }
+  v1::HeartbeatResponse resp;
+  return FromGrpcStatus(stub->Heartbeat(WithDeadline(&ctx), req, &resp));
+}
+
+absl::StatusOr<std::string> Revoke(const LocalCluster& c, const std::string& token,
+                                   const std::string& id) {
+  auto stub = v1::WorkerAdmin::NewStub(MakeChannel(
+      c.address(), Tls(ClientTls(c.processes().credentials_dir())), kCoordinatorIdentity, token));
+  grpc::ClientContext ctx;
+  v1::RevokeWorkerRequest req;
+  req.set_id(id);
+  v1::RevokeWorkerResponse resp;
+  if (absl::Status st = FromGrpcStatus(stub->RevokeWorker(WithDeadline(&ctx), req, &resp));
+      !st.ok()) {
+    return st;
+  }
+  return resp.identity();
+}
+
+absl::StatusOr<v1::WorkerInfo> WorkerNamed(LocalCluster& c, const std::string& name) {
+  ASSIGN_OR_RETURN(v1::ListWorkersResponse workers, c.Workers());
+  for (const v1::WorkerInfo& w : workers.workers()) {
+    if (w.name() == name) return w;
+  }
+  return absl::NotFoundError(absl::StrCat("no worker ", name));
 }
 
 absl::Status SetKey(const LocalCluster& c, const Transport& transport, const std::string& key) {
@@ -231,11 +295,11 @@ TEST(Security, ClusterCertificatesAndTokensOpenOnlyTheirOwnDoors) {
   EXPECT_EQ(Register(*c, Tls(ClientTls(dir)), admin, "127.0.0.1:9").code(), kUnauthenticated);
   EXPECT_EQ(SetKey(*c, Tls(ClientTls(dir)), "jobs/x").code(), kUnauthenticated);
   // ...and a worker's certificate cannot use the job API, even with a token.
-  EXPECT_EQ(List(*Jobs(*c, Tls(WorkerTls(dir)), admin)).code(), kDenied);
+  EXPECT_EQ(List(*Jobs(*c, Tls(WorkerTls(dir, "worker-0")), admin)).code(), kDenied);
   // A certificate from another CA does not even get a connection.
   const std::string other = dir + "-other";
-  ASSERT_OK(MakeCredentials({other, {}, {}}));
-  EXPECT_FALSE(Register(*c, Tls(WorkerTls(other)), "", "127.0.0.1:9").ok());
+  ASSERT_OK(MakeCredentials({other, {}, {}, {"worker-9"}}));
+  EXPECT_FALSE(Register(*c, Tls(WorkerTls(other, "worker-9")), "", "127.0.0.1:9").ok());
   ASSERT_OK_AND_ASSIGN(v1::ListWorkersResponse workers, c->Workers());
   EXPECT_EQ(workers.workers_size(), 1) << "a rogue worker registered";
 }
@@ -243,17 +307,132 @@ TEST(Security, ClusterCertificatesAndTokensOpenOnlyTheirOwnDoors) {
 TEST(Security, PrewrittenRendezvousKeysCannotReachAJob) {
   auto c = Start(false);
   ASSERT_NE(c, nullptr);
-  const Transport worker = Tls(WorkerTls(c->processes().credentials_dir()));
+  const Transport worker = WorkerCert(*c, "rogue");
   // A holder of a worker certificate pre-writes keys under every name the next job could
-  // use without the secret part (the attack that made jobs fail).
+  // use without the secret part (the attack that made jobs fail): refused, as no job's
+  // namespace holds them.
   for (int n = 1; n <= 3; ++n) {
     for (const char* key : {"/0/", "/1/"}) {
-      EXPECT_OK(SetKey(*c, worker, absl::StrFormat("jobs/job-%06d%s0", n, key)));
+      EXPECT_EQ(SetKey(*c, worker, absl::StrFormat("jobs/job-%06d%s0", n, key)).code(), kDenied);
     }
   }
   ASSERT_OK_AND_ASSIGN(v1::Job job, c->Submit(MlpSpec(1, 5)));
   ASSERT_OK_AND_ASSIGN(v1::Job done, c->WaitFor(job.id(), absl::Minutes(2)));
   EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
+}
+
+TEST(Security, TheSharedWorkerCertificateRegistersNothingAndFillsNoStore) {
+  auto c = Start(false, 2);
+  ASSERT_NE(c, nullptr);
+  const Transport shared = SharedWorkerCert(*c);
+  EXPECT_THAT(Register(*c, shared, "", "127.0.0.1:9"),
+              StatusIs(kDenied, HasSubstr("names no worker")));
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo w0, WorkerNamed(*c, "worker-0"));
+  EXPECT_EQ(Heartbeat(*c, shared, w0.id()).code(), kDenied);
+  // The store was filled to its 64 MiB cap with it: now nothing lands, and a 2-worker job
+  // bootstraps and succeeds afterwards.
+  const Transport rogue = WorkerCert(*c, "rogue");
+  for (const Transport* t : {&shared, &rogue}) {
+    auto stub = v1::Rendezvous::NewStub(MakeChannel(c->address(), *t, kCoordinatorIdentity));
+    for (int i = 0; i < 4; ++i) {
+      grpc::ClientContext ctx;
+      v1::SetRequest req;
+      req.set_key(absl::StrCat("fill/", i));
+      req.set_value(std::string(1 << 20, 'x'));
+      v1::SetResponse resp;
+      EXPECT_EQ(FromGrpcStatus(stub->Set(WithDeadline(&ctx), req, &resp)).code(), kDenied);
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c->Submit(MlpSpec(2, 5)));
+  ASSERT_OK_AND_ASSIGN(v1::Job done, c->WaitFor(job.id(), absl::Minutes(2)));
+  EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
+}
+
+TEST(Security, AWorkerActsOnlyAsItselfNoHeartbeatsLogsOrAddressesOfAnother) {
+  auto c = Start(false, 1);
+  ASSERT_NE(c, nullptr);
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo victim, WorkerNamed(*c, "worker-0"));
+  // A job runs on the victim, so that forged log lines would have a log to land in.
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c->Submit(MlpSpec(1, 100000)));
+  ASSERT_OK(c->WaitForStep(job.id(), 1, absl::Minutes(2)));
+  const Transport rogue = WorkerCert(*c, "rogue");
+  EXPECT_THAT(Heartbeat(*c, rogue, victim.id(), job.id()),
+              StatusIs(kDenied, HasSubstr("another identity")));
+  // Registering with the victim's address does not evict it.
+  EXPECT_THAT(Register(*c, rogue, "", victim.address()),
+              StatusIs(kDenied, HasSubstr(victim.address())));
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo still, WorkerNamed(*c, "worker-0"));
+  EXPECT_EQ(still.id(), victim.id());
+  EXPECT_EQ(still.job_id(), job.id());
+  (void)c->Cancel(job.id());
+  ASSERT_OK_AND_ASSIGN(v1::Job ended, c->WaitFor(job.id(), absl::Minutes(2)));
+  EXPECT_EQ(ended.recoveries(), 0) << ended.failure_reason();
+  // The job's log holds no forged line.
+  auto stub = Jobs(*c, Tls(ClientTls(c->processes().credentials_dir())), Token(*c, "admin"));
+  grpc::ClientContext ctx;
+  v1::WatchLogsRequest req;
+  req.set_id(job.id());
+  auto reader = stub->WatchLogs(WithDeadline(&ctx), req);
+  v1::JobEvent ev;
+  while (reader->Read(&ev)) EXPECT_NE(ev.log().message(), "forged line");
+  EXPECT_OK(FromGrpcStatus(reader->Finish()));
+}
+
+TEST(Security, ARevokedWorkerIsRefusedForGoodAndItsJobRecoversElsewhere) {
+  auto c = Start(false, 3);
+  ASSERT_NE(c, nullptr);
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c->Submit(MlpSpec(2, 300)));
+  ASSERT_OK(c->WaitForStep(job.id(), 5, absl::Minutes(2)));
+  ASSERT_OK_AND_ASSIGN(int index, c->WorkerOf(job.id()));
+  const std::string name = absl::StrCat("worker-", index);
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo victim, WorkerNamed(*c, name));
+  // Only an admin revokes.
+  EXPECT_THAT(Revoke(*c, Token(*c, "alice"), victim.id()), StatusIs(kDenied, HasSubstr("admin")));
+  ASSERT_OK_AND_ASSIGN(std::string identity, Revoke(*c, Token(*c, "admin"), victim.id()));
+  EXPECT_EQ(identity, name);
+  ASSERT_OK_AND_ASSIGN(v1::Job done, c->WaitFor(job.id(), absl::Minutes(5)));
+  EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason() << "\n" << c->Logs();
+  EXPECT_GE(done.recoveries(), 1);
+  EXPECT_EQ(WorkerNamed(*c, name).status().code(), absl::StatusCode::kNotFound);
+  // Its process keeps trying to register, in vain; also after a coordinator restart.
+  const Transport stolen = Tls(WorkerTls(c->processes().credentials_dir(), name));
+  EXPECT_THAT(Register(*c, stolen, "", "127.0.0.1:9"), StatusIs(kDenied, HasSubstr("revoked")));
+  ASSERT_OK(c->RestartCoordinator());
+  EXPECT_THAT(Register(*c, stolen, "", "127.0.0.1:9"), StatusIs(kDenied, HasSubstr("revoked")));
+  EXPECT_EQ(WorkerNamed(*c, name).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(Security, AWorkerWithTheBootstrapTokenEnrollsForItsOwnIdentityAndOneWithoutDoesNot) {
+  auto c = Start(false, 1);
+  ASSERT_NE(c, nullptr);
+  const std::string dir = c->processes().credentials_dir();
+  auto worker = [&](const std::string& name, const std::string& token_file) {
+    return SpawnServer(
+        {BinaryPath("lockstep-worker"), "--coordinator=" + c->address(), "--listen=127.0.0.1:0",
+         "--advertise_host=127.0.0.1", "--threads=1", "--name=" + name,
+         "--tls_ca=" + dir + "/ca.pem", "--bootstrap_token_file=" + token_file,
+         "--identity_dir=" + c->dir() + "/identity-" + name},
+        c->dir() + "/logs/" + name + ".log");
+  };
+  const std::string wrong = c->dir() + "/wrong-token";
+  std::ofstream(wrong) << "not-the-bootstrap-token-0123456789\n";
+  ASSERT_OK_AND_ASSIGN(pid_t refused, worker("refused", wrong));
+  int status = 0;
+  ASSERT_EQ(waitpid(refused, &status, 0), refused);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+  // A 2-worker job waits (queued) for the second worker: the one that enrolls.
+  ASSERT_OK_AND_ASSIGN(v1::Job job, c->Submit(MlpSpec(2, 5)));
+  ASSERT_OK_AND_ASSIGN(pid_t enrolled, worker("enrolled", BootstrapTokenFile(dir)));
+  ASSERT_OK_AND_ASSIGN(v1::Job done, c->WaitFor(job.id(), absl::Minutes(2)));
+  EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason() << "\n" << c->Logs();
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo info, WorkerNamed(*c, "enrolled"));
+  // Its key stayed where it was made.
+  EXPECT_TRUE(std::filesystem::exists(c->dir() + "/identity-enrolled/worker-key.pem"));
+  // Its identity is its name and a fresh random part.
+  ASSERT_OK_AND_ASSIGN(std::string identity, Revoke(*c, Token(*c, "admin"), info.id()));
+  EXPECT_THAT(identity, ::testing::StartsWith("enrolled-"));
+  kill(enrolled, SIGKILL);
+  waitpid(enrolled, nullptr, 0);
 }
 
 // The TCP ports process `pid` listens on (its sockets in LISTEN state).
@@ -345,7 +524,12 @@ TEST(Security, AnInsecureClusterLetsTheAttacksThrough) {
   ASSERT_NE(c, nullptr);
   EXPECT_OK(List(*Jobs(*c, Transport::Plaintext(), "")));
   EXPECT_OK(Register(*c, Transport::Plaintext(), "", "127.0.0.1:9"));
-  EXPECT_OK(SetKey(*c, Transport::Plaintext(), "jobs/x"));
+  // Without identities, anyone heartbeats for a worker and takes its address (the
+  // rendezvous' namespaces and budgets hold even here: a key outside a job's is refused).
+  ASSERT_OK_AND_ASSIGN(v1::WorkerInfo victim, WorkerNamed(*c, "worker-0"));
+  EXPECT_OK(Heartbeat(*c, Transport::Plaintext(), victim.id()));
+  EXPECT_OK(Register(*c, Transport::Plaintext(), "", victim.address()));
+  EXPECT_EQ(SetKey(*c, Transport::Plaintext(), "jobs/x").code(), kDenied);
 }
 
 // A server refuses to start in plaintext unless asked, and on a reachable address unless

@@ -3,10 +3,12 @@
 
   - No Secret is rendered: the TLS Secrets hold keys and are made by `lockstep certs`.
   - Each Lockstep container mounts its role's Secret (lockstep-coordinator-tls,
-    lockstep-worker-tls) read-only at /etc/lockstep/tls with defaultMode 0400, its pod has
-    fsGroup (the kubelet then makes the files root:fsGroup 0440; without it user 10001
-    could not read them), and its LOCKSTEP_TLS_* (and the coordinator's
-    LOCKSTEP_TOKENS_FILE) point at the Secret's keys there.
+    lockstep-worker-bootstrap) read-only at /etc/lockstep/tls with defaultMode 0400, its
+    pod has fsGroup (the kubelet then makes the files root:fsGroup 0440; without it user
+    10001 could not read them), and its LOCKSTEP_* files point at the Secret's keys there:
+    the coordinator's TLS files, tokens, CA key and bootstrap token; a worker's CA and
+    bootstrap token only (it enrolls: its own key is made in the pod, in
+    LOCKSTEP_IDENTITY_DIR, an emptyDir; no shared worker certificate exists).
   - No probe is a gRPC probe (the kubelet's cannot speak TLS); each is an exec of
     lockstep-healthcheck, and each container has readiness and liveness probes.
   - The NetworkPolicies exist, and evaluated as Kubernetes does (policies add up; a pod
@@ -33,9 +35,14 @@ def fail(msg):
     failures.append(msg)
 
 
-SECRETS = {"coordinator": "lockstep-coordinator-tls", "worker": "lockstep-worker-tls"}
-TLS_ENV = {"LOCKSTEP_TLS_CA": "ca.pem", "LOCKSTEP_TLS_CERT": "tls.pem",
-           "LOCKSTEP_TLS_KEY": "tls-key.pem"}
+SECRETS = {"coordinator": "lockstep-coordinator-tls", "worker": "lockstep-worker-bootstrap"}
+FILE_ENV = {
+    "coordinator": {"LOCKSTEP_TLS_CA": "ca.pem", "LOCKSTEP_TLS_CERT": "tls.pem",
+                    "LOCKSTEP_TLS_KEY": "tls-key.pem", "LOCKSTEP_TOKENS_FILE": "tokens",
+                    "LOCKSTEP_WORKER_CA_KEY": "ca-key.pem",
+                    "LOCKSTEP_BOOTSTRAP_TOKEN_FILE": "bootstrap-token"},
+    "worker": {"LOCKSTEP_TLS_CA": "ca.pem", "LOCKSTEP_BOOTSTRAP_TOKEN_FILE": "bootstrap-token"},
+}
 TLS_DIR = "/etc/lockstep/tls"
 CLIENT_LABEL = ("lockstep.dev/client", "true")
 SCRAPER_LABEL = ("lockstep.dev/metrics-scraper", "true")
@@ -78,10 +85,17 @@ def check_workload(d, configmaps):
             if not mounts[0].get("readOnly"):
                 fail(f"{label}: {TLS_DIR} is not mounted readOnly")
         env = container_env(c, configmaps)
-        wanted = dict(TLS_ENV, **({"LOCKSTEP_TOKENS_FILE": "tokens"} if role == "coordinator" else {}))
-        for key, file in wanted.items():
+        for key, file in FILE_ENV[role].items():
             if env.get(key) != f"{TLS_DIR}/{file}":
                 fail(f"{label}: {key}={env.get(key)}, not {TLS_DIR}/{file}")
+        if role == "worker":
+            for key in ("LOCKSTEP_TLS_CERT", "LOCKSTEP_TLS_KEY", "LOCKSTEP_WORKER_CA_KEY"):
+                if key in env:
+                    fail(f"{label}: a worker has {key} (it enrolls for its own certificate)")
+            identity = env.get("LOCKSTEP_IDENTITY_DIR")
+            dirs = [m for m in c.get("volumeMounts", []) if m["mountPath"] == identity]
+            if not dirs or "emptyDir" not in volumes.get(dirs[0]["name"], {}):
+                fail(f"{label}: LOCKSTEP_IDENTITY_DIR={identity} is not an emptyDir mount")
         check_metrics(label, d["spec"]["template"]["metadata"].get("annotations", {}), c, env)
         if role == "worker" and "LOCKSTEP_TOKENS_FILE" in env:
             fail(f"{label}: a worker has LOCKSTEP_TOKENS_FILE (its Secret has no tokens)")

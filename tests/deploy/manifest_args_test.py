@@ -165,8 +165,8 @@ def health(cli, port, server_name, ca, timeout=2):
 
 
 class Credentials:
-    """One `lockstep certs` run: its folder (CA, both roles' certificates and keys, tokens,
-    admin.token) and the Kubernetes Secrets it writes, {name: (namespace, {key: bytes})}."""
+    """One `lockstep certs` run: its folder (CA and its key, the coordinator's certificate
+    and key, tokens, bootstrap token, admin.token) and the Kubernetes Secrets it writes, {name: (namespace, {key: bytes})}."""
 
     def __init__(self, cli, tmp):
         self.dir = os.path.join(tmp, "credentials")
@@ -184,8 +184,10 @@ class Credentials:
         return os.path.join(self.dir, "ca.pem")
 
 
-# The variables naming the files a server's TLS needs.
-TLS_VARS = ("LOCKSTEP_TLS_CA", "LOCKSTEP_TLS_CERT", "LOCKSTEP_TLS_KEY", "LOCKSTEP_TOKENS_FILE")
+# The variables naming the files a server's TLS needs (a worker that enrolls: the CA and
+# the bootstrap token; the coordinator signing for it: the CA's key and the token).
+TLS_VARS = ("LOCKSTEP_TLS_CA", "LOCKSTEP_TLS_CERT", "LOCKSTEP_TLS_KEY", "LOCKSTEP_TOKENS_FILE",
+            "LOCKSTEP_WORKER_CA_KEY", "LOCKSTEP_BOOTSTRAP_TOKEN_FILE")
 
 
 def mount_of(c, path):
