@@ -1,12 +1,12 @@
 // `lockstep certs`: a cluster's CA, certificates and tokens (services/common/credentials.h)
 // for compose or Kubernetes; `lockstep cluster up` makes its own.
 #include <cstdio>
-#include <fstream>
 #include <memory>
 
 #include "absl/strings/str_format.h"
 #include "clients/cli/commands.h"
 #include "services/common/credentials.h"
+#include "services/common/private_files.h"
 
 namespace lockstep::cli {
 namespace {
@@ -18,6 +18,7 @@ struct CertsOptions {
 };
 
 int Certs(const CertsOptions& o) {
+  SetPrivateUmask();  // keys and tokens: the owner's only (the folder 0700, files 0600)
   const std::string& out = o.credentials.dir;
   if (absl::Status st = MakeCredentials(o.credentials); !st.ok()) return Fail(st);
   absl::PrintF(
@@ -29,9 +30,8 @@ int Certs(const CertsOptions& o) {
   if (!o.k8s_secrets.empty()) {
     absl::StatusOr<std::string> yaml = KubernetesSecrets(out, o.k8s_namespace);
     if (!yaml.ok()) return Fail(yaml.status());
-    std::ofstream f(o.k8s_secrets);
-    f << *yaml;
-    if (!f.flush()) return Fail(absl::PermissionDeniedError("cannot write " + o.k8s_secrets));
+    // The coordinator's key and every token: 0600, also over an older, looser file.
+    if (absl::Status st = WritePrivate(o.k8s_secrets, *yaml); !st.ok()) return Fail(st);
     absl::PrintF("Kubernetes Secrets in %s: kubectl apply -f %s\n", o.k8s_secrets, o.k8s_secrets);
   }
   return 0;
