@@ -245,15 +245,16 @@ TEST_F(PrometheusTest, ScrapesSucceedWhileFiftyIdleConnectionsAreHeldOpenOnEachT
                                     absl::StrCat("--web.listen-address=127.0.0.1:", port_)},
                                    dir_ + "/prometheus.log"));
   ExpectEventually("sum(up{job=~\"lockstep-.*\"})", 2);
-  // Then every scrape of the last 15 s succeeded on both (the idle connections outlive the
-  // servers' 10 s idle timeout: IdleClients reopens them), each well within its 1 s.
+  // Then every scrape of the last 20 s succeeded on both, each well within its 1 s: longer
+  // than the servers' 10 s idle timeout, so IdleClients had to open some of its
+  // connections again (there were 50 on each target all along).
   ExpectEventually(
-      "count(min_over_time(up{job=~\"lockstep-.*\"}[15s]) == 1 and "
-      "count_over_time(up{job=~\"lockstep-.*\"}[15s]) >= 10)",
+      "count(min_over_time(up{job=~\"lockstep-.*\"}[20s]) == 1 and "
+      "count_over_time(up{job=~\"lockstep-.*\"}[20s]) >= 18)",
       2);
-  ExpectEventually("count(max_over_time(scrape_duration_seconds{job=~\"lockstep-.*\"}[15s]) < 0.9)",
+  ExpectEventually("count(max_over_time(scrape_duration_seconds{job=~\"lockstep-.*\"}[20s]) < 0.9)",
                    2);
-  EXPECT_GE(idle.opened(), 100);
+  EXPECT_GT(idle.opened(), 100);
 }
 
 }  // namespace
