@@ -1,7 +1,6 @@
 // `lockstep certs`: a cluster's CA, certificates and tokens (services/common/credentials.h)
 // for compose or Kubernetes; `lockstep cluster up` makes its own.
 #include <cstdio>
-#include <fstream>
 #include <memory>
 
 #include "absl/strings/numbers.h"
@@ -9,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "clients/cli/commands.h"
 #include "services/common/credentials.h"
+#include "services/common/private_files.h"
 
 namespace lockstep::cli {
 namespace {
@@ -29,6 +29,7 @@ std::vector<std::string> WorkerNames(const std::vector<std::string>& given) {
 }
 
 int Certs(CertsOptions o) {
+  SetPrivateUmask();  // keys and tokens: the owner's only (the folder 0700, files 0600)
   const std::string& out = o.credentials.dir;
   o.credentials.workers = WorkerNames(o.credentials.workers);
   if (absl::Status st = MakeCredentials(o.credentials); !st.ok()) return Fail(st);
@@ -45,9 +46,8 @@ int Certs(CertsOptions o) {
     absl::StatusOr<std::string> yaml =
         KubernetesSecrets(out, o.k8s_namespace, o.credentials.workers);
     if (!yaml.ok()) return Fail(yaml.status());
-    std::ofstream f(o.k8s_secrets);
-    f << *yaml;
-    if (!f.flush()) return Fail(absl::PermissionDeniedError("cannot write " + o.k8s_secrets));
+    // The coordinator's key and every token: 0600, also over an older, looser file.
+    if (absl::Status st = WritePrivate(o.k8s_secrets, *yaml); !st.ok()) return Fail(st);
     absl::PrintF("Kubernetes Secrets in %s: kubectl apply -f %s\n", o.k8s_secrets, o.k8s_secrets);
   }
   return 0;

@@ -22,6 +22,8 @@
 #include "clients/cli/commands.h"
 #include "clients/cluster/cluster_processes.h"
 #include "clients/cluster/supervisor.h"
+#include "services/common/listen_socket.h"
+#include "services/common/private_files.h"
 
 namespace lockstep::cli {
 namespace {
@@ -144,7 +146,7 @@ int StartDetached(const ClusterOptions& options, const sigset_t& stop) {
     setsid();
     const int in = open("/dev/null", O_RDONLY);
     const std::string log = options.dir + "/logs/supervisor.log";
-    const int out = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    const int out = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (in >= 0) dup2(in, 0);
     if (out >= 0) {
       dup2(out, 1);
@@ -200,6 +202,7 @@ struct UpOptions {
 };
 
 int Up(const UpOptions& o) {
+  SetPrivateUmask();  // the cluster's folder: credentials, state and logs, the owner's only
   const int n = o.workers;
   const std::string& dir = o.dir;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -211,6 +214,13 @@ int Up(const UpOptions& o) {
   if (fs::exists(fs::path(dir) / "cluster.json")) {
     return Fail(absl::AlreadyExistsError(absl::StrCat(
         "a cluster is recorded in ", dir, "/cluster.json: run `lockstep cluster down` first")));
+  }
+  // A port another server holds is refused before anything starts (the coordinator would
+  // refuse it too, but only once the credentials are made and its log written).
+  if (o.port != 0) {
+    if (absl::Status st = CheckPortFree("--port", absl::StrCat("127.0.0.1:", o.port)); !st.ok()) {
+      return Fail(st);
+    }
   }
   sigset_t stop;
   sigemptyset(&stop);

@@ -245,6 +245,33 @@ TEST_F(ClusterCommandTest, DetachedClusterRestartsAKilledWorkerAndGoesDown) {
 }
 
 // A record from before supervision names no supervisor: `down` stops the servers it lists.
+TEST_F(ClusterCommandTest, ASecondClusterUpOnATakenPortExitsOneNamingItAndTheFirstServesOn) {
+  const int up =
+      WaitExit(Cli({"up", "--workers", "1", "--threads", "1", "--detach"}), absl::Seconds(60));
+  ASSERT_TRUE(WIFEXITED(up) && WEXITSTATUS(up) == 0) << up << "\n" << Logs();
+  const std::string address = Record().at("coordinator");
+  const std::string port = address.substr(address.rfind(':') + 1);
+  ASSERT_EQ(Workers(address, dir_).size(), 1u) << Logs();
+
+  // Before, with gRPC's SO_REUSEPORT, the second cluster started on the same port.
+  const std::string second_dir = dir_ + "/second";
+  absl::StatusOr<pid_t> second =
+      SpawnServer({kCli, "cluster", "up", "--workers", "1", "--port", port, "--dir", second_dir},
+                  dir_ + "/second.log");
+  ASSERT_TRUE(second.ok()) << second.status();
+  const int status = WaitExit(*second, absl::Seconds(30));
+  if (status == -1) StopProcesses({*second}, absl::ZeroDuration());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << "\n"
+                                                             << ReadFile(dir_ + "/second.log");
+  EXPECT_THAT(ReadFile(dir_ + "/second.log"), HasSubstr(absl::StrCat("port ", port, " is in use")));
+  EXPECT_FALSE(fs::exists(second_dir + "/cluster.json"));
+
+  // The first serves on, alone.
+  EXPECT_EQ(Workers(address, dir_).size(), 1u) << Logs();
+  const int down = WaitExit(Cli({"down"}), absl::Seconds(30));
+  EXPECT_TRUE(WIFEXITED(down) && WEXITSTATUS(down) == 0) << down << "\n" << Logs();
+}
+
 TEST_F(ClusterCommandTest, DownStopsTheServersOfARecordWithoutASupervisor) {
   ClusterOptions options;
   options.dir = dir_;

@@ -13,6 +13,7 @@
 #include "clients/cli/data_option.h"
 #include "clients/cli/progress.h"
 #include "core/spec/spec.h"
+#include "services/common/private_files.h"
 #include "services/standalone/local_job.h"
 #include "workers/cpu/cpu_backend.h"
 
@@ -116,5 +117,6 @@ int main(int argc, char** argv) {
   // The job loop's log lines (about its job and worker) go to stderr: stdout is the
   // result's (--json).
   spdlog::set_default_logger(spdlog::stderr_color_mt("lockstep-train"));
+  lockstep::SetPrivateUmask();  // what it writes (checkpoints) is the owner's only
   return lockstep::cli::Main(argc, argv);
 }

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,9 +44,11 @@ absl::StatusOr<pid_t> SpawnServer(const std::vector<std::string>& argv, const st
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
     const int in = open("/dev/null", O_RDONLY);
-    const int out = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    // A server's log names jobs and users: its owner's only, also when it was left looser.
+    const int out = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
     if (in >= 0) dup2(in, 0);
     if (out >= 0) {
+      fchmod(out, 0600);
       dup2(out, 1);
       dup2(out, 2);
     }
@@ -87,6 +90,11 @@ absl::StatusOr<std::unique_ptr<ClusterProcesses>> ClusterProcesses::Start(
   std::error_code ec;
   fs::create_directories(fs::path(options.dir) / "logs", ec);
   if (ec) return absl::FailedPreconditionError(absl::StrCat(options.dir, ": ", ec.message()));
+  // Its credentials, state and logs are the owner's only (the coordinator tightens state/).
+  for (const fs::path& d : {fs::path(options.dir), fs::path(options.dir) / "logs"}) {
+    fs::permissions(d, fs::perms::owner_all, ec);
+    if (ec) return absl::FailedPreconditionError(absl::StrCat(d.string(), ": ", ec.message()));
+  }
   if (!options.insecure) {
     if (absl::Status st = MakeCredentials({c->credentials_dir(), {}, options.users}); !st.ok()) {
       return st;
@@ -172,11 +180,25 @@ absl::Status ClusterProcesses::StartCoordinator(int port) {
   auto pid = SpawnCoordinator(port);
   if (!pid.ok()) return pid.status();
   coordinator_ = *pid;
-  const std::string bound =
-      ReadPortFile((fs::path(options_.dir) / "coordinator.port").string(), absl::Seconds(20));
+  const std::string port_file = (fs::path(options_.dir) / "coordinator.port").string();
+  std::string bound;
+  const absl::Time end = absl::Now() + absl::Seconds(20);
+  while ((bound = ReadPortFile(port_file, absl::ZeroDuration())).empty() && absl::Now() < end &&
+         Running(coordinator_)) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
   if (bound.empty()) {
+    const std::string log = options_.dir + "/logs/coordinator.log";
+    // Its last line says why (a port in use, a bad flag); one that did not exit is killed.
+    std::ifstream in(log);
+    std::string line, last;
+    while (std::getline(in, line)) {
+      if (!line.empty()) last = line;
+    }
+    if (Running(coordinator_)) StopProcesses({coordinator_}, absl::ZeroDuration());
+    coordinator_ = -1;
     return absl::UnavailableError(
-        absl::StrCat("the coordinator did not start; see ", options_.dir, "/logs/coordinator.log"));
+        absl::StrCat("the coordinator did not start (", last, "); see ", log));
   }
   address_ = "127.0.0.1:" + bound;
   return absl::OkStatus();

@@ -37,12 +37,29 @@ bool WriteAll(int fd, std::string_view bytes) {
   return true;
 }
 
+// The mode open(2) would give a new file: 0666 less the process's umask (read from
+// /proc/self/status, since umask(2) cannot read it without changing it), or 0600 where the
+// kernel does not say.
+mode_t NewFileMode() {
+  std::FILE* status = std::fopen("/proc/self/status", "re");
+  unsigned int mask = 077;
+  if (status != nullptr) {
+    char line[256];
+    while (std::fgets(line, sizeof(line), status) != nullptr) {
+      if (std::sscanf(line, "Umask: %o", &mask) == 1) break;
+    }
+    std::fclose(status);
+  }
+  return 0666 & ~static_cast<mode_t>(mask);
+}
+
 // Fills `fd` (the temporary file `tmp`) with `parts` and makes them durable; closes `fd`.
 absl::Status FillAndClose(int fd, const std::string& tmp,
                           const std::vector<std::string_view>& parts) {
   absl::Status st;
-  // mkostemps creates 0600; the file replaces one readable like any other.
-  if (fchmod(fd, 0644) != 0) st = Errno(absl::StatusCode::kDataLoss, tmp, "chmod failed");
+  // mkostemps creates 0600; the file gets the mode any new file would (0644 under umask 022,
+  // 0600 under the servers' 077: services/common/private_files.h).
+  if (fchmod(fd, NewFileMode()) != 0) st = Errno(absl::StatusCode::kDataLoss, tmp, "chmod failed");
   for (std::string_view part : parts) {
     if (st.ok() && !WriteAll(fd, part))
       st = Errno(absl::StatusCode::kDataLoss, tmp, "write failed");

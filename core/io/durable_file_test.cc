@@ -27,6 +27,13 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
+// This process's umask (read by setting it: the tests run one at a time).
+mode_t CurrentUmask() {
+  const mode_t mask = umask(0);
+  umask(mask);
+  return mask;
+}
+
 // `bytes` bytes that differ from those of any other `seed` at every 8-byte word.
 std::string Contents(size_t bytes, uint64_t seed) {
   std::string s(bytes, '\0');
@@ -66,7 +73,20 @@ TEST_F(DurableFileTest, WritesTheConcatenationOfThePartsAndNoTemporaryFile) {
   EXPECT_THAT(Files(), ElementsAre("a.bin"));
   struct stat st;
   ASSERT_EQ(stat(path.c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0644u);  // readable like any file, not mkstemp's 0600
+  EXPECT_EQ(st.st_mode & 0777, 0666u & ~CurrentUmask());  // as any new file, not mkstemp's 0600
+}
+
+TEST_F(DurableFileTest, TheFileTakesTheUmaskAsAnyNewFileWould) {
+  for (const mode_t mask : {mode_t{022}, mode_t{077}}) {
+    const mode_t old = umask(mask);
+    const std::string path = dir_ + "/m" + std::to_string(mask);
+    const absl::Status written = WriteFileDurably(path, {"x"});
+    umask(old);
+    ASSERT_OK(written);
+    struct stat st;
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0666u & ~mask) << "umask " << std::oct << mask;
+  }
 }
 
 TEST_F(DurableFileTest, ReplacesTheOldContentsWhole) {

@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "services/common/auth.h"
+#include "services/common/private_files.h"
 
 namespace lockstep {
 namespace {
@@ -56,22 +57,6 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-// Written readable by the owner only, whole or not at all (temporary file, then rename).
-absl::Status WritePrivate(const std::string& path, const std::string& data) {
-  const std::string tmp = path + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat(tmp, ": ", std::strerror(errno)));
-  fchmod(fd, 0600);  // an old file keeps its mode through O_TRUNC
-  const bool ok =
-      write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size()) && fsync(fd) == 0;
-  close(fd);
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-    unlink(tmp.c_str());
-    return absl::DataLossError(absl::StrCat(path, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
 }
 
 std::string Pem(const Cert& cert) {

@@ -1,25 +1,20 @@
 #include "services/common/metrics.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <poll.h>
+#include <microhttpd.h>
 #include <prometheus/text_serializer.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "services/common/flags.h"
+#include "services/common/listen_socket.h"
 
 namespace lockstep {
+
 std::vector<double> DurationBuckets() {
   std::vector<double> out;
   for (double decade = 1e-4; decade < 100; decade *= 10) {
@@ -76,69 +71,70 @@ std::vector<prometheus::MetricFamily> HistogramFamily::Collect() const {
   return {std::move(f)};
 }
 
-MetricsServer::MetricsServer(int listen_fd, int wake_fd, int port,
-                             std::vector<std::shared_ptr<prometheus::Collectable>> what)
-    : listen_fd_(listen_fd), wake_fd_(wake_fd), port_(port), what_(std::move(what)) {
-  thread_ = std::thread([this] { Serve(); });
+namespace {
+
+// Answers one request (libmicrohttpd's MHD_AccessHandlerCallback), on the server's thread.
+// `cls` is the MetricsServer. The query string is not part of `url`; HEAD gets GET's
+// headers without the body (libmicrohttpd leaves it out).
+MHD_Result Answer(void* cls, MHD_Connection* connection, const char* url, const char* method,
+                  const char* /*version*/, const char* /*upload_data*/,
+                  size_t* /*upload_data_size*/, void** /*request*/) {
+  const auto* server = static_cast<const MetricsServer*>(cls);
+  unsigned int code = MHD_HTTP_OK;
+  std::string body;
+  if (std::strcmp(method, "GET") != 0 && std::strcmp(method, "HEAD") != 0) {
+    code = MHD_HTTP_METHOD_NOT_ALLOWED;
+  } else if (std::strcmp(url, "/metrics") != 0) {
+    code = MHD_HTTP_NOT_FOUND;
+    body = "Lockstep serves its metrics on /metrics\n";
+  } else {
+    body = server->Page();
+  }
+  MHD_Response* response =
+      MHD_create_response_from_buffer(body.size(), body.data(), MHD_RESPMEM_MUST_COPY);
+  if (response == nullptr) return MHD_NO;  // out of memory: the connection is closed
+  MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE,
+                          "text/plain; version=0.0.4; charset=utf-8");
+  if (code == MHD_HTTP_METHOD_NOT_ALLOWED) {
+    MHD_add_response_header(response, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+  }
+  const MHD_Result queued = MHD_queue_response(connection, code, response);
+  MHD_destroy_response(response);
+  return queued;
 }
 
+}  // namespace
+
 MetricsServer::~MetricsServer() {
-  const uint64_t one = 1;
-  if (write(wake_fd_, &one, sizeof(one)) < 0) {
-    // An eventfd's write fails only on overflow; Serve wakes either way.
-  }
-  thread_.join();
-  close(listen_fd_);
-  close(wake_fd_);
+  // Stops the thread and closes every connection and the listening socket.
+  MHD_stop_daemon(daemon_);
 }
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& address, std::vector<std::shared_ptr<prometheus::Collectable>> what,
-    const std::string& port_file) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size() ||
-      absl::EndsWith(address, "]")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics address ", address, " is not host:port"));
-  }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  const std::string service = address.substr(colon + 1);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  if (const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics address ", address, ": ", gai_strerror(rc)));
-  }
-  const int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int yes = 1;
-  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  const bool listening =
-      fd >= 0 && bind(fd, found->ai_addr, found->ai_addrlen) == 0 && listen(fd, 16) == 0;
-  const int error = errno;
-  freeaddrinfo(found);
-  sockaddr_storage bound{};
-  socklen_t len = sizeof(bound);
-  if (!listening || getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
-    if (fd >= 0) close(fd);
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", address, ": ", std::strerror(error)));
-  }
-  const int port =
-      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  const int wake = eventfd(0, EFD_CLOEXEC);
-  if (wake < 0) {
-    close(fd);
-    return absl::InternalError("eventfd failed");
+    const std::string& port_file, const MetricsServerOptions& options) {
+  absl::StatusOr<int> fd = ListenTcp("metrics", address, 128);
+  if (!fd.ok()) return fd.status();
+  const int port = BoundPort(*fd);
+  std::unique_ptr<MetricsServer> server(new MetricsServer(port, std::move(what)));
+  const auto idle_seconds = static_cast<unsigned int>(std::max<int64_t>(
+      1, absl::ToInt64Seconds(absl::Ceil(options.idle_timeout, absl::Seconds(1)))));
+  server->daemon_ = MHD_start_daemon(
+      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, 0, nullptr, nullptr, &Answer, server.get(),
+      MHD_OPTION_LISTEN_SOCKET, static_cast<MHD_socket>(*fd),  //
+      MHD_OPTION_CONNECTION_TIMEOUT, idle_seconds,             //
+      MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned int>(std::max(1, options.max_connections)),
+      // 0: the system's default stack (8 MiB from RLIMIT_STACK), as std::thread's; never a
+      // fixed small one (see the top of metrics.h).
+      MHD_OPTION_THREAD_STACK_SIZE, static_cast<size_t>(0),  //
+      MHD_OPTION_END);
+  if (server->daemon_ == nullptr) {
+    close(*fd);
+    return absl::InternalError(
+        absl::StrCat("cannot serve metrics on ", address, ": libmicrohttpd did not start"));
   }
   WritePortFile(port_file, port);
-  return std::unique_ptr<MetricsServer>(new MetricsServer(fd, wake, port, std::move(what)));
+  return server;
 }
 
 std::string MetricsServer::Page() const {
@@ -147,61 +143,6 @@ std::string MetricsServer::Page() const {
     for (prometheus::MetricFamily& f : c->Collect()) families.push_back(std::move(f));
   }
   return prometheus::TextSerializer().Serialize(families);
-}
-
-void MetricsServer::Serve() {
-  while (true) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    if (fds[1].revents != 0) return;
-    const int connection = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (connection < 0) continue;
-    Answer(connection);
-    close(connection);
-  }
-}
-
-void MetricsServer::Answer(int connection) const {
-  // A slow or silent client holds the thread for at most this long.
-  const timeval limit = {2, 0};
-  setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  setsockopt(connection, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
-  std::string request;
-  char buf[1024];
-  while (request.find("\r\n\r\n") == std::string::npos && request.size() < 8192) {
-    const ssize_t n = read(connection, buf, sizeof(buf));
-    if (n <= 0) break;
-    request.append(buf, n);
-  }
-  // "GET /metrics?x HTTP/1.1": the method, and the path without its query.
-  const size_t sp1 = request.find(' ');
-  const size_t sp2 = request.find(' ', sp1 + 1);
-  if (sp1 == std::string::npos || sp2 == std::string::npos) return;
-  const std::string method = request.substr(0, sp1);
-  std::string path = request.substr(sp1 + 1, sp2 - sp1 - 1);
-  path = path.substr(0, path.find('?'));
-  std::string status = "200 OK", body;
-  if (method != "GET" && method != "HEAD") {
-    status = "405 Method Not Allowed";
-  } else if (path != "/metrics") {
-    status = "404 Not Found";
-    body = "Lockstep serves its metrics on /metrics\n";
-  } else {
-    body = Page();
-  }
-  std::string response = absl::StrCat(
-      "HTTP/1.1 ", status, "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n",
-      "Content-Length: ", body.size(), "\r\nConnection: close\r\n\r\n");
-  if (method != "HEAD") response += body;
-  for (size_t sent = 0; sent < response.size();) {
-    const ssize_t n =
-        send(connection, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) return;
-    sent += n;
-  }
 }
 
 absl::StatusOr<double> ReadMetric(const prometheus::Collectable& c, std::string_view name,

@@ -2,10 +2,13 @@
 // (--metrics_listen) that serves every registered collectable on /metrics, and a reader of
 // values for unit tests (no HTTP needed).
 //
-// The listener is ours, not prometheus-cpp-pull's Exposer: Debian's CivetWeb (under the
-// Exposer) starts its threads with a fixed 100 KiB stack, smaller than a worker's static
-// TLS (cuBLASLt, OpenBLAS, NCCL: about 170 KiB), so pthread_create fails there with
-// EINVAL. It is one thread answering GET /metrics with prometheus-cpp's TextSerializer.
+// The listener is GNU libmicrohttpd (Debian's libmicrohttpd-dev), not prometheus-cpp-pull's
+// Exposer: Debian's CivetWeb (under the Exposer) starts its threads with a fixed 100 KiB
+// stack, compiled in, smaller than a worker's static TLS (cuBLASLt, OpenBLAS, NCCL: about
+// 170 KiB), so pthread_create fails there with EINVAL. libmicrohttpd takes the stack size
+// as an option (we leave it the system's default, as std::thread does) and serves every
+// connection from one event loop (epoll) with a per-connection inactivity timeout and a
+// bound on connections: idle or slow clients never delay a scrape.
 //
 // The servers' metrics live in a small class per server (CoordinatorMetrics,
 // WorkerMetrics) that the plain classes call; this file knows nothing about jobs.
@@ -29,10 +32,12 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+struct MHD_Daemon;  // libmicrohttpd's
 
 namespace lockstep {
 
@@ -70,34 +75,41 @@ class HistogramFamily final : public prometheus::Collectable {
   std::vector<std::unique_ptr<AtomicHistogram>> series_;
 };
 
+// How the listener treats its clients.
+struct MetricsServerOptions {
+  // A connection silent this long (whole seconds, at least 1) is closed: a request not sent
+  // whole, or a kept-alive connection not used again.
+  absl::Duration idle_timeout = absl::Seconds(10);
+  // Connections served at once; more wait in the listen backlog (128) until one closes.
+  int max_connections = 256;
+};
+
 // The HTTP listener: GET /metrics answers the collectables' samples in Prometheus's text
-// format (other paths 404, other methods 405), one connection at a time on a thread of
-// its own. Plain HTTP, no authentication: bind it to loopback or a private network
-// (deploy/CONFIGURATION.md). Thread-safe; the destructor stops the thread.
+// format (other paths 404, other methods 405), on one event-loop thread of its own, many
+// connections at once (HTTP/1.1 keep-alive). Plain HTTP, no authentication: bind it to
+// loopback or a private network (deploy/CONFIGURATION.md). Thread-safe; the destructor
+// closes the listener and every connection.
 class MetricsServer {
  public:
-  // Listens on `address` (host:port, [v6]:port; port 0 picks one), writing the bound port
-  // to `port_file` when it is not empty. INVALID_ARGUMENT for an address without a port or
-  // a host that does not resolve, UNAVAILABLE naming the address when it cannot listen.
+  // Listens on `address` (host:port, [v6]:port; port 0 picks one; without SO_REUSEPORT:
+  // listen_socket.h), writing the bound port to `port_file` when it is not empty.
+  // INVALID_ARGUMENT for an address without a port or a host that does not resolve,
+  // UNAVAILABLE naming the address (and the port when it is taken) when it cannot listen.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
       const std::string& address, std::vector<std::shared_ptr<prometheus::Collectable>> what,
-      const std::string& port_file);
+      const std::string& port_file, const MetricsServerOptions& options = {});
   ~MetricsServer();
   int port() const { return port_; }
   // The page GET /metrics answers.
   std::string Page() const;
 
  private:
-  MetricsServer(int listen_fd, int wake_fd, int port,
-                std::vector<std::shared_ptr<prometheus::Collectable>> what);
-  void Serve();
-  void Answer(int connection) const;
+  MetricsServer(int port, std::vector<std::shared_ptr<prometheus::Collectable>> what)
+      : port_(port), what_(std::move(what)) {}
 
-  const int listen_fd_;
-  const int wake_fd_;  // an eventfd: written by the destructor to end Serve
   const int port_;
   const std::vector<std::shared_ptr<prometheus::Collectable>> what_;
-  std::thread thread_;
+  MHD_Daemon* daemon_ = nullptr;  // set once by Start; serves until the destructor
 };
 
 // The value of the sample `name` with exactly `labels` among what `c` collects: a

@@ -1,10 +1,15 @@
 // Tests of the shared metrics parts: the lock-free histogram's buckets, ReadMetric, the
-// HTTP listener on port 0 (its port file, the page it serves, the errors it reports) and
-// RPC errors counted by the interceptor on a real gRPC server.
+// HTTP listener on port 0 (its port file, the page it serves, the errors it reports, idle
+// and surplus connections) and RPC errors counted by the interceptor on a real gRPC server.
 #include "services/common/metrics.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <prometheus/counter.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -15,12 +20,14 @@
 #include "lockstep/v1/registry.grpc.pb.h"
 #include "services/common/flags.h"
 #include "services/common/http_testing.h"
+#include "services/common/listen_socket.h"
 #include "services/common/net.h"
 #include "services/common/rpc_metrics.h"
 
 namespace lockstep::testing {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 TEST(HistogramFamilyTest, BucketsAreCumulativeAndIncludeTheirUpperBound) {
@@ -102,7 +109,125 @@ TEST_F(MetricsServerTest, AnAddressWithoutAPortIsInvalidAndATakenPortUnavailable
                        MetricsServer::Start("127.0.0.1:0", {registry_}, ""));
   const std::string taken = "127.0.0.1:" + std::to_string(first->port());
   EXPECT_THAT(MetricsServer::Start(taken, {registry_}, ""),
-              StatusIs(absl::StatusCode::kUnavailable, HasSubstr(taken)));
+              StatusIs(absl::StatusCode::kUnavailable,
+                       AllOf(HasSubstr(taken),
+                             HasSubstr(absl::StrCat("port ", first->port(), " is in use")))));
+}
+
+// A TCP connection to 127.0.0.1:port that sends `request` (maybe nothing, or half a
+// request) and is left open; -1 when it cannot connect.
+int Connect(int port, const std::string& request = "") {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+          static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// How long until the server closes `fd` (a read returns 0 or fails); nullopt when it is
+// still open after `limit`.
+std::optional<absl::Duration> ClosedWithin(int fd, absl::Duration limit) {
+  const absl::Time start = absl::Now();
+  pollfd p = {fd, POLLIN, 0};
+  while (true) {
+    const int64_t left = absl::ToInt64Milliseconds(start + limit - absl::Now());
+    if (left <= 0 || poll(&p, 1, static_cast<int>(left)) <= 0) return std::nullopt;
+    char buf[4096];
+    if (read(fd, buf, sizeof(buf)) <= 0) return absl::Now() - start;
+    // An answer was read (a kept-alive request): wait on for the close.
+  }
+}
+
+// The whole response to `request` sent on a fresh connection (read until the server closes).
+std::string Exchange(int port, const std::string& request) {
+  const int fd = Connect(port, request);
+  std::string response;
+  char buf[4096];
+  pollfd p = {fd, POLLIN, 0};
+  while (fd >= 0 && poll(&p, 1, 5000) > 0) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    response.append(buf, n);
+  }
+  if (fd >= 0) close(fd);
+  return response;
+}
+
+TEST_F(MetricsServerTest, FiftyIdleConnectionsDoNotDelayAScrape) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<MetricsServer> server,
+                       MetricsServer::Start("127.0.0.1:0", {registry_}, ""));
+  // Silent ones, and ones that sent half a request (a slow client), all held open.
+  std::vector<int> idle;
+  for (int i = 0; i < 50; ++i) {
+    idle.push_back(Connect(server->port(), i % 2 == 0 ? "" : "GET /metr"));
+    ASSERT_GE(idle.back(), 0);
+  }
+  // One at a time, each idle connection held the old listener for 2 s: 100 s here.
+  const absl::Time start = absl::Now();
+  ASSERT_OK_AND_ASSIGN(std::string page, HttpGet(server->port(), "/metrics"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(page, server->Page());
+  for (int fd : idle) close(fd);
+}
+
+TEST_F(MetricsServerTest, AnIdleConnectionIsClosedAfterTheIdleTimeout) {
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<MetricsServer> server,
+      MetricsServer::Start("127.0.0.1:0", {registry_}, "", {.idle_timeout = absl::Seconds(1)}));
+  const int silent = Connect(server->port());
+  const int half = Connect(server->port(), "GET /metrics HTTP/1.1\r\nHost: x\r\n");
+  // Kept alive after an answer, then silent.
+  const int kept = Connect(server->port(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  for (int fd : {silent, half, kept}) {
+    ASSERT_GE(fd, 0);
+    const std::optional<absl::Duration> closed = ClosedWithin(fd, absl::Seconds(10));
+    ASSERT_TRUE(closed.has_value()) << "still open after 10 s";
+    EXPECT_LT(*closed, absl::Seconds(5));
+    close(fd);
+  }
+}
+
+TEST_F(MetricsServerTest, ConnectionsPastTheLimitWaitForAFreeOne) {
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<MetricsServer> server,
+      MetricsServer::Start("127.0.0.1:0", {registry_}, "",
+                           {.idle_timeout = absl::Seconds(1), .max_connections = 4}));
+  std::vector<int> idle;
+  for (int i = 0; i < 4; ++i) idle.push_back(Connect(server->port()));
+  // The fifth waits in the listen backlog until the idle ones time out (1 s), then is served.
+  const absl::Time start = absl::Now();
+  const std::string response = Exchange(server->port(), "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n");
+  EXPECT_THAT(response, HasSubstr("200 OK"));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(900));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  for (int fd : idle) close(fd);
+}
+
+TEST_F(MetricsServerTest, OtherMethodsAre405AndHeadHasNoBody) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<MetricsServer> server,
+                       MetricsServer::Start("127.0.0.1:0", {registry_}, ""));
+  EXPECT_THAT(Exchange(server->port(), "POST /metrics HTTP/1.0\r\nContent-Length: 2\r\n\r\nab"),
+              HasSubstr(" 405 Method Not Allowed"));
+  const std::string head = Exchange(server->port(), "HEAD /metrics HTTP/1.0\r\n\r\n");
+  EXPECT_THAT(head, HasSubstr("200 OK"));
+  EXPECT_EQ(head.substr(head.find("\r\n\r\n") + 4), "");
+}
+
+TEST_F(MetricsServerTest, TheListenerTakesItsPortAloneAndFreesItWhenGone) {
+  std::unique_ptr<MetricsServer> server;
+  ASSERT_OK_AND_ASSIGN(server, MetricsServer::Start("127.0.0.1:0", {registry_}, ""));
+  const std::string address = absl::StrCat("127.0.0.1:", server->port());
+  EXPECT_THAT(CheckPortFree("test", address),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("is in use")));
+  server.reset();
+  EXPECT_OK(CheckPortFree("test", address));
 }
 
 TEST(RpcMetricsTest, MethodsOutsideLockstepsServicesAreCountedAsOther) {

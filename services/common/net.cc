@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/common/flags.h"
+#include "services/common/listen_socket.h"
 
 namespace lockstep {
 namespace {
@@ -92,6 +93,9 @@ void ConfigureServer(grpc::ServerBuilder& builder, const std::string& address,
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   for (const auto& [name, value] : kKeepalive) builder.AddChannelArgument(name, value);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  // gRPC turns SO_REUSEPORT on by default: a second server could then bind this port too
+  // and take half its connections. Off, a taken port fails BuildAndStart.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
 }
 
 absl::StatusOr<Serving> StartServer(
@@ -106,6 +110,8 @@ absl::StatusOr<Serving> StartServer(
   for (grpc::Service* service : services) builder.RegisterService(service);
   s.server = builder.BuildAndStart();
   if (!s.server || s.port == 0) {
+    // gRPC does not say why; a bind of our own does (the port's owner may be gone since).
+    if (absl::Status why = CheckPortFree("gRPC", address); !why.ok()) return why;
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
   }
   WritePortFile(port_file, s.port);

@@ -63,13 +63,15 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const Tra
                                            const std::string& token = "");
 
 // Applies credentials, message limits and keepalive to a server listening on `address`
-// (host:port; port 0 picks one: see *selected_port).
+// (host:port; port 0 picks one: see *selected_port), without SO_REUSEPORT: the port is this
+// server's alone (listen_socket.h).
 void ConfigureServer(grpc::ServerBuilder& builder, const std::string& address,
                      const Transport& transport, int* selected_port);
 
 // A server listening on `address` with `services` (ConfigureServer's settings) and
 // `interceptors` (e.g. RpcMetrics's), its port written to `port_file` when that is set.
-// UNAVAILABLE naming the address when it cannot listen there.
+// UNAVAILABLE naming the address (and the port when another process holds it) when it
+// cannot listen there.
 struct Serving {
   std::unique_ptr<grpc::Server> server;
   int port = 0;

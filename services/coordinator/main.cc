@@ -16,8 +16,10 @@
 #include "services/common/auth.h"
 #include "services/common/flags.h"
 #include "services/common/job_log.h"
+#include "services/common/listen_socket.h"
 #include "services/common/metrics.h"
 #include "services/common/net.h"
+#include "services/common/private_files.h"
 #include "services/common/rpc_metrics.h"
 #include "services/common/server_flags.h"
 #include "services/common/server_security.h"
@@ -75,6 +77,7 @@ ABSL_FLAG(std::string, data_root, lockstep::kDefaultDataRoots,
 int main(int argc, char** argv) {
   using namespace lockstep;
   signal(SIGPIPE, SIG_IGN);  // a peer gone mid-write is an error to report, not a death
+  SetPrivateUmask();         // the state folder holds every user's specs and weights
   // Debian builds abseil without NDEBUG, which leaves absl::Mutex's deadlock detection on:
   // a global graph updated on every lock, 10% of the coordinator's CPU per step at 1,024
   // workers (bench/results/scale.md). Release builds of abseil turn it off; so do we here
@@ -114,6 +117,13 @@ int main(int argc, char** argv) {
   }
   const MetricsFlags metrics_flags = GetMetricsFlags();
   const std::string listen = absl::GetFlag(FLAGS_listen);
+  // A taken port ends the start here, before the job records are touched.
+  if (absl::Status st =
+          CheckPortsFree({{"--listen", listen}, {"--metrics_listen", metrics_flags.listen}});
+      !st.ok()) {
+    spdlog::error("{}", std::string(st.message()));
+    return 1;
+  }
   absl::StatusOr<Transport> transport = ServerTransport({listen});
   if (!transport.ok()) {
     spdlog::error("{}", std::string(transport.status().message()));
@@ -168,6 +178,11 @@ int main(int argc, char** argv) {
   opts.records_dir = absl::GetFlag(FLAGS_state_dir) + "/jobs";
   opts.snapshot_dir = absl::GetFlag(FLAGS_state_dir) + "/snapshots";
   opts.tensorboard_dir = absl::GetFlag(FLAGS_state_dir) + "/tensorboard";
+  if (absl::Status st = MakeFolderPrivate("--state_dir", absl::GetFlag(FLAGS_state_dir));
+      !st.ok()) {
+    spdlog::error("{}", std::string(st.message()));
+    return 1;
+  }
   std::error_code ec;
   std::filesystem::create_directories(opts.checkpoint_dir, ec);
   if (ec) {

@@ -15,8 +15,10 @@
 #include "services/common/auth.h"
 #include "services/common/flags.h"
 #include "services/common/job_log.h"
+#include "services/common/listen_socket.h"
 #include "services/common/metrics.h"
 #include "services/common/net.h"
+#include "services/common/private_files.h"
 #include "services/common/rpc_metrics.h"
 #include "services/common/server_flags.h"
 #include "services/common/server_security.h"
@@ -64,6 +66,12 @@ int Main() {
     return 2;
   }
   const std::string listen = absl::GetFlag(FLAGS_listen);
+  if (absl::Status st =
+          CheckPortsFree({{"--listen", listen}, {"--metrics_listen", metrics_flags.listen}});
+      !st.ok()) {
+    spdlog::error("{}", std::string(st.message()));
+    return 1;
+  }
   std::string name = absl::GetFlag(FLAGS_name);
   if (name.empty()) {
     char h[256] = {};
@@ -172,6 +180,7 @@ int Main() {
 
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a peer gone mid-write is an error to report, not a death
+  lockstep::SetPrivateUmask();
   lockstep::BlockShutdownSignals();
   std::vector<std::string> env = {
       "coordinator", "listen",    "advertise_host",       "device",      "threads", "name",

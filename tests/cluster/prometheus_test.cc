@@ -2,8 +2,12 @@
 // and the test reads Lockstep's metrics back through Prometheus's HTTP API
 // (/api/v1/query): the job's step from the coordinator, the steps and all-reduced bytes
 // from the workers. Skipped, saying so, only where no prometheus binary is installed
-// (scripts/install-deps installs it).
+// (scripts/install-deps installs it). A second test holds 50 idle connections open on every
+// target while Prometheus scrapes them.
+#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -48,6 +53,67 @@ int FreePort() {
   close(fd);
   return ntohs(addr.sin_port);
 }
+
+// `n` connections to each of `targets` (host:port) held open, idle: half send nothing, half
+// half a request, as slow or hostile clients would. One the server closes (its idle
+// timeout) is opened again at once, so that there are always n. Stops on destruction.
+class IdleClients {
+ public:
+  IdleClients(const std::vector<std::string>& targets, int n) : wake_(eventfd(0, EFD_CLOEXEC)) {
+    for (const std::string& t : targets) {
+      for (int i = 0; i < n; ++i) {
+        conns_.push_back({std::stoi(t.substr(t.rfind(':') + 1)), i % 2 == 1, -1});
+        Open(conns_.back());
+      }
+    }
+    thread_ = std::thread([this] { Hold(); });
+  }
+  ~IdleClients() {
+    const uint64_t one = 1;
+    EXPECT_EQ(write(wake_, &one, sizeof(one)), static_cast<ssize_t>(sizeof(one)));
+    thread_.join();
+    for (const Conn& c : conns_) close(c.fd);
+    close(wake_);
+  }
+  int opened() const { return opened_; }  // how many it opened in all (past n: reopened)
+
+ private:
+  struct Conn {
+    int port;
+    bool half_request;
+    int fd;
+  };
+  void Open(Conn& c) {
+    if (c.fd >= 0) close(c.fd);
+    c.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(c.port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(c.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && c.half_request) {
+      send(c.fd, "GET /metr", 9, MSG_NOSIGNAL);
+    }
+    ++opened_;
+  }
+  // Waits for closes (or the destructor's wake-up) and reopens what was closed.
+  void Hold() {
+    while (true) {
+      std::vector<pollfd> fds = {{wake_, POLLIN, 0}};
+      for (const Conn& c : conns_) fds.push_back({c.fd, POLLIN, 0});
+      if (poll(fds.data(), fds.size(), -1) < 0) continue;
+      if (fds[0].revents != 0) return;
+      for (size_t i = 1; i < fds.size(); ++i) {
+        char buf[256];
+        if (fds[i].revents != 0 && read(fds[i].fd, buf, sizeof(buf)) <= 0) Open(conns_[i - 1]);
+      }
+    }
+  }
+
+  const int wake_;
+  std::vector<Conn> conns_;
+  std::atomic<int> opened_{0};
+  std::thread thread_;
+};
 
 std::string UrlEncode(const std::string& s) {
   std::string out;
@@ -144,6 +210,51 @@ TEST_F(PrometheusTest, PrometheusScrapesAClusterRunningAJobAndAnswersQueries) {
   ExpectEventually("sum(lockstep_worker_steps_total)", 2 * kSteps);
   ExpectEventually("count(lockstep_worker_allreduce_bytes_total > 0)", 2);
   ExpectEventually("sum(lockstep_step_phase_seconds_count{phase=\"compute\"})", kSteps);
+}
+
+TEST_F(PrometheusTest, ScrapesSucceedWhileFiftyIdleConnectionsAreHeldOpenOnEachTarget) {
+  const std::string prometheus = FindPrometheus();
+  if (prometheus.empty()) {
+    GTEST_SKIP() << "no prometheus binary on PATH (Debian package `prometheus`; "
+                    "scripts/install-deps installs it)";
+  }
+  ClusterOptions options;
+  options.workers = 1;
+  options.metrics = true;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
+  dir_ = cluster->dir();
+  const std::vector<std::string> targets = cluster->processes().MetricsAddresses();
+  ASSERT_EQ(targets.size(), 2u);
+  for (const std::string& t : targets) ASSERT_FALSE(t.empty()) << cluster->Logs();
+  // Before, one connection at a time: each idle one held a scrape back 2 s, five made
+  // every scrape time out.
+  IdleClients idle(targets, 50);
+
+  // Scrapes every second, each given 1 s (Prometheus's scrape_timeout).
+  std::ofstream(dir_ + "/prometheus.yml")
+      << "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
+      << "scrape_configs:\n"
+      << "  - job_name: lockstep-coordinator\n"
+      << "    static_configs: [{targets: ['" << targets[0] << "']}]\n"
+      << "  - job_name: lockstep-worker\n"
+      << "    static_configs: [{targets: ['" << targets[1] << "']}]\n";
+  port_ = FreePort();
+  ASSERT_OK_AND_ASSIGN(prometheus_,
+                       SpawnServer({prometheus, "--config.file=" + dir_ + "/prometheus.yml",
+                                    "--storage.tsdb.path=" + dir_ + "/tsdb",
+                                    absl::StrCat("--web.listen-address=127.0.0.1:", port_)},
+                                   dir_ + "/prometheus.log"));
+  ExpectEventually("sum(up{job=~\"lockstep-.*\"})", 2);
+  // Then every scrape of the last 20 s succeeded on both, each well within its 1 s: longer
+  // than the servers' 10 s idle timeout, so IdleClients had to open some of its
+  // connections again (there were 50 on each target all along).
+  ExpectEventually(
+      "count(min_over_time(up{job=~\"lockstep-.*\"}[20s]) == 1 and "
+      "count_over_time(up{job=~\"lockstep-.*\"}[20s]) >= 18)",
+      2);
+  ExpectEventually("count(max_over_time(scrape_duration_seconds{job=~\"lockstep-.*\"}[20s]) < 0.9)",
+                   2);
+  EXPECT_GT(idle.opened(), 100);
 }
 
 }  // namespace
