@@ -164,8 +164,8 @@ steps: 1
       {"opt_state.nu.BatchNorm_0.scale", byte_of("opt_state.nu.BatchNorm_0.scale")},
       {"opt_state.count", byte_of("opt_state.count")},
       {"batch_stats.BatchNorm_0.var", byte_of("batch_stats.BatchNorm_0.var")},
-      {"header", whole.find("0123456789abcdef") + 3},   // the RNG key
-      {"header", whole.find("\"step\":\"9\"") + 8},  // the step
+      {"header", whole.find("0123456789abcdef") + 3},  // the RNG key
+      {"header", whole.find("\"step\":\"9\"") + 8},    // the step
   };
   for (const auto& [what, at] : damages) {
     SCOPED_TRACE(what);
@@ -211,8 +211,8 @@ TEST_F(CheckpointTest, AnOlderTrainStateWithoutDigestsReadsUndigested) {
   header["__metadata__"].erase("lockstep.header_digest");
   std::string h = header.dump();
   while (h.size() < n) h.push_back(' ');
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes.substr(0, 8) << h
-                                                          << bytes.substr(8 + n);
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      << bytes.substr(0, 8) << h << bytes.substr(8 + n);
   ASSERT_OK_AND_ASSIGN(StartingPoint start,
                        ReadStartingPoint(path, setup_->model, setup_->optimizer));
   EXPECT_FALSE(start.digested);
@@ -223,8 +223,9 @@ TEST_F(CheckpointTest, AnOlderTrainStateWithoutDigestsReadsUndigested) {
   const int64_t wrong = 16;
   st.Add("opt_state.count", "I64", {}, &wrong, sizeof(wrong));
   ASSERT_OK(st.Write(path));
-  EXPECT_THAT(ReadCheckpoint(path, setup_->model, setup_->optimizer),
-              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("opt_state.count is not the step 17")));
+  EXPECT_THAT(
+      ReadCheckpoint(path, setup_->model, setup_->optimizer),
+      StatusIs(absl::StatusCode::kDataLoss, HasSubstr("opt_state.count is not the step 17")));
 }
 
 }  // namespace

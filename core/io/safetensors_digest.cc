@@ -47,8 +47,8 @@ std::string Sha256Hex(std::string_view bytes) {
 std::string TensorDigests(const std::map<std::string, SafeTensor>& tensors) {
   nlohmann::json digests = nlohmann::json::object();
   for (const auto& [name, t] : tensors) {
-    digests[name] = Sha256Hex(
-        std::string_view(reinterpret_cast<const char*>(t.data.data()), t.data.size()));
+    digests[name] =
+        Sha256Hex(std::string_view(reinterpret_cast<const char*>(t.data.data()), t.data.size()));
   }
   return digests.dump();
 }
@@ -76,9 +76,9 @@ absl::Status CheckDigests(const std::string& path, std::string_view head,
   auto header_digest = metadata.find(kHeaderDigestKey);
   auto tensor_digests = metadata.find(kTensorDigestsKey);
   if (header_digest == metadata.end() || tensor_digests == metadata.end()) {
-    return Damaged(path, absl::StrCat("the header lacks ",
-                                      header_digest == metadata.end() ? kHeaderDigestKey
-                                                                      : kTensorDigestsKey));
+    return Damaged(
+        path, absl::StrCat("the header lacks ",
+                           header_digest == metadata.end() ? kHeaderDigestKey : kTensorDigestsKey));
   }
   // The header first: it says where every tensor is and what its digest is.
   const std::optional<size_t> at = DigestValueAt(head);
@@ -92,8 +92,8 @@ absl::Status CheckDigests(const std::string& path, std::string_view head,
                                       " (or another tool rewrote the file and kept the key)"));
   }
   if (data_bytes != data_end) {
-    return Damaged(path, absl::StrCat(data_bytes, " bytes follow the header, the tensors end at ",
-                                      data_end));
+    return Damaged(
+        path, absl::StrCat(data_bytes, " bytes follow the header, the tensors end at ", data_end));
   }
   const nlohmann::json digests = nlohmann::json::parse(tensor_digests->second, nullptr, false);
   if (!digests.is_object() || digests.size() != tensors.size()) {
@@ -105,8 +105,8 @@ absl::Status CheckDigests(const std::string& path, std::string_view head,
     if (want == digests.end() || !want->is_string()) {
       return Damaged(path, absl::StrCat("tensor ", name, " has no digest"));
     }
-    const std::string got = Sha256Hex(
-        std::string_view(reinterpret_cast<const char*>(t.data.data()), t.data.size()));
+    const std::string got =
+        Sha256Hex(std::string_view(reinterpret_cast<const char*>(t.data.data()), t.data.size()));
     if (got != want->get<std::string>()) {
       return Damaged(path, absl::StrCat("tensor ", name, " does not match its digest"));
     }

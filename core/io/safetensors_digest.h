@@ -45,8 +45,9 @@ bool HasDigests(const std::map<std::string, std::string>& metadata);
 
 // Checks the digests of a file read from `path`: its `head` (first 8 + N bytes), its
 // metadata and tensors, `data_bytes` (how many bytes follow the header) and `data_end`
-// (where the last tensor's bytes end): no byte may lie outside the tensors. DATA_LOSS naming the file and the header or the tensor that does
-// not match. OK for a file without digests (HasDigests false).
+// (where the last tensor's bytes end): no byte may lie outside the tensors. DATA_LOSS naming the
+// file and the header or the tensor that does not match. OK for a file without digests (HasDigests
+// false).
 absl::Status CheckDigests(const std::string& path, std::string_view head,
                           const std::map<std::string, std::string>& metadata,
                           const std::map<std::string, SafeTensor>& tensors, uint64_t data_bytes,
