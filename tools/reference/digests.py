@@ -25,6 +25,10 @@ def check(path):
   head = raw[:8 + n]
   header = json.loads(head[8:])
   meta = header.get("__metadata__", {})
+  for name, t in header.items():  # a damaged "__metadata__" key reads as a bad tensor
+    if name != "__metadata__" and not (isinstance(t, dict) and
+                                       {"dtype", "shape", "data_offsets"} <= set(t)):
+      raise ValueError(f"{path}: bad header: tensor {name}")
   if TENSOR_DIGESTS not in meta and HEADER_DIGEST not in meta:
     return None
   for key in (TENSOR_DIGESTS, HEADER_DIGEST):
