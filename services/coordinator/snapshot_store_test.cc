@@ -243,6 +243,9 @@ TEST_F(SnapshotStoreTest, ADamagedNewestSnapshotIsSkippedForThePreviousOne) {
 TEST_F(SnapshotStoreTest, AFlipAnywhereIsSkippedForThePreviousSnapshotNamingFileAndTensor) {
   std::vector<v1::LogLine> lines;
   absl::Mutex lines_mu;
+  struct Untap {
+    ~Untap() { SetLogTap(nullptr); }  // before `lines` goes, however the test ends
+  } untap;
   SetLogTap([&](const v1::LogLine& line) {
     absl::MutexLock lock(&lines_mu);
     lines.push_back(line);

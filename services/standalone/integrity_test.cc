@@ -35,8 +35,10 @@ namespace fs = std::filesystem;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-// Records the steps; aborts the job after the snapshot of `abort_at` (0: never).
-class AbortingSink final : public JobSink {
+// Records the steps; aborts the job after the snapshot of `abort_at` (0: never). As the
+// job's WorkerSupply (a runner snapshots only where a recovery can use them) it has no
+// spare workers: a lost worker fails the job.
+class AbortingSink final : public JobSink, public WorkerSupply {
  public:
   explicit AbortingSink(int64_t abort_at = 0) : abort_at_(abort_at) {}
   void OnRunning(int64_t) override {}
@@ -44,6 +46,12 @@ class AbortingSink final : public JobSink {
   void OnEval(const v1::EvalResult&) override {}
   void OnSnapshot(int64_t step) override {
     if (step == abort_at_ && runner != nullptr) runner->Abort(absl::CancelledError("stop here"));
+  }
+  absl::StatusOr<std::vector<PoolWorker>> Replace(const std::vector<std::string>&,
+                                                  const absl::Status& reason,
+                                                  absl::Duration) override {
+    return absl::UnavailableError(
+        absl::StrCat("no spare workers in this test: ", reason.message()));
   }
   JobRunner* runner = nullptr;
   std::vector<int64_t> steps;
@@ -72,11 +80,11 @@ std::string TempDir(const std::string& name) {
   return templ;
 }
 
-absl::StatusOr<JobOutcome> Run(const v1::JobSpec& spec, const CoordinatorOptions& options,
-                               AbortingSink* sink, bool resume) {
+absl::StatusOr<JobOutcome> RunOnce(const v1::JobSpec& spec, const CoordinatorOptions& options,
+                                   AbortingSink* sink, bool resume) {
   InProcessWorkers workers(2);
   JobRunner runner("job-000001", spec, workers.pool_workers(), workers.factory(), options, sink,
-                   nullptr, resume);
+                   sink, resume);
   sink->runner = &runner;
   JobOutcome out;
   absl::Status st = runner.Run(&out);
@@ -99,11 +107,14 @@ TEST(Integrity, AFlipInTheNewestSnapshotResumesFromThePreviousToTheUndisturbedCh
   options.checkpoint_dir = root + "/checkpoints";
   options.snapshot_dir = root + "/snapshots";
   AbortingSink clean_sink;
-  ASSERT_OK_AND_ASSIGN(JobOutcome clean, Run(Spec(), options, &clean_sink, false));
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, RunOnce(Spec(), options, &clean_sink, false));
   fs::remove_all(root);
 
   std::vector<v1::LogLine> lines;
   absl::Mutex lines_mu;
+  struct Untap {
+    ~Untap() { SetLogTap(nullptr); }  // before `lines` goes, however the test ends
+  } untap;
   SetLogTap([&](const v1::LogLine& line) {
     absl::MutexLock lock(&lines_mu);
     if (line.level() == "warning") lines.push_back(line);
@@ -126,7 +137,7 @@ TEST(Integrity, AFlipInTheNewestSnapshotResumesFromThePreviousToTheUndisturbedCh
     SCOPED_TRACE(d.what);
     fs::remove_all(root);
     AbortingSink first(20);
-    EXPECT_THAT(Run(Spec(), options, &first, false),
+    EXPECT_THAT(RunOnce(Spec(), options, &first, false),
                 StatusIs(absl::StatusCode::kCancelled, HasSubstr("stop here")));
     const std::string newest = options.snapshot_dir + "/job-000001/step-000000000020.safetensors";
     std::string bytes = ReadAll(newest);
@@ -140,7 +151,7 @@ TEST(Integrity, AFlipInTheNewestSnapshotResumesFromThePreviousToTheUndisturbedCh
       lines.clear();
     }
     AbortingSink resumed;
-    ASSERT_OK_AND_ASSIGN(JobOutcome out, Run(Spec(), options, &resumed, true));
+    ASSERT_OK_AND_ASSIGN(JobOutcome out, RunOnce(Spec(), options, &resumed, true));
     EXPECT_EQ(out.param_checksum, clean.param_checksum);
     ASSERT_FALSE(resumed.steps.empty());
     EXPECT_EQ(resumed.steps.front(), 11);  // from the snapshot of step 10
@@ -166,7 +177,7 @@ TEST(Integrity, AFinalCheckpointAFullDiskRefusesIsKeptAndWrittenOnceThereIsRoom)
   fs::create_directories(disk.dir() + "/job-000001");
   disk.Fill();
   AbortingSink sink;
-  ASSERT_OK_AND_ASSIGN(JobOutcome out, Run(Spec(), options, &sink, false));
+  ASSERT_OK_AND_ASSIGN(JobOutcome out, RunOnce(Spec(), options, &sink, false));
   EXPECT_THAT(out.checkpoint_pending, HasSubstr("No space left on device"));
   EXPECT_EQ(out.checkpoint_path, "");
   ASSERT_NE(out.pending, nullptr);
