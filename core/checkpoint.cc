@@ -14,6 +14,8 @@ std::string FlaxName(const std::string& prefix, const ParamEntry& e) {
 }
 
 constexpr char kFormat[] = "lockstep.train_state.v1";
+// optax's state.count (the updates done): the step, beside it in the metadata.
+constexpr char kCount[] = "opt_state.count";
 
 // The tensors of `layout` under `prefix` ("params", "opt_state.mu", "batch_stats"; "" for
 // bare names) into `dst`.
@@ -47,6 +49,13 @@ absl::StatusOr<TrainState> FromTensors(const SafeTensors& st, const std::string&
   if (it != st.metadata().end() && !absl::SimpleAtoi(it->second, &state.step)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": step \"", it->second, "\""));
   }
+  // Files written before the count was kept have none.
+  if (st.tensors().count(kCount) > 0) {
+    ASSIGN_OR_RETURN(const std::vector<int64_t> count, st.I64(kCount));
+    if (count.size() != 1 || count[0] != state.step) {
+      return absl::DataLossError(absl::StrCat(path, ": ", kCount, " is not the step ", state.step));
+    }
+  }
   return state;
 }
 
@@ -69,6 +78,8 @@ absl::Status WriteCheckpoint(const std::string& path, const Model& model,
     st.AddF32(FlaxName("batch_stats", e), e.shape,
               std::span<const float>(state.batch_stats.data() + e.offset, e.size));
   }
+  const int64_t count = state.step;
+  st.Add(kCount, "I64", {}, &count, sizeof(count));
   st.metadata() = extra;
   st.metadata()["step"] = std::to_string(state.step);
   st.metadata()["format"] = kFormat;
@@ -77,10 +88,12 @@ absl::Status WriteCheckpoint(const std::string& path, const Model& model,
 
 absl::StatusOr<TrainState> ReadCheckpoint(const std::string& path, const Model& model,
                                           const Optimizer& optimizer,
-                                          std::map<std::string, std::string>* metadata) {
+                                          std::map<std::string, std::string>* metadata,
+                                          bool* digested) {
   ASSIGN_OR_RETURN(SafeTensors st, SafeTensors::Read(path));
   ASSIGN_OR_RETURN(TrainState state, FromTensors(st, path, model, optimizer));
   if (metadata != nullptr) *metadata = st.metadata();
+  if (digested != nullptr) *digested = st.digested();
   return state;
 }
 
@@ -89,6 +102,7 @@ absl::StatusOr<StartingPoint> ReadStartingPoint(const std::string& path, const M
   ASSIGN_OR_RETURN(SafeTensors st, SafeTensors::Read(path));
   StartingPoint start;
   start.metadata = st.metadata();
+  start.digested = st.digested();
   auto format = start.metadata.find("format");
   if (format != start.metadata.end() && format->second == kFormat) {
     ASSIGN_OR_RETURN(start.state, FromTensors(st, path, model, optimizer));

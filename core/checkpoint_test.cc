@@ -4,7 +4,10 @@
 // naming the tensor.
 #include "core/checkpoint.h"
 
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/io/safetensors.h"
 #include "core/plan.h"
@@ -15,6 +18,7 @@
 namespace lockstep::testing {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 class CheckpointTest : public ::testing::Test {
@@ -127,6 +131,101 @@ steps: 1
                        ReadStartingPoint(dir_ + "/bn-params.safetensors", bn.model, bn.optimizer));
   EXPECT_TRUE(start.params_only);
   EXPECT_EQ(start.state.batch_stats, bn.model.InitStats());
+}
+
+// The issue's finding: a flipped byte in an optimizer slot was trained from. Now a byte
+// flipped in any kind of tensor (params, both adam slots, the count, batch_stats) or in
+// the metadata is DATA_LOSS naming the file and what was damaged, on every read.
+TEST_F(CheckpointTest, AByteFlippedInAnyTensorOrTheMetadataIsDataLossNamingIt) {
+  ASSERT_OK_AND_ASSIGN(TrainSetup bn, SetupFromSpec(ValidSpec(R"(
+model: {layers: [flatten, dense: {features: 8}, batch_norm: {momentum: 0.9}, relu,
+                 dense: {features: 10}]}
+optimizer: {kind: adam, learning_rate: 0.001}
+global_batch_size: 32
+steps: 1
+)")));
+  TrainState state = TrainState::Create(bn.model.Init(TrainingPlan::InitKey(3, bn.impl), bn.impl),
+                                        bn.optimizer, bn.model.InitStats());
+  state.step = 9;
+  const std::string path = dir_ + "/whole.safetensors";
+  ASSERT_OK(WriteCheckpoint(path, bn.model, bn.optimizer, state,
+                            {{"main_key", "0123456789abcdef"}, {"spec", "{}"}}));
+  const std::string whole = ReadAll(path);
+  uint64_t n = 0;
+  std::memcpy(&n, whole.data(), 8);  // little-endian, as the hosts we run on
+  const nlohmann::json header = nlohmann::json::parse(whole.substr(8, n));
+  ASSERT_TRUE(header.contains("opt_state.count"));
+  auto byte_of = [&](const std::string& tensor) {
+    return 8 + n + header.at(tensor).at("data_offsets")[0].get<size_t>() + 1;
+  };
+  const std::vector<std::pair<std::string, size_t>> damages = {
+      {"params.Dense_0.kernel", byte_of("params.Dense_0.kernel")},
+      {"opt_state.mu.Dense_0.kernel", byte_of("opt_state.mu.Dense_0.kernel")},
+      {"opt_state.nu.BatchNorm_0.scale", byte_of("opt_state.nu.BatchNorm_0.scale")},
+      {"opt_state.count", byte_of("opt_state.count")},
+      {"batch_stats.BatchNorm_0.var", byte_of("batch_stats.BatchNorm_0.var")},
+      {"header", whole.find("0123456789abcdef") + 3},  // the RNG key
+      {"header", whole.find("\"step\":\"9\"") + 8},    // the step
+  };
+  for (const auto& [what, at] : damages) {
+    SCOPED_TRACE(what);
+    std::string damaged = whole;
+    damaged[at] ^= 0x04;
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << damaged;
+    EXPECT_THAT(ReadCheckpoint(path, bn.model, bn.optimizer),
+                StatusIs(absl::StatusCode::kDataLoss, AllOf(HasSubstr(path), HasSubstr(what))));
+    EXPECT_THAT(ReadStartingPoint(path, bn.model, bn.optimizer),
+                StatusIs(absl::StatusCode::kDataLoss, HasSubstr(what)));
+  }
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << whole;
+  bool digested = false;
+  ASSERT_OK_AND_ASSIGN(TrainState back,
+                       ReadCheckpoint(path, bn.model, bn.optimizer, nullptr, &digested));
+  EXPECT_TRUE(digested);
+  EXPECT_EQ(back.step, 9);
+}
+
+// A train state written before checkpoints kept digests and the count reads as it did,
+// undigested (the caller warns); one whose count is not its step is refused.
+TEST_F(CheckpointTest, AnOlderTrainStateWithoutDigestsReadsUndigested) {
+  const std::string path = dir_ + "/old.safetensors";
+  SafeTensors st;
+  for (const ParamEntry& e : setup_->model.layout().entries()) {
+    std::string name = e.name;
+    for (char& c : name) c = c == '/' ? '.' : c;
+    st.AddF32("params." + name, e.shape,
+              std::span<const float>(state_.params.data() + e.offset, e.size));
+    for (size_t s = 0; s < setup_->optimizer.slots().size(); ++s) {
+      st.AddF32("opt_state." + setup_->optimizer.slots()[s] + "." + name, e.shape,
+                std::span<const float>(state_.slots[s].data() + e.offset, e.size));
+    }
+  }
+  st.metadata() = {{"step", "17"}, {"format", "lockstep.train_state.v1"}};
+  ASSERT_OK(st.Write(path));
+  // Strip the digests Write added, as an older writer had none.
+  std::string bytes = ReadAll(path);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  header["__metadata__"].erase("lockstep.tensor_digests");
+  header["__metadata__"].erase("lockstep.header_digest");
+  std::string h = header.dump();
+  while (h.size() < n) h.push_back(' ');
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      << bytes.substr(0, 8) << h << bytes.substr(8 + n);
+  ASSERT_OK_AND_ASSIGN(StartingPoint start,
+                       ReadStartingPoint(path, setup_->model, setup_->optimizer));
+  EXPECT_FALSE(start.digested);
+  EXPECT_FALSE(start.params_only);
+  EXPECT_EQ(start.state.step, 17);
+  EXPECT_TRUE(start.state.slots == state_.slots);
+
+  const int64_t wrong = 16;
+  st.Add("opt_state.count", "I64", {}, &wrong, sizeof(wrong));
+  ASSERT_OK(st.Write(path));
+  EXPECT_THAT(
+      ReadCheckpoint(path, setup_->model, setup_->optimizer),
+      StatusIs(absl::StatusCode::kDataLoss, HasSubstr("opt_state.count is not the step 17")));
 }
 
 }  // namespace

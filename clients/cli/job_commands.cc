@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "clients/cli/client.h"
 #include "clients/cli/commands.h"
+#include "core/io/safetensors.h"
 #include "core/spec/spec.h"
 #include "services/common/status.h"
 
@@ -222,6 +223,11 @@ int Checkpoint(const CheckpointOptions& o) {
     if (!st.ok()) return Fail(FromGrpcStatus(st));
     return Fail(absl::DataLossError(
         absl::StrCat(out, ": ", got, " of ", total, " bytes arrived or could be written")));
+  }
+  // Every byte arrived; the file's digests say whether they are the ones written.
+  if (absl::StatusOr<SafeTensors> read = SafeTensors::Read(part); !read.ok()) {
+    std::filesystem::remove(part, ec);
+    return Fail(read.status());
   }
   std::filesystem::rename(part, out, ec);
   if (ec) return Fail(absl::PermissionDeniedError(absl::StrCat(out, ": ", ec.message())));

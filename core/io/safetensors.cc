@@ -1,5 +1,6 @@
 #include "core/io/safetensors.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -9,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/io/durable_file.h"
+#include "core/io/safetensors_digest.h"
 
 namespace lockstep {
 namespace {
@@ -53,6 +55,7 @@ absl::StatusOr<SafeTensors> SafeTensors::Read(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": bad header: ", e.what()));
   }
   const size_t base = 8 + n;
+  uint64_t data_end = 0;
   try {
     for (const auto& [name, v] : header.items()) {
       if (name == "__metadata__") {
@@ -81,17 +84,30 @@ absl::StatusOr<SafeTensors> SafeTensors::Read(const std::string& path) {
         return absl::DataLossError(absl::StrCat(path, ": tensor ", name, ": bad data_offsets"));
       }
       t.data.assign(raw.begin() + base + (*off)[0], raw.begin() + base + (*off)[1]);
+      data_end = std::max(data_end, (*off)[1]);
       st.tensors_[name] = std::move(t);
     }
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": bad header: ", e.what()));
   }
+  const std::string_view head(reinterpret_cast<const char*>(raw.data()), base);
+  if (absl::Status digests =
+          CheckDigests(path, head, st.metadata_, st.tensors_, raw.size() - base, data_end);
+      !digests.ok()) {
+    return digests;
+  }
+  st.digested_ = HasDigests(st.metadata_);
+  st.metadata_.erase(kTensorDigestsKey);
+  st.metadata_.erase(kHeaderDigestKey);
   return st;
 }
 
 absl::Status SafeTensors::Write(const std::string& path) const {
   nlohmann::json header = nlohmann::json::object();
-  if (!metadata_.empty()) header["__metadata__"] = metadata_;
+  std::map<std::string, std::string> metadata = metadata_;
+  metadata[kTensorDigestsKey] = TensorDigests(tensors_);
+  metadata[kHeaderDigestKey] = HeaderDigestPlaceholder();
+  header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors_) {
     header[name] = {
@@ -100,9 +116,11 @@ absl::Status SafeTensors::Write(const std::string& path) const {
   }
   std::string h = header.dump();
   while ((8 + h.size()) % 8 != 0) h.push_back(' ');
-  char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>(uint64_t{h.size()} >> (8 * i));
-  std::vector<std::string_view> parts = {std::string_view(len, 8), h};
+  std::string head(8, '\0');
+  for (int i = 0; i < 8; ++i) head[i] = static_cast<char>(uint64_t{h.size()} >> (8 * i));
+  head += h;
+  if (absl::Status sealed = SealHeader(head); !sealed.ok()) return sealed;
+  std::vector<std::string_view> parts = {head};
   for (const auto& [name, t] : tensors_) {
     parts.emplace_back(reinterpret_cast<const char*>(t.data.data()), t.data.size());
   }
@@ -137,6 +155,9 @@ absl::StatusOr<std::vector<float>> SafeTensors::F32(const std::string& n) const 
 }
 absl::StatusOr<std::vector<int32_t>> SafeTensors::I32(const std::string& n) const {
   return Get<int32_t>(n, "I32");
+}
+absl::StatusOr<std::vector<int64_t>> SafeTensors::I64(const std::string& n) const {
+  return Get<int64_t>(n, "I64");
 }
 absl::StatusOr<std::vector<uint32_t>> SafeTensors::U32(const std::string& n) const {
   return Get<uint32_t>(n, "U32");

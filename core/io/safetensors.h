@@ -22,11 +22,18 @@ struct SafeTensor {
 
 class SafeTensors {
  public:
-  // Errors name the file: NOT_FOUND, DATA_LOSS (truncated, bad offsets), INVALID_ARGUMENT
-  // (bad header).
+  // Errors name the file: NOT_FOUND, DATA_LOSS (truncated, bad offsets, a header or a
+  // tensor that does not match its digest, naming it), INVALID_ARGUMENT (bad header).
+  // A file with digests (core/io/safetensors_digest.h) is read only if every one matches;
+  // their keys are not in metadata().
   static absl::StatusOr<SafeTensors> Read(const std::string& path);
-  // Writes atomically and durably (core/io/durable_file.h).
+  // Writes atomically and durably (core/io/durable_file.h), with the digests of its header
+  // and of every tensor in its metadata.
   absl::Status Write(const std::string& path) const;
+
+  // Whether the file read held digests, all of which matched (false for files of other
+  // tools, or of Lockstep before it kept digests).
+  bool digested() const { return digested_; }
 
   void Add(const std::string& name, std::string dtype, std::vector<int64_t> shape, const void* data,
            size_t bytes);
@@ -41,6 +48,7 @@ class SafeTensors {
   // The named tensor's values; NOT_FOUND or INVALID_ARGUMENT (wrong dtype).
   absl::StatusOr<std::vector<float>> F32(const std::string& name) const;
   absl::StatusOr<std::vector<int32_t>> I32(const std::string& name) const;
+  absl::StatusOr<std::vector<int64_t>> I64(const std::string& name) const;
   absl::StatusOr<std::vector<uint32_t>> U32(const std::string& name) const;
   absl::StatusOr<std::vector<uint8_t>> U8(const std::string& name) const;
 
@@ -49,6 +57,7 @@ class SafeTensors {
   absl::StatusOr<std::vector<T>> Get(const std::string& name, const char* dtype) const;
 
   std::string source_;
+  bool digested_ = false;
   std::map<std::string, SafeTensor> tensors_;
   std::map<std::string, std::string> metadata_;
 };

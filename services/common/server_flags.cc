@@ -3,6 +3,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "services/common/job_log.h"
+#include "services/common/whole_line_sink.h"
 
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port to serve Prometheus metrics on, plain HTTP without tokens (port 0: pick "
@@ -24,6 +25,7 @@ absl::Status ApplyLogFormatFlag() {
   if (!format.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--", format.status().message()));
   }
+  UseWholeLineLogger();  // a full disk leaves no torn line, and logging resumes after it
   SetLogFormat(*format);
   return absl::OkStatus();
 }

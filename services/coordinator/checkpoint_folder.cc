@@ -10,6 +10,7 @@
 #include "core/io/durable_file.h"
 #include "core/io/paths.h"
 #include "core/status_macros.h"
+#include "services/common/job_log.h"
 #include "services/common/job_state.h"
 #include "services/coordinator/snapshot_store.h"
 
@@ -90,6 +91,7 @@ absl::StatusOr<ResumeSource> CheckpointFolder::ResolveResumeFrom(
       const SnapshotStore snapshots(absl::StrCat(snapshot_dir_, "/", resume_from), 1);
       if (const std::vector<int64_t> steps = snapshots.Steps(); !steps.empty()) {
         src.path = snapshots.PathOf(steps.back());
+        src.snapshot = true;
         return src;
       }
     }
@@ -115,6 +117,33 @@ absl::StatusOr<ResumeSource> CheckpointFolder::ResolveResumeFrom(
     src.job_id = first;
   }
   return src;
+}
+
+absl::StatusOr<StartingPoint> CheckpointFolder::ReadResumeSource(ResumeSource* source,
+                                                                 const Model& model,
+                                                                 const Optimizer& optimizer,
+                                                                 const std::string& reader) const {
+  if (!source->snapshot) return ReadStartingPoint(source->path, model, optimizer);
+  const SnapshotStore snapshots(absl::StrCat(snapshot_dir_, "/", source->job_id), 1);
+  std::vector<int64_t> steps = snapshots.Steps();
+  std::vector<std::string> errors;
+  for (auto step = steps.rbegin(); step != steps.rend(); ++step) {
+    const std::string path = snapshots.PathOf(*step);
+    absl::StatusOr<StartingPoint> start = ReadStartingPoint(path, model, optimizer);
+    if (!start.ok()) {
+      errors.emplace_back(start.status().message());
+      continue;
+    }
+    if (!errors.empty()) {
+      LogJob(spdlog::level::warn, {reader},
+             absl::StrCat("resume_from: ", source->job_id, "'s newest readable snapshot is ", path,
+                          "; skipped: ", absl::StrJoin(errors, "; ")));
+    }
+    source->path = path;
+    return start;
+  }
+  return absl::DataLossError(absl::StrCat("no readable snapshot of job ", source->job_id, ": ",
+                                          absl::StrJoin(errors, "; ")));
 }
 
 absl::StatusOr<std::string> CheckpointFolder::FindCheckpoint(const std::string& job_id) const {

@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "core/checkpoint.h"
 
 namespace lockstep {
 
@@ -26,7 +27,8 @@ struct ResumeSource {
   // folder holds the file, symbolic links resolved ("job-000001/model.safetensors");
   // "" for other files.
   std::string job_id;
-  std::string path;  // the file to read
+  std::string path;       // the file to read
+  bool snapshot = false;  // path is the job's newest snapshot (older ones may stand in)
 };
 
 class CheckpointFolder {
@@ -58,6 +60,14 @@ class CheckpointFolder {
   // the file does not exist or the job has no snapshot or checkpoint. A job's newest
   // snapshot is preferred to its checkpoint (a cancelled job has no checkpoint).
   absl::StatusOr<ResumeSource> ResolveResumeFrom(const std::string& resume_from) const;
+
+  // Reads what ResolveResumeFrom found (core/checkpoint.h's ReadStartingPoint, every digest
+  // checked). For a job's snapshot, a newer one that does not read whole is skipped for
+  // the one before (logged about `reader`, naming the file and the damage), and
+  // `source->path` becomes the file read; DATA_LOSS naming each file when none reads.
+  absl::StatusOr<StartingPoint> ReadResumeSource(ResumeSource* source, const Model& model,
+                                                 const Optimizer& optimizer,
+                                                 const std::string& reader) const;
 
  private:
   // The job's checkpoint file found in its folder (or, written before jobs had folders,

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -191,6 +192,7 @@ absl::Status JobManager::Start() {
       if (!rec->job.spec().request_id().empty())
         by_request_id_[RequestKey(rec->job.owner(), rec->job.spec().request_id())] = id;
       if (IsTerminal(was)) {  // its final event, for watchers; the record stays as it was
+        KeepPendingCheckpointLocked(*rec);
         rec->log->Append(StateEvent(was, rec->job.failure_reason()));
         rec->log->Close();
         rec->log->Compact();
@@ -309,7 +311,10 @@ void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Sta
   if (IsTerminal(state)) rec.job.set_finished_unix_ms(NowMs());
   saves->push_back({rec.job, ++rec.version});
   ++rec.pending_saves;
-  rec.log->Append(StateEvent(state, reason.message()));
+  rec.log->Append(
+      StateEvent(state, reason.ok() && !rec.job.checkpoint_pending().empty()
+                            ? "final checkpoint pending: " + rec.job.checkpoint_pending()
+                            : std::string(reason.message())));
   if (IsTerminal(state)) {
     rec.log->Close();
     if (rec.watchers == 0) rec.log->Compact();  // else when the last watcher goes
@@ -475,6 +480,8 @@ void JobManager::RunJob(Record* rec) {
     } else {
       rec->job.set_param_checksum(out.param_checksum);
       rec->job.set_checkpoint_path(out.checkpoint_path);
+      rec->job.set_checkpoint_pending(out.checkpoint_pending);  // a full disk: retried
+      if (out.pending != nullptr) retrier_.Add(out.pending);
       if (out.samples_per_sec > 0) rec->job.set_samples_per_sec(out.samples_per_sec);
       const v1::JobState state = st.ok()                 ? v1::SUCCEEDED
                                  : absl::IsCancelled(st) ? v1::CANCELLED
@@ -645,8 +652,46 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) {
   return rec->job;
 }
 
+void JobManager::KeepPendingCheckpointLocked(Record& rec) {
+  const v1::Job& job = rec.job;
+  if (job.state() != v1::SUCCEEDED || job.checkpoint_pending().empty()) return;
+  const std::string path = CheckpointFolder(options_.checkpoint_dir, options_.snapshot_dir)
+                               .CheckpointPath(job.id(), job.spec().checkpoint_path());
+  absl::StatusOr<std::unique_ptr<PendingCheckpoint>> pending = PendingCheckpoint::FromSnapshot(
+      job.id(), job.spec(), path, job.step(),
+      options_.snapshot_dir.empty() ? "" : options_.snapshot_dir + "/" + job.id());
+  if (!pending.ok()) {
+    LogJob(spdlog::level::err, {job.id()},
+           absl::StrCat("final checkpoint pending, and lost with the previous coordinator: ",
+                        pending.status().message()));
+    return;
+  }
+  LogJob(spdlog::level::info, {job.id()},
+         absl::StrCat("final checkpoint pending (", job.checkpoint_pending(),
+                      "): its state of step ", job.step(), " is read back; retried"));
+  retrier_.Add(std::move(pending).value());
+}
+
+void JobManager::CheckpointWritten(const std::string& id, const std::string& path) {
+  std::vector<Save> saves;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return;  // forgotten meanwhile
+    Record& rec = *it->second;
+    rec.job.set_checkpoint_path(std::filesystem::absolute(path).string());
+    rec.job.clear_checkpoint_pending();
+    saves.push_back({rec.job, ++rec.version});
+    ++rec.pending_saves;
+  }
+  LogJob(spdlog::level::info, {id}, absl::StrCat("final checkpoint written to ", path));
+  Persist(std::move(saves));
+}
+
 absl::StatusOr<JobManager::StateFile> JobManager::CheckpointFile(const std::string& id,
                                                                  std::optional<int64_t> step) {
+  // A pending final checkpoint: written now if the disk takes it, else its snapshot serves.
+  retrier_.TryNow(id).IgnoreError();
   ASSIGN_OR_RETURN(const v1::Job job, Get(id));
   std::vector<StateFile> files;  // oldest first
   if (!options_.snapshot_dir.empty()) {

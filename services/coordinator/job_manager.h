@@ -28,9 +28,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "lockstep/v1/job.pb.h"
 #include "services/common/auth.h"
+#include "services/common/job_log.h"
+#include "services/coordinator/checkpoint_retrier.h"
 #include "services/coordinator/coordinator_metrics.h"
 #include "services/coordinator/event_log.h"
 #include "services/coordinator/job_records.h"
@@ -179,6 +182,11 @@ class JobManager {
   std::shared_ptr<TensorBoardWriter> NewTensorBoardWriter(const v1::Job& job);
   absl::StatusOr<Record*> FindLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndWatch(const std::string& id);
+  // A SUCCEEDED job whose final checkpoint is pending (job_manager_checkpoints.cc): a
+  // restarted coordinator's takes the final state from its newest snapshot, for retrier_.
+  void KeepPendingCheckpointLocked(Record& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // retrier_ wrote job `id`'s checkpoint to `path`: on its record.
+  void CheckpointWritten(const std::string& id, const std::string& path) ABSL_LOCKS_EXCLUDED(mu_);
 
   const CoordinatorOptions options_;
   // Wakes the watchers of every job's event log (EventLog), so that a runner never does.
@@ -215,6 +223,15 @@ class JobManager {
   // Each known job's log lines (Record::logs), for AppendLog, which may run under mu_.
   absl::Mutex logs_mu_;  // a leaf
   std::map<std::string, std::shared_ptr<EventLog>> logs_ ABSL_GUARDED_BY(logs_mu_);
+
+  // Final checkpoints a full disk refused, retried; destroyed first (it calls back).
+  CheckpointRetrier retrier_{
+      [this](const std::string& id, const std::string& path) { CheckpointWritten(id, path); },
+      [](const std::string& id, const absl::Status& why) {
+        LogJob(spdlog::level::warn, {id},
+               absl::StrCat("final checkpoint still pending: ", why.message(),
+                            "; retried with backoff"));
+      }};
 };
 
 }  // namespace lockstep

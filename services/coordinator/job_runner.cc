@@ -201,7 +201,8 @@ absl::Status JobRunner::Run(JobOutcome* outcome) {
   // Sticky: an abort that arrived before the job's end wins, whatever came after it.
   if (absl::Status why = cancel_.status(); !why.ok()) return why;
   if (st.ok()) {
-    snapshots_.Clear();  // the checkpoint holds the end
+    // The checkpoint holds the end; a pending one's state is in the newest snapshot.
+    if (outcome->pending == nullptr) snapshots_.Clear();
   } else if (!recovered_from.empty()) {
     // A failed recovery's own failure is in `st` already ("...; recovery failed: ...").
     st = absl::Status(st.code(),
@@ -257,8 +258,10 @@ absl::Status JobRunner::Attempt(JobOutcome* outcome) {
   sink_->OnEval(final_eval);
 
   if (checkpoint_path_.empty()) return absl::OkStatus();
-  RETURN_IF_ERROR(SaveCheckpoint(checkpoint_path_, outcome->param_checksum, plan));
-  outcome->checkpoint_path = std::filesystem::absolute(checkpoint_path_).string();
+  RETURN_IF_ERROR(SaveCheckpoint(checkpoint_path_, outcome->param_checksum, plan, outcome));
+  if (outcome->pending == nullptr) {
+    outcome->checkpoint_path = std::filesystem::absolute(checkpoint_path_).string();
+  }
   return absl::OkStatus();
 }
 

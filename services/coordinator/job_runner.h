@@ -40,6 +40,7 @@
 #include "lockstep/v1/job.pb.h"
 #include "services/coordinator/checkpoint_folder.h"
 #include "services/coordinator/options.h"
+#include "services/coordinator/pending_checkpoint.h"
 #include "services/coordinator/snapshot_store.h"
 #include "services/coordinator/step_fanout.h"
 #include "services/coordinator/worker_client.h"
@@ -92,6 +93,11 @@ struct JobOutcome {
   std::vector<std::string> unreachable;  // worker ids found dead after the last failure
   int recoveries = 0;
   int64_t replayed_steps = 0;  // steps run again after recoveries
+  // The job succeeded but its final checkpoint could not be written (a full disk): why,
+  // and the final state kept to write it later (also in the newest snapshot if it could
+  // be written). checkpoint_path is then empty.
+  std::string checkpoint_pending;
+  std::shared_ptr<PendingCheckpoint> pending;
 };
 
 class JobRunner {
@@ -167,7 +173,9 @@ class JobRunner {
   absl::StatusOr<v1::StepEvent> Aggregate(const std::vector<StepResult>& got, int64_t step,
                                           bool check) const;
   absl::StatusOr<v1::EvalResult> Evaluate(int64_t num_test, int64_t step, int64_t epoch);
-  absl::Status SaveCheckpoint(const std::string& path, uint64_t checksum, const TrainingPlan& plan);
+  // Writes the final checkpoint; one the disk refuses is left pending in `outcome`.
+  absl::Status SaveCheckpoint(const std::string& path, uint64_t checksum, const TrainingPlan& plan,
+                              JobOutcome* outcome);
   absl::Status WorkerError(int rank, const absl::Status& st) const;
   // After a failed attempt: names the first dead rank in the error; outcome->unreachable.
   absl::Status NameTheDead(absl::Status st, const std::vector<bool>& alive, JobOutcome* outcome);

@@ -80,12 +80,19 @@ absl::Status JobRunner::Begin() {
 }
 
 absl::Status JobRunner::ResumeFrom() {
-  ASSIGN_OR_RETURN(const ResumeSource source, folder_.ResolveResumeFrom(spec_.resume_from()));
+  ASSIGN_OR_RETURN(ResumeSource source, folder_.ResolveResumeFrom(spec_.resume_from()));
+  absl::StatusOr<StartingPoint> start =
+      folder_.ReadResumeSource(&source, setup_->model, setup_->optimizer, job_id_);
   const std::string& path = source.path;
-  absl::StatusOr<StartingPoint> start = ReadStartingPoint(path, setup_->model, setup_->optimizer);
   if (!start.ok()) {
     return absl::Status(start.status().code(),
                         absl::StrCat("resume_from: ", start.status().message()));
+  }
+  if (!start->params_only && !start->digested) {
+    LogJob(spdlog::level::warn, {job_id_},
+           absl::StrCat("resume_from: ", path,
+                        " has no digests (written by an older Lockstep): its optimizer state "
+                        "cannot be checked"));
   }
   // A snapshot's or checkpoint's checksum covers the params' (and batch_stats') bytes,
   // which the file's header does not.
@@ -196,17 +203,24 @@ std::map<std::string, std::string> JobRunner::Metadata(uint64_t checksum, const 
 }
 
 absl::Status JobRunner::SaveCheckpoint(const std::string& path, uint64_t checksum,
-                                       const TrainingPlan& plan) {
+                                       const TrainingPlan& plan, JobOutcome* outcome) {
   ASSIGN_OR_RETURN(TrainState state,
                    clients_[0]->FetchState(job_id_, *attempt(), options_.rpc_timeout));
   if (ParamChecksum(state.params, state.batch_stats) != checksum) {
     return WorkerError(0,
                        absl::DataLossError("fetched params do not match the replicas' checksum"));
   }
+  const std::map<std::string, std::string> metadata = Metadata(checksum, plan, state.step);
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  return WriteCheckpoint(path, setup_->model, setup_->optimizer, state,
-                         Metadata(checksum, plan, state.step));
+  const absl::Status written =
+      WriteCheckpoint(path, setup_->model, setup_->optimizer, state, metadata);
+  if (written.ok()) return written;
+  // A full disk must not lose the result: kept to write later (pending_checkpoint.h).
+  outcome->checkpoint_pending = std::string(written.message());
+  outcome->pending = KeepFinalState(job_id_, spec_, path, std::move(state), metadata, written,
+                                    snapshots_, setup_->model, setup_->optimizer);
+  return absl::OkStatus();
 }
 
 }  // namespace lockstep

@@ -26,11 +26,21 @@ constexpr char kSuffix[] = ".safetensors";
 absl::StatusOr<Snapshot> ReadSnapshot(const std::string& path, int64_t step, const Model& model,
                                       const Optimizer& optimizer) {
   Snapshot s;
-  ASSIGN_OR_RETURN(s.state, ReadCheckpoint(path, model, optimizer, &s.metadata));
+  bool digested = false;
+  // Every tensor and the header against the file's digests (core/io/safetensors_digest.h).
+  ASSIGN_OR_RETURN(s.state, ReadCheckpoint(path, model, optimizer, &s.metadata, &digested));
   if (s.state.step != step) {
     return absl::DataLossError(absl::StrCat(path, ": holds step ", s.state.step));
   }
-  // The checksum covers the params' bytes, which the file's header does not.
+  if (!digested) {
+    // Written before snapshots kept digests (a coordinator upgraded mid-job): taken, with
+    // only the params' checksum to check it by.
+    LogJob(spdlog::level::warn, {s.metadata["job_id"]},
+           absl::StrCat(path,
+                        " has no digests (written by an older Lockstep): its optimizer "
+                        "state cannot be checked"));
+  }
+  // The checksum, older than the digests, covers the params and batch_stats.
   auto sum = s.metadata.find("param_checksum");
   if (sum != s.metadata.end() &&
       sum->second != absl::StrFormat("%016x", ParamChecksum(s.state.params, s.state.batch_stats))) {

@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <utility>
 
@@ -19,8 +17,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Events queued and not yet written, past which new ones are dropped (a stuck disk).
+// Events queued and not yet taken by the io thread, past which new ones are dropped (a
+// stuck disk), and the bytes of records a full disk refused, past which new batches are.
 constexpr size_t kMaxQueued = 100000;
+constexpr size_t kMaxPendingBytes = size_t{64} << 20;
 
 std::string HostName() {
   char host[256] = {};
@@ -78,16 +78,15 @@ std::function<double(int64_t)> LearningRateOf(const v1::OptimizerSpec& optimizer
 
 TensorBoardWriter::TensorBoardWriter(std::string root, std::string job_id, std::string name,
                                      std::function<double(int64_t)> learning_rate,
-                                     SerialExecutor* io)
+                                     SerialExecutor* io, AppendFileOpener open)
     : root_(std::move(root)),
       job_id_(std::move(job_id)),
       name_(std::move(name)),
       learning_rate_(std::move(learning_rate)),
-      io_(io) {}
+      io_(io),
+      open_(std::move(open)) {}
 
-TensorBoardWriter::~TensorBoardWriter() {
-  if (file_ != nullptr) std::fclose(file_);
-}
+TensorBoardWriter::~TensorBoardWriter() = default;
 
 void TensorBoardWriter::OnStep(const v1::StepEvent& s, int64_t unix_ms) {
   Queue(Scalars(s.step(), unix_ms,
@@ -117,11 +116,13 @@ void TensorBoardWriter::Queue(tensorboard::Event event) {
     absl::MutexLock lock(&mu_);
     if (failed_) return;
     if (queued_.size() >= kMaxQueued) {
-      failed_ = true;
-      queued_.clear();
-      LogJob(
-          spdlog::level::err, {job_id_},
-          absl::StrCat("TensorBoard: ", kMaxQueued, " events wait for the disk; writing no more"));
+      // A stuck disk: drop until the queue drains, then write again.
+      if (!over_cap_) {
+        LogJob(spdlog::level::err, {job_id_},
+               absl::StrCat("TensorBoard: ", kMaxQueued,
+                            " events wait for the disk; dropping new ones until they are written"));
+      }
+      over_cap_ = true;
       return;
     }
     queued_.push_back(std::move(event));
@@ -137,37 +138,57 @@ void TensorBoardWriter::Drain() {
     absl::MutexLock lock(&mu_);
     batch.swap(queued_);
     drain_posted_ = false;
+    over_cap_ = false;
     if (failed_) return;
   }
-  if (file_ == nullptr && !Open()) return;
-  std::string out;
-  for (const tensorboard::Event& e : batch) out += FrameTfRecord(e.SerializeAsString());
-  if (std::fwrite(out.data(), 1, out.size(), file_) != out.size() || std::fflush(file_) != 0) {
-    absl::MutexLock lock(&mu_);
-    failed_ = true;
-    queued_.clear();
-    LogJob(spdlog::level::err, {job_id_},
-           absl::StrCat("TensorBoard: cannot write ", path_, ": ", std::strerror(errno),
-                        "; writing no more"));
+  if (pending_.size() < kMaxPendingBytes) {
+    for (const tensorboard::Event& e : batch) pending_ += FrameTfRecord(e.SerializeAsString());
+  } else {
+    dropped_ += static_cast<int64_t>(batch.size());
   }
+  if (file_ == nullptr && !Open()) return;  // kept for the next try
+  const absl::Status st = file_->Append(pending_);
+  if (!st.ok()) return Failed(std::string(st.message()), false);
+  pending_.clear();
+  if (failed_writes_ > 0) {
+    LogJob(spdlog::level::info, {job_id_},
+           absl::StrCat("TensorBoard: writing again after ", failed_writes_, " failed writes",
+                        dropped_ > 0 ? absl::StrCat(" (", dropped_, " events dropped)") : ""));
+  }
+  failed_writes_ = 0;
+  dropped_ = 0;
 }
 
-bool TensorBoardWriter::Open() {
-  auto fail = [this](const std::string& why) {
+void TensorBoardWriter::Failed(const std::string& why, bool permanent) {
+  if (permanent) {
     absl::MutexLock lock(&mu_);
     failed_ = true;
     queued_.clear();
     path_.clear();
+  }
+  if (permanent || failed_writes_++ == 0) {
     LogJob(spdlog::level::err, {job_id_},
-           absl::StrCat("TensorBoard: ", why, "; writing no event files"));
-    return false;
-  };
+           absl::StrCat("TensorBoard: ", why,
+                        permanent ? "; writing no event files"
+                                  : "; keeping the events to write with the next ones"));
+  }
+}
+
+bool TensorBoardWriter::Open() {
   absl::StatusOr<std::string> dir = PrepareTensorBoardFolder(root_, job_id_, name_);
-  if (!dir.ok()) return fail(std::string(dir.status().message()));
+  if (!dir.ok()) {
+    Failed(std::string(dir.status().message()), absl::IsInvalidArgument(dir.status()));
+    return false;
+  }
   const int64_t now = absl::ToUnixSeconds(absl::Now());
   const std::string path = absl::StrCat(*dir, "/events.out.tfevents.", now, ".", HostName());
-  file_ = std::fopen(path.c_str(), "ab");  // a name taken in the same second: appended to
-  if (file_ == nullptr) return fail(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  // A name taken in the same second: appended to.
+  absl::StatusOr<std::unique_ptr<AppendFile>> file = open_(path);
+  if (!file.ok()) {
+    Failed(std::string(file.status().message()), false);
+    return false;
+  }
+  file_ = std::move(file).value();
   {
     absl::MutexLock lock(&mu_);
     path_ = path;
@@ -175,10 +196,7 @@ bool TensorBoardWriter::Open() {
   tensorboard::Event version;
   version.set_wall_time(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
   version.set_file_version("brain.Event:2");
-  const std::string record = FrameTfRecord(version.SerializeAsString());
-  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size()) {
-    return fail(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
-  }
+  pending_.insert(0, FrameTfRecord(version.SerializeAsString()));
   return true;
 }
 

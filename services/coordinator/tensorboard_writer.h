@@ -9,8 +9,12 @@
 // steps' old points).
 //
 // Writing never slows the job nor fails it: OnStep and OnEval only queue the values; the
-// file is opened, written and flushed on `io`'s thread, each batch of what was queued
-// meanwhile at once. The first error is logged, and the writer then drops what comes.
+// file is opened and appended to on `io`'s thread, each batch of what was queued meanwhile
+// at once (core/io/append_file.h: whole records, or nothing). A write the disk refuses (a
+// full disk) is kept (up to 64 MiB) and written again with the next batch: once
+// there is room, the file holds every event as if the disk had never been full. The first
+// failure of a streak is logged, and so is the write that ends it. Only a folder that
+// leads out of the job's (INVALID_ARGUMENT) stops the writer for good.
 //
 // Thread safety: OnStep and OnEval from any thread. Create it with std::make_shared: the
 // writes in flight hold it.
@@ -25,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "core/io/append_file.h"
 #include "lockstep/v1/job.pb.h"
 #include "services/common/serial_executor.h"
 #include "tensorboard/event.pb.h"
@@ -47,8 +52,10 @@ class TensorBoardWriter : public std::enable_shared_from_this<TensorBoardWriter>
   // Writes into PrepareTensorBoardFolder(root, job_id, name), made on the first write.
   // `learning_rate` maps a step (1-based, as StepEvent.step) to the learning rate its
   // update used: LearningRateOf(the job's optimizer spec).
+  // `open` opens the event file (tests inject a disk of their own).
   TensorBoardWriter(std::string root, std::string job_id, std::string name,
-                    std::function<double(int64_t step)> learning_rate, SerialExecutor* io);
+                    std::function<double(int64_t step)> learning_rate, SerialExecutor* io,
+                    AppendFileOpener open = AppendFile::Open);
   ~TensorBoardWriter();
 
   void OnStep(const v1::StepEvent& step, int64_t unix_ms);
@@ -59,20 +66,29 @@ class TensorBoardWriter : public std::enable_shared_from_this<TensorBoardWriter>
 
  private:
   void Queue(tensorboard::Event event);
-  // On io's thread: writes and flushes what was queued.
+  // On io's thread: writes what was queued, after what earlier writes could not.
   void Drain();
-  // On io's thread: opens the file and writes the file version. false after an error.
+  // On io's thread: opens the file (its first record, the file version, goes first into
+  // pending_). false when it cannot be opened now.
   bool Open();
+  // On io's thread: a write failed (`permanent`: never try again).
+  void Failed(const std::string& why, bool permanent);
 
   const std::string root_, job_id_, name_;
   const std::function<double(int64_t)> learning_rate_;
   SerialExecutor* const io_;
+  const AppendFileOpener open_;
   mutable absl::Mutex mu_;
   std::vector<tensorboard::Event> queued_ ABSL_GUARDED_BY(mu_);
   bool drain_posted_ ABSL_GUARDED_BY(mu_) = false;
-  bool failed_ ABSL_GUARDED_BY(mu_) = false;  // an error was logged: nothing more is written
+  bool over_cap_ ABSL_GUARDED_BY(mu_) = false;  // dropping events until the queue drains
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;    // for good: nothing more is written
   std::string path_ ABSL_GUARDED_BY(mu_);
-  std::FILE* file_ = nullptr;  // io's thread only
+  // io's thread only:
+  std::unique_ptr<AppendFile> file_;
+  std::string pending_;    // whole framed records not yet written
+  int failed_writes_ = 0;  // of the current streak
+  int64_t dropped_ = 0;    // events dropped meanwhile (pending_ was full)
 };
 
 }  // namespace lockstep

@@ -10,7 +10,9 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "core/io/tfrecord.h"
+#include "core/io/tmpfs_testing.h"
 #include "core/testing.h"
 
 namespace lockstep::testing {
@@ -149,6 +151,107 @@ TEST_F(TensorBoardWriterTest, AFolderThatCannotBeMadeWritesNothingAndFailsNothin
     io.Post([&path, writer] { path = writer->path(); });
   }
   EXPECT_EQ(path, "");
+}
+
+// A disk that refuses writes while `full`, as a full disk does; what it took, in order.
+struct FakeDisk {
+  absl::Mutex mu;
+  bool full ABSL_GUARDED_BY(mu) = false;
+  std::string bytes ABSL_GUARDED_BY(mu);
+  int refused ABSL_GUARDED_BY(mu) = 0;
+};
+class FakeFile final : public AppendFile {
+ public:
+  explicit FakeFile(FakeDisk* disk) : disk_(disk) {}
+  absl::Status Append(std::string_view data) override {
+    absl::MutexLock lock(&disk_->mu);
+    if (disk_->full) {
+      ++disk_->refused;
+      return absl::ResourceExhaustedError("fake: No space left on device");
+    }
+    disk_->bytes.append(data);
+    return absl::OkStatus();
+  }
+
+ private:
+  FakeDisk* const disk_;
+};
+
+// Waits (bounded) until `io` has run what was posted before.
+void Settle(SerialExecutor& io) {
+  absl::Notification done;
+  io.Post([&done] { done.Notify(); });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+}
+
+v1::StepEvent Step(int s) {
+  v1::StepEvent step;
+  step.set_step(s);
+  step.set_loss(1.0f / s);
+  return step;
+}
+
+// The finding: after one ENOSPC the writer stopped for good. Now what the full disk
+// refused is written once there is room, and the file reads whole, every step in order.
+TEST_F(TensorBoardWriterTest, AfterAFullDiskEveryEventIsWrittenOnceThereIsRoom) {
+  FakeDisk disk;
+  SerialExecutor io;
+  auto writer = std::make_shared<TensorBoardWriter>(
+      root_, "job-1", "", [](int64_t) { return 0.1; }, &io,
+      [&disk](const std::string&) -> absl::StatusOr<std::unique_ptr<AppendFile>> {
+        return std::make_unique<FakeFile>(&disk);
+      });
+  writer->OnStep(Step(1), 0);
+  Settle(io);
+  {
+    absl::MutexLock lock(&disk.mu);
+    disk.full = true;
+  }
+  for (int s = 2; s <= 4; ++s) {
+    writer->OnStep(Step(s), 0);
+    Settle(io);
+  }
+  {
+    absl::MutexLock lock(&disk.mu);
+    EXPECT_EQ(disk.refused, 3);
+    disk.full = false;
+  }
+  writer->OnStep(Step(5), 0);
+  Settle(io);
+  const std::string path = writer->path();
+  {
+    absl::MutexLock lock(&disk.mu);
+    std::ofstream(root_ + "/copy", std::ios::binary) << disk.bytes;
+  }
+  const std::vector<tensorboard::Event> events = ReadEvents(root_ + "/copy");
+  ASSERT_EQ(events.size(), 6u);
+  EXPECT_EQ(events[0].file_version(), "brain.Event:2");
+  for (int s = 1; s <= 5; ++s) EXPECT_EQ(events[s].step(), s);
+  EXPECT_THAT(path, HasSubstr("events.out.tfevents."));
+}
+
+// The same on a real full disk: a tiny tmpfs.
+TEST_F(TensorBoardWriterTest, OnATinyTmpfsTheWriterResumesAfterENOSPC) {
+  TinyTmpfs disk(256 * 1024);
+  LOCKSTEP_SKIP_WITHOUT_TMPFS(disk);
+  SerialExecutor io;
+  auto writer = std::make_shared<TensorBoardWriter>(
+      disk.dir(), "job-1", "", [](int64_t) { return 0.1; }, &io);
+  writer->OnStep(Step(1), 0);
+  Settle(io);
+  disk.Fill();
+  // Enough to need more than the file's last page: some of it would fit.
+  for (int s = 2; s <= 200; ++s) writer->OnStep(Step(s), 0);
+  Settle(io);
+  const std::string path = writer->path();
+  ASSERT_FALSE(path.empty());
+  EXPECT_LT(ReadEvents(path).size(), 200u);
+  disk.Free();
+  writer->OnStep(Step(201), 0);
+  Settle(io);
+  const std::vector<tensorboard::Event> events = ReadEvents(path);
+  ASSERT_EQ(events.size(), 202u);
+  for (int s = 1; s <= 201; ++s) EXPECT_EQ(events[s].step(), s);
 }
 
 }  // namespace

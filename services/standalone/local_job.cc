@@ -1,5 +1,7 @@
 #include "services/standalone/local_job.h"
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "services/standalone/in_process_worker.h"
 #include "workers/backend_factory.h"
@@ -30,6 +32,12 @@ absl::StatusOr<JobOutcome> RunLocalJob(const v1::JobSpec& spec, JobSink* sink) {
   JobOutcome outcome;
   absl::Status st = runner.Run(&outcome);
   if (!st.ok()) return st;
+  if (outcome.pending != nullptr) {
+    // No coordinator stays to write it later: one more try, else the disk's error.
+    if (absl::Status written = outcome.pending->Write(); !written.ok()) return written;
+    outcome.checkpoint_path = std::filesystem::absolute(outcome.pending->path()).string();
+    outcome.checkpoint_pending.clear();
+  }
   return outcome;
 }
 

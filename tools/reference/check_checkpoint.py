@@ -2,7 +2,8 @@
 
   check_checkpoint.py FILE [--data DIR] [--accuracy A --loss L]
 
-Reads FILE with `safetensors`, rebuilds the tree with flax.traverse_util.unflatten_dict,
+Checks the file's digests (digests.py: every tensor and the header), reads FILE with
+`safetensors`, rebuilds the tree with flax.traverse_util.unflatten_dict,
 checks that its params (and batch_stats, for BatchNorm models) have exactly the structure
 and shapes Flax's own init gives the model named in the checkpoint's spec (a preset or
 model.layers), evaluates the model on the test split, and (when
@@ -21,6 +22,7 @@ from safetensors import safe_open
 from safetensors.numpy import load_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import digests  # noqa: E402
 import models  # noqa: E402
 from idx import read_idx  # noqa: E402
 
@@ -44,6 +46,12 @@ def main():
   ap.add_argument("--loss", type=float)
   args = ap.parse_args()
 
+  try:
+    if not digests.check(args.file):
+      print(f"{args.file}: no digests (written by another tool or an older Lockstep)")
+  except ValueError as e:
+    print(e)
+    return 1
   with safe_open(args.file, framework="numpy") as f:
     metadata = f.metadata()
   tree = traverse_util.unflatten_dict(load_file(args.file), sep=".")
