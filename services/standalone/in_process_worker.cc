@@ -8,7 +8,7 @@
 #include "absl/base/internal/raw_logging.h"
 #include "absl/synchronization/mutex.h"
 #include "core/status_macros.h"
-#include "services/worker/wire.h"
+#include "services/common/wire.h"
 
 namespace lockstep {
 namespace {
