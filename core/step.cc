@@ -100,9 +100,10 @@ absl::Status StepExecutor::Prepare(Workspace& ws, const DeviceDataset& data,
 }
 
 absl::Status StepExecutor::Forward(Workspace& ws, const DeviceDataset& data, int b, bool train) {
-  backend_->GatherRows(data.row, b, ws.idx.as<int32_t>(), data.images.as(), ws.input.as());
-  backend_->GatherLabels(b, ws.idx.as<int32_t>(), data.labels.as<int32_t>(),
-                         ws.labels.as<int32_t>());
+  RETURN_IF_ERROR(
+      backend_->GatherRows(data.row, b, ws.idx.as<int32_t>(), data.images.as(), ws.input.as()));
+  RETURN_IF_ERROR(backend_->GatherLabels(b, ws.idx.as<int32_t>(), data.labels.as<int32_t>(),
+                                         ws.labels.as<int32_t>()));
   const auto* keys =
       reinterpret_cast<const rng::Key*>(step_args_.as<unsigned char>() + sizeof(UpdateScalars));
   const float* params = params_.as();
@@ -114,29 +115,30 @@ absl::Status StepExecutor::Forward(Workspace& ws, const DeviceDataset& data, int
     float* y = ws.out[i];
     switch (l.kind) {
       case LayerKind::kConv:
-        backend_->ConvForward(Geometry(l, b), x, param(l.kernel), param(l.bias), y, ws.scratch[i]);
+        RETURN_IF_ERROR(backend_->ConvForward(Geometry(l, b), x, param(l.kernel), param(l.bias), y,
+                                              ws.scratch[i]));
         break;
       case LayerKind::kDense:
-        backend_->Gemm(false, false, b, l.out.c, static_cast<int>(l.in.size()), 1.0f, x,
-                       param(l.kernel), 0.0f, y);
-        if (l.bias >= 0) backend_->BiasAdd(b, l.out.c, param(l.bias), y);
+        RETURN_IF_ERROR(backend_->Gemm(false, false, b, l.out.c, static_cast<int>(l.in.size()),
+                                       1.0f, x, param(l.kernel), 0.0f, y));
+        if (l.bias >= 0) RETURN_IF_ERROR(backend_->BiasAdd(b, l.out.c, param(l.bias), y));
         break;
       case LayerKind::kRelu:
-        backend_->Relu(b * l.out.size(), y);
+        RETURN_IF_ERROR(backend_->Relu(b * l.out.size(), y));
         break;
       case LayerKind::kActivation:
-        backend_->Activate(l.activation, b * l.out.size(), x, y);
+        RETURN_IF_ERROR(backend_->Activate(l.activation, b * l.out.size(), x, y));
         break;
       case LayerKind::kAvgPool:
-        backend_->AvgPool(Geometry(l, b), l.count_include_pad, x, y);
+        RETURN_IF_ERROR(backend_->AvgPool(Geometry(l, b), l.count_include_pad, x, y));
         break;
       case LayerKind::kMaxPool:
-        backend_->MaxPool(Geometry(l, b), x, y);
+        RETURN_IF_ERROR(backend_->MaxPool(Geometry(l, b), x, y));
         break;
       case LayerKind::kLayerNorm: {
         const int rows = b * NormRows(l);
-        backend_->LayerNorm(rows, l.in.c, l.epsilon, x, param(l.scale), param(l.bias), y,
-                            ws.stats[i], ws.stats[i] + rows);
+        RETURN_IF_ERROR(backend_->LayerNorm(rows, l.in.c, l.epsilon, x, param(l.scale),
+                                            param(l.bias), y, ws.stats[i], ws.stats[i] + rows));
         break;
       }
       case LayerKind::kBatchNorm:
@@ -146,15 +148,16 @@ absl::Status StepExecutor::Forward(Workspace& ws, const DeviceDataset& data, int
         break;
       case LayerKind::kDropout:
         if (IsActiveDropout(l, train)) {
-          backend_->Dropout(b * l.out.size(), l.keep, keys + dropout_slot_[i], impl_, x, y,
-                            ws.mask[i]);
+          RETURN_IF_ERROR(backend_->Dropout(b * l.out.size(), l.keep, keys + dropout_slot_[i],
+                                            impl_, x, y, ws.mask[i]));
         }
         break;
     }
     x = y;
   }
-  backend_->SoftmaxCrossEntropy(b, model_.num_classes(), ws.out.back(), ws.labels.as<int32_t>(),
-                                ws.loss.as(), ws.dlogits.as(), ws.correct.as());
+  RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(b, model_.num_classes(), ws.out.back(),
+                                                ws.labels.as<int32_t>(), ws.loss.as(),
+                                                ws.dlogits.as(), ws.correct.as()));
   return absl::OkStatus();
 }
 
@@ -194,37 +197,43 @@ absl::Status StepExecutor::Backward(Workspace& ws, int b,
       case LayerKind::kConv: {
         // The weights' gradient first: ConvBackwardData may overwrite the scratch.
         const ConvGeometry g = Geometry(l, b);
-        backend_->ConvBackwardWeights(g, x, dy, grad(l.kernel), grad(l.bias), ws.scratch[i]);
+        RETURN_IF_ERROR(
+            backend_->ConvBackwardWeights(g, x, dy, grad(l.kernel), grad(l.bias), ws.scratch[i]));
         if (grads_ready) grads_ready(i);  // before dx: its all-reduce overlaps dx too
-        if (dx != nullptr) backend_->ConvBackwardData(g, param(l.kernel), dy, dx, ws.scratch[i]);
+        if (dx != nullptr)
+          RETURN_IF_ERROR(backend_->ConvBackwardData(g, param(l.kernel), dy, dx, ws.scratch[i]));
         break;
       }
       case LayerKind::kDense: {
         const int in = static_cast<int>(l.in.size());
-        backend_->Gemm(true, false, in, l.out.c, b, 1.0f, x, dy, 0.0f, grad(l.kernel));
-        if (l.bias >= 0) backend_->BiasGrad(b, l.out.c, dy, grad(l.bias));
+        RETURN_IF_ERROR(
+            backend_->Gemm(true, false, in, l.out.c, b, 1.0f, x, dy, 0.0f, grad(l.kernel)));
+        if (l.bias >= 0) RETURN_IF_ERROR(backend_->BiasGrad(b, l.out.c, dy, grad(l.bias)));
         if (grads_ready) grads_ready(i);
         if (dx != nullptr) {
-          backend_->Gemm(false, true, b, in, l.out.c, 1.0f, dy, param(l.kernel), 0.0f, dx);
+          RETURN_IF_ERROR(
+              backend_->Gemm(false, true, b, in, l.out.c, 1.0f, dy, param(l.kernel), 0.0f, dx));
         }
         break;
       }
       case LayerKind::kRelu:
-        backend_->ReluBackward(b * l.out.size(), ws.out[i], dy);
+        RETURN_IF_ERROR(backend_->ReluBackward(b * l.out.size(), ws.out[i], dy));
         break;
       case LayerKind::kActivation:
-        backend_->ActivateBackward(l.activation, b * l.out.size(), x, dy);
+        RETURN_IF_ERROR(backend_->ActivateBackward(l.activation, b * l.out.size(), x, dy));
         break;
       case LayerKind::kAvgPool:
-        if (dx != nullptr) backend_->AvgPoolBackward(Geometry(l, b), l.count_include_pad, dy, dx);
+        if (dx != nullptr)
+          RETURN_IF_ERROR(backend_->AvgPoolBackward(Geometry(l, b), l.count_include_pad, dy, dx));
         break;
       case LayerKind::kMaxPool:
-        if (dx != nullptr) backend_->MaxPoolBackward(Geometry(l, b), x, dy, dx);
+        if (dx != nullptr) RETURN_IF_ERROR(backend_->MaxPoolBackward(Geometry(l, b), x, dy, dx));
         break;
       case LayerKind::kLayerNorm: {
         const int rows = b * NormRows(l);
-        backend_->LayerNormBackward(rows, l.in.c, x, param(l.scale), ws.stats[i],
-                                    ws.stats[i] + rows, dy, dx, grad(l.scale), grad(l.bias));
+        RETURN_IF_ERROR(backend_->LayerNormBackward(rows, l.in.c, x, param(l.scale), ws.stats[i],
+                                                    ws.stats[i] + rows, dy, dx, grad(l.scale),
+                                                    grad(l.bias)));
         break;
       }
       case LayerKind::kBatchNorm:
@@ -234,7 +243,7 @@ absl::Status StepExecutor::Backward(Workspace& ws, int b,
         break;
       case LayerKind::kDropout:
         if (dx != nullptr && IsActiveDropout(l, true)) {
-          backend_->DropoutBackward(b * l.out.size(), l.keep, ws.mask[i], dy, dx);
+          RETURN_IF_ERROR(backend_->DropoutBackward(b * l.out.size(), l.keep, ws.mask[i], dy, dx));
         }
         break;
     }
@@ -295,14 +304,15 @@ absl::Status StepExecutor::DeviceStep(Workspace& ws, const DeviceDataset& data, 
   if (!update) return absl::OkStatus();
   RETURN_IF_ERROR(reduced);
   // pmean: the sum over replicas, then a division (not a multiply) by N, as JAX does.
-  if (reduce) backend_->Divide(n, static_cast<float>(collective_->size()), grads_.as());
+  if (reduce)
+    RETURN_IF_ERROR(backend_->Divide(n, static_cast<float>(collective_->size()), grads_.as()));
   const auto t2 = Clock::now();
   timings_.allreduce = seconds(t1, t2);
   std::vector<float*> slots;
   for (Buffer& s : slots_) slots.push_back(s.as());
-  optimizer_.Apply(*backend_, n, step_args_.as<UpdateScalars>(), update_scratch_.as<void>(),
-                   grads_.as(), slots, params_.as());
-  UpdateBatchStats(ws.bn);
+  RETURN_IF_ERROR(optimizer_.Apply(*backend_, n, step_args_.as<UpdateScalars>(),
+                                   update_scratch_.as<void>(), grads_.as(), slots, params_.as()));
+  RETURN_IF_ERROR(UpdateBatchStats(ws.bn));
   timings_.update = seconds(t2, Clock::now());
   return absl::OkStatus();
 }

@@ -6,6 +6,9 @@
 
 #include <cstdint>
 #include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 
 namespace lockstep::cpu {
 namespace {
@@ -24,14 +27,23 @@ constexpr int kOneDnnGemmMinN = 32;
 // a block of c can be computed on its own; single-threaded (see Gemm), on oneDNN or
 // OpenBLAS. oneDNN's sgemm runs on one thread where the caller's OpenMP ICV is 1 or it is
 // inside an active parallel region, as OpenBLAS does.
-void Sgemm(bool onednn, bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
-           const float* b, int ldb, float beta, float* c, int ldc) {
+// Returns oneDNN's status (OpenBLAS's sgemm reports nothing).
+dnnl_status_t Sgemm(bool onednn, bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
+                    int lda, const float* b, int ldb, float beta, float* c, int ldc) {
   if (onednn) {
-    dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
+    return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
               k, alpha, a, lda, b, ldb, beta, c, ldc);
+  return dnnl_success;
+}
+
+absl::Status SgemmStatus(dnnl_status_t status, int m, int n, int k) {
+  if (status == dnnl_success) return absl::OkStatus();
+  const std::string message = absl::StrCat("cpu: dnnl_sgemm (", m, " x ", n, " x ", k,
+                                           ") failed: oneDNN status ", static_cast<int>(status));
+  return status == dnnl_out_of_memory ? absl::ResourceExhaustedError(message)
+                                      : absl::InternalError(message);
 }
 
 // The blocks Gemm splits an m x n product into, one per thread: rows x cols = threads,
@@ -57,8 +69,8 @@ int PartStart(int n, int parts, int i) { return static_cast<int>(int64_t{n} * i 
 
 }  // namespace
 
-void Gemm(int threads, bool onednn_wide, bool ta, bool tb, int m, int n, int k, float alpha,
-          const float* a, const float* b, float beta, float* c) {
+absl::Status Gemm(int threads, bool onednn_wide, bool ta, bool tb, int m, int n, int k, float alpha,
+                  const float* a, const float* b, float beta, float* c) {
   // The library (oneDNN or OpenBLAS) depends on the product's shape only: see
   // kOneDnnGemmMinN. The threads are ours; OpenBLAS only ever runs single-threaded, so that
   // nothing process-wide is read or written. Its OpenMP build (0.3.21) sizes a product's team
@@ -66,27 +78,33 @@ void Gemm(int threads, bool onednn_wide, bool ta, bool tb, int m, int n, int k, 
   // its global count, unless the ICV is 1 or the caller is inside an active parallel
   // region: then it runs on the caller alone and touches no global. So a product for one
   // thread is called with this thread's ICV at 1; a larger one is split into a grid of
-  // threads blocks of c, each a single-threaded sgemm inside our own team. On 2 cores
+  // `threads` blocks of c, each a single-threaded sgemm inside our own team. On 2 cores
   // this beats OpenBLAS's threading (CNN steps about 30% faster, MLP 2%). The blocks depend
-  // only on threads, and so do the bits.
+  // only on `threads`, and so do the bits.
   const int lda = ta ? m : k, ldb = tb ? k : n;
   const bool onednn = onednn_wide && n >= kOneDnnGemmMinN;
   if (threads == 1 || int64_t{m} * n * k <= kGemmParallelMin) {
     if (omp_get_max_threads() != 1) omp_set_num_threads(1);  // this thread's ICV only
-    Sgemm(onednn, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
-    return;
+    return SgemmStatus(Sgemm(onednn, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, n), m, n, k);
   }
   const GemmGrid grid = GridFor(m, n, threads);
+  dnnl_status_t failed = dnnl_success;  // a block's failure, if any
 #pragma omp parallel num_threads(threads)
   for (int blk = omp_get_thread_num(); blk < threads; blk += omp_get_num_threads()) {
     const int i = blk / grid.cols, j = blk % grid.cols;
     const int r0 = PartStart(m, grid.rows, i), r1 = PartStart(m, grid.rows, i + 1);
     const int c0 = PartStart(n, grid.cols, j), c1 = PartStart(n, grid.cols, j + 1);
     if (r1 == r0 || c1 == c0) continue;
-    Sgemm(onednn, ta, tb, r1 - r0, c1 - c0, k, alpha, a + (ta ? r0 : static_cast<size_t>(r0) * lda),
-          lda, b + (tb ? static_cast<size_t>(c0) * ldb : c0), ldb, beta,
-          c + static_cast<size_t>(r0) * n + c0, n);
+    const dnnl_status_t status = Sgemm(onednn, ta, tb, r1 - r0, c1 - c0, k, alpha,
+                                       a + (ta ? r0 : static_cast<size_t>(r0) * lda), lda,
+                                       b + (tb ? static_cast<size_t>(c0) * ldb : c0), ldb, beta,
+                                       c + static_cast<size_t>(r0) * n + c0, n);
+    if (status != dnnl_success) {
+#pragma omp critical(lockstep_cpu_gemm_status)
+      failed = status;
+    }
   }
+  return SgemmStatus(failed, m, n, k);
 }
 
 }  // namespace lockstep::cpu
