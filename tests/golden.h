@@ -6,6 +6,10 @@
 #ifndef LOCKSTEP_TESTS_GOLDEN_H_
 #define LOCKSTEP_TESTS_GOLDEN_H_
 
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <numeric>
 #include <string>
 #include <vector>
 
