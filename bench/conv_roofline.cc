@@ -48,6 +48,13 @@ double BestSeconds(int reps, const std::function<void()>& f) {
   return best;
 }
 
+// A kernel's Status: a failure ends the benchmark (its timings would mean nothing).
+void OrDie(const absl::Status& status) {
+  if (status.ok()) return;
+  std::fprintf(stderr, "conv_roofline: %s\n", status.ToString().c_str());
+  std::exit(1);
+}
+
 std::vector<float> Random(size_t n, int seed) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
@@ -111,13 +118,13 @@ std::unique_ptr<Layer> ConvLayer(Backend& be, const ConvGeometry& g) {
   Layer* p = l.get();
   void* s = bytes > 0 ? l->scratch.as<void>() : nullptr;
   l->forward = [&be, g, p, s] {
-    be.ConvForward(g, p->x.data(), p->w.data(), p->bias.data(), p->y.data(), s);
+    OrDie(be.ConvForward(g, p->x.data(), p->w.data(), p->bias.data(), p->y.data(), s));
   };
   l->backward_weights = [&be, g, p, s] {
-    be.ConvBackwardWeights(g, p->x.data(), p->dy.data(), p->dw.data(), p->db.data(), s);
+    OrDie(be.ConvBackwardWeights(g, p->x.data(), p->dy.data(), p->dw.data(), p->db.data(), s));
   };
   l->backward_data = [&be, g, p, s] {
-    be.ConvBackwardData(g, p->w.data(), p->dy.data(), p->dx.data(), s);
+    OrDie(be.ConvBackwardData(g, p->w.data(), p->dy.data(), p->dx.data(), s));
   };
   return l;
 }
@@ -132,15 +139,15 @@ std::unique_ptr<Layer> DenseLayer(Backend& be, int b, int in, int out) {
   l->db.resize(out);
   Layer* p = l.get();
   l->forward = [&be, b, in, out, p] {
-    be.Gemm(false, false, b, out, in, 1.0f, p->x.data(), p->w.data(), 0.0f, p->y.data());
-    be.BiasAdd(b, out, p->bias.data(), p->y.data());
+    OrDie(be.Gemm(false, false, b, out, in, 1.0f, p->x.data(), p->w.data(), 0.0f, p->y.data()));
+    OrDie(be.BiasAdd(b, out, p->bias.data(), p->y.data()));
   };
   l->backward_weights = [&be, b, in, out, p] {
-    be.Gemm(true, false, in, out, b, 1.0f, p->x.data(), p->dy.data(), 0.0f, p->dw.data());
-    be.BiasGrad(b, out, p->dy.data(), p->db.data());
+    OrDie(be.Gemm(true, false, in, out, b, 1.0f, p->x.data(), p->dy.data(), 0.0f, p->dw.data()));
+    OrDie(be.BiasGrad(b, out, p->dy.data(), p->db.data()));
   };
   l->backward_data = [&be, b, in, out, p] {
-    be.Gemm(false, true, b, in, out, 1.0f, p->dy.data(), p->w.data(), 0.0f, p->dx.data());
+    OrDie(be.Gemm(false, true, b, in, out, 1.0f, p->dy.data(), p->w.data(), 0.0f, p->dx.data()));
   };
   return l;
 }

@@ -1,5 +1,7 @@
 #include "core/backend.h"
 
+#include "core/status_macros.h"
+
 namespace lockstep {
 
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
@@ -26,30 +28,32 @@ size_t PatchFloats(const ConvGeometry& g) {
 
 size_t Backend::ConvScratchBytes(const ConvGeometry& g) { return PatchFloats(g) * sizeof(float); }
 
-void Backend::ConvForward(const ConvGeometry& g, const float* x, const float* w, const float* bias,
-                          float* y, void* scratch) {
+absl::Status Backend::ConvForward(const ConvGeometry& g, const float* x, const float* w,
+                                  const float* bias, float* y, void* scratch) {
   float* cols = static_cast<float*>(scratch);
   const int rows = g.b * g.oh() * g.ow();
-  Im2Col(g, x, cols);
-  Gemm(false, false, rows, g.f, g.kh * g.kw * g.c, 1.0f, cols, w, 0.0f, y);
-  if (bias != nullptr) BiasAdd(rows, g.f, bias, y);
+  RETURN_IF_ERROR(Im2Col(g, x, cols));
+  RETURN_IF_ERROR(Gemm(false, false, rows, g.f, g.kh * g.kw * g.c, 1.0f, cols, w, 0.0f, y));
+  if (bias != nullptr) RETURN_IF_ERROR(BiasAdd(rows, g.f, bias, y));
+  return absl::OkStatus();
 }
 
-void Backend::ConvBackwardWeights(const ConvGeometry& g, const float* x, const float* dy, float* dw,
-                                  float* dbias, void* scratch) {
+absl::Status Backend::ConvBackwardWeights(const ConvGeometry& g, const float* x, const float* dy,
+                                          float* dw, float* dbias, void* scratch) {
   // x is already in scratch as the patches ConvForward left there.
   const float* cols = static_cast<const float*>(scratch);
   const int rows = g.b * g.oh() * g.ow();
-  Gemm(true, false, g.kh * g.kw * g.c, g.f, rows, 1.0f, cols, dy, 0.0f, dw);
-  if (dbias != nullptr) BiasGrad(rows, g.f, dy, dbias);
+  RETURN_IF_ERROR(Gemm(true, false, g.kh * g.kw * g.c, g.f, rows, 1.0f, cols, dy, 0.0f, dw));
+  if (dbias != nullptr) RETURN_IF_ERROR(BiasGrad(rows, g.f, dy, dbias));
+  return absl::OkStatus();
 }
 
-void Backend::ConvBackwardData(const ConvGeometry& g, const float* w, const float* dy, float* dx,
-                               void* scratch) {
+absl::Status Backend::ConvBackwardData(const ConvGeometry& g, const float* w, const float* dy,
+                                       float* dx, void* scratch) {
   float* dcols = static_cast<float*>(scratch);  // the patches are no longer needed
   const int rows = g.b * g.oh() * g.ow();
-  Gemm(false, true, rows, g.kh * g.kw * g.c, g.f, 1.0f, dy, w, 0.0f, dcols);
-  Col2Im(g, dcols, dx);
+  RETURN_IF_ERROR(Gemm(false, true, rows, g.kh * g.kw * g.c, g.f, 1.0f, dy, w, 0.0f, dcols));
+  return Col2Im(g, dcols, dx);
 }
 
 void Buffer::Reset() {

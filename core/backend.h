@@ -6,6 +6,13 @@
 // asynchronous with respect to the host where the backend allows it (CUDA streams);
 // Synchronize() waits and reports the first error. Not thread-safe: one thread drives
 // a backend.
+//
+// Errors: every kernel returns a Status, never aborts the process. A kernel that fails
+// when called (a oneDNN primitive, a CUDA launch or cuBLAS call refused) returns its
+// error, naming the primitive: RESOURCE_EXHAUSTED for out of memory, INTERNAL otherwise;
+// work that fails later, on the device, is reported by Synchronize(). While a graph is
+// captured, a refused launch fails the capture instead (Capture's error) and the kernel
+// returns OK. A caller stops at the first error: the buffers it wrote are undefined.
 #ifndef LOCKSTEP_CORE_BACKEND_H_
 #define LOCKSTEP_CORE_BACKEND_H_
 
@@ -116,14 +123,14 @@ class Backend {
   virtual absl::Status SetTf32(bool enabled) { return absl::OkStatus(); }
 
   // c = alpha * op(a) * op(b) + beta * c with op(a) m x k, op(b) k x n, c m x n.
-  virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
-                    const float* b, float beta, float* c) = 0;
+  virtual absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                            const float* a, const float* b, float beta, float* c) = 0;
 
   // cols (b*oh*ow, kh*kw*c): the zero-padded kh x kw patch each output pixel reads, in
   // HWI order, so that cols @ kernel(kh*kw*c, f) is the convolution.
-  virtual void Im2Col(const ConvGeometry& g, const float* x, float* cols) = 0;
+  virtual absl::Status Im2Col(const ConvGeometry& g, const float* x, float* cols) = 0;
   // dx (b, h, w, c) = the adjoint of Im2Col applied to dcols (overwrites dx).
-  virtual void Col2Im(const ConvGeometry& g, const float* dcols, float* dx) = 0;
+  virtual absl::Status Col2Im(const ConvGeometry& g, const float* dcols, float* dx) = 0;
 
   // Convolution, NHWC activations and HWIO kernel as in ConvGeometry. The default
   // implementations compose Im2Col, Gemm, Col2Im, BiasAdd and BiasGrad; a backend with
@@ -134,58 +141,60 @@ class Backend {
   // there), and ConvBackwardData may then overwrite it.
   virtual size_t ConvScratchBytes(const ConvGeometry& g);
   // y (b, oh, ow, f) = conv(x, w) (+ bias broadcast, unless bias is null).
-  virtual void ConvForward(const ConvGeometry& g, const float* x, const float* w, const float* bias,
-                           float* y, void* scratch);
+  virtual absl::Status ConvForward(const ConvGeometry& g, const float* x, const float* w,
+                                   const float* bias, float* y, void* scratch);
   // dw (kh, kw, c, f) = the kernel's gradient given dy (b, oh, ow, f); dbias (f) = dy's
   // sums over (b, oh, ow) unless dbias is null. Both overwritten.
-  virtual void ConvBackwardWeights(const ConvGeometry& g, const float* x, const float* dy,
-                                   float* dw, float* dbias, void* scratch);
+  virtual absl::Status ConvBackwardWeights(const ConvGeometry& g, const float* x, const float* dy,
+                                           float* dw, float* dbias, void* scratch);
   // dx (b, h, w, c), overwritten: the input's gradient given dy.
-  virtual void ConvBackwardData(const ConvGeometry& g, const float* w, const float* dy, float* dx,
-                                void* scratch);
+  virtual absl::Status ConvBackwardData(const ConvGeometry& g, const float* w, const float* dy,
+                                        float* dx, void* scratch);
 
   // y (rows, cols) += bias (cols) broadcast over rows.
-  virtual void BiasAdd(int rows, int cols, const float* bias, float* y) = 0;
+  virtual absl::Status BiasAdd(int rows, int cols, const float* bias, float* y) = 0;
   // db (cols) = column sums of dy (rows, cols).
-  virtual void BiasGrad(int rows, int cols, const float* dy, float* db) = 0;
+  virtual absl::Status BiasGrad(int rows, int cols, const float* dy, float* db) = 0;
 
   // x = max(x, 0) in place.
-  virtual void Relu(size_t n, float* x) = 0;
+  virtual absl::Status Relu(size_t n, float* x) = 0;
   // dy = y > 0 ? dy : 0 in place, given the relu output y.
-  virtual void ReluBackward(size_t n, const float* y, float* dy) = 0;
+  virtual absl::Status ReluBackward(size_t n, const float* y, float* dy) = 0;
 
   // y = activation(x) elementwise (y != x).
-  virtual void Activate(Activation a, size_t n, const float* x, float* y) = 0;
+  virtual absl::Status Activate(Activation a, size_t n, const float* x, float* y) = 0;
   // dy *= activation'(x) in place, given its input x (the derivative is recomputed from
   // x: a relu after the activation may have overwritten its output in place).
-  virtual void ActivateBackward(Activation a, size_t n, const float* x, float* dy) = 0;
+  virtual absl::Status ActivateBackward(Activation a, size_t n, const float* x, float* dy) = 0;
 
   // Pooling takes a ConvGeometry whose kernel is the window (kh, kw) and f == c:
   // x (b, h, w, c) -> y (b, oh, ow, c). Each window's elements are read in row-major order.
   // nn.avg_pool: the window's sum divided by kh * kw (count_include_pad) or by the number
   // of its elements inside the image.
-  virtual void AvgPool(const ConvGeometry& g, bool count_include_pad, const float* x, float* y) = 0;
+  virtual absl::Status AvgPool(const ConvGeometry& g, bool count_include_pad, const float* x,
+                               float* y) = 0;
   // dx (b, h, w, c), overwritten: each window's dy / count spread over its elements.
-  virtual void AvgPoolBackward(const ConvGeometry& g, bool count_include_pad, const float* dy,
-                               float* dx) = 0;
+  virtual absl::Status AvgPoolBackward(const ConvGeometry& g, bool count_include_pad,
+                                       const float* dy, float* dx) = 0;
   // nn.max_pool (padding reads as -inf).
-  virtual void MaxPool(const ConvGeometry& g, const float* x, float* y) = 0;
+  virtual absl::Status MaxPool(const ConvGeometry& g, const float* x, float* y) = 0;
   // dx (b, h, w, c), overwritten: each window's dy goes to the first (row-major) element
   // holding its maximum, as XLA's select-and-scatter routes it; sums in output order.
-  virtual void MaxPoolBackward(const ConvGeometry& g, const float* x, const float* dy,
-                               float* dx) = 0;
+  virtual absl::Status MaxPoolBackward(const ConvGeometry& g, const float* x, const float* dy,
+                                       float* dx) = 0;
 
   // Flax LayerNorm over each row of x (rows, cols): mean = E[x], var = max(0, E[x^2] -
   // mean^2) (use_fast_variance), rstd = rsqrt(var + epsilon), y = (x - mean) * (rstd *
   // scale) + bias; scale and bias may be null (use_scale, use_bias false). Saves mean and
   // rstd (rows) for the backward pass.
-  virtual void LayerNorm(int rows, int cols, float epsilon, const float* x, const float* scale,
-                         const float* bias, float* y, float* mean, float* rstd) = 0;
+  virtual absl::Status LayerNorm(int rows, int cols, float epsilon, const float* x,
+                                 const float* scale, const float* bias, float* y, float* mean,
+                                 float* rstd) = 0;
   // Its gradients given dy: dx (may be null: not wanted), dscale and dbias (overwritten;
   // null where the layer has no such param).
-  virtual void LayerNormBackward(int rows, int cols, const float* x, const float* scale,
-                                 const float* mean, const float* rstd, const float* dy, float* dx,
-                                 float* dscale, float* dbias) = 0;
+  virtual absl::Status LayerNormBackward(int rows, int cols, const float* x, const float* scale,
+                                         const float* mean, const float* rstd, const float* dy,
+                                         float* dx, float* dscale, float* dbias) = 0;
 
   // Flax BatchNorm (use_fast_variance) on x (rows, cols): statistics per channel (column)
   // over every row and across the N replicas. A training step runs
@@ -197,73 +206,76 @@ class Backend {
   // bits whatever the threads, and on every backend; `partials` (BatchNormPartials(cols)
   // floats of backend memory) holds the blocks' sums.
   // moments (2 * cols) = [column sums of x / rows, column sums of x * x / rows].
-  virtual void BatchNormMoments(int rows, int cols, const float* x, float* partials,
-                                float* moments) = 0;
+  virtual absl::Status BatchNormMoments(int rows, int cols, const float* x, float* partials,
+                                        float* moments) = 0;
   // var (cols) = max(0, moments[cols + c] - moments[c]^2).
-  virtual void BatchNormVariance(int cols, const float* moments, float* var) = 0;
+  virtual absl::Status BatchNormVariance(int cols, const float* moments, float* var) = 0;
   // y = (x - mean) * (rsqrt(var + epsilon) * scale) + bias per column; scale and bias may
   // be null (use_scale, use_bias false); y may be x.
-  virtual void BatchNormApply(int rows, int cols, float epsilon, const float* x, const float* mean,
-                              const float* var, const float* scale, const float* bias,
-                              float* y) = 0;
+  virtual absl::Status BatchNormApply(int rows, int cols, float epsilon, const float* x,
+                                      const float* mean, const float* var, const float* scale,
+                                      const float* bias, float* y) = 0;
   // The running averages: ra_mean = momentum * ra_mean + one_minus_momentum * mean, and
   // ra_var likewise with var (cols each).
-  virtual void BatchNormUpdateStats(int cols, float momentum, float one_minus_momentum,
-                                    const float* mean, const float* var, float* ra_mean,
-                                    float* ra_var) = 0;
+  virtual absl::Status BatchNormUpdateStats(int cols, float momentum, float one_minus_momentum,
+                                            const float* mean, const float* var, float* ra_mean,
+                                            float* ra_var) = 0;
   // sums (2 * cols) = [column sums of dy, of dy * (x - mean)]; and from them this
   // replica's parameter gradients dbias = sums[c], dscale = sums[cols + c] *
   // rsqrt(var + epsilon) (overwritten; null where the layer has no such param).
-  virtual void BatchNormBackwardReduce(int rows, int cols, float epsilon, const float* x,
-                                       const float* dy, const float* mean, const float* var,
-                                       float* partials, float* sums, float* dscale,
-                                       float* dbias) = 0;
+  virtual absl::Status BatchNormBackwardReduce(int rows, int cols, float epsilon, const float* x,
+                                               const float* dy, const float* mean, const float* var,
+                                               float* partials, float* sums, float* dscale,
+                                               float* dbias) = 0;
   // dx (overwritten) as JAX's autodiff of Flax's formula gives it on each of `replicas`
   // replicas of `rows` rows (math::BatchNormGrad), given the moments and `sums`, the
   // BatchNormBackwardReduce sums added over the replicas.
-  virtual void BatchNormBackwardApply(int rows, int cols, float epsilon, int replicas,
-                                      const float* x, const float* dy, const float* moments,
-                                      const float* var, const float* scale, const float* sums,
-                                      float* dx) = 0;
+  virtual absl::Status BatchNormBackwardApply(int rows, int cols, float epsilon, int replicas,
+                                              const float* x, const float* dy, const float* moments,
+                                              const float* var, const float* scale,
+                                              const float* sums, float* dx) = 0;
 
   // Flax Dropout: mask = bernoulli(*key, keep, (n,)) drawn with jax.random's bits, then
   // y = mask ? x / keep : 0. mask holds 0/1 bytes. `key` is in backend memory, so a
   // captured graph reads each step's key.
-  virtual void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x,
-                       float* y, uint8_t* mask) = 0;
-  virtual void DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
-                               float* dx) = 0;
+  virtual absl::Status Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl,
+                               const float* x, float* y, uint8_t* mask) = 0;
+  virtual absl::Status DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
+                                       float* dx) = 0;
 
   // Softmax cross-entropy on integer labels over logits (b, classes): per-sample loss,
   // dlogits = (softmax - onehot) / b (the gradient of the batch mean), and 1/0 in
   // correct where argmax (first maximum) equals the label.
-  virtual void SoftmaxCrossEntropy(int b, int classes, const float* logits, const int32_t* labels,
-                                   float* loss, float* dlogits, float* correct) = 0;
+  virtual absl::Status SoftmaxCrossEntropy(int b, int classes, const float* logits,
+                                           const int32_t* labels, float* loss, float* dlogits,
+                                           float* correct) = 0;
 
   // out (n, row) = table rows idx[0..n); idx is backend memory.
-  virtual void GatherRows(size_t row, int n, const int32_t* idx, const float* table,
-                          float* out) = 0;
-  virtual void GatherLabels(int n, const int32_t* idx, const int32_t* table, int32_t* out) = 0;
+  virtual absl::Status GatherRows(size_t row, int n, const int32_t* idx, const float* table,
+                                  float* out) = 0;
+  virtual absl::Status GatherLabels(int n, const int32_t* idx, const int32_t* table,
+                                    int32_t* out) = 0;
 
   // x /= d elementwise (pmean's division after the all-reduce sum).
-  virtual void Divide(size_t n, float d, float* x) = 0;
+  virtual absl::Status Divide(size_t n, float d, float* x) = 0;
 
   // *out = the sum of x[i]^2 over [0, n), in double, in the order described at kSumLanes;
   // `partials` holds SumSquaresPartials(n) doubles. Both in backend memory.
-  virtual void SumSquares(size_t n, const float* x, double* partials, double* out) = 0;
+  virtual absl::Status SumSquares(size_t n, const float* x, double* partials, double* out) = 0;
   // optax.clip_by_global_norm given the squared norm in backend memory: norm =
   // float(sqrt(*sum_squares)); x = norm < max_norm ? x : x / norm * max_norm.
-  virtual void ClipByGlobalNorm(size_t n, float max_norm, const double* sum_squares, float* x) = 0;
+  virtual absl::Status ClipByGlobalNorm(size_t n, float max_norm, const double* sum_squares,
+                                        float* x) = 0;
 
   // optax.sgd: with a trace (momentum > 0), trace = g + momentum * trace and the update is
   // the trace, or with nesterov g + momentum * trace (the new one); without, g. Then
   // p += -s->lr * update. `s` is in backend memory (the lr may change every step).
-  virtual void SgdUpdate(size_t n, const UpdateScalars* s, float momentum, bool nesterov,
-                         const float* g, float* trace, float* p) = 0;
+  virtual absl::Status SgdUpdate(size_t n, const UpdateScalars* s, float momentum, bool nesterov,
+                                 const float* g, float* trace, float* p) = 0;
   // optax.adam / adamw (scale_by_adam, add_decayed_weights, scale(-lr)); `s` is in
   // backend memory (it changes every step).
-  virtual void AdamUpdate(size_t n, const UpdateScalars* s, const float* g, float* mu, float* nu,
-                          float* p) = 0;
+  virtual absl::Status AdamUpdate(size_t n, const UpdateScalars* s, const float* g, float* mu,
+                                  float* nu, float* p) = 0;
 
   // Graphs: records the ops `body` issues into a replayable graph (CUDA graphs). Pointers
   // and sizes are frozen at capture; per-step values must come from backend memory.

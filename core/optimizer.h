@@ -42,8 +42,9 @@ class Optimizer {
 
   // Applies one update given the (already averaged) gradients; `scalars` is Scalars(count)
   // in backend memory and `scratch` ScratchBytes(n) of it. Clipping scales `grads` in place.
-  void Apply(Backend& backend, size_t n, const UpdateScalars* scalars, void* scratch, float* grads,
-             const std::vector<float*>& slots, float* params) const;
+  // Errors: the backend's kernels'.
+  absl::Status Apply(Backend& backend, size_t n, const UpdateScalars* scalars, void* scratch,
+                     float* grads, const std::vector<float*>& slots, float* params) const;
 
  private:
   Kind kind_ = Kind::kSgd;

@@ -107,4 +107,11 @@ absl::Status QueuedCollective::AllReduceSum(float* data, size_t n,
 
 void QueuedCollective::Abort(const absl::Status& why) { inner_->Abort(why); }
 
+bool QueuedCollective::AwaitIssued(CollectiveTicket ticket, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  const auto issued = [this, ticket]()
+                          ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return issued_ >= ticket; };
+  return mu_.AwaitWithTimeout(absl::Condition(&issued), timeout);
+}
+
 }  // namespace lockstep

@@ -25,6 +25,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/collective.h"
 
 namespace lockstep {
@@ -46,6 +47,11 @@ class QueuedCollective final : public Collective {
                                                      const CollectiveOptions& options) override;
   absl::Status Wait(CollectiveTicket ticket) override;
   void Abort(const absl::Status& why) override;
+
+  // Blocks until `ticket` has been issued (by StartAllReduceSum, or to a synchronous
+  // AllReduceSum queued behind others) or `timeout` has passed; whether it was. For a
+  // thread that must order itself after another thread's queued call (tests).
+  bool AwaitIssued(CollectiveTicket ticket, absl::Duration timeout);
 
  private:
   struct Op {

@@ -121,8 +121,10 @@ TEST(QueuedCollective, StartReturnsBeforeTheAllReduceEndsAndRunsInOrder) {
     EXPECT_OK(f.queued.AllReduceSum(c.data(), 3, {}));
     sync_done.Notify();
   });
-  absl::SleepFor(absl::Milliseconds(20));
+  // Once it has queued (ticket 3), it stays there while the first is held.
+  EXPECT_TRUE(f.queued.AwaitIssued(tb + 1, absl::Seconds(30)));
   EXPECT_FALSE(sync_done.HasBeenNotified());
+  EXPECT_THAT(f.fake->calls(), ElementsAre(1));
   f.fake->Release();
   ASSERT_OK(f.queued.Wait(tb));
   sync.join();

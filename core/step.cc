@@ -6,83 +6,17 @@
 #include <cstring>
 #include <numeric>
 
-#include "absl/base/internal/raw_logging.h"
 #include "absl/strings/str_cat.h"
 #include "core/rng/flax_rng.h"
 #include "core/status_macros.h"
+#include "core/step_workspace.h"
 
 namespace lockstep {
 
-// Buffers for one batch size. out[i] is layer i's output; relu and flatten write in
-// place (out[i] == out[i-1]), as does an inactive dropout. din[i] is the gradient with
-// respect to layer i's input, for the layers whose backward produces one in a buffer of
-// its own (activations work on dy in place). scratch[i]: a conv's ConvScratchBytes (null
-// when it needs none); stats[i]: a layer norm's per-row mean, then rstd; bn[i]: a batch
-// norm's BatchNormBuffer (training only).
-struct StepExecutor::Workspace {
-  int capacity = 0;
-  bool train = false;
-  Buffer idx, input, labels, loss, dlogits, correct;
-  std::vector<Buffer> owned;
-  std::vector<float*> out, din, stats, bn;
-  std::vector<void*> scratch;
-  std::vector<uint8_t*> mask;
-  std::vector<float> host_loss, host_correct;
-};
-
-namespace {
-
-bool IsActiveDropout(const Layer& l, bool train) {
-  return l.kind == LayerKind::kDropout && train && l.keep < 1.0f;
-}
-
-// Layers computed in place on their input's buffer.
-bool InPlace(const Layer& l, bool train) {
-  return l.kind == LayerKind::kRelu || l.kind == LayerKind::kFlatten ||
-         (l.kind == LayerKind::kDropout && !IsActiveDropout(l, train));
-}
-
-// Layers whose backward writes the input gradient into a buffer of its own.
-bool OwnsInputGrad(const Layer& l, bool train) {
-  return !InPlace(l, train) && l.kind != LayerKind::kActivation;
-}
-
-int FirstParamLayer(const Model& m) {
-  for (size_t i = 0; i < m.layers().size(); ++i) {
-    if (m.layers()[i].has_params()) return static_cast<int>(i);
-  }
-  return 0;
-}
-
-// A conv's or pool's geometry at batch b (pools: f == c).
-ConvGeometry Geometry(const Layer& l, int b) {
-  const Window& w = l.window;
-  ConvGeometry g{b, l.in.h, l.in.w, l.in.c, l.out.c, w.kh, w.kw};
-  g.stride_h = w.stride_h;
-  g.stride_w = w.stride_w;
-  g.pad_top = w.pad_top;
-  g.pad_bottom = w.pad_bottom;
-  g.pad_left = w.pad_left;
-  g.pad_right = w.pad_right;
-  return g;
-}
-
-// A conv's im2col floats per sample: (oh*ow, kh*kw*c), what the default convolutions keep
-// in their scratch.
-uint64_t ColsPerSample(const Layer& l) {
-  return static_cast<uint64_t>(l.out.h) * l.out.w * l.window.kh * l.window.kw * l.in.c;
-}
-
-// A layer norm's rows per sample (one per pixel, or one when flat); a batch norm's too.
-int NormRows(const Layer& l) { return l.in.h * l.in.w; }
-
-// A batch norm's workspace floats in training: its moments, var, backward sums and the
-// column sums' partials.
-uint64_t BatchNormBuffer(const Layer& l) {
-  return 5 * uint64_t(l.in.c) + BatchNormPartials(l.in.c);
-}
-
-}  // namespace
+using step_internal::FirstParamLayer;
+using step_internal::Geometry;
+using step_internal::IsActiveDropout;
+using step_internal::NormRows;
 
 StepExecutor::StepExecutor(Model model, Optimizer optimizer, rng::Impl impl, int local_batch,
                            Backend* backend, Collective* collective, CollectiveOptions options,
@@ -140,106 +74,6 @@ absl::StatusOr<DeviceDataset> UploadDataset(Backend& backend, const Dataset& dat
                    backend.Upload(dataset.labels.data(), dataset.labels.size() * sizeof(int32_t)));
   return d;
 }
-
-// need less (the CPU backend's oneDNN convolutions need none).
-uint64_t WorkspaceBytes(const Model& model, int batch, bool train) {
-  const uint64_t b = batch, f = sizeof(float);
-  // idx, input, labels, loss, dlogits, correct; host_loss and host_correct.
-  uint64_t bytes = b * (4 + model.input().size() * f + 4 + f + model.num_classes() * f + f);
-  bytes += 2 * b * f;
-  const int first = FirstParamLayer(model);
-  for (size_t i = 0; i < model.layers().size(); ++i) {
-    const Layer& l = model.layers()[i];
-    if (InPlace(l, train)) continue;
-    bytes += b * l.out.size() * f;
-    if (l.kind == LayerKind::kConv) bytes += b * ColsPerSample(l) * f;
-    if (l.kind == LayerKind::kDropout) bytes += b * l.out.size();
-    if (l.kind == LayerKind::kLayerNorm) bytes += 2 * b * NormRows(l) * f;
-    if (l.kind == LayerKind::kBatchNorm && train) bytes += BatchNormBuffer(l) * f;
-    if (train && static_cast<int>(i) > first && OwnsInputGrad(l, train)) {
-      bytes += b * l.in.size() * f;
-    }
-  }
-  return bytes;
-}
-
-absl::StatusOr<StepExecutor::Workspace*> StepExecutor::GetWorkspace(int batch, bool train) {
-  std::unique_ptr<Workspace>& slot = train ? train_ws_ : eval_ws_;
-  if (slot && slot->capacity >= batch) return slot.get();
-  // Kernels index a batch's activations and conv patches with int rows and columns.
-  uint64_t widest = model_.input().size();
-  for (const Layer& l : model_.layers()) {
-    widest = std::max<uint64_t>(widest, l.out.size());
-    if (l.kind == LayerKind::kConv) widest = std::max(widest, ColsPerSample(l));
-  }
-  if (static_cast<uint64_t>(batch) * widest > uint64_t{INT32_MAX}) {
-    return absl::InvalidArgumentError(absl::StrCat("a batch of ", batch, " needs ", widest,
-                                                   " floats per example in one buffer: over 2^31 "
-                                                   "in all; use a smaller batch"));
-  }
-  auto ws = std::make_unique<Workspace>();
-  ws->capacity = batch;
-  ws->train = train;
-  auto alloc = [&](size_t bytes) -> absl::StatusOr<void*> {
-    ASSIGN_OR_RETURN(Buffer b, backend_->Allocate(bytes));
-    ws->owned.push_back(std::move(b));
-    return ws->owned.back().as<void>();
-  };
-  const size_t b = batch;
-  const int classes = model_.num_classes();
-  ASSIGN_OR_RETURN(ws->idx, backend_->Allocate(b * sizeof(int32_t)));
-  ASSIGN_OR_RETURN(ws->input, backend_->Allocate(b * model_.input().size() * sizeof(float)));
-  ASSIGN_OR_RETURN(ws->labels, backend_->Allocate(b * sizeof(int32_t)));
-  ASSIGN_OR_RETURN(ws->loss, backend_->Allocate(b * sizeof(float)));
-  ASSIGN_OR_RETURN(ws->dlogits, backend_->Allocate(b * classes * sizeof(float)));
-  ASSIGN_OR_RETURN(ws->correct, backend_->Allocate(b * sizeof(float)));
-  const auto& layers = model_.layers();
-  const int first = FirstParamLayer(model_);
-  ws->out.assign(layers.size(), nullptr);
-  ws->din.assign(layers.size(), nullptr);
-  ws->scratch.assign(layers.size(), nullptr);
-  ws->stats.assign(layers.size(), nullptr);
-  ws->bn.assign(layers.size(), nullptr);
-  ws->mask.assign(layers.size(), nullptr);
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const Layer& l = layers[i];
-    float* prev = i == 0 ? ws->input.as() : ws->out[i - 1];
-    const size_t n_out = b * l.out.size();
-    if (InPlace(l, train)) {
-      ws->out[i] = prev;
-      continue;
-    }
-    ASSIGN_OR_RETURN(void* out, alloc(n_out * sizeof(float)));
-    ws->out[i] = static_cast<float*>(out);
-    if (l.kind == LayerKind::kConv) {
-      const size_t bytes = backend_->ConvScratchBytes(Geometry(l, batch));
-      if (bytes > 0) {
-        ASSIGN_OR_RETURN(ws->scratch[i], alloc(bytes));
-      }
-    }
-    if (l.kind == LayerKind::kDropout) {
-      ASSIGN_OR_RETURN(void* m, alloc(n_out));
-      ws->mask[i] = static_cast<uint8_t*>(m);
-    }
-    if (l.kind == LayerKind::kLayerNorm) {
-      ASSIGN_OR_RETURN(void* st, alloc(2 * b * NormRows(l) * sizeof(float)));
-      ws->stats[i] = static_cast<float*>(st);
-    }
-    if (l.kind == LayerKind::kBatchNorm && train) {
-      ASSIGN_OR_RETURN(void* bn, alloc(BatchNormBuffer(l) * sizeof(float)));
-      ws->bn[i] = static_cast<float*>(bn);
-    }
-    if (train && static_cast<int>(i) > first && OwnsInputGrad(l, train)) {
-      ASSIGN_OR_RETURN(void* d, alloc(b * l.in.size() * sizeof(float)));
-      ws->din[i] = static_cast<float*>(d);
-    }
-  }
-  ws->host_loss.resize(b);
-  ws->host_correct.resize(b);
-  slot = std::move(ws);
-  return slot.get();
-}
-
 absl::Status StepExecutor::Prepare(Workspace& ws, const DeviceDataset& data,
                                    std::span<const int32_t> indices, rng::Key dropout_key) {
   for (size_t i = 0; i < indices.size(); ++i) {
@@ -266,9 +100,10 @@ absl::Status StepExecutor::Prepare(Workspace& ws, const DeviceDataset& data,
 }
 
 absl::Status StepExecutor::Forward(Workspace& ws, const DeviceDataset& data, int b, bool train) {
-  backend_->GatherRows(data.row, b, ws.idx.as<int32_t>(), data.images.as(), ws.input.as());
-  backend_->GatherLabels(b, ws.idx.as<int32_t>(), data.labels.as<int32_t>(),
-                         ws.labels.as<int32_t>());
+  RETURN_IF_ERROR(
+      backend_->GatherRows(data.row, b, ws.idx.as<int32_t>(), data.images.as(), ws.input.as()));
+  RETURN_IF_ERROR(backend_->GatherLabels(b, ws.idx.as<int32_t>(), data.labels.as<int32_t>(),
+                                         ws.labels.as<int32_t>()));
   const auto* keys =
       reinterpret_cast<const rng::Key*>(step_args_.as<unsigned char>() + sizeof(UpdateScalars));
   const float* params = params_.as();
@@ -280,29 +115,30 @@ absl::Status StepExecutor::Forward(Workspace& ws, const DeviceDataset& data, int
     float* y = ws.out[i];
     switch (l.kind) {
       case LayerKind::kConv:
-        backend_->ConvForward(Geometry(l, b), x, param(l.kernel), param(l.bias), y, ws.scratch[i]);
+        RETURN_IF_ERROR(backend_->ConvForward(Geometry(l, b), x, param(l.kernel), param(l.bias), y,
+                                              ws.scratch[i]));
         break;
       case LayerKind::kDense:
-        backend_->Gemm(false, false, b, l.out.c, static_cast<int>(l.in.size()), 1.0f, x,
-                       param(l.kernel), 0.0f, y);
-        if (l.bias >= 0) backend_->BiasAdd(b, l.out.c, param(l.bias), y);
+        RETURN_IF_ERROR(backend_->Gemm(false, false, b, l.out.c, static_cast<int>(l.in.size()),
+                                       1.0f, x, param(l.kernel), 0.0f, y));
+        if (l.bias >= 0) RETURN_IF_ERROR(backend_->BiasAdd(b, l.out.c, param(l.bias), y));
         break;
       case LayerKind::kRelu:
-        backend_->Relu(b * l.out.size(), y);
+        RETURN_IF_ERROR(backend_->Relu(b * l.out.size(), y));
         break;
       case LayerKind::kActivation:
-        backend_->Activate(l.activation, b * l.out.size(), x, y);
+        RETURN_IF_ERROR(backend_->Activate(l.activation, b * l.out.size(), x, y));
         break;
       case LayerKind::kAvgPool:
-        backend_->AvgPool(Geometry(l, b), l.count_include_pad, x, y);
+        RETURN_IF_ERROR(backend_->AvgPool(Geometry(l, b), l.count_include_pad, x, y));
         break;
       case LayerKind::kMaxPool:
-        backend_->MaxPool(Geometry(l, b), x, y);
+        RETURN_IF_ERROR(backend_->MaxPool(Geometry(l, b), x, y));
         break;
       case LayerKind::kLayerNorm: {
         const int rows = b * NormRows(l);
-        backend_->LayerNorm(rows, l.in.c, l.epsilon, x, param(l.scale), param(l.bias), y,
-                            ws.stats[i], ws.stats[i] + rows);
+        RETURN_IF_ERROR(backend_->LayerNorm(rows, l.in.c, l.epsilon, x, param(l.scale),
+                                            param(l.bias), y, ws.stats[i], ws.stats[i] + rows));
         break;
       }
       case LayerKind::kBatchNorm:
@@ -312,15 +148,16 @@ absl::Status StepExecutor::Forward(Workspace& ws, const DeviceDataset& data, int
         break;
       case LayerKind::kDropout:
         if (IsActiveDropout(l, train)) {
-          backend_->Dropout(b * l.out.size(), l.keep, keys + dropout_slot_[i], impl_, x, y,
-                            ws.mask[i]);
+          RETURN_IF_ERROR(backend_->Dropout(b * l.out.size(), l.keep, keys + dropout_slot_[i],
+                                            impl_, x, y, ws.mask[i]));
         }
         break;
     }
     x = y;
   }
-  backend_->SoftmaxCrossEntropy(b, model_.num_classes(), ws.out.back(), ws.labels.as<int32_t>(),
-                                ws.loss.as(), ws.dlogits.as(), ws.correct.as());
+  RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(b, model_.num_classes(), ws.out.back(),
+                                                ws.labels.as<int32_t>(), ws.loss.as(),
+                                                ws.dlogits.as(), ws.correct.as()));
   return absl::OkStatus();
 }
 
@@ -360,37 +197,43 @@ absl::Status StepExecutor::Backward(Workspace& ws, int b,
       case LayerKind::kConv: {
         // The weights' gradient first: ConvBackwardData may overwrite the scratch.
         const ConvGeometry g = Geometry(l, b);
-        backend_->ConvBackwardWeights(g, x, dy, grad(l.kernel), grad(l.bias), ws.scratch[i]);
+        RETURN_IF_ERROR(
+            backend_->ConvBackwardWeights(g, x, dy, grad(l.kernel), grad(l.bias), ws.scratch[i]));
         if (grads_ready) grads_ready(i);  // before dx: its all-reduce overlaps dx too
-        if (dx != nullptr) backend_->ConvBackwardData(g, param(l.kernel), dy, dx, ws.scratch[i]);
+        if (dx != nullptr)
+          RETURN_IF_ERROR(backend_->ConvBackwardData(g, param(l.kernel), dy, dx, ws.scratch[i]));
         break;
       }
       case LayerKind::kDense: {
         const int in = static_cast<int>(l.in.size());
-        backend_->Gemm(true, false, in, l.out.c, b, 1.0f, x, dy, 0.0f, grad(l.kernel));
-        if (l.bias >= 0) backend_->BiasGrad(b, l.out.c, dy, grad(l.bias));
+        RETURN_IF_ERROR(
+            backend_->Gemm(true, false, in, l.out.c, b, 1.0f, x, dy, 0.0f, grad(l.kernel)));
+        if (l.bias >= 0) RETURN_IF_ERROR(backend_->BiasGrad(b, l.out.c, dy, grad(l.bias)));
         if (grads_ready) grads_ready(i);
         if (dx != nullptr) {
-          backend_->Gemm(false, true, b, in, l.out.c, 1.0f, dy, param(l.kernel), 0.0f, dx);
+          RETURN_IF_ERROR(
+              backend_->Gemm(false, true, b, in, l.out.c, 1.0f, dy, param(l.kernel), 0.0f, dx));
         }
         break;
       }
       case LayerKind::kRelu:
-        backend_->ReluBackward(b * l.out.size(), ws.out[i], dy);
+        RETURN_IF_ERROR(backend_->ReluBackward(b * l.out.size(), ws.out[i], dy));
         break;
       case LayerKind::kActivation:
-        backend_->ActivateBackward(l.activation, b * l.out.size(), x, dy);
+        RETURN_IF_ERROR(backend_->ActivateBackward(l.activation, b * l.out.size(), x, dy));
         break;
       case LayerKind::kAvgPool:
-        if (dx != nullptr) backend_->AvgPoolBackward(Geometry(l, b), l.count_include_pad, dy, dx);
+        if (dx != nullptr)
+          RETURN_IF_ERROR(backend_->AvgPoolBackward(Geometry(l, b), l.count_include_pad, dy, dx));
         break;
       case LayerKind::kMaxPool:
-        if (dx != nullptr) backend_->MaxPoolBackward(Geometry(l, b), x, dy, dx);
+        if (dx != nullptr) RETURN_IF_ERROR(backend_->MaxPoolBackward(Geometry(l, b), x, dy, dx));
         break;
       case LayerKind::kLayerNorm: {
         const int rows = b * NormRows(l);
-        backend_->LayerNormBackward(rows, l.in.c, x, param(l.scale), ws.stats[i],
-                                    ws.stats[i] + rows, dy, dx, grad(l.scale), grad(l.bias));
+        RETURN_IF_ERROR(backend_->LayerNormBackward(rows, l.in.c, x, param(l.scale), ws.stats[i],
+                                                    ws.stats[i] + rows, dy, dx, grad(l.scale),
+                                                    grad(l.bias)));
         break;
       }
       case LayerKind::kBatchNorm:
@@ -400,7 +243,7 @@ absl::Status StepExecutor::Backward(Workspace& ws, int b,
         break;
       case LayerKind::kDropout:
         if (dx != nullptr && IsActiveDropout(l, true)) {
-          backend_->DropoutBackward(b * l.out.size(), l.keep, ws.mask[i], dy, dx);
+          RETURN_IF_ERROR(backend_->DropoutBackward(b * l.out.size(), l.keep, ws.mask[i], dy, dx));
         }
         break;
     }
@@ -461,14 +304,15 @@ absl::Status StepExecutor::DeviceStep(Workspace& ws, const DeviceDataset& data, 
   if (!update) return absl::OkStatus();
   RETURN_IF_ERROR(reduced);
   // pmean: the sum over replicas, then a division (not a multiply) by N, as JAX does.
-  if (reduce) backend_->Divide(n, static_cast<float>(collective_->size()), grads_.as());
+  if (reduce)
+    RETURN_IF_ERROR(backend_->Divide(n, static_cast<float>(collective_->size()), grads_.as()));
   const auto t2 = Clock::now();
   timings_.allreduce = seconds(t1, t2);
   std::vector<float*> slots;
   for (Buffer& s : slots_) slots.push_back(s.as());
-  optimizer_.Apply(*backend_, n, step_args_.as<UpdateScalars>(), update_scratch_.as<void>(),
-                   grads_.as(), slots, params_.as());
-  UpdateBatchStats(ws.bn);
+  RETURN_IF_ERROR(optimizer_.Apply(*backend_, n, step_args_.as<UpdateScalars>(),
+                                   update_scratch_.as<void>(), grads_.as(), slots, params_.as()));
+  RETURN_IF_ERROR(UpdateBatchStats(ws.bn));
   timings_.update = seconds(t2, Clock::now());
   return absl::OkStatus();
 }
@@ -502,37 +346,6 @@ absl::StatusOr<StepMetrics> StepExecutor::Step(const DeviceDataset& data,
   ASSIGN_OR_RETURN(StepMetrics m, Finish(*ws, local_batch_));
   ++step_;
   return m;
-}
-
-absl::StatusOr<bool> StepExecutor::ReplayGraph(Workspace& ws, const DeviceDataset& data) {
-  if (!use_graphs_) return false;
-  if (!warmed_up_) {  // the first step: eager, so that lazy setup happens before capture
-    warmed_up_ = true;
-    return false;
-  }
-  if (graph_ == nullptr || graph_data_ != &data) {
-    graph_.reset();
-    absl::Status body_status;
-    auto graph = backend_->Capture([&] { return body_status = DeviceStep(ws, data, true); });
-    // The body's own error (the collective's) is the step's: running it again would not help.
-    RETURN_IF_ERROR(body_status);
-    if (!graph.ok()) {
-      // No graphs here (UNIMPLEMENTED), or the capture failed. Nothing captured has run, so
-      // this step and every later one run eagerly.
-      use_graphs_ = false;
-      if (!absl::IsUnimplemented(graph.status())) {
-        graph_fallback_ = graph.status();
-        ABSL_RAW_LOG(WARNING, "%s: graph capture failed, running eagerly: %s",
-                     backend_->Name().c_str(), graph_fallback_.ToString().c_str());
-      }
-      return false;
-    }
-    graph_ = std::move(graph).value();
-    graph_data_ = &data;
-  }
-  timings_ = {};  // a replay is one launch: no split to measure
-  RETURN_IF_ERROR(graph_->Launch());
-  return true;
 }
 
 absl::StatusOr<std::vector<float>> StepExecutor::Gradients() {

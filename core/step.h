@@ -144,9 +144,10 @@ class StepExecutor {
   // Runs the device step as a graph (capturing it first where needed); false when this
   // step must run eagerly instead. Errors: the capture body's or the launch's.
   absl::StatusOr<bool> ReplayGraph(Workspace& ws, const DeviceDataset& data);
-  // Device part: no host synchronization, so a backend can capture it as a graph.
+  // Device part: no host synchronization, so a backend can capture it as a graph. Errors
+  // here and below: the backend's kernels' (each names its primitive) and the collective's.
   absl::Status DeviceStep(Workspace& ws, const DeviceDataset& data, bool update);
-  // Errors: the collective's (BatchNorm's statistics, N > 1).
+  // Errors: the kernels' and the collective's (BatchNorm's statistics, N > 1).
   absl::Status Forward(Workspace& ws, const DeviceDataset& data, int batch, bool train);
   // Calls grads_ready(i) (when given) once layer i's parameter gradients are computed, in
   // the order backward reaches the layers (last first).
@@ -162,7 +163,7 @@ class StepExecutor {
                                  float* dx, float* bn);
   // The running averages from the last forward pass's statistics (`bn`: per layer, its
   // BatchNorm workspace), for every BatchNorm.
-  void UpdateBatchStats(const std::vector<float*>& bn);
+  absl::Status UpdateBatchStats(const std::vector<float*>& bn);
   int replicas() const { return collective_ != nullptr ? collective_->size() : 1; }
   // Host part after a step: the local loss and accuracy.
   absl::StatusOr<StepMetrics> Finish(Workspace& ws, int batch);

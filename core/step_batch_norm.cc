@@ -19,20 +19,21 @@ absl::Status StepExecutor::BatchNormForward(const Layer& l, int rows, bool train
   const float* bias = param(l.bias);
   if (!train) {  // use_running_average: the batch_stats
     const auto& stats = model_.stats_layout().entries();
-    backend_->BatchNormApply(rows, c, l.epsilon, x, stats_.as() + stats[l.mean].offset,
-                             stats_.as() + stats[l.var].offset, scale, bias, y);
+    RETURN_IF_ERROR(backend_->BatchNormApply(rows, c, l.epsilon, x,
+                                             stats_.as() + stats[l.mean].offset,
+                                             stats_.as() + stats[l.var].offset, scale, bias, y));
     return absl::OkStatus();
   }
   float* moments = bn;  // [E[x], E[x^2]], then pmean'd
   float* var = bn + 2 * c;
-  backend_->BatchNormMoments(rows, c, x, bn + 5 * c, moments);
+  RETURN_IF_ERROR(backend_->BatchNormMoments(rows, c, x, bn + 5 * c, moments));
   if (replicas() > 1) {
     // lax.pmean of the stacked [mean, mean2]: the sum, then a division by N.
     RETURN_IF_ERROR(collective_->AllReduceSum(moments, 2 * c, collective_options_));
-    backend_->Divide(2 * c, static_cast<float>(replicas()), moments);
+    RETURN_IF_ERROR(backend_->Divide(2 * c, static_cast<float>(replicas()), moments));
   }
-  backend_->BatchNormVariance(c, moments, var);
-  backend_->BatchNormApply(rows, c, l.epsilon, x, moments, var, scale, bias, y);
+  RETURN_IF_ERROR(backend_->BatchNormVariance(c, moments, var));
+  RETURN_IF_ERROR(backend_->BatchNormApply(rows, c, l.epsilon, x, moments, var, scale, bias, y));
   return absl::OkStatus();
 }
 
@@ -46,28 +47,30 @@ absl::Status StepExecutor::BatchNormBackward(const Layer& l, int rows, const flo
   const float* moments = bn;
   const float* var = bn + 2 * c;
   float* sums = bn + 3 * c;
-  backend_->BatchNormBackwardReduce(rows, c, l.epsilon, x, dy, moments, var, bn + 5 * c, sums,
-                                    at(grads_, l.scale), at(grads_, l.bias));
+  RETURN_IF_ERROR(backend_->BatchNormBackwardReduce(rows, c, l.epsilon, x, dy, moments, var,
+                                                    bn + 5 * c, sums, at(grads_, l.scale),
+                                                    at(grads_, l.bias)));
   if (dx == nullptr) return absl::OkStatus();
   if (replicas() > 1) {
     // The transpose of the statistics' pmean: every replica's cotangents, summed.
     RETURN_IF_ERROR(collective_->AllReduceSum(sums, 2 * c, collective_options_));
   }
-  backend_->BatchNormBackwardApply(rows, c, l.epsilon, replicas(), x, dy, moments, var,
-                                   at(params_, l.scale), sums, dx);
+  RETURN_IF_ERROR(backend_->BatchNormBackwardApply(rows, c, l.epsilon, replicas(), x, dy, moments,
+                                                   var, at(params_, l.scale), sums, dx));
   return absl::OkStatus();
 }
 
-void StepExecutor::UpdateBatchStats(const std::vector<float*>& bn) {
+absl::Status StepExecutor::UpdateBatchStats(const std::vector<float*>& bn) {
   const auto& stats = model_.stats_layout().entries();
   for (size_t i = 0; i < model_.layers().size(); ++i) {
     const Layer& l = model_.layers()[i];
     if (l.kind != LayerKind::kBatchNorm) continue;
     const float* moments = bn[i];
-    backend_->BatchNormUpdateStats(l.in.c, l.momentum, l.one_minus_momentum, moments,
-                                   moments + 2 * l.in.c, stats_.as() + stats[l.mean].offset,
-                                   stats_.as() + stats[l.var].offset);
+    RETURN_IF_ERROR(backend_->BatchNormUpdateStats(
+        l.in.c, l.momentum, l.one_minus_momentum, moments, moments + 2 * l.in.c,
+        stats_.as() + stats[l.mean].offset, stats_.as() + stats[l.var].offset));
   }
+  return absl::OkStatus();
 }
 
 }  // namespace lockstep

@@ -2,6 +2,7 @@
 // (tests/golden/): the model a file records, its params as one flat vector, its data; and
 // the gradient and training checks every backend passes (golden_test and
 // golden_layers_test: CPU; CUDA tests), for the presets and for the layers models.
+// The testing library lockstep_golden (tests/CMakeLists.txt); uses GoogleTest's assertions.
 #ifndef LOCKSTEP_TESTS_GOLDEN_H_
 #define LOCKSTEP_TESTS_GOLDEN_H_
 
@@ -24,129 +25,27 @@
 namespace lockstep::testing {
 
 // The ModelSpec in a golden file's "model" metadata (JSON).
-inline v1::ModelSpec GoldenModelSpec(const std::string& json) {
-  auto spec = ParseSpec("{\"model\": " + json + "}", "golden metadata");
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return spec.ok() ? spec->model() : v1::ModelSpec();
-}
+v1::ModelSpec GoldenModelSpec(const std::string& json);
 
 // The file's F32 tensors called prefix + name for each of m's params, in layout order;
 // a tensor that is missing or of another shape fails the test (and is left zero).
-inline std::vector<float> GoldenParams(const SafeTensors& st, const Model& m,
-                                       const std::string& prefix) {
-  std::vector<float> flat(m.layout().total());
-  for (const ParamEntry& e : m.layout().entries()) {
-    const std::string name = prefix + e.name;
-    auto it = st.tensors().find(name);
-    EXPECT_NE(it, st.tensors().end()) << name;
-    if (it == st.tensors().end()) continue;
-    EXPECT_EQ(it->second.shape, e.shape) << name;
-    auto v = st.F32(name);
-    EXPECT_TRUE(v.ok()) << name << ": " << v.status();
-    if (!v.ok() || v->size() != e.size) continue;
-    std::copy(v->begin(), v->end(), flat.begin() + e.offset);
-  }
-  return flat;
-}
+std::vector<float> GoldenParams(const SafeTensors& st, const Model& m, const std::string& prefix);
 
 // The examples in the file's `prefix`.images (N, H, W[, C]) and `prefix`.labels.
-inline Dataset GoldenDataset(const SafeTensors& st, const std::string& prefix) {
-  Dataset d;
-  d.images = *st.F32(prefix + ".images");
-  d.labels = *st.I32(prefix + ".labels");
-  d.size = static_cast<int64_t>(d.labels.size());
-  d.row = d.size == 0 ? 0 : static_cast<int64_t>(d.images.size()) / d.size;
-  return d;
-}
+Dataset GoldenDataset(const SafeTensors& st, const std::string& prefix);
 
 // The loss and every gradient of `model_name` ("cnn" or "mlp") on the golden batch,
 // computed on `backend`, within 1e-5 of JAX's.
-inline void ExpectGradientsMatchJax(Backend* backend, const std::string& model_name) {
-  ASSERT_OK_AND_ASSIGN(SafeTensors g, SafeTensors::Read(GoldenPath("grads.safetensors")));
-  ASSERT_OK_AND_ASSIGN(SafeTensors init,
-                       SafeTensors::Read(GoldenPath("init_" + model_name + "_seed0.safetensors")));
-  ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(GoldenModelSpec(init.metadata().at("model"))));
-  v1::OptimizerSpec os;
-  os.set_kind("sgd");
-  os.set_learning_rate(0.1);
-  ASSERT_OK_AND_ASSIGN(Optimizer sgd, Optimizer::FromSpec(os));
-  ASSERT_OK_AND_ASSIGN(
-      auto exec, StepExecutor::Create(m, sgd, rng::Impl::kPartitionable, 16, backend, nullptr));
-  const Dataset batch = GoldenDataset(g, "batch");
-  ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(batch));
-  ASSERT_OK(exec->SetState(TrainState::Create(GoldenParams(init, m, ""), sgd)));
-  rng::Key key{};
-  if (model_name == "mlp") {
-    auto k = *g.U32("mlp.dropout_key");
-    key = {k[0], k[1]};
-  }
-  std::vector<int32_t> idx(16);
-  std::iota(idx.begin(), idx.end(), 0);
-  ASSERT_OK_AND_ASSIGN(StepMetrics metrics, exec->ComputeGradients(d, idx, key));
-  const float want_loss = (*g.F32(model_name + ".loss"))[0];
-  EXPECT_NEAR(metrics.loss, want_loss, 1e-5 * std::fabs(want_loss));
-  ASSERT_OK_AND_ASSIGN(std::vector<float> grads, exec->Gradients());
-  const std::vector<float> want = GoldenParams(g, m, model_name + ".grads.");
-  for (const ParamEntry& e : m.layout().entries()) {
-    EXPECT_LE(RelativeL2({grads.data() + e.offset, e.size}, {want.data() + e.offset, e.size}), 1e-5)
-        << e.name;
-  }
-}
+void ExpectGradientsMatchJax(Backend* backend, const std::string& model_name);
 
 // The training steps a golden file records (`file` in tests/golden/: its spec, losses,
 // dropout masks and final params; its data, or that of the file its "data" metadata
 // names) run on `backend`: each loss within 1e-5 of optax's, the same dropout masks, and
 // the final params within 1e-5 (relative L2 per tensor).
-inline void ExpectTrainingMatchesGolden(Backend* backend, const std::string& file) {
-  ASSERT_OK_AND_ASSIGN(SafeTensors g, SafeTensors::Read(GoldenPath(file)));
-  ASSERT_OK_AND_ASSIGN(v1::JobSpec parsed, ParseSpec(g.metadata().at("spec"), "golden spec"));
-  ASSERT_OK_AND_ASSIGN(v1::JobSpec spec, Validate(parsed));
-  ASSERT_OK_AND_ASSIGN(TrainSetup setup, SetupFromSpec(spec));
-  const Model& m = setup.model;
-  const auto data_file = g.metadata().find("data");
-  Dataset data;
-  if (data_file == g.metadata().end()) {
-    data = GoldenDataset(g, "data");
-  } else {
-    const std::string name = nlohmann::json::parse(data_file->second).get<std::string>();
-    ASSERT_OK_AND_ASSIGN(SafeTensors d, SafeTensors::Read(GoldenPath(name)));
-    data = GoldenDataset(d, "data");
-  }
-  const int b = static_cast<int>(spec.global_batch_size());
-  TrainingPlan plan(spec.seed(), spec.dropout_seed(), setup.impl, data.size, b, 1);
-  ASSERT_OK_AND_ASSIGN(auto exec,
-                       StepExecutor::Create(m, setup.optimizer, setup.impl, b, backend, nullptr));
-  ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(data));
-  ASSERT_OK(
-      exec->SetState(TrainState::Create(m.Init(plan.init_key(), setup.impl), setup.optimizer)));
-  const std::vector<float> losses = *g.F32("losses");
-  ASSERT_EQ(losses.size(), spec.steps());
-  for (uint64_t s = 0; s < spec.steps(); ++s) {
-    StepPlan p = plan.Next();
-    ASSERT_OK_AND_ASSIGN(StepMetrics metrics, exec->Step(d, p.indices, p.keys[0]));
-    EXPECT_NEAR(metrics.loss, losses[s], 1e-5 * std::fabs(losses[s])) << "step " << s;
-    ASSERT_OK_AND_ASSIGN(auto masks, exec->DropoutMasks());
-    ASSERT_EQ(masks.size(), 2u);
-    for (size_t i = 0; i < masks.size(); ++i) {
-      EXPECT_EQ(masks[i], *g.U8("masks." + std::to_string(s) + "." + std::to_string(i)))
-          << "step " << s << " dropout " << i;
-    }
-  }
-  ASSERT_OK_AND_ASSIGN(TrainState final_state, exec->GetState());
-  EXPECT_EQ(final_state.step, static_cast<int64_t>(spec.steps()));
-  const std::vector<float> want = GoldenParams(g, m, "params.");
-  for (const ParamEntry& e : m.layout().entries()) {
-    EXPECT_LE(RelativeL2({final_state.params.data() + e.offset, e.size},
-                         {want.data() + e.offset, e.size}),
-              1e-5)
-        << e.name;
-  }
-}
+void ExpectTrainingMatchesGolden(Backend* backend, const std::string& file);
 
 // 20 training steps of the golden MLP with dropout (`optimizer`: "adam" or "sgd").
-inline void ExpectTrainingMatchesOptax(Backend* backend, const std::string& optimizer) {
-  ExpectTrainingMatchesGolden(backend, "train_mlp_" + optimizer + ".safetensors");
-}
+void ExpectTrainingMatchesOptax(Backend* backend, const std::string& optimizer);
 
 // A golden file written with its spec in the metadata (tools/reference/golden_layers.py,
 // golden_batchnorm.py): the tensors, the spec, validated, and what the spec trains.
@@ -156,93 +55,26 @@ struct SpecGolden {
   TrainSetup setup;
 };
 
-inline absl::StatusOr<SpecGolden> ReadSpecGolden(const std::string& file) {
-  ASSIGN_OR_RETURN(SafeTensors st, SafeTensors::Read(GoldenPath(file)));
-  ASSIGN_OR_RETURN(v1::JobSpec parsed, ParseSpec(st.metadata().at("spec"), "golden spec"));
-  ASSIGN_OR_RETURN(v1::JobSpec spec, Validate(parsed));
-  ASSIGN_OR_RETURN(TrainSetup setup, SetupFromSpec(spec));
-  return SpecGolden{std::move(st), std::move(spec), std::move(setup)};
-}
+absl::StatusOr<SpecGolden> ReadSpecGolden(const std::string& file);
 
 // layers_<name>.safetensors.
-inline absl::StatusOr<SpecGolden> ReadLayersGolden(const std::string& name) {
-  return ReadSpecGolden("layers_" + name + ".safetensors");
-}
+absl::StatusOr<SpecGolden> ReadLayersGolden(const std::string& name);
 
 // The spec's initial params (Lockstep's RNG plan) within 1e-6 of the file's "init." ones.
-inline void ExpectInitWithin1e6(const SpecGolden& g) {
-  const Model& m = g.setup.model;
-  const std::vector<float> mine =
-      m.Init(TrainingPlan::InitKey(g.spec.seed(), g.setup.impl), g.setup.impl);
-  const std::vector<float> want = GoldenParams(g.st, m, "init.");
-  for (const ParamEntry& e : m.layout().entries()) {
-    EXPECT_LE(MaxAbsDiff({mine.data() + e.offset, e.size}, {want.data() + e.offset, e.size}), 1e-6)
-        << e.name;
-  }
-}
+void ExpectInitWithin1e6(const SpecGolden& g);
 
 // Every param tensor of `got` within `tolerance` of `want`'s (relative L2).
-inline void ExpectEveryTensorWithin(const Model& m, const std::vector<float>& got,
-                                    const std::vector<float>& want, double tolerance) {
-  for (const ParamEntry& e : m.layout().entries()) {
-    EXPECT_LE(RelativeL2({got.data() + e.offset, e.size}, {want.data() + e.offset, e.size}),
-              tolerance)
-        << e.name;
-  }
-}
+void ExpectEveryTensorWithin(const Model& m, const std::vector<float>& got,
+                             const std::vector<float>& want, double tolerance);
 
 // The loss and every gradient of the layers model `name` at its golden init, on the
 // golden batch with the golden dropout key, computed on `backend`: within 1e-5 of JAX's.
-inline void ExpectLayersGradientsMatchJax(Backend* backend, const std::string& name) {
-  ASSERT_OK_AND_ASSIGN(SpecGolden g, ReadLayersGolden(name));
-  const Model& m = g.setup.model;
-  const int b = static_cast<int>(g.spec.global_batch_size());
-  ASSERT_OK_AND_ASSIGN(
-      auto exec, StepExecutor::Create(m, g.setup.optimizer, g.setup.impl, b, backend, nullptr));
-  const Dataset data = GoldenDataset(g.st, "data");
-  ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(data));
-  ASSERT_OK(exec->SetState(TrainState::Create(GoldenParams(g.st, m, "init."), g.setup.optimizer)));
-  const std::vector<uint32_t> k = *g.st.U32("grads.dropout_key");
-  std::vector<int32_t> idx(b);
-  std::iota(idx.begin(), idx.end(), 0);
-  ASSERT_OK_AND_ASSIGN(StepMetrics metrics, exec->ComputeGradients(d, idx, {k[0], k[1]}));
-  const float want_loss = (*g.st.F32("grads.loss"))[0];
-  EXPECT_NEAR(metrics.loss, want_loss, 1e-5 * std::fabs(want_loss));
-  ASSERT_OK_AND_ASSIGN(std::vector<float> grads, exec->Gradients());
-  ExpectEveryTensorWithin(m, grads, GoldenParams(g.st, m, "grads."), 1e-5);
-}
+void ExpectLayersGradientsMatchJax(Backend* backend, const std::string& name);
 
 // 20 steps of the layers model `name` with its spec's optimizer and dropout from its own
 // init on `backend`: each loss within 1e-5 of optax's, the same dropout masks, and the
 // final params within 1e-5.
-inline void ExpectLayersTrainingMatchesOptax(Backend* backend, const std::string& name) {
-  ASSERT_OK_AND_ASSIGN(SpecGolden g, ReadLayersGolden(name));
-  const Model& m = g.setup.model;
-  const int b = static_cast<int>(g.spec.global_batch_size());
-  const Dataset data = GoldenDataset(g.st, "data");
-  TrainingPlan plan(g.spec.seed(), g.spec.dropout_seed(), g.setup.impl, data.size, b, 1);
-  ASSERT_OK_AND_ASSIGN(
-      auto exec, StepExecutor::Create(m, g.setup.optimizer, g.setup.impl, b, backend, nullptr));
-  ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(data));
-  ASSERT_OK(
-      exec->SetState(TrainState::Create(m.Init(plan.init_key(), g.setup.impl), g.setup.optimizer)));
-  const std::vector<float> losses = *g.st.F32("train.losses");
-  ASSERT_EQ(losses.size(), g.spec.steps());
-  for (uint64_t s = 0; s < g.spec.steps(); ++s) {
-    StepPlan p = plan.Next();
-    ASSERT_OK_AND_ASSIGN(StepMetrics metrics, exec->Step(d, p.indices, p.keys[0]));
-    EXPECT_NEAR(metrics.loss, losses[s], 1e-5 * std::fabs(losses[s])) << "step " << s;
-    ASSERT_OK_AND_ASSIGN(auto masks, exec->DropoutMasks());
-    const std::string prefix = "masks." + std::to_string(s) + ".";
-    for (size_t i = 0; i < masks.size(); ++i) {
-      ASSERT_TRUE(g.st.tensors().contains(prefix + std::to_string(i))) << prefix << i;
-      EXPECT_EQ(masks[i], *g.st.U8(prefix + std::to_string(i))) << prefix << i;
-    }
-    EXPECT_FALSE(g.st.tensors().contains(prefix + std::to_string(masks.size())));
-  }
-  ASSERT_OK_AND_ASSIGN(TrainState final_state, exec->GetState());
-  ExpectEveryTensorWithin(m, final_state.params, GoldenParams(g.st, m, "train.params."), 1e-5);
-}
+void ExpectLayersTrainingMatchesOptax(Backend* backend, const std::string& name);
 
 }  // namespace lockstep::testing
 

@@ -55,13 +55,13 @@ TEST(OptaxNormGolden, GlobalNormIsOptaxsWithin1e6) {
                         : *Model::FromSpec(testing::GoldenModelSpec(grads.metadata().at("mlp")));
     std::vector<float> g = testing::GoldenParams(grads, m, model + ".grads.");
     std::vector<double> sums(SumSquaresPartials(g.size()) + 1);
-    backend->SumSquares(g.size(), g.data(), sums.data(), &sums.back());
+    EXPECT_OK(backend->SumSquares(g.size(), g.data(), sums.data(), &sums.back()));
     const float norm = static_cast<float>(std::sqrt(sums.back()));
     ASSERT_OK_AND_ASSIGN(std::vector<float> want, norms.F32(model + ".grads_norm"));
     EXPECT_NEAR(norm, want[0], 1e-6 * want[0]) << model;
     // Clipped to half the norm, every gradient halves.
     std::vector<float> clipped = g;
-    backend->ClipByGlobalNorm(g.size(), norm / 2, &sums.back(), clipped.data());
+    EXPECT_OK(backend->ClipByGlobalNorm(g.size(), norm / 2, &sums.back(), clipped.data()));
     EXPECT_NEAR(clipped[0], g[0] / 2, 1e-6 * std::fabs(g[0])) << model;
   }
 }

@@ -11,7 +11,7 @@
 #include "bench/scale/sim_job.h"
 #include "lockstep/v1/registry.grpc.pb.h"
 #include "services/common/net.h"
-#include "services/worker/wire.h"
+#include "services/common/wire.h"
 
 namespace lockstep {
 namespace {

@@ -12,7 +12,7 @@
 #include "lockstep/v1/worker.grpc.pb.h"
 #include "services/common/net.h"
 #include "services/common/status.h"
-#include "services/worker/wire.h"
+#include "services/common/wire.h"
 
 namespace lockstep {
 namespace {

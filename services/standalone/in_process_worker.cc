@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/status_macros.h"
-#include "services/worker/wire.h"
+#include "services/common/wire.h"
 
 namespace lockstep {
 namespace {

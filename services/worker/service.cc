@@ -9,7 +9,7 @@
 #include "services/common/job_log.h"
 #include "services/common/net.h"
 #include "services/common/status.h"
-#include "services/worker/wire.h"
+#include "services/common/wire.h"
 
 namespace lockstep {
 namespace {

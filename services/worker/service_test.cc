@@ -21,9 +21,9 @@
 #include "services/common/credentials.h"
 #include "services/common/net.h"
 #include "services/common/status.h"
+#include "services/common/wire.h"
 #include "services/coordinator/worker_client.h"
 #include "services/worker/testing.h"
-#include "services/worker/wire.h"
 
 namespace lockstep {
 namespace {

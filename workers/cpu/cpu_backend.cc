@@ -1,19 +1,18 @@
 #include "workers/cpu/cpu_backend.h"
 
-#include <cblas.h>
 #include <omp.h>
-#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <thread>
 
-#include "absl/base/internal/raw_logging.h"
+#include "absl/strings/str_cat.h"
 #include "core/rng/random.h"
+#include "core/status_macros.h"
 #include "workers/cpu/cpu_batch_norm.h"
+#include "workers/cpu/cpu_gemm.h"
 #include "workers/cpu/cpu_layers.h"
 #include "workers/cpu/dnnl_conv.h"
 
@@ -22,9 +21,6 @@ namespace {
 
 // Elementwise loops below this size run on one thread: fork/join would cost more.
 constexpr size_t kParallelMin = 1 << 15;
-// So do GEMMs of at most this many multiply-adds (m * n * k), where OpenBLAS itself would
-// not use threads either (64^3: about 8 us).
-constexpr int64_t kGemmParallelMin = 1 << 18;
 
 // Hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and picked at load time,
 // so one portable binary runs at the host's vector width. Vectorizing changes no result:
@@ -138,47 +134,6 @@ LS_MULTIVERSION void AdamRange(UpdateScalars s, const float* g, float* mu, float
   }
 }
 
-// Products whose c has fewer columns than this (the 10-class layer's forward and kernel
-// gradient) run on OpenBLAS; wider ones on oneDNN's sgemm, about 1.3x faster for the
-// MLP's and the CNN's dense layers on one AVX-512 core (bench/results/roofline.md).
-// OpenBLAS is up to 3x faster for the narrow ones.
-constexpr int kOneDnnGemmMinN = 32;
-
-// Row-major c = alpha * op(a) * op(b) + beta * c with explicit leading dimensions, so that
-// a block of c can be computed on its own; single-threaded (see Gemm), on oneDNN or
-// OpenBLAS. oneDNN's sgemm runs on one thread where the caller's OpenMP ICV is 1 or it is
-// inside an active parallel region, as OpenBLAS does.
-void Sgemm(bool onednn, bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
-           const float* b, int ldb, float beta, float* c, int ldc) {
-  if (onednn) {
-    dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
-              k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
-// The blocks Gemm splits an m x n product into, one per thread: rows x cols = threads,
-// chosen so that the blocks read op(a) and op(b) the fewest times over (each of op(a)'s
-// rows `cols` times, each of op(b)'s columns `rows` times).
-struct GemmGrid {
-  int rows, cols;
-};
-
-GemmGrid GridFor(int m, int n, int threads) {
-  GemmGrid best{1, threads};
-  int64_t best_reads = std::numeric_limits<int64_t>::max();
-  for (int rows = 1; rows <= threads; ++rows) {
-    if (threads % rows != 0) continue;
-    const int64_t reads = int64_t{threads / rows} * m + int64_t{rows} * n;
-    if (reads < best_reads) best = {rows, threads / rows}, best_reads = reads;
-  }
-  return best;
-}
-
-// The start of part i of [0, n) cut into `parts` near-equal parts.
-int PartStart(int n, int parts, int i) { return static_cast<int>(int64_t{n} * i / parts); }
-
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int threads, CpuKernels kernels)
@@ -209,62 +164,37 @@ class CpuBackend final : public Backend {
   }
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
-  void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, const float* b,
-            float beta, float* c) override {
-    // The library (oneDNN or OpenBLAS) depends on the product's shape only: see
-    // kOneDnnGemmMinN. The threads are ours; OpenBLAS only ever runs single-threaded, so that
-    // nothing process-wide is read or written. Its OpenMP build (0.3.21) sizes a product's team
-    // (m*n*k > 2^18) from the CALLING thread's omp_get_max_threads() and copies that into
-    // its global count, unless the ICV is 1 or the caller is inside an active parallel
-    // region: then it runs on the caller alone and touches no global. So a product for one
-    // thread is called with this thread's ICV at 1; a larger one is split into a grid of
-    // threads_ blocks of c, each a single-threaded sgemm inside our own team. On 2 cores
-    // this beats OpenBLAS's threading (CNN steps about 30% faster, MLP 2%). The blocks depend
-    // only on threads_, and so do the bits.
-    const int lda = ta ? m : k, ldb = tb ? k : n;
-    const bool onednn = onednn_gemm_ && n >= kOneDnnGemmMinN;
-    if (threads_ == 1 || int64_t{m} * n * k <= kGemmParallelMin) {
-      if (omp_get_max_threads() != 1) omp_set_num_threads(1);  // this thread's ICV only
-      Sgemm(onednn, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
-      return;
-    }
-    const GemmGrid grid = GridFor(m, n, threads_);
-#pragma omp parallel num_threads(threads_)
-    for (int blk = omp_get_thread_num(); blk < threads_; blk += omp_get_num_threads()) {
-      const int i = blk / grid.cols, j = blk % grid.cols;
-      const int r0 = PartStart(m, grid.rows, i), r1 = PartStart(m, grid.rows, i + 1);
-      const int c0 = PartStart(n, grid.cols, j), c1 = PartStart(n, grid.cols, j + 1);
-      if (r1 == r0 || c1 == c0) continue;
-      Sgemm(onednn, ta, tb, r1 - r0, c1 - c0, k, alpha,
-            a + (ta ? r0 : static_cast<size_t>(r0) * lda), lda,
-            b + (tb ? static_cast<size_t>(c0) * ldb : c0), ldb, beta,
-            c + static_cast<size_t>(r0) * n + c0, n);
-    }
+  absl::Status Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
+                    const float* b, float beta, float* c) override {
+    return cpu::Gemm(threads_, onednn_gemm_, ta, tb, m, n, k, alpha, a, b, beta, c);
   }
 
   size_t ConvScratchBytes(const ConvGeometry& g) override {
     return conv_ != nullptr && conv_->Supports(g) ? 0 : Backend::ConvScratchBytes(g);
   }
 
-  void ConvForward(const ConvGeometry& g, const float* x, const float* w, const float* bias,
-                   float* y, void* scratch) override {
-    if (UseDnnl(g, scratch)) return conv_->Forward(g, x, w, bias, y);
-    Backend::ConvForward(g, x, w, bias, y, scratch);
+  absl::Status ConvForward(const ConvGeometry& g, const float* x, const float* w, const float* bias,
+                           float* y, void* scratch) override {
+    ASSIGN_OR_RETURN(const bool dnnl, UseDnnl(g, scratch));
+    if (dnnl) return conv_->Forward(g, x, w, bias, y);
+    return Backend::ConvForward(g, x, w, bias, y, scratch);
   }
 
-  void ConvBackwardWeights(const ConvGeometry& g, const float* x, const float* dy, float* dw,
-                           float* dbias, void* scratch) override {
-    if (UseDnnl(g, scratch)) return conv_->BackwardWeights(g, x, dy, dw, dbias);
-    Backend::ConvBackwardWeights(g, x, dy, dw, dbias, scratch);
+  absl::Status ConvBackwardWeights(const ConvGeometry& g, const float* x, const float* dy,
+                                   float* dw, float* dbias, void* scratch) override {
+    ASSIGN_OR_RETURN(const bool dnnl, UseDnnl(g, scratch));
+    if (dnnl) return conv_->BackwardWeights(g, x, dy, dw, dbias);
+    return Backend::ConvBackwardWeights(g, x, dy, dw, dbias, scratch);
   }
 
-  void ConvBackwardData(const ConvGeometry& g, const float* w, const float* dy, float* dx,
-                        void* scratch) override {
-    if (UseDnnl(g, scratch)) return conv_->BackwardData(g, w, dy, dx);
-    Backend::ConvBackwardData(g, w, dy, dx, scratch);
+  absl::Status ConvBackwardData(const ConvGeometry& g, const float* w, const float* dy, float* dx,
+                                void* scratch) override {
+    ASSIGN_OR_RETURN(const bool dnnl, UseDnnl(g, scratch));
+    if (dnnl) return conv_->BackwardData(g, w, dy, dx);
+    return Backend::ConvBackwardData(g, w, dy, dx, scratch);
   }
 
-  void Im2Col(const ConvGeometry& g, const float* x, float* cols) override {
+  absl::Status Im2Col(const ConvGeometry& g, const float* x, float* cols) override {
     const int oh = g.oh(), ow = g.ow();
     const size_t krow = static_cast<size_t>(g.kw) * g.c;  // one kernel row of a patch
     const size_t patch = static_cast<size_t>(g.kh) * krow;
@@ -291,9 +221,10 @@ class CpuBackend final : public Backend {
         }
       }
     }
+    return absl::OkStatus();
   }
 
-  void Col2Im(const ConvGeometry& g, const float* dcols, float* dx) override {
+  absl::Status Col2Im(const ConvGeometry& g, const float* dcols, float* dx) override {
     const int oh = g.oh(), ow = g.ow();
     const size_t patch = static_cast<size_t>(g.kh) * g.kw * g.c;
     // Gather form: each input pixel sums the patch entries that read it, in a fixed
@@ -320,28 +251,30 @@ class CpuBackend final : public Backend {
         }
       }
     }
+    return absl::OkStatus();
   }
 
-  void BiasAdd(int rows, int cols, const float* bias, float* y) override {
+  absl::Status BiasAdd(int rows, int cols, const float* bias, float* y) override {
     if (static_cast<size_t>(rows) * cols <= kParallelMin) {
       BiasAddRows(cols, bias, y, 0, rows);
-      return;
+      return absl::OkStatus();
     }
 #pragma omp parallel num_threads(threads_)
     {
       const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
       BiasAddRows(cols, bias, y, rows * t / nt, rows * (t + 1) / nt);
     }
+    return absl::OkStatus();
   }
 
-  void BiasGrad(int rows, int cols, const float* dy, float* db) override {
+  absl::Status BiasGrad(int rows, int cols, const float* dy, float* db) override {
     // Partial sums over a fixed number of row blocks, combined in block order: the same
     // bits whatever the thread count.
     constexpr int kBlocks = 8;
     std::fill(db, db + cols, 0.0f);
     if (static_cast<size_t>(rows) * cols <= kParallelMin) {
       ColumnSums(cols, dy, db, 0, rows);
-      return;
+      return absl::OkStatus();
     }
     std::vector<float> partial(static_cast<size_t>(kBlocks) * cols, 0.0f);
 #pragma omp parallel for num_threads(threads_) schedule(static)
@@ -353,82 +286,105 @@ class CpuBackend final : public Backend {
     for (int blk = 0; blk < kBlocks; ++blk) {
       for (int c = 0; c < cols; ++c) db[c] += partial[static_cast<size_t>(blk) * cols + c];
     }
+    return absl::OkStatus();
   }
 
-  void Relu(size_t n, float* x) override {
+  absl::Status Relu(size_t n, float* x) override {
     ParallelFor(threads_, n, [&](size_t b, size_t e) { ReluRange(x, b, e); });
+    return absl::OkStatus();
   }
 
-  void ReluBackward(size_t n, const float* y, float* dy) override {
+  absl::Status ReluBackward(size_t n, const float* y, float* dy) override {
     ParallelFor(threads_, n, [&](size_t b, size_t e) { ReluBackwardRange(y, dy, b, e); });
+    return absl::OkStatus();
   }
 
-  void Activate(Activation a, size_t n, const float* x, float* y) override {
+  absl::Status Activate(Activation a, size_t n, const float* x, float* y) override {
     cpu::Activate(threads_, a, n, x, y);
+    return absl::OkStatus();
   }
 
-  void ActivateBackward(Activation a, size_t n, const float* x, float* dy) override {
+  absl::Status ActivateBackward(Activation a, size_t n, const float* x, float* dy) override {
     cpu::ActivateBackward(threads_, a, n, x, dy);
+    return absl::OkStatus();
   }
 
-  void AvgPool(const ConvGeometry& g, bool count_include_pad, const float* x, float* y) override {
+  absl::Status AvgPool(const ConvGeometry& g, bool count_include_pad, const float* x,
+                       float* y) override {
     cpu::AvgPool(threads_, g, count_include_pad, x, y);
+    return absl::OkStatus();
   }
 
-  void AvgPoolBackward(const ConvGeometry& g, bool count_include_pad, const float* dy,
-                       float* dx) override {
+  absl::Status AvgPoolBackward(const ConvGeometry& g, bool count_include_pad, const float* dy,
+                               float* dx) override {
     cpu::AvgPoolBackward(threads_, g, count_include_pad, dy, dx);
+    return absl::OkStatus();
   }
 
-  void MaxPool(const ConvGeometry& g, const float* x, float* y) override {
+  absl::Status MaxPool(const ConvGeometry& g, const float* x, float* y) override {
     cpu::MaxPool(threads_, g, x, y);
+    return absl::OkStatus();
   }
 
-  void MaxPoolBackward(const ConvGeometry& g, const float* x, const float* dy, float* dx) override {
+  absl::Status MaxPoolBackward(const ConvGeometry& g, const float* x, const float* dy,
+                               float* dx) override {
     cpu::MaxPoolBackward(threads_, g, x, dy, dx);
+    return absl::OkStatus();
   }
 
-  void LayerNorm(int rows, int cols, float epsilon, const float* x, const float* scale,
-                 const float* bias, float* y, float* mean, float* rstd) override {
+  absl::Status LayerNorm(int rows, int cols, float epsilon, const float* x, const float* scale,
+                         const float* bias, float* y, float* mean, float* rstd) override {
     cpu::LayerNorm(threads_, rows, cols, epsilon, x, scale, bias, y, mean, rstd);
+    return absl::OkStatus();
   }
 
-  void LayerNormBackward(int rows, int cols, const float* x, const float* scale, const float* mean,
-                         const float* rstd, const float* dy, float* dx, float* dscale,
-                         float* dbias) override {
+  absl::Status LayerNormBackward(int rows, int cols, const float* x, const float* scale,
+                                 const float* mean, const float* rstd, const float* dy, float* dx,
+                                 float* dscale, float* dbias) override {
     cpu::LayerNormBackward(threads_, rows, cols, x, scale, mean, rstd, dy, dx, dscale, dbias);
+    return absl::OkStatus();
   }
 
-  void BatchNormMoments(int rows, int cols, const float* x, float* partials,
-                        float* moments) override {
+  absl::Status BatchNormMoments(int rows, int cols, const float* x, float* partials,
+                                float* moments) override {
     cpu::BatchNormMoments(threads_, rows, cols, x, partials, moments);
+    return absl::OkStatus();
   }
-  void BatchNormVariance(int cols, const float* moments, float* var) override {
+  absl::Status BatchNormVariance(int cols, const float* moments, float* var) override {
     cpu::BatchNormVariance(cols, moments, var);
+    return absl::OkStatus();
   }
-  void BatchNormApply(int rows, int cols, float epsilon, const float* x, const float* mean,
-                      const float* var, const float* scale, const float* bias, float* y) override {
+  absl::Status BatchNormApply(int rows, int cols, float epsilon, const float* x, const float* mean,
+                              const float* var, const float* scale, const float* bias,
+                              float* y) override {
     cpu::BatchNormApply(threads_, rows, cols, epsilon, x, mean, var, scale, bias, y);
+    return absl::OkStatus();
   }
-  void BatchNormUpdateStats(int cols, float momentum, float one_minus_momentum, const float* mean,
-                            const float* var, float* ra_mean, float* ra_var) override {
+  absl::Status BatchNormUpdateStats(int cols, float momentum, float one_minus_momentum,
+                                    const float* mean, const float* var, float* ra_mean,
+                                    float* ra_var) override {
     cpu::BatchNormUpdateStats(cols, momentum, one_minus_momentum, mean, var, ra_mean, ra_var);
+    return absl::OkStatus();
   }
-  void BatchNormBackwardReduce(int rows, int cols, float epsilon, const float* x, const float* dy,
-                               const float* mean, const float* var, float* partials, float* sums,
-                               float* dscale, float* dbias) override {
+  absl::Status BatchNormBackwardReduce(int rows, int cols, float epsilon, const float* x,
+                                       const float* dy, const float* mean, const float* var,
+                                       float* partials, float* sums, float* dscale,
+                                       float* dbias) override {
     cpu::BatchNormBackwardReduce(threads_, rows, cols, epsilon, x, dy, mean, var, partials, sums,
                                  dscale, dbias);
+    return absl::OkStatus();
   }
-  void BatchNormBackwardApply(int rows, int cols, float epsilon, int replicas, const float* x,
-                              const float* dy, const float* moments, const float* var,
-                              const float* scale, const float* sums, float* dx) override {
+  absl::Status BatchNormBackwardApply(int rows, int cols, float epsilon, int replicas,
+                                      const float* x, const float* dy, const float* moments,
+                                      const float* var, const float* scale, const float* sums,
+                                      float* dx) override {
     cpu::BatchNormBackwardApply(threads_, rows, cols, epsilon, replicas, x, dy, moments, var, scale,
                                 sums, dx);
+    return absl::OkStatus();
   }
 
-  void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x, float* y,
-               uint8_t* mask) override {
+  absl::Status Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x,
+                       float* y, uint8_t* mask) override {
     const rng::Key k = *key;
 #pragma omp parallel for num_threads(threads_) schedule(static) if (n > kParallelMin)
     for (size_t i = 0; i < n; ++i) {
@@ -436,15 +392,17 @@ class CpuBackend final : public Backend {
       mask[i] = m ? 1 : 0;
       y[i] = m ? x[i] / keep : 0.0f;
     }
+    return absl::OkStatus();
   }
 
-  void DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
-                       float* dx) override {
+  absl::Status DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
+                               float* dx) override {
     for (size_t i = 0; i < n; ++i) dx[i] = mask[i] ? dy[i] / keep : 0.0f;
+    return absl::OkStatus();
   }
 
-  void SoftmaxCrossEntropy(int b, int classes, const float* logits, const int32_t* labels,
-                           float* loss, float* dlogits, float* correct) override {
+  absl::Status SoftmaxCrossEntropy(int b, int classes, const float* logits, const int32_t* labels,
+                                   float* loss, float* dlogits, float* correct) override {
     const float inv_b = 1.0f / static_cast<float>(b);
     for (int r = 0; r < b; ++r) {
       const float* z = logits + static_cast<size_t>(r) * classes;
@@ -463,24 +421,30 @@ class CpuBackend final : public Backend {
       }
       correct[r] = argmax == label ? 1.0f : 0.0f;
     }
+    return absl::OkStatus();
   }
 
-  void GatherRows(size_t row, int n, const int32_t* idx, const float* table, float* out) override {
+  absl::Status GatherRows(size_t row, int n, const int32_t* idx, const float* table,
+                          float* out) override {
 #pragma omp parallel for num_threads(threads_) schedule(static) if (row * n > kParallelMin)
     for (int i = 0; i < n; ++i) {
       std::memcpy(out + i * row, table + static_cast<size_t>(idx[i]) * row, row * sizeof(float));
     }
+    return absl::OkStatus();
   }
 
-  void GatherLabels(int n, const int32_t* idx, const int32_t* table, int32_t* out) override {
+  absl::Status GatherLabels(int n, const int32_t* idx, const int32_t* table,
+                            int32_t* out) override {
     for (int i = 0; i < n; ++i) out[i] = table[idx[i]];
+    return absl::OkStatus();
   }
 
-  void Divide(size_t n, float d, float* x) override {
+  absl::Status Divide(size_t n, float d, float* x) override {
     ParallelFor(threads_, n, [&](size_t b, size_t e) { DivideRange(d, x, b, e); });
+    return absl::OkStatus();
   }
 
-  void SumSquares(size_t n, const float* x, double* partials, double* out) override {
+  absl::Status SumSquares(size_t n, const float* x, double* partials, double* out) override {
     // Level by level: the chunk sums of the squares, then of those sums, into partials
     // until one is left, which goes to out.
     const double* level = nullptr;
@@ -493,42 +457,49 @@ class CpuBackend final : public Backend {
         dst[c] =
             level == nullptr ? ChunkSumSquares(x + first, size) : ChunkSum(level + first, size);
       }
-      if (chunks == 1) return;
+      if (chunks == 1) return absl::OkStatus();
       level = partials;
       partials += chunks;
       count = chunks;
     }
+    return absl::OkStatus();
   }
 
-  void ClipByGlobalNorm(size_t n, float max_norm, const double* sum_squares, float* x) override {
+  absl::Status ClipByGlobalNorm(size_t n, float max_norm, const double* sum_squares,
+                                float* x) override {
     const float norm = static_cast<float>(std::sqrt(*sum_squares));
-    if (norm < max_norm) return;
+    if (norm < max_norm) return absl::OkStatus();
     ParallelFor(threads_, n, [&](size_t b, size_t e) { ClipRange(norm, max_norm, x, b, e); });
+    return absl::OkStatus();
   }
 
-  void SgdUpdate(size_t n, const UpdateScalars* s, float momentum, bool nesterov, const float* g,
-                 float* trace, float* p) override {
+  absl::Status SgdUpdate(size_t n, const UpdateScalars* s, float momentum, bool nesterov,
+                         const float* g, float* trace, float* p) override {
     const float neg_lr = -s->lr;
     ParallelFor(threads_, n, [&](size_t b, size_t e) {
       SgdRange(neg_lr, momentum, nesterov, g, trace, p, b, e);
     });
+    return absl::OkStatus();
   }
 
-  void AdamUpdate(size_t n, const UpdateScalars* scalars, const float* g, float* mu, float* nu,
-                  float* p) override {
+  absl::Status AdamUpdate(size_t n, const UpdateScalars* scalars, const float* g, float* mu,
+                          float* nu, float* p) override {
     const UpdateScalars s = *scalars;
     ParallelFor(threads_, n, [&](size_t b, size_t e) { AdamRange(s, g, mu, nu, p, b, e); });
+    return absl::OkStatus();
   }
 
  private:
   // Whether a conv runs on oneDNN; otherwise on the defaults, which need the scratch that
   // ConvScratchBytes asked for (none where oneDNN took the geometry at the workspace's
   // batch: it takes every batch of a shape it takes).
-  bool UseDnnl(const ConvGeometry& g, void* scratch) {
+  // INTERNAL where neither can run it.
+  absl::StatusOr<bool> UseDnnl(const ConvGeometry& g, void* scratch) {
     if (conv_ != nullptr && conv_->Supports(g)) return true;
     if (scratch == nullptr) {
-      ABSL_RAW_LOG(FATAL, "cpu: oneDNN refused a conv at batch %d that it took at a larger one",
-                   g.b);
+      return absl::InternalError(absl::StrCat("cpu: oneDNN refused a conv at batch ", g.b,
+                                              " that it took at a larger one (no scratch for "
+                                              "the default convolution)"));
     }
     return false;
   }

@@ -39,8 +39,8 @@ TEST(CpuBackend, Col2ImIsTheAdjointOfIm2Col) {
     const size_t ncols = size_t(g.b) * g.oh() * g.ow() * g.kh * g.kw * g.c;
     auto x = RandomNormal(nx, 1), y = RandomNormal(ncols, 2);
     std::vector<float> cols(ncols), dx(nx);
-    be->Im2Col(g, x.data(), cols.data());
-    be->Col2Im(g, y.data(), dx.data());
+    EXPECT_OK(be->Im2Col(g, x.data(), cols.data()));
+    EXPECT_OK(be->Col2Im(g, y.data(), dx.data()));
     EXPECT_NEAR(Dot(cols, y), Dot(x, dx), 1e-3) << g.kh << "x" << g.kw << " / " << g.stride_h;
   }
 }
@@ -51,7 +51,7 @@ TEST(CpuBackend, Im2ColPlacesStridedPatches) {
   const ConvGeometry g{1, 3, 3, 1, 1, 2, 2, 2, 2, 0, 1, 0, 1};
   ASSERT_EQ(g.oh(), 2);
   std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9}, cols(4 * 4);
-  be->Im2Col(g, x.data(), cols.data());
+  EXPECT_OK(be->Im2Col(g, x.data(), cols.data()));
   EXPECT_EQ(cols, (std::vector<float>{1, 2, 4, 5, 3, 0, 6, 0, 7, 8, 0, 0, 9, 0, 0, 0}));
 }
 
@@ -59,7 +59,7 @@ TEST(CpuBackend, Im2ColPadsWithZeros) {
   auto be = NewCpuBackend(2);
   const ConvGeometry g{1, 2, 2, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1};
   std::vector<float> x = {1, 2, 3, 4}, cols(4 * 9);
-  be->Im2Col(g, x.data(), cols.data());
+  EXPECT_OK(be->Im2Col(g, x.data(), cols.data()));
   // Pixel (0,0): patch rows -1..1, cols -1..1.
   EXPECT_EQ(std::vector<float>(cols.begin(), cols.begin() + 9),
             (std::vector<float>{0, 0, 0, 0, 1, 2, 0, 3, 4}));
@@ -69,10 +69,10 @@ TEST(CpuBackend, AvgPoolAndBackward) {
   auto be = NewCpuBackend(2);
   std::vector<float> x = {1, 2, 3, 4}, y(1), dx(4);
   const ConvGeometry g{1, 2, 2, 1, 1, 2, 2, 2, 2};
-  be->AvgPool(g, true, x.data(), y.data());
+  EXPECT_OK(be->AvgPool(g, true, x.data(), y.data()));
   EXPECT_FLOAT_EQ(y[0], 2.5f);
   std::vector<float> dy = {4};
-  be->AvgPoolBackward(g, true, dy.data(), dx.data());
+  EXPECT_OK(be->AvgPoolBackward(g, true, dy.data(), dx.data()));
   EXPECT_EQ(dx, (std::vector<float>{1, 1, 1, 1}));
 }
 
@@ -81,8 +81,8 @@ TEST(CpuBackend, SoftmaxCrossEntropy) {
   std::vector<float> logits = {1, 2, 3, 0, 0, 0};
   std::vector<int32_t> labels = {2, 1};
   std::vector<float> loss(2), dl(6), correct(2);
-  be->SoftmaxCrossEntropy(2, 3, logits.data(), labels.data(), loss.data(), dl.data(),
-                          correct.data());
+  EXPECT_OK(be->SoftmaxCrossEntropy(2, 3, logits.data(), labels.data(), loss.data(), dl.data(),
+                                    correct.data()));
   const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
   EXPECT_NEAR(loss[0], lse - 3.0, 1e-6);
   EXPECT_NEAR(loss[1], std::log(3.0), 1e-6);
@@ -95,7 +95,7 @@ TEST(CpuBackend, AdamMatchesOptaxFormula) {
   auto be = NewCpuBackend(2);
   std::vector<float> p = {1.0f}, g = {0.5f}, mu = {0}, nu = {0};
   UpdateScalars s{0.1f, 0.9f, 0.999f, 0.1f, 0.001f, 0.1f, 0.001f, 1e-8f, 0.0f};
-  be->AdamUpdate(1, &s, g.data(), mu.data(), nu.data(), p.data());
+  EXPECT_OK(be->AdamUpdate(1, &s, g.data(), mu.data(), nu.data(), p.data()));
   EXPECT_FLOAT_EQ(mu[0], 0.05f);
   EXPECT_NEAR(p[0], 1.0f - 0.1f, 1e-6);  // first adam step moves by lr * sign(g)
 }
@@ -105,10 +105,10 @@ TEST(CpuBackend, SgdNesterovMatchesOptaxFormula) {
   // optax.trace(decay=0.5, nesterov=True): trace = g + 0.5 trace; update = g + 0.5 trace.
   std::vector<float> p = {1.0f}, g = {0.25f}, trace = {1.0f};
   const UpdateScalars lr{0.125f};
-  be->SgdUpdate(1, &lr, 0.5f, /*nesterov=*/true, g.data(), trace.data(), p.data());
+  EXPECT_OK(be->SgdUpdate(1, &lr, 0.5f, /*nesterov=*/true, g.data(), trace.data(), p.data()));
   EXPECT_EQ(trace[0], 0.75f);
   EXPECT_EQ(p[0], 1.0f - 0.125f * (0.25f + 0.5f * 0.75f));
-  be->SgdUpdate(1, &lr, 0.5f, /*nesterov=*/false, g.data(), trace.data(), p.data());
+  EXPECT_OK(be->SgdUpdate(1, &lr, 0.5f, /*nesterov=*/false, g.data(), trace.data(), p.data()));
   EXPECT_EQ(trace[0], 0.625f);
   EXPECT_EQ(p[0], 1.0f - 0.125f * 0.625f - 0.125f * 0.625f);
 }
@@ -122,7 +122,7 @@ TEST(CpuBackend, SumSquaresIsTheSameWithAnyThreadsAndNearlyExact) {
     std::vector<double> partials(SumSquaresPartials(n));
     double sums[3];
     for (int i = 0; i < 3; ++i) {
-      NewCpuBackend(1 << i)->SumSquares(n, x.data(), partials.data(), &sums[i]);
+      EXPECT_OK(NewCpuBackend(1 << i)->SumSquares(n, x.data(), partials.data(), &sums[i]));
     }
     EXPECT_EQ(std::memcmp(&sums[0], &sums[1], sizeof(double)), 0) << n;
     EXPECT_EQ(std::memcmp(&sums[0], &sums[2], sizeof(double)), 0) << n;
@@ -137,7 +137,7 @@ TEST(CpuBackend, ClipByGlobalNormScalesOnlyFromMaxNormOn) {
   const double sum_squares = 25;  // norm 5
   for (const float max_norm : {10.0f, 5.0f, 2.5f}) {
     std::vector<float> g = {3, -4};
-    be->ClipByGlobalNorm(g.size(), max_norm, &sum_squares, g.data());
+    EXPECT_OK(be->ClipByGlobalNorm(g.size(), max_norm, &sum_squares, g.data()));
     const float scale = max_norm > 5 ? 1 : max_norm / 5;  // optax: norm < max keeps g
     EXPECT_FLOAT_EQ(g[0], 3 * scale) << max_norm;
     EXPECT_FLOAT_EQ(g[1], -4 * scale) << max_norm;
@@ -196,7 +196,7 @@ void ReferenceGemm(bool ta, bool tb, const GemmInputs& in, std::vector<double>* 
 std::vector<float> RunGemm(Backend& be, bool ta, bool tb, const GemmInputs& in) {
   std::vector<float> c = in.c0;
   const GemmShape s = in.shape;
-  be.Gemm(ta, tb, s.m, s.n, s.k, kAlpha, in.a.data(), in.b.data(), kBeta, c.data());
+  EXPECT_OK(be.Gemm(ta, tb, s.m, s.n, s.k, kAlpha, in.a.data(), in.b.data(), kBeta, c.data()));
   return c;
 }
 
@@ -230,20 +230,21 @@ std::vector<float> ConvStep(Backend& be) {
              bias = RandomNormal(f, 6), dpool = RandomNormal(rows / 4 * f, 7);
   std::vector<float> cols(rows * patch), y(rows * f), pool(y.size() / 4), dy(y.size()), db(f),
       dw(w.size()), dcols(cols.size()), dx(x.size()), p = w, trace(w.size());
-  be.Im2Col(g, x.data(), cols.data());
-  be.Gemm(false, false, rows, f, patch, 1.0f, cols.data(), w.data(), 0.0f, y.data());
-  be.BiasAdd(rows, f, bias.data(), y.data());
-  be.Relu(y.size(), y.data());
-  be.AvgPool(pool_g, true, y.data(), pool.data());
-  be.AvgPoolBackward(pool_g, true, dpool.data(), dy.data());
-  be.ReluBackward(y.size(), y.data(), dy.data());
-  be.BiasGrad(rows, f, dy.data(), db.data());
-  be.Gemm(true, false, patch, f, rows, 1.0f, cols.data(), dy.data(), 0.0f, dw.data());
-  be.Gemm(false, true, rows, patch, f, 1.0f, dy.data(), w.data(), 0.0f, dcols.data());
-  be.Col2Im(g, dcols.data(), dx.data());
-  be.Divide(dw.size(), 2.0f, dw.data());
+  EXPECT_OK(be.Im2Col(g, x.data(), cols.data()));
+  EXPECT_OK(be.Gemm(false, false, rows, f, patch, 1.0f, cols.data(), w.data(), 0.0f, y.data()));
+  EXPECT_OK(be.BiasAdd(rows, f, bias.data(), y.data()));
+  EXPECT_OK(be.Relu(y.size(), y.data()));
+  EXPECT_OK(be.AvgPool(pool_g, true, y.data(), pool.data()));
+  EXPECT_OK(be.AvgPoolBackward(pool_g, true, dpool.data(), dy.data()));
+  EXPECT_OK(be.ReluBackward(y.size(), y.data(), dy.data()));
+  EXPECT_OK(be.BiasGrad(rows, f, dy.data(), db.data()));
+  EXPECT_OK(be.Gemm(true, false, patch, f, rows, 1.0f, cols.data(), dy.data(), 0.0f, dw.data()));
+  EXPECT_OK(be.Gemm(false, true, rows, patch, f, 1.0f, dy.data(), w.data(), 0.0f, dcols.data()));
+  EXPECT_OK(be.Col2Im(g, dcols.data(), dx.data()));
+  EXPECT_OK(be.Divide(dw.size(), 2.0f, dw.data()));
   const UpdateScalars lr{0.1f};
-  be.SgdUpdate(p.size(), &lr, 0.9f, /*nesterov=*/false, dw.data(), trace.data(), p.data());
+  EXPECT_OK(
+      be.SgdUpdate(p.size(), &lr, 0.9f, /*nesterov=*/false, dw.data(), trace.data(), p.data()));
   std::vector<float> out;
   for (const auto* v : {&y, &pool, &dy, &db, &dw, &dx, &p, &trace}) {
     out.insert(out.end(), v->begin(), v->end());

@@ -35,13 +35,15 @@ Result RunBatchNorm(Backend& be, int rows, int cols, const float* x, const float
            std::vector<float>(cols),
            std::vector<float>(cols),
            std::vector<float>(size_t(rows) * cols)};
-  be.BatchNormMoments(rows, cols, x, partials.data(), r.moments.data());
-  be.BatchNormVariance(cols, r.moments.data(), r.var.data());
-  be.BatchNormApply(rows, cols, eps, x, r.moments.data(), r.var.data(), scale, bias, r.y.data());
-  be.BatchNormBackwardReduce(rows, cols, eps, x, dy, r.moments.data(), r.var.data(),
-                             partials.data(), r.sums.data(), r.dscale.data(), r.dbias.data());
-  be.BatchNormBackwardApply(rows, cols, eps, 1, x, dy, r.moments.data(), r.var.data(), scale,
-                            r.sums.data(), r.dx.data());
+  EXPECT_OK(be.BatchNormMoments(rows, cols, x, partials.data(), r.moments.data()));
+  EXPECT_OK(be.BatchNormVariance(cols, r.moments.data(), r.var.data()));
+  EXPECT_OK(be.BatchNormApply(rows, cols, eps, x, r.moments.data(), r.var.data(), scale, bias,
+                              r.y.data()));
+  EXPECT_OK(be.BatchNormBackwardReduce(rows, cols, eps, x, dy, r.moments.data(), r.var.data(),
+                                       partials.data(), r.sums.data(), r.dscale.data(),
+                                       r.dbias.data()));
+  EXPECT_OK(be.BatchNormBackwardApply(rows, cols, eps, 1, x, dy, r.moments.data(), r.var.data(),
+                                      scale, r.sums.data(), r.dx.data()));
   return r;
 }
 
@@ -89,25 +91,28 @@ TEST(CpuBatchNorm, TwoReplicasHalvesMatchOneReplicaWithAllRows) {
   std::vector<float> partials(BatchNormPartials(cols));
   for (int r = 0; r < 2; ++r) {
     m[r].resize(2 * cols);
-    be->BatchNormMoments(half, cols, x.data() + r * half * cols, partials.data(), m[r].data());
+    EXPECT_OK(
+        be->BatchNormMoments(half, cols, x.data() + r * half * cols, partials.data(), m[r].data()));
   }
   for (int k = 0; k < 2 * cols; ++k) moments[k] = m[0][k] + m[1][k];
-  be->Divide(2 * cols, 2.0f, moments.data());
-  be->BatchNormVariance(cols, moments.data(), var.data());
+  EXPECT_OK(be->Divide(2 * cols, 2.0f, moments.data()));
+  EXPECT_OK(be->BatchNormVariance(cols, moments.data(), var.data()));
   std::vector<float> y(rows * cols), dx(rows * cols);
   for (int r = 0; r < 2; ++r) {
     const size_t at = size_t(r) * half * cols;
-    be->BatchNormApply(half, cols, eps, x.data() + at, moments.data(), var.data(), scale.data(),
-                       nullptr, y.data() + at);
+    EXPECT_OK(be->BatchNormApply(half, cols, eps, x.data() + at, moments.data(), var.data(),
+                                 scale.data(), nullptr, y.data() + at));
     sums[r].resize(2 * cols);
-    be->BatchNormBackwardReduce(half, cols, eps, x.data() + at, dy.data() + at, moments.data(),
-                                var.data(), partials.data(), sums[r].data(), nullptr, nullptr);
+    EXPECT_OK(be->BatchNormBackwardReduce(half, cols, eps, x.data() + at, dy.data() + at,
+                                          moments.data(), var.data(), partials.data(),
+                                          sums[r].data(), nullptr, nullptr));
   }
   for (int k = 0; k < 2 * cols; ++k) total[k] = sums[0][k] + sums[1][k];
   for (int r = 0; r < 2; ++r) {
     const size_t at = size_t(r) * half * cols;
-    be->BatchNormBackwardApply(half, cols, eps, 2, x.data() + at, dy.data() + at, moments.data(),
-                               var.data(), scale.data(), total.data(), dx.data() + at);
+    EXPECT_OK(be->BatchNormBackwardApply(half, cols, eps, 2, x.data() + at, dy.data() + at,
+                                         moments.data(), var.data(), scale.data(), total.data(),
+                                         dx.data() + at));
   }
   EXPECT_LE(testing::MaxAbsDiff(moments, all.moments), 1e-6);
   EXPECT_LE(testing::MaxAbsDiff(y, all.y), 1e-5);
@@ -137,7 +142,8 @@ TEST(CpuBatchNorm, RunningAveragesAsFlaxWritesThem) {
   const std::vector<float> mean = {1.0f, -2.0f}, var = {4.0f, 0.5f};
   std::vector<float> ra_mean = {0.0f, 0.0f}, ra_var = {1.0f, 1.0f};
   const float m = 0.9f, om = static_cast<float>(1.0 - 0.9);
-  be->BatchNormUpdateStats(2, m, om, mean.data(), var.data(), ra_mean.data(), ra_var.data());
+  EXPECT_OK(
+      be->BatchNormUpdateStats(2, m, om, mean.data(), var.data(), ra_mean.data(), ra_var.data()));
   for (int c = 0; c < 2; ++c) {
     EXPECT_EQ(ra_mean[c], m * 0.0f + om * mean[c]);
     EXPECT_EQ(ra_var[c], m * 1.0f + om * var[c]);

@@ -37,17 +37,17 @@ TEST(CpuLayers, MaxPoolRoutesEachWindowToItsFirstMaximumAsJaxDoes) {
   // nn.max_pool(x, (2, 2), (2, 2)); the gradient of sum(y * [1, 2, 3, 4]) in JAX 0.10.
   const ConvGeometry g = Pool(1, 4, 4, 1, 2, 2, 2, 2, false);
   std::vector<float> y(4), dx(16);
-  be->MaxPool(g, x.data(), y.data());
+  EXPECT_OK(be->MaxPool(g, x.data(), y.data()));
   EXPECT_EQ(y, (std::vector<float>{3, 3, 0, 5}));
   const std::vector<float> dy = {1, 2, 3, 4};
-  be->MaxPoolBackward(g, x.data(), dy.data(), dx.data());
+  EXPECT_OK(be->MaxPoolBackward(g, x.data(), dy.data(), dx.data()));
   EXPECT_EQ(dx, (std::vector<float>{0, 1, 2, 0, 0, 0, 0, 0, 3, 0, 4, 0, 0, 0, 0, 0}));
   // Overlapping windows: nn.max_pool(x, (3, 3), (1, 1), 'SAME'), gradient of sum(y).
   const ConvGeometry same = Pool(1, 4, 4, 1, 3, 3, 1, 1, true);
   std::vector<float> y2(16), dx2(16), ones(16, 1.0f);
-  be->MaxPool(same, x.data(), y2.data());
+  EXPECT_OK(be->MaxPool(same, x.data(), y2.data()));
   EXPECT_EQ(y2, (std::vector<float>{3, 3, 3, 3, 3, 5, 5, 5, 3, 5, 5, 5, 0, 5, 5, 5}));
-  be->MaxPoolBackward(same, x.data(), ones.data(), dx2.data());
+  EXPECT_OK(be->MaxPoolBackward(same, x.data(), ones.data(), dx2.data()));
   EXPECT_EQ(dx2, (std::vector<float>{0, 4, 1, 0, 1, 0, 0, 0, 1, 0, 9, 0, 0, 0, 0, 0}));
 }
 
@@ -58,8 +58,8 @@ TEST(CpuLayers, AvgPoolCountsPaddingOnlyWhenAsked) {
   const ConvGeometry g = Pool(1, 3, 3, 1, 2, 2, 1, 1, true);
   ASSERT_EQ(g.pad_bottom, 1);
   std::vector<float> with(9), without(9);
-  be->AvgPool(g, true, x.data(), with.data());
-  be->AvgPool(g, false, x.data(), without.data());
+  EXPECT_OK(be->AvgPool(g, true, x.data(), with.data()));
+  EXPECT_OK(be->AvgPool(g, false, x.data(), without.data()));
   EXPECT_FLOAT_EQ(with[0], 3.0f);  // (1 + 2 + 4 + 5) / 4
   EXPECT_FLOAT_EQ(with[8], 9.0f / 4);
   EXPECT_FLOAT_EQ(without[8], 9.0f);
@@ -98,20 +98,20 @@ TEST(CpuLayers, ActivationGradientsMatchFiniteDifferences) {
                        Activation::kSigmoid, Activation::kSilu}) {
     SCOPED_TRACE(static_cast<int>(a));
     auto f = [&](const std::vector<float>& in, std::vector<float>& y) {
-      be->Activate(a, in.size(), in.data(), y.data());
+      EXPECT_OK(be->Activate(a, in.size(), in.data(), y.data()));
     };
     ExpectGradient(f, x, x.size(), [&](const std::vector<float>& dy) {
       std::vector<float> y(x.size()), d = dy;
-      be->Activate(a, x.size(), x.data(), y.data());
-      be->ActivateBackward(a, x.size(), x.data(), d.data());
+      EXPECT_OK(be->Activate(a, x.size(), x.data(), y.data()));
+      EXPECT_OK(be->ActivateBackward(a, x.size(), x.data(), d.data()));
       return d;
     });
   }
   std::vector<float> y(1);
   const float one = 1.0f;
-  be->Activate(Activation::kGeluTanh, 1, &one, y.data());
+  EXPECT_OK(be->Activate(Activation::kGeluTanh, 1, &one, y.data()));
   EXPECT_NEAR(y[0], 0.841192f, 1e-6);  // jax.nn.gelu(1.0)
-  be->Activate(Activation::kSilu, 1, &one, y.data());
+  EXPECT_OK(be->Activate(Activation::kSilu, 1, &one, y.data()));
   EXPECT_NEAR(y[0], 0.7310586f, 1e-6);
 }
 
@@ -121,25 +121,27 @@ TEST(CpuLayers, PoolGradientsMatchFiniteDifferences) {
   const size_t nx = size_t(g.b) * g.h * g.w * g.c, ny = size_t(g.b) * g.oh() * g.ow() * g.c;
   const std::vector<float> x = RandomNormal(nx, 2);
   for (bool include : {true, false}) {
-    ExpectGradient([&](const std::vector<float>& in,
-                       std::vector<float>& y) { be->AvgPool(g, include, in.data(), y.data()); },
-                   x, ny,
-                   [&](const std::vector<float>& dy) {
-                     std::vector<float> dx(nx);
-                     be->AvgPoolBackward(g, include, dy.data(), dx.data());
-                     return dx;
-                   });
+    ExpectGradient(
+        [&](const std::vector<float>& in, std::vector<float>& y) {
+          EXPECT_OK(be->AvgPool(g, include, in.data(), y.data()));
+        },
+        x, ny,
+        [&](const std::vector<float>& dy) {
+          std::vector<float> dx(nx);
+          EXPECT_OK(be->AvgPoolBackward(g, include, dy.data(), dx.data()));
+          return dx;
+        });
   }
   // Distinct values 0.1 apart, so that no difference step crosses a tie.
   std::vector<float> spread(nx);
   for (size_t i = 0; i < nx; ++i) spread[i] = 0.1f * static_cast<float>(i);
   std::shuffle(spread.begin(), spread.end(), std::mt19937(3));
   ExpectGradient([&](const std::vector<float>& in,
-                     std::vector<float>& y) { be->MaxPool(g, in.data(), y.data()); },
+                     std::vector<float>& y) { EXPECT_OK(be->MaxPool(g, in.data(), y.data())); },
                  spread, ny,
                  [&](const std::vector<float>& dy) {
                    std::vector<float> dx(nx);
-                   be->MaxPoolBackward(g, spread.data(), dy.data(), dx.data());
+                   EXPECT_OK(be->MaxPoolBackward(g, spread.data(), dy.data(), dx.data()));
                    return dx;
                  });
 }
@@ -150,8 +152,8 @@ TEST(CpuLayers, LayerNormMatchesItsDefinitionAndFiniteDifferences) {
   const std::vector<float> x = RandomNormal(rows * cols, 3), scale = RandomNormal(cols, 4),
                            bias = RandomNormal(cols, 5);
   std::vector<float> y(x.size()), mean(rows), rstd(rows);
-  be->LayerNorm(rows, cols, 1e-6f, x.data(), scale.data(), bias.data(), y.data(), mean.data(),
-                rstd.data());
+  EXPECT_OK(be->LayerNorm(rows, cols, 1e-6f, x.data(), scale.data(), bias.data(), y.data(),
+                          mean.data(), rstd.data()));
   for (int r = 0; r < rows; ++r) {
     double m = 0, v = 0;
     for (int c = 0; c < cols; ++c) m += x[r * cols + c] / double{cols};
@@ -166,21 +168,21 @@ TEST(CpuLayers, LayerNormMatchesItsDefinitionAndFiniteDifferences) {
     const float* b = with_params ? bias.data() : nullptr;
     auto f = [&](const std::vector<float>& in, std::vector<float>& out) {
       std::vector<float> m(rows), rs(rows);
-      be->LayerNorm(rows, cols, 1e-6f, in.data(), s, b, out.data(), m.data(), rs.data());
+      EXPECT_OK(be->LayerNorm(rows, cols, 1e-6f, in.data(), s, b, out.data(), m.data(), rs.data()));
     };
     ExpectGradient(f, x, x.size(), [&](const std::vector<float>& dy) {
       std::vector<float> out(x.size()), m(rows), rs(rows), dx(x.size()), ds(cols), db(cols);
-      be->LayerNorm(rows, cols, 1e-6f, x.data(), s, b, out.data(), m.data(), rs.data());
-      be->LayerNormBackward(rows, cols, x.data(), s, m.data(), rs.data(), dy.data(), dx.data(),
-                            ds.data(), db.data());
+      EXPECT_OK(be->LayerNorm(rows, cols, 1e-6f, x.data(), s, b, out.data(), m.data(), rs.data()));
+      EXPECT_OK(be->LayerNormBackward(rows, cols, x.data(), s, m.data(), rs.data(), dy.data(),
+                                      dx.data(), ds.data(), db.data()));
       return dx;
     });
   }
   // The parameters' gradients, through the same finite differences over scale and bias.
   const std::vector<float> dy = RandomNormal(x.size(), 6);
   std::vector<float> dx(x.size()), ds(cols), db(cols);
-  be->LayerNormBackward(rows, cols, x.data(), scale.data(), mean.data(), rstd.data(), dy.data(),
-                        dx.data(), ds.data(), db.data());
+  EXPECT_OK(be->LayerNormBackward(rows, cols, x.data(), scale.data(), mean.data(), rstd.data(),
+                                  dy.data(), dx.data(), ds.data(), db.data()));
   for (int c = 0; c < cols; ++c) {
     double want_s = 0, want_b = 0;
     for (int r = 0; r < rows; ++r) {
@@ -201,21 +203,21 @@ std::vector<float> LayerKernels(Backend& be) {
   std::vector<float> out;
   auto keep = [&](const std::vector<float>& v) { out.insert(out.end(), v.begin(), v.end()); };
   std::vector<float> y(ny), dx(nx);
-  be.AvgPool(g, false, x.data(), y.data());
-  be.AvgPoolBackward(g, true, dy.data(), dx.data());
+  EXPECT_OK(be.AvgPool(g, false, x.data(), y.data()));
+  EXPECT_OK(be.AvgPoolBackward(g, true, dy.data(), dx.data()));
   keep(y), keep(dx);
-  be.MaxPool(g, x.data(), y.data());
-  be.MaxPoolBackward(g, x.data(), dy.data(), dx.data());
+  EXPECT_OK(be.MaxPool(g, x.data(), y.data()));
+  EXPECT_OK(be.MaxPoolBackward(g, x.data(), dy.data(), dx.data()));
   keep(y), keep(dx);
   const int rows = g.b * g.h * g.w;
   std::vector<float> z(nx), mean(rows), rstd(rows), ds(g.c), db(g.c), dz = RandomNormal(nx, 11);
-  be.LayerNorm(rows, g.c, 1e-6f, x.data(), scale.data(), bias.data(), z.data(), mean.data(),
-               rstd.data());
-  be.LayerNormBackward(rows, g.c, x.data(), scale.data(), mean.data(), rstd.data(), dz.data(),
-                       dx.data(), ds.data(), db.data());
+  EXPECT_OK(be.LayerNorm(rows, g.c, 1e-6f, x.data(), scale.data(), bias.data(), z.data(),
+                         mean.data(), rstd.data()));
+  EXPECT_OK(be.LayerNormBackward(rows, g.c, x.data(), scale.data(), mean.data(), rstd.data(),
+                                 dz.data(), dx.data(), ds.data(), db.data()));
   keep(z), keep(mean), keep(rstd), keep(dx), keep(ds), keep(db);
-  be.Activate(Activation::kGeluTanh, nx, x.data(), z.data());
-  be.ActivateBackward(Activation::kGeluTanh, nx, x.data(), dz.data());
+  EXPECT_OK(be.Activate(Activation::kGeluTanh, nx, x.data(), z.data()));
+  EXPECT_OK(be.ActivateBackward(Activation::kGeluTanh, nx, x.data(), dz.data()));
   keep(z), keep(dz);
   return out;
 }

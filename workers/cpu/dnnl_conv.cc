@@ -7,9 +7,13 @@
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/base/internal/raw_logging.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
 
 namespace lockstep::cpu {
 namespace {
@@ -19,6 +23,20 @@ using Tag = memory::format_tag;
 
 constexpr size_t kAlign = 64;
 size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// "b=.. h=.. w=.. c=.. f=.. KHxKW": a geometry as errors name it.
+std::string Describe(const ConvGeometry& g) {
+  return absl::StrFormat("b=%d h=%d w=%d c=%d f=%d %dx%d", g.b, g.h, g.w, g.c, g.f, g.kh, g.kw);
+}
+
+// A primitive's failure as a Status: RESOURCE_EXHAUSTED for out of memory, else INTERNAL.
+absl::Status PrimitiveError(const char* primitive, const ConvGeometry& g, dnnl_status_t status,
+                            const std::string& what) {
+  const std::string message =
+      absl::StrCat("dnnl_conv: ", primitive, " (", Describe(g), ") failed: ", what);
+  return status == dnnl_out_of_memory ? absl::ResourceExhaustedError(message)
+                                      : absl::InternalError(message);
+}
 
 bool SameGeometry(const ConvGeometry& a, const ConvGeometry& b) {
   return a.b == b.b && a.h == b.h && a.w == b.w && a.c == b.c && a.f == b.f && a.kh == b.kh &&
@@ -64,6 +82,7 @@ struct DnnlConv::Impl {
   std::vector<std::unique_ptr<Entry>> entries;  // stable addresses
   char* buffer = nullptr;
   size_t buffer_bytes = 0;
+  FaultForTesting fault;
 
   void SetThreads() const {
     if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
@@ -74,14 +93,29 @@ struct DnnlConv::Impl {
       if (SameGeometry(e->g, g)) return *e;
     }
     entries.push_back(std::make_unique<Entry>(Build(g)));
-    Entry& e = *entries.back();
-    if (e.ok && e.bytes > buffer_bytes) {
-      std::free(buffer);
-      buffer = static_cast<char*>(std::aligned_alloc(kAlign, AlignUp(e.bytes)));
-      if (buffer == nullptr) ABSL_RAW_LOG(FATAL, "dnnl_conv: out of memory (%zu bytes)", e.bytes);
-      buffer_bytes = e.bytes;
+    return *entries.back();
+  }
+
+  // Grows the shared buffer to e's bytes.
+  absl::Status Reserve(const Entry& e, const char* primitive) {
+    if (e.bytes <= buffer_bytes) return absl::OkStatus();
+    std::free(buffer);
+    buffer_bytes = 0;
+    buffer = static_cast<char*>(std::aligned_alloc(kAlign, AlignUp(e.bytes)));
+    if (buffer == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("dnnl_conv: ", primitive, " (",
+                                                       Describe(e.g), "): out of memory for ",
+                                                       e.bytes, " bytes of scratchpad"));
     }
-    return e;
+    buffer_bytes = e.bytes;
+    return absl::OkStatus();
+  }
+
+  // Runs the test hook (if any) for `primitive`: throws its failure as oneDNN would.
+  void Inject(const char* primitive) const {
+    if (!fault) return;
+    const dnnl_status_t status = fault(primitive);
+    if (status != dnnl_success) throw dnnl::error(status, "fault injected for testing");
   }
 
   Entry Build(const ConvGeometry& g) {
@@ -153,9 +187,8 @@ struct DnnlConv::Impl {
       e.bytes = at + AlignUp(static_cast<size_t>(g.f) * sizeof(float));
       e.ok = true;
     } catch (const dnnl::error& err) {
-      ABSL_RAW_LOG(WARNING,
-                   "dnnl_conv: no oneDNN convolution for b=%d h=%d w=%d c=%d f=%d %dx%d: %s", g.b,
-                   g.h, g.w, g.c, g.f, g.kh, g.kw, err.what());
+      ABSL_RAW_LOG(WARNING, "dnnl_conv: no oneDNN convolution for %s: %s", Describe(g).c_str(),
+                   err.what());
     }
     return e;
   }
@@ -172,11 +205,17 @@ struct DnnlConv::Impl {
     return dst;
   }
 
-  Entry& Ready(const ConvGeometry& g, const char* op) {
+  // The entry for g, with the buffer it needs; `primitive` names it in errors.
+  absl::StatusOr<Entry*> Ready(const ConvGeometry& g, const char* primitive) {
     SetThreads();
     Entry& e = Get(g);
-    if (!e.ok) ABSL_RAW_LOG(FATAL, "dnnl_conv: %s on a geometry Supports() refused", op);
-    return e;
+    if (!e.ok) {
+      return absl::InternalError(
+          absl::StrCat("dnnl_conv: ", primitive, " (", Describe(g),
+                       "): a geometry oneDNN refused (Supports() is false)"));
+    }
+    RETURN_IF_ERROR(Reserve(e, primitive));
+    return &e;
   }
 };
 
@@ -185,11 +224,16 @@ DnnlConv::~DnnlConv() = default;
 
 bool DnnlConv::Supports(const ConvGeometry& g) { return impl_->Get(g).ok; }
 
-void DnnlConv::Forward(const ConvGeometry& g, const float* x, const float* w, const float* bias,
-                       float* y) {
+void DnnlConv::set_fault_for_testing(FaultForTesting fault) { impl_->fault = std::move(fault); }
+
+absl::Status DnnlConv::Forward(const ConvGeometry& g, const float* x, const float* w,
+                               const float* bias, float* y) {
+  constexpr const char* kPrimitive = "convolution_forward";
   Impl& m = *impl_;
-  Entry& e = m.Ready(g, "Forward");
+  ASSIGN_OR_RETURN(Entry * entry, m.Ready(g, kPrimitive));
+  Entry& e = *entry;
   try {
+    m.Inject(kPrimitive);
     float* zeros = reinterpret_cast<float*>(m.buffer + e.bias_offset);
     if (bias == nullptr) std::fill(zeros, zeros + g.f, 0.0f);
     e.fwd.execute(m.stream, {{DNNL_ARG_SRC, m.Mem(e.src, x)},
@@ -199,15 +243,19 @@ void DnnlConv::Forward(const ConvGeometry& g, const float* x, const float* w, co
                              {DNNL_ARG_SCRATCHPAD, m.Mem(e.scratchpad_fwd, m.buffer)}});
     m.stream.wait();
   } catch (const dnnl::error& err) {
-    ABSL_RAW_LOG(FATAL, "dnnl_conv: Forward: %s", err.what());
+    return PrimitiveError(kPrimitive, g, err.status, err.what());
   }
+  return absl::OkStatus();
 }
 
-void DnnlConv::BackwardWeights(const ConvGeometry& g, const float* x, const float* dy, float* dw,
-                               float* dbias) {
+absl::Status DnnlConv::BackwardWeights(const ConvGeometry& g, const float* x, const float* dy,
+                                       float* dw, float* dbias) {
+  constexpr const char* kPrimitive = "convolution_backward_weights";
   Impl& m = *impl_;
-  Entry& e = m.Ready(g, "BackwardWeights");
+  ASSIGN_OR_RETURN(Entry * entry, m.Ready(g, kPrimitive));
+  Entry& e = *entry;
   try {
+    m.Inject(kPrimitive);
     memory user_dw = m.Mem(e.hwio, dw);
     memory blocked = e.dw.reorder ? m.Mem(e.dw.want, m.buffer + e.dw.offset) : user_dw;
     float* db = dbias != nullptr ? dbias : reinterpret_cast<float*>(m.buffer + e.bias_offset);
@@ -219,22 +267,28 @@ void DnnlConv::BackwardWeights(const ConvGeometry& g, const float* x, const floa
     if (e.dw.reorder) e.dw.reorder->execute(m.stream, blocked, user_dw);
     m.stream.wait();
   } catch (const dnnl::error& err) {
-    ABSL_RAW_LOG(FATAL, "dnnl_conv: BackwardWeights: %s", err.what());
+    return PrimitiveError(kPrimitive, g, err.status, err.what());
   }
+  return absl::OkStatus();
 }
 
-void DnnlConv::BackwardData(const ConvGeometry& g, const float* w, const float* dy, float* dx) {
+absl::Status DnnlConv::BackwardData(const ConvGeometry& g, const float* w, const float* dy,
+                                    float* dx) {
+  constexpr const char* kPrimitive = "convolution_backward_data";
   Impl& m = *impl_;
-  Entry& e = m.Ready(g, "BackwardData");
+  ASSIGN_OR_RETURN(Entry * entry, m.Ready(g, kPrimitive));
+  Entry& e = *entry;
   try {
+    m.Inject(kPrimitive);
     e.bwd_data.execute(m.stream, {{DNNL_ARG_DIFF_DST, m.Mem(e.dst, dy)},
                                   {DNNL_ARG_WEIGHTS, m.KernelIn(e, e.w_data, w)},
                                   {DNNL_ARG_DIFF_SRC, m.Mem(e.src, dx)},
                                   {DNNL_ARG_SCRATCHPAD, m.Mem(e.scratchpad_data, m.buffer)}});
     m.stream.wait();
   } catch (const dnnl::error& err) {
-    ABSL_RAW_LOG(FATAL, "dnnl_conv: BackwardData: %s", err.what());
+    return PrimitiveError(kPrimitive, g, err.status, err.what());
   }
+  return absl::OkStatus();
 }
 
 }  // namespace lockstep::cpu

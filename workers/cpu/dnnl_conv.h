@@ -10,11 +10,19 @@
 //
 // Results are bitwise reproducible for a given thread count (oneDNN splits work by the
 // count it was created with), not across counts. Thread safety: none; one thread calls.
+//
+// Errors: a primitive that oneDNN fails to run, or the shared buffer that cannot be
+// allocated, is a Status naming the primitive and the geometry: RESOURCE_EXHAUSTED for
+// out of memory, INTERNAL otherwise. Nothing aborts the process.
 #ifndef LOCKSTEP_WORKERS_CPU_DNNL_CONV_H_
 #define LOCKSTEP_WORKERS_CPU_DNNL_CONV_H_
 
+#include <oneapi/dnnl/dnnl_types.h>
+
+#include <functional>
 #include <memory>
 
+#include "absl/status/status.h"
 #include "core/backend.h"
 
 namespace lockstep::cpu {
@@ -34,11 +42,20 @@ class DnnlConv {
   bool Supports(const ConvGeometry& g);
 
   // As Backend::ConvForward, ConvBackwardWeights and ConvBackwardData (bias and dbias may
-  // be null), without scratch: they need none of the caller's.
-  void Forward(const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y);
-  void BackwardWeights(const ConvGeometry& g, const float* x, const float* dy, float* dw,
-                       float* dbias);
-  void BackwardData(const ConvGeometry& g, const float* w, const float* dy, float* dx);
+  // be null), without scratch: they need none of the caller's. INTERNAL also for a
+  // geometry Supports() refused.
+  absl::Status Forward(const ConvGeometry& g, const float* x, const float* w, const float* bias,
+                       float* y);
+  absl::Status BackwardWeights(const ConvGeometry& g, const float* x, const float* dy, float* dw,
+                               float* dbias);
+  absl::Status BackwardData(const ConvGeometry& g, const float* w, const float* dy, float* dx);
+
+  // Test hook: when set, called before each primitive runs with its name (as in the
+  // errors: "convolution_forward", "convolution_backward_weights",
+  // "convolution_backward_data"); a status other than dnnl_success is thrown as the
+  // dnnl::error oneDNN throws for a failed primitive, and reported as one.
+  using FaultForTesting = std::function<dnnl_status_t(const char* primitive)>;
+  void set_fault_for_testing(FaultForTesting fault);
 
  private:
   struct Impl;

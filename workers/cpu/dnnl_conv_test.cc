@@ -1,15 +1,19 @@
 // The CPU backend's convolutions (oneDNN, and the im2col + GEMM defaults of
 // core/backend.cc) against a float64 reference, over strides, uneven padding, one input
 // channel and missing biases; and bitwise reproducible run to run.
+#include "workers/cpu/dnnl_conv.h"
+
 #include <dirent.h>
 #include <omp.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "core/testing.h"
 #include "workers/cpu/cpu_backend.h"
 #include "workers/cpu/cpu_testing.h"
@@ -17,7 +21,9 @@
 namespace lockstep {
 namespace {
 
+using ::testing::HasSubstr;
 using testing::RandomNormal;
+using testing::StatusIs;
 
 size_t XSize(const ConvGeometry& g) { return size_t(g.b) * g.h * g.w * g.c; }
 size_t YSize(const ConvGeometry& g) { return size_t(g.b) * g.oh() * g.ow() * g.f; }
@@ -98,10 +104,10 @@ ConvOut RunConv(Backend& be, const ConvGeometry& g, const std::vector<float>& x,
   auto scratch = be.Allocate(be.ConvScratchBytes(g));
   EXPECT_TRUE(scratch.ok());
   void* s = be.ConvScratchBytes(g) > 0 ? scratch->as<void>() : nullptr;
-  be.ConvForward(g, x.data(), w.data(), bias, o.y.data(), s);
-  be.ConvBackwardWeights(g, x.data(), dy.data(), o.dw.data(), with_dbias ? o.db.data() : nullptr,
-                         s);
-  be.ConvBackwardData(g, w.data(), dy.data(), o.dx.data(), s);
+  EXPECT_OK(be.ConvForward(g, x.data(), w.data(), bias, o.y.data(), s));
+  EXPECT_OK(be.ConvBackwardWeights(g, x.data(), dy.data(), o.dw.data(),
+                                   with_dbias ? o.db.data() : nullptr, s));
+  EXPECT_OK(be.ConvBackwardData(g, w.data(), dy.data(), o.dx.data(), s));
   return o;
 }
 
@@ -207,6 +213,44 @@ TEST(CpuConv, OneDnnRunsOnTheBackendsThreads) {
     RunConv(*two, g, x, w, nullptr, dy, false);
     EXPECT_EQ(ProcessThreads(), before + 1) << "the 2-thread backend's team is not 2";
   }).join();
+}
+
+// A primitive oneDNN fails to run (dnnl::error, as the test hook throws it) is a Status
+// naming the primitive and the geometry, not an abort; the convolutions run again after.
+TEST(DnnlConv, AFailedPrimitiveIsAStatusNamingIt) {
+  const ConvGeometry g = kGeometries[0];
+  const auto x = RandomNormal(XSize(g), 1), w = RandomNormal(WSize(g), 2),
+             dy = RandomNormal(YSize(g), 3);
+  std::vector<float> y(YSize(g)), dw(WSize(g)), db(g.f), dx(XSize(g));
+  cpu::DnnlConv conv(1);
+  ASSERT_TRUE(conv.Supports(g));
+  std::string failing;
+  dnnl_status_t fault = dnnl_success;
+  conv.set_fault_for_testing(
+      [&](const char* primitive) { return failing == primitive ? fault : dnnl_success; });
+  const std::string geometry =
+      absl::StrFormat("(b=%d h=%d w=%d c=%d f=%d %dx%d)", g.b, g.h, g.w, g.c, g.f, g.kh, g.kw);
+
+  failing = "convolution_forward";
+  fault = dnnl_out_of_memory;
+  EXPECT_THAT(conv.Forward(g, x.data(), w.data(), nullptr, y.data()),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("dnnl_conv: convolution_forward " + geometry + " failed")));
+  failing = "convolution_backward_weights";
+  fault = dnnl_runtime_error;
+  EXPECT_THAT(conv.BackwardWeights(g, x.data(), dy.data(), dw.data(), db.data()),
+              StatusIs(absl::StatusCode::kInternal,
+                       HasSubstr("dnnl_conv: convolution_backward_weights " + geometry)));
+  failing = "convolution_backward_data";
+  fault = dnnl_invalid_arguments;
+  EXPECT_THAT(conv.BackwardData(g, w.data(), dy.data(), dx.data()),
+              StatusIs(absl::StatusCode::kInternal,
+                       HasSubstr("dnnl_conv: convolution_backward_data " + geometry)));
+
+  failing.clear();
+  EXPECT_OK(conv.Forward(g, x.data(), w.data(), nullptr, y.data()));
+  EXPECT_OK(conv.BackwardWeights(g, x.data(), dy.data(), dw.data(), db.data()));
+  EXPECT_OK(conv.BackwardData(g, w.data(), dy.data(), dx.data()));
 }
 
 }  // namespace

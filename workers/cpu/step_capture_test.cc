@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <string>
 
 #include "core/data/random_dataset.h"
 #include "core/plan.h"
@@ -25,6 +26,10 @@ class GraphCpuBackend final : public Backend {
 
   // When set, the next captures record their body and then fail with this status.
   absl::Status capture_fault;
+  // When set, the kernel called fail_kernel ("Gemm", ...) fails with kernel_fault when it
+  // runs (eagerly, or in a graph's launch), as a refused oneDNN primitive or CUDA launch.
+  std::string fail_kernel;
+  absl::Status kernel_fault;
   int captures = 0;  // Capture calls
   int launches = 0;  // graph launches
 
@@ -41,127 +46,147 @@ class GraphCpuBackend final : public Backend {
   }
   absl::Status Synchronize() override { return Host(cpu_->Synchronize()); }
 
-  void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, const float* b,
-            float beta, float* c) override {
-    Queue([=, this] { cpu_->Gemm(ta, tb, m, n, k, alpha, a, b, beta, c); });
+  absl::Status Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
+                    const float* b, float beta, float* c) override {
+    return Queue("Gemm", [=, this] { return cpu_->Gemm(ta, tb, m, n, k, alpha, a, b, beta, c); });
   }
-  void Im2Col(const ConvGeometry& g, const float* x, float* cols) override {
-    Queue([=, this] { cpu_->Im2Col(g, x, cols); });
+  absl::Status Im2Col(const ConvGeometry& g, const float* x, float* cols) override {
+    return Queue("Im2Col", [=, this] { return cpu_->Im2Col(g, x, cols); });
   }
-  void Col2Im(const ConvGeometry& g, const float* dcols, float* dx) override {
-    Queue([=, this] { cpu_->Col2Im(g, dcols, dx); });
+  absl::Status Col2Im(const ConvGeometry& g, const float* dcols, float* dx) override {
+    return Queue("Col2Im", [=, this] { return cpu_->Col2Im(g, dcols, dx); });
   }
-  void BiasAdd(int rows, int cols, const float* bias, float* y) override {
-    Queue([=, this] { cpu_->BiasAdd(rows, cols, bias, y); });
+  absl::Status BiasAdd(int rows, int cols, const float* bias, float* y) override {
+    return Queue("BiasAdd", [=, this] { return cpu_->BiasAdd(rows, cols, bias, y); });
   }
-  void BiasGrad(int rows, int cols, const float* dy, float* db) override {
-    Queue([=, this] { cpu_->BiasGrad(rows, cols, dy, db); });
+  absl::Status BiasGrad(int rows, int cols, const float* dy, float* db) override {
+    return Queue("BiasGrad", [=, this] { return cpu_->BiasGrad(rows, cols, dy, db); });
   }
-  void Relu(size_t n, float* x) override {
-    Queue([=, this] { cpu_->Relu(n, x); });
+  absl::Status Relu(size_t n, float* x) override {
+    return Queue("Relu", [=, this] { return cpu_->Relu(n, x); });
   }
-  void ReluBackward(size_t n, const float* y, float* dy) override {
-    Queue([=, this] { cpu_->ReluBackward(n, y, dy); });
+  absl::Status ReluBackward(size_t n, const float* y, float* dy) override {
+    return Queue("ReluBackward", [=, this] { return cpu_->ReluBackward(n, y, dy); });
   }
-  void Activate(Activation a, size_t n, const float* x, float* y) override {
-    Queue([=, this] { cpu_->Activate(a, n, x, y); });
+  absl::Status Activate(Activation a, size_t n, const float* x, float* y) override {
+    return Queue("Activate", [=, this] { return cpu_->Activate(a, n, x, y); });
   }
-  void ActivateBackward(Activation a, size_t n, const float* x, float* dy) override {
-    Queue([=, this] { cpu_->ActivateBackward(a, n, x, dy); });
+  absl::Status ActivateBackward(Activation a, size_t n, const float* x, float* dy) override {
+    return Queue("ActivateBackward", [=, this] { return cpu_->ActivateBackward(a, n, x, dy); });
   }
-  void AvgPool(const ConvGeometry& g, bool count_include_pad, const float* x, float* y) override {
-    Queue([=, this] { cpu_->AvgPool(g, count_include_pad, x, y); });
+  absl::Status AvgPool(const ConvGeometry& g, bool count_include_pad, const float* x,
+                       float* y) override {
+    return Queue("AvgPool", [=, this] { return cpu_->AvgPool(g, count_include_pad, x, y); });
   }
-  void AvgPoolBackward(const ConvGeometry& g, bool count_include_pad, const float* dy,
-                       float* dx) override {
-    Queue([=, this] { cpu_->AvgPoolBackward(g, count_include_pad, dy, dx); });
+  absl::Status AvgPoolBackward(const ConvGeometry& g, bool count_include_pad, const float* dy,
+                               float* dx) override {
+    return Queue("AvgPoolBackward",
+                 [=, this] { return cpu_->AvgPoolBackward(g, count_include_pad, dy, dx); });
   }
-  void MaxPool(const ConvGeometry& g, const float* x, float* y) override {
-    Queue([=, this] { cpu_->MaxPool(g, x, y); });
+  absl::Status MaxPool(const ConvGeometry& g, const float* x, float* y) override {
+    return Queue("MaxPool", [=, this] { return cpu_->MaxPool(g, x, y); });
   }
-  void MaxPoolBackward(const ConvGeometry& g, const float* x, const float* dy, float* dx) override {
-    Queue([=, this] { cpu_->MaxPoolBackward(g, x, dy, dx); });
+  absl::Status MaxPoolBackward(const ConvGeometry& g, const float* x, const float* dy,
+                               float* dx) override {
+    return Queue("MaxPoolBackward", [=, this] { return cpu_->MaxPoolBackward(g, x, dy, dx); });
   }
-  void LayerNorm(int rows, int cols, float epsilon, const float* x, const float* scale,
-                 const float* bias, float* y, float* mean, float* rstd) override {
-    Queue([=, this] { cpu_->LayerNorm(rows, cols, epsilon, x, scale, bias, y, mean, rstd); });
-  }
-  void LayerNormBackward(int rows, int cols, const float* x, const float* scale, const float* mean,
-                         const float* rstd, const float* dy, float* dx, float* dscale,
-                         float* dbias) override {
-    Queue([=, this] {
-      cpu_->LayerNormBackward(rows, cols, x, scale, mean, rstd, dy, dx, dscale, dbias);
+  absl::Status LayerNorm(int rows, int cols, float epsilon, const float* x, const float* scale,
+                         const float* bias, float* y, float* mean, float* rstd) override {
+    return Queue("LayerNorm", [=, this] {
+      return cpu_->LayerNorm(rows, cols, epsilon, x, scale, bias, y, mean, rstd);
     });
   }
-  void BatchNormMoments(int rows, int cols, const float* x, float* partials,
-                        float* moments) override {
-    Queue([=, this] { cpu_->BatchNormMoments(rows, cols, x, partials, moments); });
-  }
-  void BatchNormVariance(int cols, const float* moments, float* var) override {
-    Queue([=, this] { cpu_->BatchNormVariance(cols, moments, var); });
-  }
-  void BatchNormApply(int rows, int cols, float epsilon, const float* x, const float* mean,
-                      const float* var, const float* scale, const float* bias, float* y) override {
-    Queue([=, this] { cpu_->BatchNormApply(rows, cols, epsilon, x, mean, var, scale, bias, y); });
-  }
-  void BatchNormUpdateStats(int cols, float momentum, float one_minus_momentum, const float* mean,
-                            const float* var, float* ra_mean, float* ra_var) override {
-    Queue([=, this] {
-      cpu_->BatchNormUpdateStats(cols, momentum, one_minus_momentum, mean, var, ra_mean, ra_var);
+  absl::Status LayerNormBackward(int rows, int cols, const float* x, const float* scale,
+                                 const float* mean, const float* rstd, const float* dy, float* dx,
+                                 float* dscale, float* dbias) override {
+    return Queue("LayerNormBackward", [=, this] {
+      return cpu_->LayerNormBackward(rows, cols, x, scale, mean, rstd, dy, dx, dscale, dbias);
     });
   }
-  void BatchNormBackwardReduce(int rows, int cols, float epsilon, const float* x, const float* dy,
-                               const float* mean, const float* var, float* partials, float* sums,
-                               float* dscale, float* dbias) override {
-    Queue([=, this] {
-      cpu_->BatchNormBackwardReduce(rows, cols, epsilon, x, dy, mean, var, partials, sums, dscale,
-                                    dbias);
+  absl::Status BatchNormMoments(int rows, int cols, const float* x, float* partials,
+                                float* moments) override {
+    return Queue("BatchNormMoments",
+                 [=, this] { return cpu_->BatchNormMoments(rows, cols, x, partials, moments); });
+  }
+  absl::Status BatchNormVariance(int cols, const float* moments, float* var) override {
+    return Queue("BatchNormVariance",
+                 [=, this] { return cpu_->BatchNormVariance(cols, moments, var); });
+  }
+  absl::Status BatchNormApply(int rows, int cols, float epsilon, const float* x, const float* mean,
+                              const float* var, const float* scale, const float* bias,
+                              float* y) override {
+    return Queue("BatchNormApply", [=, this] {
+      return cpu_->BatchNormApply(rows, cols, epsilon, x, mean, var, scale, bias, y);
     });
   }
-  void BatchNormBackwardApply(int rows, int cols, float epsilon, int replicas, const float* x,
-                              const float* dy, const float* moments, const float* var,
-                              const float* scale, const float* sums, float* dx) override {
-    Queue([=, this] {
-      cpu_->BatchNormBackwardApply(rows, cols, epsilon, replicas, x, dy, moments, var, scale, sums,
-                                   dx);
+  absl::Status BatchNormUpdateStats(int cols, float momentum, float one_minus_momentum,
+                                    const float* mean, const float* var, float* ra_mean,
+                                    float* ra_var) override {
+    return Queue("BatchNormUpdateStats", [=, this] {
+      return cpu_->BatchNormUpdateStats(cols, momentum, one_minus_momentum, mean, var, ra_mean,
+                                        ra_var);
     });
   }
-  void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x, float* y,
-               uint8_t* mask) override {
-    Queue([=, this] { cpu_->Dropout(n, keep, key, impl, x, y, mask); });
-  }
-  void DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
-                       float* dx) override {
-    Queue([=, this] { cpu_->DropoutBackward(n, keep, mask, dy, dx); });
-  }
-  void SoftmaxCrossEntropy(int b, int classes, const float* logits, const int32_t* labels,
-                           float* loss, float* dlogits, float* correct) override {
-    Queue([=, this] {
-      cpu_->SoftmaxCrossEntropy(b, classes, logits, labels, loss, dlogits, correct);
+  absl::Status BatchNormBackwardReduce(int rows, int cols, float epsilon, const float* x,
+                                       const float* dy, const float* mean, const float* var,
+                                       float* partials, float* sums, float* dscale,
+                                       float* dbias) override {
+    return Queue("BatchNormBackwardReduce", [=, this] {
+      return cpu_->BatchNormBackwardReduce(rows, cols, epsilon, x, dy, mean, var, partials, sums,
+                                           dscale, dbias);
     });
   }
-  void GatherRows(size_t row, int n, const int32_t* idx, const float* table, float* out) override {
-    Queue([=, this] { cpu_->GatherRows(row, n, idx, table, out); });
+  absl::Status BatchNormBackwardApply(int rows, int cols, float epsilon, int replicas,
+                                      const float* x, const float* dy, const float* moments,
+                                      const float* var, const float* scale, const float* sums,
+                                      float* dx) override {
+    return Queue("BatchNormBackwardApply", [=, this] {
+      return cpu_->BatchNormBackwardApply(rows, cols, epsilon, replicas, x, dy, moments, var, scale,
+                                          sums, dx);
+    });
   }
-  void GatherLabels(int n, const int32_t* idx, const int32_t* table, int32_t* out) override {
-    Queue([=, this] { cpu_->GatherLabels(n, idx, table, out); });
+  absl::Status Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x,
+                       float* y, uint8_t* mask) override {
+    return Queue("Dropout", [=, this] { return cpu_->Dropout(n, keep, key, impl, x, y, mask); });
   }
-  void Divide(size_t n, float d, float* x) override {
-    Queue([=, this] { cpu_->Divide(n, d, x); });
+  absl::Status DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
+                               float* dx) override {
+    return Queue("DropoutBackward",
+                 [=, this] { return cpu_->DropoutBackward(n, keep, mask, dy, dx); });
   }
-  void SumSquares(size_t n, const float* x, double* partials, double* out) override {
-    Queue([=, this] { cpu_->SumSquares(n, x, partials, out); });
+  absl::Status SoftmaxCrossEntropy(int b, int classes, const float* logits, const int32_t* labels,
+                                   float* loss, float* dlogits, float* correct) override {
+    return Queue("SoftmaxCrossEntropy", [=, this] {
+      return cpu_->SoftmaxCrossEntropy(b, classes, logits, labels, loss, dlogits, correct);
+    });
   }
-  void ClipByGlobalNorm(size_t n, float max_norm, const double* sum_squares, float* x) override {
-    Queue([=, this] { cpu_->ClipByGlobalNorm(n, max_norm, sum_squares, x); });
+  absl::Status GatherRows(size_t row, int n, const int32_t* idx, const float* table,
+                          float* out) override {
+    return Queue("GatherRows", [=, this] { return cpu_->GatherRows(row, n, idx, table, out); });
   }
-  void SgdUpdate(size_t n, const UpdateScalars* s, float momentum, bool nesterov, const float* g,
-                 float* trace, float* p) override {
-    Queue([=, this] { cpu_->SgdUpdate(n, s, momentum, nesterov, g, trace, p); });
+  absl::Status GatherLabels(int n, const int32_t* idx, const int32_t* table,
+                            int32_t* out) override {
+    return Queue("GatherLabels", [=, this] { return cpu_->GatherLabels(n, idx, table, out); });
   }
-  void AdamUpdate(size_t n, const UpdateScalars* s, const float* g, float* mu, float* nu,
-                  float* p) override {
-    Queue([=, this] { cpu_->AdamUpdate(n, s, g, mu, nu, p); });
+  absl::Status Divide(size_t n, float d, float* x) override {
+    return Queue("Divide", [=, this] { return cpu_->Divide(n, d, x); });
+  }
+  absl::Status SumSquares(size_t n, const float* x, double* partials, double* out) override {
+    return Queue("SumSquares", [=, this] { return cpu_->SumSquares(n, x, partials, out); });
+  }
+  absl::Status ClipByGlobalNorm(size_t n, float max_norm, const double* sum_squares,
+                                float* x) override {
+    return Queue("ClipByGlobalNorm",
+                 [=, this] { return cpu_->ClipByGlobalNorm(n, max_norm, sum_squares, x); });
+  }
+  absl::Status SgdUpdate(size_t n, const UpdateScalars* s, float momentum, bool nesterov,
+                         const float* g, float* trace, float* p) override {
+    return Queue("SgdUpdate",
+                 [=, this] { return cpu_->SgdUpdate(n, s, momentum, nesterov, g, trace, p); });
+  }
+  absl::Status AdamUpdate(size_t n, const UpdateScalars* s, const float* g, float* mu, float* nu,
+                          float* p) override {
+    return Queue("AdamUpdate", [=, this] { return cpu_->AdamUpdate(n, s, g, mu, nu, p); });
   }
 
   absl::StatusOr<std::unique_ptr<Graph>> Capture(
@@ -181,19 +206,22 @@ class GraphCpuBackend final : public Backend {
     explicit CpuGraph(GraphCpuBackend* backend) : backend(backend) {}
     absl::Status Launch() override {
       ++backend->launches;
-      for (const auto& op : ops) op();
+      for (const auto& op : ops) RETURN_IF_ERROR(op());
       return absl::OkStatus();
     }
     GraphCpuBackend* backend;
-    std::vector<std::function<void()>> ops;
+    std::vector<std::function<absl::Status()>> ops;
   };
 
-  void Queue(std::function<void()> op) {
-    if (recording_ != nullptr) {
-      recording_->push_back(std::move(op));
-    } else {
-      op();
-    }
+  // Runs `op` (the kernel `kernel`) now, or records it while capturing.
+  absl::Status Queue(std::string kernel, std::function<absl::Status()> op) {
+    std::function<absl::Status()> run = [this, kernel = std::move(kernel), op = std::move(op)] {
+      if (kernel == fail_kernel) return kernel_fault;
+      return op();
+    };
+    if (recording_ == nullptr) return run();
+    recording_->push_back(std::move(run));
+    return absl::OkStatus();
   }
   // Host calls are refused while capturing, as CUDA refuses synchronization.
   absl::Status Host(absl::Status status) {
@@ -202,7 +230,7 @@ class GraphCpuBackend final : public Backend {
   }
 
   std::unique_ptr<Backend> cpu_;
-  std::vector<std::function<void()>>* recording_ = nullptr;
+  std::vector<std::function<absl::Status()>>* recording_ = nullptr;
 };
 
 // A 2-rank collective whose peer is gone once `fail` is set; until then the sum over
@@ -386,6 +414,42 @@ TEST_F(StepCaptureTest, RecapturesForAnotherDataset) {
   EXPECT_EQ(graph_backend_.captures, 2);
   EXPECT_EQ(graph_backend_.launches, 4);
   ExpectSameState(graph, eager);
+}
+
+// A kernel that fails (a oneDNN primitive refused) fails the step with its error, and
+// the process and the executor live on: the next step runs.
+TEST_F(StepCaptureTest, AFailingKernelFailsTheEagerStepWithItsStatus) {
+  Replica eager = Make(&graph_backend_, false);
+  TrainingPlan plan(3, 4, impl_, data_.size, kBatch, 1);
+  graph_backend_.fail_kernel = "Gemm";
+  graph_backend_.kernel_fault =
+      absl::InternalError("cpu: dnnl_sgemm (32 x 64 x 784) failed: oneDNN status 5 (injected)");
+  StepPlan p = plan.Next();
+  EXPECT_THAT(eager.exec->Step(eager.data, p.indices, p.keys[0]),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("dnnl_sgemm")));
+  EXPECT_EQ(eager.exec->step(), 0);  // not counted
+  graph_backend_.fail_kernel.clear();
+  p = plan.Next();
+  EXPECT_OK(eager.exec->Step(eager.data, p.indices, p.keys[0]));
+  EXPECT_EQ(eager.exec->step(), 1);
+}
+
+// In a replayed graph, the failing kernel's error is the launch's, hence the step's.
+TEST_F(StepCaptureTest, AFailingKernelFailsTheReplayedStepWithItsStatus) {
+  Replica graph = Make(&graph_backend_, true);
+  TrainingPlan plan(3, 4, impl_, data_.size, kBatch, 1);
+  for (int s = 0; s < 2; ++s) {  // the warm-up, then the capture and its first launch
+    const StepPlan p = plan.Next();
+    ASSERT_OK(graph.exec->Step(graph.data, p.indices, p.keys[0]));
+  }
+  graph_backend_.fail_kernel = "AdamUpdate";
+  graph_backend_.kernel_fault =
+      absl::ResourceExhaustedError("AdamUpdate: out of memory (injected)");
+  const StepPlan p = plan.Next();
+  EXPECT_THAT(graph.exec->Step(graph.data, p.indices, p.keys[0]),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("AdamUpdate")));
+  EXPECT_EQ(graph_backend_.captures, 1);
+  EXPECT_EQ(graph_backend_.launches, 2);
 }
 
 // The plain CPU backend has no graphs (UNIMPLEMENTED): eager, and no fallback to report.

@@ -34,54 +34,62 @@ class CudaBackend final : public Backend {
   absl::Status Synchronize() override;
   absl::Status SetTf32(bool enabled) override;
 
-  void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
-            const float* b, float beta, float* c) override;
-  void Im2Col(const ConvGeometry& g, const float* x, float* cols) override;
-  void Col2Im(const ConvGeometry& g, const float* dcols, float* dx) override;
-  void BiasAdd(int rows, int cols, const float* bias, float* y) override;
-  void BiasGrad(int rows, int cols, const float* dy, float* db) override;
-  void Relu(size_t n, float* x) override;
-  void ReluBackward(size_t n, const float* y, float* dy) override;
-  void Activate(Activation a, size_t n, const float* x, float* y) override;
-  void ActivateBackward(Activation a, size_t n, const float* x, float* dy) override;
-  void AvgPool(const ConvGeometry& g, bool count_include_pad, const float* x, float* y) override;
-  void AvgPoolBackward(const ConvGeometry& g, bool count_include_pad, const float* dy,
-                       float* dx) override;
-  void MaxPool(const ConvGeometry& g, const float* x, float* y) override;
-  void MaxPoolBackward(const ConvGeometry& g, const float* x, const float* dy, float* dx) override;
-  void LayerNorm(int rows, int cols, float epsilon, const float* x, const float* scale,
-                 const float* bias, float* y, float* mean, float* rstd) override;
-  void LayerNormBackward(int rows, int cols, const float* x, const float* scale, const float* mean,
-                         const float* rstd, const float* dy, float* dx, float* dscale,
-                         float* dbias) override;
-  void BatchNormMoments(int rows, int cols, const float* x, float* partials,
-                        float* moments) override;
-  void BatchNormVariance(int cols, const float* moments, float* var) override;
-  void BatchNormApply(int rows, int cols, float epsilon, const float* x, const float* mean,
-                      const float* var, const float* scale, const float* bias, float* y) override;
-  void BatchNormUpdateStats(int cols, float momentum, float one_minus_momentum, const float* mean,
-                            const float* var, float* ra_mean, float* ra_var) override;
-  void BatchNormBackwardReduce(int rows, int cols, float epsilon, const float* x, const float* dy,
-                               const float* mean, const float* var, float* partials, float* sums,
-                               float* dscale, float* dbias) override;
-  void BatchNormBackwardApply(int rows, int cols, float epsilon, int replicas, const float* x,
-                              const float* dy, const float* moments, const float* var,
-                              const float* scale, const float* sums, float* dx) override;
-  void Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x, float* y,
-               uint8_t* mask) override;
-  void DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
-                       float* dx) override;
-  void SoftmaxCrossEntropy(int b, int classes, const float* logits, const int32_t* labels,
-                           float* loss, float* dlogits, float* correct) override;
-  void GatherRows(size_t row, int n, const int32_t* idx, const float* table, float* out) override;
-  void GatherLabels(int n, const int32_t* idx, const int32_t* table, int32_t* out) override;
-  void Divide(size_t n, float d, float* x) override;
-  void SumSquares(size_t n, const float* x, double* partials, double* out) override;
-  void ClipByGlobalNorm(size_t n, float max_norm, const double* sum_squares, float* x) override;
-  void SgdUpdate(size_t n, const UpdateScalars* s, float momentum, bool nesterov, const float* g,
-                 float* trace, float* p) override;
-  void AdamUpdate(size_t n, const UpdateScalars* s, const float* g, float* mu, float* nu,
-                  float* p) override;
+  absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                    const float* b, float beta, float* c) override;
+  absl::Status Im2Col(const ConvGeometry& g, const float* x, float* cols) override;
+  absl::Status Col2Im(const ConvGeometry& g, const float* dcols, float* dx) override;
+  absl::Status BiasAdd(int rows, int cols, const float* bias, float* y) override;
+  absl::Status BiasGrad(int rows, int cols, const float* dy, float* db) override;
+  absl::Status Relu(size_t n, float* x) override;
+  absl::Status ReluBackward(size_t n, const float* y, float* dy) override;
+  absl::Status Activate(Activation a, size_t n, const float* x, float* y) override;
+  absl::Status ActivateBackward(Activation a, size_t n, const float* x, float* dy) override;
+  absl::Status AvgPool(const ConvGeometry& g, bool count_include_pad, const float* x,
+                       float* y) override;
+  absl::Status AvgPoolBackward(const ConvGeometry& g, bool count_include_pad, const float* dy,
+                               float* dx) override;
+  absl::Status MaxPool(const ConvGeometry& g, const float* x, float* y) override;
+  absl::Status MaxPoolBackward(const ConvGeometry& g, const float* x, const float* dy,
+                               float* dx) override;
+  absl::Status LayerNorm(int rows, int cols, float epsilon, const float* x, const float* scale,
+                         const float* bias, float* y, float* mean, float* rstd) override;
+  absl::Status LayerNormBackward(int rows, int cols, const float* x, const float* scale,
+                                 const float* mean, const float* rstd, const float* dy, float* dx,
+                                 float* dscale, float* dbias) override;
+  absl::Status BatchNormMoments(int rows, int cols, const float* x, float* partials,
+                                float* moments) override;
+  absl::Status BatchNormVariance(int cols, const float* moments, float* var) override;
+  absl::Status BatchNormApply(int rows, int cols, float epsilon, const float* x, const float* mean,
+                              const float* var, const float* scale, const float* bias,
+                              float* y) override;
+  absl::Status BatchNormUpdateStats(int cols, float momentum, float one_minus_momentum,
+                                    const float* mean, const float* var, float* ra_mean,
+                                    float* ra_var) override;
+  absl::Status BatchNormBackwardReduce(int rows, int cols, float epsilon, const float* x,
+                                       const float* dy, const float* mean, const float* var,
+                                       float* partials, float* sums, float* dscale,
+                                       float* dbias) override;
+  absl::Status BatchNormBackwardApply(int rows, int cols, float epsilon, int replicas,
+                                      const float* x, const float* dy, const float* moments,
+                                      const float* var, const float* scale, const float* sums,
+                                      float* dx) override;
+  absl::Status Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x,
+                       float* y, uint8_t* mask) override;
+  absl::Status DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
+                               float* dx) override;
+  absl::Status SoftmaxCrossEntropy(int b, int classes, const float* logits, const int32_t* labels,
+                                   float* loss, float* dlogits, float* correct) override;
+  absl::Status GatherRows(size_t row, int n, const int32_t* idx, const float* table,
+                          float* out) override;
+  absl::Status GatherLabels(int n, const int32_t* idx, const int32_t* table, int32_t* out) override;
+  absl::Status Divide(size_t n, float d, float* x) override;
+  absl::Status SumSquares(size_t n, const float* x, double* partials, double* out) override;
+  absl::Status ClipByGlobalNorm(size_t n, float max_norm, const double* sum_squares,
+                                float* x) override;
+  absl::Status SgdUpdate(size_t n, const UpdateScalars* s, float momentum, bool nesterov,
+                         const float* g, float* trace, float* p) override;
+  absl::Status AdamUpdate(size_t n, const UpdateScalars* s, const float* g, float* mu, float* nu,
+                          float* p) override;
 
   // Captures the work `body` queues on the stream into a CUDA graph (thread-local capture
   // mode). Errors: body's own, or the capture's (INTERNAL naming the CUDA error), which
@@ -112,9 +120,14 @@ class CudaBackend final : public Backend {
  private:
   CudaBackend(int device, bool tf32) : device_(device), tf32_(tf32) {}
   absl::Status Init();
-  // Records a failed launch or cuBLAS call of the kernel named `what`.
-  void Check(cudaError_t error, const char* what, const char* file, int line);
-  void Check(cublasStatus_t status, const char* what, const char* file, int line);
+  // A failed launch or cuBLAS call of the kernel named `what`, recorded (RecordError) and
+  // returned by Failed; OK on success.
+  absl::Status Check(cudaError_t error, const char* what, const char* file, int line);
+  absl::Status Check(cublasStatus_t status, const char* what, const char* file, int line);
+  // Records `status` (not OK) for Synchronize() and returns it; while capturing, records it
+  // for the capture instead and returns OK, so that the capture fails and the caller can
+  // run the same work eagerly.
+  absl::Status Failed(absl::Status status);
   absl::Status WaitWatched();
 
   const int device_;

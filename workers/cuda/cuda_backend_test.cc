@@ -45,8 +45,18 @@ TEST_F(CudaTest, OutOfMemoryIsResourceExhaustedAndNotSticky) {
   EXPECT_THAT(cuda_->Allocate(size_t{1} << 50),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("cudaMalloc")));
   Buffer x = ToDevice(std::vector<float>{-1, 2});
-  cuda_->Relu(2, x.as());
+  EXPECT_OK(cuda_->Relu(2, x.as()));
   EXPECT_EQ(ToHost(x, 2), (std::vector<float>{0, 2}));
+}
+
+// A launch refused outside a capture (cuBLAS rejecting k = -1) is the kernel's own Status,
+// naming the call, and Synchronize reports it too: the step fails, not the process.
+TEST_F(CudaTest, AnEagerLaunchFailureIsTheKernelsStatus) {
+  Buffer a = ToDevice(std::vector<float>(4, 1.0f)), c = ToDevice(std::vector<float>(4, 0.0f));
+  EXPECT_THAT(cuda_->Gemm(false, false, 2, 2, -1, 1.0f, a.as(), a.as(), 0.0f, c.as()),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("cublasSgemm")));
+  EXPECT_THAT(cuda_->Synchronize(),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("cublasSgemm")));
 }
 
 TEST_F(CudaTest, GemmMatchesCpuInEveryTransposition) {
@@ -57,8 +67,8 @@ TEST_F(CudaTest, GemmMatchesCpuInEveryTransposition) {
         const auto a = RandomFloats(size_t(m) * k, 1), b = RandomFloats(size_t(k) * n, 2);
         auto want = RandomFloats(size_t(m) * n, 3);
         Buffer da = ToDevice(a), db = ToDevice(b), dc = ToDevice(want);
-        cpu_->Gemm(ta, tb, m, n, k, 0.7f, a.data(), b.data(), 0.5f, want.data());
-        cuda_->Gemm(ta, tb, m, n, k, 0.7f, da.as(), db.as(), 0.5f, dc.as());
+        EXPECT_OK(cpu_->Gemm(ta, tb, m, n, k, 0.7f, a.data(), b.data(), 0.5f, want.data()));
+        EXPECT_OK(cuda_->Gemm(ta, tb, m, n, k, 0.7f, da.as(), db.as(), 0.5f, dc.as()));
         EXPECT_LE(RelativeL2(ToHost(dc, want.size()), want), 1e-5)
             << m << "x" << n << "x" << k << " ta=" << ta << " tb=" << tb;
       }
@@ -79,13 +89,13 @@ TEST_F(CudaTest, Im2ColAndCol2ImAreBitwiseEqualToCpu) {
     const size_t ncols = size_t(g.b) * g.oh() * g.ow() * g.kh * g.kw * g.c;
     const auto x = RandomFloats(nx, 4), dcols = RandomFloats(ncols, 5);
     std::vector<float> cols(ncols), dx(nx);
-    cpu_->Im2Col(g, x.data(), cols.data());
-    cpu_->Col2Im(g, dcols.data(), dx.data());
+    EXPECT_OK(cpu_->Im2Col(g, x.data(), cols.data()));
+    EXPECT_OK(cpu_->Col2Im(g, dcols.data(), dx.data()));
     Buffer d_x = ToDevice(x), d_dcols = ToDevice(dcols);
     ASSERT_OK_AND_ASSIGN(Buffer d_cols, cuda_->Allocate(ncols * sizeof(float)));
     ASSERT_OK_AND_ASSIGN(Buffer d_dx, cuda_->Allocate(nx * sizeof(float)));
-    cuda_->Im2Col(g, d_x.as(), d_cols.as());
-    cuda_->Col2Im(g, d_dcols.as(), d_dx.as());
+    EXPECT_OK(cuda_->Im2Col(g, d_x.as(), d_cols.as()));
+    EXPECT_OK(cuda_->Col2Im(g, d_dcols.as(), d_dx.as()));
     EXPECT_TRUE(Bitwise(ToHost(d_cols, ncols), cols)) << "im2col " << g.kh << "x" << g.kw;
     EXPECT_TRUE(Bitwise(ToHost(d_dx, nx), dx)) << "col2im " << g.kh << "x" << g.kw;
   }
@@ -98,15 +108,15 @@ TEST_F(CudaTest, BiasAddIsBitwiseAndBiasGradWithin1e5) {
   Buffer d_bias = ToDevice(bias), d_dy = ToDevice(dy), d_y = ToDevice(y);
   ASSERT_OK_AND_ASSIGN(Buffer d_db, cuda_->Allocate(cols * sizeof(float)));
   std::vector<float> db(cols);
-  cpu_->BiasAdd(rows, cols, bias.data(), y.data());
-  cpu_->BiasGrad(rows, cols, dy.data(), db.data());
-  cuda_->BiasAdd(rows, cols, d_bias.as(), d_y.as());
-  cuda_->BiasGrad(rows, cols, d_dy.as(), d_db.as());
+  EXPECT_OK(cpu_->BiasAdd(rows, cols, bias.data(), y.data()));
+  EXPECT_OK(cpu_->BiasGrad(rows, cols, dy.data(), db.data()));
+  EXPECT_OK(cuda_->BiasAdd(rows, cols, d_bias.as(), d_y.as()));
+  EXPECT_OK(cuda_->BiasGrad(rows, cols, d_dy.as(), d_db.as()));
   EXPECT_TRUE(Bitwise(ToHost(d_y, y.size()), y));
   const std::vector<float> got = ToHost(d_db, cols);
   EXPECT_LE(RelativeL2(got, db), 1e-5);
   // Deterministic: the same reduction again gives the same bits.
-  cuda_->BiasGrad(rows, cols, d_dy.as(), d_db.as());
+  EXPECT_OK(cuda_->BiasGrad(rows, cols, d_dy.as(), d_db.as()));
   EXPECT_TRUE(Bitwise(ToHost(d_db, cols), got));
 }
 
@@ -122,7 +132,7 @@ TEST_F(CudaTest, BiasGradIsBitwiseEqualToItsOrdersReference) {
     std::vector<float> want(cols);
     cuda::BiasGradReference(rows, cols, dy.data(), want.data());
     Buffer d_dy = ToDevice(dy), d_db = ToDevice(std::vector<float>(cols, 7.0f));
-    cuda_->BiasGrad(rows, cols, d_dy.as(), d_db.as());
+    EXPECT_OK(cuda_->BiasGrad(rows, cols, d_dy.as(), d_db.as()));
     EXPECT_TRUE(Bitwise(ToHost(d_db, cols), want)) << rows << "x" << cols;
   }
 }
@@ -131,12 +141,12 @@ TEST_F(CudaTest, ReluAndDivideAreBitwiseBeyondOneGrid) {
   const size_t n = (size_t{3} << 20) + 7;  // more elements than one launch's threads
   auto x = RandomFloats(n, 9), dy = RandomFloats(n, 10);
   Buffer d_x = ToDevice(x), d_dy = ToDevice(dy);
-  cpu_->Relu(n, x.data());
-  cpu_->ReluBackward(n, x.data(), dy.data());
-  cpu_->Divide(n, 3.0f, dy.data());
-  cuda_->Relu(n, d_x.as());
-  cuda_->ReluBackward(n, d_x.as(), d_dy.as());
-  cuda_->Divide(n, 3.0f, d_dy.as());
+  EXPECT_OK(cpu_->Relu(n, x.data()));
+  EXPECT_OK(cpu_->ReluBackward(n, x.data(), dy.data()));
+  EXPECT_OK(cpu_->Divide(n, 3.0f, dy.data()));
+  EXPECT_OK(cuda_->Relu(n, d_x.as()));
+  EXPECT_OK(cuda_->ReluBackward(n, d_x.as(), d_dy.as()));
+  EXPECT_OK(cuda_->Divide(n, 3.0f, d_dy.as()));
   EXPECT_TRUE(Bitwise(ToHost(d_x, n), x));
   EXPECT_TRUE(Bitwise(ToHost(d_dy, n), dy));
 }
@@ -160,17 +170,17 @@ TEST_F(CudaTest, PoolsAndTheirBackwardAreBitwise) {
     ASSERT_OK_AND_ASSIGN(Buffer d_dx, cuda_->Allocate(nx * sizeof(float)));
     std::vector<float> y(ny), dx(nx, 1.0f);
     for (const bool include : {true, false}) {
-      cpu_->AvgPool(g, include, x.data(), y.data());
-      cpu_->AvgPoolBackward(g, include, dy.data(), dx.data());
-      cuda_->AvgPool(g, include, d_x.as(), d_y.as());
-      cuda_->AvgPoolBackward(g, include, d_dy.as(), d_dx.as());
+      EXPECT_OK(cpu_->AvgPool(g, include, x.data(), y.data()));
+      EXPECT_OK(cpu_->AvgPoolBackward(g, include, dy.data(), dx.data()));
+      EXPECT_OK(cuda_->AvgPool(g, include, d_x.as(), d_y.as()));
+      EXPECT_OK(cuda_->AvgPoolBackward(g, include, d_dy.as(), d_dx.as()));
       EXPECT_TRUE(Bitwise(ToHost(d_y, ny), y)) << "avg " << g.kh << "x" << g.kw << " " << include;
       EXPECT_TRUE(Bitwise(ToHost(d_dx, nx), dx)) << "avg backward " << g.kh << "x" << g.kw;
     }
-    cpu_->MaxPool(g, x.data(), y.data());
-    cpu_->MaxPoolBackward(g, x.data(), dy.data(), dx.data());
-    cuda_->MaxPool(g, d_x.as(), d_y.as());
-    cuda_->MaxPoolBackward(g, d_x.as(), d_dy.as(), d_dx.as());
+    EXPECT_OK(cpu_->MaxPool(g, x.data(), y.data()));
+    EXPECT_OK(cpu_->MaxPoolBackward(g, x.data(), dy.data(), dx.data()));
+    EXPECT_OK(cuda_->MaxPool(g, d_x.as(), d_y.as()));
+    EXPECT_OK(cuda_->MaxPoolBackward(g, d_x.as(), d_dy.as(), d_dx.as()));
     EXPECT_TRUE(Bitwise(ToHost(d_y, ny), y)) << "max " << g.kh << "x" << g.kw;
     EXPECT_TRUE(Bitwise(ToHost(d_dx, nx), dx)) << "max backward " << g.kh << "x" << g.kw;
   }
@@ -182,12 +192,12 @@ TEST_F(CudaTest, ActivationsAndTheirBackwardWithin1e6) {
   for (const Activation a : {Activation::kGeluTanh, Activation::kGeluErf, Activation::kTanh,
                              Activation::kSigmoid, Activation::kSilu}) {
     std::vector<float> y(n), dy = dy0;
-    cpu_->Activate(a, n, x.data(), y.data());
-    cpu_->ActivateBackward(a, n, x.data(), dy.data());
+    EXPECT_OK(cpu_->Activate(a, n, x.data(), y.data()));
+    EXPECT_OK(cpu_->ActivateBackward(a, n, x.data(), dy.data()));
     Buffer d_x = ToDevice(x), d_dy = ToDevice(dy0);
     ASSERT_OK_AND_ASSIGN(Buffer d_y, cuda_->Allocate(n * sizeof(float)));
-    cuda_->Activate(a, n, d_x.as(), d_y.as());
-    cuda_->ActivateBackward(a, n, d_x.as(), d_dy.as());
+    EXPECT_OK(cuda_->Activate(a, n, d_x.as(), d_y.as()));
+    EXPECT_OK(cuda_->ActivateBackward(a, n, d_x.as(), d_dy.as()));
     // CUDA's tanhf, expf and erfcf are within a few ulps of glibc's.
     EXPECT_LE(RelativeL2(ToHost(d_y, n), y), 1e-6) << static_cast<int>(a);
     EXPECT_LE(RelativeL2(ToHost(d_dy, n), dy), 1e-6) << static_cast<int>(a);
@@ -209,16 +219,16 @@ TEST_F(CudaTest, LayerNormAndBackwardAreBitwise) {
       const float* s = params ? scale.data() : nullptr;
       const float* b = params ? bias.data() : nullptr;
       std::vector<float> y(n), stats(2 * rows), dx(n), grads(2 * cols);
-      cpu_->LayerNorm(rows, cols, 1e-6f, x.data(), s, b, y.data(), stats.data(),
-                      stats.data() + rows);
-      cpu_->LayerNormBackward(rows, cols, x.data(), s, stats.data(), stats.data() + rows, dy.data(),
-                              dx.data(), grads.data(), grads.data() + cols);
+      EXPECT_OK(cpu_->LayerNorm(rows, cols, 1e-6f, x.data(), s, b, y.data(), stats.data(),
+                                stats.data() + rows));
+      EXPECT_OK(cpu_->LayerNormBackward(rows, cols, x.data(), s, stats.data(), stats.data() + rows,
+                                        dy.data(), dx.data(), grads.data(), grads.data() + cols));
       const float* ds = params ? d_scale.as() : nullptr;
       const float* db = params ? d_bias.as() : nullptr;
       float* st = d_stats.as();
-      cuda_->LayerNorm(rows, cols, 1e-6f, d_x.as(), ds, db, d_y.as(), st, st + rows);
-      cuda_->LayerNormBackward(rows, cols, d_x.as(), ds, st, st + rows, d_dy.as(), d_dx.as(),
-                               d_grads.as(), d_grads.as() + cols);
+      EXPECT_OK(cuda_->LayerNorm(rows, cols, 1e-6f, d_x.as(), ds, db, d_y.as(), st, st + rows));
+      EXPECT_OK(cuda_->LayerNormBackward(rows, cols, d_x.as(), ds, st, st + rows, d_dy.as(),
+                                         d_dx.as(), d_grads.as(), d_grads.as() + cols));
       EXPECT_TRUE(Bitwise(ToHost(d_y, n), y)) << rows << "x" << cols;
       EXPECT_TRUE(Bitwise(ToHost(d_stats, 2 * rows), stats)) << rows << "x" << cols;
       EXPECT_TRUE(Bitwise(ToHost(d_dx, n), dx)) << rows << "x" << cols;
@@ -246,14 +256,15 @@ TEST_F(CudaTest, BatchNormAndBackwardAreBitwise) {
       for (int c = 0; c < cols; ++c) small[6 * cols + c] = 1.0f;  // running var
       float *m = small.data(), *v = m + 2 * cols, *sums = v + cols, *ra = sums + 2 * cols,
             *grads = ra + 2 * cols;
-      cpu_->BatchNormMoments(rows, cols, x.data(), partials.data(), m);
-      cpu_->BatchNormVariance(cols, m, v);
-      cpu_->BatchNormApply(rows, cols, 1e-5f, x.data(), m, v, s, b, y.data());
-      cpu_->BatchNormUpdateStats(cols, 0.9f, 0.1f, m, v, ra, ra + cols);
-      cpu_->BatchNormBackwardReduce(rows, cols, 1e-5f, x.data(), dy.data(), m, v, partials.data(),
-                                    sums, params ? grads : nullptr, grads + cols);
-      cpu_->BatchNormBackwardApply(rows, cols, 1e-5f, 2, x.data(), dy.data(), m, v, s, sums,
-                                   dx.data());
+      EXPECT_OK(cpu_->BatchNormMoments(rows, cols, x.data(), partials.data(), m));
+      EXPECT_OK(cpu_->BatchNormVariance(cols, m, v));
+      EXPECT_OK(cpu_->BatchNormApply(rows, cols, 1e-5f, x.data(), m, v, s, b, y.data()));
+      EXPECT_OK(cpu_->BatchNormUpdateStats(cols, 0.9f, 0.1f, m, v, ra, ra + cols));
+      EXPECT_OK(cpu_->BatchNormBackwardReduce(rows, cols, 1e-5f, x.data(), dy.data(), m, v,
+                                              partials.data(), sums, params ? grads : nullptr,
+                                              grads + cols));
+      EXPECT_OK(cpu_->BatchNormBackwardApply(rows, cols, 1e-5f, 2, x.data(), dy.data(), m, v, s,
+                                             sums, dx.data()));
       std::vector<float> init(9 * cols, 0.0f);
       for (int c = 0; c < cols; ++c) init[6 * cols + c] = 1.0f;
       ASSERT_OK(cuda_->CopyToDevice(d_small.as(), init.data(), init.size() * sizeof(float)));
@@ -261,14 +272,14 @@ TEST_F(CudaTest, BatchNormAndBackwardAreBitwise) {
             *dg = dra + 2 * cols;
       const float* dsc = params ? d_scale.as() : nullptr;
       const float* dbi = params ? d_bias.as() : nullptr;
-      cuda_->BatchNormMoments(rows, cols, d_x.as(), d_parts.as(), dm);
-      cuda_->BatchNormVariance(cols, dm, dv);
-      cuda_->BatchNormApply(rows, cols, 1e-5f, d_x.as(), dm, dv, dsc, dbi, d_y.as());
-      cuda_->BatchNormUpdateStats(cols, 0.9f, 0.1f, dm, dv, dra, dra + cols);
-      cuda_->BatchNormBackwardReduce(rows, cols, 1e-5f, d_x.as(), d_dy.as(), dm, dv, d_parts.as(),
-                                     ds, params ? dg : nullptr, dg + cols);
-      cuda_->BatchNormBackwardApply(rows, cols, 1e-5f, 2, d_x.as(), d_dy.as(), dm, dv, dsc, ds,
-                                    d_dx.as());
+      EXPECT_OK(cuda_->BatchNormMoments(rows, cols, d_x.as(), d_parts.as(), dm));
+      EXPECT_OK(cuda_->BatchNormVariance(cols, dm, dv));
+      EXPECT_OK(cuda_->BatchNormApply(rows, cols, 1e-5f, d_x.as(), dm, dv, dsc, dbi, d_y.as()));
+      EXPECT_OK(cuda_->BatchNormUpdateStats(cols, 0.9f, 0.1f, dm, dv, dra, dra + cols));
+      EXPECT_OK(cuda_->BatchNormBackwardReduce(rows, cols, 1e-5f, d_x.as(), d_dy.as(), dm, dv,
+                                               d_parts.as(), ds, params ? dg : nullptr, dg + cols));
+      EXPECT_OK(cuda_->BatchNormBackwardApply(rows, cols, 1e-5f, 2, d_x.as(), d_dy.as(), dm, dv,
+                                              dsc, ds, d_dx.as()));
       EXPECT_TRUE(Bitwise(ToHost(d_small, 9 * cols), small)) << rows << "x" << cols;
       EXPECT_TRUE(Bitwise(ToHost(d_y, n), y)) << rows << "x" << cols;
       EXPECT_TRUE(Bitwise(ToHost(d_dx, n), dx)) << rows << "x" << cols;
@@ -284,15 +295,16 @@ TEST_F(CudaTest, DropoutMasksAndValuesAreBitwiseInBothRngModes) {
       const auto x = RandomFloats(n, 13), dy = RandomFloats(n, 14);
       std::vector<float> y(n), dx(n);
       std::vector<uint8_t> mask(n);
-      cpu_->Dropout(n, keep, &key, impl, x.data(), y.data(), mask.data());
-      cpu_->DropoutBackward(n, keep, mask.data(), dy.data(), dx.data());
+      EXPECT_OK(cpu_->Dropout(n, keep, &key, impl, x.data(), y.data(), mask.data()));
+      EXPECT_OK(cpu_->DropoutBackward(n, keep, mask.data(), dy.data(), dx.data()));
       Buffer d_key = ToDevice(std::vector<rng::Key>{key});
       Buffer d_x = ToDevice(x), d_dy = ToDevice(dy);
       ASSERT_OK_AND_ASSIGN(Buffer d_y, cuda_->Allocate(n * sizeof(float)));
       ASSERT_OK_AND_ASSIGN(Buffer d_dx, cuda_->Allocate(n * sizeof(float)));
       ASSERT_OK_AND_ASSIGN(Buffer d_mask, cuda_->Allocate(n));
-      cuda_->Dropout(n, keep, d_key.as<rng::Key>(), impl, d_x.as(), d_y.as(), d_mask.as<uint8_t>());
-      cuda_->DropoutBackward(n, keep, d_mask.as<uint8_t>(), d_dy.as(), d_dx.as());
+      EXPECT_OK(cuda_->Dropout(n, keep, d_key.as<rng::Key>(), impl, d_x.as(), d_y.as(),
+                               d_mask.as<uint8_t>()));
+      EXPECT_OK(cuda_->DropoutBackward(n, keep, d_mask.as<uint8_t>(), d_dy.as(), d_dx.as()));
       const std::string what = std::string(rng::ImplName(impl)) + " n=" + std::to_string(n);
       EXPECT_EQ(ToHost<uint8_t>(d_mask, n), mask) << what;
       EXPECT_TRUE(Bitwise(ToHost(d_y, n), y)) << what;
@@ -308,14 +320,14 @@ TEST_F(CudaTest, SoftmaxCrossEntropyWithin1e5AndSameArgmax) {
   std::vector<int32_t> labels(b);
   for (int i = 0; i < b; ++i) labels[i] = (i * 7) % classes;
   std::vector<float> loss(b), dlogits(logits.size()), correct(b);
-  cpu_->SoftmaxCrossEntropy(b, classes, logits.data(), labels.data(), loss.data(), dlogits.data(),
-                            correct.data());
+  EXPECT_OK(cpu_->SoftmaxCrossEntropy(b, classes, logits.data(), labels.data(), loss.data(),
+                                      dlogits.data(), correct.data()));
   Buffer d_logits = ToDevice(logits), d_labels = ToDevice(labels);
   ASSERT_OK_AND_ASSIGN(Buffer d_loss, cuda_->Allocate(b * sizeof(float)));
   ASSERT_OK_AND_ASSIGN(Buffer d_dlogits, cuda_->Allocate(logits.size() * sizeof(float)));
   ASSERT_OK_AND_ASSIGN(Buffer d_correct, cuda_->Allocate(b * sizeof(float)));
-  cuda_->SoftmaxCrossEntropy(b, classes, d_logits.as(), d_labels.as<int32_t>(), d_loss.as(),
-                             d_dlogits.as(), d_correct.as());
+  EXPECT_OK(cuda_->SoftmaxCrossEntropy(b, classes, d_logits.as(), d_labels.as<int32_t>(),
+                                       d_loss.as(), d_dlogits.as(), d_correct.as()));
   EXPECT_LE(RelativeL2(ToHost(d_loss, b), loss), 1e-5);
   EXPECT_LE(RelativeL2(ToHost(d_dlogits, logits.size()), dlogits), 1e-5);
   EXPECT_EQ(ToHost(d_correct, b), correct);
@@ -330,13 +342,14 @@ TEST_F(CudaTest, GathersAreExact) {
   for (int i = 0; i < n; ++i) idx[i] = (i * 13) % rows;  // repeats
   std::vector<float> out(row * n);
   std::vector<int32_t> out_labels(n);
-  cpu_->GatherRows(row, n, idx.data(), table.data(), out.data());
-  cpu_->GatherLabels(n, idx.data(), labels.data(), out_labels.data());
+  EXPECT_OK(cpu_->GatherRows(row, n, idx.data(), table.data(), out.data()));
+  EXPECT_OK(cpu_->GatherLabels(n, idx.data(), labels.data(), out_labels.data()));
   Buffer d_table = ToDevice(table), d_labels = ToDevice(labels), d_idx = ToDevice(idx);
   ASSERT_OK_AND_ASSIGN(Buffer d_out, cuda_->Allocate(out.size() * sizeof(float)));
   ASSERT_OK_AND_ASSIGN(Buffer d_out_labels, cuda_->Allocate(n * sizeof(int32_t)));
-  cuda_->GatherRows(row, n, d_idx.as<int32_t>(), d_table.as(), d_out.as());
-  cuda_->GatherLabels(n, d_idx.as<int32_t>(), d_labels.as<int32_t>(), d_out_labels.as<int32_t>());
+  EXPECT_OK(cuda_->GatherRows(row, n, d_idx.as<int32_t>(), d_table.as(), d_out.as()));
+  EXPECT_OK(cuda_->GatherLabels(n, d_idx.as<int32_t>(), d_labels.as<int32_t>(),
+                                d_out_labels.as<int32_t>()));
   EXPECT_TRUE(Bitwise(ToHost(d_out, out.size()), out));
   EXPECT_EQ(ToHost<int32_t>(d_out_labels, n), out_labels);
 }
@@ -350,9 +363,10 @@ TEST_F(CudaTest, SgdUpdatesAreBitwise) {
        {std::pair{false, false}, std::pair{true, false}, std::pair{true, true}}) {
     auto p = RandomFloats(n, 18), trace = RandomFloats(n, 19);
     Buffer d_g = ToDevice(g), d_p = ToDevice(p), d_trace = ToDevice(trace);
-    cpu_->SgdUpdate(n, &s, 0.9f, nesterov, g.data(), momentum ? trace.data() : nullptr, p.data());
-    cuda_->SgdUpdate(n, d_s.as<UpdateScalars>(), 0.9f, nesterov, d_g.as(),
-                     momentum ? d_trace.as() : nullptr, d_p.as());
+    EXPECT_OK(cpu_->SgdUpdate(n, &s, 0.9f, nesterov, g.data(), momentum ? trace.data() : nullptr,
+                              p.data()));
+    EXPECT_OK(cuda_->SgdUpdate(n, d_s.as<UpdateScalars>(), 0.9f, nesterov, d_g.as(),
+                               momentum ? d_trace.as() : nullptr, d_p.as()));
     EXPECT_TRUE(Bitwise(ToHost(d_p, n), p)) << "momentum " << momentum << " nesterov " << nesterov;
     EXPECT_TRUE(Bitwise(ToHost(d_trace, n), trace)) << "momentum " << momentum;
   }
@@ -365,11 +379,11 @@ TEST_F(CudaTest, SumSquaresIsBitwiseAtEveryLevelCount) {
     const auto x = RandomFloats(n, 30);
     std::vector<double> partials(SumSquaresPartials(n));
     double want = -1;
-    cpu_->SumSquares(n, x.data(), partials.data(), &want);
+    EXPECT_OK(cpu_->SumSquares(n, x.data(), partials.data(), &want));
     Buffer d_x = ToDevice(x);
     ASSERT_OK_AND_ASSIGN(Buffer d_sums, cuda_->Allocate((partials.size() + 1) * sizeof(double)));
     double* d_partials = d_sums.as<double>();
-    cuda_->SumSquares(n, d_x.as(), d_partials, d_partials + partials.size());
+    EXPECT_OK(cuda_->SumSquares(n, d_x.as(), d_partials, d_partials + partials.size()));
     const double got = ToHost<double>(d_sums, partials.size() + 1).back();
     EXPECT_EQ(std::memcmp(&got, &want, sizeof(double)), 0) << n << ": " << got << " vs " << want;
   }
@@ -384,9 +398,9 @@ TEST_F(CudaTest, ClipByGlobalNormIsBitwiseClippedOrNot) {
   Buffer d_sum = ToDevice(std::vector<double>{sum_squares});
   for (const float max_norm : {norm * 0.5f, norm, norm * 2.0f}) {
     auto want = g;
-    cpu_->ClipByGlobalNorm(n, max_norm, &sum_squares, want.data());
+    EXPECT_OK(cpu_->ClipByGlobalNorm(n, max_norm, &sum_squares, want.data()));
     Buffer d_g = ToDevice(g);
-    cuda_->ClipByGlobalNorm(n, max_norm, d_sum.as<double>(), d_g.as());
+    EXPECT_OK(cuda_->ClipByGlobalNorm(n, max_norm, d_sum.as<double>(), d_g.as()));
     EXPECT_TRUE(Bitwise(ToHost(d_g, n), want)) << max_norm;
     if (max_norm != norm) {
       EXPECT_EQ(Bitwise(want, g), max_norm > norm) << max_norm;  // unchanged below the max
@@ -403,8 +417,9 @@ TEST_F(CudaTest, AdamAndAdamWUpdatesAreBitwise) {
     for (float& v : nu) v = v * v * 1e-6f;
     Buffer d_s = ToDevice(std::vector<UpdateScalars>{s}), d_g = ToDevice(g), d_p = ToDevice(p),
            d_mu = ToDevice(mu), d_nu = ToDevice(nu);
-    cpu_->AdamUpdate(n, &s, g.data(), mu.data(), nu.data(), p.data());
-    cuda_->AdamUpdate(n, d_s.as<UpdateScalars>(), d_g.as(), d_mu.as(), d_nu.as(), d_p.as());
+    EXPECT_OK(cpu_->AdamUpdate(n, &s, g.data(), mu.data(), nu.data(), p.data()));
+    EXPECT_OK(
+        cuda_->AdamUpdate(n, d_s.as<UpdateScalars>(), d_g.as(), d_mu.as(), d_nu.as(), d_p.as()));
     EXPECT_TRUE(Bitwise(ToHost(d_p, n), p)) << "weight decay " << weight_decay;
     EXPECT_TRUE(Bitwise(ToHost(d_mu, n), mu));
     EXPECT_TRUE(Bitwise(ToHost(d_nu, n), nu));

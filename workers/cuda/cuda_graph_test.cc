@@ -28,8 +28,8 @@ TEST_F(CudaTest, GraphReplayEqualsEagerAndReadsDeviceScalars) {
   ASSERT_OK_AND_ASSIGN(Buffer grads, cuda_->Allocate(n * sizeof(float)));
   // grads = g / 2, then an adam update; grads is refilled from g before each run.
   auto step = [&](float* p, float* mu, float* nu) {
-    cuda_->Divide(n, 2.0f, grads.as());
-    cuda_->AdamUpdate(n, d_s.as<UpdateScalars>(), grads.as(), mu, nu, p);
+    EXPECT_OK(cuda_->Divide(n, 2.0f, grads.as()));
+    EXPECT_OK(cuda_->AdamUpdate(n, d_s.as<UpdateScalars>(), grads.as(), mu, nu, p));
   };
   ASSERT_OK_AND_ASSIGN(auto graph, cuda_->Capture([&] {
     step(graph_p.as(), graph_mu.as(), graph_nu.as());
@@ -62,9 +62,10 @@ TEST_F(CudaTest, GraphReplayReadsEachStepsLearningRate) {
   ASSERT_OK_AND_ASSIGN(Buffer d_sums, cuda_->Allocate((parts + 1) * sizeof(double)));
   double* partials = d_sums.as<double>();
   ASSERT_OK_AND_ASSIGN(auto graph, cuda_->Capture([&] {
-    cuda_->SumSquares(n, d_grads.as(), partials, partials + parts);
-    cuda_->ClipByGlobalNorm(n, 10.0f, partials + parts, d_grads.as());
-    cuda_->SgdUpdate(n, d_s.as<UpdateScalars>(), 0.9f, true, d_grads.as(), d_trace.as(), d_p.as());
+    EXPECT_OK(cuda_->SumSquares(n, d_grads.as(), partials, partials + parts));
+    EXPECT_OK(cuda_->ClipByGlobalNorm(n, 10.0f, partials + parts, d_grads.as()));
+    EXPECT_OK(cuda_->SgdUpdate(n, d_s.as<UpdateScalars>(), 0.9f, true, d_grads.as(), d_trace.as(),
+                               d_p.as()));
     return absl::OkStatus();
   }));
   auto p = p0, trace = std::vector<float>(n), grads = g;
@@ -75,9 +76,9 @@ TEST_F(CudaTest, GraphReplayReadsEachStepsLearningRate) {
     ASSERT_OK(cuda_->CopyToDevice(d_grads.as(), g.data(), n * sizeof(float)));
     ASSERT_OK(graph->Launch());
     grads = g;
-    cpu_->SumSquares(n, grads.data(), host_partials.data(), &host_partials[parts]);
-    cpu_->ClipByGlobalNorm(n, 10.0f, &host_partials[parts], grads.data());
-    cpu_->SgdUpdate(n, &s, 0.9f, true, grads.data(), trace.data(), p.data());
+    EXPECT_OK(cpu_->SumSquares(n, grads.data(), host_partials.data(), &host_partials[parts]));
+    EXPECT_OK(cpu_->ClipByGlobalNorm(n, 10.0f, &host_partials[parts], grads.data()));
+    EXPECT_OK(cpu_->SgdUpdate(n, &s, 0.9f, true, grads.data(), trace.data(), p.data()));
   }
   EXPECT_TRUE(Bitwise(ToHost(d_p, n), p));
   EXPECT_TRUE(Bitwise(ToHost(d_trace, n), trace));
@@ -87,13 +88,13 @@ TEST_F(CudaTest, GraphReplayReadsEachStepsLearningRate) {
 TEST_F(CudaTest, CaptureReturnsTheBodysErrorAndTheBackendStaysUsable) {
   Buffer x = ToDevice(std::vector<float>{-1, 4});
   EXPECT_THAT(cuda_->Capture([&] {
-    cuda_->Relu(2, x.as());
+    EXPECT_OK(cuda_->Relu(2, x.as()));
     return absl::AbortedError("body failed");
   }),
               StatusIs(absl::StatusCode::kAborted, HasSubstr("body failed")));
   ASSERT_OK(cuda_->Synchronize());
   // The failed capture ran nothing; eager work still runs.
-  cuda_->Divide(2, 2.0f, x.as());
+  EXPECT_OK(cuda_->Divide(2, 2.0f, x.as()));
   EXPECT_EQ(ToHost(x, 2), (std::vector<float>{-0.5f, 2.0f}));
 }
 
@@ -104,20 +105,20 @@ TEST_F(CudaTest, ALaunchFailingDuringCaptureFailsTheCaptureNotTheBackend) {
   Buffer x = ToDevice(std::vector<float>{-1, 4});
   Buffer a = ToDevice(std::vector<float>(4, 1.0f)), c = ToDevice(std::vector<float>(4, 0.0f));
   EXPECT_THAT(cuda_->Capture([&] {
-    cuda_->Relu(2, x.as());
-    cuda_->Gemm(false, false, 2, 2, -1, 1.0f, a.as(), a.as(), 0.0f, c.as());
-    cuda_->Divide(2, 2.0f, x.as());
+    EXPECT_OK(cuda_->Relu(2, x.as()));
+    EXPECT_OK(cuda_->Gemm(false, false, 2, 2, -1, 1.0f, a.as(), a.as(), 0.0f, c.as()));
+    EXPECT_OK(cuda_->Divide(2, 2.0f, x.as()));
     return absl::OkStatus();
   }),
               StatusIs(absl::StatusCode::kInternal, HasSubstr("cublasSgemm")));
   ASSERT_OK(cuda_->Synchronize());
   EXPECT_EQ(ToHost(x, 2), (std::vector<float>{-1.0f, 4.0f}));  // the capture ran nothing
-  cuda_->Relu(2, x.as());
-  cuda_->Divide(2, 2.0f, x.as());
+  EXPECT_OK(cuda_->Relu(2, x.as()));
+  EXPECT_OK(cuda_->Divide(2, 2.0f, x.as()));
   EXPECT_EQ(ToHost(x, 2), (std::vector<float>{0.0f, 2.0f}));
   // And a later capture works.
   ASSERT_OK_AND_ASSIGN(auto graph, cuda_->Capture([&] {
-    cuda_->Divide(2, 2.0f, x.as());
+    EXPECT_OK(cuda_->Divide(2, 2.0f, x.as()));
     return absl::OkStatus();
   }));
   ASSERT_OK(graph->Launch());
@@ -134,10 +135,10 @@ TEST_F(CudaTf32Test, GemmIsCloseToFloat32) {
   const int m = 256, n = 256, k = 512;
   const auto a = RandomFloats(size_t(m) * k, 3), b = RandomFloats(size_t(k) * n, 4);
   std::vector<float> want(size_t(m) * n);
-  cpu_->Gemm(false, false, m, n, k, 1.0f, a.data(), b.data(), 0.0f, want.data());
+  EXPECT_OK(cpu_->Gemm(false, false, m, n, k, 1.0f, a.data(), b.data(), 0.0f, want.data()));
   Buffer da = ToDevice(a), db = ToDevice(b);
   ASSERT_OK_AND_ASSIGN(Buffer dc, cuda_->Allocate(want.size() * sizeof(float)));
-  cuda_->Gemm(false, false, m, n, k, 1.0f, da.as(), db.as(), 0.0f, dc.as());
+  EXPECT_OK(cuda_->Gemm(false, false, m, n, k, 1.0f, da.as(), db.as(), 0.0f, dc.as()));
   EXPECT_LE(RelativeL2(ToHost(dc, want.size()), want), 5e-3);
 }
 

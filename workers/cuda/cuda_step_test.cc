@@ -2,6 +2,7 @@
 // MLP with dropout; adam, sgd with momentum, and sgd with Nesterov momentum, a schedule
 // and clipping), graph replay against eager execution, and the JAX/Flax/optax golden
 // files that tests/golden_test.cc and golden_layers_test.cc check the CPU against.
+#include <cmath>
 #include <cstring>
 #include <numeric>
 

@@ -25,6 +25,7 @@ namespace {
 
 using ::lockstep::testing::RelativeL2;
 using ::testing::AnyOf;
+using ::testing::HasSubstr;
 
 constexpr int kGlobalBatch = 48;
 constexpr int kSteps = 3;
@@ -112,6 +113,36 @@ TEST(GlooOverlapStep, ThreeReplicasAreDeterministicAndAgreeClosely) {
   EXPECT_LE(RelativeL2(a[0], plain[0]), 1e-5);
 }
 
+// The collective a step runs on, which tells when the step first waits for its started
+// buckets (Wait), so that a test can act while the step is blocked there.
+class WaitSignal final : public Collective {
+ public:
+  explicit WaitSignal(Collective* inner) : inner_(inner) {}
+  std::string Name() const override { return inner_->Name(); }
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  absl::Status AllReduceSum(float* data, size_t n, const CollectiveOptions& options) override {
+    return inner_->AllReduceSum(data, n, options);
+  }
+  absl::StatusOr<CollectiveTicket> StartAllReduceSum(float* data, size_t n,
+                                                     const CollectiveOptions& options) override {
+    return inner_->StartAllReduceSum(data, n, options);
+  }
+  absl::Status Wait(CollectiveTicket ticket) override {
+    if (!waiting_.HasBeenNotified()) waiting_.Notify();
+    return inner_->Wait(ticket);
+  }
+  void Abort(const absl::Status& why) override { inner_->Abort(why); }
+  // Whether a Wait began within `timeout`.
+  bool AwaitWait(absl::Duration timeout) {
+    return waiting_.WaitForNotificationWithTimeout(timeout);
+  }
+
+ private:
+  Collective* const inner_;
+  absl::Notification waiting_;
+};
+
 // Rank 0 steps with buckets; rank 1 joins the mesh but never steps.
 class LonelyStep : public ::testing::Test {
  protected:
@@ -121,9 +152,10 @@ class LonelyStep : public ::testing::Test {
     peer.join();
     ASSERT_NE(self_, nullptr);
     ASSERT_NE(peer_, nullptr);
+    signal_ = std::make_unique<WaitSignal>(self_.get());
     backend_ = NewCpuBackend(1);
     auto exec = StepExecutor::Create(Model::Cnn(), Adam(), rng::Impl::kPartitionable,
-                                     kGlobalBatch / 2, backend_.get(), self_.get());
+                                     kGlobalBatch / 2, backend_.get(), signal_.get());
     ASSERT_OK(exec);
     exec_ = *std::move(exec);
     exec_->set_allreduce_bucket_bytes(1);
@@ -135,6 +167,7 @@ class LonelyStep : public ::testing::Test {
   }
   MemoryStore store_;
   std::unique_ptr<Collective> self_, peer_;
+  std::unique_ptr<WaitSignal> signal_;  // over self_: what the step runs on
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<StepExecutor> exec_;
   DeviceDataset data_;
@@ -153,7 +186,8 @@ TEST_F(LonelyStep, TimesOutWithinTheCollectiveTimeout) {
 TEST_F(LonelyStep, AbortEndsTheStepPromptly) {
   exec_->set_collective_timeout(absl::Seconds(60));
   std::thread abort([&] {
-    absl::SleepFor(absl::Milliseconds(300));  // the step is waiting for its buckets
+    // Once the step waits for its buckets (the peer never sends its part).
+    EXPECT_TRUE(signal_->AwaitWait(absl::Seconds(30)));
     const absl::Status why = absl::CancelledError("job cancelled");
     self_->Abort(why);
     peer_->Abort(why);  // as the coordinator's cancel reaches every worker
@@ -161,7 +195,11 @@ TEST_F(LonelyStep, AbortEndsTheStepPromptly) {
   const absl::Time t0 = absl::Now();
   auto step = exec_->Step(data_, idx_, rng::Key{0, 0});
   abort.join();
-  EXPECT_FALSE(step.ok());
+  // The abort's error: ABORTED for the bucket in flight, FAILED_PRECONDITION had none yet
+  // reached Gloo; never the 60 s timeout.
+  EXPECT_THAT(step.status().code(),
+              AnyOf(absl::StatusCode::kAborted, absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(step.status().message(), HasSubstr("job cancelled"));
   EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
 }
 

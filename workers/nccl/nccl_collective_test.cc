@@ -35,14 +35,14 @@ TEST_F(NcclTest, OneRankAllReduceRunsInPlaceEagerlyAndInAGraph) {
   const auto x = RandomFloats(n, 1);
   Buffer data = ToDevice(x);
   // Eager: queued behind a kernel on the same stream, so it sums the divided values.
-  cuda_->Divide(n, 2.0f, data.as());
+  EXPECT_OK(cuda_->Divide(n, 2.0f, data.as()));
   ASSERT_OK(nccl->AllReduceSum(data.as(), n, {}));
   std::vector<float> want = x;
   for (float& v : want) v /= 2.0f;
   EXPECT_TRUE(Bitwise(ToHost(data, n), want));
   // Captured with a kernel, then replayed twice.
   ASSERT_OK_AND_ASSIGN(auto graph, cuda_->Capture([&] {
-    cuda_->Divide(n, 2.0f, data.as());
+    EXPECT_OK(cuda_->Divide(n, 2.0f, data.as()));
     return nccl->AllReduceSum(data.as(), n, {});
   }));
   ASSERT_OK(graph->Launch());

@@ -1,8 +1,8 @@
 // The Worker API's protos <-> the plain commands and results (core/commands.h): the one
 // place that knows both, used by the worker's service and the coordinator's gRPC client.
 // Also how a TrainState travels as StateChunks (Prepare and FetchState alike).
-#ifndef LOCKSTEP_SERVICES_WORKER_WIRE_H_
-#define LOCKSTEP_SERVICES_WORKER_WIRE_H_
+#ifndef LOCKSTEP_SERVICES_COMMON_WIRE_H_
+#define LOCKSTEP_SERVICES_COMMON_WIRE_H_
 
 #include <functional>
 #include <optional>
@@ -59,4 +59,4 @@ class StateChunkAssembler {
 
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_SERVICES_WORKER_WIRE_H_
+#endif  // LOCKSTEP_SERVICES_COMMON_WIRE_H_

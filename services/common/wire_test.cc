@@ -1,6 +1,6 @@
 // A TrainState through StateChunks: WriteStateChunks' stream rebuilt by
 // StateChunkAssembler, and the streams it refuses.
-#include "services/worker/wire.h"
+#include "services/common/wire.h"
 
 #include <vector>
 

@@ -1,4 +1,4 @@
-#include "services/worker/wire.h"
+#include "services/common/wire.h"
 
 #include <algorithm>
 #include <limits>

@@ -1,0 +1,122 @@
+// StepExecutor's workspace planning: the buffers one batch size needs (GetWorkspace), and
+// their bytes before anything is allocated (WorkspaceBytes).
+#include "core/step_workspace.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "core/step.h"
+
+namespace lockstep {
+
+using step_internal::BatchNormBuffer;
+using step_internal::ColsPerSample;
+using step_internal::FirstParamLayer;
+using step_internal::Geometry;
+using step_internal::InPlace;
+using step_internal::NormRows;
+using step_internal::OwnsInputGrad;
+
+// Every buffer GetWorkspace allocates, at the default convolutions' scratch; backends
+// with their own convolutions may need less (the CPU backend's oneDNN convolutions need none).
+uint64_t WorkspaceBytes(const Model& model, int batch, bool train) {
+  const uint64_t b = batch, f = sizeof(float);
+  // idx, input, labels, loss, dlogits, correct; host_loss and host_correct.
+  uint64_t bytes = b * (4 + model.input().size() * f + 4 + f + model.num_classes() * f + f);
+  bytes += 2 * b * f;
+  const int first = FirstParamLayer(model);
+  for (size_t i = 0; i < model.layers().size(); ++i) {
+    const Layer& l = model.layers()[i];
+    if (InPlace(l, train)) continue;
+    bytes += b * l.out.size() * f;
+    if (l.kind == LayerKind::kConv) bytes += b * ColsPerSample(l) * f;
+    if (l.kind == LayerKind::kDropout) bytes += b * l.out.size();
+    if (l.kind == LayerKind::kLayerNorm) bytes += 2 * b * NormRows(l) * f;
+    if (l.kind == LayerKind::kBatchNorm && train) bytes += BatchNormBuffer(l) * f;
+    if (train && static_cast<int>(i) > first && OwnsInputGrad(l, train)) {
+      bytes += b * l.in.size() * f;
+    }
+  }
+  return bytes;
+}
+
+absl::StatusOr<StepExecutor::Workspace*> StepExecutor::GetWorkspace(int batch, bool train) {
+  std::unique_ptr<Workspace>& slot = train ? train_ws_ : eval_ws_;
+  if (slot && slot->capacity >= batch) return slot.get();
+  // Kernels index a batch's activations and conv patches with int rows and columns.
+  uint64_t widest = model_.input().size();
+  for (const Layer& l : model_.layers()) {
+    widest = std::max<uint64_t>(widest, l.out.size());
+    if (l.kind == LayerKind::kConv) widest = std::max(widest, ColsPerSample(l));
+  }
+  if (static_cast<uint64_t>(batch) * widest > uint64_t{INT32_MAX}) {
+    return absl::InvalidArgumentError(absl::StrCat("a batch of ", batch, " needs ", widest,
+                                                   " floats per example in one buffer: over 2^31 "
+                                                   "in all; use a smaller batch"));
+  }
+  auto ws = std::make_unique<Workspace>();
+  ws->capacity = batch;
+  ws->train = train;
+  auto alloc = [&](size_t bytes) -> absl::StatusOr<void*> {
+    ASSIGN_OR_RETURN(Buffer b, backend_->Allocate(bytes));
+    ws->owned.push_back(std::move(b));
+    return ws->owned.back().as<void>();
+  };
+  const size_t b = batch;
+  const int classes = model_.num_classes();
+  ASSIGN_OR_RETURN(ws->idx, backend_->Allocate(b * sizeof(int32_t)));
+  ASSIGN_OR_RETURN(ws->input, backend_->Allocate(b * model_.input().size() * sizeof(float)));
+  ASSIGN_OR_RETURN(ws->labels, backend_->Allocate(b * sizeof(int32_t)));
+  ASSIGN_OR_RETURN(ws->loss, backend_->Allocate(b * sizeof(float)));
+  ASSIGN_OR_RETURN(ws->dlogits, backend_->Allocate(b * classes * sizeof(float)));
+  ASSIGN_OR_RETURN(ws->correct, backend_->Allocate(b * sizeof(float)));
+  const auto& layers = model_.layers();
+  const int first = FirstParamLayer(model_);
+  ws->out.assign(layers.size(), nullptr);
+  ws->din.assign(layers.size(), nullptr);
+  ws->scratch.assign(layers.size(), nullptr);
+  ws->stats.assign(layers.size(), nullptr);
+  ws->bn.assign(layers.size(), nullptr);
+  ws->mask.assign(layers.size(), nullptr);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const Layer& l = layers[i];
+    float* prev = i == 0 ? ws->input.as() : ws->out[i - 1];
+    const size_t n_out = b * l.out.size();
+    if (InPlace(l, train)) {
+      ws->out[i] = prev;
+      continue;
+    }
+    ASSIGN_OR_RETURN(void* out, alloc(n_out * sizeof(float)));
+    ws->out[i] = static_cast<float*>(out);
+    if (l.kind == LayerKind::kConv) {
+      const size_t bytes = backend_->ConvScratchBytes(Geometry(l, batch));
+      if (bytes > 0) {
+        ASSIGN_OR_RETURN(ws->scratch[i], alloc(bytes));
+      }
+    }
+    if (l.kind == LayerKind::kDropout) {
+      ASSIGN_OR_RETURN(void* m, alloc(n_out));
+      ws->mask[i] = static_cast<uint8_t*>(m);
+    }
+    if (l.kind == LayerKind::kLayerNorm) {
+      ASSIGN_OR_RETURN(void* st, alloc(2 * b * NormRows(l) * sizeof(float)));
+      ws->stats[i] = static_cast<float*>(st);
+    }
+    if (l.kind == LayerKind::kBatchNorm && train) {
+      ASSIGN_OR_RETURN(void* bn, alloc(BatchNormBuffer(l) * sizeof(float)));
+      ws->bn[i] = static_cast<float*>(bn);
+    }
+    if (train && static_cast<int>(i) > first && OwnsInputGrad(l, train)) {
+      ASSIGN_OR_RETURN(void* d, alloc(b * l.in.size() * sizeof(float)));
+      ws->din[i] = static_cast<float*>(d);
+    }
+  }
+  ws->host_loss.resize(b);
+  ws->host_correct.resize(b);
+  slot = std::move(ws);
+  return slot.get();
+}
+
+}  // namespace lockstep
