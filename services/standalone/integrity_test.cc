@@ -48,8 +48,8 @@ class AbortingSink final : public JobSink, public WorkerSupply {
     if (step == abort_at_ && runner != nullptr) runner->Abort(absl::CancelledError("stop here"));
   }
   absl::StatusOr<std::vector<PoolWorker>> Replace(const std::vector<std::string>&,
-                                                  const absl::Status& reason,
-                                                  absl::Duration) override {
+                                                  const absl::Status& reason, absl::Duration,
+                                                  const CancelToken&) override {
     return absl::UnavailableError(
         absl::StrCat("no spare workers in this test: ", reason.message()));
   }

@@ -106,7 +106,10 @@ TEST_F(ExclusivePortsTest, ASecondWorkerOnATakenPortExitsOneNamingIt) {
   ASSERT_OK_AND_ASSIGN(v1::ListWorkersResponse before, cluster_->Workers());
   ASSERT_EQ(before.workers_size(), 1);
   const std::string port = PortOf(before.workers(0).address());
-  const TlsFiles tls = WorkerTls(credentials_);
+  // Its own certificate (identity "intruder"), as a deployment would give it: the port,
+  // not the credentials, is what must stop it.
+  ASSERT_OK(MakeCredentials({credentials_, {}, {}, {"intruder"}}));
+  const TlsFiles tls = WorkerTls(credentials_, "intruder");
   std::vector<std::string> argv = {BinaryPath("lockstep-worker"),
                                    "--listen=127.0.0.1:" + port,
                                    "--coordinator=" + cluster_->address(),
