@@ -68,7 +68,6 @@ TEST(TokenTable, BadLimitFieldsAreInvalidArgumentNamingTheLine) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("TOKEN NAME ROLE")));
 }
 
-
 TEST(GuardWorker, AWorkersOwnCertificateGivesItsName) {
   const Guard guard = Guard::Tls(TokenTable());
   EXPECT_EQ(

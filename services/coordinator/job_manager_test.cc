@@ -10,9 +10,9 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/clock.h"
 #include "core/spec/spec.h"
 #include "core/testing.h"
-#include "core/clock.h"
 #include "services/coordinator/fake_worker_client.h"
 #include "services/coordinator/snapshot_store.h"
 #include "services/coordinator/user_limits.h"

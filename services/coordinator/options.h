@@ -5,9 +5,9 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "core/clock.h"
 #include "core/spec/memory.h"
 #include "core/spec/spec.h"
-#include "core/clock.h"
 #include "services/coordinator/user_limits.h"
 
 namespace lockstep {
