@@ -185,8 +185,10 @@ part_tests() {
 # Starts a coordinator and one worker on $device; sets addr.
 start_cluster() {
   local state=$tmp/state t_end
+  # The bundle's data lies outside the default data roots (/usr/share/datasets, /data):
+  # both servers are told where it is.
   "$s/bin/lockstep-coordinator" --insecure --listen=127.0.0.1:0 --port_file="$tmp/port" --state_dir="$state" \
-    >"$logs/coordinator.log" 2>&1 &
+    --data_root="$s/data" >"$logs/coordinator.log" 2>&1 &
   coord_pid=$!
   t_end=$((SECONDS + 10))
   until [ -s "$tmp/port" ] || [ $SECONDS -ge $t_end ]; do sleep 0.1; done
@@ -197,7 +199,7 @@ start_cluster() {
   addr=127.0.0.1:$(cat "$tmp/port")
   export LOCKSTEP_COORDINATOR=$addr LOCKSTEP_INSECURE=1  # a check on loopback: plaintext
   "$s/bin/lockstep-worker" --insecure --coordinator="$addr" --listen=127.0.0.1:0 --advertise_host=127.0.0.1 \
-    --device="$device" --threads=4 >"$logs/worker.log" 2>&1 &
+    --device="$device" --threads=4 --data_root="$s/data" >"$logs/worker.log" 2>&1 &
   worker_pid=$!
   t_end=$((SECONDS + 20))
   until timeout 5 "$s/bin/lockstep" workers 2>/dev/null | grep -q "$kind" || [ $SECONDS -ge $t_end ]; do
