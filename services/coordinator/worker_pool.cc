@@ -60,8 +60,8 @@ std::string WorkerPool::Register(const std::string& address, const std::string& 
   return *RegisterAs("", address, device, name, threads);  // without identity: never refused
 }
 
-absl::Status WorkerPool::CheckIdentity(const std::string& id, const std::string& identity) {
-  absl::MutexLock lock(&mu_);
+absl::StatusOr<PoolWorker*> WorkerPool::OwnedLocked(const std::string& id,
+                                                    const std::string& identity) {
   auto it = workers_.find(id);
   if (it == workers_.end()) {
     return absl::NotFoundError(absl::StrCat("worker ", id, " is not registered"));
@@ -70,20 +70,19 @@ absl::Status WorkerPool::CheckIdentity(const std::string& id, const std::string&
     return absl::PermissionDeniedError(
         absl::StrCat("worker ", id, " was registered by another identity"));
   }
-  return absl::OkStatus();
+  return &it->second;
+}
+
+absl::Status WorkerPool::CheckIdentity(const std::string& id, const std::string& identity) {
+  absl::MutexLock lock(&mu_);
+  return OwnedLocked(id, identity).status();
 }
 
 absl::Status WorkerPool::Heartbeat(const std::string& id, const std::string& identity) {
   absl::MutexLock lock(&mu_);
-  auto it = workers_.find(id);
-  if (it == workers_.end()) {
-    return absl::NotFoundError(absl::StrCat("worker ", id, " is not registered"));
-  }
-  if (it->second.identity != identity) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("worker ", id, " was registered by another identity"));
-  }
-  it->second.last_seen = clock_->Now();
+  absl::StatusOr<PoolWorker*> w = OwnedLocked(id, identity);
+  if (!w.ok()) return w.status();
+  (*w)->last_seen = clock_->Now();
   return absl::OkStatus();
 }
 

@@ -98,6 +98,10 @@ class WorkerPool {
   std::map<std::string, PoolWorker> workers_ ABSL_GUARDED_BY(mu_);  // ordered by id
   std::vector<LostWorker> lost_ ABSL_GUARDED_BY(mu_);
   RevokedWorkers revoked_ ABSL_GUARDED_BY(mu_);
+
+  // The worker `id` if `identity` registered it: NOT_FOUND or PERMISSION_DENIED otherwise.
+  absl::StatusOr<PoolWorker*> OwnedLocked(const std::string& id, const std::string& identity)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace lockstep
