@@ -40,11 +40,15 @@ absl::StatusOr<TlsFiles> EnsureEnrolled(const EnrollOptions& o) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + o.timeout));
   ctx.set_wait_for_ready(true);  // the coordinator may be starting too
+  CancelToken::Callback on_cancel;
+  if (o.cancel != nullptr) on_cancel = o.cancel->OnCancel([&ctx] { ctx.TryCancel(); });
+  spdlog::info("enrolling with {} (bootstrap token from {})", o.coordinator, o.token_file);
   v1::EnrollRequest req;
   req.set_csr_pem(made->csr_pem);
   req.set_name(o.name);
   v1::EnrollResponse resp;
   if (absl::Status st = FromGrpcStatus(stub->Enroll(&ctx, req, &resp)); !st.ok()) {
+    if (o.cancel != nullptr && o.cancel->cancelled()) return o.cancel->status();
     return absl::Status(st.code(),
                         absl::StrCat("enrolling with ", o.coordinator, ": ", st.message()));
   }

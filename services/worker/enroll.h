@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/cancel.h"
 #include "services/common/net.h"
 
 namespace lockstep {
@@ -22,11 +23,13 @@ struct EnrollOptions {
   std::string identity_dir;  // where worker.pem and worker-key.pem are kept (mode 0700)
   std::string name;          // the prefix of the identity asked for (pod or host name)
   absl::Duration timeout = absl::Minutes(2);  // for the coordinator to answer
+  const CancelToken* cancel = nullptr;        // ends the wait early (a SIGTERM)
 };
 
 // The TLS files to serve and call with. INVALID_ARGUMENT naming the token file; the
 // coordinator's answer (UNAUTHENTICATED for a wrong token, DEADLINE_EXCEEDED when it does
-// not answer within the timeout); the system's error naming a file that cannot be written.
+// not answer within the timeout; the token's status once `cancel` is cancelled, promptly);
+// the system's error naming a file that cannot be written.
 absl::StatusOr<TlsFiles> EnsureEnrolled(const EnrollOptions& options);
 
 }  // namespace lockstep

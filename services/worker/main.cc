@@ -8,6 +8,9 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <thread>
+
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -79,9 +82,26 @@ int Main() {
     name = h;
   }
   if (!absl::GetFlag(FLAGS_bootstrap_token_file).empty() && absl::GetFlag(FLAGS_tls_cert).empty()) {
-    absl::StatusOr<TlsFiles> files = EnsureEnrolled({coordinator, absl::GetFlag(FLAGS_tls_ca),
-                                                     absl::GetFlag(FLAGS_bootstrap_token_file),
-                                                     absl::GetFlag(FLAGS_identity_dir), name});
+    // A SIGTERM while the coordinator is awaited ends the wait (the signals are blocked
+    // here and received by this watcher; it looks every second whether enrolling ended).
+    CancelToken stop;
+    std::atomic<bool> enrolling{true};
+    std::thread watcher([&] {
+      if (WaitForShutdownSignal([&] { return !enrolling.load(); })) {
+        stop.Cancel(absl::CancelledError("stopped by a signal while enrolling"));
+      }
+    });
+    EnrollOptions enroll{coordinator, absl::GetFlag(FLAGS_tls_ca),
+                         absl::GetFlag(FLAGS_bootstrap_token_file),
+                         absl::GetFlag(FLAGS_identity_dir), name};
+    enroll.cancel = &stop;
+    absl::StatusOr<TlsFiles> files = EnsureEnrolled(enroll);
+    enrolling = false;
+    watcher.join();
+    if (stop.cancelled()) {
+      spdlog::info("{}", std::string(stop.status().message()));
+      return 0;
+    }
     if (!files.ok()) {
       spdlog::error("{}", files.status().ToString());
       return 1;

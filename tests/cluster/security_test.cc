@@ -435,6 +435,44 @@ TEST(Security, AWorkerWithTheBootstrapTokenEnrollsForItsOwnIdentityAndOneWithout
   waitpid(enrolled, nullptr, 0);
 }
 
+// Enrolling waits up to two minutes for the coordinator; a SIGTERM (a pod deleted while its
+// coordinator is away) ends the wait at once, and the worker exits 0.
+TEST(Security, AWorkerWaitingToEnrollStopsAtSigterm) {
+  const std::string dir = ::testing::TempDir() + "/enroll-sigterm";
+  std::filesystem::remove_all(dir);  // the log is appended to
+  ASSERT_OK(MakeCredentials({dir, {}, {}}));
+  std::ofstream(dir + "/token") << "bootstrap-0123456789abcdef\n";
+  const std::string log = dir + "/worker.log";
+  ASSERT_OK_AND_ASSIGN(
+      pid_t pid,
+      SpawnServer({BinaryPath("lockstep-worker"), "--coordinator=127.0.0.1:1",
+                   "--listen=127.0.0.1:0", "--advertise_host=127.0.0.1", "--threads=1",
+                   "--name=waiting", "--tls_ca=" + dir + "/ca.pem",
+                   "--bootstrap_token_file=" + dir + "/token", "--identity_dir=" + dir + "/id"},
+                  log));
+  // Polled: the worker's log says when its wait began; waitpid has no timeout.
+  const absl::Time began = absl::Now();
+  while (!absl::StrContains(ReadAll(log), "enrolling with") &&
+         absl::Now() - began < absl::Seconds(30)) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_THAT(ReadAll(log), HasSubstr("enrolling with 127.0.0.1:1"));
+  const absl::Time sent = absl::Now();
+  kill(pid, SIGTERM);
+  int status = 0;
+  pid_t reaped = 0;
+  while ((reaped = waitpid(pid, &status, WNOHANG)) == 0 && absl::Now() - sent < absl::Seconds(10)) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  if (reaped != pid) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  EXPECT_EQ(reaped, pid) << "still enrolling 10 s after SIGTERM\n" << ReadAll(log);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << ReadAll(log);
+  EXPECT_THAT(ReadAll(log), HasSubstr("stopped by a signal while enrolling"));
+}
+
 // The TCP ports process `pid` listens on (its sockets in LISTEN state).
 std::vector<int> ListeningPorts(pid_t pid) {
   std::set<std::string> inodes;
