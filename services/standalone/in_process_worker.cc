@@ -38,11 +38,16 @@ class InProcessStepStream final : public StepStream {
     on_cancel_ = cancel.OnCancel([this] { Cancel(); });
     thread_ = std::thread([this] { Loop(); });
   }
+  // A step still running may wait in the all-reduce for peers that never come (up to the
+  // collective's timeout): the job is released, which ends it, before the thread is joined.
   ~InProcessStepStream() override {
+    bool running;
     {
       absl::MutexLock lock(&mu_);
       if (error_.ok()) error_ = absl::CancelledError("step stream closed");
+      running = running_;
     }
+    if (running) slot_->Release(job_id_);
     thread_.join();
   }
 
