@@ -48,16 +48,18 @@ class BNConvNet(nn.Module):
   """examples/bn-convnet.yaml's model (422,090 params): [Conv 3x3 -> BatchNorm -> relu ->
   max_pool 2x2] for 32 and 64 features, Dense(128) -> BatchNorm -> relu -> Dropout(0.3),
   Dense(10). BatchNorm as the spec's batch_norm layers: momentum 0.9, epsilon 1e-5,
-  running averages in evaluation (train=False); under pmap it would take axis_name."""
+  running averages in evaluation (train=False); under pmap, `axis_name` makes the batch
+  statistics those of the global batch (the spec's semantics on several workers)."""
   momentum: float = 0.9
   epsilon: float = 1e-5
   dropout_rate: float = 0.3
+  axis_name: str | None = None
 
   @nn.compact
   def __call__(self, x, train: bool = False):
     def bn(x):
       return nn.BatchNorm(use_running_average=not train, momentum=self.momentum,
-                          epsilon=self.epsilon)(x)
+                          epsilon=self.epsilon, axis_name=self.axis_name)(x)
 
     for features in (32, 64):
       x = nn.Conv(features=features, kernel_size=(3, 3))(x)
