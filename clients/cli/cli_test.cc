@@ -100,7 +100,16 @@ TEST_F(CliTest, EverySubcommandsHelpExitsZeroAndNamesItsOptions) {
       for (const std::string& option : connection) EXPECT_THAT(r.out, HasSubstr(option)) << sub;
     }
   }
-  EXPECT_EQ(Run("help").exit_code, 0);
+  // `help [COMMAND...]` is `[COMMAND...] --help` (at 400deec `help` printed its own
+  // usage and `help submit` failed, asking for a SPEC).
+  for (const auto& [args, usage] : std::vector<std::pair<std::string, std::string>>{
+           {"help", "Usage: lockstep [OPTIONS] [SUBCOMMAND]"},
+           {"help submit", "Usage: lockstep submit [OPTIONS] SPEC"},
+           {"help cluster up", "Usage: lockstep cluster up [OPTIONS]"}}) {
+    const Result r = Run(args);
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+    EXPECT_THAT(r.out, HasSubstr(usage)) << args;
+  }
 }
 
 TEST_F(CliTest, VersionIsTheBuilds) {
@@ -131,6 +140,7 @@ TEST_F(CliTest, BadUsageExitsTwoNamingTheProblem) {
       {"health --timeout soon", "--timeout"},
       {"train", "SPEC"},
       {"train spec.yaml --bogus", "--bogus"},
+      {"help frobnicate", "no command frobnicate"},
   };
   for (const auto& [args, named] : cases) {
     const Result r = Run(args);

@@ -1,6 +1,8 @@
 // lockstep: the command-line client. `lockstep --help` lists the commands, `lockstep
 // COMMAND --help` their options.
 #include <cstdio>
+#include <string_view>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "clients/cli/args.h"
@@ -17,11 +19,9 @@ int main(int argc, char** argv) {
   AddLogsCommand(*app, commands);
   AddHealthCommand(*app, commands);
   AddCertsCommand(*app, commands);
-  CLI::App* help = app->add_subcommand("help", "print this help");
-  commands.push_back({help, [&app] {
-                        absl::PrintF("%s", app->help());
-                        return 0;
-                      }});
+  // `lockstep help [COMMAND...]` is `lockstep [COMMAND...] --help` (rewritten below); the
+  // subcommand is here to be listed.
+  app->add_subcommand("help", "print this help, or a command's: help submit, help cluster up");
   // After the subcommands, which would inherit it.
   app->footer(
       "Job commands talk to --coordinator HOST:PORT, else $LOCKSTEP_COORDINATOR, else the\n"
@@ -29,7 +29,20 @@ int main(int argc, char** argv) {
       "of --credentials DIR (else $LOCKSTEP_CREDENTIALS, else the local cluster's), or\n"
       "--tls_ca FILE and --token_file FILE; --insecure for plaintext.\n"
       "Exit codes: 0 success, 1 a failed call or a job that did not succeed, 2 bad usage.");
-  if (std::optional<int> exit_code = Parse(*app, argc, argv)) return *exit_code;
+  std::vector<char*> args(argv, argv + argc);
+  if (args.size() > 1 && std::string_view(args[1]) == "help") {
+    static char kHelp[] = "--help";
+    args.erase(args.begin() + 1);
+    if (args.size() > 1 &&
+        app->get_subcommands([&](const CLI::App* c) { return c->check_name(args[1]); }).empty()) {
+      absl::FPrintF(stderr, "error: no command %s; `lockstep help` lists them\n", args[1]);
+      return kUsageExitCode;
+    }
+    args.push_back(kHelp);
+  }
+  if (std::optional<int> exit_code = Parse(*app, static_cast<int>(args.size()), args.data())) {
+    return *exit_code;
+  }
   for (const Command& c : commands) {
     if (c.app->parsed()) return c.run();
   }
