@@ -15,7 +15,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/data/dataset.h"
 #include "core/data/idx.h"
 
 namespace lockstep::testing {
@@ -188,22 +187,21 @@ inline void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
-// Fashion-MNIST's IDX split `split` (train or t10k, under kDefaultDatasetPath) written as
-// DIR/SPLIT.npz: uint8 images [N, 28, 28, 1], int64 labels; DEFLATED as
-// np.savez_compressed writes it, else STORED as np.savez does. ReadIdx's error.
-inline absl::Status WriteIdxSplitAsNpz(const std::string& dir, const std::string& split,
-                                       bool compressed) {
-  const std::string idx = absl::StrCat(kDefaultDatasetPath, "/", split);
-  absl::StatusOr<IdxArray> images = ReadIdx(idx + "-images-idx3-ubyte.gz", 3);
+// The IDX files PREFIX-images-idx3-ubyte.gz and PREFIX-labels-idx1-ubyte.gz (e.g.
+// Fashion-MNIST's, kDefaultDatasetPath + "/train") written as one .npz at `path`: uint8
+// images [N, 28, 28, 1], int64 labels; DEFLATED as np.savez_compressed writes it, else
+// STORED as np.savez does. ReadIdx's error.
+inline absl::Status WriteIdxAsNpz(const std::string& prefix, const std::string& path,
+                                  bool compressed) {
+  absl::StatusOr<IdxArray> images = ReadIdx(prefix + "-images-idx3-ubyte.gz", 3);
   if (!images.ok()) return images.status();
-  absl::StatusOr<IdxArray> labels = ReadIdx(idx + "-labels-idx1-ubyte.gz", 1);
+  absl::StatusOr<IdxArray> labels = ReadIdx(prefix + "-labels-idx1-ubyte.gz", 1);
   if (!labels.ok()) return labels.status();
   const int64_t n = images->dims[0];
   const std::vector<int64_t> wide(labels->data.begin(), labels->data.end());
-  WriteFile(absl::StrCat(dir, "/", split, ".npz"),
-            NpzBytes(NpyBytes("|u1", {n, 28, 28, 1},
-                              std::string(images->data.begin(), images->data.end())),
-                     NpyBytes("<i8", {n}, RawBytes(wide)), compressed));
+  WriteFile(path, NpzBytes(NpyBytes("|u1", {n, 28, 28, 1},
+                                    std::string(images->data.begin(), images->data.end())),
+                           NpyBytes("<i8", {n}, RawBytes(wide)), compressed));
   return absl::OkStatus();
 }
 

@@ -21,7 +21,8 @@ namespace {
 // split DEFLATED as np.savez_compressed does); a 2-worker MLP spec of 20 steps reading them.
 v1::JobSpec FashionMnistAsNpzSpec(const std::string& dir) {
   for (const auto& [split, compressed] : {std::pair("train", false), std::pair("t10k", true)}) {
-    EXPECT_OK(WriteIdxSplitAsNpz(dir, split, compressed));
+    EXPECT_OK(WriteIdxAsNpz(absl::StrCat(kDefaultDatasetPath, "/", split),
+                            absl::StrCat(dir, "/", split, ".npz"), compressed));
   }
   return ValidSpec(absl::StrCat(R"(
 model: {kind: mlp, hidden: [32]}

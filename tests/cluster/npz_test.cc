@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/data/dataset.h"
@@ -52,8 +53,10 @@ TEST(NpzCluster, TwoWorkersTrainFromNpzFilesBitForBitAsFromIdx) {
   const std::string root =
       (fs::temp_directory_path() / absl::StrCat("lockstep-npz-", getpid())).string();
   fs::create_directories(root);
-  ASSERT_OK(WriteIdxSplitAsNpz(root, "train", /*compressed=*/false));
-  ASSERT_OK(WriteIdxSplitAsNpz(root, "t10k", /*compressed=*/true));
+  for (const auto& [split, compressed] : {std::pair("train", false), std::pair("t10k", true)}) {
+    ASSERT_OK(WriteIdxAsNpz(absl::StrCat(kDefaultDatasetPath, "/", split),
+                            absl::StrCat(root, "/", split, ".npz"), compressed));
+  }
   const std::string roots = absl::StrCat("--data_root=", root, ",", kDefaultDataRoots);
   ClusterOptions options;
   options.workers = 2;
