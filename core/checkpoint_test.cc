@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/io/safetensors.h"
+#include "core/io/safetensors_testing.h"
 #include "core/plan.h"
 #include "core/spec/spec.h"
 #include "core/spec/testing.h"
@@ -151,33 +152,24 @@ steps: 1
   ASSERT_OK(WriteCheckpoint(path, bn.model, bn.optimizer, state,
                             {{"main_key", "0123456789abcdef"}, {"spec", "{}"}}));
   const std::string whole = ReadAll(path);
-  uint64_t n = 0;
-  std::memcpy(&n, whole.data(), 8);  // little-endian, as the hosts we run on
-  const nlohmann::json header = nlohmann::json::parse(whole.substr(8, n));
-  ASSERT_TRUE(header.contains("opt_state.count"));
-  auto byte_of = [&](const std::string& tensor) {
-    return 8 + n + header.at(tensor).at("data_offsets")[0].get<size_t>() + 1;
-  };
-  const std::vector<std::pair<std::string, size_t>> damages = {
-      {"params.Dense_0.kernel", byte_of("params.Dense_0.kernel")},
-      {"opt_state.mu.Dense_0.kernel", byte_of("opt_state.mu.Dense_0.kernel")},
-      {"opt_state.nu.BatchNorm_0.scale", byte_of("opt_state.nu.BatchNorm_0.scale")},
-      {"opt_state.count", byte_of("opt_state.count")},
-      {"batch_stats.BatchNorm_0.var", byte_of("batch_stats.BatchNorm_0.var")},
-      {"header", whole.find("0123456789abcdef") + 3},  // the RNG key
-      {"header", whole.find("\"step\":\"9\"") + 8},    // the step
-  };
-  for (const auto& [what, at] : damages) {
-    SCOPED_TRACE(what);
-    std::string damaged = whole;
-    damaged[at] ^= 0x04;
-    std::ofstream(path, std::ios::binary | std::ios::trunc) << damaged;
-    EXPECT_THAT(ReadCheckpoint(path, bn.model, bn.optimizer),
-                StatusIs(absl::StatusCode::kDataLoss, AllOf(HasSubstr(path), HasSubstr(what))));
-    EXPECT_THAT(ReadStartingPoint(path, bn.model, bn.optimizer),
-                StatusIs(absl::StatusCode::kDataLoss, HasSubstr(what)));
-  }
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << whole;
+  auto byte_of = [&](const std::string& tensor) { return TensorOffset(whole, tensor) + 1; };
+  ForEachDamage(path, whole,
+                {
+                    {"params.Dense_0.kernel", byte_of("params.Dense_0.kernel")},
+                    {"opt_state.mu.Dense_0.kernel", byte_of("opt_state.mu.Dense_0.kernel")},
+                    {"opt_state.nu.BatchNorm_0.scale", byte_of("opt_state.nu.BatchNorm_0.scale")},
+                    {"opt_state.count", byte_of("opt_state.count")},
+                    {"batch_stats.BatchNorm_0.var", byte_of("batch_stats.BatchNorm_0.var")},
+                    {"header", whole.find("0123456789abcdef") + 3},  // the RNG key
+                    {"header", whole.find("\"step\":\"9\"") + 8},    // the step
+                },
+                0x04, [&](const Damage& d) {
+                  EXPECT_THAT(ReadCheckpoint(path, bn.model, bn.optimizer),
+                              StatusIs(absl::StatusCode::kDataLoss,
+                                       AllOf(HasSubstr(path), HasSubstr(d.what))));
+                  EXPECT_THAT(ReadStartingPoint(path, bn.model, bn.optimizer),
+                              StatusIs(absl::StatusCode::kDataLoss, HasSubstr(d.what)));
+                });
   bool digested = false;
   ASSERT_OK_AND_ASSIGN(TrainState back,
                        ReadCheckpoint(path, bn.model, bn.optimizer, nullptr, &digested));

@@ -1,6 +1,6 @@
 // Writing .npy and .npz bytes in tests, the way numpy does and in the ways it does not:
 // STORED or DEFLATED entries, zip64 extra fields in the local and central headers, a
-// zip64 end record, data descriptors.
+// zip64 end record, data descriptors; and Fashion-MNIST's IDX files as .npz.
 #ifndef LOCKSTEP_CORE_DATA_NPZ_TESTING_H_
 #define LOCKSTEP_CORE_DATA_NPZ_TESTING_H_
 
@@ -12,8 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/data/idx.h"
 
 namespace lockstep::testing {
 
@@ -183,6 +185,24 @@ inline std::string NpzBytes(const std::string& image_npy, const std::string& lab
 
 inline void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// The IDX files PREFIX-images-idx3-ubyte.gz and PREFIX-labels-idx1-ubyte.gz (e.g.
+// Fashion-MNIST's, kDefaultDatasetPath + "/train") written as one .npz at `path`: uint8
+// images [N, 28, 28, 1], int64 labels; DEFLATED as np.savez_compressed writes it, else
+// STORED as np.savez does. ReadIdx's error.
+inline absl::Status WriteIdxAsNpz(const std::string& prefix, const std::string& path,
+                                  bool compressed) {
+  absl::StatusOr<IdxArray> images = ReadIdx(prefix + "-images-idx3-ubyte.gz", 3);
+  if (!images.ok()) return images.status();
+  absl::StatusOr<IdxArray> labels = ReadIdx(prefix + "-labels-idx1-ubyte.gz", 1);
+  if (!labels.ok()) return labels.status();
+  const int64_t n = images->dims[0];
+  const std::vector<int64_t> wide(labels->data.begin(), labels->data.end());
+  WriteFile(path, NpzBytes(NpyBytes("|u1", {n, 28, 28, 1},
+                                    std::string(images->data.begin(), images->data.end())),
+                           NpyBytes("<i8", {n}, RawBytes(wide)), compressed));
+  return absl::OkStatus();
 }
 
 }  // namespace lockstep::testing

@@ -15,6 +15,7 @@
 #include "core/spec/spec.h"
 #include "core/spec/testing.h"
 #include "core/testing.h"
+#include "services/coordinator/checkpoint_dirs_testing.h"
 #include "services/coordinator/snapshot_store.h"
 
 namespace lockstep::testing {
@@ -23,12 +24,9 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-class CheckpointRetrierTest : public ::testing::Test {
+class CheckpointRetrierTest : public CheckpointDirsTest {
  protected:
   void SetUp() override {
-    std::string templ = (fs::temp_directory_path() / "checkpoint_retrier_test.XXXXXX").string();
-    ASSERT_NE(mkdtemp(templ.data()), nullptr);
-    root_ = templ;
     spec_ = SmallMlpSpec(1, 10);
     ASSERT_OK_AND_ASSIGN(TrainSetup setup, SetupFromSpec(spec_));
     setup_ = std::make_unique<TrainSetup>(std::move(setup));
@@ -36,29 +34,22 @@ class CheckpointRetrierTest : public ::testing::Test {
         TrainState::Create(setup_->model.Init(TrainingPlan::InitKey(7, setup_->impl), setup_->impl),
                            setup_->optimizer);
     state_.step = 10;
-    snapshots_ = root_ + "/snapshots/job-000001";
-    path_ = root_ + "/checkpoints/job-000001/checkpoint.safetensors";
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
+    job_snapshots_ = snapshots_ + "/job-000001";
+    path_ = checkpoints_ + "/job-000001/checkpoint.safetensors";
   }
   // Makes the checkpoint's folder a file: every write of the checkpoint fails, as on a
   // disk that refuses it, until Unblock.
-  void Block() {
-    fs::create_directories(root_ + "/checkpoints");
-    std::ofstream(root_ + "/checkpoints/job-000001") << "in the way";
-  }
-  void Unblock() { fs::remove(root_ + "/checkpoints/job-000001"); }
+  void Block() { Touch(checkpoints_ + "/job-000001", "in the way"); }
+  void Unblock() { fs::remove(checkpoints_ + "/job-000001"); }
   std::shared_ptr<PendingCheckpoint> Pending() {
     return std::make_shared<PendingCheckpoint>(
         "job-000001", spec_, path_, state_,
-        std::map<std::string, std::string>{{"job_id", "job-000001"}}, snapshots_);
+        std::map<std::string, std::string>{{"job_id", "job-000001"}}, job_snapshots_);
   }
   absl::Time Now() const { return absl::UnixEpoch() + absl::Milliseconds(now_ms_.load()); }
   void Advance(absl::Duration d) { now_ms_ += absl::ToInt64Milliseconds(d); }
 
-  std::string root_, snapshots_, path_;
+  std::string job_snapshots_, path_;  // the job's snapshots, its checkpoint
   v1::JobSpec spec_;
   std::unique_ptr<TrainSetup> setup_;
   TrainState state_;
@@ -67,7 +58,7 @@ class CheckpointRetrierTest : public ::testing::Test {
 
 TEST_F(CheckpointRetrierTest, ARefusedCheckpointIsRetriedWithBackoffAndWrittenOnceTheDiskTakesIt) {
   // The final snapshot that holds the state meanwhile.
-  SnapshotStore store(snapshots_, 2);
+  SnapshotStore store(job_snapshots_, 2);
   ASSERT_OK(store.Write(setup_->model, setup_->optimizer, state_, {}));
   Block();
   absl::Mutex mu;
@@ -108,8 +99,8 @@ TEST_F(CheckpointRetrierTest, ARefusedCheckpointIsRetriedWithBackoffAndWrittenOn
   ASSERT_OK_AND_ASSIGN(TrainState back, ReadCheckpoint(path_, setup_->model, setup_->optimizer));
   EXPECT_EQ(back.step, 10);
   EXPECT_TRUE(back.params == state_.params);
-  EXPECT_FALSE(fs::exists(snapshots_));     // the checkpoint holds the end
-  EXPECT_OK(retrier.TryNow("job-000001"));  // nothing pending: OK
+  EXPECT_FALSE(fs::exists(job_snapshots_));  // the checkpoint holds the end
+  EXPECT_OK(retrier.TryNow("job-000001"));   // nothing pending: OK
 }
 
 TEST_F(CheckpointRetrierTest, TryNowWritesAtOnceOrSaysWhyNot) {
@@ -129,15 +120,16 @@ TEST_F(CheckpointRetrierTest, TryNowWritesAtOnceOrSaysWhyNot) {
 // A restarted coordinator: the pending checkpoint's state from the job's newest snapshot,
 // which must be the final step's.
 TEST_F(CheckpointRetrierTest, APendingCheckpointComesBackFromTheFinalSnapshot) {
-  SnapshotStore store(snapshots_, 2);
+  SnapshotStore store(job_snapshots_, 2);
   TrainState earlier = state_;
   earlier.step = 5;
   ASSERT_OK(store.Write(setup_->model, setup_->optimizer, earlier, {{"job_id", "job-000001"}}));
-  EXPECT_THAT(PendingCheckpoint::FromSnapshot("job-000001", spec_, path_, 10, snapshots_),
+  EXPECT_THAT(PendingCheckpoint::FromSnapshot("job-000001", spec_, path_, 10, job_snapshots_),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("newest snapshot is of step 5")));
   ASSERT_OK(store.Write(setup_->model, setup_->optimizer, state_, {{"job_id", "job-000001"}}));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<PendingCheckpoint> pending,
-                       PendingCheckpoint::FromSnapshot("job-000001", spec_, path_, 10, snapshots_));
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<PendingCheckpoint> pending,
+      PendingCheckpoint::FromSnapshot("job-000001", spec_, path_, 10, job_snapshots_));
   ASSERT_OK(pending->Write());
   std::map<std::string, std::string> metadata;
   ASSERT_OK_AND_ASSIGN(TrainState back,

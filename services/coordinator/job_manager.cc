@@ -1,13 +1,20 @@
+// JobManager's core: a job's life as a state machine. Submit queues it, the scheduler
+// thread (SchedulerLoop, ScheduleLocked) starts it on workers, RunJob runs it to its end
+// state, Replace takes it through RECOVERING after a lost worker, Cancel ends it; every
+// change goes through SetStateLocked and reaches the disk in Persist. The manager's other
+// concerns have files of their own: job_manager_restart.cc (Start: the records reloaded),
+// job_manager_drain.cc, job_manager_limits.cc (per-user limits at submit and at start),
+// job_manager_retention.cc (finished jobs forgotten), job_manager_logs.cc (event logs, log
+// lines, watchers, TensorBoard), job_manager_checkpoints.cc (final checkpoints, state files)
+// and job_manager_sink.cc (a runner's progress).
 #include "services/coordinator/job_manager.h"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "core/spec/memory.h"
 #include "core/spec/spec.h"
 #include "core/status_macros.h"
@@ -15,12 +22,10 @@
 #include "services/common/job_log.h"
 #include "services/common/job_state.h"
 #include "services/coordinator/checkpoint_folder.h"
-#include "services/coordinator/user_limits.h"
+#include "services/coordinator/job_manager_internal.h"
 
 namespace lockstep {
-namespace {
-
-int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
+namespace job_manager_internal {
 
 std::string RequestKey(const std::string& owner, const std::string& request_id) {
   return absl::StrCat(owner, "\n", request_id);
@@ -34,12 +39,14 @@ v1::JobEvent StateEvent(v1::JobState state, absl::string_view reason) {
   return ev;
 }
 
-// Why a job stops when the coordinator does: it is to continue, not cancelled.
 absl::Status Stopping(absl::string_view detail) {
   return absl::UnavailableError(
       absl::StrCat("the coordinator is stopping", detail,
                    ": the job continues from its latest snapshot once it is back"));
 }
+
+}  // namespace job_manager_internal
+namespace {
 
 JobDemand DemandOf(const v1::Job& job) {
   return {job.id(),
@@ -52,87 +59,10 @@ JobDemand DemandOf(const v1::Job& job) {
 
 }  // namespace
 
-struct JobManager::Record {
-  v1::Job job;
-  int64_t version = 0;    // of `job`, bumped by every change that is written to disk
-  int64_t persisted = 0;  // the version on disk
-  int pending_saves = 0;  // writes queued and not yet made (it is not forgotten before)
-  std::shared_ptr<EventLog> log;
-  std::shared_ptr<TensorBoardWriter> tensorboard;  // null: none written
-  std::shared_ptr<EventLog> logs;                  // its log lines (WatchLogs)
-  std::set<std::string> ran_on;                    // ids of the workers it was given
-  int watchers = 0;
-  bool resume = false;     // a restarted coordinator's job: it continues from its snapshot
-  int64_t high_water = 0;  // with `resume`: the steps it had run (they are replays now)
-  bool cancelled = false;  // Cancel was called while it ran
-  // RECOVERING: the workers the scheduler gave it, for its runner to take (Replace).
-  std::optional<std::vector<PoolWorker>> replacement;
-  JobSeries* series = nullptr;  // its metrics, from its start (CoordinatorMetrics)
-  std::unique_ptr<Sink> sink;
-  std::unique_ptr<JobRunner> runner;  // while the job runs, until its thread is joined
-  std::thread thread;
-};
-
-// Forwards a runner's progress into the job's summary (under the manager's lock) and its
-// event log (outside it), and gives it workers again after a loss (Replace).
-class JobManager::Sink final : public JobSink, public WorkerSupply {
- public:
-  Sink(JobManager* m, Record* rec)
-      : m_(m), rec_(rec), log_(rec->log), tensorboard_(rec->tensorboard), series_(rec->series) {}
-  void OnSnapshot(int64_t step) override {
-    absl::MutexLock lock(&m_->mu_);
-    rec_->job.set_snapshot_step(step);
-  }
-  void OnRendezvous(const std::string& prefix, const std::vector<PoolWorker>& workers) override {
-    if (m_->kv_ == nullptr) return;
-    std::set<std::string> members;
-    for (const PoolWorker& w : workers) members.insert(w.identity);
-    m_->kv_->Open(rec_->job.id(), prefix, std::move(members));
-  }
-  absl::StatusOr<std::vector<PoolWorker>> Replace(const std::vector<std::string>& lost,
-                                                  const absl::Status& reason,
-                                                  absl::Duration timeout,
-                                                  const CancelToken& cancel) override {
-    return m_->Replace(*rec_, lost, reason, timeout, cancel);
-  }
-  void OnRunning(int64_t total) override {
-    absl::MutexLock lock(&m_->mu_);
-    rec_->job.set_total_steps(total);
-  }
-  void OnStep(const v1::StepEvent& e) override {
-    {
-      absl::MutexLock lock(&m_->mu_);
-      rec_->job.set_step(e.step());
-      rec_->job.set_last_loss(e.loss());
-      rec_->job.set_samples_per_sec(e.samples_per_sec());
-    }
-    series_->OnStep(e);
-    v1::JobEvent ev;
-    *ev.mutable_step() = e;
-    ev.set_unix_ms(NowMs());
-    if (tensorboard_) tensorboard_->OnStep(e, ev.unix_ms());
-    log_->Append(std::move(ev));
-  }
-  void OnEval(const v1::EvalResult& r) override {
-    {
-      absl::MutexLock lock(&m_->mu_);
-      *rec_->job.mutable_last_eval() = r;
-    }
-    series_->OnEval(r);
-    v1::JobEvent ev;
-    *ev.mutable_eval() = r;
-    ev.set_unix_ms(NowMs());
-    if (tensorboard_) tensorboard_->OnEval(r, ev.unix_ms());
-    log_->Append(std::move(ev));
-  }
-
- private:
-  JobManager* m_;
-  Record* rec_;
-  const std::shared_ptr<EventLog> log_;
-  const std::shared_ptr<TensorBoardWriter> tensorboard_;
-  JobSeries* const series_;
-};
+using job_manager_internal::NowMs;
+using job_manager_internal::RequestKey;
+using job_manager_internal::StateEvent;
+using job_manager_internal::Stopping;
 
 JobManager::JobManager(const CoordinatorOptions& options, WorkerPool* pool, KvTable* kv,
                        WorkerClientFactory* factory, CoordinatorMetrics* metrics)
@@ -167,76 +97,6 @@ JobManager::~JobManager() {
   for (auto& t : threads) {
     if (t.joinable()) t.join();
   }
-}
-
-absl::Status JobManager::Start() {
-  ASSIGN_OR_RETURN(std::vector<v1::Job> saved, records_.Load());
-  ASSIGN_OR_RETURN(const int64_t next_id, records_.LoadNextId());
-  std::vector<Save> saves;
-  std::vector<std::string> forgotten;
-  int64_t next = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    next_id_ = std::max(next_id_, next_id);
-    for (v1::Job& job : saved) {
-      auto rec = std::make_unique<Record>();
-      const v1::JobState was = job.state();
-      rec->job = std::move(job);
-      rec->version = rec->persisted = 1;
-      rec->log = std::make_shared<EventLog>(options_.history_bytes, &notifier_);
-      rec->logs = NewLogs(rec->job.id());
-      const std::string id = rec->job.id();
-      metrics_->JobStateChanged(v1::JOB_STATE_UNSPECIFIED, was);
-      if (id.rfind("job-", 0) == 0)
-        next_id_ = std::max<int64_t>(next_id_, std::atoll(id.c_str() + 4) + 1);
-      if (!rec->job.spec().request_id().empty())
-        by_request_id_[RequestKey(rec->job.owner(), rec->job.spec().request_id())] = id;
-      if (IsTerminal(was)) {  // its final event, for watchers; the record stays as it was
-        KeepPendingCheckpointLocked(*rec);
-        rec->log->Append(StateEvent(was, rec->job.failure_reason()));
-        rec->log->Close();
-        rec->log->Compact();
-        rec->logs->Close();
-      } else {
-        rec->tensorboard = NewTensorBoardWriter(rec->job);
-        // Nothing is lost: a job that was running continues from its latest snapshot, and
-        // shows it (RECOVERING at that step) until it has workers.
-        if (was != v1::QUEUED) {
-          rec->resume = true;
-          rec->job.set_recoveries(rec->job.recoveries() + 1);
-          metrics_->Recovery();
-          rec->job.clear_workers();
-          rec->high_water = rec->job.step();
-          int64_t from = 0;
-          if (!options_.snapshot_dir.empty()) {
-            const std::vector<int64_t> steps =
-                SnapshotStore(options_.snapshot_dir + "/" + id, 1).Steps();
-            if (!steps.empty()) from = steps.back();
-          }
-          rec->job.set_step(from);
-          rec->job.set_snapshot_step(from);
-          SetStateLocked(*rec, v1::RECOVERING,
-                         absl::UnavailableError(
-                             absl::StrCat("the coordinator restarted: the job continues from step ",
-                                          from, " once it has workers")),
-                         &saves);
-        } else {
-          SetStateLocked(*rec, v1::QUEUED, absl::OkStatus(), &saves);
-        }
-        queue_.push_back(id);
-      }
-      jobs_[id] = std::move(rec);
-    }
-  }
-  Persist(std::move(saves));
-  {
-    absl::MutexLock lock(&mu_);
-    forgotten = ForgetOldLocked();
-    next = next_id_;
-  }
-  Forget(std::move(forgotten), next);
-  scheduler_ = std::thread([this] { SchedulerLoop(); });
-  return absl::OkStatus();
 }
 
 void JobManager::Kick() {
@@ -336,20 +196,6 @@ void JobManager::Persist(std::vector<Save> saves) {
     if (it == jobs_.end()) continue;
     --it->second->pending_saves;
     if (st.ok()) it->second->persisted = std::max(it->second->persisted, s.version);
-  }
-}
-
-void JobManager::Forget(std::vector<std::string> ids, int64_t next_id) {
-  if (ids.empty()) return;
-  // The next id first: were the records erased and the coordinator killed before it was
-  // on disk, a restart could hand their ids out again.
-  if (absl::Status st = records_.SaveNextId(next_id); !st.ok()) {
-    spdlog::error("job ids: {}", st.ToString());
-    return;  // the records stay: their ids keep the next one above them
-  }
-  for (const std::string& id : ids) {
-    records_.Erase(id).IgnoreError();
-    if (!options_.snapshot_dir.empty()) SnapshotStore(options_.snapshot_dir + "/" + id, 1).Clear();
   }
 }
 
@@ -547,99 +393,6 @@ absl::StatusOr<std::vector<PoolWorker>> JobManager::Replace(Record& rec,
   return out;
 }
 
-bool JobManager::SettledLocked() const {
-  for (const auto& [id, rec] : jobs_) {
-    if (rec->thread.joinable() || rec->pending_saves > 0) return false;
-  }
-  return true;
-}
-
-absl::Status JobManager::Drain(absl::Time deadline) {
-  const absl::Time start = absl::Now();
-  // The runners' share of the grace period; the rest is for the aborted to end and write.
-  const absl::Time abort_at = start + std::max(absl::ZeroDuration(), deadline - start) * 3 / 4;
-  auto settled = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return SettledLocked(); };
-  std::vector<std::string> aborted;
-  absl::MutexLock lock(&mu_);
-  stopping_ = true;  // no submit, no start, no replacement workers; waits for them end
-  int draining = 0;
-  for (auto& [id, rec] : jobs_) {
-    if (rec->runner && rec->thread.joinable()) {
-      rec->runner->Drain();
-      ++draining;
-    }
-  }
-  spdlog::info("draining: {} running job(s) snapshot and stop", draining);
-  if (!mu_.AwaitWithDeadline(absl::Condition(&settled), abort_at)) {
-    for (auto& [id, rec] : jobs_) {
-      if (!rec->runner || !rec->thread.joinable()) continue;
-      rec->runner->Abort(Stopping(" (drain) and the job reached no step boundary in time"));
-      aborted.push_back(id);
-    }
-    mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
-  }
-  // Watchers end now, saying why, rather than when the server's shutdown cuts them off.
-  const absl::Status why = Stopping(" (drain); watch again then");
-  for (auto& [id, rec] : jobs_) {
-    rec->log->Interrupt(why);
-    rec->logs->Interrupt(why);
-  }
-  spdlog::info("drained in {}", absl::FormatDuration(absl::Now() - start));
-  if (aborted.empty()) return absl::OkStatus();
-  return absl::DeadlineExceededError(absl::StrCat("no step boundary within the grace period for ",
-                                                  absl::StrJoin(aborted, ", "),
-                                                  " (they continue from their previous snapshot)"));
-}
-
-std::shared_ptr<EventLog> JobManager::NewLogs(const std::string& id) {
-  auto logs = std::make_shared<EventLog>(options_.log_bytes, &notifier_);
-  absl::MutexLock lock(&logs_mu_);
-  logs_[id] = logs;
-  return logs;
-}
-
-void JobManager::AppendLog(const v1::LogLine& line) {
-  std::shared_ptr<EventLog> logs;
-  {
-    absl::MutexLock lock(&logs_mu_);
-    auto it = logs_.find(line.job());
-    if (it == logs_.end()) return;
-    logs = it->second;
-  }
-  v1::JobEvent ev;
-  *ev.mutable_log() = line;
-  if (ev.log().source().empty()) ev.mutable_log()->set_source("coordinator");
-  ev.set_unix_ms(line.unix_ms());
-  logs->Append(std::move(ev));
-}
-
-void JobManager::AppendWorkerLogs(const std::string& worker_id,
-                                  const google::protobuf::RepeatedPtrField<v1::LogLine>& lines) {
-  std::vector<std::pair<std::shared_ptr<EventLog>, v1::JobEvent>> kept;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const v1::LogLine& line : lines) {
-      auto it = jobs_.find(line.job());
-      // A worker writes only in the logs of jobs it ran.
-      if (it == jobs_.end() || !it->second->ran_on.contains(worker_id)) continue;
-      v1::JobEvent ev;
-      *ev.mutable_log() = line;
-      if (line.source().empty()) ev.mutable_log()->set_source(worker_id);
-      ev.mutable_log()->set_worker(worker_id);  // whatever it said
-      ev.set_unix_ms(line.unix_ms());
-      kept.emplace_back(it->second->logs, std::move(ev));
-    }
-  }
-  for (auto& [logs, ev] : kept) logs->Append(std::move(ev));
-}
-
-std::shared_ptr<TensorBoardWriter> JobManager::NewTensorBoardWriter(const v1::Job& job) {
-  if (options_.tensorboard_dir.empty()) return nullptr;
-  return std::make_shared<TensorBoardWriter>(
-      options_.tensorboard_dir, job.id(), job.spec().tensorboard_dir(),
-      LearningRateOf(job.spec().optimizer()), &tensorboard_io_);
-}
-
 absl::StatusOr<JobManager::Record*> JobManager::FindLocked(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job ", id));
@@ -650,65 +403,6 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& id) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Record * rec, FindLocked(id));
   return rec->job;
-}
-
-void JobManager::KeepPendingCheckpointLocked(Record& rec) {
-  const v1::Job& job = rec.job;
-  if (job.state() != v1::SUCCEEDED || job.checkpoint_pending().empty()) return;
-  const std::string path = CheckpointFolder(options_.checkpoint_dir, options_.snapshot_dir)
-                               .CheckpointPath(job.id(), job.spec().checkpoint_path());
-  absl::StatusOr<std::unique_ptr<PendingCheckpoint>> pending = PendingCheckpoint::FromSnapshot(
-      job.id(), job.spec(), path, job.step(),
-      options_.snapshot_dir.empty() ? "" : options_.snapshot_dir + "/" + job.id());
-  if (!pending.ok()) {
-    LogJob(spdlog::level::err, {job.id()},
-           absl::StrCat("final checkpoint pending, and lost with the previous coordinator: ",
-                        pending.status().message()));
-    return;
-  }
-  LogJob(spdlog::level::info, {job.id()},
-         absl::StrCat("final checkpoint pending (", job.checkpoint_pending(),
-                      "): its state of step ", job.step(), " is read back; retried"));
-  retrier_.Add(std::move(pending).value());
-}
-
-void JobManager::CheckpointWritten(const std::string& id, const std::string& path) {
-  std::vector<Save> saves;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(id);
-    if (it == jobs_.end()) return;  // forgotten meanwhile
-    Record& rec = *it->second;
-    rec.job.set_checkpoint_path(std::filesystem::absolute(path).string());
-    rec.job.clear_checkpoint_pending();
-    saves.push_back({rec.job, ++rec.version});
-    ++rec.pending_saves;
-  }
-  LogJob(spdlog::level::info, {id}, absl::StrCat("final checkpoint written to ", path));
-  Persist(std::move(saves));
-}
-
-absl::StatusOr<JobManager::StateFile> JobManager::CheckpointFile(const std::string& id,
-                                                                 std::optional<int64_t> step) {
-  // A pending final checkpoint: written now if the disk takes it, else its snapshot serves.
-  retrier_.TryNow(id).IgnoreError();
-  ASSIGN_OR_RETURN(const v1::Job job, Get(id));
-  std::vector<StateFile> files;  // oldest first
-  if (!options_.snapshot_dir.empty()) {
-    const SnapshotStore store(options_.snapshot_dir + "/" + id, 1);
-    for (int64_t s : store.Steps()) files.push_back({store.PathOf(s), s});
-  }
-  if (!job.checkpoint_path().empty()) files.push_back({job.checkpoint_path(), job.step()});
-  for (auto it = files.rbegin(); it != files.rend(); ++it) {
-    if (!step.has_value() || it->step == *step) return *it;
-  }
-  std::vector<int64_t> steps;
-  for (const StateFile& f : files) steps.push_back(f.step);
-  return absl::NotFoundError(absl::StrCat(
-      "job ", id,
-      steps.empty() ? " has no snapshot or checkpoint yet"
-                    : absl::StrCat(" has its state at steps ", absl::StrJoin(steps, ", "),
-                                   step.has_value() ? absl::StrCat(", not ", *step) : "")));
 }
 
 v1::ListJobsResponse JobManager::List(const v1::ListJobsRequest& req) {
@@ -749,133 +443,5 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
   Persist(std::move(saves));
   return out;
 }
-
-bool JobManager::ForgettableLocked(const Record& rec) const {
-  return IsTerminal(rec.job.state()) && rec.persisted == rec.version && rec.pending_saves == 0 &&
-         !rec.runner && !rec.thread.joinable();
-}
-
-std::string JobManager::ForgetLocked(JobMap::iterator it) {
-  const Record& rec = *it->second;
-  by_request_id_.erase(RequestKey(rec.job.owner(), rec.job.spec().request_id()));
-  {
-    absl::MutexLock logs_lock(&logs_mu_);
-    logs_.erase(it->first);
-  }
-  metrics_->JobStateChanged(rec.job.state(), v1::JOB_STATE_UNSPECIFIED);
-  metrics_->JobForgotten(it->first);
-  std::string id = it->first;
-  jobs_.erase(it);
-  return id;
-}
-
-std::vector<std::string> JobManager::ForgetOldLocked() {
-  // Each owner's finished jobs, against that owner's retention only.
-  std::map<std::string, int> finished;
-  for (const auto& [id, rec] : jobs_) {
-    if (IsTerminal(rec->job.state())) ++finished[rec->job.owner()];
-  }
-  std::vector<std::string> forgotten;
-  for (auto it = jobs_.begin(); it != jobs_.end();) {  // oldest first (ids in job order)
-    const Record& rec = *it->second;
-    if (!IsTerminal(rec.job.state())) {
-      ++it;
-      continue;
-    }
-    int& left = finished[rec.job.owner()];
-    if (left > options_.user_limits.For(rec.job.owner()).max_jobs_kept && ForgettableLocked(rec)) {
-      --left;
-      forgotten.push_back(ForgetLocked(it++));
-    } else {
-      ++it;
-    }
-  }
-  return forgotten;
-}
-
-absl::Status JobManager::AdmitLocked(const std::string& owner,
-                                     std::vector<std::string>* forgotten) {
-  const UserLimits& limits = options_.user_limits.For(owner);
-  int queued = 0;
-  for (const std::string& id : queue_) queued += jobs_[id]->job.owner() == owner;
-  if (limits.max_queued_jobs > 0 && queued >= limits.max_queued_jobs) {
-    return absl::ResourceExhaustedError(OverLimit(owner, limits, UserLimit::kQueued, queued));
-  }
-  if (static_cast<int>(queue_.size()) >= options_.max_queued_jobs) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(queue_.size(), " jobs are queued, the coordinator's limit (--max_queued_jobs ",
-                     options_.max_queued_jobs, ")"));
-  }
-  // At the global cap on records, the submitter's own oldest finished job makes room.
-  auto room = jobs_.end();
-  if (static_cast<int>(jobs_.size()) >= options_.max_jobs_kept) {
-    room = std::find_if(jobs_.begin(), jobs_.end(), [&](const auto& e) {
-      return e.second->job.owner() == owner && ForgettableLocked(*e.second);
-    });
-    if (room == jobs_.end()) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the coordinator keeps ", jobs_.size(), " job records (limit --max_jobs_kept ",
-          options_.max_jobs_kept, "), none of them a finished job of user ", owner));
-    }
-  }
-  if (limits.submits_per_minute > 0) {
-    const absl::Time now = options_.clock->Now();
-    auto bucket = submit_rate_.try_emplace(owner, limits.submits_per_minute, now).first;
-    absl::Duration wait;
-    if (!bucket->second.TryTake(now, &wait)) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          OverLimit(owner, limits, UserLimit::kSubmitsPerMinute, limits.submits_per_minute),
-          "; the next one in ", absl::FormatDuration(wait)));
-    }
-  }
-  if (room != jobs_.end()) forgotten->push_back(ForgetLocked(room));
-  return absl::OkStatus();
-}
-
-std::map<std::string, OwnerSlots> JobManager::OwnerSlotsLocked() const {
-  std::map<std::string, OwnerSlots> slots;  // the limited owners of queued jobs
-  for (const std::string& id : queue_) {
-    const std::string& owner = jobs_.at(id)->job.owner();
-    if (options_.user_limits.For(owner).max_running_jobs > 0) slots[owner];
-  }
-  if (slots.empty()) return slots;
-  std::map<std::string, int> running;
-  for (const auto& [id, rec] : jobs_) {
-    const v1::JobState state = rec->job.state();
-    if (state == v1::RUNNING || state == v1::RECOVERING) ++running[rec->job.owner()];
-  }
-  for (auto& [owner, s] : slots) {
-    const UserLimits& limits = options_.user_limits.For(owner);
-    s.free = limits.max_running_jobs - running[owner];
-    s.why = OverLimit(owner, limits, UserLimit::kRunning, running[owner]);
-  }
-  return slots;
-}
-
-absl::StatusOr<std::unique_ptr<JobManager::Watch>> JobManager::StartWatch(const std::string& id,
-                                                                          bool logs) {
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Record * rec, FindLocked(id));
-  if (stopping_) return Stopping("; watch again then");
-  if (watchers_ >= options_.max_watchers || rec->watchers >= options_.max_watchers_per_job) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("too many watchers (limits: ", options_.max_watchers_per_job, " per job, ",
-                     options_.max_watchers, " in all)"));
-  }
-  ++watchers_;
-  ++rec->watchers;
-  return std::unique_ptr<Watch>(new Watch(this, id, logs ? rec->logs : rec->log));
-}
-
-void JobManager::EndWatch(const std::string& id) {
-  absl::MutexLock lock(&mu_);
-  --watchers_;
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return;
-  Record& rec = *it->second;
-  if (--rec.watchers == 0 && IsTerminal(rec.job.state())) rec.log->Compact();
-}
-
-JobManager::Watch::~Watch() { m_->EndWatch(id_); }
 
 }  // namespace lockstep

@@ -15,6 +15,12 @@
 // stream's). Watchers are woken on a thread of the manager's own (notifier_). mu_ is never held
 // while waiting for the disk, a worker or a thread: records are written and threads joined after
 // unlocking.
+//
+// Its implementation, a file an idea: job_manager.cc (the state machine: submit, schedule,
+// run, recover, cancel), job_manager_restart.cc (Start), job_manager_drain.cc,
+// job_manager_limits.cc, job_manager_retention.cc, job_manager_logs.cc (logs, watchers,
+// TensorBoard), job_manager_checkpoints.cc and job_manager_sink.cc; job_manager_internal.h
+// holds the Record they share.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_JOB_MANAGER_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_JOB_MANAGER_H_
 

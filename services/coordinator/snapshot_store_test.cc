@@ -15,8 +15,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/io/safetensors_testing.h"
 #include "core/spec/testing.h"
 #include "services/common/job_log.h"
+#include "services/common/job_log_testing.h"
 
 namespace lockstep::testing {
 namespace {
@@ -126,14 +128,6 @@ class SnapshotStoreTest : public ::testing::Test {
     return 0;
   }
 
-  // Where the bytes of tensor `name` of the safetensors file `bytes` start.
-  static size_t TensorOffset(const std::string& bytes, const std::string& name) {
-    uint64_t n = 0;
-    std::memcpy(&n, bytes.data(), 8);
-    const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
-    return 8 + n + header.at(name).at("data_offsets")[0].get<size_t>();
-  }
-
   std::string root_, dir_;
   v1::JobSpec spec_;
   std::unique_ptr<TrainSetup> setup_;
@@ -241,51 +235,30 @@ TEST_F(SnapshotStoreTest, ADamagedNewestSnapshotIsSkippedForThePreviousOne) {
 // the file's digests: the newest is skipped for the previous one, and the job's log names
 // the file and the tensor.
 TEST_F(SnapshotStoreTest, AFlipAnywhereIsSkippedForThePreviousSnapshotNamingFileAndTensor) {
-  std::vector<v1::LogLine> lines;
-  absl::Mutex lines_mu;
-  struct Untap {
-    ~Untap() { SetLogTap(nullptr); }  // before `lines` goes, however the test ends
-  } untap;
-  SetLogTap([&](const v1::LogLine& line) {
-    absl::MutexLock lock(&lines_mu);
-    lines.push_back(line);
-  });
+  LogCapture log;
   SnapshotStore store(dir_, 3);
   for (int64_t step : {5, 10}) ASSERT_OK(Write(store, step));
   const std::string newest = Path(10);
   const std::string whole = ReadAll(newest);
-  struct Damage {
-    std::string tensor;  // what the log must name
-    size_t at;
-    size_t bytes;
-  };
   const std::vector<Damage> damages = {
       {"opt_state.mu.Dense_0.kernel", TensorOffset(whole, "opt_state.mu.Dense_0.kernel") + 400, 64},
-      {"opt_state.nu.Dense_1.bias", TensorOffset(whole, "opt_state.nu.Dense_1.bias") + 2, 1},
-      {"opt_state.count", TensorOffset(whole, "opt_state.count"), 1},
-      {"params.Dense_1.kernel", TensorOffset(whole, "params.Dense_1.kernel") + 9, 1},
-      {"header", whole.find("main-10") + 5, 1},  // the RNG key in the metadata
-      {"header", whole.find("job-000001") + 4, 1},
+      {"opt_state.nu.Dense_1.bias", TensorOffset(whole, "opt_state.nu.Dense_1.bias") + 2},
+      {"opt_state.count", TensorOffset(whole, "opt_state.count")},
+      {"params.Dense_1.kernel", TensorOffset(whole, "params.Dense_1.kernel") + 9},
+      {"header", whole.find("main-10") + 5},  // the RNG key in the metadata
+      {"header", whole.find("job-000001") + 4},
   };
-  for (const Damage& d : damages) {
-    SCOPED_TRACE(d.tensor);
-    std::string damaged = whole;
-    for (size_t i = 0; i < d.bytes; ++i) damaged[d.at + i] ^= 0x5a;
-    WriteAll(newest, damaged);
-    {
-      absl::MutexLock lock(&lines_mu);
-      lines.clear();
-    }
+  ForEachDamage(newest, whole, damages, 0x5a, [&](const Damage& d) {
+    log.Clear();
     ASSERT_OK_AND_ASSIGN(std::optional<Snapshot> latest, Latest(store));
     ExpectSnapshotOf(latest, 5);
-    absl::MutexLock lock(&lines_mu);
+    const std::vector<v1::LogLine> lines = log.lines();
     ASSERT_EQ(lines.size(), 1u);
     EXPECT_EQ(lines[0].job(), "job-000001");
     EXPECT_EQ(lines[0].level(), "warning");
     EXPECT_THAT(lines[0].message(), AllOf(HasSubstr("resuming from step 5"), HasSubstr(newest),
-                                          HasSubstr(d.tensor), HasSubstr("damaged")));
-  }
-  SetLogTap(nullptr);
+                                          HasSubstr(d.what), HasSubstr("damaged")));
+  });
 }
 
 TEST_F(SnapshotStoreTest, NoReadableSnapshotIsDataLossNamingEachFile) {

@@ -8,22 +8,20 @@
 //  - a final checkpoint that a full disk (a tiny tmpfs) refuses: the job still succeeds,
 //    its final state in the newest snapshot and in memory, and the checkpoint is written
 //    once there is room.
-#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "core/checkpoint.h"
+#include "core/io/safetensors_testing.h"
 #include "core/io/tmpfs_testing.h"
 #include "core/spec/spec.h"
 #include "core/spec/testing.h"
-#include "core/status_macros.h"
 #include "core/testing.h"
-#include "services/common/job_log.h"
+#include "services/common/job_log_testing.h"
 #include "services/coordinator/job_manager.h"
+#include "services/coordinator/job_manager_testing.h"
 #include "services/coordinator/job_runner.h"
 #include "services/coordinator/snapshot_store.h"
 #include "services/standalone/testing.h"
@@ -74,12 +72,6 @@ recovery: {snapshot_every_steps: 10, snapshots_kept: 3}
   return spec;
 }
 
-std::string TempDir(const std::string& name) {
-  std::string templ = (fs::temp_directory_path() / ("integrity_" + name + ".XXXXXX")).string();
-  EXPECT_NE(mkdtemp(templ.data()), nullptr);
-  return templ;
-}
-
 absl::StatusOr<JobOutcome> RunOnce(const v1::JobSpec& spec, const CoordinatorOptions& options,
                                    AbortingSink* sink, bool resume) {
   InProcessWorkers workers(2);
@@ -93,14 +85,6 @@ absl::StatusOr<JobOutcome> RunOnce(const v1::JobSpec& spec, const CoordinatorOpt
   return out;
 }
 
-// Where tensor `name` of the safetensors file `bytes` starts.
-size_t TensorOffset(const std::string& bytes, const std::string& name) {
-  uint64_t n = 0;
-  std::memcpy(&n, bytes.data(), 8);
-  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
-  return 8 + n + header.at(name).at("data_offsets")[0].get<size_t>();
-}
-
 TEST(Integrity, AFlipInTheNewestSnapshotResumesFromThePreviousToTheUndisturbedChecksum) {
   const std::string root = TempDir("snapshots");
   CoordinatorOptions options;
@@ -110,22 +94,14 @@ TEST(Integrity, AFlipInTheNewestSnapshotResumesFromThePreviousToTheUndisturbedCh
   ASSERT_OK_AND_ASSIGN(JobOutcome clean, RunOnce(Spec(), options, &clean_sink, false));
   fs::remove_all(root);
 
-  std::vector<v1::LogLine> lines;
-  absl::Mutex lines_mu;
-  struct Untap {
-    ~Untap() { SetLogTap(nullptr); }  // before `lines` goes, however the test ends
-  } untap;
-  SetLogTap([&](const v1::LogLine& line) {
-    absl::MutexLock lock(&lines_mu);
-    if (line.level() == "warning") lines.push_back(line);
-  });
-  struct Damage {
+  LogCapture warnings("warning");
+  struct Flip {
     std::string what;  // the tensor, or "header"
     std::string tensor;
     size_t skip;   // bytes into the tensor (or into the file, for the header)
     size_t bytes;  // flipped
   };
-  const std::vector<Damage> damages = {
+  const std::vector<Flip> damages = {
       {"opt_state.mu.Dense_0.kernel", "opt_state.mu.Dense_0.kernel", 1000, 64},
       {"params.Dense_1.kernel", "params.Dense_1.kernel", 40, 1},
       {"opt_state.nu.BatchNorm_0.scale", "opt_state.nu.BatchNorm_0.scale", 4, 1},
@@ -133,37 +109,31 @@ TEST(Integrity, AFlipInTheNewestSnapshotResumesFromThePreviousToTheUndisturbedCh
       {"batch_stats.BatchNorm_0.mean", "batch_stats.BatchNorm_0.mean", 8, 1},
       {"header", "", 0, 1},
   };
-  for (const Damage& d : damages) {
+  for (const Flip& d : damages) {
     SCOPED_TRACE(d.what);
     fs::remove_all(root);
     AbortingSink first(20);
     EXPECT_THAT(RunOnce(Spec(), options, &first, false),
                 StatusIs(absl::StatusCode::kCancelled, HasSubstr("stop here")));
     const std::string newest = options.snapshot_dir + "/job-000001/step-000000000020.safetensors";
-    std::string bytes = ReadAll(newest);
+    const std::string bytes = ReadAll(newest);
     ASSERT_FALSE(bytes.empty());
     const size_t at = d.tensor.empty() ? bytes.find("\"main_key\":\"") + 14
                                        : TensorOffset(bytes, d.tensor) + d.skip;
-    for (size_t i = 0; i < d.bytes; ++i) bytes[at + i] ^= 0x21;
-    std::ofstream(newest, std::ios::binary | std::ios::trunc) << bytes;
-    {
-      absl::MutexLock lock(&lines_mu);
-      lines.clear();
-    }
+    std::ofstream(newest, std::ios::binary | std::ios::trunc) << Flipped(bytes, at, d.bytes, 0x21);
+    warnings.Clear();
     AbortingSink resumed;
     ASSERT_OK_AND_ASSIGN(JobOutcome out, RunOnce(Spec(), options, &resumed, true));
     EXPECT_EQ(out.param_checksum, clean.param_checksum);
     ASSERT_FALSE(resumed.steps.empty());
     EXPECT_EQ(resumed.steps.front(), 11);  // from the snapshot of step 10
-    absl::MutexLock lock(&lines_mu);
     bool named = false;
-    for (const v1::LogLine& l : lines) {
+    for (const v1::LogLine& l : warnings.lines()) {
       named = named ||
               (absl::StrContains(l.message(), newest) && absl::StrContains(l.message(), d.what));
     }
     EXPECT_TRUE(named) << "no warning names " << newest << " and " << d.what;
   }
-  SetLogTap(nullptr);
   fs::remove_all(root);
 }
 
@@ -201,33 +171,13 @@ TEST(Integrity, AFinalCheckpointAFullDiskRefusesIsKeptAndWrittenOnceThereIsRoom)
   fs::remove_all(root);
 }
 
-// Waits, without sleeping, until the job's event log closes; the state events' reasons.
-absl::StatusOr<v1::Job> AwaitEnd(JobManager& jobs, const std::string& id,
-                                 std::vector<std::string>* reasons) {
-  ASSIGN_OR_RETURN(std::unique_ptr<JobManager::Watch> watch, jobs.StartWatch(id));
-  struct Woken {
-    absl::Mutex mu;
-    bool woke ABSL_GUARDED_BY(mu) = false;
-  };
-  auto woken = std::make_shared<Woken>();
-  EventLog::Wake wake = watch->log()->Subscribe([woken] {
-    absl::MutexLock lock(&woken->mu);
-    woken->woke = true;
-  });
-  const absl::Time end = absl::Now() + absl::Minutes(2);
-  for (int64_t cursor = 0;;) {
-    EventLog::Batch b = watch->log()->Read(cursor, 0, 0, 1000);
-    cursor = b.next;
-    for (const v1::JobEvent& e : b.events) {
-      if (e.has_state()) reasons->push_back(e.state().reason());
-    }
-    if (b.closed) return jobs.Get(id);
-    absl::MutexLock lock(&woken->mu);
-    if (!woken->mu.AwaitWithDeadline(absl::Condition(&woken->woke), end)) {
-      return absl::DeadlineExceededError(absl::StrCat(id, " did not end"));
-    }
-    woken->woke = false;
+// The reasons of the state events among `events`.
+std::vector<std::string> Reasons(const std::vector<v1::JobEvent>& events) {
+  std::vector<std::string> reasons;
+  for (const v1::JobEvent& e : events) {
+    if (e.has_state()) reasons.push_back(e.state().reason());
   }
+  return reasons;
 }
 
 // The issue's finding: after all its steps a job whose checkpoint hit ENOSPC was FAILED.
@@ -239,18 +189,16 @@ TEST(Integrity, AJobWhoseCheckpointHitsAFullDiskSucceedsAndWritesItOnceThereIsRo
   LOCKSTEP_SKIP_WITHOUT_TMPFS(disk);
   const std::string root = TempDir("manager");
   InProcessWorkers workers(2);
-  WorkerPool pool(absl::Hours(1));
-  for (const PoolWorker& w : workers.pool_workers()) pool.Register(w.address, "cpu", w.id, 1);
-  CoordinatorOptions options;
+  CoordinatorOptions options = OptionsIn(root);
   options.checkpoint_dir = disk.dir();
-  options.snapshot_dir = root + "/snapshots";
-  options.records_dir = root + "/jobs";
-  auto jobs = std::make_unique<JobManager>(options, &pool, nullptr, workers.factory());
+  auto c = std::make_unique<InProcessCoordinator>(options, &workers);
+  JobManager* jobs = &c->jobs;
   ASSERT_OK(jobs->Start());
   disk.Fill();
   ASSERT_OK_AND_ASSIGN(v1::Job job, jobs->Submit(Spec()));
-  std::vector<std::string> reasons;
-  ASSERT_OK_AND_ASSIGN(v1::Job done, AwaitEnd(*jobs, job.id(), &reasons));
+  std::vector<v1::JobEvent> events;
+  ASSERT_OK_AND_ASSIGN(v1::Job done, AwaitEnd(*jobs, job.id(), absl::Minutes(2), &events));
+  const std::vector<std::string> reasons = Reasons(events);
   ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
   EXPECT_THAT(done.checkpoint_pending(), HasSubstr("No space left on device"));
   EXPECT_EQ(done.checkpoint_path(), "");
@@ -262,7 +210,8 @@ TEST(Integrity, AJobWhoseCheckpointHitsAFullDiskSucceedsAndWritesItOnceThereIsRo
   EXPECT_THAT(file.path, HasSubstr(options.snapshot_dir));
 
   // A restarted coordinator, the disk still full: still pending, from the snapshot.
-  jobs = std::make_unique<JobManager>(options, &pool, nullptr, workers.factory());
+  c = std::make_unique<InProcessCoordinator>(options, &workers);
+  jobs = &c->jobs;
   ASSERT_OK(jobs->Start());
   ASSERT_OK_AND_ASSIGN(v1::Job reloaded, jobs->Get(job.id()));
   EXPECT_EQ(reloaded.state(), v1::SUCCEEDED);
@@ -277,7 +226,7 @@ TEST(Integrity, AJobWhoseCheckpointHitsAFullDiskSucceedsAndWritesItOnceThereIsRo
   ASSERT_OK_AND_ASSIGN(TrainState state, ReadCheckpoint(file.path, setup.model, setup.optimizer));
   EXPECT_EQ(state.step, 30);
   EXPECT_EQ(ParamChecksum(state.params, state.batch_stats), done.param_checksum());
-  jobs.reset();
+  c.reset();
   fs::remove_all(root);
 }
 

@@ -1,6 +1,14 @@
 #include "services/standalone/testing.h"
 
+#include <stdlib.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "services/coordinator/job_manager_testing.h"
 #include "workers/gloo/gloo_collective.h"
 
 namespace lockstep::testing {
@@ -74,6 +82,69 @@ std::vector<PoolWorker> InProcessWorkers::pool_workers() const {
     out.push_back(w);
   }
   return out;
+}
+
+std::string TempDir(const std::string& name) {
+  std::string templ =
+      (std::filesystem::temp_directory_path() / absl::StrCat("lockstep-", name, ".XXXXXX"))
+          .string();
+  if (mkdtemp(templ.data()) == nullptr) {
+    std::perror(templ.c_str());
+    std::abort();  // a test helper: nothing can run without its folder
+  }
+  return templ;
+}
+
+absl::StatusOr<JobOutcome> RunInProcess(const v1::JobSpec& spec, const CoordinatorOptions& options,
+                                        JobSink* sink, std::string job_id) {
+  InProcessWorkers workers(static_cast<int>(spec.workers()));
+  if (job_id.empty()) job_id = spec.checkpoint_path();
+  JobRunner runner(job_id, spec, workers.pool_workers(), workers.factory(), options, sink);
+  JobOutcome out;
+  RETURN_IF_ERROR(runner.Run(&out));
+  return out;
+}
+
+CoordinatorOptions OptionsIn(const std::string& dir) {
+  CoordinatorOptions options;
+  options.checkpoint_dir = dir + "/checkpoints";
+  options.records_dir = dir + "/jobs";
+  options.snapshot_dir = dir + "/snapshots";
+  return options;
+}
+
+InProcessCoordinator::InProcessCoordinator(const CoordinatorOptions& options,
+                                           InProcessWorkers* workers, bool with_workers)
+    : pool(absl::Hours(1)), jobs(options, &pool, nullptr, workers->factory()) {
+  if (with_workers) Register(*workers);
+}
+
+void InProcessCoordinator::Register(InProcessWorkers& workers) {
+  for (const PoolWorker& w : workers.pool_workers()) pool.Register(w.address, "cpu", w.id, 1);
+  jobs.Kick();
+}
+
+absl::StatusOr<uint64_t> UndisturbedChecksum(InProcessWorkers& workers, const v1::JobSpec& spec) {
+  const std::string dir = TempDir("undisturbed");
+  absl::StatusOr<v1::Job> done;
+  {
+    InProcessCoordinator c(OptionsIn(dir), &workers);
+    if (absl::Status st = c.jobs.Start(); !st.ok()) {
+      done = st;
+    } else if (absl::StatusOr<v1::Job> job = c.jobs.Submit(spec); !job.ok()) {
+      done = job.status();
+    } else {
+      done = AwaitEnd(c.jobs, job->id(), absl::Minutes(2));
+    }
+  }
+  std::filesystem::remove_all(dir);
+  RETURN_IF_ERROR(done.status());
+  if (done->state() != v1::SUCCEEDED) {
+    return absl::InternalError(absl::StrCat("the undisturbed run of ", done->id(), " ended ",
+                                            v1::JobState_Name(done->state()), ": ",
+                                            done->failure_reason()));
+  }
+  return done->param_checksum();
 }
 
 }  // namespace lockstep::testing

@@ -5,10 +5,10 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/data/dataset.h"
-#include "core/data/idx.h"
 #include "core/data/npz_testing.h"
 #include "core/testing.h"
 #include "tests/cluster/local_cluster.h"
@@ -17,22 +17,6 @@ namespace lockstep::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Fashion-MNIST's IDX split (train or t10k) as one .npz in `dir`: uint8 images
-// [N, 28, 28, 1], int64 labels.
-void WriteSplitAsNpz(const std::string& dir, const std::string& split, bool compressed) {
-  const std::string idx = absl::StrCat(kDefaultDatasetPath, "/", split);
-  absl::StatusOr<IdxArray> images = ReadIdx(idx + "-images-idx3-ubyte.gz", 3);
-  absl::StatusOr<IdxArray> labels = ReadIdx(idx + "-labels-idx1-ubyte.gz", 1);
-  ASSERT_OK(images);
-  ASSERT_OK(labels);
-  const int64_t n = images->dims[0];
-  const std::vector<int64_t> wide(labels->data.begin(), labels->data.end());
-  WriteFile(absl::StrCat(dir, "/", split, ".npz"),
-            NpzBytes(NpyBytes("|u1", {n, 28, 28, 1},
-                              std::string(images->data.begin(), images->data.end())),
-                     NpyBytes("<i8", {n}, RawBytes(wide)), compressed));
-}
 
 struct Outcome {
   v1::Job job;
@@ -69,8 +53,10 @@ TEST(NpzCluster, TwoWorkersTrainFromNpzFilesBitForBitAsFromIdx) {
   const std::string root =
       (fs::temp_directory_path() / absl::StrCat("lockstep-npz-", getpid())).string();
   fs::create_directories(root);
-  WriteSplitAsNpz(root, "train", /*compressed=*/false);
-  WriteSplitAsNpz(root, "t10k", /*compressed=*/true);
+  for (const auto& [split, compressed] : {std::pair("train", false), std::pair("t10k", true)}) {
+    ASSERT_OK(WriteIdxAsNpz(absl::StrCat(kDefaultDatasetPath, "/", split),
+                            absl::StrCat(root, "/", split, ".npz"), compressed));
+  }
   const std::string roots = absl::StrCat("--data_root=", root, ",", kDefaultDataRoots);
   ClusterOptions options;
   options.workers = 2;

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -19,7 +20,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/status_macros.h"
 #include "core/testing.h"
 #include "services/common/http_testing.h"
 #include "tests/cluster/local_cluster.h"
@@ -132,8 +135,16 @@ std::string ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// A Prometheus server scraping a cluster: skipped where no prometheus binary is installed.
 class PrometheusTest : public ::testing::Test {
  protected:
+  void SetUp() override {
+    prometheus_binary_ = FindPrometheus();
+    if (prometheus_binary_.empty()) {
+      GTEST_SKIP() << "no prometheus binary on PATH (Debian package `prometheus`; "
+                      "scripts/install-deps installs it)";
+    }
+  }
   void TearDown() override {
     if (prometheus_ > 0) StopProcesses({prometheus_}, absl::Seconds(5));
   }
@@ -163,40 +174,53 @@ class PrometheusTest : public ::testing::Test {
                   << ReadFile(dir_ + "/prometheus.log");
   }
 
+  // A cluster of `workers` workers serving /metrics, in folder dir_, its targets in
+  // targets_; INTERNAL with its logs when a target is missing.
+  absl::StatusOr<std::unique_ptr<LocalCluster>> StartScrapedCluster(int workers) {
+    ClusterOptions options;
+    options.workers = workers;
+    options.metrics = true;
+    ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
+    dir_ = cluster->dir();
+    const std::vector<std::string> targets = cluster->processes().MetricsAddresses();
+    if (targets.size() != static_cast<size_t>(workers) + 1 ||
+        std::find(targets.begin(), targets.end(), "") != targets.end()) {
+      return absl::InternalError(
+          absl::StrCat("metrics targets [", absl::StrJoin(targets, ", "), "]\n", cluster->Logs()));
+    }
+    targets_ = targets;
+    return cluster;
+  }
+  // Starts Prometheus scraping targets_ every second under the job names of
+  // deploy/prometheus/prometheus.yml; `global` adds to its global settings.
+  absl::Status StartPrometheus(absl::string_view global = "") {
+    std::ofstream(dir_ + "/prometheus.yml")
+        << "global: {scrape_interval: 1s, " << global << "evaluation_interval: 1s}\n"
+        << "scrape_configs:\n"
+        << "  - job_name: lockstep-coordinator\n"
+        << "    static_configs: [{targets: ['" << targets_[0] << "']}]\n"
+        << "  - job_name: lockstep-worker\n"
+        << "    static_configs: [{targets: ['"
+        << absl::StrJoin(targets_.begin() + 1, targets_.end(), "', '") << "']}]\n";
+    port_ = FreePort();
+    ASSIGN_OR_RETURN(prometheus_,
+                     SpawnServer({prometheus_binary_, "--config.file=" + dir_ + "/prometheus.yml",
+                                  "--storage.tsdb.path=" + dir_ + "/tsdb",
+                                  absl::StrCat("--web.listen-address=127.0.0.1:", port_)},
+                                 dir_ + "/prometheus.log"));
+    return absl::OkStatus();
+  }
+
+  std::string prometheus_binary_;
   std::string dir_;
+  std::vector<std::string> targets_;  // host:port of the cluster's /metrics, coordinator first
   int port_ = 0;
   pid_t prometheus_ = -1;
 };
 
 TEST_F(PrometheusTest, PrometheusScrapesAClusterRunningAJobAndAnswersQueries) {
-  const std::string prometheus = FindPrometheus();
-  if (prometheus.empty()) {
-    GTEST_SKIP() << "no prometheus binary on PATH (Debian package `prometheus`; "
-                    "scripts/install-deps installs it)";
-  }
-  ClusterOptions options;
-  options.workers = 2;
-  options.metrics = true;
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
-  dir_ = cluster->dir();
-  const std::vector<std::string> targets = cluster->processes().MetricsAddresses();
-  ASSERT_EQ(targets.size(), 3u);
-  for (const std::string& t : targets) ASSERT_FALSE(t.empty()) << cluster->Logs();
-
-  // The scrape config, as deploy/prometheus/prometheus.yml's but for these ports.
-  std::ofstream(dir_ + "/prometheus.yml")
-      << "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-      << "scrape_configs:\n"
-      << "  - job_name: lockstep-coordinator\n"
-      << "    static_configs: [{targets: ['" << targets[0] << "']}]\n"
-      << "  - job_name: lockstep-worker\n"
-      << "    static_configs: [{targets: ['" << targets[1] << "', '" << targets[2] << "']}]\n";
-  port_ = FreePort();
-  ASSERT_OK_AND_ASSIGN(prometheus_,
-                       SpawnServer({prometheus, "--config.file=" + dir_ + "/prometheus.yml",
-                                    "--storage.tsdb.path=" + dir_ + "/tsdb",
-                                    absl::StrCat("--web.listen-address=127.0.0.1:", port_)},
-                                   dir_ + "/prometheus.log"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalCluster> cluster, StartScrapedCluster(2));
+  ASSERT_OK(StartPrometheus());
 
   constexpr int kSteps = 40;
   ASSERT_OK_AND_ASSIGN(v1::Job job, cluster->Submit(MlpSpec(2, kSteps)));
@@ -213,37 +237,12 @@ TEST_F(PrometheusTest, PrometheusScrapesAClusterRunningAJobAndAnswersQueries) {
 }
 
 TEST_F(PrometheusTest, ScrapesSucceedWhileFiftyIdleConnectionsAreHeldOpenOnEachTarget) {
-  const std::string prometheus = FindPrometheus();
-  if (prometheus.empty()) {
-    GTEST_SKIP() << "no prometheus binary on PATH (Debian package `prometheus`; "
-                    "scripts/install-deps installs it)";
-  }
-  ClusterOptions options;
-  options.workers = 1;
-  options.metrics = true;
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
-  dir_ = cluster->dir();
-  const std::vector<std::string> targets = cluster->processes().MetricsAddresses();
-  ASSERT_EQ(targets.size(), 2u);
-  for (const std::string& t : targets) ASSERT_FALSE(t.empty()) << cluster->Logs();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalCluster> cluster, StartScrapedCluster(1));
   // Before, one connection at a time: each idle one held a scrape back 2 s, five made
   // every scrape time out.
-  IdleClients idle(targets, 50);
-
+  IdleClients idle(targets_, 50);
   // Scrapes every second, each given 1 s (Prometheus's scrape_timeout).
-  std::ofstream(dir_ + "/prometheus.yml")
-      << "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
-      << "scrape_configs:\n"
-      << "  - job_name: lockstep-coordinator\n"
-      << "    static_configs: [{targets: ['" << targets[0] << "']}]\n"
-      << "  - job_name: lockstep-worker\n"
-      << "    static_configs: [{targets: ['" << targets[1] << "']}]\n";
-  port_ = FreePort();
-  ASSERT_OK_AND_ASSIGN(prometheus_,
-                       SpawnServer({prometheus, "--config.file=" + dir_ + "/prometheus.yml",
-                                    "--storage.tsdb.path=" + dir_ + "/tsdb",
-                                    absl::StrCat("--web.listen-address=127.0.0.1:", port_)},
-                                   dir_ + "/prometheus.log"));
+  ASSERT_OK(StartPrometheus("scrape_timeout: 1s, "));
   ExpectEventually("sum(up{job=~\"lockstep-.*\"})", 2);
   // Then every scrape of the last 20 s succeeded on both, each well within its 1 s: longer
   // than the servers' 10 s idle timeout, so IdleClients had to open some of its

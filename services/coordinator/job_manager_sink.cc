@@ -1,0 +1,62 @@
+// JobManager::Sink: a running job's progress (steps, evals, snapshots, its rendezvous) into
+// its summary, metrics, event log and TensorBoard files, on the job's runner thread; and its
+// request for workers again after a loss, handed to JobManager::Replace.
+#include "services/coordinator/job_manager.h"
+#include "services/coordinator/job_manager_internal.h"
+
+namespace lockstep {
+using job_manager_internal::NowMs;
+
+void JobManager::Sink::OnSnapshot(int64_t step) {
+  absl::MutexLock lock(&m_->mu_);
+  rec_->job.set_snapshot_step(step);
+}
+
+void JobManager::Sink::OnRendezvous(const std::string& prefix,
+                                    const std::vector<PoolWorker>& workers) {
+  if (m_->kv_ == nullptr) return;
+  std::set<std::string> members;
+  for (const PoolWorker& w : workers) members.insert(w.identity);
+  m_->kv_->Open(rec_->job.id(), prefix, std::move(members));
+}
+
+absl::StatusOr<std::vector<PoolWorker>> JobManager::Sink::Replace(
+    const std::vector<std::string>& lost, const absl::Status& reason, absl::Duration timeout,
+    const CancelToken& cancel) {
+  return m_->Replace(*rec_, lost, reason, timeout, cancel);
+}
+
+void JobManager::Sink::OnRunning(int64_t total) {
+  absl::MutexLock lock(&m_->mu_);
+  rec_->job.set_total_steps(total);
+}
+
+void JobManager::Sink::OnStep(const v1::StepEvent& e) {
+  {
+    absl::MutexLock lock(&m_->mu_);
+    rec_->job.set_step(e.step());
+    rec_->job.set_last_loss(e.loss());
+    rec_->job.set_samples_per_sec(e.samples_per_sec());
+  }
+  series_->OnStep(e);
+  v1::JobEvent ev;
+  *ev.mutable_step() = e;
+  ev.set_unix_ms(NowMs());
+  if (tensorboard_) tensorboard_->OnStep(e, ev.unix_ms());
+  log_->Append(std::move(ev));
+}
+
+void JobManager::Sink::OnEval(const v1::EvalResult& r) {
+  {
+    absl::MutexLock lock(&m_->mu_);
+    *rec_->job.mutable_last_eval() = r;
+  }
+  series_->OnEval(r);
+  v1::JobEvent ev;
+  *ev.mutable_eval() = r;
+  ev.set_unix_ms(NowMs());
+  if (tensorboard_) tensorboard_->OnEval(r, ev.unix_ms());
+  log_->Append(std::move(ev));
+}
+
+}  // namespace lockstep
