@@ -68,6 +68,14 @@ RingAllReduce::RingAllReduce(std::shared_ptr<gloo::Context> context, size_t segm
       segment_floats_(std::max<size_t>(1, segment_bytes / sizeof(float))),
       inbox_(segment_floats_ * kWindow) {
   inbox_buffer_ = context_->createUnboundBuffer(inbox_.data(), inbox_.size() * sizeof(float));
+  if (context_->size == 1) return;
+  for (uint64_t g = 0; g < kWindow; ++g) PostInbox(g);
+}
+
+void RingAllReduce::PostInbox(uint64_t message) {
+  const int left = (context_->rank + context_->size - 1) % context_->size;
+  const size_t slot_bytes = segment_floats_ * sizeof(float);
+  inbox_buffer_->recv(left, kReduceScatterSlot, (message % kWindow) * slot_bytes, slot_bytes);
 }
 
 RingAllReduce::~RingAllReduce() = default;
@@ -97,33 +105,19 @@ void RingAllReduce::Run(float* data, size_t n, std::chrono::steady_clock::time_p
       }
     }
   }
-  // Reduce-scatter step t brings chunk rank - 1 - t from the left, summed so far; the
-  // non-empty ones, in order, go to inbox slot (count % kWindow).
-  std::vector<Segment> incoming;
-  for (int t = 0; t < steps; ++t) {
-    for (size_t j = 0; j < m; ++j) {
-      const Segment s = part.Get(chunk(rank - 1 - t), j);
-      if (s.size > 0) incoming.push_back(s);
-    }
-  }
-  const auto post = [&](size_t q) {
-    if (q >= incoming.size()) return;
-    const size_t offset = (q % kWindow) * segment_floats_ * sizeof(float);
-    inbox_buffer_->recv(left, kReduceScatterSlot, offset, incoming[q].size * sizeof(float));
-  };
-  for (size_t q = 0; q < static_cast<size_t>(kWindow); ++q) post(q);
+  // Reduce-scatter: the left's first segments land in the standing receives at once.
   for (size_t j = 0; j < m; ++j) send(kReduceScatterSlot, part.Get(chunk(rank), j));
-  // Reduce each incoming segment into place, then pass it on at once: to the next
-  // reduce-scatter step, or, summed over every rank after the last, to the all-gather.
-  size_t q = 0;
+  // Reduce-scatter step t brings chunk rank - 1 - t from the left, summed so far. Reduce
+  // each segment into place, then pass it on at once: to the next reduce-scatter step, or,
+  // summed over every rank after the last, to the all-gather.
   for (int t = 0; t < steps; ++t) {
     for (size_t j = 0; j < m; ++j) {
       const Segment s = part.Get(chunk(rank - 1 - t), j);
       if (s.size == 0) continue;
       Check(inbox_buffer_->waitRecv(Remaining(deadline)), "reduce-scatter receive");
-      AddInto(data + s.begin, inbox_.data() + (q % kWindow) * segment_floats_, s.size);
-      post(q + kWindow);
-      ++q;
+      AddInto(data + s.begin, inbox_.data() + (received_ % kWindow) * segment_floats_, s.size);
+      PostInbox(received_ + kWindow);
+      ++received_;
       send(t + 1 < steps ? kReduceScatterSlot : kAllGatherSlot, s);
     }
   }

@@ -7,7 +7,9 @@
 //   - every all-gather receive is posted at the start, straight into the caller's buffer
 //     (no copy), so the peer's final segments go out the moment they are reduced;
 //   - reduce-scatter segments land in a persistent inbox of kWindow segments (allocated
-//     once), each receive posted as soon as its inbox slot is free;
+//     once) whose receives stand posted between calls: each slot's next receive is posted
+//     as soon as it is consumed, so a call's first segments leave at once, never waiting
+//     for a notice, and a small all-reduce costs one trip each way;
 //   - a segment is forwarded (reduce-scatter's next step, or all-gather's first) as soon
 //     as it is reduced, so reduction, sending and receiving overlap segment by segment.
 // Each element is summed in the ring's order, which depends only on the ring size and n
@@ -21,6 +23,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -49,10 +52,17 @@ class RingAllReduce {
   void Run(float* data, size_t n, std::chrono::steady_clock::time_point deadline);
 
  private:
+  // Posts the receive of reduce-scatter message `message` (counted over all calls) from
+  // the left into inbox slot message % kWindow.
+  void PostInbox(uint64_t message);
+
   const std::shared_ptr<gloo::Context> context_;
   const size_t segment_floats_;
   std::vector<float> inbox_;  // kWindow segments
   std::unique_ptr<gloo::transport::UnboundBuffer> inbox_buffer_;
+  // Reduce-scatter messages consumed over all calls; receives stand posted for the next
+  // kWindow.
+  uint64_t received_ = 0;
 };
 
 }  // namespace lockstep::gloo_internal
