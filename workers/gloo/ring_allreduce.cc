@@ -80,9 +80,31 @@ void RingAllReduce::PostInbox(uint64_t message) {
 
 RingAllReduce::~RingAllReduce() = default;
 
+void RingAllReduce::Exchange(float* data, size_t n, std::chrono::steady_clock::time_point deadline) {
+  const int peer = 1 - context_->rank;
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer =
+      context_->createUnboundBuffer(data, n * sizeof(float));
+  const size_t m = (n + segment_floats_ - 1) / segment_floats_;  // segments, none empty
+  const auto begin = [n, m](size_t j) { return n * j / m; };
+  for (size_t j = 0; j < m; ++j) {
+    buffer->send(peer, kReduceScatterSlot, begin(j) * sizeof(float),
+                 (begin(j + 1) - begin(j)) * sizeof(float));
+  }
+  for (size_t j = 0; j < m; ++j) {
+    // Sends complete in order: once the j-th has, segment j has left and may be summed.
+    Check(buffer->waitSend(Remaining(deadline)), "send");
+    Check(inbox_buffer_->waitRecv(Remaining(deadline)), "receive");
+    AddInto(data + begin(j), inbox_.data() + (received_ % kWindow) * segment_floats_,
+            begin(j + 1) - begin(j));
+    PostInbox(received_ + kWindow);
+    ++received_;
+  }
+}
+
 void RingAllReduce::Run(float* data, size_t n, std::chrono::steady_clock::time_point deadline) {
+  if (context_->size == 1 || n == 0) return;
+  if (context_->size == 2) return Exchange(data, n, deadline);
   const int ranks = context_->size, rank = context_->rank;
-  if (ranks == 1 || n == 0) return;
   const int left = (rank + ranks - 1) % ranks, right = (rank + 1) % ranks;
   const auto chunk = [ranks](int c) { return ((c % ranks) + ranks) % ranks; };
   const Partition part(n, ranks, segment_floats_);

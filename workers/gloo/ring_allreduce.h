@@ -1,20 +1,20 @@
-// RingAllReduce: GlooCollective's float sum, a bandwidth-optimal ring (reduce-scatter, then
-// all-gather) over Gloo's unbound-buffer transport, written for latency as much as for
-// bandwidth (bench/results/allreduce.md). gloo::allreduce posts each receive just before
-// the matching send, so that nearly every message waits for the peer's "ready to receive"
-// notice before its bytes leave (a round trip through both ranks' device threads per
-// segment), and allocates its scratch space per call. Here:
-//   - every all-gather receive is posted at the start, straight into the caller's buffer
-//     (no copy), so the peer's final segments go out the moment they are reduced;
-//   - reduce-scatter segments land in a persistent inbox of kWindow segments (allocated
+// RingAllReduce: GlooCollective's float sum over Gloo's unbound-buffer transport, written
+// for latency as much as for bandwidth (bench/results/allreduce.md).
+//   - Two ranks exchange their whole buffers, segment by segment, and each adds the
+//     other's: the bytes of a ring in one trip instead of two (a + b is b + a: both ranks
+//     end with the same bits, whatever the segments). More ranks run a bandwidth-optimal
+//     ring (reduce-scatter, then all-gather), each segment forwarded as soon as it is
+//     reduced, and every all-gather receive posted at the start straight into the
+//     caller's buffer (no copy).
+//   - Incoming partial sums land in a persistent inbox of kWindow segments (allocated
 //     once) whose receives stand posted between calls: each slot's next receive is posted
-//     as soon as it is consumed, so a call's first segments leave at once, never waiting
-//     for a notice, and a small all-reduce costs one trip each way;
-//   - a segment is forwarded (reduce-scatter's next step, or all-gather's first) as soon
-//     as it is reduced, so reduction, sending and receiving overlap segment by segment.
-// Each element is summed in the ring's order, which depends only on the ring size and n
-// (chunk c is summed from rank c+1 onwards): results are deterministic for a given size
-// and bitwise the same on every rank; for 2 ranks, a + b on both, whatever the segments.
+//     as soon as it is consumed, so a call's first segments leave at once.
+// gloo::allreduce, by contrast, posts each receive just before the matching send, so that
+// nearly every message waits for the peer's "ready to receive" notice before its bytes
+// leave (a trip through both ranks' device threads per segment), and allocates its
+// scratch space per call.
+// In the ring (3 or more ranks) element i of chunk c is summed from rank c on, in ring
+// order: deterministic for a given ring size and n, and bitwise the same on every rank.
 //
 // Thread safety: none; one call at a time (GlooCollective serializes them). Run throws
 // what Gloo throws (GlooCollective maps it to a Status).
@@ -52,6 +52,7 @@ class RingAllReduce {
   void Run(float* data, size_t n, std::chrono::steady_clock::time_point deadline);
 
  private:
+  void Exchange(float* data, size_t n, std::chrono::steady_clock::time_point deadline);
   // Posts the receive of reduce-scatter message `message` (counted over all calls) from
   // the left into inbox slot message % kWindow.
   void PostInbox(uint64_t message);
