@@ -84,10 +84,9 @@ std::shared_ptr<gloo::Context> RawRank(int rank) {
 void SetCounters(benchmark::State& state, size_t n) {
   const double bytes = static_cast<double>(n * sizeof(float));
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
-  state.counters["bus_bw"] =
-      benchmark::Counter(2.0 * (kRanks - 1) / kRanks * bytes,
-                         benchmark::Counter::kIsIterationInvariantRate |
-                             benchmark::Counter::kAvgThreads);
+  state.counters["bus_bw"] = benchmark::Counter(
+      2.0 * (kRanks - 1) / kRanks * bytes,
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kAvgThreads);
 }
 
 size_t Floats(const benchmark::State& state) { return static_cast<size_t>(state.range(0)); }

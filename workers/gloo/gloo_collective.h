@@ -4,8 +4,8 @@
 // (a stray or hostile connection to a rank's listeners is dropped, not taken as a peer),
 // retry that bootstrap in place when it fails on some rank (gloo_bootstrap.h), and
 // all-reduce with a ring of our own over Gloo's transport (ring_allreduce.h: within a few
-// percent of Gloo's fastest algorithm at every size, bench/results/allreduce.md). Gloo reports errors by throwing; this adapter is
-// where that stops: everything comes back as absl::Status.
+// percent of Gloo's fastest algorithm at every size, bench/results/allreduce.md). Gloo reports
+// errors by throwing; this adapter is where that stops: everything comes back as absl::Status.
 #ifndef LOCKSTEP_WORKERS_GLOO_GLOO_COLLECTIVE_H_
 #define LOCKSTEP_WORKERS_GLOO_GLOO_COLLECTIVE_H_
 
@@ -95,7 +95,7 @@ class GlooCollective final : public Collective {
   absl::Mutex mu_;                                               // held by AllReduceSum throughout
   std::shared_ptr<gloo::Context> context_ ABSL_GUARDED_BY(mu_);  // null after an error
   std::unique_ptr<gloo_internal::RingAllReduce> ring_ ABSL_GUARDED_BY(mu_);  // on context_
-  absl::Status error_ ABSL_GUARDED_BY(mu_);                      // the first error
+  absl::Status error_ ABSL_GUARDED_BY(mu_);                                  // the first error
   absl::Mutex abort_mu_;  // never held while waiting; taken under mu_, never around it
   std::shared_ptr<gloo::Context> abortable_ ABSL_GUARDED_BY(abort_mu_);  // context_ for Abort
   absl::Status aborted_ ABSL_GUARDED_BY(abort_mu_);

@@ -19,8 +19,8 @@ const uint64_t kAllGatherSlot = gloo::Slot::build(kSlotPrefix, 1);
 
 // Gloo reads a zero timeout as "none": a deadline already past still waits 1 ms.
 std::chrono::milliseconds Remaining(std::chrono::steady_clock::time_point deadline) {
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
+  const auto left =
+      std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
   return std::max(left, std::chrono::milliseconds(1));
 }
 
@@ -50,7 +50,9 @@ class Partition {
   }
 
  private:
-  size_t ChunkBegin(int chunk) const { return n_ / ranks_ * chunk + std::min<size_t>(chunk, n_ % ranks_); }
+  size_t ChunkBegin(int chunk) const {
+    return n_ / ranks_ * chunk + std::min<size_t>(chunk, n_ % ranks_);
+  }
 
   const size_t n_;
   const int ranks_;
@@ -80,7 +82,8 @@ void RingAllReduce::PostInbox(uint64_t message) {
 
 RingAllReduce::~RingAllReduce() = default;
 
-void RingAllReduce::Exchange(float* data, size_t n, std::chrono::steady_clock::time_point deadline) {
+void RingAllReduce::Exchange(float* data, size_t n,
+                             std::chrono::steady_clock::time_point deadline) {
   const int peer = 1 - context_->rank;
   std::unique_ptr<gloo::transport::UnboundBuffer> buffer =
       context_->createUnboundBuffer(data, n * sizeof(float));
