@@ -106,7 +106,9 @@ void RingAllReduce::Exchange(float* data, size_t n,
 
 void RingAllReduce::Run(float* data, size_t n, std::chrono::steady_clock::time_point deadline) {
   if (context_->size == 1 || n == 0) return;
-  if (context_->size == 2) return Exchange(data, n, deadline);
+  if (context_->size == 2 && n * sizeof(float) <= kExchangeMaxBytes) {
+    return Exchange(data, n, deadline);
+  }
   const int ranks = context_->size, rank = context_->rank;
   const int left = (rank + ranks - 1) % ranks, right = (rank + 1) % ranks;
   const auto chunk = [ranks](int c) { return ((c % ranks) + ranks) % ranks; };

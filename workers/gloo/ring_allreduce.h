@@ -1,11 +1,13 @@
 // RingAllReduce: GlooCollective's float sum over Gloo's unbound-buffer transport, written
 // for latency as much as for bandwidth (bench/results/allreduce.md).
-//   - Two ranks exchange their whole buffers, segment by segment, and each adds the
-//     other's: the bytes of a ring in one trip instead of two (a + b is b + a: both ranks
-//     end with the same bits, whatever the segments). More ranks run a bandwidth-optimal
-//     ring (reduce-scatter, then all-gather), each segment forwarded as soon as it is
-//     reduced, and every all-gather receive posted at the start straight into the
-//     caller's buffer (no copy).
+//   - Two ranks exchange buffers of up to kExchangeMaxBytes whole, segment by segment,
+//     and each adds the other's: the bytes of a ring in one trip instead of two (a + b is
+//     b + a: both ranks end with the same bits, whatever the segments). Larger buffers,
+//     and more ranks, run a bandwidth-optimal ring (reduce-scatter, then all-gather),
+//     each segment forwarded as soon as it is reduced and every all-gather receive posted
+//     at the start straight into the caller's buffer (no copy): half the additions of the
+//     exchange, which is what large buffers are bound by on a shared CPU. For two ranks
+//     the ring, too, sums a + b: the bits never depend on which path ran.
 //   - Incoming partial sums land in a persistent inbox of kWindow segments (allocated
 //     once) whose receives stand posted between calls: each slot's next receive is posted
 //     as soon as it is consumed, so a call's first segments leave at once.
@@ -40,8 +42,11 @@ class RingAllReduce {
  public:
   // The largest segment, in bytes, that one message carries.
   static constexpr size_t kDefaultSegmentBytes = 256 << 10;
-  // Reduce-scatter segments that may be in flight towards this rank at once.
-  static constexpr int kWindow = 4;
+  // Reduce-scatter segments that may be in flight towards this rank at once (the inbox:
+  // 2 MiB by default).
+  static constexpr int kWindow = 8;
+  // Two ranks exchange buffers up to this size whole (measured: bench/results/allreduce.md).
+  static constexpr size_t kExchangeMaxBytes = 1 << 20;
 
   explicit RingAllReduce(std::shared_ptr<gloo::Context> context,
                          size_t segment_bytes = kDefaultSegmentBytes);

@@ -96,26 +96,36 @@ TEST_P(RingAllReduceTest, SumsOddSizesInTheRingsOrderOnEveryRank) {
 INSTANTIATE_TEST_SUITE_P(Ranks, RingAllReduceTest, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return absl::StrCat(info.param, "Ranks"); });
 
-TEST(RingAllReduceTest, TwoRanksSumExactlyWhateverTheSegments) {
+TEST(RingAllReduceTest, TwoRanksSumExactlyWhateverTheSegmentsAndThePath) {
   // For 2 ranks every element is a + b on both ranks, the bits of one float addition:
-  // the segment size (any bucket) cannot change them.
+  // neither the segment size nor the path (the exchange up to kExchangeMaxBytes, the ring
+  // above) can change them.
+  struct Case {
+    size_t n, segment_bytes;
+  };
+  const size_t ring_n = RingAllReduce::kExchangeMaxBytes / sizeof(float) + 3;
+  const Case cases[] = {{4099, 4},
+                        {4099, 60},
+                        {4099, size_t{1} << 20},
+                        {ring_n, 4096},
+                        {ring_n, RingAllReduce::kDefaultSegmentBytes}};
+  MemoryStore store;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  const size_t n = 4099;
-  std::vector<std::vector<float>> x(2, std::vector<float>(n));
-  for (auto& v : x) {
-    for (float& f : v) f = uniform(rng);
-  }
-  MemoryStore store;
-  for (size_t segment_bytes : {size_t{4}, size_t{60}, size_t{1} << 20}) {
-    auto rings = Rings(2, segment_bytes, absl::StrCat("two", segment_bytes), &store);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat("n = ", c.n, ", segments of ", c.segment_bytes, " bytes"));
+    std::vector<std::vector<float>> x(2, std::vector<float>(c.n));
+    for (auto& v : x) {
+      for (float& f : v) f = uniform(rng);
+    }
+    auto rings = Rings(2, c.segment_bytes, absl::StrCat("two", c.n, "-", c.segment_bytes), &store);
     ASSERT_EQ(rings.size(), 2u);
     std::vector<std::vector<float>> data = x;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    OnEveryRank(2, [&](int r) { rings[r]->Run(data[r].data(), n, deadline); });
-    for (size_t i = 0; i < n; ++i) {
-      ASSERT_EQ(data[0][i], x[0][i] + x[1][i]) << segment_bytes << " bytes, element " << i;
-      ASSERT_EQ(data[1][i], x[0][i] + x[1][i]) << segment_bytes << " bytes, element " << i;
+    OnEveryRank(2, [&](int r) { rings[r]->Run(data[r].data(), c.n, deadline); });
+    for (size_t i = 0; i < c.n; ++i) {
+      ASSERT_EQ(data[0][i], x[0][i] + x[1][i]) << "element " << i;
+      ASSERT_EQ(data[1][i], x[0][i] + x[1][i]) << "element " << i;
     }
   }
 }
