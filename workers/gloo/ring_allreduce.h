@@ -41,10 +41,10 @@ namespace lockstep::gloo_internal {
 class RingAllReduce {
  public:
   // The largest segment, in bytes, that one message carries.
-  static constexpr size_t kDefaultSegmentBytes = 256 << 10;
+  static constexpr size_t kDefaultSegmentBytes = 1 << 20;
   // Reduce-scatter segments that may be in flight towards this rank at once (the inbox:
-  // 2 MiB by default).
-  static constexpr int kWindow = 8;
+  // 4 MiB by default).
+  static constexpr int kWindow = 4;
   // Two ranks exchange buffers up to this size whole (measured: bench/results/allreduce.md).
   static constexpr size_t kExchangeMaxBytes = 1 << 20;
 
