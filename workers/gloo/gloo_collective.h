@@ -3,9 +3,9 @@
 // a full mesh whose pairings are authenticated with a per-attempt nonce from the store
 // (a stray or hostile connection to a rank's listeners is dropped, not taken as a peer),
 // retry that bootstrap in place when it fails on some rank (gloo_bootstrap.h), and
-// all-reduce with a ring of our own over Gloo's transport (ring_allreduce.h: within a few
-// percent of Gloo's fastest algorithm at every size, bench/results/allreduce.md). Gloo reports
-// errors by throwing; this adapter is where that stops: everything comes back as absl::Status.
+// all-reduce with an algorithm of our own over Gloo's transport (ring_allreduce.h; against
+// raw Gloo: bench/results/allreduce.md). Gloo reports errors by throwing; this adapter is
+// where that stops: everything comes back as absl::Status.
 #ifndef LOCKSTEP_WORKERS_GLOO_GLOO_COLLECTIVE_H_
 #define LOCKSTEP_WORKERS_GLOO_GLOO_COLLECTIVE_H_
 
