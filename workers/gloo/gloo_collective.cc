@@ -39,16 +39,22 @@ absl::StatusOr<std::unique_ptr<Collective>> GlooCollective::Create(int rank, int
   std::call_once(sigpipe, [] { signal(SIGPIPE, SIG_IGN); });
   ASSIGN_OR_RETURN(std::shared_ptr<gloo::Context> context,
                    gloo_internal::Bootstrap(rank, size, store, options));
+  // The ring posts its standing receives at once: a peer already gone makes Gloo throw.
+  std::unique_ptr<gloo_internal::RingAllReduce> ring;
+  RETURN_IF_ERROR(
+      CallGloo(absl::StrCat(RankName(rank, size), ": post the all-reduce's receives"),
+               [&] { ring = std::make_unique<gloo_internal::RingAllReduce>(context); }));
   // Gloo's all-reduce blocks its caller: the queue gives it StartAllReduceSum's overlap.
-  return std::make_unique<QueuedCollective>(
-      std::unique_ptr<Collective>(new GlooCollective(rank, size, std::move(context))));
+  return std::make_unique<QueuedCollective>(std::unique_ptr<Collective>(
+      new GlooCollective(rank, size, std::move(context), std::move(ring))));
 }
 
-GlooCollective::GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context)
+GlooCollective::GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context,
+                               std::unique_ptr<gloo_internal::RingAllReduce> ring)
     : rank_(rank),
       size_(size),
       context_(context),
-      ring_(std::make_unique<gloo_internal::RingAllReduce>(context)),
+      ring_(std::move(ring)),
       abortable_(std::move(context)) {}
 
 GlooCollective::~GlooCollective() = default;

@@ -87,7 +87,8 @@ class GlooCollective final : public Collective {
   void Abort(const absl::Status& why) override;
 
  private:
-  GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context);
+  GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context,
+                 std::unique_ptr<gloo_internal::RingAllReduce> ring);
   absl::Status aborted();  // OK unless Abort was called
 
   const int rank_;

@@ -48,6 +48,7 @@ class RingAllReduce {
   // Two ranks exchange buffers up to this size whole (measured: bench/results/allreduce.md).
   static constexpr size_t kExchangeMaxBytes = 1 << 20;
 
+  // Posts the inbox's standing receives (throws what Gloo throws).
   explicit RingAllReduce(std::shared_ptr<gloo::Context> context,
                          size_t segment_bytes = kDefaultSegmentBytes);
   ~RingAllReduce();
