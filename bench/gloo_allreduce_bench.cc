@@ -1,7 +1,20 @@
-// All-reduce time of GlooCollective with 2 ranks as threads on loopback: the CNN's
-// gradient (824,458 floats) and small buffers, where latency dominates.
+// The data plane's all-reduce against raw Gloo on the same transport (issue 23): 2 ranks
+// as threads of this process on loopback TCP, each joined through Lockstep's bootstrap
+// (the authenticated pairs of workers/gloo/auth_transport.h), float32 sums of 4 KiB to
+// 64 MiB (and the MLP's 2.68 MB of gradients). Per size:
+//   Lockstep/...        GlooCollective::AllreduceSum through its QueuedCollective, the
+//                       worker's synchronous path;
+//   LockstepStarted/... StartAllReduceSum + Wait, the path of a bucket overlapping backward
+//                       (the communication thread's hand-off included);
+//   RawGloo/...         gloo::allreduce (ring, Gloo's default options, gloo::sum<float>)
+//                       on a context of its own from the same bootstrap;
+//   RawGlooRing/...     gloo::AllreduceRing<float>, buffers registered once per run.
+// The counter bus_bw is the achieved bus bandwidth, 2(n-1)/n * bytes / time (n = 2:
+// bytes / time), in bytes/s. Run the variants interleaved, the machine being shared:
 //
-//   build/bench/gloo_allreduce_bench [--benchmark_repetitions=5]
+//   build/bench/gloo_allreduce_bench --benchmark_repetitions=5
+//       --benchmark_enable_random_interleaving=true
+//       --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -9,67 +22,138 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "core/collective.h"
 #include "core/store.h"
+#include "gloo/allreduce.h"
+#include "gloo/allreduce_ring.h"
+#include "gloo/context.h"
+#include "gloo/math.h"
+#include "workers/gloo/gloo_bootstrap.h"
 #include "workers/gloo/gloo_collective.h"
 
 namespace lockstep {
 namespace {
 
 constexpr int kRanks = 2;
-constexpr int64_t kCnnGradientFloats = 824458;
+constexpr int64_t kMlpGradientFloats = 669706;  // 784-512-512-10
 
-// One job of kRanks ranks for the whole process, created on first use; nullptr for a rank
-// that failed to join. Benchmark threads take the rank of their thread index.
-Collective* Rank(int rank) {
-  static auto* job = [] {
-    static MemoryStore store;
-    auto* collectives = new std::vector<std::unique_ptr<Collective>>(kRanks);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < kRanks; ++r) {
-      threads.emplace_back([collectives, r] {
-        GlooOptions options;
-        options.hostname = "127.0.0.1";
-        options.prefix = "bench";
-        options.connect_timeout = absl::Seconds(10);
-        auto collective = GlooCollective::Create(r, kRanks, &store, options);
-        if (collective.ok()) (*collectives)[r] = *std::move(collective);
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    return collectives;
-  }();
+GlooOptions Options(const std::string& prefix) {
+  GlooOptions options;
+  options.hostname = "127.0.0.1";
+  options.prefix = prefix;
+  options.connect_timeout = absl::Seconds(30);
+  return options;
+}
+
+// Runs make(rank) for every rank on a thread of its own (they join one mesh together).
+template <typename T, typename Make>
+std::vector<T>* JoinAll(Make make) {
+  auto* joined = new std::vector<T>(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) threads.emplace_back([=] { (*joined)[r] = make(r); });
+  for (std::thread& t : threads) t.join();
+  return joined;
+}
+
+MemoryStore& SharedStore() {
+  static auto* store = new MemoryStore;
+  return *store;
+}
+
+// The collective of `rank` (the worker's: a QueuedCollective around GlooCollective),
+// created on first use; nullptr for a rank that failed to join.
+Collective* LockstepRank(int rank) {
+  static auto* job = JoinAll<std::unique_ptr<Collective>>([](int r) {
+    auto collective = GlooCollective::Create(r, kRanks, &SharedStore(), Options("lockstep"));
+    return collective.ok() ? *std::move(collective) : nullptr;
+  });
   return (*job)[rank].get();
 }
 
-void BM_GlooAllReduceSum(benchmark::State& state) {
-  const size_t n = static_cast<size_t>(state.range(0));
-  Collective* collective = Rank(state.thread_index());
-  if (collective == nullptr) {
-    state.SkipWithError("a rank failed to join");
-    return;
-  }
+// A Gloo context of `rank` from the same bootstrap (same device class), for raw Gloo.
+std::shared_ptr<gloo::Context> RawRank(int rank) {
+  static auto* job = JoinAll<std::shared_ptr<gloo::Context>>([](int r) {
+    auto context = gloo_internal::Bootstrap(r, kRanks, &SharedStore(), Options("raw"));
+    return context.ok() ? *std::move(context) : nullptr;
+  });
+  return (*job)[rank];
+}
+
+void SetCounters(benchmark::State& state, size_t n) {
+  const double bytes = static_cast<double>(n * sizeof(float));
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
+  state.counters["bus_bw"] = benchmark::Counter(
+      2.0 * (kRanks - 1) / kRanks * bytes,
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kAvgThreads);
+}
+
+size_t Floats(const benchmark::State& state) { return static_cast<size_t>(state.range(0)); }
+
+void BM_Lockstep(benchmark::State& state) {
+  const size_t n = Floats(state);
+  Collective* collective = LockstepRank(state.thread_index());
+  if (collective == nullptr) return state.SkipWithError("a rank failed to join");
   std::vector<float> data(n, 0.0f);  // zeros stay zeros: no overflow, no denormals
   for (auto _ : state) {
     absl::Status status = collective->AllReduceSum(data.data(), n, {});
-    if (!status.ok()) {
-      state.SkipWithError(std::string(status.message()).c_str());
-      break;
-    }
+    if (!status.ok()) return state.SkipWithError(std::string(status.message()).c_str());
   }
-  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(n * sizeof(float)));
+  SetCounters(state, n);
 }
-BENCHMARK(BM_GlooAllReduceSum)
-    ->ArgName("floats")
-    ->Arg(1)
-    ->Arg(1024)
-    ->Arg(16384)
-    ->Arg(262144)
-    ->Arg(kCnnGradientFloats)
-    ->Threads(kRanks)
-    ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond);
+
+void BM_LockstepStarted(benchmark::State& state) {
+  const size_t n = Floats(state);
+  Collective* collective = LockstepRank(state.thread_index());
+  if (collective == nullptr) return state.SkipWithError("a rank failed to join");
+  std::vector<float> data(n, 0.0f);
+  for (auto _ : state) {
+    absl::StatusOr<CollectiveTicket> ticket = collective->StartAllReduceSum(data.data(), n, {});
+    absl::Status status = ticket.ok() ? collective->Wait(*ticket) : ticket.status();
+    if (!status.ok()) return state.SkipWithError(std::string(status.message()).c_str());
+  }
+  SetCounters(state, n);
+}
+
+void BM_RawGloo(benchmark::State& state) {
+  const size_t n = Floats(state);
+  std::shared_ptr<gloo::Context> context = RawRank(state.thread_index());
+  if (context == nullptr) return state.SkipWithError("a rank failed to join");
+  std::vector<float> data(n, 0.0f);
+  using Fn = void (*)(void*, const void*, const void*, size_t);
+  for (auto _ : state) {
+    gloo::AllreduceOptions options(context);
+    options.setOutput(data.data(), n);
+    options.setReduceFunction(static_cast<Fn>(&gloo::sum<float>));
+    gloo::allreduce(options);
+  }
+  SetCounters(state, n);
+}
+
+void BM_RawGlooRing(benchmark::State& state) {
+  const size_t n = Floats(state);
+  std::shared_ptr<gloo::Context> context = RawRank(state.thread_index());
+  if (context == nullptr) return state.SkipWithError("a rank failed to join");
+  std::vector<float> data(n, 0.0f);
+  gloo::AllreduceRing<float> ring(context, {data.data()}, static_cast<int>(n));
+  for (auto _ : state) ring.run();
+  SetCounters(state, n);
+}
+
+void Sizes(benchmark::internal::Benchmark* b) {
+  b->ArgName("floats");
+  for (int64_t bytes = 4 << 10; bytes <= 64 << 20; bytes *= 4) b->Arg(bytes / 4);
+  b->Arg(kMlpGradientFloats);
+  // Time: wall time per all-reduce; CPU: the whole process's (both ranks, their Gloo
+  // device threads and Lockstep's communication threads), which a loaded machine skews
+  // less than it does the wall time.
+  b->Threads(kRanks)->UseRealTime()->MeasureProcessCPUTime()->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK(BM_Lockstep)->Apply(Sizes);
+BENCHMARK(BM_LockstepStarted)->Apply(Sizes);
+BENCHMARK(BM_RawGloo)->Apply(Sizes);
+BENCHMARK(BM_RawGlooRing)->Apply(Sizes);
 
 }  // namespace
 }  // namespace lockstep

@@ -1,15 +1,16 @@
-// What overlapping the gradients' all-reduce with backward buys (issue 15): the CNN
-// trained data-parallel by N worker processes over Gloo, each with its own CPU backend,
-// alternately without overlap (one all-reduce of all 824,458 gradients after backward)
-// and with gradient buckets started as backward produces them (StepExecutor::
+// What overlapping the gradients' all-reduce with backward buys (issues 15, 23): the CNN
+// (824,458 params) or the MLP 784-512-512-10 (669,706) trained data-parallel by N worker
+// processes over Gloo, each with its own CPU backend, round by round through the modes of
+// --bucket_kib: 0 is no overlap (one all-reduce of all gradients after backward), K > 0
+// gradient buckets of at least K KiB started as backward produces them (StepExecutor::
 // set_allreduce_bucket_bytes). Per mode it prints the step time, compute (forward and
 // backward), the exposed all-reduce (from the end of backward until every bucket is done
 // and divided by N) and the update, each the median over a round's steps, best round of
-// --rounds (rounds alternate the modes, so both see the same machine load), as seen by
-// rank 0; then exposed(overlap) / all-reduce(no overlap).
+// --rounds (rounds cycle through the modes, so all see the same machine load), as seen by
+// rank 0; and each mode's step time over the first mode's.
 //
-//   overlap_bench [--workers N] [--batch B] [--threads T] [--steps S] [--rounds R]
-//                 [--bucket_kib K]
+//   overlap_bench [--model cnn|mlp] [--workers N] [--batch B] [--threads T] [--steps S]
+//                 [--rounds R] [--bucket_kib K[,K...]]   (default 0,64)
 // spawns N ranks of itself on 127.0.0.1; bench/netem/run starts them one per network
 // namespace instead, each with
 //   overlap_bench --workers N --rank R --store DIR --host ADDR ...
@@ -31,6 +32,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "core/data/random_dataset.h"
 #include "core/status_macros.h"
 #include "core/step.h"
@@ -42,8 +44,10 @@ namespace lockstep {
 namespace {
 
 struct Flags {
-  int workers = 2, batch = 64, threads = 1, steps = 20, rounds = 3, bucket_kib = 64;
-  int rank = -1;  // -1: spawn the ranks
+  int workers = 2, batch = 64, threads = 1, steps = 20, rounds = 3;
+  std::string model = "cnn";        // cnn, or mlp (784-512-512-10, as in bench/cpu/run)
+  std::string bucket_kib = "0,64";  // the modes, interleaved: bucket sizes, 0 = no overlap
+  int rank = -1;                    // -1: spawn the ranks
   std::string store, host = "127.0.0.1";
 };
 
@@ -113,7 +117,7 @@ absl::Status RunRank(const Flags& f) {
   adam.set_kind("adam");
   adam.set_learning_rate(1e-3);
   ASSIGN_OR_RETURN(Optimizer opt, Optimizer::FromSpec(adam));
-  const Model model = Model::Cnn();
+  const Model model = f.model == "mlp" ? Model::Mlp({512, 512}, 0.0) : Model::Cnn();
   ASSIGN_OR_RETURN(std::unique_ptr<StepExecutor> exec,
                    StepExecutor::Create(model, opt, rng::Impl::kPartitionable, f.batch,
                                         backend.get(), collective.get()));
@@ -134,10 +138,14 @@ absl::Status RunRank(const Flags& f) {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
         t.compute * 1000, t.allreduce * 1000, t.update * 1000};
   };
-  const size_t bucket_bytes[2] = {0, size_t{static_cast<unsigned>(f.bucket_kib)} * 1024};
-  Row best[2];
+  std::vector<size_t> bucket_bytes;
+  for (absl::string_view kib : absl::StrSplit(f.bucket_kib, ',')) {
+    bucket_bytes.push_back(size_t{static_cast<unsigned>(std::stoi(std::string(kib)))} * 1024);
+  }
+  const size_t modes = bucket_bytes.size();
+  std::vector<Row> best(modes);
   for (int round = 0; round < f.rounds; ++round) {
-    for (int mode = 0; mode < 2; ++mode) {
+    for (size_t mode = 0; mode < modes; ++mode) {
       exec->set_allreduce_bucket_bytes(bucket_bytes[mode]);
       RETURN_IF_ERROR(one_step().status());  // settles the mode
       std::vector<double> st, co, ar, up;
@@ -154,18 +162,21 @@ absl::Status RunRank(const Flags& f) {
   }
   if (f.rank != 0) return absl::OkStatus();
   std::printf(
-      "CNN, %d workers x batch %d (global %d), %d thread(s) each, %d steps x %d rounds, "
-      "bucket %d KiB; rank 0, best round's medians (ms)\n",
-      f.workers, f.batch, f.batch * f.workers, f.threads, f.steps, f.rounds, f.bucket_kib);
-  std::printf("| mode | step | compute | exposed all-reduce | update |\n|---|---|---|---|---|\n");
-  const char* names[2] = {"no overlap (one all-reduce)", "overlap (buckets)"};
-  for (int mode = 0; mode < 2; ++mode) {
-    std::printf("| %s | %.2f | %.2f | %.2f | %.2f |\n", names[mode], best[mode].step,
-                best[mode].compute, best[mode].allreduce, best[mode].update);
+      "%s (%zu params), %d workers x batch %d (global %d), %d thread(s) each, %d steps x %d "
+      "rounds; rank 0, best round's medians (ms)\n",
+      f.model.c_str(), model.layout().total(), f.workers, f.batch, f.batch * f.workers, f.threads,
+      f.steps, f.rounds);
+  std::printf(
+      "| bucket | step | compute | exposed all-reduce | update | step / first row's |\n"
+      "|---|---|---|---|---|---|\n");
+  for (size_t mode = 0; mode < modes; ++mode) {
+    const std::string name = bucket_bytes[mode] == 0
+                                 ? std::string("none (one all-reduce after backward)")
+                                 : absl::StrCat(bucket_bytes[mode] / 1024, " KiB");
+    std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.3f |\n", name.c_str(), best[mode].step,
+                best[mode].compute, best[mode].allreduce, best[mode].update,
+                best[0].step > 0 ? best[mode].step / best[0].step : 0);
   }
-  std::printf("exposed all-reduce with overlap / without: %.3f; step time ratio: %.3f\n",
-              best[0].allreduce > 0 ? best[1].allreduce / best[0].allreduce : 0,
-              best[0].step > 0 ? best[1].step / best[0].step : 0);
   std::fflush(stdout);
   return absl::OkStatus();
 }
@@ -198,7 +209,9 @@ int Spawn(const Flags& f, char* self) {
                                      "--rounds",
                                      std::to_string(f.rounds),
                                      "--bucket_kib",
-                                     std::to_string(f.bucket_kib)};
+                                     f.bucket_kib,
+                                     "--model",
+                                     f.model};
     const pid_t pid = fork();
     if (pid == 0) {
       std::vector<char*> argv;
@@ -235,7 +248,9 @@ int Main(int argc, char** argv) {
     else if (flag == "--rounds")
       f.rounds = std::stoi(value);
     else if (flag == "--bucket_kib")
-      f.bucket_kib = std::stoi(value);
+      f.bucket_kib = value;
+    else if (flag == "--model")
+      f.model = value;
     else if (flag == "--rank")
       f.rank = std::stoi(value);
     else if (flag == "--store")
@@ -247,10 +262,15 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
-  if (f.workers < 2 || f.batch < 1 || f.steps < 1 || f.rounds < 1 || f.bucket_kib < 1) {
+  const bool kib_ok = !f.bucket_kib.empty() &&
+                      f.bucket_kib.find_first_not_of("0123456789,") == std::string::npos &&
+                      f.bucket_kib.find(",,") == std::string::npos && f.bucket_kib.front() != ',' &&
+                      f.bucket_kib.back() != ',';
+  if (f.workers < 2 || f.batch < 1 || f.steps < 1 || f.rounds < 1 || !kib_ok ||
+      (f.model != "cnn" && f.model != "mlp")) {
     std::fprintf(stderr,
-                 "need --workers >= 2 and positive --batch, --steps, --rounds, "
-                 "--bucket_kib\n");
+                 "need --workers >= 2, positive --batch, --steps, --rounds, --model cnn|mlp "
+                 "and --bucket_kib K[,K...] (KiB, 0: no overlap)\n");
     return 2;
   }
   if (f.rank < 0) return Spawn(f, argv[0]);

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <utility>
@@ -10,24 +11,22 @@
 #include "absl/strings/str_cat.h"
 #include "core/queued_collective.h"
 #include "core/status_macros.h"
-#include "gloo/allreduce.h"
 #include "gloo/common/error.h"
 #include "gloo/context.h"
 #include "workers/gloo/gloo_bootstrap.h"
 #include "workers/gloo/gloo_status.h"
+#include "workers/gloo/ring_allreduce.h"
 
 namespace lockstep {
 namespace {
 
 using gloo_internal::CallGloo;
-using gloo_internal::ToGlooTimeout;
 
-// Gloo's reduction function for AllreduceOptions: c = a + b, elementwise.
-void SumFloats(void* c, const void* a, const void* b, size_t n) {
-  float* out = static_cast<float*>(c);
-  const float* x = static_cast<const float*>(a);
-  const float* y = static_cast<const float*>(b);
-  for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
+// The all-reduce's deadline; an infinite timeout waits 100 hours (as Gloo's own "no
+// timeout" for connects), which keeps the clock arithmetic from overflowing.
+std::chrono::steady_clock::time_point Deadline(absl::Duration timeout) {
+  return std::chrono::steady_clock::now() +
+         absl::ToChronoNanoseconds(std::min(timeout, absl::Hours(100)));
 }
 
 std::string RankName(int rank, int size) { return absl::StrCat("gloo rank ", rank, " of ", size); }
@@ -40,13 +39,23 @@ absl::StatusOr<std::unique_ptr<Collective>> GlooCollective::Create(int rank, int
   std::call_once(sigpipe, [] { signal(SIGPIPE, SIG_IGN); });
   ASSIGN_OR_RETURN(std::shared_ptr<gloo::Context> context,
                    gloo_internal::Bootstrap(rank, size, store, options));
+  // The ring posts its standing receives at once: a peer already gone makes Gloo throw.
+  std::unique_ptr<gloo_internal::RingAllReduce> ring;
+  RETURN_IF_ERROR(
+      CallGloo(absl::StrCat(RankName(rank, size), ": post the all-reduce's receives"),
+               [&] { ring = std::make_unique<gloo_internal::RingAllReduce>(context); }));
   // Gloo's all-reduce blocks its caller: the queue gives it StartAllReduceSum's overlap.
-  return std::make_unique<QueuedCollective>(
-      std::unique_ptr<Collective>(new GlooCollective(rank, size, std::move(context))));
+  return std::make_unique<QueuedCollective>(std::unique_ptr<Collective>(
+      new GlooCollective(rank, size, std::move(context), std::move(ring))));
 }
 
-GlooCollective::GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context)
-    : rank_(rank), size_(size), context_(context), abortable_(std::move(context)) {}
+GlooCollective::GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context,
+                               std::unique_ptr<gloo_internal::RingAllReduce> ring)
+    : rank_(rank),
+      size_(size),
+      context_(context),
+      ring_(std::move(ring)),
+      abortable_(std::move(context)) {}
 
 GlooCollective::~GlooCollective() = default;
 
@@ -71,18 +80,13 @@ absl::Status GlooCollective::AllReduceSum(float* data, size_t n, const Collectiv
   }
   if (n == 0) return absl::OkStatus();
   if (data == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": null data"));
-  absl::Status status = CallGloo(what, [&] {
-    gloo::AllreduceOptions gloo_options(context_);
-    gloo_options.setOutput(data, n);
-    gloo_options.setReduceFunction(&SumFloats);
-    gloo_options.setTimeout(ToGlooTimeout(options.timeout));
-    gloo::allreduce(gloo_options);
-  });
+  absl::Status status = CallGloo(what, [&] { ring_->Run(data, n, Deadline(options.timeout)); });
   if (!status.ok()) {
     if (absl::Status why = aborted(); !why.ok()) {
       status = absl::AbortedError(absl::StrCat(what, ": aborted: ", why.message()));
     }
     error_ = status;
+    ring_.reset();
     // Destroying the context closes every connection: peers waiting on this rank learn
     // at once that the step is lost instead of waiting out their timeouts.
     context_.reset();

@@ -3,7 +3,8 @@
 // a full mesh whose pairings are authenticated with a per-attempt nonce from the store
 // (a stray or hostile connection to a rank's listeners is dropped, not taken as a peer),
 // retry that bootstrap in place when it fails on some rank (gloo_bootstrap.h), and
-// all-reduce with Gloo's ring algorithm. Gloo reports errors by throwing; this adapter is
+// all-reduce with an algorithm of our own over Gloo's transport (ring_allreduce.h; against
+// raw Gloo: bench/results/allreduce.md). Gloo reports errors by throwing; this adapter is
 // where that stops: everything comes back as absl::Status.
 #ifndef LOCKSTEP_WORKERS_GLOO_GLOO_COLLECTIVE_H_
 #define LOCKSTEP_WORKERS_GLOO_GLOO_COLLECTIVE_H_
@@ -26,6 +27,9 @@ class Context;
 }  // namespace gloo
 
 namespace lockstep {
+namespace gloo_internal {
+class RingAllReduce;
+}  // namespace gloo_internal
 
 struct GlooOptions {
   // The address peers use to reach this rank: a hostname or a numeric IP ("127.0.0.1"
@@ -83,14 +87,16 @@ class GlooCollective final : public Collective {
   void Abort(const absl::Status& why) override;
 
  private:
-  GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context);
+  GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context,
+                 std::unique_ptr<gloo_internal::RingAllReduce> ring);
   absl::Status aborted();  // OK unless Abort was called
 
   const int rank_;
   const int size_;
   absl::Mutex mu_;                                               // held by AllReduceSum throughout
   std::shared_ptr<gloo::Context> context_ ABSL_GUARDED_BY(mu_);  // null after an error
-  absl::Status error_ ABSL_GUARDED_BY(mu_);                      // the first error
+  std::unique_ptr<gloo_internal::RingAllReduce> ring_ ABSL_GUARDED_BY(mu_);  // on context_
+  absl::Status error_ ABSL_GUARDED_BY(mu_);                                  // the first error
   absl::Mutex abort_mu_;  // never held while waiting; taken under mu_, never around it
   std::shared_ptr<gloo::Context> abortable_ ABSL_GUARDED_BY(abort_mu_);  // context_ for Abort
   absl::Status aborted_ ABSL_GUARDED_BY(abort_mu_);

@@ -1,0 +1,163 @@
+#include "workers/gloo/ring_allreduce.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "gloo/common/error.h"
+#include "gloo/context.h"
+#include "gloo/transport/unbound_buffer.h"
+#include "gloo/types.h"
+
+namespace lockstep::gloo_internal {
+namespace {
+
+// Slots of our own (a prefix no Gloo algorithm uses), one per stream of messages from the
+// left neighbour: partial sums into the inbox, final sums into the caller's buffer.
+constexpr uint8_t kSlotPrefix = 0x4c;  // 'L'
+const uint64_t kReduceScatterSlot = gloo::Slot::build(kSlotPrefix, 0);
+const uint64_t kAllGatherSlot = gloo::Slot::build(kSlotPrefix, 1);
+
+// Gloo reads a zero timeout as "none": a deadline already past still waits 1 ms.
+std::chrono::milliseconds Remaining(std::chrono::steady_clock::time_point deadline) {
+  const auto left =
+      std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  return std::max(left, std::chrono::milliseconds(1));
+}
+
+void AddInto(float* __restrict dst, const float* __restrict src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// One segment of a chunk: floats [begin, begin + size) of the caller's buffer.
+struct Segment {
+  size_t begin = 0, size = 0;
+};
+
+// The ring's partition of n floats: `ranks` chunks of nearly equal size (chunk c is what
+// rank c - 1 ends reduce-scatter owning), each cut into the same number of segments of at
+// most segment_floats. Every rank computes the same partition from n alone.
+class Partition {
+ public:
+  Partition(size_t n, int ranks, size_t segment_floats) : n_(n), ranks_(ranks) {
+    const size_t largest = (n + ranks - 1) / ranks;
+    segments_ = std::max<size_t>(1, (largest + segment_floats - 1) / segment_floats);
+  }
+  size_t segments() const { return segments_; }
+  Segment Get(int chunk, size_t j) const {
+    const size_t begin = ChunkBegin(chunk), size = ChunkBegin(chunk + 1) - begin;
+    const size_t from = size * j / segments_, to = size * (j + 1) / segments_;
+    return {begin + from, to - from};
+  }
+
+ private:
+  size_t ChunkBegin(int chunk) const {
+    return n_ / ranks_ * chunk + std::min<size_t>(chunk, n_ % ranks_);
+  }
+
+  const size_t n_;
+  const int ranks_;
+  size_t segments_;
+};
+
+void Check(bool waited, const char* what) {
+  if (!waited) GLOO_THROW_IO_EXCEPTION("ring all-reduce: ", what, " aborted");
+}
+
+}  // namespace
+
+RingAllReduce::RingAllReduce(std::shared_ptr<gloo::Context> context, size_t segment_bytes)
+    : context_(std::move(context)),
+      segment_floats_(std::max<size_t>(1, segment_bytes / sizeof(float))),
+      inbox_(segment_floats_ * kWindow) {
+  inbox_buffer_ = context_->createUnboundBuffer(inbox_.data(), inbox_.size() * sizeof(float));
+  if (context_->size == 1) return;
+  for (uint64_t g = 0; g < kWindow; ++g) PostInbox(g);
+}
+
+void RingAllReduce::PostInbox(uint64_t message) {
+  const int left = (context_->rank + context_->size - 1) % context_->size;
+  const size_t slot_bytes = segment_floats_ * sizeof(float);
+  inbox_buffer_->recv(left, kReduceScatterSlot, (message % kWindow) * slot_bytes, slot_bytes);
+}
+
+RingAllReduce::~RingAllReduce() = default;
+
+void RingAllReduce::Exchange(float* data, size_t n,
+                             std::chrono::steady_clock::time_point deadline) {
+  const int peer = 1 - context_->rank;
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer =
+      context_->createUnboundBuffer(data, n * sizeof(float));
+  const size_t m = (n + segment_floats_ - 1) / segment_floats_;  // segments, none empty
+  const auto begin = [n, m](size_t j) { return n * j / m; };
+  for (size_t j = 0; j < m; ++j) {
+    buffer->send(peer, kReduceScatterSlot, begin(j) * sizeof(float),
+                 (begin(j + 1) - begin(j)) * sizeof(float));
+  }
+  for (size_t j = 0; j < m; ++j) {
+    // Sends complete in order: once the j-th has, segment j has left and may be summed.
+    Check(buffer->waitSend(Remaining(deadline)), "send");
+    Check(inbox_buffer_->waitRecv(Remaining(deadline)), "receive");
+    AddInto(data + begin(j), inbox_.data() + (received_ % kWindow) * segment_floats_,
+            begin(j + 1) - begin(j));
+    PostInbox(received_ + kWindow);
+    ++received_;
+  }
+}
+
+void RingAllReduce::Run(float* data, size_t n, std::chrono::steady_clock::time_point deadline) {
+  if (context_->size == 1 || n == 0) return;
+  if (context_->size == 2 && n * sizeof(float) <= kExchangeMaxBytes) {
+    return Exchange(data, n, deadline);
+  }
+  const int ranks = context_->size, rank = context_->rank;
+  const int left = (rank + ranks - 1) % ranks, right = (rank + 1) % ranks;
+  const auto chunk = [ranks](int c) { return ((c % ranks) + ranks) % ranks; };
+  const Partition part(n, ranks, segment_floats_);
+  const size_t m = part.segments();
+  const int steps = ranks - 1;  // of reduce-scatter, and of all-gather
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer =
+      context_->createUnboundBuffer(data, n * sizeof(float));
+  size_t sends = 0;
+  const auto send = [&](uint64_t slot, Segment s) {
+    if (s.size == 0) return;
+    buffer->send(right, slot, s.begin * sizeof(float), s.size * sizeof(float));
+    ++sends;
+  };
+  // All-gather step t brings chunk rank - t, final, from the left: post them all now.
+  for (int t = 0; t < steps; ++t) {
+    for (size_t j = 0; j < m; ++j) {
+      const Segment s = part.Get(chunk(rank - t), j);
+      if (s.size > 0) {
+        buffer->recv(left, kAllGatherSlot, s.begin * sizeof(float), s.size * sizeof(float));
+      }
+    }
+  }
+  // Reduce-scatter: the left's first segments land in the standing receives at once.
+  for (size_t j = 0; j < m; ++j) send(kReduceScatterSlot, part.Get(chunk(rank), j));
+  // Reduce-scatter step t brings chunk rank - 1 - t from the left, summed so far. Reduce
+  // each segment into place, then pass it on at once: to the next reduce-scatter step, or,
+  // summed over every rank after the last, to the all-gather.
+  for (int t = 0; t < steps; ++t) {
+    for (size_t j = 0; j < m; ++j) {
+      const Segment s = part.Get(chunk(rank - 1 - t), j);
+      if (s.size == 0) continue;
+      Check(inbox_buffer_->waitRecv(Remaining(deadline)), "reduce-scatter receive");
+      AddInto(data + s.begin, inbox_.data() + (received_ % kWindow) * segment_floats_, s.size);
+      PostInbox(received_ + kWindow);
+      ++received_;
+      send(t + 1 < steps ? kReduceScatterSlot : kAllGatherSlot, s);
+    }
+  }
+  // All-gather: forward what arrives (step t's chunk is step t + 1's to send).
+  for (int t = 0; t < steps; ++t) {
+    for (size_t j = 0; j < m; ++j) {
+      const Segment s = part.Get(chunk(rank - t), j);
+      if (s.size == 0) continue;
+      Check(buffer->waitRecv(Remaining(deadline)), "all-gather receive");
+      if (t + 1 < steps) send(kAllGatherSlot, s);
+    }
+  }
+  for (size_t i = 0; i < sends; ++i) Check(buffer->waitSend(Remaining(deadline)), "send");
+}
+
+}  // namespace lockstep::gloo_internal
