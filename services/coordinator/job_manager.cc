@@ -95,6 +95,11 @@ class JobManager::Sink final : public JobSink, public WorkerSupply {
                                                   const CancelToken& cancel) override {
     return m_->Replace(*rec_, lost, reason, timeout, cancel);
   }
+  void Quarantine(const PoolWorker& worker, const std::string& why) override {
+    m_->pool_->Quarantine(worker.id, why);
+    LogJob(spdlog::level::warn, {rec_->job.id(), worker.id},
+           absl::StrCat("worker ", worker.id, " quarantined: ", why));
+  }
   void OnRunning(int64_t total) override {
     absl::MutexLock lock(&m_->mu_);
     rec_->job.set_total_steps(total);
