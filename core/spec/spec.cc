@@ -232,7 +232,8 @@ absl::Status CheckAudit(const v1::JobSpec& spec, const Model& model) {
   if (spec.workers() < 2) {
     return Invalid("audit.every_steps",
                    absl::StrCat("needs workers >= 2 (a second worker recomputes a shard); the job "
-                                "has ", spec.workers()));
+                                "has ",
+                                spec.workers()));
   }
   if (model.stats_layout().total() > 0) {
     return Invalid("audit.every_steps",

@@ -268,9 +268,8 @@ TEST(Spec, AnAuditNeedsTwoWorkersAndNoBatchNormAndIsOffByDefault) {
   EXPECT_EQ(audited.audit().every_steps(), 10u);
   v1::JobSpec alone = audited;
   alone.set_workers(1);
-  EXPECT_THAT(Validate(alone),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("audit.every_steps: needs workers >= 2")));
+  EXPECT_THAT(Validate(alone), StatusIs(absl::StatusCode::kInvalidArgument,
+                                        HasSubstr("audit.every_steps: needs workers >= 2")));
   EXPECT_THAT(ParseAndValidate(absl::StrCat(kGood, "audit: {every_steps: 2000000000}\n")),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("audit.every_steps: must be at most")));

@@ -104,9 +104,9 @@ v1::StepResponse ToProto(const StepResult& result) {
 }
 
 StepResult FromProto(const v1::StepResponse& r) {
-  return {r.step(),         r.loss(),         r.accuracy(),  r.param_checksum(),
-          r.compute_ms(),   r.allreduce_ms(), r.update_ms(), r.step_ms(),
-          r.grad_digest(),  r.audited(),      r.audit_digest(), r.audit_loss()};
+  return {r.step(),        r.loss(),         r.accuracy(),     r.param_checksum(),
+          r.compute_ms(),  r.allreduce_ms(), r.update_ms(),    r.step_ms(),
+          r.grad_digest(), r.audited(),      r.audit_digest(), r.audit_loss()};
 }
 
 v1::EvaluateResponse ToProto(const EvalSums& sums) {

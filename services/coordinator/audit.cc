@@ -85,7 +85,8 @@ AuditVerdict JudgeAudit(const AuditPick& pick, const std::vector<StepResult>& go
   for (const auto& [answer, ranks] : votes) {
     if (ranks.size() * 2 > answers.size()) {  // a majority: the others lied
       for (const auto& [other, others_ranks] : votes) {
-        if (other != answer) v.liars.insert(v.liars.end(), others_ranks.begin(), others_ranks.end());
+        if (other != answer)
+          v.liars.insert(v.liars.end(), others_ranks.begin(), others_ranks.end());
       }
       return v;
     }

@@ -41,7 +41,8 @@ TEST(AuditPlan, AuditsEveryKStepsTheSameWayForTheSameSeed) {
   // Another seed, another sequence.
   const AuditPlan other(Audited(5, 8), {1, 1, 1, 1});
   int same = 0;
-  for (int64_t step = 4; step < 400; step += 5) same += other.Pick(step)->audited == plan.Pick(step)->audited;
+  for (int64_t step = 4; step < 400; step += 5)
+    same += other.Pick(step)->audited == plan.Pick(step)->audited;
   EXPECT_LT(same, 40);
 }
 
@@ -78,8 +79,8 @@ StepResult Recomputed(uint64_t digest, float loss) {
 const std::vector<std::string> kIds = {"w0", "w1", "w2"};
 
 TEST(JudgeAudit, EqualBitsPass) {
-  const AuditVerdict v = JudgeAudit({1, {0, 2}}, {Recomputed(42, 0.5f), Fed(42, 0.5f),
-                                                  Recomputed(42, 0.5f)}, kIds);
+  const AuditVerdict v =
+      JudgeAudit({1, {0, 2}}, {Recomputed(42, 0.5f), Fed(42, 0.5f), Recomputed(42, 0.5f)}, kIds);
   EXPECT_TRUE(v.passed);
   EXPECT_THAT(v.liars, IsEmpty());
   EXPECT_THAT(v.detail, HasSubstr("w1 fed digest 000000000000002a"));
@@ -111,7 +112,8 @@ TEST(JudgeAudit, TwoWorkersThatDisagreeAreBothSuspectsAndNeitherALiar) {
 
 TEST(JudgeAudit, ACheckerThatDidNotRecomputeDisagrees) {
   StepResult silent;  // audited false: an old worker, or one that ignores the audit
-  const AuditVerdict v = JudgeAudit({0, {1, 2}}, {Fed(42, 0.5f), silent, Recomputed(42, 0.5f)}, kIds);
+  const AuditVerdict v =
+      JudgeAudit({0, {1, 2}}, {Fed(42, 0.5f), silent, Recomputed(42, 0.5f)}, kIds);
   EXPECT_FALSE(v.passed);
   EXPECT_THAT(v.liars, ElementsAre(1));
 }

@@ -214,10 +214,10 @@ absl::Status JobRunner::Run(JobOutcome* outcome) {
 
 absl::Status JobRunner::Recover(const absl::Status& failure, JobOutcome* outcome) {
   const absl::StatusCode code = failure.code();
-  const bool worker_lost =
-      !outcome->unreachable.empty() || code == absl::StatusCode::kUnavailable ||
-      code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kAborted ||
-      !audit_lost_.empty();
+  const bool worker_lost = !outcome->unreachable.empty() ||
+                           code == absl::StatusCode::kUnavailable ||
+                           code == absl::StatusCode::kDeadlineExceeded ||
+                           code == absl::StatusCode::kAborted || !audit_lost_.empty();
   // A liar gets no more work whether or not the job goes on.
   for (const PoolWorker& w : audit_liars_) {
     outcome->quarantined.push_back(w.id);
@@ -233,9 +233,8 @@ absl::Status JobRunner::Recover(const absl::Status& failure, JobOutcome* outcome
     return failure;
   }
   ++outcome->recoveries;
-  absl::StatusOr<std::vector<PoolWorker>> workers =
-      supply_->Replace(lost, failure,
-                       absl::Seconds(spec_.recovery().recovery_timeout_seconds()), cancel_);
+  absl::StatusOr<std::vector<PoolWorker>> workers = supply_->Replace(
+      lost, failure, absl::Seconds(spec_.recovery().recovery_timeout_seconds()), cancel_);
   if (!workers.ok()) {
     if (absl::IsCancelled(workers.status()) || draining()) return workers.status();
     return absl::Status(
@@ -379,11 +378,10 @@ absl::Status JobRunner::CheckAudit(const AuditPick& pick, const std::vector<Step
     suspects.push_back(workers_[r].id);
   }
   const std::string who =
-      !liars.empty()
-          ? absl::StrCat("worker ", absl::StrJoin(liars, ", "),
-                         " lied (outvoted by its checkers) and is quarantined")
-          : absl::StrCat("no majority, so workers ", absl::StrJoin(suspects, ", "),
-                         " are replaced (none quarantined)");
+      !liars.empty() ? absl::StrCat("worker ", absl::StrJoin(liars, ", "),
+                                    " lied (outvoted by its checkers) and is quarantined")
+                     : absl::StrCat("no majority, so workers ", absl::StrJoin(suspects, ", "),
+                                    " are replaced (none quarantined)");
   const std::string message =
       absl::StrCat("audit of step ", step + 1, " failed: ", who,
                    "; the job rolls back to the state at the last audit that passed (step ",

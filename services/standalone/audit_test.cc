@@ -27,12 +27,17 @@ std::string TempDir(const std::string& name) {
   return d;
 }
 
-// `workers` MLP workers with dropout (the audited shard's key matters), `steps` steps.
+// `workers` MLP workers with dropout (the audited shard's key matters), `steps` steps,
+// Global batch 48: 2 or 3 shards.
 v1::JobSpec Spec(int workers, int steps, uint64_t audit_every) {
-  v1::JobSpec spec = SmallMlpSpec(workers, steps);
+  v1::JobSpec spec = SmallMlpSpec(1, steps);
+  spec.set_workers(workers);
+  spec.set_global_batch_size(48);
   spec.mutable_model()->set_dropout_rate(0.2);
   spec.mutable_audit()->set_every_steps(audit_every);
-  return spec;
+  absl::StatusOr<v1::JobSpec> valid = Validate(spec);
+  EXPECT_OK(valid.status());
+  return valid.value_or(spec);
 }
 
 // Doubles every gradient it is given: a worker lying about its gradients.
@@ -210,9 +215,9 @@ TEST(Audit, WithoutRecoveryALiarFailsTheJobNamingIt) {
   InProcessWorkers workers(3);
   workers.slot(1).SetGradientFaultForTesting(Double);
   Recorder sink;
-  EXPECT_THAT(Run(workers, Spec(3, 20, 5), "no-supply", &sink),
-              StatusIs(absl::StatusCode::kDataLoss,
-                       HasSubstr("audit of step 5 failed: worker w1 lied")));
+  EXPECT_THAT(
+      Run(workers, Spec(3, 20, 5), "no-supply", &sink),
+      StatusIs(absl::StatusCode::kDataLoss, HasSubstr("audit of step 5 failed: worker w1 lied")));
 }
 
 }  // namespace
