@@ -377,15 +377,21 @@ absl::Status JobRunner::CheckAudit(const AuditPick& pick, const std::vector<Step
     audit_lost_.push_back(workers_[r]);
     suspects.push_back(workers_[r].id);
   }
+  // Without a supply (no recovery) the job fails here; the message says so.
+  const bool recovers = supply_ != nullptr;
   const std::string who =
-      !liars.empty() ? absl::StrCat("worker ", absl::StrJoin(liars, ", "),
-                                    " lied (outvoted by its checkers) and is quarantined")
-                     : absl::StrCat("no majority, so workers ", absl::StrJoin(suspects, ", "),
-                                    " are replaced (none quarantined)");
+      !liars.empty()
+          ? absl::StrCat("worker ", absl::StrJoin(liars, ", "), " lied (outvoted by its checkers)",
+                         recovers ? " and is quarantined" : "")
+          : absl::StrCat("no majority, so workers ", absl::StrJoin(suspects, ", "),
+                         recovers ? " are replaced (none quarantined)" : " disagree");
+  const std::string then =
+      recovers
+          ? absl::StrCat("the job rolls back to the state at the last audit that passed (step ",
+                         start_.step, ")")
+          : "the job has no recovery";
   const std::string message =
-      absl::StrCat("audit of step ", step + 1, " failed: ", who,
-                   "; the job rolls back to the state at the last audit that passed (step ",
-                   start_.step, "): ", v.detail);
+      absl::StrCat("audit of step ", step + 1, " failed: ", who, "; ", then, ": ", v.detail);
   LogJob(spdlog::level::warn, {job_id_}, message);
   return absl::DataLossError(message);
 }

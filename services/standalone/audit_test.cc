@@ -10,6 +10,7 @@
 #include "core/spec/testing.h"
 #include "core/status_macros.h"
 #include "core/testing.h"
+#include "services/coordinator/event_log.h"
 #include "services/coordinator/job_manager.h"
 #include "services/standalone/testing.h"
 
@@ -85,9 +86,9 @@ class SpareSupply final : public WorkerSupply {
 };
 
 // Runs `spec` on the first spec.workers() of `workers`, the rest spares.
-absl::StatusOr<JobOutcome> Run(InProcessWorkers& workers, const v1::JobSpec& spec,
-                               const std::string& id, Recorder* sink,
-                               SpareSupply* supply = nullptr) {
+absl::StatusOr<JobOutcome> RunOn(InProcessWorkers& workers, const v1::JobSpec& spec,
+                                 const std::string& id, Recorder* sink,
+                                 SpareSupply* supply = nullptr) {
   CoordinatorOptions options;
   options.checkpoint_dir = TempDir(id);
   std::vector<PoolWorker> ranks = workers.pool_workers();
@@ -104,10 +105,10 @@ TEST(Audit, HonestWorkersEndBitForBitAsWithoutAnAudit) {
   for (int n : {2, 3}) {
     InProcessWorkers workers(n);
     Recorder plain_sink, audited_sink;
-    ASSERT_OK_AND_ASSIGN(JobOutcome plain, Run(workers, Spec(n, 20, 0), "plain", &plain_sink));
+    ASSERT_OK_AND_ASSIGN(JobOutcome plain, RunOn(workers, Spec(n, 20, 0), "plain", &plain_sink));
     SpareSupply supply(workers.pool_workers(), n);  // so that the audits snapshot
     ASSERT_OK_AND_ASSIGN(JobOutcome audited,
-                         Run(workers, Spec(n, 20, 5), "audited", &audited_sink, &supply));
+                         RunOn(workers, Spec(n, 20, 5), "audited", &audited_sink, &supply));
     EXPECT_EQ(audited.param_checksum, plain.param_checksum) << n << " workers";
     EXPECT_EQ(audited.audits, 4);  // after steps 5, 10, 15, 20
     EXPECT_EQ(audited.audits_failed, 0);
@@ -127,13 +128,13 @@ TEST(Audit, HonestWorkersEndBitForBitAsWithoutAnAudit) {
 TEST(Audit, ALiarAmongThreeIsQuarantinedAndTheJobEndsWithTheHonestChecksum) {
   InProcessWorkers honest(3);
   Recorder honest_sink;
-  ASSERT_OK_AND_ASSIGN(JobOutcome clean, Run(honest, Spec(3, 30, 0), "clean", &honest_sink));
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, RunOn(honest, Spec(3, 30, 0), "clean", &honest_sink));
 
   InProcessWorkers workers(4);  // ranks 0..2 and a spare
   workers.slot(1).SetGradientFaultForTesting(Double);
   SpareSupply supply(workers.pool_workers(), 3);
   Recorder sink;
-  ASSERT_OK_AND_ASSIGN(JobOutcome out, Run(workers, Spec(3, 30, 5), "liar", &sink, &supply));
+  ASSERT_OK_AND_ASSIGN(JobOutcome out, RunOn(workers, Spec(3, 30, 5), "liar", &sink, &supply));
   EXPECT_EQ(out.param_checksum, clean.param_checksum);
   EXPECT_EQ(out.recoveries, 1);
   EXPECT_EQ(out.audits_failed, 1);
@@ -153,7 +154,7 @@ TEST(Audit, ALiarAmongThreeIsQuarantinedAndTheJobEndsWithTheHonestChecksum) {
 TEST(Audit, ALiarFromAStepOnRollsBackToTheLastAuditThatPassed) {
   InProcessWorkers honest(3);
   Recorder honest_sink;
-  ASSERT_OK_AND_ASSIGN(JobOutcome clean, Run(honest, Spec(3, 30, 5), "clean", &honest_sink));
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, RunOn(honest, Spec(3, 30, 5), "clean", &honest_sink));
 
   InProcessWorkers workers(4);
   // Honest until the snapshot of step 10 (taken with no step in flight); from step 11 on
@@ -198,12 +199,12 @@ TEST(Audit, ALiarFromAStepOnRollsBackToTheLastAuditThatPassed) {
 TEST(Audit, TwoWorkersThatDisagreeAreBothReplacedAndNeitherQuarantined) {
   InProcessWorkers honest(2);
   Recorder honest_sink;
-  ASSERT_OK_AND_ASSIGN(JobOutcome clean, Run(honest, Spec(2, 20, 0), "clean", &honest_sink));
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, RunOn(honest, Spec(2, 20, 0), "clean", &honest_sink));
   InProcessWorkers workers(4);
   workers.slot(0).SetGradientFaultForTesting(Double);
   SpareSupply supply(workers.pool_workers(), 2);
   Recorder sink;
-  ASSERT_OK_AND_ASSIGN(JobOutcome out, Run(workers, Spec(2, 20, 5), "pair", &sink, &supply));
+  ASSERT_OK_AND_ASSIGN(JobOutcome out, RunOn(workers, Spec(2, 20, 5), "pair", &sink, &supply));
   EXPECT_EQ(out.param_checksum, clean.param_checksum);
   EXPECT_TRUE(out.quarantined.empty());
   ASSERT_EQ(supply.reasons.size(), 1u);
@@ -216,8 +217,83 @@ TEST(Audit, WithoutRecoveryALiarFailsTheJobNamingIt) {
   workers.slot(1).SetGradientFaultForTesting(Double);
   Recorder sink;
   EXPECT_THAT(
-      Run(workers, Spec(3, 20, 5), "no-supply", &sink),
+      RunOn(workers, Spec(3, 20, 5), "no-supply", &sink),
       StatusIs(absl::StatusCode::kDataLoss, HasSubstr("audit of step 5 failed: worker w1 lied")));
+}
+
+// Every event of job `id` until its log closes (the job ended), without sleeping.
+absl::StatusOr<std::vector<v1::JobEvent>> AllEvents(JobManager& jobs, const std::string& id,
+                                                    absl::Duration timeout) {
+  ASSIGN_OR_RETURN(std::unique_ptr<JobManager::Watch> watch, jobs.StartWatch(id));
+  struct Woken {
+    absl::Mutex mu;
+    bool woke ABSL_GUARDED_BY(mu) = false;
+  };
+  auto woken = std::make_shared<Woken>();
+  EventLog::Wake wake = watch->log()->Subscribe([woken] {
+    absl::MutexLock lock(&woken->mu);
+    woken->woke = true;
+  });
+  const absl::Time end = absl::Now() + timeout;
+  std::vector<v1::JobEvent> seen;
+  for (int64_t cursor = 0;;) {
+    EventLog::Batch b = watch->log()->Read(cursor, 0, 0, 1000);
+    cursor = b.next;
+    seen.insert(seen.end(), b.events.begin(), b.events.end());
+    if (b.closed) return seen;
+    absl::MutexLock lock(&woken->mu);
+    if (!woken->mu.AwaitWithDeadline(absl::Condition(&woken->woke), end)) {
+      return absl::DeadlineExceededError(absl::StrCat(id, " did not end"));
+    }
+    woken->woke = false;
+  }
+}
+
+TEST(Audit, TheCoordinatorQuarantinesTheLiarItsEventsSayWhoAndAtWhichStep) {
+  InProcessWorkers honest(3);
+  Recorder honest_sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, RunOn(honest, Spec(3, 20, 0), "clean", &honest_sink));
+
+  InProcessWorkers workers(4);
+  workers.slot(1).SetGradientFaultForTesting(Double);
+  const std::string dir = TempDir("manager");
+  CoordinatorOptions options;
+  options.checkpoint_dir = dir + "/checkpoints";
+  options.snapshot_dir = dir + "/snapshots";
+  WorkerPool pool(absl::Hours(1));
+  JobManager jobs(options, &pool, nullptr, workers.factory());
+  const std::vector<PoolWorker> all = workers.pool_workers();
+  std::vector<std::string> ids;  // the pool's, in slot order
+  for (const PoolWorker& w : all) ids.push_back(pool.Register(w.address, "cpu", w.id, 1));
+  ASSERT_OK(jobs.Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs.Submit(Spec(3, 20, 5)));
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::JobEvent> events,
+                       AllEvents(jobs, job.id(), absl::Minutes(2)));
+  ASSERT_OK_AND_ASSIGN(v1::Job done, jobs.Get(job.id()));
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
+  EXPECT_EQ(done.param_checksum(), clean.param_checksum);
+  EXPECT_EQ(done.recoveries(), 1);
+  int recovering = 0;
+  for (const v1::JobEvent& e : events) {
+    if (!e.has_state() || e.state().state() != v1::RECOVERING) continue;
+    ++recovering;
+    EXPECT_THAT(e.state().reason(),
+                HasSubstr(absl::StrCat("audit of step 5 failed: worker ", ids[1],
+                                       " lied (outvoted by its checkers) and is quarantined")));
+  }
+  EXPECT_EQ(recovering, 1);
+  // The recovery dropped it from the pool; registering again (as a restarted worker
+  // would), it is listed as quarantined and gets no work.
+  const std::string again = pool.Register(all[1].address, "cpu", "w1", 1);
+  bool listed = false;
+  for (const v1::WorkerInfo& w : pool.List()) {
+    if (w.id() != again) continue;
+    listed = true;
+    EXPECT_THAT(w.quarantined(), HasSubstr("audit of step 5 failed"));
+  }
+  EXPECT_TRUE(listed);
+  for (const WorkerView& v : pool.Views()) EXPECT_NE(v.id, again);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
