@@ -132,6 +132,15 @@ TEST(Audit, ALiarAmongThreeIsQuarantinedAndTheJobEndsWithTheHonestChecksum) {
 
   InProcessWorkers workers(4);  // ranks 0..2 and a spare
   workers.slot(1).SetGradientFaultForTesting(Double);
+  {
+    // Unaudited, the lie goes unnoticed (the replicas agree: the doubled gradients are in
+    // every one's all-reduce) and ends elsewhere.
+    Recorder unaudited_sink;
+    ASSERT_OK_AND_ASSIGN(JobOutcome unaudited,
+                         RunOn(workers, Spec(3, 30, 0), "unaudited", &unaudited_sink));
+    EXPECT_NE(unaudited.param_checksum, clean.param_checksum);
+    EXPECT_EQ(unaudited.recoveries, 0);
+  }
   SpareSupply supply(workers.pool_workers(), 3);
   Recorder sink;
   ASSERT_OK_AND_ASSIGN(JobOutcome out, RunOn(workers, Spec(3, 30, 5), "liar", &sink, &supply));
@@ -218,7 +227,9 @@ TEST(Audit, WithoutRecoveryALiarFailsTheJobNamingIt) {
   Recorder sink;
   EXPECT_THAT(
       RunOn(workers, Spec(3, 20, 5), "no-supply", &sink),
-      StatusIs(absl::StatusCode::kDataLoss, HasSubstr("audit of step 5 failed: worker w1 lied")));
+      StatusIs(absl::StatusCode::kDataLoss,
+               HasSubstr("audit of step 5 failed: worker w1 lied (outvoted by its checkers); the "
+                         "job has no recovery")));
 }
 
 // Every event of job `id` until its log closes (the job ended), without sleeping.
