@@ -47,6 +47,14 @@ struct StepCommand {
   bool want_checksum = false;        // ParamChecksum of the params after the update
   // The all-reduce's wait for the peers, at most the job's; zero: the job's.
   absl::Duration collective_timeout = absl::ZeroDuration();
+  // The job's audit (docs/audit.md): the digest of the local gradients this step feeds into
+  // the all-reduce (StepResult.grad_digest).
+  bool want_grad_digest = false;
+  // With `audit`, before the step: another rank's shard recomputed at the current state,
+  // gradients only (no all-reduce, no update): StepResult.audit_digest and audit_loss.
+  bool audit = false;
+  std::span<const int32_t> audit_indices;  // must outlive the call, as `indices`
+  rng::Key audit_key;
 };
 
 struct StepResult {
@@ -56,6 +64,10 @@ struct StepResult {
   uint64_t param_checksum = 0;  // when asked
   // Where the time went (host clock; milliseconds).
   double compute_ms = 0, allreduce_ms = 0, update_ms = 0, step_ms = 0;
+  uint64_t grad_digest = 0;  // want_grad_digest: GradDigest of the local gradients
+  bool audited = false;      // the command's audit shard was recomputed:
+  uint64_t audit_digest = 0;
+  float audit_loss = 0;
 };
 
 // Sums over a range of the test split.

@@ -263,6 +263,8 @@ absl::Status StepExecutor::BackwardAllReduced(Workspace& ws,
   auto start_through = [&](int layer) {  // starts the buckets complete once `layer` is
     while (started.ok() && next < buckets_.size() && buckets_[next].layer >= layer) {
       const GradBucket& bucket = buckets_[next++];
+      started = BeforeReduce(bucket.offset, bucket.size);
+      if (!started.ok()) break;
       absl::StatusOr<CollectiveTicket> t =
           collective_->StartAllReduceSum(grads + bucket.offset, bucket.size, collective_options_);
       if (t.ok()) {
@@ -297,6 +299,7 @@ absl::Status StepExecutor::DeviceStep(Workspace& ws, const DeviceDataset& data, 
     reduced = BackwardAllReduced(ws, t1);  // the sums overlap backward
   } else {
     RETURN_IF_ERROR(Backward(ws, local_batch_));
+    RETURN_IF_ERROR(BeforeReduce(0, n));
     t1 = Clock::now();
     if (reduce) reduced = collective_->AllReduceSum(grads_.as(), n, collective_options_);
   }
@@ -341,11 +344,22 @@ absl::StatusOr<StepMetrics> StepExecutor::Step(const DeviceDataset& data,
                                                std::span<const int32_t> indices,
                                                rng::Key dropout_key) {
   ASSIGN_OR_RETURN(Workspace * ws, PrepareStep(data, indices, dropout_key));
-  ASSIGN_OR_RETURN(const bool replayed, ReplayGraph(*ws, data));
+  bool replayed = false;  // a tapped step runs eagerly: a graph would skip the taps
+  if (!capture_ && !fault_) {
+    ASSIGN_OR_RETURN(replayed, ReplayGraph(*ws, data));
+  }
   if (!replayed) RETURN_IF_ERROR(DeviceStep(*ws, data, true));
   ASSIGN_OR_RETURN(StepMetrics m, Finish(*ws, local_batch_));
   ++step_;
   return m;
+}
+
+absl::Status StepExecutor::BeforeReduce(size_t offset, size_t count) {
+  float* g = grads_.as() + offset;
+  if (fault_) RETURN_IF_ERROR(fault_(*backend_, g, count));
+  if (!capture_) return absl::OkStatus();
+  local_grads_.resize(param_count());  // copied before the all-reduce overwrites it
+  return backend_->CopyToHost(local_grads_.data() + offset, g, count * sizeof(float));
 }
 
 absl::StatusOr<std::vector<float>> StepExecutor::Gradients() {

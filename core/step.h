@@ -113,6 +113,17 @@ class StepExecutor {
   // One 0/1 array per Dropout layer with rate > 0, from the last step.
   absl::StatusOr<std::vector<std::vector<uint8_t>>> DropoutMasks();
 
+  // The audit's taps (docs/audit.md), run on each range of the local gradients just
+  // before it is all-reduced (with buckets, while backward goes on), or on all of them
+  // after backward when nothing is all-reduced (ComputeGradients, N = 1). A step with a
+  // tap runs eagerly (no graph). With capture on, Step and ComputeGradients copy the local
+  // gradients to the host: local_gradients() after the call. A fault (tests only, see
+  // JobSlot::SetGradientFaultForTesting) changes them first, as a lying worker would.
+  using GradientFault = std::function<absl::Status(Backend&, float* grads, size_t count)>;
+  void set_capture_local_gradients(bool on) { capture_ = on; }
+  void set_gradient_fault(GradientFault fault) { fault_ = std::move(fault); }
+  const std::vector<float>& local_gradients() const { return local_grads_; }
+
   // Loss and accuracy over examples [begin, end) of `data` (all of it by default),
   // deterministic (no dropout), in batches.
   absl::StatusOr<EvalMetrics> Evaluate(const DeviceDataset& data, int batch_size = 1000,
@@ -165,6 +176,8 @@ class StepExecutor {
   // BatchNorm workspace), for every BatchNorm.
   absl::Status UpdateBatchStats(const std::vector<float*>& bn);
   int replicas() const { return collective_ != nullptr ? collective_->size() : 1; }
+  // The taps on grads [offset, offset + count) (see set_gradient_fault).
+  absl::Status BeforeReduce(size_t offset, size_t count);
   // Host part after a step: the local loss and accuracy.
   absl::StatusOr<StepMetrics> Finish(Workspace& ws, int batch);
   // Calls f(buffer, offset in it, state offset, bytes) for each buffer [offset, offset + size)
@@ -196,6 +209,9 @@ class StepExecutor {
   const DeviceDataset* graph_data_ = nullptr;
   std::vector<Buffer> slots_;
   std::vector<float> host_params_;  // ParamChecksum's copy: params, then batch_stats
+  bool capture_ = false;            // the audit's taps (set_capture_local_gradients)
+  GradientFault fault_;
+  std::vector<float> local_grads_;
   std::unique_ptr<Workspace> train_ws_, eval_ws_;
 };
 

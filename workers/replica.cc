@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/grad_digest.h"
 #include "core/spec/spec.h"
 #include "core/status_macros.h"
 
@@ -80,8 +81,26 @@ absl::StatusOr<StepResult> Replica::Step(const StepCommand& command) {
       command.collective_timeout > absl::ZeroDuration()
           ? std::min(command.collective_timeout, config_.collective_timeout)
           : config_.collective_timeout);
-  ASSIGN_OR_RETURN(StepMetrics m, exec_->Step(train_, command.indices, command.key));
   StepResult r;
+  if (command.audit) {  // another rank's shard at this state: gradients only
+    exec_->set_capture_local_gradients(true);
+    absl::StatusOr<StepMetrics> audit =
+        exec_->ComputeGradients(train_, command.audit_indices, command.audit_key);
+    exec_->set_capture_local_gradients(false);
+    if (!audit.ok()) {
+      return absl::Status(audit.status().code(),
+                          absl::StrCat("audit shard: ", audit.status().message()));
+    }
+    r.audited = true;
+    r.audit_loss = audit->loss;
+    r.audit_digest = GradDigest(exec_->local_gradients());
+  }
+  exec_->set_capture_local_gradients(command.want_grad_digest);
+  absl::StatusOr<StepMetrics> stepped = exec_->Step(train_, command.indices, command.key);
+  exec_->set_capture_local_gradients(false);
+  RETURN_IF_ERROR(stepped.status());
+  const StepMetrics& m = *stepped;
+  if (command.want_grad_digest) r.grad_digest = GradDigest(exec_->local_gradients());
   r.step = command.step;
   r.loss = m.loss;
   r.accuracy = m.accuracy;

@@ -56,8 +56,14 @@ class Replica {
   absl::StatusOr<uint64_t> ParamChecksum() { return exec_->ParamChecksum(); }
 
   // ABORTED if command.step is not the replica's next step. After a failed step the
-  // replica (its collective, for one) is unusable: drop it.
+  // replica (its collective, for one) is unusable: drop it. With command.audit, the audit
+  // shard's gradients are computed first at the same state (docs/audit.md);
+  // INVALID_ARGUMENT if that shard is not of the local batch's size.
   absl::StatusOr<StepResult> Step(const StepCommand& command);
+  // Tests only (JobSlot::SetGradientFaultForTesting): a fault on every local gradient.
+  void set_gradient_fault(StepExecutor::GradientFault fault) {
+    exec_->set_gradient_fault(std::move(fault));
+  }
   // Loss and accuracy sums over [begin, end) of the test split, in eval.batch_size
   // batches, without dropout.
   absl::StatusOr<EvalSums> Evaluate(int64_t begin, int64_t end);

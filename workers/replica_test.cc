@@ -249,6 +249,64 @@ TEST_F(ReplicaTest, StepsAdvanceAndAreBitwiseReproducible) {
   EXPECT_EQ(checksums[0], checksums[1]);
 }
 
+TEST_F(ReplicaTest, AnAuditShardRecomputedBeforeTheStepHasTheBitsTheStepFeeds) {
+  v1::JobSpec spec = SmallMlpSpec();
+  spec.mutable_model()->set_dropout_rate(0.2);  // so that the audit's key matters
+  const std::string initial = StateBytes(SomeState(spec));
+  std::vector<int32_t> idx(32), other(32);
+  for (int i = 0; i < 32; ++i) {
+    idx[i] = i * 7;
+    other[i] = i * 7 + 1;
+  }
+  auto run = [&](std::span<const int32_t> audit_idx, rng::Key audit_key,
+                 StepExecutor::GradientFault fault) -> absl::StatusOr<StepResult> {
+    ASSIGN_OR_RETURN(auto r, Make({spec, 0, 1}));
+    WriteInPieces(*r, initial);
+    r->set_step(3);
+    if (fault) r->set_gradient_fault(fault);
+    return r->Step({.step = 3,
+                    .key = {5, 6},
+                    .indices = idx,
+                    .want_grad_digest = true,
+                    .audit = true,
+                    .audit_indices = audit_idx,
+                    .audit_key = audit_key});
+  };
+  // Its own shard and key: what it recomputes is what its step feeds the all-reduce.
+  ASSERT_OK_AND_ASSIGN(StepResult same, run(idx, {5, 6}, nullptr));
+  EXPECT_TRUE(same.audited);
+  EXPECT_NE(same.grad_digest, 0u);
+  EXPECT_EQ(same.audit_digest, same.grad_digest);
+  EXPECT_EQ(same.audit_loss, same.loss);
+  // The recomputation leaves the step as it was.
+  ASSERT_OK_AND_ASSIGN(auto plain, Make({spec, 0, 1}));
+  WriteInPieces(*plain, initial);
+  plain->set_step(3);
+  ASSERT_OK_AND_ASSIGN(
+      StepResult unaudited,
+      plain->Step({.step = 3, .key = {5, 6}, .indices = idx, .want_grad_digest = true}));
+  EXPECT_EQ(unaudited.grad_digest, same.grad_digest);
+  EXPECT_EQ(unaudited.loss, same.loss);
+  EXPECT_FALSE(unaudited.audited);
+  // Another key, another shard: other bits.
+  ASSERT_OK_AND_ASSIGN(StepResult key, run(idx, {5, 7}, nullptr));
+  EXPECT_NE(key.audit_digest, same.grad_digest);
+  ASSERT_OK_AND_ASSIGN(StepResult shard, run(other, {5, 6}, nullptr));
+  EXPECT_NE(shard.audit_digest, same.grad_digest);
+  // A lying replica (the test-only fault) feeds and recomputes other bits; its loss is
+  // the same (the fault touches gradients only).
+  ASSERT_OK_AND_ASSIGN(StepResult lying, run(idx, {5, 6}, [](Backend& b, float* g, size_t n) {
+                         return b.Divide(n, 0.5f, g);
+                       }));
+  EXPECT_NE(lying.grad_digest, same.grad_digest);
+  EXPECT_EQ(lying.audit_digest, lying.grad_digest);
+  EXPECT_EQ(lying.loss, same.loss);
+  // A shard of another size is refused, naming the audit.
+  std::vector<int32_t> short_shard(16, 0);
+  EXPECT_THAT(run(short_shard, {5, 6}, nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("audit shard:")));
+}
+
 TEST_F(ReplicaTest, EvaluateSumsOverTheRange) {
   const v1::JobSpec spec = SmallMlpSpec();
   ASSERT_OK_AND_ASSIGN(auto r, Make({spec, 0, 1}));

@@ -176,7 +176,10 @@ int Workers(const JobOptions& o) {
   }
   for (const auto& w : resp.workers()) {
     absl::PrintF("%s  %s  %s  %s  threads %d  %s\n", w.id(), w.address(), w.device(), w.name(),
-                 w.threads(), w.job_id().empty() ? "free" : "running " + w.job_id());
+                 w.threads(),
+                 !w.quarantined().empty() ? "quarantined: " + w.quarantined()
+                 : w.job_id().empty()     ? std::string("free")
+                                          : "running " + w.job_id());
   }
   if (resp.workers().empty()) absl::PrintF("no workers registered\n");
   return 0;

@@ -60,6 +60,7 @@ void EventPrinter::Print(const v1::JobEvent& e) {
                                  s.step(), s.total_steps(), s.loss()));
   } else if (e.has_step()) {
     const auto& s = e.step();
+    if (!s.audit().empty()) bar_.Println(absl::StrFormat("audit step %d: %s", s.step(), s.audit()));
     bar_.Update(s.step(), s.total_steps(), s.loss(), s.accuracy(), s.samples_per_sec(),
                 s.eta_sec());
   } else if (e.has_eval()) {

@@ -221,6 +221,30 @@ absl::StatusOr<v1::JobSpec> LoadSpecFile(const std::string& path) {
   return ParseSpec(ss.str(), path);
 }
 
+namespace {
+
+// The audit (docs/audit.md) recomputes one worker's shard on another and compares bits:
+// it needs a second worker, and shards whose gradients depend on that shard alone.
+absl::Status CheckAudit(const v1::JobSpec& spec, const Model& model) {
+  const uint64_t every = spec.audit().every_steps();
+  if (every == 0) return absl::OkStatus();
+  if (every > 1'000'000'000) return Invalid("audit.every_steps", "must be at most 1,000,000,000");
+  if (spec.workers() < 2) {
+    return Invalid("audit.every_steps",
+                   absl::StrCat("needs workers >= 2 (a second worker recomputes a shard); the job "
+                                "has ",
+                                spec.workers()));
+  }
+  if (model.stats_layout().total() > 0) {
+    return Invalid("audit.every_steps",
+                   "not available for a model with batch_norm: its statistics are all-reduced, "
+                   "so a shard's gradients depend on every worker's");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& limits) {
   if (in.ByteSizeLong() > 64 * 1024) return Invalid("spec", "larger than 64 KiB");
   if (in.name().size() > 256) return Invalid("name", "longer than 256 characters");
@@ -290,6 +314,7 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
   if (rec->recovery_timeout_seconds() > 86400) {
     return Invalid("recovery.recovery_timeout_seconds", "must be at most 86400 (a day)");
   }
+  RETURN_IF_ERROR(CheckAudit(spec, model));
   return spec;
 }
 

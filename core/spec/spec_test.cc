@@ -260,5 +260,33 @@ TEST(Spec, EvalDueFollowsEpochsOrSteps) {
   EXPECT_FALSE(EvalDue(v1::EvalSpec(), 10, 10));  // no cadence: only the final evaluation
 }
 
+TEST(Spec, AnAuditNeedsTwoWorkersAndNoBatchNormAndIsOffByDefault) {
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec plain, ParseAndValidate(kGood));
+  EXPECT_EQ(plain.audit().every_steps(), 0u);
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec audited,
+                       ParseAndValidate(absl::StrCat(kGood, "audit: {every_steps: 10}\n")));
+  EXPECT_EQ(audited.audit().every_steps(), 10u);
+  v1::JobSpec alone = audited;
+  alone.set_workers(1);
+  EXPECT_THAT(Validate(alone), StatusIs(absl::StatusCode::kInvalidArgument,
+                                        HasSubstr("audit.every_steps: needs workers >= 2")));
+  EXPECT_THAT(ParseAndValidate(absl::StrCat(kGood, "audit: {every_steps: 2000000000}\n")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("audit.every_steps: must be at most")));
+  const std::string batch_norm = R"(
+model:
+  layers: [{flatten: {}}, {dense: {features: 16}}, {batch_norm: {}}, {relu: {}},
+           {dense: {features: 10}}]
+optimizer: {kind: sgd, learning_rate: 0.1}
+global_batch_size: 64
+steps: 10
+workers: 2
+audit: {every_steps: 5}
+)";
+  EXPECT_THAT(ParseAndValidate(batch_norm),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("audit.every_steps: not available for a model with batch_norm")));
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -60,6 +60,13 @@ v1::StepRequest ToProto(const std::string& job_id, const StepCommand& command) {
   r.set_collective_timeout_ms(
       static_cast<uint32_t>(std::min<int64_t>(absl::ToInt64Milliseconds(command.collective_timeout),
                                               std::numeric_limits<uint32_t>::max())));
+  r.set_want_grad_digest(command.want_grad_digest);
+  if (command.audit) {
+    v1::AuditShard* a = r.mutable_audit();
+    a->mutable_indices()->Add(command.audit_indices.begin(), command.audit_indices.end());
+    a->set_key0(command.audit_key.k0);
+    a->set_key1(command.audit_key.k1);
+  }
   return r;
 }
 
@@ -70,6 +77,12 @@ StepCommand FromProto(const v1::StepRequest& r) {
   c.indices = {r.indices().data(), static_cast<size_t>(r.indices_size())};
   c.want_checksum = r.want_checksum();
   c.collective_timeout = absl::Milliseconds(r.collective_timeout_ms());
+  c.want_grad_digest = r.want_grad_digest();
+  if (r.has_audit()) {
+    c.audit = true;
+    c.audit_indices = {r.audit().indices().data(), static_cast<size_t>(r.audit().indices_size())};
+    c.audit_key = {r.audit().key0(), r.audit().key1()};
+  }
   return c;
 }
 
@@ -83,12 +96,17 @@ v1::StepResponse ToProto(const StepResult& result) {
   r.set_allreduce_ms(result.allreduce_ms);
   r.set_update_ms(result.update_ms);
   r.set_step_ms(result.step_ms);
+  r.set_grad_digest(result.grad_digest);
+  r.set_audited(result.audited);
+  r.set_audit_digest(result.audit_digest);
+  r.set_audit_loss(result.audit_loss);
   return r;
 }
 
 StepResult FromProto(const v1::StepResponse& r) {
-  return {r.step(),       r.loss(),         r.accuracy(),  r.param_checksum(),
-          r.compute_ms(), r.allreduce_ms(), r.update_ms(), r.step_ms()};
+  return {r.step(),        r.loss(),         r.accuracy(),     r.param_checksum(),
+          r.compute_ms(),  r.allreduce_ms(), r.update_ms(),    r.step_ms(),
+          r.grad_digest(), r.audited(),      r.audit_digest(), r.audit_loss()};
 }
 
 v1::EvaluateResponse ToProto(const EvalSums& sums) {

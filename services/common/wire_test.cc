@@ -23,6 +23,34 @@ std::vector<v1::StateChunk> Chunks(const TrainState& state) {
   return chunks;
 }
 
+TEST(StepWire, TheAuditsFieldsTravelBothWays) {
+  const std::vector<int32_t> idx = {1, 2, 3}, audit_idx = {7, 8, 9};
+  StepCommand c{.step = 4, .key = {1, 2}, .indices = idx};
+  c.want_grad_digest = true;
+  c.audit = true;
+  c.audit_indices = audit_idx;
+  c.audit_key = {5, 6};
+  const v1::StepRequest request = ToProto("job", c);
+  const StepCommand back = FromProto(request);
+  EXPECT_TRUE(back.want_grad_digest);
+  EXPECT_TRUE(back.audit);
+  EXPECT_EQ(std::vector<int32_t>(back.audit_indices.begin(), back.audit_indices.end()), audit_idx);
+  EXPECT_EQ(back.audit_key.k0, 5u);
+  EXPECT_EQ(back.audit_key.k1, 6u);
+  EXPECT_FALSE(FromProto(ToProto("job", StepCommand{.step = 4, .indices = idx})).audit);
+
+  StepResult r;
+  r.grad_digest = 0x1234567890abcdefull;
+  r.audited = true;
+  r.audit_digest = 0xfedcba0987654321ull;
+  r.audit_loss = 0.25f;
+  const StepResult got = FromProto(ToProto(r));
+  EXPECT_EQ(got.grad_digest, r.grad_digest);
+  EXPECT_TRUE(got.audited);
+  EXPECT_EQ(got.audit_digest, r.audit_digest);
+  EXPECT_EQ(got.audit_loss, 0.25f);
+}
+
 TEST(StateChunkAssembler, RebuildsWhatWriteStateChunksSent) {
   TrainState s;
   s.step = 5;

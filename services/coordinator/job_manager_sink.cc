@@ -1,6 +1,11 @@
 // JobManager::Sink: a running job's progress (steps, evals, snapshots, its rendezvous) into
 // its summary, metrics, event log and TensorBoard files, on the job's runner thread; and its
-// request for workers again after a loss, handed to JobManager::Replace.
+// request for workers again after a loss, handed to JobManager::Replace, and a lying
+// worker's quarantine (an audit's verdict), handed to the pool.
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "services/common/job_log.h"
 #include "services/coordinator/job_manager.h"
 #include "services/coordinator/job_manager_internal.h"
 
@@ -24,6 +29,12 @@ absl::StatusOr<std::vector<PoolWorker>> JobManager::Sink::Replace(
     const std::vector<std::string>& lost, const absl::Status& reason, absl::Duration timeout,
     const CancelToken& cancel) {
   return m_->Replace(*rec_, lost, reason, timeout, cancel);
+}
+
+void JobManager::Sink::Quarantine(const PoolWorker& worker, const std::string& why) {
+  m_->pool_->Quarantine(worker.id, why);
+  LogJob(spdlog::level::warn, {rec_->job.id(), worker.id},
+         absl::StrCat("worker ", worker.id, " quarantined: ", why));
 }
 
 void JobManager::Sink::OnRunning(int64_t total) {

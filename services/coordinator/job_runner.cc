@@ -214,17 +214,27 @@ absl::Status JobRunner::Run(JobOutcome* outcome) {
 
 absl::Status JobRunner::Recover(const absl::Status& failure, JobOutcome* outcome) {
   const absl::StatusCode code = failure.code();
-  const bool worker_lost =
-      !outcome->unreachable.empty() || code == absl::StatusCode::kUnavailable ||
-      code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kAborted;
+  const bool worker_lost = !outcome->unreachable.empty() ||
+                           code == absl::StatusCode::kUnavailable ||
+                           code == absl::StatusCode::kDeadlineExceeded ||
+                           code == absl::StatusCode::kAborted || !audit_lost_.empty();
+  // A liar gets no more work whether or not the job goes on.
+  for (const PoolWorker& w : audit_liars_) {
+    outcome->quarantined.push_back(w.id);
+    if (supply_ != nullptr) supply_->Quarantine(w, std::string(failure.message()));
+  }
+  std::vector<std::string> lost = outcome->unreachable;
+  for (const PoolWorker& w : audit_lost_) {
+    if (std::find(lost.begin(), lost.end(), w.id) == lost.end()) lost.push_back(w.id);
+  }
+  audit_liars_.clear();
   if (supply_ == nullptr || !worker_lost ||
       outcome->recoveries >= static_cast<int>(spec_.recovery().max_restarts())) {
     return failure;
   }
   ++outcome->recoveries;
-  absl::StatusOr<std::vector<PoolWorker>> workers =
-      supply_->Replace(outcome->unreachable, failure,
-                       absl::Seconds(spec_.recovery().recovery_timeout_seconds()), cancel_);
+  absl::StatusOr<std::vector<PoolWorker>> workers = supply_->Replace(
+      lost, failure, absl::Seconds(spec_.recovery().recovery_timeout_seconds()), cancel_);
   if (!workers.ok()) {
     if (absl::IsCancelled(workers.status()) || draining()) return workers.status();
     return absl::Status(
@@ -244,6 +254,8 @@ absl::Status JobRunner::Recover(const absl::Status& failure, JobOutcome* outcome
 absl::Status JobRunner::Attempt(JobOutcome* outcome) {
   blamed_ = -1;
   stream_errors_.clear();
+  audit_lost_.clear();
+  audit_liars_.clear();
   int64_t num_train = 0, num_test = 0;
   RETURN_IF_ERROR(Prepare(&num_train, &num_test));
   TrainingPlan plan(spec_.seed(), spec_.dropout_seed(), setup_->impl, num_train,
@@ -324,13 +336,64 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
 }
 
 absl::StatusOr<std::vector<StepCommand>> JobRunner::StepCommands(
-    const StepPlan& p, bool want_checksum, absl::Duration collective_timeout) const {
+    const StepPlan& p, bool want_checksum, absl::Duration collective_timeout,
+    const std::optional<AuditPick>& audit) const {
   ASSIGN_OR_RETURN(auto shards, ShardBatch(p.indices, static_cast<int>(workers_.size())));
   std::vector<StepCommand> commands(shards.size());
   for (size_t r = 0; r < shards.size(); ++r) {
     commands[r] = {p.step, p.keys[r], shards[r], want_checksum, collective_timeout};
   }
+  if (audit.has_value()) {
+    commands[audit->audited].want_grad_digest = true;
+    for (int c : audit->checkers) {
+      commands[c].audit = true;
+      commands[c].audit_indices = shards[audit->audited];
+      commands[c].audit_key = p.keys[audit->audited];
+    }
+  }
   return commands;
+}
+
+absl::Status JobRunner::CheckAudit(const AuditPick& pick, const std::vector<StepResult>& got,
+                                   int64_t step, JobOutcome* outcome, v1::StepEvent* event) {
+  std::vector<std::string> ids;
+  for (const PoolWorker& w : workers_) ids.push_back(w.id);
+  const AuditVerdict v = JudgeAudit(pick, got, ids);
+  ++outcome->audits;
+  if (v.passed) {
+    event->set_audit(absl::StrCat("passed: ", v.detail));
+    return absl::OkStatus();
+  }
+  ++outcome->audits_failed;
+  audit_lost_.clear();
+  audit_liars_.clear();
+  std::vector<std::string> liars, suspects;
+  for (int r : v.liars) {
+    audit_liars_.push_back(workers_[r]);
+    audit_lost_.push_back(workers_[r]);
+    liars.push_back(workers_[r].id);
+  }
+  for (int r : v.suspects) {
+    audit_lost_.push_back(workers_[r]);
+    suspects.push_back(workers_[r].id);
+  }
+  // Without a supply (no recovery) the job fails here; the message says so.
+  const bool recovers = supply_ != nullptr;
+  const std::string who =
+      !liars.empty()
+          ? absl::StrCat("worker ", absl::StrJoin(liars, ", "), " lied (outvoted by its checkers)",
+                         recovers ? " and is quarantined" : "")
+          : absl::StrCat("no majority, so workers ", absl::StrJoin(suspects, ", "),
+                         recovers ? " are replaced (none quarantined)" : " disagree");
+  const std::string then =
+      recovers
+          ? absl::StrCat("the job rolls back to the state at the last audit that passed (step ",
+                         start_.step, ")")
+          : "the job has no recovery";
+  const std::string message =
+      absl::StrCat("audit of step ", step + 1, " failed: ", who, "; ", then, ": ", v.detail);
+  LogJob(spdlog::level::warn, {job_id_}, message);
+  return absl::DataLossError(message);
 }
 
 absl::StatusOr<v1::StepEvent> JobRunner::Aggregate(const std::vector<StepResult>& got, int64_t step,
@@ -380,9 +443,20 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
     return done == total ||
            (spec_.checksum_every_steps() > 0 && done % spec_.checksum_every_steps() == 0);
   };
-  // Snapshots only where a recovery can use them.
+  // The audit (audit.h): ranks compared only with ranks of equal threads.
+  std::vector<uint32_t> threads;
+  for (const PoolWorker& w : workers_) {
+    threads.push_back(spec_.device() == "cuda" ? 0u
+                      : spec_.threads() > 0    ? spec_.threads()
+                                               : w.threads);
+  }
+  const AuditPlan audit(spec_, std::move(threads));
+  const bool auditing = spec_.audit().every_steps() > 0;
+  std::map<int64_t, AuditPick> audits;  // the audited steps in flight
+  // Snapshots only where a recovery can use them. Audited, the job snapshots at each audit
+  // (once it passed: the state a failed audit rolls back to) and nowhere else.
   auto snapshot_due = [&](int64_t after) {
-    return supply_ != nullptr && after < total &&
+    return supply_ != nullptr && after < total && !auditing &&
            (after - last_snapshot_step_ >= static_cast<int64_t>(recovery.snapshot_every_steps()) ||
             absl::Now() - last_snapshot_time_ >= absl::Seconds(recovery.snapshot_every_seconds()));
   };
@@ -411,10 +485,13 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
       const StepPlan p = plan.Next();  // the commands' indices point into it until sent
       const int64_t after = sent + 1;
       const bool eval = EvalDue(spec_.eval(), after, spe) && after < total;
-      const bool snapshot = snapshot_due(after);
+      const std::optional<AuditPick> pick = audit.Pick(p.step);
+      const bool snapshot =
+          snapshot_due(after) || (pick.has_value() && supply_ != nullptr && after < total);
+      if (pick.has_value()) audits[p.step] = *pick;
       // The survivors of a stalled peer end their all-reduce when the step is late here.
       ASSIGN_OR_RETURN(auto commands,
-                       StepCommands(p, checksum_due(after) || snapshot, deadline.Next()));
+                       StepCommands(p, checksum_due(after) || snapshot, deadline.Next(), pick));
       fanout->Send(commands);
       sent = after;
       if (eval || snapshot) {
@@ -431,6 +508,10 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
     }
     std::vector<StepResult> got = *std::move(taken);
     ASSIGN_OR_RETURN(v1::StepEvent e, Aggregate(got, done, checked));
+    if (auto it = audits.find(done); it != audits.end()) {
+      RETURN_IF_ERROR(CheckAudit(it->second, got, done, outcome, &e));
+      audits.erase(it);
+    }
     ++done;
     const auto now = std::chrono::steady_clock::now();
     const double wall = std::chrono::duration<double>(now - t_last).count();

@@ -16,6 +16,12 @@
 // workers, prepares them from the snapshot and replays the steps since: each step's
 // inputs come from the plan, so the job ends bitwise where an undisturbed one would.
 //
+// The audit (JobSpec.audit, audit.h, docs/audit.md): at its cadence a random rank's
+// shard is recomputed by a checker (and a tie-breaker, with 3 or more workers) in the same
+// step command stream, and the digests compared; the job snapshots at each audit that
+// passed, and a failed one ends the attempt: the liar is quarantined (WorkerSupply) and
+// replaced, and the job replays from that snapshot.
+//
 // The loop is job_runner.cc; where the state comes from and goes (starts, snapshots, the
 // checkpoint) is job_state.cc.
 //
@@ -38,6 +44,7 @@
 #include "core/plan.h"
 #include "core/spec/spec.h"
 #include "lockstep/v1/job.pb.h"
+#include "services/coordinator/audit.h"
 #include "services/coordinator/checkpoint_folder.h"
 #include "services/coordinator/options.h"
 #include "services/coordinator/pending_checkpoint.h"
@@ -75,6 +82,9 @@ class WorkerSupply {
                                                           const absl::Status& reason,
                                                           absl::Duration timeout,
                                                           const CancelToken& cancel) = 0;
+  // The job's audit found `worker` lying (`why` says where): it must never get work from
+  // this coordinator again. Called before the Replace that has it among the lost.
+  virtual void Quarantine(const PoolWorker& worker, const std::string& why) {}
 };
 
 // A sink for runs whose progress nobody watches (benchmarks, comparisons in tests).
@@ -93,6 +103,9 @@ struct JobOutcome {
   std::vector<std::string> unreachable;  // worker ids found dead after the last failure
   int recoveries = 0;
   int64_t replayed_steps = 0;  // steps run again after recoveries
+  int audits = 0;              // audited steps compared (JobSpec.audit), failed ones included
+  int audits_failed = 0;
+  std::vector<std::string> quarantined;  // ids of the workers the audit found lying
   // The job succeeded but its final checkpoint could not be written (a full disk): why,
   // and the final state kept to write it later (also in the newest snapshot if it could
   // be written). checkpoint_path is then empty.
@@ -166,8 +179,16 @@ class JobRunner {
   absl::Status Recover(const absl::Status& failure, JobOutcome* outcome);
   // One step command per worker: the step, the worker's dropout key, its shard, and how
   // long its all-reduce may wait for the peers.
-  absl::StatusOr<std::vector<StepCommand>> StepCommands(const StepPlan& plan, bool want_checksum,
-                                                        absl::Duration collective_timeout) const;
+  // With `audit`, the audited rank is asked for its gradients' digest and the checkers
+  // recompute its shard (audit.h).
+  absl::StatusOr<std::vector<StepCommand>> StepCommands(
+      const StepPlan& plan, bool want_checksum, absl::Duration collective_timeout,
+      const std::optional<AuditPick>& audit = std::nullopt) const;
+  // The verdict on step `step`'s audit: OK, or DATA_LOSS naming the step and the workers
+  // found lying (quarantined by Recover) or suspected (no majority: replaced); both are
+  // kept in audit_lost_ for Recover.
+  absl::Status CheckAudit(const AuditPick& pick, const std::vector<StepResult>& got, int64_t step,
+                          JobOutcome* outcome, v1::StepEvent* event);
   // Folds the workers' answers to one step into its event; with `check`, DATA_LOSS if
   // the replicas' checksums differ.
   absl::StatusOr<v1::StepEvent> Aggregate(const std::vector<StepResult>& got, int64_t step,
@@ -205,6 +226,9 @@ class JobRunner {
   // error then (OK: none), so that a peer's error is not taken for the first one.
   int blamed_ = -1;
   std::vector<absl::Status> stream_errors_;
+  // The attempt's failed audit: the workers to replace, and which of them lied.
+  std::vector<PoolWorker> audit_lost_;
+  std::vector<PoolWorker> audit_liars_;
   CancelToken cancel_;  // the job's: Abort
   absl::Mutex attempt_mu_;
   // The current attempt's: cancelled by the job's, or by LoseWorker. Worker calls use it.

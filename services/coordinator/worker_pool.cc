@@ -117,10 +117,29 @@ bool WorkerPool::IsRevoked(const std::string& identity) {
   return !identity.empty() && revoked_.Contains(identity);
 }
 
+namespace {
+std::string QuarantineKey(const PoolWorker& w) {
+  return w.identity.empty() ? "address " + w.address : "identity " + w.identity;
+}
+}  // namespace
+
+void WorkerPool::Quarantine(const std::string& id, const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  if (it != workers_.end()) quarantined_[QuarantineKey(it->second)] = why;
+}
+
+const std::string* WorkerPool::QuarantinedLocked(const PoolWorker& w) const {
+  auto it = quarantined_.find(QuarantineKey(w));
+  return it == quarantined_.end() ? nullptr : &it->second;
+}
+
 std::vector<WorkerView> WorkerPool::Views() {
   absl::MutexLock lock(&mu_);
   std::vector<WorkerView> out;
-  for (const auto& [id, w] : workers_) out.push_back({id, w.device, w.threads, w.job_id.empty()});
+  for (const auto& [id, w] : workers_) {
+    if (QuarantinedLocked(w) == nullptr) out.push_back({id, w.device, w.threads, w.job_id.empty()});
+  }
   return out;
 }
 
@@ -131,6 +150,9 @@ absl::StatusOr<std::vector<PoolWorker>> WorkerPool::Assign(const std::string& jo
     auto it = workers_.find(id);
     if (it == workers_.end() || !it->second.job_id.empty()) {
       return absl::FailedPreconditionError(absl::StrCat("worker ", id, " is no longer free"));
+    }
+    if (QuarantinedLocked(it->second) != nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat("worker ", id, " is quarantined"));
     }
   }
   std::vector<PoolWorker> out;
@@ -182,6 +204,7 @@ std::vector<v1::WorkerInfo> WorkerPool::List() {
     info.set_threads(w.threads);
     info.set_job_id(w.job_id);
     info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(w.last_seen));
+    if (const std::string* why = QuarantinedLocked(w)) info.set_quarantined(*why);
     out.push_back(std::move(info));
   }
   return out;

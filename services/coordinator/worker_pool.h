@@ -72,7 +72,13 @@ class WorkerPool {
   absl::StatusOr<std::string> Revoke(const std::string& id_or_identity);
   bool IsRevoked(const std::string& identity);
 
-  // The workers in registration order, as the scheduler sees them.
+  // Worker `id` lied to a job's audit (docs/audit.md): it gets no work from this pool
+  // again, nor does whoever registers later with its identity (or, without identity, its
+  // address). It stays registered, listed with `why`; in memory only (for good: revoke
+  // it). Unknown ids are ignored.
+  void Quarantine(const std::string& id, const std::string& why);
+
+  // The workers in registration order, as the scheduler sees them (the quarantined left out).
   std::vector<WorkerView> Views();
   // Gives the workers `ids` to `job_id`; FAILED_PRECONDITION naming one that is gone or
   // busy (then none is taken).
@@ -98,6 +104,12 @@ class WorkerPool {
   std::map<std::string, PoolWorker> workers_ ABSL_GUARDED_BY(mu_);  // ordered by id
   std::vector<LostWorker> lost_ ABSL_GUARDED_BY(mu_);
   RevokedWorkers revoked_ ABSL_GUARDED_BY(mu_);
+  // Quarantined identities (or, for workers without one, addresses): why.
+  std::map<std::string, std::string> quarantined_ ABSL_GUARDED_BY(mu_);
+
+  // Why `w` is quarantined, or null.
+  const std::string* QuarantinedLocked(const PoolWorker& w) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The worker `id` if `identity` registered it: NOT_FOUND or PERMISSION_DENIED otherwise.
   absl::StatusOr<PoolWorker*> OwnedLocked(const std::string& id, const std::string& identity)

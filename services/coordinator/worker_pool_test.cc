@@ -55,6 +55,39 @@ TEST(WorkerPool, RegisterGivesIdsInRegistrationOrder) {
   EXPECT_THAT(Free(views), ElementsAre(true, true, true));
 }
 
+TEST(WorkerPool, AQuarantinedWorkerGetsNoWorkEvenAfterRegisteringAgain) {
+  WorkerPool pool(kTimeout, "");
+  const std::string liar = pool.Register("10.0.0.1:50052", "cpu", "a", 1);
+  const std::string honest = pool.Register("10.0.0.2:50052", "cpu", "b", 1);
+  pool.Quarantine(liar, "audit of step 5 failed");
+  pool.Quarantine("w9999", "unknown ids are ignored");
+  EXPECT_THAT(Ids(pool.Views()), ElementsAre(honest));  // the scheduler never sees it
+  EXPECT_THAT(pool.Assign("job-1", {liar}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("is quarantined")));
+  const std::vector<v1::WorkerInfo> listed = pool.List();
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[0].quarantined(), "audit of step 5 failed");
+  EXPECT_EQ(listed[1].quarantined(), "");
+  // Restarted (or dropped by the job's recovery), it registers again from its address:
+  // still quarantined.
+  pool.Drop(liar);
+  const std::string again = pool.Register("10.0.0.1:50052", "cpu", "a", 1);
+  EXPECT_NE(again, liar);
+  EXPECT_THAT(Ids(pool.Views()), ElementsAre(honest));
+  EXPECT_THAT(pool.Assign("job-2", {again}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("is quarantined")));
+  // With identities, the identity is what stays quarantined, from any address.
+  ASSERT_OK_AND_ASSIGN(std::string signed_liar,
+                       pool.RegisterAs("worker-c", "10.0.0.3:50052", "cpu", "c", 1));
+  pool.Quarantine(signed_liar, "audit of step 10 failed");
+  pool.Drop(signed_liar);
+  ASSERT_OK_AND_ASSIGN(std::string moved,
+                       pool.RegisterAs("worker-c", "10.0.0.4:50052", "cpu", "c", 1));
+  EXPECT_THAT(Ids(pool.Views()), ElementsAre(honest));
+  EXPECT_THAT(pool.Assign("job-3", {moved}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("is quarantined")));
+}
+
 TEST(WorkerPool, ListDescribesEveryWorker) {
   WorkerPool pool(kTimeout, "");
   const absl::Time before = absl::Now();

@@ -54,7 +54,9 @@ class InProcessStepStream final : public StepStream {
   bool Send(const StepCommand& command) override {
     absl::MutexLock lock(&mu_);
     if (closed_ || !error_.ok()) return false;
-    commands_.push_back({command, {command.indices.begin(), command.indices.end()}});
+    commands_.push_back({command,
+                         {command.indices.begin(), command.indices.end()},
+                         {command.audit_indices.begin(), command.audit_indices.end()}});
     return true;
   }
   void CloseSend() override {
@@ -94,7 +96,8 @@ class InProcessStepStream final : public StepStream {
  private:
   struct Queued {
     StepCommand command;
-    std::vector<int32_t> indices;  // what command.indices points to
+    std::vector<int32_t> indices;        // what command.indices points to
+    std::vector<int32_t> audit_indices;  // and command.audit_indices
   };
 
   void Loop() {
@@ -108,6 +111,7 @@ class InProcessStepStream final : public StepStream {
       Queued q = std::move(commands_.front());
       commands_.pop_front();
       q.command.indices = q.indices;
+      q.command.audit_indices = q.audit_indices;
       running_ = true;
       mu_.Unlock();
       absl::StatusOr<StepResult> r = slot_->Step(job_id_, q.command);

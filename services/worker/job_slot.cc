@@ -118,6 +118,7 @@ absl::StatusOr<PrepareResult> JobSlot::Load(Job& job, const JobAssignment& assig
   result.train_examples = replica->train_examples();
   result.test_examples = replica->test_examples();
   absl::MutexLock lock(&mu_);
+  if (fault_) replica->set_gradient_fault(fault_);
   if (Collective* c = replica->collective()) {
     job.abort_collective = job.cancel.OnCancel([c, &job] { c->Abort(job.cancel.status()); });
   }
@@ -146,6 +147,11 @@ void JobSlot::CheckDevice(Backend& backend) {
   if (st.ok()) return;
   absl::MutexLock lock(&mu_);
   if (device_error_.ok()) device_error_ = std::move(st);
+}
+
+void JobSlot::SetGradientFaultForTesting(StepExecutor::GradientFault fault) {
+  absl::MutexLock lock(&mu_);
+  fault_ = std::move(fault);
 }
 
 absl::Status JobSlot::device_error() {

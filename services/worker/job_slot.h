@@ -84,6 +84,12 @@ class JobSlot {
   // Idempotent; unknown job ids are fine (the job may never have been prepared here).
   void Release(const std::string& job_id);
 
+  // Tests only, to play a lying worker (docs/audit.md): every replica this slot prepares
+  // from now on applies `fault` to its local gradients before they are all-reduced (and to
+  // the audit shards it recomputes). No flag, spec field or RPC reaches it; the worker's
+  // main never calls it. Null: none.
+  void SetGradientFaultForTesting(StepExecutor::GradientFault fault);
+
   // Not OK once the device is unusable for good (CUDA errors are sticky, e.g. after a
   // collective was aborted mid-kernel): the worker should exit and be replaced.
   absl::Status device_error();
@@ -118,6 +124,7 @@ class JobSlot {
   // A job whose Prepare waits for the command running on job_ to end.
   std::unique_ptr<Job> next_ ABSL_GUARDED_BY(mu_);
   absl::Status device_error_ ABSL_GUARDED_BY(mu_);
+  StepExecutor::GradientFault fault_ ABSL_GUARDED_BY(mu_);  // tests only
 };
 
 }  // namespace lockstep

@@ -1,0 +1,311 @@
+// The job's audit (JobSpec.audit, docs/audit.md) against real replicas in this process
+// (JobSlots on the CPU, Gloo on loopback): honest workers train bit for bit as without
+// it; a worker that corrupts its gradients (a test-only fault on its JobSlot) is caught,
+// quarantined and replaced, and the job ends with the honest checksum.
+#include <atomic>
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/spec/testing.h"
+#include "core/status_macros.h"
+#include "core/testing.h"
+#include "services/coordinator/event_log.h"
+#include "services/coordinator/job_manager.h"
+#include "services/standalone/testing.h"
+
+namespace lockstep::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TempDir(const std::string& name) {
+  const std::string d = (std::filesystem::temp_directory_path() /
+                         absl::StrCat("lockstep-audit-", name, "-", getpid()))
+                            .string();
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+// `workers` MLP workers with dropout (the audited shard's key matters), `steps` steps,
+// Global batch 48: 2 or 3 shards.
+v1::JobSpec Spec(int workers, int steps, uint64_t audit_every) {
+  v1::JobSpec spec = SmallMlpSpec(1, steps);
+  spec.set_workers(workers);
+  spec.set_global_batch_size(48);
+  spec.mutable_model()->set_dropout_rate(0.2);
+  spec.mutable_audit()->set_every_steps(audit_every);
+  absl::StatusOr<v1::JobSpec> valid = Validate(spec);
+  EXPECT_OK(valid.status());
+  return valid.value_or(spec);
+}
+
+// Doubles every gradient it is given: a worker lying about its gradients.
+absl::Status Double(Backend& backend, float* grads, size_t count) {
+  return backend.Divide(count, 0.5f, grads);
+}
+
+class Recorder final : public JobSink {
+ public:
+  void OnRunning(int64_t) override {}
+  void OnStep(const v1::StepEvent& e) override { steps.push_back(e); }
+  void OnEval(const v1::EvalResult&) override {}
+  std::vector<v1::StepEvent> steps;
+};
+
+// Gives the job its survivors and then spares in place of the lost, in rank order, and
+// records whom it was told to quarantine.
+class SpareSupply final : public WorkerSupply {
+ public:
+  SpareSupply(std::vector<PoolWorker> all, int n)
+      : current_(all.begin(), all.begin() + n), spares_(all.begin() + n, all.end()) {}
+  absl::StatusOr<std::vector<PoolWorker>> Replace(const std::vector<std::string>& lost,
+                                                  const absl::Status& reason, absl::Duration,
+                                                  const CancelToken&) override {
+    reasons.push_back(std::string(reason.message()));
+    std::vector<PoolWorker> next;
+    for (const PoolWorker& w : current_) {
+      if (std::find(lost.begin(), lost.end(), w.id) == lost.end()) next.push_back(w);
+    }
+    while (next.size() < current_.size()) {
+      if (spares_.empty()) return absl::DeadlineExceededError("no spare workers");
+      next.push_back(spares_.front());
+      spares_.erase(spares_.begin());
+    }
+    current_ = next;
+    return next;
+  }
+  void Quarantine(const PoolWorker& w, const std::string& why) override {
+    quarantined.push_back(w.id);
+  }
+  std::vector<std::string> reasons, quarantined;
+
+ private:
+  std::vector<PoolWorker> current_, spares_;
+};
+
+// Runs `spec` on the first spec.workers() of `workers`, the rest spares.
+absl::StatusOr<JobOutcome> RunOn(InProcessWorkers& workers, const v1::JobSpec& spec,
+                                 const std::string& id, Recorder* sink,
+                                 SpareSupply* supply = nullptr) {
+  CoordinatorOptions options;
+  options.checkpoint_dir = TempDir(id);
+  std::vector<PoolWorker> ranks = workers.pool_workers();
+  ranks.resize(spec.workers());
+  JobRunner runner(id, spec, ranks, workers.factory(), options, sink, supply);
+  JobOutcome out;
+  absl::Status st = runner.Run(&out);
+  std::filesystem::remove_all(options.checkpoint_dir);
+  RETURN_IF_ERROR(st);
+  return out;
+}
+
+TEST(Audit, HonestWorkersEndBitForBitAsWithoutAnAudit) {
+  for (int n : {2, 3}) {
+    InProcessWorkers workers(n);
+    Recorder plain_sink, audited_sink;
+    ASSERT_OK_AND_ASSIGN(JobOutcome plain, RunOn(workers, Spec(n, 20, 0), "plain", &plain_sink));
+    SpareSupply supply(workers.pool_workers(), n);  // so that the audits snapshot
+    ASSERT_OK_AND_ASSIGN(JobOutcome audited,
+                         RunOn(workers, Spec(n, 20, 5), "audited", &audited_sink, &supply));
+    EXPECT_EQ(audited.param_checksum, plain.param_checksum) << n << " workers";
+    EXPECT_EQ(audited.audits, 4);  // after steps 5, 10, 15, 20
+    EXPECT_EQ(audited.audits_failed, 0);
+    EXPECT_EQ(audited.recoveries, 0);
+    ASSERT_EQ(audited_sink.steps.size(), 20u);
+    for (const v1::StepEvent& e : audited_sink.steps) {
+      if (e.step() % 5 == 0) {
+        EXPECT_THAT(e.audit(), HasSubstr("passed: shard of rank")) << e.step();
+      } else {
+        EXPECT_EQ(e.audit(), "") << e.step();
+      }
+      EXPECT_EQ(e.loss(), plain_sink.steps[e.step() - 1].loss()) << e.step();
+    }
+  }
+}
+
+TEST(Audit, ALiarAmongThreeIsQuarantinedAndTheJobEndsWithTheHonestChecksum) {
+  InProcessWorkers honest(3);
+  Recorder honest_sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, RunOn(honest, Spec(3, 30, 0), "clean", &honest_sink));
+
+  InProcessWorkers workers(4);  // ranks 0..2 and a spare
+  workers.slot(1).SetGradientFaultForTesting(Double);
+  {
+    // Unaudited, the lie goes unnoticed (the replicas agree: the doubled gradients are in
+    // every one's all-reduce) and ends elsewhere.
+    Recorder unaudited_sink;
+    ASSERT_OK_AND_ASSIGN(JobOutcome unaudited,
+                         RunOn(workers, Spec(3, 30, 0), "unaudited", &unaudited_sink));
+    EXPECT_NE(unaudited.param_checksum, clean.param_checksum);
+    EXPECT_EQ(unaudited.recoveries, 0);
+  }
+  SpareSupply supply(workers.pool_workers(), 3);
+  Recorder sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome out, RunOn(workers, Spec(3, 30, 5), "liar", &sink, &supply));
+  EXPECT_EQ(out.param_checksum, clean.param_checksum);
+  EXPECT_EQ(out.recoveries, 1);
+  EXPECT_EQ(out.audits_failed, 1);
+  EXPECT_EQ(out.quarantined, std::vector<std::string>{"w1"});
+  EXPECT_EQ(supply.quarantined, std::vector<std::string>{"w1"});
+  ASSERT_EQ(supply.reasons.size(), 1u);
+  // Three workers: every audit involves all of them, so the first one catches the liar,
+  // and the job starts again from step 0 (no audit had passed).
+  EXPECT_THAT(supply.reasons[0],
+              HasSubstr("audit of step 5 failed: worker w1 lied (outvoted by its checkers) and "
+                        "is quarantined; the job rolls back to the state at the last audit that "
+                        "passed (step 0)"));
+  EXPECT_EQ(out.replayed_steps, 4);
+  EXPECT_EQ(sink.steps.back().loss(), honest_sink.steps.back().loss());
+}
+
+TEST(Audit, ALiarFromAStepOnRollsBackToTheLastAuditThatPassed) {
+  InProcessWorkers honest(3);
+  Recorder honest_sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, RunOn(honest, Spec(3, 30, 5), "clean", &honest_sink));
+
+  InProcessWorkers workers(4);
+  // Honest until the snapshot of step 10 (taken with no step in flight); from step 11 on
+  // it lies on every gradient, its own steps' and its recomputations alike.
+  auto lying = std::make_shared<std::atomic<bool>>(false);
+  workers.slot(2).SetGradientFaultForTesting([lying](Backend& b, float* g, size_t n) {
+    return lying->load() ? Double(b, g, n) : absl::OkStatus();
+  });
+  SpareSupply supply(workers.pool_workers(), 3);
+  class Flip final : public JobSink {
+   public:
+    explicit Flip(std::shared_ptr<std::atomic<bool>> lying) : lying_(std::move(lying)) {}
+    void OnRunning(int64_t) override {}
+    void OnStep(const v1::StepEvent&) override {}
+    void OnEval(const v1::EvalResult&) override {}
+    void OnSnapshot(int64_t step) override {
+      if (step == 10) lying_->store(true);
+    }
+
+   private:
+    std::shared_ptr<std::atomic<bool>> lying_;
+  } sink(lying);
+  CoordinatorOptions options;
+  options.checkpoint_dir = TempDir("from-a-step");
+  std::vector<PoolWorker> first = workers.pool_workers();
+  first.resize(3);
+  JobRunner runner("from-a-step", Spec(3, 30, 5), first, workers.factory(), options, &sink,
+                   &supply);
+  JobOutcome out;
+  ASSERT_OK(runner.Run(&out));
+  std::filesystem::remove_all(options.checkpoint_dir);
+  EXPECT_EQ(out.param_checksum, clean.param_checksum);
+  EXPECT_EQ(out.quarantined, std::vector<std::string>{"w2"});
+  ASSERT_EQ(supply.reasons.size(), 1u);
+  // The audits of steps 5 and 10 passed (a snapshot at each); with three workers every
+  // audit involves the liar: the one of step 15 catches it, and the job goes back to 10.
+  EXPECT_THAT(supply.reasons[0], HasSubstr("audit of step 15 failed: worker w2 lied"));
+  EXPECT_THAT(supply.reasons[0], HasSubstr("the last audit that passed (step 10)"));
+  EXPECT_EQ(out.replayed_steps, 4);  // 11 to 14
+}
+
+TEST(Audit, TwoWorkersThatDisagreeAreBothReplacedAndNeitherQuarantined) {
+  InProcessWorkers honest(2);
+  Recorder honest_sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, RunOn(honest, Spec(2, 20, 0), "clean", &honest_sink));
+  InProcessWorkers workers(4);
+  workers.slot(0).SetGradientFaultForTesting(Double);
+  SpareSupply supply(workers.pool_workers(), 2);
+  Recorder sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome out, RunOn(workers, Spec(2, 20, 5), "pair", &sink, &supply));
+  EXPECT_EQ(out.param_checksum, clean.param_checksum);
+  EXPECT_TRUE(out.quarantined.empty());
+  ASSERT_EQ(supply.reasons.size(), 1u);
+  EXPECT_THAT(supply.reasons[0], HasSubstr("audit of step 5 failed: no majority, so workers w"));
+  EXPECT_THAT(supply.reasons[0], HasSubstr("are replaced (none quarantined)"));
+}
+
+TEST(Audit, WithoutRecoveryALiarFailsTheJobNamingIt) {
+  InProcessWorkers workers(3);
+  workers.slot(1).SetGradientFaultForTesting(Double);
+  Recorder sink;
+  EXPECT_THAT(
+      RunOn(workers, Spec(3, 20, 5), "no-supply", &sink),
+      StatusIs(absl::StatusCode::kDataLoss,
+               HasSubstr("audit of step 5 failed: worker w1 lied (outvoted by its checkers); the "
+                         "job has no recovery")));
+}
+
+// Every event of job `id` until its log closes (the job ended), without sleeping.
+absl::StatusOr<std::vector<v1::JobEvent>> AllEvents(JobManager& jobs, const std::string& id,
+                                                    absl::Duration timeout) {
+  ASSIGN_OR_RETURN(std::unique_ptr<JobManager::Watch> watch, jobs.StartWatch(id));
+  struct Woken {
+    absl::Mutex mu;
+    bool woke ABSL_GUARDED_BY(mu) = false;
+  };
+  auto woken = std::make_shared<Woken>();
+  EventLog::Wake wake = watch->log()->Subscribe([woken] {
+    absl::MutexLock lock(&woken->mu);
+    woken->woke = true;
+  });
+  const absl::Time end = absl::Now() + timeout;
+  std::vector<v1::JobEvent> seen;
+  for (int64_t cursor = 0;;) {
+    EventLog::Batch b = watch->log()->Read(cursor, 0, 0, 1000);
+    cursor = b.next;
+    seen.insert(seen.end(), b.events.begin(), b.events.end());
+    if (b.closed) return seen;
+    absl::MutexLock lock(&woken->mu);
+    if (!woken->mu.AwaitWithDeadline(absl::Condition(&woken->woke), end)) {
+      return absl::DeadlineExceededError(absl::StrCat(id, " did not end"));
+    }
+    woken->woke = false;
+  }
+}
+
+TEST(Audit, TheCoordinatorQuarantinesTheLiarItsEventsSayWhoAndAtWhichStep) {
+  InProcessWorkers honest(3);
+  Recorder honest_sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, RunOn(honest, Spec(3, 20, 0), "clean", &honest_sink));
+
+  InProcessWorkers workers(4);
+  workers.slot(1).SetGradientFaultForTesting(Double);
+  const std::string dir = TempDir("manager");
+  CoordinatorOptions options;
+  options.checkpoint_dir = dir + "/checkpoints";
+  options.snapshot_dir = dir + "/snapshots";
+  WorkerPool pool(absl::Hours(1));
+  JobManager jobs(options, &pool, nullptr, workers.factory());
+  const std::vector<PoolWorker> all = workers.pool_workers();
+  std::vector<std::string> ids;  // the pool's, in slot order
+  for (const PoolWorker& w : all) ids.push_back(pool.Register(w.address, "cpu", w.id, 1));
+  ASSERT_OK(jobs.Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs.Submit(Spec(3, 20, 5)));
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::JobEvent> events,
+                       AllEvents(jobs, job.id(), absl::Minutes(2)));
+  ASSERT_OK_AND_ASSIGN(v1::Job done, jobs.Get(job.id()));
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
+  EXPECT_EQ(done.param_checksum(), clean.param_checksum);
+  EXPECT_EQ(done.recoveries(), 1);
+  int recovering = 0;
+  for (const v1::JobEvent& e : events) {
+    if (!e.has_state() || e.state().state() != v1::RECOVERING) continue;
+    ++recovering;
+    EXPECT_THAT(e.state().reason(),
+                HasSubstr(absl::StrCat("audit of step 5 failed: worker ", ids[1],
+                                       " lied (outvoted by its checkers) and is quarantined")));
+  }
+  EXPECT_EQ(recovering, 1);
+  // The recovery dropped it from the pool; registering again (as a restarted worker
+  // would), it is listed as quarantined and gets no work.
+  const std::string again = pool.Register(all[1].address, "cpu", "w1", 1);
+  bool listed = false;
+  for (const v1::WorkerInfo& w : pool.List()) {
+    if (w.id() != again) continue;
+    listed = true;
+    EXPECT_THAT(w.quarantined(), HasSubstr("audit of step 5 failed"));
+  }
+  EXPECT_TRUE(listed);
+  for (const WorkerView& v : pool.Views()) EXPECT_NE(v.id, again);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace lockstep::testing
