@@ -183,8 +183,11 @@ def test_watch_resumes_after_dropped_streams(cluster: Path) -> None:
     address = json.loads((cluster / "cluster.json").read_text())["coordinator"]
     with Client(address, timeout=10.0, credentials=cluster / "credentials") as c:
         # Long enough to be running at each drop: a finished job's steps are dropped
-        # from its history once no watcher is behind.
-        job = c.submit(spec(name="py-drops", steps=1500, eval={"every_steps": 500}))
+        # from its history once no watcher is behind. The four resumes take about 2.5 s
+        # (0.5 s apart); this job's steps take ~1 ms each at the fastest (1,500 steps
+        # ended before the last resume once the all-reduce got faster), and 10,000 step
+        # events fit the coordinator's history (--history_bytes: about 40,000).
+        job = c.submit(spec(name="py-drops", steps=10000, eval={"every_steps": 5000}))
         dropping = _DroppingStub(c._stub, drops=4, after=12)
         c._stub = dropping
         events = list(c.watch(job.id, timeout=120))
@@ -192,9 +195,9 @@ def test_watch_resumes_after_dropped_streams(cluster: Path) -> None:
     resumed_at = dropping.from_steps[1:]
     assert resumed_at == sorted(resumed_at) and resumed_at[-1] > 0, dropping.from_steps
     steps = [e.step.step for e in events if e.step is not None]
-    assert steps == list(range(1, 1501)), "a step missed or repeated across the drops"
+    assert steps == list(range(1, 10001)), "a step missed or repeated across the drops"
     evals = [e.eval.step for e in events if e.eval is not None]
-    assert evals == [500, 1000, 1500], evals
+    assert evals == [5000, 10000], evals
     states = [(e.state.state, e.unix_ms) for e in events if e.state is not None]
     assert len(states) == len(set(states)), f"a state event repeated: {states}"
     assert states[-1][0] == job_pb2.SUCCEEDED
