@@ -7,8 +7,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -435,6 +438,36 @@ TEST(Security, AWorkerWithTheBootstrapTokenEnrollsForItsOwnIdentityAndOneWithout
   waitpid(enrolled, nullptr, 0);
 }
 
+// Waits until `file` holds `text`, woken by inotify on its folder (bounded by `timeout`).
+bool AwaitText(const std::string& file, const std::string& text, absl::Duration timeout) {
+  const int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (fd < 0) return false;
+  const std::string folder = std::filesystem::path(file).parent_path().string();
+  inotify_add_watch(fd, folder.c_str(), IN_MODIFY | IN_CREATE);
+  const absl::Time end = absl::Now() + timeout;
+  bool found;
+  while (!(found = absl::StrContains(ReadAll(file), text)) && absl::Now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(end - absl::Now()))) > 0) {
+      char events[4096];
+      while (read(fd, events, sizeof(events)) > 0) {
+      }
+    }
+  }
+  close(fd);
+  return found;
+}
+
+// Waits until child `pid` exits (a pidfd becomes readable), without reaping it.
+bool AwaitExit(pid_t pid, absl::Duration timeout) {
+  const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return false;
+  pollfd p{fd, POLLIN, 0};
+  const bool exited = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) > 0;
+  close(fd);
+  return exited;
+}
+
 // Enrolling waits up to two minutes for the coordinator; a SIGTERM (a pod deleted while its
 // coordinator is away) ends the wait at once, and the worker exits 0.
 TEST(Security, AWorkerWaitingToEnrollStopsAtSigterm) {
@@ -450,25 +483,14 @@ TEST(Security, AWorkerWaitingToEnrollStopsAtSigterm) {
                    "--name=waiting", "--tls_ca=" + dir + "/ca.pem",
                    "--bootstrap_token_file=" + dir + "/token", "--identity_dir=" + dir + "/id"},
                   log));
-  // Polled: the worker's log says when its wait began; waitpid has no timeout.
-  const absl::Time began = absl::Now();
-  while (!absl::StrContains(ReadAll(log), "enrolling with") &&
-         absl::Now() - began < absl::Seconds(30)) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_THAT(ReadAll(log), HasSubstr("enrolling with 127.0.0.1:1"));
-  const absl::Time sent = absl::Now();
+  // The worker's log says when its wait began (signals are blocked by then).
+  ASSERT_TRUE(AwaitText(log, "enrolling with 127.0.0.1:1", absl::Seconds(30))) << ReadAll(log);
   kill(pid, SIGTERM);
+  const bool reaped = AwaitExit(pid, absl::Seconds(10));
+  if (!reaped) kill(pid, SIGKILL);
   int status = 0;
-  pid_t reaped = 0;
-  while ((reaped = waitpid(pid, &status, WNOHANG)) == 0 && absl::Now() - sent < absl::Seconds(10)) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  if (reaped != pid) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-  }
-  EXPECT_EQ(reaped, pid) << "still enrolling 10 s after SIGTERM\n" << ReadAll(log);
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(reaped) << "still enrolling 10 s after SIGTERM\n" << ReadAll(log);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << ReadAll(log);
   EXPECT_THAT(ReadAll(log), HasSubstr("stopped by a signal while enrolling"));
 }
