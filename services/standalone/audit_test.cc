@@ -10,8 +10,8 @@
 #include "core/spec/testing.h"
 #include "core/status_macros.h"
 #include "core/testing.h"
-#include "services/coordinator/event_log.h"
 #include "services/coordinator/job_manager.h"
+#include "services/coordinator/job_manager_testing.h"
 #include "services/standalone/testing.h"
 
 namespace lockstep::testing {
@@ -232,34 +232,6 @@ TEST(Audit, WithoutRecoveryALiarFailsTheJobNamingIt) {
                          "job has no recovery")));
 }
 
-// Every event of job `id` until its log closes (the job ended), without sleeping.
-absl::StatusOr<std::vector<v1::JobEvent>> AllEvents(JobManager& jobs, const std::string& id,
-                                                    absl::Duration timeout) {
-  ASSIGN_OR_RETURN(std::unique_ptr<JobManager::Watch> watch, jobs.StartWatch(id));
-  struct Woken {
-    absl::Mutex mu;
-    bool woke ABSL_GUARDED_BY(mu) = false;
-  };
-  auto woken = std::make_shared<Woken>();
-  EventLog::Wake wake = watch->log()->Subscribe([woken] {
-    absl::MutexLock lock(&woken->mu);
-    woken->woke = true;
-  });
-  const absl::Time end = absl::Now() + timeout;
-  std::vector<v1::JobEvent> seen;
-  for (int64_t cursor = 0;;) {
-    EventLog::Batch b = watch->log()->Read(cursor, 0, 0, 1000);
-    cursor = b.next;
-    seen.insert(seen.end(), b.events.begin(), b.events.end());
-    if (b.closed) return seen;
-    absl::MutexLock lock(&woken->mu);
-    if (!woken->mu.AwaitWithDeadline(absl::Condition(&woken->woke), end)) {
-      return absl::DeadlineExceededError(absl::StrCat(id, " did not end"));
-    }
-    woken->woke = false;
-  }
-}
-
 TEST(Audit, TheCoordinatorQuarantinesTheLiarItsEventsSayWhoAndAtWhichStep) {
   InProcessWorkers honest(3);
   Recorder honest_sink;
@@ -278,9 +250,8 @@ TEST(Audit, TheCoordinatorQuarantinesTheLiarItsEventsSayWhoAndAtWhichStep) {
   for (const PoolWorker& w : all) ids.push_back(pool.Register(w.address, "cpu", w.id, 1));
   ASSERT_OK(jobs.Start());
   ASSERT_OK_AND_ASSIGN(v1::Job job, jobs.Submit(Spec(3, 20, 5)));
-  ASSERT_OK_AND_ASSIGN(std::vector<v1::JobEvent> events,
-                       AllEvents(jobs, job.id(), absl::Minutes(2)));
-  ASSERT_OK_AND_ASSIGN(v1::Job done, jobs.Get(job.id()));
+  std::vector<v1::JobEvent> events;
+  ASSERT_OK_AND_ASSIGN(v1::Job done, AwaitEnd(jobs, job.id(), absl::Minutes(2), &events));
   ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
   EXPECT_EQ(done.param_checksum(), clean.param_checksum);
   EXPECT_EQ(done.recoveries(), 1);
