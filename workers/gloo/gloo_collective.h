@@ -73,6 +73,11 @@ class GlooCollective final : public Collective {
                                                             const GlooOptions& options);
 
   // Closes the connections; peers in or entering a collective then fail with UNAVAILABLE.
+  // Destroy it only once every peer has finished the all-reduces it shares with this rank
+  // (the coordinator releases a job's workers after all their step results are in): a
+  // socket closed while a notice from the peer is still unread is reset, and the reset can
+  // drop this rank's last message before the peer has read it (seen in tests whose ranks,
+  // as threads, tore down as soon as their own last step returned).
   ~GlooCollective() override;
 
   std::string Name() const override { return "gloo"; }
