@@ -3,9 +3,12 @@
 // (the authenticated pairs of workers/gloo/auth_transport.h), float32 sums of 4 KiB to
 // 64 MiB (and the MLP's 2.68 MB of gradients). Per size:
 //   Lockstep/...        GlooCollective::AllreduceSum through its QueuedCollective, the
-//                       worker's synchronous path;
+//                       worker's synchronous path, over TCP (shared_memory off: ranks on
+//                       different hosts);
 //   LockstepStarted/... StartAllReduceSum + Wait, the path of a bucket overlapping backward
-//                       (the communication thread's hand-off included);
+//                       (the communication thread's hand-off included), over TCP;
+//   LockstepShm/...     AllreduceSum where the ranks share a host (the default there): the
+//                       shared-memory path (workers/gloo/shm_allreduce.h), same bits;
 //   RawGloo/...         gloo::allreduce (ring, Gloo's default options, gloo::sum<float>)
 //                       on a context of its own from the same bootstrap;
 //   RawGlooRing/...     gloo::AllreduceRing<float>, buffers registered once per run.
@@ -62,14 +65,20 @@ MemoryStore& SharedStore() {
   return *store;
 }
 
-// The collective of `rank` (the worker's: a QueuedCollective around GlooCollective),
-// created on first use; nullptr for a rank that failed to join.
-Collective* LockstepRank(int rank) {
-  static auto* job = JoinAll<std::unique_ptr<Collective>>([](int r) {
-    auto collective = GlooCollective::Create(r, kRanks, &SharedStore(), Options("lockstep"));
+// The collective of `rank` (the worker's: a QueuedCollective around GlooCollective) over
+// TCP or shared memory, created on first use; nullptr for a rank that failed to join.
+std::vector<std::unique_ptr<Collective>>* LockstepJob(bool shared_memory) {
+  return JoinAll<std::unique_ptr<Collective>>([shared_memory](int r) {
+    GlooOptions options = Options(shared_memory ? "lockstep-shm" : "lockstep");
+    options.shared_memory = shared_memory;
+    auto collective = GlooCollective::Create(r, kRanks, &SharedStore(), options);
     return collective.ok() ? *std::move(collective) : nullptr;
   });
-  return (*job)[rank].get();
+}
+Collective* LockstepRank(int rank, bool shared_memory = false) {
+  static auto* tcp = LockstepJob(false);
+  static auto* shm = LockstepJob(true);
+  return (shared_memory ? *shm : *tcp)[rank].get();
 }
 
 // A Gloo context of `rank` from the same bootstrap (same device class), for raw Gloo.
@@ -91,9 +100,9 @@ void SetCounters(benchmark::State& state, size_t n) {
 
 size_t Floats(const benchmark::State& state) { return static_cast<size_t>(state.range(0)); }
 
-void BM_Lockstep(benchmark::State& state) {
+void RunLockstep(benchmark::State& state, bool shared_memory) {
   const size_t n = Floats(state);
-  Collective* collective = LockstepRank(state.thread_index());
+  Collective* collective = LockstepRank(state.thread_index(), shared_memory);
   if (collective == nullptr) return state.SkipWithError("a rank failed to join");
   std::vector<float> data(n, 0.0f);  // zeros stay zeros: no overflow, no denormals
   for (auto _ : state) {
@@ -102,6 +111,8 @@ void BM_Lockstep(benchmark::State& state) {
   }
   SetCounters(state, n);
 }
+void BM_Lockstep(benchmark::State& state) { RunLockstep(state, false); }
+void BM_LockstepShm(benchmark::State& state) { RunLockstep(state, true); }
 
 void BM_LockstepStarted(benchmark::State& state) {
   const size_t n = Floats(state);
@@ -151,6 +162,7 @@ void Sizes(benchmark::internal::Benchmark* b) {
   b->Threads(kRanks)->UseRealTime()->MeasureProcessCPUTime()->Unit(benchmark::kMicrosecond);
 }
 BENCHMARK(BM_Lockstep)->Apply(Sizes);
+BENCHMARK(BM_LockstepShm)->Apply(Sizes);
 BENCHMARK(BM_LockstepStarted)->Apply(Sizes);
 BENCHMARK(BM_RawGloo)->Apply(Sizes);
 BENCHMARK(BM_RawGlooRing)->Apply(Sizes);

@@ -48,7 +48,14 @@ class Factory final : public CollectiveFactory {
              absl::StrCat("collective bootstrap attempt ", attempt + 1,
                           " failed; retrying in place: ", why.message()));
     };
-    return GlooCollective::Create(rank, size, &store, options);
+    absl::StatusOr<std::unique_ptr<Collective>> collective =
+        GlooCollective::Create(rank, size, &store, options);
+    if (collective.ok()) {
+      LogJob(spdlog::level::info, JobContext{JobOf(prefix), "", rank},
+             absl::StrCat("collective: rank ", rank, " of ", size, " over ",
+                          (*collective)->Name() == "gloo-shm" ? "shared memory" : "TCP"));
+    }
+    return collective;
   }
 
  private:

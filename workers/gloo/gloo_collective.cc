@@ -16,6 +16,7 @@
 #include "workers/gloo/gloo_bootstrap.h"
 #include "workers/gloo/gloo_status.h"
 #include "workers/gloo/ring_allreduce.h"
+#include "workers/gloo/shm_allreduce.h"
 
 namespace lockstep {
 namespace {
@@ -44,18 +45,34 @@ absl::StatusOr<std::unique_ptr<Collective>> GlooCollective::Create(int rank, int
   RETURN_IF_ERROR(
       CallGloo(absl::StrCat(RankName(rank, size), ": post the all-reduce's receives"),
                [&] { ring = std::make_unique<gloo_internal::RingAllReduce>(context); }));
-  // Gloo's all-reduce blocks its caller: the queue gives it StartAllReduceSum's overlap.
+  std::unique_ptr<gloo_internal::ShmAllReduce> shm;
+  if (size > 1 && options.shared_memory) {
+    absl::StatusOr<std::unique_ptr<gloo_internal::ShmAllReduce>> made =
+        gloo_internal::ShmAllReduce::Create(rank, size, store, options.prefix,
+                                            options.connect_timeout);
+    if (!made.ok()) {
+      return absl::Status(made.status().code(),
+                          absl::StrCat(RankName(rank, size), ": set up the shared-memory path: ",
+                                       made.status().message()));
+    }
+    shm = *std::move(made);
+  }
+  // The all-reduce blocks its caller: the queue gives it StartAllReduceSum's overlap.
   return std::make_unique<QueuedCollective>(std::unique_ptr<Collective>(
-      new GlooCollective(rank, size, std::move(context), std::move(ring))));
+      new GlooCollective(rank, size, std::move(context), std::move(ring), std::move(shm))));
 }
 
 GlooCollective::GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context,
-                               std::unique_ptr<gloo_internal::RingAllReduce> ring)
+                               std::unique_ptr<gloo_internal::RingAllReduce> ring,
+                               std::unique_ptr<gloo_internal::ShmAllReduce> shm)
     : rank_(rank),
       size_(size),
+      over_shm_(shm != nullptr),
       context_(context),
       ring_(std::move(ring)),
-      abortable_(std::move(context)) {}
+      shm_(std::move(shm)),
+      abortable_(std::move(context)),
+      abortable_shm_(shm_.get()) {}
 
 GlooCollective::~GlooCollective() = default;
 
@@ -80,20 +97,36 @@ absl::Status GlooCollective::AllReduceSum(float* data, size_t n, const Collectiv
   }
   if (n == 0) return absl::OkStatus();
   if (data == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": null data"));
-  absl::Status status = CallGloo(what, [&] { ring_->Run(data, n, Deadline(options.timeout)); });
+  const auto deadline = Deadline(options.timeout);
+  absl::Status status;
+  if (shm_ != nullptr) {
+    status = shm_->Run(data, n, deadline);
+    if (!status.ok())
+      status = absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
+  } else {
+    status = CallGloo(what, [&] { ring_->Run(data, n, deadline); });
+  }
   if (!status.ok()) {
     if (absl::Status why = aborted(); !why.ok()) {
       status = absl::AbortedError(absl::StrCat(what, ": aborted: ", why.message()));
     }
-    error_ = status;
-    ring_.reset();
-    // Destroying the context closes every connection: peers waiting on this rank learn
-    // at once that the step is lost instead of waiting out their timeouts.
-    context_.reset();
-    absl::MutexLock abort_lock(&abort_mu_);
-    abortable_.reset();
+    Fail(status);
   }
   return status;
+}
+
+void GlooCollective::Fail(const absl::Status& status) {
+  error_ = status;
+  {
+    absl::MutexLock abort_lock(&abort_mu_);
+    abortable_.reset();
+    abortable_shm_ = nullptr;
+  }
+  // Closing everything tells the peers waiting on this rank at once that the step is lost
+  // (a closed connection; a segment whose lock is free) instead of at their timeouts.
+  shm_.reset();
+  ring_.reset();
+  context_.reset();
 }
 
 absl::Status GlooCollective::aborted() {
@@ -107,6 +140,8 @@ void GlooCollective::Abort(const absl::Status& why) {
     absl::MutexLock lock(&abort_mu_);
     if (!aborted_.ok()) return;
     aborted_ = why.ok() ? absl::AbortedError("aborted") : why;
+    // Shared memory wakes an all-reduce in flight here and the peers' waits on this rank.
+    if (abortable_shm_ != nullptr) abortable_shm_->Abort(aborted_);
     // An all-reduce in flight here is not woken by closing our own connections (gloo
     // signals a closed pair's waiters only when the peer closes): it ends when the peers,
     // aborted too, close theirs, or at its timeout. Ranks not in flight close theirs now.

@@ -4,8 +4,9 @@
 // (a stray or hostile connection to a rank's listeners is dropped, not taken as a peer),
 // retry that bootstrap in place when it fails on some rank (gloo_bootstrap.h), and
 // all-reduce with an algorithm of our own over Gloo's transport (ring_allreduce.h; against
-// raw Gloo: bench/results/allreduce.md). Gloo reports errors by throwing; this adapter is
-// where that stops: everything comes back as absl::Status.
+// raw Gloo: bench/results/allreduce.md), or through shared memory where all ranks share a
+// host (shm_allreduce.h). Gloo reports errors by throwing; this adapter is where that
+// stops: everything comes back as absl::Status.
 #ifndef LOCKSTEP_WORKERS_GLOO_GLOO_COLLECTIVE_H_
 #define LOCKSTEP_WORKERS_GLOO_GLOO_COLLECTIVE_H_
 
@@ -29,6 +30,7 @@ class Context;
 namespace lockstep {
 namespace gloo_internal {
 class RingAllReduce;
+class ShmAllReduce;
 }  // namespace gloo_internal
 
 struct GlooOptions {
@@ -50,6 +52,10 @@ struct GlooOptions {
   int bootstrap_attempts = 3;
   // Called on Create's thread when attempt `attempt` failed on some rank and is retried.
   std::function<void(int attempt, const absl::Status& why)> on_retry;
+  // All-reduce through shared memory when every rank can open every other's segment (one
+  // host, one /dev/shm, one user: shm_allreduce.h), with the same bits as over TCP;
+  // otherwise, or when false, over TCP.
+  bool shared_memory = true;
 };
 
 // Thread safety: any thread may call any method; AllReduceSum calls are serialized.
@@ -80,7 +86,8 @@ class GlooCollective final : public Collective {
   // as threads, tore down as soon as their own last step returned).
   ~GlooCollective() override;
 
-  std::string Name() const override { return "gloo"; }
+  // "gloo", or "gloo-shm" where the ranks all-reduce through shared memory.
+  std::string Name() const override { return over_shm_ ? "gloo-shm" : "gloo"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
@@ -93,17 +100,23 @@ class GlooCollective final : public Collective {
 
  private:
   GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context,
-                 std::unique_ptr<gloo_internal::RingAllReduce> ring);
+                 std::unique_ptr<gloo_internal::RingAllReduce> ring,
+                 std::unique_ptr<gloo_internal::ShmAllReduce> shm);
+  // Closes everything after an error (under mu_).
+  void Fail(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status aborted();  // OK unless Abort was called
 
   const int rank_;
   const int size_;
+  const bool over_shm_;
   absl::Mutex mu_;                                               // held by AllReduceSum throughout
   std::shared_ptr<gloo::Context> context_ ABSL_GUARDED_BY(mu_);  // null after an error
   std::unique_ptr<gloo_internal::RingAllReduce> ring_ ABSL_GUARDED_BY(mu_);  // on context_
+  std::unique_ptr<gloo_internal::ShmAllReduce> shm_ ABSL_GUARDED_BY(mu_);    // null: over TCP
   absl::Status error_ ABSL_GUARDED_BY(mu_);                                  // the first error
   absl::Mutex abort_mu_;  // never held while waiting; taken under mu_, never around it
-  std::shared_ptr<gloo::Context> abortable_ ABSL_GUARDED_BY(abort_mu_);  // context_ for Abort
+  std::shared_ptr<gloo::Context> abortable_ ABSL_GUARDED_BY(abort_mu_);    // context_ for Abort
+  gloo_internal::ShmAllReduce* abortable_shm_ ABSL_GUARDED_BY(abort_mu_);  // shm_ for Abort
   absl::Status aborted_ ABSL_GUARDED_BY(abort_mu_);
   bool in_flight_ ABSL_GUARDED_BY(abort_mu_) = false;  // an AllReduceSum is running
 };

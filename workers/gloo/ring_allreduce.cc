@@ -50,9 +50,7 @@ class Partition {
   }
 
  private:
-  size_t ChunkBegin(int chunk) const {
-    return n_ / ranks_ * chunk + std::min<size_t>(chunk, n_ % ranks_);
-  }
+  size_t ChunkBegin(int chunk) const { return RingChunkBegin(n_, ranks_, chunk); }
 
   const size_t n_;
   const int ranks_;

@@ -23,6 +23,7 @@
 #ifndef LOCKSTEP_WORKERS_GLOO_RING_ALLREDUCE_H_
 #define LOCKSTEP_WORKERS_GLOO_RING_ALLREDUCE_H_
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -37,6 +38,13 @@ class UnboundBuffer;
 }  // namespace gloo
 
 namespace lockstep::gloo_internal {
+
+// The first float of chunk `chunk` in the ring's partition of n floats among `ranks`:
+// nearly equal chunks, the first n % ranks of them one float longer. Element i of chunk c
+// is summed from rank c on, in ring order (see above).
+inline size_t RingChunkBegin(size_t n, int ranks, int chunk) {
+  return n / ranks * chunk + std::min<size_t>(chunk, n % ranks);
+}
 
 class RingAllReduce {
  public:

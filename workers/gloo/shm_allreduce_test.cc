@@ -1,0 +1,193 @@
+// ShmAllReduce with ranks as threads (one process, one /dev/shm): the ring's bits for any
+// number of ranks and any piece size, the fall-back when a rank cannot open a peer's
+// segment, names unlinked after setup, and a peer that is gone, silent or aborted; and
+// GlooCollective giving the same bits over shared memory and over TCP.
+#include "workers/gloo/shm_allreduce.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+
+#include <chrono>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/store.h"
+#include "core/testing.h"
+#include "workers/gloo/gloo_collective.h"
+#include "workers/gloo/ring_allreduce.h"
+
+namespace lockstep::gloo_internal {
+namespace {
+
+using ::lockstep::testing::StatusIs;
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+template <typename Fn>
+void OnEveryRank(int ranks, Fn fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) threads.emplace_back([&, r] { fn(r); });
+  for (std::thread& t : threads) t.join();
+}
+
+std::vector<std::unique_ptr<ShmAllReduce>> Job(int ranks, Store* store, const std::string& prefix,
+                                               size_t capacity = ShmAllReduce::kDefaultCapacity) {
+  std::vector<std::unique_ptr<ShmAllReduce>> job(ranks);
+  OnEveryRank(ranks, [&](int r) {
+    auto made = ShmAllReduce::Create(r, ranks, store, prefix, absl::Seconds(10), capacity);
+    ASSERT_TRUE(made.ok()) << made.status();
+    ASSERT_NE(*made, nullptr) << "rank " << r << " fell back to TCP";
+    job[r] = *std::move(made);
+  });
+  return job;
+}
+
+// The ring's order for element i of n (ring_allreduce.h): from rank c of its chunk on.
+float RingOrderSum(const std::vector<std::vector<float>>& x, size_t i, size_t n) {
+  const int ranks = static_cast<int>(x.size());
+  int c = 0;
+  while (RingChunkBegin(n, ranks, c + 1) <= i) ++c;
+  float acc = x[c][i];
+  for (int k = 1; k < ranks; ++k) acc = x[(c + k) % ranks][i] + acc;
+  return acc;
+}
+
+Clock::time_point In(std::chrono::milliseconds ms) { return Clock::now() + ms; }
+
+class ShmAllReduceTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmAllReduceTest, SumsInTheRingsOrderOnEveryRankWhateverThePieces) {
+  const int ranks = GetParam();
+  std::mt19937 rng(ranks);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (size_t capacity : {size_t{3}, size_t{64}, ShmAllReduce::kDefaultCapacity}) {
+    MemoryStore store;
+    auto job = Job(ranks, &store, absl::StrCat("shm", ranks, "-", capacity), capacity);
+    ASSERT_EQ(job.size(), static_cast<size_t>(ranks));
+    for (size_t n : {size_t{1}, size_t{2}, size_t{3}, size_t{5}, size_t{37}, size_t{1001}}) {
+      SCOPED_TRACE(absl::StrCat("n = ", n, ", pieces of ", capacity));
+      std::vector<std::vector<float>> x(ranks, std::vector<float>(n));
+      for (auto& v : x) {
+        for (float& f : v) f = uniform(rng);
+      }
+      std::vector<std::vector<float>> data = x;
+      std::vector<absl::Status> status(ranks);
+      OnEveryRank(ranks, [&](int r) {
+        status[r] = job[r]->Run(data[r].data(), n, In(std::chrono::seconds(10)));
+      });
+      for (int r = 0; r < ranks; ++r) ASSERT_OK(status[r]);
+      for (size_t i = 0; i < n; ++i) {
+        const float want = RingOrderSum(x, i, n);
+        for (int r = 0; r < ranks; ++r) {
+          ASSERT_EQ(data[r][i], want) << "rank " << r << ", element " << i;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ShmAllReduceTest, ::testing::Values(2, 3, 4),
+                         [](const auto& info) { return absl::StrCat(info.param, "Ranks"); });
+
+TEST(ShmAllReduce, NamesAreUnlinkedOnceSetUp) {
+  MemoryStore store;
+  auto job = Job(2, &store, "unlinked");
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_OK_AND_ASSIGN(std::string entry, store.Get(absl::StrCat("unlinked/shm/", r), {}));
+    const std::string name = std::vector<std::string>(absl::StrSplit(entry, ' '))[0];
+    EXPECT_EQ(shm_open(name.c_str(), O_RDONLY, 0), -1) << name;
+    EXPECT_EQ(errno, ENOENT) << name;
+  }
+}
+
+TEST(ShmAllReduce, EveryRankFallsBackWhenOneCannotOpenAPeersSegment) {
+  // Rank 0 is on another host: its segment is not in this /dev/shm.
+  MemoryStore store;
+  ASSERT_OK(store.Set("apart/shm/0", "/lockstep-00000000000000000000000000000000 1"));
+  ASSERT_OK(store.Set("apart/shm-ok/0", "0"));
+  ASSERT_OK_AND_ASSIGN(auto rank1, ShmAllReduce::Create(1, 2, &store, "apart", absl::Seconds(5)));
+  EXPECT_EQ(rank1, nullptr);
+  EXPECT_EQ(*store.Get("apart/shm-ok/1", {}), "0");
+  // A value that is no segment's name is never opened.
+  ASSERT_OK(store.Set("odd/shm/0", "/dev/zero 1"));
+  ASSERT_OK(store.Set("odd/shm-ok/0", "1"));
+  ASSERT_OK_AND_ASSIGN(auto odd, ShmAllReduce::Create(1, 2, &store, "odd", absl::Seconds(5)));
+  EXPECT_EQ(odd, nullptr);
+}
+
+TEST(ShmAllReduce, APeerThatNeverComesToSetUpIsTheStoresDeadline) {
+  MemoryStore store;
+  EXPECT_THAT(ShmAllReduce::Create(0, 2, &store, "alone", absl::Milliseconds(100)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("alone/shm/1")));
+}
+
+TEST(ShmAllReduce, AGonePeerIsUnavailableAtOnce) {
+  MemoryStore store;
+  auto job = Job(2, &store, "gone");
+  job[1].reset();  // its process died: its lock is free
+  std::vector<float> data(10, 1.0f);
+  const auto start = Clock::now();
+  EXPECT_THAT(job[0]->Run(data.data(), data.size(), In(std::chrono::seconds(20))),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 1 is gone")));
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+}
+
+TEST(ShmAllReduce, ASilentPeerIsADeadline) {
+  MemoryStore store;
+  auto job = Job(2, &store, "silent");
+  std::vector<float> data(10, 1.0f);
+  EXPECT_THAT(job[0]->Run(data.data(), data.size(), In(std::chrono::milliseconds(150))),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("rank 1")));
+}
+
+TEST(ShmAllReduce, AbortEndsTheRunInFlightAndThePeers) {
+  MemoryStore store;
+  auto job = Job(2, &store, "abort");
+  std::vector<float> data(10, 1.0f);
+  absl::Status in_flight;
+  std::thread waiter(
+      [&] { in_flight = job[0]->Run(data.data(), data.size(), In(std::chrono::seconds(30))); });
+  // In flight (waiting for rank 1) or not yet started: either way the run ends ABORTED.
+  job[0]->Abort(absl::CancelledError("job cancelled"));
+  waiter.join();
+  EXPECT_THAT(in_flight, StatusIs(absl::StatusCode::kAborted, HasSubstr("job cancelled")));
+  EXPECT_THAT(job[1]->Run(data.data(), data.size(), In(std::chrono::seconds(30))),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 0 aborted")));
+}
+
+TEST(ShmAllReduce, GlooCollectiveGivesTheSameBitsOverSharedMemoryAndTcp) {
+  const int ranks = 3;
+  const size_t n = 100003;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<std::vector<float>> x(ranks, std::vector<float>(n));
+  for (auto& v : x) {
+    for (float& f : v) f = uniform(rng);
+  }
+  std::vector<std::vector<float>> results[2];
+  for (bool shared : {false, true}) {
+    MemoryStore store;
+    std::vector<std::vector<float>> data = x;
+    // Kept until every rank is done (see ~GlooCollective).
+    std::vector<std::unique_ptr<Collective>> job(ranks);
+    OnEveryRank(ranks, [&](int r) {
+      GlooOptions options;
+      options.hostname = "127.0.0.1";
+      options.prefix = "paths";
+      options.shared_memory = shared;
+      auto collective = GlooCollective::Create(r, ranks, &store, options);
+      ASSERT_TRUE(collective.ok()) << collective.status();
+      job[r] = *std::move(collective);
+      EXPECT_EQ(job[r]->Name(), shared ? "gloo-shm" : "gloo");
+      EXPECT_OK(job[r]->AllReduceSum(data[r].data(), n, {}));
+    });
+    results[shared] = data;
+  }
+  for (int r = 0; r < ranks; ++r) EXPECT_EQ(results[0][r], results[1][r]) << "rank " << r;
+}
+
+}  // namespace
+}  // namespace lockstep::gloo_internal
