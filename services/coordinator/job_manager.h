@@ -47,6 +47,7 @@
 #include "services/coordinator/kv_table.h"
 #include "services/coordinator/options.h"
 #include "services/coordinator/scheduler.h"
+#include "services/coordinator/step_history.h"
 #include "services/coordinator/tensorboard_writer.h"
 #include "services/coordinator/token_bucket.h"
 #include "services/coordinator/worker_client.h"
@@ -139,10 +140,11 @@ class JobManager {
  private:
   struct Record;
   class Sink;
-  // A record to write once mu_ is released.
+  // A record to write once mu_ is released, with the job's step history when it has one.
   struct Save {
     v1::Job job;
     int64_t version;
+    std::shared_ptr<const StepHistory> history;
   };
   void SchedulerLoop();
   // Applies PlanSchedule; started jobs' records go to *saves.

@@ -303,7 +303,9 @@ class Client:
         or repeated, also when the job recovers from a snapshot and runs steps again:
         those come once each as replays (`event.replay`, `event.step.replay`).
         (Only the coordinator's history can be replayed: it keeps a running job's recent
-        steps, and a finished job's states and evaluations only.) Other errors raise
+        steps, and a finished job's states, evaluations and its steps, thinned past
+        the coordinator's --history_steps to every 2nd, 4th, ... step and the last.)
+        Other errors raise
         LockstepError."""
         end = None if timeout is None else time.monotonic() + timeout
         seen = _Resume(from_step)
