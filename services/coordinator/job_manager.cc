@@ -9,6 +9,7 @@
 // and job_manager_sink.cc (a runner's progress).
 #include "services/coordinator/job_manager.h"
 
+#include <google/protobuf/util/message_differencer.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -227,7 +228,15 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const Principa
     }
     if (!spec.request_id().empty()) {
       auto it = by_request_id_.find(RequestKey(owner, spec.request_id()));
-      if (it != by_request_id_.end() && jobs_.count(it->second)) return jobs_[it->second]->job;
+      if (it != by_request_id_.end() && jobs_.count(it->second)) {
+        const v1::Job& made = jobs_[it->second]->job;
+        if (!google::protobuf::util::MessageDifferencer::Equals(made.spec(), spec)) {
+          return absl::AlreadyExistsError(absl::StrCat(
+              "request_id ", spec.request_id(), " was used for job ", made.id(),
+              " with another spec: a retry must send the same spec (or use a new request id)"));
+        }
+        return made;
+      }
     }
     RETURN_IF_ERROR(AdmitLocked(owner, &forgotten));
     // The number orders the jobs; the random part keeps other callers from guessing ids.

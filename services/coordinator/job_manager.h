@@ -87,7 +87,8 @@ class JobManager {
   // (--max_queued_jobs, --max_jobs_kept); DATA_LOSS when the record
   // cannot be written; PERMISSION_DENIED when a user (not an admin) resumes from another's
   // job. Returns once the job's record, owned by `by`, is on disk. A spec.request_id the
-  // owner used before returns that job.
+  // owner used before returns that job if the spec is the same (defaults filled in), else
+  // ALREADY_EXISTS naming the job.
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const Principal& by = {"", true});
   absl::StatusOr<v1::Job> Get(const std::string& id);
   v1::ListJobsResponse List(const v1::ListJobsRequest& request);

@@ -109,6 +109,20 @@ TEST_F(JobManagerTest, TheQueueIsBoundedButARetryWithARequestIdGetsItsJob) {
   EXPECT_THAT(Ids(jobs_->List(none)), ElementsAre());
 }
 
+// At 400deec a request id reused with another spec silently returned the first job.
+TEST_F(JobManagerTest, ARequestIdReusedWithAnotherSpecIsAlreadyExistsNamingItsJob) {
+  ASSERT_OK(Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job a, jobs_->Submit(Spec(2, "req-a")));
+  EXPECT_THAT(
+      jobs_->Submit(Spec(4, "req-a")),
+      StatusIs(absl::StatusCode::kAlreadyExists, AllOf(HasSubstr("req-a"), HasSubstr(a.id()))));
+  // Another owner's request id is theirs; the same spec again is the retry it was.
+  EXPECT_NE(jobs_->Submit(Spec(4, "req-a"), {"bob", false}).value_or(v1::Job()).id(), a.id());
+  ASSERT_OK(Start());  // also once restarted
+  EXPECT_THAT(jobs_->Submit(Spec(4, "req-a")), StatusIs(absl::StatusCode::kAlreadyExists, _));
+  EXPECT_EQ(jobs_->Submit(Spec(2, "req-a")).value_or(v1::Job()).id(), a.id());
+}
+
 TEST_F(JobManagerTest, CancelOfAQueuedJobIsImmediateAndOfAnEndedOneFailedPrecondition) {
   ASSERT_OK(Start());
   ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(Spec(1)));
