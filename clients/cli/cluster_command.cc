@@ -113,8 +113,9 @@ int Supervise(const ClusterOptions& options, const sigset_t& stop,
 }
 
 void PrintStarted(const ClusterOptions& options, const Started& started) {
-  absl::PrintF("cluster up: coordinator %s, %d workers (%d threads each), logs in %s/logs\n",
-               started.address, options.workers, options.threads_per_worker, options.dir);
+  absl::PrintF("cluster up: coordinator %s, %d worker%s (%d threads each), logs in %s/logs\n",
+               started.address, options.workers, options.workers == 1 ? "" : "s",
+               options.threads_per_worker, options.dir);
   if (!started.metrics.empty()) {
     absl::PrintF(
         "cluster up: Prometheus metrics (GET /metrics, plain HTTP on loopback): coordinator %s, "
