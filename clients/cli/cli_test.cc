@@ -588,7 +588,13 @@ TEST_F(CliClusterTest, AFinishedJobsStepsAndLogsInTimeOrderByAPrefixOfItsId) {
 // no --timeout, and there was no `wait JOB`.
 TEST_F(CliClusterTest, WaitingSaysWhatTheJobWaitsForAndEndsAtTheTimeout) {
   const std::string spec = Spec("big", 10);
-  Result r = Run("submit --wait --timeout 2s --workers 4 " + spec, Env());
+  // More workers than the cluster has: refused (at 400deec queued for good) unless --queue.
+  Result r = Run("submit --workers 4 " + spec, Env());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err,
+              HasSubstr("workers: the job needs 4 cpu workers; the cluster has 2 registered"));
+  EXPECT_THAT(r.err, HasSubstr("--queue"));
+  r = Run("submit --wait --timeout 2s --queue --workers 4 " + spec, Env());
   EXPECT_EQ(r.exit_code, 1) << r.err;
   const std::string waits = "waiting for 4 cpu workers (2 registered)";
   EXPECT_THAT(r.err, HasSubstr(" QUEUED\n"));

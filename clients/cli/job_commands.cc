@@ -90,6 +90,7 @@ struct SubmitOptions : JobOptions {
   std::string timeout;
   int workers = 0;
   std::string request_id;
+  bool queue = false;
 };
 
 int Submit(const SubmitOptions& o) {
@@ -100,6 +101,14 @@ int Submit(const SubmitOptions& o) {
   const absl::StatusOr<Connection> conn = ResolveConnection(o.connection);
   if (!conn.ok()) return Fail(conn.status());
   auto stub = Connect(*conn);
+  if (!o.queue) {  // a job no registered workers can run would wait for good
+    v1::ListWorkersResponse registered;
+    grpc::Status st = stub->ListWorkers(Deadline(30).get(), v1::ListWorkersRequest(), &registered);
+    if (!st.ok()) return Fail(*conn, st);
+    const absl::Status fits =
+        CheckCanFit(*spec, {registered.workers().begin(), registered.workers().end()});
+    if (!fits.ok()) return Fail(fits);
+  }
   auto ctx = Deadline(30);
   v1::Job job;
   grpc::Status st = stub->SubmitJob(ctx.get(), *spec, &job);
@@ -123,6 +132,9 @@ void AddSubmit(CLI::App& app, Commands& out) {
                 "watch the job's progress until it ends; exit 0 if it succeeded");
   AddTimeout(*sub, o->timeout);
   sub->add_option("--workers", o->workers, "override the spec's worker count")->check(AtLeast(1));
+  sub->add_flag("--queue", o->queue,
+                "queue the job even if the registered workers could never run it (it waits "
+                "until enough register)");
   sub->add_option("--request-id", o->request_id,
                   "an idempotency key: resubmitting returns the job it made");
   out.push_back({sub, [o] {

@@ -121,6 +121,26 @@ std::string EventText(const v1::JobEvent& e) {
   return absl::StrCat(TimeText(e.unix_ms()), "  ", what);
 }
 
+absl::Status CheckCanFit(const v1::JobSpec& spec, const std::vector<v1::WorkerInfo>& workers) {
+  const int64_t want = std::max<int64_t>(1, spec.workers());
+  const std::string device = spec.device().empty() ? "cpu" : spec.device();
+  int64_t suit = 0;
+  for (const v1::WorkerInfo& w : workers) {
+    const bool same =
+        device == "cuda" ? absl::StartsWith(w.device(), "cuda") : w.device() == device;
+    if (same && w.quarantined().empty() && (device != "cpu" || w.threads() >= spec.threads())) {
+      ++suit;
+    }
+  }
+  if (suit >= want) return absl::OkStatus();
+  std::string kind = device;
+  if (device == "cpu" && spec.threads() > 0)
+    absl::StrAppend(&kind, " (", spec.threads(), " threads)");
+  return absl::InvalidArgumentError(absl::StrCat(
+      "workers: the job needs ", Count(want, kind + " worker"), "; the cluster has ", suit,
+      " registered: it would wait until more register (pass --queue to queue it all the same)"));
+}
+
 absl::StatusOr<std::string> MatchJobId(const std::vector<std::string>& ids,
                                        const std::string& name) {
   std::vector<std::string> matches;

@@ -29,6 +29,12 @@ std::string EventText(const v1::JobEvent& event);
 // created, at `now`), and REASON (what it waits for, or why it failed).
 std::string WideTable(const std::vector<v1::Job>& jobs, int64_t now_unix_ms);
 
+// Whether the registered `workers` could ever run `spec` (enough of them suit it, as the
+// scheduler matches them: device, and for a CPU job at least its threads; quarantined ones
+// do not count). INVALID_ARGUMENT naming `workers` and what there is when not: such a job
+// would wait in the queue until more register.
+absl::Status CheckCanFit(const v1::JobSpec& spec, const std::vector<v1::WorkerInfo>& workers);
+
 // The one id among `ids` that is `name` or starts with it (e.g. "job-000007" for
 // "job-000007-3fa1"). NOT_FOUND naming `name` when none does; INVALID_ARGUMENT naming the
 // ids when several do.

@@ -73,6 +73,34 @@ TEST(JobText, TheWideTableHasAColumnEachAndALineAJob) {
             "-      90s  waiting for 4 cpu workers (2 registered)\n");
 }
 
+// At 400deec a job that could never start (more workers than registered) was queued for good.
+TEST(JobText, AJobThatNoRegisteredWorkersCanRunDoesNotFit) {
+  std::vector<v1::WorkerInfo> workers(3);
+  for (auto& w : workers) {
+    w.set_device("cpu");
+    w.set_threads(2);
+  }
+  workers[2].set_quarantined("lied");
+  v1::JobSpec spec;
+  spec.set_workers(2);
+  EXPECT_TRUE(CheckCanFit(spec, workers).ok());
+  spec.set_workers(3);
+  const absl::Status three = CheckCanFit(spec, workers);
+  EXPECT_EQ(three.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(three.message()),
+              HasSubstr("workers: the job needs 3 cpu workers; the cluster has 2 registered"));
+  spec.set_workers(1);
+  spec.set_threads(4);
+  EXPECT_THAT(std::string(CheckCanFit(spec, workers).message()),
+              HasSubstr("needs 1 cpu (4 threads) worker; the cluster has 0 registered"));
+  spec.set_threads(0);
+  spec.set_device("cuda");
+  EXPECT_FALSE(CheckCanFit(spec, workers).ok());
+  workers[0].set_device("cuda:1");
+  EXPECT_TRUE(CheckCanFit(spec, workers).ok());
+  EXPECT_FALSE(CheckCanFit(spec, {}).ok());  // no workers at all
+}
+
 // At 400deec only full ids were accepted.
 TEST(JobText, AJobIsNamedByItsIdOrAUniquePrefix) {
   const std::vector<std::string> ids = {"job-000007-abcd", "job-000010-ffff", "job-000011-0000"};
