@@ -228,8 +228,9 @@ class Client:
 
         `spec` is a JobSpec, a dict with protobuf JSON field names (as in the YAML spec
         files) or the path of a YAML/JSON spec file. With `request_id`, resubmitting
-        returns the job the first submission created. An invalid spec raises
-        LockstepError("INVALID_ARGUMENT") naming the field.
+        the same spec returns the job the first submission created; another spec with
+        that request id raises LockstepError("ALREADY_EXISTS") naming that job. An
+        invalid spec raises LockstepError("INVALID_ARGUMENT") naming the field.
         """
         message = load_spec(spec)
         if request_id is not None:
