@@ -77,7 +77,8 @@ void AddTimeout(CLI::App& sub, std::string& timeout) {
   sub.add_option("--timeout", timeout,
                  "give up after this long (90s, 5m, 1h30m): exit 1 saying the job's state and "
                  "what it waits for")
-      ->check(DurationArg());
+      ->check(DurationArg())
+      ->type_name("DURATION");
 }
 
 absl::Duration TimeoutOf(const std::string& timeout) {
@@ -136,7 +137,8 @@ void AddSubmit(CLI::App& app, Commands& out) {
                 "queue the job even if the registered workers could never run it (it waits "
                 "until enough register)");
   sub->add_option("--request-id", o->request_id,
-                  "an idempotency key: resubmitting returns the job it made");
+                  "an idempotency key: resubmitting the same spec returns the job it made; "
+                  "another spec with it is ALREADY_EXISTS");
   out.push_back({sub, [o] {
                    if (!o->timeout.empty() && !o->wait) {
                      return Fail(absl::InvalidArgumentError("--timeout: only with --wait"));

@@ -119,7 +119,8 @@ void AddLogsCommand(CLI::App& app, Commands& out) {
       ->check(AtLeast(0))
       ->type_name("N");
   sub->add_option("--since", o->since, "only what is newer than this (90s, 5m, 1h30m)")
-      ->check(DurationArg());
+      ->check(DurationArg())
+      ->type_name("DURATION");
   out.push_back({sub, [o] {
                    const absl::StatusOr<Connection> conn = ResolveConnection(o->connection);
                    if (!conn.ok()) return Fail(conn.status());
