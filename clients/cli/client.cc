@@ -76,8 +76,9 @@ absl::Status CheckHostPort(const std::string& address) {
   int port = 0;
   if (colon == std::string::npos || colon == 0 || address.back() == ']' ||
       !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 1 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--coordinator ", address, ": not HOST:PORT (e.g. 127.0.0.1:7070): no port given"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--coordinator ", address,
+                     ": not HOST:PORT with a port in 1..65535 (e.g. 127.0.0.1:7070)"));
   }
   return absl::OkStatus();
 }
