@@ -135,13 +135,16 @@ TEST_F(ReplicaTest, CreateRefusesADatasetOfAnotherImageShapeOrMoreClasses) {
                                            AllOf(HasSubstr("dataset.path"), HasSubstr("images are"),
                                                  HasSubstr("the model takes"))));
   ASSERT_OK_AND_ASSIGN(v1::JobSpec five, ParseSpec(R"(
-model: {layers: [flatten, {dense: {features: 5}}]}
+model: {layers: [flatten, {dense: {features: 10}}]}
 optimizer: {kind: sgd, learning_rate: 0.1}
 global_batch_size: 32
 steps: 1
 )",
                                                    "five.yaml"));
   ASSERT_OK_AND_ASSIGN(five, Validate(five));
+  // Validate refuses fewer outputs than the installed dataset's 10 classes (at submit): 5
+  // outputs only after it, for the replica's own check (of datasets only workers see).
+  five.mutable_model()->mutable_layers(1)->mutable_dense()->set_features(5);
   EXPECT_THAT(Make({five, 0, 1}), StatusIs(absl::StatusCode::kInvalidArgument,
                                            AllOf(HasSubstr("dataset.path"), HasSubstr(": label"),
                                                  HasSubstr("is not in [0, 5)"))));

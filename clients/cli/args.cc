@@ -63,6 +63,22 @@ CLI::Validator AtLeast(double min) {
       absl::StrFormat(">=%g", min));
 }
 
+absl::Duration ParseDurationArg(const std::string& text) {
+  double seconds = 0;
+  if (absl::SimpleAtod(text, &seconds)) return absl::Seconds(seconds);
+  absl::Duration d;
+  return absl::ParseDuration(text, &d) ? d : absl::ZeroDuration();
+}
+
+CLI::Validator DurationArg() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (ParseDurationArg(text) > absl::ZeroDuration()) return "";
+        return absl::StrFormat("must be a duration such as 90s, 5m or 1h30m, not \"%s\"", text);
+      },
+      "DURATION");
+}
+
 int Fail(const absl::Status& status) {
   absl::FPrintF(stderr, "error: %s: %s\n", absl::StatusCodeToString(status.code()),
                 status.message());

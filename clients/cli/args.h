@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 
 namespace lockstep::cli {
 
@@ -30,6 +31,12 @@ std::optional<int> Parse(CLI::App& app, int argc, char** argv);
 // For an option's check(): a number >= `min`; otherwise the error says "--NAME: must be
 // a number >= MIN, not \"TEXT\"".
 CLI::Validator AtLeast(double min);
+
+// For an option's check(): a duration such as "90s", "5m", "1h30m" (absl::ParseDuration)
+// or a number of seconds, > 0.
+CLI::Validator DurationArg();
+// The duration DurationArg accepted.
+absl::Duration ParseDurationArg(const std::string& text);
 
 // Prints "error: <code>: <message>" and returns the CLI's exit code for it: 2 for
 // INVALID_ARGUMENT, 1 otherwise.

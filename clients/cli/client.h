@@ -24,26 +24,53 @@ absl::StatusOr<std::string> FindBinary(const std::string& name);
 // token (or plaintext).
 struct Connection {
   std::string address;
+  std::string origin;  // where the address came from, for errors: "--coordinator", ...
+  std::string ca;      // the CA file checking the server (empty in plaintext)
   Transport transport = Transport::Plaintext();
   std::string token;
 };
 // The options that say how to reach the coordinator, each bound to $LOCKSTEP_<NAME>.
 struct ConnectionOptions {
   std::string coordinator;  // HOST:PORT
+  std::string cluster_dir;  // a local cluster's folder (`cluster up --dir`); empty: the default
   std::string credentials;  // a folder with ca.pem and admin.token
   std::string tls_ca;
   std::string token_file;
   bool insecure = false;
 };
-// Adds --coordinator, --credentials, --tls_ca, --token_file and --insecure to `app`.
+// Adds --coordinator, --dir, --credentials, --tls_ca, --token_file and --insecure to `app`.
 void AddConnectionOptions(CLI::App& app, ConnectionOptions& options);
-// The coordinator: --coordinator (or $LOCKSTEP_COORDINATOR), else the address `lockstep
-// cluster up` recorded in the cluster directory, else 127.0.0.1:7070. TLS with the CA and
-// token of --credentials DIR (as `lockstep certs` and `cluster up` make them), --tls_ca
-// and --token_file overriding its parts; without any of them, the local cluster's
-// credentials. INVALID_ARGUMENT saying what to pass when no credentials are found.
+// The coordinator: --coordinator (or $LOCKSTEP_COORDINATOR; HOST:PORT, else
+// INVALID_ARGUMENT), else the address `lockstep cluster up` recorded in the cluster
+// directory (--dir, $LOCKSTEP_CLUSTER_DIR: NOT_FOUND naming it when it holds no cluster),
+// else, when the default ./.lockstep-cluster holds none, 127.0.0.1:7070. TLS with the CA
+// and token of --credentials DIR (as `lockstep certs` and `cluster up` make them), --tls_ca
+// and --token_file overriding its parts, read before the address is looked for; without
+// any of them, the local cluster's credentials. INVALID_ARGUMENT saying what to pass when
+// no credentials are found.
 absl::StatusOr<Connection> ResolveConnection(const ConnectionOptions& options);
+// A failed call's status in one line a user can act on when the connection itself failed:
+// no coordinator answering at the address (and where the address came from), a
+// certificate another cluster's CA signed, a plaintext client at a TLS coordinator or the
+// reverse. Other statuses come back as they are.
+absl::Status Explain(const Connection& connection, const absl::Status& status);
+// Fail(Explain(connection, the call's status)).
+int Fail(const Connection& connection, const grpc::Status& status);
+// Keeps the gRPC library's own log lines (e.g. a failed TLS handshake's) off stderr: the
+// CLI says what failed in one line of its own.
+void QuietGrpcLogs();
 std::unique_ptr<v1::JobService::Stub> Connect(const Connection& connection);
+
+// The help of a JOB argument.
+inline constexpr char kJobHelp[] = "the job's id, or a prefix of it that names one job";
+
+// `name` when the coordinator knows a job by it, else the one job whose id starts with it
+// (among those ListJobs shows the caller): MatchJobId's errors, or the call's.
+absl::StatusOr<std::string> ResolveJobId(v1::JobService::Stub& stub, const std::string& name);
+
+// The job once its event stream has ended (the job has), or `job` as given if it does
+// not within `timeout` or the coordinator cannot say.
+v1::Job AwaitEnd(v1::JobService::Stub& stub, const v1::Job& job, absl::Duration timeout);
 
 // A context whose deadline is `seconds` away.
 std::unique_ptr<grpc::ClientContext> Deadline(double seconds);
@@ -60,8 +87,11 @@ std::string StateName(v1::JobState state);
 enum class WatchOutput { kProgress, kJsonEvents, kJsonJob };
 
 // Streams WatchJob until the job ends, resuming from the last step seen when the stream
-// breaks, each event printed once. Exit code: 0 if SUCCEEDED, 1 otherwise.
-int WatchUntilDone(v1::JobService::Stub& stub, const std::string& id, WatchOutput output);
+// breaks, each event printed once; with progress, what a QUEUED or RECOVERING job waits
+// for. Exit code: 0 if SUCCEEDED, 1 otherwise, and 1 after `timeout` with
+// DEADLINE_EXCEEDED saying the job's state (and what it waits for).
+int WatchUntilDone(const Connection& connection, v1::JobService::Stub& stub, const std::string& id,
+                   WatchOutput output, absl::Duration timeout = absl::InfiniteDuration());
 
 }  // namespace lockstep::cli
 

@@ -22,6 +22,7 @@
 #include "clients/cli/commands.h"
 #include "clients/cluster/cluster_processes.h"
 #include "clients/cluster/supervisor.h"
+#include "core/data/data_roots.h"
 #include "services/common/listen_socket.h"
 #include "services/common/private_files.h"
 
@@ -113,8 +114,9 @@ int Supervise(const ClusterOptions& options, const sigset_t& stop,
 }
 
 void PrintStarted(const ClusterOptions& options, const Started& started) {
-  absl::PrintF("cluster up: coordinator %s, %d workers (%d threads each), logs in %s/logs\n",
-               started.address, options.workers, options.threads_per_worker, options.dir);
+  absl::PrintF("cluster up: coordinator %s, %d worker%s (%d threads each), logs in %s/logs\n",
+               started.address, options.workers, options.workers == 1 ? "" : "s",
+               options.threads_per_worker, options.dir);
   if (!started.metrics.empty()) {
     absl::PrintF(
         "cluster up: Prometheus metrics (GET /metrics, plain HTTP on loopback): coordinator %s, "
@@ -199,7 +201,18 @@ struct UpOptions {
   int port = 0;
   bool detach = false;
   bool insecure = false;
+  std::vector<std::string> data_roots;  // besides the servers' own (--data_root)
 };
+
+// The servers' --data_root: what they read anyway ($LOCKSTEP_DATA_ROOT, else the default)
+// and `extra`, absolute (the servers' folder is not the caller's). Empty without `extra`.
+std::string DataRootFlag(const std::vector<std::string>& extra) {
+  if (extra.empty()) return "";
+  const char* env = std::getenv("LOCKSTEP_DATA_ROOT");
+  std::vector<std::string> roots = {env != nullptr && *env != '\0' ? env : kDefaultDataRoots};
+  for (const std::string& d : extra) roots.push_back(fs::absolute(d).lexically_normal().string());
+  return "--data_root=" + absl::StrJoin(roots, ",");
+}
 
 int Up(const UpOptions& o) {
   SetPrivateUmask();  // the cluster's folder: credentials, state and logs, the owner's only
@@ -238,6 +251,10 @@ int Up(const UpOptions& o) {
   options.threads_per_worker = threads;
   options.insecure = o.insecure;
   options.metrics = true;  // on loopback only, as the cluster
+  if (const std::string roots = DataRootFlag(o.data_roots); !roots.empty()) {
+    options.coordinator_flags.push_back(roots);  // checks dataset paths at submit
+    options.worker_flags.push_back(roots);       // reads them
+  }
   if (o.detach) return StartDetached(options, stop);
   // Blocked before anything starts, so that the supervision loop receives Ctrl-C.
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
@@ -323,6 +340,13 @@ void AddClusterCommands(CLI::App& app, Commands& out) {
       ->check(CLI::Range(0, 65535));
   up_cmd->add_flag("--detach", up->detach, "run in the background; `cluster down` stops it");
   up_cmd->add_flag("--insecure", up->insecure, "plaintext and no tokens (loopback only)");
+  up_cmd
+      ->add_option("--data_root", up->data_roots,
+                   absl::StrCat("a folder whose datasets jobs may read (dataset paths must lie "
+                                "in one), besides ",
+                                kDefaultDataRoots, " or $LOCKSTEP_DATA_ROOT; repeatable"))
+      ->type_name("DIR")
+      ->check(CLI::ExistingDirectory);
   out.push_back({up_cmd, [up] { return Up(*up); }});
   auto down_dir = std::make_shared<std::string>();
   CLI::App* down_cmd = cluster->add_subcommand("down", "stop a detached local cluster");

@@ -29,6 +29,8 @@ void AddHealthCommand(CLI::App& app, Commands& out);
 // `workers revoke ID` under the `workers` command (before it in `out`: both are parsed).
 void AddWorkersRevokeCommand(CLI::App& workers, Commands& out);
 void AddCertsCommand(CLI::App& app, Commands& out);
+// `completion bash|zsh`: a completion script made from `app` (add it last).
+void AddCompletionCommand(CLI::App& app, Commands& out);
 // `cluster up` and `cluster down`.
 void AddClusterCommands(CLI::App& app, Commands& out);
 

@@ -1,17 +1,23 @@
-// submit, list, status, watch, cancel, workers, checkpoint: the JobService from the
+// submit, list, status, watch, wait, cancel, workers, checkpoint: the JobService from the
 // command line.
+#include <google/protobuf/util/json_util.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "clients/cli/client.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/job_text.h"
 #include "core/io/safetensors.h"
 #include "core/spec/spec.h"
+#include "services/common/job_state.h"
 #include "services/common/status.h"
 
 namespace lockstep::cli {
@@ -32,37 +38,60 @@ CLI::App* AddJobCommand(CLI::App& app, const std::string& name, const std::strin
 }
 
 // `lockstep COMMAND JOB [--json]`: one call about a job that answers with the job.
+// With `until_ended`, the job is printed once it has ended (cancel: it stops within
+// seconds), as it was when the call answered if it has not within a minute.
 template <typename Request>
 void AddOneJobCommand(CLI::App& app, Commands& out, const std::string& name,
                       const std::string& description,
                       grpc::Status (v1::JobService::Stub::*method)(grpc::ClientContext*,
-                                                                   const Request&, v1::Job*)) {
+                                                                   const Request&, v1::Job*),
+                      bool until_ended = false) {
   struct Options : JobOptions {
     std::string id;
   };
   auto o = std::make_shared<Options>();
   CLI::App* sub = AddJobCommand(app, name, description, *o);
-  sub->add_option("JOB", o->id, "the job's id")->required();
-  out.push_back({sub, [o, method] {
+  sub->add_option("JOB", o->id, kJobHelp)->required();
+  out.push_back({sub, [o, method, until_ended] {
                    const absl::StatusOr<Connection> conn = ResolveConnection(o->connection);
                    if (!conn.ok()) return Fail(conn.status());
                    auto stub = Connect(*conn);
                    auto ctx = Deadline(30);
+                   const absl::StatusOr<std::string> id = ResolveJobId(*stub, o->id);
+                   if (!id.ok()) return Fail(Explain(*conn, id.status()));
                    Request req;
-                   req.set_id(o->id);
+                   req.set_id(*id);
                    v1::Job job;
                    grpc::Status st = ((*stub).*method)(ctx.get(), req, &job);
-                   if (!st.ok()) return Fail(FromGrpcStatus(st));
+                   if (!st.ok()) return Fail(*conn, st);
+                   if (until_ended && !IsTerminal(job.state())) {
+                     job = AwaitEnd(*stub, job, absl::Minutes(1));
+                   }
                    PrintJob(job, o->json);
                    return 0;
                  }});
 }
 
+// --timeout DURATION of the commands that wait for a job to end.
+void AddTimeout(CLI::App& sub, std::string& timeout) {
+  sub.add_option("--timeout", timeout,
+                 "give up after this long (90s, 5m, 1h30m): exit 1 saying the job's state and "
+                 "what it waits for")
+      ->check(DurationArg())
+      ->type_name("DURATION");
+}
+
+absl::Duration TimeoutOf(const std::string& timeout) {
+  return timeout.empty() ? absl::InfiniteDuration() : ParseDurationArg(timeout);
+}
+
 struct SubmitOptions : JobOptions {
   std::string spec_file;
   bool wait = false;
+  std::string timeout;
   int workers = 0;
   std::string request_id;
+  bool queue = false;
 };
 
 int Submit(const SubmitOptions& o) {
@@ -73,16 +102,26 @@ int Submit(const SubmitOptions& o) {
   const absl::StatusOr<Connection> conn = ResolveConnection(o.connection);
   if (!conn.ok()) return Fail(conn.status());
   auto stub = Connect(*conn);
+  if (!o.queue) {  // a job no registered workers can run would wait for good
+    v1::ListWorkersResponse registered;
+    grpc::Status st = stub->ListWorkers(Deadline(30).get(), v1::ListWorkersRequest(), &registered);
+    if (!st.ok()) return Fail(*conn, st);
+    const absl::Status fits =
+        CheckCanFit(*spec, {registered.workers().begin(), registered.workers().end()});
+    if (!fits.ok()) return Fail(fits);
+  }
   auto ctx = Deadline(30);
   v1::Job job;
   grpc::Status st = stub->SubmitJob(ctx.get(), *spec, &job);
-  if (!st.ok()) return Fail(FromGrpcStatus(st));
+  if (!st.ok()) return Fail(*conn, st);
   if (!o.wait) {
     PrintJob(job, o.json);
     return 0;
   }
   if (!o.json) absl::FPrintF(stderr, "submitted %s to %s\n", job.id(), conn->address);
-  return WatchUntilDone(*stub, job.id(), o.json ? WatchOutput::kJsonJob : WatchOutput::kProgress);
+  return WatchUntilDone(*conn, *stub, job.id(),
+                        o.json ? WatchOutput::kJsonJob : WatchOutput::kProgress,
+                        TimeoutOf(o.timeout));
 }
 
 void AddSubmit(CLI::App& app, Commands& out) {
@@ -92,15 +131,26 @@ void AddSubmit(CLI::App& app, Commands& out) {
   sub->add_option("SPEC", o->spec_file, "the job spec file")->required();
   sub->add_flag("--wait", o->wait,
                 "watch the job's progress until it ends; exit 0 if it succeeded");
+  AddTimeout(*sub, o->timeout);
   sub->add_option("--workers", o->workers, "override the spec's worker count")->check(AtLeast(1));
+  sub->add_flag("--queue", o->queue,
+                "queue the job even if the registered workers could never run it (it waits "
+                "until enough register)");
   sub->add_option("--request-id", o->request_id,
-                  "an idempotency key: resubmitting returns the job it made");
-  out.push_back({sub, [o] { return Submit(*o); }});
+                  "an idempotency key: resubmitting the same spec returns the job it made; "
+                  "another spec with it is ALREADY_EXISTS");
+  out.push_back({sub, [o] {
+                   if (!o->timeout.empty() && !o->wait) {
+                     return Fail(absl::InvalidArgumentError("--timeout: only with --wait"));
+                   }
+                   return Submit(*o);
+                 }});
 }
 
 struct ListOptions : JobOptions {
   std::vector<std::string> states;
   int limit = 0;
+  std::string output;  // "wide", "json"
 };
 
 int List(const ListOptions& o) {
@@ -120,12 +170,20 @@ int List(const ListOptions& o) {
   auto ctx = Deadline(30);
   v1::ListJobsResponse resp;
   grpc::Status st = stub->ListJobs(ctx.get(), req, &resp);
-  if (!st.ok()) return Fail(FromGrpcStatus(st));
-  if (o.json) {
+  if (!st.ok()) return Fail(*conn, st);
+  if (o.json || o.output == "json") {
     PrintJson(resp);
     return 0;
   }
-  if (resp.jobs().empty()) absl::PrintF("no jobs\n");
+  if (resp.jobs().empty()) {
+    absl::PrintF("no jobs\n");
+    return 0;
+  }
+  if (o.output == "wide") {
+    absl::PrintF(
+        "%s", WideTable({resp.jobs().begin(), resp.jobs().end()}, absl::ToUnixMillis(absl::Now())));
+    return 0;
+  }
   for (const auto& job : resp.jobs()) PrintJob(job, false);
   return 0;
 }
@@ -142,24 +200,90 @@ void AddList(CLI::App& app, Commands& out) {
   sub->add_option("--limit", o->limit, "at most N jobs (0: all)")
       ->check(AtLeast(0))
       ->type_name("N");
+  sub->add_option("-o,--output", o->output,
+                  "wide: a table, a line a job, with samples/s, the workers, age and why it "
+                  "waits or failed; json: as --json")
+      ->check(CLI::IsMember({"wide", "json"}))
+      ->type_name("FORMAT");
   out.push_back({sub, [o] { return List(*o); }});
 }
 
-void AddWatch(CLI::App& app, Commands& out) {
+// `watch JOB`: its events until it ends; `wait JOB`: the same, printing the final job.
+void AddWatch(CLI::App& app, Commands& out, const std::string& name, const std::string& description,
+              const std::string& json_help, bool events) {
   struct Options : JobOptions {
     std::string id;
+    std::string timeout;
   };
   auto o = std::make_shared<Options>();
-  CLI::App* sub = AddJobCommand(app, "watch", "follow a job until it ends; exit 0 if it succeeded",
-                                *o, "print each event (step, evaluation, state) as a line of JSON");
-  sub->add_option("JOB", o->id, "the job's id")->required();
-  out.push_back({sub, [o] {
+  CLI::App* sub = AddJobCommand(app, name, description, *o, json_help);
+  sub->add_option("JOB", o->id, kJobHelp)->required();
+  AddTimeout(*sub, o->timeout);
+  out.push_back({sub, [o, events] {
                    const absl::StatusOr<Connection> conn = ResolveConnection(o->connection);
                    if (!conn.ok()) return Fail(conn.status());
                    auto stub = Connect(*conn);
-                   return WatchUntilDone(
-                       *stub, o->id, o->json ? WatchOutput::kJsonEvents : WatchOutput::kProgress);
+                   const WatchOutput output = !o->json ? WatchOutput::kProgress
+                                              : events ? WatchOutput::kJsonEvents
+                                                       : WatchOutput::kJsonJob;
+                   const absl::StatusOr<std::string> id = ResolveJobId(*stub, o->id);
+                   if (!id.ok()) return Fail(Explain(*conn, id.status()));
+                   return WatchUntilDone(*conn, *stub, *id, output, TimeoutOf(o->timeout));
                  }});
+}
+
+// `describe JOB`: the job, its spec, its workers by rank, its newest snapshot and its state
+// events (with their reasons: recoveries, failures); in JSON {"job": ..., "events": [...]}.
+int Describe(const JobOptions& o, const std::string& name) {
+  const absl::StatusOr<Connection> conn = ResolveConnection(o.connection);
+  if (!conn.ok()) return Fail(conn.status());
+  auto stub = Connect(*conn);
+  const absl::StatusOr<std::string> id = ResolveJobId(*stub, name);
+  if (!id.ok()) return Fail(Explain(*conn, id.status()));
+  v1::GetJobRequest get;
+  get.set_id(*id);
+  v1::Job job;
+  if (grpc::Status st = stub->GetJob(Deadline(30).get(), get, &job); !st.ok()) {
+    return Fail(*conn, st);
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  v1::WatchJobRequest watch;
+  watch.set_id(*id);
+  watch.set_history_only(true);
+  watch.set_from_step(std::numeric_limits<int64_t>::max());  // its states, not its steps
+  auto reader = stub->WatchJob(&ctx, watch);
+  std::vector<v1::JobEvent> events;
+  for (v1::JobEvent e; reader->Read(&e);) {
+    if (e.has_state()) events.push_back(std::move(e));
+  }
+  if (grpc::Status st = reader->Finish(); !st.ok()) return Fail(*conn, st);
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;
+  opts.always_print_primitive_fields = true;
+  const auto json = [&](const google::protobuf::Message& m) {
+    std::string text;
+    (void)google::protobuf::util::MessageToJsonString(m, &text, opts);
+    return text;
+  };
+  if (o.json) {
+    std::vector<std::string> each;
+    for (const v1::JobEvent& e : events) each.push_back(json(e));
+    absl::PrintF("{\"job\":%s,\"events\":[%s]}\n", json(job), absl::StrJoin(each, ","));
+    return 0;
+  }
+  absl::PrintF("%s", JobText(job));
+  opts.add_whitespace = true;
+  opts.always_print_primitive_fields = false;  // the spec as given and its defaults
+  absl::PrintF("Spec:\n%s", json(job.spec()));
+  absl::PrintF("Workers:%s\n", job.workers().empty() ? " none now" : "");
+  for (int r = 0; r < job.workers_size(); ++r) absl::PrintF("  rank %d  %s\n", r, job.workers(r));
+  absl::PrintF("Snapshot: %s\n", job.snapshot_step() > 0
+                                     ? absl::StrCat("step ", job.snapshot_step())
+                                     : std::string("none yet"));
+  absl::PrintF("Events:\n");
+  for (const v1::JobEvent& e : events) absl::PrintF("  %s\n", EventText(e));
+  return 0;
 }
 
 int Workers(const JobOptions& o) {
@@ -169,7 +293,7 @@ int Workers(const JobOptions& o) {
   auto ctx = Deadline(30);
   v1::ListWorkersResponse resp;
   grpc::Status st = stub->ListWorkers(ctx.get(), v1::ListWorkersRequest(), &resp);
-  if (!st.ok()) return Fail(FromGrpcStatus(st));
+  if (!st.ok()) return Fail(*conn, st);
   if (o.json) {
     PrintJson(resp);
     return 0;
@@ -191,16 +315,24 @@ struct CheckpointOptions {
   std::string output;
   CLI::Option* step_option = nullptr;
   int64_t step = 0;
+  bool force = false;
 };
 
 int Checkpoint(const CheckpointOptions& o) {
-  v1::GetCheckpointRequest req;
-  req.set_id(o.id);
-  if (o.step_option->count() > 0) req.set_step(o.step);
+  const std::string& out = o.output;
+  std::error_code exists_ec;
+  if (!o.force && std::filesystem::exists(out, exists_ec)) {
+    return Fail(absl::AlreadyExistsError(
+        absl::StrCat(out, " exists: pass --force to overwrite it, or another -o FILE")));
+  }
   const absl::StatusOr<Connection> conn = ResolveConnection(o.connection);
   if (!conn.ok()) return Fail(conn.status());
-  const std::string& out = o.output;
   auto stub = Connect(*conn);
+  const absl::StatusOr<std::string> id = ResolveJobId(*stub, o.id);
+  if (!id.ok()) return Fail(Explain(*conn, id.status()));
+  v1::GetCheckpointRequest req;
+  req.set_id(*id);
+  if (o.step_option->count() > 0) req.set_step(o.step);
   auto ctx = Deadline(3600);
   auto reader = stub->GetCheckpoint(ctx.get(), req);
   // Into FILE.part, renamed once whole: an interrupted download leaves no torn FILE.
@@ -223,7 +355,7 @@ int Checkpoint(const CheckpointOptions& o) {
   std::error_code ec;
   if (!st.ok() || !file || got != total || at_step < 0) {
     std::filesystem::remove(part, ec);
-    if (!st.ok()) return Fail(FromGrpcStatus(st));
+    if (!st.ok()) return Fail(*conn, st);
     return Fail(absl::DataLossError(
         absl::StrCat(out, ": ", got, " of ", total, " bytes arrived or could be written")));
   }
@@ -234,7 +366,7 @@ int Checkpoint(const CheckpointOptions& o) {
   }
   std::filesystem::rename(part, out, ec);
   if (ec) return Fail(absl::PermissionDeniedError(absl::StrCat(out, ": ", ec.message())));
-  absl::PrintF("wrote %s: job %s at step %d, %d bytes\n", out, o.id, at_step, got);
+  absl::PrintF("wrote %s: job %s at step %d, %d bytes\n", out, *id, at_step, got);
   return 0;
 }
 
@@ -245,9 +377,10 @@ void AddCheckpoint(CLI::App& app, Commands& out) {
       "download a job's state (safetensors, Flax names): its final checkpoint, else its newest "
       "snapshot, or the kept snapshot of --step");
   AddConnectionOptions(*sub, o->connection);
-  sub->add_option("JOB", o->id, "the job's id")->required();
+  sub->add_option("JOB", o->id, kJobHelp)->required();
   sub->add_option("-o,--output", o->output, "the file to write")->required();
   o->step_option = sub->add_option("--step", o->step, "the step of a kept snapshot");
+  sub->add_flag("--force", o->force, "overwrite the output file if it exists");
   out.push_back({sub, [o] { return Checkpoint(*o); }});
 }
 
@@ -257,8 +390,21 @@ void AddJobCommands(CLI::App& app, Commands& out) {
   AddSubmit(app, out);
   AddList(app, out);
   AddOneJobCommand(app, out, "status", "show a job", &v1::JobService::Stub::GetJob);
-  AddWatch(app, out);
-  AddOneJobCommand(app, out, "cancel", "cancel a job", &v1::JobService::Stub::CancelJob);
+  struct DescribeOptions : JobOptions {
+    std::string id;
+  };
+  auto describe = std::make_shared<DescribeOptions>();
+  CLI::App* describe_app = AddJobCommand(
+      app, "describe", "show a job in full: its spec, workers, snapshot and state events",
+      *describe, "print {\"job\": ..., \"events\": [...]} as JSON");
+  describe_app->add_option("JOB", describe->id, kJobHelp)->required();
+  out.push_back({describe_app, [describe] { return Describe(*describe, describe->id); }});
+  AddWatch(app, out, "watch", "follow a job until it ends; exit 0 if it succeeded",
+           "print each event (step, evaluation, state) as a line of JSON", true);
+  AddWatch(app, out, "wait", "wait until a job ends, then print it; exit 0 if it succeeded",
+           "print the final job as JSON", false);
+  AddOneJobCommand(app, out, "cancel", "cancel a job and wait until it has stopped; print it",
+                   &v1::JobService::Stub::CancelJob, /*until_ended=*/true);
   auto workers = std::make_shared<JobOptions>();
   CLI::App* workers_app =
       AddJobCommand(app, "workers", "list the registered workers; `workers revoke ID`", *workers);

@@ -1,11 +1,16 @@
-// `lockstep logs JOB [-f] [--json]`: a job's events (WatchJob) and the servers' log lines
-// about it (WatchLogs: the coordinator's and its workers'), printed as they come from two
-// streams read side by side. Without -f, what the coordinator holds now; with -f, then
-// everything new until the job ends.
+// `lockstep logs JOB [-f] [--json] [--tail N] [--since DURATION]`: a job's events
+// (WatchJob) and the servers' log lines about it (WatchLogs: the coordinator's and its
+// workers'). What the coordinator holds now, read from both streams, is printed in time
+// order (log_order.h); with -f, then everything new as it comes until the job ends.
+#include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -13,58 +18,36 @@
 #include "absl/time/time.h"
 #include "clients/cli/client.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/job_text.h"
+#include "clients/cli/log_order.h"
 #include "services/common/status.h"
 
 namespace lockstep::cli {
 namespace {
 
-std::string Time(int64_t unix_ms) {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMillis(unix_ms),
-                          absl::UTCTimeZone());
-}
-
-// One event or log line, in the human form.
-std::string Describe(const v1::JobEvent& e) {
-  std::string what;
-  if (e.has_step()) {
-    const v1::StepEvent& s = e.step();
-    what = absl::StrFormat("step %d/%d  loss %.4f  accuracy %.4f  %.0f samples/s", s.step(),
-                           s.total_steps(), s.loss(), s.accuracy(), s.samples_per_sec());
-  } else if (e.has_eval()) {
-    what = absl::StrFormat("eval at step %d  loss %.4f  accuracy %.4f", e.eval().step(),
-                           e.eval().test_loss(), e.eval().test_accuracy());
-  } else if (e.has_state()) {
-    what = absl::StrCat("state ", StateName(e.state().state()),
-                        e.state().reason().empty() ? "" : ": ", e.state().reason());
-  } else if (e.has_log()) {
-    const v1::LogLine& l = e.log();
-    what = absl::StrCat(l.level(), "  ", l.source());
-    if (!l.worker().empty() && l.worker() != l.source()) absl::StrAppend(&what, " ", l.worker());
-    if (l.has_rank()) absl::StrAppend(&what, " rank ", l.rank());
-    absl::StrAppend(&what, ": ", l.message());
+void Print(const v1::JobEvent& e, bool json) {
+  if (json) {
+    PrintJson(e);
+  } else {
+    absl::PrintF("%s\n", EventText(e));
   }
-  return absl::StrCat(Time(e.unix_ms()), "  ", what);
+  std::fflush(stdout);
 }
 
-// Reads one stream to its end, printing each message under `mu`.
+// Reads one stream to its end, handing each message to `take` under `mu`.
 template <typename Reader>
-absl::Status Drain(Reader& reader, bool json, absl::Mutex* mu) {
+absl::Status Drain(Reader& reader, absl::Mutex* mu, const std::function<void(v1::JobEvent)>& take) {
   for (v1::JobEvent e; reader.Read(&e);) {
     absl::MutexLock lock(mu);
-    if (json) {
-      PrintJson(e);
-    } else {
-      absl::PrintF("%s\n", Describe(e));
-    }
-    std::fflush(stdout);
+    take(std::move(e));
   }
   return FromGrpcStatus(reader.Finish());
 }
 
-// Prints the job's events and its servers' log lines as they come (with `follow`, until
-// the job ends; else what is kept now). The exit code: 0, or Fail's for the first error.
-int ShowJobLogs(v1::JobService::Stub& stub, const std::string& job_id, bool follow, bool json) {
-  // Without -f both streams end once the history is out; with it, when the job ends.
+// Both streams read side by side until they end (`follow`: until the job does), each
+// message handed to `take` under one lock. The first error of the two, if any.
+absl::Status ReadBoth(v1::JobService::Stub& stub, const std::string& job_id, bool follow,
+                      const std::function<void(v1::JobEvent)>& take) {
   const absl::Duration limit = follow ? absl::Hours(24 * 365) : absl::Seconds(60);
   grpc::ClientContext events_ctx, logs_ctx;
   events_ctx.set_deadline(absl::ToChronoTime(absl::Now() + limit));
@@ -79,35 +62,72 @@ int ShowJobLogs(v1::JobService::Stub& stub, const std::string& job_id, bool foll
   auto logs = stub.WatchLogs(&logs_ctx, logs_req);
   absl::Mutex mu;
   absl::Status logs_status;
-  std::thread logs_reader([&] { logs_status = Drain(*logs, json, &mu); });
-  const absl::Status events_status = Drain(*events, json, &mu);
+  std::thread logs_reader([&] { logs_status = Drain(*logs, &mu, take); });
+  const absl::Status events_status = Drain(*events, &mu, take);
   if (!events_status.ok()) logs_ctx.TryCancel();  // e.g. not the caller's job: say it once
   logs_reader.join();
-  if (!events_status.ok()) return Fail(events_status);
-  if (!logs_status.ok()) return Fail(logs_status);
-  return 0;
+  return !events_status.ok() ? events_status : logs_status;
+}
+
+struct LogsOptions {
+  ConnectionOptions connection;
+  std::string id;
+  bool follow = false;
+  bool json = false;
+  std::optional<int64_t> tail;
+  std::string since;
+};
+
+// Prints what the coordinator keeps of the job's events and log lines in time order (those
+// of --since, the last --tail), then with `follow` what comes, as it comes, until the job
+// ends. The exit code: 0, or Fail's for the first error.
+int ShowJobLogs(const Connection& conn, v1::JobService::Stub& stub, const std::string& job_id,
+                const LogsOptions& o) {
+  std::vector<v1::JobEvent> kept;
+  absl::Status st =
+      ReadBoth(stub, job_id, false, [&](v1::JobEvent e) { kept.push_back(std::move(e)); });
+  if (!st.ok()) return Fail(Explain(conn, st));
+  // What the follow streams replay of it is skipped, each once (a worker's lines may come
+  // late, older than what was printed: they are new all the same).
+  std::multiset<std::string> replayed;
+  for (const v1::JobEvent& e : kept) replayed.insert(e.SerializeAsString());
+  std::optional<int64_t> since;
+  if (!o.since.empty()) since = absl::ToUnixMillis(absl::Now() - ParseDurationArg(o.since));
+  for (const v1::JobEvent& e : SelectEvents(std::move(kept), since, o.tail)) Print(e, o.json);
+  if (!o.follow) return 0;
+  st = ReadBoth(stub, job_id, true, [&](v1::JobEvent e) {
+    if (auto it = replayed.find(e.SerializeAsString()); it != replayed.end()) {
+      replayed.erase(it);
+      return;
+    }
+    Print(e, o.json);
+  });
+  return st.ok() ? 0 : Fail(Explain(conn, st));
 }
 
 }  // namespace
 
 void AddLogsCommand(CLI::App& app, Commands& out) {
-  struct Options {
-    ConnectionOptions connection;
-    std::string id;
-    bool follow = false;
-    bool json = false;
-  };
-  auto o = std::make_shared<Options>();
-  CLI::App* sub = app.add_subcommand("logs", "a job's events and its servers' log lines");
+  auto o = std::make_shared<LogsOptions>();
+  CLI::App* sub =
+      app.add_subcommand("logs", "a job's events and its servers' log lines, in time order");
   AddConnectionOptions(*sub, o->connection);
-  sub->add_option("JOB", o->id, "the job's id")->required();
+  sub->add_option("JOB", o->id, kJobHelp)->required();
   sub->add_flag("-f,--follow", o->follow, "go on printing what comes until the job ends");
   sub->add_flag("--json", o->json, "print each event and log line as a line of JSON");
+  sub->add_option("--tail", o->tail, "only the last N of what is kept (then, with -f, what comes)")
+      ->check(AtLeast(0))
+      ->type_name("N");
+  sub->add_option("--since", o->since, "only what is newer than this (90s, 5m, 1h30m)")
+      ->check(DurationArg())
+      ->type_name("DURATION");
   out.push_back({sub, [o] {
                    const absl::StatusOr<Connection> conn = ResolveConnection(o->connection);
                    if (!conn.ok()) return Fail(conn.status());
                    auto stub = Connect(*conn);
-                   return ShowJobLogs(*stub, o->id, o->follow, o->json);
+                   const absl::StatusOr<std::string> id = ResolveJobId(*stub, o->id);
+                   if (!id.ok()) return Fail(Explain(*conn, id.status()));
+                   return ShowJobLogs(*conn, *stub, *id, *o);
                  }});
 }
 

@@ -6,12 +6,14 @@
 
 #include "absl/strings/str_format.h"
 #include "clients/cli/args.h"
+#include "clients/cli/client.h"
 #include "clients/cli/commands.h"
 
 int main(int argc, char** argv) {
   using namespace lockstep::cli;
   std::unique_ptr<CLI::App> app =
       NewApp("Lockstep: data-parallel training as a service", "lockstep");
+  QuietGrpcLogs();
   Commands commands;
   AddTrainCommand(*app, commands);
   AddClusterCommands(*app, commands);
@@ -19,15 +21,17 @@ int main(int argc, char** argv) {
   AddLogsCommand(*app, commands);
   AddHealthCommand(*app, commands);
   AddCertsCommand(*app, commands);
+  AddCompletionCommand(*app, commands);
   // `lockstep help [COMMAND...]` is `lockstep [COMMAND...] --help` (rewritten below); the
   // subcommand is here to be listed.
   app->add_subcommand("help", "print this help, or a command's: help submit, help cluster up");
   // After the subcommands, which would inherit it.
   app->footer(
       "Job commands talk to --coordinator HOST:PORT, else $LOCKSTEP_COORDINATOR, else the\n"
-      "local cluster started by `lockstep cluster up`, over TLS with the bearer token and CA\n"
-      "of --credentials DIR (else $LOCKSTEP_CREDENTIALS, else the local cluster's), or\n"
-      "--tls_ca FILE and --token_file FILE; --insecure for plaintext.\n"
+      "local cluster started by `lockstep cluster up` in --dir DIR (else $LOCKSTEP_CLUSTER_DIR,\n"
+      "else ./.lockstep-cluster; 127.0.0.1:7070 when that holds none), over TLS with the\n"
+      "bearer token and CA of --credentials DIR (else $LOCKSTEP_CREDENTIALS, else the local\n"
+      "cluster's), or --tls_ca FILE and --token_file FILE; --insecure for plaintext.\n"
       "Exit codes: 0 success, 1 a failed call or a job that did not succeed, 2 bad usage.");
   std::vector<char*> args(argv, argv + argc);
   if (args.size() > 1 && std::string_view(args[1]) == "help") {

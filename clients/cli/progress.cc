@@ -17,7 +17,7 @@ std::string FormatDuration(double s) {
 }
 
 std::string FormatEval(int64_t epoch, int64_t step, double loss, double accuracy) {
-  return absl::StrFormat("epoch %d (step %d): test loss %.4f  test accuracy %.4f", epoch + 1, step,
+  return absl::StrFormat("epoch %d (step %d): test loss %.4f  test accuracy %.4f", epoch, step,
                          loss, accuracy);
 }
 

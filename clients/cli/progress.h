@@ -34,6 +34,8 @@ class EventPrinter {
   explicit EventPrinter(std::string job_id, FILE* out = stderr)
       : job_id_(std::move(job_id)), bar_(out) {}
   void Print(const v1::JobEvent& event);
+  // A line of its own above the bar (e.g. what a queued job waits for).
+  void Note(const std::string& line) { bar_.Println(line); }
   void Finish() { bar_.Finish(); }
 
  private:
@@ -43,8 +45,8 @@ class EventPrinter {
 
 std::string FormatDuration(double seconds);
 
-// The line printed for an evaluation after `epoch` (counted from 0) at `step`:
-// "epoch N (step S): test loss X  test accuracy Y".
+// The line printed for an evaluation in `epoch` at `step`: "epoch N (step S): test loss X
+// test accuracy Y", N counted from 0 as in the JSON (EvalResult.epoch, StepEvent.epoch).
 std::string FormatEval(int64_t epoch, int64_t step, double loss, double accuracy);
 
 }  // namespace lockstep::cli

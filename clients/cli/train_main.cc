@@ -1,4 +1,5 @@
-// lockstep-train SPEC [--json] [--data DIR] [--threads N]: what `lockstep train` runs.
+// lockstep-train SPEC [--json] [--data DIR] [--threads N] [-o FILE [--force]]: what
+// `lockstep train` runs.
 // Trains a job spec in this process: the coordinator's job loop over one in-process CPU
 // worker (services/standalone), with a live progress bar and each evaluation, or one
 // JSON object at the end. A spec asking for N workers trains as N = 1: without dropout,
@@ -6,8 +7,10 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "clients/cli/args.h"
 #include "clients/cli/data_option.h"
@@ -55,15 +58,27 @@ class Printer final : public JobSink {
 int Main(int argc, char** argv) {
   std::unique_ptr<CLI::App> app =
       NewApp("Train a job spec (YAML or JSON) in this process, on the CPU", "lockstep train");
-  std::string spec_file, data;
-  bool json = false;
+  std::string spec_file, data, output;
+  bool json = false, force = false;
   int threads = 0;
   app->add_option("SPEC", spec_file, "the job spec file")->required();
   app->add_flag("--json", json, "print one JSON object at the end, no progress");
   app->add_option("--data", data, kDataOptionHelp);
   app->add_option("--threads", threads, "CPU threads (0: the spec's, else all cores)")
       ->check(AtLeast(0));
+  app->add_option("-o,--output", output,
+                  "write the trained state to FILE (safetensors, Flax names; in place of the "
+                  "spec's checkpoint_path); an existing FILE only with --force")
+      ->type_name("FILE");
+  app->add_flag("--force", force, "with -o: overwrite FILE if it exists");
   if (std::optional<int> exit_code = Parse(*app, argc, argv)) return *exit_code;
+  if (!output.empty()) {
+    std::error_code ec;
+    if (!force && std::filesystem::exists(output, ec)) {
+      return Fail(absl::AlreadyExistsError(
+          absl::StrCat(output, " exists: pass --force to overwrite it, or another -o FILE")));
+    }
+  }
   auto parsed = LoadSpecFile(spec_file);
   if (!parsed.ok()) return Fail(parsed.status());
   if (!data.empty()) {
@@ -72,6 +87,8 @@ int Main(int argc, char** argv) {
     }
   }
   if (threads > 0) parsed->set_threads(threads);
+  if (!output.empty())
+    parsed->set_checkpoint_path(std::filesystem::absolute(output).lexically_normal().string());
   auto spec = Validate(*parsed, {.files_in_checkpoint_dir = false});  // this user's own files
   if (!spec.ok()) return Fail(spec.status());
   if (spec->device() != "cpu") {

@@ -28,7 +28,7 @@ int Revoke(const RevokeOptions& o) {
   req.set_id(o.id);
   v1::RevokeWorkerResponse resp;
   if (grpc::Status st = stub->RevokeWorker(ctx.get(), req, &resp); !st.ok()) {
-    return Fail(FromGrpcStatus(st));
+    return Fail(*conn, st);
   }
   absl::PrintF("revoked worker identity %s: its certificate is refused from now on\n",
                resp.identity());

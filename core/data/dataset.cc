@@ -199,13 +199,15 @@ absl::Status CheckDatasetSpec(v1::DatasetSpec* ds, Dims input, const DataRoots& 
 absl::Status CheckDatasetFitsModel(const Dataset& ds, Dims input, int classes) {
   if (!SameShape(ds.shape, input)) {
     return Invalid(ds.field, absl::StrCat(ds.images_from, ": images are ", ShapeText(ds.shape),
-                                          " (HxWxC), the model takes ", ShapeText(input)));
+                                          " (HxWxC), the model takes ", ShapeText(input),
+                                          ": model.input_shape must be the images'"));
   }
   if (ds.size > 0 && ds.labels[ds.max_label_index] >= classes) {
     return Invalid(ds.field,
                    absl::StrCat(ds.labels_from, ": label ", ds.labels[ds.max_label_index],
                                 " at index ", ds.max_label_index, " is not in [0, ", classes,
-                                "): the model's last layer has ", classes, " outputs"));
+                                "): the model's last layer has ", classes,
+                                " outputs (model.layers' last dense features, or the preset's)"));
   }
   return absl::OkStatus();
 }

@@ -243,6 +243,38 @@ absl::Status CheckAudit(const v1::JobSpec& spec, const Model& model) {
   return absl::OkStatus();
 }
 
+// The field that sets the model's outputs: the last dense layer's features, else the preset.
+std::string OutputField(const v1::ModelSpec& spec) {
+  for (int i = spec.layers_size() - 1; i >= 0; --i) {
+    if (spec.layers(i).has_dense()) return absl::StrCat("model.layers[", i, "].dense.features");
+  }
+  return spec.layers_size() > 0 ? absl::StrCat("model.layers[", spec.layers_size() - 1, "]")
+                                : std::string("model.kind");
+}
+
+// The dataset Debian installs (dataset-fashion-mnist) is known without reading it: 28x28x1
+// images in 10 classes. A model that cannot take them is refused here, at submit, naming
+// the model's field, rather than on a worker once the job has taken its workers.
+absl::Status CheckModelFitsKnownDataset(const v1::DatasetSpec& ds, const v1::ModelSpec& spec,
+                                        const Model& model) {
+  if (ds.format() != "idx" || ds.name() != "fashion_mnist" || ds.path() != kDefaultDatasetPath) {
+    return absl::OkStatus();
+  }
+  const Dims in = model.input();
+  if (in.flat || in.h != 28 || in.w != 28 || in.c != 1) {
+    return Invalid("model.input_shape",
+                   absl::StrCat(DimsString(in), " does not fit dataset \"fashion_mnist\" (",
+                                kDefaultDatasetPath, "): its images are [28, 28, 1]"));
+  }
+  if (model.num_classes() < 10) {
+    return Invalid(OutputField(spec),
+                   absl::StrCat("the model's last layer has ", model.num_classes(),
+                                " outputs; dataset \"fashion_mnist\" has 10 classes (labels 0 "
+                                "to 9): it needs at least 10"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& limits) {
@@ -288,6 +320,7 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
   }
   if (spec.threads() > 1024) return Invalid("threads", "must be at most 1024");
   RETURN_IF_ERROR(CheckDatasetSpec(spec.mutable_dataset(), model.input(), limits.data_roots));
+  RETURN_IF_ERROR(CheckModelFitsKnownDataset(spec.dataset(), spec.model(), model));
   auto* ev = spec.mutable_eval();
   if (ev->every_epochs() > 0 && ev->every_steps() > 0) {
     return Invalid("eval", "set at most one of every_epochs and every_steps");

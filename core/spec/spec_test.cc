@@ -241,6 +241,30 @@ TEST(Spec, DatasetPathsOutsideTheDataRootsAreRefusedAtSubmitAlikeWhetherOrNotThe
   EXPECT_THAT(Validate(mine), testing::IsOk());  // no roots: any path (lockstep train)
 }
 
+// At 400deec a model that could not take the installed dataset's images or classes was
+// accepted and failed later on a worker, blaming dataset.path.
+TEST(Spec, AModelThatCannotFitTheInstalledDatasetIsRefusedNamingItsField) {
+  const std::string rest =
+      "optimizer: {kind: sgd, learning_rate: 0.1}\nglobal_batch_size: 8\nsteps: 2\n";
+  EXPECT_THAT(ParseAndValidate("model: {kind: cnn, input_shape: [32, 32, 3]}\n" + rest),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("model.input_shape: [32, 32, 3] does not fit dataset "
+                                 "\"fashion_mnist\"")));
+  EXPECT_THAT(
+      ParseAndValidate("model: {layers: [flatten, {dense: {features: 16}}, relu, {dense: "
+                       "{features: 5}}, {batch_norm: {}}]}\n" +
+                       rest),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("model.layers[3].dense.features: the model's last layer has 5 outputs; "
+                         "dataset \"fashion_mnist\" has 10 classes")));
+  // More outputs than classes train; another dataset is checked by the workers, who read it.
+  EXPECT_OK(ParseAndValidate("model: {layers: [flatten, {dense: {features: 12}}]}\n" + rest));
+  EXPECT_OK(
+      ParseAndValidate("model: {kind: cnn, input_shape: [32, 32, 3]}\n"
+                       "dataset: {path: /data/cifar}\n" +
+                       rest));
+}
+
 TEST(Spec, EvalDueFollowsEpochsOrSteps) {
   v1::EvalSpec every_2_epochs;
   every_2_epochs.set_every_epochs(2);

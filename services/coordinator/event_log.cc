@@ -56,13 +56,37 @@ void EventLog::Interrupt(absl::Status why) {
   Changed();
 }
 
-void EventLog::Compact() {
+void EventLog::Compact(std::vector<v1::JobEvent> kept) {
   absl::MutexLock lock(&mu_);
-  std::erase_if(entries_, [this](const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!e.event.has_step()) return false;
-    bytes_ -= e.bytes;
-    return true;
-  });
+  std::deque<Entry> others;
+  for (Entry& e : entries_) {
+    if (!e.event.has_step()) others.push_back(std::move(e));
+  }
+  // Whether a kept step goes before the i-th other event: before an evaluation of its step
+  // or a later one; before a state event or a log line that is newer, or as old and the
+  // log's last state.
+  const auto step_first = [&](const v1::JobEvent& step, size_t i) {
+    const v1::JobEvent& other = others[i].event;
+    if (other.has_eval()) return step.step().step() <= other.eval().step();
+    if (step.unix_ms() != other.unix_ms()) return step.unix_ms() < other.unix_ms();
+    return other.has_state() && i + 1 == others.size();
+  };
+  entries_.clear();
+  bytes_ = 0;
+  int64_t seq = 0;
+  const auto push = [&](v1::JobEvent&& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const size_t bytes = e.ByteSizeLong() + kEntryOverhead;
+    const int64_t step = StepOf(e);
+    entries_.push_back({seq++, step, bytes, std::move(e)});
+    bytes_ += bytes;
+  };
+  size_t k = 0;
+  for (size_t i = 0; i < others.size(); ++i) {
+    while (k < kept.size() && step_first(kept[k], i)) push(std::move(kept[k++]));
+    push(std::move(others[i].event));
+  }
+  while (k < kept.size()) push(std::move(kept[k++]));
+  next_seq_ = std::max(next_seq_, seq);
 }
 
 EventLog::Batch EventLog::Read(int64_t cursor, int64_t from_step, int64_t replay_until, size_t max,

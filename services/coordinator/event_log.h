@@ -3,8 +3,8 @@
 // number), and with a wake-up when more arrive. Bounded by a byte budget: past it the
 // oldest step events and log lines go first (state and evaluation events stay), and a
 // watcher that fell behind skips them. Once the job has ended (Close) and its watchers
-// are gone, Compact drops its step events: a finished job keeps its states, evaluations
-// and log lines.
+// are gone, Compact replaces its step events with the job's StepHistory (step_history.h):
+// a finished job keeps its states, evaluations, log lines and its thinned steps.
 //
 // Thread-safe. Its lock is a leaf. Wake-ups run without it: on `notifier`'s thread when
 // one is given (a job's runner then pays one hand-off per event, however many watch),
@@ -39,8 +39,12 @@ class EventLog : public std::enable_shared_from_this<EventLog> {
   // The coordinator is going away (a drain): watchers read what is there, then end with
   // `why` (not OK); nothing is appended after it.
   void Interrupt(absl::Status why);
-  // Drops the step events (of a job that ended, once no watcher is behind).
-  void Compact();
+  // Of a job that ended, once no watcher is behind: drops the step events and puts `kept`
+  // (its StepHistory's, ascending) in their place, each list's order kept: a step goes
+  // before the evaluations of its step and later ones, and among state events in time
+  // (unix_ms; at equal times after a state that is not the log's last, before the last).
+  // Events are numbered anew (no cursor into the log survives: no watcher holds one).
+  void Compact(std::vector<v1::JobEvent> kept = {});
 
   struct Batch {
     std::vector<v1::JobEvent> events;

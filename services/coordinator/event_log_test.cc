@@ -217,6 +217,32 @@ TEST(EventLog, CompactDropsOnlyTheStepEvents) {
   EXPECT_TRUE(b.closed);
 }
 
+// A finished job's kept steps (its StepHistory) take the step events' place, in time
+// order: a step at the time of the RUNNING state goes after it, one at the time of an
+// evaluation or of the last state before them.
+TEST(EventLog, CompactPutsTheKeptStepsInTimeOrderAmongTheOtherEvents) {
+  const auto at = [](v1::JobEvent e, int64_t ms) {
+    e.set_unix_ms(ms);
+    return e;
+  };
+  EventLog log(1 << 20);
+  log.Append(at(State(v1::QUEUED), 10));
+  log.Append(at(State(v1::RUNNING), 20));
+  for (int64_t s = 1; s <= 4; ++s) log.Append(at(Step(s), 20 + 10 * s));
+  log.Append(at(Eval(4), 60));
+  log.Append(at(State(v1::SUCCEEDED), 60));
+  log.Close();
+  log.Compact({at(Step(1), 20), at(Step(2), 40), at(Step(4), 60)});
+  EventLog::Batch b = log.Read(0, 0, log.end(), 100);
+  EXPECT_THAT(Describe(b.events), ElementsAre("state:QUEUED", "state:RUNNING", "step:1", "step:2",
+                                              "step:4", "eval:4", "state:SUCCEEDED"));
+  EXPECT_TRUE(b.closed);
+  // A watcher from step 2 replays the kept steps from there (and every state).
+  EXPECT_THAT(Describe(log.Read(0, 2, log.end(), 100).events),
+              ElementsAre("state:QUEUED", "state:RUNNING", "step:2", "step:4", "eval:4",
+                          "state:SUCCEEDED"));
+}
+
 TEST(EventLog, WakesSubscribersAfterEveryAppendAndCloseUntilTheHandleIsDropped) {
   EventLog log(1 << 20);
   int a = 0, b = 0;

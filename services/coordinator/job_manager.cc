@@ -9,6 +9,7 @@
 // and job_manager_sink.cc (a runner's progress).
 #include "services/coordinator/job_manager.h"
 
+#include <google/protobuf/util/message_differencer.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -169,7 +170,8 @@ void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Sta
   }
   if (state == v1::RUNNING) rec.job.set_started_unix_ms(NowMs());
   if (IsTerminal(state)) rec.job.set_finished_unix_ms(NowMs());
-  saves->push_back({rec.job, ++rec.version});
+  saves->push_back({rec.job, ++rec.version,
+                    rec.history.empty() ? nullptr : std::make_shared<StepHistory>(rec.history)});
   ++rec.pending_saves;
   rec.log->Append(
       StateEvent(state, reason.ok() && !rec.job.checkpoint_pending().empty()
@@ -177,7 +179,7 @@ void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Sta
                             : std::string(reason.message())));
   if (IsTerminal(state)) {
     rec.log->Close();
-    if (rec.watchers == 0) rec.log->Compact();  // else when the last watcher goes
+    if (rec.watchers == 0) rec.log->Compact(rec.history.Events());  // else when the last goes
   }
   if (IsTerminal(state)) {  // closed once the workers' last lines had time to come
     logs_to_close_.emplace_back(absl::Now() + 2 * options_.heartbeat_interval + absl::Seconds(1),
@@ -189,7 +191,7 @@ void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Sta
 
 void JobManager::Persist(std::vector<Save> saves) {
   for (Save& s : saves) {
-    const absl::Status st = records_.Save(s.job, s.version);
+    const absl::Status st = records_.Save(s.job, s.version, s.history.get());
     if (!st.ok()) LogJob(spdlog::level::err, {s.job.id()}, "job record: " + st.ToString());
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(s.job.id());
@@ -226,7 +228,15 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const Principa
     }
     if (!spec.request_id().empty()) {
       auto it = by_request_id_.find(RequestKey(owner, spec.request_id()));
-      if (it != by_request_id_.end() && jobs_.count(it->second)) return jobs_[it->second]->job;
+      if (it != by_request_id_.end() && jobs_.count(it->second)) {
+        const v1::Job& made = jobs_[it->second]->job;
+        if (!google::protobuf::util::MessageDifferencer::Equals(made.spec(), spec)) {
+          return absl::AlreadyExistsError(absl::StrCat(
+              "request_id ", spec.request_id(), " was used for job ", made.id(),
+              " with another spec: a retry must send the same spec (or use a new request id)"));
+        }
+        return made;
+      }
     }
     RETURN_IF_ERROR(AdmitLocked(owner, &forgotten));
     // The number orders the jobs; the random part keeps other callers from guessing ids.
@@ -248,6 +258,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const Principa
     absl::MutexLock lock(&mu_);
     auto rec = std::make_unique<Record>();
     rec->job = job;
+    rec->history = StepHistory(options_.history_steps);
     rec->version = rec->persisted = 1;
     rec->log = std::make_shared<EventLog>(options_.history_bytes, &notifier_);
     rec->log->Append(StateEvent(v1::QUEUED, ""));

@@ -47,6 +47,7 @@
 #include "services/coordinator/kv_table.h"
 #include "services/coordinator/options.h"
 #include "services/coordinator/scheduler.h"
+#include "services/coordinator/step_history.h"
 #include "services/coordinator/tensorboard_writer.h"
 #include "services/coordinator/token_bucket.h"
 #include "services/coordinator/worker_client.h"
@@ -86,7 +87,8 @@ class JobManager {
   // (--max_queued_jobs, --max_jobs_kept); DATA_LOSS when the record
   // cannot be written; PERMISSION_DENIED when a user (not an admin) resumes from another's
   // job. Returns once the job's record, owned by `by`, is on disk. A spec.request_id the
-  // owner used before returns that job.
+  // owner used before returns that job if the spec is the same (defaults filled in), else
+  // ALREADY_EXISTS naming the job.
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const Principal& by = {"", true});
   absl::StatusOr<v1::Job> Get(const std::string& id);
   v1::ListJobsResponse List(const v1::ListJobsRequest& request);
@@ -139,10 +141,11 @@ class JobManager {
  private:
   struct Record;
   class Sink;
-  // A record to write once mu_ is released.
+  // A record to write once mu_ is released, with the job's step history when it has one.
   struct Save {
     v1::Job job;
     int64_t version;
+    std::shared_ptr<const StepHistory> history;
   };
   void SchedulerLoop();
   // Applies PlanSchedule; started jobs' records go to *saves.

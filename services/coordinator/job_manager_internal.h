@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "services/coordinator/job_manager.h"
+#include "services/coordinator/step_history.h"
 
 namespace lockstep {
 namespace job_manager_internal {
@@ -38,6 +39,7 @@ struct JobManager::Record {
   int64_t persisted = 0;  // the version on disk
   int pending_saves = 0;  // writes queued and not yet made (it is not forgotten before)
   std::shared_ptr<EventLog> log;
+  StepHistory history;  // its steps, thinned (options_.history_steps), kept after it ends
   std::shared_ptr<TensorBoardWriter> tensorboard;  // null: none written
   std::shared_ptr<EventLog> logs;                  // its log lines (WatchLogs)
   std::set<std::string> ran_on;                    // ids of the workers it was given

@@ -80,7 +80,7 @@ void JobManager::EndWatch(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   Record& rec = *it->second;
-  if (--rec.watchers == 0 && IsTerminal(rec.job.state())) rec.log->Compact();
+  if (--rec.watchers == 0 && IsTerminal(rec.job.state())) rec.log->Compact(rec.history.Events());
 }
 
 JobManager::Watch::~Watch() { m_->EndWatch(id_); }

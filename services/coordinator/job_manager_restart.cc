@@ -19,16 +19,27 @@ using job_manager_internal::StateEvent;
 absl::Status JobManager::Start() {
   ASSIGN_OR_RETURN(std::vector<v1::Job> saved, records_.Load());
   ASSIGN_OR_RETURN(const int64_t next_id, records_.LoadNextId());
+  // Each job's steps as last saved; a damaged history is dropped, not trained on or shown.
+  std::vector<StepHistory> histories;
+  for (const v1::Job& job : saved) {
+    absl::StatusOr<StepHistory> h = records_.LoadHistory(job.id(), options_.history_steps);
+    if (!h.ok()) {
+      LogJob(spdlog::level::warn, {job.id()},
+             absl::StrCat("its step history is dropped: ", h.status().ToString()));
+    }
+    histories.push_back(h.ok() ? *std::move(h) : StepHistory(options_.history_steps));
+  }
   std::vector<Save> saves;
   std::vector<std::string> forgotten;
   int64_t next = 0;
   {
     absl::MutexLock lock(&mu_);
     next_id_ = std::max(next_id_, next_id);
-    for (v1::Job& job : saved) {
+    for (size_t i = 0; i < saved.size(); ++i) {
       auto rec = std::make_unique<Record>();
-      const v1::JobState was = job.state();
-      rec->job = std::move(job);
+      const v1::JobState was = saved[i].state();
+      rec->job = std::move(saved[i]);
+      rec->history = std::move(histories[i]);
       rec->version = rec->persisted = 1;
       rec->log = std::make_shared<EventLog>(options_.history_bytes, &notifier_);
       rec->logs = NewLogs(rec->job.id());
@@ -42,7 +53,7 @@ absl::Status JobManager::Start() {
         KeepPendingCheckpointLocked(*rec);
         rec->log->Append(StateEvent(was, rec->job.failure_reason()));
         rec->log->Close();
-        rec->log->Compact();
+        rec->log->Compact(rec->history.Events());
         rec->logs->Close();
       } else {
         rec->tensorboard = NewTensorBoardWriter(rec->job);

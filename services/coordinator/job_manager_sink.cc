@@ -43,16 +43,17 @@ void JobManager::Sink::OnRunning(int64_t total) {
 }
 
 void JobManager::Sink::OnStep(const v1::StepEvent& e) {
+  v1::JobEvent ev;
+  *ev.mutable_step() = e;
+  ev.set_unix_ms(NowMs());
   {
     absl::MutexLock lock(&m_->mu_);
     rec_->job.set_step(e.step());
     rec_->job.set_last_loss(e.loss());
     rec_->job.set_samples_per_sec(e.samples_per_sec());
+    rec_->history.Add(ev);
   }
   series_->OnStep(e);
-  v1::JobEvent ev;
-  *ev.mutable_step() = e;
-  ev.set_unix_ms(NowMs());
   if (tensorboard_) tensorboard_->OnStep(e, ev.unix_ms());
   log_->Append(std::move(ev));
 }

@@ -16,6 +16,7 @@ namespace fs = std::filesystem;
 using ::testing::_;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -108,6 +109,20 @@ TEST_F(JobManagerTest, TheQueueIsBoundedButARetryWithARequestIdGetsItsJob) {
   EXPECT_THAT(Ids(jobs_->List(none)), ElementsAre());
 }
 
+// At 400deec a request id reused with another spec silently returned the first job.
+TEST_F(JobManagerTest, ARequestIdReusedWithAnotherSpecIsAlreadyExistsNamingItsJob) {
+  ASSERT_OK(Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job a, jobs_->Submit(Spec(2, "req-a")));
+  EXPECT_THAT(
+      jobs_->Submit(Spec(4, "req-a")),
+      StatusIs(absl::StatusCode::kAlreadyExists, AllOf(HasSubstr("req-a"), HasSubstr(a.id()))));
+  // Another owner's request id is theirs; the same spec again is the retry it was.
+  EXPECT_NE(jobs_->Submit(Spec(4, "req-a"), {"bob", false}).value_or(v1::Job()).id(), a.id());
+  ASSERT_OK(Start());  // also once restarted
+  EXPECT_THAT(jobs_->Submit(Spec(4, "req-a")), StatusIs(absl::StatusCode::kAlreadyExists, _));
+  EXPECT_EQ(jobs_->Submit(Spec(2, "req-a")).value_or(v1::Job()).id(), a.id());
+}
+
 TEST_F(JobManagerTest, CancelOfAQueuedJobIsImmediateAndOfAnEndedOneFailedPrecondition) {
   ASSERT_OK(Start());
   ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(Spec(1)));
@@ -179,6 +194,52 @@ TEST_F(JobManagerTest, RecordsSurviveARestart) {
   ASSERT_EQ(on_disk.size(), 3u);
   EXPECT_EQ(on_disk[1].id(), queued.id());
   EXPECT_EQ(on_disk[1].state(), v1::QUEUED);
+}
+
+// Each event a watcher of the ended job replays, as "state:S", "step:N" or "eval:N".
+std::vector<std::string> History(JobManager& jobs, const std::string& id) {
+  std::vector<std::string> out;
+  absl::StatusOr<std::unique_ptr<JobManager::Watch>> w = jobs.StartWatch(id);
+  if (!w.ok()) return {w.status().ToString()};
+  const EventLog::Batch b = (*w)->log()->Read(0, 0, (*w)->replay_until(), 100000);
+  for (const v1::JobEvent& e : b.events) {
+    if (e.has_state()) out.push_back("state:" + v1::JobState_Name(e.state().state()));
+    if (e.has_step()) out.push_back(absl::StrCat("step:", e.step().step()));
+    if (e.has_eval()) out.push_back(absl::StrCat("eval:", e.eval().step()));
+  }
+  return out;
+}
+
+// At 400deec a finished job's step events were dropped (EventLog::Compact): watch, logs
+// and plot_loss.py showed none. Now its StepHistory takes their place, and is on disk
+// beside its record (with digests: a damaged file is dropped, not shown).
+TEST_F(JobManagerTest, AFinishedJobKeepsItsStepsAcrossARestart) {
+  options_.history_steps = 4;  // 6 steps: every 2nd
+  Register(2);
+  ASSERT_OK(Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(Spec(2)));
+  ASSERT_EQ(AwaitEnd(job.id()).state(), v1::SUCCEEDED);
+  const std::vector<std::string> kept = {"state:QUEUED", "state:RUNNING",  "step:2",
+                                         "eval:3",       "step:4",         "step:6",
+                                         "eval:6",       "state:SUCCEEDED"};
+  EXPECT_THAT(History(*jobs_, job.id()), ElementsAreArray(kept));
+  ASSERT_OK(Start());  // restarted: the steps come from the disk (states and evals: the last)
+  const std::string file = options_.records_dir + "/" + job.id() + ".steps.safetensors";
+  ASSERT_TRUE(fs::exists(file));
+  EXPECT_THAT(History(*jobs_, job.id()),
+              ElementsAre("step:2", "step:4", "step:6", "state:SUCCEEDED"));
+
+  {  // a flipped byte in the losses: found by the file's digests, the history dropped
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-2, std::ios::end);
+    const char c = static_cast<char>(f.get());
+    f.seekp(-2, std::ios::end);
+    f.put(static_cast<char>(c ^ 0x40));
+  }
+  ASSERT_OK(Start());
+  EXPECT_THAT(History(*jobs_, job.id()), ElementsAre("state:SUCCEEDED"));
+  ASSERT_OK_AND_ASSIGN(v1::Job again, jobs_->Get(job.id()));
+  EXPECT_EQ(again.step(), 6);  // the record itself is as it was
 }
 
 TEST_F(JobManagerTest, WatchersAreLimitedPerJobAndInAll) {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/io/durable_file.h"
+#include "core/status_macros.h"
 
 namespace lockstep {
 namespace {
@@ -40,7 +41,7 @@ absl::StatusOr<std::vector<v1::Job>> JobRecords::Load() const {
   return jobs;
 }
 
-absl::Status JobRecords::Save(const v1::Job& job, int64_t version) {
+absl::Status JobRecords::Save(const v1::Job& job, int64_t version, const StepHistory* history) {
   if (dir_.empty()) return absl::OkStatus();
   std::string text;
   google::protobuf::util::JsonPrintOptions opts;
@@ -53,9 +54,17 @@ absl::Status JobRecords::Save(const v1::Job& job, int64_t version) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) return absl::DataLossError(absl::StrCat(dir_, ": ", ec.message()));
+  if (history != nullptr) RETURN_IF_ERROR(history->Write(HistoryPathOf(job.id())));
   absl::Status st = WriteFileDurably(PathOf(job.id()), {text});
   if (st.ok()) written_[job.id()] = version;
   return st;
+}
+
+absl::StatusOr<StepHistory> JobRecords::LoadHistory(const std::string& id, int64_t budget) const {
+  if (dir_.empty()) return StepHistory(budget);
+  absl::StatusOr<StepHistory> h = StepHistory::Read(HistoryPathOf(id), budget);
+  if (absl::IsNotFound(h.status())) return StepHistory(budget);
+  return h;
 }
 
 absl::StatusOr<int64_t> JobRecords::LoadNextId() const {
@@ -82,6 +91,7 @@ absl::Status JobRecords::Erase(const std::string& id) {
   absl::MutexLock lock(&mu_);
   written_.erase(id);
   std::error_code ec;
+  fs::remove(HistoryPathOf(id), ec);
   fs::remove(PathOf(id), ec);
   if (ec) return absl::DataLossError(absl::StrCat(PathOf(id), ": ", ec.message()));
   return absl::OkStatus();

@@ -1,5 +1,7 @@
 // JobRecords: the coordinator's job records on disk, one JSON file per job under
-// <state_dir>/jobs, so that a restarted coordinator knows its jobs. Every write is atomic
+// <state_dir>/jobs, so that a restarted coordinator knows its jobs, and beside each the
+// job's StepHistory (<id>.steps.safetensors: its per-step losses, with the digests every
+// safetensors file Lockstep writes keeps of itself, checked when read). Every write is atomic
 // and durable: the record goes to a temporary file, which is fsync'ed and renamed over
 // the old one, and the directory is fsync'ed; a kill -9 at any moment leaves either the
 // old record or the new one, never a torn one (a leftover temporary file is ignored).
@@ -19,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "lockstep/v1/job.pb.h"
+#include "services/coordinator/step_history.h"
 
 namespace lockstep {
 
@@ -29,10 +32,14 @@ class JobRecords {
 
   // Every record, oldest first. Unreadable files are DATA_LOSS naming the file.
   absl::StatusOr<std::vector<v1::Job>> Load() const;
-  // Writes `job` as of `version` (increasing per job). DATA_LOSS naming the file when the
-  // disk refuses.
-  absl::Status Save(const v1::Job& job, int64_t version);
+  // Writes `job` as of `version` (increasing per job), and its `history` first when given.
+  // DATA_LOSS naming the file when the disk refuses.
+  absl::Status Save(const v1::Job& job, int64_t version, const StepHistory* history = nullptr);
+  // Removes the job's record and its history.
   absl::Status Erase(const std::string& id);
+  // The job's history as last saved, thinned to `budget`: empty when none was saved;
+  // StepHistory::Read's DATA_LOSS (naming the file) when it is damaged.
+  absl::StatusOr<StepHistory> LoadHistory(const std::string& id, int64_t budget) const;
 
   // The next job number to issue, kept beside the records (a file of its own), so that a
   // restarted coordinator does not reuse the ids of jobs whose records were erased. 1 when
@@ -42,6 +49,9 @@ class JobRecords {
 
  private:
   std::string PathOf(const std::string& id) const { return dir_ + "/" + id + ".json"; }
+  std::string HistoryPathOf(const std::string& id) const {
+    return dir_ + "/" + id + ".steps.safetensors";
+  }
 
   const std::string dir_;
   absl::Mutex mu_;                                               // held while writing

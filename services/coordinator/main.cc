@@ -45,7 +45,11 @@ ABSL_FLAG(int64_t, worker_memory_budget_mb, lockstep::kDefaultWorkerMemoryBudget
           "jobs estimated to need more memory on each worker are rejected (0: no limit)");
 ABSL_FLAG(int, max_watchers, 4096, "concurrent WatchJob streams (at most 1024 per job)");
 ABSL_FLAG(int64_t, history_bytes, 4 << 20,
-          "a running job's event log for WatchJob (finished jobs keep states and evaluations)");
+          "a running job's event log for WatchJob (finished jobs keep states, evaluations and "
+          "--history_steps steps)");
+ABSL_FLAG(int64_t, history_steps, 2000,
+          "the steps a finished job keeps for WatchJob, on disk beside its record: every step "
+          "up to this many, then every 2nd, 4th, ... (a power of two) and the last");
 ABSL_DECLARE_FLAG(std::string, tls_ca);  // services/common/server_security.cc
 ABSL_FLAG(std::string, worker_ca_key, "",
           "the CA's key (ca-key.pem): with --bootstrap_token_file, new workers enroll (their "
@@ -97,6 +101,7 @@ int main(int argc, char** argv) {
                                   "worker_memory_budget_mb",
                                   "max_watchers",
                                   "history_bytes",
+                                  "history_steps",
                                   "max_queued_jobs",
                                   "worker_ca_key",
                                   "bootstrap_token_file",
@@ -169,6 +174,7 @@ int main(int argc, char** argv) {
   opts.max_watchers = absl::GetFlag(FLAGS_max_watchers);
   opts.history_bytes =
       static_cast<size_t>(std::max<int64_t>(1, absl::GetFlag(FLAGS_history_bytes)));
+  opts.history_steps = std::max<int64_t>(2, absl::GetFlag(FLAGS_history_steps));
   opts.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
   if (absl::Status st = ApplyLimitFlags(callers ? &*callers : nullptr, &opts); !st.ok()) {
     spdlog::error("{}", std::string(st.message()));

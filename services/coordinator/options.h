@@ -24,6 +24,7 @@ struct CoordinatorOptions {
   absl::Duration collective_timeout = absl::Seconds(30);
   int steps_in_flight = 4;          // step commands sent ahead of the slowest answer
   size_t history_bytes = 4 << 20;   // a running job's event log (about 40,000 step events)
+  int64_t history_steps = 2000;     // the steps a job keeps after it ends (StepHistory's budget)
   size_t log_bytes = 256 << 10;     // a job's log lines for WatchLogs (the newest kept)
   int max_watchers_per_job = 1024;  // WatchJob streams pin no thread: a few KiB each
   int max_watchers = 4096;

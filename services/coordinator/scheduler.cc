@@ -5,9 +5,10 @@
 namespace lockstep {
 namespace {
 
-// "2 cpu workers", "2 cpu workers with 4 threads".
+// "2 cpu workers", "2 cpu workers with 4 threads", "1 cpu worker".
 std::string Describe(const JobDemand& job, const char* adjective) {
-  std::string s = absl::StrCat(job.workers, adjective, " ", job.device, " workers");
+  std::string s = absl::StrCat(job.workers, adjective, " ", job.device,
+                               job.workers == 1 ? " worker" : " workers");
   if (job.device == "cpu" && job.threads > 0)
     absl::StrAppend(&s, " with ", job.threads, " threads");
   return s;

@@ -47,6 +47,17 @@ TEST(Scheduler, AJobTooBigForThePoolIsPassedOverUntilEnoughRegister) {
   EXPECT_THAT(s.waiting_for, UnorderedElementsAre(Pair("huge", "5 cpu workers (2 registered)")));
 }
 
+// At 400deec: "1 free cpu workers".
+TEST(Scheduler, OneWorkerIsSaidInTheSingular) {
+  auto workers = Cpus(2);
+  workers[0].free = false;
+  workers[1].free = false;
+  EXPECT_THAT(PlanSchedule({{"one", 1}}, workers).waiting_for,
+              UnorderedElementsAre(Pair("one", "1 free cpu worker")));
+  EXPECT_THAT(PlanSchedule({{"one", 1}}, {}).waiting_for,
+              UnorderedElementsAre(Pair("one", "1 cpu worker (0 registered)")));
+}
+
 TEST(Scheduler, DevicesMatchAndCudaMeansAnyGpu) {
   std::vector<WorkerView> workers = {
       {"c", "cpu", 2, true}, {"g0", "cuda:0", 1, true}, {"g1", "cuda:1", 1, true}};

@@ -5,7 +5,9 @@ the test loss of every evaluation, written as a PNG (matplotlib's Agg backend: n
     python clients/python/examples/plot_loss.py --submit examples/mlp.yaml -o loss.png
 
 Follows the job until it ends (the stream resumes by itself if it breaks), so it also
-plots a job that is still running once it has finished. Finds the coordinator and its
+plots a job that is still running once it has finished. A job that has ended is plotted from
+the steps the coordinator keeps of it (every step up to its --history_steps, default 2,000;
+past that every 2nd, 4th, ... step and the last). Finds the coordinator and its
 credentials as the `lockstep` CLI does ($LOCKSTEP_COORDINATOR, $LOCKSTEP_CREDENTIALS, or the
 local cluster of `lockstep cluster up`). Exit status: 0 if the job succeeded, 1 otherwise.
 """

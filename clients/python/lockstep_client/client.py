@@ -228,8 +228,9 @@ class Client:
 
         `spec` is a JobSpec, a dict with protobuf JSON field names (as in the YAML spec
         files) or the path of a YAML/JSON spec file. With `request_id`, resubmitting
-        returns the job the first submission created. An invalid spec raises
-        LockstepError("INVALID_ARGUMENT") naming the field.
+        the same spec returns the job the first submission created; another spec with
+        that request id raises LockstepError("ALREADY_EXISTS") naming that job. An
+        invalid spec raises LockstepError("INVALID_ARGUMENT") naming the field.
         """
         message = load_spec(spec)
         if request_id is not None:
@@ -303,7 +304,9 @@ class Client:
         or repeated, also when the job recovers from a snapshot and runs steps again:
         those come once each as replays (`event.replay`, `event.step.replay`).
         (Only the coordinator's history can be replayed: it keeps a running job's recent
-        steps, and a finished job's states and evaluations only.) Other errors raise
+        steps, and a finished job's states, evaluations and its steps, thinned past
+        the coordinator's --history_steps to every 2nd, 4th, ... step and the last.)
+        Other errors raise
         LockstepError."""
         end = None if timeout is None else time.monotonic() + timeout
         seen = _Resume(from_step)

@@ -323,11 +323,15 @@ def test_request_id_is_idempotent(client: Client, tmp_path: Path) -> None:
     before = len(client.list())
     first = client.submit(path, request_id=rid)
     again = client.submit(str(path), request_id=rid)
-    message = load_spec(spec(steps=7))  # a JobSpec message, another spec: the first job wins
+    assert first.id == again.id
+    # A JobSpec message, another spec with the same request id: ALREADY_EXISTS naming the
+    # first job (issue 26: at 400deec the first job was returned without a word).
+    message = load_spec(spec(steps=7))
     message.request_id = rid
     assert isinstance(message, JobSpec)
-    third = client.submit(message)
-    assert first.id == again.id == third.id
+    with pytest.raises(LockstepError) as e:
+        client.submit(message)
+    assert e.value.code == "ALREADY_EXISTS" and first.id in e.value.message
     assert len(client.list()) == before + 1
     done = client.wait(first.id, timeout=30)
     assert done.state == job_pb2.SUCCEEDED and done.spec.optimizer.learning_rate == 1e-3

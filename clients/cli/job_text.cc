@@ -1,0 +1,158 @@
+#include "clients/cli/job_text.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+
+namespace lockstep::cli {
+
+std::string Count(int64_t n, const std::string& noun) {
+  return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
+}
+
+std::string JobText(const v1::Job& job) {
+  const v1::JobSpec& spec = job.spec();
+  const std::string label = !spec.name().empty()           ? spec.name()
+                            : !spec.model().kind().empty() ? spec.model().kind()
+                                                           : std::string("layers");
+  std::string out = absl::StrCat(job.id(), "  ", v1::JobState_Name(job.state()), "  ", label);
+  if (job.total_steps() > 0)
+    absl::StrAppendFormat(&out, "  step %d/%d", job.step(), job.total_steps());
+  if (job.step() > 0) absl::StrAppendFormat(&out, "  loss %.4f", job.last_loss());
+  if (job.has_last_eval()) {
+    absl::StrAppendFormat(&out, "  test accuracy %.4f", job.last_eval().test_accuracy());
+  }
+  absl::StrAppend(&out, "  ", Count(spec.workers(), "worker"));
+  if (!job.owner().empty()) absl::StrAppend(&out, "  owner ", job.owner());
+  absl::StrAppend(&out, "\n");
+  if ((job.state() == v1::QUEUED || job.state() == v1::RECOVERING) && !job.waiting_for().empty()) {
+    absl::StrAppend(&out, "  waiting for ", job.waiting_for(), "\n");
+  }
+  if (job.recoveries() > 0 || job.snapshot_step() > 0) {
+    absl::StrAppendFormat(&out, "  recoveries %d  last snapshot at step %d\n", job.recoveries(),
+                          job.snapshot_step());
+  }
+  if (!job.failure_reason().empty()) {  // RECOVERING: why; FAILED: what went wrong
+    absl::StrAppend(&out, "  ", job.failure_code(), ": ", job.failure_reason(), "\n");
+  }
+  if (!job.checkpoint_path().empty())
+    absl::StrAppend(&out, "  checkpoint ", job.checkpoint_path(), "\n");
+  return out;
+}
+
+namespace {
+
+std::string Age(int64_t ms) {
+  const int64_t s = std::max<int64_t>(0, ms / 1000);
+  if (s < 120) return absl::StrCat(s, "s");
+  if (s < 2 * 3600) return absl::StrCat(s / 60, "m");
+  if (s < 2 * 86400) return absl::StrCat(s / 3600, "h");
+  return absl::StrCat(s / 86400, "d");
+}
+
+}  // namespace
+
+std::string WideTable(const std::vector<v1::Job>& jobs, int64_t now_unix_ms) {
+  std::vector<std::vector<std::string>> rows = {{"ID", "STATE", "NAME", "STEP", "LOSS", "TEST-ACC",
+                                                 "SAMPLES/S", "WORKERS", "OWNER", "AGE", "REASON"}};
+  for (const v1::Job& job : jobs) {
+    const v1::JobSpec& spec = job.spec();
+    std::string reason =
+        !job.waiting_for().empty() ? "waiting for " + job.waiting_for() : job.failure_reason();
+    rows.push_back(
+        {job.id(), v1::JobState_Name(job.state()),
+         !spec.name().empty() ? spec.name() : spec.model().kind(),
+         job.total_steps() > 0 ? absl::StrCat(job.step(), "/", job.total_steps()) : "-",
+         job.step() > 0 ? absl::StrFormat("%.4f", job.last_loss()) : "-",
+         job.has_last_eval() ? absl::StrFormat("%.4f", job.last_eval().test_accuracy()) : "-",
+         job.samples_per_sec() > 0 ? absl::StrFormat("%.0f", job.samples_per_sec()) : "-",
+         job.workers().empty() ? absl::StrCat(spec.workers()) : absl::StrJoin(job.workers(), ","),
+         job.owner().empty() ? "-" : job.owner(), Age(now_unix_ms - job.created_unix_ms()),
+         reason.empty() ? "-" : reason});
+  }
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      absl::StrAppend(&line, row[c]);
+      if (c + 1 < row.size()) line.append(width[c] - row[c].size() + 2, ' ');
+    }
+    absl::StrAppend(&out, line, "\n");
+  }
+  return out;
+}
+
+namespace {
+
+std::string TimeText(int64_t unix_ms) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMillis(unix_ms),
+                          absl::UTCTimeZone());
+}
+
+}  // namespace
+
+std::string EventText(const v1::JobEvent& e) {
+  std::string what;
+  if (e.has_step()) {
+    const v1::StepEvent& s = e.step();
+    what = absl::StrFormat("step %d/%d  loss %.4f  accuracy %.4f  %.0f samples/s", s.step(),
+                           s.total_steps(), s.loss(), s.accuracy(), s.samples_per_sec());
+  } else if (e.has_eval()) {
+    what = absl::StrFormat("eval at step %d  loss %.4f  accuracy %.4f", e.eval().step(),
+                           e.eval().test_loss(), e.eval().test_accuracy());
+  } else if (e.has_state()) {
+    what = absl::StrCat("state ", v1::JobState_Name(e.state().state()),
+                        e.state().reason().empty() ? "" : ": ", e.state().reason());
+  } else if (e.has_log()) {
+    const v1::LogLine& l = e.log();
+    what = absl::StrCat(l.level(), "  ", l.source());
+    if (!l.worker().empty() && l.worker() != l.source()) absl::StrAppend(&what, " ", l.worker());
+    if (l.has_rank()) absl::StrAppend(&what, " rank ", l.rank());
+    absl::StrAppend(&what, ": ", l.message());
+  }
+  return absl::StrCat(TimeText(e.unix_ms()), "  ", what);
+}
+
+absl::Status CheckCanFit(const v1::JobSpec& spec, const std::vector<v1::WorkerInfo>& workers) {
+  const int64_t want = std::max<int64_t>(1, spec.workers());
+  const std::string device = spec.device().empty() ? "cpu" : spec.device();
+  int64_t suit = 0;
+  for (const v1::WorkerInfo& w : workers) {
+    const bool same =
+        device == "cuda" ? absl::StartsWith(w.device(), "cuda") : w.device() == device;
+    if (same && w.quarantined().empty() && (device != "cpu" || w.threads() >= spec.threads())) {
+      ++suit;
+    }
+  }
+  if (suit >= want) return absl::OkStatus();
+  std::string kind = device;
+  if (device == "cpu" && spec.threads() > 0)
+    absl::StrAppend(&kind, " (", spec.threads(), " threads)");
+  return absl::InvalidArgumentError(absl::StrCat(
+      "workers: the job needs ", Count(want, kind + " worker"), "; the cluster has ", suit,
+      " registered: it would wait until more register (pass --queue to queue it all the same)"));
+}
+
+absl::StatusOr<std::string> MatchJobId(const std::vector<std::string>& ids,
+                                       const std::string& name) {
+  std::vector<std::string> matches;
+  for (const std::string& id : ids) {
+    if (id == name) return id;
+    if (!name.empty() && absl::StartsWith(id, name)) matches.push_back(id);
+  }
+  if (matches.size() == 1) return matches[0];
+  if (matches.empty()) return absl::NotFoundError(absl::StrCat("no job ", name));
+  return absl::InvalidArgumentError(absl::StrCat(name, " names ", matches.size(), " jobs (",
+                                                 absl::StrJoin(matches, ", "),
+                                                 "): give more of the id"));
+}
+
+}  // namespace lockstep::cli

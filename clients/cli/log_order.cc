@@ -1,0 +1,23 @@
+#include "clients/cli/log_order.h"
+
+#include <algorithm>
+
+namespace lockstep::cli {
+
+std::vector<v1::JobEvent> SelectEvents(std::vector<v1::JobEvent> events,
+                                       std::optional<int64_t> since_unix_ms,
+                                       std::optional<int64_t> tail) {
+  std::stable_sort(events.begin(), events.end(), [](const v1::JobEvent& a, const v1::JobEvent& b) {
+    if (a.unix_ms() != b.unix_ms()) return a.unix_ms() < b.unix_ms();
+    return !a.has_log() && b.has_log();
+  });
+  if (since_unix_ms.has_value()) {
+    std::erase_if(events, [&](const v1::JobEvent& e) { return e.unix_ms() < *since_unix_ms; });
+  }
+  if (tail.has_value() && static_cast<int64_t>(events.size()) > *tail) {
+    events.erase(events.begin(), events.end() - std::max<int64_t>(0, *tail));
+  }
+  return events;
+}
+
+}  // namespace lockstep::cli
