@@ -109,8 +109,12 @@ struct ShmAllReduce::Segment {
     const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0)
       return absl::UnavailableError(absl::StrCat("shm_open ", name, ": ", strerror(errno)));
-    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 || flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      const std::string why = strerror(errno);
+    // The pages are reserved now: a /dev/shm too small for them (a container's 64 MiB) is
+    // a fall-back to TCP here, not a SIGBUS when a piece is first written.
+    int error = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    if (error == 0 && flock(fd, LOCK_EX | LOCK_NB) != 0) error = errno;
+    if (error != 0) {
+      const std::string why = strerror(error);
       close(fd);
       shm_unlink(name.c_str());
       return absl::UnavailableError(absl::StrCat("set up ", name, ": ", why));
