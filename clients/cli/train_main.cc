@@ -91,6 +91,7 @@ int Main(int argc, char** argv) {
     parsed->set_checkpoint_path(std::filesystem::absolute(output).lexically_normal().string());
   auto spec = Validate(*parsed, {.files_in_checkpoint_dir = false});  // this user's own files
   if (!spec.ok()) return Fail(spec.status());
+  if (absl::Status fits = CheckModelFitsInstalledDataset(*spec); !fits.ok()) return Fail(fits);
   if (spec->device() != "cpu") {
     return Fail(absl::InvalidArgumentError(
         "device: lockstep train runs on the CPU; submit cuda jobs to a cluster"));

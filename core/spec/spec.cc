@@ -252,14 +252,15 @@ std::string OutputField(const v1::ModelSpec& spec) {
                                 : std::string("model.kind");
 }
 
-// The dataset Debian installs (dataset-fashion-mnist) is known without reading it: 28x28x1
-// images in 10 classes. A model that cannot take them is refused here, at submit, naming
-// the model's field, rather than on a worker once the job has taken its workers.
-absl::Status CheckModelFitsKnownDataset(const v1::DatasetSpec& ds, const v1::ModelSpec& spec,
-                                        const Model& model) {
+}  // namespace
+
+absl::Status CheckModelFitsInstalledDataset(const v1::JobSpec& job) {
+  const v1::DatasetSpec& ds = job.dataset();
+  const v1::ModelSpec& spec = job.model();
   if (ds.format() != "idx" || ds.name() != "fashion_mnist" || ds.path() != kDefaultDatasetPath) {
     return absl::OkStatus();
   }
+  ASSIGN_OR_RETURN(const Model model, Model::FromSpec(spec));
   const Dims in = model.input();
   if (in.flat || in.h != 28 || in.w != 28 || in.c != 1) {
     return Invalid("model.input_shape",
@@ -274,8 +275,6 @@ absl::Status CheckModelFitsKnownDataset(const v1::DatasetSpec& ds, const v1::Mod
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& limits) {
   if (in.ByteSizeLong() > 64 * 1024) return Invalid("spec", "larger than 64 KiB");
@@ -320,7 +319,6 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
   }
   if (spec.threads() > 1024) return Invalid("threads", "must be at most 1024");
   RETURN_IF_ERROR(CheckDatasetSpec(spec.mutable_dataset(), model.input(), limits.data_roots));
-  RETURN_IF_ERROR(CheckModelFitsKnownDataset(spec.dataset(), spec.model(), model));
   auto* ev = spec.mutable_eval();
   if (ev->every_epochs() > 0 && ev->every_steps() > 0) {
     return Invalid("eval", "set at most one of every_epochs and every_steps");

@@ -40,6 +40,14 @@ struct SpecLimits {
 // format and path, eval cadence...). INVALID_ARGUMENT naming the offending field.
 absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& spec, const SpecLimits& limits = {});
 
+// The dataset Debian installs (dataset-fashion-mnist) is known without reading it: 28x28x1
+// images in 10 classes. For a validated spec that trains on it, INVALID_ARGUMENT naming
+// model.input_shape or the last layer's field when the model cannot take them; OK for any
+// other dataset (the workers check those as they read them). The coordinator calls it at
+// submit, so that such a job is refused before it takes workers; Validate does not (tests
+// validate golden specs whose data they supply themselves).
+absl::Status CheckModelFitsInstalledDataset(const v1::JobSpec& spec);
+
 // What a spec trains: built once per process from the spec (the coordinator's job
 // loop and each replica).
 struct TrainSetup {

@@ -244,25 +244,30 @@ TEST(Spec, DatasetPathsOutsideTheDataRootsAreRefusedAtSubmitAlikeWhetherOrNotThe
 // At 400deec a model that could not take the installed dataset's images or classes was
 // accepted and failed later on a worker, blaming dataset.path.
 TEST(Spec, AModelThatCannotFitTheInstalledDatasetIsRefusedNamingItsField) {
+  // Validate, then the check the coordinator makes at submit.
+  const auto FitsInstalled = [](const std::string& text) -> absl::Status {
+    absl::StatusOr<v1::JobSpec> spec = ParseAndValidate(text);
+    return spec.ok() ? CheckModelFitsInstalledDataset(*spec) : spec.status();
+  };
   const std::string rest =
       "optimizer: {kind: sgd, learning_rate: 0.1}\nglobal_batch_size: 8\nsteps: 2\n";
-  EXPECT_THAT(ParseAndValidate("model: {kind: cnn, input_shape: [32, 32, 3]}\n" + rest),
+  EXPECT_THAT(FitsInstalled("model: {kind: cnn, input_shape: [32, 32, 3]}\n" + rest),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("model.input_shape: [32, 32, 3] does not fit dataset "
                                  "\"fashion_mnist\"")));
   EXPECT_THAT(
-      ParseAndValidate("model: {layers: [flatten, {dense: {features: 16}}, relu, {dense: "
-                       "{features: 5}}, {batch_norm: {}}]}\n" +
-                       rest),
+      FitsInstalled("model: {layers: [flatten, {dense: {features: 16}}, relu, {dense: "
+                    "{features: 5}}, {batch_norm: {}}]}\n" +
+                    rest),
       StatusIs(absl::StatusCode::kInvalidArgument,
                HasSubstr("model.layers[3].dense.features: the model's last layer has 5 outputs; "
                          "dataset \"fashion_mnist\" has 10 classes")));
   // More outputs than classes train; another dataset is checked by the workers, who read it.
-  EXPECT_OK(ParseAndValidate("model: {layers: [flatten, {dense: {features: 12}}]}\n" + rest));
+  EXPECT_OK(FitsInstalled("model: {layers: [flatten, {dense: {features: 12}}]}\n" + rest));
   EXPECT_OK(
-      ParseAndValidate("model: {kind: cnn, input_shape: [32, 32, 3]}\n"
-                       "dataset: {path: /data/cifar}\n" +
-                       rest));
+      FitsInstalled("model: {kind: cnn, input_shape: [32, 32, 3]}\n"
+                    "dataset: {path: /data/cifar}\n" +
+                    rest));
 }
 
 TEST(Spec, EvalDueFollowsEpochsOrSteps) {

@@ -204,6 +204,7 @@ void JobManager::Persist(std::vector<Save> saves) {
 absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const Principal& by) {
   const std::string& owner = by.name;
   ASSIGN_OR_RETURN(v1::JobSpec spec, Validate(in, options_.limits));
+  RETURN_IF_ERROR(CheckModelFitsInstalledDataset(spec));
   // What resume_from reads, found now (again when the job starts: a job's newest
   // snapshot may be newer then); source.job_id is the job whose state it is.
   ASSIGN_OR_RETURN(const ResumeSource source,

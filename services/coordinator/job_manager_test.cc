@@ -307,5 +307,15 @@ TEST_F(JobManagerTest, ResumeFromIsResolvedAtSubmit) {
   EXPECT_EQ(jobs_->List({}).jobs_size(), 0);
 }
 
+TEST_F(JobManagerTest, AModelThatCannotTakeTheInstalledDatasetIsRefusedAtSubmit) {
+  ASSERT_OK(Start());
+  v1::JobSpec spec = Spec(1);
+  spec.mutable_model()->clear_input_shape();
+  for (int d : {32, 32, 3}) spec.mutable_model()->add_input_shape(d);
+  EXPECT_THAT(jobs_->Submit(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.input_shape")));
+  EXPECT_EQ(jobs_->List({}).jobs_size(), 0);
+}
+
 }  // namespace
 }  // namespace lockstep::testing
