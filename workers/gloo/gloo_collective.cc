@@ -11,8 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "core/queued_collective.h"
 #include "core/status_macros.h"
+#include "gloo/allreduce.h"
 #include "gloo/common/error.h"
 #include "gloo/context.h"
+#include "gloo/math.h"
 #include "workers/gloo/gloo_bootstrap.h"
 #include "workers/gloo/gloo_status.h"
 #include "workers/gloo/ring_allreduce.h"
@@ -77,8 +79,40 @@ GlooCollective::GlooCollective(int rank, int size, std::shared_ptr<gloo::Context
 GlooCollective::~GlooCollective() = default;
 
 absl::Status GlooCollective::AllReduceSum(float* data, size_t n, const CollectiveOptions& options) {
-  absl::MutexLock lock(&mu_);
   const std::string what = absl::StrCat(RankName(rank_, size_), ": all-reduce of ", n, " floats");
+  return RunChecked(what, data, n, options, [&]() -> absl::Status {
+    const auto deadline = Deadline(options.timeout);
+    if (shm_ == nullptr) return CallGloo(what, [&] { ring_->Run(data, n, deadline); });
+    absl::Status status = shm_->Run(data, n, deadline);
+    if (status.ok()) return status;
+    return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
+  });
+}
+
+absl::Status GlooCollective::AllReduceInt64(int64_t* data, size_t n, ReduceOp op,
+                                            const CollectiveOptions& options) {
+  const std::string what = absl::StrCat(RankName(rank_, size_), ": ",
+                                        op == ReduceOp::kSum ? "sum" : "max", " of ", n, " int64s");
+  using Reduce = void (*)(void*, const void*, const void*, size_t);
+  const Reduce reduce =
+      op == ReduceOp::kSum ? Reduce(&gloo::sum<int64_t>) : Reduce(&gloo::max<int64_t>);
+  return RunChecked(what, data, n, options, [&] {
+    return CallGloo(what, [&] {
+      gloo::AllreduceOptions opts(context_);
+      opts.setOutput(data, n);
+      opts.setReduceFunction(reduce);
+      // Gloo reads a zero timeout as "none": at least 1 ms (the timeout is positive).
+      opts.setTimeout(absl::ToChronoMilliseconds(
+          std::max(std::min(options.timeout, absl::Hours(100)), absl::Milliseconds(1))));
+      gloo::allreduce(opts);
+    });
+  });
+}
+
+absl::Status GlooCollective::RunChecked(const std::string& what, void* data, size_t n,
+                                        const CollectiveOptions& options,
+                                        const std::function<absl::Status()>& run) {
+  absl::MutexLock lock(&mu_);
   {
     absl::MutexLock abort_lock(&abort_mu_);
     if (!aborted_.ok() && error_.ok()) error_ = aborted_;
@@ -97,15 +131,7 @@ absl::Status GlooCollective::AllReduceSum(float* data, size_t n, const Collectiv
   }
   if (n == 0) return absl::OkStatus();
   if (data == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": null data"));
-  const auto deadline = Deadline(options.timeout);
-  absl::Status status;
-  if (shm_ != nullptr) {
-    status = shm_->Run(data, n, deadline);
-    if (!status.ok())
-      status = absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
-  } else {
-    status = CallGloo(what, [&] { ring_->Run(data, n, deadline); });
-  }
+  absl::Status status = run();
   if (!status.ok()) {
     if (absl::Status why = aborted(); !why.ok()) {
       status = absl::AbortedError(absl::StrCat(what, ": aborted: ", why.message()));

@@ -94,6 +94,10 @@ class GlooCollective final : public Collective {
   // See Collective. Also INVALID_ARGUMENT for a null `data` with n > 0 or a timeout that
   // is not positive, and FAILED_PRECONDITION after an earlier error.
   absl::Status AllReduceSum(float* data, size_t n, const CollectiveOptions& options) override;
+  // Gloo's own allreduce (gloo/allreduce.h) on int64s with its sum or max, on slots apart
+  // from the ring's; the same errors as AllReduceSum's.
+  absl::Status AllReduceInt64(int64_t* data, size_t n, ReduceOp op,
+                              const CollectiveOptions& options) override;
   // Closes the connections unless an all-reduce is in flight on this rank (see the .cc):
   // peers waiting on this rank fail at once.
   void Abort(const absl::Status& why) override;
@@ -105,6 +109,12 @@ class GlooCollective final : public Collective {
   // Closes everything after an error (under mu_).
   void Fail(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status aborted();  // OK unless Abort was called
+  // Runs `run` (the all-reduce `what`, its errors as Status) under mu_ with
+  // AllReduceSum's checks and its handling of an error: the first one closes the
+  // connections.
+  absl::Status RunChecked(const std::string& what, void* data, size_t n,
+                          const CollectiveOptions& options,
+                          const std::function<absl::Status()>& run);
 
   const int rank_;
   const int size_;
