@@ -9,6 +9,11 @@
 // depends on the buffer's size, so the bucket size is part of what a run's bits depend on
 // (deterministic for a given size).
 //
+// With logical replicas (SetLogicalReplicas, StepReplicas; core/step_replicas.cc) an
+// executor computes a range of a job's V logical replicas instead, every cross-replica
+// sum exact (core/exact_sum.h), so that the bits do not depend on how many workers run
+// the V replicas (docs/elastic.md).
+//
 // The replica (params, gradients, optimizer state, datasets) lives in the backend's
 // memory. Thread safety: none; one thread drives an executor.
 #ifndef LOCKSTEP_CORE_STEP_H_
