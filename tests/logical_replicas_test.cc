@@ -6,6 +6,7 @@
 // and those must stay within 1e-5 of JAX's pmap on 4 devices at every step.
 #include <algorithm>
 #include <cstring>
+#include <latch>
 #include <thread>
 #include <tuple>
 
@@ -37,15 +38,17 @@ struct JobRun {
   std::vector<absl::Status> status;        // per worker
 };
 
-// Worker w of `workers` holds replicas [w * V / workers, (w + 1) * V / workers).
+// Worker w of `workers` holds replicas [w * V / workers, (w + 1) * V / workers). Its
+// collective lives until every worker has finished (`finished`): a rank that closed its
+// connections while a peer still waited in the last collective would fail the peer.
 void RunWorker(const Golden& g, const Dataset& data, int workers, int w, Store* store,
-               const std::string& prefix, JobRun* run) {
+               const std::string& prefix, std::latch* finished, JobRun* run) {
+  std::unique_ptr<Collective> collective;
   run->status[w] = [&]() -> absl::Status {
     const Model& m = g.setup.model;
     const int v = static_cast<int>(g.spec.workers()),
               b = static_cast<int>(g.spec.global_batch_size());
     const int first = w * v / workers, count = (w + 1) * v / workers - first;
-    std::unique_ptr<Collective> collective;
     if (workers > 1) {
       GlooOptions options;
       options.hostname = "127.0.0.1";
@@ -70,6 +73,7 @@ void RunWorker(const Golden& g, const Dataset& data, int workers, int w, Store* 
     ASSIGN_OR_RETURN(run->states[w], exec->GetState());
     return absl::OkStatus();
   }();
+  finished->arrive_and_wait();
 }
 
 JobRun RunJob(const Golden& g, const Dataset& data, int workers) {
@@ -80,12 +84,13 @@ JobRun RunJob(const Golden& g, const Dataset& data, int workers) {
   run.losses.assign(g.spec.steps(), std::vector<float>(g.spec.workers(), -1.0f));
   run.states.resize(workers);
   run.status.resize(workers);
+  std::latch finished(workers);
   std::vector<std::thread> threads;
   for (int w = 1; w < workers; ++w) {
     threads.emplace_back(RunWorker, std::cref(g), std::cref(data), workers, w, &store,
-                         std::cref(prefix), &run);
+                         std::cref(prefix), &finished, &run);
   }
-  RunWorker(g, data, workers, 0, &store, prefix, &run);
+  RunWorker(g, data, workers, 0, &store, prefix, &finished, &run);
   for (std::thread& t : threads) t.join();
   return run;
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <latch>
 #include <string>
 #include <thread>
 #include <vector>
@@ -291,9 +292,14 @@ TEST_F(ReplicaTest, LogicalReplicasGiveTheSameBitsOnOneAndTwoWorkers) {
     out.losses.assign(3 * v, -1.0f);
     MemoryStore store;
     std::vector<absl::Status> status(workers);
+    // Each replica (and its collective) lives until every worker has finished: a rank that
+    // closed its connections while a peer still waited in the last collective would fail
+    // the peer.
+    std::latch finished(workers);
     std::vector<std::thread> threads;
     for (int w = 0; w < workers; ++w) {
       threads.emplace_back([&, w] {
+        std::unique_ptr<Replica> r;
         status[w] = [&]() -> absl::Status {
           std::unique_ptr<Collective> collective;
           if (workers > 1) {
@@ -304,8 +310,8 @@ TEST_F(ReplicaTest, LogicalReplicasGiveTheSameBitsOnOneAndTwoWorkers) {
           }
           const int first = w * v / workers, count = v / workers;
           ASSIGN_OR_RETURN(
-              auto r, Make({SmallMlpSpec(workers), w, workers, absl::Seconds(30), v, first, count},
-                           std::move(collective)));
+              r, Make({SmallMlpSpec(workers), w, workers, absl::Seconds(30), v, first, count},
+                      std::move(collective)));
           RETURN_IF_ERROR(r->WriteState(0, initial));
           r->set_step(3);
           for (int64_t s = 3; s < 6; ++s) {
@@ -329,6 +335,7 @@ TEST_F(ReplicaTest, LogicalReplicasGiveTheSameBitsOnOneAndTwoWorkers) {
           out.after[w] = ReadInPieces(*r, initial.size());
           return absl::OkStatus();
         }();
+        finished.arrive_and_wait();
       });
     }
     for (std::thread& t : threads) t.join();

@@ -2,6 +2,7 @@
 // contributions held by 1, 2 (evenly and unevenly) and 4 ranks, in permuted orders, give
 // bitwise the same sum on every rank, where Gloo's float ring gives different bits.
 #include <cstring>
+#include <latch>
 #include <random>
 #include <thread>
 #include <vector>
@@ -41,11 +42,14 @@ std::vector<std::vector<float>> SumOnRanks(const std::vector<std::vector<int>>& 
   MemoryStore store;
   std::vector<std::vector<float>> out(ranks, std::vector<float>(kN));
   std::vector<absl::Status> status(ranks);
+  // Each rank's collective lives until every rank has finished: a rank that closed its
+  // connections while a peer still waited in the last collective would fail the peer.
+  std::latch finished(ranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
+      std::unique_ptr<Collective> collective;
       status[r] = [&]() -> absl::Status {
-        std::unique_ptr<Collective> collective;
         if (ranks > 1) {
           GlooOptions options;
           options.hostname = "127.0.0.1";
@@ -67,6 +71,7 @@ std::vector<std::vector<float>> SumOnRanks(const std::vector<std::vector<int>>& 
         }
         return absl::OkStatus();
       }();
+      finished.arrive_and_wait();
     });
   }
   for (std::thread& t : threads) t.join();

@@ -11,10 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/queued_collective.h"
 #include "core/status_macros.h"
-#include "gloo/allreduce.h"
 #include "gloo/common/error.h"
 #include "gloo/context.h"
-#include "gloo/math.h"
 #include "workers/gloo/gloo_bootstrap.h"
 #include "workers/gloo/gloo_status.h"
 #include "workers/gloo/ring_allreduce.h"
@@ -44,9 +42,12 @@ absl::StatusOr<std::unique_ptr<Collective>> GlooCollective::Create(int rank, int
                    gloo_internal::Bootstrap(rank, size, store, options));
   // The ring posts its standing receives at once: a peer already gone makes Gloo throw.
   std::unique_ptr<gloo_internal::RingAllReduce> ring;
+  std::unique_ptr<gloo_internal::RingAllReduceOf<int64_t>> ring64;
   RETURN_IF_ERROR(
-      CallGloo(absl::StrCat(RankName(rank, size), ": post the all-reduce's receives"),
-               [&] { ring = std::make_unique<gloo_internal::RingAllReduce>(context); }));
+      CallGloo(absl::StrCat(RankName(rank, size), ": post the all-reduce's receives"), [&] {
+        ring = std::make_unique<gloo_internal::RingAllReduce>(context);
+        ring64 = std::make_unique<gloo_internal::RingAllReduceOf<int64_t>>(context);
+      }));
   std::unique_ptr<gloo_internal::ShmAllReduce> shm;
   if (size > 1 && options.shared_memory) {
     absl::StatusOr<std::unique_ptr<gloo_internal::ShmAllReduce>> made =
@@ -60,18 +61,20 @@ absl::StatusOr<std::unique_ptr<Collective>> GlooCollective::Create(int rank, int
     shm = *std::move(made);
   }
   // The all-reduce blocks its caller: the queue gives it StartAllReduceSum's overlap.
-  return std::make_unique<QueuedCollective>(std::unique_ptr<Collective>(
-      new GlooCollective(rank, size, std::move(context), std::move(ring), std::move(shm))));
+  return std::make_unique<QueuedCollective>(std::unique_ptr<Collective>(new GlooCollective(
+      rank, size, std::move(context), std::move(ring), std::move(ring64), std::move(shm))));
 }
 
 GlooCollective::GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context,
                                std::unique_ptr<gloo_internal::RingAllReduce> ring,
+                               std::unique_ptr<gloo_internal::RingAllReduceOf<int64_t>> ring64,
                                std::unique_ptr<gloo_internal::ShmAllReduce> shm)
     : rank_(rank),
       size_(size),
       over_shm_(shm != nullptr),
       context_(context),
       ring_(std::move(ring)),
+      ring64_(std::move(ring64)),
       shm_(std::move(shm)),
       abortable_(std::move(context)),
       abortable_shm_(shm_.get()) {}
@@ -93,19 +96,10 @@ absl::Status GlooCollective::AllReduceInt64(int64_t* data, size_t n, ReduceOp op
                                             const CollectiveOptions& options) {
   const std::string what = absl::StrCat(RankName(rank_, size_), ": ",
                                         op == ReduceOp::kSum ? "sum" : "max", " of ", n, " int64s");
-  using Reduce = void (*)(void*, const void*, const void*, size_t);
-  const Reduce reduce =
-      op == ReduceOp::kSum ? Reduce(&gloo::sum<int64_t>) : Reduce(&gloo::max<int64_t>);
+  // Over TCP even where floats go through shared memory (ring64_ is on context_).
+  const bool maximum = op == ReduceOp::kMax;
   return RunChecked(what, data, n, options, [&] {
-    return CallGloo(what, [&] {
-      gloo::AllreduceOptions opts(context_);
-      opts.setOutput(data, n);
-      opts.setReduceFunction(reduce);
-      // Gloo reads a zero timeout as "none": at least 1 ms (the timeout is positive).
-      opts.setTimeout(absl::ToChronoMilliseconds(
-          std::max(std::min(options.timeout, absl::Hours(100)), absl::Milliseconds(1))));
-      gloo::allreduce(opts);
-    });
+    return CallGloo(what, [&] { ring64_->Run(data, n, Deadline(options.timeout), maximum); });
   });
 }
 
@@ -152,6 +146,7 @@ void GlooCollective::Fail(const absl::Status& status) {
   // (a closed connection; a segment whose lock is free) instead of at their timeouts.
   shm_.reset();
   ring_.reset();
+  ring64_.reset();
   context_.reset();
 }
 
