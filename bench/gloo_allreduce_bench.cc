@@ -11,7 +11,11 @@
 //                       shared-memory path (workers/gloo/shm_allreduce.h), same bits;
 //   RawGloo/...         gloo::allreduce (ring, Gloo's default options, gloo::sum<float>)
 //                       on a context of its own from the same bootstrap;
-//   RawGlooRing/...     gloo::AllreduceRing<float>, buffers registered once per run.
+//   RawGlooRing/...     gloo::AllreduceRing<float>, buffers registered once per run;
+//   ExactSum/...        core/exact_sum.h's order-independent sum over the same
+//                       collective (a max all-reduce of one int64 per 1024 floats, the
+//                       conversions, an int64 sum all-reduce: twice the bytes), one
+//                       contribution per rank (docs/elastic.md).
 // The counter bus_bw is the achieved bus bandwidth, 2(n-1)/n * bytes / time (n = 2:
 // bytes / time), in bytes/s. Run the variants interleaved, the machine being shared:
 //
@@ -28,6 +32,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "core/collective.h"
+#include "core/exact_sum.h"
 #include "core/store.h"
 #include "gloo/allreduce.h"
 #include "gloo/allreduce_ring.h"
@@ -152,6 +157,22 @@ void BM_RawGlooRing(benchmark::State& state) {
   SetCounters(state, n);
 }
 
+void BM_ExactSum(benchmark::State& state) {
+  const size_t n = Floats(state);
+  Collective* collective = LockstepRank(state.thread_index());
+  if (collective == nullptr) return state.SkipWithError("a rank failed to join");
+  // Values of mixed magnitudes (the conversions' cost does not depend on them).
+  std::vector<float> data(n), out(n);
+  for (size_t i = 0; i < n; ++i) data[i] = static_cast<float>(i % 1000) * 1e-3f - 0.5f;
+  ExactSum sum(collective, kRanks);
+  const float* local[] = {data.data()};
+  for (auto _ : state) {
+    absl::Status status = sum.Sum(local, n, out.data(), {});
+    if (!status.ok()) return state.SkipWithError(std::string(status.message()).c_str());
+  }
+  SetCounters(state, n);
+}
+
 void Sizes(benchmark::internal::Benchmark* b) {
   b->ArgName("floats");
   for (int64_t bytes = 4 << 10; bytes <= 64 << 20; bytes *= 4) b->Arg(bytes / 4);
@@ -166,6 +187,7 @@ BENCHMARK(BM_LockstepShm)->Apply(Sizes);
 BENCHMARK(BM_LockstepStarted)->Apply(Sizes);
 BENCHMARK(BM_RawGloo)->Apply(Sizes);
 BENCHMARK(BM_RawGlooRing)->Apply(Sizes);
+BENCHMARK(BM_ExactSum)->Apply(Sizes);
 
 }  // namespace
 }  // namespace lockstep

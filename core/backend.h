@@ -118,6 +118,9 @@ class Backend {
   virtual absl::Status CopyToDevice(void* dst, const void* host, size_t bytes) = 0;
   virtual absl::Status CopyToHost(void* host, const void* src, size_t bytes) = 0;
   virtual absl::Status Synchronize() = 0;
+  // Whether buffers are host memory the caller may read and write directly, between the
+  // backend's calls (the CPU backend); what core/exact_sum.h's host arithmetic needs.
+  virtual bool host_memory() const { return false; }
   // Lets GEMMs use TF32 tensor cores (faster, about 1e-3 less exact). Backends without
   // them ignore it.
   virtual absl::Status SetTf32(bool enabled) { return absl::OkStatus(); }

@@ -10,6 +10,12 @@
 // synchronous AllReduceSum may be called while started ones are pending (it queues behind
 // them and waits). Collectives without an overlap of their own run StartAllReduceSum
 // synchronously (the defaults below).
+//
+// Integer reductions (AllReduceInt64): an element-wise sum or max of int64s, exact on
+// every implementation (integer addition is associative and commutative, max is), so
+// their result never depends on how the ranks' contributions are grouped or ordered; the
+// base of core/exact_sum.h's order-independent float sum. They are synchronous and run in
+// the same FIFO as the float all-reduces.
 #ifndef LOCKSTEP_CORE_COLLECTIVE_H_
 #define LOCKSTEP_CORE_COLLECTIVE_H_
 
@@ -25,6 +31,9 @@ namespace lockstep {
 
 // Names an all-reduce begun by StartAllReduceSum; tickets grow in issue order.
 using CollectiveTicket = uint64_t;
+
+// The element-wise reduction of AllReduceInt64.
+enum class ReduceOp { kSum, kMax };
 
 struct CollectiveOptions {
   absl::Duration timeout = absl::Seconds(30);
@@ -59,6 +68,16 @@ class Collective {
   // (their errors then come from the backend's Synchronize). Every started ticket must be
   // waited for (a later ticket's Wait covers it) before its data is freed.
   virtual absl::Status Wait(CollectiveTicket ticket) { return absl::OkStatus(); }
+
+  // Reduces n int64s (in the backend's memory, as AllReduceSum's floats) across all ranks
+  // with `op`, in place, behind every all-reduce issued before it; every rank ends with
+  // the same values, whatever the grouping. kSum must not overflow (callers bound it:
+  // exact_sum.h). The same errors as AllReduceSum's; UNIMPLEMENTED (the default) for a
+  // collective without integer reductions.
+  virtual absl::Status AllReduceInt64(int64_t* data, size_t n, ReduceOp op,
+                                      const CollectiveOptions& options) {
+    return absl::UnimplementedError(Name() + ": no int64 all-reduce");
+  }
 
   // Gives up on the collective: one in flight on another thread fails promptly, every
   // later one fails at once, and the peers' fail too instead of waiting out their

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "core/rng/threefry.h"
@@ -21,6 +22,12 @@ struct ReplicaConfig {
   int rank = 0;
   int world_size = 1;
   absl::Duration collective_timeout = absl::Seconds(30);
+  // Logical replicas (docs/elastic.md): the job's V (0: none, one replica per worker as
+  // today) and the contiguous range of them this replica computes, [logical_first,
+  // logical_first + logical_count); local batches of B/V rows.
+  int logical_replicas = 0;
+  int logical_first = 0;
+  int logical_count = 0;
 };
 
 // What Prepare hands a worker: the job, its replica's config and where the replica's
@@ -55,6 +62,9 @@ struct StepCommand {
   bool audit = false;
   std::span<const int32_t> audit_indices;  // must outlive the call, as `indices`
   rng::Key audit_key;
+  // Logical replicas: their 'dropout' stream roots, one per local replica in replica order
+  // (`key` unused), and `indices` their rows back to back. Must outlive the call.
+  std::span<const rng::Key> keys;
 };
 
 struct StepResult {
@@ -68,6 +78,9 @@ struct StepResult {
   bool audited = false;      // the command's audit shard was recomputed:
   uint64_t audit_digest = 0;
   float audit_loss = 0;
+  // Logical replicas: each local replica's loss and accuracy, in replica order (loss and
+  // accuracy above: their float mean).
+  std::vector<float> replica_losses, replica_accuracies;
 };
 
 // Sums over a range of the test split.

@@ -20,7 +20,10 @@ QueuedCollective::~QueuedCollective() {
 }
 
 absl::Status QueuedCollective::Run(const Op& op) {
-  return inner_->AllReduceSum(op.data, op.n, op.options);
+  if (op.int64) {
+    return inner_->AllReduceInt64(static_cast<int64_t*>(op.data), op.n, op.op, op.options);
+  }
+  return inner_->AllReduceSum(static_cast<float*>(op.data), op.n, op.options);
 }
 
 void QueuedCollective::Done(CollectiveTicket ticket, absl::Status status) {
@@ -84,13 +87,22 @@ absl::Status QueuedCollective::Wait(CollectiveTicket ticket) {
 
 absl::Status QueuedCollective::AllReduceSum(float* data, size_t n,
                                             const CollectiveOptions& options) {
+  return RunSynchronously({0, data, n, options});
+}
+
+absl::Status QueuedCollective::AllReduceInt64(int64_t* data, size_t n, ReduceOp op,
+                                              const CollectiveOptions& options) {
+  return RunSynchronously({0, data, n, options, true, op});
+}
+
+absl::Status QueuedCollective::RunSynchronously(Op op) {
   CollectiveTicket ticket;
   {
     absl::MutexLock lock(&mu_);
     if (!queue_.empty() || running_) {
       // Behind started all-reduces: the thread runs it in its turn.
-      ticket = ++issued_;
-      queue_.push_back({ticket, data, n, options});
+      ticket = op.ticket = ++issued_;
+      queue_.push_back(op);
       changed_.SignalAll();
     } else {
       ticket = 0;
@@ -98,7 +110,7 @@ absl::Status QueuedCollective::AllReduceSum(float* data, size_t n,
     }
   }
   if (ticket != 0) return Wait(ticket);
-  absl::Status status = Run({0, data, n, options});
+  absl::Status status = Run(op);
   absl::MutexLock lock(&mu_);
   running_ = false;  // done_ stays: this call took no ticket
   changed_.SignalAll();

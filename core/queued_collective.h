@@ -46,6 +46,9 @@ class QueuedCollective final : public Collective {
   absl::StatusOr<CollectiveTicket> StartAllReduceSum(float* data, size_t n,
                                                      const CollectiveOptions& options) override;
   absl::Status Wait(CollectiveTicket ticket) override;
+  // Synchronous, through the FIFO as AllReduceSum.
+  absl::Status AllReduceInt64(int64_t* data, size_t n, ReduceOp op,
+                              const CollectiveOptions& options) override;
   void Abort(const absl::Status& why) override;
 
   // Blocks until `ticket` has been issued (by StartAllReduceSum, or to a synchronous
@@ -56,10 +59,15 @@ class QueuedCollective final : public Collective {
  private:
   struct Op {
     CollectiveTicket ticket;
-    float* data;
+    void* data;  // float* for a float sum, int64_t* for an integer reduction
     size_t n;
     CollectiveOptions options;
+    bool int64 = false;  // AllReduceInt64 with `op`; else AllReduceSum
+    ReduceOp op = ReduceOp::kSum;
   };
+  // Runs `op` (ticket ignored) in its turn: on the calling thread when nothing is queued
+  // or running, else behind the queue.
+  absl::Status RunSynchronously(Op op);
   void Loop();  // the communication thread
   // Runs the queue's first all-reduce on the calling thread (the lock released meanwhile).
   void RunNext() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

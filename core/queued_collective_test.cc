@@ -46,6 +46,19 @@ class FakeCollective final : public Collective {
     if (n == fail_size_) return absl::UnavailableError("peer lost");
     return absl::OkStatus();
   }
+  // Recorded as 1000 + n (sum) or 2000 + n (max); adds 1, or raises to at least 7.
+  absl::Status AllReduceInt64(int64_t* data, size_t n, ReduceOp op,
+                              const CollectiveOptions&) override {
+    {
+      absl::MutexLock lock(&mu_);
+      calls_.push_back((op == ReduceOp::kSum ? 1000 : 2000) + n);
+      threads_.push_back(std::this_thread::get_id());
+      entered_.SignalAll();
+    }
+    for (size_t i = 0; i < n; ++i)
+      data[i] = op == ReduceOp::kSum ? data[i] + 1 : std::max<int64_t>(data[i], 7);
+    return absl::OkStatus();
+  }
   void Abort(const absl::Status& why) override {
     absl::MutexLock lock(&mu_);
     abort_ = why;
@@ -133,6 +146,31 @@ TEST(QueuedCollective, StartReturnsBeforeTheAllReduceEndsAndRunsInOrder) {
   EXPECT_NE(f.fake->threads()[0], std::this_thread::get_id());
   EXPECT_THAT(b, ElementsAre(2, 2));
   EXPECT_THAT(c, ElementsAre(2, 2, 2));
+}
+
+// The integer reductions go through the same FIFO: behind a started float all-reduce.
+TEST(QueuedCollective, IntegerReductionsQueueBehindStartedOnes) {
+  Fixture f;
+  f.fake->Hold();
+  std::vector<float> a(1, 1);
+  std::vector<int64_t> sums = {1, 2}, maxima = {3, 9, 5};
+  ASSERT_OK_AND_ASSIGN(CollectiveTicket ta, f.queued.StartAllReduceSum(a.data(), 1, {}));
+  f.fake->AwaitCalls(1);
+  absl::Notification done;
+  std::thread sync([&] {
+    EXPECT_OK(f.queued.AllReduceInt64(sums.data(), 2, ReduceOp::kSum, {}));
+    EXPECT_OK(f.queued.AllReduceInt64(maxima.data(), 3, ReduceOp::kMax, {}));
+    done.Notify();
+  });
+  EXPECT_TRUE(f.queued.AwaitIssued(ta + 1, absl::Seconds(30)));
+  EXPECT_FALSE(done.HasBeenNotified());
+  EXPECT_THAT(f.fake->calls(), ElementsAre(1));
+  f.fake->Release();
+  sync.join();
+  ASSERT_OK(f.queued.Wait(ta));
+  EXPECT_THAT(f.fake->calls(), ElementsAre(1, 1002, 2003));
+  EXPECT_THAT(sums, ElementsAre(2, 3));
+  EXPECT_THAT(maxima, ElementsAre(7, 9, 7));
 }
 
 TEST(QueuedCollective, WaitReturnsEachFailureOnce) {

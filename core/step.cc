@@ -100,65 +100,70 @@ absl::Status StepExecutor::Prepare(Workspace& ws, const DeviceDataset& data,
 }
 
 absl::Status StepExecutor::Forward(Workspace& ws, const DeviceDataset& data, int b, bool train) {
-  RETURN_IF_ERROR(
-      backend_->GatherRows(data.row, b, ws.idx.as<int32_t>(), data.images.as(), ws.input.as()));
-  RETURN_IF_ERROR(backend_->GatherLabels(b, ws.idx.as<int32_t>(), data.labels.as<int32_t>(),
-                                         ws.labels.as<int32_t>()));
+  RETURN_IF_ERROR(GatherBatch(ws, data, b));
   const auto* keys =
       reinterpret_cast<const rng::Key*>(step_args_.as<unsigned char>() + sizeof(UpdateScalars));
+  for (size_t i = 0; i < model_.layers().size(); ++i) {
+    RETURN_IF_ERROR(ForwardLayer(ws, i, b, train, keys));
+  }
+  return Loss(ws, b);
+}
+
+absl::Status StepExecutor::GatherBatch(Workspace& ws, const DeviceDataset& data, int b) {
+  RETURN_IF_ERROR(
+      backend_->GatherRows(data.row, b, ws.idx.as<int32_t>(), data.images.as(), ws.input.as()));
+  return backend_->GatherLabels(b, ws.idx.as<int32_t>(), data.labels.as<int32_t>(),
+                                ws.labels.as<int32_t>());
+}
+
+absl::Status StepExecutor::ForwardLayer(Workspace& ws, size_t i, int b, bool train,
+                                        const rng::Key* keys) {
   const float* params = params_.as();
   const auto& entries = model_.layout().entries();
   auto param = [&](int index) { return index < 0 ? nullptr : params + entries[index].offset; };
-  const float* x = ws.input.as();
-  for (size_t i = 0; i < model_.layers().size(); ++i) {
-    const Layer& l = model_.layers()[i];
-    float* y = ws.out[i];
-    switch (l.kind) {
-      case LayerKind::kConv:
-        RETURN_IF_ERROR(backend_->ConvForward(Geometry(l, b), x, param(l.kernel), param(l.bias), y,
-                                              ws.scratch[i]));
-        break;
-      case LayerKind::kDense:
-        RETURN_IF_ERROR(backend_->Gemm(false, false, b, l.out.c, static_cast<int>(l.in.size()),
-                                       1.0f, x, param(l.kernel), 0.0f, y));
-        if (l.bias >= 0) RETURN_IF_ERROR(backend_->BiasAdd(b, l.out.c, param(l.bias), y));
-        break;
-      case LayerKind::kRelu:
-        RETURN_IF_ERROR(backend_->Relu(b * l.out.size(), y));
-        break;
-      case LayerKind::kActivation:
-        RETURN_IF_ERROR(backend_->Activate(l.activation, b * l.out.size(), x, y));
-        break;
-      case LayerKind::kAvgPool:
-        RETURN_IF_ERROR(backend_->AvgPool(Geometry(l, b), l.count_include_pad, x, y));
-        break;
-      case LayerKind::kMaxPool:
-        RETURN_IF_ERROR(backend_->MaxPool(Geometry(l, b), x, y));
-        break;
-      case LayerKind::kLayerNorm: {
-        const int rows = b * NormRows(l);
-        RETURN_IF_ERROR(backend_->LayerNorm(rows, l.in.c, l.epsilon, x, param(l.scale),
-                                            param(l.bias), y, ws.stats[i], ws.stats[i] + rows));
-        break;
-      }
-      case LayerKind::kBatchNorm:
-        RETURN_IF_ERROR(BatchNormForward(l, b * NormRows(l), train, x, y, ws.bn[i]));
-        break;
-      case LayerKind::kFlatten:
-        break;
-      case LayerKind::kDropout:
-        if (IsActiveDropout(l, train)) {
-          RETURN_IF_ERROR(backend_->Dropout(b * l.out.size(), l.keep, keys + dropout_slot_[i],
-                                            impl_, x, y, ws.mask[i]));
-        }
-        break;
+  const float* x = i == 0 ? ws.input.as() : ws.out[i - 1];
+  const Layer& l = model_.layers()[i];
+  float* y = ws.out[i];
+  switch (l.kind) {
+    case LayerKind::kConv:
+      return backend_->ConvForward(Geometry(l, b), x, param(l.kernel), param(l.bias), y,
+                                   ws.scratch[i]);
+    case LayerKind::kDense:
+      RETURN_IF_ERROR(backend_->Gemm(false, false, b, l.out.c, static_cast<int>(l.in.size()), 1.0f,
+                                     x, param(l.kernel), 0.0f, y));
+      if (l.bias >= 0) RETURN_IF_ERROR(backend_->BiasAdd(b, l.out.c, param(l.bias), y));
+      return absl::OkStatus();
+    case LayerKind::kRelu:
+      return backend_->Relu(b * l.out.size(), y);
+    case LayerKind::kActivation:
+      return backend_->Activate(l.activation, b * l.out.size(), x, y);
+    case LayerKind::kAvgPool:
+      return backend_->AvgPool(Geometry(l, b), l.count_include_pad, x, y);
+    case LayerKind::kMaxPool:
+      return backend_->MaxPool(Geometry(l, b), x, y);
+    case LayerKind::kLayerNorm: {
+      const int rows = b * NormRows(l);
+      return backend_->LayerNorm(rows, l.in.c, l.epsilon, x, param(l.scale), param(l.bias), y,
+                                 ws.stats[i], ws.stats[i] + rows);
     }
-    x = y;
+    case LayerKind::kBatchNorm:
+      return BatchNormForward(l, b * NormRows(l), train, x, y, ws.bn[i]);
+    case LayerKind::kFlatten:
+      return absl::OkStatus();
+    case LayerKind::kDropout:
+      if (IsActiveDropout(l, train)) {
+        return backend_->Dropout(b * l.out.size(), l.keep, keys + dropout_slot_[i], impl_, x, y,
+                                 ws.mask[i]);
+      }
+      return absl::OkStatus();
   }
-  RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(b, model_.num_classes(), ws.out.back(),
-                                                ws.labels.as<int32_t>(), ws.loss.as(),
-                                                ws.dlogits.as(), ws.correct.as()));
   return absl::OkStatus();
+}
+
+absl::Status StepExecutor::Loss(Workspace& ws, int b) {
+  return backend_->SoftmaxCrossEntropy(b, model_.num_classes(), ws.out.back(),
+                                       ws.labels.as<int32_t>(), ws.loss.as(), ws.dlogits.as(),
+                                       ws.correct.as());
 }
 
 absl::StatusOr<StepMetrics> StepExecutor::Finish(Workspace& ws, int b) {
@@ -180,77 +185,81 @@ void StepExecutor::set_allreduce_bucket_bytes(size_t bytes) {
 
 absl::Status StepExecutor::Backward(Workspace& ws, int b,
                                     const std::function<void(int)>& grads_ready) {
-  const auto& layers = model_.layers();
+  float* dy = ws.dlogits.as();
+  const int first = FirstParamLayer(model_);
+  for (int i = static_cast<int>(model_.layers().size()) - 1; i >= first; --i) {
+    RETURN_IF_ERROR(BackwardLayer(ws, i, b, grads_.as(), dy, grads_ready));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepExecutor::BackwardLayer(Workspace& ws, int i, int b, float* grads, float*& dy,
+                                         const std::function<void(int)>& grads_ready) {
   const auto& entries = model_.layout().entries();
   const float* params = params_.as();
-  float* grads = grads_.as();
   auto param = [&](int index) { return index < 0 ? nullptr : params + entries[index].offset; };
   auto grad = [&](int index) { return index < 0 ? nullptr : grads + entries[index].offset; };
-  const int first = FirstParamLayer(model_);
-  float* dy = ws.dlogits.as();
-  for (int i = static_cast<int>(layers.size()) - 1; i >= first; --i) {
-    const Layer& l = layers[i];
-    const float* x = i == 0 ? ws.input.as() : ws.out[i - 1];
-    // Null for the first parameter layer and for layers that work on dy in place.
-    float* dx = ws.din[i];
-    switch (l.kind) {
-      case LayerKind::kConv: {
-        // The weights' gradient first: ConvBackwardData may overwrite the scratch.
-        const ConvGeometry g = Geometry(l, b);
-        RETURN_IF_ERROR(
-            backend_->ConvBackwardWeights(g, x, dy, grad(l.kernel), grad(l.bias), ws.scratch[i]));
-        if (grads_ready) grads_ready(i);  // before dx: its all-reduce overlaps dx too
-        if (dx != nullptr)
-          RETURN_IF_ERROR(backend_->ConvBackwardData(g, param(l.kernel), dy, dx, ws.scratch[i]));
-        break;
-      }
-      case LayerKind::kDense: {
-        const int in = static_cast<int>(l.in.size());
-        RETURN_IF_ERROR(
-            backend_->Gemm(true, false, in, l.out.c, b, 1.0f, x, dy, 0.0f, grad(l.kernel)));
-        if (l.bias >= 0) RETURN_IF_ERROR(backend_->BiasGrad(b, l.out.c, dy, grad(l.bias)));
-        if (grads_ready) grads_ready(i);
-        if (dx != nullptr) {
-          RETURN_IF_ERROR(
-              backend_->Gemm(false, true, b, in, l.out.c, 1.0f, dy, param(l.kernel), 0.0f, dx));
-        }
-        break;
-      }
-      case LayerKind::kRelu:
-        RETURN_IF_ERROR(backend_->ReluBackward(b * l.out.size(), ws.out[i], dy));
-        break;
-      case LayerKind::kActivation:
-        RETURN_IF_ERROR(backend_->ActivateBackward(l.activation, b * l.out.size(), x, dy));
-        break;
-      case LayerKind::kAvgPool:
-        if (dx != nullptr)
-          RETURN_IF_ERROR(backend_->AvgPoolBackward(Geometry(l, b), l.count_include_pad, dy, dx));
-        break;
-      case LayerKind::kMaxPool:
-        if (dx != nullptr) RETURN_IF_ERROR(backend_->MaxPoolBackward(Geometry(l, b), x, dy, dx));
-        break;
-      case LayerKind::kLayerNorm: {
-        const int rows = b * NormRows(l);
-        RETURN_IF_ERROR(backend_->LayerNormBackward(rows, l.in.c, x, param(l.scale), ws.stats[i],
-                                                    ws.stats[i] + rows, dy, dx, grad(l.scale),
-                                                    grad(l.bias)));
-        break;
-      }
-      case LayerKind::kBatchNorm:
-        RETURN_IF_ERROR(BatchNormBackward(l, b * NormRows(l), x, dy, dx, ws.bn[i]));
-        break;
-      case LayerKind::kFlatten:
-        break;
-      case LayerKind::kDropout:
-        if (dx != nullptr && IsActiveDropout(l, true)) {
-          RETURN_IF_ERROR(backend_->DropoutBackward(b * l.out.size(), l.keep, ws.mask[i], dy, dx));
-        }
-        break;
+  const Layer& l = model_.layers()[i];
+  const float* x = i == 0 ? ws.input.as() : ws.out[i - 1];
+  // Null for the first parameter layer and for layers that work on dy in place.
+  float* dx = ws.din[i];
+  switch (l.kind) {
+    case LayerKind::kConv: {
+      // The weights' gradient first: ConvBackwardData may overwrite the scratch.
+      const ConvGeometry g = Geometry(l, b);
+      RETURN_IF_ERROR(
+          backend_->ConvBackwardWeights(g, x, dy, grad(l.kernel), grad(l.bias), ws.scratch[i]));
+      if (grads_ready) grads_ready(i);  // before dx: its all-reduce overlaps dx too
+      if (dx != nullptr)
+        RETURN_IF_ERROR(backend_->ConvBackwardData(g, param(l.kernel), dy, dx, ws.scratch[i]));
+      break;
     }
-    // Layers with parameters the cases above did not announce (grads_ready is idempotent).
-    if (grads_ready && l.has_params()) grads_ready(i);
-    if (dx != nullptr) dy = dx;
+    case LayerKind::kDense: {
+      const int in = static_cast<int>(l.in.size());
+      RETURN_IF_ERROR(
+          backend_->Gemm(true, false, in, l.out.c, b, 1.0f, x, dy, 0.0f, grad(l.kernel)));
+      if (l.bias >= 0) RETURN_IF_ERROR(backend_->BiasGrad(b, l.out.c, dy, grad(l.bias)));
+      if (grads_ready) grads_ready(i);
+      if (dx != nullptr) {
+        RETURN_IF_ERROR(
+            backend_->Gemm(false, true, b, in, l.out.c, 1.0f, dy, param(l.kernel), 0.0f, dx));
+      }
+      break;
+    }
+    case LayerKind::kRelu:
+      RETURN_IF_ERROR(backend_->ReluBackward(b * l.out.size(), ws.out[i], dy));
+      break;
+    case LayerKind::kActivation:
+      RETURN_IF_ERROR(backend_->ActivateBackward(l.activation, b * l.out.size(), x, dy));
+      break;
+    case LayerKind::kAvgPool:
+      if (dx != nullptr)
+        RETURN_IF_ERROR(backend_->AvgPoolBackward(Geometry(l, b), l.count_include_pad, dy, dx));
+      break;
+    case LayerKind::kMaxPool:
+      if (dx != nullptr) RETURN_IF_ERROR(backend_->MaxPoolBackward(Geometry(l, b), x, dy, dx));
+      break;
+    case LayerKind::kLayerNorm: {
+      const int rows = b * NormRows(l);
+      RETURN_IF_ERROR(backend_->LayerNormBackward(rows, l.in.c, x, param(l.scale), ws.stats[i],
+                                                  ws.stats[i] + rows, dy, dx, grad(l.scale),
+                                                  grad(l.bias)));
+      break;
+    }
+    case LayerKind::kBatchNorm:
+      RETURN_IF_ERROR(BatchNormBackward(l, b * NormRows(l), x, dy, dx, ws.bn[i]));
+      break;
+    case LayerKind::kFlatten:
+      break;
+    case LayerKind::kDropout:
+      if (dx != nullptr && IsActiveDropout(l, true)) {
+        RETURN_IF_ERROR(backend_->DropoutBackward(b * l.out.size(), l.keep, ws.mask[i], dy, dx));
+      }
+      break;
   }
+  // Layers with parameters the cases above did not announce (grads_ready is idempotent).
+  if (grads_ready && l.has_params()) grads_ready(i);
+  if (dx != nullptr) dy = dx;
   return absl::OkStatus();
 }
 

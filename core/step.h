@@ -9,6 +9,11 @@
 // depends on the buffer's size, so the bucket size is part of what a run's bits depend on
 // (deterministic for a given size).
 //
+// With logical replicas (SetLogicalReplicas, StepReplicas; core/step_replicas.cc) an
+// executor computes a range of a job's V logical replicas instead, every cross-replica
+// sum exact (core/exact_sum.h), so that the bits do not depend on how many workers run
+// the V replicas (docs/elastic.md).
+//
 // The replica (params, gradients, optimizer state, datasets) lives in the backend's
 // memory. Thread safety: none; one thread drives an executor.
 #ifndef LOCKSTEP_CORE_STEP_H_
@@ -25,6 +30,7 @@
 #include "core/backend.h"
 #include "core/collective.h"
 #include "core/data/dataset.h"
+#include "core/exact_sum.h"
 #include "core/grad_buckets.h"
 #include "core/model.h"
 #include "core/optimizer.h"
@@ -51,6 +57,9 @@ uint64_t WorkspaceBytes(const Model& model, int batch, bool train);
 struct StepMetrics {
   float loss = 0;      // mean over the local batch
   float accuracy = 0;  // fraction of the local batch classified correctly
+  // StepReplicas: each local logical replica's loss and accuracy (over its B/V rows), in
+  // replica order; loss and accuracy above are then their float sums divided by the count.
+  std::vector<float> replica_loss, replica_accuracy;
 };
 
 struct EvalMetrics {
@@ -102,6 +111,26 @@ class StepExecutor {
   absl::StatusOr<StepMetrics> Step(const DeviceDataset& data, std::span<const int32_t> indices,
                                    rng::Key dropout_key);
 
+  // Logical replicas (docs/elastic.md): this executor computes replicas [first, first +
+  // count) of a job's `total`, each on local_batch rows (B/V) with its own dropout key and
+  // the same shapes wherever it runs, and every cross-replica reduction (BatchNorm's
+  // statistics and their gradients' sums, the gradients) is core/exact_sum.h's over all
+  // `total`, so that the bits do not depend on how the replicas are spread over workers.
+  // The collective's ranks must hold the `total` replicas between them. One train state,
+  // one optimizer update per step. Call before the first StepReplicas; Step and
+  // ComputeGradients keep today's path. INVALID_ARGUMENT for a range outside [0, total),
+  // count < 1, fewer replicas than ranks, or (without a collective) not all of them;
+  // UNIMPLEMENTED on a backend whose memory is not the host's.
+  absl::Status SetLogicalReplicas(int total, int first, int count);
+  int logical_replicas() const { return logical_.total; }
+  // The training step of the local logical replicas: `indices` their rows, replica after
+  // replica (count * local_batch), `keys` their 'dropout' stream roots (count). Runs
+  // eagerly (no graph, no gradient taps: FAILED_PRECONDITION with a tap or fault set);
+  // FAILED_PRECONDITION before SetLogicalReplicas.
+  absl::StatusOr<StepMetrics> StepReplicas(const DeviceDataset& data,
+                                           std::span<const int32_t> indices,
+                                           std::span<const rng::Key> keys);
+
   // Forward and backward only (no gradient all-reduce, no update, running averages kept):
   // leaves the local gradients for Gradients() and the dropout masks for DropoutMasks().
   // Never uses a graph. BatchNorm's statistics are still all-reduced (N > 1): they are
@@ -146,6 +175,17 @@ class StepExecutor {
   StepExecutor(Model model, Optimizer optimizer, rng::Impl impl, int local_batch, Backend* backend,
                Collective* collective, CollectiveOptions options, bool use_graphs);
   absl::StatusOr<Workspace*> GetWorkspace(int batch, bool train);
+  absl::StatusOr<std::unique_ptr<Workspace>> NewWorkspace(int batch, bool train);
+  // StepReplicas's parts (step_replicas.cc): forward and backward of the local replicas
+  // layer by layer, their BatchNorm layers reduced exactly across all of them, the
+  // gradients summed exactly into grads_.
+  absl::Status ForwardReplicas(const DeviceDataset& data);
+  absl::Status BackwardReplicas();
+  absl::Status BatchNormForwardReplicas(size_t i);
+  absl::Status BatchNormBackwardReplicas(int i, std::vector<float*>& dy);
+  // Sums `size` floats at each of `local` (one per local replica) exactly over all the
+  // job's logical replicas into every one of them.
+  absl::Status ExactSumInto(const std::vector<float*>& local, size_t size);
   // A training step's host part: checks the batch, then Prepare.
   absl::StatusOr<Workspace*> PrepareStep(const DeviceDataset& data,
                                          std::span<const int32_t> indices, rng::Key dropout_key);
@@ -160,6 +200,15 @@ class StepExecutor {
   absl::Status DeviceStep(Workspace& ws, const DeviceDataset& data, bool update);
   // Errors: the kernels' and the collective's (BatchNorm's statistics, N > 1).
   absl::Status Forward(Workspace& ws, const DeviceDataset& data, int batch, bool train);
+  // Forward's parts: the batch's rows and labels into ws; layer i (`keys`: one per Dropout
+  // layer); the loss.
+  absl::Status GatherBatch(Workspace& ws, const DeviceDataset& data, int batch);
+  absl::Status ForwardLayer(Workspace& ws, size_t i, int batch, bool train, const rng::Key* keys);
+  absl::Status Loss(Workspace& ws, int batch);
+  // Backward's step through layer i: parameter gradients into `grads` (the layout's
+  // offsets), the input gradient into ws.din[i], which becomes `dy` (when it has one).
+  absl::Status BackwardLayer(Workspace& ws, int i, int batch, float* grads, float*& dy,
+                             const std::function<void(int)>& grads_ready);
   // Calls grads_ready(i) (when given) once layer i's parameter gradients are computed, in
   // the order backward reaches the layers (last first).
   absl::Status Backward(Workspace& ws, int batch, const std::function<void(int)>& grads_ready = {});
@@ -213,6 +262,15 @@ class StepExecutor {
   GradientFault fault_;
   std::vector<float> local_grads_;
   std::unique_ptr<Workspace> train_ws_, eval_ws_;
+  // Logical replicas (SetLogicalReplicas); total == 0: none.
+  struct LogicalRange {
+    int total = 0, first = 0, count = 0;
+  };
+  LogicalRange logical_;
+  std::unique_ptr<ExactSum> exact_;
+  std::vector<std::unique_ptr<Workspace>> replica_ws_;  // one per local replica
+  std::vector<Buffer> replica_grads_;  // replicas 1..count-1's gradients (replica 0: grads_)
+  std::vector<Buffer> replica_keys_;   // per local replica: one key per Dropout layer
 };
 
 }  // namespace lockstep

@@ -45,6 +45,12 @@ uint64_t WorkspaceBytes(const Model& model, int batch, bool train) {
 absl::StatusOr<StepExecutor::Workspace*> StepExecutor::GetWorkspace(int batch, bool train) {
   std::unique_ptr<Workspace>& slot = train ? train_ws_ : eval_ws_;
   if (slot && slot->capacity >= batch) return slot.get();
+  ASSIGN_OR_RETURN(slot, NewWorkspace(batch, train));
+  return slot.get();
+}
+
+absl::StatusOr<std::unique_ptr<StepExecutor::Workspace>> StepExecutor::NewWorkspace(int batch,
+                                                                                    bool train) {
   // Kernels index a batch's activations and conv patches with int rows and columns.
   uint64_t widest = model_.input().size();
   for (const Layer& l : model_.layers()) {
@@ -115,8 +121,7 @@ absl::StatusOr<StepExecutor::Workspace*> StepExecutor::GetWorkspace(int batch, b
   }
   ws->host_loss.resize(b);
   ws->host_correct.resize(b);
-  slot = std::move(ws);
-  return slot.get();
+  return ws;
 }
 
 }  // namespace lockstep

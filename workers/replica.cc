@@ -21,6 +21,16 @@ absl::Status CheckReplicaConfig(const ReplicaConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("eval.batch_size: ", spec.eval().batch_size(), " is not positive"));
   }
+  if (config.logical_replicas > 0) {
+    const int v = config.logical_replicas, first = config.logical_first;
+    if (v < config.world_size || config.logical_count < 1 || first < 0 ||
+        first + config.logical_count > v || (config.world_size == 1 && config.logical_count != v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logical replicas [", first, ", ", first + config.logical_count, ") of ", v,
+                       " for rank ", config.rank, " of ", config.world_size));
+    }
+    return LocalBatch(spec, v).status();
+  }
   return LocalBatch(spec, config.world_size).status();
 }
 
@@ -34,7 +44,9 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const ReplicaConfig& co
   if ((collective == nullptr) != (config.world_size == 1)) {
     return absl::InvalidArgumentError("a collective is needed exactly when there are peers");
   }
-  ASSIGN_OR_RETURN(int local_batch, LocalBatch(spec, config.world_size));
+  const bool logical = config.logical_replicas > 0;
+  ASSIGN_OR_RETURN(int local_batch,
+                   LocalBatch(spec, logical ? config.logical_replicas : config.world_size));
   for (const Dataset* d : {&data->train, &data->test}) {
     RETURN_IF_ERROR(CheckDatasetFitsModel(*d, setup.model.input(), setup.model.num_classes()));
   }
@@ -53,6 +65,10 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const ReplicaConfig& co
                                      local_batch, r->backend_.get(), r->collective_.get(), copts,
                                      !spec.cuda().disable_graphs()));
   r->exec_->set_allreduce_bucket_bytes(AllReduceBucketBytes(spec));
+  if (logical) {
+    RETURN_IF_ERROR(r->exec_->SetLogicalReplicas(config.logical_replicas, config.logical_first,
+                                                 config.logical_count));
+  }
   return r;
 }
 
@@ -81,6 +97,7 @@ absl::StatusOr<StepResult> Replica::Step(const StepCommand& command) {
       command.collective_timeout > absl::ZeroDuration()
           ? std::min(command.collective_timeout, config_.collective_timeout)
           : config_.collective_timeout);
+  if (config_.logical_replicas > 0) return StepLogical(command);
   StepResult r;
   if (command.audit) {  // another rank's shard at this state: gradients only
     exec_->set_capture_local_gradients(true);
@@ -104,6 +121,30 @@ absl::StatusOr<StepResult> Replica::Step(const StepCommand& command) {
   r.step = command.step;
   r.loss = m.loss;
   r.accuracy = m.accuracy;
+  const StepExecutor::Timings& t = exec_->last_timings();
+  r.compute_ms = t.compute * 1000;
+  r.allreduce_ms = t.allreduce * 1000;
+  r.update_ms = t.update * 1000;
+  if (command.want_checksum) {
+    ASSIGN_OR_RETURN(r.param_checksum, exec_->ParamChecksum());
+  }
+  r.step_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+absl::StatusOr<StepResult> Replica::StepLogical(const StepCommand& command) {
+  if (command.audit || command.want_grad_digest) {
+    return absl::FailedPreconditionError("the audit does not support logical replicas");
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(StepMetrics m, exec_->StepReplicas(train_, command.indices, command.keys));
+  StepResult r;
+  r.step = command.step;
+  r.loss = m.loss;
+  r.accuracy = m.accuracy;
+  r.replica_losses = std::move(m.replica_loss);
+  r.replica_accuracies = std::move(m.replica_accuracy);
   const StepExecutor::Timings& t = exec_->last_timings();
   r.compute_ms = t.compute * 1000;
   r.allreduce_ms = t.allreduce * 1000;

@@ -58,7 +58,10 @@ class Replica {
   // ABORTED if command.step is not the replica's next step. After a failed step the
   // replica (its collective, for one) is unusable: drop it. With command.audit, the audit
   // shard's gradients are computed first at the same state (docs/audit.md);
-  // INVALID_ARGUMENT if that shard is not of the local batch's size.
+  // INVALID_ARGUMENT if that shard is not of the local batch's size. With logical
+  // replicas (config().logical_replicas > 0): StepExecutor::StepReplicas on
+  // command.indices and command.keys, each replica's loss in the result;
+  // FAILED_PRECONDITION with an audit or a gradient digest asked for.
   absl::StatusOr<StepResult> Step(const StepCommand& command);
   // Tests only (JobSlot::SetGradientFaultForTesting): a fault on every local gradient.
   void set_gradient_fault(StepExecutor::GradientFault fault) {
@@ -70,6 +73,8 @@ class Replica {
 
  private:
   Replica() = default;
+  // Step's logical-replica path (the step's order and timeout already set).
+  absl::StatusOr<StepResult> StepLogical(const StepCommand& command);
 
   // Destroyed in reverse: the executor first, the backend last.
   ReplicaConfig config_;

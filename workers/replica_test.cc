@@ -2,17 +2,23 @@
 // transfer in pieces, step order, reproducibility and evaluation sums.
 #include "workers/replica.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <latch>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/plan.h"
 #include "core/spec/spec.h"
 #include "core/spec/testing.h"
+#include "core/status_macros.h"
+#include "core/store.h"
 #include "core/testing.h"
 #include "workers/cpu/cpu_backend.h"
+#include "workers/gloo/gloo_collective.h"
 
 namespace lockstep {
 namespace {
@@ -250,6 +256,103 @@ TEST_F(ReplicaTest, StepsAdvanceAndAreBitwiseReproducible) {
   }
   EXPECT_TRUE(after[0] == after[1]);
   EXPECT_EQ(checksums[0], checksums[1]);
+}
+
+TEST_F(ReplicaTest, CheckReplicaConfigRejectsBadLogicalReplicas) {
+  const absl::Duration t = absl::Seconds(30);
+  EXPECT_THAT(CheckReplicaConfig({SmallMlpSpec(2), 1, 2, t, 4, 2, 2}), IsOk());
+  EXPECT_THAT(CheckReplicaConfig({SmallMlpSpec(1), 0, 1, t, 4, 0, 4}), IsOk());
+  for (const ReplicaConfig& c :
+       std::vector<ReplicaConfig>{
+           {SmallMlpSpec(2), 0, 2, t, 1, 0, 1},   // fewer replicas than workers
+           {SmallMlpSpec(2), 1, 2, t, 4, 3, 2},   // past the last replica
+           {SmallMlpSpec(2), 0, 2, t, 4, 0, 0},   // none
+           {SmallMlpSpec(1), 0, 1, t, 4, 0, 2}})  // alone, but not all of them
+  {
+    EXPECT_THAT(CheckReplicaConfig(c),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("logical replicas")))
+        << c.logical_replicas << " " << c.logical_first << " " << c.logical_count;
+  }
+  EXPECT_THAT(CheckReplicaConfig({SmallMlpSpec(1), 0, 1, t, 3, 0, 3}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("global_batch_size")));
+}
+
+// A job on 4 logical replicas: one worker holding all of them and two workers holding two
+// each (threads, Gloo on loopback) end with the same state bytes, checksums and
+// per-replica losses.
+TEST_F(ReplicaTest, LogicalReplicasGiveTheSameBitsOnOneAndTwoWorkers) {
+  const int v = 4;
+  const std::string initial = StateBytes(SomeState(SmallMlpSpec()));
+  struct Run {
+    std::vector<std::string> after;
+    std::vector<uint64_t> checksums;
+    std::vector<float> losses;  // [step][replica]
+  };
+  auto run = [&](int workers) {
+    Run out;
+    out.after.resize(workers);
+    out.checksums.resize(workers);
+    out.losses.assign(3 * v, -1.0f);
+    MemoryStore store;
+    std::vector<absl::Status> status(workers);
+    // Each replica (and its collective) lives until every worker has finished: a rank that
+    // closed its connections while a peer still waited in the last collective would fail
+    // the peer.
+    std::latch finished(workers);
+    std::vector<std::thread> threads;
+    for (int w = 0; w < workers; ++w) {
+      threads.emplace_back([&, w] {
+        std::unique_ptr<Replica> r;
+        status[w] = [&]() -> absl::Status {
+          std::unique_ptr<Collective> collective;
+          if (workers > 1) {
+            GlooOptions options;
+            options.hostname = "127.0.0.1";
+            options.prefix = absl::StrCat("replica_logical_", workers);
+            ASSIGN_OR_RETURN(collective, GlooCollective::Create(w, workers, &store, options));
+          }
+          const int first = w * v / workers, count = v / workers;
+          ASSIGN_OR_RETURN(
+              r, Make({SmallMlpSpec(workers), w, workers, absl::Seconds(30), v, first, count},
+                      std::move(collective)));
+          RETURN_IF_ERROR(r->WriteState(0, initial));
+          r->set_step(3);
+          for (int64_t s = 3; s < 6; ++s) {
+            std::vector<int32_t> idx(32);
+            for (int i = 0; i < 32; ++i) idx[i] = static_cast<int32_t>((s * 131 + i * 17) % 60000);
+            std::vector<rng::Key> keys(v);
+            for (int k = 0; k < v; ++k) keys[k] = {static_cast<uint32_t>(s), uint32_t(k)};
+            const int rows = 32 / v;
+            ASSIGN_OR_RETURN(StepResult res,
+                             r->Step({.step = s,
+                                      .indices = std::span(idx).subspan(first * rows, count * rows),
+                                      .want_checksum = true,
+                                      .keys = std::span(keys).subspan(first, count)}));
+            if (res.replica_losses.size() != size_t(count)) {
+              return absl::InternalError("one loss per local replica expected");
+            }
+            for (int j = 0; j < count; ++j)
+              out.losses[(s - 3) * v + first + j] = res.replica_losses[j];
+            out.checksums[w] = res.param_checksum;
+          }
+          out.after[w] = ReadInPieces(*r, initial.size());
+          return absl::OkStatus();
+        }();
+        finished.arrive_and_wait();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (const absl::Status& s : status) EXPECT_OK(s);
+    return out;
+  };
+  const Run one = run(1), two = run(2);
+  EXPECT_FALSE(one.after[0] == initial);
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_TRUE(two.after[w] == one.after[0]) << "worker " << w;
+    EXPECT_EQ(two.checksums[w], one.checksums[0]) << "worker " << w;
+  }
+  EXPECT_EQ(two.losses, one.losses);
+  EXPECT_EQ(std::count(one.losses.begin(), one.losses.end(), -1.0f), 0);
 }
 
 TEST_F(ReplicaTest, AnAuditShardRecomputedBeforeTheStepHasTheBitsTheStepFeeds) {

@@ -51,6 +51,17 @@ class MeteredCollective final : public Collective {
     }
     return st;
   }
+  absl::Status AllReduceInt64(int64_t* data, size_t n, ReduceOp op,
+                              const CollectiveOptions& options) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status st = inner_->AllReduceInt64(data, n, op, options);
+    if (st.ok()) {
+      metrics_->OnAllReduce(
+          n * sizeof(int64_t),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return st;
+  }
   void Abort(const absl::Status& why) override { inner_->Abort(why); }
 
  private:

@@ -142,6 +142,7 @@ class CpuBackend final : public Backend {
   }
 
   std::string Name() const override { return "cpu"; }
+  bool host_memory() const override { return true; }
 
   absl::StatusOr<Buffer> Allocate(size_t bytes) override {
     void* p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));

@@ -42,9 +42,12 @@ absl::StatusOr<std::unique_ptr<Collective>> GlooCollective::Create(int rank, int
                    gloo_internal::Bootstrap(rank, size, store, options));
   // The ring posts its standing receives at once: a peer already gone makes Gloo throw.
   std::unique_ptr<gloo_internal::RingAllReduce> ring;
+  std::unique_ptr<gloo_internal::RingAllReduceOf<int64_t>> ring64;
   RETURN_IF_ERROR(
-      CallGloo(absl::StrCat(RankName(rank, size), ": post the all-reduce's receives"),
-               [&] { ring = std::make_unique<gloo_internal::RingAllReduce>(context); }));
+      CallGloo(absl::StrCat(RankName(rank, size), ": post the all-reduce's receives"), [&] {
+        ring = std::make_unique<gloo_internal::RingAllReduce>(context);
+        ring64 = std::make_unique<gloo_internal::RingAllReduceOf<int64_t>>(context);
+      }));
   std::unique_ptr<gloo_internal::ShmAllReduce> shm;
   if (size > 1 && options.shared_memory) {
     absl::StatusOr<std::unique_ptr<gloo_internal::ShmAllReduce>> made =
@@ -58,18 +61,20 @@ absl::StatusOr<std::unique_ptr<Collective>> GlooCollective::Create(int rank, int
     shm = *std::move(made);
   }
   // The all-reduce blocks its caller: the queue gives it StartAllReduceSum's overlap.
-  return std::make_unique<QueuedCollective>(std::unique_ptr<Collective>(
-      new GlooCollective(rank, size, std::move(context), std::move(ring), std::move(shm))));
+  return std::make_unique<QueuedCollective>(std::unique_ptr<Collective>(new GlooCollective(
+      rank, size, std::move(context), std::move(ring), std::move(ring64), std::move(shm))));
 }
 
 GlooCollective::GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context,
                                std::unique_ptr<gloo_internal::RingAllReduce> ring,
+                               std::unique_ptr<gloo_internal::RingAllReduceOf<int64_t>> ring64,
                                std::unique_ptr<gloo_internal::ShmAllReduce> shm)
     : rank_(rank),
       size_(size),
       over_shm_(shm != nullptr),
       context_(context),
       ring_(std::move(ring)),
+      ring64_(std::move(ring64)),
       shm_(std::move(shm)),
       abortable_(std::move(context)),
       abortable_shm_(shm_.get()) {}
@@ -77,8 +82,31 @@ GlooCollective::GlooCollective(int rank, int size, std::shared_ptr<gloo::Context
 GlooCollective::~GlooCollective() = default;
 
 absl::Status GlooCollective::AllReduceSum(float* data, size_t n, const CollectiveOptions& options) {
-  absl::MutexLock lock(&mu_);
   const std::string what = absl::StrCat(RankName(rank_, size_), ": all-reduce of ", n, " floats");
+  return RunChecked(what, data, n, options, [&]() -> absl::Status {
+    const auto deadline = Deadline(options.timeout);
+    if (shm_ == nullptr) return CallGloo(what, [&] { ring_->Run(data, n, deadline); });
+    absl::Status status = shm_->Run(data, n, deadline);
+    if (status.ok()) return status;
+    return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
+  });
+}
+
+absl::Status GlooCollective::AllReduceInt64(int64_t* data, size_t n, ReduceOp op,
+                                            const CollectiveOptions& options) {
+  const std::string what = absl::StrCat(RankName(rank_, size_), ": ",
+                                        op == ReduceOp::kSum ? "sum" : "max", " of ", n, " int64s");
+  // Over TCP even where floats go through shared memory (ring64_ is on context_).
+  const bool maximum = op == ReduceOp::kMax;
+  return RunChecked(what, data, n, options, [&] {
+    return CallGloo(what, [&] { ring64_->Run(data, n, Deadline(options.timeout), maximum); });
+  });
+}
+
+absl::Status GlooCollective::RunChecked(const std::string& what, void* data, size_t n,
+                                        const CollectiveOptions& options,
+                                        const std::function<absl::Status()>& run) {
+  absl::MutexLock lock(&mu_);
   {
     absl::MutexLock abort_lock(&abort_mu_);
     if (!aborted_.ok() && error_.ok()) error_ = aborted_;
@@ -97,15 +125,7 @@ absl::Status GlooCollective::AllReduceSum(float* data, size_t n, const Collectiv
   }
   if (n == 0) return absl::OkStatus();
   if (data == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": null data"));
-  const auto deadline = Deadline(options.timeout);
-  absl::Status status;
-  if (shm_ != nullptr) {
-    status = shm_->Run(data, n, deadline);
-    if (!status.ok())
-      status = absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
-  } else {
-    status = CallGloo(what, [&] { ring_->Run(data, n, deadline); });
-  }
+  absl::Status status = run();
   if (!status.ok()) {
     if (absl::Status why = aborted(); !why.ok()) {
       status = absl::AbortedError(absl::StrCat(what, ": aborted: ", why.message()));
@@ -126,6 +146,7 @@ void GlooCollective::Fail(const absl::Status& status) {
   // (a closed connection; a segment whose lock is free) instead of at their timeouts.
   shm_.reset();
   ring_.reset();
+  ring64_.reset();
   context_.reset();
 }
 

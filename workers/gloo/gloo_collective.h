@@ -29,7 +29,9 @@ class Context;
 
 namespace lockstep {
 namespace gloo_internal {
-class RingAllReduce;
+template <typename T>
+class RingAllReduceOf;
+using RingAllReduce = RingAllReduceOf<float>;
 class ShmAllReduce;
 }  // namespace gloo_internal
 
@@ -94,6 +96,10 @@ class GlooCollective final : public Collective {
   // See Collective. Also INVALID_ARGUMENT for a null `data` with n > 0 or a timeout that
   // is not positive, and FAILED_PRECONDITION after an earlier error.
   absl::Status AllReduceSum(float* data, size_t n, const CollectiveOptions& options) override;
+  // The ring of AllReduceSum on int64s (ring_allreduce.h, slots of its own), adding or
+  // taking the maximum. The same errors as AllReduceSum's.
+  absl::Status AllReduceInt64(int64_t* data, size_t n, ReduceOp op,
+                              const CollectiveOptions& options) override;
   // Closes the connections unless an all-reduce is in flight on this rank (see the .cc):
   // peers waiting on this rank fail at once.
   void Abort(const absl::Status& why) override;
@@ -101,10 +107,17 @@ class GlooCollective final : public Collective {
  private:
   GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context,
                  std::unique_ptr<gloo_internal::RingAllReduce> ring,
+                 std::unique_ptr<gloo_internal::RingAllReduceOf<int64_t>> ring64,
                  std::unique_ptr<gloo_internal::ShmAllReduce> shm);
   // Closes everything after an error (under mu_).
   void Fail(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status aborted();  // OK unless Abort was called
+  // Runs `run` (the all-reduce `what`, its errors as Status) under mu_ with
+  // AllReduceSum's checks and its handling of an error: the first one closes the
+  // connections.
+  absl::Status RunChecked(const std::string& what, void* data, size_t n,
+                          const CollectiveOptions& options,
+                          const std::function<absl::Status()>& run);
 
   const int rank_;
   const int size_;
@@ -112,8 +125,9 @@ class GlooCollective final : public Collective {
   absl::Mutex mu_;                                               // held by AllReduceSum throughout
   std::shared_ptr<gloo::Context> context_ ABSL_GUARDED_BY(mu_);  // null after an error
   std::unique_ptr<gloo_internal::RingAllReduce> ring_ ABSL_GUARDED_BY(mu_);  // on context_
-  std::unique_ptr<gloo_internal::ShmAllReduce> shm_ ABSL_GUARDED_BY(mu_);    // null: over TCP
-  absl::Status error_ ABSL_GUARDED_BY(mu_);                                  // the first error
+  std::unique_ptr<gloo_internal::RingAllReduceOf<int64_t>> ring64_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<gloo_internal::ShmAllReduce> shm_ ABSL_GUARDED_BY(mu_);  // null: over TCP
+  absl::Status error_ ABSL_GUARDED_BY(mu_);                                // the first error
   absl::Mutex abort_mu_;  // never held while waiting; taken under mu_, never around it
   std::shared_ptr<gloo::Context> abortable_ ABSL_GUARDED_BY(abort_mu_);    // context_ for Abort
   gloo_internal::ShmAllReduce* abortable_shm_ ABSL_GUARDED_BY(abort_mu_);  // shm_ for Abort

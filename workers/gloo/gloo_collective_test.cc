@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <random>
 #include <thread>
@@ -131,6 +132,52 @@ TEST_P(GlooAllReduceTest, EveryRankEndsBitwiseIdentical) {
       for (size_t i = 0; i < n; ++i) {
         ASSERT_NEAR(data[0][i], exact[i], 1e-5 * (std::fabs(exact[i]) + 4096.0)) << i;
       }
+    }
+  }
+}
+
+// The integer reductions: sums beyond float's and double's 53 bits, maxima with negative
+// values, queued behind a started float all-reduce in the one FIFO.
+TEST_P(GlooAllReduceTest, ReducesInt64sExactlyInTheFifo) {
+  const int size = GetParam();
+  MemoryStore store;
+  Collectives job = CreateJob(size, &store, Loopback("int64"));
+  ASSERT_EQ(job.size(), size);
+  const size_t n = 5003;
+  auto value = [](int r, size_t i) {
+    return (int64_t{1} << 60) / 8 + int64_t(i) * 1000003 - int64_t(r) * 77 - (i % 3 == 0 ? r : 0);
+  };
+  std::vector<std::vector<float>> floats(size, std::vector<float>(n, 1.0f));
+  std::vector<std::vector<int64_t>> sums(size, std::vector<int64_t>(n));
+  std::vector<std::vector<int64_t>> maxima(size, std::vector<int64_t>(n));
+  for (int r = 0; r < size; ++r) {
+    for (size_t i = 0; i < n; ++i) {
+      sums[r][i] = value(r, i);
+      maxima[r][i] = (i % 2 == 0 ? -1 : 1) * value((r + int(i)) % size, i);
+    }
+  }
+  for (const absl::Status& s : RunEach(job.size(), [&](size_t r) -> absl::Status {
+         absl::StatusOr<CollectiveTicket> t =
+             job[r]->StartAllReduceSum(floats[r].data(), n, {.timeout = absl::Seconds(5)});
+         if (!t.ok()) return t.status();
+         absl::Status sum = job[r]->AllReduceInt64(sums[r].data(), n, ReduceOp::kSum, {});
+         if (!sum.ok()) return sum;
+         absl::Status max = job[r]->AllReduceInt64(maxima[r].data(), n, ReduceOp::kMax, {});
+         if (!max.ok()) return max;
+         return job[r]->Wait(*t);
+       })) {
+    ASSERT_OK(s);
+  }
+  for (int r = 0; r < size; ++r) {
+    for (size_t i = 0; i < n; ++i) {
+      int64_t sum = 0, max = std::numeric_limits<int64_t>::min();
+      for (int q = 0; q < size; ++q) {
+        sum += value(q, i);
+        max = std::max(max, (i % 2 == 0 ? -1 : 1) * value((q + int(i)) % size, i));
+      }
+      ASSERT_EQ(sums[r][i], sum) << "rank " << r << " element " << i;
+      ASSERT_EQ(maxima[r][i], max) << "rank " << r << " element " << i;
+      ASSERT_EQ(floats[r][i], float(size));
     }
   }
 }

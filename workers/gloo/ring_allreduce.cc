@@ -1,6 +1,7 @@
 #include "workers/gloo/ring_allreduce.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 
 #include "gloo/common/error.h"
@@ -11,11 +12,16 @@
 namespace lockstep::gloo_internal {
 namespace {
 
-// Slots of our own (a prefix no Gloo algorithm uses), one per stream of messages from the
-// left neighbour: partial sums into the inbox, final sums into the caller's buffer.
+// Slots of our own (a prefix no Gloo algorithm uses), two per element type: one per stream
+// of messages from the left neighbour, partial sums into the inbox and final sums into the
+// caller's buffer. Each element type's ring has its own standing receives.
 constexpr uint8_t kSlotPrefix = 0x4c;  // 'L'
-const uint64_t kReduceScatterSlot = gloo::Slot::build(kSlotPrefix, 0);
-const uint64_t kAllGatherSlot = gloo::Slot::build(kSlotPrefix, 1);
+template <typename T>
+constexpr uint32_t kTypeSlots = std::is_same_v<T, float> ? 0 : 2;
+template <typename T>
+const uint64_t kReduceScatterSlot = gloo::Slot::build(kSlotPrefix, kTypeSlots<T>);
+template <typename T>
+const uint64_t kAllGatherSlot = gloo::Slot::build(kSlotPrefix, kTypeSlots<T> + 1);
 
 // Gloo reads a zero timeout as "none": a deadline already past still waits 1 ms.
 std::chrono::milliseconds Remaining(std::chrono::steady_clock::time_point deadline) {
@@ -26,6 +32,22 @@ std::chrono::milliseconds Remaining(std::chrono::steady_clock::time_point deadli
 
 void AddInto(float* __restrict dst, const float* __restrict src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// Two's complement addition (no signed overflow: callers keep the sums in range), or the
+// maximum.
+void AddInto(int64_t* __restrict dst, const int64_t* __restrict src, size_t n, bool maximum) {
+  if (maximum) {
+    for (size_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    dst[i] = static_cast<int64_t>(static_cast<uint64_t>(dst[i]) + static_cast<uint64_t>(src[i]));
+  }
+}
+
+void AddInto(float* __restrict dst, const float* __restrict src, size_t n, bool) {
+  AddInto(dst, src, n);
 }
 
 // One segment of a chunk: floats [begin, begin + size) of the caller's buffer.
@@ -63,48 +85,55 @@ void Check(bool waited, const char* what) {
 
 }  // namespace
 
-RingAllReduce::RingAllReduce(std::shared_ptr<gloo::Context> context, size_t segment_bytes)
+template <typename T>
+RingAllReduceOf<T>::RingAllReduceOf(std::shared_ptr<gloo::Context> context, size_t segment_bytes)
     : context_(std::move(context)),
-      segment_floats_(std::max<size_t>(1, segment_bytes / sizeof(float))),
+      segment_floats_(std::max<size_t>(1, segment_bytes / sizeof(T))),
       inbox_(segment_floats_ * kWindow) {
-  inbox_buffer_ = context_->createUnboundBuffer(inbox_.data(), inbox_.size() * sizeof(float));
+  inbox_buffer_ = context_->createUnboundBuffer(inbox_.data(), inbox_.size() * sizeof(T));
   if (context_->size == 1) return;
   for (uint64_t g = 0; g < kWindow; ++g) PostInbox(g);
 }
 
-void RingAllReduce::PostInbox(uint64_t message) {
+template <typename T>
+void RingAllReduceOf<T>::PostInbox(uint64_t message) {
   const int left = (context_->rank + context_->size - 1) % context_->size;
-  const size_t slot_bytes = segment_floats_ * sizeof(float);
-  inbox_buffer_->recv(left, kReduceScatterSlot, (message % kWindow) * slot_bytes, slot_bytes);
+  const size_t slot_bytes = segment_floats_ * sizeof(T);
+  inbox_buffer_->recv(left, kReduceScatterSlot<T>, (message % kWindow) * slot_bytes, slot_bytes);
 }
 
-RingAllReduce::~RingAllReduce() = default;
+template <typename T>
+RingAllReduceOf<T>::~RingAllReduceOf() = default;
 
-void RingAllReduce::Exchange(float* data, size_t n,
-                             std::chrono::steady_clock::time_point deadline) {
+template <typename T>
+void RingAllReduceOf<T>::Exchange(T* data, size_t n,
+                                  std::chrono::steady_clock::time_point deadline) {
   const int peer = 1 - context_->rank;
   std::unique_ptr<gloo::transport::UnboundBuffer> buffer =
-      context_->createUnboundBuffer(data, n * sizeof(float));
+      context_->createUnboundBuffer(data, n * sizeof(T));
   const size_t m = (n + segment_floats_ - 1) / segment_floats_;  // segments, none empty
   const auto begin = [n, m](size_t j) { return n * j / m; };
   for (size_t j = 0; j < m; ++j) {
-    buffer->send(peer, kReduceScatterSlot, begin(j) * sizeof(float),
-                 (begin(j + 1) - begin(j)) * sizeof(float));
+    buffer->send(peer, kReduceScatterSlot<T>, begin(j) * sizeof(T),
+                 (begin(j + 1) - begin(j)) * sizeof(T));
   }
   for (size_t j = 0; j < m; ++j) {
     // Sends complete in order: once the j-th has, segment j has left and may be summed.
     Check(buffer->waitSend(Remaining(deadline)), "send");
     Check(inbox_buffer_->waitRecv(Remaining(deadline)), "receive");
     AddInto(data + begin(j), inbox_.data() + (received_ % kWindow) * segment_floats_,
-            begin(j + 1) - begin(j));
+            begin(j + 1) - begin(j), maximum_);
     PostInbox(received_ + kWindow);
     ++received_;
   }
 }
 
-void RingAllReduce::Run(float* data, size_t n, std::chrono::steady_clock::time_point deadline) {
+template <typename T>
+void RingAllReduceOf<T>::Run(T* data, size_t n, std::chrono::steady_clock::time_point deadline,
+                             bool maximum) {
   if (context_->size == 1 || n == 0) return;
-  if (context_->size == 2 && n * sizeof(float) <= kExchangeMaxBytes) {
+  maximum_ = std::is_same_v<T, int64_t> && maximum;
+  if (context_->size == 2 && n * sizeof(T) <= kExchangeMaxBytes) {
     return Exchange(data, n, deadline);
   }
   const int ranks = context_->size, rank = context_->rank;
@@ -114,11 +143,11 @@ void RingAllReduce::Run(float* data, size_t n, std::chrono::steady_clock::time_p
   const size_t m = part.segments();
   const int steps = ranks - 1;  // of reduce-scatter, and of all-gather
   std::unique_ptr<gloo::transport::UnboundBuffer> buffer =
-      context_->createUnboundBuffer(data, n * sizeof(float));
+      context_->createUnboundBuffer(data, n * sizeof(T));
   size_t sends = 0;
   const auto send = [&](uint64_t slot, Segment s) {
     if (s.size == 0) return;
-    buffer->send(right, slot, s.begin * sizeof(float), s.size * sizeof(float));
+    buffer->send(right, slot, s.begin * sizeof(T), s.size * sizeof(T));
     ++sends;
   };
   // All-gather step t brings chunk rank - t, final, from the left: post them all now.
@@ -126,12 +155,12 @@ void RingAllReduce::Run(float* data, size_t n, std::chrono::steady_clock::time_p
     for (size_t j = 0; j < m; ++j) {
       const Segment s = part.Get(chunk(rank - t), j);
       if (s.size > 0) {
-        buffer->recv(left, kAllGatherSlot, s.begin * sizeof(float), s.size * sizeof(float));
+        buffer->recv(left, kAllGatherSlot<T>, s.begin * sizeof(T), s.size * sizeof(T));
       }
     }
   }
   // Reduce-scatter: the left's first segments land in the standing receives at once.
-  for (size_t j = 0; j < m; ++j) send(kReduceScatterSlot, part.Get(chunk(rank), j));
+  for (size_t j = 0; j < m; ++j) send(kReduceScatterSlot<T>, part.Get(chunk(rank), j));
   // Reduce-scatter step t brings chunk rank - 1 - t from the left, summed so far. Reduce
   // each segment into place, then pass it on at once: to the next reduce-scatter step, or,
   // summed over every rank after the last, to the all-gather.
@@ -140,10 +169,11 @@ void RingAllReduce::Run(float* data, size_t n, std::chrono::steady_clock::time_p
       const Segment s = part.Get(chunk(rank - 1 - t), j);
       if (s.size == 0) continue;
       Check(inbox_buffer_->waitRecv(Remaining(deadline)), "reduce-scatter receive");
-      AddInto(data + s.begin, inbox_.data() + (received_ % kWindow) * segment_floats_, s.size);
+      AddInto(data + s.begin, inbox_.data() + (received_ % kWindow) * segment_floats_, s.size,
+              maximum_);
       PostInbox(received_ + kWindow);
       ++received_;
-      send(t + 1 < steps ? kReduceScatterSlot : kAllGatherSlot, s);
+      send(t + 1 < steps ? kReduceScatterSlot<T> : kAllGatherSlot<T>, s);
     }
   }
   // All-gather: forward what arrives (step t's chunk is step t + 1's to send).
@@ -152,10 +182,13 @@ void RingAllReduce::Run(float* data, size_t n, std::chrono::steady_clock::time_p
       const Segment s = part.Get(chunk(rank - t), j);
       if (s.size == 0) continue;
       Check(buffer->waitRecv(Remaining(deadline)), "all-gather receive");
-      if (t + 1 < steps) send(kAllGatherSlot, s);
+      if (t + 1 < steps) send(kAllGatherSlot<T>, s);
     }
   }
   for (size_t i = 0; i < sends; ++i) Check(buffer->waitSend(Remaining(deadline)), "send");
 }
+
+template class RingAllReduceOf<float>;
+template class RingAllReduceOf<int64_t>;
 
 }  // namespace lockstep::gloo_internal

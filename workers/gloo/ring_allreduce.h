@@ -18,6 +18,10 @@
 // In the ring (3 or more ranks) element i of chunk c is summed from rank c on, in ring
 // order: deterministic for a given ring size and n, and bitwise the same on every rank.
 //
+// RingAllReduceOf<int64_t> is the same algorithm on int64s (the exact sums of
+// core/exact_sum.h, and their scales' maximum), on slots of its own: the two element types' rings
+// share a context but never each other's messages.
+//
 // Thread safety: none; one call at a time (GlooCollective serializes them). Run throws
 // what Gloo throws (GlooCollective maps it to a Status).
 #ifndef LOCKSTEP_WORKERS_GLOO_RING_ALLREDUCE_H_
@@ -46,7 +50,8 @@ inline size_t RingChunkBegin(size_t n, int ranks, int chunk) {
   return n / ranks * chunk + std::min<size_t>(chunk, n % ranks);
 }
 
-class RingAllReduce {
+template <typename T>  // float or int64_t
+class RingAllReduceOf {
  public:
   // The largest segment, in bytes, that one message carries.
   static constexpr size_t kDefaultSegmentBytes = 1 << 20;
@@ -57,28 +62,34 @@ class RingAllReduce {
   static constexpr size_t kExchangeMaxBytes = 1 << 20;
 
   // Posts the inbox's standing receives (throws what Gloo throws).
-  explicit RingAllReduce(std::shared_ptr<gloo::Context> context,
-                         size_t segment_bytes = kDefaultSegmentBytes);
-  ~RingAllReduce();
+  explicit RingAllReduceOf(std::shared_ptr<gloo::Context> context,
+                           size_t segment_bytes = kDefaultSegmentBytes);
+  ~RingAllReduceOf();
 
   // Sums data[0, n) across the ranks in place. Every wait ends by `deadline` (Gloo then
   // throws its timeout). All ranks must call with the same n, in the same order.
-  void Run(float* data, size_t n, std::chrono::steady_clock::time_point deadline);
+  // `maximum` (int64 only): the element-wise maximum instead of the sum.
+  void Run(T* data, size_t n, std::chrono::steady_clock::time_point deadline, bool maximum = false);
 
  private:
-  void Exchange(float* data, size_t n, std::chrono::steady_clock::time_point deadline);
+  void Exchange(T* data, size_t n, std::chrono::steady_clock::time_point deadline);
   // Posts the receive of reduce-scatter message `message` (counted over all calls) from
   // the left into inbox slot message % kWindow.
   void PostInbox(uint64_t message);
 
   const std::shared_ptr<gloo::Context> context_;
-  const size_t segment_floats_;
-  std::vector<float> inbox_;  // kWindow segments
+  const size_t segment_floats_;  // elements (of T) per segment
+  std::vector<T> inbox_;         // kWindow segments
   std::unique_ptr<gloo::transport::UnboundBuffer> inbox_buffer_;
   // Reduce-scatter messages consumed over all calls; receives stand posted for the next
   // kWindow.
   uint64_t received_ = 0;
+  bool maximum_ = false;  // the current Run's reduction
 };
+
+using RingAllReduce = RingAllReduceOf<float>;
+extern template class RingAllReduceOf<float>;
+extern template class RingAllReduceOf<int64_t>;
 
 }  // namespace lockstep::gloo_internal
 

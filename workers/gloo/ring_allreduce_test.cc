@@ -93,6 +93,55 @@ TEST_P(RingAllReduceTest, SumsOddSizesInTheRingsOrderOnEveryRank) {
   }
 }
 
+// The int64 ring (ExactSum's sums and maxima) on the same contexts as the float ring,
+// calls of the two alternating: each reduces exactly on its own slots, large values
+// included.
+TEST_P(RingAllReduceTest, Int64RingSumsExactlyBesideTheFloatRing) {
+  const int ranks = GetParam();
+  MemoryStore store;
+  std::vector<std::unique_ptr<RingAllReduce>> floats(ranks);
+  std::vector<std::unique_ptr<RingAllReduceOf<int64_t>>> ints(ranks);
+  OnEveryRank(ranks, [&](int r) {
+    absl::StatusOr<std::shared_ptr<gloo::Context>> context =
+        Bootstrap(r, ranks, &store, Loopback("int64_ring"));
+    ASSERT_TRUE(context.ok()) << context.status();
+    floats[r] = std::make_unique<RingAllReduce>(*context, 64);
+    ints[r] = std::make_unique<RingAllReduceOf<int64_t>>(*context, 64);
+  });
+  auto value = [](int r, size_t i) {
+    return (int64_t{1} << 58) + int64_t(i) * 7919 - int64_t(r) * 104729;
+  };
+  for (size_t n : {size_t{1}, size_t{5}, size_t{1001}, size_t{200003}}) {
+    std::vector<std::vector<int64_t>> x(ranks, std::vector<int64_t>(n));
+    std::vector<std::vector<float>> f(ranks, std::vector<float>(n, 1.0f));
+    for (int r = 0; r < ranks; ++r) {
+      for (size_t i = 0; i < n; ++i) x[r][i] = value(r, i);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    std::vector<std::vector<int64_t>> m(ranks, std::vector<int64_t>(n));
+    for (int r = 0; r < ranks; ++r) {
+      for (size_t i = 0; i < n; ++i) m[r][i] = -value((r + int(i)) % ranks, i);
+    }
+    OnEveryRank(ranks, [&](int r) {
+      floats[r]->Run(f[r].data(), n, deadline);
+      ints[r]->Run(x[r].data(), n, deadline);
+      ints[r]->Run(m[r].data(), n, deadline, /*maximum=*/true);
+      floats[r]->Run(f[r].data(), n, deadline);
+    });
+    for (int r = 0; r < ranks; ++r) {
+      for (size_t i = 0; i < n; ++i) {
+        int64_t want = 0;
+        for (int q = 0; q < ranks; ++q) want += value(q, i);
+        ASSERT_EQ(x[r][i], want) << "n " << n << " rank " << r << " element " << i;
+        ASSERT_EQ(m[r][i],
+                  -value(0, i) > -value(ranks - 1, i) ? -value(0, i) : -value(ranks - 1, i))
+            << "max, n " << n << " rank " << r << " element " << i;
+        ASSERT_EQ(f[r][i], float(ranks * ranks)) << "n " << n << " rank " << r;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, RingAllReduceTest, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return absl::StrCat(info.param, "Ranks"); });
 

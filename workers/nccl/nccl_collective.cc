@@ -50,6 +50,18 @@ class NcclCollective final : public Collective {
   void Abort(const absl::Status& why) override { watchdog_.RequestAbort(why); }
 
   absl::Status AllReduceSum(float* data, size_t n, const CollectiveOptions& options) override {
+    return RunSynchronously(data, n, ncclFloat, ncclSum, options);
+  }
+
+  absl::Status AllReduceInt64(int64_t* data, size_t n, ReduceOp op,
+                              const CollectiveOptions& options) override {
+    return RunSynchronously(data, n, ncclInt64, op == ReduceOp::kSum ? ncclSum : ncclMax, options);
+  }
+
+  // On the backend's stream, behind the started all-reduces; waits for it unless the
+  // stream is being captured.
+  absl::Status RunSynchronously(void* data, size_t n, ncclDataType_t type, ncclRedOp_t op,
+                                const CollectiveOptions& options) {
     RETURN_IF_ERROR(watchdog_.Check(absl::ZeroDuration()));
     RETURN_IF_ERROR(comm_->error());
     if (n == 0) return absl::OkStatus();
@@ -58,7 +70,7 @@ class NcclCollective final : public Collective {
     if (started_ > joined_ticket_) RETURN_IF_ERROR(Join());
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(backend_->stream(), &capture));
-    RETURN_IF_ERROR(Enqueue(data, n, options, backend_->stream()));
+    RETURN_IF_ERROR(Enqueue(data, n, type, op, options, backend_->stream()));
     if (capture != cudaStreamCaptureStatusNone) return absl::OkStatus();
     return backend_->Synchronize();
   }
@@ -79,7 +91,7 @@ class NcclCollective final : public Collective {
     if (n == 0) return ticket;
     CUDA_RETURN_IF_ERROR(cudaEventRecord(ready_, backend_->stream()));
     CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(comm_stream_, ready_, 0));
-    RETURN_IF_ERROR(Enqueue(data, n, options, comm_stream_));
+    RETURN_IF_ERROR(Enqueue(data, n, ncclFloat, ncclSum, options, comm_stream_));
     return ticket;
   }
 
@@ -104,12 +116,11 @@ class NcclCollective final : public Collective {
     return absl::OkStatus();
   }
 
-  // Queues ncclAllReduce (float, sum, in place) on `stream`, the watchdog armed for it.
-  absl::Status Enqueue(float* data, size_t n, const CollectiveOptions& options,
-                       cudaStream_t stream) {
+  // Queues ncclAllReduce (in place) on `stream`, the watchdog armed for it.
+  absl::Status Enqueue(void* data, size_t n, ncclDataType_t type, ncclRedOp_t op,
+                       const CollectiveOptions& options, cudaStream_t stream) {
     watchdog_.Arm(options.timeout);
-    const ncclResult_t result =
-        ncclAllReduce(data, data, n, ncclFloat, ncclSum, comm_->get(), stream);
+    const ncclResult_t result = ncclAllReduce(data, data, n, type, op, comm_->get(), stream);
     if (result != ncclSuccess && result != ncclInProgress) {
       const absl::Status status =
           NcclStatus(result, "ncclAllReduce", __FILE__, __LINE__, comm_->get());

@@ -1,7 +1,8 @@
 // The NCCL collective: Collective::AllReduceSum as ncclAllReduce on a CUDA backend's
 // stream, so that a step's all-reduce queues behind its backward pass and can be
 // captured into the step's CUDA graph. Bootstraps through a Store (rank 0 publishes
-// NCCL's unique id). This header includes no CUDA or NCCL header.
+// NCCL's unique id). AllReduceInt64 is ncclAllReduce on ncclInt64 with ncclSum or
+// ncclMax, synchronous as AllReduceSum. This header includes no CUDA or NCCL header.
 #ifndef LOCKSTEP_WORKERS_NCCL_NCCL_COLLECTIVE_H_
 #define LOCKSTEP_WORKERS_NCCL_NCCL_COLLECTIVE_H_
 

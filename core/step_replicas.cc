@@ -1,0 +1,218 @@
+// StepExecutor's logical replicas (docs/elastic.md): the step of a job on V logical
+// replicas for the range of them this executor holds. Each local replica has a workspace
+// of its own at batch B/V, its own dropout keys and gradients; forward and backward go
+// layer by layer over the local replicas, so that a BatchNorm layer reduces all of their
+// statistics at once, exactly (core/exact_sum.h) over all V, before any normalizes. The
+// gradients are summed exactly the same way, divided by V, and applied once to the one
+// train state. Every reduction's result is a function of the V replicas' contributions
+// alone, and each replica's arithmetic depends only on its shapes and the backend's
+// threads: the bits are the same whichever worker computes which replica.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "core/step.h"
+#include "core/step_workspace.h"
+
+namespace lockstep {
+
+using step_internal::FirstParamLayer;
+using step_internal::NormRows;
+
+absl::Status StepExecutor::SetLogicalReplicas(int total, int first, int count) {
+  const int ranks = collective_ != nullptr ? collective_->size() : 1;
+  // Alone (no collective), this executor must hold every replica.
+  if (count < 1 || first < 0 || first + count > total || total < ranks ||
+      (ranks == 1 && count != total)) {
+    return absl::InvalidArgumentError(absl::StrCat("logical replicas [", first, ", ", first + count,
+                                                   ") are not a range of ", total,
+                                                   " logical replicas over ", ranks, " workers"));
+  }
+  if (!backend_->host_memory()) {
+    return absl::UnimplementedError(
+        absl::StrCat(backend_->Name(),
+                     ": logical replicas need a backend with host memory (their exact "
+                     "reduction's arithmetic runs on the host)"));
+  }
+  logical_ = {total, first, count};
+  exact_ = std::make_unique<ExactSum>(collective_, total);
+  replica_ws_.clear();
+  replica_grads_.clear();
+  replica_keys_.clear();
+  int keys = 0;
+  for (int slot : dropout_slot_) keys = std::max(keys, slot + 1);
+  for (int j = 0; j < count; ++j) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Workspace> ws, NewWorkspace(local_batch_, true));
+    replica_ws_.push_back(std::move(ws));
+    ASSIGN_OR_RETURN(Buffer k, backend_->Allocate(std::max(keys, 1) * sizeof(rng::Key)));
+    replica_keys_.push_back(std::move(k));
+    if (j == 0) continue;  // replica 0's gradients: grads_
+    ASSIGN_OR_RETURN(Buffer g, backend_->Allocate(param_count() * sizeof(float)));
+    replica_grads_.push_back(std::move(g));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepExecutor::ExactSumInto(const std::vector<float*>& local, size_t size) {
+  const std::vector<const float*> in(local.begin(), local.end());
+  RETURN_IF_ERROR(exact_->Sum(in, size, local[0], collective_options_));
+  for (size_t j = 1; j < local.size(); ++j) std::memcpy(local[j], local[0], size * sizeof(float));
+  return absl::OkStatus();
+}
+
+absl::Status StepExecutor::BatchNormForwardReplicas(size_t i) {
+  const Layer& l = model_.layers()[i];
+  const int c = l.in.c, rows = local_batch_ * NormRows(l);
+  const auto& entries = model_.layout().entries();
+  auto param = [&](int index) {
+    return index < 0 ? nullptr : params_.as() + entries[index].offset;
+  };
+  auto input = [&](Workspace& ws) { return i == 0 ? ws.input.as() : ws.out[i - 1]; };
+  std::vector<float*> moments;  // per local replica: [E[x], E[x^2]] over its rows
+  for (auto& ws : replica_ws_) {
+    float* bn = ws->bn[i];
+    RETURN_IF_ERROR(backend_->BatchNormMoments(rows, c, input(*ws), bn + 5 * c, bn));
+    moments.push_back(bn);
+  }
+  // lax.pmean over the V replicas: the exact sum, then a division by V.
+  RETURN_IF_ERROR(ExactSumInto(moments, 2 * c));
+  for (auto& ws : replica_ws_) {
+    float* bn = ws->bn[i];
+    RETURN_IF_ERROR(backend_->Divide(2 * c, static_cast<float>(logical_.total), bn));
+    RETURN_IF_ERROR(backend_->BatchNormVariance(c, bn, bn + 2 * c));
+    RETURN_IF_ERROR(backend_->BatchNormApply(rows, c, l.epsilon, input(*ws), bn, bn + 2 * c,
+                                             param(l.scale), param(l.bias), ws->out[i]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepExecutor::ForwardReplicas(const DeviceDataset& data) {
+  for (auto& ws : replica_ws_) RETURN_IF_ERROR(GatherBatch(*ws, data, local_batch_));
+  for (size_t i = 0; i < model_.layers().size(); ++i) {
+    if (model_.layers()[i].kind == LayerKind::kBatchNorm) {
+      RETURN_IF_ERROR(BatchNormForwardReplicas(i));
+      continue;
+    }
+    for (size_t j = 0; j < replica_ws_.size(); ++j) {
+      RETURN_IF_ERROR(
+          ForwardLayer(*replica_ws_[j], i, local_batch_, true, replica_keys_[j].as<rng::Key>()));
+    }
+  }
+  for (auto& ws : replica_ws_) RETURN_IF_ERROR(Loss(*ws, local_batch_));
+  return absl::OkStatus();
+}
+
+absl::Status StepExecutor::BatchNormBackwardReplicas(int i, std::vector<float*>& dy) {
+  const Layer& l = model_.layers()[i];
+  const int c = l.in.c, rows = local_batch_ * NormRows(l);
+  const auto& entries = model_.layout().entries();
+  auto at = [&](float* base, int index) {
+    return index < 0 ? nullptr : base + entries[index].offset;
+  };
+  std::vector<float*> sums;  // per local replica: its sums of dy and dy * (x - mean)
+  for (size_t j = 0; j < replica_ws_.size(); ++j) {
+    Workspace& ws = *replica_ws_[j];
+    float* grads = j == 0 ? grads_.as() : replica_grads_[j - 1].as();
+    const float* x = i == 0 ? ws.input.as() : ws.out[i - 1];
+    float* bn = ws.bn[i];
+    RETURN_IF_ERROR(backend_->BatchNormBackwardReduce(rows, c, l.epsilon, x, dy[j], bn, bn + 2 * c,
+                                                      bn + 5 * c, bn + 3 * c, at(grads, l.scale),
+                                                      at(grads, l.bias)));
+    sums.push_back(bn + 3 * c);
+  }
+  if (replica_ws_[0]->din[i] == nullptr) return absl::OkStatus();  // no input gradient
+  // The transpose of the statistics' pmean: every replica's cotangents, summed exactly.
+  RETURN_IF_ERROR(ExactSumInto(sums, 2 * c));
+  for (size_t j = 0; j < replica_ws_.size(); ++j) {
+    Workspace& ws = *replica_ws_[j];
+    const float* x = i == 0 ? ws.input.as() : ws.out[i - 1];
+    float* bn = ws.bn[i];
+    RETURN_IF_ERROR(backend_->BatchNormBackwardApply(rows, c, l.epsilon, logical_.total, x, dy[j],
+                                                     bn, bn + 2 * c, at(params_.as(), l.scale),
+                                                     bn + 3 * c, ws.din[i]));
+    dy[j] = ws.din[i];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepExecutor::BackwardReplicas() {
+  std::vector<float*> dy;
+  for (auto& ws : replica_ws_) dy.push_back(ws->dlogits.as());
+  const int first = FirstParamLayer(model_);
+  for (int i = static_cast<int>(model_.layers().size()) - 1; i >= first; --i) {
+    if (model_.layers()[i].kind == LayerKind::kBatchNorm) {
+      RETURN_IF_ERROR(BatchNormBackwardReplicas(i, dy));
+      continue;
+    }
+    for (size_t j = 0; j < replica_ws_.size(); ++j) {
+      float* grads = j == 0 ? grads_.as() : replica_grads_[j - 1].as();
+      RETURN_IF_ERROR(BackwardLayer(*replica_ws_[j], i, local_batch_, grads, dy[j], {}));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepMetrics> StepExecutor::StepReplicas(const DeviceDataset& data,
+                                                       std::span<const int32_t> indices,
+                                                       std::span<const rng::Key> keys) {
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  if (logical_.total == 0) {
+    return absl::FailedPreconditionError("StepReplicas before SetLogicalReplicas");
+  }
+  if (capture_ || fault_) {
+    return absl::FailedPreconditionError("gradient taps are not supported with logical replicas");
+  }
+  const int k = logical_.count;
+  if (indices.size() != static_cast<size_t>(k) * local_batch_ || keys.size() != size_t(k)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step has ", indices.size(), " samples and ", keys.size(), " keys; these ", k,
+                     " logical replicas take ", k * local_batch_, " samples (", local_batch_,
+                     " each) and ", k, " keys"));
+  }
+  // Prepare writes the optimizer's scalars (the same each time) and replica j's keys into
+  // step_args_; the keys are copied to the replica's own buffer (host memory).
+  const size_t key_bytes = replica_keys_[0].bytes();
+  for (int j = 0; j < k; ++j) {
+    RETURN_IF_ERROR(
+        Prepare(*replica_ws_[j], data, indices.subspan(j * local_batch_, local_batch_), keys[j]));
+    std::memcpy(replica_keys_[j].as<void>(), step_args_.as<unsigned char>() + sizeof(UpdateScalars),
+                std::min(key_bytes, step_args_.bytes() - sizeof(UpdateScalars)));
+  }
+  const auto t0 = Clock::now();
+  RETURN_IF_ERROR(ForwardReplicas(data));
+  RETURN_IF_ERROR(BackwardReplicas());
+  const auto t1 = Clock::now();
+  std::vector<float*> grads = {grads_.as()};
+  for (Buffer& g : replica_grads_) grads.push_back(g.as());
+  const std::vector<const float*> local(grads.begin(), grads.end());
+  const size_t n = param_count();
+  RETURN_IF_ERROR(exact_->Sum(local, n, grads_.as(), collective_options_));
+  // pmean: the sum over the V replicas, then a division (not a multiply) by V.
+  RETURN_IF_ERROR(backend_->Divide(n, static_cast<float>(logical_.total), grads_.as()));
+  const auto t2 = Clock::now();
+  std::vector<float*> slots;
+  for (Buffer& s : slots_) slots.push_back(s.as());
+  RETURN_IF_ERROR(optimizer_.Apply(*backend_, n, step_args_.as<UpdateScalars>(),
+                                   update_scratch_.as<void>(), grads_.as(), slots, params_.as()));
+  RETURN_IF_ERROR(UpdateBatchStats(replica_ws_[0]->bn));
+  timings_ = {seconds(t0, t1), seconds(t1, t2), seconds(t2, Clock::now())};
+  StepMetrics metrics;
+  for (auto& ws : replica_ws_) {
+    ASSIGN_OR_RETURN(StepMetrics m, Finish(*ws, local_batch_));
+    metrics.replica_loss.push_back(m.loss);
+    metrics.replica_accuracy.push_back(m.accuracy);
+    metrics.loss += m.loss;
+    metrics.accuracy += m.accuracy;
+  }
+  metrics.loss /= static_cast<float>(k);
+  metrics.accuracy /= static_cast<float>(k);
+  ++step_;
+  return metrics;
+}
+
+}  // namespace lockstep

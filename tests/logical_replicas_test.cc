@@ -1,0 +1,219 @@
+// Logical replicas (docs/elastic.md): one job on V = 4 logical replicas (a BatchNorm
+// convnet with dropout, tools/reference/golden_replicas.py) computed by 1, 2, 3 and 4
+// workers in this process (threads joined by Gloo over loopback, a MemoryStore), each
+// worker a contiguous range of the replicas. Every run must end with bitwise the same
+// params, batch_stats and optimizer state and report bitwise the same per-replica losses,
+// and those must stay within 1e-5 of JAX's pmap on 4 devices at every step.
+#include <algorithm>
+#include <cstring>
+#include <latch>
+#include <thread>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "core/plan.h"
+#include "core/status_macros.h"
+#include "core/store.h"
+#include "core/testing.h"
+#include "tests/golden.h"
+#include "workers/cpu/cpu_backend.h"
+#include "workers/gloo/gloo_collective.h"
+
+namespace lockstep {
+namespace {
+
+using testing::GoldenParams;
+using ::testing::HasSubstr;
+using testing::StatusIs;
+
+using Golden = testing::SpecGolden;
+
+constexpr char kFile[] = "replicas_pmap4.safetensors";
+constexpr int kThreads = 2;  // every worker's backend alike, wherever a replica runs
+
+// One job's run: every logical replica's loss per step, and each worker's final state.
+struct JobRun {
+  std::vector<std::vector<float>> losses;  // [step][replica]
+  std::vector<TrainState> states;          // per worker
+  std::vector<absl::Status> status;        // per worker
+};
+
+// Worker w of `workers` holds replicas [w * V / workers, (w + 1) * V / workers). Its
+// collective lives until every worker has finished (`finished`): a rank that closed its
+// connections while a peer still waited in the last collective would fail the peer.
+void RunWorker(const Golden& g, const Dataset& data, int workers, int w, Store* store,
+               const std::string& prefix, std::latch* finished, JobRun* run) {
+  std::unique_ptr<Collective> collective;
+  run->status[w] = [&]() -> absl::Status {
+    const Model& m = g.setup.model;
+    const int v = static_cast<int>(g.spec.workers()),
+              b = static_cast<int>(g.spec.global_batch_size());
+    const int first = w * v / workers, count = (w + 1) * v / workers - first;
+    if (workers > 1) {
+      GlooOptions options;
+      options.hostname = "127.0.0.1";
+      options.prefix = prefix;
+      ASSIGN_OR_RETURN(collective, GlooCollective::Create(w, workers, store, options));
+    }
+    auto backend = NewCpuBackend(kThreads);
+    ASSIGN_OR_RETURN(auto exec, StepExecutor::Create(m, g.setup.optimizer, g.setup.impl, b / v,
+                                                     backend.get(), collective.get()));
+    ASSIGN_OR_RETURN(DeviceDataset d, exec->Upload(data));
+    TrainingPlan plan(g.spec.seed(), g.spec.dropout_seed(), g.setup.impl, data.size, b, v);
+    RETURN_IF_ERROR(exec->SetState(TrainState::Create(m.Init(plan.init_key(), g.setup.impl),
+                                                      g.setup.optimizer, m.InitStats())));
+    RETURN_IF_ERROR(exec->SetLogicalReplicas(v, first, count));
+    for (uint64_t s = 0; s < g.spec.steps(); ++s) {
+      const StepPlan p = plan.Next();
+      const std::span<const int32_t> rows(p.indices.data() + first * (b / v), count * (b / v));
+      const std::span<const rng::Key> keys(p.keys.data() + first, count);
+      ASSIGN_OR_RETURN(StepMetrics metrics, exec->StepReplicas(d, rows, keys));
+      for (int j = 0; j < count; ++j) run->losses[s][first + j] = metrics.replica_loss[j];
+    }
+    ASSIGN_OR_RETURN(run->states[w], exec->GetState());
+    return absl::OkStatus();
+  }();
+  finished->arrive_and_wait();
+}
+
+JobRun RunJob(const Golden& g, const Dataset& data, int workers) {
+  static int job = 0;
+  const std::string prefix = absl::StrCat("logical_replicas_", job++);
+  MemoryStore store;
+  JobRun run;
+  run.losses.assign(g.spec.steps(), std::vector<float>(g.spec.workers(), -1.0f));
+  run.states.resize(workers);
+  run.status.resize(workers);
+  std::latch finished(workers);
+  std::vector<std::thread> threads;
+  for (int w = 1; w < workers; ++w) {
+    threads.emplace_back(RunWorker, std::cref(g), std::cref(data), workers, w, &store,
+                         std::cref(prefix), &finished, &run);
+  }
+  RunWorker(g, data, workers, 0, &store, prefix, &finished, &run);
+  for (std::thread& t : threads) t.join();
+  return run;
+}
+
+std::vector<uint32_t> Bits(const std::vector<float>& x) {
+  std::vector<uint32_t> bits(x.size());
+  std::memcpy(bits.data(), x.data(), x.size() * sizeof(float));
+  return bits;
+}
+
+void ExpectBitwiseEqual(const TrainState& a, const TrainState& b, const std::string& what) {
+  EXPECT_EQ(a.step, b.step) << what;
+  EXPECT_EQ(Bits(a.params), Bits(b.params)) << what << ": params";
+  EXPECT_EQ(Bits(a.batch_stats), Bits(b.batch_stats)) << what << ": batch_stats";
+  ASSERT_EQ(a.slots.size(), b.slots.size()) << what;
+  for (size_t i = 0; i < a.slots.size(); ++i) {
+    EXPECT_EQ(Bits(a.slots[i]), Bits(b.slots[i])) << what << ": optimizer slot " << i;
+  }
+}
+
+TEST(LogicalReplicas, SameBitsOnOneTwoThreeAndFourWorkers) {
+  ASSERT_OK_AND_ASSIGN(Golden g, testing::ReadSpecGolden(kFile));
+  ASSERT_EQ(g.spec.workers(), 4u);
+  const Dataset data = testing::GoldenDataset(g.st, "data");
+  const JobRun one = RunJob(g, data, 1);
+  ASSERT_OK(one.status[0]);
+  EXPECT_EQ(one.states[0].step, static_cast<int64_t>(g.spec.steps()));
+  for (int workers : {2, 3, 4}) {
+    const JobRun run = RunJob(g, data, workers);
+    for (int w = 0; w < workers; ++w) {
+      ASSERT_OK(run.status[w]);
+      ExpectBitwiseEqual(run.states[w], one.states[0],
+                         absl::StrCat(workers, " workers, worker ", w, " vs 1 worker"));
+    }
+    for (size_t s = 0; s < one.losses.size(); ++s) {
+      EXPECT_EQ(Bits(run.losses[s]), Bits(one.losses[s])) << workers << " workers, step " << s;
+    }
+  }
+}
+
+// The params whose gradient is zero but for rounding: the biases right before a BatchNorm
+// (as golden_batchnorm_test.cc's).
+bool ShiftedAway(const Model& m, const std::string& name) {
+  for (size_t i = 0; i + 1 < m.layers().size(); ++i) {
+    const Layer& l = m.layers()[i];
+    if (l.bias >= 0 && m.layers()[i + 1].kind == LayerKind::kBatchNorm &&
+        m.layout().entries()[l.bias].name == name) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Every tensor within 1e-5 (relative L2), the shifted-away biases within 1e-5 absolute.
+void ExpectWithin1e5(const Model& m, const ParamLayout& layout, const std::vector<float>& got,
+                     const std::vector<float>& want) {
+  for (const ParamEntry& e : layout.entries()) {
+    const std::span<const float> a(got.data() + e.offset, e.size),
+        b(want.data() + e.offset, e.size);
+    if (ShiftedAway(m, e.name)) {
+      EXPECT_LE(testing::MaxAbsDiff(a, b), 1e-5) << e.name;
+    } else {
+      EXPECT_LE(testing::RelativeL2(a, b), 1e-5) << e.name;
+    }
+  }
+}
+
+TEST(LogicalReplicas, FourReplicasOnTwoWorkersMatchPmapOnFourDevices) {
+  ASSERT_OK_AND_ASSIGN(Golden g, testing::ReadSpecGolden(kFile));
+  const Model& m = g.setup.model;
+  const Dataset data = testing::GoldenDataset(g.st, "data");
+  const JobRun run = RunJob(g, data, 2);
+  ASSERT_OK(run.status[0]);
+  ASSERT_OK(run.status[1]);
+  const std::vector<float> losses = *g.st.F32("train.losses");  // [steps, V]
+  const size_t v = g.spec.workers();
+  ASSERT_EQ(losses.size(), run.losses.size() * v);
+  for (size_t s = 0; s < run.losses.size(); ++s) {
+    for (size_t r = 0; r < v; ++r) {
+      const float want = losses[s * v + r];
+      EXPECT_NEAR(run.losses[s][r], want, 1e-5 * std::fabs(want))
+          << "step " << s << " replica " << r;
+    }
+  }
+  const TrainState& state = run.states[0];
+  ExpectWithin1e5(m, m.layout(), state.params, GoldenParams(g.st, m, "train.params."));
+  ASSERT_EQ(state.slots.size(), 1u);  // sgd's momentum
+  ExpectWithin1e5(m, m.layout(), state.slots[0], GoldenParams(g.st, m, "train.trace."));
+  std::vector<float> stats(m.stats_layout().total());
+  for (const ParamEntry& e : m.stats_layout().entries()) {
+    auto t = g.st.F32("train.stats." + e.name);
+    ASSERT_TRUE(t.ok() && t->size() == e.size) << e.name;
+    std::copy(t->begin(), t->end(), stats.begin() + e.offset);
+  }
+  ExpectWithin1e5(m, m.stats_layout(), state.batch_stats, stats);
+}
+
+TEST(LogicalReplicas, RejectsBadRangesAndSteps) {
+  ASSERT_OK_AND_ASSIGN(Golden g, testing::ReadSpecGolden(kFile));
+  const Model& m = g.setup.model;
+  auto backend = NewCpuBackend(1);
+  ASSERT_OK_AND_ASSIGN(auto exec, StepExecutor::Create(m, g.setup.optimizer, g.setup.impl, 4,
+                                                       backend.get(), nullptr));
+  const Dataset data = testing::GoldenDataset(g.st, "data");
+  ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(data));
+  ASSERT_OK(exec->SetState(
+      TrainState::Create(m.Init(TrainingPlan::InitKey(1, g.setup.impl), g.setup.impl),
+                         g.setup.optimizer, m.InitStats())));
+  std::vector<int32_t> rows(16, 0);
+  std::vector<rng::Key> keys(4);
+  EXPECT_THAT(exec->StepReplicas(d, rows, keys),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("SetLogicalReplicas")));
+  for (auto [total, first, count] :
+       {std::tuple{4, 3, 2}, {4, -1, 1}, {4, 0, 0}, {0, 0, 1}, {4, 1, 2}}) {
+    EXPECT_THAT(exec->SetLogicalReplicas(total, first, count),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("logical replicas")));
+  }
+  ASSERT_OK(exec->SetLogicalReplicas(4, 0, 4));
+  EXPECT_THAT(exec->StepReplicas(d, std::span<const int32_t>(rows.data(), 8), keys),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("take 16 samples")));
+  ASSERT_OK(exec->StepReplicas(d, rows, keys).status());
+  EXPECT_EQ(exec->step(), 1);
+}
+
+}  // namespace
+}  // namespace lockstep
