@@ -1,7 +1,7 @@
 // The data plane's all-reduce against raw Gloo on the same transport (issue 23): 2 ranks
 // as threads of this process on loopback TCP, each joined through Lockstep's bootstrap
 // (the authenticated pairs of workers/gloo/auth_transport.h), float32 sums of 4 KiB to
-// 64 MiB (and the MLP's 2.68 MB of gradients). Per size:
+// 64 MiB (and the MLP's 2.68 MB and the CNN's 3.30 MB of gradients). Per size:
 //   Lockstep/...        GlooCollective::AllreduceSum through its QueuedCollective, the
 //                       worker's synchronous path, over TCP (shared_memory off: ranks on
 //                       different hosts);
@@ -46,6 +46,7 @@ namespace {
 
 constexpr int kRanks = 2;
 constexpr int64_t kMlpGradientFloats = 669706;  // 784-512-512-10
+constexpr int64_t kCnnGradientFloats = 824458;  // the Flax MNIST CNN
 
 GlooOptions Options(const std::string& prefix) {
   GlooOptions options;
@@ -177,6 +178,7 @@ void Sizes(benchmark::internal::Benchmark* b) {
   b->ArgName("floats");
   for (int64_t bytes = 4 << 10; bytes <= 64 << 20; bytes *= 4) b->Arg(bytes / 4);
   b->Arg(kMlpGradientFloats);
+  b->Arg(kCnnGradientFloats);
   // Time: wall time per all-reduce; CPU: the whole process's (both ranks, their Gloo
   // device threads and Lockstep's communication threads), which a loaded machine skews
   // less than it does the wall time.

@@ -73,6 +73,11 @@ absl::Status JobManager::Start() {
           }
           rec->job.set_step(from);
           rec->job.set_snapshot_step(from);
+          // The steps it continues from, for watchers resuming below them; later ones are
+          // computed again and shown as they come.
+          for (v1::JobEvent& e : rec->history.Events()) {
+            if (e.step().step() <= from) rec->log->Append(std::move(e));
+          }
           SetStateLocked(*rec, v1::RECOVERING,
                          absl::UnavailableError(
                              absl::StrCat("the coordinator restarted: the job continues from step ",

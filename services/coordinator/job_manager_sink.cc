@@ -13,8 +13,17 @@ namespace lockstep {
 using job_manager_internal::NowMs;
 
 void JobManager::Sink::OnSnapshot(int64_t step) {
-  absl::MutexLock lock(&m_->mu_);
-  rec_->job.set_snapshot_step(step);
+  std::vector<Save> saves;
+  {
+    absl::MutexLock lock(&m_->mu_);
+    rec_->job.set_snapshot_step(step);
+    // The steps up to a snapshot are made as durable as its state: a coordinator killed
+    // later continues from this snapshot, and a watcher that had not yet seen them (it may
+    // lag the job by many steps) is shown them from the record instead of losing them.
+    saves.push_back({rec_->job, ++rec_->version, std::make_shared<StepHistory>(rec_->history)});
+    ++rec_->pending_saves;
+  }
+  m_->Persist(std::move(saves));
 }
 
 void JobManager::Sink::OnRendezvous(const std::string& prefix,
