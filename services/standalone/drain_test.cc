@@ -114,14 +114,24 @@ TEST(JobManagerDrain, AManagerStoppedWithoutADrainKeepsItsJobWhichReplaysVisibly
   ASSERT_OK_AND_ASSIGN(v1::Job done, AwaitEnd(c.jobs, id, absl::Minutes(2), &events));
   ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
   EXPECT_EQ(done.param_checksum(), clean);
-  // From the snapshot of step 10 (or later): the steps up to where it stopped are
-  // replays, and shown as such; the rest are not.
-  int replays = 0;
+  // First the steps kept up to the snapshot it continues from (step 10 or later), as they
+  // were; then, from that snapshot on, the steps up to where it stopped are replays, and
+  // shown as such; the rest are not.
+  int replays = 0, kept = 0;
+  bool restarted = false;  // past the RECOVERING state event of the restart
   for (const v1::JobEvent& e : events) {
+    if (e.has_state() && e.state().state() == v1::RECOVERING) restarted = true;
     if (!e.has_step()) continue;
+    if (!restarted) {
+      EXPECT_FALSE(e.step().replay()) << e.step().step();
+      EXPECT_EQ(e.step().step(), ++kept);  // every step up to the snapshot, in order
+      continue;
+    }
+    EXPECT_GT(e.step().step(), kept);
     EXPECT_EQ(e.step().replay(), e.step().step() <= stopped_at) << e.step().step();
     replays += e.step().replay();
   }
+  EXPECT_GE(kept, 10);
   EXPECT_GT(replays, 0);
 }
 
