@@ -1,6 +1,7 @@
 // Tests of the shared metrics parts: the lock-free histogram's buckets, ReadMetric, the
 // HTTP listener on port 0 (its port file, the page it serves, the errors it reports, idle
-// and surplus connections) and RPC errors counted by the interceptor on a real gRPC server.
+// and surplus connections) and RPC errors counted by the interceptor on a real gRPC server,
+// where calls their clients cancel are not errors.
 #include "services/common/metrics.h"
 
 #include <arpa/inet.h>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "core/testing.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "lockstep/v1/registry.grpc.pb.h"
@@ -284,6 +286,57 @@ TEST(RpcMetricsTest, TheInterceptorCountsTheStatusesAServerAnswers) {
   EXPECT_THAT(ReadMetric(*registry, "lockstep_rpc_errors_total",
                          {{"method", "grpc.health.v1.Health/Check"}, {"code", "OK"}}),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("Health/Check")));
+}
+
+// A Rendezvous whose Get answers only when its client cancels it, CANCELLED, as a handler
+// of a long call (a watch) does when its caller goes away.
+class GetWaitsForItsCancel final : public v1::Rendezvous::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext*, const v1::GetRequest*,
+                                v1::GetResponse*) override {
+    class Reactor final : public grpc::ServerUnaryReactor {
+     public:
+      void OnCancel() override { Finish(grpc::Status::CANCELLED); }
+      void OnDone() override { delete this; }
+    };
+    auto* reactor = new Reactor;
+    started.Notify();
+    return reactor;
+  }
+  absl::Notification started;
+};
+
+TEST(RpcMetricsTest, ACallItsClientCancelsIsCountedAsCancelledNotAsAnError) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  RpcMetrics rpc(*registry);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(rpc.InterceptorFactory());
+  GetWaitsForItsCancel service;
+  ASSERT_OK_AND_ASSIGN(Serving serving, StartServer("127.0.0.1:0", Transport::Plaintext(),
+                                                    {&service}, "", std::move(interceptors)));
+  auto stub = v1::Rendezvous::NewStub(
+      MakeChannel("127.0.0.1:" + std::to_string(serving.port), Transport::Plaintext(), ""));
+  grpc::ClientContext ctx;
+  v1::GetRequest req;
+  v1::GetResponse resp;
+  absl::Notification done;
+  grpc::Status status;
+  stub->async()->Get(&ctx, &req, &resp, [&](grpc::Status st) {
+    status = std::move(st);
+    done.Notify();
+  });
+  service.started.WaitForNotification();
+  ctx.TryCancel();  // `lockstep watch JOB | head`: the client goes away mid-call
+  done.WaitForNotification();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  serving.server->Shutdown();  // waits for the handler's end
+  EXPECT_THAT(ReadMetric(*registry, "lockstep_rpc_errors_total",
+                         {{"method", "lockstep.v1.Rendezvous/Get"}, {"code", "CANCELLED"}}),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("Rendezvous/Get")));
+  EXPECT_EQ(ReadMetric(*registry, "lockstep_rpc_cancelled_total",
+                       {{"method", "lockstep.v1.Rendezvous/Get"}})
+                .value_or(-1),
+            1);
 }
 
 }  // namespace
