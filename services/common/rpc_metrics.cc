@@ -9,6 +9,7 @@
 #include "lockstep/v1/registry.grpc.pb.h"
 #include "lockstep/v1/worker.grpc.pb.h"
 #include "services/common/net.h"
+#include "services/common/process_metrics.h"
 
 namespace lockstep {
 namespace {
@@ -115,8 +116,11 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> ServeMetrics(
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>*
         interceptors) {
   if (address.empty()) return nullptr;
+  std::vector<std::shared_ptr<prometheus::Collectable>> what = collectables;
+  what.push_back(std::make_shared<ProcessCollector>());
+  what.push_back(std::make_shared<BuildInfoCollector>());
   absl::StatusOr<std::unique_ptr<MetricsServer>> server =
-      MetricsServer::Start(address, collectables, port_file);
+      MetricsServer::Start(address, std::move(what), port_file);
   if (!server.ok()) return server.status();
   interceptors->push_back(rpc.InterceptorFactory());
   spdlog::info("metrics on http://{}:{}/metrics", HostOf(address), (*server)->port());

@@ -72,7 +72,8 @@ class RpcMetrics {
 };
 
 // A server's --metrics_listen: with `address` empty, nothing (null); else serves
-// `collectables` there (its port written to `port_file`), logs where (warning when the
+// `collectables`, the process_* metrics and lockstep_build_info (process_metrics.h) there
+// (its port written to `port_file`), logs where (warning when the
 // address is not loopback: plain HTTP without authentication), and adds `rpc`'s
 // interceptor to *interceptors for the gRPC server. MetricsServer::Start's errors.
 absl::StatusOr<std::unique_ptr<MetricsServer>> ServeMetrics(
