@@ -1,6 +1,8 @@
 // Tests of the shared metrics parts: the lock-free histogram's buckets, ReadMetric, the
 // HTTP listener on port 0 (its port file, the page it serves, the errors it reports, idle
-// and surplus connections) and RPC errors counted by the interceptor on a real gRPC server.
+// and surplus connections) and RPC errors counted by the interceptor on a real gRPC server,
+// where calls their clients cancel are not errors; the process_* metrics and
+// lockstep_build_info that every server's listener serves.
 #include "services/common/metrics.h"
 
 #include <arpa/inet.h>
@@ -15,6 +17,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "core/testing.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "lockstep/v1/registry.grpc.pb.h"
@@ -22,6 +25,7 @@
 #include "services/common/http_testing.h"
 #include "services/common/listen_socket.h"
 #include "services/common/net.h"
+#include "services/common/process_metrics.h"
 #include "services/common/rpc_metrics.h"
 
 namespace lockstep::testing {
@@ -284,6 +288,112 @@ TEST(RpcMetricsTest, TheInterceptorCountsTheStatusesAServerAnswers) {
   EXPECT_THAT(ReadMetric(*registry, "lockstep_rpc_errors_total",
                          {{"method", "grpc.health.v1.Health/Check"}, {"code", "OK"}}),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("Health/Check")));
+}
+
+// A Rendezvous whose Get answers only when its client cancels it, CANCELLED, as a handler
+// of a long call (a watch) does when its caller goes away.
+class GetWaitsForItsCancel final : public v1::Rendezvous::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext*, const v1::GetRequest*,
+                                v1::GetResponse*) override {
+    class Reactor final : public grpc::ServerUnaryReactor {
+     public:
+      void OnCancel() override { Finish(grpc::Status::CANCELLED); }
+      void OnDone() override { delete this; }
+    };
+    auto* reactor = new Reactor;
+    started.Notify();
+    return reactor;
+  }
+  absl::Notification started;
+};
+
+TEST(RpcMetricsTest, ACallItsClientCancelsIsCountedAsCancelledNotAsAnError) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  RpcMetrics rpc(*registry);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(rpc.InterceptorFactory());
+  GetWaitsForItsCancel service;
+  ASSERT_OK_AND_ASSIGN(Serving serving, StartServer("127.0.0.1:0", Transport::Plaintext(),
+                                                    {&service}, "", std::move(interceptors)));
+  auto stub = v1::Rendezvous::NewStub(
+      MakeChannel("127.0.0.1:" + std::to_string(serving.port), Transport::Plaintext(), ""));
+  grpc::ClientContext ctx;
+  v1::GetRequest req;
+  v1::GetResponse resp;
+  absl::Notification done;
+  grpc::Status status;
+  stub->async()->Get(&ctx, &req, &resp, [&](grpc::Status st) {
+    status = std::move(st);
+    done.Notify();
+  });
+  service.started.WaitForNotification();
+  ctx.TryCancel();  // `lockstep watch JOB | head`: the client goes away mid-call
+  done.WaitForNotification();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  serving.server->Shutdown();  // waits for the handler's end
+  EXPECT_THAT(ReadMetric(*registry, "lockstep_rpc_errors_total",
+                         {{"method", "lockstep.v1.Rendezvous/Get"}, {"code", "CANCELLED"}}),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("Rendezvous/Get")));
+  EXPECT_EQ(ReadMetric(*registry, "lockstep_rpc_cancelled_total",
+                       {{"method", "lockstep.v1.Rendezvous/Get"}})
+                .value_or(-1),
+            1);
+}
+
+TEST_F(MetricsServerTest, ProcessMetricsAreReadFromProc) {
+  // A /proc with a command name holding spaces and parentheses, 250 + 50 ticks of CPU, a
+  // start 1000 ticks after boot, 3 pages resident and 4 descriptors open.
+  const std::string proc = dir_ + "/proc";
+  std::filesystem::create_directories(proc + "/self/fd");
+  std::ofstream(proc + "/self/stat")
+      << "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 7 0 1000 "
+         "123456789 3 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 3 0 0 0 0 0\n";
+  std::ofstream(proc + "/stat") << "cpu  1 2 3\nintr 5\nbtime 1700000000\nprocesses 9\n";
+  for (const char* fd : {"0", "1", "2", "7"}) std::ofstream(proc + "/self/fd/" + fd) << "";
+  const ProcessCollector fake(proc);
+  const double tick = 1.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+  EXPECT_DOUBLE_EQ(ReadMetric(fake, "process_cpu_seconds_total").value_or(-1), 300 * tick);
+  EXPECT_DOUBLE_EQ(ReadMetric(fake, "process_start_time_seconds").value_or(-1),
+                   1700000000 + 1000 * tick);
+  EXPECT_EQ(ReadMetric(fake, "process_resident_memory_bytes").value_or(-1),
+            3 * sysconf(_SC_PAGESIZE));
+  EXPECT_EQ(ReadMetric(fake, "process_virtual_memory_bytes").value_or(-1), 123456789);
+  EXPECT_EQ(ReadMetric(fake, "process_open_fds").value_or(-1), 4);
+  // A /proc it cannot read: the metrics are left out, nothing fails.
+  EXPECT_THAT(ReadMetric(ProcessCollector(dir_ + "/none"), "process_open_fds"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("process_open_fds")));
+
+  // This process, through the listener every server starts (ServeMetrics).
+  RpcMetrics rpc(*registry_);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<MetricsServer> server,
+                       ServeMetrics("127.0.0.1:0", "", {registry_}, rpc, &interceptors));
+  ASSERT_OK_AND_ASSIGN(const std::string page, HttpGet(server->port(), "/metrics"));
+  EXPECT_THAT(page, HasSubstr("# TYPE process_cpu_seconds_total counter"));
+  for (const char* name : {"process_resident_memory_bytes", "process_start_time_seconds",
+                           "process_open_fds", "process_virtual_memory_bytes"}) {
+    EXPECT_THAT(page, HasSubstr(absl::StrCat("# TYPE ", name, " gauge"))) << page;
+  }
+  const ProcessCollector self;
+  EXPECT_GT(ReadMetric(self, "process_resident_memory_bytes").value_or(-1), 1 << 20);
+  EXPECT_GE(ReadMetric(self, "process_open_fds").value_or(-1), 3);
+  const double start = ReadMetric(self, "process_start_time_seconds").value_or(-1);
+  EXPECT_LE(start, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()) + 1);
+  EXPECT_GT(start, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()) - 3600);
+}
+
+TEST_F(MetricsServerTest, EveryServersListenerServesItsBuildInfo) {
+  RpcMetrics rpc(*registry_);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<MetricsServer> server,
+                       ServeMetrics("127.0.0.1:0", "", {registry_}, rpc, &interceptors));
+  ASSERT_OK_AND_ASSIGN(const std::string page, HttpGet(server->port(), "/metrics"));
+  EXPECT_THAT(page, HasSubstr(absl::StrCat("lockstep_build_info{git=\"", BuildGitCommit(),
+                                           "\",version=\"", BuildVersion(), "\"} 1")));
+  // CMakeLists.txt's project(VERSION), and the commit where built in a git checkout.
+  EXPECT_THAT(BuildVersion(), ::testing::MatchesRegex("[0-9]+\\.[0-9]+\\.[0-9]+"));
+  EXPECT_THAT(BuildGitCommit(), ::testing::MatchesRegex("[0-9a-f]{12}|unknown"));
 }
 
 }  // namespace

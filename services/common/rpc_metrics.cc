@@ -9,6 +9,7 @@
 #include "lockstep/v1/registry.grpc.pb.h"
 #include "lockstep/v1/worker.grpc.pb.h"
 #include "services/common/net.h"
+#include "services/common/process_metrics.h"
 
 namespace lockstep {
 namespace {
@@ -32,13 +33,19 @@ std::set<std::string> KnownMethods() {
 
 class StatusCounter final : public grpc::experimental::Interceptor {
  public:
-  StatusCounter(RpcMetrics* metrics, std::string method)
-      : metrics_(metrics), method_(std::move(method)) {}
+  StatusCounter(RpcMetrics* metrics, std::string method, grpc::ServerContextBase* ctx)
+      : metrics_(metrics), method_(std::move(method)), ctx_(ctx) {}
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
       const grpc::Status st = methods->GetSendStatus();
-      if (!st.ok()) metrics_->CountStatus(method_, st.error_code());
+      // The client ended the call (cancelled it, or its deadline passed) before this
+      // answer: whatever the handler answered, the client is not waiting for it.
+      if (ctx_ != nullptr && ctx_->IsCancelled()) {
+        metrics_->CountClientCancelled(method_);
+      } else if (!st.ok()) {
+        metrics_->CountStatus(method_, st.error_code());
+      }
     }
     methods->Proceed();
   }
@@ -46,6 +53,7 @@ class StatusCounter final : public grpc::experimental::Interceptor {
  private:
   RpcMetrics* metrics_;
   const std::string method_;
+  grpc::ServerContextBase* const ctx_;  // the call's; outlives this interceptor
 };
 
 class StatusCounterFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
@@ -58,7 +66,7 @@ class StatusCounterFactory final : public grpc::experimental::ServerInterceptorF
     for (const char* m : RpcMetrics::kSelfCounted) {
       if (method == m) return nullptr;
     }
-    return new StatusCounter(metrics_, method);
+    return new StatusCounter(metrics_, method, info->server_context());
   }
 
  private:
@@ -71,8 +79,14 @@ RpcMetrics::RpcMetrics(prometheus::Registry& registry)
     : known_(KnownMethods()),
       errors_(prometheus::BuildCounter()
                   .Name("lockstep_rpc_errors_total")
-                  .Help("RPCs this server answered with a status other than OK, by method and code")
-                  .Register(registry)) {}
+                  .Help("RPCs this server answered with a status other than OK, by method and "
+                        "code (calls their clients ended are not counted here)")
+                  .Register(registry)),
+      cancelled_(prometheus::BuildCounter()
+                     .Name("lockstep_rpc_cancelled_total")
+                     .Help("RPCs their clients ended (cancelled, closed, or past the client's "
+                           "deadline) before this server answered, by method; not errors")
+                     .Register(registry)) {}
 
 std::string RpcMetrics::MethodLabel(const std::string& method) const {
   const std::string name = method.empty() || method[0] != '/' ? method : method.substr(1);
@@ -87,6 +101,10 @@ void RpcMetrics::CountStatus(const std::string& method, grpc::StatusCode code) {
       .Increment();
 }
 
+void RpcMetrics::CountClientCancelled(const std::string& method) {
+  cancelled_.Add({{"method", MethodLabel(method)}}).Increment();
+}
+
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
 RpcMetrics::InterceptorFactory() {
   return std::make_unique<StatusCounterFactory>(this);
@@ -98,8 +116,11 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> ServeMetrics(
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>*
         interceptors) {
   if (address.empty()) return nullptr;
+  std::vector<std::shared_ptr<prometheus::Collectable>> what = collectables;
+  what.push_back(std::make_shared<ProcessCollector>());
+  what.push_back(std::make_shared<BuildInfoCollector>());
   absl::StatusOr<std::unique_ptr<MetricsServer>> server =
-      MetricsServer::Start(address, collectables, port_file);
+      MetricsServer::Start(address, std::move(what), port_file);
   if (!server.ok()) return server.status();
   interceptors->push_back(rpc.InterceptorFactory());
   spdlog::info("metrics on http://{}:{}/metrics", HostOf(address), (*server)->port());

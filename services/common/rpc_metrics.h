@@ -3,6 +3,12 @@
 // the two streams that carry a message per step (kSelfCounted), which count their own.
 //
 //   lockstep_rpc_errors_total{method="lockstep.v1.JobService/SubmitJob",code="NOT_FOUND"}
+//   lockstep_rpc_cancelled_total{method="lockstep.v1.JobService/WatchJob"}
+//
+// A call its client ended (cancelled it, closed the stream, went away, or let its deadline
+// pass) before the server answered is no error of the server's: `lockstep watch JOB | head`
+// closes its stream after a few lines. It is counted in lockstep_rpc_cancelled_total, not
+// in lockstep_rpc_errors_total, whatever status the handler then finished with.
 //
 // `method` takes the names of Lockstep's services' methods and the health service's;
 // any other name a client sends is counted as "other", so that callers cannot grow the
@@ -40,9 +46,16 @@ class RpcMetrics {
   // Counts one call of `method` ("/package.Service/Method", as gRPC names it) that ended
   // with `code` (OK is not counted).
   void CountStatus(const std::string& method, grpc::StatusCode code);
+  // Counts one call of `method` that its client ended before the server answered.
+  void CountClientCancelled(const std::string& method);
   // CountStatus on `rpc` when it is not null; returns `status`, for Finish.
   static grpc::Status Counted(RpcMetrics* rpc, const char* method, grpc::Status status) {
     if (rpc != nullptr) rpc->CountStatus(method, status.error_code());
+    return status;
+  }
+  // CountClientCancelled on `rpc` when it is not null; returns `status`, for Finish.
+  static grpc::Status ClientCancelled(RpcMetrics* rpc, const char* method, grpc::Status status) {
+    if (rpc != nullptr) rpc->CountClientCancelled(method);
     return status;
   }
   // An interceptor factory for grpc::ServerBuilder, counting into this. Outlives nothing:
@@ -55,10 +68,12 @@ class RpcMetrics {
  private:
   const std::set<std::string> known_;  // "package.Service/Method"
   prometheus::Family<prometheus::Counter>& errors_;
+  prometheus::Family<prometheus::Counter>& cancelled_;
 };
 
 // A server's --metrics_listen: with `address` empty, nothing (null); else serves
-// `collectables` there (its port written to `port_file`), logs where (warning when the
+// `collectables`, the process_* metrics and lockstep_build_info (process_metrics.h) there
+// (its port written to `port_file`), logs where (warning when the
 // address is not loopback: plain HTTP without authentication), and adds `rpc`'s
 // interceptor to *interceptors for the gRPC server. MetricsServer::Start's errors.
 absl::StatusOr<std::unique_ptr<MetricsServer>> ServeMetrics(

@@ -21,20 +21,27 @@ bool Known(v1::JobState s) { return s != v1::JOB_STATE_UNSPECIFIED && v1::JobSta
 
 }  // namespace
 
-JobSeries::JobSeries(CoordinatorMetrics* m, const std::string& job_id)
+JobSeries::JobSeries(CoordinatorMetrics* m, std::string job_id, int64_t samples_per_step)
     : m_(m),
-      step_(m->job_step_.Add({{"job_id", job_id}})),
-      total_steps_(m->job_total_steps_.Add({{"job_id", job_id}})),
-      loss_(m->job_loss_.Add({{"job_id", job_id}})),
-      samples_per_second_(m->job_samples_per_second_.Add({{"job_id", job_id}})),
-      eval_accuracy_(m->job_eval_accuracy_.Add({{"job_id", job_id}})),
-      eval_loss_(m->job_eval_loss_.Add({{"job_id", job_id}})) {}
+      job_id_(std::move(job_id)),
+      samples_per_step_(static_cast<double>(std::max<int64_t>(0, samples_per_step))) {}
 
 void JobSeries::OnStep(const v1::StepEvent& e) {
-  step_.Set(static_cast<double>(e.step()));
-  total_steps_.Set(static_cast<double>(e.total_steps()));
-  loss_.Set(e.loss());
-  samples_per_second_.Set(e.samples_per_sec());
+  if (step_ == nullptr) {
+    absl::MutexLock lock(&m_->mu_);
+    const prometheus::Labels job = {{"job_id", job_id_}};
+    step_ = &m_->job_step_.Add(job);
+    total_steps_ = &m_->job_total_steps_.Add(job);
+    loss_ = &m_->job_loss_.Add(job);
+    samples_per_second_ = &m_->job_samples_per_second_.Add(job);
+    samples_ = &m_->job_samples_.Add(job);
+  }
+  step_->Set(static_cast<double>(e.step()));
+  total_steps_->Set(static_cast<double>(e.total_steps()));
+  loss_->Set(e.loss());
+  samples_per_second_->Set(e.samples_per_sec());
+  samples_->Increment(samples_per_step_);
+  m_->samples_.Increment(samples_per_step_);
   m_->steps_.Increment();
   if (e.step() <= high_water_) m_->replayed_steps_.Increment();
   high_water_ = std::max(high_water_, e.step());
@@ -45,8 +52,13 @@ void JobSeries::OnStep(const v1::StepEvent& e) {
 }
 
 void JobSeries::OnEval(const v1::EvalResult& r) {
-  eval_accuracy_.Set(r.test_accuracy());
-  eval_loss_.Set(r.test_loss());
+  if (eval_accuracy_ == nullptr) {
+    absl::MutexLock lock(&m_->mu_);
+    eval_accuracy_ = &m_->job_eval_accuracy_.Add({{"job_id", job_id_}});
+    eval_loss_ = &m_->job_eval_loss_.Add({{"job_id", job_id_}});
+  }
+  eval_accuracy_->Set(r.test_accuracy());
+  eval_loss_->Set(r.test_loss());
 }
 
 CoordinatorMetrics::CoordinatorMetrics(std::shared_ptr<prometheus::Registry> registry,
@@ -69,13 +81,22 @@ CoordinatorMetrics::CoordinatorMetrics(std::shared_ptr<prometheus::Registry> reg
       replayed_steps_(CounterFamily(*registry_, "lockstep_replayed_steps_total",
                                     "Steps run again after a recovery")
                           .Add({})),
+      samples_(CounterFamily(*registry_, "lockstep_samples_total",
+                             "Training samples processed (global batch per step), replayed "
+                             "steps included; rate() of it is the throughput")
+                   .Add({})),
       job_step_(GaugeFamily(*registry_, "lockstep_job_step", "Steps the job has completed")),
       job_total_steps_(
           GaugeFamily(*registry_, "lockstep_job_total_steps", "Steps the job will run in all")),
       job_loss_(GaugeFamily(*registry_, "lockstep_job_loss",
                             "The job's training loss at its latest step (mean over workers)")),
-      job_samples_per_second_(GaugeFamily(*registry_, "lockstep_job_samples_per_second",
-                                          "The job's training throughput so far")),
+      job_samples_(CounterFamily(*registry_, "lockstep_job_samples_total",
+                                 "Training samples the job processed (global batch per step), "
+                                 "replayed steps included; rate() of it is its throughput")),
+      job_samples_per_second_(GaugeFamily(
+          *registry_, "lockstep_job_samples_per_second",
+          "Deprecated: use rate(lockstep_job_samples_total). The job's mean throughput since "
+          "it started (not over the scrape interval)")),
       job_eval_accuracy_(GaugeFamily(*registry_, "lockstep_job_eval_accuracy",
                                      "The job's test accuracy at its latest evaluation (0..1)")),
       job_eval_loss_(GaugeFamily(*registry_, "lockstep_job_eval_loss",
@@ -116,10 +137,10 @@ void CoordinatorMetrics::JobStateChanged(v1::JobState from, v1::JobState to) {
   }
 }
 
-JobSeries* CoordinatorMetrics::JobStarted(const std::string& id) {
+JobSeries* CoordinatorMetrics::JobStarted(const std::string& id, int64_t samples_per_step) {
   absl::MutexLock lock(&mu_);
   std::unique_ptr<JobSeries>& s = series_[id];
-  if (s == nullptr) s.reset(new JobSeries(this, id));
+  if (s == nullptr) s.reset(new JobSeries(this, id, samples_per_step));
   std::erase(ended_, id);
   return s.get();
 }
@@ -145,12 +166,17 @@ void CoordinatorMetrics::RemoveLocked(const std::string& id) {
   auto it = series_.find(id);
   if (it == series_.end()) return;
   const JobSeries& s = *it->second;
-  job_step_.Remove(&s.step_);
-  job_total_steps_.Remove(&s.total_steps_);
-  job_loss_.Remove(&s.loss_);
-  job_samples_per_second_.Remove(&s.samples_per_second_);
-  job_eval_accuracy_.Remove(&s.eval_accuracy_);
-  job_eval_loss_.Remove(&s.eval_loss_);
+  if (s.step_ != nullptr) {
+    job_step_.Remove(s.step_);
+    job_total_steps_.Remove(s.total_steps_);
+    job_loss_.Remove(s.loss_);
+    job_samples_per_second_.Remove(s.samples_per_second_);
+    job_samples_.Remove(s.samples_);
+  }
+  if (s.eval_accuracy_ != nullptr) {
+    job_eval_accuracy_.Remove(s.eval_accuracy_);
+    job_eval_loss_.Remove(s.eval_loss_);
+  }
   series_.erase(it);
 }
 

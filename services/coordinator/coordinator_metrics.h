@@ -11,12 +11,20 @@
 //   lockstep_replayed_steps_total        steps run again after a recovery
 //   lockstep_step_seconds                a step's wall time here (histogram)
 //   lockstep_step_phase_seconds{phase}   compute / allreduce / update, the slowest worker's
+//   lockstep_samples_total               samples trained on, replays included (rate() of it:
+//                                        the cluster's throughput)
 //   lockstep_job_step{job_id}, lockstep_job_total_steps{job_id}, lockstep_job_loss{job_id},
-//   lockstep_job_samples_per_second{job_id}, lockstep_job_eval_accuracy{job_id},
+//   lockstep_job_samples_total{job_id}, lockstep_job_samples_per_second{job_id} (deprecated:
+//   the job's mean throughput since it started, not a rate Prometheus can take),
+//   lockstep_job_eval_accuracy{job_id},
 //   lockstep_job_eval_loss{job_id}       per job (`job_id`: Prometheus gives `job` to its
 //                                        scrape jobs)
 //
-// Bounded labels: per-job series exist from a job's start; once it ends they are kept for
+// A job exports only values it had: its step series appear at its first step and its
+// evaluation series at its first evaluation, so a job cancelled before either exports no
+// loss or accuracy (not 0).
+//
+// Bounded labels: per-job series exist from a job's first step; once it ends they are kept for
 // the `ended_jobs_kept` most recently ended jobs (so that a scrape after a short job still
 // sees its end): an older ended job's series are removed, as are a forgotten job's.
 //
@@ -52,10 +60,16 @@ class JobSeries {
 
  private:
   friend class CoordinatorMetrics;
-  JobSeries(CoordinatorMetrics* m, const std::string& job_id);
+  JobSeries(CoordinatorMetrics* m, std::string job_id, int64_t samples_per_step);
   CoordinatorMetrics* m_;
-  prometheus::Gauge &step_, &total_steps_, &loss_, &samples_per_second_, &eval_accuracy_,
-      &eval_loss_;
+  const std::string job_id_;
+  const double samples_per_step_;
+  // Null until the job's first step (the first five) or evaluation (the last two): set on
+  // the runner thread under m_->mu_, read by CoordinatorMetrics::RemoveLocked under it.
+  prometheus::Gauge *step_ = nullptr, *total_steps_ = nullptr, *loss_ = nullptr,
+                    *samples_per_second_ = nullptr;
+  prometheus::Counter* samples_ = nullptr;
+  prometheus::Gauge *eval_accuracy_ = nullptr, *eval_loss_ = nullptr;
   int64_t high_water_ = 0;  // the most steps seen: a step at or below it is a replay
 };
 
@@ -79,9 +93,11 @@ class CoordinatorMetrics {
   void WorkersLost(size_t n) { workers_lost_.Increment(static_cast<double>(n)); }
   void Recovery() { recoveries_.Increment(); }
 
-  // The series of job `id`, created now (or the existing ones, for a job that resumes).
-  // Valid until JobEnded is followed by kept-many other jobs' ends, or JobForgotten.
-  JobSeries* JobStarted(const std::string& id);
+  // The series of job `id`, which trains on `samples_per_step` samples a step (its global
+  // batch size): a new JobSeries (or the existing one, for a job that resumes), whose
+  // series appear with the values they first get. Valid until JobEnded is followed by
+  // kept-many other jobs' ends, or JobForgotten.
+  JobSeries* JobStarted(const std::string& id, int64_t samples_per_step);
   // The job ended: its series stay among the most recently ended ones.
   void JobEnded(const std::string& id);
   void JobForgotten(const std::string& id);
@@ -100,9 +116,11 @@ class CoordinatorMetrics {
   prometheus::Counter& recoveries_;
   prometheus::Counter& steps_;
   prometheus::Counter& replayed_steps_;
+  prometheus::Counter& samples_;
   prometheus::Family<prometheus::Gauge>& job_step_;
   prometheus::Family<prometheus::Gauge>& job_total_steps_;
   prometheus::Family<prometheus::Gauge>& job_loss_;
+  prometheus::Family<prometheus::Counter>& job_samples_;
   prometheus::Family<prometheus::Gauge>& job_samples_per_second_;
   prometheus::Family<prometheus::Gauge>& job_eval_accuracy_;
   prometheus::Family<prometheus::Gauge>& job_eval_loss_;

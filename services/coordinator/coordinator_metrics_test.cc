@@ -46,7 +46,7 @@ TEST_F(CoordinatorMetricsTest, JobsAreCountedByStateAndFinishedOnesOnce) {
 }
 
 TEST_F(CoordinatorMetricsTest, StepsSetTheJobsSeriesAndCountReplays) {
-  JobSeries* s = metrics_.JobStarted("job-000001-aaaa");
+  JobSeries* s = metrics_.JobStarted("job-000001-aaaa", /*samples_per_step=*/64);
   v1::StepEvent e;
   e.set_loss(2.5);
   e.set_samples_per_sec(1000);
@@ -68,6 +68,8 @@ TEST_F(CoordinatorMetricsTest, StepsSetTheJobsSeriesAndCountReplays) {
   EXPECT_EQ(Value("lockstep_job_total_steps", job), 10);
   EXPECT_EQ(Value("lockstep_job_loss", job), 2.5);
   EXPECT_EQ(Value("lockstep_job_samples_per_second", job), 1000);
+  EXPECT_EQ(Value("lockstep_job_samples_total", job), 6 * 64);  // replays included
+  EXPECT_EQ(Value("lockstep_samples_total"), 6 * 64);
   EXPECT_EQ(Value("lockstep_job_eval_accuracy", job), 0.75);
   EXPECT_EQ(Value("lockstep_job_eval_loss", job), 0.5);
   EXPECT_EQ(Value("lockstep_steps_total"), 6);
@@ -79,8 +81,56 @@ TEST_F(CoordinatorMetricsTest, StepsSetTheJobsSeriesAndCountReplays) {
   EXPECT_NEAR(Value("lockstep_step_phase_seconds_sum", {{"phase", "update"}}), 0.006, 1e-9);
 }
 
+TEST_F(CoordinatorMetricsTest, SamplesAreACounterThatRateCanTakeAcrossJobs) {
+  JobSeries* a = metrics_.JobStarted("a", 32);
+  JobSeries* b = metrics_.JobStarted("b", 100);
+  v1::StepEvent e;
+  for (int64_t step = 1; step <= 3; ++step) {
+    e.set_step(step);
+    a->OnStep(e);
+    b->OnStep(e);
+  }
+  EXPECT_EQ(Value("lockstep_job_samples_total", {{"job_id", "a"}}), 96);
+  EXPECT_EQ(Value("lockstep_job_samples_total", {{"job_id", "b"}}), 300);
+  EXPECT_EQ(Value("lockstep_samples_total"), 396);
+  // A counter, so that Prometheus' rate() and increase() apply to it.
+  for (const prometheus::MetricFamily& f : registry_->Collect()) {
+    if (f.name == "lockstep_job_samples_total" || f.name == "lockstep_samples_total") {
+      EXPECT_EQ(f.type, prometheus::MetricType::Counter) << f.name;
+    }
+  }
+  // The cluster-wide count outlives the jobs' series.
+  metrics_.JobForgotten("a");
+  EXPECT_FALSE(Has("lockstep_job_samples_total", {{"job_id", "a"}}));
+  EXPECT_EQ(Value("lockstep_samples_total"), 396);
+}
+
+TEST_F(CoordinatorMetricsTest, AJobExportsNoValueItNeverHad) {
+  // Cancelled before its first step: no step, loss, throughput nor evaluation series (they
+  // were exported as 0, a loss and an accuracy it never had).
+  metrics_.JobStarted("cancelled", 64);
+  metrics_.JobEnded("cancelled");
+  for (const char* name : {"lockstep_job_step", "lockstep_job_total_steps", "lockstep_job_loss",
+                           "lockstep_job_samples_per_second", "lockstep_job_samples_total",
+                           "lockstep_job_eval_accuracy", "lockstep_job_eval_loss"}) {
+    EXPECT_FALSE(Has(name, {{"job_id", "cancelled"}})) << name;
+  }
+  // Steps but no evaluation: its loss, but no accuracy.
+  v1::StepEvent e;
+  e.set_step(1);
+  e.set_loss(2.25);
+  metrics_.JobStarted("stepped", 64)->OnStep(e);
+  metrics_.JobEnded("stepped");
+  EXPECT_EQ(Value("lockstep_job_loss", {{"job_id", "stepped"}}), 2.25);
+  EXPECT_FALSE(Has("lockstep_job_eval_accuracy", {{"job_id", "stepped"}}));
+  EXPECT_FALSE(Has("lockstep_job_eval_loss", {{"job_id", "stepped"}}));
+  // Both go when the job's series are removed.
+  metrics_.JobForgotten("stepped");
+  EXPECT_FALSE(Has("lockstep_job_loss", {{"job_id", "stepped"}}));
+}
+
 TEST_F(CoordinatorMetricsTest, OnlyTheMostRecentlyEndedJobsKeepTheirSeries) {
-  for (const char* id : {"a", "b", "c"}) metrics_.JobStarted(id)->OnStep(v1::StepEvent());
+  for (const char* id : {"a", "b", "c"}) metrics_.JobStarted(id, 1)->OnStep(v1::StepEvent());
   metrics_.JobEnded("a");
   metrics_.JobEnded("b");
   EXPECT_TRUE(Has("lockstep_job_step", {{"job_id", "a"}}));

@@ -309,7 +309,7 @@ void JobManager::ScheduleLocked(std::vector<Save>* saves) {
     rec.job.clear_waiting_for();
     for (const PoolWorker& w : *workers) rec.job.add_workers(w.id);
     SetStateLocked(rec, v1::RUNNING, absl::OkStatus(), saves);
-    rec.series = metrics_->JobStarted(rec.job.id());
+    rec.series = metrics_->JobStarted(rec.job.id(), rec.job.spec().global_batch_size());
     rec.sink = std::make_unique<Sink>(this, &rec);
     rec.runner = std::make_unique<JobRunner>(rec.job.id(), rec.job.spec(), *workers, factory_,
                                              options_, rec.sink.get(), rec.sink.get(), rec.resume);

@@ -60,6 +60,7 @@ TEST_F(JobManagerTest, MetricsFollowAJobFromTheQueueToItsEnd) {
   EXPECT_EQ(Metric("lockstep_job_loss", labels), 4.5);  // the fakes' losses, as above
   EXPECT_EQ(Metric("lockstep_job_eval_accuracy", labels), done.last_eval().test_accuracy());
   EXPECT_GT(Metric("lockstep_job_samples_per_second", labels), 0);
+  EXPECT_EQ(Metric("lockstep_job_samples_total", labels), 6 * 8);  // steps x global batch
   EXPECT_EQ(Metric("lockstep_steps_total"), 6);
   EXPECT_EQ(Metric("lockstep_step_phase_seconds_count", {{"phase", "compute"}}), 6);
   EXPECT_EQ(Metric("lockstep_recoveries_total"), 0);

@@ -69,10 +69,10 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
     // Starts the next write, or Finish.
     void Pump() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
       if (reactor == nullptr || finished || writing) return;
-      if (cancelled) {
+      if (cancelled) {  // by the client (`lockstep watch | head`): no error of ours
         finished = true;
         reactor->Finish(
-            RpcMetrics::Counted(rpc, RpcMetrics::kWatchJobMethod, grpc::Status::CANCELLED));
+            RpcMetrics::ClientCancelled(rpc, RpcMetrics::kWatchJobMethod, grpc::Status::CANCELLED));
         return;
       }
       if (pending.empty() && !closed) {
@@ -109,7 +109,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
     bool writing ABSL_GUARDED_BY(mu) = false;
     bool closed ABSL_GUARDED_BY(mu) = false;       // the log ends after `pending`
     absl::Status interrupted ABSL_GUARDED_BY(mu);  // why, when it ends before the job
-    bool cancelled ABSL_GUARDED_BY(mu) = false;
+    bool cancelled ABSL_GUARDED_BY(mu) = false;    // the client ended the stream
     bool finished ABSL_GUARDED_BY(mu) = false;
   };
 

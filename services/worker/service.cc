@@ -123,12 +123,14 @@ class StepsReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::S
     absl::MutexLock lock(&core_->mu);
     core_->writing = false;
     if (!ok && core_->status.ok()) core_->status = absl::CancelledError("the stream broke");
+    if (!ok) core_->client_ended = true;
     core_->Pump();
   }
 
   void OnCancel() override {
     absl::MutexLock lock(&core_->mu);
     if (core_->status.ok()) core_->status = absl::CancelledError("the coordinator cancelled");
+    core_->client_ended = true;
     core_->Pump();
   }
 
@@ -155,7 +157,8 @@ class StepsReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::S
     bool reads_done ABSL_GUARDED_BY(mu) = false;
     bool writing ABSL_GUARDED_BY(mu) = false;
     bool finished ABSL_GUARDED_BY(mu) = false;
-    absl::Status status ABSL_GUARDED_BY(mu);  // the first error
+    bool client_ended ABSL_GUARDED_BY(mu) = false;  // the coordinator cancelled or went away
+    absl::Status status ABSL_GUARDED_BY(mu);        // the first error
 
     // Starts what can start: the next write, the next read (while few requests wait),
     // or Finish.
@@ -188,7 +191,11 @@ void StepsReactor::Core::MaybeFinish() {
   // (the error ends the stream; answers not yet written are dropped).
   if (status.ok() && !(reads_done && outbox.empty())) return;
   finished = true;
-  reactor->Finish(RpcMetrics::Counted(rpc, RpcMetrics::kStepsMethod, ToGrpcStatus(status)));
+  // A stream the coordinator ended (a cancelled job, a recovery) is no error of this worker.
+  reactor->Finish(
+      client_ended
+          ? RpcMetrics::ClientCancelled(rpc, RpcMetrics::kStepsMethod, ToGrpcStatus(status))
+          : RpcMetrics::Counted(rpc, RpcMetrics::kStepsMethod, ToGrpcStatus(status)));
 }
 
 // A Steps stream refused at the start.

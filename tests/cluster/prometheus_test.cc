@@ -3,7 +3,8 @@
 // (/api/v1/query): the job's step from the coordinator, the steps and all-reduced bytes
 // from the workers. Skipped, saying so, only where no prometheus binary is installed
 // (scripts/install-deps installs it). A second test holds 50 idle connections open on every
-// target while Prometheus scrapes them.
+// target while Prometheus scrapes them. A third reads the coordinator's /metrics page
+// itself: a watch its client closes (`lockstep watch JOB | head`) is no RPC error.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -18,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -32,6 +34,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // The prometheus binary on $PATH (or /usr/bin's); "" if none.
 std::string FindPrometheus() {
@@ -254,6 +257,49 @@ TEST_F(PrometheusTest, ScrapesSucceedWhileFiftyIdleConnectionsAreHeldOpenOnEachT
   ExpectEventually("count(max_over_time(scrape_duration_seconds{job=~\"lockstep-.*\"}[20s]) < 0.9)",
                    2);
   EXPECT_GT(idle.opened(), 100);
+}
+
+// The value of `series` (its name and labels as the page writes them) on a /metrics page.
+absl::StatusOr<double> Sample(const std::string& page, const std::string& series) {
+  for (absl::string_view line : absl::StrSplit(page, '\n')) {
+    if (absl::StartsWith(line, series + " ")) {
+      return std::stod(std::string(line.substr(series.size() + 1)));
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("no ", series));
+}
+
+TEST(CoordinatorMetricsPageTest, AWatchItsClientClosesIsCountedAsCancelledNotAsAnError) {
+  ClusterOptions options;
+  options.workers = 1;
+  options.metrics = true;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
+  const std::string target = cluster->processes().MetricsAddresses().at(0);
+  const int port = std::stoi(target.substr(target.rfind(':') + 1));
+  ASSERT_OK_AND_ASSIGN(v1::Job job, cluster->Submit(MlpSpec(1, 100000)));
+  // `lockstep watch JOB | head -1`: one event read, then the stream is closed.
+  grpc::ClientContext ctx;
+  v1::WatchJobRequest req;
+  req.set_id(job.id());
+  std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader = cluster->jobs().WatchJob(&ctx, req);
+  v1::JobEvent event;
+  ASSERT_TRUE(reader->Read(&event));
+  ctx.TryCancel();
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // The coordinator counts the stream when it sees the cancel: poll its page for it.
+  const std::string cancelled =
+      "lockstep_rpc_cancelled_total{method=\"lockstep.v1.JobService/WatchJob\"}";
+  absl::StatusOr<std::string> page;
+  const absl::Time end = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < end) {
+    page = HttpGet(port, "/metrics");
+    if (page.ok() && Sample(*page, cancelled).ok()) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_OK(page.status());
+  EXPECT_EQ(Sample(*page, cancelled).value_or(-1), 1) << *page;
+  EXPECT_THAT(*page, Not(HasSubstr("code=\"CANCELLED\""))) << *page;
+  ASSERT_OK(cluster->Cancel(job.id()).status());
 }
 
 }  // namespace

@@ -10,13 +10,19 @@ the steps the coordinator keeps of it (every step up to its --history_steps, def
 past that every 2nd, 4th, ... step and the last). Finds the coordinator and its
 credentials as the `lockstep` CLI does ($LOCKSTEP_COORDINATOR, $LOCKSTEP_CREDENTIALS, or the
 local cluster of `lockstep cluster up`). Exit status: 0 if the job succeeded, 1 otherwise.
+
+Needs matplotlib besides the client: `pip install 'clients/python[plot]'` (or
+`pip install -r clients/python/examples/requirements.txt`).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError:
+    sys.exit("plot_loss.py needs matplotlib: pip install 'clients/python[plot]'")
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)

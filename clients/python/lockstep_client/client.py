@@ -18,8 +18,9 @@ try:
     from lockstep_client._gen.lockstep.v1 import job_pb2, job_pb2_grpc, spec_pb2
 except ImportError as e:  # pragma: no cover - only without generated code
     raise ImportError(
-        "lockstep_client: the generated gRPC code is missing; run "
-        "`python clients/python/generate.py` (needs grpcio-tools) or reinstall the package"
+        "lockstep_client: the generated gRPC code is missing: it is built into the wheel, "
+        "never into the checkout; install the package (pip install clients/python) and do "
+        "not import it from the source folder"
     ) from e
 
 Job = job_pb2.Job
