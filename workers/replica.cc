@@ -116,8 +116,13 @@ absl::StatusOr<StepResult> Replica::Step(const StepCommand& command) {
   absl::StatusOr<StepMetrics> stepped = exec_->Step(train_, command.indices, command.key);
   exec_->set_capture_local_gradients(false);
   RETURN_IF_ERROR(stepped.status());
-  const StepMetrics& m = *stepped;
   if (command.want_grad_digest) r.grad_digest = GradDigest(exec_->local_gradients());
+  RETURN_IF_ERROR(Finish(command, *stepped, t0, r));
+  return r;
+}
+
+absl::Status Replica::Finish(const StepCommand& command, const StepMetrics& m,
+                             std::chrono::steady_clock::time_point t0, StepResult& r) {
   r.step = command.step;
   r.loss = m.loss;
   r.accuracy = m.accuracy;
@@ -130,7 +135,7 @@ absl::StatusOr<StepResult> Replica::Step(const StepCommand& command) {
   }
   r.step_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return r;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StepResult> Replica::StepLogical(const StepCommand& command) {
@@ -140,20 +145,9 @@ absl::StatusOr<StepResult> Replica::StepLogical(const StepCommand& command) {
   const auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(StepMetrics m, exec_->StepReplicas(train_, command.indices, command.keys));
   StepResult r;
-  r.step = command.step;
-  r.loss = m.loss;
-  r.accuracy = m.accuracy;
   r.replica_losses = std::move(m.replica_loss);
   r.replica_accuracies = std::move(m.replica_accuracy);
-  const StepExecutor::Timings& t = exec_->last_timings();
-  r.compute_ms = t.compute * 1000;
-  r.allreduce_ms = t.allreduce * 1000;
-  r.update_ms = t.update * 1000;
-  if (command.want_checksum) {
-    ASSIGN_OR_RETURN(r.param_checksum, exec_->ParamChecksum());
-  }
-  r.step_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  RETURN_IF_ERROR(Finish(command, m, t0, r));
   return r;
 }
 

@@ -7,6 +7,7 @@
 #ifndef LOCKSTEP_WORKERS_REPLICA_H_
 #define LOCKSTEP_WORKERS_REPLICA_H_
 
+#include <chrono>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -75,6 +76,10 @@ class Replica {
   Replica() = default;
   // Step's logical-replica path (the step's order and timeout already set).
   absl::StatusOr<StepResult> StepLogical(const StepCommand& command);
+  // Fills in the rest of a step's result: metrics, timings, the checksum if asked for, and
+  // the time since t0.
+  absl::Status Finish(const StepCommand& command, const StepMetrics& m,
+                      std::chrono::steady_clock::time_point t0, StepResult& r);
 
   // Destroyed in reverse: the executor first, the backend last.
   ReplicaConfig config_;
