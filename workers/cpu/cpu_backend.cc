@@ -15,22 +15,13 @@
 #include "workers/cpu/cpu_gemm.h"
 #include "workers/cpu/cpu_layers.h"
 #include "workers/cpu/dnnl_conv.h"
+#include "workers/cpu/multiversion.h"
 
 namespace lockstep {
 namespace {
 
 // Elementwise loops below this size run on one thread: fork/join would cost more.
 constexpr size_t kParallelMin = 1 << 15;
-
-// Hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and picked at load time,
-// so one portable binary runs at the host's vector width. Vectorizing changes no result:
-// the operations and their order per element are the same (-ffp-contract=off, no
-// reassociation).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define LS_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define LS_MULTIVERSION
-#endif
 
 // Runs f(begin, end) over [0, n) split evenly across `threads` OpenMP threads.
 template <typename F>

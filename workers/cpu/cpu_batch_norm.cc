@@ -1,5 +1,7 @@
 #include "workers/cpu/cpu_batch_norm.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -7,6 +9,7 @@
 
 #include "core/backend.h"
 #include "core/batch_norm_math.h"
+#include "workers/cpu/multiversion.h"
 
 namespace lockstep::cpu {
 namespace {
@@ -19,29 +22,81 @@ bool Parallel(int rows, int cols) { return static_cast<size_t>(rows) * cols > kP
 // Row block `blk`'s rows [begin, end) of kBatchNormBlocks.
 int BlockRow(int rows, int blk) { return static_cast<int>(int64_t{rows} * blk / kBatchNormBlocks); }
 
-// out[k * cols + c] = the column sums of f(r, c, k) for k in {0, 1}, over kBatchNormBlocks
-// row blocks, each summed in row order from 0 and added in block order from 0.
-// `partial` holds BatchNormPartials(cols) floats.
+// p[c] and p[cols + c] = the column sums of x and of x * x over rows [begin, end), in
+// row order from 0.
+LS_MULTIVERSION void MomentSums(int begin, int end, int cols, const float* x, float* p) {
+  std::fill_n(p, 2 * static_cast<size_t>(cols), 0.0f);
+  for (int r = begin; r < end; ++r) {
+    const float* v = x + static_cast<size_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) {
+      p[c] += v[c];
+      p[cols + c] += v[c] * v[c];
+    }
+  }
+}
+
+// p[c] and p[cols + c] = the column sums of dy and of dy * (x - mean) over rows
+// [begin, end), in row order from 0.
+LS_MULTIVERSION void GradSums(int begin, int end, int cols, const float* x, const float* dy,
+                              const float* mean, float* p) {
+  std::fill_n(p, 2 * static_cast<size_t>(cols), 0.0f);
+  for (int r = begin; r < end; ++r) {
+    const size_t at = static_cast<size_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) {
+      p[c] += dy[at + c];
+      p[cols + c] += dy[at + c] * (x[at + c] - mean[c]);
+    }
+  }
+}
+
+// out = the sums that block_sums(begin, end, p) writes for kBatchNormBlocks row blocks,
+// each into its own BatchNormPartials(cols) slice of `partial`, added in block order from
+// 0: the same bits whatever the thread count.
 template <typename F>
-void ColumnSums2(int threads, int rows, int cols, F f, float* partial, float* out) {
+void ColumnSums2(int threads, int rows, int cols, F block_sums, float* partial, float* out) {
   const size_t width = 2 * static_cast<size_t>(cols);
 #pragma omp parallel for num_threads(threads) schedule(static) if (Parallel(rows, cols))
   for (int blk = 0; blk < kBatchNormBlocks; ++blk) {
-    float* p = partial + blk * width;
-    std::fill_n(p, width, 0.0f);
-    for (int r = BlockRow(rows, blk); r < BlockRow(rows, blk + 1); ++r) {
-      for (int c = 0; c < cols; ++c) {
-        float a, b;
-        f(r, c, a, b);
-        p[c] += a;
-        p[cols + c] += b;
-      }
-    }
+    block_sums(BlockRow(rows, blk), BlockRow(rows, blk + 1), partial + blk * width);
   }
   for (size_t k = 0; k < width; ++k) out[k] = 0.0f;
   for (int blk = 0; blk < kBatchNormBlocks; ++blk) {
     const float* p = partial + blk * width;
     for (size_t k = 0; k < width; ++k) out[k] += p[k];
+  }
+}
+
+LS_MULTIVERSION void ApplyRows(int begin, int end, int cols, const float* x, const float* mean,
+                               const float* mul, const float* bias, float* y) {
+  for (int r = begin; r < end; ++r) {
+    const size_t at = static_cast<size_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) y[at + c] = math::BatchNormY(x[at + c], mean[c], mul[c], bias, c);
+  }
+}
+
+LS_MULTIVERSION void BackwardApplyRows(int begin, int end, int cols, const float* mean,
+                                       const float* mul, const float* mean_dy, const float* k,
+                                       const float* x, const float* dy, float* dx) {
+  for (int r = begin; r < end; ++r) {
+    const size_t at = static_cast<size_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) {
+      dx[at + c] = math::BatchNormDx({mean[c], mul[c], mean_dy[c], k[c]}, x[at + c], dy[at + c]);
+    }
+  }
+}
+
+// f(begin, end) over [0, rows) split evenly across the threads (one call where the
+// product is small).
+template <typename F>
+void ParallelRows(int threads, int rows, int cols, F f) {
+  if (!Parallel(rows, cols)) {
+    f(0, rows);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    f(static_cast<int>(rows * t / nt), static_cast<int>(rows * (t + 1) / nt));
   }
 }
 
@@ -51,12 +106,8 @@ void BatchNormMoments(int threads, int rows, int cols, const float* x, float* pa
                       float* moments) {
   ColumnSums2(
       threads, rows, cols,
-      [&](int r, int c, float& a, float& b) {
-        const float v = x[static_cast<size_t>(r) * cols + c];
-        a = v;
-        b = v * v;
-      },
-      partials, moments);
+      [&](int begin, int end, float* p) { MomentSums(begin, end, cols, x, p); }, partials,
+      moments);
   const float n = static_cast<float>(rows);
   for (int k = 0; k < 2 * cols; ++k) moments[k] = moments[k] / n;
 }
@@ -70,12 +121,9 @@ void BatchNormApply(int threads, int rows, int cols, float epsilon, const float*
                     float* y) {
   std::vector<float> mul(cols);
   for (int c = 0; c < cols; ++c) mul[c] = math::BatchNormMul(var[c], epsilon, scale, c);
-#pragma omp parallel for num_threads(threads) schedule(static) if (Parallel(rows, cols))
-  for (int r = 0; r < rows; ++r) {
-    const size_t at = static_cast<size_t>(r) * cols;
-    for (int c = 0; c < cols; ++c)
-      y[at + c] = math::BatchNormY(x[at + c], mean[c], mul[c], bias, c);
-  }
+  ParallelRows(threads, rows, cols, [&](int begin, int end) {
+    ApplyRows(begin, end, cols, x, mean, mul.data(), bias, y);
+  });
 }
 
 void BatchNormUpdateStats(int cols, float momentum, float one_minus_momentum, const float* mean,
@@ -91,11 +139,7 @@ void BatchNormBackwardReduce(int threads, int rows, int cols, float epsilon, con
                              float* sums, float* dscale, float* dbias) {
   ColumnSums2(
       threads, rows, cols,
-      [&](int r, int c, float& a, float& b) {
-        const size_t at = static_cast<size_t>(r) * cols + c;
-        a = dy[at];
-        b = dy[at] * (x[at] - mean[c]);
-      },
+      [&](int begin, int end, float* p) { GradSums(begin, end, cols, x, dy, mean, p); },
       partials, sums);
   for (int c = 0; c < cols; ++c) {
     if (dbias != nullptr) dbias[c] = sums[c];
@@ -106,16 +150,18 @@ void BatchNormBackwardReduce(int threads, int rows, int cols, float epsilon, con
 void BatchNormBackwardApply(int threads, int rows, int cols, float epsilon, int replicas,
                             const float* x, const float* dy, const float* moments, const float* var,
                             const float* scale, const float* sums, float* dx) {
-  std::vector<math::BatchNormGrad> g(cols);
+  // Per column, as four arrays (so that the rows' loop vectorizes across columns).
+  std::vector<float> mean(cols), mul(cols), mean_dy(cols), k(cols);
   for (int c = 0; c < cols; ++c) {
-    g[c] = math::BatchNormGradFor(moments[c], moments[cols + c], var[c], epsilon, scale, c, sums[c],
-                                  sums[cols + c], replicas, rows);
+    const math::BatchNormGrad g =
+        math::BatchNormGradFor(moments[c], moments[cols + c], var[c], epsilon, scale, c, sums[c],
+                               sums[cols + c], replicas, rows);
+    mean[c] = g.mean, mul[c] = g.mul, mean_dy[c] = g.mean_dy, k[c] = g.k;
   }
-#pragma omp parallel for num_threads(threads) schedule(static) if (Parallel(rows, cols))
-  for (int r = 0; r < rows; ++r) {
-    const size_t at = static_cast<size_t>(r) * cols;
-    for (int c = 0; c < cols; ++c) dx[at + c] = math::BatchNormDx(g[c], x[at + c], dy[at + c]);
-  }
+  ParallelRows(threads, rows, cols, [&](int begin, int end) {
+    BackwardApplyRows(begin, end, cols, mean.data(), mul.data(), mean_dy.data(), k.data(), x, dy,
+                      dx);
+  });
 }
 
 }  // namespace lockstep::cpu

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/layer_math.h"
+#include "workers/cpu/multiversion.h"
 
 namespace lockstep::cpu {
 namespace {
@@ -62,6 +63,112 @@ class Divisor {
   float div_, inv_;
   bool pow2_;
 };
+
+// One image of max_pool: each window's elementwise maximum over its elements in
+// row-major order, a later element winning only where greater (`p > m ? p : m`, as
+// XLA's reduce_window max; x86's max instruction computes exactly this).
+LS_MULTIVERSION void MaxPoolImage(const ConvGeometry& g, const Span* rows, const Span* cols,
+                                  const float* x, float* y) {
+  const int ow = g.ow(), c = g.c;
+  for (int oy = 0; oy < g.oh(); ++oy) {
+    const Span r = rows[oy];
+    for (int ox = 0; ox < ow; ++ox) {
+      const Span q = cols[ox];
+      float* out = y + (static_cast<size_t>(oy) * ow + ox) * c;
+      const float* first = x + (static_cast<size_t>(r.begin) * g.w + q.begin) * c;
+      if (r.end - r.begin == 2 && q.end - q.begin == 2) {  // a whole 2x2 window, in one pass
+        const float* __restrict a = first;
+        const float* __restrict b = first + c;
+        const float* __restrict d = first + static_cast<size_t>(g.w) * c;
+        const float* __restrict e = d + c;
+        float* __restrict o = out;
+        for (int k = 0; k < c; ++k) {
+          float m = b[k] > a[k] ? b[k] : a[k];
+          m = d[k] > m ? d[k] : m;
+          o[k] = e[k] > m ? e[k] : m;
+        }
+        continue;
+      }
+      std::copy_n(first, c, out);
+      for (int yy = r.begin; yy < r.end; ++yy) {
+        for (int xx = q.begin; xx < q.end; ++xx) {
+          const float* p = x + (static_cast<size_t>(yy) * g.w + xx) * c;
+          for (int k = 0; k < c; ++k) out[k] = p[k] > out[k] ? p[k] : out[k];
+        }
+      }
+    }
+  }
+}
+
+// A whole 2x2 window of max_pool's gradient, c channels: x0 and x1 its two rows of
+// inputs (2c floats each), o0 and o1 those of dx, d its dy. Branch-free, so that it
+// vectorizes: the argmax is 3 where element 3 beats the maximum of the first three, else
+// 2 where element 2 beats that of the first two, ...; t is dy until an element took it.
+LS_MULTIVERSION void MaxPool2x2Backward(int c, const float* __restrict x0,
+                                        const float* __restrict x1, const float* __restrict d,
+                                        float* __restrict o0, float* __restrict o1) {
+  for (int k = 0; k < c; ++k) {
+    const float a = x0[k], b = x0[c + k], e = x1[k], f = x1[c + k];
+    const float m1 = b > a ? b : a;
+    const float m2 = e > m1 ? e : m1;
+    float t = d[k];
+    o1[c + k] += f > m2 ? t : 0.0f;
+    t = f > m2 ? 0.0f : t;
+    o1[k] += e > m1 ? t : 0.0f;
+    t = e > m1 ? 0.0f : t;
+    o0[c + k] += b > a ? t : 0.0f;
+    t = b > a ? 0.0f : t;
+    o0[k] += t;
+  }
+}
+
+// One image of max_pool's gradient: each window's dy goes to the first element (in
+// row-major order) that holds its maximum, the windows visited in output order. Written
+// as a masked add over the window, `dx += (arg == p ? dy : 0)`, so that it vectorizes
+// across channels: the same bits as adding dy to the arg-th element alone, since an
+// element of dx is never -0 (it starts at +0, and a sum is -0 only when both terms are)
+// and adding +0 to anything else changes nothing. `best` and `arg` hold c elements.
+LS_MULTIVERSION void MaxPoolBackwardImage(const ConvGeometry& g, const Span* rows,
+                                          const Span* cols, const float* x, const float* dy,
+                                          float* dx, float* best, int* arg) {
+  const int ow = g.ow(), c = g.c;
+  std::fill(dx, dx + static_cast<size_t>(g.h) * g.w * c, 0.0f);
+  for (int oy = 0; oy < g.oh(); ++oy) {
+    const Span r = rows[oy];
+    for (int ox = 0; ox < ow; ++ox) {
+      const Span q = cols[ox];
+      const float* d = dy + (static_cast<size_t>(oy) * ow + ox) * c;
+      if (r.end - r.begin == 2 && q.end - q.begin == 2) {  // a whole 2x2 window, in one pass
+        const size_t at = (static_cast<size_t>(r.begin) * g.w + q.begin) * c;
+        const size_t below = static_cast<size_t>(g.w) * c;
+        MaxPool2x2Backward(c, x + at, x + at + below, d, dx + at, dx + at + below);
+        continue;
+      }
+      int p = 0;
+      for (int yy = r.begin; yy < r.end; ++yy) {
+        for (int xx = q.begin; xx < q.end; ++xx, ++p) {
+          const float* v = x + (static_cast<size_t>(yy) * g.w + xx) * c;
+          if (p == 0) {
+            for (int k = 0; k < c; ++k) best[k] = v[k], arg[k] = 0;
+            continue;
+          }
+          for (int k = 0; k < c; ++k) {
+            const bool greater = v[k] > best[k];
+            best[k] = greater ? v[k] : best[k];
+            arg[k] = greater ? p : arg[k];
+          }
+        }
+      }
+      p = 0;
+      for (int yy = r.begin; yy < r.end; ++yy) {
+        for (int xx = q.begin; xx < q.end; ++xx, ++p) {
+          float* o = dx + (static_cast<size_t>(yy) * g.w + xx) * c;
+          for (int k = 0; k < c; ++k) o[k] += arg[k] == p ? d[k] : 0.0f;
+        }
+      }
+    }
+  }
+}
 
 }  // namespace
 
@@ -164,59 +271,30 @@ void AvgPoolBackward(int threads, const ConvGeometry& g, bool count_include_pad,
 }
 
 void MaxPool(int threads, const ConvGeometry& g, const float* x, float* y) {
-  const int oh = g.oh(), ow = g.ow(), c = g.c;
-#pragma omp parallel for num_threads(threads) collapse(2) schedule(static)
+  const std::vector<Span> rows = Spans(g.oh(), g.stride_h, g.pad_top, g.kh, g.h, WindowSpan);
+  const std::vector<Span> cols = Spans(g.ow(), g.stride_w, g.pad_left, g.kw, g.w, WindowSpan);
+  const size_t image = static_cast<size_t>(g.h) * g.w * g.c;
+  const size_t out = static_cast<size_t>(g.oh()) * g.ow() * g.c;
+#pragma omp parallel for num_threads(threads) schedule(static)
   for (int n = 0; n < g.b; ++n) {
-    for (int oy = 0; oy < oh; ++oy) {
-      const Span r = WindowSpan(oy, g.stride_h, g.pad_top, g.kh, g.h);
-      for (int ox = 0; ox < ow; ++ox) {
-        const Span q = WindowSpan(ox, g.stride_w, g.pad_left, g.kw, g.w);
-        float* out = y + ((static_cast<size_t>(n) * oh + oy) * ow + ox) * c;
-        std::copy_n(x + Pixel(g, n, r.begin, q.begin) * c, c, out);
-        for (int yy = r.begin; yy < r.end; ++yy) {
-          for (int xx = q.begin; xx < q.end; ++xx) {
-            const float* p = x + Pixel(g, n, yy, xx) * c;
-            for (int k = 0; k < c; ++k) out[k] = p[k] > out[k] ? p[k] : out[k];
-          }
-        }
-      }
-    }
+    MaxPoolImage(g, rows.data(), cols.data(), x + n * image, y + n * out);
   }
 }
 
 void MaxPoolBackward(int threads, const ConvGeometry& g, const float* x, const float* dy,
                      float* dx) {
-  const int oh = g.oh(), ow = g.ow(), c = g.c;
-  const size_t image = static_cast<size_t>(g.h) * g.w * c;
-  // Scatter form, one image per thread: each window's dy goes to the first element that
-  // holds its maximum; an image's windows are visited in output order.
+  const std::vector<Span> rows = Spans(g.oh(), g.stride_h, g.pad_top, g.kh, g.h, WindowSpan);
+  const std::vector<Span> cols = Spans(g.ow(), g.stride_w, g.pad_left, g.kw, g.w, WindowSpan);
+  const size_t image = static_cast<size_t>(g.h) * g.w * g.c;
+  const size_t out = static_cast<size_t>(g.oh()) * g.ow() * g.c;
 #pragma omp parallel num_threads(threads)
   {
-    std::vector<float> best(c);
-    std::vector<size_t> arg(c);
+    std::vector<float> best(g.c);
+    std::vector<int> arg(g.c);
 #pragma omp for schedule(static)
     for (int n = 0; n < g.b; ++n) {
-      const float* xi = x + n * image;
-      float* di = dx + n * image;
-      std::fill(di, di + image, 0.0f);
-      for (int oy = 0; oy < oh; ++oy) {
-        const Span r = WindowSpan(oy, g.stride_h, g.pad_top, g.kh, g.h);
-        for (int ox = 0; ox < ow; ++ox) {
-          const Span q = WindowSpan(ox, g.stride_w, g.pad_left, g.kw, g.w);
-          bool first = true;
-          for (int yy = r.begin; yy < r.end; ++yy) {
-            for (int xx = q.begin; xx < q.end; ++xx) {
-              const size_t at = (static_cast<size_t>(yy) * g.w + xx) * c;
-              for (int k = 0; k < c; ++k) {
-                if (first || xi[at + k] > best[k]) best[k] = xi[at + k], arg[k] = at + k;
-              }
-              first = false;
-            }
-          }
-          const float* d = dy + ((static_cast<size_t>(n) * oh + oy) * ow + ox) * c;
-          for (int k = 0; k < c; ++k) di[arg[k]] += d[k];
-        }
-      }
+      MaxPoolBackwardImage(g, rows.data(), cols.data(), x + n * image, dy + n * out,
+                           dx + n * image, best.data(), arg.data());
     }
   }
 }

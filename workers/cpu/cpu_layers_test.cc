@@ -51,6 +51,54 @@ TEST(CpuLayers, MaxPoolRoutesEachWindowToItsFirstMaximumAsJaxDoes) {
   EXPECT_EQ(dx2, (std::vector<float>{0, 4, 1, 0, 1, 0, 0, 0, 1, 0, 9, 0, 0, 0, 0, 0}));
 }
 
+// The definition, one element at a time: each window's dy added to the first element of
+// the window (row-major) holding its maximum, windows in output order.
+std::vector<float> MaxPoolBackwardByScatter(const ConvGeometry& g, const std::vector<float>& x,
+                                            const std::vector<float>& dy) {
+  std::vector<float> dx(x.size(), 0.0f);
+  for (int n = 0; n < g.b; ++n)
+    for (int oy = 0; oy < g.oh(); ++oy)
+      for (int ox = 0; ox < g.ow(); ++ox)
+        for (int k = 0; k < g.c; ++k) {
+          size_t arg = 0;
+          bool first = true;
+          for (int ky = 0; ky < g.kh; ++ky)
+            for (int kx = 0; kx < g.kw; ++kx) {
+              const int yy = oy * g.stride_h - g.pad_top + ky, xx = ox * g.stride_w - g.pad_left + kx;
+              if (yy < 0 || yy >= g.h || xx < 0 || xx >= g.w) continue;
+              const size_t at = ((size_t(n) * g.h + yy) * g.w + xx) * g.c + k;
+              if (first || x[at] > x[arg]) arg = at;
+              first = false;
+            }
+          dx[arg] += dy[((size_t(n) * g.oh() + oy) * g.ow() + ox) * g.c + k];
+        }
+  return dx;
+}
+
+TEST(CpuLayers, MaxPoolBackwardHasTheScatterDefinitionsBitsWithTiesZerosAndNans) {
+  // Odd channel counts (vector tails), overlapping and padded windows, values drawn from a
+  // few levels (many ties), dy with -0 and NaN, x with NaN.
+  for (const ConvGeometry& g : {Pool(3, 6, 7, 37, 2, 2, 2, 2, false),
+                                Pool(2, 5, 6, 19, 3, 3, 1, 1, true),
+                                Pool(2, 7, 5, 33, 3, 2, 2, 1, true)}) {
+    const size_t nx = size_t(g.b) * g.h * g.w * g.c, ny = size_t(g.b) * g.oh() * g.ow() * g.c;
+    std::mt19937 rng(7);
+    std::vector<float> x(nx), dy(ny);
+    for (float& v : x) v = static_cast<float>(rng() % 4) - 1.5f;
+    for (float& v : dy) v = static_cast<float>(static_cast<int>(rng() % 7) - 3) / 3.0f;
+    x[5] = std::nanf("");
+    dy[1] = -0.0f, dy[2] = std::nanf(""), dy[ny - 1] = -0.0f;
+    for (int threads : {1, 2}) {
+      auto be = NewCpuBackend(threads);
+      std::vector<float> dx(nx, 123.0f);
+      EXPECT_OK(be->MaxPoolBackward(g, x.data(), dy.data(), dx.data()));
+      const std::vector<float> want = MaxPoolBackwardByScatter(g, x, dy);
+      ASSERT_EQ(0, std::memcmp(dx.data(), want.data(), nx * sizeof(float)))
+          << "window " << g.kh << "x" << g.kw << " stride " << g.stride_h << "x" << g.stride_w;
+    }
+  }
+}
+
 TEST(CpuLayers, AvgPoolCountsPaddingOnlyWhenAsked) {
   auto be = NewCpuBackend(2);
   const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9};
