@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/rng/random.h"
@@ -14,6 +15,7 @@
 #include "workers/cpu/cpu_batch_norm.h"
 #include "workers/cpu/cpu_gemm.h"
 #include "workers/cpu/cpu_layers.h"
+#include "workers/cpu/cpu_sums.h"
 #include "workers/cpu/dnnl_conv.h"
 #include "workers/cpu/multiversion.h"
 
@@ -22,6 +24,9 @@ namespace {
 
 // Elementwise loops below this size run on one thread: fork/join would cost more.
 constexpr size_t kParallelMin = 1 << 15;
+
+// A conv kernel's gradient sums over at most this many positions (b * oh * ow) at once.
+constexpr size_t kConvSumPositions = 4096;
 
 // Runs f(begin, end) over [0, n) split evenly across `threads` OpenMP threads.
 template <typename F>
@@ -172,11 +177,32 @@ class CpuBackend final : public Backend {
     return Backend::ConvForward(g, x, w, bias, y, scratch);
   }
 
+  // Both gradients are long sums over the b * oh * ow positions, summed in a fixed tree
+  // (cpu_sums.h) for precision as good as XLA's: the bias's blockwise; the kernel's, past
+  // kConvSumPositions, over chunks of images whose gradients are added pairwise.
   absl::Status ConvBackwardWeights(const ConvGeometry& g, const float* x, const float* dy,
                                    float* dw, float* dbias, void* scratch) override {
-    ASSIGN_OR_RETURN(const bool dnnl, UseDnnl(g, scratch));
-    if (dnnl) return conv_->BackwardWeights(g, x, dy, dw, dbias);
-    return Backend::ConvBackwardWeights(g, x, dy, dw, dbias, scratch);
+    const size_t positions = static_cast<size_t>(g.oh()) * g.ow();
+    if (dbias != nullptr) cpu::ColumnSums(threads_, static_cast<int>(g.b * positions), g.f, dy, dbias);
+    const int per = static_cast<int>(std::max<size_t>(1, kConvSumPositions / positions));
+    if (per >= g.b) return KernelGradient(g, x, dy, dw, scratch);
+    const int chunks = (g.b + per - 1) / per;
+    const size_t size = static_cast<size_t>(g.kh) * g.kw * g.c * g.f;
+    const size_t in = static_cast<size_t>(g.h) * g.w * g.c, out = positions * g.f;
+    const size_t patches = positions * g.kh * g.kw * g.c;  // the default path's, per image
+    thread_local std::vector<float> parts;
+    parts.resize(chunks * size);
+    for (int i = 0; i < chunks; ++i) {
+      ConvGeometry part = g;
+      part.b = std::min(per, g.b - i * per);
+      const size_t first = static_cast<size_t>(i) * per;
+      void* part_scratch =
+          scratch == nullptr ? nullptr : static_cast<float*>(scratch) + first * patches;
+      RETURN_IF_ERROR(KernelGradient(part, x + first * in, dy + first * out,
+                                     parts.data() + i * size, part_scratch));
+    }
+    cpu::PairwiseSum(threads_, chunks, size, parts.data(), dw);
+    return absl::OkStatus();
   }
 
   absl::Status ConvBackwardData(const ConvGeometry& g, const float* w, const float* dy, float* dx,
@@ -486,6 +512,14 @@ class CpuBackend final : public Backend {
   // ConvScratchBytes asked for (none where oneDNN took the geometry at the workspace's
   // batch: it takes every batch of a shape it takes).
   // INTERNAL where neither can run it.
+  // The kernel's gradient alone, by oneDNN or the default path.
+  absl::Status KernelGradient(const ConvGeometry& g, const float* x, const float* dy, float* dw,
+                              void* scratch) {
+    ASSIGN_OR_RETURN(const bool dnnl, UseDnnl(g, scratch));
+    if (dnnl) return conv_->BackwardWeights(g, x, dy, dw, nullptr);
+    return Backend::ConvBackwardWeights(g, x, dy, dw, nullptr, scratch);
+  }
+
   absl::StatusOr<bool> UseDnnl(const ConvGeometry& g, void* scratch) {
     if (conv_ != nullptr && conv_->Supports(g)) return true;
     if (scratch == nullptr) {

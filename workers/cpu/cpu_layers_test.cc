@@ -51,6 +51,28 @@ TEST(CpuLayers, MaxPoolRoutesEachWindowToItsFirstMaximumAsJaxDoes) {
   EXPECT_EQ(dx2, (std::vector<float>{0, 4, 1, 0, 1, 0, 0, 0, 1, 0, 9, 0, 0, 0, 0, 0}));
 }
 
+// max_pool by its definition, one element at a time.
+std::vector<float> MaxPoolByDefinition(const ConvGeometry& g, const std::vector<float>& x) {
+  std::vector<float> y(size_t(g.b) * g.oh() * g.ow() * g.c);
+  for (int n = 0; n < g.b; ++n)
+    for (int oy = 0; oy < g.oh(); ++oy)
+      for (int ox = 0; ox < g.ow(); ++ox)
+        for (int k = 0; k < g.c; ++k) {
+          float m = 0;
+          bool first = true;
+          for (int ky = 0; ky < g.kh; ++ky)
+            for (int kx = 0; kx < g.kw; ++kx) {
+              const int yy = oy * g.stride_h - g.pad_top + ky, xx = ox * g.stride_w - g.pad_left + kx;
+              if (yy < 0 || yy >= g.h || xx < 0 || xx >= g.w) continue;
+              const float v = x[((size_t(n) * g.h + yy) * g.w + xx) * g.c + k];
+              if (first || v > m) m = v;
+              first = false;
+            }
+          y[((size_t(n) * g.oh() + oy) * g.ow() + ox) * g.c + k] = m;
+        }
+  return y;
+}
+
 // The definition, one element at a time: each window's dy added to the first element of
 // the window (row-major) holding its maximum, windows in output order.
 std::vector<float> MaxPoolBackwardByScatter(const ConvGeometry& g, const std::vector<float>& x,
@@ -75,10 +97,11 @@ std::vector<float> MaxPoolBackwardByScatter(const ConvGeometry& g, const std::ve
   return dx;
 }
 
-TEST(CpuLayers, MaxPoolBackwardHasTheScatterDefinitionsBitsWithTiesZerosAndNans) {
-  // Odd channel counts (vector tails), overlapping and padded windows, values drawn from a
+TEST(CpuLayers, MaxPoolAndItsGradientHaveTheDefinitionsBitsWithTiesZerosAndNans) {
+  // Odd channel counts (vector tails), 2x2 windows (the fast path), overlapping and padded
+  // windows, values drawn from a
   // few levels (many ties), dy with -0 and NaN, x with NaN.
-  for (const ConvGeometry& g : {Pool(3, 6, 7, 37, 2, 2, 2, 2, false),
+  for (const ConvGeometry& g : {Pool(3, 6, 7, 37, 2, 2, 2, 2, false), Pool(64, 28, 28, 32, 2, 2, 2, 2, false), Pool(16, 14, 14, 64, 2, 2, 2, 2, false),
                                 Pool(2, 5, 6, 19, 3, 3, 1, 1, true),
                                 Pool(2, 7, 5, 33, 3, 2, 2, 1, true)}) {
     const size_t nx = size_t(g.b) * g.h * g.w * g.c, ny = size_t(g.b) * g.oh() * g.ow() * g.c;
@@ -90,7 +113,11 @@ TEST(CpuLayers, MaxPoolBackwardHasTheScatterDefinitionsBitsWithTiesZerosAndNans)
     dy[1] = -0.0f, dy[2] = std::nanf(""), dy[ny - 1] = -0.0f;
     for (int threads : {1, 2}) {
       auto be = NewCpuBackend(threads);
-      std::vector<float> dx(nx, 123.0f);
+      std::vector<float> y(ny, 123.0f), dx(nx, 123.0f);
+      EXPECT_OK(be->MaxPool(g, x.data(), y.data()));
+      const std::vector<float> want_y = MaxPoolByDefinition(g, x);
+      ASSERT_EQ(0, std::memcmp(y.data(), want_y.data(), ny * sizeof(float)))
+          << "window " << g.kh << "x" << g.kw << " stride " << g.stride_h << "x" << g.stride_w;
       EXPECT_OK(be->MaxPoolBackward(g, x.data(), dy.data(), dx.data()));
       const std::vector<float> want = MaxPoolBackwardByScatter(g, x, dy);
       ASSERT_EQ(0, std::memcmp(dx.data(), want.data(), nx * sizeof(float)))
