@@ -183,7 +183,8 @@ class CpuBackend final : public Backend {
   absl::Status ConvBackwardWeights(const ConvGeometry& g, const float* x, const float* dy,
                                    float* dw, float* dbias, void* scratch) override {
     const size_t positions = static_cast<size_t>(g.oh()) * g.ow();
-    if (dbias != nullptr) cpu::ColumnSums(threads_, static_cast<int>(g.b * positions), g.f, dy, dbias);
+    if (dbias != nullptr)
+      cpu::ColumnSums(threads_, static_cast<int>(g.b * positions), g.f, dy, dbias);
     const int per = static_cast<int>(std::max<size_t>(1, kConvSumPositions / positions));
     if (per >= g.b) return KernelGradient(g, x, dy, dw, scratch);
     const int chunks = (g.b + per - 1) / per;

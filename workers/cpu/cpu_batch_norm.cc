@@ -70,7 +70,8 @@ LS_MULTIVERSION void ApplyRows(int begin, int end, int cols, const float* x, con
                                const float* mul, const float* bias, float* y) {
   for (int r = begin; r < end; ++r) {
     const size_t at = static_cast<size_t>(r) * cols;
-    for (int c = 0; c < cols; ++c) y[at + c] = math::BatchNormY(x[at + c], mean[c], mul[c], bias, c);
+    for (int c = 0; c < cols; ++c)
+      y[at + c] = math::BatchNormY(x[at + c], mean[c], mul[c], bias, c);
   }
 }
 
@@ -106,8 +107,7 @@ void BatchNormMoments(int threads, int rows, int cols, const float* x, float* pa
                       float* moments) {
   ColumnSums2(
       threads, rows, cols,
-      [&](int begin, int end, float* p) { MomentSums(begin, end, cols, x, p); }, partials,
-      moments);
+      [&](int begin, int end, float* p) { MomentSums(begin, end, cols, x, p); }, partials, moments);
   const float n = static_cast<float>(rows);
   for (int k = 0; k < 2 * cols; ++k) moments[k] = moments[k] / n;
 }
@@ -139,8 +139,8 @@ void BatchNormBackwardReduce(int threads, int rows, int cols, float epsilon, con
                              float* sums, float* dscale, float* dbias) {
   ColumnSums2(
       threads, rows, cols,
-      [&](int begin, int end, float* p) { GradSums(begin, end, cols, x, dy, mean, p); },
-      partials, sums);
+      [&](int begin, int end, float* p) { GradSums(begin, end, cols, x, dy, mean, p); }, partials,
+      sums);
   for (int c = 0; c < cols; ++c) {
     if (dbias != nullptr) dbias[c] = sums[c];
     if (dscale != nullptr) dscale[c] = sums[cols + c] * math::BatchNormRsqrt(var[c], epsilon);

@@ -128,9 +128,9 @@ LS_MULTIVERSION void MaxPool2x2Backward(int c, const float* __restrict x0,
 // across channels: the same bits as adding dy to the arg-th element alone, since an
 // element of dx is never -0 (it starts at +0, and a sum is -0 only when both terms are)
 // and adding +0 to anything else changes nothing. `best` and `arg` hold c elements.
-LS_MULTIVERSION void MaxPoolBackwardImage(const ConvGeometry& g, const Span* rows,
-                                          const Span* cols, const float* x, const float* dy,
-                                          float* dx, float* best, int* arg) {
+LS_MULTIVERSION void MaxPoolBackwardImage(const ConvGeometry& g, const Span* rows, const Span* cols,
+                                          const float* x, const float* dy, float* dx, float* best,
+                                          int* arg) {
   const int ow = g.ow(), c = g.c;
   std::fill(dx, dx + static_cast<size_t>(g.h) * g.w * c, 0.0f);
   for (int oy = 0; oy < g.oh(); ++oy) {
@@ -293,8 +293,8 @@ void MaxPoolBackward(int threads, const ConvGeometry& g, const float* x, const f
     std::vector<int> arg(g.c);
 #pragma omp for schedule(static)
     for (int n = 0; n < g.b; ++n) {
-      MaxPoolBackwardImage(g, rows.data(), cols.data(), x + n * image, dy + n * out,
-                           dx + n * image, best.data(), arg.data());
+      MaxPoolBackwardImage(g, rows.data(), cols.data(), x + n * image, dy + n * out, dx + n * image,
+                           best.data(), arg.data());
     }
   }
 }

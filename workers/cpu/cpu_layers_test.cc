@@ -62,7 +62,8 @@ std::vector<float> MaxPoolByDefinition(const ConvGeometry& g, const std::vector<
           bool first = true;
           for (int ky = 0; ky < g.kh; ++ky)
             for (int kx = 0; kx < g.kw; ++kx) {
-              const int yy = oy * g.stride_h - g.pad_top + ky, xx = ox * g.stride_w - g.pad_left + kx;
+              const int yy = oy * g.stride_h - g.pad_top + ky,
+                        xx = ox * g.stride_w - g.pad_left + kx;
               if (yy < 0 || yy >= g.h || xx < 0 || xx >= g.w) continue;
               const float v = x[((size_t(n) * g.h + yy) * g.w + xx) * g.c + k];
               if (first || v > m) m = v;
@@ -86,7 +87,8 @@ std::vector<float> MaxPoolBackwardByScatter(const ConvGeometry& g, const std::ve
           bool first = true;
           for (int ky = 0; ky < g.kh; ++ky)
             for (int kx = 0; kx < g.kw; ++kx) {
-              const int yy = oy * g.stride_h - g.pad_top + ky, xx = ox * g.stride_w - g.pad_left + kx;
+              const int yy = oy * g.stride_h - g.pad_top + ky,
+                        xx = ox * g.stride_w - g.pad_left + kx;
               if (yy < 0 || yy >= g.h || xx < 0 || xx >= g.w) continue;
               const size_t at = ((size_t(n) * g.h + yy) * g.w + xx) * g.c + k;
               if (first || x[at] > x[arg]) arg = at;
@@ -101,9 +103,10 @@ TEST(CpuLayers, MaxPoolAndItsGradientHaveTheDefinitionsBitsWithTiesZerosAndNans)
   // Odd channel counts (vector tails), 2x2 windows (the fast path), overlapping and padded
   // windows, values drawn from a
   // few levels (many ties), dy with -0 and NaN, x with NaN.
-  for (const ConvGeometry& g : {Pool(3, 6, 7, 37, 2, 2, 2, 2, false), Pool(64, 28, 28, 32, 2, 2, 2, 2, false), Pool(16, 14, 14, 64, 2, 2, 2, 2, false),
-                                Pool(2, 5, 6, 19, 3, 3, 1, 1, true),
-                                Pool(2, 7, 5, 33, 3, 2, 2, 1, true)}) {
+  for (const ConvGeometry& g :
+       {Pool(3, 6, 7, 37, 2, 2, 2, 2, false), Pool(64, 28, 28, 32, 2, 2, 2, 2, false),
+        Pool(16, 14, 14, 64, 2, 2, 2, 2, false), Pool(2, 5, 6, 19, 3, 3, 1, 1, true),
+        Pool(2, 7, 5, 33, 3, 2, 2, 1, true)}) {
     const size_t nx = size_t(g.b) * g.h * g.w * g.c, ny = size_t(g.b) * g.oh() * g.ow() * g.c;
     std::mt19937 rng(7);
     std::vector<float> x(nx), dy(ny);
