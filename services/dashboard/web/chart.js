@@ -1,6 +1,7 @@
 // A small line chart in SVG, no library: a few series of (x, y) points drawn as lines or
 // as dots (evaluation points), linear axes from the data's range, a legend. The chart's
-// element carries data-points (how many points it draws), which the browser tests read.
+// element carries data-points (how many points it has) and data-last-x (the largest x),
+// which the browser tests read.
 import { el } from "./format.js";
 
 const NS = "http://www.w3.org/2000/svg";
@@ -25,6 +26,17 @@ function label(v) {
   return a >= 100 ? v.toFixed(0) : a >= 1 ? v.toFixed(2) : v.toFixed(3);
 }
 
+// Lines draw at most this many points each: every k-th, and the last.
+const MAX_DRAWN = 1200;
+
+function thin(points, max) {
+  if (points.length <= max) return points;
+  const k = Math.ceil(points.length / max);
+  const out = points.filter((_, i) => i % k === 0);
+  if (out[out.length - 1] !== points[points.length - 1]) out.push(points[points.length - 1]);
+  return out;
+}
+
 export class LineChart {
   // series: [{name, color, dots: bool}]
   constructor(id, title, series) {
@@ -37,10 +49,11 @@ export class LineChart {
       el("figcaption", {}, title), this.svg, this.legend);
   }
 
-  // data: one array of {x, y} per series (in the constructor's order).
+  // data: one array of {x, y} per series (in the constructor's order), ascending x.
   update(data) {
     const all = data.flat().filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y));
     this.element.dataset.points = String(all.length);
+    this.element.dataset.lastX = String(all.length ? Math.max(...all.map((p) => p.x)) : 0);
     this.svg.replaceChildren();
     if (all.length === 0) {
       this.svg.append(svg("text", { x: W / 2, y: H / 2, class: "chart-empty" }, "no data yet"));
@@ -72,7 +85,7 @@ export class LineChart {
           this.svg.append(dot);
         }
       } else if (points.length > 0) {
-        const d = points.map((p, k) => `${k ? "L" : "M"}${px(p.x).toFixed(1)},${py(p.y).toFixed(1)}`);
+        const d = thin(points, MAX_DRAWN).map((p, k) => `${k ? "L" : "M"}${px(p.x).toFixed(1)},${py(p.y).toFixed(1)}`);
         this.svg.append(svg("path", { d: d.join(""), class: `line ${s.color}` }));
       }
     });

@@ -10,6 +10,8 @@ import { renderLogs, renderStepTimes, renderTimeline, renderWitness, renderWorke
   from "./job_panels.js";
 import { poll } from "./poll.js";
 
+const MAX_STEPS = 4000;
+
 function card(title, ...children) {
   return el("section", { class: "card" }, el("h2", {}, title), ...children);
 }
@@ -55,7 +57,17 @@ export function mountJob(main, id, caller) {
     card("Log", el("label", {}, follow, " follow"), logs));
   clear(main, el("p", {}, el("a", { href: "#/jobs" }, "← all jobs")), error, content);
 
-  const steps = new Map(), evals = new Map();  // by step: a replayed step replaces its first run
+  // By step: a replayed step replaces its first run. Past MAX_STEPS points the steps are
+  // thinned as the coordinator thins a finished job's history: every 2nd, 4th, ... and the last.
+  const steps = new Map(), evals = new Map();
+  let stride = 1;
+  const thinSteps = () => {
+    while (steps.size > MAX_STEPS) {
+      stride *= 2;
+      const last = Math.max(...steps.keys());
+      for (const s of [...steps.keys()]) if (s % stride !== 0 && s !== last) steps.delete(s);
+    }
+  };
   let job = null, witness = null, lastStep = null, ended = false, failed = false;
   const finished = new Set();  // parts refreshed once after the job ended
   const stops = [];
@@ -131,6 +143,7 @@ export function mountJob(main, id, caller) {
       if (e.step) steps.set(num(e.step.step), e.step);
       if (e.eval) evals.set(num(e.eval.step), e.eval);
     }
+    thinSteps();
     renderCharts();
   });
   part("events", 2000, async (signal) => {
