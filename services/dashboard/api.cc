@@ -114,25 +114,27 @@ HttpReply DashboardApi::Handle(const HttpRequest& request) const {
   }
   absl::StatusOr<Principal> who = guard_->Client(request.authorization, {});
   if (!who.ok()) return ErrorReply(who.status());
-  absl::StatusOr<std::string> body = Route(request, *who);
+  absl::StatusOr<std::string> body =
+      Route(route->collection, route->id, route->what, request, *who);
   if (!body.ok()) return ErrorReply(body.status());
   HttpReply reply;
   reply.body = *std::move(body);
   return reply;
 }
 
-absl::StatusOr<std::string> DashboardApi::Route(const HttpRequest& request,
+absl::StatusOr<std::string> DashboardApi::Route(const std::string& collection,
+                                                const std::string& id, const std::string& what,
+                                                const HttpRequest& request,
                                                 const Principal& who) const {
-  ASSIGN_OR_RETURN(const Parsed p, Parse(request.path));
-  if (p.collection == "whoami") {
+  if (collection == "whoami") {
     v1::Caller caller;
     caller.set_name(who.name);
     caller.set_admin(who.admin);
     return Json(caller);
   }
-  if (p.collection == "workers") return Workers(who);
-  if (p.id.empty()) return ListJobs(request, who);
-  return JobRoute(p.id, p.what, request, who);
+  if (collection == "workers") return Workers(who);
+  if (id.empty()) return ListJobs(request, who);
+  return JobRoute(id, what, request, who);
 }
 
 absl::StatusOr<std::string> DashboardApi::ListJobs(const HttpRequest& request,
@@ -231,7 +233,8 @@ absl::StatusOr<std::string> DashboardApi::JobWorkers(const v1::Job& job) const {
   for (const std::string& id : job.workers()) {
     auto it = known.find(id);
     if (it != known.end()) {
-      *out.add_workers() = it->second;
+      v1::WorkerInfo& w = *out.add_workers() = it->second;
+      if (w.job_id() != job.id()) w.clear_job_id();  // it runs another's job now: not theirs
     } else {
       out.add_workers()->set_id(id);  // gone from the pool since
     }

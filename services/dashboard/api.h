@@ -54,8 +54,10 @@ class DashboardApi {
   HttpReply Handle(const HttpRequest& request) const;
 
  private:
-  // The JSON body for the route, or why not.
-  absl::StatusOr<std::string> Route(const HttpRequest& request, const Principal& who) const;
+  // The JSON body for /api/v1/<collection>[/<id>[/<what>]], or why not.
+  absl::StatusOr<std::string> Route(const std::string& collection, const std::string& id,
+                                    const std::string& what, const HttpRequest& request,
+                                    const Principal& who) const;
   absl::StatusOr<std::string> ListJobs(const HttpRequest& request, const Principal& who) const;
   absl::StatusOr<std::string> JobRoute(const std::string& id, const std::string& what,
                                        const HttpRequest& request, const Principal& who) const;

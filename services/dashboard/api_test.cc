@@ -203,6 +203,24 @@ TEST_F(DashboardApiTest, AJobsWorkersInRankOrderAndAllWorkersForAdminsOnly) {
   EXPECT_THAT(ids, UnorderedElementsAre("w0000", "w0001"));
 }
 
+TEST_F(DashboardApiTest, AJobsWorkersDoNotNameAnotherUsersJobTheyRunNow) {
+  Register(2);
+  FakeWorker hang;
+  hang.hang_prepare = true;  // bob's job holds the workers, preparing, until cancelled
+  ASSERT_OK(Start({FakeWorker{}, FakeWorker{}, hang, hang}));
+  const std::string alices = Submit("alice");
+  ASSERT_EQ(AwaitEnd(alices).state(), v1::SUCCEEDED);
+  const std::string bobs = Submit("bob");
+  AwaitState(bobs, v1::RUNNING);
+  factory_->clients[2]->AwaitPrepare();
+  for (const auto& w : Ok(Call(kAlice, "/api/v1/jobs/" + alices + "/workers"), "workers")) {
+    EXPECT_EQ(w["job_id"], "") << w;
+  }
+  EXPECT_EQ(Ok(Call(kBob, "/api/v1/jobs/" + bobs + "/workers"), "workers")[0]["job_id"], bobs);
+  ASSERT_OK(jobs_->Cancel(bobs).status());
+  EXPECT_EQ(AwaitEnd(bobs).state(), v1::CANCELLED);
+}
+
 TEST_F(DashboardApiTest, LogsAreTheNewestLinesInTimeOrder) {
   ASSERT_OK(Start());
   const std::string id = Submit("alice");
