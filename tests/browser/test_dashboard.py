@@ -80,6 +80,7 @@ def test_a_user_sees_their_jobs_watches_one_and_cancels_it(
     wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, '#workers-body tr[data-rank="0"]')))
     wait.until(lambda d: "rank 0" in d.find_element(By.ID, "logs").text
                or "step" in d.find_element(By.ID, "logs").text)
+    browser.set_window_size(1360, 2300)  # the whole page, witness and log included
     browser.save_screenshot(str(screenshots / "dashboard-job.png"))
 
     # Cancel: the button is hers, the job ends CANCELLED and the button goes.

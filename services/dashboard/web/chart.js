@@ -20,8 +20,9 @@ function ticks(lo, hi, count) {
   return Array.from({ length: count + 1 }, (_, i) => lo + i * step);
 }
 
-function label(v) {
+function label(v, span) {
   const a = Math.abs(v);
+  if (a < span * 1e-3) return "0";
   if (a !== 0 && (a >= 1e5 || a < 1e-3)) return v.toExponential(1);
   return a >= 100 ? v.toFixed(0) : a >= 1 ? v.toFixed(2) : v.toFixed(3);
 }
@@ -38,9 +39,12 @@ function thin(points, max) {
 }
 
 export class LineChart {
-  // series: [{name, color, dots: bool}]
-  constructor(id, title, series) {
+  // series: [{name, color, dots: bool}]. With `clip`, the y axis ends at the 98th
+  // percentile (times: a first step's warm-up would flatten every other), higher points
+  // drawn at its top.
+  constructor(id, title, series, { clip = false } = {}) {
     this.series = series;
+    this.clip = clip;
     this.svg = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart-svg", role: "img" });
     this.legend = el("div", { class: "legend" },
       series.map((s) => el("span", { class: "legend-item" },
@@ -61,13 +65,17 @@ export class LineChart {
     }
     let [x0, x1] = [Math.min(...all.map((p) => p.x)), Math.max(...all.map((p) => p.x))];
     let [y0, y1] = [Math.min(...all.map((p) => p.y)), Math.max(...all.map((p) => p.y))];
+    if (this.clip && all.length >= 20) {
+      const ys = all.map((p) => p.y).sort((a, b) => a - b);
+      y1 = Math.min(y1, ys[Math.floor(0.98 * (ys.length - 1))] * 1.2);
+    }
     if (x1 === x0) x1 = x0 + 1;
     if (y1 === y0) { y0 -= 0.5; y1 += 0.5; }
     const px = (x) => LEFT + ((x - x0) / (x1 - x0)) * (W - LEFT - RIGHT);
-    const py = (y) => H - BOTTOM - ((y - y0) / (y1 - y0)) * (H - TOP - BOTTOM);
+    const py = (y) => H - BOTTOM - ((Math.min(y, y1) - y0) / (y1 - y0)) * (H - TOP - BOTTOM);
     for (const t of ticks(y0, y1, 4)) {
       this.svg.append(svg("line", { x1: LEFT, x2: W - RIGHT, y1: py(t), y2: py(t), class: "grid" }));
-      this.svg.append(svg("text", { x: LEFT - 6, y: py(t) + 4, class: "tick tick-y" }, label(t)));
+      this.svg.append(svg("text", { x: LEFT - 6, y: py(t) + 4, class: "tick tick-y" }, label(t, y1 - y0)));
     }
     for (const t of ticks(x0, x1, 5)) {
       this.svg.append(svg("text", { x: px(t), y: H - 8, class: "tick tick-x" },
@@ -81,7 +89,7 @@ export class LineChart {
       if (s.dots) {
         for (const p of points) {
           const dot = svg("circle", { cx: px(p.x), cy: py(p.y), r: 4, class: `dot ${s.color}` });
-          dot.append(svg("title", {}, `${s.name} at step ${p.x}: ${label(p.y)}`));
+          dot.append(svg("title", {}, `${s.name} at step ${p.x}: ${label(p.y, 1)}`));
           this.svg.append(dot);
         }
       } else if (points.length > 0) {

@@ -35,7 +35,7 @@ export function mountJob(main, id, caller) {
     { name: "test accuracy (evaluations)", color: "c2", dots: true }]);
   const times = new LineChart("time-chart", "Step time, ms (the slowest worker's)", [
     { name: "compute", color: "c1" }, { name: "all-reduce", color: "c2" },
-    { name: "update", color: "c3" }, { name: "wall", color: "c4" }]);
+    { name: "update", color: "c3" }, { name: "wall", color: "c4" }], { clip: true });
   const stepTimes = el("div", { id: "step-times", class: "stats" });
   const timeline = el("ol", { id: "timeline", class: "timeline" });
   const workersBody = el("tbody", { id: "workers-body" });
@@ -53,7 +53,8 @@ export function mountJob(main, id, caller) {
     card("Bitwise witness",
          el("p", { class: "muted" }, "The params checksum at each snapshot and at the end: two ",
             "runs of one spec with equal checksums at equal steps computed the same bits."),
-         table("witness", ["When", "Params checksum", "Time"], witnessBody)),
+         el("div", { class: "scroll" },
+            table("witness", ["When", "Params checksum", "Time"], witnessBody))),
     card("Log", el("label", {}, follow, " follow"), logs));
   clear(main, el("p", {}, el("a", { href: "#/jobs" }, "← all jobs")), error, content);
 

@@ -2,6 +2,8 @@
 // reasons, recoveries, snapshots), the workers by rank, the bitwise witness and the log.
 import { clear, el, fixed, hex64, num, stateBadge, time } from "./format.js";
 
+const SNAPSHOTS_SHOWN = 5;
+
 // State events and snapshot marks, in time order.
 export function renderTimeline(list, events, witness) {
   const items = [];
@@ -15,7 +17,20 @@ export function renderTimeline(list, events, witness) {
         el("span", { class: "reason" }, s.reason || "")),
     });
   }
-  for (const m of (witness && witness.snapshots) || []) {
+  // The newest few snapshots, one line for the earlier ones (the witness lists them all).
+  const marks = (witness && witness.snapshots) || [];
+  const shown = marks.slice(-SNAPSHOTS_SHOWN);
+  if (marks.length > shown.length) {
+    const first = marks[0], last = marks[marks.length - shown.length - 1];
+    items.push({
+      at: num(last.unix_ms),
+      node: el("li", { class: "event event-snapshot" },
+        el("time", {}, `${time(first.unix_ms)} – ${time(last.unix_ms)}`), " ",
+        el("span", { class: "state" }, "SNAPSHOTS"),
+        ` ${marks.length - shown.length} more, steps ${first.step} to ${last.step}`),
+    });
+  }
+  for (const m of shown) {
     items.push({
       at: num(m.unix_ms),
       node: el("li", { class: "event event-snapshot" },
@@ -53,13 +68,14 @@ export function renderStepTimes(list, lastStep) {
     el("span", { class: "muted" }, `${name} `), `${fixed(ms, 2)} ms`)));
 }
 
-// The params checksum at each snapshot and at the end: equal at equal steps, same bits.
+// The params checksum at the end and at each snapshot, newest first: equal at equal
+// steps, same bits.
 export function renderWitness(body, witness) {
   const rows = ((witness && witness.snapshots) || []).map((m) => el("tr", {},
     el("td", {}, `snapshot, step ${m.step}`), el("td", {}, el("code", {}, hex64(m.param_checksum))),
-    el("td", {}, time(m.unix_ms))));
+    el("td", {}, time(m.unix_ms)))).reverse();
   if (witness && witness.final_checksum && witness.final_checksum !== "0") {
-    rows.push(el("tr", { class: "final", id: "witness-final" },
+    rows.unshift(el("tr", { class: "final", id: "witness-final" },
       el("td", {}, `final, step ${witness.final_step}`),
       el("td", {}, el("code", {}, hex64(witness.final_checksum))), el("td", {}, "")));
   }
