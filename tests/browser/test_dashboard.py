@@ -118,3 +118,25 @@ def test_a_user_cannot_open_another_users_job(
     status, job = cluster.get(f"api/v1/jobs/{bobs}", "admin")
     assert (status, job["owner"]) == (200, "bob")
     cluster.lockstep("cancel", bobs, user="bob")
+
+
+def test_an_admin_sees_everyones_jobs_by_owner_and_the_workers(
+        cluster: Cluster, jobs: dict[str, str], browser: WebDriver) -> None:
+    log_in(browser, cluster, "admin")
+    wait = WebDriverWait(browser, WAIT)
+    for owner in ("alice", "bob"):
+        wait.until(EC.presence_of_element_located(
+            (By.CSS_SELECTOR, f'tr[data-job-id="{jobs[owner]}"]')))
+    browser.find_element(By.ID, "filter-owner").send_keys("bob")
+    wait.until(EC.invisibility_of_element_located(
+        (By.CSS_SELECTOR, f'tr[data-job-id="{jobs["alice"]}"]')))
+    assert browser.find_element(By.CSS_SELECTOR, f'tr[data-job-id="{jobs["bob"]}"]')
+    browser.find_element(By.ID, "nav-workers").click()
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#workers-list tr")) == 2)
+    # Log out: the login again; a user is told the workers list is for admins.
+    browser.find_element(By.ID, "logout").click()
+    wait.until(EC.presence_of_element_located((By.ID, "token")))
+    assert browser.find_element(By.ID, "who").text == ""
+    log_in(browser, cluster, "alice")  # the same URL: the page stays as it is
+    browser.find_element(By.ID, "nav-workers").click()
+    wait.until(EC.text_to_be_present_in_element((By.ID, "workers-status"), "for admins"))

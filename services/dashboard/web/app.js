@@ -81,8 +81,9 @@ async function route() {
 document.getElementById("logout").addEventListener("click", () => {
   setToken("");
   caller = null;
-  location.hash = "#/jobs";
-  route();
+  // One route() shows the login: by the hash's change, or here when it does not change.
+  if (location.hash === "#/jobs") route();
+  else location.hash = "#/jobs";
 });
 window.addEventListener("hashchange", route);
 route();
