@@ -38,6 +38,7 @@ struct HttpRequest {
   std::string path;    // without the query
   std::map<std::string, std::string> query;
   std::string authorization;  // the Authorization header; empty when absent
+  std::string host, origin;   // the Host and Origin headers; empty when absent
 };
 
 class DashboardApi {

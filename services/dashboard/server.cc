@@ -1,5 +1,6 @@
 #include "services/dashboard/server.h"
 
+#include <arpa/inet.h>
 #include <microhttpd.h>
 #include <unistd.h>
 
@@ -71,6 +72,10 @@ MHD_Result Handle(void* cls, MHD_Connection* connection, const char* url, const 
   const char* auth =
       MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
   if (auth != nullptr) r.authorization = auth;
+  const char* host = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+  if (host != nullptr) r.host = host;
+  const char* origin = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, "Origin");
+  if (origin != nullptr) r.origin = origin;
   HttpReply reply = pending->body > kMaxBody
                         ? ErrorReply(absl::InvalidArgumentError("the API takes no request body"))
                         : server->Answer(r);
@@ -90,9 +95,43 @@ MHD_Result Handle(void* cls, MHD_Connection* connection, const char* url, const 
   return queued;
 }
 
+// The host of a Host header or an origin's authority, without the port.
+absl::string_view HostName(absl::string_view authority) {
+  if (absl::StartsWith(authority, "[")) return authority.substr(0, authority.find(']') + 1);
+  return authority.substr(0, authority.rfind(':'));
+}
+
+// Whether `host` (no port) is an IP address or localhost: names no other DNS can give.
+bool AddressOrLocalhost(absl::string_view host) {
+  if (host == "localhost" || absl::StartsWith(host, "[")) return true;
+  in_addr v4;
+  return inet_pton(AF_INET, std::string(host).c_str(), &v4) == 1;
+}
+
+absl::Status CheckSameOrigin(const HttpRequest& r, bool tls) {
+  if (!tls && !AddressOrLocalhost(HostName(r.host))) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("Host ", r.host,
+                     " refused: without TLS the dashboard answers only to an IP address "
+                     "or localhost"));
+  }
+  if (r.method != "GET" && r.method != "HEAD" && !r.origin.empty()) {
+    const size_t scheme = r.origin.find("://");
+    const absl::string_view authority = scheme == std::string::npos
+                                            ? absl::string_view()
+                                            : absl::string_view(r.origin).substr(scheme + 3);
+    if (authority != r.host) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(r.method, " from origin ", r.origin, " refused: not this site"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 HttpReply DashboardServer::Answer(const HttpRequest& request) const {
+  if (absl::Status st = CheckSameOrigin(request, tls()); !st.ok()) return ErrorReply(st);
   if (absl::StartsWith(request.path, "/api/")) {
     HttpReply reply = api_->Handle(request);
     reply.headers.emplace_back("Cache-Control", "no-store");

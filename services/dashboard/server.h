@@ -45,7 +45,11 @@ class DashboardServer {
   int port() const { return port_; }
   bool tls() const { return !cert_.empty(); }
 
-  // The answer to one request (the server's threads call it; so may tests).
+  // The answer to one request (the server's threads call it; so may tests). Refused with
+  // 403 first, as a browser's request another site made or a DNS rebinding would be: a
+  // request other than GET or HEAD whose Origin is not this Host (a form posted from
+  // elsewhere: no token is needed to cancel with --insecure); and without TLS, a Host that
+  // is not an IP address or localhost (a name an attacker's DNS points here).
   HttpReply Answer(const HttpRequest& request) const;
 
  private:

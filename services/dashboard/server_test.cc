@@ -49,14 +49,35 @@ TEST_F(DashboardServerTest, ServesThePagesFromTheBinary) {
 
 TEST_F(DashboardServerTest, AnswersCarryTheContentSecurityPolicy) {
   ASSERT_OK_AND_ASSIGN(auto server, DashboardServer::Start("127.0.0.1:0", &api_, {}));
-  const HttpReply page = server->Answer({"GET", "/", {}, ""});
+  const HttpReply page = server->Answer({"GET", "/", {}, "", "127.0.0.1:1"});
   EXPECT_EQ(page.code, 200);
   EXPECT_EQ(page.content_type, "text/html; charset=utf-8");
-  const HttpReply post = server->Answer({"POST", "/app.js", {}, ""});
+  const HttpReply post = server->Answer({"POST", "/app.js", {}, "", "127.0.0.1:1"});
   EXPECT_EQ(post.code, 405);
-  const HttpReply api = server->Answer({"GET", "/api/v1/jobs/1/cancel", {}, ""});
+  const HttpReply api = server->Answer({"GET", "/api/v1/jobs/1/cancel", {}, "", "127.0.0.1:1"});
   EXPECT_EQ(api.code, 405);
   EXPECT_THAT(api.headers, ::testing::Contains(::testing::Pair("Cache-Control", "no-store")));
+}
+
+// A page of another site posting to the dashboard (a cancel needs no token with
+// --insecure), and a name an attacker's DNS points at 127.0.0.1, are refused.
+TEST_F(DashboardServerTest, RefusesOtherOriginsPostsAndDnsNamesWithoutTls) {
+  ASSERT_OK_AND_ASSIGN(auto server, DashboardServer::Start("127.0.0.1:0", &api_, {}));
+  for (const char* host : {"127.0.0.1:8443", "localhost:8443", "[::1]:8443", "10.1.2.3:8443"}) {
+    EXPECT_EQ(server->Answer({"GET", "/", {}, "", host}).code, 200) << host;
+  }
+  HttpReply r = server->Answer({"GET", "/", {}, "", "rebound.example.com:8443"});
+  EXPECT_EQ(r.code, 403);
+  EXPECT_THAT(r.body, HasSubstr("an IP address or localhost"));
+  r = server->Answer(
+      {"POST", "/api/v1/jobs/1/cancel", {}, "", "127.0.0.1:8443", "http://evil.example.com"});
+  EXPECT_EQ(r.code, 403);
+  EXPECT_THAT(r.body, HasSubstr("not this site"));
+  // Its own pages' POST (and curl's, which sends no Origin) reach the API (which takes GET
+  // there: no JobManager is reached).
+  r = server->Answer({"POST", "/api/v1/whoami", {}, "", "127.0.0.1:8443", "http://127.0.0.1:8443"});
+  EXPECT_EQ(r.code, 405) << r.body;
+  EXPECT_EQ(server->Answer({"POST", "/api/v1/whoami", {}, "", "127.0.0.1:8443"}).code, 405);
 }
 
 TEST_F(DashboardServerTest, HttpsWithTheCoordinatorsCertificate) {
