@@ -52,15 +52,17 @@ bool Runs(pid_t pid, std::initializer_list<std::string_view> names) {
 bool IsClusterServer(pid_t pid) { return Runs(pid, {"lockstep-coordinator", "lockstep-worker"}); }
 
 // Writes <dir>/cluster.json, what `cluster down` reads: the coordinator's address, the
-// servers' pids and the supervisor's, and where each serves its Prometheus metrics
+// servers' pids and the supervisor's, where each serves its Prometheus metrics
 // ("metrics": {"coordinator": host:port, "workers": [host:port, ...]}; "" for a server not
-// listening). Replaced whole, as restarts rewrite it while `cluster down` may be reading it.
+// listening), and the dashboard's URL ("dashboard"). Replaced whole, as restarts rewrite it
+// while `cluster down` may be reading it.
 void WriteRecord(const std::string& dir, const std::string& address,
                  const ClusterProcesses& cluster, const std::vector<std::string>& metrics) {
   nlohmann::json record = {{"coordinator", address},
                            {"pids", cluster.pids()},
                            {"workers", cluster.ServerCount() - 1},
-                           {"supervisor", getpid()}};
+                           {"supervisor", getpid()},
+                           {"dashboard", cluster.DashboardUrl()}};
   if (!metrics.empty()) {
     record["metrics"] = {{"coordinator", metrics[0]},
                          {"workers", std::vector<std::string>(metrics.begin() + 1, metrics.end())}};
@@ -73,11 +75,12 @@ void WriteRecord(const std::string& dir, const std::string& address,
   if (ec) absl::FPrintF(stderr, "cluster up: cannot write %s: %s\n", path.string(), ec.message());
 }
 
-// What `cluster up` tells once the cluster is up: the coordinator's address and the metrics
-// addresses (ClusterProcesses::MetricsAddresses).
+// What `cluster up` tells once the cluster is up: the coordinator's address, the metrics
+// addresses (ClusterProcesses::MetricsAddresses) and the dashboard's URL.
 struct Started {
   std::string address;
   std::vector<std::string> metrics;
+  std::string dashboard;
 };
 
 // Starts the cluster and supervises it until one of the signals `stop` (blocked in this
@@ -92,7 +95,7 @@ int Supervise(const ClusterOptions& options, const sigset_t& stop,
   const std::string address = (*cluster)->address();
   std::vector<std::string> metrics = (*cluster)->MetricsAddresses();
   WriteRecord(options.dir, address, **cluster, metrics);
-  started(absl::OkStatus(), {address, metrics});
+  started(absl::OkStatus(), {address, metrics, (*cluster)->DashboardUrl()});
   Supervisor supervisor(
       cluster->get(), absl::Now(), BackoffOptions{}, [&options](const std::string& line) {
         absl::FPrintF(stderr, "cluster up: %s (logs in %s/logs)\n", line, options.dir);
@@ -122,6 +125,13 @@ void PrintStarted(const ClusterOptions& options, const Started& started) {
         "cluster up: Prometheus metrics (GET /metrics, plain HTTP on loopback): coordinator %s, "
         "workers %s\n",
         started.metrics[0], absl::StrJoin(started.metrics.begin() + 1, started.metrics.end(), " "));
+  }
+  if (!started.dashboard.empty()) {
+    absl::PrintF("cluster up: dashboard %s%s\n", started.dashboard,
+                 options.insecure ? ""
+                                  : absl::StrCat(" (log in with a token from ", options.dir,
+                                                 "/credentials/*.token; its certificate is from ",
+                                                 options.dir, "/credentials/ca.pem)"));
   }
   if (options.insecure) {
     absl::PrintF("cluster up: PLAINTEXT, no authentication (--insecure), loopback only\n");
@@ -156,10 +166,12 @@ int StartDetached(const ClusterOptions& options, const sigset_t& stop) {
     }
     pthread_sigmask(SIG_BLOCK, &stop, nullptr);
     const int rc = Supervise(options, stop, [&](const absl::Status& st, const Started& s) {
-      // "ok ADDRESS METRICS,METRICS,...": the metrics list is empty or has no spaces.
+      // "ok ADDRESS METRICS,METRICS,... DASHBOARD": the metrics list and the dashboard's
+      // URL are empty or have no spaces.
       const std::string message =
-          st.ok() ? absl::StrCat("ok ", s.address, " ", absl::StrJoin(s.metrics, ","))
-                  : st.ToString();
+          st.ok()
+              ? absl::StrCat("ok ", s.address, " ", absl::StrJoin(s.metrics, ","), " ", s.dashboard)
+              : st.ToString();
       if (write(fds[1], message.data(), message.size()) < 0) {
         absl::FPrintF(stderr, "cluster up: the launcher is gone\n");
       }
@@ -185,6 +197,7 @@ int StartDetached(const ClusterOptions& options, const sigset_t& stop) {
   const std::vector<std::string> parts = absl::StrSplit(message.substr(3), ' ');
   started.address = parts[0];
   if (parts.size() > 1 && !parts[1].empty()) started.metrics = absl::StrSplit(parts[1], ',');
+  if (parts.size() > 2) started.dashboard = parts[2];
   PrintStarted(options, started);
   absl::PrintF(
       "export LOCKSTEP_COORDINATOR=%s%s   # stop with: lockstep cluster down\n", started.address,
@@ -250,7 +263,8 @@ int Up(const UpOptions& o) {
   options.workers = n;
   options.threads_per_worker = threads;
   options.insecure = o.insecure;
-  options.metrics = true;  // on loopback only, as the cluster
+  options.metrics = true;    // on loopback only, as the cluster
+  options.dashboard = true;  // so is the dashboard
   if (const std::string roots = DataRootFlag(o.data_roots); !roots.empty()) {
     options.coordinator_flags.push_back(roots);  // checks dataset paths at submit
     options.worker_flags.push_back(roots);       // reads them

@@ -1,7 +1,7 @@
 // `lockstep cluster up` supervises its servers: the real CLI binary as a child process,
 // its servers killed with SIGKILL, their replacements checked through the coordinator's
-// ListWorkers; the metrics addresses it records and prints; and `cluster down` of a
-// detached cluster.
+// ListWorkers; the metrics addresses and the dashboard's URL it records and prints; and
+// `cluster down` of a detached cluster.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "clients/cluster/cluster_processes.h"
+#include "core/testing.h"
 #include "lockstep/v1/job.grpc.pb.h"
 #include "services/common/credentials.h"
 #include "services/common/http_testing.h"
@@ -29,6 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using testing::StatusIs;
 
 const std::string kCli = std::string(LOCKSTEP_BINARY_DIR) + "/clients/lockstep";
 // A restart waits 1 s, then a server needs a moment to come up and register.
@@ -166,6 +168,13 @@ TEST_F(ClusterCommandTest, ForegroundRestartsAKilledWorkerAndCoordinatorAndStops
   EXPECT_EQ(waitpid(launcher_, nullptr, WNOHANG), 0) << "the launcher exited\n" << Logs();
   EXPECT_THAT(ReadFile(fs::path(dir_) / "launcher.log"), HasSubstr("worker-0 killed by signal 9"));
 
+  // The dashboard: on, its URL recorded and printed.
+  const std::string dashboard = Record().at("dashboard");
+  ASSERT_THAT(dashboard, ::testing::StartsWith("https://127.0.0.1:")) << Record().dump();
+  EXPECT_THAT(ReadFile(fs::path(dir_) / "launcher.log"),
+              HasSubstr(absl::StrCat("cluster up: dashboard ", dashboard, " (log in with")));
+  const int dashboard_port = std::stoi(dashboard.substr(dashboard.rfind(':') + 1));
+
   // The coordinator comes back on its address; both workers register with it again.
   std::set<std::string> ids;
   for (const auto& [name, id] : Workers(address, dir_)) ids.insert(id.begin(), id.end());
@@ -183,6 +192,10 @@ TEST_F(ClusterCommandTest, ForegroundRestartsAKilledWorkerAndCoordinatorAndStops
       << Logs();
   EXPECT_NE(RecordedPid(0), coordinator);
   EXPECT_EQ(Record().at("coordinator"), address);
+  // Its dashboard too, on the same URL (HTTPS: a plain HTTP request gets no HTTP answer).
+  EXPECT_EQ(Record().at("dashboard"), dashboard);
+  EXPECT_THAT(testing::HttpGet(dashboard_port, "/"),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("no HTTP answer")));
   EXPECT_EQ(waitpid(launcher_, nullptr, WNOHANG), 0) << "the launcher exited\n" << Logs();
 
   const std::vector<pid_t> servers = Record().at("pids").get<std::vector<pid_t>>();

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lockstep/v1/job.grpc.pb.h"
 #include "services/common/credentials.h"
@@ -156,6 +157,15 @@ std::vector<std::string> ClusterProcesses::MetricsAddresses() const {
   return out;
 }
 
+std::string ClusterProcesses::DashboardPortFile() const {
+  return (fs::path(options_.dir) / "coordinator.dashboard_port").string();
+}
+
+std::string ClusterProcesses::DashboardUrl() const {
+  if (!options_.dashboard || dashboard_port_ == 0) return "";
+  return absl::StrCat(options_.insecure ? "http" : "https", "://127.0.0.1:", dashboard_port_, "/");
+}
+
 absl::StatusOr<pid_t> ClusterProcesses::SpawnCoordinator(int port) {
   const std::string port_file = (fs::path(options_.dir) / "coordinator.port").string();
   fs::remove(port_file);
@@ -172,6 +182,11 @@ absl::StatusOr<pid_t> ClusterProcesses::SpawnCoordinator(int port) {
     argv.push_back("--bootstrap_token_file=" + BootstrapTokenFile(credentials_dir()));
   }
   for (std::string& flag : MetricsFlags(ServerName(0))) argv.push_back(std::move(flag));
+  if (options_.dashboard) {
+    fs::remove(DashboardPortFile());
+    argv.push_back(absl::StrCat("--dashboard_listen=127.0.0.1:", dashboard_port_));
+    argv.push_back("--dashboard_port_file=" + DashboardPortFile());
+  }
   argv.insert(argv.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
   return SpawnServer(argv, options_.dir + "/logs/coordinator.log");
 }
@@ -201,6 +216,14 @@ absl::Status ClusterProcesses::StartCoordinator(int port) {
         absl::StrCat("the coordinator did not start (", last, "); see ", log));
   }
   address_ = "127.0.0.1:" + bound;
+  // Written before the job API's port (main.cc): there by now when the dashboard is on.
+  if (options_.dashboard) {
+    const std::string dashboard = ReadPortFile(DashboardPortFile(), absl::ZeroDuration());
+    if (dashboard.empty() || !absl::SimpleAtoi(dashboard, &dashboard_port_)) {
+      return absl::InternalError(
+          absl::StrCat("the coordinator wrote no dashboard port in ", DashboardPortFile()));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -36,6 +36,9 @@ struct ClusterOptions {
   std::vector<std::string> users;
   // Every server serves Prometheus metrics on 127.0.0.1 at a free port (MetricsAddresses).
   bool metrics = false;
+  // The coordinator serves its web dashboard on 127.0.0.1 at a free port, the same one
+  // again after a restart (DashboardUrl).
+  bool dashboard = false;
 };
 
 // As SupervisedServers, server 0 is the coordinator and server 1 + i is worker i.
@@ -58,6 +61,9 @@ class ClusterProcesses : public SupervisedServers {
   // With options.metrics, where each server serves its metrics (host:port, GET /metrics),
   // in pids()'s order: "" for one killed or not listening yet. Empty without.
   std::vector<std::string> MetricsAddresses() const;
+  // With options.dashboard, the dashboard's URL ("https://127.0.0.1:PORT/", http:// when
+  // insecure); empty without, or before the coordinator bound it.
+  std::string DashboardUrl() const;
 
   // Starts one more worker and waits until it registers; returns its worker id.
   absl::StatusOr<std::string> AddWorker();
@@ -93,12 +99,14 @@ class ClusterProcesses : public SupervisedServers {
   // file removed.
   std::vector<std::string> MetricsFlags(const std::string& name) const;
   std::string MetricsPortFile(const std::string& name) const;
+  std::string DashboardPortFile() const;
   // The id of the registered worker called `name`.
   absl::StatusOr<std::string> WorkerId(const std::string& name);
 
   const ClusterOptions options_;
   std::string address_;
   pid_t coordinator_ = -1;
+  int dashboard_port_ = 0;  // once bound: the one a restarted coordinator binds again
   std::vector<pid_t> workers_;
 };
 

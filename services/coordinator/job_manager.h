@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "lockstep/v1/dashboard.pb.h"
 #include "lockstep/v1/job.pb.h"
 #include "services/common/auth.h"
 #include "services/common/job_log.h"
@@ -95,6 +96,9 @@ class JobManager {
   // FAILED_PRECONDITION if the job already ended. A queued job is CANCELLED at once; a
   // running one within about a second (its runner stops; its workers are released).
   absl::StatusOr<v1::Job> Cancel(const std::string& id);
+  // The params checksums at the job's snapshots taken by this process, and the final one
+  // once it SUCCEEDED (witness.h). NOT_FOUND.
+  absl::StatusOr<v1::JobWitness> Witness(const std::string& id);
 
   // A file holding the job's state at a step: a kept snapshot (`step`), or by default the
   // final checkpoint if there is one, else the newest snapshot. NOT_FOUND naming the steps

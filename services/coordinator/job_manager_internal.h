@@ -43,6 +43,9 @@ struct JobManager::Record {
   std::shared_ptr<TensorBoardWriter> tensorboard;  // null: none written
   std::shared_ptr<EventLog> logs;                  // its log lines (WatchLogs)
   std::set<std::string> ran_on;                    // ids of the workers it was given
+  // Its snapshots' params checksums in this process, ascending step (Witness): a step
+  // taken again (a replay) replaces those from it on; the newest kMaxWitnessMarks.
+  std::vector<v1::SnapshotMark> witness;
   int watchers = 0;
   bool resume = false;     // a restarted coordinator's job: it continues from its snapshot
   int64_t high_water = 0;  // with `resume`: the steps it had run (they are replays now)
@@ -62,7 +65,7 @@ class JobManager::Sink final : public JobSink, public WorkerSupply {
  public:
   Sink(JobManager* m, Record* rec)
       : m_(m), rec_(rec), log_(rec->log), tensorboard_(rec->tensorboard), series_(rec->series) {}
-  void OnSnapshot(int64_t step) override;
+  void OnSnapshot(int64_t step, uint64_t param_checksum) override;
   void OnRendezvous(const std::string& prefix, const std::vector<PoolWorker>& workers) override;
   absl::StatusOr<std::vector<PoolWorker>> Replace(const std::vector<std::string>& lost,
                                                   const absl::Status& reason,

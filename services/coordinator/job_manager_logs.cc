@@ -1,6 +1,6 @@
 // What JobManager keeps of a job for its readers: the log lines of the coordinator and of
-// the workers that ran it (WatchLogs), the watchers of its event log and their limits, and
-// its TensorBoard writer.
+// the workers that ran it (WatchLogs), the watchers of its event log and their limits, its
+// TensorBoard writer, and its snapshots' checksums (Witness).
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "services/common/job_state.h"
@@ -81,6 +81,18 @@ void JobManager::EndWatch(const std::string& id) {
   if (it == jobs_.end()) return;
   Record& rec = *it->second;
   if (--rec.watchers == 0 && IsTerminal(rec.job.state())) rec.log->Compact(rec.history.Events());
+}
+
+absl::StatusOr<v1::JobWitness> JobManager::Witness(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Record * rec, FindLocked(id));
+  v1::JobWitness out;
+  for (const v1::SnapshotMark& m : rec->witness) *out.add_snapshots() = m;
+  if (rec->job.state() == v1::SUCCEEDED) {
+    out.set_final_checksum(rec->job.param_checksum());
+    out.set_final_step(rec->job.step());
+  }
+  return out;
 }
 
 JobManager::Watch::~Watch() { m_->EndWatch(id_); }

@@ -8,15 +8,17 @@
 #include "services/common/job_log.h"
 #include "services/coordinator/job_manager.h"
 #include "services/coordinator/job_manager_internal.h"
+#include "services/coordinator/witness.h"
 
 namespace lockstep {
 using job_manager_internal::NowMs;
 
-void JobManager::Sink::OnSnapshot(int64_t step) {
+void JobManager::Sink::OnSnapshot(int64_t step, uint64_t param_checksum) {
   std::vector<Save> saves;
   {
     absl::MutexLock lock(&m_->mu_);
     rec_->job.set_snapshot_step(step);
+    AddWitnessMark(rec_->witness, step, param_checksum, NowMs());
     // The steps up to a snapshot are made as durable as its state: a coordinator killed
     // later continues from this snapshot, and a watcher that had not yet seen them (it may
     // lag the job by many steps) is shown them from the record instead of losing them.

@@ -27,6 +27,7 @@
 #include "services/coordinator/job_manager.h"
 #include "services/coordinator/limit_flags.h"
 #include "services/coordinator/service.h"
+#include "services/dashboard/server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "host:port to serve on (port 0: pick one)");
 ABSL_FLAG(std::string, state_dir, "lockstep-state",
@@ -51,6 +52,13 @@ ABSL_FLAG(int64_t, history_steps, 2000,
           "the steps a finished job keeps for WatchJob, on disk beside its record: every step "
           "up to this many, then every 2nd, 4th, ... (a power of two) and the last");
 ABSL_DECLARE_FLAG(std::string, tls_ca);  // services/common/server_security.cc
+ABSL_DECLARE_FLAG(std::string, tls_cert);
+ABSL_DECLARE_FLAG(std::string, tls_key);
+ABSL_FLAG(std::string, dashboard_listen, "",
+          "host:port of the web dashboard and its JSON API (empty: off): HTTPS with --tls_cert "
+          "and --tls_key, the job API's tokens; plain HTTP only with --insecure");
+ABSL_FLAG(std::string, dashboard_port_file, "",
+          "write the dashboard's port actually bound here (for --dashboard_listen :0)");
 ABSL_FLAG(std::string, worker_ca_key, "",
           "the CA's key (ca-key.pem): with --bootstrap_token_file, new workers enroll (their "
           "own keys signed into certificates naming them)");
@@ -111,7 +119,9 @@ int main(int argc, char** argv) {
                                   "tokens_file",
                                   "port_file",
                                   "data_root",
-                                  "drain_grace_s"};
+                                  "drain_grace_s",
+                                  "dashboard_listen",
+                                  "dashboard_port_file"};
   env.insert(env.end(), kLimitFlags.begin(), kLimitFlags.end());
   env.insert(env.end(), kSecurityFlags.begin(), kSecurityFlags.end());
   env.insert(env.end(), kObservabilityFlags.begin(), kObservabilityFlags.end());
@@ -122,14 +132,19 @@ int main(int argc, char** argv) {
   }
   const MetricsFlags metrics_flags = GetMetricsFlags();
   const std::string listen = absl::GetFlag(FLAGS_listen);
+  const std::string dashboard_listen = absl::GetFlag(FLAGS_dashboard_listen);
   // A taken port ends the start here, before the job records are touched.
-  if (absl::Status st =
-          CheckPortsFree({{"--listen", listen}, {"--metrics_listen", metrics_flags.listen}});
+  if (absl::Status st = CheckPortsFree({{"--listen", listen},
+                                        {"--metrics_listen", metrics_flags.listen},
+                                        {"--dashboard_listen", dashboard_listen}});
       !st.ok()) {
     spdlog::error("{}", std::string(st.message()));
     return 1;
   }
-  absl::StatusOr<Transport> transport = ServerTransport({listen});
+  // The dashboard is exposed as the job API is: plaintext on it stays on loopback too.
+  std::vector<std::string> exposed = {listen};
+  if (!dashboard_listen.empty()) exposed.push_back(dashboard_listen);
+  absl::StatusOr<Transport> transport = ServerTransport(exposed);
   if (!transport.ok()) {
     spdlog::error("{}", std::string(transport.status().message()));
     return 2;
@@ -253,6 +268,26 @@ int main(int argc, char** argv) {
   if (!metrics_server.ok()) {
     spdlog::error("--metrics_listen: {}", metrics_server.status().ToString());
     return 1;
+  }
+  // The dashboard before the job API's port file too: once that is written, all are up.
+  DashboardApi dashboard_api(&jobs, &pool, &guard);
+  std::unique_ptr<DashboardServer> dashboard;
+  if (!dashboard_listen.empty()) {
+    DashboardServerOptions dashboard_options;
+    if (transport->secure()) {
+      dashboard_options.cert_file = absl::GetFlag(FLAGS_tls_cert);
+      dashboard_options.key_file = absl::GetFlag(FLAGS_tls_key);
+    }
+    dashboard_options.port_file = absl::GetFlag(FLAGS_dashboard_port_file);
+    absl::StatusOr<std::unique_ptr<DashboardServer>> started =
+        DashboardServer::Start(dashboard_listen, &dashboard_api, dashboard_options);
+    if (!started.ok()) {
+      spdlog::error("--dashboard_listen: {}", started.status().ToString());
+      return 1;
+    }
+    dashboard = *std::move(started);
+    spdlog::info("dashboard on port {} ({})", dashboard->port(),
+                 dashboard->tls() ? "HTTPS" : "plain HTTP");
   }
   absl::StatusOr<Serving> serving =
       StartServer(listen, *transport, {&job_service, &worker_registry, &rendezvous, &worker_admin},

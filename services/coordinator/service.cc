@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "services/common/status.h"
+#include "services/coordinator/job_access.h"
 
 namespace lockstep {
 namespace {
@@ -171,11 +172,7 @@ class WaitReactor final : public grpc::ServerUnaryReactor {
 absl::Status JobServiceImpl::MayTouch(const grpc::ServerContextBase& ctx,
                                       const std::string& id) const {
   ASSIGN_OR_RETURN(const Principal who, guard_->Client(ctx));
-  ASSIGN_OR_RETURN(const v1::Job job, jobs_->Get(id));
-  if (!who.admin && job.owner() != who.name) {
-    return absl::PermissionDeniedError(absl::StrCat("job ", id, " belongs to another user"));
-  }
-  return absl::OkStatus();
+  return JobFor(*jobs_, who, id).status();
 }
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx, const v1::JobSpec* req,

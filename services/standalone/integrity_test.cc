@@ -42,7 +42,7 @@ class AbortingSink final : public JobSink, public WorkerSupply {
   void OnRunning(int64_t) override {}
   void OnStep(const v1::StepEvent& e) override { steps.push_back(e.step()); }
   void OnEval(const v1::EvalResult&) override {}
-  void OnSnapshot(int64_t step) override {
+  void OnSnapshot(int64_t step, uint64_t) override {
     if (step == abort_at_ && runner != nullptr) runner->Abort(absl::CancelledError("stop here"));
   }
   absl::StatusOr<std::vector<PoolWorker>> Replace(const std::vector<std::string>&,

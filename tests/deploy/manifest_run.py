@@ -9,8 +9,8 @@ import tempfile
 import time
 
 from manifest_common import ROOT, fail, server_flags
-from manifest_servers import (Credentials, Server, health, listening_ports, metrics_page,
-                              place_credentials, role)
+from manifest_servers import (Credentials, Server, dashboard_page, health, listening_ports,
+                              metrics_page, place_credentials, role)
 
 
 def image_env():
@@ -93,6 +93,12 @@ def wait_serving(c, server, env, bins, credentials, image_path):
             print(f"   port {port} (metrics): {text}")
             if not ok:
                 fail(f"{c.label}: port {port} does not serve Prometheus metrics: {text}")
+            continue
+        if env.get("LOCKSTEP_DASHBOARD_LISTEN", "").endswith(f":{port}"):
+            ok, text = dashboard_page(port, credentials.ca())
+            print(f"   port {port} (dashboard, HTTPS): {text}")
+            if not ok:
+                fail(f"{c.label}: port {port} does not serve the dashboard over HTTPS: {text}")
             continue
         ok, text = health(cli, port, server_name, credentials.ca())
         print(f"   port {port} as {server_name} over TLS: {text}")

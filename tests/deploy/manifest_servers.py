@@ -1,11 +1,13 @@
 """The servers the deployment checks start: the credentials one `lockstep certs` run makes,
 put where a container's variables point; the processes; and how to ask them whether they
-serve (ports listening, gRPC health over TLS, /metrics)."""
+serve (ports listening, gRPC health over TLS, /metrics, the dashboard over HTTPS)."""
 import base64
 import os
 import re
 import signal
+import ssl
 import subprocess
+import urllib.error
 import urllib.request
 
 import yaml
@@ -43,6 +45,28 @@ def metrics_page(port):
     series = [line.split("{")[0].split(" ")[0] for line in body.splitlines()
               if line.startswith("lockstep_")]
     return bool(series), f"{len(series)} lockstep_ samples"
+
+
+def dashboard_page(port, ca):
+    """The dashboard over HTTPS, its certificate checked against the CA (it names 127.0.0.1
+    besides lockstep-coordinator): (whether the page is served and the API asks for a token,
+    what was seen)."""
+    context = ssl.create_default_context(cafile=ca)
+
+    def get(path):
+        try:
+            with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", context=context,
+                                        timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    try:
+        page, api = get("/"), get("/api/v1/whoami")
+    except OSError as e:
+        return False, str(e)
+    ok = page[0] == 200 and "<title>Lockstep</title>" in page[1] and api[0] == 401
+    return ok, f"GET / {page[0]}, GET /api/v1/whoami without a token {api[0]}"
 
 
 def health(cli, port, server_name, ca, timeout=2):

@@ -1,0 +1,178 @@
+// A job's page: its state and progress, live loss and accuracy curves with the evaluation
+// points, the step time split, the events timeline, its workers, the bitwise witness and
+// a log tail that follows; a cancel button for its owner and admins. Polls until the job
+// has ended (one last refresh of each part after), then stays still.
+import { api } from "./api.js";
+import { LineChart } from "./chart.js";
+import { clear, duration, el, etaSeconds, fixed, num, progress, stateBadge, TERMINAL, time }
+  from "./format.js";
+import { renderLogs, renderStepTimes, renderTimeline, renderWitness, renderWorkers }
+  from "./job_panels.js";
+import { poll } from "./poll.js";
+
+const MAX_STEPS = 4000;
+
+function card(title, ...children) {
+  return el("section", { class: "card" }, el("h2", {}, title), ...children);
+}
+
+function table(id, headers, body) {
+  return el("table", { id }, el("thead", {}, el("tr", {}, headers.map((h) => el("th", {}, h)))),
+            body);
+}
+
+export function mountJob(main, id, caller) {
+  const error = el("p", { id: "error", class: "error", hidden: true });
+  const title = el("h1", { id: "job-title" }, `Job ${id}`);
+  const summary = el("div", { id: "job-summary", class: "summary" });
+  const cancel = el("button", { id: "cancel-button", type: "button", class: "danger",
+                                hidden: true }, "Cancel job");
+  const cancelNote = el("span", { id: "cancel-note", class: "muted" });
+  const loss = new LineChart("loss-chart", "Loss", [
+    { name: "train loss", color: "c1" }, { name: "test loss (evaluations)", color: "c2", dots: true }]);
+  const accuracy = new LineChart("accuracy-chart", "Accuracy", [
+    { name: "train accuracy", color: "c1" },
+    { name: "test accuracy (evaluations)", color: "c2", dots: true }]);
+  const times = new LineChart("time-chart", "Step time, ms (the slowest worker's)", [
+    { name: "compute", color: "c1" }, { name: "all-reduce", color: "c2" },
+    { name: "update", color: "c3" }, { name: "wall", color: "c4" }], { clip: true });
+  const stepTimes = el("div", { id: "step-times", class: "stats" });
+  const timeline = el("ol", { id: "timeline", class: "timeline" });
+  const workersBody = el("tbody", { id: "workers-body" });
+  const witnessBody = el("tbody", { id: "witness-body" });
+  const follow = el("input", { id: "follow", type: "checkbox", checked: true });
+  const logs = el("pre", { id: "logs", class: "logs" });
+  const content = el("div", { id: "job-content" },
+    el("section", { class: "card" }, el("div", { class: "title-row" }, title, cancel, cancelNote),
+       summary),
+    el("div", { class: "charts" }, loss.element, accuracy.element),
+    card("Step times", stepTimes, el("div", { class: "charts" }, times.element)),
+    card("Events", timeline),
+    card("Workers", table("job-workers", ["Rank", "Id", "Name", "Host", "Device", "Threads",
+                                          "Local loss", "Last heartbeat"], workersBody)),
+    card("Bitwise witness",
+         el("p", { class: "muted" }, "The params checksum at each snapshot and at the end: two ",
+            "runs of one spec with equal checksums at equal steps computed the same bits."),
+         el("div", { class: "scroll" },
+            table("witness", ["When", "Params checksum", "Time"], witnessBody))),
+    card("Log", el("label", {}, follow, " follow"), logs));
+  clear(main, el("p", {}, el("a", { href: "#/jobs" }, "← all jobs")), error, content);
+
+  // By step: a replayed step replaces its first run. Past MAX_STEPS points the steps are
+  // thinned as the coordinator thins a finished job's history: every 2nd, 4th, ... and the last.
+  const steps = new Map(), evals = new Map();
+  let stride = 1;
+  const thinSteps = () => {
+    while (steps.size > MAX_STEPS) {
+      stride *= 2;
+      const last = Math.max(...steps.keys());
+      for (const s of [...steps.keys()]) if (s % stride !== 0 && s !== last) steps.delete(s);
+    }
+  };
+  let job = null, witness = null, lastStep = null, ended = false, failed = false;
+  const finished = new Set();  // parts refreshed once after the job ended
+  const stops = [];
+  const stopAll = () => stops.forEach((s) => s());
+
+  const fail = (err) => {
+    if (err.name === "AbortError") throw err;
+    if (err.status === 403 || err.status === 404 || err.status === 401) {
+      failed = true;
+      content.hidden = true;
+      error.hidden = false;
+      error.textContent = err.status === 403 ? `You may not see job ${id}: ${err}`
+                                             : `No job ${id}: ${err}`;
+      setTimeout(stopAll, 0);
+      return;
+    }
+    error.hidden = false;
+    error.textContent = `Refresh failed: ${err}`;
+  };
+  // A poll of one part, which stops asking once the job ended and it refreshed after.
+  const part = (name, every, fetchAndRender) => stops.push(poll(every, async (signal) => {
+    if (failed || finished.has(name)) return;
+    const wasEnded = ended;
+    try {
+      await fetchAndRender(signal);
+      if (name === "job") error.hidden = true;
+    } catch (err) {
+      fail(err);
+    }
+    if (wasEnded) finished.add(name);
+  }));
+
+  const renderSummary = () => {
+    const eta = etaSeconds(job);
+    clear(title, `Job ${job.id}`, job.spec.name ? ` — ${job.spec.name}` : "", " ",
+          stateBadge(job.state, "job-state"));
+    const stat = (label, value, sid) => el("span", { class: "stat", id: sid },
+                                           el("span", { class: "muted" }, `${label} `), value);
+    clear(summary, progress(job),
+      stat("owner", job.owner), stat("step", `${num(job.step)}/${num(job.total_steps)}`, "job-step"),
+      stat("loss", num(job.step) > 0 ? fixed(job.last_loss) : "–"),
+      stat("samples/s", num(job.samples_per_sec) > 0 ? fixed(job.samples_per_sec, 0) : "–"),
+      stat("ETA", eta === null ? "–" : duration(eta)),
+      stat("workers", (job.workers || []).length),
+      stat("recoveries", num(job.recoveries)),
+      stat("created", time(job.created_unix_ms)),
+      job.waiting_for ? stat("waiting for", job.waiting_for) : "",
+      job.failure_reason ? stat("failure", `${job.failure_code}: ${job.failure_reason}`) : "");
+    const mayCancel = caller.admin || job.owner === caller.name;
+    cancel.hidden = !mayCancel || TERMINAL.has(job.state);
+  };
+  const renderCharts = () => {
+    const s = [...steps.values()].sort((a, b) => num(a.step) - num(b.step));
+    const e = [...evals.values()].sort((a, b) => num(a.step) - num(b.step));
+    const at = (key) => (p) => ({ x: num(p.step), y: num(p[key]) });
+    loss.update([s.map(at("loss")), e.map(at("test_loss"))]);
+    accuracy.update([s.map(at("accuracy")), e.map(at("test_accuracy"))]);
+    const timed = s.filter((p) => num(p.wall_ms) > 0);
+    times.update(["compute_ms", "allreduce_ms", "update_ms", "wall_ms"].map((k) => timed.map(at(k))));
+    lastStep = s.length ? s[s.length - 1] : null;
+    renderStepTimes(stepTimes, lastStep);
+  };
+
+  part("job", 1000, async (signal) => {
+    job = await api(`jobs/${encodeURIComponent(id)}`, { signal });
+    ended = TERMINAL.has(job.state);
+    renderSummary();
+  });
+  part("history", 1000, async (signal) => {
+    const from = Math.max(0, ...steps.keys()) + 1;
+    const h = await api(`jobs/${encodeURIComponent(id)}/history?from_step=${from}`, { signal });
+    for (const e of h.events || []) {
+      if (e.step) steps.set(num(e.step.step), e.step);
+      if (e.eval) evals.set(num(e.eval.step), e.eval);
+    }
+    thinSteps();
+    renderCharts();
+  });
+  part("events", 2000, async (signal) => {
+    const [ev, w] = await Promise.all([
+      api(`jobs/${encodeURIComponent(id)}/events`, { signal }),
+      api(`jobs/${encodeURIComponent(id)}/witness`, { signal })]);
+    witness = w;
+    renderTimeline(timeline, ev.events || [], witness);
+    renderWitness(witnessBody, witness);
+  });
+  part("workers", 3000, async (signal) => {
+    const w = await api(`jobs/${encodeURIComponent(id)}/workers`, { signal });
+    renderWorkers(workersBody, w.workers || [], lastStep);
+  });
+  part("logs", 2000, async (signal) => {
+    const l = await api(`jobs/${encodeURIComponent(id)}/logs?tail=200`, { signal });
+    renderLogs(logs, l.lines || [], follow.checked);
+  });
+
+  cancel.addEventListener("click", async () => {
+    cancel.disabled = true;
+    try {
+      const after = await api(`jobs/${encodeURIComponent(id)}/cancel`, { method: "POST" });
+      cancelNote.textContent = `cancel requested (${after.state})`;
+    } catch (err) {
+      cancelNote.textContent = `cannot cancel: ${err}`;
+      cancel.disabled = false;
+    }
+  });
+  return stopAll;
+}

@@ -1,0 +1,92 @@
+// The job page's panels other than its charts: the events timeline (states with their
+// reasons, recoveries, snapshots), the workers by rank, the bitwise witness and the log.
+import { clear, el, fixed, hex64, num, stateBadge, time } from "./format.js";
+
+const SNAPSHOTS_SHOWN = 5;
+
+// State events and snapshot marks, in time order.
+export function renderTimeline(list, events, witness) {
+  const items = [];
+  for (const e of events) {
+    const s = e.state;
+    items.push({
+      at: num(e.unix_ms),
+      node: el("li", { class: `event event-${s.state.toLowerCase()}` },
+        el("time", {}, time(e.unix_ms)), " ", stateBadge(s.state), " ",
+        s.state === "RECOVERING" ? el("strong", {}, "recovery: ") : "",
+        el("span", { class: "reason" }, s.reason || "")),
+    });
+  }
+  // The newest few snapshots, one line for the earlier ones (the witness lists them all).
+  const marks = (witness && witness.snapshots) || [];
+  const shown = marks.slice(-SNAPSHOTS_SHOWN);
+  if (marks.length > shown.length) {
+    const first = marks[0], last = marks[marks.length - shown.length - 1];
+    items.push({
+      at: num(last.unix_ms),
+      node: el("li", { class: "event event-snapshot" },
+        el("time", {}, `${time(first.unix_ms)} – ${time(last.unix_ms)}`), " ",
+        el("span", { class: "state" }, "SNAPSHOTS"),
+        ` ${marks.length - shown.length} more, steps ${first.step} to ${last.step}`),
+    });
+  }
+  for (const m of shown) {
+    items.push({
+      at: num(m.unix_ms),
+      node: el("li", { class: "event event-snapshot" },
+        el("time", {}, time(m.unix_ms)), " ", el("span", { class: "state" }, "SNAPSHOT"),
+        ` step ${m.step}, params checksum `, el("code", {}, hex64(m.param_checksum))),
+    });
+  }
+  items.sort((a, b) => a.at - b.at);
+  clear(list, items.length ? items.map((i) => i.node) : el("li", { class: "muted" }, "no events"));
+}
+
+// The job's workers by rank, with the last step's local loss of each rank.
+export function renderWorkers(body, workers, lastStep) {
+  const losses = (lastStep && lastStep.local_losses) || [];
+  clear(body, workers.map((w, rank) => el("tr", { dataset: { rank: String(rank) } },
+    el("td", { class: "num" }, rank),
+    el("td", {}, w.id),
+    el("td", {}, w.name || "–"),
+    el("td", {}, w.address || "gone"),
+    el("td", {}, w.device || "–"),
+    el("td", { class: "num" }, w.threads || "–"),
+    el("td", { class: "num" }, rank < losses.length ? fixed(losses[rank]) : "–"),
+    el("td", {}, w.last_heartbeat_unix_ms ? time(w.last_heartbeat_unix_ms) : "–"))));
+  if (workers.length === 0) clear(body, el("tr", {}, el("td", { colspan: 8, class: "muted" },
+                                                     "no workers now")));
+}
+
+// The last step's time split (the slowest worker's figures, milliseconds).
+export function renderStepTimes(list, lastStep) {
+  if (!lastStep) return clear(list, el("span", { class: "muted" }, "no step yet"));
+  const parts = [["compute", lastStep.compute_ms], ["all-reduce", lastStep.allreduce_ms],
+                 ["update", lastStep.update_ms], ["worker step", lastStep.worker_step_ms],
+                 ["wall", lastStep.wall_ms]];
+  clear(list, parts.map(([name, ms]) => el("span", { class: "stat" },
+    el("span", { class: "muted" }, `${name} `), `${fixed(ms, 2)} ms`)));
+}
+
+// The params checksum at the end and at each snapshot, newest first: equal at equal
+// steps, same bits.
+export function renderWitness(body, witness) {
+  const rows = ((witness && witness.snapshots) || []).map((m) => el("tr", {},
+    el("td", {}, `snapshot, step ${m.step}`), el("td", {}, el("code", {}, hex64(m.param_checksum))),
+    el("td", {}, time(m.unix_ms)))).reverse();
+  if (witness && witness.final_checksum && witness.final_checksum !== "0") {
+    rows.unshift(el("tr", { class: "final", id: "witness-final" },
+      el("td", {}, `final, step ${witness.final_step}`),
+      el("td", {}, el("code", {}, hex64(witness.final_checksum))), el("td", {}, "")));
+  }
+  clear(body, rows.length ? rows : el("tr", {}, el("td", { colspan: 3, class: "muted" },
+                                                   "no snapshot yet")));
+}
+
+// The log tail; scrolled to its end when `follow` is on.
+export function renderLogs(pre, lines, follow) {
+  pre.textContent = lines.map((l) =>
+    `${new Date(num(l.unix_ms)).toISOString()} ${l.level || "info"} [${l.source || "?"}` +
+    `${l.rank !== undefined ? ` rank ${l.rank}` : ""}] ${l.message}`).join("\n") || "(no lines)";
+  if (follow) pre.scrollTop = pre.scrollHeight;
+}

@@ -1,0 +1,69 @@
+// The jobs page: the caller's jobs (an admin's: everyone's), filtered by state, owner and
+// name, with progress, loss, samples/s and ETA; refreshed every 2 seconds.
+import { api } from "./api.js";
+import { clear, duration, el, etaSeconds, fixed, num, progress, stateBadge, time } from "./format.js";
+import { poll } from "./poll.js";
+
+const STATES = ["", "QUEUED", "RUNNING", "RECOVERING", "SUCCEEDED", "FAILED", "CANCELLED"];
+
+function row(job) {
+  const eta = etaSeconds(job);
+  const link = el("a", { href: `#/jobs/${encodeURIComponent(job.id)}`, class: "job-link" }, job.id);
+  return el("tr", { dataset: { jobId: job.id } },
+    el("td", {}, link),
+    el("td", {}, job.spec.name || ""),
+    el("td", { class: "owner" }, job.owner),
+    el("td", {}, stateBadge(job.state)),
+    el("td", {}, progress(job)),
+    el("td", { class: "num" }, num(job.step) > 0 ? fixed(job.last_loss) : "–"),
+    el("td", { class: "num" }, num(job.samples_per_sec) > 0 ? fixed(job.samples_per_sec, 0) : "–"),
+    el("td", { class: "num" }, eta === null ? "–" : duration(eta)),
+    el("td", {}, time(job.created_unix_ms)));
+}
+
+export function mountJobs(main, caller) {
+  const state = el("select", { id: "filter-state" },
+    STATES.map((s) => el("option", { value: s }, s || "any state")));
+  const owner = el("input", { id: "filter-owner", placeholder: "owner", size: 12,
+                              disabled: !caller.admin,
+                              title: caller.admin ? "" : "users see their own jobs only" });
+  if (!caller.admin) owner.value = caller.name;
+  const name = el("input", { id: "filter-name", placeholder: "name or id", size: 16 });
+  const body = el("tbody", { id: "jobs-body" });
+  const status = el("p", { id: "jobs-status", class: "muted" });
+  clear(main,
+    el("section", { class: "card" },
+      el("h1", {}, "Jobs"),
+      el("div", { class: "filters" }, "State ", state, " Owner ", owner, " Name ", name),
+      el("table", { id: "jobs-table" },
+        el("thead", {}, el("tr", {},
+          ["Job", "Name", "Owner", "State", "Progress", "Loss", "Samples/s", "ETA", "Created"]
+            .map((h) => el("th", {}, h)))),
+        body),
+      status));
+
+  const refresh = async (signal) => {
+    const q = new URLSearchParams();
+    if (state.value) q.set("state", state.value);
+    if (caller.admin && owner.value.trim()) q.set("owner", owner.value.trim());
+    if (name.value.trim()) q.set("name", name.value.trim());
+    try {
+      const list = await api(`jobs?${q}`, { signal });
+      const jobs = list.jobs || [];
+      clear(body, jobs.map(row));
+      status.textContent = jobs.length === 0 ? "No jobs match." : `${jobs.length} job(s)`;
+      status.classList.remove("error");
+    } catch (err) {
+      if (err.name === "AbortError") throw err;
+      status.textContent = `Cannot list jobs: ${err}`;
+      status.classList.add("error");
+    }
+  };
+  let stop = poll(2000, refresh);
+  const restart = () => {
+    stop();
+    stop = poll(2000, refresh);
+  };
+  for (const input of [state, owner, name]) input.addEventListener("input", restart);
+  return () => stop();
+}

@@ -1,0 +1,142 @@
+"""The dashboard in headless Chromium against a local cluster (conftest.py): a user logs in
+with a token, sees only their own jobs, watches a running job's curves grow and cancels it;
+a user cannot open another user's job, neither through the API nor the page.
+
+No sleeps: every wait is a WebDriverWait on what the page shows, with a timeout.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import WebDriverWait
+
+from conftest import WAIT, Cluster
+
+# Long enough to be cancelled while it runs (about 10 steps a second here), one worker each
+# so that alice's and bob's jobs run side by side on the cluster's two workers.
+LONG = """\
+name: {name}
+model: {{kind: mlp, hidden: [32]}}
+optimizer: {{kind: adam, learning_rate: 0.001}}
+global_batch_size: 64
+steps: 100000
+workers: 1
+eval: {{every_steps: 20}}
+recovery: {{snapshot_every_steps: 25}}
+"""
+
+
+def log_in(driver: WebDriver, cluster: Cluster, user: str, then: str = "#/jobs") -> None:
+    driver.get(cluster.url + then)
+    field = WebDriverWait(driver, WAIT).until(EC.element_to_be_clickable((By.ID, "token")))
+    field.send_keys(cluster.token(user))
+    driver.find_element(By.ID, "login-button").click()
+    WebDriverWait(driver, WAIT).until(EC.text_to_be_present_in_element((By.ID, "who"), user))
+
+
+def points(driver: WebDriver, chart: str) -> int:
+    """How many points the chart has."""
+    return int(driver.find_element(By.ID, chart).get_attribute("data-points") or 0)
+
+
+def last_step(driver: WebDriver, chart: str) -> int:
+    """The newest step the chart shows."""
+    return int(float(driver.find_element(By.ID, chart).get_attribute("data-last-x") or 0))
+
+
+@pytest.fixture(scope="module")
+def jobs(cluster: Cluster) -> dict[str, str]:
+    """A long job of alice's and one of bob's, both running."""
+    ids = {"alice": cluster.submit(LONG.format(name="alice-mlp"), user="alice"),
+           "bob": cluster.submit(LONG.format(name="bob-mlp"), user="bob")}
+    return ids
+
+
+def test_a_user_sees_their_jobs_watches_one_and_cancels_it(
+        cluster: Cluster, jobs: dict[str, str], browser: WebDriver, screenshots: Path) -> None:
+    log_in(browser, cluster, "alice")
+    wait = WebDriverWait(browser, WAIT)
+    # The list: alice's job, never bob's.
+    row = (By.CSS_SELECTOR, f'tr[data-job-id="{jobs["alice"]}"]')
+    wait.until(EC.presence_of_element_located(row))
+    owners = {td.text for td in browser.find_elements(By.CSS_SELECTOR, "#jobs-body td.owner")}
+    assert owners == {"alice"}
+    assert not browser.find_elements(By.CSS_SELECTOR, f'tr[data-job-id="{jobs["bob"]}"]')
+    wait.until(EC.text_to_be_present_in_element(row, "RUNNING"))
+    browser.save_screenshot(str(screenshots / "dashboard-jobs.png"))
+
+    # The job's page: its loss curve grows while it runs.
+    browser.find_element(By.CSS_SELECTOR, f'tr[data-job-id="{jobs["alice"]}"] a.job-link').click()
+    wait.until(EC.text_to_be_present_in_element((By.ID, "job-state"), "RUNNING"))
+    wait.until(lambda d: points(d, "loss-chart") >= 30)
+    seen = last_step(browser, "loss-chart")
+    wait.until(lambda d: last_step(d, "loss-chart") > seen)
+    wait.until(lambda d: points(d, "accuracy-chart") > points(d, "loss-chart") // 2)
+    wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "#witness-body code")))
+    wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, '#workers-body tr[data-rank="0"]')))
+    wait.until(lambda d: "rank 0" in d.find_element(By.ID, "logs").text
+               or "step" in d.find_element(By.ID, "logs").text)
+    browser.set_window_size(1360, 2300)  # the whole page, witness and log included
+    browser.save_screenshot(str(screenshots / "dashboard-job.png"))
+
+    # Cancel: the button is hers, the job ends CANCELLED and the button goes.
+    wait.until(EC.element_to_be_clickable((By.ID, "cancel-button"))).click()
+    wait.until(EC.text_to_be_present_in_element((By.ID, "job-state"), "CANCELLED"))
+    wait.until(EC.invisibility_of_element_located((By.ID, "cancel-button")))
+    status, job = cluster.get(f"api/v1/jobs/{jobs['alice']}", "alice")
+    assert (status, job["state"]) == (200, "CANCELLED")
+    assert any(e["state"]["state"] == "CANCELLED"
+               for e in cluster.get(f"api/v1/jobs/{jobs['alice']}/events", "alice")[1]["events"])
+
+
+def test_a_user_cannot_open_another_users_job(
+        cluster: Cluster, jobs: dict[str, str], browser: WebDriver, screenshots: Path) -> None:
+    bobs = jobs["bob"]
+    # The API: forbidden to alice on every route, and the cancel is refused.
+    for route in ("", "/history", "/events", "/logs", "/witness", "/workers"):
+        status, body = cluster.get(f"api/v1/jobs/{bobs}{route}", "alice")
+        assert (status, body.get("code")) == (403, "PERMISSION_DENIED"), route
+    status, _ = cluster.get(f"api/v1/jobs/{bobs}/cancel", "alice", method="POST")
+    assert status == 403
+    status, _ = cluster.get(f"api/v1/jobs?owner=bob", "alice")
+    assert status == 403
+    assert cluster.get(f"api/v1/jobs/{bobs}", "bob")[1]["state"] in ("QUEUED", "RUNNING")
+    # The page: it says so, and shows nothing of the job.
+    log_in(browser, cluster, "alice", then=f"#/jobs/{bobs}")
+    wait = WebDriverWait(browser, WAIT)
+    wait.until(EC.visibility_of_element_located((By.ID, "error")))
+    wait.until(EC.text_to_be_present_in_element((By.ID, "error"), "belongs to another user"))
+    assert "403" in browser.find_element(By.ID, "error").text
+    assert not browser.find_element(By.ID, "job-content").is_displayed()
+    assert not browser.find_element(By.ID, "cancel-button").is_displayed()
+    browser.save_screenshot(str(screenshots / "dashboard-forbidden.png"))
+    # An admin may: bob's job opens for them.
+    status, job = cluster.get(f"api/v1/jobs/{bobs}", "admin")
+    assert (status, job["owner"]) == (200, "bob")
+    cluster.lockstep("cancel", bobs, user="bob")
+
+
+def test_an_admin_sees_everyones_jobs_by_owner_and_the_workers(
+        cluster: Cluster, jobs: dict[str, str], browser: WebDriver) -> None:
+    log_in(browser, cluster, "admin")
+    wait = WebDriverWait(browser, WAIT)
+    for owner in ("alice", "bob"):
+        wait.until(EC.presence_of_element_located(
+            (By.CSS_SELECTOR, f'tr[data-job-id="{jobs[owner]}"]')))
+    browser.find_element(By.ID, "filter-owner").send_keys("bob")
+    wait.until(EC.invisibility_of_element_located(
+        (By.CSS_SELECTOR, f'tr[data-job-id="{jobs["alice"]}"]')))
+    assert browser.find_element(By.CSS_SELECTOR, f'tr[data-job-id="{jobs["bob"]}"]')
+    browser.find_element(By.ID, "nav-workers").click()
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#workers-list tr")) == 2)
+    # Log out: the login again; a user is told the workers list is for admins.
+    browser.find_element(By.ID, "logout").click()
+    wait.until(EC.presence_of_element_located((By.ID, "token")))
+    assert browser.find_element(By.ID, "who").text == ""
+    log_in(browser, cluster, "alice")  # the same URL: the page stays as it is
+    browser.find_element(By.ID, "nav-workers").click()
+    wait.until(EC.text_to_be_present_in_element((By.ID, "workers-status"), "for admins"))
