@@ -262,5 +262,15 @@ model:
                        HasSubstr("model.blocks.A.residual: unknown field")));
 }
 
+TEST(ModelBlocks, TheResNetExampleFitsFashionMnistWithFlaxsParamCount) {
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec spec, LoadSpecFile(testing::SourcePath("examples/resnet.yaml")));
+  ASSERT_OK_AND_ASSIGN(spec, Validate(spec));
+  EXPECT_OK(CheckModelFitsInstalledDataset(spec));
+  ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(spec.model()));
+  EXPECT_EQ(m.layout().total(), 174970u);  // flax: sum of the params' sizes
+  EXPECT_EQ(m.layout().entries().back().name, "Dense_0/bias");
+  EXPECT_EQ(m.stats_layout().entries().back().name, "ResNetBlock_5/BatchNorm_1/var");
+}
+
 }  // namespace
 }  // namespace lockstep
