@@ -259,6 +259,12 @@ class Backend {
   virtual absl::Status GatherLabels(int n, const int32_t* idx, const int32_t* table,
                                     int32_t* out) = 0;
 
+  // y = x (n floats, backend memory; the buffers do not overlap).
+  virtual absl::Status Copy(size_t n, const float* x, float* y) = 0;
+  // y = a + b elementwise (a residual connection's sum, and its gradients' where its input
+  // branches); y may be a or b.
+  virtual absl::Status Add(size_t n, const float* a, const float* b, float* y) = 0;
+
   // x /= d elementwise (pmean's division after the all-reduce sum).
   virtual absl::Status Divide(size_t n, float d, float* x) = 0;
 

@@ -49,12 +49,58 @@ Model Model::Mlp(const std::vector<int>& hidden, double dropout_rate, Dims input
   return m;
 }
 
-std::string Model::AutoName(const std::string& cls) {
-  for (auto& [name, count] : counters_) {
-    if (name == cls) return absl::StrCat(cls, "_", count++);
+std::string Layer::RngPath() const {
+  std::string path = name;
+  path.erase(std::remove(path.begin(), path.end(), '/'), path.end());
+  return path;
+}
+
+std::string Model::NextAutoName(const std::string& cls) const {
+  for (const auto& [name, count] : scopes_.back().counters) {
+    if (name == cls) return absl::StrCat(cls, "_", count);
   }
-  counters_.push_back({cls, 1});
   return cls + "_0";
+}
+
+bool Model::HasName(const std::string& name) const {
+  const auto& names = scopes_.back().names;
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+std::string Model::ModuleName(const std::string& cls, const std::string& name) {
+  Scope& scope = scopes_.back();
+  std::string local = name;
+  if (local.empty()) {
+    local = NextAutoName(cls);
+    bool counted = false;
+    for (auto& [c, count] : scope.counters) {
+      if (c == cls) ++count, counted = true;
+    }
+    if (!counted) scope.counters.push_back({cls, 1});
+  }
+  scope.names.push_back(local);
+  return scope.prefix + local;
+}
+
+void Model::BeginModule(const std::string& cls, const std::string& name) {
+  const std::string path = ModuleName(cls, name);
+  scopes_.push_back(Scope{path + "/"});
+}
+
+void Model::EndModule() {
+  if (scopes_.size() > 1) scopes_.pop_back();
+}
+
+void Model::Append(Layer l) {
+  l.src = head_;
+  layers_.push_back(std::move(l));
+  head_ = static_cast<int>(layers_.size()) - 1;
+}
+
+void Model::Add(int other) {
+  Layer l{LayerKind::kAdd, "", Last(), Last()};
+  l.residual = other;
+  Append(l);
 }
 
 Layer Model::Windowed(LayerKind kind, std::array<int, 2> size, std::array<int, 2> strides,
@@ -69,34 +115,35 @@ Layer Model::Windowed(LayerKind kind, std::array<int, 2> size, std::array<int, 2
 }
 
 void Model::Conv(int features, std::array<int, 2> kernel_size, std::array<int, 2> strides,
-                 Padding padding, bool use_bias) {
+                 Padding padding, bool use_bias, const std::string& name) {
   Layer l = Windowed(LayerKind::kConv, kernel_size, strides, padding);
-  l.name = AutoName("Conv");
+  l.name = ModuleName("Conv", name);
   l.out.c = features;
   l.kernel = layout_.Add(l.name + "/kernel", {kernel_size[0], kernel_size[1], l.in.c, features});
   if (use_bias) l.bias = layout_.Add(l.name + "/bias", {features});
-  layers_.push_back(l);
+  Append(l);
 }
 
-void Model::Dense(int features, bool use_bias) {
-  Layer l{LayerKind::kDense, AutoName("Dense"), Last(), {1, 1, features, true}};
+void Model::Dense(int features, bool use_bias, const std::string& name) {
+  Layer l{LayerKind::kDense, ModuleName("Dense", name), Last(), {1, 1, features, true}};
   l.kernel = layout_.Add(l.name + "/kernel", {l.in.size(), features});
   if (use_bias) l.bias = layout_.Add(l.name + "/bias", {features});
-  layers_.push_back(l);
+  Append(l);
 }
 
-void Model::LayerNorm(double epsilon, bool use_bias, bool use_scale) {
+void Model::LayerNorm(double epsilon, bool use_bias, bool use_scale, const std::string& name) {
   // Flax creates scale, then bias, both over the last axis.
-  Layer l{LayerKind::kLayerNorm, AutoName("LayerNorm"), Last(), Last()};
+  Layer l{LayerKind::kLayerNorm, ModuleName("LayerNorm", name), Last(), Last()};
   l.epsilon = static_cast<float>(epsilon);
   if (use_scale) l.scale = layout_.Add(l.name + "/scale", {l.in.c});
   if (use_bias) l.bias = layout_.Add(l.name + "/bias", {l.in.c});
-  layers_.push_back(l);
+  Append(l);
 }
 
-void Model::BatchNorm(double momentum, double epsilon, bool use_bias, bool use_scale) {
+void Model::BatchNorm(double momentum, double epsilon, bool use_bias, bool use_scale,
+                      const std::string& name) {
   // Flax declares batch_stats mean then var, and creates scale then bias.
-  Layer l{LayerKind::kBatchNorm, AutoName("BatchNorm"), Last(), Last()};
+  Layer l{LayerKind::kBatchNorm, ModuleName("BatchNorm", name), Last(), Last()};
   l.epsilon = static_cast<float>(epsilon);
   l.momentum = static_cast<float>(momentum);
   l.one_minus_momentum = static_cast<float>(1.0 - momentum);
@@ -104,38 +151,37 @@ void Model::BatchNorm(double momentum, double epsilon, bool use_bias, bool use_s
   l.var = stats_layout_.Add(l.name + "/var", {l.in.c});
   if (use_scale) l.scale = layout_.Add(l.name + "/scale", {l.in.c});
   if (use_bias) l.bias = layout_.Add(l.name + "/bias", {l.in.c});
-  layers_.push_back(l);
+  Append(l);
 }
 
-void Model::Relu() { layers_.push_back({LayerKind::kRelu, "", Last(), Last()}); }
+void Model::Relu() { Append({LayerKind::kRelu, "", Last(), Last()}); }
 
 void Model::Activate(Activation a) {
   Layer l{LayerKind::kActivation, "", Last(), Last()};
   l.activation = a;
-  layers_.push_back(l);
+  Append(l);
 }
 
 void Model::AvgPool(std::array<int, 2> window_shape, std::array<int, 2> strides, Padding padding,
                     bool count_include_pad) {
   Layer l = Windowed(LayerKind::kAvgPool, window_shape, strides, padding);
   l.count_include_pad = count_include_pad;
-  layers_.push_back(l);
+  Append(l);
 }
 
 void Model::MaxPool(std::array<int, 2> window_shape, std::array<int, 2> strides, Padding padding) {
-  layers_.push_back(Windowed(LayerKind::kMaxPool, window_shape, strides, padding));
+  Append(Windowed(LayerKind::kMaxPool, window_shape, strides, padding));
 }
 
 void Model::Flatten() {
-  layers_.push_back(
-      {LayerKind::kFlatten, "", Last(), {1, 1, static_cast<int>(Last().size()), true}});
+  Append({LayerKind::kFlatten, "", Last(), {1, 1, static_cast<int>(Last().size()), true}});
 }
 
-void Model::Dropout(double rate) {
+void Model::Dropout(double rate, const std::string& name) {
   // Flax names the module even when rate == 0 (it then draws no key).
-  Layer l{LayerKind::kDropout, AutoName("Dropout"), Last(), Last()};
+  Layer l{LayerKind::kDropout, ModuleName("Dropout", name), Last(), Last()};
   l.keep = static_cast<float>(1.0 - rate);
-  layers_.push_back(l);
+  Append(l);
 }
 
 double Model::ForwardFlopsPerSample() const {
@@ -162,6 +208,7 @@ double Model::ForwardFlopsPerSample() const {
         break;
       case LayerKind::kRelu:
       case LayerKind::kDropout:
+      case LayerKind::kAdd:
         flops += out;
         break;
       case LayerKind::kFlatten:
@@ -187,7 +234,7 @@ std::vector<float> Model::Init(rng::Key init_key, rng::Impl impl) const {
     const float stddev = std::sqrt(variance) / 0.87962566103423978f;
     // make_rng('params') count 1 is the kernel's; the bias's count 2 is drawn but unused.
     std::span<float> out(params.data() + k.offset, k.size);
-    rng::TruncatedNormal(rng::FlaxMakeRng(init_key, l.name, 1), impl, -2.0f, 2.0f, out);
+    rng::TruncatedNormal(rng::FlaxMakeRng(init_key, l.RngPath(), 1), impl, -2.0f, 2.0f, out);
     for (float& v : out) v *= stddev;
   }
   return params;

@@ -34,6 +34,7 @@ enum class LayerKind {
   kLayerNorm,
   kActivation,  // gelu, tanh, sigmoid, silu (Layer::activation)
   kBatchNorm,
+  kAdd,  // a residual connection's sum: out(src) + out(residual)
 };
 
 // lax's padding modes for convolutions and pools.
@@ -61,10 +62,16 @@ struct Window {
 
 struct Layer {
   LayerKind kind;
-  std::string name;  // Flax module name ("Conv_0", "Dropout_1"); empty for functions
+  // Flax module path, nested scopes joined by '/' ("Conv_0", "ResNetBlock_1/Conv_0");
+  // empty for functions.
+  std::string name;
   Dims in, out;
-  Window window;                                  // conv kernel, pool window
-  bool count_include_pad = true;                  // avg_pool
+  // The layer whose output this one reads (-1: the model's input): the previous one but
+  // where a residual connection branches (its projection reads the residual's input).
+  int src = -1;
+  int residual = -1;              // kAdd: the other operand's layer (-1: the model's input)
+  Window window;                  // conv kernel, pool window
+  bool count_include_pad = true;  // avg_pool
   Activation activation = Activation::kGeluTanh;  // kActivation
   float keep = 1.0f;                              // dropout: float32(1 - rate)
   float epsilon = 0.0f;                           // layer_norm, batch_norm: float32(epsilon)
@@ -78,6 +85,9 @@ struct Layer {
   int var = -1;
 
   bool has_params() const { return kernel >= 0 || bias >= 0 || scale >= 0; }
+  // The bytes Flax hashes for make_rng in this module's scope: the path's names
+  // concatenated ("ResNetBlock_1Conv_0").
+  std::string RngPath() const;
 };
 
 class Model {
@@ -92,18 +102,21 @@ class Model {
   // layer each; their arguments must fit the stack so far (FromSpec checks a spec's:
   // features >= 1, windows no larger than a VALID input, dense on flat inputs...).
   explicit Model(Dims input) : input_(input) {}
+  // Modules take `name` as Flax's `name=` (unique in its scope: FromSpec checks, see
+  // HasName); empty: the next auto name of their class in the scope ("Conv_2").
   // nn.Conv(features, kernel_size, strides, padding, use_bias) on an image input.
   void Conv(int features, std::array<int, 2> kernel_size, std::array<int, 2> strides = {1, 1},
-            Padding padding = Padding::kSame, bool use_bias = true);
+            Padding padding = Padding::kSame, bool use_bias = true, const std::string& name = "");
   // nn.Dense(features, use_bias) on a flat input.
-  void Dense(int features, bool use_bias = true);
+  void Dense(int features, bool use_bias = true, const std::string& name = "");
   // nn.LayerNorm(epsilon, use_bias, use_scale) over the last axis.
-  void LayerNorm(double epsilon = 1e-6, bool use_bias = true, bool use_scale = true);
+  void LayerNorm(double epsilon = 1e-6, bool use_bias = true, bool use_scale = true,
+                 const std::string& name = "");
   // nn.BatchNorm(use_running_average=not train, momentum, epsilon, use_bias, use_scale,
   // axis_name='batch'): statistics per channel (the last axis) over every other axis and
   // across replicas; momentum in [0, 1), epsilon > 0.
   void BatchNorm(double momentum = 0.99, double epsilon = 1e-5, bool use_bias = true,
-                 bool use_scale = true);
+                 bool use_scale = true, const std::string& name = "");
   void Relu();
   void Activate(Activation a);  // nn.gelu, nn.tanh, nn.sigmoid, nn.silu
   // nn.avg_pool / nn.max_pool(window_shape, strides, padding) on an image input.
@@ -112,7 +125,27 @@ class Model {
   void MaxPool(std::array<int, 2> window_shape, std::array<int, 2> strides = {1, 1},
                Padding padding = Padding::kValid);
   void Flatten();
-  void Dropout(double rate);  // nn.Dropout(rate), rate in [0, 1)
+  void Dropout(double rate, const std::string& name = "");  // nn.Dropout(rate), rate in [0, 1)
+
+  // Nested modules: the layers added between BeginModule and its EndModule belong to a
+  // module of class `cls` (`name`, or <cls>_<N> in the enclosing scope), so that their
+  // params are named "ResNetBlock_0/Conv_0/kernel". Pairs nest.
+  void BeginModule(const std::string& cls, const std::string& name = "");
+  void EndModule();
+  // Whether `name` names a module of the current scope already; the name a module of
+  // class `cls` would take there without one.
+  bool HasName(const std::string& name) const;
+  std::string NextAutoName(const std::string& cls) const;
+
+  // Branches (residual connections). The head is the layer whose output the next layer
+  // reads (-1: the input); each layer added becomes the head. SetHead(i) branches from
+  // layer i's output (i < layers().size()); Add(other) appends out(head) + out(other),
+  // whose shapes must be equal.
+  int head() const { return head_; }
+  void SetHead(int layer) { head_ = layer; }
+  void Add(int other);
+  // Layer i's output shape (-1: the input).
+  Dims OutputOf(int layer) const { return layer < 0 ? input_ : layers_[layer].out; }
 
   const std::vector<Layer>& layers() const { return layers_; }
   const ParamLayout& layout() const { return layout_; }
@@ -120,8 +153,8 @@ class Model {
   // without batch_norm layers).
   const ParamLayout& stats_layout() const { return stats_layout_; }
   Dims input() const { return input_; }
-  // The stack's output so far (the input when empty).
-  Dims Last() const { return layers_.empty() ? input_ : layers_.back().out; }
+  // The head's output (the input when empty).
+  Dims Last() const { return OutputOf(head_); }
   int num_classes() const { return layers_.back().out.c; }
   // Arithmetic of one sample's forward pass: multiply-adds x2 for conv and dense, about
   // one op per element and window read for the others (for benchmarks' floors).
@@ -135,7 +168,10 @@ class Model {
   std::vector<float> InitStats() const;
 
  private:
-  std::string AutoName(const std::string& cls);
+  // `name` in the current scope, or the next auto name of `cls` there; recorded.
+  std::string ModuleName(const std::string& cls, const std::string& name);
+  // Adds `l` reading the head's output; it becomes the head.
+  void Append(Layer l);
   // Places a kh x kw window at `strides` over Last() with `padding`: out h and w.
   Layer Windowed(LayerKind kind, std::array<int, 2> size, std::array<int, 2> strides,
                  Padding padding) const;
@@ -144,7 +180,15 @@ class Model {
   std::vector<Layer> layers_;
   ParamLayout layout_;
   ParamLayout stats_layout_;
-  std::vector<std::pair<std::string, int>> counters_;
+  // A Flax module scope: its path prefix ("ResNetBlock_0/"), auto-name counters per class
+  // and the names taken.
+  struct Scope {
+    std::string prefix;
+    std::vector<std::pair<std::string, int>> counters;
+    std::vector<std::string> names;
+  };
+  std::vector<Scope> scopes_ = {Scope{}};
+  int head_ = -1;
 };
 
 // lax.padtype_to_pads for one spatial dimension: the output size and the padding before

@@ -8,21 +8,48 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/model.h"
+#include "core/model_spec_internal.h"
 #include "core/status_macros.h"
 
 namespace lockstep {
-namespace {
-
-constexpr int kMaxLayers = 1024;
-constexpr uint32_t kMaxFeatures = 1u << 20;
-constexpr uint32_t kMaxDim = 1u << 16;  // an image side, a kernel side, a stride
-// Floats per sample in one activation, or in one conv patch: bounds every buffer's index
-// arithmetic (int rows and columns at batch sizes the spec allows).
-constexpr int64_t kMaxElements = int64_t{1} << 26;
+namespace model_spec {
 
 absl::Status Invalid(const std::string& field, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
+
+bool IsName(const std::string& s) {
+  if (s.empty() || s.size() > 128 || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](unsigned char c) { return std::isalnum(c) || c == '_'; });
+}
+
+absl::Status CheckName(const Model& m, const std::string& field, const std::string& cls,
+                       const std::string& name) {
+  if (!name.empty() && !IsName(name)) {
+    return Invalid(field + ".name",
+                   absl::StrCat("\"", name, "\" is not a name ([A-Za-z_][A-Za-z0-9_]*)"));
+  }
+  const std::string local = name.empty() ? m.NextAutoName(cls) : name;
+  if (m.HasName(local)) {
+    return Invalid(name.empty() ? field : field + ".name",
+                   absl::StrCat("the module name \"", local,
+                                "\" is taken in this scope (Flax: NameInUseError)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace model_spec
+
+namespace {
+
+using model_spec::BuildContext;
+using model_spec::CheckName;
+using model_spec::Invalid;
+using model_spec::kMaxDim;
+using model_spec::kMaxElements;
+using model_spec::kMaxFeatures;
+using model_spec::kMaxLayers;
 
 std::string List(const google::protobuf::RepeatedField<uint32_t>& v) {
   return absl::StrCat("[", absl::StrJoin(v, ", "), "]");
@@ -89,8 +116,9 @@ absl::Status AddBatchNorm(Model& m, const std::string& at, const v1::BatchNormSp
   if (!(epsilon > 0.0 && epsilon < 1.0)) {
     return Invalid(field + ".epsilon", absl::StrCat(epsilon, " is not in (0, 1)"));
   }
+  RETURN_IF_ERROR(CheckName(m, field, "BatchNorm", s.name()));
   m.BatchNorm(momentum, epsilon, !s.has_use_bias() || s.use_bias(),
-              !s.has_use_scale() || s.use_scale());
+              !s.has_use_scale() || s.use_scale(), s.name());
   return absl::OkStatus();
 }
 
@@ -124,8 +152,9 @@ absl::Status AddConv(Model& m, const std::string& at, const v1::ConvSpec& s) {
     return Invalid(f + ".kernel_size", absl::StrCat("a patch of ", w.size[0], "x", w.size[1], "x",
                                                     in.c, " floats is too large"));
   }
+  RETURN_IF_ERROR(CheckName(m, f, "Conv", s.name()));
   m.Conv(static_cast<int>(s.features()), w.size, w.strides, w.padding,
-         !s.has_use_bias() || s.use_bias());
+         !s.has_use_bias() || s.use_bias(), s.name());
   return absl::OkStatus();
 }
 
@@ -136,7 +165,8 @@ absl::Status AddDense(Model& m, const std::string& at, const v1::DenseSpec& s) {
                                                " is not flat; add `- flatten: {}` before it "
                                                "(Flax's Dense would act on the last axis alone)"));
   }
-  m.Dense(static_cast<int>(s.features()), !s.has_use_bias() || s.use_bias());
+  RETURN_IF_ERROR(CheckName(m, at + ".dense", "Dense", s.name()));
+  m.Dense(static_cast<int>(s.features()), !s.has_use_bias() || s.use_bias(), s.name());
   return absl::OkStatus();
 }
 
@@ -145,7 +175,9 @@ absl::Status AddLayerNorm(Model& m, const std::string& at, const v1::LayerNormSp
   if (!(epsilon > 0.0 && epsilon < 1.0)) {
     return Invalid(at + ".layer_norm.epsilon", absl::StrCat(epsilon, " is not in (0, 1)"));
   }
-  m.LayerNorm(epsilon, !s.has_use_bias() || s.use_bias(), !s.has_use_scale() || s.use_scale());
+  RETURN_IF_ERROR(CheckName(m, at + ".layer_norm", "LayerNorm", s.name()));
+  m.LayerNorm(epsilon, !s.has_use_bias() || s.use_bias(), !s.has_use_scale() || s.use_scale(),
+              s.name());
   return absl::OkStatus();
 }
 
@@ -153,14 +185,17 @@ absl::Status AddDropout(Model& m, const std::string& at, const v1::DropoutSpec& 
   if (!(s.rate() >= 0.0 && s.rate() < 1.0)) {
     return Invalid(at + ".dropout.rate", absl::StrCat(s.rate(), " is not in [0, 1)"));
   }
-  m.Dropout(s.rate());
+  RETURN_IF_ERROR(CheckName(m, at + ".dropout", "Dropout", s.name()));
+  m.Dropout(s.rate(), s.name());
   return absl::OkStatus();
 }
 
-// Appends layer `i` of the spec to `m`, checking it against the stack so far.
-absl::Status AddLayer(Model& m, int i, const v1::LayerSpec& spec) {
-  const std::string at = absl::StrCat("model.layers[", i, "]");
+absl::Status AddOne(Model& m, const std::string& at, const v1::LayerSpec& spec, BuildContext& ctx) {
   switch (spec.layer_case()) {
+    case v1::LayerSpec::kBlock:
+      return model_spec::AddBlock(m, at, spec.block(), ctx);
+    case v1::LayerSpec::kResidual:
+      return model_spec::AddResidual(m, at, spec.residual(), ctx);
     case v1::LayerSpec::kConv:
       return AddConv(m, at, spec.conv());
     case v1::LayerSpec::kDense:
@@ -212,6 +247,28 @@ absl::Status AddLayer(Model& m, int i, const v1::LayerSpec& spec) {
   }
   return Invalid(at, "empty: name one layer (conv, dense, relu, max_pool, flatten...)");
 }
+
+}  // namespace
+
+namespace model_spec {
+
+absl::Status AddLayer(Model& m, const std::string& at, const v1::LayerSpec& spec,
+                      BuildContext& ctx) {
+  RETURN_IF_ERROR(AddOne(m, at, spec, ctx));
+  if (m.layers().size() > static_cast<size_t>(kMaxLayers)) {
+    return Invalid(
+        at, absl::StrCat("the model has more than ", kMaxLayers, " layers (blocks expanded)"));
+  }
+  const Dims out = m.Last();
+  if (out.size() > kMaxElements) {
+    return Invalid(at, absl::StrCat("its output ", DimsString(out), " is too large"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace model_spec
+
+namespace {
 
 absl::StatusOr<Dims> InputShape(const v1::ModelSpec& spec) {
   if (spec.input_shape().empty()) return Dims{28, 28, 1};
@@ -304,16 +361,18 @@ absl::StatusOr<Model> Build(const v1::ModelSpec& spec, Dims input) {
                    absl::StrCat(spec.layers_size(), " layers exceed the limit of ", kMaxLayers));
   }
   Model m(input);
-  bool params = false;
-  for (int i = 0; i < spec.layers_size(); ++i) {
-    RETURN_IF_ERROR(AddLayer(m, i, spec.layers(i)));
-    const Layer& l = m.layers().back();
-    if (l.out.size() > kMaxElements) {
-      return Invalid(absl::StrCat("model.layers[", i, "]"),
-                     absl::StrCat("its output ", DimsString(l.out), " is too large"));
+  BuildContext ctx{&spec};
+  for (const auto& [name, block] : spec.blocks()) {
+    if (!model_spec::IsName(name)) {
+      return Invalid("model.blocks",
+                     absl::StrCat("\"", name, "\" is not a class name ([A-Za-z_][A-Za-z0-9_]*)"));
     }
-    params = params || l.has_params();
   }
+  for (int i = 0; i < spec.layers_size(); ++i) {
+    RETURN_IF_ERROR(
+        model_spec::AddLayer(m, absl::StrCat("model.layers[", i, "]"), spec.layers(i), ctx));
+  }
+  const bool params = m.layout().total() > 0;
   const Dims out = m.Last();
   if (!out.flat || out.c < 2) {
     return Invalid("model.layers",
@@ -329,6 +388,9 @@ absl::StatusOr<Model> Build(const v1::ModelSpec& spec, Dims input) {
 
 absl::StatusOr<Model> Model::FromSpec(const v1::ModelSpec& spec) {
   ASSIGN_OR_RETURN(const Dims input, InputShape(spec));
+  if (!spec.blocks().empty() && spec.layers().empty()) {
+    return Invalid("model.blocks", "blocks are used from model.layers (`- block: {module: ...}`)");
+  }
   if (!spec.layers().empty()) {
     if (!spec.kind().empty() || spec.hidden_size() > 0 || spec.dropout_rate() != 0) {
       return Invalid("model.kind, model.layers",

@@ -13,8 +13,8 @@
 
 namespace lockstep {
 
-using step_internal::FirstParamLayer;
 using step_internal::Geometry;
+using step_internal::GradInPlace;
 using step_internal::IsActiveDropout;
 using step_internal::NormRows;
 
@@ -92,7 +92,7 @@ absl::Status StepExecutor::Prepare(Workspace& ws, const DeviceDataset& data,
   std::memcpy(args.data(), &scalars, sizeof(scalars));
   for (size_t i = 0; i < model_.layers().size(); ++i) {
     if (dropout_slot_[i] < 0) continue;
-    const rng::Key k = rng::FlaxMakeRng(dropout_key, model_.layers()[i].name, 1);
+    const rng::Key k = rng::FlaxMakeRng(dropout_key, model_.layers()[i].RngPath(), 1);
     std::memcpy(args.data() + sizeof(UpdateScalars) + dropout_slot_[i] * sizeof(rng::Key), &k,
                 sizeof(k));
   }
@@ -121,8 +121,8 @@ absl::Status StepExecutor::ForwardLayer(Workspace& ws, size_t i, int b, bool tra
   const float* params = params_.as();
   const auto& entries = model_.layout().entries();
   auto param = [&](int index) { return index < 0 ? nullptr : params + entries[index].offset; };
-  const float* x = i == 0 ? ws.input.as() : ws.out[i - 1];
   const Layer& l = model_.layers()[i];
+  const float* x = Input(ws, l);
   float* y = ws.out[i];
   switch (l.kind) {
     case LayerKind::kConv:
@@ -133,10 +133,13 @@ absl::Status StepExecutor::ForwardLayer(Workspace& ws, size_t i, int b, bool tra
                                      x, param(l.kernel), 0.0f, y));
       if (l.bias >= 0) RETURN_IF_ERROR(backend_->BiasAdd(b, l.out.c, param(l.bias), y));
       return absl::OkStatus();
-    case LayerKind::kRelu:
+    case LayerKind::kRelu:  // in place unless its input is a residual's too
+      if (y != x) RETURN_IF_ERROR(backend_->Copy(b * l.out.size(), x, y));
       return backend_->Relu(b * l.out.size(), y);
     case LayerKind::kActivation:
       return backend_->Activate(l.activation, b * l.out.size(), x, y);
+    case LayerKind::kAdd:
+      return backend_->Add(b * l.out.size(), x, Output(ws, l.residual), y);
     case LayerKind::kAvgPool:
       return backend_->AvgPool(Geometry(l, b), l.count_include_pad, x, y);
     case LayerKind::kMaxPool:
@@ -183,25 +186,47 @@ void StepExecutor::set_allreduce_bucket_bytes(size_t bytes) {
   if (bytes > 0) buckets_ = PlanGradBuckets(model_, bytes);
 }
 
+const float* StepExecutor::Output(const Workspace& ws, int layer) const {
+  return layer < 0 ? ws.input.as() : ws.out[layer];
+}
+
+void StepExecutor::StartBackward(Workspace& ws) const {
+  std::fill(ws.dy.begin(), ws.dy.end(), nullptr);
+  ws.dy.back() = ws.dlogits.as();
+}
+
 absl::Status StepExecutor::Backward(Workspace& ws, int b,
                                     const std::function<void(int)>& grads_ready) {
-  float* dy = ws.dlogits.as();
-  const int first = FirstParamLayer(model_);
-  for (int i = static_cast<int>(model_.layers().size()) - 1; i >= first; --i) {
-    RETURN_IF_ERROR(BackwardLayer(ws, i, b, grads_.as(), dy, grads_ready));
+  StartBackward(ws);
+  for (int i = static_cast<int>(model_.layers().size()) - 1; i >= 0; --i) {
+    if (!ws.needs_grad[i]) continue;  // no params at or before it
+    RETURN_IF_ERROR(BackwardLayer(ws, i, b, grads_.as(), grads_ready));
   }
   return absl::OkStatus();
 }
 
-absl::Status StepExecutor::BackwardLayer(Workspace& ws, int i, int b, float* grads, float*& dy,
+absl::Status StepExecutor::Deliver(Workspace& ws, int target, float* g, size_t n) {
+  if (target < 0 || !ws.needs_grad[target]) return absl::OkStatus();
+  float*& dy = ws.dy[target];
+  if (dy != nullptr) {
+    // The output's second reader (a residual connection's branch point): the gradients
+    // add, as JAX's adjoint of a fan-out. Both buffers are this reader's now; g keeps it.
+    RETURN_IF_ERROR(backend_->Add(n, dy, g, g));
+  }
+  dy = g;
+  return absl::OkStatus();
+}
+
+absl::Status StepExecutor::BackwardLayer(Workspace& ws, int i, int b, float* grads,
                                          const std::function<void(int)>& grads_ready) {
   const auto& entries = model_.layout().entries();
   const float* params = params_.as();
   auto param = [&](int index) { return index < 0 ? nullptr : params + entries[index].offset; };
   auto grad = [&](int index) { return index < 0 ? nullptr : grads + entries[index].offset; };
   const Layer& l = model_.layers()[i];
-  const float* x = i == 0 ? ws.input.as() : ws.out[i - 1];
-  // Null for the first parameter layer and for layers that work on dy in place.
+  const float* x = Input(ws, l);
+  float* dy = ws.dy[i];
+  // Null where the input's gradient is not wanted and for layers that work on dy in place.
   float* dx = ws.din[i];
   switch (l.kind) {
     case LayerKind::kConv: {
@@ -251,6 +276,12 @@ absl::Status StepExecutor::BackwardLayer(Workspace& ws, int i, int b, float* gra
       break;
     case LayerKind::kFlatten:
       break;
+    case LayerKind::kAdd:  // both operands' gradient is dy: the residual's a copy of it
+      if (dx != nullptr) {
+        RETURN_IF_ERROR(backend_->Copy(b * l.out.size(), dy, dx));
+        RETURN_IF_ERROR(Deliver(ws, l.residual, dx, b * l.out.size()));
+      }
+      return Deliver(ws, l.src, dy, b * l.out.size());
     case LayerKind::kDropout:
       if (dx != nullptr && IsActiveDropout(l, true)) {
         RETURN_IF_ERROR(backend_->DropoutBackward(b * l.out.size(), l.keep, ws.mask[i], dy, dx));
@@ -259,8 +290,9 @@ absl::Status StepExecutor::BackwardLayer(Workspace& ws, int i, int b, float* gra
   }
   // Layers with parameters the cases above did not announce (grads_ready is idempotent).
   if (grads_ready && l.has_params()) grads_ready(i);
-  if (dx != nullptr) dy = dx;
-  return absl::OkStatus();
+  float* input_grad = GradInPlace(l, true) ? dy : dx;
+  if (input_grad == nullptr) return absl::OkStatus();
+  return Deliver(ws, l.src, input_grad, static_cast<size_t>(b) * l.in.size());
 }
 
 absl::Status StepExecutor::BackwardAllReduced(Workspace& ws,

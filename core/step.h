@@ -182,7 +182,7 @@ class StepExecutor {
   absl::Status ForwardReplicas(const DeviceDataset& data);
   absl::Status BackwardReplicas();
   absl::Status BatchNormForwardReplicas(size_t i);
-  absl::Status BatchNormBackwardReplicas(int i, std::vector<float*>& dy);
+  absl::Status BatchNormBackwardReplicas(int i);
   // Sums `size` floats at each of `local` (one per local replica) exactly over all the
   // job's logical replicas into every one of them.
   absl::Status ExactSumInto(const std::vector<float*>& local, size_t size);
@@ -205,10 +205,20 @@ class StepExecutor {
   absl::Status GatherBatch(Workspace& ws, const DeviceDataset& data, int batch);
   absl::Status ForwardLayer(Workspace& ws, size_t i, int batch, bool train, const rng::Key* keys);
   absl::Status Loss(Workspace& ws, int batch);
-  // Backward's step through layer i: parameter gradients into `grads` (the layout's
-  // offsets), the input gradient into ws.din[i], which becomes `dy` (when it has one).
-  absl::Status BackwardLayer(Workspace& ws, int i, int batch, float* grads, float*& dy,
+  // Layer `layer`'s output in ws (-1: the batch's input); a layer's input.
+  const float* Output(const Workspace& ws, int layer) const;
+  const float* Input(const Workspace& ws, const Layer& l) const { return Output(ws, l.src); }
+  // Backward's step through layer i, given ws.dy[i]: parameter gradients into `grads`
+  // (the layout's offsets), the input gradient (ws.din[i], or dy changed in place)
+  // delivered to the layer it came from.
+  absl::Status BackwardLayer(Workspace& ws, int i, int batch, float* grads,
                              const std::function<void(int)>& grads_ready);
+  // Clears ws.dy but for the last layer's: the loss's gradient.
+  void StartBackward(Workspace& ws) const;
+  // Hands `g` (n floats), one reader's gradient with respect to layer `target`'s output,
+  // to ws.dy[target], adding it to another reader's already there (into g). Nothing
+  // when backward does not need it (target -1: the input).
+  absl::Status Deliver(Workspace& ws, int target, float* g, size_t n);
   // Calls grads_ready(i) (when given) once layer i's parameter gradients are computed, in
   // the order backward reaches the layers (last first).
   absl::Status Backward(Workspace& ws, int batch, const std::function<void(int)>& grads_ready = {});

@@ -18,7 +18,6 @@
 
 namespace lockstep {
 
-using step_internal::FirstParamLayer;
 using step_internal::NormRows;
 
 absl::Status StepExecutor::SetLogicalReplicas(int total, int first, int count) {
@@ -69,7 +68,7 @@ absl::Status StepExecutor::BatchNormForwardReplicas(size_t i) {
   auto param = [&](int index) {
     return index < 0 ? nullptr : params_.as() + entries[index].offset;
   };
-  auto input = [&](Workspace& ws) { return i == 0 ? ws.input.as() : ws.out[i - 1]; };
+  auto input = [&](Workspace& ws) { return Input(ws, l); };
   std::vector<float*> moments;  // per local replica: [E[x], E[x^2]] over its rows
   for (auto& ws : replica_ws_) {
     float* bn = ws->bn[i];
@@ -104,7 +103,7 @@ absl::Status StepExecutor::ForwardReplicas(const DeviceDataset& data) {
   return absl::OkStatus();
 }
 
-absl::Status StepExecutor::BatchNormBackwardReplicas(int i, std::vector<float*>& dy) {
+absl::Status StepExecutor::BatchNormBackwardReplicas(int i) {
   const Layer& l = model_.layers()[i];
   const int c = l.in.c, rows = local_batch_ * NormRows(l);
   const auto& entries = model_.layout().entries();
@@ -115,11 +114,11 @@ absl::Status StepExecutor::BatchNormBackwardReplicas(int i, std::vector<float*>&
   for (size_t j = 0; j < replica_ws_.size(); ++j) {
     Workspace& ws = *replica_ws_[j];
     float* grads = j == 0 ? grads_.as() : replica_grads_[j - 1].as();
-    const float* x = i == 0 ? ws.input.as() : ws.out[i - 1];
+    const float* x = Input(ws, l);
     float* bn = ws.bn[i];
-    RETURN_IF_ERROR(backend_->BatchNormBackwardReduce(rows, c, l.epsilon, x, dy[j], bn, bn + 2 * c,
-                                                      bn + 5 * c, bn + 3 * c, at(grads, l.scale),
-                                                      at(grads, l.bias)));
+    RETURN_IF_ERROR(backend_->BatchNormBackwardReduce(rows, c, l.epsilon, x, ws.dy[i], bn,
+                                                      bn + 2 * c, bn + 5 * c, bn + 3 * c,
+                                                      at(grads, l.scale), at(grads, l.bias)));
     sums.push_back(bn + 3 * c);
   }
   if (replica_ws_[0]->din[i] == nullptr) return absl::OkStatus();  // no input gradient
@@ -127,28 +126,27 @@ absl::Status StepExecutor::BatchNormBackwardReplicas(int i, std::vector<float*>&
   RETURN_IF_ERROR(ExactSumInto(sums, 2 * c));
   for (size_t j = 0; j < replica_ws_.size(); ++j) {
     Workspace& ws = *replica_ws_[j];
-    const float* x = i == 0 ? ws.input.as() : ws.out[i - 1];
+    const float* x = Input(ws, l);
     float* bn = ws.bn[i];
-    RETURN_IF_ERROR(backend_->BatchNormBackwardApply(rows, c, l.epsilon, logical_.total, x, dy[j],
-                                                     bn, bn + 2 * c, at(params_.as(), l.scale),
-                                                     bn + 3 * c, ws.din[i]));
-    dy[j] = ws.din[i];
+    RETURN_IF_ERROR(backend_->BatchNormBackwardApply(
+        rows, c, l.epsilon, logical_.total, x, ws.dy[i], bn, bn + 2 * c, at(params_.as(), l.scale),
+        bn + 3 * c, ws.din[i]));
+    RETURN_IF_ERROR(Deliver(ws, l.src, ws.din[i], static_cast<size_t>(rows) * c));
   }
   return absl::OkStatus();
 }
 
 absl::Status StepExecutor::BackwardReplicas() {
-  std::vector<float*> dy;
-  for (auto& ws : replica_ws_) dy.push_back(ws->dlogits.as());
-  const int first = FirstParamLayer(model_);
-  for (int i = static_cast<int>(model_.layers().size()) - 1; i >= first; --i) {
+  for (auto& ws : replica_ws_) StartBackward(*ws);
+  for (int i = static_cast<int>(model_.layers().size()) - 1; i >= 0; --i) {
+    if (!replica_ws_[0]->needs_grad[i]) continue;  // no params at or before it
     if (model_.layers()[i].kind == LayerKind::kBatchNorm) {
-      RETURN_IF_ERROR(BatchNormBackwardReplicas(i, dy));
+      RETURN_IF_ERROR(BatchNormBackwardReplicas(i));
       continue;
     }
     for (size_t j = 0; j < replica_ws_.size(); ++j) {
       float* grads = j == 0 ? grads_.as() : replica_grads_[j - 1].as();
-      RETURN_IF_ERROR(BackwardLayer(*replica_ws_[j], i, local_batch_, grads, dy[j], {}));
+      RETURN_IF_ERROR(BackwardLayer(*replica_ws_[j], i, local_batch_, grads, {}));
     }
   }
   return absl::OkStatus();

@@ -13,11 +13,34 @@ namespace lockstep {
 
 using step_internal::BatchNormBuffer;
 using step_internal::ColsPerSample;
-using step_internal::FirstParamLayer;
 using step_internal::Geometry;
 using step_internal::InPlace;
+using step_internal::NeedsDin;
+using step_internal::NeedsGrad;
 using step_internal::NormRows;
-using step_internal::OwnsInputGrad;
+
+namespace step_internal {
+
+bool SharesInput(const Model& m, int i) {
+  const int src = m.layers()[i].src;
+  for (int j = 0; j < static_cast<int>(m.layers().size()); ++j) {
+    const Layer& l = m.layers()[j];
+    if (j != i && (l.src == src || (l.kind == LayerKind::kAdd && l.residual == src))) return true;
+  }
+  return false;
+}
+
+std::vector<bool> NeedsGrad(const Model& m) {
+  std::vector<bool> needs(m.layers().size());
+  auto at = [&](int j) { return j >= 0 && needs[j]; };
+  for (size_t i = 0; i < needs.size(); ++i) {
+    const Layer& l = m.layers()[i];
+    needs[i] = l.has_params() || at(l.src) || (l.kind == LayerKind::kAdd && at(l.residual));
+  }
+  return needs;
+}
+
+}  // namespace step_internal
 
 // Every buffer GetWorkspace allocates, at the default convolutions' scratch; backends
 // with their own convolutions may need less (the CPU backend's oneDNN convolutions need none).
@@ -26,16 +49,16 @@ uint64_t WorkspaceBytes(const Model& model, int batch, bool train) {
   // idx, input, labels, loss, dlogits, correct; host_loss and host_correct.
   uint64_t bytes = b * (4 + model.input().size() * f + 4 + f + model.num_classes() * f + f);
   bytes += 2 * b * f;
-  const int first = FirstParamLayer(model);
+  const std::vector<bool> needs_grad = NeedsGrad(model);
   for (size_t i = 0; i < model.layers().size(); ++i) {
     const Layer& l = model.layers()[i];
-    if (InPlace(l, train)) continue;
+    if (InPlace(model, i, train)) continue;
     bytes += b * l.out.size() * f;
     if (l.kind == LayerKind::kConv) bytes += b * ColsPerSample(l) * f;
     if (l.kind == LayerKind::kDropout) bytes += b * l.out.size();
     if (l.kind == LayerKind::kLayerNorm) bytes += 2 * b * NormRows(l) * f;
     if (l.kind == LayerKind::kBatchNorm && train) bytes += BatchNormBuffer(l) * f;
-    if (train && static_cast<int>(i) > first && OwnsInputGrad(l, train)) {
+    if (train && NeedsDin(model, needs_grad, i)) {
       bytes += b * l.in.size() * f;
     }
   }
@@ -79,7 +102,8 @@ absl::StatusOr<std::unique_ptr<StepExecutor::Workspace>> StepExecutor::NewWorksp
   ASSIGN_OR_RETURN(ws->dlogits, backend_->Allocate(b * classes * sizeof(float)));
   ASSIGN_OR_RETURN(ws->correct, backend_->Allocate(b * sizeof(float)));
   const auto& layers = model_.layers();
-  const int first = FirstParamLayer(model_);
+  ws->needs_grad = NeedsGrad(model_);
+  ws->dy.assign(layers.size(), nullptr);
   ws->out.assign(layers.size(), nullptr);
   ws->din.assign(layers.size(), nullptr);
   ws->scratch.assign(layers.size(), nullptr);
@@ -88,9 +112,9 @@ absl::StatusOr<std::unique_ptr<StepExecutor::Workspace>> StepExecutor::NewWorksp
   ws->mask.assign(layers.size(), nullptr);
   for (size_t i = 0; i < layers.size(); ++i) {
     const Layer& l = layers[i];
-    float* prev = i == 0 ? ws->input.as() : ws->out[i - 1];
+    float* prev = l.src < 0 ? ws->input.as() : ws->out[l.src];
     const size_t n_out = b * l.out.size();
-    if (InPlace(l, train)) {
+    if (InPlace(model_, i, train)) {
       ws->out[i] = prev;
       continue;
     }
@@ -114,7 +138,7 @@ absl::StatusOr<std::unique_ptr<StepExecutor::Workspace>> StepExecutor::NewWorksp
       ASSIGN_OR_RETURN(void* bn, alloc(BatchNormBuffer(l) * sizeof(float)));
       ws->bn[i] = static_cast<float*>(bn);
     }
-    if (train && static_cast<int>(i) > first && OwnsInputGrad(l, train)) {
+    if (train && NeedsDin(model_, ws->needs_grad, i)) {
       ASSIGN_OR_RETURN(void* d, alloc(b * l.in.size() * sizeof(float)));
       ws->din[i] = static_cast<float*>(d);
     }

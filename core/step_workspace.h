@@ -13,17 +13,22 @@
 namespace lockstep {
 
 // Buffers for one batch size. out[i] is layer i's output; relu and flatten write in
-// place (out[i] == out[i-1]), as does an inactive dropout. din[i] is the gradient with
-// respect to layer i's input, for the layers whose backward produces one in a buffer of
-// its own (activations work on dy in place). scratch[i]: a conv's ConvScratchBytes (null
-// when it needs none); stats[i]: a layer norm's per-row mean, then rstd; bn[i]: a batch
-// norm's BatchNormBuffer (training only).
+// place (out[i] is their input's buffer), as does an inactive dropout, but a relu whose
+// input another layer reads too (a residual connection's) has a buffer of its own. din[i]
+// is the gradient with respect to layer i's input, for the layers whose backward produces
+// one in a buffer of its own (activations work on dy in place; an add's din is the copy of
+// dy its residual operand takes). dy[i], during backward: the gradient with respect to
+// out[i] once every reader of it has delivered (StepExecutor::Deliver); needs_grad[i]:
+// whether backward needs that gradient (a layer with params at or before i). scratch[i]:
+// a conv's ConvScratchBytes (null when it needs none); stats[i]: a layer norm's per-row
+// mean, then rstd; bn[i]: a batch norm's BatchNormBuffer (training only).
 struct StepExecutor::Workspace {
   int capacity = 0;
   bool train = false;
   Buffer idx, input, labels, loss, dlogits, correct;
   std::vector<Buffer> owned;
-  std::vector<float*> out, din, stats, bn;
+  std::vector<float*> out, din, stats, bn, dy;
+  std::vector<bool> needs_grad;
   std::vector<void*> scratch;
   std::vector<uint8_t*> mask;
   std::vector<float> host_loss, host_correct;
@@ -35,22 +40,35 @@ inline bool IsActiveDropout(const Layer& l, bool train) {
   return l.kind == LayerKind::kDropout && train && l.keep < 1.0f;
 }
 
-// Layers computed in place on their input's buffer.
-inline bool InPlace(const Layer& l, bool train) {
-  return l.kind == LayerKind::kRelu || l.kind == LayerKind::kFlatten ||
+// Whether another layer reads layer i's input too (a residual connection's branch point).
+bool SharesInput(const Model& m, int i);
+
+// Layers computed in place on their input's buffer: relu (unless its input is shared: it
+// would change what the other reader sees), flatten and an inactive dropout.
+inline bool InPlace(const Model& m, int i, bool train) {
+  const Layer& l = m.layers()[i];
+  return (l.kind == LayerKind::kRelu && !SharesInput(m, i)) || l.kind == LayerKind::kFlatten ||
          (l.kind == LayerKind::kDropout && !IsActiveDropout(l, train));
 }
 
-// Layers whose backward writes the input gradient into a buffer of its own.
-inline bool OwnsInputGrad(const Layer& l, bool train) {
-  return !InPlace(l, train) && l.kind != LayerKind::kActivation;
+// Layers whose backward passes dy itself (changed in place) on as their input gradient.
+inline bool GradInPlace(const Layer& l, bool train) {
+  return l.kind == LayerKind::kRelu || l.kind == LayerKind::kFlatten ||
+         l.kind == LayerKind::kActivation ||
+         (l.kind == LayerKind::kDropout && !IsActiveDropout(l, train));
 }
 
-inline int FirstParamLayer(const Model& m) {
-  for (size_t i = 0; i < m.layers().size(); ++i) {
-    if (m.layers()[i].has_params()) return static_cast<int>(i);
-  }
-  return 0;
+// Per layer output: whether a layer with params is at or before it in the graph, so that
+// backward needs the gradient with respect to it.
+std::vector<bool> NeedsGrad(const Model& m);
+
+// Whether layer i's backward needs a din buffer: its input gradient is wanted and it
+// does not pass dy itself on (an add: its residual operand's gradient is wanted).
+inline bool NeedsDin(const Model& m, const std::vector<bool>& needs_grad, int i) {
+  const Layer& l = m.layers()[i];
+  auto wanted = [&](int j) { return j >= 0 && needs_grad[j]; };
+  if (l.kind == LayerKind::kAdd) return wanted(l.residual);
+  return wanted(l.src) && !GradInPlace(l, true);
 }
 
 // A conv's or pool's geometry at batch b (pools: f == c).

@@ -16,8 +16,13 @@ v1::ModelSpec GoldenModelSpec(const std::string& json) {
 }
 
 std::vector<float> GoldenParams(const SafeTensors& st, const Model& m, const std::string& prefix) {
-  std::vector<float> flat(m.layout().total());
-  for (const ParamEntry& e : m.layout().entries()) {
+  return GoldenLayoutTensors(st, m.layout(), prefix);
+}
+
+std::vector<float> GoldenLayoutTensors(const SafeTensors& st, const ParamLayout& layout,
+                                       const std::string& prefix) {
+  std::vector<float> flat(layout.total());
+  for (const ParamEntry& e : layout.entries()) {
     const std::string name = prefix + e.name;
     auto it = st.tensors().find(name);
     EXPECT_NE(it, st.tensors().end()) << name;
@@ -147,11 +152,36 @@ void ExpectInitWithin1e6(const SpecGolden& g) {
 
 void ExpectEveryTensorWithin(const Model& m, const std::vector<float>& got,
                              const std::vector<float>& want, double tolerance) {
-  for (const ParamEntry& e : m.layout().entries()) {
+  ExpectEveryTensorWithin(m.layout(), got, want, tolerance);
+}
+
+void ExpectEveryTensorWithin(const ParamLayout& layout, const std::vector<float>& got,
+                             const std::vector<float>& want, double tolerance) {
+  for (const ParamEntry& e : layout.entries()) {
     EXPECT_LE(RelativeL2({got.data() + e.offset, e.size}, {want.data() + e.offset, e.size}),
               tolerance)
         << e.name;
   }
+}
+
+void ExpectStatsModelGradientsMatchJax(Backend* backend, const std::string& file) {
+  ASSERT_OK_AND_ASSIGN(SpecGolden g, ReadSpecGolden(file));
+  const Model& m = g.setup.model;
+  const int b = static_cast<int>(g.spec.global_batch_size());
+  ASSERT_OK_AND_ASSIGN(
+      auto exec, StepExecutor::Create(m, g.setup.optimizer, g.setup.impl, b, backend, nullptr));
+  const Dataset data = GoldenDataset(g.st, "data");
+  ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(data));
+  ASSERT_OK(exec->SetState(
+      TrainState::Create(GoldenParams(g.st, m, "init."), g.setup.optimizer,
+                         GoldenLayoutTensors(g.st, m.stats_layout(), "init_stats."))));
+  std::vector<int32_t> idx(b);
+  std::iota(idx.begin(), idx.end(), 0);
+  ASSERT_OK_AND_ASSIGN(StepMetrics metrics, exec->ComputeGradients(d, idx, {}));
+  const float want_loss = (*g.st.F32("grads.loss"))[0];
+  EXPECT_NEAR(metrics.loss, want_loss, 1e-5 * std::fabs(want_loss));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> grads, exec->Gradients());
+  ExpectEveryTensorWithin(m, grads, GoldenParams(g.st, m, "grads."), 1e-5);
 }
 
 void ExpectLayersGradientsMatchJax(Backend* backend, const std::string& name) {

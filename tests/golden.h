@@ -31,6 +31,10 @@ v1::ModelSpec GoldenModelSpec(const std::string& json);
 // a tensor that is missing or of another shape fails the test (and is left zero).
 std::vector<float> GoldenParams(const SafeTensors& st, const Model& m, const std::string& prefix);
 
+// The same for any layout (a model's stats_layout(): "init_stats.").
+std::vector<float> GoldenLayoutTensors(const SafeTensors& st, const ParamLayout& layout,
+                                       const std::string& prefix);
+
 // The examples in the file's `prefix`.images (N, H, W[, C]) and `prefix`.labels.
 Dataset GoldenDataset(const SafeTensors& st, const std::string& prefix);
 
@@ -66,6 +70,16 @@ void ExpectInitWithin1e6(const SpecGolden& g);
 // Every param tensor of `got` within `tolerance` of `want`'s (relative L2).
 void ExpectEveryTensorWithin(const Model& m, const std::vector<float>& got,
                              const std::vector<float>& want, double tolerance);
+
+// The same for any layout (a model's stats_layout()).
+void ExpectEveryTensorWithin(const ParamLayout& layout, const std::vector<float>& got,
+                             const std::vector<float>& want, double tolerance);
+
+// The loss and every gradient at the file's init with its init batch_stats (a file
+// written as tools/reference/golden_batchnorm.py and golden_resnet.py write theirs:
+// "grads." on the first global batch, train mode, the zero dropout key), one replica on
+// `backend`: within 1e-5 of JAX's (relative L2 per tensor).
+void ExpectStatsModelGradientsMatchJax(Backend* backend, const std::string& file);
 
 // The loss and every gradient of the layers model `name` at its golden init, on the
 // golden batch with the golden dropout key, computed on `backend`: within 1e-5 of JAX's.

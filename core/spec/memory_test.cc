@@ -123,7 +123,7 @@ steps: 10
 
 TEST(Memory, TheExamplesFitTheDefaultBudgets) {
   for (const std::string name : {"examples/cnn.yaml", "examples/mlp.yaml", "examples/convnet.yaml",
-                                 "examples/npz/fashion_mnist_npz.yaml"}) {
+                                 "examples/npz/fashion_mnist_npz.yaml", "examples/resnet.yaml"}) {
     ASSERT_OK_AND_ASSIGN(v1::JobSpec spec, LoadSpecFile(SourcePath(name)));
     ASSERT_OK_AND_ASSIGN(spec, Validate(spec));
     EXPECT_THAT(CheckMemoryBudget(spec, MemoryBudget()), IsOk()) << name;

@@ -93,8 +93,19 @@ absl::Status CheckFields(const json& j, const google::protobuf::Descriptor* d,
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": unknown field (known here: ", known, ")"));
     }
-    if (f->type() != google::protobuf::FieldDescriptor::TYPE_MESSAGE) continue;
-    if (!f->is_repeated()) {
+    if (f->type() != google::protobuf::FieldDescriptor::TYPE_MESSAGE ||
+        f->message_type()->file()->package() == "google.protobuf") {
+      continue;  // scalars, and Struct and ListValue (a block's untyped args and layers)
+    }
+    if (f->is_map()) {  // model.blocks: name -> BlockSpec
+      const google::protobuf::FieldDescriptor* v = f->message_type()->map_value();
+      if (!value.is_object() || v->type() != google::protobuf::FieldDescriptor::TYPE_MESSAGE) {
+        continue;
+      }
+      for (const auto& [k, entry] : value.items()) {
+        RETURN_IF_ERROR(CheckFields(entry, v->message_type(), absl::StrCat(where, ".", k)));
+      }
+    } else if (!f->is_repeated()) {
       RETURN_IF_ERROR(CheckFields(value, f->message_type(), where));
     } else if (value.is_array()) {
       for (size_t i = 0; i < value.size(); ++i) {
@@ -105,32 +116,46 @@ absl::Status CheckFields(const json& j, const google::protobuf::Descriptor* d,
   return absl::OkStatus();
 }
 
-// model.layers entries name one layer each: `- conv: {...}`. A layer without options may
-// also be written bare (`- relu`) or with no value (`- relu:`); both become `relu: {}`.
-absl::Status NormalizeLayers(json& doc) {
-  if (!doc.contains("model") || !doc["model"].is_object()) return absl::OkStatus();
-  json& model = doc["model"];
-  if (!model.contains("layers") || !model["layers"].is_array()) return absl::OkStatus();
-  json& layers = model["layers"];
+// Layer entries name one layer each: `- conv: {...}`. A layer without options may also
+// be written bare (`- relu`) or with no value (`- relu:`); both become `relu: {}`. The
+// lists of a residual connection likewise (a block's layers: when a call reads them).
+absl::Status NormalizeLayerList(json& layers, const std::string& at) {
+  if (!layers.is_array()) return absl::OkStatus();
   for (size_t i = 0; i < layers.size(); ++i) {
     json& entry = layers[i];
+    const std::string where = absl::StrCat(at, "[", i, "]");
     if (entry.is_string()) entry = json{{entry.get<std::string>(), json::object()}};
     if (!entry.is_object()) continue;  // a type error: protobuf reports it
     if (entry.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.layers[", i, "]: empty; name one layer (conv, dense, relu, flatten...)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": empty; name one layer (conv, dense, relu, flatten...)"));
     }
     if (entry.size() != 1) {
       std::string keys;
       for (const auto& [key, value] : entry.items())
         absl::StrAppend(&keys, keys.empty() ? "" : ", ", key);
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.layers[", i, "]: one layer per entry, found ", entry.size(), " (", keys, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": one layer per entry, found ", entry.size(), " (", keys, ")"));
     }
     json& options = entry.begin().value();
     if (options.is_null()) options = json::object();
+    if (entry.begin().key() == "residual" && options.is_object()) {
+      for (const char* list : {"layers", "projection"}) {
+        if (options.contains(list)) {
+          RETURN_IF_ERROR(
+              NormalizeLayerList(options[list], absl::StrCat(where, ".residual.", list)));
+        }
+      }
+    }
   }
   return absl::OkStatus();
+}
+
+absl::Status NormalizeLayers(json& doc) {
+  if (!doc.contains("model") || !doc["model"].is_object()) return absl::OkStatus();
+  json& model = doc["model"];
+  if (!model.contains("layers")) return absl::OkStatus();
+  return NormalizeLayerList(model["layers"], "model.layers");
 }
 
 absl::Status Invalid(const std::string& field, const std::string& what) {

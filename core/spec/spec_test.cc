@@ -56,8 +56,9 @@ TEST(Spec, ParsesJson) {
 }
 
 TEST(Spec, ExamplesAreValid) {
-  for (const char* f : {"examples/cnn.yaml", "examples/mlp.yaml", "examples/mlp-schedule.yaml",
-                        "examples/convnet.yaml", "examples/npz/fashion_mnist_npz.yaml"}) {
+  for (const char* f :
+       {"examples/cnn.yaml", "examples/mlp.yaml", "examples/mlp-schedule.yaml",
+        "examples/convnet.yaml", "examples/npz/fashion_mnist_npz.yaml", "examples/resnet.yaml"}) {
     auto s = LoadSpecFile(testing::SourcePath(f));
     ASSERT_OK(s);
     ASSERT_OK(Validate(*s));

@@ -12,6 +12,7 @@ given) compares test accuracy and loss with what Lockstep reported. Exits 1 on a
 import argparse
 import json
 import os
+import re
 import sys
 
 import jax
@@ -27,14 +28,26 @@ import models  # noqa: E402
 from idx import read_idx  # noqa: E402
 
 
+def snake_keys(value, parent=None):
+  """The spec as its .proto names it: protobuf's JSON (the checkpoint's metadata) writes
+  lowerCamelCase field names ("kernelSize"); a block's class names (model.blocks' keys)
+  and its args' names are the user's own and stay as written."""
+  if isinstance(value, dict):
+    return {(k if parent in ("blocks", "args") else re.sub(r"([A-Z])", r"_\1", k).lower()):
+            snake_keys(v, k) for k, v in value.items()}
+  if isinstance(value, list):
+    return [snake_keys(v, parent) for v in value]
+  return value
+
+
 def model_from_spec(spec):
-  m = spec["model"]
+  m = snake_keys(spec["model"])
   if m.get("layers"):
     import golden_layers  # noqa: E402 (the generic Sequential of a spec's layers)
     return golden_layers.Sequential(json.dumps(m))
   if m["kind"] == "cnn":
     return models.CNN()
-  rate = m.get("dropoutRate", m.get("dropout_rate", 0.0))
+  rate = m.get("dropout_rate", 0.0)
   return models.MLP(widths=[int(w) for w in m.get("hidden", [])], dropout_rate=rate)
 
 

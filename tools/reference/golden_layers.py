@@ -86,54 +86,72 @@ SPECS = {
 
 
 class Sequential(nn.Module):
-  """The layers of a spec's model.layers, in Flax's own modules and functions."""
+  """The layers of a spec's model.layers, in Flax's own modules and functions; named
+  blocks (model.blocks) as Flax module classes of their own, residual connections as
+  `x + layers(x)` (see flax_blocks.py)."""
   spec_json: str  # the model spec as JSON (hashable, as module fields should be)
   axis_name: str | None = None  # BatchNorm's statistics across this pmap axis
 
   @nn.compact
   def __call__(self, x, train: bool = False):
-    for entry in json.loads(self.spec_json)["layers"]:
-      (kind, o), = entry.items()
-      window = lambda: (tuple(o["window_shape"]),
-                        tuple(o["strides"]) if "strides" in o else None,
-                        o.get("padding", "VALID"))
-      if kind == "conv":
-        x = nn.Conv(o["features"], tuple(o["kernel_size"]),
-                    strides=tuple(o.get("strides", (1, 1))), padding=o.get("padding", "SAME"),
-                    use_bias=o.get("use_bias", True))(x)
-      elif kind == "dense":
-        x = nn.Dense(o["features"], use_bias=o.get("use_bias", True))(x)
-      elif kind == "batch_norm":
-        x = nn.BatchNorm(use_running_average=not train, momentum=o.get("momentum", 0.99),
-                         epsilon=o.get("epsilon", 1e-5), use_bias=o.get("use_bias", True),
-                         use_scale=o.get("use_scale", True), axis_name=self.axis_name)(x)
-      elif kind == "layer_norm":
-        x = nn.LayerNorm(epsilon=o.get("epsilon", 1e-6), use_bias=o.get("use_bias", True),
-                         use_scale=o.get("use_scale", True))(x)
-      elif kind == "relu":
-        x = nn.relu(x)
-      elif kind == "gelu":
-        x = nn.gelu(x, approximate=o.get("approximate", True))
-      elif kind == "tanh":
-        x = nn.tanh(x)
-      elif kind == "sigmoid":
-        x = nn.sigmoid(x)
-      elif kind == "silu":
-        x = nn.silu(x)
-      elif kind == "avg_pool":
-        shape, strides, padding = window()
-        x = nn.avg_pool(x, shape, strides=strides, padding=padding,
-                        count_include_pad=o.get("count_include_pad", True))
-      elif kind == "max_pool":
-        shape, strides, padding = window()
-        x = nn.max_pool(x, shape, strides=strides, padding=padding)
-      elif kind == "flatten":
-        x = x.reshape((x.shape[0], -1))
-      elif kind == "dropout":
-        x = nn.Dropout(rate=o["rate"], deterministic=not train)(x)
-      else:
-        raise ValueError(f"layer {kind}: not in these goldens")
-    return x
+    spec = json.loads(self.spec_json)
+    return apply_layers(spec["layers"], x, train, self.axis_name, spec.get("blocks", {}))
+
+
+def apply_layers(layers, x, train, axis_name, blocks):
+  """Applies spec layers inside the current module's compact __call__ (so that the modules
+  created here are its children, auto-named in its scope)."""
+  import flax_blocks  # noqa: E402 (it imports this module)
+  for entry in layers:
+    if isinstance(entry, str):
+      entry = {entry: {}}
+    (kind, o), = entry.items()
+    o = o or {}
+    window = lambda: (tuple(o["window_shape"]),
+                      tuple(o["strides"]) if "strides" in o else None,
+                      o.get("padding", "VALID"))
+    name = o.get("name") or None
+    if kind == "conv":
+      x = nn.Conv(o["features"], tuple(o["kernel_size"]),
+                  strides=tuple(o.get("strides", (1, 1))), padding=o.get("padding", "SAME"),
+                  use_bias=o.get("use_bias", True), name=name)(x)
+    elif kind == "dense":
+      x = nn.Dense(o["features"], use_bias=o.get("use_bias", True), name=name)(x)
+    elif kind == "batch_norm":
+      x = nn.BatchNorm(use_running_average=not train, momentum=o.get("momentum", 0.99),
+                       epsilon=o.get("epsilon", 1e-5), use_bias=o.get("use_bias", True),
+                       use_scale=o.get("use_scale", True), axis_name=axis_name, name=name)(x)
+    elif kind == "layer_norm":
+      x = nn.LayerNorm(epsilon=o.get("epsilon", 1e-6), use_bias=o.get("use_bias", True),
+                       use_scale=o.get("use_scale", True), name=name)(x)
+    elif kind == "relu":
+      x = nn.relu(x)
+    elif kind == "gelu":
+      x = nn.gelu(x, approximate=o.get("approximate", True))
+    elif kind == "tanh":
+      x = nn.tanh(x)
+    elif kind == "sigmoid":
+      x = nn.sigmoid(x)
+    elif kind == "silu":
+      x = nn.silu(x)
+    elif kind == "avg_pool":
+      shape, strides, padding = window()
+      x = nn.avg_pool(x, shape, strides=strides, padding=padding,
+                      count_include_pad=o.get("count_include_pad", True))
+    elif kind == "max_pool":
+      shape, strides, padding = window()
+      x = nn.max_pool(x, shape, strides=strides, padding=padding)
+    elif kind == "flatten":
+      x = x.reshape((x.shape[0], -1))
+    elif kind == "dropout":
+      x = nn.Dropout(rate=o["rate"], deterministic=not train, name=name)(x)
+    elif kind == "residual":
+      x = flax_blocks.residual(o, x, train, axis_name, blocks)
+    elif kind == "block":
+      x = flax_blocks.call_block(o, x, train, axis_name, blocks)
+    else:
+      raise ValueError(f"layer {kind}: not in these goldens")
+  return x
 
 
 def tensors(prefix, tree):

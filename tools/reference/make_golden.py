@@ -215,8 +215,9 @@ def pmap_golden(out, images, labels):
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "../../tests/golden"))
-  ap.add_argument("--only",
-                  default="rng,init,grads,train,pmap,optax,layers,batchnorm,replicas,precision")
+  ap.add_argument(
+      "--only",
+      default="rng,init,grads,train,pmap,optax,layers,batchnorm,replicas,resnet,precision")
   args = ap.parse_args()
   os.makedirs(args.out, exist_ok=True)
   only = set(args.only.split(","))
@@ -244,6 +245,9 @@ def main():
   if "replicas" in only:  # pmap on the 4 host devices set above
     import golden_replicas  # noqa: E402
     golden_replicas.write_goldens(args.out)
+  if "resnet" in only:  # pmap on 2 of the host devices set above
+    import golden_resnet  # noqa: E402
+    golden_resnet.write_goldens(args.out)
   if "precision" in only:  # float64 in a scope of its own (jax.enable_x64)
     import golden_precision  # noqa: E402
     golden_precision.write_goldens(args.out)

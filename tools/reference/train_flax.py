@@ -110,7 +110,9 @@ def main():
   steps_per_epoch = len(x_train) // batch
   epochs = args.epochs or int(spec.get("epochs") or -(-int(spec["steps"]) // steps_per_epoch))
 
-  model = BatchNormSequential(json.dumps(model_spec))
+  # A model with blocks: golden_layers.Sequential builds it all (blocks, residual
+  # connections, batch_norm), with Lockstep's module names and hence its init.
+  model = (Sequential if model_spec.get("blocks") else BatchNormSequential)(json.dumps(model_spec))
   rng, init_rng = jax.random.split(jax.random.PRNGKey(seed))
   variables = model.init(init_rng, jnp.ones([1, *shape]))
   params, stats = variables["params"], variables.get("batch_stats", {})

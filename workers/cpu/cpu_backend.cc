@@ -50,6 +50,10 @@ LS_MULTIVERSION void ReluBackwardRange(const float* y, float* dy, size_t begin, 
   for (size_t i = begin; i < end; ++i) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
+LS_MULTIVERSION void AddRange(const float* a, const float* b, float* y, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) y[i] = a[i] + b[i];
+}
+
 LS_MULTIVERSION void DivideRange(float d, float* x, size_t begin, size_t end) {
   for (size_t i = begin; i < end; ++i) x[i] /= d;
 }
@@ -455,6 +459,17 @@ class CpuBackend final : public Backend {
   absl::Status GatherLabels(int n, const int32_t* idx, const int32_t* table,
                             int32_t* out) override {
     for (int i = 0; i < n; ++i) out[i] = table[idx[i]];
+    return absl::OkStatus();
+  }
+
+  absl::Status Copy(size_t n, const float* x, float* y) override {
+    ParallelFor(threads_, n,
+                [&](size_t b, size_t e) { std::memcpy(y + b, x + b, (e - b) * sizeof(float)); });
+    return absl::OkStatus();
+  }
+
+  absl::Status Add(size_t n, const float* a, const float* b, float* y) override {
+    ParallelFor(threads_, n, [&](size_t lo, size_t hi) { AddRange(a, b, y, lo, hi); });
     return absl::OkStatus();
   }
 

@@ -91,6 +91,25 @@ TEST(CpuBackend, SoftmaxCrossEntropy) {
   EXPECT_NEAR(dl[3] + dl[4] + dl[5], 0.0, 1e-6);
 }
 
+// A residual connection's kernels: Add (into either operand) and Copy, over more elements
+// than one thread takes.
+TEST(CpuBackend, AddIntoEitherOperandAndCopy) {
+  auto be = NewCpuBackend(2);
+  const size_t n = 100003;
+  std::vector<float> a(n), b(n), y(n);
+  for (size_t i = 0; i < n; ++i) a[i] = 0.5f * i, b[i] = 1.0f - i;
+  EXPECT_OK(be->Add(n, a.data(), b.data(), y.data()));
+  for (size_t i = 0; i < n; i += 9973) EXPECT_EQ(y[i], 0.5f * i + (1.0f - i)) << i;
+  std::vector<float> c = b;
+  EXPECT_OK(be->Add(n, a.data(), c.data(), c.data()));  // y == b
+  EXPECT_EQ(c, y);
+  EXPECT_OK(be->Add(n, a.data(), b.data(), a.data()));  // y == a
+  EXPECT_EQ(a, y);
+  std::vector<float> copy(n, -1.0f);
+  EXPECT_OK(be->Copy(n, b.data(), copy.data()));
+  EXPECT_EQ(copy, b);
+}
+
 TEST(CpuBackend, AdamMatchesOptaxFormula) {
   auto be = NewCpuBackend(2);
   std::vector<float> p = {1.0f}, g = {0.5f}, mu = {0}, nu = {0};

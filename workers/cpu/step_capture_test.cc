@@ -168,6 +168,12 @@ class GraphCpuBackend final : public Backend {
                             int32_t* out) override {
     return Queue("GatherLabels", [=, this] { return cpu_->GatherLabels(n, idx, table, out); });
   }
+  absl::Status Copy(size_t n, const float* x, float* y) override {
+    return Queue("Copy", [=, this] { return cpu_->Copy(n, x, y); });
+  }
+  absl::Status Add(size_t n, const float* a, const float* b, float* y) override {
+    return Queue("Add", [=, this] { return cpu_->Add(n, a, b, y); });
+  }
   absl::Status Divide(size_t n, float d, float* x) override {
     return Queue("Divide", [=, this] { return cpu_->Divide(n, d, x); });
   }

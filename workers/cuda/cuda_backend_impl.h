@@ -82,6 +82,8 @@ class CudaBackend final : public Backend {
   absl::Status GatherRows(size_t row, int n, const int32_t* idx, const float* table,
                           float* out) override;
   absl::Status GatherLabels(int n, const int32_t* idx, const int32_t* table, int32_t* out) override;
+  absl::Status Copy(size_t n, const float* x, float* y) override;
+  absl::Status Add(size_t n, const float* a, const float* b, float* y) override;
   absl::Status Divide(size_t n, float d, float* x) override;
   absl::Status SumSquares(size_t n, const float* x, double* partials, double* out) override;
   absl::Status ClipByGlobalNorm(size_t n, float max_norm, const double* sum_squares,

@@ -181,6 +181,15 @@ absl::Status CudaBackend::GatherLabels(int n, const int32_t* idx, const int32_t*
   LS_LAUNCH(cuda::GatherLabels(n, idx, table, out, stream_));
 }
 
+absl::Status CudaBackend::Copy(size_t n, const float* x, float* y) {
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Add(size_t n, const float* a, const float* b, float* y) {
+  LS_LAUNCH(cuda::Add(n, a, b, y, stream_));
+}
+
 absl::Status CudaBackend::Divide(size_t n, float d, float* x) {
   LS_LAUNCH(cuda::Divide(n, d, x, stream_));
 }

@@ -151,6 +151,21 @@ TEST_F(CudaTest, ReluAndDivideAreBitwiseBeyondOneGrid) {
   EXPECT_TRUE(Bitwise(ToHost(d_dy, n), dy));
 }
 
+TEST_F(CudaTest, AddAndCopyAreBitwiseBeyondOneGrid) {
+  const size_t n = (size_t{3} << 20) + 7;
+  auto a = RandomFloats(n, 11), b = RandomFloats(n, 12);
+  Buffer d_a = ToDevice(a), d_b = ToDevice(b);
+  ASSERT_OK_AND_ASSIGN(Buffer d_y, cuda_->Allocate(n * sizeof(float)));
+  std::vector<float> y(n);
+  EXPECT_OK(cpu_->Add(n, a.data(), b.data(), y.data()));
+  EXPECT_OK(cuda_->Add(n, d_a.as(), d_b.as(), d_y.as()));
+  EXPECT_TRUE(Bitwise(ToHost(d_y, n), y));
+  EXPECT_OK(cuda_->Add(n, d_a.as(), d_b.as(), d_b.as()));  // into an operand
+  EXPECT_TRUE(Bitwise(ToHost(d_b, n), y));
+  EXPECT_OK(cuda_->Copy(n, d_a.as(), d_y.as()));
+  EXPECT_TRUE(Bitwise(ToHost(d_y, n), a));
+}
+
 // Pools' geometries: 2x2/2 VALID on odd sizes (the last row and column unread), 3x3/2
 // SAME (overlapping, padded), 3x2 at strides 1x2 SAME (padding before and after).
 std::vector<ConvGeometry> PoolGeometries() {

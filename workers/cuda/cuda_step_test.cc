@@ -169,6 +169,12 @@ TEST_P(CudaGradGolden, LossAndEveryGradientWithin1e5OfJax) {
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaGradGolden, ::testing::Values("cnn", "mlp"));
 
+// A small ResNet (named blocks, residual connections, BatchNorm): the residual's Add and
+// Copy, and the gradients added where its input branches.
+TEST_F(CudaTest, ResNetLossAndEveryGradientWithin1e5OfJax) {
+  testing::ExpectStatsModelGradientsMatchJax(cuda_.get(), "resnet_pmap2_sgd.safetensors");
+}
+
 class CudaTrainGolden : public CudaTest, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(CudaTrainGolden, TwentyDropoutStepsInAGraphMatchOptax) {

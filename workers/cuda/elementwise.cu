@@ -23,6 +23,10 @@ __global__ void ActivateBackwardKernel(Activation a, size_t n, const float* x, f
   }
 }
 
+__global__ void AddKernel(size_t n, const float* a, const float* b, float* y) {
+  for (size_t i = FirstIndex(); i < n; i += Stride()) y[i] = a[i] + b[i];
+}
+
 __global__ void DivideKernel(size_t n, float d, float* x) {
   for (size_t i = FirstIndex(); i < n; i += Stride()) x[i] /= d;
 }
@@ -51,6 +55,12 @@ cudaError_t ActivateBackward(Activation a, size_t n, const float* x, float* dy,
                              cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   ActivateBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(a, n, x, dy);
+  return cudaGetLastError();
+}
+
+cudaError_t Add(size_t n, const float* a, const float* b, float* y, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  AddKernel<<<Blocks(n), kThreads, 0, stream>>>(n, a, b, y);
   return cudaGetLastError();
 }
 

@@ -25,6 +25,8 @@ cudaError_t ActivateBackward(Activation a, size_t n, const float* x, float* dy,
                              cudaStream_t stream);
 // x /= d.
 cudaError_t Divide(size_t n, float d, float* x, cudaStream_t stream);
+// y = a + b (y may be a or b): bitwise the CPU backend's (one float add).
+cudaError_t Add(size_t n, const float* a, const float* b, float* y, cudaStream_t stream);
 
 }  // namespace lockstep::cuda
 
