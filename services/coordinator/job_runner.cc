@@ -14,6 +14,7 @@
 #include "core/status_macros.h"
 #include "services/common/auth.h"
 #include "services/common/job_log.h"
+#include "services/coordinator/logical_dispatch.h"
 
 namespace lockstep {
 namespace {
@@ -258,8 +259,10 @@ absl::Status JobRunner::Attempt(JobOutcome* outcome) {
   audit_liars_.clear();
   int64_t num_train = 0, num_test = 0;
   RETURN_IF_ERROR(Prepare(&num_train, &num_test));
+  // V keys and shards per step: the workers' count, or the job's logical replicas.
   TrainingPlan plan(spec_.seed(), spec_.dropout_seed(), setup_->impl, num_train,
-                    static_cast<int>(spec_.global_batch_size()), static_cast<int>(workers_.size()));
+                    static_cast<int>(spec_.global_batch_size()),
+                    logical() ? LogicalWorld(spec_) : static_cast<int>(workers_.size()));
   for (int64_t s = 0; s < start_.step; ++s) plan.Next();  // where the start's state stands
   RETURN_IF_ERROR(CheckStartKeys(plan));
   const int64_t total = TotalSteps(spec_, num_train);
@@ -304,6 +307,12 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
     JobAssignment job;
     job.job_id = job_id_;
     job.replica = {spec_, r, n, options_.collective_timeout};
+    if (logical()) {
+      const ReplicaRange range = RangeOf(r, n, LogicalWorld(spec_));
+      job.replica.logical_replicas = LogicalWorld(spec_);
+      job.replica.logical_first = range.first;
+      job.replica.logical_count = range.count;
+    }
     job.rendezvous_prefix = prefix;
     resp[r] = clients_[r]->Prepare(job, state, *cancel, options_.prepare_timeout);
   });
@@ -338,6 +347,16 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
 absl::StatusOr<std::vector<StepCommand>> JobRunner::StepCommands(
     const StepPlan& p, bool want_checksum, absl::Duration collective_timeout,
     const std::optional<AuditPick>& audit) const {
+  if (logical()) {  // each worker its replicas' rows and keys (the spec has no audit)
+    ASSIGN_OR_RETURN(std::vector<WorkerShare> shares,
+                     ShareStep(p, static_cast<int>(workers_.size()), LogicalWorld(spec_)));
+    std::vector<StepCommand> commands(shares.size());
+    for (size_t r = 0; r < shares.size(); ++r) {
+      commands[r] = {p.step, {}, shares[r].rows, want_checksum, collective_timeout};
+      commands[r].keys = shares[r].keys;
+    }
+    return commands;
+  }
   ASSIGN_OR_RETURN(auto shards, ShardBatch(p.indices, static_cast<int>(workers_.size())));
   std::vector<StepCommand> commands(shards.size());
   for (size_t r = 0; r < shards.size(); ++r) {
@@ -417,12 +436,19 @@ absl::StatusOr<v1::StepEvent> JobRunner::Aggregate(const std::vector<StepResult>
     e.set_update_ms(std::max(e.update_ms(), got[r].update_ms));
   }
   const float n = static_cast<float>(got.size());
-  e.set_loss(loss_sum / n);        // jnp.mean of the local losses
+  e.set_loss(loss_sum / n);  // jnp.mean of the local losses
+  e.set_accuracy(acc_sum / n);
+  if (logical()) {  // over the V replicas in replica order: the same bits on any N
+    ASSIGN_OR_RETURN(ReplicaMeans means, MeanOverReplicas(got, LogicalWorld(spec_)));
+    e.clear_local_losses();
+    for (float l : means.losses) e.add_local_losses(l);
+    e.set_loss(means.loss);
+    e.set_accuracy(means.accuracy);
+  }
   if (!std::isfinite(e.loss())) {  // no replay can help: the job's settings make it diverge
     return absl::FailedPreconditionError(
         absl::StrCat("diverged at step ", step + 1, ": the loss is ", e.loss()));
   }
-  e.set_accuracy(acc_sum / n);
   return e;
 }
 
@@ -551,18 +577,23 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
 absl::StatusOr<v1::EvalResult> JobRunner::Evaluate(int64_t num_test, int64_t step, int64_t epoch) {
   const std::shared_ptr<CancelToken> cancel = attempt();
   const int n = static_cast<int>(workers_.size());
-  std::vector<absl::StatusOr<EvalSums>> resp(n, absl::UnknownError("not run"));
+  // Logical replicas: one part of the test split per replica, added in replica order.
+  const int v = logical() ? LogicalWorld(spec_) : n;
+  std::vector<absl::StatusOr<EvalSums>> resp(v, absl::UnknownError("not run"));
   ForEachRank(n, [&](int r) {
-    resp[r] = clients_[r]->Evaluate(job_id_, num_test * r / n, num_test * (r + 1) / n, *cancel,
-                                    options_.rpc_timeout + absl::Seconds(num_test / 100));
+    const ReplicaRange range = logical() ? RangeOf(r, n, v) : ReplicaRange{r, 1};
+    for (int p = range.first; p < range.first + range.count; ++p) {
+      const EvalPart part = EvalPartOf(num_test, p, v);
+      resp[p] = clients_[r]->Evaluate(job_id_, part.begin, part.end, *cancel,
+                                      options_.rpc_timeout + absl::Seconds(num_test / 100));
+    }
   });
-  EvalSums sum;
-  for (int r = 0; r < n; ++r) {
-    if (!resp[r].ok()) return WorkerError(r, resp[r].status());
-    sum.loss_sum += resp[r]->loss_sum;
-    sum.correct += resp[r]->correct;
-    sum.count += resp[r]->count;
+  std::vector<EvalSums> parts;
+  for (int p = 0; p < v; ++p) {
+    if (!resp[p].ok()) return WorkerError(OwnerOf(p, n, v), resp[p].status());
+    parts.push_back(*resp[p]);
   }
+  const EvalSums sum = AddInOrder(parts);
   v1::EvalResult out;
   out.set_step(step);
   out.set_epoch(epoch);

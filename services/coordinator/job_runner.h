@@ -198,6 +198,8 @@ class JobRunner {
   absl::Status SaveCheckpoint(const std::string& path, uint64_t checksum, const TrainingPlan& plan,
                               JobOutcome* outcome);
   absl::Status WorkerError(int rank, const absl::Status& st) const;
+  // Whether the job runs on logical replicas (JobSpec.replicas, docs/elastic.md).
+  bool logical() const { return spec_.replicas() > 0; }
   // After a failed attempt: names the first dead rank in the error; outcome->unreachable.
   absl::Status NameTheDead(absl::Status st, const std::vector<bool>& alive, JobOutcome* outcome);
   // After a failure: which ranks still answer a health check.
