@@ -16,6 +16,7 @@ v1::PrepareHeader ToProto(const JobAssignment& job) {
   h.set_logical_replicas(job.replica.logical_replicas);
   h.set_logical_first(job.replica.logical_first);
   h.set_logical_count(job.replica.logical_count);
+  h.set_keep_state(job.keep_state);
   return h;
 }
 
@@ -30,6 +31,7 @@ JobAssignment FromProto(const v1::PrepareHeader& h) {
   job.replica.logical_replicas = h.logical_replicas();
   job.replica.logical_first = h.logical_first();
   job.replica.logical_count = h.logical_count();
+  job.keep_state = h.keep_state();
   return job;
 }
 

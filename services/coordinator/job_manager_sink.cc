@@ -46,6 +46,19 @@ void JobManager::Sink::Quarantine(const PoolWorker& worker, const std::string& w
          absl::StrCat("worker ", worker.id, " quarantined: ", why));
 }
 
+void JobManager::Sink::Resized(const std::vector<PoolWorker>& workers,
+                               const std::vector<std::string>& lost, const std::string& why) {
+  {
+    absl::MutexLock lock(&m_->mu_);
+    for (const std::string& w : lost) m_->pool_->Drop(w);
+    rec_->job.clear_workers();
+    for (const PoolWorker& w : workers) rec_->job.add_workers(w.id);
+    m_->kicked_ = true;  // workers changed: the scheduler looks again
+  }
+  // An event with its reason (`lockstep watch` shows it); the job stays RUNNING.
+  log_->Append(job_manager_internal::StateEvent(v1::RUNNING, why));
+}
+
 void JobManager::Sink::OnRunning(int64_t total) {
   absl::MutexLock lock(&m_->mu_);
   rec_->job.set_total_steps(total);

@@ -192,6 +192,15 @@ absl::Status JobRunner::Run(JobOutcome* outcome) {
       alive = Probe();
       st = NameTheDead(st, alive, outcome);
     }
+    // An elastic job goes on with its survivors, nothing released (job_resize.cc).
+    if (!st.ok() && cancel_.status().ok() && !draining() && Shrink(st, alive, outcome)) {
+      st = absl::OkStatus();
+      continue;
+    }
+    if (start_.kept && fallback_.has_value()) {  // a resize that failed: the snapshot's
+      start_ = *std::move(fallback_);
+      fallback_.reset();
+    }
     // The survivors at once: a released worker aborts its collective.
     ReleaseAll(st.ok() ? "job finished" : std::string(st.message()), alive);
     if (st.ok() || !cancel_.status().ok() || draining()) break;
@@ -254,6 +263,7 @@ absl::Status JobRunner::Recover(const absl::Status& failure, JobOutcome* outcome
 
 absl::Status JobRunner::Attempt(JobOutcome* outcome) {
   blamed_ = -1;
+  done_ = -1;
   stream_errors_.clear();
   audit_lost_.clear();
   audit_liars_.clear();
@@ -288,12 +298,18 @@ void JobRunner::ReleaseAll(const std::string& reason, const std::vector<bool>& a
 
 absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
   ASSIGN_OR_RETURN(std::shared_ptr<const SharedState> state, StartState());
-  // The params, then (after the slots) the batch_stats.
-  const auto* floats = reinterpret_cast<const float*>(state->bytes.data());
-  const uint64_t checksum =
-      ParamChecksum({floats, state->header.param_count},
-                    {floats + state->header.param_count * (1 + uint64_t{state->header.slot_count}),
-                     state->header.stats_count});
+  // The params, then (after the slots) the batch_stats; none where the workers keep theirs.
+  uint64_t checksum = 0;
+  if (!state->bytes.empty()) {
+    const auto* floats = reinterpret_cast<const float*>(state->bytes.data());
+    checksum = ParamChecksum(
+        {floats, state->header.param_count},
+        {floats + state->header.param_count * (1 + uint64_t{state->header.slot_count}),
+         state->header.stats_count});
+  }
+  // A resize: the ranks that keep their state get its header only.
+  auto header_only = std::make_shared<SharedState>();
+  header_only->header = state->header;
   const std::shared_ptr<CancelToken> cancel = attempt();
   const int n = static_cast<int>(workers_.size());
   std::vector<absl::StatusOr<PrepareResult>> resp(n, absl::UnknownError("not run"));
@@ -314,13 +330,16 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
       job.replica.logical_count = range.count;
     }
     job.rendezvous_prefix = prefix;
-    resp[r] = clients_[r]->Prepare(job, state, *cancel, options_.prepare_timeout);
+    job.keep_state = start_.kept && r < kept_ranks_;
+    resp[r] = clients_[r]->Prepare(job, job.keep_state ? header_only : state, *cancel,
+                                   options_.prepare_timeout);
   });
+  if (start_.kept) RETURN_IF_ERROR(CheckKeptStates(resp));
   for (int r = 0; r < n; ++r) {
     if (!resp[r].ok()) return WorkerError(r, resp[r].status());
   }
   for (int r = 0; r < n; ++r) {
-    if (resp[r]->param_checksum != checksum) {
+    if (!start_.kept && resp[r]->param_checksum != checksum) {
       return WorkerError(r, absl::DataLossError("replicated params arrived corrupted"));
     }
     if (resp[r]->train_examples != resp[0]->train_examples ||
@@ -488,12 +507,18 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
   };
   const int64_t first = start_.step;
   int64_t sent = first, done = first;
+  done_ = first;
   int64_t hold_at = -1;  // the pipeline drains after this step: an evaluation, a snapshot
   bool eval_at_hold = false, snapshot_at_hold = false;
   bool drain_at_hold = false;  // a drain: the run stops after the hold's snapshot
   double step_seconds = 0;
   auto t_last = std::chrono::steady_clock::now();
   StepDeadline deadline(options_.step_timeout);
+  if (start_.kept && eval_owed_ == first) {  // resized where an evaluation failed
+    ASSIGN_OR_RETURN(v1::EvalResult eval, Evaluate(num_test, first, (first - 1) / spe));
+    sink_->OnEval(eval);
+  }
+  eval_owed_ = -1;
   while (done < total) {
     RETURN_IF_ERROR(cancel->status());
     const bool drain = draining() && sent + 1 < total;
@@ -539,6 +564,11 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
       audits.erase(it);
     }
     ++done;
+    done_ = done;
+    if (checked) {
+      done_checksum_ = got[0].param_checksum;
+      done_checksum_step_ = done;
+    }
     const auto now = std::chrono::steady_clock::now();
     const double wall = std::chrono::duration<double>(now - t_last).count();
     step_seconds += wall;
@@ -559,8 +589,10 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
     sink_->OnStep(e);
     if (done == hold_at) {
       if (eval_at_hold) {
+        eval_owed_ = done;  // a resize after a failure here evaluates first
         ASSIGN_OR_RETURN(v1::EvalResult eval, Evaluate(num_test, done, (done - 1) / spe));
         sink_->OnEval(eval);
+        eval_owed_ = -1;
       }
       if (snapshot_at_hold) RETURN_IF_ERROR(TakeSnapshot(done, got[0].param_checksum, plan));
       if (drain_at_hold) return Drained(absl::StrCat("its snapshot of step ", done));

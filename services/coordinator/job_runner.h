@@ -82,6 +82,11 @@ class WorkerSupply {
                                                           const absl::Status& reason,
                                                           absl::Duration timeout,
                                                           const CancelToken& cancel) = 0;
+  // An elastic job (JobSpec.replicas) lost the workers `lost` (gone for good) and goes on,
+  // without waiting, on `workers` (rank order; still its own); `why` says so, e.g.
+  // "resized 3 -> 2 workers: worker w2 lost (...)". Called before they are prepared again.
+  virtual void Resized(const std::vector<PoolWorker>& workers,
+                       const std::vector<std::string>& lost, const std::string& why) {}
   // The job's audit found `worker` lying (`why` says where): it must never get work from
   // this coordinator again. Called before the Replace that has it among the lost.
   virtual void Quarantine(const PoolWorker& worker, const std::string& why) {}
@@ -102,6 +107,7 @@ struct JobOutcome {
   double train_seconds = 0;              // step time, evaluations excluded
   std::vector<std::string> unreachable;  // worker ids found dead after the last failure
   int recoveries = 0;
+  int resizes = 0;  // times an elastic job went on with its survivors (no replay)
   int64_t replayed_steps = 0;  // steps run again after recoveries
   int audits = 0;              // audited steps compared (JobSpec.audit), failed ones included
   int audits_failed = 0;
@@ -153,6 +159,10 @@ class JobRunner {
     int64_t step = 0;
     std::string data_key, main_key;  // the plan's keys after `step` steps, to check a replay
     std::optional<TrainState> held;
+    // An elastic resize: the workers continue from the state they hold at `step`, which
+    // has `checksum` where a step reported it (0: unknown; they must agree).
+    bool kept = false;
+    uint64_t checksum = 0;
   };
   absl::Status Begin();
   // The start spec.resume_from gives.
@@ -170,11 +180,19 @@ class JobRunner {
   // Prepare, the steps, the final evaluation and the checkpoint, from start_.
   absl::Status Attempt(JobOutcome* outcome);
   absl::Status Prepare(int64_t* num_train, int64_t* num_test);
+  // After an elastic resize's Prepare: OK when every survivor continued from its own state
+  // and all agree (on start_.checksum, where known); else ABORTED naming the worker, so
+  // that the job recovers from its snapshot instead (job_resize.cc).
+  absl::Status CheckKeptStates(const std::vector<absl::StatusOr<PrepareResult>>& resp) const;
   absl::Status StepLoop(TrainingPlan& plan, int64_t total, int64_t num_test, JobOutcome* outcome);
   // Enters (or leaves) the step loop; UNAVAILABLE (Drained) if a drain came first.
   absl::Status SetStepping(bool stepping);
   // Fetches the state at `step` (drained), checks it against `checksum`, keeps and writes it.
   absl::Status TakeSnapshot(int64_t step, uint64_t checksum, const TrainingPlan& plan);
+  // After a failed attempt of an elastic job: whether it goes on at once with the
+  // survivors (`alive`), from the state they hold (job_resize.cc). False where it cannot:
+  // too few survivors, none lost, or the attempt never reached its steps.
+  bool Shrink(const absl::Status& failure, const std::vector<bool>& alive, JobOutcome* outcome);
   // After a failed attempt: OK with new workers to go on with, or why the job fails.
   absl::Status Recover(const absl::Status& failure, JobOutcome* outcome);
   // One step command per worker: the step, the worker's dropout key, its shard, and how
@@ -224,6 +242,17 @@ class JobRunner {
   std::vector<PoolWorker> workers_;
   std::vector<std::unique_ptr<WorkerClient>> clients_;
   int attempt_number_ = 0;
+  // The current attempt's completed steps once in its step loop (-1: not reached): the
+  // state its workers hold; and the last replicas' checksum seen, at done_checksum_step_.
+  int64_t done_ = -1;
+  uint64_t done_checksum_ = 0;
+  int64_t done_checksum_step_ = -1;
+  // Where a resized attempt that fails falls back to: the start before the resize.
+  std::optional<Start> fallback_;
+  // The ranks [0, kept_ranks_) of a resized attempt hold the state (keep_state).
+  int kept_ranks_ = 0;
+  // The step whose evaluation an attempt began but did not finish (-1: none).
+  int64_t eval_owed_ = -1;
   // The rank the step loop's failure was blamed on (-1: none), and each rank's own stream
   // error then (OK: none), so that a peer's error is not taken for the first one.
   int blamed_ = -1;

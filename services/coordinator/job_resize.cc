@@ -1,0 +1,80 @@
+// JobRunner, an elastic job's resize (docs/elastic.md): when workers of a job on logical
+// replicas are lost and at least its min_workers survive, the survivors go on at once from
+// the state they hold at the last completed step (a failed step changes no state), over a
+// collective re-formed among them (a new rendezvous namespace), each computing a new range
+// of the replicas; only the step in flight is computed again. Their checksums must agree;
+// where anything does not, the job falls back to today's recovery from its snapshot.
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/spec/spec.h"
+#include "core/status_macros.h"
+#include "services/common/job_log.h"
+#include "services/coordinator/job_runner.h"
+
+namespace lockstep {
+
+bool JobRunner::Shrink(const absl::Status& failure, const std::vector<bool>& alive,
+                       JobOutcome* outcome) {
+  if (!logical() || supply_ == nullptr || done_ < 0 || !audit_lost_.empty()) return false;
+  std::vector<PoolWorker> survivors;
+  std::vector<std::string> lost;
+  for (size_t r = 0; r < workers_.size(); ++r) {
+    if (r < alive.size() && alive[r]) {
+      survivors.push_back(workers_[r]);
+    } else {
+      lost.push_back(workers_[r].id);
+    }
+  }
+  if (lost.empty() || static_cast<int>(survivors.size()) < MinWorkers(spec_)) return false;
+  if (!start_.kept) fallback_ = start_;  // a resize that fails goes back to the snapshot
+  Start kept;
+  kept.step = done_;
+  kept.kept = true;
+  kept.checksum = done_checksum_step_ == done_ ? done_checksum_ : 0;
+  start_ = std::move(kept);
+  kept_ranks_ = static_cast<int>(survivors.size());
+  const std::string why =
+      absl::StrCat("resized ", workers_.size(), " -> ", survivors.size(), " workers: worker",
+                   lost.size() > 1 ? "s " : " ", absl::StrJoin(lost, ", "), " lost (",
+                   failure.message(), "); continuing from step ", done_);
+  LogJob(spdlog::level::warn, {job_id_}, why);
+  supply_->Resized(survivors, lost, why);
+  outcome->unreachable.clear();  // dropped by Resized
+  ++outcome->resizes;
+  Connect(std::move(survivors));
+  ++attempt_number_;
+  {
+    absl::MutexLock lock(&attempt_mu_);
+    attempt_ = std::make_shared<CancelToken>();
+  }
+  if (!cancel_.status().ok()) attempt()->Cancel(cancel_.status());  // raced with an Abort
+  return true;
+}
+
+absl::Status JobRunner::CheckKeptStates(
+    const std::vector<absl::StatusOr<PrepareResult>>& resp) const {
+  auto abort = [&](size_t r, absl::string_view what) {
+    return WorkerError(static_cast<int>(r),
+                       absl::AbortedError(absl::StrCat(
+                           what, "; the job recovers from its snapshot of step ",
+                           fallback_.has_value() ? fallback_->step : 0, " instead")));
+  };
+  for (size_t r = 0; r < resp.size(); ++r) {
+    if (!resp[r].ok()) {
+      if (absl::IsCancelled(resp[r].status())) return resp[r].status();
+      return abort(r, absl::StrCat("could not continue from its own state: ",
+                                   resp[r].status().message()));
+    }
+    const uint64_t want = start_.checksum != 0 ? start_.checksum : resp[0]->param_checksum;
+    if (resp[r]->param_checksum != want) {
+      return abort(r, absl::StrFormat("holds params with checksum %016x at step %d, not %016x",
+                                      resp[r]->param_checksum, start_.step, want));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lockstep
