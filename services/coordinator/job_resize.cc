@@ -4,6 +4,8 @@
 // collective re-formed among them (a new rendezvous namespace), each computing a new range
 // of the replicas; only the step in flight is computed again. Their checksums must agree;
 // where anything does not, the job falls back to today's recovery from its snapshot.
+// Grow: below its max workers, the job takes free workers at a step boundary (drained),
+// sends them the state fetched from rank 0 and keeps the others' where it is.
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
@@ -52,6 +54,56 @@ bool JobRunner::Shrink(const absl::Status& failure, const std::vector<bool>& ali
   }
   if (!cancel_.status().ok()) attempt()->Cancel(cancel_.status());  // raced with an Abort
   return true;
+}
+
+bool JobRunner::GrowDue() {
+  const int most = static_cast<int>(spec_.workers()) - static_cast<int>(workers_.size());
+  if (!logical() || supply_ == nullptr || most <= 0) return false;
+  joining_ = supply_->Offer(most);
+  return !joining_.empty();
+}
+
+absl::Status JobRunner::StopToGrow(int64_t done) {
+  ASSIGN_OR_RETURN(TrainState state,
+                   clients_[0]->FetchState(job_id_, *attempt(), options_.rpc_timeout));
+  if (state.step != done) {
+    return WorkerError(0, absl::DataLossError(absl::StrCat("holds step ", state.step,
+                                                           " where the job completed ", done)));
+  }
+  if (!start_.kept) fallback_ = start_;  // a grow that fails goes back to the snapshot
+  Start kept;
+  kept.step = done;
+  kept.kept = true;
+  kept.checksum = ParamChecksum(state.params, state.batch_stats);
+  kept.held = std::move(state);
+  start_ = std::move(kept);
+  kept_ranks_ = static_cast<int>(workers_.size());
+  growing_ = true;
+  // Ends the step loop and the attempt; Run goes on with Grow.
+  return absl::AbortedError(absl::StrCat("workers join at step ", done));
+}
+
+void JobRunner::Grow(JobOutcome* outcome) {
+  growing_ = false;
+  std::vector<PoolWorker> workers = workers_;
+  std::vector<std::string> ids;
+  for (PoolWorker& w : joining_) {
+    ids.push_back(w.id);
+    workers.push_back(std::move(w));
+  }
+  joining_.clear();
+  const std::string why =
+      absl::StrCat("resized ", workers_.size(), " -> ", workers.size(), " workers: worker",
+                   ids.size() > 1 ? "s " : " ", absl::StrJoin(ids, ", "),
+                   " joined; continuing from step ", start_.step);
+  LogJob(spdlog::level::info, {job_id_}, why);
+  supply_->Resized(workers, {}, why);
+  ++outcome->resizes;
+  Connect(std::move(workers));
+  ++attempt_number_;
+  absl::MutexLock lock(&attempt_mu_);
+  attempt_ = std::make_shared<CancelToken>();
+  if (!cancel_.status().ok()) attempt_->Cancel(cancel_.status());
 }
 
 absl::Status JobRunner::CheckKeptStates(

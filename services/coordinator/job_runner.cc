@@ -179,6 +179,13 @@ absl::Status JobRunner::Run(JobOutcome* outcome) {
   while (st.ok()) {
     st = Attempt(outcome);
     SetStepping(false).IgnoreError();
+    if (growing_ && cancel_.status().ok() && !draining()) {  // workers joined (job_resize.cc)
+      Grow(outcome);
+      st = absl::OkStatus();
+      continue;
+    }
+    growing_ = false;
+    joining_.clear();
     std::vector<bool> alive(clients_.size(), true);
     if (!cancel_.status().ok()) {
       st = cancel_.status();  // aborted: say why, and waste no time probing
@@ -511,6 +518,7 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
   int64_t hold_at = -1;  // the pipeline drains after this step: an evaluation, a snapshot
   bool eval_at_hold = false, snapshot_at_hold = false;
   bool drain_at_hold = false;  // a drain: the run stops after the hold's snapshot
+  bool grow_at_hold = false;   // workers join: the run stops for them after the hold
   double step_seconds = 0;
   auto t_last = std::chrono::steady_clock::now();
   StepDeadline deadline(options_.step_timeout);
@@ -596,8 +604,22 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
       }
       if (snapshot_at_hold) RETURN_IF_ERROR(TakeSnapshot(done, got[0].param_checksum, plan));
       if (drain_at_hold) return Drained(absl::StrCat("its snapshot of step ", done));
+      if (grow_at_hold) {
+        RETURN_IF_ERROR(fanout->Close(options_.step_timeout));
+        return StopToGrow(done);
+      }
       hold_at = -1;
       t_last = std::chrono::steady_clock::now();  // neither is step time
+    }
+    // An elastic job below its most: workers free now join at the next boundary.
+    if (hold_at < 0 && done < total && !draining() && GrowDue()) {
+      hold_at = sent;
+      eval_at_hold = snapshot_at_hold = drain_at_hold = false;
+      grow_at_hold = true;
+      if (sent == done) {
+        RETURN_IF_ERROR(fanout->Close(options_.step_timeout));
+        return StopToGrow(done);
+      }
     }
   }
   RETURN_IF_ERROR(fanout->Close(options_.step_timeout));

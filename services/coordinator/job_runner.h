@@ -87,6 +87,10 @@ class WorkerSupply {
   // "resized 3 -> 2 workers: worker w2 lost (...)". Called before they are prepared again.
   virtual void Resized(const std::vector<PoolWorker>& workers,
                        const std::vector<std::string>& lost, const std::string& why) {}
+  // An elastic job below its most workers asks, at a step boundary, for up to `most` free
+  // workers to grow onto, without waiting; those returned are the job's. None while
+  // other jobs wait for workers.
+  virtual std::vector<PoolWorker> Offer(int most) { return {}; }
   // The job's audit found `worker` lying (`why` says where): it must never get work from
   // this coordinator again. Called before the Replace that has it among the lost.
   virtual void Quarantine(const PoolWorker& worker, const std::string& why) {}
@@ -193,6 +197,15 @@ class JobRunner {
   // survivors (`alive`), from the state they hold (job_resize.cc). False where it cannot:
   // too few survivors, none lost, or the attempt never reached its steps.
   bool Shrink(const absl::Status& failure, const std::vector<bool>& alive, JobOutcome* outcome);
+  // In the step loop, at a step boundary with no step in flight: whether workers joined
+  // (WorkerSupply::Offer), kept in joining_.
+  bool GrowDue();
+  // The step loop stopped at step `done` (drained) for joining_: fetches the state from
+  // rank 0 (the newcomers' start) and keeps the others' where they are; Run then prepares
+  // all of them (job_resize.cc). Returns the status that ends the step loop for it.
+  absl::Status StopToGrow(int64_t done);
+  // Run's side of a grow: the event, the workers, a new attempt.
+  void Grow(JobOutcome* outcome);
   // After a failed attempt: OK with new workers to go on with, or why the job fails.
   absl::Status Recover(const absl::Status& failure, JobOutcome* outcome);
   // One step command per worker: the step, the worker's dropout key, its shard, and how
@@ -249,8 +262,11 @@ class JobRunner {
   int64_t done_checksum_step_ = -1;
   // Where a resized attempt that fails falls back to: the start before the resize.
   std::optional<Start> fallback_;
-  // The ranks [0, kept_ranks_) of a resized attempt hold the state (keep_state).
+  // The ranks [0, kept_ranks_) of a resized attempt hold the state (keep_state); the rest
+  // get it sent. Workers offered to grow onto, and whether the step loop stopped for them.
   int kept_ranks_ = 0;
+  std::vector<PoolWorker> joining_;
+  bool growing_ = false;
   // The step whose evaluation an attempt began but did not finish (-1: none).
   int64_t eval_owed_ = -1;
   // The rank the step loop's failure was blamed on (-1: none), and each rank's own stream
