@@ -8,6 +8,8 @@
 // sends them the state fetched from rank 0 and keeps the others' where it is.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -32,12 +34,18 @@ bool JobRunner::Shrink(const absl::Status& failure, const std::vector<bool>& ali
   }
   if (lost.empty() || static_cast<int>(survivors.size()) < MinWorkers(spec_)) return false;
   if (!start_.kept) fallback_ = start_;  // a resize that fails goes back to the snapshot
-  Start kept;
-  kept.step = done_;
-  kept.kept = true;
-  kept.checksum = done_checksum_step_ == done_ ? done_checksum_ : 0;
-  start_ = std::move(kept);
-  kept_ranks_ = static_cast<int>(survivors.size());
+  if (start_.kept && start_.held.has_value() && start_.step == done_) {
+    // A grow that failed (a worker lost while it prepared): the state it fetched is here,
+    // checked; every survivor gets it, whether or not its own Prepare kept one.
+    kept_ranks_ = 0;
+  } else {
+    Start kept;
+    kept.step = done_;
+    kept.kept = true;
+    kept.checksum = done_checksum_step_ == done_ ? done_checksum_ : 0;
+    start_ = std::move(kept);
+    kept_ranks_ = static_cast<int>(survivors.size());
+  }
   const std::string why =
       absl::StrCat("resized ", workers_.size(), " -> ", survivors.size(), " workers: worker",
                    lost.size() > 1 ? "s " : " ", absl::StrJoin(lost, ", "), " lost (",
@@ -106,6 +114,31 @@ void JobRunner::Grow(JobOutcome* outcome) {
   if (!cancel_.status().ok()) attempt_->Cancel(cancel_.status());
 }
 
+int64_t JobRunner::CountAnswered(StepFanout& fanout, int64_t done, int64_t total, int64_t spe) {
+  while (done < total) {
+    absl::StatusOr<std::vector<StepResult>> got = fanout.TakeAnswered(done);
+    if (!got.ok()) break;
+    // Checked when the checksums came with it; they must agree as in the step loop.
+    const bool checked = (*got)[0].param_checksum != 0;
+    absl::StatusOr<v1::StepEvent> e = Aggregate(*got, done, checked);
+    if (!e.ok()) break;
+    ++done;
+    done_ = done;
+    if (checked) {
+      done_checksum_ = (*got)[0].param_checksum;
+      done_checksum_step_ = done;
+    }
+    if (done <= high_water_) e->set_replay(true);
+    high_water_ = std::max(high_water_, done);
+    e->set_step(done);
+    e->set_epoch((done - 1) / spe);
+    e->set_total_steps(total);
+    sink_->OnStep(*e);
+    if (EvalDue(spec_.eval(), done, spe) && done < total) eval_owed_ = done;
+  }
+  return done;
+}
+
 absl::Status JobRunner::CheckKeptStates(
     const std::vector<absl::StatusOr<PrepareResult>>& resp) const {
   auto abort = [&](size_t r, absl::string_view what) {
@@ -114,12 +147,15 @@ absl::Status JobRunner::CheckKeptStates(
                            what, "; the job recovers from its snapshot of step ",
                            fallback_.has_value() ? fallback_->step : 0, " instead")));
   };
+  // The rank that failed first is named, not those its failure cancelled.
   for (size_t r = 0; r < resp.size(); ++r) {
-    if (!resp[r].ok()) {
-      if (absl::IsCancelled(resp[r].status())) return resp[r].status();
+    if (!resp[r].ok() && !absl::IsCancelled(resp[r].status())) {
       return abort(r, absl::StrCat("could not continue from its own state: ",
                                    resp[r].status().message()));
     }
+  }
+  for (size_t r = 0; r < resp.size(); ++r) {
+    if (!resp[r].ok()) return resp[r].status();
     const uint64_t want = start_.checksum != 0 ? start_.checksum : resp[0]->param_checksum;
     if (resp[r]->param_checksum != want) {
       return abort(r, absl::StrFormat("holds params with checksum %016x at step %d, not %016x",

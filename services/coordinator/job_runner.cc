@@ -270,7 +270,8 @@ absl::Status JobRunner::Recover(const absl::Status& failure, JobOutcome* outcome
 
 absl::Status JobRunner::Attempt(JobOutcome* outcome) {
   blamed_ = -1;
-  done_ = -1;
+  // A resize's workers hold the state at its step even if their Prepare fails.
+  done_ = start_.kept ? start_.step : -1;
   stream_errors_.clear();
   audit_lost_.clear();
   audit_liars_.clear();
@@ -340,6 +341,11 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
     job.keep_state = start_.kept && r < kept_ranks_;
     resp[r] = clients_[r]->Prepare(job, job.keep_state ? header_only : state, *cancel,
                                    options_.prepare_timeout);
+    if (start_.kept && !resp[r].ok() && !absl::IsCancelled(resp[r].status())) {
+      // A resize that cannot be: the others stop waiting for this rank in the rendezvous.
+      cancel->Cancel(absl::AbortedError(
+          absl::StrCat("rank ", r, " could not continue the resize: ", resp[r].status().message())));
+    }
   });
   if (start_.kept) RETURN_IF_ERROR(CheckKeptStates(resp));
   for (int r = 0; r < n; ++r) {
@@ -522,6 +528,9 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
   double step_seconds = 0;
   auto t_last = std::chrono::steady_clock::now();
   StepDeadline deadline(options_.step_timeout);
+  if (start_.kept && first == total && start_.checksum != 0) {
+    outcome->param_checksum = start_.checksum;  // resized after the last step
+  }
   if (start_.kept && eval_owed_ == first) {  // resized where an evaluation failed
     ASSIGN_OR_RETURN(v1::EvalResult eval, Evaluate(num_test, first, (first - 1) / spe));
     sink_->OnEval(eval);
@@ -563,6 +572,11 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
     absl::StatusOr<std::vector<StepResult>> taken = fanout->Take(done, deadline.Next());
     if (!taken.ok()) {
       stream_errors_ = fanout->Errors();  // for NameTheDead: each rank's own
+      // An elastic job resizes from the last step every worker completed: the answers
+      // that came before the failure count (job_resize.cc).
+      if (logical() && supply_ != nullptr) {
+        done = CountAnswered(*fanout, done, total, spe);
+      }
       return taken.status();
     }
     std::vector<StepResult> got = *std::move(taken);

@@ -193,6 +193,10 @@ class JobRunner {
   absl::Status SetStepping(bool stepping);
   // Fetches the state at `step` (drained), checks it against `checksum`, keeps and writes it.
   absl::Status TakeSnapshot(int64_t step, uint64_t checksum, const TrainingPlan& plan);
+  // After the step loop's Take failed at step `done` (of `total`, `spe` per epoch): the
+  // steps every worker answered before the failure, reported as completed (their
+  // evaluations owed); returns the steps completed.
+  int64_t CountAnswered(StepFanout& fanout, int64_t done, int64_t total, int64_t spe);
   // After a failed attempt of an elastic job: whether it goes on at once with the
   // survivors (`alive`), from the state they hold (job_resize.cc). False where it cannot:
   // too few survivors, none lost, or the attempt never reached its steps.

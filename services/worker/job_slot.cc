@@ -92,15 +92,18 @@ absl::StatusOr<PrepareResult> JobSlot::Prepare(const JobAssignment& assignment,
   }
   absl::StatusOr<PrepareResult> result;
   if (assignment.keep_state) {
-    // Its state in memory, then its replica and collective go: every survivor's Prepare
-    // aborted its own collective first, so no peer still waits on this one's.
+    // Its state in memory; its replica and collective go once the new ones are ready
+    // (every survivor's Prepare aborted its own collective first, so no peer still waits
+    // on this one's). If the resize fails (a peer lost meanwhile), the job keeps it, for
+    // the next resize.
     absl::StatusOr<std::string> kept = KeptState(previous.get(), assignment.job_id, header);
-    previous.reset();
     if (!kept.ok()) {
       result = kept.status();
+      previous.reset();
     } else {
       BytesSource source(*kept);
       result = Load(*job, assignment, std::move(setup), header, source);
+      if (result.ok()) previous.reset();
     }
   } else {
     previous.reset();
@@ -108,6 +111,13 @@ absl::StatusOr<PrepareResult> JobSlot::Prepare(const JobAssignment& assignment,
   }
   if (job->cancel.cancelled()) result = job->cancel.status();  // released meanwhile
   Finish(/*drop_job=*/!result.ok());
+  if (previous != nullptr) {  // a resize that failed: the state it held stays
+    previous->broken = true;
+    absl::MutexLock lock(&mu_);
+    if (!job_ && !next_) {
+      job_ = std::move(previous);
+    }
+  }
   return result;
 }
 
