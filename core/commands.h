@@ -36,6 +36,9 @@ struct JobAssignment {
   std::string job_id;
   ReplicaConfig replica;
   std::string rendezvous_prefix;
+  // Elastic resize (docs/elastic.md): the worker continues from the state it holds for
+  // this job, at the header's step, instead of state sent in the Prepare (none is).
+  bool keep_state = false;
 };
 
 // What a replica says once its state is loaded.

@@ -17,6 +17,12 @@ absl::StatusOr<std::vector<std::span<const int32_t>>> ShardBatch(std::span<const
   return shards;
 }
 
+ReplicaRange RangeOf(int rank, int n, int v) {
+  const int first = static_cast<int>(int64_t{rank} * v / n);
+  const int end = static_cast<int>(int64_t{rank + 1} * v / n);
+  return {first, end - first};
+}
+
 TrainingPlan::TrainingPlan(int64_t seed, int64_t dropout_seed, rng::Impl impl, int64_t num_train,
                            int global_batch, int num_workers)
     : impl_(impl),

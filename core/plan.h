@@ -20,6 +20,15 @@ namespace lockstep {
 absl::StatusOr<std::vector<std::span<const int32_t>>> ShardBatch(std::span<const int32_t> global,
                                                                  int num_shards);
 
+// Logical replicas (docs/elastic.md): worker r of n computes the contiguous range
+// [first, first + count) of the job's v replicas; the n ranges are balanced (their sizes
+// differ by at most one) and cover [0, v) in rank order. Needs 1 <= n <= v.
+struct ReplicaRange {
+  int first = 0;
+  int count = 0;
+};
+ReplicaRange RangeOf(int rank, int n, int v);
+
 struct StepPlan {
   int64_t step = 0;  // global step, from 0
   int64_t epoch = 0;

@@ -1,5 +1,6 @@
 #include "core/plan.h"
 
+#include <algorithm>
 #include <set>
 
 #include "core/rng/random.h"
@@ -23,6 +24,26 @@ TEST(ShardBatch, IndivisibleNamesBothNumbers) {
   std::vector<int32_t> g(100);
   EXPECT_THAT(ShardBatch(g, 3), StatusIs(absl::StatusCode::kInvalidArgument,
                                          ::testing::AllOf(HasSubstr("100"), HasSubstr("3"))));
+}
+
+TEST(RangeOf, BalancedContiguousRangesCoverEveryReplicaInRankOrder) {
+  for (int v : {1, 4, 7}) {
+    for (int n = 1; n <= v; ++n) {
+      int next = 0, smallest = v, largest = 0;
+      for (int r = 0; r < n; ++r) {
+        const ReplicaRange got = RangeOf(r, n, v);
+        EXPECT_EQ(got.first, next) << v << " " << n << " " << r;
+        EXPECT_GE(got.count, 1);
+        next += got.count;
+        smallest = std::min(smallest, got.count);
+        largest = std::max(largest, got.count);
+      }
+      EXPECT_EQ(next, v);
+      EXPECT_LE(largest - smallest, 1);
+    }
+  }
+  EXPECT_EQ(RangeOf(1, 3, 4).first, 1);
+  EXPECT_EQ(RangeOf(2, 3, 4).count, 2);
 }
 
 TEST(TrainingPlan, FollowsTheFlaxExampleAndSeedProgram) {

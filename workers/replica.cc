@@ -12,8 +12,12 @@ namespace lockstep {
 
 absl::Status CheckReplicaConfig(const ReplicaConfig& config) {
   const v1::JobSpec& spec = config.spec;
-  if (config.world_size != static_cast<int>(spec.workers()) || config.rank < 0 ||
-      config.rank >= config.world_size) {
+  // Logical replicas run on any number of workers up to the spec's (docs/elastic.md).
+  const bool logical = config.logical_replicas > 0;
+  const bool size_ok = logical ? config.world_size >= 1 &&
+                                     config.world_size <= static_cast<int>(spec.workers())
+                               : config.world_size == static_cast<int>(spec.workers());
+  if (!size_ok || config.rank < 0 || config.rank >= config.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", config.rank, " of ", config.world_size,
                                                    " for a job of ", spec.workers(), " workers"));
   }
@@ -21,7 +25,7 @@ absl::Status CheckReplicaConfig(const ReplicaConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("eval.batch_size: ", spec.eval().batch_size(), " is not positive"));
   }
-  if (config.logical_replicas > 0) {
+  if (logical) {
     const int v = config.logical_replicas, first = config.logical_first;
     if (v < config.world_size || config.logical_count < 1 || first < 0 ||
         first + config.logical_count > v || (config.world_size == 1 && config.logical_count != v)) {

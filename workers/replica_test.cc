@@ -262,6 +262,10 @@ TEST_F(ReplicaTest, CheckReplicaConfigRejectsBadLogicalReplicas) {
   const absl::Duration t = absl::Seconds(30);
   EXPECT_THAT(CheckReplicaConfig({SmallMlpSpec(2), 1, 2, t, 4, 2, 2}), IsOk());
   EXPECT_THAT(CheckReplicaConfig({SmallMlpSpec(1), 0, 1, t, 4, 0, 4}), IsOk());
+  // An elastic job runs on fewer workers than its most (SmallMlpSpec(4): workers 4).
+  EXPECT_THAT(CheckReplicaConfig({SmallMlpSpec(4), 1, 3, t, 4, 1, 2}), IsOk());
+  EXPECT_THAT(CheckReplicaConfig({SmallMlpSpec(2), 1, 3, t, 4, 1, 2}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 1 of 3")));
   for (const ReplicaConfig& c :
        std::vector<ReplicaConfig>{
            {SmallMlpSpec(2), 0, 2, t, 1, 0, 1},   // fewer replicas than workers

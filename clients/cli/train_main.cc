@@ -97,12 +97,14 @@ int Main(int argc, char** argv) {
         "device: lockstep train runs on the CPU; submit cuda jobs to a cluster"));
   }
   if (spec->workers() != 1) {
-    // One process is N = 1: the same parameters as N workers without dropout.
-    if (!json) {
+    // One process is N = 1: the same parameters as N workers without dropout; with
+    // `replicas` the same bits as on any number of workers (docs/elastic.md).
+    if (!json && spec->replicas() == 0) {
       absl::FPrintF(stderr, "note: workers: %d ignored; training in one process\n",
                     spec->workers());
     }
     spec->set_workers(1);
+    spec->clear_min_workers();
   }
   if (spec->threads() == 0) spec->set_threads(DefaultCpuThreads());
   Printer printer(json);

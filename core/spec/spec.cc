@@ -162,6 +162,28 @@ absl::Status Invalid(const std::string& field, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
+// `workers: {min: A, max: C}` (an elastic job's range) is `min_workers: A, workers: C` in
+// the JobSpec message; a plain number stays as it is.
+absl::Status NormalizeWorkers(json& doc) {
+  if (!doc.contains("workers") || !doc["workers"].is_object()) return absl::OkStatus();
+  if (doc.contains("min_workers") || doc.contains("minWorkers")) {
+    return Invalid("workers", "give the range as {min, max} or min_workers, not both");
+  }
+  const json range = doc["workers"];
+  for (const auto& [key, value] : range.items()) {
+    if (key != "min" && key != "max") {
+      return Invalid(absl::StrCat("workers.", key), "unknown field (known here: min, max)");
+    }
+    if (!value.is_number_integer() || value.get<int64_t>() <= 0) {
+      return Invalid(absl::StrCat("workers.", key), "must be a positive whole number");
+    }
+  }
+  if (!range.contains("max")) return Invalid("workers.max", "missing (the most workers)");
+  doc["workers"] = range["max"];
+  if (range.contains("min")) doc["min_workers"] = range["min"];
+  return absl::OkStatus();
+}
+
 // A file name the coordinator resolves in its checkpoint folder: relative, and never
 // leaving it.
 absl::Status CheckRelativePath(const std::string& field, const std::string& path) {
@@ -219,6 +241,7 @@ absl::StatusOr<v1::JobSpec> ParseSpec(const std::string& text, const std::string
     return absl::InvalidArgumentError(absl::StrCat(source, ": expected a mapping of fields"));
   }
   absl::Status st = NormalizeLayers(doc);
+  if (st.ok()) st = NormalizeWorkers(doc);
   if (st.ok()) st = CheckFields(doc, v1::JobSpec::descriptor(), "");
   if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", st.message()));
   std::string doc_json;
@@ -264,6 +287,31 @@ absl::Status CheckAudit(const v1::JobSpec& spec, const Model& model) {
     return Invalid("audit.every_steps",
                    "not available for a model with batch_norm: its statistics are all-reduced, "
                    "so a shard's gradients depend on every worker's");
+  }
+  return absl::OkStatus();
+}
+
+// `replicas` and the workers' range (docs/elastic.md): A <= C <= V; without replicas the
+// range is one number. The caller checks that V (or N) divides the global batch.
+absl::Status CheckReplicas(const v1::JobSpec& spec) {
+  const uint32_t n = spec.workers(), min = spec.min_workers(), v = spec.replicas();
+  if (v == 0) {
+    if (min != 0 && min != n) {
+      return Invalid("workers.min", absl::StrCat(min, " differs from workers.max (", n,
+                                                 "): a range of workers needs `replicas`"));
+    }
+    return absl::OkStatus();
+  }
+  if (v > 4096) return Invalid("replicas", "must be at most 4096");
+  if (n > v) {
+    return Invalid("replicas", absl::StrCat(v, " is fewer than workers (", n,
+                                            "): each worker computes at least one replica"));
+  }
+  if (min > n) {
+    return Invalid("workers.min", absl::StrCat(min, " exceeds workers.max (", n, ")"));
+  }
+  if (spec.device() != "" && spec.device() != "cpu") {
+    return Invalid("replicas", "logical replicas run on cpu workers only (device: cpu)");
   }
   return absl::OkStatus();
 }
@@ -328,7 +376,8 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
     return Invalid("global_batch_size",
                    absl::StrCat(b, " exceeds the maximum of ", limits.max_global_batch));
   }
-  RETURN_IF_ERROR(LocalBatch(spec, static_cast<int>(spec.workers())).status());
+  RETURN_IF_ERROR(CheckReplicas(spec));
+  RETURN_IF_ERROR(LocalBatch(spec, LogicalWorld(spec)).status());
   if ((spec.epochs() > 0) == (spec.steps() > 0)) {
     return Invalid("epochs, steps", "set exactly one of them to a positive number");
   }
@@ -371,6 +420,9 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
     return Invalid("recovery.recovery_timeout_seconds", "must be at most 86400 (a day)");
   }
   RETURN_IF_ERROR(CheckAudit(spec, model));
+  if (spec.replicas() > 0 && spec.audit().every_steps() > 0) {
+    return Invalid("audit.every_steps", "not available with replicas (logical replicas)");
+  }
   return spec;
 }
 
@@ -385,7 +437,9 @@ absl::StatusOr<int> LocalBatch(const v1::JobSpec& spec, int world_size) {
   const uint32_t b = spec.global_batch_size();
   if (world_size <= 0 || b % world_size != 0) {
     return Invalid("global_batch_size",
-                   absl::StrCat(b, " is not divisible by workers (", world_size, ")"));
+                   absl::StrCat(b, " is not divisible by ",
+                                spec.replicas() > 0 ? "replicas" : "workers", " (", world_size,
+                                ")"));
   }
   return static_cast<int>(b / world_size);
 }

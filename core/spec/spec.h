@@ -66,9 +66,20 @@ inline size_t AllReduceBucketBytes(const v1::JobSpec& spec) {
   return size_t{kib} * 1024;
 }
 
-// Each of `world_size` replicas' share of the global batch; INVALID_ARGUMENT naming
-// global_batch_size unless world_size divides it. The one divisibility check.
+// Each of `world_size` replicas' share of the global batch (world_size: LogicalWorld for
+// the job's shards); INVALID_ARGUMENT naming global_batch_size unless world_size divides
+// it. The one divisibility check.
 absl::StatusOr<int> LocalBatch(const v1::JobSpec& spec, int world_size);
+
+// The job's V: `replicas`, or the workers (V = N) without it. B is split into this many
+// shards, and the step's dropout keys are split(step_key, V).
+inline int LogicalWorld(const v1::JobSpec& spec) {
+  return static_cast<int>(spec.replicas() > 0 ? spec.replicas() : spec.workers());
+}
+// The fewest workers the job runs on: min_workers, else workers.
+inline int MinWorkers(const v1::JobSpec& spec) {
+  return static_cast<int>(spec.min_workers() > 0 ? spec.min_workers() : spec.workers());
+}
 
 // Total steps the spec asks for given the training split's size.
 int64_t TotalSteps(const v1::JobSpec& spec, int64_t num_train);

@@ -13,6 +13,10 @@ v1::PrepareHeader ToProto(const JobAssignment& job) {
   h.set_world_size(job.replica.world_size);
   h.set_rendezvous_prefix(job.rendezvous_prefix);
   h.set_collective_timeout_ms(absl::ToInt64Milliseconds(job.replica.collective_timeout));
+  h.set_logical_replicas(job.replica.logical_replicas);
+  h.set_logical_first(job.replica.logical_first);
+  h.set_logical_count(job.replica.logical_count);
+  h.set_keep_state(job.keep_state);
   return h;
 }
 
@@ -24,6 +28,10 @@ JobAssignment FromProto(const v1::PrepareHeader& h) {
   job.replica.world_size = h.world_size();
   job.replica.collective_timeout = absl::Milliseconds(h.collective_timeout_ms());
   job.rendezvous_prefix = h.rendezvous_prefix();
+  job.replica.logical_replicas = h.logical_replicas();
+  job.replica.logical_first = h.logical_first();
+  job.replica.logical_count = h.logical_count();
+  job.keep_state = h.keep_state();
   return job;
 }
 
@@ -67,10 +75,14 @@ v1::StepRequest ToProto(const std::string& job_id, const StepCommand& command) {
     a->set_key0(command.audit_key.k0);
     a->set_key1(command.audit_key.k1);
   }
+  for (const rng::Key& k : command.keys) {
+    r.add_keys(k.k0);
+    r.add_keys(k.k1);
+  }
   return r;
 }
 
-StepCommand FromProto(const v1::StepRequest& r) {
+StepCommand FromProto(const v1::StepRequest& r, std::vector<rng::Key>* keys) {
   StepCommand c;
   c.step = r.step();
   c.key = {r.key0(), r.key1()};
@@ -83,6 +95,9 @@ StepCommand FromProto(const v1::StepRequest& r) {
     c.audit_indices = {r.audit().indices().data(), static_cast<size_t>(r.audit().indices_size())};
     c.audit_key = {r.audit().key0(), r.audit().key1()};
   }
+  keys->clear();
+  for (int i = 0; i + 1 < r.keys_size(); i += 2) keys->push_back({r.keys(i), r.keys(i + 1)});
+  c.keys = *keys;
   return c;
 }
 
@@ -100,13 +115,19 @@ v1::StepResponse ToProto(const StepResult& result) {
   r.set_audited(result.audited);
   r.set_audit_digest(result.audit_digest);
   r.set_audit_loss(result.audit_loss);
+  r.mutable_replica_losses()->Add(result.replica_losses.begin(), result.replica_losses.end());
+  r.mutable_replica_accuracies()->Add(result.replica_accuracies.begin(),
+                                      result.replica_accuracies.end());
   return r;
 }
 
 StepResult FromProto(const v1::StepResponse& r) {
-  return {r.step(),        r.loss(),         r.accuracy(),     r.param_checksum(),
-          r.compute_ms(),  r.allreduce_ms(), r.update_ms(),    r.step_ms(),
-          r.grad_digest(), r.audited(),      r.audit_digest(), r.audit_loss()};
+  StepResult out{r.step(),        r.loss(),         r.accuracy(),     r.param_checksum(),
+                 r.compute_ms(),  r.allreduce_ms(), r.update_ms(),    r.step_ms(),
+                 r.grad_digest(), r.audited(),      r.audit_digest(), r.audit_loss()};
+  out.replica_losses.assign(r.replica_losses().begin(), r.replica_losses().end());
+  out.replica_accuracies.assign(r.replica_accuracies().begin(), r.replica_accuracies().end());
+  return out;
 }
 
 v1::EvaluateResponse ToProto(const EvalSums& sums) {

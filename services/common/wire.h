@@ -29,8 +29,9 @@ v1::PrepareResponse ToProto(const PrepareResult& result);
 PrepareResult FromProto(const v1::PrepareResponse& response);
 
 v1::StepRequest ToProto(const std::string& job_id, const StepCommand& command);
-// The command's indices point into `request`, which must outlive it.
-StepCommand FromProto(const v1::StepRequest& request);
+// The command's indices point into `request`, which must outlive it; its logical
+// replicas' keys into `keys` (filled here), which must outlive it too.
+StepCommand FromProto(const v1::StepRequest& request, std::vector<rng::Key>* keys);
 
 v1::StepResponse ToProto(const StepResult& result);
 StepResult FromProto(const v1::StepResponse& response);

@@ -31,13 +31,14 @@ TEST(StepWire, TheAuditsFieldsTravelBothWays) {
   c.audit_indices = audit_idx;
   c.audit_key = {5, 6};
   const v1::StepRequest request = ToProto("job", c);
-  const StepCommand back = FromProto(request);
+  std::vector<rng::Key> keys;
+  const StepCommand back = FromProto(request, &keys);
   EXPECT_TRUE(back.want_grad_digest);
   EXPECT_TRUE(back.audit);
   EXPECT_EQ(std::vector<int32_t>(back.audit_indices.begin(), back.audit_indices.end()), audit_idx);
   EXPECT_EQ(back.audit_key.k0, 5u);
   EXPECT_EQ(back.audit_key.k1, 6u);
-  EXPECT_FALSE(FromProto(ToProto("job", StepCommand{.step = 4, .indices = idx})).audit);
+  EXPECT_FALSE(FromProto(ToProto("job", StepCommand{.step = 4, .indices = idx}), &keys).audit);
 
   StepResult r;
   r.grad_digest = 0x1234567890abcdefull;
@@ -49,6 +50,34 @@ TEST(StepWire, TheAuditsFieldsTravelBothWays) {
   EXPECT_TRUE(got.audited);
   EXPECT_EQ(got.audit_digest, r.audit_digest);
   EXPECT_EQ(got.audit_loss, 0.25f);
+}
+
+TEST(StepWire, LogicalReplicasKeysAndLossesTravelBothWays) {
+  const std::vector<int32_t> idx = {1, 2, 3, 4};
+  const std::vector<rng::Key> keys = {{1, 2}, {3, 4}};
+  StepCommand c{.step = 4, .indices = idx};
+  c.keys = keys;
+  std::vector<rng::Key> storage = {{9, 9}};  // replaced
+  const StepCommand back = FromProto(ToProto("job", c), &storage);
+  EXPECT_EQ(std::vector<rng::Key>(back.keys.begin(), back.keys.end()), keys);
+  EXPECT_TRUE(FromProto(ToProto("job", StepCommand{.step = 4, .indices = idx}), &storage)
+                  .keys.empty());
+
+  StepResult r;
+  r.replica_losses = {0.5f, 0.25f};
+  r.replica_accuracies = {1.0f, 0.0f};
+  const StepResult got = FromProto(ToProto(r));
+  EXPECT_EQ(got.replica_losses, r.replica_losses);
+  EXPECT_EQ(got.replica_accuracies, r.replica_accuracies);
+
+  JobAssignment job;
+  job.replica.logical_replicas = 4;
+  job.replica.logical_first = 1;
+  job.replica.logical_count = 2;
+  const JobAssignment job_back = FromProto(ToProto(job));
+  EXPECT_EQ(job_back.replica.logical_replicas, 4);
+  EXPECT_EQ(job_back.replica.logical_first, 1);
+  EXPECT_EQ(job_back.replica.logical_count, 2);
 }
 
 TEST(StateChunkAssembler, RebuildsWhatWriteStateChunksSent) {

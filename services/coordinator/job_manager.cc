@@ -55,7 +55,8 @@ JobDemand DemandOf(const v1::Job& job) {
           job.spec().device(),
           job.spec().threads(),
           job.owner(),
-          job.state() == v1::RECOVERING};
+          job.state() == v1::RECOVERING,
+          job.spec().replicas() > 0 ? MinWorkers(job.spec()) : 0};
 }
 
 }  // namespace

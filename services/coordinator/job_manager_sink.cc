@@ -8,6 +8,7 @@
 #include "services/common/job_log.h"
 #include "services/coordinator/job_manager.h"
 #include "services/coordinator/job_manager_internal.h"
+#include "services/coordinator/scheduler.h"
 #include "services/coordinator/witness.h"
 
 namespace lockstep {
@@ -46,6 +47,39 @@ void JobManager::Sink::Quarantine(const PoolWorker& worker, const std::string& w
   m_->pool_->Quarantine(worker.id, why);
   LogJob(spdlog::level::warn, {rec_->job.id(), worker.id},
          absl::StrCat("worker ", worker.id, " quarantined: ", why));
+}
+
+void JobManager::Sink::Resized(const std::vector<PoolWorker>& workers,
+                               const std::vector<std::string>& lost, const std::string& why) {
+  {
+    absl::MutexLock lock(&m_->mu_);
+    for (const std::string& w : lost) m_->pool_->Drop(w);
+    rec_->job.clear_workers();
+    for (const PoolWorker& w : workers) rec_->job.add_workers(w.id);
+    m_->kicked_ = true;  // workers changed: the scheduler looks again
+  }
+  // An event with its reason (`lockstep watch` shows it); the job stays RUNNING.
+  log_->Append(job_manager_internal::StateEvent(v1::RUNNING, why));
+}
+
+std::vector<PoolWorker> JobManager::Sink::Offer(int most) {
+  absl::MutexLock lock(&m_->mu_);
+  // Jobs waiting for workers come first (first come, first served).
+  if (m_->stopping_ || !m_->queue_.empty() || !m_->recovering_.empty()) return {};
+  const v1::JobSpec& spec = rec_->job.spec();
+  JobDemand demand;
+  demand.id = rec_->job.id();
+  demand.device = spec.device();
+  demand.threads = spec.threads();
+  std::vector<std::string> ids;
+  for (const WorkerView& w : m_->pool_->Views()) {
+    if (static_cast<int>(ids.size()) < most && w.free && Suits(w, demand)) ids.push_back(w.id);
+  }
+  if (ids.empty()) return {};
+  absl::StatusOr<std::vector<PoolWorker>> got = m_->pool_->Assign(rec_->job.id(), ids);
+  if (!got.ok()) return {};  // the pool changed meanwhile: the next boundary asks again
+  for (const PoolWorker& w : *got) rec_->ran_on.insert(w.id);
+  return *std::move(got);
 }
 
 void JobManager::Sink::OnRunning(int64_t total) {

@@ -14,6 +14,7 @@
 #include "core/status_macros.h"
 #include "services/common/auth.h"
 #include "services/common/job_log.h"
+#include "services/coordinator/logical_dispatch.h"
 
 namespace lockstep {
 namespace {
@@ -178,6 +179,13 @@ absl::Status JobRunner::Run(JobOutcome* outcome) {
   while (st.ok()) {
     st = Attempt(outcome);
     SetStepping(false).IgnoreError();
+    if (growing_ && cancel_.status().ok() && !draining()) {  // workers joined (job_resize.cc)
+      Grow(outcome);
+      st = absl::OkStatus();
+      continue;
+    }
+    growing_ = false;
+    joining_.clear();
     std::vector<bool> alive(clients_.size(), true);
     if (!cancel_.status().ok()) {
       st = cancel_.status();  // aborted: say why, and waste no time probing
@@ -190,6 +198,15 @@ absl::Status JobRunner::Run(JobOutcome* outcome) {
     } else if (!st.ok()) {
       alive = Probe();
       st = NameTheDead(st, alive, outcome);
+    }
+    // An elastic job goes on with its survivors, nothing released (job_resize.cc).
+    if (!st.ok() && cancel_.status().ok() && !draining() && Shrink(st, alive, outcome)) {
+      st = absl::OkStatus();
+      continue;
+    }
+    if (start_.kept && fallback_.has_value()) {  // a resize that failed: the snapshot's
+      start_ = *std::move(fallback_);
+      fallback_.reset();
     }
     // The survivors at once: a released worker aborts its collective.
     ReleaseAll(st.ok() ? "job finished" : std::string(st.message()), alive);
@@ -253,13 +270,17 @@ absl::Status JobRunner::Recover(const absl::Status& failure, JobOutcome* outcome
 
 absl::Status JobRunner::Attempt(JobOutcome* outcome) {
   blamed_ = -1;
+  // A resize's workers hold the state at its step even if their Prepare fails.
+  done_ = start_.kept ? start_.step : -1;
   stream_errors_.clear();
   audit_lost_.clear();
   audit_liars_.clear();
   int64_t num_train = 0, num_test = 0;
   RETURN_IF_ERROR(Prepare(&num_train, &num_test));
+  // V keys and shards per step: the workers' count, or the job's logical replicas.
   TrainingPlan plan(spec_.seed(), spec_.dropout_seed(), setup_->impl, num_train,
-                    static_cast<int>(spec_.global_batch_size()), static_cast<int>(workers_.size()));
+                    static_cast<int>(spec_.global_batch_size()),
+                    logical() ? LogicalWorld(spec_) : static_cast<int>(workers_.size()));
   for (int64_t s = 0; s < start_.step; ++s) plan.Next();  // where the start's state stands
   RETURN_IF_ERROR(CheckStartKeys(plan));
   const int64_t total = TotalSteps(spec_, num_train);
@@ -285,12 +306,18 @@ void JobRunner::ReleaseAll(const std::string& reason, const std::vector<bool>& a
 
 absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
   ASSIGN_OR_RETURN(std::shared_ptr<const SharedState> state, StartState());
-  // The params, then (after the slots) the batch_stats.
-  const auto* floats = reinterpret_cast<const float*>(state->bytes.data());
-  const uint64_t checksum =
-      ParamChecksum({floats, state->header.param_count},
-                    {floats + state->header.param_count * (1 + uint64_t{state->header.slot_count}),
-                     state->header.stats_count});
+  // The params, then (after the slots) the batch_stats; none where the workers keep theirs.
+  uint64_t checksum = 0;
+  if (!state->bytes.empty()) {
+    const auto* floats = reinterpret_cast<const float*>(state->bytes.data());
+    checksum = ParamChecksum(
+        {floats, state->header.param_count},
+        {floats + state->header.param_count * (1 + uint64_t{state->header.slot_count}),
+         state->header.stats_count});
+  }
+  // A resize: the ranks that keep their state get its header only.
+  auto header_only = std::make_shared<SharedState>();
+  header_only->header = state->header;
   const std::shared_ptr<CancelToken> cancel = attempt();
   const int n = static_cast<int>(workers_.size());
   std::vector<absl::StatusOr<PrepareResult>> resp(n, absl::UnknownError("not run"));
@@ -304,14 +331,28 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
     JobAssignment job;
     job.job_id = job_id_;
     job.replica = {spec_, r, n, options_.collective_timeout};
+    if (logical()) {
+      const ReplicaRange range = RangeOf(r, n, LogicalWorld(spec_));
+      job.replica.logical_replicas = LogicalWorld(spec_);
+      job.replica.logical_first = range.first;
+      job.replica.logical_count = range.count;
+    }
     job.rendezvous_prefix = prefix;
-    resp[r] = clients_[r]->Prepare(job, state, *cancel, options_.prepare_timeout);
+    job.keep_state = start_.kept && r < kept_ranks_;
+    resp[r] = clients_[r]->Prepare(job, job.keep_state ? header_only : state, *cancel,
+                                   options_.prepare_timeout);
+    if (start_.kept && !resp[r].ok() && !absl::IsCancelled(resp[r].status())) {
+      // A resize that cannot be: the others stop waiting for this rank in the rendezvous.
+      cancel->Cancel(absl::AbortedError(
+          absl::StrCat("rank ", r, " could not continue the resize: ", resp[r].status().message())));
+    }
   });
+  if (start_.kept) RETURN_IF_ERROR(CheckKeptStates(resp));
   for (int r = 0; r < n; ++r) {
     if (!resp[r].ok()) return WorkerError(r, resp[r].status());
   }
   for (int r = 0; r < n; ++r) {
-    if (resp[r]->param_checksum != checksum) {
+    if (!start_.kept && resp[r]->param_checksum != checksum) {
       return WorkerError(r, absl::DataLossError("replicated params arrived corrupted"));
     }
     if (resp[r]->train_examples != resp[0]->train_examples ||
@@ -338,6 +379,16 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
 absl::StatusOr<std::vector<StepCommand>> JobRunner::StepCommands(
     const StepPlan& p, bool want_checksum, absl::Duration collective_timeout,
     const std::optional<AuditPick>& audit) const {
+  if (logical()) {  // each worker its replicas' rows and keys (the spec has no audit)
+    ASSIGN_OR_RETURN(std::vector<WorkerShare> shares,
+                     ShareStep(p, static_cast<int>(workers_.size()), LogicalWorld(spec_)));
+    std::vector<StepCommand> commands(shares.size());
+    for (size_t r = 0; r < shares.size(); ++r) {
+      commands[r] = {p.step, {}, shares[r].rows, want_checksum, collective_timeout};
+      commands[r].keys = shares[r].keys;
+    }
+    return commands;
+  }
   ASSIGN_OR_RETURN(auto shards, ShardBatch(p.indices, static_cast<int>(workers_.size())));
   std::vector<StepCommand> commands(shards.size());
   for (size_t r = 0; r < shards.size(); ++r) {
@@ -417,12 +468,19 @@ absl::StatusOr<v1::StepEvent> JobRunner::Aggregate(const std::vector<StepResult>
     e.set_update_ms(std::max(e.update_ms(), got[r].update_ms));
   }
   const float n = static_cast<float>(got.size());
-  e.set_loss(loss_sum / n);        // jnp.mean of the local losses
+  e.set_loss(loss_sum / n);  // jnp.mean of the local losses
+  e.set_accuracy(acc_sum / n);
+  if (logical()) {  // over the V replicas in replica order: the same bits on any N
+    ASSIGN_OR_RETURN(ReplicaMeans means, MeanOverReplicas(got, LogicalWorld(spec_)));
+    e.clear_local_losses();
+    for (float l : means.losses) e.add_local_losses(l);
+    e.set_loss(means.loss);
+    e.set_accuracy(means.accuracy);
+  }
   if (!std::isfinite(e.loss())) {  // no replay can help: the job's settings make it diverge
     return absl::FailedPreconditionError(
         absl::StrCat("diverged at step ", step + 1, ": the loss is ", e.loss()));
   }
-  e.set_accuracy(acc_sum / n);
   return e;
 }
 
@@ -462,12 +520,22 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
   };
   const int64_t first = start_.step;
   int64_t sent = first, done = first;
+  done_ = first;
   int64_t hold_at = -1;  // the pipeline drains after this step: an evaluation, a snapshot
   bool eval_at_hold = false, snapshot_at_hold = false;
   bool drain_at_hold = false;  // a drain: the run stops after the hold's snapshot
+  bool grow_at_hold = false;   // workers join: the run stops for them after the hold
   double step_seconds = 0;
   auto t_last = std::chrono::steady_clock::now();
   StepDeadline deadline(options_.step_timeout);
+  if (start_.kept && first == total && start_.checksum != 0) {
+    outcome->param_checksum = start_.checksum;  // resized after the last step
+  }
+  if (start_.kept && eval_owed_ == first) {  // resized where an evaluation failed
+    ASSIGN_OR_RETURN(v1::EvalResult eval, Evaluate(num_test, first, (first - 1) / spe));
+    sink_->OnEval(eval);
+  }
+  eval_owed_ = -1;
   while (done < total) {
     RETURN_IF_ERROR(cancel->status());
     const bool drain = draining() && sent + 1 < total;
@@ -504,6 +572,11 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
     absl::StatusOr<std::vector<StepResult>> taken = fanout->Take(done, deadline.Next());
     if (!taken.ok()) {
       stream_errors_ = fanout->Errors();  // for NameTheDead: each rank's own
+      // An elastic job resizes from the last step every worker completed: the answers
+      // that came before the failure count (job_resize.cc).
+      if (logical() && supply_ != nullptr) {
+        done = CountAnswered(*fanout, done, total, spe);
+      }
       return taken.status();
     }
     std::vector<StepResult> got = *std::move(taken);
@@ -513,6 +586,11 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
       audits.erase(it);
     }
     ++done;
+    done_ = done;
+    if (checked) {
+      done_checksum_ = got[0].param_checksum;
+      done_checksum_step_ = done;
+    }
     const auto now = std::chrono::steady_clock::now();
     const double wall = std::chrono::duration<double>(now - t_last).count();
     step_seconds += wall;
@@ -533,13 +611,29 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
     sink_->OnStep(e);
     if (done == hold_at) {
       if (eval_at_hold) {
+        eval_owed_ = done;  // a resize after a failure here evaluates first
         ASSIGN_OR_RETURN(v1::EvalResult eval, Evaluate(num_test, done, (done - 1) / spe));
         sink_->OnEval(eval);
+        eval_owed_ = -1;
       }
       if (snapshot_at_hold) RETURN_IF_ERROR(TakeSnapshot(done, got[0].param_checksum, plan));
       if (drain_at_hold) return Drained(absl::StrCat("its snapshot of step ", done));
+      if (grow_at_hold) {
+        RETURN_IF_ERROR(fanout->Close(options_.step_timeout));
+        return StopToGrow(done);
+      }
       hold_at = -1;
       t_last = std::chrono::steady_clock::now();  // neither is step time
+    }
+    // An elastic job below its most: workers free now join at the next boundary.
+    if (hold_at < 0 && done < total && !draining() && GrowDue()) {
+      hold_at = sent;
+      eval_at_hold = snapshot_at_hold = drain_at_hold = false;
+      grow_at_hold = true;
+      if (sent == done) {
+        RETURN_IF_ERROR(fanout->Close(options_.step_timeout));
+        return StopToGrow(done);
+      }
     }
   }
   RETURN_IF_ERROR(fanout->Close(options_.step_timeout));
@@ -551,18 +645,23 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
 absl::StatusOr<v1::EvalResult> JobRunner::Evaluate(int64_t num_test, int64_t step, int64_t epoch) {
   const std::shared_ptr<CancelToken> cancel = attempt();
   const int n = static_cast<int>(workers_.size());
-  std::vector<absl::StatusOr<EvalSums>> resp(n, absl::UnknownError("not run"));
+  // Logical replicas: one part of the test split per replica, added in replica order.
+  const int v = logical() ? LogicalWorld(spec_) : n;
+  std::vector<absl::StatusOr<EvalSums>> resp(v, absl::UnknownError("not run"));
   ForEachRank(n, [&](int r) {
-    resp[r] = clients_[r]->Evaluate(job_id_, num_test * r / n, num_test * (r + 1) / n, *cancel,
-                                    options_.rpc_timeout + absl::Seconds(num_test / 100));
+    const ReplicaRange range = logical() ? RangeOf(r, n, v) : ReplicaRange{r, 1};
+    for (int p = range.first; p < range.first + range.count; ++p) {
+      const EvalPart part = EvalPartOf(num_test, p, v);
+      resp[p] = clients_[r]->Evaluate(job_id_, part.begin, part.end, *cancel,
+                                      options_.rpc_timeout + absl::Seconds(num_test / 100));
+    }
   });
-  EvalSums sum;
-  for (int r = 0; r < n; ++r) {
-    if (!resp[r].ok()) return WorkerError(r, resp[r].status());
-    sum.loss_sum += resp[r]->loss_sum;
-    sum.correct += resp[r]->correct;
-    sum.count += resp[r]->count;
+  std::vector<EvalSums> parts;
+  for (int p = 0; p < v; ++p) {
+    if (!resp[p].ok()) return WorkerError(OwnerOf(p, n, v), resp[p].status());
+    parts.push_back(*resp[p]);
   }
+  const EvalSums sum = AddInOrder(parts);
   v1::EvalResult out;
   out.set_step(step);
   out.set_epoch(epoch);

@@ -83,6 +83,15 @@ class WorkerSupply {
                                                           const absl::Status& reason,
                                                           absl::Duration timeout,
                                                           const CancelToken& cancel) = 0;
+  // An elastic job (JobSpec.replicas) lost the workers `lost` (gone for good) and goes on,
+  // without waiting, on `workers` (rank order; still its own); `why` says so, e.g.
+  // "resized 3 -> 2 workers: worker w2 lost (...)". Called before they are prepared again.
+  virtual void Resized(const std::vector<PoolWorker>& workers,
+                       const std::vector<std::string>& lost, const std::string& why) {}
+  // An elastic job below its most workers asks, at a step boundary, for up to `most` free
+  // workers to grow onto, without waiting; those returned are the job's. None while
+  // other jobs wait for workers.
+  virtual std::vector<PoolWorker> Offer(int most) { return {}; }
   // The job's audit found `worker` lying (`why` says where): it must never get work from
   // this coordinator again. Called before the Replace that has it among the lost.
   virtual void Quarantine(const PoolWorker& worker, const std::string& why) {}
@@ -103,6 +112,7 @@ struct JobOutcome {
   double train_seconds = 0;              // step time, evaluations excluded
   std::vector<std::string> unreachable;  // worker ids found dead after the last failure
   int recoveries = 0;
+  int resizes = 0;  // times an elastic job went on with its survivors (no replay)
   int64_t replayed_steps = 0;  // steps run again after recoveries
   int audits = 0;              // audited steps compared (JobSpec.audit), failed ones included
   int audits_failed = 0;
@@ -154,6 +164,10 @@ class JobRunner {
     int64_t step = 0;
     std::string data_key, main_key;  // the plan's keys after `step` steps, to check a replay
     std::optional<TrainState> held;
+    // An elastic resize: the workers continue from the state they hold at `step`, which
+    // has `checksum` where a step reported it (0: unknown; they must agree).
+    bool kept = false;
+    uint64_t checksum = 0;
   };
   absl::Status Begin();
   // The start spec.resume_from gives.
@@ -171,11 +185,32 @@ class JobRunner {
   // Prepare, the steps, the final evaluation and the checkpoint, from start_.
   absl::Status Attempt(JobOutcome* outcome);
   absl::Status Prepare(int64_t* num_train, int64_t* num_test);
+  // After an elastic resize's Prepare: OK when every survivor continued from its own state
+  // and all agree (on start_.checksum, where known); else ABORTED naming the worker, so
+  // that the job recovers from its snapshot instead (job_resize.cc).
+  absl::Status CheckKeptStates(const std::vector<absl::StatusOr<PrepareResult>>& resp) const;
   absl::Status StepLoop(TrainingPlan& plan, int64_t total, int64_t num_test, JobOutcome* outcome);
   // Enters (or leaves) the step loop; UNAVAILABLE (Drained) if a drain came first.
   absl::Status SetStepping(bool stepping);
   // Fetches the state at `step` (drained), checks it against `checksum`, keeps and writes it.
   absl::Status TakeSnapshot(int64_t step, uint64_t checksum, const TrainingPlan& plan);
+  // After the step loop's Take failed at step `done` (of `total`, `spe` per epoch): the
+  // steps every worker answered before the failure, reported as completed (their
+  // evaluations owed); returns the steps completed.
+  int64_t CountAnswered(StepFanout& fanout, int64_t done, int64_t total, int64_t spe);
+  // After a failed attempt of an elastic job: whether it goes on at once with the
+  // survivors (`alive`), from the state they hold (job_resize.cc). False where it cannot:
+  // too few survivors, none lost, or the attempt never reached its steps.
+  bool Shrink(const absl::Status& failure, const std::vector<bool>& alive, JobOutcome* outcome);
+  // In the step loop, at a step boundary with no step in flight: whether workers joined
+  // (WorkerSupply::Offer), kept in joining_.
+  bool GrowDue();
+  // The step loop stopped at step `done` (drained) for joining_: fetches the state from
+  // rank 0 (the newcomers' start) and keeps the others' where they are; Run then prepares
+  // all of them (job_resize.cc). Returns the status that ends the step loop for it.
+  absl::Status StopToGrow(int64_t done);
+  // Run's side of a grow: the event, the workers, a new attempt.
+  void Grow(JobOutcome* outcome);
   // After a failed attempt: OK with new workers to go on with, or why the job fails.
   absl::Status Recover(const absl::Status& failure, JobOutcome* outcome);
   // One step command per worker: the step, the worker's dropout key, its shard, and how
@@ -199,6 +234,8 @@ class JobRunner {
   absl::Status SaveCheckpoint(const std::string& path, uint64_t checksum, const TrainingPlan& plan,
                               JobOutcome* outcome);
   absl::Status WorkerError(int rank, const absl::Status& st) const;
+  // Whether the job runs on logical replicas (JobSpec.replicas, docs/elastic.md).
+  bool logical() const { return spec_.replicas() > 0; }
   // After a failed attempt: names the first dead rank in the error; outcome->unreachable.
   absl::Status NameTheDead(absl::Status st, const std::vector<bool>& alive, JobOutcome* outcome);
   // After a failure: which ranks still answer a health check.
@@ -223,6 +260,20 @@ class JobRunner {
   std::vector<PoolWorker> workers_;
   std::vector<std::unique_ptr<WorkerClient>> clients_;
   int attempt_number_ = 0;
+  // The current attempt's completed steps once in its step loop (-1: not reached): the
+  // state its workers hold; and the last replicas' checksum seen, at done_checksum_step_.
+  int64_t done_ = -1;
+  uint64_t done_checksum_ = 0;
+  int64_t done_checksum_step_ = -1;
+  // Where a resized attempt that fails falls back to: the start before the resize.
+  std::optional<Start> fallback_;
+  // The ranks [0, kept_ranks_) of a resized attempt hold the state (keep_state); the rest
+  // get it sent. Workers offered to grow onto, and whether the step loop stopped for them.
+  int kept_ranks_ = 0;
+  std::vector<PoolWorker> joining_;
+  bool growing_ = false;
+  // The step whose evaluation an attempt began but did not finish (-1: none).
+  int64_t eval_owed_ = -1;
   // The rank the step loop's failure was blamed on (-1: none), and each rank's own stream
   // error then (OK: none), so that a peer's error is not taken for the first one.
   int blamed_ = -1;

@@ -126,6 +126,11 @@ absl::Status JobRunner::ResumeFrom() {
 absl::StatusOr<std::shared_ptr<const SharedState>> JobRunner::StartState() {
   auto state = std::make_shared<SharedState>();
   const auto slots = static_cast<uint32_t>(setup_->optimizer.slots().size());
+  if (start_.kept && !start_.held.has_value()) {  // the workers hold it: its shape only
+    state->header = {start_.step, setup_->model.layout().total(), slots,
+                     setup_->model.stats_layout().total()};
+    return state;
+  }
   if (start_.step == 0 && !start_.held.has_value()) {
     // The host initializes the TrainState (the seed program), serialized once for every rank.
     const std::vector<float> params =
@@ -173,6 +178,9 @@ absl::Status JobRunner::TakeSnapshot(int64_t step, uint64_t checksum, const Trai
   start_.data_key = metadata.at("data_key");
   start_.main_key = metadata.at("main_key");
   start_.held.reset();
+  start_.kept = false;  // a resized attempt's snapshot: the start from now on
+  start_.checksum = 0;
+  fallback_.reset();
   // On disk for a restarted coordinator (a recovery reads it back); held here where there
   // is no disk for it, or the disk refused it.
   absl::Status written = snapshots_.enabled()

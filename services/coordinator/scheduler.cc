@@ -1,5 +1,7 @@
 #include "services/coordinator/scheduler.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace lockstep {
@@ -7,7 +9,9 @@ namespace {
 
 // "2 cpu workers", "2 cpu workers with 4 threads", "1 cpu worker".
 std::string Describe(const JobDemand& job, const char* adjective) {
-  std::string s = absl::StrCat(job.workers, adjective, " ", job.device,
+  const int fewest = job.min_workers > 0 ? job.min_workers : job.workers;
+  std::string s = absl::StrCat(fewest < job.workers ? absl::StrCat(fewest, " to ") : "",
+                               job.workers, adjective, " ", job.device,
                                job.workers == 1 ? " worker" : " workers");
   if (job.device == "cpu" && job.threads > 0)
     absl::StrAppend(&s, " with ", job.threads, " threads");
@@ -41,7 +45,8 @@ Schedule PlanSchedule(const std::vector<JobDemand>& queue, const std::vector<Wor
       ++registered;
       if (!taken[i]) free.push_back(i);
     }
-    if (registered < job.workers) {
+    const int fewest = job.min_workers > 0 ? job.min_workers : job.workers;
+    if (registered < fewest) {
       out.waiting_for[job.id] = absl::StrCat(Describe(job, ""), " (", registered, " registered)");
       continue;
     }
@@ -49,13 +54,14 @@ Schedule PlanSchedule(const std::vector<JobDemand>& queue, const std::vector<Wor
       out.waiting_for[job.id] = "the jobs ahead of it in the queue";
       continue;
     }
-    if (static_cast<int>(free.size()) < job.workers) {
+    if (static_cast<int>(free.size()) < fewest) {
       out.waiting_for[job.id] = Describe(job, " free");
       blocked = true;
       continue;
     }
+    const int count = std::min(job.workers, static_cast<int>(free.size()));
     Placement p{job.id, {}};
-    for (int r = 0; r < job.workers; ++r) {
+    for (int r = 0; r < count; ++r) {
       taken[free[r]] = true;
       p.worker_ids.push_back(workers[free[r]].id);
     }

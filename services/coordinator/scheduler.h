@@ -22,11 +22,12 @@ namespace lockstep {
 // What a queued job needs.
 struct JobDemand {
   std::string id;
-  int workers = 1;
+  int workers = 1;  // the most it runs on
   std::string device = "cpu";
   uint32_t threads = 0;  // CPU threads per worker; 0: any
   std::string owner;
   bool recovering = false;  // it counts among its owner's running jobs already
+  int min_workers = 0;      // the fewest it runs on (an elastic job); 0: `workers`
 };
 
 // How many more of an owner's jobs may start (their running-jobs limit less the jobs of

@@ -47,6 +47,28 @@ TEST(Scheduler, AJobTooBigForThePoolIsPassedOverUntilEnoughRegister) {
   EXPECT_THAT(s.waiting_for, UnorderedElementsAre(Pair("huge", "5 cpu workers (2 registered)")));
 }
 
+TEST(Scheduler, AnElasticJobStartsOnAsManyFreeWorkersAsThereAreFromItsFewestToItsMost) {
+  JobDemand elastic{"e", 4};
+  elastic.min_workers = 2;
+  auto workers = Cpus(5);
+  workers[0].free = false;
+  workers[1].free = false;
+  Schedule s = PlanSchedule({elastic, {"next", 1}}, workers);
+  ASSERT_EQ(s.start.size(), 1u);  // 3 free: all of them, none left for the next
+  EXPECT_THAT(s.start[0].worker_ids, ElementsAre("w2", "w3", "w4"));
+  EXPECT_THAT(s.waiting_for, UnorderedElementsAre(Pair("next", "1 free cpu worker")));
+  s = PlanSchedule({elastic}, Cpus(6));  // never more than its most
+  ASSERT_EQ(s.start.size(), 1u);
+  EXPECT_EQ(s.start[0].worker_ids.size(), 4u);
+  workers[2].free = false;
+  workers[3].free = false;  // 1 free: fewer than its fewest
+  s = PlanSchedule({elastic, {"small", 1}}, workers);
+  EXPECT_THAT(s.start, IsEmpty());
+  EXPECT_THAT(s.waiting_for,
+              UnorderedElementsAre(Pair("e", "2 to 4 free cpu workers"),
+                                   Pair("small", "the jobs ahead of it in the queue")));
+}
+
 // At 400deec: "1 free cpu workers".
 TEST(Scheduler, OneWorkerIsSaidInTheSingular) {
   auto workers = Cpus(2);

@@ -120,6 +120,21 @@ absl::StatusOr<std::vector<StepResult>> StepFanout::Take(int64_t step, absl::Dur
   return got;
 }
 
+absl::StatusOr<std::vector<StepResult>> StepFanout::TakeAnswered(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  for (int r = 0; r < size(); ++r) {
+    if (answers_[r].empty() || answers_[r].front().step != step) {
+      return absl::NotFoundError(absl::StrCat("not every worker answered step ", step));
+    }
+  }
+  std::vector<StepResult> got(size());
+  for (int r = 0; r < size(); ++r) {
+    got[r] = std::move(answers_[r].front());
+    answers_[r].pop_front();
+  }
+  return got;
+}
+
 bool StepFanout::AllEnded() const {
   for (const absl::Status& st : ended_) {
     if (st.ok()) return false;

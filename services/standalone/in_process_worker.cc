@@ -56,7 +56,8 @@ class InProcessStepStream final : public StepStream {
     if (closed_ || !error_.ok()) return false;
     commands_.push_back({command,
                          {command.indices.begin(), command.indices.end()},
-                         {command.audit_indices.begin(), command.audit_indices.end()}});
+                         {command.audit_indices.begin(), command.audit_indices.end()},
+                         {command.keys.begin(), command.keys.end()}});
     return true;
   }
   void CloseSend() override {
@@ -98,6 +99,7 @@ class InProcessStepStream final : public StepStream {
     StepCommand command;
     std::vector<int32_t> indices;        // what command.indices points to
     std::vector<int32_t> audit_indices;  // and command.audit_indices
+    std::vector<rng::Key> keys;          // and command.keys
   };
 
   void Loop() {
@@ -112,6 +114,7 @@ class InProcessStepStream final : public StepStream {
       commands_.pop_front();
       q.command.indices = q.indices;
       q.command.audit_indices = q.audit_indices;
+      q.command.keys = q.keys;
       running_ = true;
       mu_.Unlock();
       absl::StatusOr<StepResult> r = slot_->Step(job_id_, q.command);

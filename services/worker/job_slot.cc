@@ -8,6 +8,25 @@
 #include "services/common/job_log.h"
 
 namespace lockstep {
+namespace {
+
+// A state held in memory, as one chunk (an elastic resize's kept state).
+class BytesSource final : public StateSource {
+ public:
+  explicit BytesSource(const std::string& bytes) : bytes_(bytes) {}
+  absl::StatusOr<bool> Next(std::string* chunk) override {
+    if (done_) return false;
+    done_ = true;
+    *chunk = bytes_;
+    return true;
+  }
+
+ private:
+  const std::string& bytes_;
+  bool done_ = false;
+};
+
+}  // namespace
 
 JobSlot::JobSlot(const BackendSource* backends, DatasetCache* data, CollectiveFactory* collectives,
                  WorkerMetrics* metrics)
@@ -49,6 +68,9 @@ absl::StatusOr<PrepareResult> JobSlot::Prepare(const JobAssignment& assignment,
     absl::MutexLock lock(&mu_);
     for (Job* old : {job_.get(), next_.get()}) {
       if (old == nullptr) continue;
+      if (assignment.keep_state && old == job_.get() && old->id == assignment.job_id) {
+        old->handing_over = true;  // a step still running ends (aborted), the state stays
+      }
       LogJob(spdlog::level::warn, {old->id}, "dropped for job " + assignment.job_id);
       old->cancel.Cancel(absl::CancelledError(absl::StrCat("replaced by ", assignment.job_id)));
     }
@@ -59,17 +81,64 @@ absl::StatusOr<PrepareResult> JobSlot::Prepare(const JobAssignment& assignment,
     job = next_.get();
   }
   absl::MutexLock run(&run_mu_);
+  std::unique_ptr<Job> previous;  // destroyed without mu_: it joins threads
   {
     absl::MutexLock lock(&mu_);
     if (next_.get() != job) {  // a later Prepare replaced it
       return absl::CancelledError(absl::StrCat("job ", assignment.job_id, " was replaced"));
     }
+    previous = std::move(job_);
     job_ = std::move(next_);
   }
-  absl::StatusOr<PrepareResult> result = Load(*job, assignment, std::move(setup), header, state);
+  absl::StatusOr<PrepareResult> result;
+  if (assignment.keep_state) {
+    // Its state in memory; its replica and collective go once the new ones are ready
+    // (every survivor's Prepare aborted its own collective first, so no peer still waits
+    // on this one's). If the resize fails (a peer lost meanwhile), the job keeps it, for
+    // the next resize.
+    absl::StatusOr<std::string> kept = KeptState(previous.get(), assignment.job_id, header);
+    if (!kept.ok()) {
+      result = kept.status();
+      previous.reset();
+    } else {
+      BytesSource source(*kept);
+      result = Load(*job, assignment, std::move(setup), header, source);
+      if (result.ok()) previous.reset();
+    }
+  } else {
+    previous.reset();
+    result = Load(*job, assignment, std::move(setup), header, state);
+  }
   if (job->cancel.cancelled()) result = job->cancel.status();  // released meanwhile
   Finish(/*drop_job=*/!result.ok());
+  if (previous != nullptr) {  // a resize that failed: the state it held stays
+    previous->broken = true;
+    absl::MutexLock lock(&mu_);
+    if (!job_ && !next_) {
+      job_ = std::move(previous);
+    }
+  }
   return result;
+}
+
+absl::StatusOr<std::string> JobSlot::KeptState(const Job* previous, const std::string& job_id,
+                                               const StateHeader& header) {
+  if (previous == nullptr || previous->id != job_id || previous->replica == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("keep_state: this worker holds no state of job ", job_id));
+  }
+  Replica& replica = *previous->replica;
+  const StateHeader held = replica.state_header();
+  if (held.step != header.step || held.param_count != header.param_count ||
+      held.slot_count != header.slot_count || held.stats_count != header.stats_count) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("keep_state: this worker holds job ", job_id, " at step ", held.step,
+                     "; the coordinator continues from step ", header.step));
+  }
+  ASSIGN_OR_RETURN(const uint64_t total, held.Bytes(kMaxStateBytes));
+  std::string bytes(total, '\0');
+  RETURN_IF_ERROR(replica.ReadState(0, {bytes.data(), bytes.size()}));
+  return bytes;
 }
 
 absl::StatusOr<PrepareResult> JobSlot::Load(Job& job, const JobAssignment& assignment,
@@ -128,6 +197,10 @@ absl::StatusOr<PrepareResult> JobSlot::Load(Job& job, const JobAssignment& assig
 
 absl::StatusOr<Replica*> JobSlot::Current(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
+  if (job_ && job_->id == job_id && job_->broken) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, "'s last step failed on this worker: prepare it again to continue"));
+  }
   if (!job_ || job_->id != job_id || !job_->replica || job_->cancel.cancelled()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job_id, " is not prepared on this worker",
@@ -139,7 +212,9 @@ absl::StatusOr<Replica*> JobSlot::Current(const std::string& job_id) {
 void JobSlot::Finish(bool drop_job) {
   std::unique_ptr<Job> dropped;  // destroyed after mu_ is released: it joins threads
   absl::MutexLock lock(&mu_);
-  if (job_ && (drop_job || job_->cancel.cancelled())) dropped = std::move(job_);
+  if (job_ && (drop_job || (job_->cancel.cancelled() && !job_->handing_over))) {
+    dropped = std::move(job_);
+  }
 }
 
 void JobSlot::CheckDevice(Backend& backend) {
@@ -164,9 +239,17 @@ absl::StatusOr<StepResult> JobSlot::Step(const std::string& job_id, const StepCo
   ASSIGN_OR_RETURN(Replica * replica, Current(job_id));
   absl::StatusOr<StepResult> result = replica->Step(command);
   if (result.ok() && metrics_ != nullptr) metrics_->OnStep(*result);
-  // A failed step leaves the replica and its collective unusable.
-  if (!result.ok()) CheckDevice(replica->backend());
-  Finish(/*drop_job=*/!result.ok());
+  // A failed step leaves the replica and its collective unusable; a logical-replicas
+  // job's state is as it was (the update comes after the last collective): kept for an
+  // elastic resize, unless the device failed.
+  bool keep = false;
+  if (!result.ok()) {
+    CheckDevice(replica->backend());
+    keep = replica->config().logical_replicas > 0 && device_error().ok();
+    absl::MutexLock lock(&mu_);
+    if (keep && job_) job_->broken = true;
+  }
+  Finish(/*drop_job=*/!result.ok() && !keep);
   return result;
 }
 
@@ -207,6 +290,7 @@ void JobSlot::Release(const std::string& job_id) {
       next_->cancel.Cancel(absl::CancelledError(absl::StrCat("job ", job_id, " was released")));
     }
     if (!job_ || job_->id != job_id) return;
+    job_->handing_over = false;  // released: nothing to keep
     job_->cancel.Cancel(absl::CancelledError(absl::StrCat("job ", job_id, " was released")));
     // Otherwise the command running now drops it when it ends (Finish).
     idle = run_mu_.TryLock();

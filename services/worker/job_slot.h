@@ -72,8 +72,13 @@ class JobSlot {
   // match the header.
   absl::StatusOr<PrepareResult> Prepare(const JobAssignment& job, const StateHeader& header,
                                         StateSource& state);
+  //
+  // With job.keep_state (an elastic resize, docs/elastic.md) the state is the one this
+  // slot holds for the same job, which must be at header.step (FAILED_PRECONDITION
+  // otherwise, naming both steps, or when it holds none); `state` is not read.
   // FAILED_PRECONDITION unless `job_id` is prepared here; the replica's errors otherwise
-  // (after a failed step the job is dropped).
+  // (after a failed step the job is dropped; a logical-replicas job keeps its state, which
+  // a failed step leaves as it was, for a Prepare with keep_state, and runs nothing more).
   absl::StatusOr<StepResult> Step(const std::string& job_id, const StepCommand& command);
   absl::StatusOr<EvalSums> Evaluate(const std::string& job_id, int64_t begin, int64_t end);
   // Calls sink(header, chunk) with the state's bytes in order, at most `chunk_bytes` at a
@@ -99,10 +104,19 @@ class JobSlot {
     std::string id;
     CancelToken cancel;                // cancelled by Release or by the next Prepare
     std::unique_ptr<Replica> replica;  // set once prepared
+    // A logical-replicas job whose step failed: its collective is unusable, its state is
+    // kept for a Prepare with keep_state. No command runs on it.
+    bool broken = false;
+    // A Prepare with keep_state is to take its state: being cancelled does not drop it.
+    bool handing_over = false;
     // Cancelling aborts the replica's collective, so that a step waiting for a peer that
     // will not come ends now. Destroyed before the replica.
     CancelToken::Callback abort_collective;
   };
+  // The state bytes `previous` (the job's earlier replica) holds, for a Prepare with
+  // keep_state; FAILED_PRECONDITION unless it is the same job at header.step.
+  static absl::StatusOr<std::string> KeptState(const Job* previous, const std::string& job_id,
+                                               const StateHeader& header);
   absl::StatusOr<PrepareResult> Load(Job& job, const JobAssignment& assignment, TrainSetup setup,
                                      const StateHeader& header, StateSource& state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);

@@ -1,0 +1,205 @@
+// Elastic jobs (docs/elastic.md, bench/results/elastic.md), on a local cluster:
+//  1. shrink and join latency: one `replicas: 4` job (the BatchNorm convnet with dropout
+//     of tests/cluster/elastic_test) on 3 workers {min 1, max 3}; `--kills` times its
+//     rank-0 worker is killed (SIGKILL) and, some steps later, a new worker started.
+//     Shrink latency: kill -> the first step completed after the job's "resized ... lost"
+//     event; join latency: the new worker's start -> the first step completed after the
+//     "resized ... joined" event. The job's checksum is compared with `lockstep train`'s.
+//  2. CNN throughput: the Flax MNIST CNN at global batch 128 on 2 workers with
+//     `replicas: 4` vs `replicas: 2` (the job's samples/s), `--rounds` alternations.
+// Usage: elastic_bench [--kills K] [--rounds R] [--steps S] [--threads T] [--verbose 1]
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/match.h"
+#include "core/spec/spec.h"
+#include "services/standalone/local_job.h"
+#include "tests/cluster/local_cluster.h"
+
+namespace lockstep {
+namespace {
+
+v1::JobSpec Parse(const std::string& text) {
+  absl::StatusOr<v1::JobSpec> spec = ParseSpec(text, "elastic_bench");
+  if (!spec.ok()) {
+    std::fprintf(stderr, "%s\n", spec.status().ToString().c_str());
+    std::exit(1);
+  }
+  return *spec;
+}
+
+v1::JobSpec ConvnetSpec(int steps) {
+  return Parse(absl::StrCat(R"(
+model:
+  layers:
+    - conv: {features: 8, kernel_size: [3, 3]}
+    - batch_norm: {}
+    - relu
+    - avg_pool: {window_shape: [2, 2], strides: [2, 2]}
+    - flatten
+    - dense: {features: 32}
+    - dropout: {rate: 0.3}
+    - dense: {features: 10}
+optimizer: {kind: sgd, learning_rate: 0.1, momentum: 0.9}
+global_batch_size: 16
+seed: 3
+replicas: 4
+threads: 1
+workers: {min: 1, max: 3}
+eval: {every_steps: 1000000, batch_size: 1000}
+)",
+                            "steps: ", steps, "\n"));
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int Latencies(int kills, bool verbose) {
+  const int gap = 20;        // steps at least between changes
+  const int steps = 12000;   // more than the changes take; it runs to its end after them
+  const v1::JobSpec spec = ConvnetSpec(steps);
+  auto cluster = testing::LocalCluster::Start(3);
+  if (!cluster.ok()) return std::fprintf(stderr, "%s\n", cluster.status().ToString().c_str()), 1;
+  testing::LocalCluster& c = **cluster;
+  absl::StatusOr<v1::Job> job = c.Submit(spec);
+  if (!job.ok()) return std::fprintf(stderr, "%s\n", job.status().ToString().c_str()), 1;
+  std::vector<int64_t> killed_ms, added_ms;
+  // Each change waits until the job has taken the previous one (its workers count) and
+  // gone `gap` steps further: a bounded wait on the job's steps, not on the clock.
+  int64_t at = gap;
+  auto settle = [&](int workers) {
+    for (int tries = 0; tries < 200; ++tries) {
+      absl::StatusOr<v1::Job> j = c.WaitForStep(job->id(), at, absl::Minutes(2));
+      if (!j.ok()) return false;
+      at = j->step() + gap;
+      if (j->workers_size() == workers) return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < kills; ++i) {
+    if (!settle(3)) break;
+    absl::StatusOr<int> victim = c.WorkerOf(job->id());
+    if (!victim.ok()) break;
+    killed_ms.push_back(absl::ToUnixMillis(absl::Now()));
+    c.KillWorker(*victim);
+    if (!settle(2)) break;
+    added_ms.push_back(absl::ToUnixMillis(absl::Now()));
+    if (!c.AddWorker().ok()) break;
+  }
+  absl::StatusOr<std::vector<v1::JobEvent>> events = c.Events(job->id());
+  absl::StatusOr<v1::Job> done = c.WaitFor(job->id(), absl::Minutes(5));
+  if (!events.ok() || !done.ok()) return std::fprintf(stderr, "the job was lost\n"), 1;
+  if (verbose) {  // what the servers said about resizes and released jobs
+    for (absl::string_view line : absl::StrSplit(c.Logs(), '\n')) {
+      if (absl::StrContains(line, "keep_state") || absl::StrContains(line, "dropped") ||
+          absl::StrContains(line, "released") || absl::StrContains(line, "resize")) {
+        std::printf("  log: %.300s\n", std::string(line).c_str());
+      }
+    }
+  }
+  // The first step completed after each resize event, by kind.
+  std::vector<int64_t> lost_step_ms, joined_step_ms;
+  std::vector<int64_t>* waiting = nullptr;
+  int replayed = 0;
+  for (const v1::JobEvent& e : *events) {
+    if (e.has_state() && verbose) {
+      std::printf("  event: %s %.300s\n", v1::JobState_Name(e.state().state()).c_str(),
+                  e.state().reason().c_str());
+    }
+    if (e.has_state() && e.state().reason().rfind("resized", 0) == 0) {
+      const bool lost = e.state().reason().find(" lost ") != std::string::npos;
+      waiting = lost ? &lost_step_ms : &joined_step_ms;
+    }
+    if (e.has_step()) {
+      if (e.step().replay()) ++replayed;
+      if (waiting != nullptr) waiting->push_back(e.unix_ms());
+      waiting = nullptr;
+    }
+  }
+  std::vector<double> shrink, join;
+  for (size_t i = 0; i < killed_ms.size() && i < lost_step_ms.size(); ++i) {
+    shrink.push_back(lost_step_ms[i] - killed_ms[i]);
+  }
+  for (size_t i = 0; i < added_ms.size() && i < joined_step_ms.size(); ++i) {
+    join.push_back(joined_step_ms[i] - added_ms[i]);
+  }
+  v1::JobSpec local = spec;
+  local.set_workers(1);
+  local.clear_min_workers();
+  NullJobSink sink;
+  absl::StatusOr<JobOutcome> undisturbed =
+      RunLocalJob(*Validate(local, {.files_in_checkpoint_dir = false}), &sink);
+  std::printf("job: %s, %d steps, %zu kills, %zu joins; a step completed after %zu/%zu "
+              "shrink events and %zu/%zu join events (a kill may come first); %d steps "
+              "replayed, recoveries %d\n",
+              v1::JobState_Name(done->state()).c_str(), steps, killed_ms.size(), added_ms.size(),
+              lost_step_ms.size(), killed_ms.size(), joined_step_ms.size(), added_ms.size(),
+              replayed, done->recoveries());
+  std::printf("checksum %016llx, undisturbed (lockstep train) %016llx: %s\n",
+              static_cast<unsigned long long>(done->param_checksum()),
+              undisturbed.ok() ? static_cast<unsigned long long>(undisturbed->param_checksum) : 0,
+              undisturbed.ok() && undisturbed->param_checksum == done->param_checksum() ? "equal"
+                                                                                         : "DIFFER");
+  std::printf("shrink latency (kill -> next step done): median %.0f ms, max %.0f ms over %zu\n",
+              Median(shrink), shrink.empty() ? 0 : *std::max_element(shrink.begin(), shrink.end()),
+              shrink.size());
+  std::printf("join latency (worker started -> first step with it done): median %.0f ms, "
+              "max %.0f ms over %zu\n",
+              Median(join), join.empty() ? 0 : *std::max_element(join.begin(), join.end()),
+              join.size());
+  return 0;
+}
+
+int Throughput(int rounds, int steps, int threads) {
+  auto cluster = testing::LocalCluster::Start(2, {}, threads);
+  if (!cluster.ok()) return std::fprintf(stderr, "%s\n", cluster.status().ToString().c_str()), 1;
+  std::vector<double> rate[2];
+  for (int r = 0; r < rounds; ++r) {
+    for (int v : {4, 2}) {
+      v1::JobSpec spec = Parse(absl::StrCat(
+          "model: {kind: cnn}\noptimizer: {kind: sgd, learning_rate: 0.1, momentum: 0.9}\n"
+          "global_batch_size: 128\nworkers: 2\neval: {every_steps: 1000000, batch_size: 1000}\n",
+          "threads: ", threads, "\nreplicas: ", v, "\nsteps: ", steps, "\n"));
+      absl::StatusOr<v1::Job> job = (*cluster)->Submit(spec);
+      if (!job.ok()) return std::fprintf(stderr, "%s\n", job.status().ToString().c_str()), 1;
+      absl::StatusOr<v1::Job> done = (*cluster)->WaitFor(job->id(), absl::Minutes(20));
+      if (!done.ok() || done->state() != v1::SUCCEEDED) {
+        return std::fprintf(stderr, "job failed: %s\n",
+                            done.ok() ? done->failure_reason().c_str() : "lost"), 1;
+      }
+      rate[v == 4 ? 0 : 1].push_back(done->samples_per_sec());
+      std::printf("round %d replicas %d: %.1f samples/s\n", r, v, done->samples_per_sec());
+    }
+  }
+  const double four = Median(rate[0]), two = Median(rate[1]);
+  std::printf("CNN B=128 on 2 workers (%d threads each): replicas 4 %.1f samples/s, replicas 2 "
+              "%.1f samples/s (medians of %d): %.2fx\n",
+              threads, four, two, rounds, two > 0 ? four / two : 0);
+  return 0;
+}
+
+}  // namespace
+}  // namespace lockstep
+
+int main(int argc, char** argv) {
+  int kills = 10, rounds = 3, steps = 30, threads = 1;
+  bool verbose = false;  // --verbose 1: every state event's reason
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const int value = std::atoi(argv[i + 1]);
+    if (flag == "--kills") kills = value;
+    if (flag == "--rounds") rounds = value;
+    if (flag == "--steps") steps = value;
+    if (flag == "--threads") threads = value;
+    if (flag == "--verbose") verbose = value != 0;
+  }
+  int rc = kills > 0 ? lockstep::Latencies(kills, verbose) : 0;
+  if (rc == 0 && rounds > 0) rc = lockstep::Throughput(rounds, steps, threads);
+  return rc;
+}

@@ -1,0 +1,69 @@
+// Elastic resize (docs/elastic.md), across real processes: a `replicas: 4` job on 3
+// workers {min 1, max 3} whose worker is killed (SIGKILL) mid-job goes on at once with
+// the 2 survivors from the state they hold, replaying nothing (only the step in flight is
+// computed again); one on 2 of its most 3 grows onto a worker that registers mid-job.
+// Each says so in an event and ends with the checksum, losses and evaluations of the
+// undisturbed run (`lockstep train`'s loop, which equals any N).
+#include <algorithm>
+#include <cstdio>
+
+#include "tests/cluster/elastic_testing.h"
+
+namespace lockstep::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+bool AnyHas(const std::vector<std::string>& reasons, const std::string& what) {
+  return std::any_of(reasons.begin(), reasons.end(),
+                     [&](const std::string& r) { return r.find(what) != std::string::npos; });
+}
+
+TEST(ElasticResize, AKilledWorkerShrinksTheJobWithoutReplayAndTheBitsStayTheSame) {
+  constexpr int kSteps = 40;
+  const v1::JobSpec spec = ElasticSpec("{min: 1, max: 3}", kSteps);
+  const ElasticRun undisturbed = RunLocally(spec);
+  ASSERT_EQ(undisturbed.losses.size(), static_cast<size_t>(kSteps));
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(3));
+  ASSERT_OK_AND_ASSIGN(v1::Job job, cluster->Submit(spec));
+  ASSERT_OK(cluster->WaitForStep(job.id(), 10, absl::Minutes(5)));
+  ASSERT_OK_AND_ASSIGN(int victim, cluster->WorkerOf(job.id()));
+  const int64_t killed_ms = absl::ToUnixMillis(absl::Now());
+  cluster->KillWorker(victim);
+  const ElasticRun got = Follow(*cluster, job.id());
+  // For bench/results/elastic.md: worker lost -> next step done on the survivors.
+  RecordProperty("shrink_ms", static_cast<int>(got.next_step_ms - killed_ms));
+  std::printf("shrink latency (kill -> next step done): %lld ms\n",
+              static_cast<long long>(got.next_step_ms - killed_ms));
+
+  EXPECT_TRUE(AnyHas(got.reasons, "resized 3 -> 2 workers")) << cluster->Logs();
+  EXPECT_EQ(got.replayed, 0) << "steps replayed: the job went back to a snapshot\n"
+                             << cluster->Logs();
+  EXPECT_EQ(got.workers, 2);
+  ExpectSameRun(got, undisturbed, "killed 1 of 3 workers vs undisturbed");
+}
+
+TEST(ElasticResize, AWorkerThatRegistersMidJobJoinsItAndTheBitsStayTheSame) {
+  constexpr int kSteps = 40;
+  const v1::JobSpec spec = ElasticSpec("{min: 1, max: 3}", kSteps);
+  const ElasticRun undisturbed = RunLocally(spec);
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(2));
+  ASSERT_OK_AND_ASSIGN(v1::Job job, cluster->Submit(spec));
+  ASSERT_OK(cluster->WaitForStep(job.id(), 10, absl::Minutes(5)));
+  const int64_t added_ms = absl::ToUnixMillis(absl::Now());
+  ASSERT_OK(cluster->AddWorker().status());  // returns once it has registered
+  const ElasticRun got = Follow(*cluster, job.id());
+  RecordProperty("join_ms", static_cast<int>(got.next_step_ms - added_ms));
+  std::printf("join latency (worker started -> first step with it done): %lld ms\n",
+              static_cast<long long>(got.next_step_ms - added_ms));
+
+  EXPECT_TRUE(AnyHas(got.reasons, "resized 2 -> 3 workers")) << cluster->Logs();
+  EXPECT_EQ(got.replayed, 0);
+  EXPECT_EQ(got.workers, 3);
+  ExpectSameRun(got, undisturbed, "grown from 2 to 3 workers vs undisturbed");
+}
+
+}  // namespace
+}  // namespace lockstep::testing
