@@ -291,6 +291,39 @@ absl::Status CheckDatasetFitsModel(const Dataset& ds, Dims input, int classes) {
   return absl::OkStatus();
 }
 
+absl::Status CheckDatasetFitsModel(const Dataset& ds, const Model& model) {
+  const int positions = model.positions(), vocabulary = model.vocabulary();
+  if (vocabulary > 0 && ds.max_token < 0) {
+    return Invalid(ds.field, absl::StrCat(ds.images_from,
+                                          ": images, but the model starts with "
+                                          "an embed layer: it takes a token "
+                                          "dataset (format text or tokens)"));
+  }
+  if (vocabulary > 0 && ds.max_token >= vocabulary) {
+    return Invalid(
+        ds.field, absl::StrCat(ds.images_from, ": token ", ds.max_token, " is not in [0, ",
+                               vocabulary, "): the model's embed has num_embeddings ", vocabulary));
+  }
+  if (positions == 1) return CheckDatasetFitsModel(ds, model.input(), model.num_classes());
+  if (ds.label_row != positions) {
+    return Invalid(ds.field,
+                   absl::StrCat(ds.labels_from, ": ", ds.label_row,
+                                " targets per example, but the model predicts ", positions,
+                                " positions (its output is ", DimsString(model.Last()), ")"));
+  }
+  if (!SameShape(ds.shape, model.input())) {
+    return Invalid(ds.field, absl::StrCat(ds.images_from, ": examples are ", DimsString(ds.shape),
+                                          ", the model takes ", DimsString(model.input())));
+  }
+  const int classes = model.num_classes();
+  if (ds.size > 0 && ds.labels[ds.max_label_index] >= classes) {
+    return Invalid(ds.field, absl::StrCat(ds.labels_from, ": target ",
+                                          ds.labels[ds.max_label_index], " is not in [0, ", classes,
+                                          "): the model's last layer has ", classes, " outputs"));
+  }
+  return absl::OkStatus();
+}
+
 std::string DatasetLocation(const v1::DatasetSpec& spec) {
   if (spec.format() != "idx" && !spec.format().empty()) {
     return absl::StrCat(spec.train_path(), " and ", spec.test_path());

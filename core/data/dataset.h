@@ -84,6 +84,10 @@ absl::Status CheckDatasetSpec(v1::DatasetSpec* spec, Dims input, const DataRoots
 // images are that shape and its labels are in [0, classes). INVALID_ARGUMENT naming the
 // spec field, the file and the array otherwise.
 absl::Status CheckDatasetFitsModel(const Dataset& ds, Dims input, int classes);
+// The same for `model`, and besides: a model whose first layer is an embed takes token
+// datasets only, with tokens in [0, num_embeddings); a model giving one prediction per
+// position (Model::positions() > 1) needs as many targets per example (label_row).
+absl::Status CheckDatasetFitsModel(const Dataset& ds, const Model& model);
 
 // How a spec's dataset is named in messages: its IDX folder, or its two .npz files.
 std::string DatasetLocation(const v1::DatasetSpec& spec);
