@@ -1,5 +1,6 @@
 #include "core/backend.h"
 
+#include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 
 namespace lockstep {
@@ -61,6 +62,38 @@ void Buffer::Reset() {
   data_ = nullptr;
   bytes_ = 0;
   free_ = nullptr;
+}
+
+namespace {
+
+absl::Status NoSequenceLayers(const Backend& b, const char* kernel) {
+  return absl::UnimplementedError(
+      absl::StrCat(b.Name(), ": ", kernel, ": sequence layers run on the CPU backend only"));
+}
+
+}  // namespace
+
+absl::Status Backend::Embed(int, int, const float*, const float*, float*) {
+  return NoSequenceLayers(*this, "Embed");
+}
+absl::Status Backend::EmbedBackward(int, int, int, const float*, const float*, float*) {
+  return NoSequenceLayers(*this, "EmbedBackward");
+}
+absl::Status Backend::AddRows(int, int, const float*, const float*, float*) {
+  return NoSequenceLayers(*this, "AddRows");
+}
+absl::Status Backend::GemmStrided(bool, bool, int, int, int, float, const float*, int, int64_t,
+                                  const float*, int, int64_t, float, float*, int, int64_t, int) {
+  return NoSequenceLayers(*this, "GemmStrided");
+}
+absl::Status Backend::AttentionSoftmax(int, int, bool, float*) {
+  return NoSequenceLayers(*this, "AttentionSoftmax");
+}
+absl::Status Backend::SoftmaxBackward(int, int, const float*, float*) {
+  return NoSequenceLayers(*this, "SoftmaxBackward");
+}
+absl::Status Backend::MaskedScale(int, int, const uint8_t*, float, const float*, float*) {
+  return NoSequenceLayers(*this, "MaskedScale");
 }
 
 }  // namespace lockstep

@@ -265,6 +265,36 @@ class Backend {
   // branches); y may be a or b.
   virtual absl::Status Add(size_t n, const float* a, const float* b, float* y) = 0;
 
+  // Sequence layers (nn.Embed, a position embedding, nn.MultiHeadDotProductAttention).
+  // The defaults return UNIMPLEMENTED naming the backend: only the CPU backend has them.
+  //
+  // out (n, features) = table rows ids[0..n) (float32 token ids, exact integers in
+  // [0, num_embeddings) the caller has checked).
+  virtual absl::Status Embed(int n, int features, const float* ids, const float* table, float* out);
+  // dtable (num_embeddings, features), overwritten: zeros, then each dy row added to the
+  // row of its id, in row order.
+  virtual absl::Status EmbedBackward(int n, int features, int num_embeddings, const float* ids,
+                                     const float* dy, float* dtable);
+  // y (rows, cols) = x + bias (cols) broadcast over rows (y may be x).
+  virtual absl::Status AddRows(int rows, int cols, const float* x, const float* bias, float* y);
+  // `count` products c_i = alpha * op(a_i) * op(b_i) + beta * c_i, row-major with leading
+  // dimensions lda, ldb, ldc, where a_i = a + i * stride_a and likewise b_i, c_i.
+  virtual absl::Status GemmStrided(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                                   const float* a, int lda, int64_t stride_a, const float* b,
+                                   int ldb, int64_t stride_b, float beta, float* c, int ldc,
+                                   int64_t stride_c, int count);
+  // jax.nn.softmax over each row of s (rows, t) in place, rows being query positions
+  // r % t; with `causal`, entries past the query position are first set to float32's
+  // lowest (jnp.where(mask, s, finfo.min)), so they come out 0.
+  virtual absl::Status AttentionSoftmax(int rows, int t, bool causal, float* s);
+  // dp = p * (dp - sum(dp * p)) per row of (rows, cols), in place: the gradient through
+  // the softmax that gave p.
+  virtual absl::Status SoftmaxBackward(int rows, int cols, const float* p, float* dp);
+  // Flax's broadcast attention dropout: y (rows, cols) = x * (mask[c] / keep), one 0/1
+  // mask of `cols` shared by every row (y may be x).
+  virtual absl::Status MaskedScale(int rows, int cols, const uint8_t* mask, float keep,
+                                   const float* x, float* y);
+
   // x /= d elementwise (pmean's division after the all-reduce sum).
   virtual absl::Status Divide(size_t n, float d, float* x) = 0;
 

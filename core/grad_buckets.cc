@@ -17,6 +17,11 @@ std::vector<GradBucket> PlanGradBuckets(const Model& model, size_t bucket_bytes)
     for (int index : {layers[i].kernel, layers[i].bias, layers[i].scale}) {
       if (index >= 0) owner[index] = static_cast<int>(i);
     }
+    for (int j = 0; j < 4; ++j) {  // an attention layer's query, key, value and out
+      for (int index : {layers[i].kernels[j], layers[i].biases[j]}) {
+        if (index >= 0) owner[index] = static_cast<int>(i);
+      }
+    }
   }
   std::vector<size_t> by_offset(entries.size());  // tensors, highest offset first
   for (size_t e = 0; e < entries.size(); ++e) by_offset[e] = e;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "core/rng/flax_rng.h"
@@ -12,6 +13,7 @@ namespace lockstep {
 constexpr int kClasses = 10;
 
 std::string DimsString(const Dims& d) {
+  if (d.seq) return absl::StrCat("[", d.w, ", ", d.c, "]");
   return d.flat ? absl::StrCat("[", d.c, "]") : absl::StrCat("[", d.h, ", ", d.w, ", ", d.c, "]");
 }
 
@@ -125,8 +127,11 @@ void Model::Conv(int features, std::array<int, 2> kernel_size, std::array<int, 2
 }
 
 void Model::Dense(int features, bool use_bias, const std::string& name) {
-  Layer l{LayerKind::kDense, ModuleName("Dense", name), Last(), {1, 1, features, true}};
-  l.kernel = layout_.Add(l.name + "/kernel", {l.in.size(), features});
+  // On a sequence, Flax's Dense acts on the last axis, position by position.
+  const Dims in = Last();
+  const Dims out = in.seq ? Dims{1, in.w, features, false, true} : Dims{1, 1, features, true};
+  Layer l{LayerKind::kDense, ModuleName("Dense", name), in, out};
+  l.kernel = layout_.Add(l.name + "/kernel", {in.seq ? in.c : in.size(), features});
   if (use_bias) l.bias = layout_.Add(l.name + "/bias", {features});
   Append(l);
 }
@@ -184,6 +189,51 @@ void Model::Dropout(double rate, const std::string& name) {
   Append(l);
 }
 
+void Model::Embed(int num_embeddings, int features, const std::string& name) {
+  const Dims in = Last();
+  Layer l{LayerKind::kEmbed, ModuleName("Embed", name), in, {1, in.c, features, false, true}};
+  l.kernel = layout_.Add(l.name + "/embedding", {num_embeddings, features});
+  Append(l);
+}
+
+void Model::PositionEmbed(int max_len, const std::string& name) {
+  Layer l{LayerKind::kPositionEmbed, ModuleName("Embed", name), Last(), Last()};
+  l.kernel = layout_.Add(l.name + "/embedding", {max_len, l.in.c});
+  Append(l);
+}
+
+void Model::Attention(int num_heads, int qkv_features, int out_features, double dropout_rate,
+                      bool causal, bool use_bias, const std::string& name) {
+  const Dims in = Last();
+  if (qkv_features == 0) qkv_features = in.c;
+  if (out_features == 0) out_features = in.c;
+  Layer l{LayerKind::kAttention,
+          ModuleName("MultiHeadDotProductAttention", name),
+          in,
+          {1, in.w, out_features, false, true}};
+  l.heads = num_heads;
+  l.head_dim = qkv_features / num_heads;
+  l.causal = causal;
+  l.keep = static_cast<float>(1.0 - dropout_rate);
+  const int64_t h = num_heads, d = l.head_dim;
+  const char* names[] = {"query", "key", "value"};
+  for (int j = 0; j < 3; ++j) {  // DenseGeneral(features=(heads, head_dim)), then out
+    const std::string p = absl::StrCat(l.name, "/", names[j]);
+    l.kernels[j] = layout_.Add(p + "/kernel", {in.c, h, d});
+    if (use_bias) l.biases[j] = layout_.Add(p + "/bias", {h, d});
+  }
+  l.kernels[3] = layout_.Add(l.name + "/out/kernel", {h, d, out_features});
+  if (use_bias) l.biases[3] = layout_.Add(l.name + "/out/bias", {out_features});
+  l.kernel = l.kernels[0];
+  l.bias = l.biases[0];
+  Append(l);
+}
+
+int Model::vocabulary() const {
+  if (layers_.empty() || layers_[0].kind != LayerKind::kEmbed) return 0;
+  return static_cast<int>(layout_.entries()[layers_[0].kernel].shape[0]);
+}
+
 double Model::ForwardFlopsPerSample() const {
   double flops = 0;
   for (const Layer& l : layers_) {
@@ -194,6 +244,15 @@ double Model::ForwardFlopsPerSample() const {
         break;
       case LayerKind::kDense:
         flops += 2.0 * static_cast<double>(l.in.size()) * l.out.c;
+        break;
+      case LayerKind::kAttention: {
+        const double t = l.in.w, hd = double{1} * l.heads * l.head_dim;
+        flops += 2.0 * t * hd * (3.0 * l.in.c + l.out.c) + 4.0 * t * t * hd + 5.0 * l.heads * t * t;
+        break;
+      }
+      case LayerKind::kEmbed:
+      case LayerKind::kPositionEmbed:
+        flops += out;
         break;
       case LayerKind::kAvgPool:
       case LayerKind::kMaxPool:
@@ -218,24 +277,52 @@ double Model::ForwardFlopsPerSample() const {
   return flops;
 }
 
+namespace {
+
+// variance_scaling(1, fan_in, truncated_normal) (lecun_normal) into `out`, in float32 as JAX.
+void LecunNormal(rng::Key key, rng::Impl impl, int64_t fan_in, std::span<float> out) {
+  const float variance = static_cast<float>(1.0 / static_cast<double>(fan_in));
+  const float stddev = std::sqrt(variance) / 0.87962566103423978f;
+  rng::TruncatedNormal(key, impl, -2.0f, 2.0f, out);
+  for (float& v : out) v *= stddev;
+}
+
+}  // namespace
+
 std::vector<float> Model::Init(rng::Key init_key, rng::Impl impl) const {
   std::vector<float> params(layout_.total(), 0.0f);
+  auto span = [&](int index) {
+    const ParamEntry& e = layout_.entries()[index];
+    return std::span<float>(params.data() + e.offset, e.size);
+  };
   for (const Layer& l : layers_) {
-    if (l.scale >= 0) {  // ones
-      const ParamEntry& s = layout_.entries()[l.scale];
-      std::fill_n(params.begin() + s.offset, s.size, 1.0f);
-    }
-    if (l.kernel < 0) continue;
-    const ParamEntry& k = layout_.entries()[l.kernel];
-    // lecun_normal: variance_scaling(1, fan_in, truncated_normal), in float32 as JAX.
-    int64_t fan_in = 1;
-    for (size_t d = 0; d + 1 < k.shape.size(); ++d) fan_in *= k.shape[d];
-    const float variance = static_cast<float>(1.0 / static_cast<double>(fan_in));
-    const float stddev = std::sqrt(variance) / 0.87962566103423978f;
+    if (l.scale >= 0) std::ranges::fill(span(l.scale), 1.0f);  // ones
     // make_rng('params') count 1 is the kernel's; the bias's count 2 is drawn but unused.
-    std::span<float> out(params.data() + k.offset, k.size);
-    rng::TruncatedNormal(rng::FlaxMakeRng(init_key, l.RngPath(), 1), impl, -2.0f, 2.0f, out);
-    for (float& v : out) v *= stddev;
+    if (l.kind == LayerKind::kEmbed || l.kind == LayerKind::kPositionEmbed) {
+      // variance_scaling(1, fan_in, normal, out_axis=0) on (num_embeddings, features):
+      // fan_in = features; normal * sqrt(variance).
+      std::span<float> out = span(l.kernel);
+      const float variance = static_cast<float>(1.0 / static_cast<double>(l.out.c));
+      const float stddev = std::sqrt(variance);
+      rng::Normal(rng::FlaxMakeRng(init_key, l.RngPath(), 1), impl, out);
+      for (float& v : out) v *= stddev;
+    } else if (l.kind == LayerKind::kAttention) {
+      // DenseGeneral initializes its kernel flattened to (inputs, outputs): fan_in is F for
+      // query, key and value, heads * head_dim for out. A submodule's scope path hashes as
+      // the names concatenated (FlaxScopeHash of "MultiHeadDotProductAttention_0query", or
+      // "DecoderBlock_0MultiHeadDotProductAttention_0query" in a block).
+      const char* names[] = {"query", "key", "value", "out"};
+      for (int j = 0; j < 4; ++j) {
+        const int64_t fan_in = j < 3 ? l.in.c : int64_t{l.heads} * l.head_dim;
+        LecunNormal(rng::FlaxMakeRng(init_key, l.RngPath() + names[j], 1), impl, fan_in,
+                    span(l.kernels[j]));
+      }
+    } else if (l.kernel >= 0) {
+      const ParamEntry& k = layout_.entries()[l.kernel];
+      int64_t fan_in = 1;
+      for (size_t d = 0; d + 1 < k.shape.size(); ++d) fan_in *= k.shape[d];
+      LecunNormal(rng::FlaxMakeRng(init_key, l.RngPath(), 1), impl, fan_in, span(l.kernel));
+    }
   }
   return params;
 }

@@ -34,21 +34,29 @@ enum class LayerKind {
   kLayerNorm,
   kActivation,  // gelu, tanh, sigmoid, silu (Layer::activation)
   kBatchNorm,
-  kAdd,  // a residual connection's sum: out(src) + out(residual)
+  kAdd,            // a residual connection's sum: out(src) + out(residual)
+  kEmbed,          // nn.Embed on token ids: flat [T] -> sequence [T, features]
+  kPositionEmbed,  // x + nn.Embed(max_len, F)(arange(T)): a learned position embedding
+  kAttention,      // nn.MultiHeadDotProductAttention, self-attention on a sequence
 };
 
 // lax's padding modes for convolutions and pools.
 enum class Padding { kSame, kValid };
 
 // Per-sample activation shape, NHWC without N. Flat activations (after flatten or dense)
-// are {1, 1, F, flat = true}: Flax's rank-2 (batch, F) arrays.
+// are {1, 1, F, flat = true}: Flax's rank-2 (batch, F) arrays. Sequences (after embed)
+// are {1, T, F, seq = true}: Flax's rank-3 (batch, T, F) arrays, whose last axis dense,
+// layer_norm and attention act on, position by position.
 struct Dims {
   int h = 1, w = 1, c = 1;
   bool flat = false;
+  bool seq = false;
   int64_t size() const { return int64_t{h} * w * c; }
+  // Rows of the last axis per sample: T for a sequence, 1 when flat, h * w for an image.
+  int rows() const { return h * w; }
 };
 
-// "[28, 28, 1]", or "[784]" when flat.
+// "[28, 28, 1]", "[784]" when flat, "[T, F]" for a sequence.
 std::string DimsString(const Dims& d);
 
 // Where a conv kernel or pool window (kh x kw) sits over its input: strides and lax's
@@ -83,6 +91,11 @@ struct Layer {
   int scale = -1;   // the norms' scales (-1 without use_scale)
   int mean = -1;    // batch_norm: indices into stats_layout() of its running mean and var
   int var = -1;
+  // attention: heads, their depth and the mask; the params of its query, key, value and
+  // out submodules, in that order (kernel = kernels[0], bias = biases[0]).
+  int heads = 0, head_dim = 0;
+  bool causal = false;
+  std::array<int, 4> kernels = {-1, -1, -1, -1}, biases = {-1, -1, -1, -1};
 
   bool has_params() const { return kernel >= 0 || bias >= 0 || scale >= 0; }
   // The bytes Flax hashes for make_rng in this module's scope: the path's names
@@ -126,6 +139,16 @@ class Model {
                Padding padding = Padding::kValid);
   void Flatten();
   void Dropout(double rate, const std::string& name = "");  // nn.Dropout(rate), rate in [0, 1)
+  // nn.Embed(num_embeddings, features) on a flat input of T token ids: a sequence [T,
+  // features]. Param Embed_N/embedding (num_embeddings, features).
+  void Embed(int num_embeddings, int features, const std::string& name = "");
+  // x + nn.Embed(max_len, F)(jnp.arange(T)) on a sequence [T, F], max_len >= T: Embed_N.
+  void PositionEmbed(int max_len, const std::string& name = "");
+  // nn.MultiHeadDotProductAttention(num_heads, qkv_features, out_features, dropout_rate,
+  // use_bias)(x, mask=causal ? nn.make_causal_mask(...) : None) on a sequence [T, F]:
+  // [T, out_features]. qkv_features % num_heads == 0; 0 features mean F.
+  void Attention(int num_heads, int qkv_features = 0, int out_features = 0, double dropout_rate = 0,
+                 bool causal = false, bool use_bias = true, const std::string& name = "");
 
   // Nested modules: the layers added between BeginModule and its EndModule belong to a
   // module of class `cls` (`name`, or <cls>_<N> in the enclosing scope), so that their
@@ -156,13 +179,19 @@ class Model {
   // The head's output (the input when empty).
   Dims Last() const { return OutputOf(head_); }
   int num_classes() const { return layers_.back().out.c; }
+  // Predictions per example: the positions of a sequence output (one target each, the
+  // token-level loss), else 1.
+  int positions() const { return Last().seq ? Last().w : 1; }
+  // The vocabulary a first embed layer takes (its num_embeddings), or 0 without one.
+  int vocabulary() const;
   // Arithmetic of one sample's forward pass: multiply-adds x2 for conv and dense, about
   // one op per element and window read for the others (for benchmarks' floors).
   double ForwardFlopsPerSample() const;
 
   // model.init(init_key, ones[1, *input])['params'] flattened into layout() order:
-  // lecun_normal kernels (truncated normal), zero biases, LayerNorm scales of one,
-  // Flax's per-module keys.
+  // lecun_normal kernels (truncated normal; DenseGeneral's fan_in over its input axes),
+  // zero biases, LayerNorm scales of one, embeddings variance_scaling(1, fan_in, normal,
+  // out_axis=0), Flax's per-module keys.
   std::vector<float> Init(rng::Key init_key, rng::Impl impl) const;
   // model.init(...)['batch_stats'] in stats_layout() order: zero means, unit variances.
   std::vector<float> InitStats() const;

@@ -93,10 +93,11 @@ absl::Status CheckFeatures(const std::string& field, uint32_t features) {
 // A conv kernel or pool window over `in`: an image, large enough for VALID padding.
 absl::Status CheckWindow(const std::string& layer, const char* size_field, Dims in,
                          std::array<int, 2> size, Padding padding) {
-  if (in.flat) {
-    return Invalid(layer, absl::StrCat("the input ", DimsString(in),
-                                       " is flat (after flatten or dense); this layer needs an "
-                                       "image [h, w, c]"));
+  if (in.flat || in.seq) {
+    return Invalid(
+        layer, absl::StrCat("the input ", DimsString(in),
+                            in.seq ? " is a sequence [T, F]" : " is flat (after flatten or dense)",
+                            "; this layer needs an image [h, w, c]"));
   }
   if (padding == Padding::kValid && (size[0] > in.h || size[1] > in.w)) {
     return Invalid(absl::StrCat(layer, ".", size_field),
@@ -160,7 +161,7 @@ absl::Status AddConv(Model& m, const std::string& at, const v1::ConvSpec& s) {
 
 absl::Status AddDense(Model& m, const std::string& at, const v1::DenseSpec& s) {
   RETURN_IF_ERROR(CheckFeatures(at + ".dense.features", s.features()));
-  if (!m.Last().flat) {
+  if (!m.Last().flat && !m.Last().seq) {
     return Invalid(at + ".dense", absl::StrCat("the input ", DimsString(m.Last()),
                                                " is not flat; add `- flatten: {}` before it "
                                                "(Flax's Dense would act on the last axis alone)"));
@@ -187,6 +188,68 @@ absl::Status AddDropout(Model& m, const std::string& at, const v1::DropoutSpec& 
   }
   RETURN_IF_ERROR(CheckName(m, at + ".dropout", "Dropout", s.name()));
   m.Dropout(s.rate(), s.name());
+  return absl::OkStatus();
+}
+
+absl::Status AddEmbed(Model& m, const std::string& at, const v1::EmbedSpec& s) {
+  const std::string f = at + ".embed";
+  if (!m.layers().empty() || !m.input().flat) {
+    return Invalid(f, absl::StrCat("takes token ids: it must be the first layer, on "
+                                   "model.input_shape [T] (the input is ",
+                                   DimsString(m.Last()), ")"));
+  }
+  if (s.num_embeddings() == 0 || s.num_embeddings() > (1u << 24)) {
+    return Invalid(f + ".num_embeddings",
+                   absl::StrCat(s.num_embeddings(), " is not in [1, 16777216]"));
+  }
+  RETURN_IF_ERROR(CheckFeatures(f + ".features", s.features()));
+  RETURN_IF_ERROR(CheckName(m, f, "Embed", s.name()));
+  m.Embed(static_cast<int>(s.num_embeddings()), static_cast<int>(s.features()), s.name());
+  return absl::OkStatus();
+}
+
+absl::Status NeedSequence(const std::string& field, Dims in) {
+  if (in.seq) return absl::OkStatus();
+  return Invalid(field, absl::StrCat("the input ", DimsString(in),
+                                     " is not a sequence [T, F] (start with an embed layer)"));
+}
+
+absl::Status AddPositionEmbed(Model& m, const std::string& at, const v1::PositionEmbedSpec& s) {
+  const std::string f = at + ".position_embed";
+  RETURN_IF_ERROR(NeedSequence(f, m.Last()));
+  const int t = m.Last().w;
+  const uint32_t max_len = s.max_len() == 0 ? static_cast<uint32_t>(t) : s.max_len();
+  if (max_len < static_cast<uint32_t>(t) || max_len > kMaxFeatures) {
+    return Invalid(f + ".max_len", absl::StrCat(max_len, " is not in [T, 1048576] for the input ",
+                                                DimsString(m.Last())));
+  }
+  RETURN_IF_ERROR(CheckName(m, f, "Embed", s.name()));
+  m.PositionEmbed(static_cast<int>(max_len), s.name());
+  return absl::OkStatus();
+}
+
+absl::Status AddAttention(Model& m, const std::string& at, const v1::MultiHeadAttentionSpec& s) {
+  const std::string f = at + ".multi_head_attention";
+  const Dims in = m.Last();
+  RETURN_IF_ERROR(NeedSequence(f, in));
+  const uint32_t qkv = s.qkv_features() == 0 ? static_cast<uint32_t>(in.c) : s.qkv_features();
+  const uint32_t out = s.out_features() == 0 ? static_cast<uint32_t>(in.c) : s.out_features();
+  RETURN_IF_ERROR(CheckFeatures(f + ".qkv_features", qkv));
+  RETURN_IF_ERROR(CheckFeatures(f + ".out_features", out));
+  if (s.num_heads() == 0 || qkv % s.num_heads() != 0) {
+    return Invalid(f + ".num_heads", absl::StrCat(s.num_heads(), " does not divide qkv_features ",
+                                                  qkv, " (heads of equal depth)"));
+  }
+  if (!(s.dropout_rate() >= 0.0 && s.dropout_rate() < 1.0)) {
+    return Invalid(f + ".dropout_rate", absl::StrCat(s.dropout_rate(), " is not in [0, 1)"));
+  }
+  if (int64_t{s.num_heads()} * in.w * in.w > kMaxElements) {
+    return Invalid(f, absl::StrCat("the attention weights of ", s.num_heads(), " heads over ", in.w,
+                                   " positions are too large"));
+  }
+  RETURN_IF_ERROR(CheckName(m, f, "MultiHeadDotProductAttention", s.name()));
+  m.Attention(static_cast<int>(s.num_heads()), static_cast<int>(qkv), static_cast<int>(out),
+              s.dropout_rate(), s.causal(), !s.has_use_bias() || s.use_bias(), s.name());
   return absl::OkStatus();
 }
 
@@ -242,6 +305,12 @@ absl::Status AddOne(Model& m, const std::string& at, const v1::LayerSpec& spec, 
       return absl::OkStatus();
     case v1::LayerSpec::kDropout:
       return AddDropout(m, at, spec.dropout());
+    case v1::LayerSpec::kEmbed:
+      return AddEmbed(m, at, spec.embed());
+    case v1::LayerSpec::kPositionEmbed:
+      return AddPositionEmbed(m, at, spec.position_embed());
+    case v1::LayerSpec::kMultiHeadAttention:
+      return AddAttention(m, at, spec.multi_head_attention());
     case v1::LayerSpec::LAYER_NOT_SET:
       break;
   }
@@ -273,9 +342,16 @@ namespace {
 absl::StatusOr<Dims> InputShape(const v1::ModelSpec& spec) {
   if (spec.input_shape().empty()) return Dims{28, 28, 1};
   const auto& s = spec.input_shape();
+  if (s.size() == 1) {  // token ids [T] (or any flat input)
+    if (s[0] == 0 || s[0] > kMaxFeatures) {
+      return Invalid("model.input_shape",
+                     absl::StrCat(List(s), ": the value must be in [1, ", kMaxFeatures, "]"));
+    }
+    return Dims{1, 1, static_cast<int>(s[0]), true};
+  }
   if (s.size() != 3) {
     return Invalid("model.input_shape",
-                   absl::StrCat(List(s), " has ", s.size(), " values; expected [H, W, C]"));
+                   absl::StrCat(List(s), " has ", s.size(), " values; expected [H, W, C] or [T]"));
   }
   for (uint32_t x : s) {
     if (x == 0 || x > kMaxDim) {
@@ -374,11 +450,12 @@ absl::StatusOr<Model> Build(const v1::ModelSpec& spec, Dims input) {
   }
   const bool params = m.layout().total() > 0;
   const Dims out = m.Last();
-  if (!out.flat || out.c < 2) {
+  if (!(out.flat || out.seq) || out.c < 2) {
     return Invalid("model.layers",
                    absl::StrCat("the output is ", DimsString(out),
-                                "; the last layer must give flat logits [classes] with at least 2 "
-                                "classes (end with flatten or dense)"));
+                                "; the last layer must give flat logits [classes] or per-position "
+                                "logits [T, classes] with at least 2 classes (end with flatten or "
+                                "dense)"));
   }
   if (!params) return Invalid("model.layers", "no layer has parameters to train");
   return m;

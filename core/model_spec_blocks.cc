@@ -180,7 +180,7 @@ absl::Status AddBlockLayers(Model& m, const std::string& block, const v1::BlockS
 }
 
 bool SameShape(Dims a, Dims b) {
-  return a.h == b.h && a.w == b.w && a.c == b.c && a.flat == b.flat;
+  return a.h == b.h && a.w == b.w && a.c == b.c && a.flat == b.flat && a.seq == b.seq;
 }
 
 }  // namespace

@@ -13,6 +13,9 @@
 
 namespace lockstep {
 
+using step_internal::DenseInputs;
+using step_internal::DenseRows;
+using step_internal::DrawsDropoutKey;
 using step_internal::Geometry;
 using step_internal::GradInPlace;
 using step_internal::IsActiveDropout;
@@ -44,7 +47,7 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(
   const size_t bytes = e->model_.layout().total() * sizeof(float);
   int keys = 0;
   for (const Layer& l : e->model_.layers()) {
-    e->dropout_slot_.push_back(IsActiveDropout(l, true) ? keys++ : -1);
+    e->dropout_slot_.push_back(DrawsDropoutKey(l, true) ? keys++ : -1);
   }
   ASSIGN_OR_RETURN(e->step_args_,
                    backend->Allocate(sizeof(UpdateScalars) + keys * sizeof(rng::Key)));
@@ -68,6 +71,7 @@ absl::StatusOr<DeviceDataset> UploadDataset(Backend& backend, const Dataset& dat
   DeviceDataset d;
   d.size = dataset.size;
   d.row = dataset.row;
+  d.label_row = dataset.label_row;
   ASSIGN_OR_RETURN(d.images,
                    backend.Upload(dataset.images.data(), dataset.images.size() * sizeof(float)));
   ASSIGN_OR_RETURN(d.labels,
@@ -112,6 +116,11 @@ absl::Status StepExecutor::Forward(Workspace& ws, const DeviceDataset& data, int
 absl::Status StepExecutor::GatherBatch(Workspace& ws, const DeviceDataset& data, int b) {
   RETURN_IF_ERROR(
       backend_->GatherRows(data.row, b, ws.idx.as<int32_t>(), data.images.as(), ws.input.as()));
+  if (data.label_row != 1) {
+    // Rows of int32 targets: GatherRows copies 4-byte words as they are.
+    return backend_->GatherRows(data.label_row, b, ws.idx.as<int32_t>(), data.labels.as<float>(),
+                                ws.labels.as<float>());
+  }
   return backend_->GatherLabels(b, ws.idx.as<int32_t>(), data.labels.as<int32_t>(),
                                 ws.labels.as<int32_t>());
 }
@@ -128,11 +137,20 @@ absl::Status StepExecutor::ForwardLayer(Workspace& ws, size_t i, int b, bool tra
     case LayerKind::kConv:
       return backend_->ConvForward(Geometry(l, b), x, param(l.kernel), param(l.bias), y,
                                    ws.scratch[i]);
-    case LayerKind::kDense:
-      RETURN_IF_ERROR(backend_->Gemm(false, false, b, l.out.c, static_cast<int>(l.in.size()), 1.0f,
-                                     x, param(l.kernel), 0.0f, y));
-      if (l.bias >= 0) RETURN_IF_ERROR(backend_->BiasAdd(b, l.out.c, param(l.bias), y));
+    case LayerKind::kDense: {
+      const int rows = b * DenseRows(l);
+      RETURN_IF_ERROR(backend_->Gemm(false, false, rows, l.out.c, DenseInputs(l), 1.0f, x,
+                                     param(l.kernel), 0.0f, y));
+      if (l.bias >= 0) RETURN_IF_ERROR(backend_->BiasAdd(rows, l.out.c, param(l.bias), y));
       return absl::OkStatus();
+    }
+    case LayerKind::kEmbed:
+      return backend_->Embed(b * l.out.w, l.out.c, x, param(l.kernel), y);
+    case LayerKind::kPositionEmbed:
+      return backend_->AddRows(b, static_cast<int>(l.out.size()), x, param(l.kernel), y);
+    case LayerKind::kAttention:
+      return AttentionForward(ws, i, b, train, x,
+                              dropout_slot_[i] >= 0 && train ? keys + dropout_slot_[i] : nullptr);
     case LayerKind::kRelu:  // in place unless its input is a residual's too
       if (y != x) RETURN_IF_ERROR(backend_->Copy(b * l.out.size(), x, y));
       return backend_->Relu(b * l.out.size(), y);
@@ -164,12 +182,14 @@ absl::Status StepExecutor::ForwardLayer(Workspace& ws, size_t i, int b, bool tra
 }
 
 absl::Status StepExecutor::Loss(Workspace& ws, int b) {
-  return backend_->SoftmaxCrossEntropy(b, model_.num_classes(), ws.out.back(),
+  // A sequence model's loss is the mean over every position of every example.
+  return backend_->SoftmaxCrossEntropy(b * model_.positions(), model_.num_classes(), ws.out.back(),
                                        ws.labels.as<int32_t>(), ws.loss.as(), ws.dlogits.as(),
                                        ws.correct.as());
 }
 
-absl::StatusOr<StepMetrics> StepExecutor::Finish(Workspace& ws, int b) {
+absl::StatusOr<StepMetrics> StepExecutor::Finish(Workspace& ws, int examples) {
+  const int b = examples * model_.positions();  // predictions
   RETURN_IF_ERROR(backend_->CopyToHost(ws.host_loss.data(), ws.loss.as(), b * sizeof(float)));
   RETURN_IF_ERROR(backend_->CopyToHost(ws.host_correct.data(), ws.correct.as(), b * sizeof(float)));
   RETURN_IF_ERROR(backend_->Synchronize());
@@ -240,17 +260,30 @@ absl::Status StepExecutor::BackwardLayer(Workspace& ws, int i, int b, float* gra
       break;
     }
     case LayerKind::kDense: {
-      const int in = static_cast<int>(l.in.size());
+      const int in = DenseInputs(l), rows = b * DenseRows(l);
       RETURN_IF_ERROR(
-          backend_->Gemm(true, false, in, l.out.c, b, 1.0f, x, dy, 0.0f, grad(l.kernel)));
-      if (l.bias >= 0) RETURN_IF_ERROR(backend_->BiasGrad(b, l.out.c, dy, grad(l.bias)));
+          backend_->Gemm(true, false, in, l.out.c, rows, 1.0f, x, dy, 0.0f, grad(l.kernel)));
+      if (l.bias >= 0) RETURN_IF_ERROR(backend_->BiasGrad(rows, l.out.c, dy, grad(l.bias)));
       if (grads_ready) grads_ready(i);
       if (dx != nullptr) {
         RETURN_IF_ERROR(
-            backend_->Gemm(false, true, b, in, l.out.c, 1.0f, dy, param(l.kernel), 0.0f, dx));
+            backend_->Gemm(false, true, rows, in, l.out.c, 1.0f, dy, param(l.kernel), 0.0f, dx));
       }
       break;
     }
+    case LayerKind::kEmbed: {
+      const int num_embeddings = static_cast<int>(entries[l.kernel].shape[0]);
+      RETURN_IF_ERROR(
+          backend_->EmbedBackward(b * l.out.w, l.out.c, num_embeddings, x, dy, grad(l.kernel)));
+      break;
+    }
+    case LayerKind::kPositionEmbed:
+      // The table's rows past T (max_len > T) keep their zero gradient; dx is dy.
+      RETURN_IF_ERROR(backend_->BiasGrad(b, static_cast<int>(l.out.size()), dy, grad(l.kernel)));
+      break;
+    case LayerKind::kAttention:
+      RETURN_IF_ERROR(AttentionBackward(ws, i, b, x, dy, grads, dx));
+      break;
     case LayerKind::kRelu:
       RETURN_IF_ERROR(backend_->ReluBackward(b * l.out.size(), ws.out[i], dy));
       break;
@@ -415,8 +448,11 @@ absl::StatusOr<std::vector<std::vector<uint8_t>>> StepExecutor::DropoutMasks() {
   if (!train_ws_) return masks;
   for (size_t i = 0; i < model_.layers().size(); ++i) {
     const Layer& l = model_.layers()[i];
-    if (!IsActiveDropout(l, true)) continue;
-    masks.emplace_back(static_cast<size_t>(local_batch_) * l.out.size());
+    if (!DrawsDropoutKey(l, true)) continue;
+    // An attention layer's mask is one [T, T] for the whole batch (broadcast_dropout).
+    masks.emplace_back(l.kind == LayerKind::kAttention
+                           ? static_cast<size_t>(l.in.w) * l.in.w
+                           : static_cast<size_t>(local_batch_) * l.out.size());
     RETURN_IF_ERROR(
         backend_->CopyToHost(masks.back().data(), train_ws_->mask[i], masks.back().size()));
   }

@@ -42,6 +42,7 @@ namespace lockstep {
 struct DeviceDataset {
   int64_t size = 0;
   int64_t row = 0;
+  int64_t label_row = 1;  // labels per example (a token dataset's context)
   Buffer images, labels;
 };
 
@@ -55,8 +56,10 @@ absl::StatusOr<DeviceDataset> UploadDataset(Backend& backend, const Dataset& dat
 uint64_t WorkspaceBytes(const Model& model, int batch, bool train);
 
 struct StepMetrics {
-  float loss = 0;      // mean over the local batch
-  float accuracy = 0;  // fraction of the local batch classified correctly
+  // Over the local batch's predictions: its examples, or every position of every example
+  // for a sequence model (the token-level loss and accuracy).
+  float loss = 0;      // mean
+  float accuracy = 0;  // fraction predicted correctly
   // StepReplicas: each local logical replica's loss and accuracy (over its B/V rows), in
   // replica order; loss and accuracy above are then their float sums divided by the count.
   std::vector<float> replica_loss, replica_accuracy;
@@ -139,7 +142,8 @@ class StepExecutor {
                                                std::span<const int32_t> indices,
                                                rng::Key dropout_key);
   absl::StatusOr<std::vector<float>> Gradients();
-  // One 0/1 array per Dropout layer with rate > 0, from the last step.
+  // One 0/1 array per Dropout layer with rate > 0 and per attention layer with a
+  // dropout_rate > 0 (its [T, T] mask), in layer order, from the last step.
   absl::StatusOr<std::vector<std::vector<uint8_t>>> DropoutMasks();
 
   // The audit's taps (docs/audit.md), run on each range of the local gradients just
@@ -231,6 +235,13 @@ class StepExecutor {
                                 float* bn);
   absl::Status BatchNormBackward(const Layer& l, int rows, const float* x, const float* dy,
                                  float* dx, float* bn);
+  // Attention layer `i` at batch b (step_attention.cc): its workspace ws.scratch[i] keeps
+  // what backward needs; `key` its 'dropout' key (train with dropout only). Backward
+  // writes its parameter gradients into `grads`, dx unless null.
+  absl::Status AttentionForward(Workspace& ws, size_t i, int b, bool train, const float* x,
+                                const rng::Key* key);
+  absl::Status AttentionBackward(Workspace& ws, size_t i, int b, const float* x, const float* dy,
+                                 float* grads, float* dx);
   // The running averages from the last forward pass's statistics (`bn`: per layer, its
   // BatchNorm workspace), for every BatchNorm.
   absl::Status UpdateBatchStats(const std::vector<float*>& bn);
@@ -263,7 +274,7 @@ class StepExecutor {
   // Per-step arguments in backend memory: UpdateScalars, then one key per Dropout layer.
   Buffer step_args_;
   Buffer update_scratch_;          // Optimizer::ScratchBytes (clipping's partial sums), if any
-  std::vector<int> dropout_slot_;  // per layer: index of its key, or -1
+  std::vector<int> dropout_slot_;  // per layer: index of its key, or -1 (DrawsDropoutKey)
   std::unique_ptr<Backend::Graph> graph_;
   const DeviceDataset* graph_data_ = nullptr;
   std::vector<Buffer> slots_;

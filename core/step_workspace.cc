@@ -11,6 +11,7 @@
 
 namespace lockstep {
 
+using step_internal::AttentionFloats;
 using step_internal::BatchNormBuffer;
 using step_internal::ColsPerSample;
 using step_internal::Geometry;
@@ -45,10 +46,10 @@ std::vector<bool> NeedsGrad(const Model& m) {
 // Every buffer GetWorkspace allocates, at the default convolutions' scratch; backends
 // with their own convolutions may need less (the CPU backend's oneDNN convolutions need none).
 uint64_t WorkspaceBytes(const Model& model, int batch, bool train) {
-  const uint64_t b = batch, f = sizeof(float);
-  // idx, input, labels, loss, dlogits, correct; host_loss and host_correct.
-  uint64_t bytes = b * (4 + model.input().size() * f + 4 + f + model.num_classes() * f + f);
-  bytes += 2 * b * f;
+  const uint64_t b = batch, f = sizeof(float), p = b * model.positions();
+  // idx, input; labels, loss, dlogits, correct, host_loss and host_correct per prediction.
+  uint64_t bytes = b * (4 + model.input().size() * f);
+  bytes += p * (4 + f + model.num_classes() * f + f) + 2 * p * f;
   const std::vector<bool> needs_grad = NeedsGrad(model);
   for (size_t i = 0; i < model.layers().size(); ++i) {
     const Layer& l = model.layers()[i];
@@ -56,6 +57,9 @@ uint64_t WorkspaceBytes(const Model& model, int batch, bool train) {
     bytes += b * l.out.size() * f;
     if (l.kind == LayerKind::kConv) bytes += b * ColsPerSample(l) * f;
     if (l.kind == LayerKind::kDropout) bytes += b * l.out.size();
+    if (l.kind == LayerKind::kAttention) {
+      bytes += AttentionFloats(l, batch, train) * f + uint64_t(l.in.w) * l.in.w;
+    }
     if (l.kind == LayerKind::kLayerNorm) bytes += 2 * b * NormRows(l) * f;
     if (l.kind == LayerKind::kBatchNorm && train) bytes += BatchNormBuffer(l) * f;
     if (train && NeedsDin(model, needs_grad, i)) {
@@ -79,6 +83,8 @@ absl::StatusOr<std::unique_ptr<StepExecutor::Workspace>> StepExecutor::NewWorksp
   for (const Layer& l : model_.layers()) {
     widest = std::max<uint64_t>(widest, l.out.size());
     if (l.kind == LayerKind::kConv) widest = std::max(widest, ColsPerSample(l));
+    if (l.kind == LayerKind::kAttention)
+      widest = std::max<uint64_t>(widest, uint64_t(l.heads) * l.in.w * l.in.w);
   }
   if (static_cast<uint64_t>(batch) * widest > uint64_t{INT32_MAX}) {
     return absl::InvalidArgumentError(absl::StrCat("a batch of ", batch, " needs ", widest,
@@ -93,14 +99,14 @@ absl::StatusOr<std::unique_ptr<StepExecutor::Workspace>> StepExecutor::NewWorksp
     ws->owned.push_back(std::move(b));
     return ws->owned.back().as<void>();
   };
-  const size_t b = batch;
+  const size_t b = batch, p = b * model_.positions();  // p: predictions
   const int classes = model_.num_classes();
   ASSIGN_OR_RETURN(ws->idx, backend_->Allocate(b * sizeof(int32_t)));
   ASSIGN_OR_RETURN(ws->input, backend_->Allocate(b * model_.input().size() * sizeof(float)));
-  ASSIGN_OR_RETURN(ws->labels, backend_->Allocate(b * sizeof(int32_t)));
-  ASSIGN_OR_RETURN(ws->loss, backend_->Allocate(b * sizeof(float)));
-  ASSIGN_OR_RETURN(ws->dlogits, backend_->Allocate(b * classes * sizeof(float)));
-  ASSIGN_OR_RETURN(ws->correct, backend_->Allocate(b * sizeof(float)));
+  ASSIGN_OR_RETURN(ws->labels, backend_->Allocate(p * sizeof(int32_t)));
+  ASSIGN_OR_RETURN(ws->loss, backend_->Allocate(p * sizeof(float)));
+  ASSIGN_OR_RETURN(ws->dlogits, backend_->Allocate(p * classes * sizeof(float)));
+  ASSIGN_OR_RETURN(ws->correct, backend_->Allocate(p * sizeof(float)));
   const auto& layers = model_.layers();
   ws->needs_grad = NeedsGrad(model_);
   ws->dy.assign(layers.size(), nullptr);
@@ -130,6 +136,11 @@ absl::StatusOr<std::unique_ptr<StepExecutor::Workspace>> StepExecutor::NewWorksp
       ASSIGN_OR_RETURN(void* m, alloc(n_out));
       ws->mask[i] = static_cast<uint8_t*>(m);
     }
+    if (l.kind == LayerKind::kAttention) {
+      ASSIGN_OR_RETURN(ws->scratch[i], alloc(AttentionFloats(l, batch, train) * sizeof(float)));
+      ASSIGN_OR_RETURN(void* m, alloc(size_t(l.in.w) * l.in.w));
+      ws->mask[i] = static_cast<uint8_t*>(m);
+    }
     if (l.kind == LayerKind::kLayerNorm) {
       ASSIGN_OR_RETURN(void* st, alloc(2 * b * NormRows(l) * sizeof(float)));
       ws->stats[i] = static_cast<float*>(st);
@@ -143,8 +154,8 @@ absl::StatusOr<std::unique_ptr<StepExecutor::Workspace>> StepExecutor::NewWorksp
       ws->din[i] = static_cast<float*>(d);
     }
   }
-  ws->host_loss.resize(b);
-  ws->host_correct.resize(b);
+  ws->host_loss.resize(p);
+  ws->host_correct.resize(p);
   return ws;
 }
 

@@ -16,12 +16,15 @@ namespace lockstep {
 // place (out[i] is their input's buffer), as does an inactive dropout, but a relu whose
 // input another layer reads too (a residual connection's) has a buffer of its own. din[i]
 // is the gradient with respect to layer i's input, for the layers whose backward produces
-// one in a buffer of its own (activations work on dy in place; an add's din is the copy of
-// dy its residual operand takes). dy[i], during backward: the gradient with respect to
-// out[i] once every reader of it has delivered (StepExecutor::Deliver); needs_grad[i]:
-// whether backward needs that gradient (a layer with params at or before i). scratch[i]:
-// a conv's ConvScratchBytes (null when it needs none); stats[i]: a layer norm's per-row
-// mean, then rstd; bn[i]: a batch norm's BatchNormBuffer (training only).
+// one in a buffer of its own (activations and the position embedding work on dy in place;
+// an add's din is the copy of dy its residual operand takes). dy[i], during backward: the
+// gradient with respect to out[i] once every reader of it has delivered
+// (StepExecutor::Deliver); needs_grad[i]: whether backward needs that gradient (a layer
+// with params at or before i). scratch[i]: a conv's ConvScratchBytes (null when it needs
+// none), an attention layer's AttentionFloats; stats[i]: a layer norm's per-row mean, then
+// rstd; bn[i]: a batch norm's BatchNormBuffer (training only); mask[i]: a dropout's mask,
+// or an attention layer's (T * T, shared by the batch and heads). labels, loss and correct
+// hold one entry per prediction (Model::positions() per example).
 struct StepExecutor::Workspace {
   int capacity = 0;
   bool train = false;
@@ -40,6 +43,12 @@ inline bool IsActiveDropout(const Layer& l, bool train) {
   return l.kind == LayerKind::kDropout && train && l.keep < 1.0f;
 }
 
+// Layers that draw a 'dropout' key in training: an active dropout, and an attention
+// layer with dropout on its weights.
+inline bool DrawsDropoutKey(const Layer& l, bool train) {
+  return IsActiveDropout(l, train) || (l.kind == LayerKind::kAttention && train && l.keep < 1.0f);
+}
+
 // Whether another layer reads layer i's input too (a residual connection's branch point).
 bool SharesInput(const Model& m, int i);
 
@@ -51,11 +60,27 @@ inline bool InPlace(const Model& m, int i, bool train) {
          (l.kind == LayerKind::kDropout && !IsActiveDropout(l, train));
 }
 
-// Layers whose backward passes dy itself (changed in place) on as their input gradient.
+// Layers whose backward passes dy itself (changed in place) on as their input gradient:
+// the in-place ones, activations, and the position embedding (x + table: dx is dy).
 inline bool GradInPlace(const Layer& l, bool train) {
   return l.kind == LayerKind::kRelu || l.kind == LayerKind::kFlatten ||
-         l.kind == LayerKind::kActivation ||
+         l.kind == LayerKind::kActivation || l.kind == LayerKind::kPositionEmbed ||
          (l.kind == LayerKind::kDropout && !IsActiveDropout(l, train));
+}
+
+// A dense layer's rows per sample (the positions of a sequence, else 1) and inputs per row
+// (a sequence's features, else the whole flat input).
+inline int DenseRows(const Layer& l) { return l.in.seq ? l.in.w : 1; }
+inline int DenseInputs(const Layer& l) { return l.in.seq ? l.in.c : static_cast<int>(l.in.size()); }
+
+// An attention layer's workspace floats at batch b (step_attention.cc): q, k, v and the
+// heads' outputs (b * T * heads * head_dim each), the weights (b * heads * T * T), their
+// dropped-out copy in training with dropout; in training also the gradients of all these.
+inline uint64_t AttentionFloats(const Layer& l, int b, bool train) {
+  const uint64_t t = l.in.w, hd = uint64_t(l.heads) * l.head_dim;
+  const uint64_t act = 4 * b * t * hd, weights = uint64_t(b) * l.heads * t * t;
+  const bool drop = train && l.keep < 1.0f;
+  return act + weights * (drop ? 2 : 1) + (train ? act + weights : 0);
 }
 
 // Per layer output: whether a layer with params is at or before it in the graph, so that
@@ -63,11 +88,13 @@ inline bool GradInPlace(const Layer& l, bool train) {
 std::vector<bool> NeedsGrad(const Model& m);
 
 // Whether layer i's backward needs a din buffer: its input gradient is wanted and it
-// does not pass dy itself on (an add: its residual operand's gradient is wanted).
+// does not pass dy itself on (an add: its residual operand's gradient is wanted; an
+// embed: never).
 inline bool NeedsDin(const Model& m, const std::vector<bool>& needs_grad, int i) {
   const Layer& l = m.layers()[i];
   auto wanted = [&](int j) { return j >= 0 && needs_grad[j]; };
   if (l.kind == LayerKind::kAdd) return wanted(l.residual);
+  if (l.kind == LayerKind::kEmbed) return false;  // token ids have no gradient
   return wanted(l.src) && !GradInPlace(l, true);
 }
 
@@ -90,7 +117,8 @@ inline uint64_t ColsPerSample(const Layer& l) {
   return static_cast<uint64_t>(l.out.h) * l.out.w * l.window.kh * l.window.kw * l.in.c;
 }
 
-// A layer norm's rows per sample (one per pixel, or one when flat); a batch norm's too.
+// A layer norm's rows per sample (one per pixel or position, or one when flat); a batch
+// norm's too.
 inline int NormRows(const Layer& l) { return l.in.h * l.in.w; }
 
 // A batch norm's workspace floats in training: its moments, var, backward sums and the

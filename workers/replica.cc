@@ -52,7 +52,7 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const ReplicaConfig& co
   ASSIGN_OR_RETURN(int local_batch,
                    LocalBatch(spec, logical ? config.logical_replicas : config.world_size));
   for (const Dataset* d : {&data->train, &data->test}) {
-    RETURN_IF_ERROR(CheckDatasetFitsModel(*d, setup.model.input(), setup.model.num_classes()));
+    RETURN_IF_ERROR(CheckDatasetFitsModel(*d, setup.model));
   }
   RETURN_IF_ERROR(backend->SetTf32(spec.cuda().tf32()));
   std::unique_ptr<Replica> r(new Replica());

@@ -4,9 +4,11 @@
 
 #include <cfloat>
 #include <cmath>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "core/data/idx.h"
+#include "core/data/token_dataset.h"
 #include "core/status_macros.h"
 
 namespace lockstep {
@@ -63,6 +65,57 @@ absl::Status CheckNormalization(const v1::Normalization& n, Dims input) {
   return absl::OkStatus();
 }
 
+absl::Status CheckPaths(v1::DatasetSpec* ds, const DataRoots& roots) {
+  for (const auto& [field, value] : {std::pair("dataset.train_path", &ds->train_path()),
+                                     std::pair("dataset.test_path", &ds->test_path())}) {
+    if (value->empty()) {
+      return Invalid(field, absl::StrCat("required for format ", ds->format(), " (a file)"));
+    }
+    if (value->size() > kMaxPathLength) {
+      return Invalid(field, absl::StrCat("longer than ", kMaxPathLength, " characters"));
+    }
+    RETURN_IF_ERROR(roots.CheckLexically(field, *value));
+  }
+  return absl::OkStatus();
+}
+
+// Formats text and tokens: the two files, the context (the model's input length), no
+// image fields.
+absl::Status CheckTokenDatasetSpec(v1::DatasetSpec* ds, Dims input, const DataRoots& roots) {
+  for (const auto& [field, set] :
+       {std::pair("dataset.path", !ds->path().empty()),
+        std::pair("dataset.image_key", !ds->image_key().empty()),
+        std::pair("dataset.label_key", !ds->label_key().empty()),
+        std::pair("dataset.normalize", ds->has_normalize()),
+        std::pair("dataset.token_key", ds->format() == "text" && !ds->token_key().empty())}) {
+    if (set) {
+      return Invalid(field, absl::StrCat("not read by format ", ds->format(),
+                                         " (it reads dataset.train_path, dataset.test_path and "
+                                         "dataset.context",
+                                         ds->format() == "tokens" ? ", dataset.token_key)" : ")"));
+    }
+  }
+  RETURN_IF_ERROR(CheckPaths(ds, roots));
+  if (ds->context() == 0 || ds->context() > (1u << 20)) {
+    return Invalid("dataset.context",
+                   absl::StrCat(ds->context(), " is not in [1, 1048576] (tokens per example)"));
+  }
+  if (!input.flat || input.c != static_cast<int>(ds->context())) {
+    return Invalid("model.input_shape",
+                   absl::StrCat(DimsString(input),
+                                " does not take windows of dataset.context = ", ds->context(),
+                                " tokens: write input_shape: [", ds->context(), "]"));
+  }
+  if (ds->format() == "tokens") {
+    if (ds->token_key().empty()) ds->set_token_key("tokens");
+    if (ds->token_key().size() > kMaxKeyLength) {
+      return Invalid("dataset.token_key",
+                     absl::StrCat("longer than ", kMaxKeyLength, " characters"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Dataset> LoadIdxDataset(const std::string& dir, Split split, uint64_t max_bytes,
@@ -107,6 +160,20 @@ absl::StatusOr<Dataset> LoadIdxDataset(const std::string& dir, Split split, uint
 absl::StatusOr<Datasets> LoadDatasets(const v1::DatasetSpec& spec, const DataRoots& roots,
                                       uint64_t max_bytes) {
   Datasets d;
+  if (spec.format() == "text" || spec.format() == "tokens") {
+    const int context = static_cast<int>(spec.context());
+    for (auto [split, field, path] :
+         {std::tuple(&d.train, "dataset.train_path", &spec.train_path()),
+          std::tuple(&d.test, "dataset.test_path", &spec.test_path())}) {
+      if (spec.format() == "text") {
+        ASSIGN_OR_RETURN(*split, LoadTextDataset(*path, field, context, max_bytes, roots));
+      } else {
+        ASSIGN_OR_RETURN(
+            *split, LoadTokenNpzDataset(*path, field, spec.token_key(), context, max_bytes, roots));
+      }
+    }
+    return d;  // same shape ([context]) by construction; no normalization
+  }
   if (spec.format() == "npz") {
     ASSIGN_OR_RETURN(d.train, LoadNpzDataset(spec.train_path(), "dataset.train_path",
                                              spec.image_key(), spec.label_key(), max_bytes, roots));
@@ -148,6 +215,12 @@ absl::Status Normalize(const v1::Normalization& norm, Dataset* ds) {
 
 absl::Status CheckDatasetSpec(v1::DatasetSpec* ds, Dims input, const DataRoots& roots) {
   if (ds->format().empty()) ds->set_format("idx");
+  const bool tokens = ds->format() == "text" || ds->format() == "tokens";
+  if (!tokens && (ds->context() != 0 || !ds->token_key().empty())) {
+    return Invalid(ds->context() != 0 ? "dataset.context" : "dataset.token_key",
+                   "only for formats text and tokens (sequence models)");
+  }
+  if (tokens) return CheckTokenDatasetSpec(ds, input, roots);
   if (ds->format() == "idx") {
     for (const auto& [field, value] :
          {std::pair("train_path", &ds->train_path()), std::pair("test_path", &ds->test_path()),
@@ -190,13 +263,19 @@ absl::Status CheckDatasetSpec(v1::DatasetSpec* ds, Dims input, const DataRoots& 
                      absl::StrCat("\"", ds->label_key(), "\" is also dataset.image_key"));
     }
   } else {
-    return Invalid("dataset.format", absl::StrCat("unknown format \"", ds->format(),
-                                                  "\" (expected \"idx\" or \"npz\")"));
+    return Invalid("dataset.format",
+                   absl::StrCat("unknown format \"", ds->format(),
+                                "\" (expected \"idx\", \"npz\", \"text\" or \"tokens\")"));
   }
   return CheckNormalization(ds->normalize(), input);
 }
 
 absl::Status CheckDatasetFitsModel(const Dataset& ds, Dims input, int classes) {
+  if (ds.label_row != 1) {
+    return Invalid(ds.field, absl::StrCat(ds.labels_from, ": ", ds.label_row,
+                                          " targets per example (a token dataset): the model "
+                                          "must give one prediction per position"));
+  }
   if (!SameShape(ds.shape, input)) {
     return Invalid(ds.field, absl::StrCat(ds.images_from, ": images are ", ShapeText(ds.shape),
                                           " (HxWxC), the model takes ", ShapeText(input),
@@ -212,8 +291,43 @@ absl::Status CheckDatasetFitsModel(const Dataset& ds, Dims input, int classes) {
   return absl::OkStatus();
 }
 
+absl::Status CheckDatasetFitsModel(const Dataset& ds, const Model& model) {
+  const int positions = model.positions(), vocabulary = model.vocabulary();
+  if (vocabulary > 0 && ds.max_token < 0) {
+    return Invalid(ds.field, absl::StrCat(ds.images_from,
+                                          ": images, but the model starts with "
+                                          "an embed layer: it takes a token "
+                                          "dataset (format text or tokens)"));
+  }
+  if (vocabulary > 0 && ds.max_token >= vocabulary) {
+    return Invalid(
+        ds.field, absl::StrCat(ds.images_from, ": token ", ds.max_token, " is not in [0, ",
+                               vocabulary, "): the model's embed has num_embeddings ", vocabulary));
+  }
+  if (positions == 1) return CheckDatasetFitsModel(ds, model.input(), model.num_classes());
+  if (ds.label_row != positions) {
+    return Invalid(ds.field,
+                   absl::StrCat(ds.labels_from, ": ", ds.label_row,
+                                " targets per example, but the model predicts ", positions,
+                                " positions (its output is ", DimsString(model.Last()), ")"));
+  }
+  if (!SameShape(ds.shape, model.input())) {
+    return Invalid(ds.field, absl::StrCat(ds.images_from, ": examples are ", DimsString(ds.shape),
+                                          ", the model takes ", DimsString(model.input())));
+  }
+  const int classes = model.num_classes();
+  if (ds.size > 0 && ds.labels[ds.max_label_index] >= classes) {
+    return Invalid(ds.field, absl::StrCat(ds.labels_from, ": target ",
+                                          ds.labels[ds.max_label_index], " is not in [0, ", classes,
+                                          "): the model's last layer has ", classes, " outputs"));
+  }
+  return absl::OkStatus();
+}
+
 std::string DatasetLocation(const v1::DatasetSpec& spec) {
-  if (spec.format() == "npz") return absl::StrCat(spec.train_path(), " and ", spec.test_path());
+  if (spec.format() != "idx" && !spec.format().empty()) {
+    return absl::StrCat(spec.train_path(), " and ", spec.test_path());
+  }
   return spec.path();
 }
 

@@ -1,7 +1,9 @@
 // Dataset: an image-classification split in host memory, float32 images and int32 labels,
 // loaded from IDX files (Fashion-MNIST by default) or from the user's .npz files
 // (docs/datasets.md): images scaled by 1/255 when stored as uint8, kept as they are when
-// float32, then optionally normalized per channel.
+// float32, then optionally normalized per channel. Token datasets for sequence models
+// (formats text and tokens, core/data/token_dataset.h) use the same struct: token ids as
+// the "images" and one target per position as the labels.
 #ifndef LOCKSTEP_CORE_DATA_DATASET_H_
 #define LOCKSTEP_CORE_DATA_DATASET_H_
 
@@ -23,8 +25,12 @@ struct Dataset {
   int64_t row = 0;              // floats per image (h * w * c)
   Dims shape;                   // one image's, NHWC without N
   std::vector<float> images;    // size * row, NHWC
-  std::vector<int32_t> labels;  // size, each >= 0
+  std::vector<int32_t> labels;  // size * label_row, each >= 0
   int64_t max_label_index = 0;  // where the largest label is (labels[max_label_index])
+  // Token datasets (core/data/token_dataset.h): targets per example (the context), and
+  // the largest input token (images hold token ids); 1 and -1 for images.
+  int64_t label_row = 1;
+  int32_t max_token = -1;
   // What it was read from, for errors: the spec's field ("dataset.train_path") and the
   // images' and labels' sources ("/data/train.npz: array 'image'", or an IDX file).
   std::string field, images_from, labels_from;
@@ -78,6 +84,10 @@ absl::Status CheckDatasetSpec(v1::DatasetSpec* spec, Dims input, const DataRoots
 // images are that shape and its labels are in [0, classes). INVALID_ARGUMENT naming the
 // spec field, the file and the array otherwise.
 absl::Status CheckDatasetFitsModel(const Dataset& ds, Dims input, int classes);
+// The same for `model`, and besides: a model whose first layer is an embed takes token
+// datasets only, with tokens in [0, num_embeddings); a model giving one prediction per
+// position (Model::positions() > 1) needs as many targets per example (label_row).
+absl::Status CheckDatasetFitsModel(const Dataset& ds, const Model& model);
 
 // How a spec's dataset is named in messages: its IDX folder, or its two .npz files.
 std::string DatasetLocation(const v1::DatasetSpec& spec);

@@ -66,7 +66,9 @@ MemoryEstimate EstimateMemory(const v1::JobSpec& spec, DatasetSize data) {
       static_cast<int>(std::min<uint64_t>(spec.eval().batch_size(), (test + n - 1) / n));
   e.worker_activations = cuda ? 0 : WorkspaceBytes(model, local_batch, /*train=*/true);
   e.worker_eval = cuda ? 0 : WorkspaceBytes(model, eval_batch, /*train=*/false);
-  e.worker_dataset = (train + test) * (model.input().size() * sizeof(float) + sizeof(int32_t));
+  // One int32 label per example, or one target per position for a sequence model.
+  e.worker_dataset = (train + test) * (model.input().size() * sizeof(float) +
+                                       uint64_t(model.positions()) * sizeof(int32_t));
   e.worker_process = kWorkerProcessBytes + (cuda ? kCudaRuntimeBytes : 0);
   return e;
 }

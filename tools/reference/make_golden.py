@@ -217,7 +217,7 @@ def main():
   ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "../../tests/golden"))
   ap.add_argument(
       "--only",
-      default="rng,init,grads,train,pmap,optax,layers,batchnorm,replicas,resnet,precision")
+      default="rng,init,grads,train,pmap,optax,layers,batchnorm,replicas,resnet,precision,sequence")
   args = ap.parse_args()
   os.makedirs(args.out, exist_ok=True)
   only = set(args.only.split(","))
@@ -239,6 +239,9 @@ def main():
     golden_optax.write_goldens(args.out, images, labels)
   if "layers" in only:
     golden_layers.write_goldens(args.out)
+  if "sequence" in only:
+    import golden_sequence  # noqa: E402
+    golden_sequence.write_goldens(args.out)
   if "batchnorm" in only:  # pmap on 2 of the host devices set above
     import golden_batchnorm  # noqa: E402
     golden_batchnorm.write_goldens(args.out)

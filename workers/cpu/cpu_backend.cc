@@ -15,6 +15,7 @@
 #include "workers/cpu/cpu_batch_norm.h"
 #include "workers/cpu/cpu_gemm.h"
 #include "workers/cpu/cpu_layers.h"
+#include "workers/cpu/cpu_sequence.h"
 #include "workers/cpu/cpu_sums.h"
 #include "workers/cpu/dnnl_conv.h"
 #include "workers/cpu/multiversion.h"
@@ -470,6 +471,41 @@ class CpuBackend final : public Backend {
 
   absl::Status Add(size_t n, const float* a, const float* b, float* y) override {
     ParallelFor(threads_, n, [&](size_t lo, size_t hi) { AddRange(a, b, y, lo, hi); });
+    return absl::OkStatus();
+  }
+
+  absl::Status Embed(int n, int features, const float* ids, const float* table,
+                     float* out) override {
+    cpu::Embed(threads_, n, features, ids, table, out);
+    return absl::OkStatus();
+  }
+  absl::Status EmbedBackward(int n, int features, int num_embeddings, const float* ids,
+                             const float* dy, float* dtable) override {
+    cpu::EmbedBackward(threads_, n, features, num_embeddings, ids, dy, dtable);
+    return absl::OkStatus();
+  }
+  absl::Status AddRows(int rows, int cols, const float* x, const float* bias, float* y) override {
+    cpu::AddRows(threads_, rows, cols, x, bias, y);
+    return absl::OkStatus();
+  }
+  absl::Status GemmStrided(bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
+                           int lda, int64_t stride_a, const float* b, int ldb, int64_t stride_b,
+                           float beta, float* c, int ldc, int64_t stride_c, int count) override {
+    cpu::GemmStrided(threads_, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
+                     ldc, stride_c, count);
+    return absl::OkStatus();
+  }
+  absl::Status AttentionSoftmax(int rows, int t, bool causal, float* s) override {
+    cpu::AttentionSoftmax(threads_, rows, t, causal, s);
+    return absl::OkStatus();
+  }
+  absl::Status SoftmaxBackward(int rows, int cols, const float* p, float* dp) override {
+    cpu::SoftmaxBackward(threads_, rows, cols, p, dp);
+    return absl::OkStatus();
+  }
+  absl::Status MaskedScale(int rows, int cols, const uint8_t* mask, float keep, const float* x,
+                           float* y) override {
+    cpu::MaskedScale(threads_, rows, cols, mask, keep, x, y);
     return absl::OkStatus();
   }
 

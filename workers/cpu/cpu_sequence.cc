@@ -1,0 +1,114 @@
+#include "workers/cpu/cpu_sequence.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace lockstep::cpu {
+namespace {
+
+// Loops of fewer elements than this stay on the calling thread.
+constexpr int64_t kParallelMin = 1 << 15;
+
+}  // namespace
+
+void Embed(int threads, int n, int features, const float* ids, const float* table, float* out) {
+#pragma omp parallel for num_threads(threads) \
+    schedule(static) if (int64_t{n} * features > kParallelMin)
+  for (int i = 0; i < n; ++i) {
+    const int64_t id = static_cast<int64_t>(ids[i]);
+    std::memcpy(out + int64_t{i} * features, table + id * features, features * sizeof(float));
+  }
+}
+
+void EmbedBackward(int threads, int n, int features, int num_embeddings, const float* ids,
+                   const float* dy, float* dtable) {
+  std::memset(dtable, 0, sizeof(float) * num_embeddings * static_cast<size_t>(features));
+  // Thread j owns the table rows id % threads == j and walks dy in order: each row's sum
+  // is in row order whatever the thread count.
+  const int team = int64_t{n} * features > kParallelMin ? threads : 1;
+#pragma omp parallel num_threads(team)
+  {
+    const int j = omp_get_thread_num(), count = omp_get_num_threads();
+    for (int i = 0; i < n; ++i) {
+      const int64_t id = static_cast<int64_t>(ids[i]);
+      if (id % count != j) continue;
+      float* row = dtable + id * features;
+      const float* g = dy + int64_t{i} * features;
+      for (int f = 0; f < features; ++f) row[f] += g[f];
+    }
+  }
+}
+
+void AddRows(int threads, int rows, int cols, const float* x, const float* bias, float* y) {
+#pragma omp parallel for num_threads(threads) \
+    schedule(static) if (int64_t{rows} * cols > kParallelMin)
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + int64_t{r} * cols;
+    float* yr = y + int64_t{r} * cols;
+    for (int c = 0; c < cols; ++c) yr[c] = xr[c] + bias[c];
+  }
+}
+
+void GemmStrided(int threads, bool ta, bool tb, int m, int n, int k, float alpha, const float* a,
+                 int lda, int64_t stride_a, const float* b, int ldb, int64_t stride_b, float beta,
+                 float* c, int ldc, int64_t stride_c, int count) {
+  // OpenBLAS runs single-threaded when the caller's ICV is 1 or inside an active parallel
+  // region (see cpu_gemm.cc): both hold here.
+  if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+#pragma omp parallel for num_threads(threads) schedule(static) if (count > 1)
+  for (int i = 0; i < count; ++i) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+                k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c,
+                ldc);
+  }
+}
+
+void AttentionSoftmax(int threads, int rows, int t, bool causal, float* s) {
+  const float lowest = std::numeric_limits<float>::lowest();  // jnp.finfo(float32).min
+#pragma omp parallel for num_threads(threads) schedule(static) if (int64_t{rows} * t > kParallelMin)
+  for (int r = 0; r < rows; ++r) {
+    float* x = s + int64_t{r} * t;
+    if (causal) {
+      for (int k = r % t + 1; k < t; ++k) x[k] = lowest;
+    }
+    float mx = x[0];
+    for (int k = 1; k < t; ++k) mx = std::max(mx, x[k]);
+    float sum = 0.0f;
+    for (int k = 0; k < t; ++k) {
+      x[k] = std::exp(x[k] - mx);
+      sum += x[k];
+    }
+    for (int k = 0; k < t; ++k) x[k] = x[k] / sum;
+  }
+}
+
+void SoftmaxBackward(int threads, int rows, int cols, const float* p, float* dp) {
+#pragma omp parallel for num_threads(threads) \
+    schedule(static) if (int64_t{rows} * cols > kParallelMin)
+  for (int r = 0; r < rows; ++r) {
+    const float* y = p + int64_t{r} * cols;
+    float* g = dp + int64_t{r} * cols;
+    float dot = 0.0f;
+    for (int c = 0; c < cols; ++c) dot += g[c] * y[c];
+    for (int c = 0; c < cols; ++c) g[c] = y[c] * (g[c] - dot);
+  }
+}
+
+void MaskedScale(int threads, int rows, int cols, const uint8_t* mask, float keep, const float* x,
+                 float* y) {
+  // multiplier = keep.astype(float32) / float32(keep_prob), then x * multiplier.
+  const float scale = 1.0f / keep;
+#pragma omp parallel for num_threads(threads) \
+    schedule(static) if (int64_t{rows} * cols > kParallelMin)
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + int64_t{r} * cols;
+    float* yr = y + int64_t{r} * cols;
+    for (int c = 0; c < cols; ++c) yr[c] = xr[c] * (mask[c] ? scale : 0.0f);
+  }
+}
+
+}  // namespace lockstep::cpu

@@ -1,0 +1,106 @@
+// The CPU kernels for the sequence layers: against plain loops (strided GEMMs, the
+// embedding's scatter-add, the masked softmax and its gradient against finite
+// differences), Flax's broadcast dropout scaling, and the same bits on any thread count.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/testing.h"
+#include "workers/cpu/cpu_backend.h"
+#include "workers/cpu/cpu_testing.h"
+
+namespace lockstep {
+namespace {
+
+using testing::RandomNormal;
+
+TEST(CpuSequence, GemmStridedComputesEachHeadsProductInPlace) {
+  // Two heads of depth 3 interleaved in rows of 6 (as [T, H, D]): c_h = a_h b_h^T.
+  const int t = 4, h = 2, d = 3, hd = h * d;
+  const std::vector<float> a = RandomNormal(t * hd, 1), b = RandomNormal(t * hd, 2);
+  std::vector<float> c(h * t * t, -1.0f);
+  auto be = NewCpuBackend(2);
+  ASSERT_OK(be->GemmStrided(false, true, t, t, d, 1.0f, a.data(), hd, d, b.data(), hd, d, 0.0f,
+                            c.data(), t, t * t, h));
+  for (int head = 0; head < h; ++head) {
+    for (int i = 0; i < t; ++i) {
+      for (int j = 0; j < t; ++j) {
+        float want = 0;
+        for (int k = 0; k < d; ++k) want += a[i * hd + head * d + k] * b[j * hd + head * d + k];
+        EXPECT_NEAR(c[head * t * t + i * t + j], want, 1e-5) << head << " " << i << " " << j;
+      }
+    }
+  }
+}
+
+TEST(CpuSequence, EmbedGathersRowsAndItsGradientSumsRepeatedIds) {
+  const std::vector<float> table = {0, 1, 10, 11, 20, 21};  // 3 x 2
+  const std::vector<float> ids = {2, 0, 2};
+  std::vector<float> out(6);
+  auto be = NewCpuBackend(2);
+  ASSERT_OK(be->Embed(3, 2, ids.data(), table.data(), out.data()));
+  EXPECT_EQ(out, (std::vector<float>{20, 21, 0, 1, 20, 21}));
+  const std::vector<float> dy = {1, 2, 3, 4, 5, 6};
+  std::vector<float> dtable(6, 99.0f);
+  ASSERT_OK(be->EmbedBackward(3, 2, 3, ids.data(), dy.data(), dtable.data()));
+  EXPECT_EQ(dtable, (std::vector<float>{3, 4, 0, 0, 6, 8}));
+}
+
+TEST(CpuSequence, CausalSoftmaxZeroesTheFutureAndRowsSumToOne) {
+  const int t = 5, rows = 2 * t;  // two heads' rows: query position r % t
+  std::vector<float> s = RandomNormal(rows * t, 3);
+  auto be = NewCpuBackend(2);
+  ASSERT_OK(be->AttentionSoftmax(rows, t, true, s.data()));
+  for (int r = 0; r < rows; ++r) {
+    float sum = 0;
+    for (int k = 0; k < t; ++k) {
+      if (k > r % t) EXPECT_EQ(s[r * t + k], 0.0f) << r << " " << k;
+      sum += s[r * t + k];
+    }
+    EXPECT_NEAR(sum, 1.0f, 1e-6) << r;
+  }
+}
+
+TEST(CpuSequence, SoftmaxBackwardMatchesFiniteDifferences) {
+  const int cols = 6;
+  const std::vector<float> x = RandomNormal(cols, 4), g = RandomNormal(cols, 5);
+  auto be = NewCpuBackend(1);
+  auto f = [&](std::vector<float> v) {  // sum(g * softmax(v)) in double
+    EXPECT_OK(be->AttentionSoftmax(1, cols, false, v.data()));
+    double out = 0;
+    for (int i = 0; i < cols; ++i) out += double{g[i]} * v[i];
+    return out;
+  };
+  std::vector<float> p = x, dp = g;
+  ASSERT_OK(be->AttentionSoftmax(1, cols, false, p.data()));
+  ASSERT_OK(be->SoftmaxBackward(1, cols, p.data(), dp.data()));
+  for (int i = 0; i < cols; ++i) {
+    std::vector<float> hi = x, lo = x;
+    hi[i] += 1e-2f, lo[i] -= 1e-2f;
+    EXPECT_NEAR(dp[i], (f(hi) - f(lo)) / 2e-2, 1e-3) << i;
+  }
+}
+
+TEST(CpuSequence, MaskedScaleBroadcastsOneMaskOverRows) {
+  const std::vector<uint8_t> mask = {1, 0, 1};
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6};
+  std::vector<float> y(6);
+  auto be = NewCpuBackend(2);
+  ASSERT_OK(be->MaskedScale(2, 3, mask.data(), 0.8f, x.data(), y.data()));
+  const float m = 1.0f / 0.8f;  // keep / keep_prob, then a product, as Flax computes it
+  EXPECT_EQ(y, (std::vector<float>{1 * m, 0, 3 * m, 4 * m, 0, 6 * m}));
+}
+
+TEST(CpuSequence, SameBitsOnAnyThreadCount) {
+  const int n = 5000, f = 16, vocab = 37;
+  std::vector<float> ids(n);
+  for (int i = 0; i < n; ++i) ids[i] = static_cast<float>((i * 7919) % vocab);
+  const std::vector<float> dy = RandomNormal(size_t(n) * f, 6);
+  std::vector<float> one(vocab * f), four(vocab * f);
+  ASSERT_OK(NewCpuBackend(1)->EmbedBackward(n, f, vocab, ids.data(), dy.data(), one.data()));
+  ASSERT_OK(NewCpuBackend(4)->EmbedBackward(n, f, vocab, ids.data(), dy.data(), four.data()));
+  EXPECT_EQ(std::memcmp(one.data(), four.data(), one.size() * sizeof(float)), 0);
+}
+
+}  // namespace
+}  // namespace lockstep
