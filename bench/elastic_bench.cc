@@ -11,10 +11,10 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/match.h"
 #include "core/spec/spec.h"
 #include "services/standalone/local_job.h"
 #include "tests/cluster/local_cluster.h"
@@ -61,8 +61,8 @@ double Median(std::vector<double> v) {
 }
 
 int Latencies(int kills, bool verbose) {
-  const int gap = 20;        // steps at least between changes
-  const int steps = 12000;   // more than the changes take; it runs to its end after them
+  const int gap = 20;       // steps at least between changes
+  const int steps = 12000;  // more than the changes take; it runs to its end after them
   const v1::JobSpec spec = ConvnetSpec(steps);
   auto cluster = testing::LocalCluster::Start(3);
   if (!cluster.ok()) return std::fprintf(stderr, "%s\n", cluster.status().ToString().c_str()), 1;
@@ -135,24 +135,25 @@ int Latencies(int kills, bool verbose) {
   NullJobSink sink;
   absl::StatusOr<JobOutcome> undisturbed =
       RunLocalJob(*Validate(local, {.files_in_checkpoint_dir = false}), &sink);
-  std::printf("job: %s, %d steps, %zu kills, %zu joins; a step completed after %zu/%zu "
-              "shrink events and %zu/%zu join events (a kill may come first); %d steps "
-              "replayed, recoveries %d\n",
-              v1::JobState_Name(done->state()).c_str(), steps, killed_ms.size(), added_ms.size(),
-              lost_step_ms.size(), killed_ms.size(), joined_step_ms.size(), added_ms.size(),
-              replayed, done->recoveries());
+  std::printf(
+      "job: %s, %d steps, %zu kills, %zu joins; a step completed after %zu/%zu "
+      "shrink events and %zu/%zu join events (a kill may come first); %d steps "
+      "replayed, recoveries %d\n",
+      v1::JobState_Name(done->state()).c_str(), steps, killed_ms.size(), added_ms.size(),
+      lost_step_ms.size(), killed_ms.size(), joined_step_ms.size(), added_ms.size(), replayed,
+      done->recoveries());
   std::printf("checksum %016llx, undisturbed (lockstep train) %016llx: %s\n",
               static_cast<unsigned long long>(done->param_checksum()),
               undisturbed.ok() ? static_cast<unsigned long long>(undisturbed->param_checksum) : 0,
               undisturbed.ok() && undisturbed->param_checksum == done->param_checksum() ? "equal"
-                                                                                         : "DIFFER");
+                                                                                        : "DIFFER");
   std::printf("shrink latency (kill -> next step done): median %.0f ms, max %.0f ms over %zu\n",
               Median(shrink), shrink.empty() ? 0 : *std::max_element(shrink.begin(), shrink.end()),
               shrink.size());
-  std::printf("join latency (worker started -> first step with it done): median %.0f ms, "
-              "max %.0f ms over %zu\n",
-              Median(join), join.empty() ? 0 : *std::max_element(join.begin(), join.end()),
-              join.size());
+  std::printf(
+      "join latency (worker started -> first step with it done): median %.0f ms, "
+      "max %.0f ms over %zu\n",
+      Median(join), join.empty() ? 0 : *std::max_element(join.begin(), join.end()), join.size());
   return 0;
 }
 
@@ -171,16 +172,18 @@ int Throughput(int rounds, int steps, int threads) {
       absl::StatusOr<v1::Job> done = (*cluster)->WaitFor(job->id(), absl::Minutes(20));
       if (!done.ok() || done->state() != v1::SUCCEEDED) {
         return std::fprintf(stderr, "job failed: %s\n",
-                            done.ok() ? done->failure_reason().c_str() : "lost"), 1;
+                            done.ok() ? done->failure_reason().c_str() : "lost"),
+               1;
       }
       rate[v == 4 ? 0 : 1].push_back(done->samples_per_sec());
       std::printf("round %d replicas %d: %.1f samples/s\n", r, v, done->samples_per_sec());
     }
   }
   const double four = Median(rate[0]), two = Median(rate[1]);
-  std::printf("CNN B=128 on 2 workers (%d threads each): replicas 4 %.1f samples/s, replicas 2 "
-              "%.1f samples/s (medians of %d): %.2fx\n",
-              threads, four, two, rounds, two > 0 ? four / two : 0);
+  std::printf(
+      "CNN B=128 on 2 workers (%d threads each): replicas 4 %.1f samples/s, replicas 2 "
+      "%.1f samples/s (medians of %d): %.2fx\n",
+      threads, four, two, rounds, two > 0 ? four / two : 0);
   return 0;
 }
 

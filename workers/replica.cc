@@ -14,9 +14,9 @@ absl::Status CheckReplicaConfig(const ReplicaConfig& config) {
   const v1::JobSpec& spec = config.spec;
   // Logical replicas run on any number of workers up to the spec's (docs/elastic.md).
   const bool logical = config.logical_replicas > 0;
-  const bool size_ok = logical ? config.world_size >= 1 &&
-                                     config.world_size <= static_cast<int>(spec.workers())
-                               : config.world_size == static_cast<int>(spec.workers());
+  const bool size_ok =
+      logical ? config.world_size >= 1 && config.world_size <= static_cast<int>(spec.workers())
+              : config.world_size == static_cast<int>(spec.workers());
   if (!size_ok || config.rank < 0 || config.rank >= config.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", config.rank, " of ", config.world_size,
                                                    " for a job of ", spec.workers(), " workers"));

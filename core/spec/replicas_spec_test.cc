@@ -24,17 +24,18 @@ absl::StatusOr<v1::JobSpec> ParseAndValidate(const std::string& extra) {
 }
 
 TEST(ReplicasSpec, ARangeOfWorkersParsesToMinAndMax) {
-  ASSERT_OK_AND_ASSIGN(v1::JobSpec s,
-                       ParseAndValidate("replicas: 4\nworkers: {min: 1, max: 3}\n"));
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec s, ParseAndValidate("replicas: 4\nworkers: {min: 1, max: 3}\n"));
   EXPECT_EQ(s.replicas(), 4u);
   EXPECT_EQ(s.workers(), 3u);
   EXPECT_EQ(s.min_workers(), 1u);
   EXPECT_EQ(LogicalWorld(s), 4);
   EXPECT_EQ(MinWorkers(s), 1);
-  ASSERT_OK_AND_ASSIGN(v1::JobSpec json, Validate(*ParseSpec(
-      R"({"model": {"kind": "cnn"}, "optimizer": {"kind": "sgd", "learningRate": 0.1},
+  ASSERT_OK_AND_ASSIGN(
+      v1::JobSpec json,
+      Validate(*ParseSpec(
+          R"({"model": {"kind": "cnn"}, "optimizer": {"kind": "sgd", "learningRate": 0.1},
           "globalBatchSize": 16, "steps": 1, "replicas": 4, "workers": {"min": 2, "max": 4}})",
-      "spec.json")));
+          "spec.json")));
   EXPECT_EQ(json.workers(), 4u);
   EXPECT_EQ(json.min_workers(), 2u);
 }
@@ -43,8 +44,7 @@ TEST(ReplicasSpec, APlainNumberIsMinAndMax) {
   ASSERT_OK_AND_ASSIGN(v1::JobSpec s, ParseAndValidate("replicas: 4\nworkers: 2\n"));
   EXPECT_EQ(MinWorkers(s), 2);
   EXPECT_EQ(s.workers(), 2u);
-  ASSERT_OK_AND_ASSIGN(v1::JobSpec only_max,
-                       ParseAndValidate("replicas: 4\nworkers: {max: 4}\n"));
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec only_max, ParseAndValidate("replicas: 4\nworkers: {max: 4}\n"));
   EXPECT_EQ(MinWorkers(only_max), 4);
 }
 
@@ -77,16 +77,20 @@ TEST_P(ReplicasSpecInvalid, NamesTheField) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, ReplicasSpecInvalid,
     ::testing::Values(
-        BadRange{"replicas: 3\nworkers: 1\n", "global_batch_size: 16 is not divisible by replicas (3)"},
+        BadRange{"replicas: 3\nworkers: 1\n",
+                 "global_batch_size: 16 is not divisible by replicas (3)"},
         BadRange{"replicas: 2\nworkers: 4\n", "replicas: 2 is fewer than workers (4)"},
-        BadRange{"replicas: 4\nworkers: {min: 3, max: 2}\n", "workers.min: 3 exceeds workers.max (2)"},
+        BadRange{"replicas: 4\nworkers: {min: 3, max: 2}\n",
+                 "workers.min: 3 exceeds workers.max (2)"},
         BadRange{"workers: {min: 1, max: 2}\n", "workers.min: 1 differs from workers.max (2)"},
         BadRange{"replicas: 4\nworkers: {min: 1}\n", "workers.max: missing"},
-        BadRange{"replicas: 4\nworkers: {min: 1, max: 2, most: 3}\n", "workers.most: unknown field"},
+        BadRange{"replicas: 4\nworkers: {min: 1, max: 2, most: 3}\n",
+                 "workers.most: unknown field"},
         BadRange{"replicas: 4\nworkers: {min: -1, max: 2}\n", "workers.min: must be a positive"},
         BadRange{"replicas: 4\nworkers: {min: 1, max: 2}\nmin_workers: 1\n",
                  "workers: give the range as {min, max} or min_workers, not both"},
-        BadRange{"replicas: 4\nworkers: 2\ndevice: cuda\n", "replicas: logical replicas run on cpu"},
+        BadRange{"replicas: 4\nworkers: 2\ndevice: cuda\n",
+                 "replicas: logical replicas run on cpu"},
         BadRange{"replicas: 4\nworkers: 2\naudit: {every_steps: 2}\n",
                  "audit.every_steps: not available with replicas"},
         BadRange{"replicas: 5000\nworkers: 1\n", "replicas: must be at most 4096"}));

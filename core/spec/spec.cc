@@ -436,10 +436,9 @@ absl::StatusOr<TrainSetup> SetupFromSpec(const v1::JobSpec& spec) {
 absl::StatusOr<int> LocalBatch(const v1::JobSpec& spec, int world_size) {
   const uint32_t b = spec.global_batch_size();
   if (world_size <= 0 || b % world_size != 0) {
-    return Invalid("global_batch_size",
-                   absl::StrCat(b, " is not divisible by ",
-                                spec.replicas() > 0 ? "replicas" : "workers", " (", world_size,
-                                ")"));
+    return Invalid("global_batch_size", absl::StrCat(b, " is not divisible by ",
+                                                     spec.replicas() > 0 ? "replicas" : "workers",
+                                                     " (", world_size, ")"));
   }
   return static_cast<int>(b / world_size);
 }

@@ -60,8 +60,8 @@ TEST(StepWire, LogicalReplicasKeysAndLossesTravelBothWays) {
   std::vector<rng::Key> storage = {{9, 9}};  // replaced
   const StepCommand back = FromProto(ToProto("job", c), &storage);
   EXPECT_EQ(std::vector<rng::Key>(back.keys.begin(), back.keys.end()), keys);
-  EXPECT_TRUE(FromProto(ToProto("job", StepCommand{.step = 4, .indices = idx}), &storage)
-                  .keys.empty());
+  EXPECT_TRUE(
+      FromProto(ToProto("job", StepCommand{.step = 4, .indices = idx}), &storage).keys.empty());
 
   StepResult r;
   r.replica_losses = {0.5f, 0.25f};

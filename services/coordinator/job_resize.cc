@@ -142,16 +142,16 @@ int64_t JobRunner::CountAnswered(StepFanout& fanout, int64_t done, int64_t total
 absl::Status JobRunner::CheckKeptStates(
     const std::vector<absl::StatusOr<PrepareResult>>& resp) const {
   auto abort = [&](size_t r, absl::string_view what) {
-    return WorkerError(static_cast<int>(r),
-                       absl::AbortedError(absl::StrCat(
-                           what, "; the job recovers from its snapshot of step ",
-                           fallback_.has_value() ? fallback_->step : 0, " instead")));
+    return WorkerError(
+        static_cast<int>(r),
+        absl::AbortedError(absl::StrCat(what, "; the job recovers from its snapshot of step ",
+                                        fallback_.has_value() ? fallback_->step : 0, " instead")));
   };
   // The rank that failed first is named, not those its failure cancelled.
   for (size_t r = 0; r < resp.size(); ++r) {
     if (!resp[r].ok() && !absl::IsCancelled(resp[r].status())) {
-      return abort(r, absl::StrCat("could not continue from its own state: ",
-                                   resp[r].status().message()));
+      return abort(
+          r, absl::StrCat("could not continue from its own state: ", resp[r].status().message()));
     }
   }
   for (size_t r = 0; r < resp.size(); ++r) {

@@ -343,8 +343,8 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
                                    options_.prepare_timeout);
     if (start_.kept && !resp[r].ok() && !absl::IsCancelled(resp[r].status())) {
       // A resize that cannot be: the others stop waiting for this rank in the rendezvous.
-      cancel->Cancel(absl::AbortedError(
-          absl::StrCat("rank ", r, " could not continue the resize: ", resp[r].status().message())));
+      cancel->Cancel(absl::AbortedError(absl::StrCat(
+          "rank ", r, " could not continue the resize: ", resp[r].status().message())));
     }
   });
   if (start_.kept) RETURN_IF_ERROR(CheckKeptStates(resp));

@@ -86,8 +86,8 @@ class WorkerSupply {
   // An elastic job (JobSpec.replicas) lost the workers `lost` (gone for good) and goes on,
   // without waiting, on `workers` (rank order; still its own); `why` says so, e.g.
   // "resized 3 -> 2 workers: worker w2 lost (...)". Called before they are prepared again.
-  virtual void Resized(const std::vector<PoolWorker>& workers,
-                       const std::vector<std::string>& lost, const std::string& why) {}
+  virtual void Resized(const std::vector<PoolWorker>& workers, const std::vector<std::string>& lost,
+                       const std::string& why) {}
   // An elastic job below its most workers asks, at a step boundary, for up to `most` free
   // workers to grow onto, without waiting; those returned are the job's. None while
   // other jobs wait for workers.
@@ -112,7 +112,7 @@ struct JobOutcome {
   double train_seconds = 0;              // step time, evaluations excluded
   std::vector<std::string> unreachable;  // worker ids found dead after the last failure
   int recoveries = 0;
-  int resizes = 0;  // times an elastic job went on with its survivors (no replay)
+  int resizes = 0;             // times an elastic job went on with its survivors (no replay)
   int64_t replayed_steps = 0;  // steps run again after recoveries
   int audits = 0;              // audited steps compared (JobSpec.audit), failed ones included
   int audits_failed = 0;

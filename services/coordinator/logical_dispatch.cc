@@ -32,9 +32,8 @@ absl::StatusOr<ReplicaMeans> MeanOverReplicas(const std::vector<StepResult>& got
     const StepResult& g = got[r];
     if (static_cast<int>(g.replica_losses.size()) != range.count ||
         g.replica_accuracies.size() != g.replica_losses.size()) {
-      return absl::DataLossError(absl::StrCat("rank ", r, " answered for ",
-                                              g.replica_losses.size(), " logical replicas, not ",
-                                              range.count));
+      return absl::DataLossError(absl::StrCat("rank ", r, " answered for ", g.replica_losses.size(),
+                                              " logical replicas, not ", range.count));
     }
     for (int j = 0; j < range.count; ++j) {
       loss_sum += g.replica_losses[j];

@@ -32,8 +32,8 @@ TEST(ShareStep, EachWorkerGetsItsReplicasRowsAndKeysBackToBack) {
   ASSERT_OK_AND_ASSIGN(std::vector<WorkerShare> one, ShareStep(p, 1, 4));
   EXPECT_EQ(one[0].rows.size(), 8u);
   EXPECT_EQ(one[0].keys.size(), 4u);
-  EXPECT_THAT(ShareStep(p, 5, 4), StatusIs(absl::StatusCode::kInvalidArgument,
-                                           HasSubstr("cannot go to 5 workers")));
+  EXPECT_THAT(ShareStep(p, 5, 4),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cannot go to 5 workers")));
 }
 
 StepResult Answer(std::vector<float> losses) {
@@ -49,8 +49,8 @@ TEST(MeanOverReplicas, TheSameBitsWhateverTheWorkers) {
   ASSERT_OK_AND_ASSIGN(ReplicaMeans one, MeanOverReplicas({Answer(l)}, 4));
   ASSERT_OK_AND_ASSIGN(ReplicaMeans two,
                        MeanOverReplicas({Answer({l[0], l[1]}), Answer({l[2], l[3]})}, 4));
-  ASSERT_OK_AND_ASSIGN(ReplicaMeans three, MeanOverReplicas(
-                                               {Answer({l[0]}), Answer({l[1]}), Answer({l[2], l[3]})}, 4));
+  ASSERT_OK_AND_ASSIGN(ReplicaMeans three,
+                       MeanOverReplicas({Answer({l[0]}), Answer({l[1]}), Answer({l[2], l[3]})}, 4));
   EXPECT_EQ(one.loss, two.loss);
   EXPECT_EQ(one.loss, three.loss);
   EXPECT_EQ(one.losses, l);

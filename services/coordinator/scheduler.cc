@@ -10,9 +10,9 @@ namespace {
 // "2 cpu workers", "2 cpu workers with 4 threads", "1 cpu worker".
 std::string Describe(const JobDemand& job, const char* adjective) {
   const int fewest = job.min_workers > 0 ? job.min_workers : job.workers;
-  std::string s = absl::StrCat(fewest < job.workers ? absl::StrCat(fewest, " to ") : "",
-                               job.workers, adjective, " ", job.device,
-                               job.workers == 1 ? " worker" : " workers");
+  std::string s =
+      absl::StrCat(fewest < job.workers ? absl::StrCat(fewest, " to ") : "", job.workers, adjective,
+                   " ", job.device, job.workers == 1 ? " worker" : " workers");
   if (job.device == "cpu" && job.threads > 0)
     absl::StrAppend(&s, " with ", job.threads, " threads");
   return s;

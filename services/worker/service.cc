@@ -106,8 +106,7 @@ class StepsReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::S
         }
       }
       std::vector<rng::Key> keys;
-      absl::StatusOr<StepResult> result =
-          slot->Step(request->job_id(), FromProto(*request, &keys));
+      absl::StatusOr<StepResult> result = slot->Step(request->job_id(), FromProto(*request, &keys));
       if (!result.ok() && !absl::IsCancelled(result.status())) {
         LogJob(spdlog::level::err, JobRanks().About(request->job_id()),
                absl::StrCat("step ", request->step(), ": ", result.status().ToString()));

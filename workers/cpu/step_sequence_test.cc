@@ -165,11 +165,10 @@ TEST(SequenceStep, DecoderBlocksNestNamesAndTheirGradientsMatchFiniteDifferences
   int checked = 0;
   for (const ParamEntry& e : m.layout().entries()) {
     const auto first = grads.begin() + e.offset;
-    const size_t at = e.offset + (std::max_element(first, first + e.size,
-                                                   [](float a, float b) {
-                                                     return std::abs(a) < std::abs(b);
-                                                   }) -
-                                  grads.begin() - e.offset);
+    const size_t at =
+        e.offset + (std::max_element(first, first + e.size,
+                                     [](float a, float b) { return std::abs(a) < std::abs(b); }) -
+                    grads.begin() - e.offset);
     if (std::abs(grads[at]) < 1e-4f) continue;  // a key bias: its true gradient is 0
     constexpr float kEps = 1e-2f;
     double loss[2];
