@@ -51,34 +51,11 @@ TEST(CpuLayers, MaxPoolRoutesEachWindowToItsFirstMaximumAsJaxDoes) {
   EXPECT_EQ(dx2, (std::vector<float>{0, 4, 1, 0, 1, 0, 0, 0, 1, 0, 9, 0, 0, 0, 0, 0}));
 }
 
-// max_pool by its definition, one element at a time.
-std::vector<float> MaxPoolByDefinition(const ConvGeometry& g, const std::vector<float>& x) {
-  std::vector<float> y(size_t(g.b) * g.oh() * g.ow() * g.c);
-  for (int n = 0; n < g.b; ++n)
-    for (int oy = 0; oy < g.oh(); ++oy)
-      for (int ox = 0; ox < g.ow(); ++ox)
-        for (int k = 0; k < g.c; ++k) {
-          float m = 0;
-          bool first = true;
-          for (int ky = 0; ky < g.kh; ++ky)
-            for (int kx = 0; kx < g.kw; ++kx) {
-              const int yy = oy * g.stride_h - g.pad_top + ky,
-                        xx = ox * g.stride_w - g.pad_left + kx;
-              if (yy < 0 || yy >= g.h || xx < 0 || xx >= g.w) continue;
-              const float v = x[((size_t(n) * g.h + yy) * g.w + xx) * g.c + k];
-              if (first || v > m) m = v;
-              first = false;
-            }
-          y[((size_t(n) * g.oh() + oy) * g.ow() + ox) * g.c + k] = m;
-        }
-  return y;
-}
-
-// The definition, one element at a time: each window's dy added to the first element of
-// the window (row-major) holding its maximum, windows in output order.
-std::vector<float> MaxPoolBackwardByScatter(const ConvGeometry& g, const std::vector<float>& x,
-                                            const std::vector<float>& dy) {
-  std::vector<float> dx(x.size(), 0.0f);
+// By max_pool's definition, one element at a time: calls f(arg, out) for each output
+// element `out` (index into y) with `arg` the index into x of the first element of its
+// window (row-major) holding the window's maximum, windows in output order.
+template <typename F>
+void ForEachWindowMax(const ConvGeometry& g, const std::vector<float>& x, F f) {
   for (int n = 0; n < g.b; ++n)
     for (int oy = 0; oy < g.oh(); ++oy)
       for (int ox = 0; ox < g.ow(); ++ox)
@@ -94,8 +71,21 @@ std::vector<float> MaxPoolBackwardByScatter(const ConvGeometry& g, const std::ve
               if (first || x[at] > x[arg]) arg = at;
               first = false;
             }
-          dx[arg] += dy[((size_t(n) * g.oh() + oy) * g.ow() + ox) * g.c + k];
+          f(arg, ((size_t(n) * g.oh() + oy) * g.ow() + ox) * g.c + k);
         }
+}
+
+std::vector<float> MaxPoolByDefinition(const ConvGeometry& g, const std::vector<float>& x) {
+  std::vector<float> y(size_t(g.b) * g.oh() * g.ow() * g.c);
+  ForEachWindowMax(g, x, [&](size_t arg, size_t out) { y[out] = x[arg]; });
+  return y;
+}
+
+// Each window's dy added to its max_pool argmax.
+std::vector<float> MaxPoolBackwardByScatter(const ConvGeometry& g, const std::vector<float>& x,
+                                            const std::vector<float>& dy) {
+  std::vector<float> dx(x.size(), 0.0f);
+  ForEachWindowMax(g, x, [&](size_t arg, size_t out) { dx[arg] += dy[out]; });
   return dx;
 }
 
