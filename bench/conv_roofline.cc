@@ -1,14 +1,21 @@
-// The CPU backend's convolution and dense layers against the machine's sgemm peak
-// (bench/results/roofline.md): for each layer of the Flax MNIST CNN at batch 128 and each
-// pass (forward, backward-data, backward-weights), GFLOP/s and % of peak, the former path
-// (im2col + OpenBLAS: CpuKernels::kOpenBlas) against the current one (oneDNN), through
-// the Backend interface exactly as StepExecutor calls it.
+// The CPU backend's layers against the machine's sgemm peak (bench/results/roofline.md):
+// for each convolution and dense layer of the Flax MNIST CNN, the MLP and the BatchNorm
+// convnet at batch 128 and each pass (forward, backward-data, backward-weights), GFLOP/s
+// and % of peak, the former path (im2col + OpenBLAS: CpuKernels::kOpenBlas) against the
+// current one (oneDNN), through the Backend interface exactly as StepExecutor calls it;
+// the BatchNorm convnet's BatchNorm layers' passes (memory-bound: their GB/s); and, with
+// --spec, each whole training step against its floor.
 //
-//   conv_roofline [--threads 1,2] [--reps N]
+//   conv_roofline [--threads 1,2] [--reps N] [--spec FILE ...] [--steps S] [--spec-rounds R]
 //
 // The peak is the best of a square sgemm (1024^3) on OpenBLAS and on oneDNN (dnnl_sgemm) on
 // the same threads. Each time is the best of --reps runs (load from elsewhere only slows
-// a run down; old and new alternate run by run). Prints a Markdown table.
+// a run down; old and new alternate run by run). Prints Markdown tables.
+//
+// A step's floor: its arithmetic (3x the forward pass's, Model::ForwardFlopsPerSample, times
+// the global batch) at the sgemm peak, the time no implementation on these cores can beat;
+// the step itself is `lockstep train`'s (RunLocalJob) on the spec (its epochs replaced by
+// --steps steps, no evaluation) at each thread count, best of --spec-rounds runs.
 #include <cblas.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -25,6 +32,9 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/model.h"
+#include "core/spec/spec.h"
+#include "services/standalone/local_job.h"
 #include "workers/cpu/cpu_backend.h"
 
 namespace lockstep {
@@ -152,6 +162,36 @@ std::unique_ptr<Layer> DenseLayer(Backend& be, int b, int in, int out) {
   return l;
 }
 
+// A BatchNorm layer's passes on x (rows, cols) as StepExecutor::BatchNormForward and
+// BatchNormBackward run them in training (one replica): forward = moments, variance,
+// apply; backward-data = the reduce (with the scale's and bias's gradients) and the
+// input's gradient. No backward-weights pass: its gradients come with the reduce.
+std::unique_ptr<Layer> BatchNormLayer(Backend& be, int rows, int cols) {
+  auto l = std::make_unique<Layer>();
+  const size_t n = size_t(rows) * cols;
+  l->x = Random(n, 11), l->dy = Random(n, 12), l->w = Random(cols, 13), l->bias = Random(cols, 14);
+  l->y.resize(n), l->dx.resize(n), l->dw.resize(cols), l->db.resize(cols);
+  // moments (2 cols), var (cols), sums (2 cols), the partials.
+  l->scratch = *be.Allocate((5 * size_t(cols) + BatchNormPartials(cols)) * sizeof(float));
+  Layer* p = l.get();
+  float* f = l->scratch.as<float>();
+  float *moments = f, *var = f + 2 * cols, *sums = f + 3 * cols, *partials = f + 5 * cols;
+  constexpr float kEps = 1e-5f;
+  l->forward = [&be, rows, cols, p, moments, var, partials] {
+    OrDie(be.BatchNormMoments(rows, cols, p->x.data(), partials, moments));
+    OrDie(be.BatchNormVariance(cols, moments, var));
+    OrDie(be.BatchNormApply(rows, cols, kEps, p->x.data(), moments, var, p->w.data(),
+                            p->bias.data(), p->y.data()));
+  };
+  l->backward_data = [&be, rows, cols, p, moments, var, sums, partials] {
+    OrDie(be.BatchNormBackwardReduce(rows, cols, kEps, p->x.data(), p->dy.data(), moments, var,
+                                     partials, sums, p->dw.data(), p->db.data()));
+    OrDie(be.BatchNormBackwardApply(rows, cols, kEps, 1, p->x.data(), p->dy.data(), moments, var,
+                                    p->w.data(), sums, p->dx.data()));
+  };
+  return l;
+}
+
 // The best of `reps` runs of each pass on each backend, old and new alternated run by
 // run so that load from elsewhere hits both alike.
 void AddRows(const std::string& name, double flop, Layer& old_l, Layer& new_l, int reps,
@@ -165,6 +205,7 @@ void AddRows(const std::string& name, double flop, Layer& old_l, Layer& new_l, i
   for (auto& b : best) b[0] = b[1] = 1e30;
   for (int r = -1; r < reps; ++r) {  // round -1: warm-up
     for (int i : {0, 2, 1}) {
+      if (!(new_l.*(passes[i].second))) continue;  // a layer without the pass
       for (int k = 0; k < 2; ++k) {
         Layer& l = k == 0 ? old_l : new_l;
         const double t = Seconds(l.*(passes[i].second));
@@ -172,11 +213,18 @@ void AddRows(const std::string& name, double flop, Layer& old_l, Layer& new_l, i
       }
     }
   }
-  for (int i = 0; i < 3; ++i)
-    rows->push_back({name, passes[i].first, flop, best[i][0], best[i][1]});
+  for (int i = 0; i < 3; ++i) {
+    if (new_l.*(passes[i].second)) {
+      rows->push_back({name, passes[i].first, flop, best[i][0], best[i][1]});
+    }
+  }
 }
 
-void Run(int threads, int reps) {
+void BatchNormRows(Backend& old_be, Backend& new_be, int b, int reps);
+void StepFloors(const std::vector<std::string>& specs, int threads, double peak, int steps,
+                int rounds);
+
+void Run(int threads, int reps, const std::vector<std::string>& specs, int steps, int rounds) {
   const Peak peak = SgemmPeak(threads, reps);
   const double top = std::max(peak.openblas, peak.onednn);
   std::printf("\n### %d thread%s\n\n", threads, threads == 1 ? "" : "s");
@@ -233,6 +281,71 @@ void Run(int threads, int reps) {
       "\nAll passes a CNN training step runs (conv1's backward-data excluded): old %.2f ms, "
       "new %.2f ms (%.2fx).\n",
       old_total * 1e3, new_total * 1e3, old_total / new_total);
+  BatchNormRows(*old_be, *new_be, b, reps);
+  if (!specs.empty()) StepFloors(specs, threads, top, steps, rounds);
+}
+
+// The BatchNorm convnet's (examples/bn-convnet.yaml) BatchNorm layers: memory-bound, so
+// their rate is the bytes they must move at least (forward: x read twice, y written;
+// backward: x and dy read twice, dx written), not FLOPs. Both backends run the same code.
+void BatchNormRows(Backend& old_be, Backend& new_be, int b, int reps) {
+  struct Bn {
+    const char* name;
+    int rows, cols;
+  };
+  std::printf(
+      "\nBatchNorm layers of the BN convnet (both backends run the same BatchNorm code):\n\n"
+      "| layer | pass | MB moved | old ms | new ms | new GB/s |\n|---|---|--:|--:|--:|--:|\n");
+  double total = 0;
+  for (const Bn& n : {Bn{"batch_norm 28x28x32", b * 28 * 28, 32},
+                      Bn{"batch_norm 14x14x64", b * 14 * 14, 64}, Bn{"batch_norm 128", b, 128}}) {
+    auto o = BatchNormLayer(old_be, n.rows, n.cols), w = BatchNormLayer(new_be, n.rows, n.cols);
+    std::vector<Row> rows;
+    AddRows(n.name, 0, *o, *w, reps, &rows);
+    for (const Row& r : rows) {
+      const double mb = (r.pass == "forward" ? 3.0 : 5.0) * n.rows * n.cols * sizeof(float) / 1e6;
+      total += r.new_s;
+      std::printf("| %s | %s | %.1f | %.3f | %.3f | %.1f |\n", n.name, r.pass.c_str(), mb,
+                  r.old_s * 1e3, r.new_s * 1e3, mb / 1e3 / r.new_s);
+    }
+  }
+  std::printf("\nThe BN convnet's BatchNorm passes in all: %.2f ms per step.\n", total * 1e3);
+}
+
+// Each spec's whole training step against its floor (see the top of the file).
+void StepFloors(const std::vector<std::string>& specs, int threads, double peak, int steps,
+                int rounds) {
+  std::printf(
+      "\nWhole steps (`lockstep train`, %d steps, best of %d runs) against their floor "
+      "(3x the forward pass's FLOPs at %.1f GFLOP/s):\n\n"
+      "| spec | GFLOP per step | floor ms | step ms | floor / step |\n|---|--:|--:|--:|--:|\n",
+      steps, rounds, peak);
+  for (const std::string& file : specs) {
+    absl::StatusOr<v1::JobSpec> spec = LoadSpecFile(file);
+    OrDie(spec.status());
+    spec->clear_epochs();
+    spec->set_steps(steps);
+    spec->clear_eval();
+    spec->clear_checkpoint_path();
+    spec->set_workers(1);
+    spec->set_threads(threads);
+    absl::StatusOr<v1::JobSpec> valid = Validate(*spec);
+    OrDie(valid.status());
+    absl::StatusOr<TrainSetup> setup = SetupFromSpec(*valid);
+    OrDie(setup.status());
+    const double flop = 3.0 * setup->model.ForwardFlopsPerSample() * valid->global_batch_size();
+    double best = 0;  // samples/s
+    for (int r = 0; r < rounds; ++r) {
+      NullJobSink sink;
+      absl::StatusOr<JobOutcome> out = RunLocalJob(*valid, &sink);
+      OrDie(out.status());
+      best = std::max(best, out->samples_per_sec);
+    }
+    const double step_ms = 1e3 * valid->global_batch_size() / best;
+    const double floor_ms = 1e3 * flop / (peak * 1e9);
+    std::printf("| %s | %.3f | %.2f | %.2f | %.0f%% |\n", file.c_str(), flop / 1e9, floor_ms,
+                step_ms, 100 * floor_ms / step_ms);
+  }
 }
 
 }  // namespace
@@ -240,21 +353,33 @@ void Run(int threads, int reps) {
 
 int main(int argc, char** argv) {
   std::vector<int> threads = {1, 2};
-  int reps = 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  std::vector<std::string> specs;
+  int reps = 20, steps = 100, rounds = 3;
+  for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "conv_roofline: %s needs a value\n", flag.c_str());
+      return 2;
+    }
+    const std::string value = argv[i + 1];
     if (flag == "--threads") {
       threads.clear();
-      std::stringstream list(argv[i + 1]);
+      std::stringstream list(value);
       for (std::string t; std::getline(list, t, ',');)
         threads.push_back(std::max(1, std::atoi(t.c_str())));
     } else if (flag == "--reps") {
-      reps = std::atoi(argv[i + 1]);
+      reps = std::atoi(value.c_str());
+    } else if (flag == "--spec") {
+      specs.push_back(value);
+    } else if (flag == "--steps") {
+      steps = std::max(1, std::atoi(value.c_str()));
+    } else if (flag == "--spec-rounds") {
+      rounds = std::max(1, std::atoi(value.c_str()));
     } else {
       std::fprintf(stderr, "conv_roofline: unknown flag %s\n", flag.c_str());
       return 2;
     }
   }
-  for (const int t : threads) lockstep::Run(t, std::max(1, reps));
+  for (const int t : threads) lockstep::Run(t, std::max(1, reps), specs, steps, rounds);
   return 0;
 }
