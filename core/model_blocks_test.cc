@@ -3,6 +3,7 @@
 // differ), the init keys of nested modules, and the errors a bad graph gives (the path and
 // the shapes).
 #include "core/model.h"
+#include "core/model_testing.h"
 #include "core/rng/flax_rng.h"
 #include "core/rng/random.h"
 #include "core/spec/spec.h"
@@ -13,13 +14,10 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::ElementsAre;
+using testing::FromYaml;
 using ::testing::HasSubstr;
+using testing::Names;
 using testing::StatusIs;
-
-absl::StatusOr<Model> FromYaml(const std::string& yaml) {
-  ASSIGN_OR_RETURN(v1::JobSpec spec, ParseSpec(yaml, "model.yaml"));
-  return Model::FromSpec(spec.model());
-}
 
 // Flax's ResNet block (examples/imagenet/models.py), with the spec's layers below it.
 constexpr char kBlocks[] = R"(
@@ -54,12 +52,6 @@ constexpr char kResNet[] = R"(  layers:
     - flatten
     - dense: {features: 10}
 )";
-
-std::vector<std::string> Names(const ParamLayout& layout) {
-  std::vector<std::string> names;
-  for (const ParamEntry& e : layout.entries()) names.push_back(e.name);
-  return names;
-}
 
 TEST(ModelBlocks, ParamsAndBatchStatsNestAsFlaxNamesThem) {
   ASSERT_OK_AND_ASSIGN(Model m, FromYaml(WithLayers(kResNet)));

@@ -2,6 +2,7 @@
 // and dropout on [T, F]): shapes, Flax's names and layout, the token-level outputs, and the
 // errors a bad sequence model gives (the field and the shapes).
 #include "core/model.h"
+#include "core/model_testing.h"
 #include "core/spec/spec.h"
 #include "core/testing.h"
 
@@ -10,19 +11,10 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::ElementsAre;
+using testing::FromYaml;
 using ::testing::HasSubstr;
+using testing::ParamNames;
 using testing::StatusIs;
-
-absl::StatusOr<Model> FromYaml(const std::string& yaml) {
-  ASSIGN_OR_RETURN(v1::JobSpec spec, ParseSpec(yaml, "model.yaml"));
-  return Model::FromSpec(spec.model());
-}
-
-std::vector<std::string> ParamNames(const Model& m) {
-  std::vector<std::string> names;
-  for (const ParamEntry& e : m.layout().entries()) names.push_back(e.name);
-  return names;
-}
 
 TEST(SequenceModel, LayersHaveFlaxNamesShapesAndOutputs) {
   ASSERT_OK_AND_ASSIGN(Model m, FromYaml(R"(

@@ -2,6 +2,7 @@
 // presets as layer lists, and the errors a bad model gives (the field and the shapes).
 #include "core/model.h"
 
+#include "core/model_testing.h"
 #include "core/rng/threefry.h"
 #include "core/spec/spec.h"
 #include "core/testing.h"
@@ -10,20 +11,10 @@ namespace lockstep {
 namespace {
 
 using ::testing::AllOf;
+using testing::FromYaml;
 using ::testing::HasSubstr;
+using testing::ParamNames;
 using testing::StatusIs;
-
-// The model of a spec written in YAML.
-absl::StatusOr<Model> FromYaml(const std::string& yaml) {
-  ASSIGN_OR_RETURN(v1::JobSpec spec, ParseSpec(yaml, "model.yaml"));
-  return Model::FromSpec(spec.model());
-}
-
-std::vector<std::string> ParamNames(const Model& m) {
-  std::vector<std::string> names;
-  for (const ParamEntry& e : m.layout().entries()) names.push_back(e.name);
-  return names;
-}
 
 TEST(Model, LayersFromASpecHaveFlaxNamesShapesAndPadding) {
   ASSERT_OK_AND_ASSIGN(Model m, FromYaml(R"(
