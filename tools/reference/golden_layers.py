@@ -164,8 +164,11 @@ def init(model, input_shape, seed):
   return rng, model.init(init_rng, jnp.ones([1, *input_shape]))["params"]
 
 
-def train(model, spec, params, rng, images, labels):
-  """The seed program with N = 1: per epoch a permutation, per step a dropout key."""
+def train(model, spec, params, rng, images, labels, loss_fn=models.loss_fn):
+  """The seed program with N = 1: per epoch a permutation, per step a dropout key.
+
+  `loss_fn(params, apply_fn, x, y, dropout_key)` returns (loss, aux): the images' loss, or
+  golden_sequence's token-level one (images and labels are then token windows)."""
   o = spec["optimizer"]
   tx = models.make_tx(o["kind"], o["learning_rate"], o.get("momentum", 0.0))
   opt_state = tx.init(params)
@@ -184,7 +187,7 @@ def train(model, spec, params, rng, images, labels):
     def lf(p):
       jax.random.bernoulli = recording
       try:
-        loss, _ = models.loss_fn(p, model.apply, x, y, key)
+        loss, _ = loss_fn(p, model.apply, x, y, key)
       finally:
         jax.random.bernoulli = bernoulli
       return loss, list(masks)

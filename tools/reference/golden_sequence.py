@@ -114,51 +114,6 @@ def windows(stream, t):
   return w[:, :-1].astype(np.int32), w[:, 1:].astype(np.int32)
 
 
-def train(model, spec, params, rng, inputs, targets):
-  """The seed program with N = 1: per epoch a permutation, per step a dropout key."""
-  o = spec["optimizer"]
-  tx = models.make_tx(o["kind"], o["learning_rate"], o.get("momentum", 0.0))
-  opt_state = tx.init(params)
-  b = spec["global_batch_size"]
-  bernoulli = jax.random.bernoulli
-
-  @jax.jit
-  def step(params, opt_state, x, y, key):
-    masks = []
-
-    def recording(*a, **kw):
-      m = bernoulli(*a, **kw)
-      masks.append(m)
-      return m
-
-    def lf(p):
-      jax.random.bernoulli = recording
-      try:
-        loss, _ = token_loss(p, model.apply, x, y, key)
-      finally:
-        jax.random.bernoulli = bernoulli
-      return loss, list(masks)
-
-    (loss, mk), grads = jax.value_and_grad(lf, has_aux=True)(params)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss, mk
-
-  main_key = jax.random.PRNGKey(spec["dropout_seed"])
-  steps_per_epoch = len(inputs) // b
-  losses, masks, order = [], [], None
-  for s in range(spec["steps"]):
-    if s % steps_per_epoch == 0:
-      rng, input_rng = jax.random.split(rng)
-      order = np.asarray(jax.random.permutation(input_rng, len(inputs)))
-    idx = order[(s % steps_per_epoch) * b:(s % steps_per_epoch + 1) * b]
-    step_key, main_key = jax.random.split(main_key)
-    key = jax.random.split(step_key, 1)[0]
-    params, opt_state, loss, mk = step(params, opt_state, inputs[idx], targets[idx], key)
-    losses.append(float(loss))
-    masks.append([np.asarray(m) for m in mk])
-  return params, np.asarray(losses, np.float32), masks
-
-
 def write_goldens(out):
   for name, base in SPECS.items():
     spec = dict(base, global_batch_size=8, steps=20, seed=3, dropout_seed=5, workers=1)
@@ -178,7 +133,8 @@ def write_goldens(out):
     t.update(golden_layers.tensors("grads.", g))
     t["grads.loss"] = np.asarray([loss], np.float32)
     t["grads.dropout_key"] = np.asarray(key, np.uint32)
-    final, losses, masks = train(model, spec, params, rng, inputs, targets)
+    final, losses, masks = golden_layers.train(model, spec, params, rng, inputs, targets,
+                                               loss_fn=token_loss)
     t["train.losses"] = losses
     t.update(golden_layers.tensors("train.params.", final))
     for step, mk in enumerate(masks):
