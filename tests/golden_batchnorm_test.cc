@@ -5,15 +5,13 @@
 // batch_stats against the pmap run's, and the evaluation with the running averages; and
 // the batch_stats as state (bytes, checksum, a bitwise restore).
 #include <algorithm>
-#include <thread>
 
 #include "core/io/safetensors.h"
 #include "core/plan.h"
-#include "core/store.h"
 #include "core/testing.h"
 #include "tests/golden.h"
+#include "tests/golden_pmap.h"
 #include "workers/cpu/cpu_backend.h"
-#include "workers/gloo/gloo_collective.h"
 
 namespace lockstep {
 namespace {
@@ -100,55 +98,11 @@ TEST(BatchNormGolden, LossAndEveryGradientOnOneReplicaWithin1e5) {
   EXPECT_EQ(state.batch_stats, m.InitStats());
 }
 
-// One replica of the 2-replica run: its final state and each step's local loss.
-struct ReplicaRun {
-  absl::Status status;
-  TrainState state;
-  std::vector<float> losses;
-  EvalMetrics eval;
-  // Kept until both ranks are done (see ~GlooCollective); a rank that fails drops its own
-  // at once, so that its peer fails at once too.
-  std::unique_ptr<Collective> collective;
-};
-
-void RunReplica(const Golden& g, const Dataset& data, MemoryStore* store, int rank,
-                ReplicaRun* run) {
-  run->status = [&]() -> absl::Status {
-    const Model& m = g.setup.model;
-    const int n = 2, b = static_cast<int>(g.spec.global_batch_size());
-    GlooOptions options;
-    options.hostname = "127.0.0.1";
-    options.prefix = "batchnorm_golden";
-    ASSIGN_OR_RETURN(auto collective, GlooCollective::Create(rank, n, store, options));
-    auto backend = NewCpuBackend(1);
-    ASSIGN_OR_RETURN(auto exec, StepExecutor::Create(m, g.setup.optimizer, g.setup.impl, b / n,
-                                                     backend.get(), collective.get()));
-    ASSIGN_OR_RETURN(DeviceDataset d, exec->Upload(data));
-    TrainingPlan plan(g.spec.seed(), g.spec.dropout_seed(), g.setup.impl, data.size, b, n);
-    RETURN_IF_ERROR(exec->SetState(TrainState::Create(m.Init(plan.init_key(), g.setup.impl),
-                                                      g.setup.optimizer, m.InitStats())));
-    for (uint64_t s = 0; s < g.spec.steps(); ++s) {
-      const StepPlan p = plan.Next();
-      ASSIGN_OR_RETURN(auto shards, ShardBatch(p.indices, n));
-      ASSIGN_OR_RETURN(StepMetrics metrics, exec->Step(d, shards[rank], p.keys[rank]));
-      run->losses.push_back(metrics.loss);
-    }
-    ASSIGN_OR_RETURN(run->state, exec->GetState());
-    ASSIGN_OR_RETURN(run->eval, exec->Evaluate(d, 24));
-    run->collective = std::move(collective);
-    return absl::OkStatus();
-  }();
-}
-
 TEST(BatchNormGolden, TwentyStepsOnTwoReplicasMatchPmap) {
   ASSERT_OK_AND_ASSIGN(Golden g, ReadGolden());
   const Model& m = g.setup.model;
   const Dataset data = testing::GoldenDataset(g.st, "data");
-  MemoryStore store;
-  ReplicaRun runs[2];
-  std::thread peer(RunReplica, std::cref(g), std::cref(data), &store, 1, &runs[1]);
-  RunReplica(g, data, &store, 0, &runs[0]);
-  peer.join();
+  std::array<testing::ReplicaRun, 2> runs = testing::RunTwoReplicas(g, data);
   // Both ranks' errors: the first to fail closes its connections, so the other's error
   // is only the echo.
   EXPECT_OK(runs[1].status);

@@ -4,14 +4,12 @@
 // gradient on one replica, and 20 steps with sgd and with adam on two replicas (threads
 // joined by Gloo over loopback, BatchNorm's statistics all-reduced as pmap's pmean does),
 // and as two logical replicas of one executor (exact sums).
-#include <thread>
 
 #include "core/plan.h"
-#include "core/store.h"
 #include "core/testing.h"
 #include "tests/golden.h"
+#include "tests/golden_pmap.h"
 #include "workers/cpu/cpu_backend.h"
-#include "workers/gloo/gloo_collective.h"
 
 namespace lockstep {
 namespace {
@@ -38,47 +36,6 @@ TEST(ResNetGolden, LossAndEveryGradientOnOneReplicaWithin1e5) {
   testing::ExpectStatsModelGradientsMatchJax(backend.get(), "resnet_pmap2_sgd.safetensors");
 }
 
-// One replica of the 2-replica run: its final state and each step's local loss.
-struct ReplicaRun {
-  absl::Status status;
-  TrainState state;
-  std::vector<float> losses;
-  EvalMetrics eval;
-  // Kept until both ranks are done (see ~GlooCollective); a rank that fails drops its own
-  // at once, so that its peer fails at once too.
-  std::unique_ptr<Collective> collective;
-};
-
-void RunReplica(const SpecGolden& g, const Dataset& data, MemoryStore* store, int rank,
-                ReplicaRun* run) {
-  run->status = [&]() -> absl::Status {
-    const Model& m = g.setup.model;
-    const int n = 2, b = static_cast<int>(g.spec.global_batch_size());
-    GlooOptions options;
-    options.hostname = "127.0.0.1";
-    options.prefix = "resnet_golden";
-    ASSIGN_OR_RETURN(auto collective, GlooCollective::Create(rank, n, store, options));
-    auto backend = NewCpuBackend(1);
-    ASSIGN_OR_RETURN(auto exec, StepExecutor::Create(m, g.setup.optimizer, g.setup.impl, b / n,
-                                                     backend.get(), collective.get()));
-    exec->set_allreduce_bucket_bytes(1024);  // buckets overlapping backward, through the blocks
-    ASSIGN_OR_RETURN(DeviceDataset d, exec->Upload(data));
-    TrainingPlan plan(g.spec.seed(), g.spec.dropout_seed(), g.setup.impl, data.size, b, n);
-    RETURN_IF_ERROR(exec->SetState(TrainState::Create(m.Init(plan.init_key(), g.setup.impl),
-                                                      g.setup.optimizer, m.InitStats())));
-    for (uint64_t s = 0; s < g.spec.steps(); ++s) {
-      const StepPlan p = plan.Next();
-      ASSIGN_OR_RETURN(auto shards, ShardBatch(p.indices, n));
-      ASSIGN_OR_RETURN(StepMetrics metrics, exec->Step(d, shards[rank], p.keys[rank]));
-      run->losses.push_back(metrics.loss);
-    }
-    ASSIGN_OR_RETURN(run->state, exec->GetState());
-    ASSIGN_OR_RETURN(run->eval, exec->Evaluate(d, 24));
-    run->collective = std::move(collective);
-    return absl::OkStatus();
-  }();
-}
-
 // Losses, params, batch_stats and the evaluation of a final state against the file's.
 void ExpectMatchesPmap(const SpecGolden& g, const std::vector<float>& losses,
                        const TrainState& state) {
@@ -99,11 +56,8 @@ class ResNetPmap : public ::testing::TestWithParam<std::string> {};
 TEST_P(ResNetPmap, TwentyStepsOnTwoReplicasMatchPmap) {
   ASSERT_OK_AND_ASSIGN(SpecGolden g, ReadGolden(GetParam()));
   const Dataset data = testing::GoldenDataset(g.st, "data");
-  MemoryStore store;
-  ReplicaRun runs[2];
-  std::thread peer(RunReplica, std::cref(g), std::cref(data), &store, 1, &runs[1]);
-  RunReplica(g, data, &store, 0, &runs[0]);
-  peer.join();
+  // Buckets overlapping backward, through the blocks.
+  std::array<testing::ReplicaRun, 2> runs = testing::RunTwoReplicas(g, data, 1024);
   EXPECT_OK(runs[1].status);
   ASSERT_OK(runs[0].status);
   ASSERT_OK(runs[1].status);
