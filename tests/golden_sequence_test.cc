@@ -130,7 +130,7 @@ TEST_P(SequenceGolden, TwentyStepsWithDropoutMatchOptax) {
   ExpectEveryTensorWithin1e5(m, final_state.params, GoldenParams(f.g.st, m, "train.params."));
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, SequenceGolden, ::testing::Values("embed", "attention"));
+INSTANTIATE_TEST_SUITE_P(Models, SequenceGolden, ::testing::Values("embed", "attention", "decoder"));
 
 }  // namespace
 }  // namespace lockstep

@@ -145,6 +145,17 @@ def apply_layers(layers, x, train, axis_name, blocks):
       x = x.reshape((x.shape[0], -1))
     elif kind == "dropout":
       x = nn.Dropout(rate=o["rate"], deterministic=not train, name=name)(x)
+    elif kind == "embed":
+      x = nn.Embed(o["num_embeddings"], o["features"], name=name)(x)
+    elif kind == "position_embed":  # a learned position embedding, added
+      t = x.shape[-2]
+      x = x + nn.Embed(o.get("max_len", t), x.shape[-1], name=name)(jnp.arange(t))
+    elif kind == "multi_head_attention":  # self-attention
+      mask = nn.make_causal_mask(jnp.ones(x.shape[:2])) if o.get("causal") else None
+      x = nn.MultiHeadDotProductAttention(
+          num_heads=o["num_heads"], qkv_features=o.get("qkv_features"),
+          out_features=o.get("out_features"), dropout_rate=o.get("dropout_rate", 0.0),
+          use_bias=o.get("use_bias", True), deterministic=not train, name=name)(x, mask=mask)
     elif kind == "residual":
       x = flax_blocks.residual(o, x, train, axis_name, blocks)
     elif kind == "block":
