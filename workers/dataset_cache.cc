@@ -10,7 +10,8 @@ absl::StatusOr<std::shared_ptr<const Datasets>> DatasetCache::Get(const v1::Data
   v1::DatasetSpec spec = in;
   spec.clear_name();
   if (spec.format().empty()) spec.set_format("idx");
-  if (spec.format() == "npz") {
+  // Formats of two files (images or tokens) against idx's folder.
+  if (spec.format() == "npz" || spec.format() == "text" || spec.format() == "tokens") {
     ASSIGN_OR_RETURN(*spec.mutable_train_path(),
                      roots_.Resolve("dataset.train_path", spec.train_path()));
     ASSIGN_OR_RETURN(*spec.mutable_test_path(),
