@@ -164,6 +164,30 @@ void ExpectEveryTensorWithin(const ParamLayout& layout, const std::vector<float>
   }
 }
 
+void ExpectSequenceTensorsWithin1e5(const Model& m, const std::vector<float>& got,
+                                    const std::vector<float>& want) {
+  const auto& entries = m.layout().entries();
+  auto norm = [](std::span<const float> v) {
+    double s = 0;
+    for (float x : v) s += double{x} * x;
+    return std::sqrt(s);
+  };
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const ParamEntry& e = entries[i];
+    const std::span<const float> g(got.data() + e.offset, e.size),
+        w(want.data() + e.offset, e.size);
+    if (!e.name.ends_with("/key/bias")) {
+      EXPECT_LE(testing::RelativeL2(g, w), 1e-5) << e.name;
+      continue;
+    }
+    const ParamEntry& kernel = entries[i - 1];  // Flax's order: key/kernel, then key/bias
+    ASSERT_TRUE(kernel.name.ends_with("/key/kernel")) << kernel.name;
+    std::vector<float> diff(e.size);
+    for (size_t j = 0; j < e.size; ++j) diff[j] = g[j] - w[j];
+    EXPECT_LE(norm(diff), 1e-5 * norm({want.data() + kernel.offset, kernel.size})) << e.name;
+  }
+}
+
 void ExpectStatsModelGradientsMatchJax(Backend* backend, const std::string& file) {
   ASSERT_OK_AND_ASSIGN(SpecGolden g, ReadSpecGolden(file));
   const Model& m = g.setup.model;

@@ -33,34 +33,6 @@ absl::StatusOr<Golden> Read(const std::string& name) {
   return Golden{std::move(g), std::move(data)};
 }
 
-// Every tensor of `got` within 1e-5 of `want`'s (relative L2), but an attention layer's
-// key/bias: its true gradient is 0 (q . b_k adds one constant to every score of a softmax
-// row), so JAX's and ours are rounding noise, and it is held against its layer's
-// key/kernel instead: |got - want| <= 1e-5 |want's key/kernel|.
-void ExpectEveryTensorWithin1e5(const Model& m, const std::vector<float>& got,
-                                const std::vector<float>& want) {
-  const auto& entries = m.layout().entries();
-  auto norm = [](std::span<const float> v) {
-    double s = 0;
-    for (float x : v) s += double{x} * x;
-    return std::sqrt(s);
-  };
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const ParamEntry& e = entries[i];
-    const std::span<const float> g(got.data() + e.offset, e.size),
-        w(want.data() + e.offset, e.size);
-    if (!e.name.ends_with("/key/bias")) {
-      EXPECT_LE(testing::RelativeL2(g, w), 1e-5) << e.name;
-      continue;
-    }
-    const ParamEntry& kernel = entries[i - 1];  // Flax's order: key/kernel, then key/bias
-    ASSERT_TRUE(kernel.name.ends_with("/key/kernel")) << kernel.name;
-    std::vector<float> diff(e.size);
-    for (size_t j = 0; j < e.size; ++j) diff[j] = g[j] - w[j];
-    EXPECT_LE(norm(diff), 1e-5 * norm({want.data() + kernel.offset, kernel.size})) << e.name;
-  }
-}
-
 class SequenceGolden : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(SequenceGolden, InitMatchesFlaxWithin1e6) {
@@ -98,7 +70,7 @@ TEST_P(SequenceGolden, TokenLossAndEveryGradientWithin1e5) {
   const float want_loss = (*f.g.st.F32("grads.loss"))[0];
   EXPECT_NEAR(metrics.loss, want_loss, 1e-5 * std::fabs(want_loss));
   ASSERT_OK_AND_ASSIGN(std::vector<float> grads, exec->Gradients());
-  ExpectEveryTensorWithin1e5(m, grads, GoldenParams(f.g.st, m, "grads."));
+  testing::ExpectSequenceTensorsWithin1e5(m, grads, GoldenParams(f.g.st, m, "grads."));
 }
 
 TEST_P(SequenceGolden, TwentyStepsWithDropoutMatchOptax) {
@@ -127,10 +99,12 @@ TEST_P(SequenceGolden, TwentyStepsWithDropoutMatchOptax) {
     EXPECT_FALSE(f.g.st.tensors().contains(prefix + std::to_string(masks.size())));
   }
   ASSERT_OK_AND_ASSIGN(TrainState final_state, exec->GetState());
-  ExpectEveryTensorWithin1e5(m, final_state.params, GoldenParams(f.g.st, m, "train.params."));
+  testing::ExpectSequenceTensorsWithin1e5(m, final_state.params,
+                                          GoldenParams(f.g.st, m, "train.params."));
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, SequenceGolden, ::testing::Values("embed", "attention", "decoder"));
+INSTANTIATE_TEST_SUITE_P(Models, SequenceGolden,
+                         ::testing::Values("embed", "attention", "decoder"));
 
 }  // namespace
 }  // namespace lockstep
