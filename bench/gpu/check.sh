@@ -185,7 +185,8 @@ part_tests() {
 # Starts a coordinator and one worker on $device; sets addr.
 start_cluster() {
   local state=$tmp/state t_end
-  # The bundle's data lies outside the default data roots (/usr/share/datasets, /data):
+  # The bundle's data lies outside the default data roots (/usr/share/datasets,
+  # /usr/share/games/fortunes, /data):
   # both servers are told where it is.
   "$s/bin/lockstep-coordinator" --insecure --listen=127.0.0.1:0 --port_file="$tmp/port" --state_dir="$state" \
     --data_root="$s/data" >"$logs/coordinator.log" 2>&1 &

@@ -19,9 +19,9 @@
 
 namespace lockstep {
 
-// Debian's dataset packages (dataset-fashion-mnist, ...), and a folder for users' data
-// (a volume mounted at /data).
-inline constexpr char kDefaultDataRoots[] = "/usr/share/datasets,/data";
+// Debian's dataset packages (dataset-fashion-mnist, ...), the English text of Debian's
+// fortunes package, and a folder for users' data (a volume mounted at /data).
+inline constexpr char kDefaultDataRoots[] = "/usr/share/datasets,/usr/share/games/fortunes,/data";
 
 class DataRoots {
  public:

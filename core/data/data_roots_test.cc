@@ -47,7 +47,8 @@ class DataRootsTest : public ::testing::Test {
 TEST_F(DataRootsTest, ParsesAbsoluteFoldersOnly) {
   EXPECT_EQ(roots_.roots(), (std::vector<std::string>{"/usr/share/datasets", dir_ + "/root"}));
   ASSERT_OK_AND_ASSIGN(DataRoots defaults, DataRoots::Parse(kDefaultDataRoots));
-  EXPECT_EQ(defaults.roots(), (std::vector<std::string>{"/usr/share/datasets", "/data"}));
+  EXPECT_EQ(defaults.roots(), (std::vector<std::string>{"/usr/share/datasets",
+                                                        "/usr/share/games/fortunes", "/data"}));
   EXPECT_THAT(DataRoots::Parse("/data,datasets"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"datasets\"")));
   EXPECT_THAT(DataRoots::Parse(" , "), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));

@@ -118,21 +118,27 @@ TEST(JobManagerDrain, AManagerStoppedWithoutADrainKeepsItsJobWhichReplaysVisibly
   // were; then, from that snapshot on, the steps up to where it stopped are replays, and
   // shown as such; the rest are not.
   int replays = 0, kept = 0;
-  bool restarted = false;  // past the RECOVERING state event of the restart
+  int64_t resumed_from = -1;  // the snapshot's step: the first step after the restart, less 1
+  bool restarted = false;     // past the RECOVERING state event of the restart
   for (const v1::JobEvent& e : events) {
     if (e.has_state() && e.state().state() == v1::RECOVERING) restarted = true;
     if (!e.has_step()) continue;
     if (!restarted) {
       EXPECT_FALSE(e.step().replay()) << e.step().step();
-      EXPECT_EQ(e.step().step(), ++kept);  // every step up to the snapshot, in order
+      EXPECT_EQ(e.step().step(), ++kept);  // every step kept before the stop, in order
       continue;
     }
-    EXPECT_GT(e.step().step(), kept);
+    if (resumed_from < 0) resumed_from = e.step().step() - 1;
     EXPECT_EQ(e.step().replay(), e.step().step() <= stopped_at) << e.step().step();
     replays += e.step().replay();
   }
   EXPECT_GE(kept, 10);
-  EXPECT_GT(replays, 0);
+  // It continued from a snapshot (every 5 steps) at or before the stop, and the steps
+  // from there to the stop are replays: none when it stopped right after a snapshot.
+  EXPECT_GE(resumed_from, 10);
+  EXPECT_LE(resumed_from, stopped_at);
+  EXPECT_EQ(resumed_from % 5, 0) << resumed_from;
+  EXPECT_EQ(replays, stopped_at - resumed_from);
 }
 
 }  // namespace
