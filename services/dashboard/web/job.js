@@ -1,13 +1,14 @@
 // A job's page: its state and progress, live loss and accuracy curves with the evaluation
-// points, the step time split, the events timeline, its workers, the bitwise witness and
-// a log tail that follows; a cancel button for its owner and admins. Polls until the job
-// has ended (one last refresh of each part after), then stays still.
+// points, the step time split, the events timeline, its workers with their own step times,
+// the bitwise witness and a log tail that follows; a cancel button for its owner and
+// admins. Polls until the job has ended (one last refresh of each part after), then stays
+// still.
 import { api } from "./api.js";
 import { LineChart } from "./chart.js";
 import { clear, duration, el, etaSeconds, fixed, num, progress, stateBadge, TERMINAL, time }
   from "./format.js";
-import { renderLogs, renderStepTimes, renderTimeline, renderWitness, renderWorkers }
-  from "./job_panels.js";
+import { renderLogs, renderStepTimes, renderTimeline, renderWitness, renderWorkers,
+         WORKER_COLUMNS } from "./job_panels.js";
 import { poll } from "./poll.js";
 
 const MAX_STEPS = 4000;
@@ -48,8 +49,10 @@ export function mountJob(main, id, caller) {
     el("div", { class: "charts" }, loss.element, accuracy.element),
     card("Step times", stepTimes, el("div", { class: "charts" }, times.element)),
     card("Events", timeline),
-    card("Workers", table("job-workers", ["Rank", "Id", "Name", "Host", "Device", "Threads",
-                                          "Local loss", "Last heartbeat"], workersBody)),
+    card("Workers",
+         el("p", { class: "muted" }, "Each worker's own step times, milliseconds: its latest ",
+            "step's, and the mean over the steps it ran at this rank."),
+         el("div", { class: "scroll-x" }, table("job-workers", WORKER_COLUMNS, workersBody))),
     card("Bitwise witness",
          el("p", { class: "muted" }, "The params checksum at each snapshot and at the end: two ",
             "runs of one spec with equal checksums at equal steps computed the same bits."),
@@ -157,7 +160,7 @@ export function mountJob(main, id, caller) {
   });
   part("workers", 3000, async (signal) => {
     const w = await api(`jobs/${encodeURIComponent(id)}/workers`, { signal });
-    renderWorkers(workersBody, w.workers || [], lastStep);
+    renderWorkers(workersBody, w.workers || [], lastStep, job);
   });
   part("logs", 2000, async (signal) => {
     const l = await api(`jobs/${encodeURIComponent(id)}/logs?tail=200`, { signal });
