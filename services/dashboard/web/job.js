@@ -73,6 +73,13 @@ export function mountJob(main, id, caller) {
     }
   };
   let job = null, witness = null, lastStep = null, ended = false, failed = false;
+  // The job's workers as last fetched (null before): their rows join the job's
+  // worker_times and the last step's local losses, so they are drawn again whenever
+  // either of those comes, not only with the workers.
+  let workers = null;
+  const drawWorkers = () => {
+    if (workers !== null) renderWorkers(workersBody, workers, lastStep, job);
+  };
   const finished = new Set();  // parts refreshed once after the job ended
   const stops = [];
   const stopAll = () => stops.forEach((s) => s());
@@ -133,12 +140,14 @@ export function mountJob(main, id, caller) {
     times.update(["compute_ms", "allreduce_ms", "update_ms", "wall_ms"].map((k) => timed.map(at(k))));
     lastStep = s.length ? s[s.length - 1] : null;
     renderStepTimes(stepTimes, lastStep);
+    drawWorkers();
   };
 
   part("job", 1000, async (signal) => {
     job = await api(`jobs/${encodeURIComponent(id)}`, { signal });
     ended = TERMINAL.has(job.state);
     renderSummary();
+    drawWorkers();
   });
   part("history", 1000, async (signal) => {
     const from = Math.max(0, ...steps.keys()) + 1;
@@ -160,7 +169,8 @@ export function mountJob(main, id, caller) {
   });
   part("workers", 3000, async (signal) => {
     const w = await api(`jobs/${encodeURIComponent(id)}/workers`, { signal });
-    renderWorkers(workersBody, w.workers || [], lastStep, job);
+    workers = w.workers || [];
+    drawWorkers();
   });
   part("logs", 2000, async (signal) => {
     const l = await api(`jobs/${encodeURIComponent(id)}/logs?tail=200`, { signal });

@@ -57,9 +57,9 @@ export const WORKER_COLUMNS = ["Rank", "Id", "Name", "Host", "Device", "Threads"
 
 // One time of a worker: its latest step's, and below it the mean over its steps at its rank.
 function timeCell(key, times) {
-  if (!times) return el("td", { class: `num ${key}` }, "–");
+  if (!times) return el("td", { class: `num time ${key}` }, "–");
   const last = num(times.last && times.last[key]), mean = num(times.mean && times.mean[key]);
-  return el("td", { class: `num ${key}`, dataset: { last: String(last), mean: String(mean) } },
+  return el("td", { class: `num time ${key}`, dataset: { last: String(last), mean: String(mean) } },
     fixed(last, 2), el("br"), el("span", { class: "muted small" }, `mean ${fixed(mean, 2)}`));
 }
 
@@ -77,7 +77,7 @@ export function renderWorkers(body, workers, lastStep, job) {
       el("td", { class: "host" }, w.address || "gone"),
       el("td", {}, w.device || "–"),
       el("td", { class: "num" }, w.threads || "–"),
-      el("td", { class: "num" }, rank < losses.length ? fixed(losses[rank]) : "–"),
+      el("td", { class: "num local-loss" }, rank < losses.length ? fixed(losses[rank]) : "–"),
       ["step_ms", "compute_ms", "allreduce_ms", "update_ms"].map((k) => timeCell(k, t)),
       el("td", {}, w.last_heartbeat_unix_ms ? time(w.last_heartbeat_unix_ms) : "–"));
   }));
