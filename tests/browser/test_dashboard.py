@@ -1,7 +1,8 @@
 """The dashboard in headless Chromium against a local cluster (conftest.py): a user logs in
 with a token, sees only their own jobs, watches a running job's curves grow (and its
 workers' step times) and cancels it; a user cannot open another user's job, neither through
-the API nor the page; a job's witness and its recovery survive a coordinator restart.
+the API nor the page; a job's witness and its recovery survive a coordinator restart; an
+elastic job's resize is on its timeline.
 
 No sleeps: every wait is a WebDriverWait on what the page shows, with a timeout.
 """
@@ -198,4 +199,31 @@ def test_the_witness_survives_a_coordinator_restart_and_the_recovery_is_on_the_t
     shown = {td.get_attribute("textContent")
              for td in browser.find_elements(By.CSS_SELECTOR, "#witness-body td:first-child")}
     assert {f"snapshot, step {s}" for s in before if s != newest} <= shown, shown
+    cluster.lockstep("cancel", job_id, user="alice")
+
+
+def test_an_elastic_resize_is_on_the_timeline(cluster: Cluster, browser: WebDriver) -> None:
+    spec = LONG.replace("workers: 1", "replicas: 2\nworkers: {{min: 1, max: 2}}")
+    job_id = cluster.submit(spec.format(name="elastic"), user="alice")
+    wait = WebDriverWait(browser, 4 * WAIT, ignored_exceptions=(OSError,))
+
+    def job() -> dict:
+        status, body = cluster.get(f"api/v1/jobs/{job_id}", "alice")
+        return body if status == 200 else {}
+
+    def reasons() -> list[str]:
+        status, body = cluster.get(f"api/v1/jobs/{job_id}/events", "alice")
+        return [e["state"]["reason"] for e in body.get("events", [])] if status == 200 else []
+
+    # Stepping on both (a worker lost while preparing is a recovery, not a resize).
+    wait.until(lambda _: len(job().get("workers", [])) == 2 and int(job().get("step", 0)) > 0)
+    record = json.loads((cluster.dir / "cluster.json").read_text())
+    os.kill(record["pids"][1], signal.SIGKILL)  # one of its two workers
+    wait.until(lambda _: any(r.startswith("resized 2 -> 1 workers") for r in reasons()))
+    assert job()["state"] in ("RUNNING", "SUCCEEDED"), job()  # it goes on, not RECOVERING
+
+    log_in(browser, cluster, "alice", then=f"#/jobs/{job_id}")
+    WebDriverWait(browser, WAIT).until(
+        EC.text_to_be_present_in_element((By.CSS_SELECTOR, "#timeline .event-resize"),
+                                         "resize: resized 2 -> 1 workers"))
     cluster.lockstep("cancel", job_id, user="alice")
