@@ -3,6 +3,7 @@
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_FAKE_WORKER_CLIENT_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_FAKE_WORKER_CLIENT_H_
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <string>
@@ -14,15 +15,25 @@
 
 namespace lockstep::testing {
 
-// How a fake worker answers its step stream. kEcho answers each step with its number and
-// loss = rank + the shard's size; kSilent answers nothing; kHang answers nothing and does
-// not end its stream when told no more commands come.
+// How a fake worker answers its step stream. kEcho answers each step with its number,
+// loss = rank + the shard's size and made-up times (below); kSilent answers nothing; kHang
+// answers nothing and does not end its stream when told no more commands come.
 enum class Behaviour { kEcho, kSilent, kHang, kFail, kEndEarly, kWrongStep };
+
+// What a fake replica's steps did to its state, shared by its client and its stream: with
+// FakeWorker.snapshots, the steps it answered, and its params' checksum, which it reports.
+struct FakeReplica {
+  std::atomic<int64_t> stepped{0};
+  uint64_t checksum = 0;
+};
 
 // An in-memory step stream: answers each command (or not) as its behaviour says.
 class FakeStream final : public StepStream {
  public:
-  FakeStream(int rank, Behaviour b, const CancelToken& cancel) : rank_(rank), behaviour_(b) {
+  // `replica`: null, or where it records its steps and finds the checksum it answers.
+  FakeStream(int rank, Behaviour b, const CancelToken& cancel,
+             std::shared_ptr<FakeReplica> replica = nullptr)
+      : rank_(rank), behaviour_(b), replica_(std::move(replica)) {
     on_cancel_ = cancel.OnCancel([this] { Cancel(); });
   }
 
@@ -35,6 +46,16 @@ class FakeStream final : public StepStream {
         StepResult a;
         a.step = command.step + (behaviour_ == Behaviour::kWrongStep ? 1 : 0);
         a.loss = static_cast<float>(rank_ + command.indices.size());
+        // Times that tell the ranks and the steps apart: compute rank + 1, step 10 * (rank
+        // + 1) + the step's number.
+        a.compute_ms = rank_ + 1;
+        a.allreduce_ms = 0.5;
+        a.update_ms = 0.25;
+        a.step_ms = 10.0 * (rank_ + 1) + static_cast<double>(command.step);
+        if (replica_ != nullptr) {
+          a.param_checksum = replica_->checksum;
+          replica_->stepped = command.step + 1;
+        }
         answers_.push_back(a);
         break;
       }
@@ -80,6 +101,7 @@ class FakeStream final : public StepStream {
  private:
   const int rank_;
   const Behaviour behaviour_;
+  const std::shared_ptr<FakeReplica> replica_;
   absl::Mutex mu_;
   std::deque<StepResult> answers_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
@@ -126,6 +148,9 @@ struct FakeWorker {
   bool refuse_steps = false;  // OpenSteps fails
   bool hang_prepare = false;  // Prepare waits until cancelled (at most a minute)
   bool alive = true;          // what Alive answers (false: a dead worker)
+  // Its steps answer its params' checksum, and FetchState gives its state at the step it
+  // answered last (params unchanged): snapshots succeed (and the witness has marks).
+  bool snapshots = false;
   int64_t train_examples = 64, test_examples = 20;
 };
 
@@ -152,6 +177,11 @@ class FakeClient final : public WorkerClient {
     if (!s.ok()) return s.status();
     absl::MutexLock lock(&mu_);
     state_ = *s;
+    if (w_.snapshots) {
+      replica_ = std::make_shared<FakeReplica>();
+      replica_->stepped = state_.step;
+      replica_->checksum = ParamChecksum(state_.params, state_.batch_stats);
+    }
     return PrepareResult{w_.train_examples, w_.test_examples,
                          ParamChecksum(state_.params, state_.batch_stats)};
   }
@@ -159,7 +189,12 @@ class FakeClient final : public WorkerClient {
                                                         const CancelToken& cancel,
                                                         absl::Duration) override {
     if (w_.refuse_steps) return absl::UnavailableError("connection refused");
-    auto stream = std::make_unique<FakeStream>(rank_, w_.steps, cancel);
+    std::shared_ptr<FakeReplica> replica;
+    {
+      absl::MutexLock lock(&mu_);
+      replica = replica_;
+    }
+    auto stream = std::make_unique<FakeStream>(rank_, w_.steps, cancel, std::move(replica));
     if (w_.push) return std::unique_ptr<StepStream>(new PushingStream(std::move(stream)));
     return std::unique_ptr<StepStream>(std::move(stream));
   }
@@ -172,7 +207,9 @@ class FakeClient final : public WorkerClient {
   absl::StatusOr<TrainState> FetchState(const std::string&, const CancelToken&,
                                         absl::Duration) override {
     absl::MutexLock lock(&mu_);
-    return state_;
+    TrainState s = state_;
+    if (replica_ != nullptr) s.step = replica_->stepped;
+    return s;
   }
   absl::Status Release(const std::string&, const std::string& reason, absl::Duration) override {
     absl::MutexLock lock(&mu_);
@@ -201,6 +238,7 @@ class FakeClient final : public WorkerClient {
   const FakeWorker w_;
   absl::Mutex mu_;
   TrainState state_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<FakeReplica> replica_ ABSL_GUARDED_BY(mu_);  // with w_.snapshots
   bool in_prepare_ ABSL_GUARDED_BY(mu_) = false;
   std::string rendezvous_prefix_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> releases_ ABSL_GUARDED_BY(mu_);

@@ -172,7 +172,10 @@ void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Sta
   if (state == v1::RUNNING) rec.job.set_started_unix_ms(NowMs());
   if (IsTerminal(state)) rec.job.set_finished_unix_ms(NowMs());
   saves->push_back({rec.job, ++rec.version,
-                    rec.history.empty() ? nullptr : std::make_shared<StepHistory>(rec.history)});
+                    rec.history.empty() ? nullptr : std::make_shared<StepHistory>(rec.history),
+                    rec.witness.empty()
+                        ? nullptr
+                        : std::make_shared<std::vector<v1::SnapshotMark>>(rec.witness)});
   ++rec.pending_saves;
   rec.log->Append(
       StateEvent(state, reason.ok() && !rec.job.checkpoint_pending().empty()
@@ -192,7 +195,7 @@ void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Sta
 
 void JobManager::Persist(std::vector<Save> saves) {
   for (Save& s : saves) {
-    const absl::Status st = records_.Save(s.job, s.version, s.history.get());
+    const absl::Status st = records_.Save(s.job, s.version, s.history.get(), s.witness.get());
     if (!st.ok()) LogJob(spdlog::level::err, {s.job.id()}, "job record: " + st.ToString());
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(s.job.id());

@@ -150,6 +150,7 @@ class JobManager {
     v1::Job job;
     int64_t version;
     std::shared_ptr<const StepHistory> history;
+    std::shared_ptr<const std::vector<v1::SnapshotMark>> witness;  // null: unchanged
   };
   void SchedulerLoop();
   // Applies PlanSchedule; started jobs' records go to *saves.

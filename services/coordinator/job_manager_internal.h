@@ -43,7 +43,7 @@ struct JobManager::Record {
   std::shared_ptr<TensorBoardWriter> tensorboard;  // null: none written
   std::shared_ptr<EventLog> logs;                  // its log lines (WatchLogs)
   std::set<std::string> ran_on;                    // ids of the workers it was given
-  // Its snapshots' params checksums in this process, ascending step (Witness): a step
+  // Its snapshots' params checksums, ascending step (Witness; saved with its record): a step
   // taken again (a replay) replaces those from it on; the newest kMaxWitnessMarks.
   std::vector<v1::SnapshotMark> witness;
   int watchers = 0;

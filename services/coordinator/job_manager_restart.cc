@@ -19,8 +19,9 @@ using job_manager_internal::StateEvent;
 absl::Status JobManager::Start() {
   ASSIGN_OR_RETURN(std::vector<v1::Job> saved, records_.Load());
   ASSIGN_OR_RETURN(const int64_t next_id, records_.LoadNextId());
-  // Each job's steps as last saved; a damaged history is dropped, not trained on or shown.
+  // Each job's steps and witness as last saved; a damaged one is dropped, not shown.
   std::vector<StepHistory> histories;
+  std::vector<std::vector<v1::SnapshotMark>> witnesses;
   for (const v1::Job& job : saved) {
     absl::StatusOr<StepHistory> h = records_.LoadHistory(job.id(), options_.history_steps);
     if (!h.ok()) {
@@ -28,6 +29,12 @@ absl::Status JobManager::Start() {
              absl::StrCat("its step history is dropped: ", h.status().ToString()));
     }
     histories.push_back(h.ok() ? *std::move(h) : StepHistory(options_.history_steps));
+    absl::StatusOr<std::vector<v1::SnapshotMark>> w = records_.LoadWitness(job.id());
+    if (!w.ok()) {
+      LogJob(spdlog::level::warn, {job.id()},
+             absl::StrCat("its witness is dropped: ", w.status().ToString()));
+    }
+    witnesses.push_back(w.ok() ? *std::move(w) : std::vector<v1::SnapshotMark>());
   }
   std::vector<Save> saves;
   std::vector<std::string> forgotten;
@@ -40,6 +47,7 @@ absl::Status JobManager::Start() {
       const v1::JobState was = saved[i].state();
       rec->job = std::move(saved[i]);
       rec->history = std::move(histories[i]);
+      rec->witness = std::move(witnesses[i]);
       rec->version = rec->persisted = 1;
       rec->log = std::make_shared<EventLog>(options_.history_bytes, &notifier_);
       rec->logs = NewLogs(rec->job.id());

@@ -4,6 +4,8 @@
 // worker's quarantine (an audit's verdict), handed to the pool.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "services/common/job_log.h"
 #include "services/coordinator/job_manager.h"
@@ -13,6 +15,33 @@
 
 namespace lockstep {
 using job_manager_internal::NowMs;
+namespace {
+
+// Folds a step's per-worker times into the job's (Job.worker_times, rank order as
+// Job.workers): a rank whose worker changed (a recovery, a resize) starts its mean again.
+void AddWorkerTimes(const v1::StepEvent& e, v1::Job& job) {
+  const int n = std::min(job.workers_size(), e.worker_times_size());
+  while (job.worker_times_size() > n) job.mutable_worker_times()->RemoveLast();
+  for (int r = 0; r < n; ++r) {
+    v1::WorkerStepTimes& w =
+        r < job.worker_times_size() ? *job.mutable_worker_times(r) : *job.add_worker_times();
+    if (w.worker() != job.workers(r)) {
+      w.Clear();
+      w.set_worker(job.workers(r));
+    }
+    const v1::StepTimes& now = e.worker_times(r);
+    const double k = static_cast<double>(w.steps() + 1);
+    v1::StepTimes& mean = *w.mutable_mean();
+    mean.set_step_ms(mean.step_ms() + (now.step_ms() - mean.step_ms()) / k);
+    mean.set_compute_ms(mean.compute_ms() + (now.compute_ms() - mean.compute_ms()) / k);
+    mean.set_allreduce_ms(mean.allreduce_ms() + (now.allreduce_ms() - mean.allreduce_ms()) / k);
+    mean.set_update_ms(mean.update_ms() + (now.update_ms() - mean.update_ms()) / k);
+    *w.mutable_last() = now;
+    w.set_steps(w.steps() + 1);
+  }
+}
+
+}  // namespace
 
 void JobManager::Sink::OnSnapshot(int64_t step, uint64_t param_checksum) {
   std::vector<Save> saves;
@@ -23,7 +52,8 @@ void JobManager::Sink::OnSnapshot(int64_t step, uint64_t param_checksum) {
     // The steps up to a snapshot are made as durable as its state: a coordinator killed
     // later continues from this snapshot, and a watcher that had not yet seen them (it may
     // lag the job by many steps) is shown them from the record instead of losing them.
-    saves.push_back({rec_->job, ++rec_->version, std::make_shared<StepHistory>(rec_->history)});
+    saves.push_back({rec_->job, ++rec_->version, std::make_shared<StepHistory>(rec_->history),
+                     std::make_shared<std::vector<v1::SnapshotMark>>(rec_->witness)});
     ++rec_->pending_saves;
   }
   m_->Persist(std::move(saves));
@@ -96,6 +126,7 @@ void JobManager::Sink::OnStep(const v1::StepEvent& e) {
     rec_->job.set_step(e.step());
     rec_->job.set_last_loss(e.loss());
     rec_->job.set_samples_per_sec(e.samples_per_sec());
+    AddWorkerTimes(e, rec_->job);
     rec_->history.Add(ev);
   }
   series_->OnStep(e);

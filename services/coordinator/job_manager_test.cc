@@ -4,6 +4,8 @@
 // test files of their own (job_manager_{limits,retention,recovery}_test.cc).
 #include "services/coordinator/job_manager.h"
 
+#include <google/protobuf/util/message_differencer.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -241,6 +243,33 @@ TEST_F(JobManagerTest, AFinishedJobKeepsItsStepsAcrossARestart) {
   EXPECT_THAT(History(*jobs_, job.id()), ElementsAre("state:SUCCEEDED"));
   ASSERT_OK_AND_ASSIGN(v1::Job again, jobs_->Get(job.id()));
   EXPECT_EQ(again.step(), 6);  // the record itself is as it was
+}
+
+// The bitwise witness (the params checksum at each snapshot) was kept in memory only: a
+// restarted coordinator showed none of a finished job's snapshots. Now it is written beside
+// the job's record at each snapshot and read back at Start.
+TEST_F(JobManagerTest, TheWitnessSurvivesARestart) {
+  Register(2);
+  FakeWorker snapshotting;
+  snapshotting.snapshots = true;
+  ASSERT_OK(Start({snapshotting, snapshotting}));
+  v1::JobSpec spec = Spec(2);
+  spec.mutable_recovery()->set_snapshot_every_steps(2);  // 6 steps: snapshots at 2 and 4
+  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(spec));
+  const v1::Job done = AwaitEnd(job.id());
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
+  ASSERT_OK_AND_ASSIGN(const v1::JobWitness before, jobs_->Witness(job.id()));
+  ASSERT_EQ(before.snapshots_size(), 2) << before.DebugString();
+  EXPECT_EQ(before.snapshots(0).step(), 2);
+  EXPECT_EQ(before.snapshots(1).step(), 4);
+  EXPECT_NE(before.snapshots(0).param_checksum(), 0u);
+  EXPECT_EQ(before.final_step(), 6);
+  EXPECT_EQ(before.final_checksum(), done.param_checksum());
+
+  ASSERT_OK(Start());  // restarted: the marks come from the disk
+  ASSERT_OK_AND_ASSIGN(const v1::JobWitness after, jobs_->Witness(job.id()));
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(after, before))
+      << after.DebugString();
 }
 
 TEST_F(JobManagerTest, WatchersAreLimitedPerJobAndInAll) {

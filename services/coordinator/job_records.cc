@@ -41,7 +41,8 @@ absl::StatusOr<std::vector<v1::Job>> JobRecords::Load() const {
   return jobs;
 }
 
-absl::Status JobRecords::Save(const v1::Job& job, int64_t version, const StepHistory* history) {
+absl::Status JobRecords::Save(const v1::Job& job, int64_t version, const StepHistory* history,
+                              const std::vector<v1::SnapshotMark>* witness) {
   if (dir_.empty()) return absl::OkStatus();
   std::string text;
   google::protobuf::util::JsonPrintOptions opts;
@@ -55,6 +56,7 @@ absl::Status JobRecords::Save(const v1::Job& job, int64_t version, const StepHis
   fs::create_directories(dir_, ec);
   if (ec) return absl::DataLossError(absl::StrCat(dir_, ": ", ec.message()));
   if (history != nullptr) RETURN_IF_ERROR(history->Write(HistoryPathOf(job.id())));
+  if (witness != nullptr) RETURN_IF_ERROR(WriteWitness(WitnessPathOf(job.id()), *witness));
   absl::Status st = WriteFileDurably(PathOf(job.id()), {text});
   if (st.ok()) written_[job.id()] = version;
   return st;
@@ -65,6 +67,13 @@ absl::StatusOr<StepHistory> JobRecords::LoadHistory(const std::string& id, int64
   absl::StatusOr<StepHistory> h = StepHistory::Read(HistoryPathOf(id), budget);
   if (absl::IsNotFound(h.status())) return StepHistory(budget);
   return h;
+}
+
+absl::StatusOr<std::vector<v1::SnapshotMark>> JobRecords::LoadWitness(const std::string& id) const {
+  if (dir_.empty()) return std::vector<v1::SnapshotMark>();
+  absl::StatusOr<std::vector<v1::SnapshotMark>> marks = ReadWitness(WitnessPathOf(id));
+  if (absl::IsNotFound(marks.status())) return std::vector<v1::SnapshotMark>();
+  return marks;
 }
 
 absl::StatusOr<int64_t> JobRecords::LoadNextId() const {
@@ -92,6 +101,7 @@ absl::Status JobRecords::Erase(const std::string& id) {
   written_.erase(id);
   std::error_code ec;
   fs::remove(HistoryPathOf(id), ec);
+  fs::remove(WitnessPathOf(id), ec);
   fs::remove(PathOf(id), ec);
   if (ec) return absl::DataLossError(absl::StrCat(PathOf(id), ": ", ec.message()));
   return absl::OkStatus();

@@ -120,6 +120,42 @@ TEST_F(JobRecordsTest, EraseRemovesTheRecord) {
   EXPECT_THAT(Ids(loaded), ElementsAre("job-000002"));
 }
 
+// The bitwise witness is kept beside the record (witness.h): a store opened again (a
+// restarted coordinator) reads back every mark, checksums whole (all 64 bits); a flipped
+// byte is DATA_LOSS naming the file, found by its digests; Erase removes it.
+TEST_F(JobRecordsTest, TheWitnessIsReadBackAfterReopeningAndCheckedByItsDigests) {
+  std::vector<v1::SnapshotMark> marks;
+  AddWitnessMark(marks, 25, 0xfedcba9876543210ull, 1700000000100);
+  AddWitnessMark(marks, 50, 0x0123456789abcdefull, 1700000000200);
+  {
+    JobRecords records(dir_);
+    ASSERT_OK(records.Save(MakeJob("job-000001", v1::RUNNING), 1, nullptr, &marks));
+    ASSERT_OK(records.Save(MakeJob("job-000002", v1::RUNNING), 1));  // no snapshot yet
+  }
+  JobRecords reopened(dir_);
+  ASSERT_OK_AND_ASSIGN(std::vector<v1::SnapshotMark> got, reopened.LoadWitness("job-000001"));
+  ASSERT_EQ(got.size(), 2u);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(got[i], marks[i]))
+        << got[i].DebugString();
+  }
+  ASSERT_OK_AND_ASSIGN(got, reopened.LoadWitness("job-000002"));
+  EXPECT_THAT(got, IsEmpty());
+
+  const std::string file = dir_ + "/job-000001.witness.safetensors";
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-3, std::ios::end);
+    const char c = static_cast<char>(f.get());
+    f.seekp(-3, std::ios::end);
+    f.put(static_cast<char>(c ^ 0x01));
+  }
+  EXPECT_THAT(reopened.LoadWitness("job-000001"),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr(file)));
+  ASSERT_OK(reopened.Erase("job-000001"));
+  EXPECT_THAT(Files(), ElementsAre("job-000002.json"));
+}
+
 TEST_F(JobRecordsTest, ATemporaryFileLeftByAKillIsIgnoredAndRemoved) {
   JobRecords records(dir_);
   ASSERT_OK(records.Save(MakeJob("job-000001", v1::SUCCEEDED), 1));

@@ -466,6 +466,11 @@ absl::StatusOr<v1::StepEvent> JobRunner::Aggregate(const std::vector<StepResult>
     e.set_compute_ms(std::max(e.compute_ms(), got[r].compute_ms));
     e.set_allreduce_ms(std::max(e.allreduce_ms(), got[r].allreduce_ms));
     e.set_update_ms(std::max(e.update_ms(), got[r].update_ms));
+    v1::StepTimes& own = *e.add_worker_times();
+    own.set_step_ms(got[r].step_ms);
+    own.set_compute_ms(got[r].compute_ms);
+    own.set_allreduce_ms(got[r].allreduce_ms);
+    own.set_update_ms(got[r].update_ms);
   }
   const float n = static_cast<float>(got.size());
   e.set_loss(loss_sum / n);  // jnp.mean of the local losses

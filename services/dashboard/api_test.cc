@@ -165,23 +165,59 @@ TEST_F(DashboardApiTest, HistoryHasEveryStepAndEvaluationFromAStep) {
   EXPECT_EQ(Call(kAlice, "/api/v1/jobs/" + id + "/history", {{"from_step", "-1"}}).code, 400);
 }
 
-// The snapshots' marks come from real replicas (witness_test.cc has their rules, and the
-// browser test a cluster's); the fakes' states do not match their checksums, so here a job
-// too short for a snapshot: none, then the final checksum once it SUCCEEDED.
-TEST_F(DashboardApiTest, WitnessHasTheFinalChecksumOnceSucceeded) {
-  ASSERT_OK(Start());
-  const std::string id = Submit("alice");
-  nlohmann::json w = Ok(Call(kAlice, "/api/v1/jobs/" + id + "/witness"));
+// Fakes that snapshot (FakeWorker.snapshots) give the witness its marks; witness_test.cc
+// has their rules, and the browser test a real cluster's.
+TEST_F(DashboardApiTest, WitnessHasEachSnapshotAndTheFinalChecksumAcrossARestart) {
+  FakeWorker snapshotting;
+  snapshotting.snapshots = true;
+  ASSERT_OK(Start({snapshotting, snapshotting}));
+  v1::JobSpec spec = Spec(2);
+  spec.mutable_recovery()->set_snapshot_every_steps(2);  // 6 steps: snapshots at 2 and 4
+  ASSERT_OK_AND_ASSIGN(const v1::Job job, jobs_->Submit(spec, {"alice", false}));
+  nlohmann::json w = Ok(Call(kAlice, "/api/v1/jobs/" + job.id() + "/witness"));
   EXPECT_TRUE(w["snapshots"].empty()) << w;
   EXPECT_EQ(w["final_checksum"], "0");  // queued: none yet
   Register(2);
   jobs_->Kick();
-  const v1::Job done = AwaitEnd(id);
+  const v1::Job done = AwaitEnd(job.id());
   ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
-  w = Ok(Call(kAlice, "/api/v1/jobs/" + id + "/witness"));
-  EXPECT_TRUE(w["snapshots"].empty()) << w;
+  w = Ok(Call(kAlice, "/api/v1/jobs/" + job.id() + "/witness"));
+  std::vector<std::string> steps;
+  for (const auto& m : w["snapshots"]) {
+    steps.push_back(m["step"]);
+    EXPECT_EQ(m["param_checksum"], std::to_string(done.param_checksum())) << m;  // unchanged
+  }
+  EXPECT_THAT(steps, ElementsAre("2", "4"));
   EXPECT_EQ(w["final_checksum"], std::to_string(done.param_checksum()));
   EXPECT_EQ(w["final_step"], "6");
+
+  ASSERT_OK(Start());  // a restarted coordinator: the same witness, from the job's record
+  EXPECT_EQ(Ok(Call(kAlice, "/api/v1/jobs/" + job.id() + "/witness")), w);
+}
+
+// Each worker's step times, rank order beside Job.workers: the latest step's and the mean
+// over its steps. The fakes answer step_ms = 10 * (rank + 1) + the step's number (0..5),
+// compute_ms = rank + 1.
+TEST_F(DashboardApiTest, AJobHasEachWorkersLatestAndMeanStepTimes) {
+  Register(2);
+  ASSERT_OK(Start());
+  const std::string id = Submit("alice");
+  ASSERT_EQ(AwaitEnd(id).state(), v1::SUCCEEDED);
+  const nlohmann::json job = Ok(Call(kAlice, "/api/v1/jobs/" + id));
+  ASSERT_EQ(job["worker_times"].size(), 2u) << job;
+  for (int r = 0; r < 2; ++r) {
+    const nlohmann::json& t = job["worker_times"][r];
+    EXPECT_EQ(t["worker"], job["workers"][r]) << t;
+    EXPECT_EQ(t["steps"], "6");
+    EXPECT_EQ(t["last"]["step_ms"], 10.0 * (r + 1) + 5);
+    EXPECT_EQ(t["mean"]["step_ms"], 10.0 * (r + 1) + 2.5);
+    EXPECT_EQ(t["last"]["compute_ms"], r + 1.0);
+    EXPECT_EQ(t["mean"]["compute_ms"], r + 1.0);
+    EXPECT_EQ(t["mean"]["allreduce_ms"], 0.5);
+    EXPECT_EQ(t["mean"]["update_ms"], 0.25);
+  }
+  ASSERT_OK(Start());  // kept in the job's record
+  EXPECT_EQ(Ok(Call(kAlice, "/api/v1/jobs/" + id))["worker_times"], job["worker_times"]);
 }
 
 TEST_F(DashboardApiTest, AJobsWorkersInRankOrderAndAllWorkersForAdminsOnly) {

@@ -1,11 +1,16 @@
 """The dashboard in headless Chromium against a local cluster (conftest.py): a user logs in
-with a token, sees only their own jobs, watches a running job's curves grow and cancels it;
-a user cannot open another user's job, neither through the API nor the page.
+with a token, sees only their own jobs, watches a running job's curves grow (and its
+workers' step times) and cancels it; a user cannot open another user's job, neither through
+the API nor the page; a job's witness and its recovery survive a coordinator restart; an
+elastic job's resize is on its timeline.
 
 No sleeps: every wait is a WebDriverWait on what the page shows, with a timeout.
 """
 from __future__ import annotations
 
+import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -48,6 +53,13 @@ def last_step(driver: WebDriver, chart: str) -> int:
     return int(float(driver.find_element(By.ID, chart).get_attribute("data-last-x") or 0))
 
 
+def worker_time(driver: WebDriver, rank: int, column: str, which: str) -> float:
+    """A time the workers table shows: rank's `column` (step_ms, compute_ms, ...), its
+    "last" or "mean"; 0 while there is none."""
+    cells = driver.find_elements(By.CSS_SELECTOR, f'#workers-body tr[data-rank="{rank}"] td.{column}')
+    return float(cells[0].get_attribute(f"data-{which}") or 0) if cells else 0.0
+
+
 @pytest.fixture(scope="module")
 def jobs(cluster: Cluster) -> dict[str, str]:
     """A long job of alice's and one of bob's, both running."""
@@ -78,6 +90,15 @@ def test_a_user_sees_their_jobs_watches_one_and_cancels_it(
     wait.until(lambda d: points(d, "accuracy-chart") > points(d, "loss-chart") // 2)
     wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "#witness-body code")))
     wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, '#workers-body tr[data-rank="0"]')))
+    # Rank 0's own step times: the latest and the mean, as the job's worker_times say.
+    wait.until(lambda d: worker_time(d, 0, "step_ms", "last") > 0)
+    assert worker_time(browser, 0, "compute_ms", "mean") > 0
+    assert browser.find_element(By.CSS_SELECTOR, '#workers-body tr[data-rank="0"] td.host').text
+    wait.until(lambda d: d.find_element(
+        By.CSS_SELECTOR, '#workers-body tr[data-rank="0"] td.local-loss').text not in ("", "–"))
+    job = cluster.get(f"api/v1/jobs/{jobs['alice']}", "alice")[1]
+    assert job["worker_times"][0]["worker"] == job["workers"][0]
+    assert int(job["worker_times"][0]["steps"]) > 0
     wait.until(lambda d: "rank 0" in d.find_element(By.ID, "logs").text
                or "step" in d.find_element(By.ID, "logs").text)
     browser.set_window_size(1360, 2300)  # the whole page, witness and log included
@@ -140,3 +161,69 @@ def test_an_admin_sees_everyones_jobs_by_owner_and_the_workers(
     log_in(browser, cluster, "alice")  # the same URL: the page stays as it is
     browser.find_element(By.ID, "nav-workers").click()
     wait.until(EC.text_to_be_present_in_element((By.ID, "workers-status"), "for admins"))
+
+
+def test_the_witness_survives_a_coordinator_restart_and_the_recovery_is_on_the_timeline(
+        cluster: Cluster, browser: WebDriver) -> None:
+    job_id = cluster.submit(LONG.format(name="restarted"), user="alice")
+    # Polls of the API, through the restart too (refused while no coordinator listens).
+    wait = WebDriverWait(browser, 4 * WAIT, ignored_exceptions=(OSError,))
+
+    def get(route: str) -> dict:
+        status, body = cluster.get(f"api/v1/jobs/{job_id}{route}", "alice")
+        return body if status == 200 else {}
+
+    def marks() -> dict[str, str]:
+        return {m["step"]: m["param_checksum"] for m in get("/witness").get("snapshots", [])}
+
+    wait.until(lambda _: len(marks()) >= 3)
+    before = marks()
+    newest = max(before, key=int)
+    record = json.loads((cluster.dir / "cluster.json").read_text())
+    os.kill(record["pids"][0], signal.SIGKILL)  # the coordinator; its supervisor restarts it
+    # Restarted, the job runs again and takes a snapshot past the newest before the kill.
+    wait.until(lambda _: int(get("").get("recoveries", 0)) >= 1
+               and max(map(int, marks() or {"0": ""})) > int(newest))
+    after = marks()
+    # Every mark from before the restart is still there (the newest may be lost with a kill
+    # between its snapshot and its record), and equal steps have equal checksums.
+    assert {s: c for s, c in before.items() if s != newest}.items() <= after.items(), \
+        (before, after)
+    assert all(after[s] == c for s, c in before.items() if s in after), (before, after)
+
+    log_in(browser, cluster, "alice", then=f"#/jobs/{job_id}")
+    page = WebDriverWait(browser, WAIT)
+    page.until(EC.presence_of_element_located((By.CSS_SELECTOR, "#timeline .event-recovery")))
+    assert "recovery: the coordinator restarted" in browser.find_element(
+        By.CSS_SELECTOR, "#timeline .event-recovery").text
+    shown = {td.get_attribute("textContent")
+             for td in browser.find_elements(By.CSS_SELECTOR, "#witness-body td:first-child")}
+    assert {f"snapshot, step {s}" for s in before if s != newest} <= shown, shown
+    cluster.lockstep("cancel", job_id, user="alice")
+
+
+def test_an_elastic_resize_is_on_the_timeline(cluster: Cluster, browser: WebDriver) -> None:
+    spec = LONG.replace("workers: 1", "replicas: 2\nworkers: {{min: 1, max: 2}}")
+    job_id = cluster.submit(spec.format(name="elastic"), user="alice")
+    wait = WebDriverWait(browser, 4 * WAIT, ignored_exceptions=(OSError,))
+
+    def job() -> dict:
+        status, body = cluster.get(f"api/v1/jobs/{job_id}", "alice")
+        return body if status == 200 else {}
+
+    def reasons() -> list[str]:
+        status, body = cluster.get(f"api/v1/jobs/{job_id}/events", "alice")
+        return [e["state"]["reason"] for e in body.get("events", [])] if status == 200 else []
+
+    # Stepping on both (a worker lost while preparing is a recovery, not a resize).
+    wait.until(lambda _: len(job().get("workers", [])) == 2 and int(job().get("step", 0)) > 0)
+    record = json.loads((cluster.dir / "cluster.json").read_text())
+    os.kill(record["pids"][1], signal.SIGKILL)  # one of its two workers
+    wait.until(lambda _: any(r.startswith("resized 2 -> 1 workers") for r in reasons()))
+    assert job()["state"] in ("RUNNING", "SUCCEEDED"), job()  # it goes on, not RECOVERING
+
+    log_in(browser, cluster, "alice", then=f"#/jobs/{job_id}")
+    WebDriverWait(browser, WAIT).until(
+        EC.text_to_be_present_in_element((By.CSS_SELECTOR, "#timeline .event-resize"),
+                                         "resize: resized 2 -> 1 workers"))
+    cluster.lockstep("cancel", job_id, user="alice")

@@ -1,13 +1,14 @@
 // A job's page: its state and progress, live loss and accuracy curves with the evaluation
-// points, the step time split, the events timeline, its workers, the bitwise witness and
-// a log tail that follows; a cancel button for its owner and admins. Polls until the job
-// has ended (one last refresh of each part after), then stays still.
+// points, the step time split, the events timeline, its workers with their own step times,
+// the bitwise witness and a log tail that follows; a cancel button for its owner and
+// admins. Polls until the job has ended (one last refresh of each part after), then stays
+// still.
 import { api } from "./api.js";
 import { LineChart } from "./chart.js";
 import { clear, duration, el, etaSeconds, fixed, num, progress, stateBadge, TERMINAL, time }
   from "./format.js";
-import { renderLogs, renderStepTimes, renderTimeline, renderWitness, renderWorkers }
-  from "./job_panels.js";
+import { renderLogs, renderStepTimes, renderTimeline, renderWitness, renderWorkers,
+         WORKER_COLUMNS } from "./job_panels.js";
 import { poll } from "./poll.js";
 
 const MAX_STEPS = 4000;
@@ -48,8 +49,10 @@ export function mountJob(main, id, caller) {
     el("div", { class: "charts" }, loss.element, accuracy.element),
     card("Step times", stepTimes, el("div", { class: "charts" }, times.element)),
     card("Events", timeline),
-    card("Workers", table("job-workers", ["Rank", "Id", "Name", "Host", "Device", "Threads",
-                                          "Local loss", "Last heartbeat"], workersBody)),
+    card("Workers",
+         el("p", { class: "muted" }, "Each worker's own step times, milliseconds: its latest ",
+            "step's, and the mean over the steps it ran at this rank."),
+         el("div", { class: "scroll-x" }, table("job-workers", WORKER_COLUMNS, workersBody))),
     card("Bitwise witness",
          el("p", { class: "muted" }, "The params checksum at each snapshot and at the end: two ",
             "runs of one spec with equal checksums at equal steps computed the same bits."),
@@ -70,6 +73,13 @@ export function mountJob(main, id, caller) {
     }
   };
   let job = null, witness = null, lastStep = null, ended = false, failed = false;
+  // The job's workers as last fetched (null before): their rows join the job's
+  // worker_times and the last step's local losses, so they are drawn again whenever
+  // either of those comes, not only with the workers.
+  let workers = null;
+  const drawWorkers = () => {
+    if (workers !== null) renderWorkers(workersBody, workers, lastStep, job);
+  };
   const finished = new Set();  // parts refreshed once after the job ended
   const stops = [];
   const stopAll = () => stops.forEach((s) => s());
@@ -130,12 +140,14 @@ export function mountJob(main, id, caller) {
     times.update(["compute_ms", "allreduce_ms", "update_ms", "wall_ms"].map((k) => timed.map(at(k))));
     lastStep = s.length ? s[s.length - 1] : null;
     renderStepTimes(stepTimes, lastStep);
+    drawWorkers();
   };
 
   part("job", 1000, async (signal) => {
     job = await api(`jobs/${encodeURIComponent(id)}`, { signal });
     ended = TERMINAL.has(job.state);
     renderSummary();
+    drawWorkers();
   });
   part("history", 1000, async (signal) => {
     const from = Math.max(0, ...steps.keys()) + 1;
@@ -157,7 +169,8 @@ export function mountJob(main, id, caller) {
   });
   part("workers", 3000, async (signal) => {
     const w = await api(`jobs/${encodeURIComponent(id)}/workers`, { signal });
-    renderWorkers(workersBody, w.workers || [], lastStep);
+    workers = w.workers || [];
+    drawWorkers();
   });
   part("logs", 2000, async (signal) => {
     const l = await api(`jobs/${encodeURIComponent(id)}/logs?tail=200`, { signal });

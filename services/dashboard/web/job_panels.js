@@ -1,19 +1,29 @@
 // The job page's panels other than its charts: the events timeline (states with their
-// reasons, recoveries, snapshots), the workers by rank, the bitwise witness and the log.
+// reasons, recoveries, resizes, snapshots), the workers by rank with their step times, the
+// bitwise witness and the log.
 import { clear, el, fixed, hex64, num, stateBadge, time } from "./format.js";
 
 const SNAPSHOTS_SHOWN = 5;
+
+// What a state event is on the timeline: a recovery (RECOVERING, with why), an elastic
+// resize (RUNNING again with "resized 3 -> 2 workers: ..."), or a plain state change.
+function eventKind(s) {
+  if (s.state === "RECOVERING") return "recovery";
+  if (s.state === "RUNNING" && (s.reason || "").startsWith("resized ")) return "resize";
+  return "";
+}
 
 // State events and snapshot marks, in time order.
 export function renderTimeline(list, events, witness) {
   const items = [];
   for (const e of events) {
     const s = e.state;
+    const kind = eventKind(s);
     items.push({
       at: num(e.unix_ms),
-      node: el("li", { class: `event event-${s.state.toLowerCase()}` },
+      node: el("li", { class: `event event-${s.state.toLowerCase()}${kind ? ` event-${kind}` : ""}` },
         el("time", {}, time(e.unix_ms)), " ", stateBadge(s.state), " ",
-        s.state === "RECOVERING" ? el("strong", {}, "recovery: ") : "",
+        kind ? el("strong", {}, `${kind}: `) : "",
         el("span", { class: "reason" }, s.reason || "")),
     });
   }
@@ -42,20 +52,39 @@ export function renderTimeline(list, events, witness) {
   clear(list, items.length ? items.map((i) => i.node) : el("li", { class: "muted" }, "no events"));
 }
 
-// The job's workers by rank, with the last step's local loss of each rank.
-export function renderWorkers(body, workers, lastStep) {
+export const WORKER_COLUMNS = ["Rank", "Id", "Name", "Host", "Device", "Threads", "Local loss",
+  "Step ms", "Compute ms", "All-reduce ms", "Update ms", "Last heartbeat"];
+
+// One time of a worker: its latest step's, and below it the mean over its steps at its rank.
+function timeCell(key, times) {
+  if (!times) return el("td", { class: `num time ${key}` }, "–");
+  const last = num(times.last && times.last[key]), mean = num(times.mean && times.mean[key]);
+  return el("td", { class: `num time ${key}`, dataset: { last: String(last), mean: String(mean) } },
+    fixed(last, 2), el("br"), el("span", { class: "muted small" }, `mean ${fixed(mean, 2)}`));
+}
+
+// The job's workers by rank (Job.workers' order): host, the last step's local loss of each
+// rank and each worker's own step times (Job.worker_times: the latest and the mean).
+export function renderWorkers(body, workers, lastStep, job) {
   const losses = (lastStep && lastStep.local_losses) || [];
-  clear(body, workers.map((w, rank) => el("tr", { dataset: { rank: String(rank) } },
-    el("td", { class: "num" }, rank),
-    el("td", {}, w.id),
-    el("td", {}, w.name || "–"),
-    el("td", {}, w.address || "gone"),
-    el("td", {}, w.device || "–"),
-    el("td", { class: "num" }, w.threads || "–"),
-    el("td", { class: "num" }, rank < losses.length ? fixed(losses[rank]) : "–"),
-    el("td", {}, w.last_heartbeat_unix_ms ? time(w.last_heartbeat_unix_ms) : "–"))));
-  if (workers.length === 0) clear(body, el("tr", {}, el("td", { colspan: 8, class: "muted" },
-                                                     "no workers now")));
+  const times = (job && job.worker_times) || [];
+  clear(body, workers.map((w, rank) => {
+    const t = rank < times.length && times[rank].worker === w.id ? times[rank] : null;
+    return el("tr", { dataset: { rank: String(rank) } },
+      el("td", { class: "num" }, rank),
+      el("td", {}, w.id),
+      el("td", {}, w.name || "–"),
+      el("td", { class: "host" }, w.address || "gone"),
+      el("td", {}, w.device || "–"),
+      el("td", { class: "num" }, w.threads || "–"),
+      el("td", { class: "num local-loss" }, rank < losses.length ? fixed(losses[rank]) : "–"),
+      ["step_ms", "compute_ms", "allreduce_ms", "update_ms"].map((k) => timeCell(k, t)),
+      el("td", {}, w.last_heartbeat_unix_ms ? time(w.last_heartbeat_unix_ms) : "–"));
+  }));
+  if (workers.length === 0) {
+    clear(body, el("tr", {}, el("td", { colspan: WORKER_COLUMNS.length, class: "muted" },
+                                "no workers now")));
+  }
 }
 
 // The last step's time split (the slowest worker's figures, milliseconds).
