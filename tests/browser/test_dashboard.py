@@ -14,6 +14,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as EC
@@ -130,7 +131,10 @@ def test_a_user_cannot_open_another_users_job(
     log_in(browser, cluster, "alice", then=f"#/jobs/{bobs}")
     wait = WebDriverWait(browser, WAIT)
     wait.until(EC.visibility_of_element_located((By.ID, "error")))
-    wait.until(EC.text_to_be_present_in_element((By.ID, "error"), "belongs to another user"))
+    try:
+        wait.until(EC.text_to_be_present_in_element((By.ID, "error"), "belongs to another user"))
+    except TimeoutException:
+        pytest.fail(f"the page says: {browser.find_element(By.ID, 'error').text!r}")
     assert "403" in browser.find_element(By.ID, "error").text
     assert not browser.find_element(By.ID, "job-content").is_displayed()
     assert not browser.find_element(By.ID, "cancel-button").is_displayed()

@@ -86,6 +86,9 @@ export function mountJob(main, id, caller) {
 
   const fail = (err) => {
     if (err.name === "AbortError") throw err;
+    // The job is not this user's or is gone: that stays said, whatever the parts still in
+    // flight then fail with.
+    if (failed) return;
     if (err.status === 403 || err.status === 404 || err.status === 401) {
       failed = true;
       content.hidden = true;
