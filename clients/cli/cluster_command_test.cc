@@ -269,6 +269,7 @@ TEST_F(ClusterCommandTest, RestartNeverLeavesAKilledWorkerGoneAndAddWorkerStarts
   ASSERT_TRUE(WaitUntil(absl::Seconds(10), [&] { return Workers(address, dir_).size() == 2; }))
       << Logs();
 
+  ASSERT_GT(RecordedPid(2), 0);
   ASSERT_EQ(kill(RecordedPid(2), SIGKILL), 0);
   EXPECT_TRUE(WaitUntil(absl::Seconds(10), [&] { return RecordedPid(2) == -1; })) << Logs();
   const std::string supervisor_log = ReadFile(fs::path(dir_) / "logs" / "supervisor.log");
