@@ -395,6 +395,12 @@ int AddWorker(const std::string& dir) {
         absl::StrCat("the supervisor of the cluster in ", dir, " (pid ", supervisor,
                      ") does not run: `lockstep cluster down`, then `cluster up` again")));
   }
+  // A supervisor from before add-worker records no "added", and SIGUSR1 would end it.
+  if (!before->contains("added")) {
+    return Fail(absl::FailedPreconditionError(
+        absl::StrCat("the cluster in ", dir, " was started by a lockstep without add-worker: ",
+                     "`lockstep cluster down`, then `cluster up` again")));
+  }
   const int count = before->value("added", 0);
   kill(supervisor, SIGUSR1);
   // A worker has 60 s to register (ClusterProcesses::AddWorker); the record follows.
