@@ -27,7 +27,9 @@ constexpr int kSteps = 1200;
 class CliElasticTest : public CliTest {
  protected:
   void TearDown() override {
-    if (up_) EXPECT_EQ(Run("cluster down", Env()).exit_code, 0);
+    if (up_) {
+      EXPECT_EQ(Run("cluster down", Env()).exit_code, 0);
+    }
     if (HasFailure()) {
       std::error_code ec;
       for (const auto& e : fs::directory_iterator(dir_ / "cluster" / "logs", ec)) {
