@@ -1,8 +1,9 @@
-// `lockstep cluster up|down`: a local cluster of one coordinator and N CPU workers as
-// processes on loopback, with free ports, logs in a folder. A supervisor restarts a
-// server that exits, with backoff — `cluster up` itself in the foreground, a background
-// process of its own with --detach — and stops the cluster on Ctrl-C or SIGTERM, which is
-// what `lockstep cluster down` sends it.
+// `lockstep cluster up|down|add-worker`: a local cluster of one coordinator and N CPU
+// workers as processes on loopback, with free ports, logs in a folder. A supervisor
+// restarts a server that exits, with backoff (unless `--restart never`) — `cluster up`
+// itself in the foreground, a background process of its own with --detach — starts one
+// more worker on SIGUSR1, which is what `lockstep cluster add-worker` sends it, and stops
+// the cluster on Ctrl-C or SIGTERM, which is what `lockstep cluster down` sends it.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -51,18 +52,29 @@ bool Runs(pid_t pid, std::initializer_list<std::string_view> names) {
 
 bool IsClusterServer(pid_t pid) { return Runs(pid, {"lockstep-coordinator", "lockstep-worker"}); }
 
-// Writes <dir>/cluster.json, what `cluster down` reads: the coordinator's address, the
-// servers' pids and the supervisor's, where each serves its Prometheus metrics
-// ("metrics": {"coordinator": host:port, "workers": [host:port, ...]}; "" for a server not
-// listening), and the dashboard's URL ("dashboard"). Replaced whole, as restarts rewrite it
-// while `cluster down` may be reading it.
+// Workers started on request (SIGUSR1, `cluster add-worker`): how many, and how the last
+// start went ("worker-4 registered as w0004", or why not).
+struct Added {
+  int count = 0;
+  std::string last;
+};
+
+// Writes <dir>/cluster.json, what `cluster down` and `cluster add-worker` read: the
+// coordinator's address, the servers' pids (-1 for one gone) and the supervisor's, where
+// each serves its Prometheus metrics ("metrics": {"coordinator": host:port, "workers":
+// [host:port, ...]}; "" for a server not listening), the dashboard's URL ("dashboard"),
+// and the workers added on request ("added", "last_added"). Replaced whole, as restarts
+// rewrite it while `cluster down` may be reading it.
 void WriteRecord(const std::string& dir, const std::string& address,
-                 const ClusterProcesses& cluster, const std::vector<std::string>& metrics) {
+                 const ClusterProcesses& cluster, const std::vector<std::string>& metrics,
+                 const Added& added) {
   nlohmann::json record = {{"coordinator", address},
                            {"pids", cluster.pids()},
                            {"workers", cluster.ServerCount() - 1},
                            {"supervisor", getpid()},
-                           {"dashboard", cluster.DashboardUrl()}};
+                           {"dashboard", cluster.DashboardUrl()},
+                           {"added", added.count},
+                           {"last_added", added.last}};
   if (!metrics.empty()) {
     record["metrics"] = {{"coordinator", metrics[0]},
                          {"workers", std::vector<std::string>(metrics.begin() + 1, metrics.end())}};
@@ -84,8 +96,9 @@ struct Started {
 };
 
 // Starts the cluster and supervises it until one of the signals `stop` (blocked in this
-// thread) arrives, then stops it. `started` hears once how the start went.
-int Supervise(const ClusterOptions& options, const sigset_t& stop,
+// thread) arrives, then stops it; on SIGUSR1 (blocked too) starts one more worker.
+// `started` hears once how the start went.
+int Supervise(const ClusterOptions& options, RestartPolicy policy, const sigset_t& stop,
               const std::function<void(const absl::Status&, const Started&)>& started) {
   auto cluster = ClusterProcesses::Start(options);
   if (!cluster.ok()) {
@@ -94,21 +107,35 @@ int Supervise(const ClusterOptions& options, const sigset_t& stop,
   }
   const std::string address = (*cluster)->address();
   std::vector<std::string> metrics = (*cluster)->MetricsAddresses();
-  WriteRecord(options.dir, address, **cluster, metrics);
+  Added added;
+  WriteRecord(options.dir, address, **cluster, metrics, added);
   started(absl::OkStatus(), {address, metrics, (*cluster)->DashboardUrl()});
-  Supervisor supervisor(
-      cluster->get(), absl::Now(), BackoffOptions{}, [&options](const std::string& line) {
-        absl::FPrintF(stderr, "cluster up: %s (logs in %s/logs)\n", line, options.dir);
-        std::fflush(stderr);
-      });
+  const auto log = [&options](const std::string& line) {
+    absl::FPrintF(stderr, "cluster up: %s (logs in %s/logs)\n", line, options.dir);
+    std::fflush(stderr);
+  };
+  Supervisor supervisor(cluster->get(), absl::Now(), BackoffOptions{}, log, policy);
+  sigset_t wake = stop;
+  sigaddset(&wake, SIGUSR1);
   timespec tick = {0, 200 * 1000 * 1000};
-  while (sigtimedwait(&stop, nullptr, &tick) <= 0) {
-    const bool restarted = supervisor.Poll(absl::Now());
+  while (true) {
+    const int sig = sigtimedwait(&wake, nullptr, &tick);
+    if (sig > 0 && sig != SIGUSR1) break;  // one of `stop`
+    bool changed = supervisor.Poll(absl::Now());
+    if (sig == SIGUSR1) {  // returns once the worker has registered, or failed to
+      const int index = (*cluster)->ServerCount() - 1;
+      absl::StatusOr<std::string> id = (*cluster)->AddWorker();
+      added.last = id.ok() ? absl::StrCat("worker-", index, " registered as ", *id)
+                           : absl::StrCat("worker-", index, ": ", id.status().ToString());
+      ++added.count;
+      log(absl::StrCat("added ", added.last));
+      changed = true;
+    }
     // A restarted server serves its metrics on a new port once it is up.
     std::vector<std::string> now = (*cluster)->MetricsAddresses();
-    if (restarted || now != metrics) {
+    if (changed || now != metrics) {
       metrics = std::move(now);
-      WriteRecord(options.dir, address, **cluster, metrics);
+      WriteRecord(options.dir, address, **cluster, metrics, added);
     }
   }
   (*cluster)->Stop(kStopGrace);
@@ -141,10 +168,18 @@ void PrintStarted(const ClusterOptions& options, const Started& started) {
   }
 }
 
+// The supervisor's signals, received by sigtimedwait: `stop`, and SIGUSR1 (add a worker).
+// Blocked before any thread starts, so that none of them dies of SIGUSR1.
+void BlockSupervisorSignals(const sigset_t& stop) {
+  sigset_t blocked = stop;
+  sigaddset(&blocked, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
+}
+
 // --detach: the supervisor runs in a process of its own, in a new session so that it
 // outlives this terminal, with its output in <dir>/logs/supervisor.log. It reports the
 // start through a pipe, and this process exits once it has.
-int StartDetached(const ClusterOptions& options, const sigset_t& stop) {
+int StartDetached(const ClusterOptions& options, RestartPolicy policy, const sigset_t& stop) {
   std::error_code ec;
   fs::create_directories(fs::path(options.dir) / "logs", ec);
   if (ec) return Fail(absl::FailedPreconditionError(absl::StrCat(options.dir, ": ", ec.message())));
@@ -164,8 +199,8 @@ int StartDetached(const ClusterOptions& options, const sigset_t& stop) {
       dup2(out, 1);
       dup2(out, 2);
     }
-    pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-    const int rc = Supervise(options, stop, [&](const absl::Status& st, const Started& s) {
+    BlockSupervisorSignals(stop);
+    const int rc = Supervise(options, policy, stop, [&](const absl::Status& st, const Started& s) {
       // "ok ADDRESS METRICS,METRICS,... DASHBOARD": the metrics list and the dashboard's
       // URL are empty or have no spaces.
       const std::string message =
@@ -214,6 +249,7 @@ struct UpOptions {
   int port = 0;
   bool detach = false;
   bool insecure = false;
+  std::string restart = "always";       // or "never": an exited server stays gone
   std::vector<std::string> data_roots;  // besides the servers' own (--data_root)
 };
 
@@ -269,20 +305,23 @@ int Up(const UpOptions& o) {
     options.coordinator_flags.push_back(roots);  // checks dataset paths at submit
     options.worker_flags.push_back(roots);       // reads them
   }
-  if (o.detach) return StartDetached(options, stop);
+  const RestartPolicy policy =
+      o.restart == "never" ? RestartPolicy::kNever : RestartPolicy::kAlways;
+  if (o.detach) return StartDetached(options, policy, stop);
   // Blocked before anything starts, so that the supervision loop receives Ctrl-C.
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  BlockSupervisorSignals(stop);
   bool up = false;
-  const int rc = Supervise(options, stop, [&](const absl::Status& st, const Started& started) {
-    if (!st.ok()) {
-      Fail(st);
-      return;
-    }
-    up = true;
-    PrintStarted(options, started);
-    absl::PrintF("press Ctrl-C to stop\n");
-    std::fflush(stdout);
-  });
+  const int rc =
+      Supervise(options, policy, stop, [&](const absl::Status& st, const Started& started) {
+        if (!st.ok()) {
+          Fail(st);
+          return;
+        }
+        up = true;
+        PrintStarted(options, started);
+        absl::PrintF("press Ctrl-C to stop\n");
+        std::fflush(stdout);
+      });
   if (up) absl::PrintF("cluster stopped\n");
   return rc;
 }
@@ -335,11 +374,60 @@ int Down(const std::string& dir) {
   return 0;
 }
 
+// `cluster add-worker`: SIGUSR1 to the cluster's supervisor, which starts worker-N and
+// records how that went; returns once it has (the worker registered, or failed to).
+int AddWorker(const std::string& dir) {
+  const fs::path path = fs::path(dir) / "cluster.json";
+  const auto read = [&path]() -> absl::StatusOr<nlohmann::json> {
+    std::ifstream in(path);
+    if (!in) return absl::NotFoundError(absl::StrCat("no cluster recorded in ", path.string()));
+    try {
+      return nlohmann::json::parse(in);
+    } catch (const std::exception& e) {
+      return absl::DataLossError(absl::StrCat(path.string(), ": ", e.what()));
+    }
+  };
+  absl::StatusOr<nlohmann::json> before = read();
+  if (!before.ok()) return Fail(before.status());
+  const pid_t supervisor = before->value("supervisor", pid_t{0});
+  if (!Runs(supervisor, {"lockstep"})) {
+    return Fail(absl::FailedPreconditionError(
+        absl::StrCat("the supervisor of the cluster in ", dir, " (pid ", supervisor,
+                     ") does not run: `lockstep cluster down`, then `cluster up` again")));
+  }
+  // A supervisor from before add-worker records no "added", and SIGUSR1 would end it.
+  if (!before->contains("added")) {
+    return Fail(absl::FailedPreconditionError(
+        absl::StrCat("the cluster in ", dir, " was started by a lockstep without add-worker: ",
+                     "`lockstep cluster down`, then `cluster up` again")));
+  }
+  const int count = before->value("added", 0);
+  kill(supervisor, SIGUSR1);
+  // A worker has 60 s to register (ClusterProcesses::AddWorker); the record follows.
+  const absl::Time end = absl::Now() + absl::Seconds(90);
+  absl::StatusOr<nlohmann::json> after = before;
+  // Rewritten by rename: a read sees the old record or the new one, whole.
+  while (absl::Now() < end && (after = read()).ok() && after->value("added", 0) == count) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  if (!after.ok()) return Fail(after.status());
+  if (after->value("added", 0) == count) {
+    return Fail(absl::DeadlineExceededError(
+        absl::StrCat("the supervisor started no worker within 90 s; see ", dir, "/logs")));
+  }
+  const std::string last = after->value("last_added", "");
+  if (last.find(" registered as ") == std::string::npos) {
+    return Fail(absl::UnavailableError(absl::StrCat("cluster add-worker: ", last)));
+  }
+  absl::PrintF("cluster add-worker: %s (logs in %s/logs)\n", last, dir);
+  return 0;
+}
+
 }  // namespace
 
 void AddClusterCommands(CLI::App& app, Commands& out) {
-  CLI::App* cluster =
-      app.add_subcommand("cluster", "a local cluster: `cluster up`, `cluster down`");
+  CLI::App* cluster = app.add_subcommand(
+      "cluster", "a local cluster: `cluster up`, `cluster down`, `cluster add-worker`");
   const std::string dir_help = "the cluster's folder: record, credentials, logs, state";
   auto up = std::make_shared<UpOptions>();
   CLI::App* up_cmd = cluster->add_subcommand(
@@ -355,6 +443,12 @@ void AddClusterCommands(CLI::App& app, Commands& out) {
   up_cmd->add_flag("--detach", up->detach, "run in the background; `cluster down` stops it");
   up_cmd->add_flag("--insecure", up->insecure, "plaintext and no tokens (loopback only)");
   up_cmd
+      ->add_option("--restart", up->restart,
+                   "always: a server that exits is started again (backoff 1 s to 30 s); never: "
+                   "it stays gone (a killed worker leaves its jobs for good)")
+      ->check(CLI::IsMember({"always", "never"}))
+      ->default_val("always");
+  up_cmd
       ->add_option("--data_root", up->data_roots,
                    absl::StrCat("a folder whose datasets jobs may read (dataset paths must lie "
                                 "in one), besides ",
@@ -368,6 +462,13 @@ void AddClusterCommands(CLI::App& app, Commands& out) {
       ->envname("LOCKSTEP_CLUSTER_DIR")
       ->default_val(".lockstep-cluster");
   out.push_back({down_cmd, [down_dir] { return Down(*down_dir); }});
+  auto add_dir = std::make_shared<std::string>();
+  CLI::App* add_cmd = cluster->add_subcommand(
+      "add-worker", "start one more worker in a running local cluster (returns once registered)");
+  add_cmd->add_option("--dir", *add_dir, dir_help)
+      ->envname("LOCKSTEP_CLUSTER_DIR")
+      ->default_val(".lockstep-cluster");
+  out.push_back({add_cmd, [add_dir] { return AddWorker(*add_dir); }});
 }
 
 }  // namespace lockstep::cli

@@ -257,6 +257,44 @@ TEST_F(ClusterCommandTest, DetachedClusterRestartsAKilledWorkerAndGoesDown) {
   EXPECT_FALSE(fs::exists(fs::path(dir_) / "cluster.json"));
 }
 
+// `--restart never` and `cluster add-worker` (docs/elastic.md's walkthrough): a killed
+// worker stays gone, as the record and the supervisor's log say, and a worker added on
+// request registers, is recorded, and goes down with the cluster.
+TEST_F(ClusterCommandTest, RestartNeverLeavesAKilledWorkerGoneAndAddWorkerStartsAnother) {
+  const int up =
+      WaitExit(Cli({"up", "--workers", "2", "--threads", "1", "--restart", "never", "--detach"}),
+               absl::Seconds(60));
+  ASSERT_TRUE(WIFEXITED(up) && WEXITSTATUS(up) == 0) << up << "\n" << Logs();
+  const std::string address = Record().at("coordinator");
+  ASSERT_TRUE(WaitUntil(absl::Seconds(10), [&] { return Workers(address, dir_).size() == 2; }))
+      << Logs();
+
+  ASSERT_GT(RecordedPid(2), 0);
+  ASSERT_EQ(kill(RecordedPid(2), SIGKILL), 0);
+  EXPECT_TRUE(WaitUntil(absl::Seconds(10), [&] { return RecordedPid(2) == -1; })) << Logs();
+  const std::string supervisor_log = ReadFile(fs::path(dir_) / "logs" / "supervisor.log");
+  EXPECT_THAT(supervisor_log, HasSubstr("worker-1 killed by signal 9"));
+  EXPECT_THAT(supervisor_log, HasSubstr("not restarted (--restart never)"));
+
+  const int added = WaitExit(Cli({"add-worker"}), absl::Seconds(90));
+  EXPECT_TRUE(WIFEXITED(added) && WEXITSTATUS(added) == 0) << added << "\n" << Logs();
+  EXPECT_THAT(ReadFile(fs::path(dir_) / "launcher.log"),
+              HasSubstr("cluster add-worker: worker-2 registered as "));
+  EXPECT_EQ(Record().at("workers"), 3);
+  EXPECT_EQ(Record().at("added"), 1);
+  const pid_t newcomer = RecordedPid(3);
+  EXPECT_TRUE(Alive(newcomer));
+  EXPECT_EQ(Workers(address, dir_)["worker-2"].size(), 1u) << Logs();
+
+  const int down = WaitExit(Cli({"down"}), absl::Seconds(30));
+  EXPECT_TRUE(WIFEXITED(down) && WEXITSTATUS(down) == 0) << down << "\n" << Logs();
+  EXPECT_FALSE(Alive(newcomer));
+  // Without a cluster: exit 1 naming the folder.
+  const int none = WaitExit(Cli({"add-worker"}), absl::Seconds(30));
+  EXPECT_TRUE(WIFEXITED(none) && WEXITSTATUS(none) == 1) << none;
+  EXPECT_THAT(ReadFile(fs::path(dir_) / "launcher.log"), HasSubstr("no cluster recorded in"));
+}
+
 // A record from before supervision names no supervisor: `down` stops the servers it lists.
 TEST_F(ClusterCommandTest, ASecondClusterUpOnATakenPortExitsOneNamingItAndTheFirstServesOn) {
   const int up =

@@ -122,7 +122,9 @@ std::string EventText(const v1::JobEvent& e) {
 }
 
 absl::Status CheckCanFit(const v1::JobSpec& spec, const std::vector<v1::WorkerInfo>& workers) {
-  const int64_t want = std::max<int64_t>(1, spec.workers());
+  // An elastic job (workers: {min, max}) starts on as few as its min.
+  const int64_t want =
+      std::max<int64_t>(1, spec.min_workers() > 0 ? spec.min_workers() : spec.workers());
   const std::string device = spec.device().empty() ? "cpu" : spec.device();
   int64_t suit = 0;
   for (const v1::WorkerInfo& w : workers) {

@@ -31,8 +31,8 @@ std::string WideTable(const std::vector<v1::Job>& jobs, int64_t now_unix_ms);
 
 // Whether the registered `workers` could ever run `spec` (enough of them suit it, as the
 // scheduler matches them: device, and for a CPU job at least its threads; quarantined ones
-// do not count). INVALID_ARGUMENT naming `workers` and what there is when not: such a job
-// would wait in the queue until more register.
+// do not count; an elastic job needs its min). INVALID_ARGUMENT naming `workers` and what there is
+// when not: such a job would wait in the queue until more register.
 absl::Status CheckCanFit(const v1::JobSpec& spec, const std::vector<v1::WorkerInfo>& workers);
 
 // The one id among `ids` that is `name` or starts with it (e.g. "job-000007" for

@@ -89,6 +89,9 @@ TEST(JobText, AJobThatNoRegisteredWorkersCanRunDoesNotFit) {
   EXPECT_EQ(three.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(three.message()),
               HasSubstr("workers: the job needs 3 cpu workers; the cluster has 2 registered"));
+  spec.set_min_workers(2);  // elastic, {min: 2, max: 3}: it starts on 2
+  EXPECT_TRUE(CheckCanFit(spec, workers).ok());
+  spec.set_min_workers(0);
   spec.set_workers(1);
   spec.set_threads(4);
   EXPECT_THAT(std::string(CheckCanFit(spec, workers).message()),

@@ -119,12 +119,15 @@ int Main(int argc, char** argv) {
                           {"steps", printer.steps},
                           {"samples_per_sec", result->samples_per_sec},
                           {"train_seconds", result->train_seconds},
-                          {"threads", spec->threads()}};
+                          {"threads", spec->threads()},
+                          // As the job API's JSON prints a uint64: a decimal string.
+                          {"param_checksum", absl::StrCat(result->param_checksum)}};
     if (!result->checkpoint_path.empty()) out["checkpoint"] = result->checkpoint_path;
     absl::PrintF("%s\n", out.dump());
   } else {
     absl::PrintF("test accuracy %.4f  test loss %.4f  (%d steps, %.0f samples/s)\n",
                  test.test_accuracy(), test.test_loss(), printer.steps, result->samples_per_sec);
+    absl::PrintF("params checksum %d\n", result->param_checksum);
     if (!result->checkpoint_path.empty()) absl::PrintF("checkpoint %s\n", result->checkpoint_path);
   }
   return 0;

@@ -27,8 +27,8 @@ std::string DescribeWaitStatus(int status) {
 }
 
 Supervisor::Supervisor(SupervisedServers* servers, absl::Time now, BackoffOptions options,
-                       std::function<void(const std::string&)> log)
-    : servers_(servers), options_(options), log_(std::move(log)) {
+                       std::function<void(const std::string&)> log, RestartPolicy policy)
+    : servers_(servers), options_(options), log_(std::move(log)), policy_(policy) {
   slots_.assign(servers_->ServerCount(), Slot{RestartBackoff(options), now, std::nullopt});
 }
 
@@ -45,16 +45,22 @@ bool Supervisor::Poll(absl::Time now) {
   while (static_cast<int>(slots_.size()) < servers_->ServerCount()) {
     slots_.push_back(Slot{RestartBackoff(options_), now, std::nullopt});
   }
-  bool restarted = false;
+  bool changed = false;
   for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
     Slot& s = slots_[i];
     if (!s.restart_at) {
       const std::optional<int> status = servers_->Reap(i);
       if (!status) continue;
       const absl::Duration uptime = now - s.started;
-      Schedule(i, now, uptime,
-               absl::StrFormat("%s %s after %.1fs up", servers_->ServerName(i),
-                               DescribeWaitStatus(*status), absl::ToDoubleSeconds(uptime)));
+      const std::string why =
+          absl::StrFormat("%s %s after %.1fs up", servers_->ServerName(i),
+                          DescribeWaitStatus(*status), absl::ToDoubleSeconds(uptime));
+      if (policy_ == RestartPolicy::kNever) {
+        log_(absl::StrCat(why, "; not restarted (--restart never)"));
+        changed = true;  // reaped for good
+        continue;
+      }
+      Schedule(i, now, uptime, why);
       continue;
     }
     if (now < *s.restart_at) continue;
@@ -66,9 +72,9 @@ bool Supervisor::Poll(absl::Time now) {
                absl::StrCat(servers_->ServerName(i), " did not start: ", st.ToString()));
       continue;
     }
-    restarted = true;
+    changed = true;
   }
-  return restarted;
+  return changed;
 }
 
 }  // namespace lockstep

@@ -52,6 +52,10 @@ class SupervisedServers {
   virtual absl::Status Respawn(int i) = 0;
 };
 
+// Whether a server that exits is started again (`lockstep cluster up --restart`): kNever
+// leaves it gone, so that a worker killed on purpose really leaves its jobs.
+enum class RestartPolicy { kAlways, kNever };
+
 // "exited with status 1", "killed by signal 9 (Killed)".
 std::string DescribeWaitStatus(int status);
 
@@ -59,11 +63,12 @@ class Supervisor {
  public:
   // `now`: when the servers were started. `log` gets one line (no newline) per event.
   Supervisor(SupervisedServers* servers, absl::Time now, BackoffOptions options,
-             std::function<void(const std::string&)> log);
+             std::function<void(const std::string&)> log,
+             RestartPolicy policy = RestartPolicy::kAlways);
 
   // Schedules the restart of every server that exited since the last call and restarts
-  // those whose delay has passed. Returns whether any server was started again (its pid
-  // changed).
+  // those whose delay has passed (with kNever: logs each that exited, and leaves it).
+  // Returns whether any server's pid changed: one was started again, or reaped for good.
   bool Poll(absl::Time now);
 
  private:
@@ -78,6 +83,7 @@ class Supervisor {
   SupervisedServers* const servers_;
   const BackoffOptions options_;
   std::function<void(const std::string&)> log_;
+  const RestartPolicy policy_;
   std::vector<Slot> slots_;
 };
 

@@ -147,5 +147,24 @@ TEST(SupervisorGrowthTest, WatchesServersAddedLater) {
   EXPECT_EQ(servers.starts_[1], 2);
 }
 
+// `cluster up --restart never`: a server that exits stays gone, and says so once.
+TEST(SupervisorNeverTest, LeavesAnExitedServerGoneAndLogsItOnce) {
+  FakeServers servers(3);
+  std::vector<std::string> log;
+  const absl::Time t0 = absl::UnixEpoch();
+  Supervisor supervisor(
+      &servers, t0, {}, [&](const std::string& line) { log.push_back(line); },
+      RestartPolicy::kNever);
+  servers.exited_[2] = SIGKILL;
+  EXPECT_TRUE(supervisor.Poll(t0 + absl::Seconds(3)));  // its pid changed: reaped
+  for (absl::Duration t = absl::Seconds(3); t < absl::Seconds(120); t += absl::Seconds(1)) {
+    EXPECT_FALSE(supervisor.Poll(t0 + t));
+  }
+  EXPECT_THAT(servers.starts_, ElementsAre(1, 1, 1));
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_THAT(log[0], HasSubstr("server-2 killed by signal 9"));
+  EXPECT_THAT(log[0], HasSubstr("not restarted (--restart never)"));
+}
+
 }  // namespace
 }  // namespace lockstep

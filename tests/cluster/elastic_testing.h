@@ -48,7 +48,7 @@ struct ElasticRun {
   uint64_t checksum = 0;
   std::map<int64_t, float> losses;
   std::map<int64_t, std::vector<float>> replicas;  // the V replica losses
-  std::vector<double> evals;                       // test_loss, test_accuracy, ...
+  std::map<int64_t, std::vector<double>> evals;    // by step: test_loss, test_accuracy
   int replayed = 0;                                // steps reported as replays
   std::vector<std::string> reasons;                // the state events' reasons
   int workers = 0;                                 // ranks it ended on
@@ -62,8 +62,7 @@ inline void Record(const v1::StepEvent& s, ElasticRun* run) {
   if (s.replay()) ++run->replayed;
 }
 inline void Record(const v1::EvalResult& e, ElasticRun* run) {
-  run->evals.push_back(e.test_loss());
-  run->evals.push_back(e.test_accuracy());
+  run->evals[e.step()] = {e.test_loss(), e.test_accuracy()};
 }
 inline void Record(const v1::JobEvent& e, ElasticRun* run) {
   if (e.has_step()) Record(e.step(), run);
