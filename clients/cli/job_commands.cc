@@ -299,11 +299,12 @@ int Workers(const JobOptions& o) {
     return 0;
   }
   for (const auto& w : resp.workers()) {
-    absl::PrintF("%s  %s  %s  %s  threads %d  %s\n", w.id(), w.address(), w.device(), w.name(),
-                 w.threads(),
-                 !w.quarantined().empty() ? "quarantined: " + w.quarantined()
-                 : w.job_id().empty()     ? std::string("free")
-                                          : "running " + w.job_id());
+    absl::PrintF(
+        "%s  %s  %s  %s  threads %d  %s\n", w.id(), w.address(), w.device(), w.name(), w.threads(),
+        !w.quarantined().empty() ? "quarantined: " + w.quarantined()
+        : w.leaving() ? (w.job_id().empty() ? std::string("leaving") : "leaving " + w.job_id())
+        : w.job_id().empty() ? std::string("free")
+                             : "running " + w.job_id());
   }
   if (resp.workers().empty()) absl::PrintF("no workers registered\n");
   return 0;

@@ -128,7 +128,8 @@ absl::Status CheckCanFit(const v1::JobSpec& spec, const std::vector<v1::WorkerIn
   for (const v1::WorkerInfo& w : workers) {
     const bool same =
         device == "cuda" ? absl::StartsWith(w.device(), "cuda") : w.device() == device;
-    if (same && w.quarantined().empty() && (device != "cpu" || w.threads() >= spec.threads())) {
+    if (same && w.quarantined().empty() && !w.leaving() &&
+        (device != "cpu" || w.threads() >= spec.threads())) {
       ++suit;
     }
   }

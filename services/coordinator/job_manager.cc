@@ -406,6 +406,24 @@ absl::StatusOr<std::vector<PoolWorker>> JobManager::Replace(Record& rec,
   return out;
 }
 
+absl::Status JobManager::WorkerLeaving(const std::string& worker_id, const std::string& identity) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(std::optional<std::string> job, pool_->MarkLeaving(worker_id, identity));
+  if (!job.has_value()) return absl::OkStatus();  // told before
+  metrics_->SetWorkers(pool_->Views().size());
+  if (job->empty()) {
+    spdlog::info("worker {} is leaving (SIGTERM)", worker_id);
+    return absl::OkStatus();
+  }
+  LogJob(spdlog::level::info, {*job, worker_id},
+         absl::StrCat("worker ", worker_id,
+                      " is leaving (SIGTERM): the job goes on without it from its next step"));
+  if (auto it = jobs_.find(*job); it != jobs_.end() && it->second->runner) {
+    it->second->runner->ReleaseWorkers({worker_id}, "leaving (SIGTERM)");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<JobManager::Record*> JobManager::FindLocked(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job ", id));

@@ -142,6 +142,13 @@ class JobManager {
   // Wakes the scheduler (e.g. a worker registered).
   void Kick();
 
+  // Worker `worker_id`, registered by `identity`, is leaving (SIGTERM; its heartbeat says
+  // so): the pool never assigns it again, and its job, if any, goes on without it from
+  // its next step boundary (JobRunner::ReleaseWorkers). Idempotent. The pool's errors
+  // (NOT_FOUND, PERMISSION_DENIED) as for a heartbeat.
+  absl::Status WorkerLeaving(const std::string& worker_id, const std::string& identity = "")
+      ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   struct Record;
   class Sink;

@@ -73,7 +73,7 @@ class JobManager::Sink final : public JobSink, public WorkerSupply {
                                                   const CancelToken& cancel) override;
   void Quarantine(const PoolWorker& worker, const std::string& why) override;
   void Resized(const std::vector<PoolWorker>& workers, const std::vector<std::string>& lost,
-               const std::string& why) override;
+               const std::string& why, const std::vector<std::string>& released) override;
   std::vector<PoolWorker> Offer(int most) override;
   void OnRunning(int64_t total) override;
   void OnStep(const v1::StepEvent& e) override;
