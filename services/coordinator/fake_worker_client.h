@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "services/coordinator/worker_client.h"
 
 namespace lockstep::testing {
@@ -26,14 +27,22 @@ namespace lockstep::testing {
 // not end its stream when told no more commands come.
 enum class Behaviour { kEcho, kSilent, kHang, kFail, kEndEarly, kWrongStep };
 
+// Holds back the answers to steps `from` on (0-based command steps) until `open` is
+// notified, so that a test acts while a job is mid-run; shared by the streams it gates.
+struct FakeGate {
+  int64_t from = 0;
+  absl::Notification open;
+};
+
 // An in-memory step stream: answers each command (or not) as its behaviour says.
 class FakeStream final : public StepStream {
  public:
   // `on_step` (may be null) applies an answered step to the worker's state and sets the
   // answer's checksum.
   using OnStep = std::function<void(const StepCommand&, StepResult*)>;
-  FakeStream(int rank, Behaviour b, const CancelToken& cancel, OnStep on_step = nullptr)
-      : rank_(rank), behaviour_(b), on_step_(std::move(on_step)) {
+  FakeStream(int rank, Behaviour b, const CancelToken& cancel, OnStep on_step = nullptr,
+             std::shared_ptr<FakeGate> gate = nullptr)
+      : rank_(rank), behaviour_(b), on_step_(std::move(on_step)), gate_(std::move(gate)) {
     on_cancel_ = cancel.OnCancel([this] { Cancel(); });
   }
 
@@ -85,6 +94,13 @@ class FakeStream final : public StepStream {
     if (cancelled_) return absl::CancelledError("cancelled");
     if (!error_.ok()) return error_;
     if (answers_.empty()) return absl::OutOfRangeError("ended");
+    if (gate_ != nullptr && answers_.front().step >= gate_->from) {
+      mu_.Unlock();  // Cancel may come meanwhile
+      const bool open = gate_->open.WaitForNotificationWithTimeout(timeout);
+      mu_.Lock();
+      if (!open) return absl::DeadlineExceededError("held back by the test's gate");
+      if (cancelled_) return absl::CancelledError("cancelled");
+    }
     StepResult a = answers_.front();
     answers_.pop_front();
     return a;
@@ -98,6 +114,7 @@ class FakeStream final : public StepStream {
   const int rank_;
   const Behaviour behaviour_;
   const OnStep on_step_;
+  const std::shared_ptr<FakeGate> gate_;
   absl::Mutex mu_;
   std::deque<StepResult> answers_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
@@ -145,6 +162,7 @@ struct FakeWorker {
   bool hang_prepare = false;  // Prepare waits until cancelled (at most a minute)
   bool alive = true;          // what Alive answers (false: a dead worker)
   int64_t train_examples = 64, test_examples = 20;
+  std::shared_ptr<FakeGate> gate;  // holds back its answers from a step on (null: none)
 };
 
 // The state a fake worker holds, shared by every client connected to its address (a real
@@ -209,14 +227,16 @@ class FakeClient final : public WorkerClient {
                                                         absl::Duration) override {
     if (w_.refuse_steps) return absl::UnavailableError("connection refused");
     auto stream = std::make_unique<FakeStream>(
-        rank_, w_.steps, cancel, [this](const StepCommand& command, StepResult* answer) {
+        rank_, w_.steps, cancel,
+        [this](const StepCommand& command, StepResult* answer) {
           absl::MutexLock lock(&held_->mu);
           TrainState& own = held_->state;
           own.step = command.step + 1;
           if (!own.params.empty()) own.params[0] += 1;
           if (command.want_checksum)
             answer->param_checksum = ParamChecksum(own.params, own.batch_stats);
-        });
+        },
+        w_.gate);
     if (w_.push) return std::unique_ptr<StepStream>(new PushingStream(std::move(stream)));
     return std::unique_ptr<StepStream>(std::move(stream));
   }

@@ -56,6 +56,7 @@ void JobManager::Sink::Resized(const std::vector<PoolWorker>& workers,
     absl::MutexLock lock(&m_->mu_);
     for (const std::string& w : lost) m_->pool_->Drop(w);
     m_->pool_->Free(released);  // back to the pool (a leaving one is never assigned again)
+    m_->metrics_->Resized();
     rec_->job.clear_workers();
     for (const PoolWorker& w : workers) rec_->job.add_workers(w.id);
     m_->kicked_ = true;  // workers changed: the scheduler looks again

@@ -23,12 +23,6 @@ constexpr absl::Duration kStreamLifetime = absl::Hours(24 * 30);
 // A health check after a failure, to tell the dead worker from its peers.
 constexpr absl::Duration kAliveTimeout = absl::Seconds(2);
 
-// Why Run stopped on a drain: the job is to continue, from `from`.
-absl::Status Drained(absl::string_view from) {
-  return absl::UnavailableError(absl::StrCat(
-      "the coordinator is stopping (drain): the job continues from ", from, " once it is back"));
-}
-
 // Runs f(r) for every rank on its own thread and waits for all.
 template <typename F>
 void ForEachRank(int n, F f) {
@@ -100,11 +94,26 @@ std::shared_ptr<CancelToken> JobRunner::attempt() {
   return attempt_;
 }
 
-void JobRunner::Drain() {
+absl::Status JobRunner::Drained(absl::string_view from) {
+  std::string why;
+  {
+    absl::MutexLock lock(&attempt_mu_);
+    why = drain_why_;
+  }
+  if (!why.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat(why, ": the job continues from ", from, " when workers are free"));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "the coordinator is stopping (drain): the job continues from ", from, " once it is back"));
+}
+
+void JobRunner::Drain(std::string why) {
   bool now;
   {
     absl::MutexLock lock(&attempt_mu_);
     draining_ = true;
+    drain_why_ = std::move(why);
     now = !stepping_;
   }
   // Preparing, or between attempts: nothing to finish first.
@@ -117,10 +126,13 @@ bool JobRunner::draining() {
 }
 
 absl::Status JobRunner::SetStepping(bool stepping) {
-  absl::MutexLock lock(&attempt_mu_);
-  stepping_ = stepping;
-  if (stepping && draining_) return Drained("its latest snapshot");
-  return absl::OkStatus();
+  bool drained;
+  {
+    absl::MutexLock lock(&attempt_mu_);
+    stepping_ = stepping;
+    drained = stepping && draining_;
+  }
+  return drained ? Drained("its latest snapshot") : absl::OkStatus();
 }
 
 void JobRunner::LoseWorker(const std::string& worker_id, const absl::Status& why) {

@@ -146,8 +146,9 @@ class JobRunner {
   // it stops sending, takes a snapshot at the next step (drained: no step in flight) and
   // Run returns UNAVAILABLE saying so; while preparing or waiting for workers it stops at
   // once (its latest snapshot stays); its last steps, final evaluation and checkpoint
-  // run to the end. Thread-safe; Abort still cuts it short.
-  void Drain();
+  // run to the end. Thread-safe; Abort still cuts it short. With `why` (a suspension: "suspended:
+  // preempted by ..."), the error says that instead of the coordinator's stop.
+  void Drain(std::string why = "");
   // Whether Drain was called: Run's error then means "continue later", not a failure.
   bool draining();
   // Steps up to `step` ran before (under a coordinator that stopped): run again, they are
@@ -202,6 +203,8 @@ class JobRunner {
   // that the job recovers from its snapshot instead (job_resize.cc).
   absl::Status CheckKeptStates(const std::vector<absl::StatusOr<PrepareResult>>& resp) const;
   absl::Status StepLoop(TrainingPlan& plan, int64_t total, int64_t num_test, JobOutcome* outcome);
+  // Why Run stops for Drain: the job continues from `from`.
+  absl::Status Drained(absl::string_view from);
   // Enters (or leaves) the step loop; UNAVAILABLE (Drained) if a drain came first.
   absl::Status SetStepping(bool stepping);
   // Fetches the state at `step` (drained), checks it against `checksum`, keeps and writes it.
@@ -314,6 +317,7 @@ class JobRunner {
   // The current attempt's: cancelled by the job's, or by LoseWorker. Worker calls use it.
   std::shared_ptr<CancelToken> attempt_ ABSL_GUARDED_BY(attempt_mu_);
   bool draining_ ABSL_GUARDED_BY(attempt_mu_) = false;
+  std::string drain_why_ ABSL_GUARDED_BY(attempt_mu_);  // Drain's `why`
   bool stepping_ ABSL_GUARDED_BY(attempt_mu_) = false;  // in StepLoop: a drain waits for a step
   // ReleaseWorkers' requests not yet applied: worker id -> why.
   std::map<std::string, std::string> releasing_ ABSL_GUARDED_BY(attempt_mu_);
