@@ -192,8 +192,8 @@ void AddList(CLI::App& app, Commands& out) {
   auto o = std::make_shared<ListOptions>();
   CLI::App* sub = AddJobCommand(app, "list", "list jobs, newest first", *o);
   sub->add_option("--state", o->states,
-                  "only jobs in these states: QUEUED, RUNNING, RECOVERING, SUCCEEDED, FAILED, "
-                  "CANCELLED (comma-separated or repeated)")
+                  "only jobs in these states: QUEUED, RUNNING, RECOVERING, SUSPENDED, SUCCEEDED, "
+                  "FAILED, CANCELLED (comma-separated or repeated)")
       ->delimiter(',')
       ->type_name("STATE,...")
       ->default_str("");
