@@ -4,7 +4,7 @@
 // the coordinator and serves the Worker service. Every flag has an environment
 // equivalent (LOCKSTEP_<FLAG>); see deploy/CONFIGURATION.md. SIGTERM (a pod evicted, a
 // node drained) while it runs a job: it leaves at the job's next step boundary (the
-// coordinator releases it, docs/elastic.md), at most --leave_timeout; SIGINT, a second
+// coordinator releases it, docs/elastic.md), at most --leave_timeout_s; SIGINT, a second
 // signal, or SIGTERM while idle: it exits at once.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -56,7 +56,7 @@ ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
 ABSL_FLAG(std::string, data_root, lockstep::kDefaultDataRoots,
           "comma-separated folders jobs may read datasets from (symlinks resolved)");
-ABSL_FLAG(absl::Duration, leave_timeout, absl::Seconds(25),
+ABSL_FLAG(int, leave_timeout_s, 25,
           "on SIGTERM while it runs a job, how long the worker waits for the coordinator to "
           "release it at the job's next step boundary before it exits anyway (keep it below "
           "Kubernetes' terminationGracePeriodSeconds)");
@@ -65,10 +65,10 @@ namespace lockstep {
 namespace {
 
 // SIGTERM while `slot` holds a job: tells the coordinator (`registration`) that this worker
-// leaves, and waits until it was released, the coordinator is gone, --leave_timeout passed
+// leaves, and waits until it was released, the coordinator is gone, --leave_timeout_s passed
 // or another signal came.
 void Leave(JobSlot& slot, Registration& registration) {
-  const absl::Duration limit = absl::GetFlag(FLAGS_leave_timeout);
+  const absl::Duration limit = absl::Seconds(absl::GetFlag(FLAGS_leave_timeout_s));
   spdlog::info(
       "SIGTERM: leaving at the job's next step boundary (at most {}; another signal "
       "exits now)",
@@ -86,7 +86,7 @@ void Leave(JobSlot& slot, Registration& registration) {
   } else if (!slot.holds_job()) {
     spdlog::info("released by the coordinator: exiting");
   } else if (absl::Now() >= end) {
-    spdlog::warn("not released within --leave_timeout {}: exiting", absl::FormatDuration(limit));
+    spdlog::warn("not released within --leave_timeout_s {}: exiting", absl::FormatDuration(limit));
   } else {
     spdlog::warn(
         "the coordinator cannot release this worker (gone, or the device failed): exiting");
@@ -240,8 +240,8 @@ int main(int argc, char** argv) {
   lockstep::SetPrivateUmask();
   lockstep::BlockShutdownSignals();
   std::vector<std::string> env = {
-      "coordinator", "listen",    "advertise_host",       "device",       "threads",      "name",
-      "port_file",   "data_root", "bootstrap_token_file", "identity_dir", "leave_timeout"};
+      "coordinator", "listen",    "advertise_host",       "device",       "threads",        "name",
+      "port_file",   "data_root", "bootstrap_token_file", "identity_dir", "leave_timeout_s"};
   env.insert(env.end(), lockstep::kSecurityFlags.begin(), lockstep::kSecurityFlags.end());
   env.insert(env.end(), lockstep::kObservabilityFlags.begin(), lockstep::kObservabilityFlags.end());
   lockstep::ParseFlagsWithEnv(argc, argv, env);

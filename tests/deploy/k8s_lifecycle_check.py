@@ -2,7 +2,7 @@
 """Checks how a rendered Kubernetes overlay stops its servers (k8s_test runs it on each).
 
   - The worker StatefulSet sets terminationGracePeriodSeconds, and its
-    LOCKSTEP_LEAVE_TIMEOUT (how long a worker waits to leave its job at a step boundary
+    LOCKSTEP_LEAVE_TIMEOUT_S (how long a worker waits to leave its job at a step boundary
     after SIGTERM) is at least 5 s below it, so that the worker leaves before the SIGKILL.
   - The coordinator's LOCKSTEP_DRAIN_GRACE_S is below its own terminationGracePeriodSeconds.
   - A PodDisruptionBudget selects exactly the worker pods and lets voluntary disruptions
@@ -90,7 +90,7 @@ def main():
         if needed not in workloads:
             fail(f"no {needed} workload")
     if "worker" in workloads:
-        check_grace(workloads["worker"], configmaps, "LOCKSTEP_LEAVE_TIMEOUT", 5)
+        check_grace(workloads["worker"], configmaps, "LOCKSTEP_LEAVE_TIMEOUT_S", 5)
         check_pdb(docs, workloads["worker"])
     if "coordinator" in workloads:
         check_grace(workloads["coordinator"], configmaps, "LOCKSTEP_DRAIN_GRACE_S", 5)
