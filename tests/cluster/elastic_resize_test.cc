@@ -3,7 +3,8 @@
 // the 2 survivors from the state they hold, replaying nothing (only the step in flight is
 // computed again); one on 2 of its most 3 grows onto a worker that registers mid-job;
 // one on 4 {min 1, max 4} whose worker gets SIGTERM (a pod evicted) lets it go at the next
-// step boundary, computing nothing again, and the worker exits 0 once released.
+// step boundary, computing nothing again, and the worker exits 0 once released; and one
+// shrunk by a job of higher priority (preemption) grows back once that job ended.
 // Each says so in an event and ends with the checksum, losses and evaluations of the
 // undisturbed run (`lockstep train`'s loop, which equals any N).
 #include <signal.h>
@@ -81,7 +82,7 @@ TEST(ElasticResize, AWorkerSentSigtermLeavesAtAStepBoundaryAndNothingIsComputedA
   ASSERT_OK_AND_ASSIGN(int leaver, cluster->WorkerOf(job.id()));
   const absl::Time signalled = absl::Now();
   cluster->SignalWorker(leaver, SIGTERM);
-  // Released at the next boundary, it exits 0 within its --leave_timeout (25 s by default).
+  // Released at the next boundary, it exits 0 within its --leave_timeout_s (25 by default).
   absl::StatusOr<int> exit_status = cluster->WaitForWorkerExit(leaver, absl::Seconds(25));
   ASSERT_TRUE(exit_status.ok()) << exit_status.status() << "\n" << cluster->Logs();
   EXPECT_EQ(*exit_status, 0) << cluster->Logs();
@@ -99,6 +100,31 @@ TEST(ElasticResize, AWorkerSentSigtermLeavesAtAStepBoundaryAndNothingIsComputedA
   ASSERT_OK_AND_ASSIGN(v1::Job done, cluster->Get(job.id()));
   EXPECT_EQ(done.recoveries(), 0);
   ExpectSameRun(got, undisturbed, "a worker left on SIGTERM (4 -> 3) vs undisturbed");
+}
+
+TEST(ElasticResize, AJobOfHigherPriorityShrinksItAndItGrowsBackWithTheSameBits) {
+  constexpr int kSteps = 80;
+  const v1::JobSpec spec = ElasticSpec("{min: 1, max: 4}", kSteps);
+  const ElasticRun undisturbed = RunLocally(spec);
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(4));
+  ASSERT_OK_AND_ASSIGN(v1::Job job, cluster->Submit(spec));
+  ASSERT_OK(cluster->WaitForStep(job.id(), 10, absl::Minutes(5)));
+  v1::JobSpec urgent = MlpSpec(2, 10);
+  urgent.set_priority(5);
+  ASSERT_OK_AND_ASSIGN(v1::Job high, cluster->Submit(urgent));
+  absl::StatusOr<v1::Job> high_done = cluster->WaitFor(high.id(), absl::Minutes(5));
+  ASSERT_TRUE(high_done.ok()) << high_done.status();
+  EXPECT_EQ(high_done->state(), v1::SUCCEEDED) << high_done->failure_reason();
+  const ElasticRun got = Follow(*cluster, job.id());
+
+  EXPECT_TRUE(AnyHas(got.reasons, "resized 4 -> 2 workers: workers ")) << cluster->Logs();
+  EXPECT_TRUE(AnyHas(got.reasons, absl::StrCat(" preempted by job ", high.id(), " (priority 5)")))
+      << cluster->Logs();
+  EXPECT_TRUE(AnyHas(got.reasons, "resized 2 -> 4 workers: workers ")) << cluster->Logs();
+  EXPECT_EQ(got.replayed, 0);
+  EXPECT_EQ(got.workers, 4);
+  ExpectSameRun(got, undisturbed, "shrunk 4 -> 2 by a job of priority 5, grown back");
 }
 
 }  // namespace
