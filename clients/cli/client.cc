@@ -285,7 +285,9 @@ grpc::Status GetJob(v1::JobService::Stub& stub, const std::string& id, v1::Job* 
   return stub.GetJob(ctx.get(), req, job);
 }
 
-bool Waits(v1::JobState state) { return state == v1::QUEUED || state == v1::RECOVERING; }
+bool Waits(v1::JobState state) {
+  return state == v1::QUEUED || state == v1::RECOVERING || state == v1::SUSPENDED;
+}
 
 }  // namespace
 

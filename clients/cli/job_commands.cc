@@ -192,8 +192,8 @@ void AddList(CLI::App& app, Commands& out) {
   auto o = std::make_shared<ListOptions>();
   CLI::App* sub = AddJobCommand(app, "list", "list jobs, newest first", *o);
   sub->add_option("--state", o->states,
-                  "only jobs in these states: QUEUED, RUNNING, RECOVERING, SUCCEEDED, FAILED, "
-                  "CANCELLED (comma-separated or repeated)")
+                  "only jobs in these states: QUEUED, RUNNING, RECOVERING, SUSPENDED, SUCCEEDED, "
+                  "FAILED, CANCELLED (comma-separated or repeated)")
       ->delimiter(',')
       ->type_name("STATE,...")
       ->default_str("");
@@ -299,11 +299,12 @@ int Workers(const JobOptions& o) {
     return 0;
   }
   for (const auto& w : resp.workers()) {
-    absl::PrintF("%s  %s  %s  %s  threads %d  %s\n", w.id(), w.address(), w.device(), w.name(),
-                 w.threads(),
-                 !w.quarantined().empty() ? "quarantined: " + w.quarantined()
-                 : w.job_id().empty()     ? std::string("free")
-                                          : "running " + w.job_id());
+    absl::PrintF(
+        "%s  %s  %s  %s  threads %d  %s\n", w.id(), w.address(), w.device(), w.name(), w.threads(),
+        !w.quarantined().empty() ? "quarantined: " + w.quarantined()
+        : w.leaving() ? (w.job_id().empty() ? std::string("leaving") : "leaving " + w.job_id())
+        : w.job_id().empty() ? std::string("free")
+                             : "running " + w.job_id());
   }
   if (resp.workers().empty()) absl::PrintF("no workers registered\n");
   return 0;

@@ -29,14 +29,16 @@ std::string JobText(const v1::Job& job) {
   absl::StrAppend(&out, "  ", Count(spec.workers(), "worker"));
   if (!job.owner().empty()) absl::StrAppend(&out, "  owner ", job.owner());
   absl::StrAppend(&out, "\n");
-  if ((job.state() == v1::QUEUED || job.state() == v1::RECOVERING) && !job.waiting_for().empty()) {
+  if ((job.state() == v1::QUEUED || job.state() == v1::RECOVERING ||
+       job.state() == v1::SUSPENDED) &&
+      !job.waiting_for().empty()) {
     absl::StrAppend(&out, "  waiting for ", job.waiting_for(), "\n");
   }
   if (job.recoveries() > 0 || job.snapshot_step() > 0) {
     absl::StrAppendFormat(&out, "  recoveries %d  last snapshot at step %d\n", job.recoveries(),
                           job.snapshot_step());
   }
-  if (!job.failure_reason().empty()) {  // RECOVERING: why; FAILED: what went wrong
+  if (!job.failure_reason().empty()) {  // RECOVERING, SUSPENDED: why; FAILED: what went wrong
     absl::StrAppend(&out, "  ", job.failure_code(), ": ", job.failure_reason(), "\n");
   }
   if (!job.checkpoint_path().empty())
@@ -130,7 +132,8 @@ absl::Status CheckCanFit(const v1::JobSpec& spec, const std::vector<v1::WorkerIn
   for (const v1::WorkerInfo& w : workers) {
     const bool same =
         device == "cuda" ? absl::StartsWith(w.device(), "cuda") : w.device() == device;
-    if (same && w.quarantined().empty() && (device != "cpu" || w.threads() >= spec.threads())) {
+    if (same && w.quarantined().empty() && !w.leaving() &&
+        (device != "cpu" || w.threads() >= spec.threads())) {
       ++suit;
     }
   }

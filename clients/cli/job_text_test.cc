@@ -42,6 +42,22 @@ TEST(JobText, AJobThatHasNotRunShowsNoStepsAndOneWorkerIsSingular) {
   EXPECT_EQ(Count(0, "worker"), "0 workers");
 }
 
+TEST(JobText, ASuspendedJobSaysByWhomAndWhatItWaitsFor) {
+  v1::Job suspended = Job(v1::SUSPENDED, 2);
+  suspended.set_step(12);
+  suspended.set_total_steps(40);
+  suspended.set_last_loss(0.25f);
+  suspended.set_snapshot_step(12);
+  suspended.set_waiting_for("2 free cpu workers");
+  suspended.set_failure_code("UNAVAILABLE");
+  suspended.set_failure_reason("suspended: preempted by job job-000009-ffff (priority 5)");
+  EXPECT_EQ(JobText(suspended),
+            "job-000007-abcd  SUSPENDED  mnist  step 12/40  loss 0.2500  2 workers\n"
+            "  waiting for 2 free cpu workers\n"
+            "  recoveries 0  last snapshot at step 12\n"
+            "  UNAVAILABLE: suspended: preempted by job job-000009-ffff (priority 5)\n");
+}
+
 // At 400deec the text said "epoch 1" for the evaluation whose JSON says "epoch": "0".
 TEST(JobText, EpochsAreCountedFromZeroAsInTheJson) {
   EXPECT_EQ(FormatEval(0, 6, 0.25, 0.5),

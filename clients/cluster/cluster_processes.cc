@@ -342,6 +342,27 @@ void ClusterProcesses::SignalWorker(int i, int signal) {
   if (workers_[i] > 0) kill(workers_[i], signal);
 }
 
+absl::StatusOr<int> ClusterProcesses::WaitForWorkerExit(int i, absl::Duration limit) {
+  const pid_t pid = workers_[i];
+  if (pid <= 0) return absl::FailedPreconditionError(absl::StrCat("worker ", i, " is not running"));
+  const absl::Time end = absl::Now() + limit;
+  int status = 0;
+  pid_t reaped = 0;
+  // Polled: waitpid has no timeout, and this is a test harness's wait for a child.
+  while ((reaped = waitpid(pid, &status, WNOHANG)) == 0 && absl::Now() < end) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (reaped != pid) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("worker ", i, " still runs after ", absl::FormatDuration(limit)));
+  }
+  workers_[i] = -1;
+  if (!WIFEXITED(status)) {
+    return absl::InternalError(absl::StrCat("worker ", i, " ended by signal ", WTERMSIG(status)));
+  }
+  return WEXITSTATUS(status);
+}
+
 void ClusterProcesses::Stop(absl::Duration grace) {
   std::vector<pid_t> running;
   for (pid_t p : pids()) {

@@ -76,8 +76,12 @@ class ClusterProcesses : public SupervisedServers {
   absl::StatusOr<absl::Duration> DrainAndRestartCoordinator(absl::Duration limit);
   // SIGKILLs worker i (in start order).
   void KillWorker(int i);
-  // Sends `signal` to worker i (SIGSTOP, SIGCONT: a stall).
+  // Sends `signal` to worker i (SIGSTOP, SIGCONT: a stall; SIGTERM: it leaves).
   void SignalWorker(int i, int signal);
+  // Waits at most `limit` for worker i to exit, and reaps it: its exit status (WEXITSTATUS;
+  // INTERNAL when a signal killed it). DEADLINE_EXCEEDED past `limit` (it keeps running);
+  // FAILED_PRECONDITION when it is not running (killed, or reaped before).
+  absl::StatusOr<int> WaitForWorkerExit(int i, absl::Duration limit);
   // SIGTERM to every server, SIGKILL to those still running after `grace`.
   void Stop(absl::Duration grace);
   // SupervisedServers. Respawn starts the coordinator on its port and state directory, a

@@ -1,5 +1,6 @@
-// The spec's `replicas: V` and `workers: {min, max}` (docs/elastic.md): how they parse,
-// what Validate refuses (naming the field), and that a spec without them is unchanged.
+// The spec's `replicas: V`, `workers: {min, max}` and `priority` (docs/elastic.md): how
+// they parse, what Validate refuses (naming the field), and that a spec without them is
+// unchanged.
 #include "absl/strings/str_cat.h"
 #include "core/spec/spec.h"
 #include "core/testing.h"
@@ -38,6 +39,18 @@ TEST(ReplicasSpec, ARangeOfWorkersParsesToMinAndMax) {
           "spec.json")));
   EXPECT_EQ(json.workers(), 4u);
   EXPECT_EQ(json.min_workers(), 2u);
+}
+
+TEST(ReplicasSpec, PriorityDefaultsToZeroAndIsBounded) {
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec s, ParseAndValidate("workers: 2\n"));
+  EXPECT_EQ(s.priority(), 0);
+  ASSERT_OK_AND_ASSIGN(s, ParseAndValidate("workers: 2\npriority: -7\n"));
+  EXPECT_EQ(s.priority(), -7);
+  EXPECT_THAT(ParseAndValidate("workers: 2\npriority: 1001\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("priority: 1001 is outside -1000 to 1000")));
+  EXPECT_THAT(ParseAndValidate("workers: 2\npriority: high\n"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("priority")));
 }
 
 TEST(ReplicasSpec, APlainNumberIsMinAndMax) {

@@ -419,6 +419,9 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
   if (rec->recovery_timeout_seconds() > 86400) {
     return Invalid("recovery.recovery_timeout_seconds", "must be at most 86400 (a day)");
   }
+  if (spec.priority() < -1000 || spec.priority() > 1000) {
+    return Invalid("priority", absl::StrCat(spec.priority(), " is outside -1000 to 1000"));
+  }
   RETURN_IF_ERROR(CheckAudit(spec, model));
   if (spec.replicas() > 0 && spec.audit().every_steps() > 0) {
     return Invalid("audit.every_steps", "not available with replicas (logical replicas)");

@@ -61,12 +61,12 @@ void BlockShutdownSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-bool WaitForShutdownSignal(const std::function<bool()>& give_up) {
+int WaitForShutdownSignal(const std::function<bool()>& give_up, absl::Duration poll) {
   const sigset_t set = ShutdownSignals();
-  const timespec second = {1, 0};
+  const timespec period = absl::ToTimespec(poll);
   while (true) {
-    if (sigtimedwait(&set, nullptr, &second) > 0) return true;
-    if (give_up && give_up()) return false;
+    if (const int signal = sigtimedwait(&set, nullptr, &period); signal > 0) return signal;
+    if (give_up && give_up()) return 0;
   }
 }
 

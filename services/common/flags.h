@@ -23,9 +23,10 @@ std::string ReadPortFile(const std::string& path, absl::Duration timeout);
 // Blocks SIGINT and SIGTERM for this thread and threads it starts later: call first in
 // main, so that WaitForShutdownSignal receives them.
 void BlockShutdownSignals();
-// Blocks until SIGINT or SIGTERM (true), or until `give_up`, asked every second, says so
-// (false).
-bool WaitForShutdownSignal(const std::function<bool()>& give_up = nullptr);
+// Blocks until SIGINT or SIGTERM (returns the signal's number), or until `give_up`, asked
+// every `poll`, says so (returns 0).
+int WaitForShutdownSignal(const std::function<bool()>& give_up = nullptr,
+                          absl::Duration poll = absl::Seconds(1));
 
 }  // namespace lockstep
 

@@ -75,6 +75,15 @@ CoordinatorMetrics::CoordinatorMetrics(std::shared_ptr<prometheus::Registry> reg
                                 "Recoveries begun: jobs that lost workers, or were running when "
                                 "the coordinator restarted")
                       .Add({})),
+      resizes_(CounterFamily(*registry_, "lockstep_job_resizes_total",
+                             "Times a running elastic job went on with other workers at a step "
+                             "boundary (lost, left, joined or preempted)")
+                   .Add({})),
+      preemptions_(CounterFamily(*registry_, "lockstep_preemptions_total",
+                                 "Running jobs a job of higher priority took workers from, by "
+                                 "action: shrink (an elastic job released some) or suspend")),
+      shrinks_(preemptions_.Add({{"action", "shrink"}})),
+      suspensions_(preemptions_.Add({{"action", "suspend"}})),
       steps_(CounterFamily(*registry_, "lockstep_steps_total",
                            "Training steps completed, replayed steps included")
                  .Add({})),

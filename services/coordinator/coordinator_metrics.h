@@ -92,6 +92,12 @@ class CoordinatorMetrics {
   void SetWorkers(size_t n) { workers_.Set(static_cast<double>(n)); }
   void WorkersLost(size_t n) { workers_lost_.Increment(static_cast<double>(n)); }
   void Recovery() { recoveries_.Increment(); }
+  // A running job went on with other workers at a step boundary (lost, left, joined,
+  // preempted: the event says which).
+  void Resized() { resizes_.Increment(); }
+  // A job of higher priority took a running job's workers: `suspended` (all of them,
+  // the job SUSPENDED) or not (an elastic job shrunk).
+  void Preempted(bool suspended) { (suspended ? suspensions_ : shrinks_).Increment(); }
 
   // The series of job `id`, which trains on `samples_per_step` samples a step (its global
   // batch size): a new JobSeries (or the existing one, for a job that resumes), whose
@@ -114,6 +120,9 @@ class CoordinatorMetrics {
   prometheus::Gauge& workers_;
   prometheus::Counter& workers_lost_;
   prometheus::Counter& recoveries_;
+  prometheus::Counter& resizes_;
+  prometheus::Family<prometheus::Counter>& preemptions_;
+  prometheus::Counter &shrinks_, &suspensions_;  // preemptions_, by what they did
   prometheus::Counter& steps_;
   prometheus::Counter& replayed_steps_;
   prometheus::Counter& samples_;

@@ -1,39 +1,48 @@
 // In-memory workers for the coordinator's unit tests: a WorkerClient whose step stream,
 // Prepare, Evaluate, FetchState and Release behave as a test says, without processes.
+// A fake holds the state it was prepared with (or kept: Prepare with keep_state); each step
+// it answers adds 1 to its first param, so that its checksum (answered when asked) tells
+// how many steps its state went through.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_FAKE_WORKER_CLIENT_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_FAKE_WORKER_CLIENT_H_
 
-#include <atomic>
 #include <deque>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "services/coordinator/worker_client.h"
 
 namespace lockstep::testing {
 
-// How a fake worker answers its step stream. kEcho answers each step with its number,
-// loss = rank + the shard's size and made-up times (below); kSilent answers nothing; kHang
-// answers nothing and does not end its stream when told no more commands come.
+// How a fake worker answers its step stream. kEcho answers each step with its number and
+// loss = rank + the shard's size (logical replicas: each of its replicas the same loss,
+// its rows / its replicas) and made-up times (below); kSilent answers nothing; kHang answers
+// nothing and does not end its stream when told no more commands come.
 enum class Behaviour { kEcho, kSilent, kHang, kFail, kEndEarly, kWrongStep };
 
-// What a fake replica's steps did to its state, shared by its client and its stream: with
-// FakeWorker.snapshots, the steps it answered, and its params' checksum, which it reports.
-struct FakeReplica {
-  std::atomic<int64_t> stepped{0};
-  uint64_t checksum = 0;
+// Holds back the answers to steps `from` on (0-based command steps) until `open` is
+// notified, so that a test acts while a job is mid-run; shared by the streams it gates.
+struct FakeGate {
+  int64_t from = 0;
+  absl::Notification open;
 };
 
 // An in-memory step stream: answers each command (or not) as its behaviour says.
 class FakeStream final : public StepStream {
  public:
-  // `replica`: null, or where it records its steps and finds the checksum it answers.
-  FakeStream(int rank, Behaviour b, const CancelToken& cancel,
-             std::shared_ptr<FakeReplica> replica = nullptr)
-      : rank_(rank), behaviour_(b), replica_(std::move(replica)) {
+  // `on_step` (may be null) applies an answered step to the worker's state and sets the
+  // answer's checksum.
+  using OnStep = std::function<void(const StepCommand&, StepResult*)>;
+  FakeStream(int rank, Behaviour b, const CancelToken& cancel, OnStep on_step = nullptr,
+             std::shared_ptr<FakeGate> gate = nullptr)
+      : rank_(rank), behaviour_(b), on_step_(std::move(on_step)), gate_(std::move(gate)) {
     on_cancel_ = cancel.OnCancel([this] { Cancel(); });
   }
 
@@ -52,10 +61,12 @@ class FakeStream final : public StepStream {
         a.allreduce_ms = 0.5;
         a.update_ms = 0.25;
         a.step_ms = 10.0 * (rank_ + 1) + static_cast<double>(command.step);
-        if (replica_ != nullptr) {
-          a.param_checksum = replica_->checksum;
-          replica_->stepped = command.step + 1;
+        for (size_t k = 0; k < command.keys.size(); ++k) {
+          a.replica_losses.push_back(
+              static_cast<float>(rank_ + command.indices.size() / command.keys.size()));
+          a.replica_accuracies.push_back(0.5f);
         }
+        if (on_step_) on_step_(command, &a);
         answers_.push_back(a);
         break;
       }
@@ -89,6 +100,13 @@ class FakeStream final : public StepStream {
     if (cancelled_) return absl::CancelledError("cancelled");
     if (!error_.ok()) return error_;
     if (answers_.empty()) return absl::OutOfRangeError("ended");
+    if (gate_ != nullptr && answers_.front().step >= gate_->from) {
+      mu_.Unlock();  // Cancel may come meanwhile
+      const bool open = gate_->open.WaitForNotificationWithTimeout(timeout);
+      mu_.Lock();
+      if (!open) return absl::DeadlineExceededError("held back by the test's gate");
+      if (cancelled_) return absl::CancelledError("cancelled");
+    }
     StepResult a = answers_.front();
     answers_.pop_front();
     return a;
@@ -101,7 +119,8 @@ class FakeStream final : public StepStream {
  private:
   const int rank_;
   const Behaviour behaviour_;
-  const std::shared_ptr<FakeReplica> replica_;
+  const OnStep on_step_;
+  const std::shared_ptr<FakeGate> gate_;
   absl::Mutex mu_;
   std::deque<StepResult> answers_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
@@ -148,15 +167,32 @@ struct FakeWorker {
   bool refuse_steps = false;  // OpenSteps fails
   bool hang_prepare = false;  // Prepare waits until cancelled (at most a minute)
   bool alive = true;          // what Alive answers (false: a dead worker)
-  // Its steps answer its params' checksum, and FetchState gives its state at the step it
-  // answered last (params unchanged): snapshots succeed (and the witness has marks).
-  bool snapshots = false;
   int64_t train_examples = 64, test_examples = 20;
+  std::shared_ptr<FakeGate> gate;  // holds back its answers from a step on (null: none)
+};
+
+// The state a fake worker holds, shared by every client connected to its address (a real
+// worker keeps its replica across the coordinator's connections).
+// Also what its clients were asked, which outlives them.
+struct FakeHeld {
+  std::vector<bool> Kept() {
+    absl::MutexLock lock(&mu);
+    return kept;
+  }
+  std::vector<std::string> Releases() {
+    absl::MutexLock lock(&mu);
+    return releases;
+  }
+  absl::Mutex mu;
+  TrainState state ABSL_GUARDED_BY(mu);
+  std::vector<bool> kept ABSL_GUARDED_BY(mu);  // each Prepare's keep_state
+  std::vector<std::string> releases ABSL_GUARDED_BY(mu);
 };
 
 class FakeClient final : public WorkerClient {
  public:
-  FakeClient(int rank, FakeWorker w) : rank_(rank), w_(w) {}
+  FakeClient(int rank, FakeWorker w, std::shared_ptr<FakeHeld> held = std::make_shared<FakeHeld>())
+      : rank_(rank), w_(w), held_(std::move(held)) {}
 
   absl::StatusOr<PrepareResult> Prepare(const JobAssignment& job,
                                         std::shared_ptr<const SharedState> state,
@@ -164,6 +200,17 @@ class FakeClient final : public WorkerClient {
     {
       absl::MutexLock lock(&mu_);
       rendezvous_prefix_ = job.rendezvous_prefix;
+    }
+    if (job.keep_state) {  // as JobSlot: its own state, which must be at the header's step
+      absl::MutexLock lock(&held_->mu);
+      held_->kept.push_back(true);
+      const TrainState& own = held_->state;
+      if (own.step != state->header.step) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("holds step ", own.step, ", not step ", state->header.step));
+      }
+      return PrepareResult{w_.train_examples, w_.test_examples,
+                           ParamChecksum(own.params, own.batch_stats)};
     }
     if (w_.hang_prepare) {
       {
@@ -175,26 +222,27 @@ class FakeClient final : public WorkerClient {
     }
     auto s = StateFromBytes(state->bytes, state->header);
     if (!s.ok()) return s.status();
-    absl::MutexLock lock(&mu_);
-    state_ = *s;
-    if (w_.snapshots) {
-      replica_ = std::make_shared<FakeReplica>();
-      replica_->stepped = state_.step;
-      replica_->checksum = ParamChecksum(state_.params, state_.batch_stats);
-    }
+    absl::MutexLock lock(&held_->mu);
+    held_->kept.push_back(false);
+    held_->state = *s;
     return PrepareResult{w_.train_examples, w_.test_examples,
-                         ParamChecksum(state_.params, state_.batch_stats)};
+                         ParamChecksum(s->params, s->batch_stats)};
   }
   absl::StatusOr<std::unique_ptr<StepStream>> OpenSteps(const std::string&,
                                                         const CancelToken& cancel,
                                                         absl::Duration) override {
     if (w_.refuse_steps) return absl::UnavailableError("connection refused");
-    std::shared_ptr<FakeReplica> replica;
-    {
-      absl::MutexLock lock(&mu_);
-      replica = replica_;
-    }
-    auto stream = std::make_unique<FakeStream>(rank_, w_.steps, cancel, std::move(replica));
+    auto stream = std::make_unique<FakeStream>(
+        rank_, w_.steps, cancel,
+        [this](const StepCommand& command, StepResult* answer) {
+          absl::MutexLock lock(&held_->mu);
+          TrainState& own = held_->state;
+          own.step = command.step + 1;
+          if (!own.params.empty()) own.params[0] += 1;
+          if (command.want_checksum)
+            answer->param_checksum = ParamChecksum(own.params, own.batch_stats);
+        },
+        w_.gate);
     if (w_.push) return std::unique_ptr<StepStream>(new PushingStream(std::move(stream)));
     return std::unique_ptr<StepStream>(std::move(stream));
   }
@@ -206,12 +254,14 @@ class FakeClient final : public WorkerClient {
   }
   absl::StatusOr<TrainState> FetchState(const std::string&, const CancelToken&,
                                         absl::Duration) override {
-    absl::MutexLock lock(&mu_);
-    TrainState s = state_;
-    if (replica_ != nullptr) s.step = replica_->stepped;
-    return s;
+    absl::MutexLock lock(&held_->mu);
+    return held_->state;
   }
   absl::Status Release(const std::string&, const std::string& reason, absl::Duration) override {
+    {
+      absl::MutexLock lock(&held_->mu);
+      held_->releases.push_back(reason);
+    }
     absl::MutexLock lock(&mu_);
     releases_.push_back(reason);
     return absl::OkStatus();
@@ -237,29 +287,40 @@ class FakeClient final : public WorkerClient {
   const int rank_;
   const FakeWorker w_;
   absl::Mutex mu_;
-  TrainState state_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<FakeReplica> replica_ ABSL_GUARDED_BY(mu_);  // with w_.snapshots
+  const std::shared_ptr<FakeHeld> held_;
   bool in_prepare_ ABSL_GUARDED_BY(mu_) = false;
   std::string rendezvous_prefix_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> releases_ ABSL_GUARDED_BY(mu_);
 };
 
 // Connects the i-th address asked for to a FakeClient of rank i behaving as workers[i]
-// (default: FakeWorker{}). The clients belong to whoever connected; `clients` only sees them.
+// (default: FakeWorker{}), holding the state of that address's worker. The clients belong
+// to whoever connected; `clients` only sees them (a runner drops its clients when its
+// workers change: then only held() outlives them).
 class FakeClientFactory final : public WorkerClientFactory {
  public:
   explicit FakeClientFactory(std::vector<FakeWorker> workers = {}) : workers_(std::move(workers)) {}
-  std::unique_ptr<WorkerClient> Connect(const std::string&) override {
+  std::unique_ptr<WorkerClient> Connect(const std::string& address) override {
     const int rank = static_cast<int>(clients.size());
     auto c = std::make_unique<FakeClient>(
-        rank, rank < static_cast<int>(workers_.size()) ? workers_[rank] : FakeWorker{});
+        rank, rank < static_cast<int>(workers_.size()) ? workers_[rank] : FakeWorker{},
+        held(address));
     clients.push_back(c.get());
     return c;
+  }
+  // The worker at `address`: its state and what it was asked.
+  std::shared_ptr<FakeHeld> held(const std::string& address) {
+    absl::MutexLock lock(&mu_);
+    std::shared_ptr<FakeHeld>& h = held_[address];
+    if (h == nullptr) h = std::make_shared<FakeHeld>();
+    return h;
   }
   std::vector<FakeClient*> clients;
 
  private:
   const std::vector<FakeWorker> workers_;
+  absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<FakeHeld>> held_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace lockstep::testing

@@ -56,7 +56,8 @@ JobDemand DemandOf(const v1::Job& job) {
           job.spec().threads(),
           job.owner(),
           job.state() == v1::RECOVERING,
-          job.spec().replicas() > 0 ? MinWorkers(job.spec()) : 0};
+          job.spec().replicas() > 0 ? MinWorkers(job.spec()) : 0,
+          job.spec().priority()};
 }
 
 }  // namespace
@@ -144,6 +145,7 @@ void JobManager::SchedulerLoop() {
         if (it == jobs_.end()) continue;
         it->second->runner.reset();
         it->second->sink.reset();
+        if (it->second->requeue) RequeueLocked(*it->second);
       }
     }
     Persist(std::move(saves));
@@ -297,6 +299,7 @@ void JobManager::ScheduleLocked(std::vector<Save>* saves) {
   for (const std::string& id : queue_) demands.push_back(DemandOf(jobs_[id]->job));
   const Schedule plan = PlanSchedule(demands, pool_->Views(), OwnerSlotsLocked());
   for (const auto& [id, what] : plan.waiting_for) jobs_[id]->job.set_waiting_for(what);
+  if (!plan.blocked.empty()) PreemptLocked(plan.blocked, demands);
   for (const Placement& p : plan.start) {
     absl::StatusOr<std::vector<PoolWorker>> workers = pool_->Assign(p.job_id, p.worker_ids);
     if (!workers.ok()) continue;  // the pool changed meanwhile: the next round retries
@@ -335,10 +338,12 @@ void JobManager::RunJob(Record* rec) {
     pool_->Release(id);
     rec->job.clear_waiting_for();
     if (!st.ok() && !rec->cancelled && rec->runner->draining()) {
-      // Stopped by the coordinator's stop: recorded to continue (from the snapshot it took,
-      // whose step it shows), never CANCELLED.
+      // Stopped by the coordinator's stop, or suspended: recorded to continue (from the
+      // snapshot it took, whose step it shows), never CANCELLED.
       rec->job.clear_workers();
-      SetStateLocked(*rec, v1::RECOVERING, st, &saves);
+      const bool suspended = !stopping_ && !rec->suspending.empty();
+      SetStateLocked(*rec, suspended ? v1::SUSPENDED : v1::RECOVERING, st, &saves);
+      rec->requeue = suspended;  // once its thread is joined (SchedulerLoop)
     } else {
       rec->job.set_param_checksum(out.param_checksum);
       rec->job.set_checkpoint_path(out.checkpoint_path);
@@ -407,6 +412,24 @@ absl::StatusOr<std::vector<PoolWorker>> JobManager::Replace(Record& rec,
     }
   }
   return out;
+}
+
+absl::Status JobManager::WorkerLeaving(const std::string& worker_id, const std::string& identity) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(std::optional<std::string> job, pool_->MarkLeaving(worker_id, identity));
+  if (!job.has_value()) return absl::OkStatus();  // told before
+  metrics_->SetWorkers(pool_->Views().size());
+  if (job->empty()) {
+    spdlog::info("worker {} is leaving (SIGTERM)", worker_id);
+    return absl::OkStatus();
+  }
+  LogJob(spdlog::level::info, {*job, worker_id},
+         absl::StrCat("worker ", worker_id,
+                      " is leaving (SIGTERM): the job goes on without it from its next step"));
+  if (auto it = jobs_.find(*job); it != jobs_.end() && it->second->runner) {
+    it->second->runner->ReleaseWorkers({worker_id}, "leaving (SIGTERM)");
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<JobManager::Record*> JobManager::FindLocked(const std::string& id) {

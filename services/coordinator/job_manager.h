@@ -19,8 +19,8 @@
 // Its implementation, a file an idea: job_manager.cc (the state machine: submit, schedule,
 // run, recover, cancel), job_manager_restart.cc (Start), job_manager_drain.cc,
 // job_manager_limits.cc, job_manager_retention.cc, job_manager_logs.cc (logs, watchers,
-// TensorBoard), job_manager_checkpoints.cc and job_manager_sink.cc; job_manager_internal.h
-// holds the Record they share.
+// TensorBoard), job_manager_checkpoints.cc, job_manager_preemption.cc (priorities) and
+// job_manager_sink.cc; job_manager_internal.h holds the Record they share.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_JOB_MANAGER_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_JOB_MANAGER_H_
 
@@ -142,6 +142,13 @@ class JobManager {
   // Wakes the scheduler (e.g. a worker registered).
   void Kick();
 
+  // Worker `worker_id`, registered by `identity`, is leaving (SIGTERM; its heartbeat says
+  // so): the pool never assigns it again, and its job, if any, goes on without it from
+  // its next step boundary (JobRunner::ReleaseWorkers). Idempotent. The pool's errors
+  // (NOT_FOUND, PERMISSION_DENIED) as for a heartbeat.
+  absl::Status WorkerLeaving(const std::string& worker_id, const std::string& identity = "")
+      ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   struct Record;
   class Sink;
@@ -155,6 +162,19 @@ class JobManager {
   void SchedulerLoop();
   // Applies PlanSchedule; started jobs' records go to *saves.
   void ScheduleLocked(std::vector<Save>* saves) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Preemption (job_manager_preemption.cc): `blocked` (Schedule::blocked, of `demands`)
+  // takes workers from running jobs of lower priority as PlanPreemption says: elastic
+  // ones release theirs at their next step boundary (JobRunner::ReleaseWorkers), the
+  // others are suspended (SuspendLocked). One preemption at a time: none for a minute
+  // while one for the same job is under way.
+  void PreemptLocked(const std::string& blocked, const std::vector<JobDemand>& demands)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job snapshots at its next step boundary (JobRunner::Drain with `why`) and is
+  // SUSPENDED (RunJob), then queued again to continue from that snapshot (RequeueLocked).
+  void SuspendLocked(Record& rec, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A SUSPENDED job whose thread was joined: back in the queue, in arrival order, to
+  // continue from its newest snapshot (as a restarted coordinator's jobs do).
+  void RequeueLocked(Record& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunJob(Record* rec);
   // A running job lost workers (WorkerSupply::Replace for its runner): RECOVERING until
   // the scheduler gives it workers again, first in line.
@@ -228,6 +248,9 @@ class JobManager {
   int watchers_ ABSL_GUARDED_BY(mu_) = 0;
   bool kicked_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // The job a preemption is under way for, until when (PreemptLocked).
+  std::string preempting_for_ ABSL_GUARDED_BY(mu_);
+  absl::Time preempt_until_ ABSL_GUARDED_BY(mu_);
   // Threads of jobs that ended, for the scheduler thread to join outside mu_.
   std::vector<std::pair<std::string, std::thread>> ended_ ABSL_GUARDED_BY(mu_);
   // Logs of jobs that ended, closed once their workers' last lines had time to come.

@@ -50,6 +50,11 @@ struct JobManager::Record {
   bool resume = false;     // a restarted coordinator's job: it continues from its snapshot
   int64_t high_water = 0;  // with `resume`: the steps it had run (they are replays now)
   bool cancelled = false;  // Cancel was called while it ran
+  // Preempted (job_manager_preemption.cc): why, while its runner stops at a step boundary
+  // to be SUSPENDED; and, once it is, that it goes back to the queue when its thread is
+  // joined.
+  std::string suspending;
+  bool requeue = false;
   // RECOVERING: the workers the scheduler gave it, for its runner to take (Replace).
   std::optional<std::vector<PoolWorker>> replacement;
   JobSeries* series = nullptr;  // its metrics, from its start (CoordinatorMetrics)
@@ -73,7 +78,7 @@ class JobManager::Sink final : public JobSink, public WorkerSupply {
                                                   const CancelToken& cancel) override;
   void Quarantine(const PoolWorker& worker, const std::string& why) override;
   void Resized(const std::vector<PoolWorker>& workers, const std::vector<std::string>& lost,
-               const std::string& why) override;
+               const std::string& why, const std::vector<std::string>& released) override;
   std::vector<PoolWorker> Offer(int most) override;
   void OnRunning(int64_t total) override;
   void OnStep(const v1::StepEvent& e) override;

@@ -80,10 +80,13 @@ void JobManager::Sink::Quarantine(const PoolWorker& worker, const std::string& w
 }
 
 void JobManager::Sink::Resized(const std::vector<PoolWorker>& workers,
-                               const std::vector<std::string>& lost, const std::string& why) {
+                               const std::vector<std::string>& lost, const std::string& why,
+                               const std::vector<std::string>& released) {
   {
     absl::MutexLock lock(&m_->mu_);
     for (const std::string& w : lost) m_->pool_->Drop(w);
+    m_->pool_->Free(released);  // back to the pool (a leaving one is never assigned again)
+    m_->metrics_->Resized();
     rec_->job.clear_workers();
     for (const PoolWorker& w : workers) rec_->job.add_workers(w.id);
     m_->kicked_ = true;  // workers changed: the scheduler looks again

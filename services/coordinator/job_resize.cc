@@ -4,8 +4,11 @@
 // collective re-formed among them (a new rendezvous namespace), each computing a new range
 // of the replicas; only the step in flight is computed again. Their checksums must agree;
 // where anything does not, the job falls back to today's recovery from its snapshot.
-// Grow: below its max workers, the job takes free workers at a step boundary (drained),
-// sends them the state fetched from rank 0 and keeps the others' where it is.
+// At a step boundary (drained), the job also resizes on purpose: below its max workers it
+// takes free workers (grow: they get the state fetched from rank 0, the others keep
+// theirs), and it lets workers go that ReleaseWorkers named (a worker leaving on SIGTERM,
+// a preemption): the others keep their state, nothing is computed again. A job that
+// cannot go on without them recovers from a snapshot taken at that boundary instead.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -51,7 +54,7 @@ bool JobRunner::Shrink(const absl::Status& failure, const std::vector<bool>& ali
                    lost.size() > 1 ? "s " : " ", absl::StrJoin(lost, ", "), " lost (",
                    failure.message(), "); continuing from step ", done_);
   LogJob(spdlog::level::warn, {job_id_}, why);
-  supply_->Resized(survivors, lost, why);
+  supply_->Resized(survivors, lost, why, {});
   outcome->unreachable.clear();  // dropped by Resized
   ++outcome->resizes;
   Connect(std::move(survivors));
@@ -64,48 +67,119 @@ bool JobRunner::Shrink(const absl::Status& failure, const std::vector<bool>& ali
   return true;
 }
 
+void JobRunner::ReleaseWorkers(std::vector<std::string> ids, std::string why) {
+  absl::MutexLock lock(&attempt_mu_);
+  for (std::string& id : ids) releasing_[std::move(id)] = why;
+}
+
+bool JobRunner::ReleaseDue() {
+  if (supply_ == nullptr) return false;
+  BoundaryResize resize;
+  // The workers named for each reason, in the order the reasons first come in rank order.
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_why;
+  {
+    absl::MutexLock lock(&attempt_mu_);
+    if (releasing_.empty()) return false;
+    for (const PoolWorker& w : workers_) {
+      auto it = releasing_.find(w.id);
+      if (it == releasing_.end()) continue;
+      resize.leaving.push_back(w.id);
+      auto same = std::find_if(by_why.begin(), by_why.end(),
+                               [&](const auto& group) { return group.first == it->second; });
+      if (same == by_why.end()) {
+        same = by_why.emplace(by_why.end(), it->second, std::vector<std::string>());
+      }
+      same->second.push_back(w.id);
+    }
+  }
+  if (resize.leaving.empty()) return false;
+  std::vector<std::string> parts;
+  for (const auto& [why, ids] : by_why) {
+    parts.push_back(
+        absl::StrCat("worker", ids.size() > 1 ? "s " : " ", absl::StrJoin(ids, ", "), " ", why));
+  }
+  resize.why = absl::StrJoin(parts, "; ");
+  const int left = static_cast<int>(workers_.size() - resize.leaving.size());
+  resize.recover = !logical() || left < std::max(1, MinWorkers(spec_));
+  resize_ = std::move(resize);
+  return true;
+}
+
 bool JobRunner::GrowDue() {
   const int most = static_cast<int>(spec_.workers()) - static_cast<int>(workers_.size());
   if (!logical() || supply_ == nullptr || most <= 0) return false;
-  joining_ = supply_->Offer(most);
-  return !joining_.empty();
+  std::vector<PoolWorker> joining = supply_->Offer(most);
+  if (joining.empty()) return false;
+  std::vector<std::string> ids;
+  for (const PoolWorker& w : joining) ids.push_back(w.id);
+  resize_ = BoundaryResize{
+      std::move(joining),
+      {},
+      absl::StrCat("worker", ids.size() > 1 ? "s " : " ", absl::StrJoin(ids, ", "), " joined")};
+  return true;
 }
 
-absl::Status JobRunner::StopToGrow(int64_t done) {
-  ASSIGN_OR_RETURN(TrainState state,
-                   clients_[0]->FetchState(job_id_, *attempt(), options_.rpc_timeout));
-  if (state.step != done) {
-    return WorkerError(0, absl::DataLossError(absl::StrCat("holds step ", state.step,
-                                                           " where the job completed ", done)));
+absl::Status JobRunner::StopToResize(int64_t done, uint64_t checksum) {
+  if (resize_->recover) {  // the hold's snapshot (TakeSnapshot) is the next attempt's start
+    resize_->stopped = true;
+    return absl::UnavailableError(
+        absl::StrCat(resize_->why, ": the job cannot go on without ",
+                     resize_->leaving.size() > 1 ? "them" : "it",
+                     logical() ? absl::StrCat(" (fewer than ", MinWorkers(spec_), " workers left)")
+                               : std::string(" (not elastic)"),
+                     "; it continues from its snapshot of step ", done, " on replacements"));
   }
-  if (!start_.kept) fallback_ = start_;  // a grow that fails goes back to the snapshot
+  if (!start_.kept) fallback_ = start_;  // a resize that fails goes back to the snapshot
   Start kept;
   kept.step = done;
   kept.kept = true;
-  kept.checksum = ParamChecksum(state.params, state.batch_stats);
-  kept.held = std::move(state);
+  kept.checksum = checksum;
+  if (!resize_->joining.empty()) {  // the newcomers' state, from rank 0
+    ASSIGN_OR_RETURN(TrainState state,
+                     clients_[0]->FetchState(job_id_, *attempt(), options_.rpc_timeout));
+    if (state.step != done) {
+      return WorkerError(0, absl::DataLossError(absl::StrCat("holds step ", state.step,
+                                                             " where the job completed ", done)));
+    }
+    kept.checksum = ParamChecksum(state.params, state.batch_stats);
+    kept.held = std::move(state);
+  }
   start_ = std::move(kept);
-  kept_ranks_ = static_cast<int>(workers_.size());
-  growing_ = true;
-  // Ends the step loop and the attempt; Run goes on with Grow.
-  return absl::AbortedError(absl::StrCat("workers join at step ", done));
+  kept_ranks_ = static_cast<int>(workers_.size() - resize_->leaving.size());
+  resize_->stopped = true;
+  // Ends the step loop and the attempt; Run goes on with Resize.
+  return absl::AbortedError(absl::StrCat("resize at step ", done, ": ", resize_->why));
 }
 
-void JobRunner::Grow(JobOutcome* outcome) {
-  growing_ = false;
-  std::vector<PoolWorker> workers = workers_;
-  std::vector<std::string> ids;
-  for (PoolWorker& w : joining_) {
-    ids.push_back(w.id);
-    workers.push_back(std::move(w));
+void JobRunner::Resize(JobOutcome* outcome) {
+  BoundaryResize resize = *std::move(resize_);
+  resize_.reset();
+  // The workers that stay keep their ranks' order (and their state: ranks [0, kept_ranks_)).
+  std::vector<PoolWorker> workers;
+  std::vector<int> leaving;
+  for (size_t r = 0; r < workers_.size(); ++r) {
+    const bool goes = std::find(resize.leaving.begin(), resize.leaving.end(), workers_[r].id) !=
+                      resize.leaving.end();
+    if (goes) {
+      leaving.push_back(static_cast<int>(r));
+    } else {
+      workers.push_back(workers_[r]);
+    }
   }
-  joining_.clear();
+  for (PoolWorker& w : resize.joining) workers.push_back(std::move(w));
   const std::string why =
-      absl::StrCat("resized ", workers_.size(), " -> ", workers.size(), " workers: worker",
-                   ids.size() > 1 ? "s " : " ", absl::StrJoin(ids, ", "),
-                   " joined; continuing from step ", start_.step);
+      absl::StrCat("resized ", workers_.size(), " -> ", workers.size(), " workers: ", resize.why,
+                   "; continuing from step ", start_.step);
   LogJob(spdlog::level::info, {job_id_}, why);
-  supply_->Resized(workers, {}, why);
+  // Released now: each drops its replica (its collective aborted), and may leave.
+  for (int r : leaving) {
+    clients_[r]->Release(job_id_, why, options_.release_timeout).IgnoreError();
+  }
+  {
+    absl::MutexLock lock(&attempt_mu_);
+    for (const std::string& id : resize.leaving) releasing_.erase(id);
+  }
+  supply_->Resized(workers, {}, why, resize.leaving);
   ++outcome->resizes;
   Connect(std::move(workers));
   ++attempt_number_;

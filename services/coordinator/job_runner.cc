@@ -23,12 +23,6 @@ constexpr absl::Duration kStreamLifetime = absl::Hours(24 * 30);
 // A health check after a failure, to tell the dead worker from its peers.
 constexpr absl::Duration kAliveTimeout = absl::Seconds(2);
 
-// Why Run stopped on a drain: the job is to continue, from `from`.
-absl::Status Drained(absl::string_view from) {
-  return absl::UnavailableError(absl::StrCat(
-      "the coordinator is stopping (drain): the job continues from ", from, " once it is back"));
-}
-
 // Runs f(r) for every rank on its own thread and waits for all.
 template <typename F>
 void ForEachRank(int n, F f) {
@@ -100,11 +94,26 @@ std::shared_ptr<CancelToken> JobRunner::attempt() {
   return attempt_;
 }
 
-void JobRunner::Drain() {
+absl::Status JobRunner::Drained(absl::string_view from) {
+  std::string why;
+  {
+    absl::MutexLock lock(&attempt_mu_);
+    why = drain_why_;
+  }
+  if (!why.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat(why, ": the job continues from ", from, " when workers are free"));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "the coordinator is stopping (drain): the job continues from ", from, " once it is back"));
+}
+
+void JobRunner::Drain(std::string why) {
   bool now;
   {
     absl::MutexLock lock(&attempt_mu_);
     draining_ = true;
+    drain_why_ = std::move(why);
     now = !stepping_;
   }
   // Preparing, or between attempts: nothing to finish first.
@@ -117,10 +126,13 @@ bool JobRunner::draining() {
 }
 
 absl::Status JobRunner::SetStepping(bool stepping) {
-  absl::MutexLock lock(&attempt_mu_);
-  stepping_ = stepping;
-  if (stepping && draining_) return Drained("its latest snapshot");
-  return absl::OkStatus();
+  bool drained;
+  {
+    absl::MutexLock lock(&attempt_mu_);
+    stepping_ = stepping;
+    drained = stepping && draining_;
+  }
+  return drained ? Drained("its latest snapshot") : absl::OkStatus();
 }
 
 void JobRunner::LoseWorker(const std::string& worker_id, const absl::Status& why) {
@@ -179,18 +191,28 @@ absl::Status JobRunner::Run(JobOutcome* outcome) {
   while (st.ok()) {
     st = Attempt(outcome);
     SetStepping(false).IgnoreError();
-    if (growing_ && cancel_.status().ok() && !draining()) {  // workers joined (job_resize.cc)
-      Grow(outcome);
+    const bool resizing =
+        resize_.has_value() && resize_->stopped && cancel_.status().ok() && !draining() && !st.ok();
+    if (resizing && !resize_->recover) {  // workers join or leave at a boundary (job_resize.cc)
+      Resize(outcome);
       st = absl::OkStatus();
       continue;
     }
-    growing_ = false;
-    joining_.clear();
+    // Workers released from a job that cannot go on without them: it recovers from the
+    // snapshot it just took, on replacements; nobody was lost.
+    const bool planned = resizing && resize_->recover;
+    if (planned) {
+      absl::MutexLock lock(&attempt_mu_);
+      for (const std::string& id : resize_->leaving) releasing_.erase(id);
+    }
+    resize_.reset();
     std::vector<bool> alive(clients_.size(), true);
     if (!cancel_.status().ok()) {
       st = cancel_.status();  // aborted: say why, and waste no time probing
     } else if (!st.ok() && draining()) {
       // Stopped for a drain (or failed meanwhile): the job continues later; no probing.
+    } else if (planned) {
+      outcome->unreachable.clear();
     } else if (absl::Status lost = attempt()->status(); !st.ok() && !lost.ok()) {
       st = lost;  // LoseWorker's reason, which names the worker; its calls only say CANCELLED
       alive = Probe();
@@ -200,7 +222,8 @@ absl::Status JobRunner::Run(JobOutcome* outcome) {
       st = NameTheDead(st, alive, outcome);
     }
     // An elastic job goes on with its survivors, nothing released (job_resize.cc).
-    if (!st.ok() && cancel_.status().ok() && !draining() && Shrink(st, alive, outcome)) {
+    if (!st.ok() && !planned && cancel_.status().ok() && !draining() &&
+        Shrink(st, alive, outcome)) {
       st = absl::OkStatus();
       continue;
     }
@@ -212,7 +235,7 @@ absl::Status JobRunner::Run(JobOutcome* outcome) {
     ReleaseAll(st.ok() ? "job finished" : std::string(st.message()), alive);
     if (st.ok() || !cancel_.status().ok() || draining()) break;
     const std::string failure(st.message());
-    st = Recover(st, outcome);
+    st = Recover(st, outcome, planned);
     if (st.ok()) recovered_from.push_back(failure);
   }
   // Sticky: an abort that arrived before the job's end wins, whatever came after it.
@@ -229,7 +252,7 @@ absl::Status JobRunner::Run(JobOutcome* outcome) {
   return st;
 }
 
-absl::Status JobRunner::Recover(const absl::Status& failure, JobOutcome* outcome) {
+absl::Status JobRunner::Recover(const absl::Status& failure, JobOutcome* outcome, bool planned) {
   const absl::StatusCode code = failure.code();
   const bool worker_lost = !outcome->unreachable.empty() ||
                            code == absl::StatusCode::kUnavailable ||
@@ -245,8 +268,8 @@ absl::Status JobRunner::Recover(const absl::Status& failure, JobOutcome* outcome
     if (std::find(lost.begin(), lost.end(), w.id) == lost.end()) lost.push_back(w.id);
   }
   audit_liars_.clear();
-  if (supply_ == nullptr || !worker_lost ||
-      outcome->recoveries >= static_cast<int>(spec_.recovery().max_restarts())) {
+  if (supply_ == nullptr || !(worker_lost || planned) ||
+      (!planned && outcome->recoveries >= static_cast<int>(spec_.recovery().max_restarts()))) {
     return failure;
   }
   ++outcome->recoveries;
@@ -528,8 +551,9 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
   done_ = first;
   int64_t hold_at = -1;  // the pipeline drains after this step: an evaluation, a snapshot
   bool eval_at_hold = false, snapshot_at_hold = false;
-  bool drain_at_hold = false;  // a drain: the run stops after the hold's snapshot
-  bool grow_at_hold = false;   // workers join: the run stops for them after the hold
+  bool drain_at_hold = false;     // a drain: the run stops after the hold's snapshot
+  bool resize_at_hold = false;    // workers join or leave: the run stops for them after the hold
+  bool checksum_at_hold = false;  // the hold's step is answered with the replicas' checksums
   double step_seconds = 0;
   auto t_last = std::chrono::steady_clock::now();
   StepDeadline deadline(options_.step_timeout);
@@ -544,15 +568,21 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
   while (done < total) {
     RETURN_IF_ERROR(cancel->status());
     const bool drain = draining() && sent + 1 < total;
-    if (drain && hold_at < 0 && sent + 1 < total) {
+    // Workers released (ReleaseWorkers) leave after one more step, as a drain stops.
+    const bool leave = !drain && hold_at < 0 && sent + 1 < total && ReleaseDue();
+    if ((drain || leave) && hold_at < 0) {
       // One more step, answered with the replicas' checksum; nothing after it: the snapshot
-      // of its state is the drain's. (A job whose last step is out just ends.)
+      // of its state is the drain's, and the resize's start. (A job whose last step is out
+      // just ends.)
       const StepPlan p = plan.Next();
       ASSIGN_OR_RETURN(auto commands, StepCommands(p, true, deadline.Next()));
       fanout->Send(commands);
       hold_at = ++sent;
       eval_at_hold = EvalDue(spec_.eval(), sent, spe);
-      snapshot_at_hold = drain_at_hold = true;
+      snapshot_at_hold = drain || resize_->recover;
+      drain_at_hold = drain;
+      resize_at_hold = !drain;
+      checksum_at_hold = true;
     }
     while (!drain && sent < total && sent - done < options_.steps_in_flight && hold_at < 0) {
       const StepPlan p = plan.Next();  // the commands' indices point into it until sent
@@ -570,10 +600,10 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
       if (eval || snapshot) {
         hold_at = after;
         eval_at_hold = eval;
-        snapshot_at_hold = snapshot;
+        snapshot_at_hold = checksum_at_hold = snapshot;
       }
     }
-    const bool checked = checksum_due(done + 1) || (snapshot_at_hold && done + 1 == hold_at);
+    const bool checked = checksum_due(done + 1) || (checksum_at_hold && done + 1 == hold_at);
     absl::StatusOr<std::vector<StepResult>> taken = fanout->Take(done, deadline.Next());
     if (!taken.ok()) {
       stream_errors_ = fanout->Errors();  // for NameTheDead: each rank's own
@@ -623,9 +653,9 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
       }
       if (snapshot_at_hold) RETURN_IF_ERROR(TakeSnapshot(done, got[0].param_checksum, plan));
       if (drain_at_hold) return Drained(absl::StrCat("its snapshot of step ", done));
-      if (grow_at_hold) {
+      if (resize_at_hold) {
         RETURN_IF_ERROR(fanout->Close(options_.step_timeout));
-        return StopToGrow(done);
+        return StopToResize(done, checksum_at_hold ? got[0].param_checksum : 0);
       }
       hold_at = -1;
       t_last = std::chrono::steady_clock::now();  // neither is step time
@@ -633,11 +663,11 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
     // An elastic job below its most: workers free now join at the next boundary.
     if (hold_at < 0 && done < total && !draining() && GrowDue()) {
       hold_at = sent;
-      eval_at_hold = snapshot_at_hold = drain_at_hold = false;
-      grow_at_hold = true;
+      eval_at_hold = snapshot_at_hold = drain_at_hold = checksum_at_hold = false;
+      resize_at_hold = true;
       if (sent == done) {
         RETURN_IF_ERROR(fanout->Close(options_.step_timeout));
-        return StopToGrow(done);
+        return StopToResize(done, 0);
       }
     }
   }

@@ -25,9 +25,9 @@
 // The loop is job_runner.cc; where the state comes from and goes (starts, snapshots, the
 // checkpoint) is job_state.cc.
 //
-// Thread safety: Run on one thread; Abort and LoseWorker from any. Cancellation is
-// sticky: every worker call is made with the attempt's CancelToken, so that an Abort at
-// any moment ends Run promptly, and a call made after it fails at once.
+// Thread safety: Run on one thread; Abort, Drain, LoseWorker and ReleaseWorkers from any.
+// Cancellation is sticky: every worker call is made with the attempt's CancelToken, so that an
+// Abort at any moment ends Run promptly, and a call made after it fails at once.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_JOB_RUNNER_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_JOB_RUNNER_H_
 
@@ -83,11 +83,12 @@ class WorkerSupply {
                                                           const absl::Status& reason,
                                                           absl::Duration timeout,
                                                           const CancelToken& cancel) = 0;
-  // An elastic job (JobSpec.replicas) lost the workers `lost` (gone for good) and goes on,
+  // An elastic job (JobSpec.replicas) lost the workers `lost` (gone for good), or let the
+  // workers `released` go (JobRunner::ReleaseWorkers: no longer its own), and goes on,
   // without waiting, on `workers` (rank order; still its own); `why` says so, e.g.
   // "resized 3 -> 2 workers: worker w2 lost (...)". Called before they are prepared again.
   virtual void Resized(const std::vector<PoolWorker>& workers, const std::vector<std::string>& lost,
-                       const std::string& why) {}
+                       const std::string& why, const std::vector<std::string>& released) {}
   // An elastic job below its most workers asks, at a step boundary, for up to `most` free
   // workers to grow onto, without waiting; those returned are the job's. None while
   // other jobs wait for workers.
@@ -145,8 +146,9 @@ class JobRunner {
   // it stops sending, takes a snapshot at the next step (drained: no step in flight) and
   // Run returns UNAVAILABLE saying so; while preparing or waiting for workers it stops at
   // once (its latest snapshot stays); its last steps, final evaluation and checkpoint
-  // run to the end. Thread-safe; Abort still cuts it short.
-  void Drain();
+  // run to the end. Thread-safe; Abort still cuts it short. With `why` (a suspension: "suspended:
+  // preempted by ..."), the error says that instead of the coordinator's stop.
+  void Drain(std::string why = "");
   // Whether Drain was called: Run's error then means "continue later", not a failure.
   bool draining();
   // Steps up to `step` ran before (under a coordinator that stopped): run again, they are
@@ -155,6 +157,17 @@ class JobRunner {
   // Worker `worker_id` is gone (its heartbeats stopped): the current attempt ends with
   // `why`, and the job recovers if it may. Thread-safe; other ids are ignored.
   void LoseWorker(const std::string& worker_id, const absl::Status& why);
+  // The job is to go on without the workers `ids` (a worker leaving on SIGTERM, workers
+  // preempted by a job of higher priority), `why` completing "worker w2 ...", e.g.
+  // "leaving (SIGTERM)". At its next step boundary (drained, after one more step answered
+  // with the replicas' checksums) an elastic job with at least min_workers left goes on
+  // without them: the others keep their state, the replicas are rebalanced, the released
+  // workers are released (WorkerSupply::Resized names them) and nothing is computed again.
+  // A job that cannot (not elastic, or too few left) takes a snapshot there and recovers
+  // from it on replacements (WorkerSupply::Replace, nothing replayed; not counted against
+  // recovery.max_restarts). Ids not among the job's workers are kept in case they become
+  // so (a replacement). Thread-safe; without a WorkerSupply it does nothing (job_resize.cc).
+  void ReleaseWorkers(std::vector<std::string> ids, std::string why);
 
  private:
   // Where an attempt starts: step 0 (the initial state, made again from the seed), the
@@ -190,6 +203,8 @@ class JobRunner {
   // that the job recovers from its snapshot instead (job_resize.cc).
   absl::Status CheckKeptStates(const std::vector<absl::StatusOr<PrepareResult>>& resp) const;
   absl::Status StepLoop(TrainingPlan& plan, int64_t total, int64_t num_test, JobOutcome* outcome);
+  // Why Run stops for Drain: the job continues from `from`.
+  absl::Status Drained(absl::string_view from);
   // Enters (or leaves) the step loop; UNAVAILABLE (Drained) if a drain came first.
   absl::Status SetStepping(bool stepping);
   // Fetches the state at `step` (drained), checks it against `checksum`, keeps and writes it.
@@ -202,17 +217,34 @@ class JobRunner {
   // survivors (`alive`), from the state they hold (job_resize.cc). False where it cannot:
   // too few survivors, none lost, or the attempt never reached its steps.
   bool Shrink(const absl::Status& failure, const std::vector<bool>& alive, JobOutcome* outcome);
+  // A resize at a step boundary (job_resize.cc): the step loop decides it (ReleaseDue,
+  // GrowDue), stops for it at the boundary (StopToResize) and Run applies it (Resize).
+  struct BoundaryResize {
+    std::vector<PoolWorker> joining;   // offered by WorkerSupply::Offer
+    std::vector<std::string> leaving;  // ids released by ReleaseWorkers, in rank order
+    std::string why;                   // e.g. "worker w2 leaving (SIGTERM)", "worker w3 joined"
+    // The job cannot go on without `leaving` (not elastic, or too few left): it recovers
+    // from the snapshot taken at the boundary, on replacements.
+    bool recover = false;
+    bool stopped = false;  // the step loop stopped for it (StopToResize)
+  };
+  // In the step loop, when no hold is pending: whether workers of this attempt are to be
+  // released (ReleaseWorkers); kept in resize_.
+  bool ReleaseDue();
   // In the step loop, at a step boundary with no step in flight: whether workers joined
-  // (WorkerSupply::Offer), kept in joining_.
+  // (WorkerSupply::Offer), kept in resize_.
   bool GrowDue();
-  // The step loop stopped at step `done` (drained) for joining_: fetches the state from
-  // rank 0 (the newcomers' start) and keeps the others' where they are; Run then prepares
-  // all of them (job_resize.cc). Returns the status that ends the step loop for it.
-  absl::Status StopToGrow(int64_t done);
-  // Run's side of a grow: the event, the workers, a new attempt.
-  void Grow(JobOutcome* outcome);
+  // The step loop stopped at step `done` (drained; `checksum`: the replicas' there, 0 when
+  // not asked) for resize_. A grow fetches the state from rank 0 (the newcomers' start);
+  // the workers that stay keep theirs. Returns the status that ends the step loop for it.
+  absl::Status StopToResize(int64_t done, uint64_t checksum);
+  // Run's side of a resize that goes on at once: the released workers released, the event,
+  // the workers, a new attempt.
+  void Resize(JobOutcome* outcome);
   // After a failed attempt: OK with new workers to go on with, or why the job fails.
-  absl::Status Recover(const absl::Status& failure, JobOutcome* outcome);
+  // `planned`: workers were released from a job that had to recover for it (ReleaseWorkers),
+  // not counted against recovery.max_restarts.
+  absl::Status Recover(const absl::Status& failure, JobOutcome* outcome, bool planned = false);
   // One step command per worker: the step, the worker's dropout key, its shard, and how
   // long its all-reduce may wait for the peers.
   // With `audit`, the audited rank is asked for its gradients' digest and the checkers
@@ -268,10 +300,9 @@ class JobRunner {
   // Where a resized attempt that fails falls back to: the start before the resize.
   std::optional<Start> fallback_;
   // The ranks [0, kept_ranks_) of a resized attempt hold the state (keep_state); the rest
-  // get it sent. Workers offered to grow onto, and whether the step loop stopped for them.
+  // get it sent. The resize at the next step boundary, if any.
   int kept_ranks_ = 0;
-  std::vector<PoolWorker> joining_;
-  bool growing_ = false;
+  std::optional<BoundaryResize> resize_;
   // The step whose evaluation an attempt began but did not finish (-1: none).
   int64_t eval_owed_ = -1;
   // The rank the step loop's failure was blamed on (-1: none), and each rank's own stream
@@ -286,8 +317,11 @@ class JobRunner {
   // The current attempt's: cancelled by the job's, or by LoseWorker. Worker calls use it.
   std::shared_ptr<CancelToken> attempt_ ABSL_GUARDED_BY(attempt_mu_);
   bool draining_ ABSL_GUARDED_BY(attempt_mu_) = false;
+  std::string drain_why_ ABSL_GUARDED_BY(attempt_mu_);  // Drain's `why`
   bool stepping_ ABSL_GUARDED_BY(attempt_mu_) = false;  // in StepLoop: a drain waits for a step
-  CancelToken::Callback cancel_attempt_;                // the job's cancel reaches the attempt
+  // ReleaseWorkers' requests not yet applied: worker id -> why.
+  std::map<std::string, std::string> releasing_ ABSL_GUARDED_BY(attempt_mu_);
+  CancelToken::Callback cancel_attempt_;  // the job's cancel reaches the attempt
 };
 
 }  // namespace lockstep

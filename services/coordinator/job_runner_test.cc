@@ -36,7 +36,11 @@ std::vector<PoolWorker> Workers(int n) {
 class RecordingSink final : public JobSink {
  public:
   void OnRunning(int64_t total) override { total_steps = total; }
-  void OnStep(const v1::StepEvent& e) override { steps.push_back(e); }
+  void OnStep(const v1::StepEvent& e) override {
+    steps.push_back(e);
+    if (on_step) on_step(e);
+  }
+  std::function<void(const v1::StepEvent&)> on_step;  // on the runner's thread
   void OnEval(const v1::EvalResult& r) override { evals.push_back(r); }
   int64_t total_steps = 0;
   std::vector<v1::StepEvent> steps;
@@ -98,6 +102,136 @@ TEST(JobRunnerTest, AbortCancelsAPrepareInFlight) {
   EXPECT_TRUE(sink.steps.empty());
   for (FakeClient* c : factory.clients) {
     EXPECT_THAT(c->releases(), ElementsAre("cancelled by the user"));
+  }
+}
+
+// Gives a job `replacements` when it asks (Replace), no workers to grow onto, and records
+// what its runner says.
+class SpareSupply final : public WorkerSupply {
+ public:
+  explicit SpareSupply(std::vector<PoolWorker> replacements = {})
+      : replacements_(std::move(replacements)) {}
+  absl::StatusOr<std::vector<PoolWorker>> Replace(const std::vector<std::string>& lost,
+                                                  const absl::Status& reason, absl::Duration,
+                                                  const CancelToken&) override {
+    replaced.push_back(reason);
+    this->lost.push_back(lost);
+    if (replacements_.empty()) return absl::DeadlineExceededError("no spares");
+    return replacements_;
+  }
+  void Resized(const std::vector<PoolWorker>& workers, const std::vector<std::string>& lost,
+               const std::string& why, const std::vector<std::string>& released) override {
+    resized.push_back(why);
+    this->released.push_back(released);
+    EXPECT_TRUE(lost.empty());
+    EXPECT_EQ(workers.size(), 2u);
+  }
+  std::vector<absl::Status> replaced;
+  std::vector<std::vector<std::string>> lost, released;
+  std::vector<std::string> resized;
+
+ private:
+  const std::vector<PoolWorker> replacements_;
+};
+
+// 12 steps, an evaluation every 4; `workers` a number or a range.
+v1::JobSpec LongSpec(const std::string& workers, bool logical) {
+  return ValidSpec(absl::StrCat(R"(
+model: {kind: mlp, hidden: [8]}
+optimizer: {kind: sgd, learning_rate: 0.1}
+global_batch_size: 12
+steps: 12
+eval: {every_steps: 4}
+recovery: {max_restarts: 0}
+)",
+                                logical ? "replicas: 4\n" : "", "workers: ", workers));
+}
+
+// The job run undisturbed on `n` workers: its final checksum.
+uint64_t Undisturbed(const v1::JobSpec& spec, int n) {
+  FakeClientFactory factory;
+  RecordingSink sink;
+  SpareSupply supply;
+  JobRunner runner("job-1", spec, Workers(n), &factory, CoordinatorOptions(), &sink, &supply);
+  JobOutcome out;
+  EXPECT_OK(runner.Run(&out));
+  EXPECT_NE(out.param_checksum, 0u);
+  return out.param_checksum;
+}
+
+// Every step reported once, in order, none a replay.
+void ExpectEveryStepOnce(const RecordingSink& sink, int total) {
+  ASSERT_EQ(sink.steps.size(), static_cast<size_t>(total));
+  for (int i = 0; i < total; ++i) {
+    EXPECT_EQ(sink.steps[i].step(), i + 1);
+    EXPECT_FALSE(sink.steps[i].replay()) << "step " << i + 1;
+  }
+}
+
+TEST(JobRunnerReleaseTest, AnElasticJobGoesOnWithoutReleasedWorkersAtAStepBoundary) {
+  const v1::JobSpec spec = LongSpec("{min: 1, max: 3}", true);
+  const uint64_t undisturbed = Undisturbed(spec, 3);
+  FakeClientFactory factory;
+  RecordingSink sink;
+  SpareSupply supply;
+  JobRunner runner("job-1", spec, Workers(3), &factory, CoordinatorOptions(), &sink, &supply);
+  sink.on_step = [&](const v1::StepEvent& e) {
+    if (e.step() == 3) runner.ReleaseWorkers({"w1", "w9"}, "leaving (SIGTERM)");
+  };
+  JobOutcome out;
+  ASSERT_OK(runner.Run(&out));
+  EXPECT_EQ(out.resizes, 1);
+  EXPECT_EQ(out.recoveries, 0);
+  EXPECT_EQ(out.replayed_steps, 0);
+  ExpectEveryStepOnce(sink, 12);
+  EXPECT_EQ(out.param_checksum, undisturbed);  // every step applied once, by all that stayed
+  ASSERT_EQ(supply.resized.size(), 1u);
+  EXPECT_THAT(supply.resized[0], ::testing::MatchesRegex("resized 3 -> 2 workers: worker w1 "
+                                                         "leaving \\(SIGTERM\\); continuing "
+                                                         "from step [4-9]"));
+  EXPECT_THAT(supply.released, ElementsAre(ElementsAre("w1")));
+  EXPECT_TRUE(supply.replaced.empty());
+  // w1 was released with the event's reason; the others kept their state.
+  EXPECT_THAT(factory.held("fake:1")->Releases(), ElementsAre(supply.resized[0]));
+  EXPECT_THAT(factory.held("fake:1")->Kept(), ElementsAre(false));
+  for (const char* stays : {"fake:0", "fake:2"}) {
+    EXPECT_THAT(factory.held(stays)->Kept(), ElementsAre(false, true)) << stays;
+    EXPECT_THAT(factory.held(stays)->Releases(), ElementsAre("job finished")) << stays;
+  }
+}
+
+TEST(JobRunnerReleaseTest, AJobThatCannotShrinkSnapshotsAtTheBoundaryAndGoesOnOnAReplacement) {
+  for (const bool logical : {false, true}) {
+    SCOPED_TRACE(logical ? "elastic, at its min" : "not elastic");
+    const v1::JobSpec spec = LongSpec(logical ? "{min: 3, max: 3}" : "3", logical);
+    const uint64_t undisturbed = Undisturbed(spec, 3);
+    FakeClientFactory factory;
+    RecordingSink sink;
+    std::vector<PoolWorker> replacements = Workers(4);
+    replacements.erase(replacements.begin() + 1);  // w0, w2 and the spare w3
+    SpareSupply supply(replacements);
+    JobRunner runner("job-1", spec, Workers(3), &factory, CoordinatorOptions(), &sink, &supply);
+    sink.on_step = [&](const v1::StepEvent& e) {
+      if (e.step() == 5) runner.ReleaseWorkers({"w1"}, "leaving (SIGTERM)");
+    };
+    JobOutcome out;
+    ASSERT_OK(runner.Run(&out));  // max_restarts: 0 does not count a planned recovery
+    EXPECT_EQ(out.resizes, 0);
+    EXPECT_EQ(out.recoveries, 1);
+    EXPECT_EQ(out.replayed_steps, 0);  // from the snapshot of the boundary
+    ExpectEveryStepOnce(sink, 12);
+    EXPECT_EQ(out.param_checksum, undisturbed);
+    ASSERT_EQ(supply.replaced.size(), 1u);
+    EXPECT_THAT(supply.replaced[0],
+                StatusIs(absl::StatusCode::kUnavailable,
+                         ::testing::MatchesRegex("worker w1 leaving \\(SIGTERM\\): the job "
+                                                 "cannot go on without it .*; it continues from "
+                                                 "its snapshot of step [6-9] on replacements")));
+    EXPECT_THAT(supply.lost, ElementsAre(::testing::IsEmpty()));  // nobody was lost
+    EXPECT_TRUE(supply.resized.empty());
+    EXPECT_THAT(factory.held("fake:1")->Releases(),
+                ElementsAre(std::string(supply.replaced[0].message())));
+    EXPECT_THAT(factory.held("fake:3")->Kept(), ElementsAre(false));  // the snapshot sent
   }
 }
 

@@ -121,5 +121,106 @@ TEST(Scheduler, AnOwnerAtTheirRunningLimitIsPassedOverAndHoldsBackNoOneElse) {
   EXPECT_THAT(r.waiting_for, UnorderedElementsAre(Pair("a3", "user alice: limit")));
 }
 
+TEST(Scheduler, HigherPriorityFirstThenArrival) {
+  JobDemand low{"low", 2}, high{"high", 2}, also_high{"also-high", 1}, mid{"mid", 1};
+  high.priority = also_high.priority = 5;
+  mid.priority = 1;
+  Schedule s = PlanSchedule({low, high, mid, also_high}, Cpus(3));
+  ASSERT_EQ(s.start.size(), 2u);
+  EXPECT_EQ(s.start[0].job_id, "high");
+  EXPECT_EQ(s.start[1].job_id, "also-high");
+  // The next in line (mid, priority 1) is the one held back for free workers; low waits
+  // behind it.
+  EXPECT_EQ(s.blocked, "mid");
+  EXPECT_THAT(s.waiting_for,
+              UnorderedElementsAre(Pair("mid", "1 free cpu worker"),
+                                   Pair("low", "the jobs ahead of it in the queue")));
+  EXPECT_EQ(PlanSchedule({low, mid}, Cpus(3)).blocked, "");  // both start
+}
+
+JobDemand Wanting(const std::string& id, int workers, int priority, int min = 0) {
+  JobDemand d{id, workers};
+  d.priority = priority;
+  d.min_workers = min;
+  return d;
+}
+
+// `n` cpu workers, w0.., the first `busy` of them busy.
+std::vector<WorkerView> Busy(int n, int busy) {
+  auto w = Cpus(n);
+  for (int i = 0; i < busy; ++i) w[i].free = false;
+  return w;
+}
+
+TEST(Preemption, TakesFromLowerPriorityElasticJobsDownToTheirMinLastRanksFirst) {
+  // e1 (priority 0, min 1) runs on w0-w2, e2 (priority 1, min 2) on w3-w5; w6 is free.
+  const std::vector<RunningJob> running = {{"e1", 0, 1, true, {"w0", "w1", "w2"}},
+                                           {"e2", 1, 2, true, {"w3", "w4", "w5"}}};
+  std::optional<Preemption> p = PlanPreemption(Wanting("hi", 3, 5), running, Busy(7, 6));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->job_id, "hi");
+  // 2 more needed: the lowest priority gives both, one job disturbed.
+  EXPECT_THAT(p->shrink, ElementsAre(Pair("e1", ElementsAre("w2", "w1"))));
+  EXPECT_THAT(p->suspend, IsEmpty());
+  // 3 more needed: e1 down to its min (2), e2 down to its min (1); never below.
+  p = PlanPreemption(Wanting("hi", 4, 5), running, Busy(7, 6));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_THAT(p->shrink,
+              ElementsAre(Pair("e1", ElementsAre("w2", "w1")), Pair("e2", ElementsAre("w5"))));
+  // 4 more: more than both can give, and nothing to suspend.
+  EXPECT_FALSE(PlanPreemption(Wanting("hi", 5, 5), running, Busy(7, 6)).has_value());
+}
+
+TEST(Preemption, WithinAPriorityTheJobWithTheMostToGiveFirst) {
+  const std::vector<RunningJob> running = {{"small", 0, 1, true, {"w0", "w1"}},
+                                           {"big", 0, 1, true, {"w2", "w3", "w4"}}};
+  std::optional<Preemption> p = PlanPreemption(Wanting("hi", 2, 1), running, Busy(5, 5));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_THAT(p->shrink, ElementsAre(Pair("big", ElementsAre("w4", "w3"))));
+}
+
+TEST(Preemption, NeverAnEqualOrHigherPriorityJob) {
+  const std::vector<RunningJob> running = {{"same", 3, 1, true, {"w0", "w1", "w2"}},
+                                           {"higher", 4, 0, true, {"w3"}}};
+  EXPECT_FALSE(PlanPreemption(Wanting("j", 2, 3), running, Busy(4, 4)).has_value());
+  EXPECT_FALSE(PlanPreemption(Wanting("j", 1, 3), running, Busy(4, 4)).has_value());
+}
+
+TEST(Preemption, SuspendsAJobThatCannotShrinkOnlyForWhatShrinkingCannotGive) {
+  // fixed (priority 0, not elastic) on w0-w1; e (priority 0, min 2) on w2-w4; w5 free.
+  const std::vector<RunningJob> running = {{"fixed", 0, 0, true, {"w0", "w1"}},
+                                           {"e", 0, 2, true, {"w2", "w3", "w4"}}};
+  // 1 more needed: e shrinks by one, nobody is suspended.
+  std::optional<Preemption> p = PlanPreemption(Wanting("hi", 2, 9), running, Busy(6, 5));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_THAT(p->shrink, ElementsAre(Pair("e", ElementsAre("w4"))));
+  EXPECT_THAT(p->suspend, IsEmpty());
+  // 3 more: e gives 1 at most, so fixed is suspended (2); nothing else is shrunk for it.
+  p = PlanPreemption(Wanting("hi", 4, 9), running, Busy(6, 5));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_THAT(p->suspend, ElementsAre("fixed"));
+  EXPECT_THAT(p->shrink, ElementsAre(Pair("e", ElementsAre("w4"))));
+  p = PlanPreemption(Wanting("hi", 3, 9), running, Busy(6, 5));  // 2 more: fixed alone
+  ASSERT_TRUE(p.has_value());
+  EXPECT_THAT(p->suspend, ElementsAre("fixed"));
+  EXPECT_THAT(p->shrink, IsEmpty());
+  // One that may not be suspended (stopping already) is not.
+  std::vector<RunningJob> stopping = running;
+  stopping[0].suspendable = false;
+  EXPECT_FALSE(PlanPreemption(Wanting("hi", 3, 9), stopping, Busy(6, 5)).has_value());
+}
+
+TEST(Preemption, CountsOnlyWorkersThatSuitTheJobAndNothingWhenItLacksNone) {
+  std::vector<WorkerView> workers = {{"c0", "cpu", 2, false},
+                                     {"g0", "cuda:0", 1, false},
+                                     {"g1", "cuda:1", 1, false},
+                                     {"c1", "cpu", 2, true}};
+  const std::vector<RunningJob> running = {{"mixed", 0, 1, true, {"c0", "g0", "g1"}}};
+  std::optional<Preemption> p = PlanPreemption(Wanting("cpu", 2, 1), running, workers);
+  ASSERT_TRUE(p.has_value());  // c1 is free; c0 is the only cpu worker mixed can give
+  EXPECT_THAT(p->shrink, ElementsAre(Pair("mixed", ElementsAre("c0"))));
+  EXPECT_FALSE(PlanPreemption(Wanting("cpu", 1, 1), running, workers).has_value());
+}
+
 }  // namespace
 }  // namespace lockstep

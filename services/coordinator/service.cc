@@ -306,6 +306,11 @@ grpc::Status WorkerRegistryImpl::Heartbeat(grpc::ServerContext* ctx,
   if (absl::Status st = pool_->Heartbeat(req->worker_id(), *identity); !st.ok()) {
     return ToGrpcStatus(st);
   }
+  if (req->leaving()) {
+    if (absl::Status st = jobs_->WorkerLeaving(req->worker_id(), *identity); !st.ok()) {
+      return ToGrpcStatus(st);
+    }
+  }
   if (!req->logs().empty()) jobs_->AppendWorkerLogs(req->worker_id(), req->logs());
   return grpc::Status::OK;
 }

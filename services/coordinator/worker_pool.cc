@@ -86,6 +86,16 @@ absl::Status WorkerPool::Heartbeat(const std::string& id, const std::string& ide
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::optional<std::string>> WorkerPool::MarkLeaving(const std::string& id,
+                                                                   const std::string& identity) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<PoolWorker*> w = OwnedLocked(id, identity);
+  if (!w.ok()) return w.status();
+  if ((*w)->leaving) return std::optional<std::string>();
+  (*w)->leaving = true;
+  return std::optional<std::string>((*w)->job_id);
+}
+
 absl::StatusOr<std::string> WorkerPool::Revoke(const std::string& id_or_identity) {
   absl::MutexLock lock(&mu_);
   std::string identity = id_or_identity;
@@ -138,7 +148,9 @@ std::vector<WorkerView> WorkerPool::Views() {
   absl::MutexLock lock(&mu_);
   std::vector<WorkerView> out;
   for (const auto& [id, w] : workers_) {
-    if (QuarantinedLocked(w) == nullptr) out.push_back({id, w.device, w.threads, w.job_id.empty()});
+    if (QuarantinedLocked(w) == nullptr && !w.leaving) {
+      out.push_back({id, w.device, w.threads, w.job_id.empty()});
+    }
   }
   return out;
 }
@@ -153,6 +165,9 @@ absl::StatusOr<std::vector<PoolWorker>> WorkerPool::Assign(const std::string& jo
     }
     if (QuarantinedLocked(it->second) != nullptr) {
       return absl::FailedPreconditionError(absl::StrCat("worker ", id, " is quarantined"));
+    }
+    if (it->second.leaving) {
+      return absl::FailedPreconditionError(absl::StrCat("worker ", id, " is leaving"));
     }
   }
   std::vector<PoolWorker> out;
@@ -170,6 +185,13 @@ void WorkerPool::Release(const std::string& job_id) {
   }
 }
 
+void WorkerPool::Free(const std::vector<std::string>& ids) {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& id : ids) {
+    if (auto it = workers_.find(id); it != workers_.end()) it->second.job_id.clear();
+  }
+}
+
 void WorkerPool::Drop(const std::string& id) {
   absl::MutexLock lock(&mu_);
   workers_.erase(id);
@@ -178,7 +200,9 @@ void WorkerPool::Drop(const std::string& id) {
 std::vector<LostWorker> WorkerPool::TakeLost(absl::Time now) {
   absl::MutexLock lock(&mu_);
   for (auto it = workers_.begin(); it != workers_.end();) {
-    if (now - it->second.last_seen > timeout_) {
+    if (now - it->second.last_seen > timeout_ && it->second.leaving && it->second.job_id.empty()) {
+      it = workers_.erase(it);  // it left, as it said it would
+    } else if (now - it->second.last_seen > timeout_) {
       lost_.push_back({it->second, absl::StrCat("worker ", it->first, " at ", it->second.address,
                                                 " missed its heartbeats for ",
                                                 absl::FormatDuration(now - it->second.last_seen))});
@@ -205,6 +229,7 @@ std::vector<v1::WorkerInfo> WorkerPool::List() {
     info.set_job_id(w.job_id);
     info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(w.last_seen));
     if (const std::string* why = QuarantinedLocked(w)) info.set_quarantined(*why);
+    info.set_leaving(w.leaving);
     out.push_back(std::move(info));
   }
   return out;

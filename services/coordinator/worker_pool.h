@@ -9,6 +9,7 @@
 #define LOCKSTEP_SERVICES_COORDINATOR_WORKER_POOL_H_
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@ struct PoolWorker {
   uint32_t threads = 0;
   std::string job_id;  // empty when free
   absl::Time last_seen;
+  bool leaving = false;  // it got SIGTERM (HeartbeatRequest.leaving): never assigned again
 };
 
 struct LostWorker {
@@ -78,7 +80,15 @@ class WorkerPool {
   // it). Unknown ids are ignored.
   void Quarantine(const std::string& id, const std::string& why);
 
-  // The workers in registration order, as the scheduler sees them (the quarantined left out).
+  // Worker `id` (registered by `identity`) is leaving (SIGTERM: HeartbeatRequest.leaving): it
+  // is never assigned again and is listed as leaving; once free, its heartbeats may stop
+  // without it counting as lost (TakeLost drops it silently). Returns the job it holds
+  // ("" for none) the first time it is marked, nullopt after that; Heartbeat's errors.
+  absl::StatusOr<std::optional<std::string>> MarkLeaving(const std::string& id,
+                                                         const std::string& identity = "");
+
+  // The workers in registration order, as the scheduler sees them (the quarantined and
+  // the leaving left out).
   std::vector<WorkerView> Views();
   // Gives the workers `ids` to `job_id`; FAILED_PRECONDITION naming one that is gone or
   // busy (then none is taken).
@@ -86,11 +96,14 @@ class WorkerPool {
                                                  const std::vector<std::string>& ids);
   // Frees the job's workers still registered.
   void Release(const std::string& job_id);
+  // Frees the workers `ids` (a job that goes on without them); unknown ids are ignored.
+  void Free(const std::vector<std::string>& ids);
   // Drops a worker found unreachable; if it is alive after all, its next heartbeat gets
   // NOT_FOUND and it registers again.
   void Drop(const std::string& id);
 
-  // Moves workers whose heartbeats lapsed into the lost list; returns and clears it.
+  // Moves workers whose heartbeats lapsed into the lost list (a free leaving worker is
+  // dropped instead: it left); returns and clears it.
   std::vector<LostWorker> TakeLost(absl::Time now);
   std::vector<LostWorker> TakeLost() { return TakeLost(clock_->Now()); }
   std::vector<v1::WorkerInfo> List();

@@ -193,6 +193,36 @@ TEST(WorkerPool, ReleaseFreesOnlyThatJobsWorkers) {
   EXPECT_THAT(Free(pool.Views()), ElementsAre(true, false));
 }
 
+TEST(WorkerPool, ALeavingWorkerGetsNoWorkIsListedAsLeavingAndLeavesWithoutBeingLost) {
+  WorkerPool pool(kTimeout, "");
+  for (const char* a : {"a:0", "a:1", "a:2"}) pool.Register(a, "cpu", a, 1);
+  ASSERT_OK(pool.Assign("job-1", {"w0000", "w0001"}).status());
+  // The first mark names its job; later ones (every heartbeat while it leaves) nothing.
+  ASSERT_OK_AND_ASSIGN(std::optional<std::string> job, pool.MarkLeaving("w0001"));
+  EXPECT_EQ(job, "job-1");
+  ASSERT_OK_AND_ASSIGN(job, pool.MarkLeaving("w0001"));
+  EXPECT_EQ(job, std::nullopt);
+  ASSERT_OK_AND_ASSIGN(job, pool.MarkLeaving("w0002"));
+  EXPECT_EQ(job, "");
+  EXPECT_THAT(pool.MarkLeaving("w0009"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("w0009")));
+  EXPECT_THAT(pool.MarkLeaving("w0000", "someone-else"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("another identity")));
+  EXPECT_THAT(Ids(pool.Views()), ElementsAre("w0000"));  // the scheduler never sees them
+  pool.Free({"w0001"});                                  // its job went on without it
+  EXPECT_THAT(pool.Assign("job-2", {"w0001"}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("w0001 is leaving")));
+  const std::vector<v1::WorkerInfo> list = pool.List();
+  EXPECT_FALSE(list[0].leaving());
+  EXPECT_TRUE(list[1].leaving());
+  EXPECT_EQ(list[1].job_id(), "");
+  EXPECT_EQ(list[0].job_id(), "job-1");
+  // Their heartbeats stop: the free leaving ones left (not lost); w0000, with a job, is lost.
+  const std::vector<LostWorker> lost = pool.TakeLost(absl::Now() + 2 * kTimeout);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].worker.id, "w0000");
+  EXPECT_THAT(pool.List(), IsEmpty());
+}
+
 TEST(WorkerPool, DropRemovesTheWorkerUntilItRegistersAgain) {
   WorkerPool pool(kTimeout, "");
   pool.Register("a:0", "cpu", "x", 1);

@@ -229,6 +229,11 @@ void JobSlot::SetGradientFaultForTesting(StepExecutor::GradientFault fault) {
   fault_ = std::move(fault);
 }
 
+bool JobSlot::holds_job() {
+  absl::MutexLock lock(&mu_);
+  return job_ != nullptr || next_ != nullptr;
+}
+
 absl::Status JobSlot::device_error() {
   absl::MutexLock lock(&mu_);
   return device_error_;

@@ -95,6 +95,9 @@ class JobSlot {
   // main never calls it. Null: none.
   void SetGradientFaultForTesting(StepExecutor::GradientFault fault);
 
+  // Whether a job is prepared or being prepared here (until its Release dropped it).
+  bool holds_job();
+
   // Not OK once the device is unusable for good (CUDA errors are sticky, e.g. after a
   // collective was aborted mid-kernel): the worker should exit and be replaced.
   absl::Status device_error();

@@ -2,7 +2,10 @@
 // cuBLAS and CUDA kernels on a GPU), all-reduces them with its peers (Gloo over TCP, or
 // NCCL), applies the update and reports its local loss. Registers with
 // the coordinator and serves the Worker service. Every flag has an environment
-// equivalent (LOCKSTEP_<FLAG>); see deploy/CONFIGURATION.md.
+// equivalent (LOCKSTEP_<FLAG>); see deploy/CONFIGURATION.md. SIGTERM (a pod evicted, a
+// node drained) while it runs a job: it leaves at the job's next step boundary (the
+// coordinator releases it, docs/elastic.md), at most --leave_timeout_s; SIGINT, a second
+// signal, or SIGTERM while idle: it exits at once.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -53,9 +56,42 @@ ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
 ABSL_FLAG(std::string, data_root, lockstep::kDefaultDataRoots,
           "comma-separated folders jobs may read datasets from (symlinks resolved)");
+ABSL_FLAG(int, leave_timeout_s, 25,
+          "on SIGTERM while it runs a job, how long the worker waits for the coordinator to "
+          "release it at the job's next step boundary before it exits anyway (keep it below "
+          "Kubernetes' terminationGracePeriodSeconds)");
 
 namespace lockstep {
 namespace {
+
+// SIGTERM while `slot` holds a job: tells the coordinator (`registration`) that this worker
+// leaves, and waits until it was released, the coordinator is gone, --leave_timeout_s passed
+// or another signal came.
+void Leave(JobSlot& slot, Registration& registration) {
+  const absl::Duration limit = absl::Seconds(absl::GetFlag(FLAGS_leave_timeout_s));
+  spdlog::info(
+      "SIGTERM: leaving at the job's next step boundary (at most {}; another signal "
+      "exits now)",
+      absl::FormatDuration(limit));
+  registration.Leave();
+  const absl::Time end = absl::Now() + limit;
+  const int again = WaitForShutdownSignal(
+      [&] {
+        return !slot.holds_job() || registration.gone() || absl::Now() >= end ||
+               !slot.device_error().ok();
+      },
+      absl::Milliseconds(100));
+  if (again != 0) {
+    spdlog::info("a second signal: exiting now");
+  } else if (!slot.holds_job()) {
+    spdlog::info("released by the coordinator: exiting");
+  } else if (absl::Now() >= end) {
+    spdlog::warn("not released within --leave_timeout_s {}: exiting", absl::FormatDuration(limit));
+  } else {
+    spdlog::warn(
+        "the coordinator cannot release this worker (gone, or the device failed): exiting");
+  }
+}
 
 int Main() {
   if (absl::Status st = ApplyLogFormatFlag(); !st.ok()) {
@@ -185,14 +221,15 @@ int Main() {
   } tap_guard;
   // A device left unusable (CUDA errors are sticky) ends the process, so that the
   // supervisor (compose, Kubernetes, `cluster up`'s user) starts a fresh worker.
-  const bool signalled = WaitForShutdownSignal([&] {
+  const int signalled = WaitForShutdownSignal([&] {
     absl::Status st = slot.device_error();
     if (!st.ok()) spdlog::error("{} is unusable, exiting: {}", device, st.ToString());
     return !st.ok();
   });
+  if (signalled == SIGTERM && slot.holds_job()) Leave(slot, registration);
   spdlog::info("shutting down");
   serving->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  return signalled ? 0 : 3;
+  return signalled != 0 ? 0 : 3;
 }
 
 }  // namespace
@@ -203,8 +240,8 @@ int main(int argc, char** argv) {
   lockstep::SetPrivateUmask();
   lockstep::BlockShutdownSignals();
   std::vector<std::string> env = {
-      "coordinator", "listen",    "advertise_host",       "device",      "threads", "name",
-      "port_file",   "data_root", "bootstrap_token_file", "identity_dir"};
+      "coordinator", "listen",    "advertise_host",       "device",       "threads",        "name",
+      "port_file",   "data_root", "bootstrap_token_file", "identity_dir", "leave_timeout_s"};
   env.insert(env.end(), lockstep::kSecurityFlags.begin(), lockstep::kSecurityFlags.end());
   env.insert(env.end(), lockstep::kObservabilityFlags.begin(), lockstep::kObservabilityFlags.end());
   lockstep::ParseFlagsWithEnv(argc, argv, env);

@@ -30,6 +30,13 @@ class Registration {
   void Ship(v1::LogLine line);
   static constexpr size_t kMaxShipped = 1000;
 
+  // This worker is leaving (SIGTERM): a heartbeat saying so (HeartbeatRequest.leaving) goes
+  // at once, and every later one says so too; it does not register again. Thread-safe.
+  void Leave();
+  // Whether a leaving worker may stop waiting for its release: it is not registered, or a
+  // heartbeat failed (no coordinator to release it, or one that forgot it). Thread-safe.
+  bool gone();
+
  private:
   void Loop();
 
@@ -38,6 +45,10 @@ class Registration {
   WorkerMetrics* const metrics_;
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;
+  bool leave_told_ ABSL_GUARDED_BY(mu_) = false;  // a heartbeat with `leaving` went
+  bool gone_ ABSL_GUARDED_BY(mu_) = false;
+  bool registered_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex ship_mu_;  // a leaf: Ship runs wherever a line is logged
   std::deque<v1::LogLine> shipped_ ABSL_GUARDED_BY(ship_mu_);
   std::thread thread_;

@@ -1,8 +1,8 @@
 // Elastic chaos (issue 24, item 7; docs/elastic.md), across real processes: one
 // `replicas: 4, workers: {min: 1, max: 4}` job whose membership changes at random steps
 // between 1 and 4 workers — a worker killed (SIGKILL), stalled (SIGSTOP past the step
-// deadline, then SIGCONT or SIGKILL), stopped (SIGTERM: today it exits; a graceful leave at
-// the step boundary passes the same test) or started — ends SUCCEEDED with the checksum,
+// deadline, then SIGCONT or SIGKILL), stopped (SIGTERM: it leaves at the next step
+// boundary) or started — ends SUCCEEDED with the checksum,
 // losses and evaluations of the undisturbed run (`lockstep train`'s loop).
 //
 // Seeded: the seed is printed (and recorded as a test property); LOCKSTEP_CHAOS_SEED=N

@@ -44,6 +44,10 @@ class LocalCluster {
   // SIGKILLs worker i (in start order).
   void KillWorker(int i) { processes_->KillWorker(i); }
   void SignalWorker(int i, int signal) { processes_->SignalWorker(i, signal); }
+  // Worker i's exit status once it exited (ClusterProcesses::WaitForWorkerExit).
+  absl::StatusOr<int> WaitForWorkerExit(int i, absl::Duration limit) {
+    return processes_->WaitForWorkerExit(i, limit);
+  }
 
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
   absl::StatusOr<v1::Job> Get(const std::string& id);
