@@ -144,9 +144,9 @@ absl::StatusOr<std::string> DashboardApi::ListJobs(const HttpRequest& request,
     v1::JobState state;
     if (!v1::JobState_Parse(absl::AsciiStrToUpper(s), &state) ||
         state == v1::JOB_STATE_UNSPECIFIED) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("query parameter state: unknown job state \"", s,
-                       "\" (QUEUED, RUNNING, RECOVERING, SUCCEEDED, FAILED, CANCELLED)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "query parameter state: unknown job state \"", s,
+          "\" (QUEUED, RUNNING, RECOVERING, SUSPENDED, SUCCEEDED, FAILED, CANCELLED)"));
     }
     list.add_states(state);
   }

@@ -5,10 +5,12 @@ import { clear, el, fixed, hex64, num, stateBadge, time } from "./format.js";
 
 const SNAPSHOTS_SHOWN = 5;
 
-// What a state event is on the timeline: a recovery (RECOVERING, with why), an elastic
-// resize (RUNNING again with "resized 3 -> 2 workers: ..."), or a plain state change.
+// What a state event is on the timeline: a recovery (RECOVERING, with why), a suspension
+// (SUSPENDED: preempted by a job of higher priority), an elastic resize (RUNNING again with
+// "resized 3 -> 2 workers: ..."), or a plain state change.
 function eventKind(s) {
   if (s.state === "RECOVERING") return "recovery";
+  if (s.state === "SUSPENDED") return "suspension";
   if (s.state === "RUNNING" && (s.reason || "").startsWith("resized ")) return "resize";
   return "";
 }

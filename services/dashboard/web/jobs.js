@@ -4,7 +4,8 @@ import { api } from "./api.js";
 import { clear, duration, el, etaSeconds, fixed, num, progress, stateBadge, time } from "./format.js";
 import { poll } from "./poll.js";
 
-const STATES = ["", "QUEUED", "RUNNING", "RECOVERING", "SUCCEEDED", "FAILED", "CANCELLED"];
+const STATES = ["", "QUEUED", "RUNNING", "RECOVERING", "SUSPENDED", "SUCCEEDED", "FAILED",
+                "CANCELLED"];
 
 function row(job) {
   const eta = etaSeconds(job);

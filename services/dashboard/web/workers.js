@@ -11,7 +11,8 @@ function row(w) {
     el("td", {}, w.id), el("td", {}, w.name || "–"), el("td", {}, w.address),
     el("td", {}, w.device), el("td", { class: "num" }, w.threads || "–"),
     el("td", {}, w.quarantined ? el("span", { class: "error" }, `quarantined: ${w.quarantined}`)
-                               : job),
+                 : w.leaving ? el("span", { class: "muted" }, "leaving (SIGTERM) ", job)
+                             : job),
     el("td", {}, time(w.last_heartbeat_unix_ms)));
 }
 
