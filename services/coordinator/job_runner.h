@@ -22,8 +22,9 @@
 // passed, and a failed one ends the attempt: the liar is quarantined (WorkerSupply) and
 // replaced, and the job replays from that snapshot.
 //
-// The loop is job_runner.cc; where the state comes from and goes (starts, snapshots, the
-// checkpoint) is job_state.cc.
+// Attempts and recovery are job_runner.cc; the step loop (commands, the pipeline, the
+// answers folded into events) job_step_loop.cc; where the state comes from and goes
+// (starts, snapshots, the checkpoint) job_state.cc; an elastic job's resizes job_resize.cc.
 //
 // Thread safety: Run on one thread; Abort, Drain, LoseWorker and ReleaseWorkers from any.
 // Cancellation is sticky: every worker call is made with the attempt's CancelToken, so that an
