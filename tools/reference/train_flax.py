@@ -8,7 +8,8 @@ Reads the spec's model.layers (golden_layers.Sequential, plus batch_norm as
 nn.BatchNorm(use_running_average=not train, momentum, epsilon, use_bias, use_scale)), its
 optimizer (models.make_tx_from_spec: schedules, clipping), global_batch_size, epochs (or
 steps) and seed, and its dataset (IDX folder or NPZ files, scaled as docs/datasets.md
-says). It trains one process on the whole global batch, which is what Flax's
+says; a text file as bytes in windows of `context`). It trains one process on the whole
+global batch, which is what Flax's
 BatchNorm(axis_name=...) computes under pmap over equal shards (the statistics' mean
 over the devices is the batch's, up to float rounding), and prints the test accuracy after
 each epoch, evaluated with the running averages as `model.apply(..., train=False)` does.
@@ -76,8 +77,15 @@ def normalize_layers(layers):
 
 
 def load(dataset, split):
-  """float32 NHWC images and int32 labels of one split, as Lockstep reads them."""
+  """float32 NHWC images and int32 labels of one split, as Lockstep reads them; for a text
+  dataset (format text: the file's bytes), int32 windows of `context` tokens and their
+  next tokens (docs/datasets.md: window i = bytes [i * T, i * T + T])."""
   dataset = dataset or {}
+  if dataset.get("format") == "text":
+    stream = np.frombuffer(open(dataset[f"{split}_path"], "rb").read(), np.uint8)
+    t = int(dataset["context"])
+    w = np.stack([stream[i * t:i * t + t + 1] for i in range((len(stream) - 1) // t)])
+    return w[:, :-1].astype(np.int32), w[:, 1:].astype(np.int32)
   if dataset.get("format", "idx") == "npz":
     with np.load(dataset[f"{split}_path"]) as f:
       x, y = f[dataset.get("image_key", "image")], f[dataset.get("label_key", "label")]
@@ -114,7 +122,8 @@ def main():
   # connections, batch_norm), with Lockstep's module names and hence its init.
   model = (Sequential if model_spec.get("blocks") else BatchNormSequential)(json.dumps(model_spec))
   rng, init_rng = jax.random.split(jax.random.PRNGKey(seed))
-  variables = model.init(init_rng, jnp.ones([1, *shape]))
+  text = (spec.get("dataset") or {}).get("format") == "text"
+  variables = model.init(init_rng, jnp.ones([1, *shape], jnp.int32 if text else jnp.float32))
   params, stats = variables["params"], variables.get("batch_stats", {})
   tx = models.make_tx_from_spec(spec["optimizer"])
   opt_state = tx.init(params)
@@ -135,11 +144,13 @@ def main():
 
   @jax.jit
   def correct(params, stats, x, y):
+    """Right predictions and the summed loss: per example, or per token for text."""
     logits = model.apply({"params": params, "batch_stats": stats}, x, train=False)
-    return jnp.sum(jnp.argmax(logits, -1) == y)
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, y)
+    return jnp.sum(jnp.argmax(logits, -1) == y), jnp.sum(loss)
 
   dropout_key = jax.random.PRNGKey(seed + 1)
-  history = []
+  history, losses_out = [], []
   for epoch in range(1, epochs + 1):
     t0 = time.time()
     rng, input_rng = jax.random.split(rng)
@@ -151,13 +162,17 @@ def main():
       params, stats, opt_state, loss = train_step(params, stats, opt_state, x_train[idx],
                                                   y_train[idx], step_key)
       losses.append(loss)
-    n = sum(int(correct(params, stats, x_test[i:i + 1000], y_test[i:i + 1000]))
-            for i in range(0, len(x_test), 1000))
-    acc = n / len(x_test)
+    n, total = 0, 0.0
+    for i in range(0, len(x_test), 250):
+      c, l = correct(params, stats, x_test[i:i + 250], y_test[i:i + 250])
+      n, total = n + int(c), total + float(l)
+    acc, test_loss = n / y_test.size, total / y_test.size
     history.append(acc)
+    losses_out.append(test_loss)
     print(f"epoch {epoch}: train loss {float(jnp.mean(jnp.stack(losses))):.4f}, "
+          f"test loss {test_loss:.4f}{' per token' if text else ''}, "
           f"test accuracy {acc:.4f} ({time.time() - t0:.0f} s)", flush=True)
-  print(json.dumps({"spec": args.spec, "test_accuracy": history}))
+  print(json.dumps({"spec": args.spec, "test_accuracy": history, "test_loss": losses_out}))
 
 
 if __name__ == "__main__":
