@@ -1,5 +1,7 @@
 #include "core/spec/spec.h"
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "core/testing.h"
 
@@ -55,14 +57,19 @@ TEST(Spec, ParsesJson) {
   EXPECT_EQ(s.rng_impl(), "legacy");
 }
 
+// Every spec under examples/ (a new one included without listing it here).
 TEST(Spec, ExamplesAreValid) {
-  for (const char* f :
-       {"examples/cnn.yaml", "examples/mlp.yaml", "examples/mlp-schedule.yaml",
-        "examples/convnet.yaml", "examples/npz/fashion_mnist_npz.yaml", "examples/resnet.yaml"}) {
-    auto s = LoadSpecFile(testing::SourcePath(f));
-    ASSERT_OK(s);
-    ASSERT_OK(Validate(*s));
+  int seen = 0;
+  for (const auto& e :
+       std::filesystem::recursive_directory_iterator(testing::SourcePath("examples"))) {
+    if (e.path().extension() != ".yaml") continue;
+    ++seen;
+    auto s = LoadSpecFile(e.path().string());
+    ASSERT_TRUE(s.ok()) << s.status();
+    const auto valid = Validate(*s);
+    EXPECT_TRUE(valid.ok()) << e.path() << ": " << valid.status();
   }
+  EXPECT_GE(seen, 9);
 }
 
 TEST(Spec, AnNpzDatasetIsValidatedNamingItsFields) {
