@@ -44,20 +44,19 @@ bool Ended(const v1::Job& job) {
   return job.state() == v1::SUCCEEDED || job.state() == v1::FAILED || job.state() == v1::CANCELLED;
 }
 
-// Polls the job until `done(job)`, or its end; DEADLINE_EXCEEDED after `timeout`.
+// Watches the job until `done(job)` holds after one of its events, or its end;
+// DEADLINE_EXCEEDED after `timeout`. Membership and progress change only with an event (a
+// resize's state event, a step), so each event is when to look again.
 absl::StatusOr<v1::Job> AwaitJob(LocalCluster& c, const std::string& id, absl::Duration timeout,
                                  const std::function<bool(const v1::Job&)>& done) {
-  const absl::Time end = absl::Now() + timeout;
-  while (true) {
-    ASSIGN_OR_RETURN(v1::Job job, c.Get(id));
-    if (done(job) || Ended(job)) return job;
-    if (absl::Now() >= end) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(id, " at step ", job.step(), " on ", job.workers_size(), " workers (",
-                       v1::JobState_Name(job.state()), ", waiting for: ", job.waiting_for(), ")"));
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  ASSIGN_OR_RETURN(v1::Job job, c.WatchUntil(id, timeout, [&](const v1::JobEvent&) {
+    absl::StatusOr<v1::Job> now = c.Get(id);
+    return now.ok() && (done(*now) || Ended(*now));
+  }));
+  if (done(job) || Ended(job)) return job;
+  return absl::DeadlineExceededError(
+      absl::StrCat(id, " at step ", job.step(), " on ", job.workers_size(), " workers (",
+                   v1::JobState_Name(job.state()), ", waiting for: ", job.waiting_for(), ")"));
 }
 
 // The start-order index (workers are named worker-<index>) of registered worker `id`.

@@ -52,6 +52,9 @@ class LocalCluster {
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
   absl::StatusOr<v1::Job> Get(const std::string& id);
   absl::StatusOr<v1::Job> Cancel(const std::string& id);
+  // Streams the job's events until done(event) or the job's end; then the job as it is.
+  absl::StatusOr<v1::Job> WatchUntil(const std::string& id, absl::Duration timeout,
+                                     const std::function<bool(const v1::JobEvent&)>& done);
   // Watches the job until it reaches a terminal state, or `state` if given.
   absl::StatusOr<v1::Job> WaitFor(const std::string& id, absl::Duration timeout,
                                   v1::JobState state = v1::JOB_STATE_UNSPECIFIED);
@@ -68,9 +71,6 @@ class LocalCluster {
 
  private:
   LocalCluster() = default;
-  // Streams the job's events until done(event) or the job's end; then the job as it is.
-  absl::StatusOr<v1::Job> WatchUntil(const std::string& id, absl::Duration timeout,
-                                     const std::function<bool(const v1::JobEvent&)>& done);
 
   std::string dir_;
   std::unique_ptr<ClusterProcesses> processes_;
