@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "core/spec/spec.h"
 #include "services/standalone/local_job.h"
+#include "tests/cluster/elastic_spec.h"
 #include "tests/cluster/local_cluster.h"
 
 namespace lockstep {
@@ -32,25 +33,9 @@ v1::JobSpec Parse(const std::string& text) {
 }
 
 v1::JobSpec ConvnetSpec(int steps) {
-  return Parse(absl::StrCat(R"(
-model:
-  layers:
-    - conv: {features: 8, kernel_size: [3, 3]}
-    - batch_norm: {}
-    - relu
-    - avg_pool: {window_shape: [2, 2], strides: [2, 2]}
-    - flatten
-    - dense: {features: 32}
-    - dropout: {rate: 0.3}
-    - dense: {features: 10}
-optimizer: {kind: sgd, learning_rate: 0.1, momentum: 0.9}
-global_batch_size: 16
-seed: 3
-replicas: 4
-threads: 1
-workers: {min: 1, max: 3}
-eval: {every_steps: 1000000, batch_size: 1000}
-)",
+  return Parse(absl::StrCat(testing::kElasticSpecYaml,
+                            "workers: {min: 1, max: 3}\n"
+                            "eval: {every_steps: 1000000, batch_size: 1000}\n",
                             "steps: ", steps, "\n"));
 }
 

@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "clients/cli/cli_testing.h"
+#include "tests/cluster/elastic_spec.h"
 
 namespace lockstep {
 namespace {
@@ -39,28 +40,12 @@ class CliElasticTest : public CliTest {
   }
   std::string Env() const { return "LOCKSTEP_CLUSTER_DIR=" + (dir_ / "cluster").string(); }
 
-  // The BatchNorm convnet with dropout of tests/cluster/elastic_testing.h, as a file.
+  // The elastic tests' BatchNorm convnet with dropout (tests/cluster/elastic_spec.h), as a file.
   std::string Spec() {
     const fs::path path = dir_ / "elastic.yaml";
-    std::ofstream(path) << R"(name: elastic
-model:
-  layers:
-    - conv: {features: 8, kernel_size: [3, 3]}
-    - batch_norm: {}
-    - relu
-    - avg_pool: {window_shape: [2, 2], strides: [2, 2]}
-    - flatten
-    - dense: {features: 32}
-    - dropout: {rate: 0.3}
-    - dense: {features: 10}
-optimizer: {kind: sgd, learning_rate: 0.1, momentum: 0.9}
-global_batch_size: 16
-seed: 3
-replicas: 4
-workers: {min: 1, max: 4}
-threads: 1
-)"
-                        << "steps: " << kSteps << "\n";
+    std::ofstream(path) << "name: elastic\n"
+                        << testing::kElasticSpecYaml
+                        << "workers: {min: 1, max: 4}\nsteps: " << kSteps << "\n";
     return path.string();
   }
   nlohmann::json Json(const std::string& args) {

@@ -12,32 +12,16 @@
 #include "core/spec/spec.h"
 #include "core/testing.h"
 #include "services/standalone/local_job.h"
+#include "tests/cluster/elastic_spec.h"
 #include "tests/cluster/local_cluster.h"
 
 namespace lockstep::testing {
 
 // `steps` steps of 16 rows on 4 logical replicas, an evaluation every 6 steps.
 inline v1::JobSpec ElasticSpec(const std::string& workers, int steps) {
-  const std::string text = absl::StrCat(R"(
-model:
-  layers:
-    - conv: {features: 8, kernel_size: [3, 3]}
-    - batch_norm: {}
-    - relu
-    - avg_pool: {window_shape: [2, 2], strides: [2, 2]}
-    - flatten
-    - dense: {features: 32}
-    - dropout: {rate: 0.3}
-    - dense: {features: 10}
-optimizer: {kind: sgd, learning_rate: 0.1, momentum: 0.9}
-global_batch_size: 16
-seed: 3
-replicas: 4
-threads: 1
-checksum_every_steps: 1
-eval: {every_steps: 6, batch_size: 500}
-)",
-                                        "steps: ", steps, "\nworkers: ", workers, "\n");
+  const std::string text = absl::StrCat(
+      kElasticSpecYaml, "checksum_every_steps: 1\neval: {every_steps: 6, batch_size: 500}\n",
+      "steps: ", steps, "\nworkers: ", workers, "\n");
   absl::StatusOr<v1::JobSpec> spec = ParseSpec(text, "elastic spec");
   EXPECT_TRUE(spec.ok()) << spec.status();
   return spec.value_or(v1::JobSpec());
