@@ -88,6 +88,16 @@ class Equivalence : public ::testing::Test {
     }
   }
 
+  // Writes `npz` as the file `name` in the suite's data root; its path.
+  static absl::StatusOr<std::string> WriteInDataRoot(const std::string& name,
+                                                     const ZipWriter& npz) {
+    const std::string path = *data_root_ + "/" + name;
+    std::ofstream out(path, std::ios::binary);
+    out << npz.Finish();
+    if (!out.good()) return absl::DataLossError(absl::StrCat("cannot write ", path));
+    return path;
+  }
+
   static LocalCluster* cluster_;
   static std::string* data_root_;
 };
@@ -204,12 +214,7 @@ TEST_F(Equivalence, TwoWorkersTrainAResNetAsJaxPmap) {
   ZipWriter npz;
   npz.Add("image.npy", NpyBytes("<f4", {n, 8, 8, 3}, RawBytes(images)));
   npz.Add("label.npy", NpyBytes("<i4", {n}, RawBytes(labels)));
-  const std::string path = *data_root_ + "/resnet.npz";
-  {
-    std::ofstream out(path, std::ios::binary);
-    out << npz.Finish();
-    ASSERT_TRUE(out.good()) << path;
-  }
+  ASSERT_OK_AND_ASSIGN(const std::string path, WriteInDataRoot("resnet.npz", npz));
   v1::DatasetSpec* d = spec.mutable_dataset();
   d->set_format("npz");
   d->set_train_path(path);
@@ -248,12 +253,7 @@ TEST_F(Equivalence, TwoWorkersTrainADecoderOnTokensAsJaxPmap) {
   ASSERT_OK_AND_ASSIGN(std::vector<int32_t> stream, golden.I32("data.stream"));
   ZipWriter npz;
   npz.Add("tokens.npy", NpyBytes("<i4", {static_cast<int64_t>(stream.size())}, RawBytes(stream)));
-  const std::string path = *data_root_ + "/decoder.npz";
-  {
-    std::ofstream out(path, std::ios::binary);
-    out << npz.Finish();
-    ASSERT_TRUE(out.good()) << path;
-  }
+  ASSERT_OK_AND_ASSIGN(const std::string path, WriteInDataRoot("decoder.npz", npz));
   spec.mutable_dataset()->set_train_path(path);
   spec.mutable_dataset()->set_test_path(path);
   std::vector<v1::StepEvent> steps;
