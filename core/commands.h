@@ -41,11 +41,24 @@ struct JobAssignment {
   bool keep_state = false;
 };
 
+// A step of a job on logical replicas as every worker that completed it knows it: all V
+// replicas' losses and accuracies in replica order (StepMetrics.all_replica_loss). A
+// worker keeps its last few, so that an elastic resize can report a step whose answer
+// was lost with a peer (docs/elastic.md).
+struct CompletedStep {
+  int64_t step = 0;  // the state's step after it (the command's step + 1)
+  std::vector<float> losses, accuracies;
+};
+
 // What a replica says once its state is loaded.
 struct PrepareResult {
   int64_t train_examples = 0;
   int64_t test_examples = 0;
   uint64_t param_checksum = 0;  // of the params as loaded
+  int64_t step = 0;             // the state's step as loaded
+  // keep_state: the steps the state went through past the header's step, in order (the
+  // coordinator had not heard of them); empty otherwise.
+  std::vector<CompletedStep> ahead;
 };
 
 // One training step: everything it needs, so that it can be re-sent and gives the same

@@ -54,22 +54,25 @@ int64_t ExactSum::BlockExponent(std::span<const float* const> local, size_t begi
 }
 
 absl::Status ExactSum::Sum(std::span<const float* const> local, size_t n, float* out,
-                           const CollectiveOptions& options) {
+                           const CollectiveOptions& options, std::span<int64_t> also_max) {
   if (local.empty()) return absl::InvalidArgumentError("exact sum: no local contributions");
-  if (n == 0) return absl::OkStatus();
-  if (out == nullptr || std::find(local.begin(), local.end(), nullptr) != local.end()) {
+  if (n > 0 &&
+      (out == nullptr || std::find(local.begin(), local.end(), nullptr) != local.end())) {
     return absl::InvalidArgumentError(absl::StrCat("exact sum of ", n, " floats: null data"));
   }
   const bool distributed = collective_ != nullptr && collective_->size() > 1;
   const size_t blocks = (n + block_ - 1) / block_;
-  exponents_.resize(blocks);
+  exponents_.resize(blocks + also_max.size());
   for (size_t b = 0; b < blocks; ++b) {
     exponents_[b] = BlockExponent(local, b * block_, std::min(n, (b + 1) * block_));
   }
-  if (distributed) {
-    RETURN_IF_ERROR(
-        collective_->AllReduceInt64(exponents_.data(), blocks, ReduceOp::kMax, options));
+  std::copy(also_max.begin(), also_max.end(), exponents_.begin() + blocks);
+  if (distributed && !exponents_.empty()) {
+    RETURN_IF_ERROR(collective_->AllReduceInt64(exponents_.data(), exponents_.size(),
+                                                ReduceOp::kMax, options));
   }
+  std::copy(exponents_.begin() + blocks, exponents_.end(), also_max.begin());
+  if (n == 0) return absl::OkStatus();
   const int h = Headroom(contributions_);
   fixed_.assign(n, 0);
   for (size_t b = 0; b < blocks; ++b) {

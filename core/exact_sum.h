@@ -26,7 +26,7 @@
 // element, on every rank (a diverged step; JAX would give inf or NaN there).
 //
 // Cost: 8 bytes per element (an int64 sum: twice a float32 all-reduce's bytes) plus one
-// int64 per block for the max. Memory: host memory (contributions, result and the
+// int64 per block for the max (and the caller's `also_max` values). Memory: host memory (contributions, result and the
 // collective's buffers alike), i.e. the CPU backend with Gloo.
 //
 // Thread safety: none; one thread drives an ExactSum (and its collective's FIFO).
@@ -56,10 +56,13 @@ class ExactSum {
   // Sums, element by element, the n floats of each of this rank's `local` contributions
   // (at least one; the ranks' counts add up to V) with every other rank's, and writes the
   // sum to `out` (which may be one of `local`). Every rank must call with the same n, in
-  // the same order. Errors: INVALID_ARGUMENT for no contributions or a null pointer with
-  // n > 0; the collective's (AllReduceInt64's) as they come.
+  // the same order. `also_max` (the same length on every rank) rides along in step 1's
+  // max all-reduce: on return each element is its maximum over the ranks (a rank that
+  // puts INT64_MIN where another puts a value learns that value exactly). Errors:
+  // INVALID_ARGUMENT for no contributions or a null pointer with n > 0; the collective's
+  // (AllReduceInt64's) as they come.
   absl::Status Sum(std::span<const float* const> local, size_t n, float* out,
-                   const CollectiveOptions& options);
+                   const CollectiveOptions& options, std::span<int64_t> also_max = {});
 
   // The exponent step 1 gives a block of the contributions: 2^e above every |x|, or
   // kZeroBlock when all are 0, or kNonFinite when one is inf or NaN; exposed for tests.

@@ -141,6 +141,20 @@ TEST(ExactSum, Headroom) {
   EXPECT_EQ(ExactSum::Headroom(5), 3);
 }
 
+TEST(ExactSum, AlsoMaxValuesComeBackAsTheyWereOnOneRank) {
+  // Alone, the max over the ranks is this rank's own; with no floats to sum as well.
+  const float x[] = {1.5f, -2.0f};
+  const float* local[] = {x};
+  float out[2];
+  std::vector<int64_t> also = {std::numeric_limits<int64_t>::min(), 7, -3};
+  ExactSum sum(nullptr, 1);
+  EXPECT_OK(sum.Sum(local, 2, out, {}, also));
+  EXPECT_EQ(out[0], 1.5f);
+  EXPECT_THAT(also, ::testing::ElementsAre(std::numeric_limits<int64_t>::min(), 7, -3));
+  EXPECT_OK(sum.Sum(local, 0, nullptr, {}, also));
+  EXPECT_THAT(also, ::testing::ElementsAre(std::numeric_limits<int64_t>::min(), 7, -3));
+}
+
 TEST(ExactSum, RejectsMissingData) {
   ExactSum sum(nullptr, 2);
   float out[2];

@@ -63,6 +63,9 @@ struct StepMetrics {
   // StepReplicas: each local logical replica's loss and accuracy (over its B/V rows), in
   // replica order; loss and accuracy above are then their float sums divided by the count.
   std::vector<float> replica_loss, replica_accuracy;
+  // StepReplicas: all V logical replicas' losses and accuracies, in replica order, the
+  // other ranks' learned in the step's gradient sum (exactly: their float bits).
+  std::vector<float> all_replica_loss, all_replica_accuracy;
 };
 
 struct EvalMetrics {
@@ -190,6 +193,12 @@ class StepExecutor {
   // Sums `size` floats at each of `local` (one per local replica) exactly over all the
   // job's logical replicas into every one of them.
   absl::Status ExactSumInto(const std::vector<float*>& local, size_t size);
+  // The local replicas' losses and accuracies as the gradient sum's max slots (2V int64s:
+  // V losses, then V accuracies; the float bits, INT64_MIN in the other ranks' slots), and
+  // back once reduced: all V of each, DATA_LOSS if a slot came back empty.
+  std::vector<int64_t> ShareReplicaMetrics(const StepMetrics& local) const;
+  absl::StatusOr<std::pair<std::vector<float>, std::vector<float>>> UnshareReplicaMetrics(
+      const std::vector<int64_t>& slots) const;
   // A training step's host part: checks the batch, then Prepare.
   absl::StatusOr<Workspace*> PrepareStep(const DeviceDataset& data,
                                          std::span<const int32_t> indices, rng::Key dropout_key);

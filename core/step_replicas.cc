@@ -10,6 +10,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
+#include <tuple>
+
+#include "absl/base/casts.h"
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -52,6 +56,33 @@ absl::Status StepExecutor::SetLogicalReplicas(int total, int first, int count) {
     replica_grads_.push_back(std::move(g));
   }
   return absl::OkStatus();
+}
+
+std::vector<int64_t> StepExecutor::ShareReplicaMetrics(const StepMetrics& local) const {
+  const int v = logical_.total;
+  std::vector<int64_t> slots(2 * static_cast<size_t>(v), std::numeric_limits<int64_t>::min());
+  auto bits = [](float f) { return static_cast<int64_t>(absl::bit_cast<uint32_t>(f)); };
+  for (int j = 0; j < logical_.count; ++j) {
+    slots[logical_.first + j] = bits(local.replica_loss[j]);
+    slots[v + logical_.first + j] = bits(local.replica_accuracy[j]);
+  }
+  return slots;
+}
+
+absl::StatusOr<std::pair<std::vector<float>, std::vector<float>>>
+StepExecutor::UnshareReplicaMetrics(const std::vector<int64_t>& slots) const {
+  const int v = logical_.total;
+  std::pair<std::vector<float>, std::vector<float>> out;
+  for (int p = 0; p < 2 * v; ++p) {
+    if (slots[p] < 0 || slots[p] > std::numeric_limits<uint32_t>::max()) {
+      return absl::DataLossError(absl::StrCat("logical replica ", p % v, "'s ",
+                                              p < v ? "loss" : "accuracy",
+                                              " did not arrive in the step's all-reduce"));
+    }
+    const float f = absl::bit_cast<float>(static_cast<uint32_t>(slots[p]));
+    (p < v ? out.first : out.second).push_back(f);
+  }
+  return out;
 }
 
 absl::Status StepExecutor::ExactSumInto(const std::vector<float*>& local, size_t size) {
@@ -184,21 +215,6 @@ absl::StatusOr<StepMetrics> StepExecutor::StepReplicas(const DeviceDataset& data
   const auto t0 = Clock::now();
   RETURN_IF_ERROR(ForwardReplicas(data));
   RETURN_IF_ERROR(BackwardReplicas());
-  const auto t1 = Clock::now();
-  std::vector<float*> grads = {grads_.as()};
-  for (Buffer& g : replica_grads_) grads.push_back(g.as());
-  const std::vector<const float*> local(grads.begin(), grads.end());
-  const size_t n = param_count();
-  RETURN_IF_ERROR(exact_->Sum(local, n, grads_.as(), collective_options_));
-  // pmean: the sum over the V replicas, then a division (not a multiply) by V.
-  RETURN_IF_ERROR(backend_->Divide(n, static_cast<float>(logical_.total), grads_.as()));
-  const auto t2 = Clock::now();
-  std::vector<float*> slots;
-  for (Buffer& s : slots_) slots.push_back(s.as());
-  RETURN_IF_ERROR(optimizer_.Apply(*backend_, n, step_args_.as<UpdateScalars>(),
-                                   update_scratch_.as<void>(), grads_.as(), slots, params_.as()));
-  RETURN_IF_ERROR(UpdateBatchStats(replica_ws_[0]->bn));
-  timings_ = {seconds(t0, t1), seconds(t1, t2), seconds(t2, Clock::now())};
   StepMetrics metrics;
   for (auto& ws : replica_ws_) {
     ASSIGN_OR_RETURN(StepMetrics m, Finish(*ws, local_batch_));
@@ -209,6 +225,27 @@ absl::StatusOr<StepMetrics> StepExecutor::StepReplicas(const DeviceDataset& data
   }
   metrics.loss /= static_cast<float>(k);
   metrics.accuracy /= static_cast<float>(k);
+  const auto t1 = Clock::now();
+  std::vector<float*> grads = {grads_.as()};
+  for (Buffer& g : replica_grads_) grads.push_back(g.as());
+  const std::vector<const float*> local(grads.begin(), grads.end());
+  const size_t n = param_count();
+  // Every replica's loss and accuracy ride in the sum's max all-reduce, each in its own
+  // slot (elsewhere the lowest int64), so that every rank that completes the step knows
+  // all V of them: a step a lost peer never answered can still be reported exactly.
+  std::vector<int64_t> shared = ShareReplicaMetrics(metrics);
+  RETURN_IF_ERROR(exact_->Sum(local, n, grads_.as(), collective_options_, shared));
+  ASSIGN_OR_RETURN(std::tie(metrics.all_replica_loss, metrics.all_replica_accuracy),
+                   UnshareReplicaMetrics(shared));
+  // pmean: the sum over the V replicas, then a division (not a multiply) by V.
+  RETURN_IF_ERROR(backend_->Divide(n, static_cast<float>(logical_.total), grads_.as()));
+  const auto t2 = Clock::now();
+  std::vector<float*> slots;
+  for (Buffer& s : slots_) slots.push_back(s.as());
+  RETURN_IF_ERROR(optimizer_.Apply(*backend_, n, step_args_.as<UpdateScalars>(),
+                                   update_scratch_.as<void>(), grads_.as(), slots, params_.as()));
+  RETURN_IF_ERROR(UpdateBatchStats(replica_ws_[0]->bn));
+  timings_ = {seconds(t0, t1), seconds(t1, t2), seconds(t2, Clock::now())};
   ++step_;
   return metrics;
 }

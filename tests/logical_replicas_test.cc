@@ -34,6 +34,8 @@ constexpr int kThreads = 2;  // every worker's backend alike, wherever a replica
 // One job's run: every logical replica's loss per step, and each worker's final state.
 struct JobRun {
   std::vector<std::vector<float>> losses;  // [step][replica]
+  // [worker][step]: every replica's loss as the worker learned it in the step's all-reduce
+  std::vector<std::vector<std::vector<float>>> shared;
   std::vector<TrainState> states;          // per worker
   std::vector<absl::Status> status;        // per worker
 };
@@ -69,6 +71,10 @@ void RunWorker(const Golden& g, const Dataset& data, int workers, int w, Store* 
       const std::span<const rng::Key> keys(p.keys.data() + first, count);
       ASSIGN_OR_RETURN(StepMetrics metrics, exec->StepReplicas(d, rows, keys));
       for (int j = 0; j < count; ++j) run->losses[s][first + j] = metrics.replica_loss[j];
+      if (metrics.all_replica_accuracy.size() != static_cast<size_t>(v)) {
+        return absl::InternalError("not every replica's accuracy was shared");
+      }
+      run->shared[w].push_back(metrics.all_replica_loss);
     }
     ASSIGN_OR_RETURN(run->states[w], exec->GetState());
     return absl::OkStatus();
@@ -83,6 +89,7 @@ JobRun RunJob(const Golden& g, const Dataset& data, int workers) {
   JobRun run;
   run.losses.assign(g.spec.steps(), std::vector<float>(g.spec.workers(), -1.0f));
   run.states.resize(workers);
+  run.shared.resize(workers);
   run.status.resize(workers);
   std::latch finished(workers);
   std::vector<std::thread> threads;
@@ -127,6 +134,12 @@ TEST(LogicalReplicas, SameBitsOnOneTwoThreeAndFourWorkers) {
     }
     for (size_t s = 0; s < one.losses.size(); ++s) {
       EXPECT_EQ(Bits(run.losses[s]), Bits(one.losses[s])) << workers << " workers, step " << s;
+      // Each worker learned every replica's loss, its peers' too (an elastic resize
+      // reports a step from them when the peer that computed some is lost).
+      for (int w = 0; w < workers; ++w) {
+        EXPECT_EQ(Bits(run.shared[w][s]), Bits(one.losses[s]))
+            << workers << " workers, worker " << w << ", step " << s;
+      }
     }
   }
 }

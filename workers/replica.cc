@@ -1,5 +1,6 @@
 #include "workers/replica.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -148,11 +149,32 @@ absl::StatusOr<StepResult> Replica::StepLogical(const StepCommand& command) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(StepMetrics m, exec_->StepReplicas(train_, command.indices, command.keys));
+  KeepCompleted({{command.step + 1, std::move(m.all_replica_loss),
+                  std::move(m.all_replica_accuracy)}});
   StepResult r;
   r.replica_losses = std::move(m.replica_loss);
   r.replica_accuracies = std::move(m.replica_accuracy);
   RETURN_IF_ERROR(Finish(command, m, t0, r));
   return r;
+}
+
+void Replica::KeepCompleted(std::vector<CompletedStep> steps) {
+  for (CompletedStep& s : steps) completed_.push_back(std::move(s));
+  while (completed_.size() > kKeptSteps) completed_.pop_front();
+}
+
+absl::StatusOr<std::vector<CompletedStep>> Replica::CompletedAfter(int64_t step) const {
+  std::vector<CompletedStep> out;
+  for (int64_t s = step + 1; s <= exec_->step(); ++s) {
+    auto it = std::find_if(completed_.begin(), completed_.end(),
+                           [s](const CompletedStep& c) { return c.step == s; });
+    if (it == completed_.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("step ", s, "'s replica losses are not kept here"));
+    }
+    out.push_back(*it);
+  }
+  return out;
 }
 
 absl::StatusOr<EvalSums> Replica::Evaluate(int64_t begin, int64_t end) {

@@ -8,6 +8,7 @@
 #define LOCKSTEP_WORKERS_REPLICA_H_
 
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -64,6 +65,13 @@ class Replica {
   // command.indices and command.keys, each replica's loss in the result;
   // FAILED_PRECONDITION with an audit or a gradient digest asked for.
   absl::StatusOr<StepResult> Step(const StepCommand& command);
+  // Logical replicas: the steps completed after `step` up to the state's, as the last
+  // kKeptSteps steps are kept (CompletedStep); FAILED_PRECONDITION if one is not kept.
+  static constexpr size_t kKeptSteps = 8;
+  absl::StatusOr<std::vector<CompletedStep>> CompletedAfter(int64_t step) const;
+  // Records steps this replica's state went through before it was loaded here (a resize
+  // that takes over a worker's own state).
+  void KeepCompleted(std::vector<CompletedStep> steps);
   // Tests only (JobSlot::SetGradientFaultForTesting): a fault on every local gradient.
   void set_gradient_fault(StepExecutor::GradientFault fault) {
     exec_->set_gradient_fault(std::move(fault));
@@ -88,6 +96,7 @@ class Replica {
   DeviceDataset train_, test_;
   std::unique_ptr<Collective> collective_;
   std::unique_ptr<StepExecutor> exec_;
+  std::deque<CompletedStep> completed_;  // the last kKeptSteps, oldest first
 };
 
 }  // namespace lockstep

@@ -50,11 +50,23 @@ v1::PrepareResponse ToProto(const PrepareResult& result) {
   v1::PrepareResponse r;
   r.set_train_examples(result.train_examples), r.set_test_examples(result.test_examples);
   r.set_param_checksum(result.param_checksum);
+  r.set_step(result.step);
+  for (const CompletedStep& c : result.ahead) {
+    v1::CompletedStep& out = *r.add_ahead();
+    out.set_step(c.step);
+    out.mutable_losses()->Add(c.losses.begin(), c.losses.end());
+    out.mutable_accuracies()->Add(c.accuracies.begin(), c.accuracies.end());
+  }
   return r;
 }
 
 PrepareResult FromProto(const v1::PrepareResponse& r) {
-  return {r.train_examples(), r.test_examples(), r.param_checksum()};
+  PrepareResult out{r.train_examples(), r.test_examples(), r.param_checksum(), r.step(), {}};
+  for (const v1::CompletedStep& c : r.ahead()) {
+    out.ahead.push_back(
+        {c.step(), {c.losses().begin(), c.losses().end()}, {c.accuracies().begin(), c.accuracies().end()}});
+  }
+  return out;
 }
 
 v1::StepRequest ToProto(const std::string& job_id, const StepCommand& command) {

@@ -22,10 +22,15 @@
 namespace lockstep::testing {
 
 // How a fake worker answers its step stream. kEcho answers each step with its number and
-// loss = rank + the shard's size (logical replicas: each of its replicas the same loss,
-// its rows / its replicas) and made-up times (below); kSilent answers nothing; kHang answers
-// nothing and does not end its stream when told no more commands come.
+// loss = rank + the shard's size (logical replicas: replica p's loss ReplicaLoss(step, p),
+// the same whichever rank holds it) and made-up times (below); kSilent answers nothing;
+// kHang answers nothing and does not end its stream when told no more commands come.
 enum class Behaviour { kEcho, kSilent, kHang, kFail, kEndEarly, kWrongStep };
+
+// A fake's loss of logical replica p at (0-based) step `step`; accuracy 0.5.
+inline float ReplicaLoss(int64_t step, int p) {
+  return 1.0f + 0.125f * static_cast<float>(p) + static_cast<float>(step);
+}
 
 // Holds back the answers to steps `from` on (0-based command steps) until `open` is
 // notified, so that a test acts while a job is mid-run; shared by the streams it gates.
@@ -40,15 +45,24 @@ class FakeStream final : public StepStream {
   // `on_step` (may be null) applies an answered step to the worker's state and sets the
   // answer's checksum.
   using OnStep = std::function<void(const StepCommand&, StepResult*)>;
+  // From command step `stall_from` on (-1: never) it answers nothing and applies nothing,
+  // as a worker whose all-reduce never completes. `first_replica`: its first logical replica.
   FakeStream(int rank, Behaviour b, const CancelToken& cancel, OnStep on_step = nullptr,
-             std::shared_ptr<FakeGate> gate = nullptr)
-      : rank_(rank), behaviour_(b), on_step_(std::move(on_step)), gate_(std::move(gate)) {
+             std::shared_ptr<FakeGate> gate = nullptr, int64_t stall_from = -1,
+             int first_replica = 0)
+      : rank_(rank),
+        behaviour_(b),
+        on_step_(std::move(on_step)),
+        gate_(std::move(gate)),
+        stall_from_(stall_from),
+        first_replica_(first_replica) {
     on_cancel_ = cancel.OnCancel([this] { Cancel(); });
   }
 
   bool Send(const StepCommand& command) override {
     absl::MutexLock lock(&mu_);
     if (cancelled_) return false;
+    if (stall_from_ >= 0 && command.step >= stall_from_) return true;
     switch (behaviour_) {
       case Behaviour::kEcho:
       case Behaviour::kWrongStep: {
@@ -63,7 +77,7 @@ class FakeStream final : public StepStream {
         a.step_ms = 10.0 * (rank_ + 1) + static_cast<double>(command.step);
         for (size_t k = 0; k < command.keys.size(); ++k) {
           a.replica_losses.push_back(
-              static_cast<float>(rank_ + command.indices.size() / command.keys.size()));
+              ReplicaLoss(command.step, first_replica_ + static_cast<int>(k)));
           a.replica_accuracies.push_back(0.5f);
         }
         if (on_step_) on_step_(command, &a);
@@ -121,6 +135,8 @@ class FakeStream final : public StepStream {
   const Behaviour behaviour_;
   const OnStep on_step_;
   const std::shared_ptr<FakeGate> gate_;
+  const int64_t stall_from_;
+  const int first_replica_;
   absl::Mutex mu_;
   std::deque<StepResult> answers_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
@@ -169,6 +185,7 @@ struct FakeWorker {
   bool alive = true;          // what Alive answers (false: a dead worker)
   int64_t train_examples = 64, test_examples = 20;
   std::shared_ptr<FakeGate> gate;  // holds back its answers from a step on (null: none)
+  int64_t stall_from = -1;         // from this command step on: no answer, no state change
 };
 
 // The state a fake worker holds, shared by every client connected to its address (a real
@@ -185,6 +202,8 @@ struct FakeHeld {
   }
   absl::Mutex mu;
   TrainState state ABSL_GUARDED_BY(mu);
+  // Logical replicas: every step its state went through, as a JobSlot's replica keeps them.
+  std::vector<CompletedStep> completed ABSL_GUARDED_BY(mu);
   std::vector<bool> kept ABSL_GUARDED_BY(mu);  // each Prepare's keep_state
   std::vector<std::string> releases ABSL_GUARDED_BY(mu);
 };
@@ -200,17 +219,24 @@ class FakeClient final : public WorkerClient {
     {
       absl::MutexLock lock(&mu_);
       rendezvous_prefix_ = job.rendezvous_prefix;
+      first_replica_ = job.replica.logical_first;
+      replicas_ = job.replica.logical_replicas;
     }
-    if (job.keep_state) {  // as JobSlot: its own state, which must be at the header's step
+    if (job.keep_state) {  // as JobSlot: its own state, at the header's step or past it
       absl::MutexLock lock(&held_->mu);
       held_->kept.push_back(true);
       const TrainState& own = held_->state;
-      if (own.step != state->header.step) {
+      PrepareResult result{w_.train_examples, w_.test_examples,
+                           ParamChecksum(own.params, own.batch_stats), own.step, {}};
+      for (const CompletedStep& c : held_->completed) {
+        if (c.step > state->header.step && c.step <= own.step) result.ahead.push_back(c);
+      }
+      if (own.step < state->header.step ||
+          result.ahead.size() != static_cast<size_t>(own.step - state->header.step)) {
         return absl::FailedPreconditionError(
             absl::StrCat("holds step ", own.step, ", not step ", state->header.step));
       }
-      return PrepareResult{w_.train_examples, w_.test_examples,
-                           ParamChecksum(own.params, own.batch_stats)};
+      return result;
     }
     if (w_.hang_prepare) {
       {
@@ -226,23 +252,37 @@ class FakeClient final : public WorkerClient {
     held_->kept.push_back(false);
     held_->state = *s;
     return PrepareResult{w_.train_examples, w_.test_examples,
-                         ParamChecksum(s->params, s->batch_stats)};
+                         ParamChecksum(s->params, s->batch_stats), s->step, {}};
   }
   absl::StatusOr<std::unique_ptr<StepStream>> OpenSteps(const std::string&,
                                                         const CancelToken& cancel,
                                                         absl::Duration) override {
     if (w_.refuse_steps) return absl::UnavailableError("connection refused");
+    int first_replica, replicas;
+    {
+      absl::MutexLock lock(&mu_);
+      first_replica = first_replica_;
+      replicas = replicas_;
+    }
     auto stream = std::make_unique<FakeStream>(
         rank_, w_.steps, cancel,
-        [this](const StepCommand& command, StepResult* answer) {
+        [this, replicas](const StepCommand& command, StepResult* answer) {
           absl::MutexLock lock(&held_->mu);
           TrainState& own = held_->state;
           own.step = command.step + 1;
           if (!own.params.empty()) own.params[0] += 1;
           if (command.want_checksum)
             answer->param_checksum = ParamChecksum(own.params, own.batch_stats);
+          if (!command.keys.empty()) {  // every replica's loss, as the all-reduce shares them
+            CompletedStep c{own.step, {}, {}};
+            for (int p = 0; p < replicas; ++p) {
+              c.losses.push_back(ReplicaLoss(command.step, p));
+              c.accuracies.push_back(0.5f);
+            }
+            held_->completed.push_back(std::move(c));
+          }
         },
-        w_.gate);
+        w_.gate, w_.stall_from, first_replica);
     if (w_.push) return std::unique_ptr<StepStream>(new PushingStream(std::move(stream)));
     return std::unique_ptr<StepStream>(std::move(stream));
   }
@@ -289,6 +329,9 @@ class FakeClient final : public WorkerClient {
   absl::Mutex mu_;
   const std::shared_ptr<FakeHeld> held_;
   bool in_prepare_ ABSL_GUARDED_BY(mu_) = false;
+  // The last Prepare's logical_first and logical_replicas.
+  int first_replica_ ABSL_GUARDED_BY(mu_) = 0;
+  int replicas_ ABSL_GUARDED_BY(mu_) = 0;
   std::string rendezvous_prefix_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> releases_ ABSL_GUARDED_BY(mu_);
 };

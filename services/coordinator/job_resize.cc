@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -213,6 +214,21 @@ int64_t JobRunner::CountAnswered(StepFanout& fanout, int64_t done, int64_t total
   return done;
 }
 
+namespace {
+
+// Bitwise: the survivors learned the same floats in the same all-reduce.
+bool SameSteps(const std::vector<CompletedStep>& a, const std::vector<CompletedStep>& b) {
+  auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return x.size() == y.size() &&
+           (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0);
+  };
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [&](const auto& p, const auto& q) {
+    return p.step == q.step && same(p.losses, q.losses) && same(p.accuracies, q.accuracies);
+  });
+}
+
+}  // namespace
+
 absl::Status JobRunner::CheckKeptStates(
     const std::vector<absl::StatusOr<PrepareResult>>& resp) const {
   auto abort = [&](size_t r, absl::string_view what) {
@@ -230,10 +246,104 @@ absl::Status JobRunner::CheckKeptStates(
   }
   for (size_t r = 0; r < resp.size(); ++r) {
     if (!resp[r].ok()) return resp[r].status();
-    const uint64_t want = start_.checksum != 0 ? start_.checksum : resp[0]->param_checksum;
-    if (resp[r]->param_checksum != want) {
+  }
+  int64_t last = start_.step;  // the furthest a survivor got
+  for (const auto& p : resp) last = std::max(last, p->step);
+  // The first rank at start_.step and the first past it, which the others must agree with.
+  const PrepareResult *at_start = nullptr, *past = nullptr;
+  for (size_t r = 0; r < resp.size(); ++r) {
+    const PrepareResult& p = *resp[r];
+    const bool ahead = p.step > start_.step;
+    if (p.step != start_.step && p.step != last) {
+      return abort(r, absl::StrCat("holds step ", p.step, " where others hold steps ", start_.step,
+                                   " and ", last));
+    }
+    const PrepareResult*& first = ahead ? past : at_start;
+    if (first == nullptr) first = &p;
+    const uint64_t want = !ahead && start_.checksum != 0 ? start_.checksum : first->param_checksum;
+    if (p.param_checksum != want) {
       return abort(r, absl::StrFormat("holds params with checksum %016x at step %d, not %016x",
-                                      resp[r]->param_checksum, start_.step, want));
+                                      p.param_checksum, p.step, want));
+    }
+    if (ahead && !SameSteps(p.ahead, first->ahead)) {
+      return abort(r, absl::StrCat("its replica losses of steps ", start_.step + 1, " to ", last,
+                                   " differ from another survivor's"));
+    }
+  }
+  if (past == nullptr) return absl::OkStatus();
+  const int v = LogicalWorld(spec_);
+  for (int64_t s = start_.step + 1; s <= last; ++s) {
+    const size_t i = static_cast<size_t>(s - start_.step - 1);
+    if (i >= past->ahead.size() || past->ahead[i].step != s ||
+        static_cast<int>(past->ahead[i].losses.size()) != v ||
+        past->ahead[i].accuracies.size() != past->ahead[i].losses.size()) {
+      return abort(static_cast<size_t>(past - &*resp[0]),
+                   absl::StrCat("holds step ", last, " without every replica's loss of step ", s));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> JobRunner::CatchUp(const std::vector<absl::StatusOr<PrepareResult>>& resp) {
+  int lead = -1;  // the first rank past start_.step
+  bool all = true;
+  for (size_t r = 0; r < resp.size(); ++r) {
+    if (resp[r]->step == start_.step) {
+      all = false;
+    } else if (lead < 0) {
+      lead = static_cast<int>(r);
+    }
+  }
+  if (lead < 0) return false;
+  const PrepareResult& p = *resp[lead];
+  const int64_t from = start_.step;
+  ahead_ = p.ahead;
+  Start caught_up;
+  caught_up.step = p.step;
+  caught_up.kept = true;
+  caught_up.checksum = p.param_checksum;
+  if (!all) {  // the others get the state of one that completed them
+    ASSIGN_OR_RETURN(TrainState state,
+                     clients_[lead]->FetchState(job_id_, *attempt(), options_.rpc_timeout));
+    if (state.step != p.step || ParamChecksum(state.params, state.batch_stats) != p.param_checksum) {
+      return WorkerError(lead, absl::DataLossError(absl::StrCat(
+                                   "the state it sent is not the one it holds at step ", p.step)));
+    }
+    caught_up.held = std::move(state);
+    kept_ranks_ = 0;
+  }
+  start_ = std::move(caught_up);
+  done_ = start_.step;
+  LogJob(spdlog::level::info, {job_id_},
+         absl::StrCat(all ? "every survivor" : "a survivor", " had completed step",
+                      p.step - from > 1 ? absl::StrCat("s ", from + 1, " to ") : " ", p.step,
+                      " with the lost worker, which never answered: reported from the survivors' "
+                      "all-reduce (every replica's loss); continuing from step ",
+                      p.step, all ? "" : " (the others get its state)"));
+  return !all;
+}
+
+absl::Status JobRunner::ReportAhead(int64_t total, int64_t spe) {
+  std::vector<CompletedStep> steps = std::move(ahead_);
+  ahead_.clear();
+  for (const CompletedStep& c : steps) {
+    StepResult all;  // one rank holding every replica
+    all.replica_losses = c.losses;
+    all.replica_accuracies = c.accuracies;
+    ASSIGN_OR_RETURN(v1::StepEvent e, Aggregate({all}, c.step - 1, false));
+    e.clear_worker_times();  // no worker's answer came
+    if (c.step <= high_water_) e.set_replay(true);
+    high_water_ = std::max(high_water_, c.step);
+    e.set_step(c.step);
+    e.set_epoch((c.step - 1) / spe);
+    e.set_total_steps(total);
+    sink_->OnStep(e);
+    if (EvalDue(spec_.eval(), c.step, spe) && c.step < total) {
+      // The step loop holds the pipeline after an evaluation's step: it is the last here.
+      if (c.step != start_.step) {
+        return absl::AbortedError(absl::StrCat("step ", c.step, "'s evaluation was skipped"));
+      }
+      eval_owed_ = c.step;
     }
   }
   return absl::OkStatus();

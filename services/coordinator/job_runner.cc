@@ -201,6 +201,7 @@ absl::Status JobRunner::Run(JobOutcome* outcome) {
     if (start_.kept && fallback_.has_value()) {  // a resize that failed: the snapshot's
       start_ = *std::move(fallback_);
       fallback_.reset();
+      ahead_.clear();  // replayed from the snapshot instead
     }
     // The survivors at once: a released worker aborts its collective.
     ReleaseAll(st.ok() ? "job finished" : std::string(st.message()), alive);
@@ -278,6 +279,7 @@ absl::Status JobRunner::Attempt(JobOutcome* outcome) {
   for (int64_t s = 0; s < start_.step; ++s) plan.Next();  // where the start's state stands
   RETURN_IF_ERROR(CheckStartKeys(plan));
   const int64_t total = TotalSteps(spec_, num_train);
+  RETURN_IF_ERROR(ReportAhead(total, plan.steps_per_epoch()));
   RETURN_IF_ERROR(SetStepping(true));
   RETURN_IF_ERROR(StepLoop(plan, total, num_test, outcome));
   ASSIGN_OR_RETURN(v1::EvalResult final_eval,
@@ -299,6 +301,30 @@ void JobRunner::ReleaseAll(const std::string& reason, const std::vector<bool>& a
 }
 
 absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
+  ASSIGN_OR_RETURN(std::vector<PrepareResult> resp, PrepareRanks());
+  for (int r = 0; r < static_cast<int>(resp.size()); ++r) {
+    if (resp[r].train_examples != resp[0].train_examples ||
+        resp[r].test_examples != resp[0].test_examples) {
+      return WorkerError(
+          r, absl::FailedPreconditionError(absl::StrCat(
+                 "its dataset at ", DatasetLocation(spec_.dataset()), " has ",
+                 resp[r].train_examples, "/", resp[r].test_examples, " examples; rank 0's has ",
+                 resp[0].train_examples, "/", resp[0].test_examples)));
+    }
+  }
+  *num_train = resp[0].train_examples;
+  *num_test = resp[0].test_examples;
+  if (*num_train < spec_.global_batch_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("global_batch_size: ", spec_.global_batch_size(),
+                                                   " exceeds the ", *num_train,
+                                                   " training examples"));
+  }
+  // Submit assumed an MNIST-sized dataset; now its size is known.
+  RETURN_IF_ERROR(CheckMemoryBudget(spec_, options_.memory, {*num_train, *num_test}));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<PrepareResult>> JobRunner::PrepareRanks() {
   ASSIGN_OR_RETURN(std::shared_ptr<const SharedState> state, StartState());
   // The params, then (after the slots) the batch_stats; none where the workers keep theirs.
   uint64_t checksum = 0;
@@ -341,33 +367,20 @@ absl::Status JobRunner::Prepare(int64_t* num_train, int64_t* num_test) {
           "rank ", r, " could not continue the resize: ", resp[r].status().message())));
     }
   });
-  if (start_.kept) RETURN_IF_ERROR(CheckKeptStates(resp));
+  if (start_.kept) {
+    RETURN_IF_ERROR(CheckKeptStates(resp));
+    ASSIGN_OR_RETURN(const bool again, CatchUp(resp));
+    if (again) return PrepareRanks();  // every rank at the step some were at: it agrees now
+  }
+  std::vector<PrepareResult> out;
   for (int r = 0; r < n; ++r) {
     if (!resp[r].ok()) return WorkerError(r, resp[r].status());
-  }
-  for (int r = 0; r < n; ++r) {
     if (!start_.kept && resp[r]->param_checksum != checksum) {
       return WorkerError(r, absl::DataLossError("replicated params arrived corrupted"));
     }
-    if (resp[r]->train_examples != resp[0]->train_examples ||
-        resp[r]->test_examples != resp[0]->test_examples) {
-      return WorkerError(
-          r, absl::FailedPreconditionError(absl::StrCat(
-                 "its dataset at ", DatasetLocation(spec_.dataset()), " has ",
-                 resp[r]->train_examples, "/", resp[r]->test_examples, " examples; rank 0's has ",
-                 resp[0]->train_examples, "/", resp[0]->test_examples)));
-    }
+    out.push_back(*std::move(resp[r]));
   }
-  *num_train = resp[0]->train_examples;
-  *num_test = resp[0]->test_examples;
-  if (*num_train < spec_.global_batch_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("global_batch_size: ", spec_.global_batch_size(),
-                                                   " exceeds the ", *num_train,
-                                                   " training examples"));
-  }
-  // Submit assumed an MNIST-sized dataset; now its size is known.
-  RETURN_IF_ERROR(CheckMemoryBudget(spec_, options_.memory, {*num_train, *num_test}));
-  return absl::OkStatus();
+  return out;
 }
 
 absl::StatusOr<v1::EvalResult> JobRunner::Evaluate(int64_t num_test, int64_t step, int64_t epoch) {

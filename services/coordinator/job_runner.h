@@ -199,9 +199,22 @@ class JobRunner {
   // Prepare, the steps, the final evaluation and the checkpoint, from start_.
   absl::Status Attempt(JobOutcome* outcome);
   absl::Status Prepare(int64_t* num_train, int64_t* num_test);
+  // Prepares every rank from start_ (a resize: those that keep their state, and the steps
+  // they completed past it: CatchUp); each rank's result, checked.
+  absl::StatusOr<std::vector<PrepareResult>> PrepareRanks();
+  // After a resize's Prepare that CheckKeptStates passed: where survivors hold steps past
+  // start_.step (a lost worker finished them with them but never answered), the job goes
+  // on from there: start_ moves to that step and ahead_ holds the steps to report. True
+  // when only some survivors hold it: the others are to get its state (start_.held,
+  // fetched from one that does), so every rank is prepared again.
+  absl::StatusOr<bool> CatchUp(const std::vector<absl::StatusOr<PrepareResult>>& resp);
+  // Reports ahead_'s steps as the step loop would have (every replica's loss, in replica
+  // order: the same event an undisturbed run sends), and the evaluation owed at the last.
+  absl::Status ReportAhead(int64_t total, int64_t spe);
   // After an elastic resize's Prepare: OK when every survivor continued from its own state
-  // and all agree (on start_.checksum, where known); else ABORTED naming the worker, so
-  // that the job recovers from its snapshot instead (job_resize.cc).
+  // and all agree: those at start_.step on start_.checksum (where known), those past it on
+  // one later step, one checksum and the same steps' losses; else ABORTED naming the
+  // worker, so that the job recovers from its snapshot instead (job_resize.cc).
   absl::Status CheckKeptStates(const std::vector<absl::StatusOr<PrepareResult>>& resp) const;
   absl::Status StepLoop(TrainingPlan& plan, int64_t total, int64_t num_test, JobOutcome* outcome);
   // Why Run stops for Drain: the job continues from `from`.
@@ -304,6 +317,8 @@ class JobRunner {
   // get it sent. The resize at the next step boundary, if any.
   int kept_ranks_ = 0;
   std::optional<BoundaryResize> resize_;
+  // Steps a resize's survivors completed past the coordinator's last (CatchUp), to report.
+  std::vector<CompletedStep> ahead_;
   // The step whose evaluation an attempt began but did not finish (-1: none).
   int64_t eval_owed_ = -1;
   // The rank the step loop's failure was blamed on (-1: none), and each rank's own stream

@@ -123,11 +123,11 @@ class SpareSupply final : public WorkerSupply {
                const std::string& why, const std::vector<std::string>& released) override {
     resized.push_back(why);
     this->released.push_back(released);
-    EXPECT_TRUE(lost.empty());
+    resized_lost.push_back(lost);
     EXPECT_EQ(workers.size(), 2u);
   }
   std::vector<absl::Status> replaced;
-  std::vector<std::vector<std::string>> lost, released;
+  std::vector<std::vector<std::string>> lost, released, resized_lost;
   std::vector<std::string> resized;
 
  private:
@@ -147,10 +147,11 @@ recovery: {max_restarts: 0}
                                 logical ? "replicas: 4\n" : "", "workers: ", workers));
 }
 
-// The job run undisturbed on `n` workers: its final checksum.
-uint64_t Undisturbed(const v1::JobSpec& spec, int n) {
+// The job run undisturbed on `n` workers: its final checksum (its events in *events).
+uint64_t Undisturbed(const v1::JobSpec& spec, int n, RecordingSink* events = nullptr) {
   FakeClientFactory factory;
-  RecordingSink sink;
+  RecordingSink own;
+  RecordingSink& sink = events != nullptr ? *events : own;
   SpareSupply supply;
   JobRunner runner("job-1", spec, Workers(n), &factory, CoordinatorOptions(), &sink, &supply);
   JobOutcome out;
@@ -190,6 +191,7 @@ TEST(JobRunnerReleaseTest, AnElasticJobGoesOnWithoutReleasedWorkersAtAStepBounda
                                                          "leaving \\(SIGTERM\\); continuing "
                                                          "from step [4-9]"));
   EXPECT_THAT(supply.released, ElementsAre(ElementsAre("w1")));
+  EXPECT_THAT(supply.resized_lost, ElementsAre(::testing::IsEmpty()));
   EXPECT_TRUE(supply.replaced.empty());
   // w1 was released with the event's reason; the others kept their state.
   EXPECT_THAT(factory.held("fake:1")->Releases(), ElementsAre(supply.resized[0]));
@@ -233,6 +235,80 @@ TEST(JobRunnerReleaseTest, AJobThatCannotShrinkSnapshotsAtTheBoundaryAndGoesOnOn
                 ElementsAre(std::string(supply.replaced[0].message())));
     EXPECT_THAT(factory.held("fake:3")->Kept(), ElementsAre(false));  // the snapshot sent
   }
+}
+
+// The same losses, accuracies and evaluations, step by step, as `want` (the fakes' replica
+// losses depend on the step and the replica only, as real ones do).
+void ExpectSameEvents(const RecordingSink& got, const RecordingSink& want) {
+  ASSERT_EQ(got.steps.size(), want.steps.size());
+  for (size_t i = 0; i < got.steps.size(); ++i) {
+    EXPECT_EQ(got.steps[i].loss(), want.steps[i].loss()) << "step " << i + 1;
+    EXPECT_EQ(got.steps[i].accuracy(), want.steps[i].accuracy()) << "step " << i + 1;
+    EXPECT_THAT(got.steps[i].local_losses(),
+                ::testing::ElementsAreArray(want.steps[i].local_losses()))
+        << "step " << i + 1;
+  }
+  ASSERT_EQ(got.evals.size(), want.evals.size());
+  for (size_t i = 0; i < got.evals.size(); ++i) {
+    EXPECT_EQ(got.evals[i].step(), want.evals[i].step());
+    EXPECT_EQ(got.evals[i].test_loss(), want.evals[i].test_loss());
+  }
+}
+
+// A lost worker (w2) finished steps with the others but its answers never came (none from
+// step 5 on, then it is dead); `survivors` say how far each of w0 and w1 got.
+struct AheadRun {
+  JobOutcome out;
+  RecordingSink sink;
+  SpareSupply supply;
+  std::vector<std::vector<bool>> kept;  // w0's and w1's Prepares: keep_state or not
+};
+void RunWithAnswersLost(const v1::JobSpec& spec, std::vector<FakeWorker> survivors,
+                        AheadRun* run) {
+  survivors.push_back(FakeWorker{.alive = false, .stall_from = 5});
+  FakeClientFactory factory(survivors);
+  CoordinatorOptions options;
+  options.step_timeout = absl::Milliseconds(300);
+  JobRunner runner("job-1", spec, Workers(3), &factory, options, &run->sink, &run->supply);
+  ASSERT_OK(runner.Run(&run->out));
+  for (const char* w : {"fake:0", "fake:1"}) run->kept.push_back(factory.held(w)->Kept());
+}
+
+TEST(JobRunnerShrinkTest, StepsTheSurvivorsCompletedWithALostWorkerAreReportedNotReplayed) {
+  const v1::JobSpec spec = LongSpec("{min: 1, max: 3}", true);
+  RecordingSink undisturbed;
+  const uint64_t checksum = Undisturbed(spec, 3, &undisturbed);
+  // w0 and w1 go on past step 5 without w2's answers (up to the evaluation's hold at 8).
+  AheadRun run;
+  RunWithAnswersLost(spec, {FakeWorker{}, FakeWorker{}}, &run);
+  EXPECT_EQ(run.out.resizes, 1);
+  EXPECT_EQ(run.out.recoveries, 0);
+  EXPECT_EQ(run.out.replayed_steps, 0);
+  ExpectEveryStepOnce(run.sink, 12);
+  ExpectSameEvents(run.sink, undisturbed);
+  EXPECT_EQ(run.out.param_checksum, checksum);
+  EXPECT_THAT(run.supply.resized_lost, ElementsAre(ElementsAre("w2")));
+  EXPECT_THAT(run.supply.resized, ElementsAre(HasSubstr("continuing from step 5")));
+  EXPECT_TRUE(run.supply.replaced.empty());
+  EXPECT_THAT(run.kept, ElementsAre(ElementsAre(false, true), ElementsAre(false, true)));
+}
+
+TEST(JobRunnerShrinkTest, ASurvivorBehindTheOthersGetsTheStateOfOneThatCompletedTheStep) {
+  const v1::JobSpec spec = LongSpec("{min: 1, max: 3}", true);
+  RecordingSink undisturbed;
+  const uint64_t checksum = Undisturbed(spec, 3, &undisturbed);
+  // w0 completed step 6 with the lost w2; w1 did not (its all-reduce of step 6 broke).
+  AheadRun run;
+  RunWithAnswersLost(spec, {FakeWorker{.stall_from = 6}, FakeWorker{.stall_from = 5}}, &run);
+  EXPECT_EQ(run.out.resizes, 1);
+  EXPECT_EQ(run.out.recoveries, 0);
+  EXPECT_EQ(run.out.replayed_steps, 0);
+  ExpectEveryStepOnce(run.sink, 12);
+  ExpectSameEvents(run.sink, undisturbed);
+  EXPECT_EQ(run.out.param_checksum, checksum);
+  // Each kept its state, then both got w0's (held at step 6) to go on together.
+  EXPECT_THAT(run.kept,
+              ElementsAre(ElementsAre(false, true, false), ElementsAre(false, true, false)));
 }
 
 }  // namespace

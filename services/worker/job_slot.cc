@@ -96,14 +96,19 @@ absl::StatusOr<PrepareResult> JobSlot::Prepare(const JobAssignment& assignment,
     // (every survivor's Prepare aborted its own collective first, so no peer still waits
     // on this one's). If the resize fails (a peer lost meanwhile), the job keeps it, for
     // the next resize.
-    absl::StatusOr<std::string> kept = KeptState(previous.get(), assignment.job_id, header);
+    absl::StatusOr<Kept> kept = KeptState(previous.get(), assignment.job_id, header);
     if (!kept.ok()) {
       result = kept.status();
       previous.reset();
     } else {
-      BytesSource source(*kept);
-      result = Load(*job, assignment, std::move(setup), header, source);
-      if (result.ok()) previous.reset();
+      BytesSource source(kept->bytes);
+      result = Load(*job, assignment, std::move(setup), kept->header, source);
+      if (result.ok()) {
+        // Kept again: should this resize fail too, the next one reports them as well.
+        job->replica->KeepCompleted(kept->ahead);
+        result->ahead = std::move(kept->ahead);
+        previous.reset();
+      }
     }
   } else {
     previous.reset();
@@ -121,24 +126,34 @@ absl::StatusOr<PrepareResult> JobSlot::Prepare(const JobAssignment& assignment,
   return result;
 }
 
-absl::StatusOr<std::string> JobSlot::KeptState(const Job* previous, const std::string& job_id,
-                                               const StateHeader& header) {
+absl::StatusOr<JobSlot::Kept> JobSlot::KeptState(const Job* previous, const std::string& job_id,
+                                                 const StateHeader& header) {
   if (previous == nullptr || previous->id != job_id || previous->replica == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("keep_state: this worker holds no state of job ", job_id));
   }
   Replica& replica = *previous->replica;
   const StateHeader held = replica.state_header();
-  if (held.step != header.step || held.param_count != header.param_count ||
-      held.slot_count != header.slot_count || held.stats_count != header.stats_count) {
+  auto refuse = [&](absl::string_view why) {
     return absl::FailedPreconditionError(
         absl::StrCat("keep_state: this worker holds job ", job_id, " at step ", held.step,
-                     "; the coordinator continues from step ", header.step));
+                     "; the coordinator continues from step ", header.step, why));
+  };
+  if (held.step < header.step || held.param_count != header.param_count ||
+      held.slot_count != header.slot_count || held.stats_count != header.stats_count) {
+    return refuse("");
   }
+  Kept kept;
+  kept.header = held;
+  // Past it: the peer lost in the step after the coordinator's last finished it with
+  // this worker, but its answer never came.
+  absl::StatusOr<std::vector<CompletedStep>> ahead = replica.CompletedAfter(header.step);
+  if (!ahead.ok()) return refuse(absl::StrCat(" (", ahead.status().message(), ")"));
+  kept.ahead = *std::move(ahead);
   ASSIGN_OR_RETURN(const uint64_t total, held.Bytes(kMaxStateBytes));
-  std::string bytes(total, '\0');
-  RETURN_IF_ERROR(replica.ReadState(0, {bytes.data(), bytes.size()}));
-  return bytes;
+  kept.bytes.assign(total, '\0');
+  RETURN_IF_ERROR(replica.ReadState(0, {kept.bytes.data(), kept.bytes.size()}));
+  return kept;
 }
 
 absl::StatusOr<PrepareResult> JobSlot::Load(Job& job, const JobAssignment& assignment,
@@ -183,6 +198,7 @@ absl::StatusOr<PrepareResult> JobSlot::Load(Job& job, const JobAssignment& assig
   }
   replica->set_step(header.step);
   PrepareResult result;
+  result.step = header.step;
   ASSIGN_OR_RETURN(result.param_checksum, replica->ParamChecksum());
   result.train_examples = replica->train_examples();
   result.test_examples = replica->test_examples();

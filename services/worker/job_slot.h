@@ -74,8 +74,9 @@ class JobSlot {
                                         StateSource& state);
   //
   // With job.keep_state (an elastic resize, docs/elastic.md) the state is the one this
-  // slot holds for the same job, which must be at header.step (FAILED_PRECONDITION
-  // otherwise, naming both steps, or when it holds none); `state` is not read.
+  // slot holds for the same job, which must be at header.step or past it, every step since
+  // kept (FAILED_PRECONDITION otherwise, naming both steps, or when it holds none); the
+  // result's `step` and `ahead` say where it is; `state` is not read.
   // FAILED_PRECONDITION unless `job_id` is prepared here; the replica's errors otherwise
   // (after a failed step the job is dropped; a logical-replicas job keeps its state, which
   // a failed step leaves as it was, for a Prepare with keep_state, and runs nothing more).
@@ -116,10 +117,17 @@ class JobSlot {
     // will not come ends now. Destroyed before the replica.
     CancelToken::Callback abort_collective;
   };
-  // The state bytes `previous` (the job's earlier replica) holds, for a Prepare with
-  // keep_state; FAILED_PRECONDITION unless it is the same job at header.step.
-  static absl::StatusOr<std::string> KeptState(const Job* previous, const std::string& job_id,
-                                               const StateHeader& header);
+  // The state `previous` (the job's earlier replica) holds, for a Prepare with
+  // keep_state: its bytes, its header, and the steps it went through past header.step.
+  // FAILED_PRECONDITION unless it is the same job at header.step, or past it with every
+  // step since kept (Replica::CompletedAfter).
+  struct Kept {
+    std::string bytes;
+    StateHeader header;
+    std::vector<CompletedStep> ahead;
+  };
+  static absl::StatusOr<Kept> KeptState(const Job* previous, const std::string& job_id,
+                                        const StateHeader& header);
   absl::StatusOr<PrepareResult> Load(Job& job, const JobAssignment& assignment, TrainSetup setup,
                                      const StateHeader& header, StateSource& state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);

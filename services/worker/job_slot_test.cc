@@ -401,5 +401,85 @@ TEST_F(JobSlotTest, AFailedStepDropsTheJobsCollectiveOutsideTheSlotsLock) {
   EXPECT_FALSE(ProbingCollective::blocked);
 }
 
+// A job on 2 logical replicas, both on this worker (keep_state's other cases need peers:
+// tests/cluster/elastic_resize_test).
+class KeptStateTest : public JobSlotTest {
+ protected:
+  KeptStateTest()
+      : logical_(testing::ValidSpec(R"(
+model: {kind: mlp, hidden: [32]}
+optimizer: {kind: adam, learning_rate: 0.001}
+global_batch_size: 32
+steps: 20
+replicas: 2
+workers: 1
+)")) {}
+  JobAssignment Logical(bool keep_state) {
+    JobAssignment job = Job("a", logical_);
+    job.replica.logical_replicas = 2;
+    job.replica.logical_count = 2;
+    job.keep_state = keep_state;
+    return job;
+  }
+  // Steps [from, to) on both replicas; each step's replica losses.
+  std::vector<std::vector<float>> Steps(int64_t from, int64_t to) {
+    std::vector<std::vector<float>> losses;
+    const rng::Key keys[] = {{1, 2}, {3, 4}};
+    for (int64_t s = from; s < to; ++s) {
+      StepCommand c = Command(s, batch_);
+      c.keys = keys;
+      absl::StatusOr<StepResult> r = slot_.Step("a", c);
+      EXPECT_THAT(r, IsOk());
+      if (r.ok()) losses.push_back(r->replica_losses);
+    }
+    return losses;
+  }
+  absl::StatusOr<PrepareResult> Keep(int64_t step) {
+    StateHeader header = state_.header;
+    header.step = step;
+    StringSource none("", 1);
+    return slot_.Prepare(Logical(true), header, none);
+  }
+  const v1::JobSpec logical_;
+};
+
+TEST_F(KeptStateTest, AStatePastTheCoordinatorsStepComesWithEveryReplicasLossOfTheSteps) {
+  ASSERT_THAT(Prepare(Logical(false)), IsOk());
+  const std::vector<std::vector<float>> losses = Steps(0, 3);
+  // The coordinator heard of step 1 only: the worker holds 3, and steps 2 and 3's losses.
+  absl::StatusOr<PrepareResult> kept = Keep(1);
+  ASSERT_THAT(kept, IsOk());
+  EXPECT_EQ(kept->step, 3);
+  ASSERT_EQ(kept->ahead.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(kept->ahead[i].step, i + 2);
+    EXPECT_EQ(kept->ahead[i].losses, losses[i + 1]);
+    EXPECT_EQ(kept->ahead[i].accuracies.size(), 2u);
+  }
+  // Kept again with the state: a second resize (this one failed) reports them as well.
+  kept = Keep(1);
+  ASSERT_THAT(kept, IsOk());
+  EXPECT_EQ(kept->step, 3);
+  EXPECT_EQ(kept->ahead.size(), 2u);
+  // At the coordinator's step: nothing ahead; it steps on from there.
+  kept = Keep(3);
+  ASSERT_THAT(kept, IsOk());
+  EXPECT_EQ(kept->step, 3);
+  EXPECT_TRUE(kept->ahead.empty());
+  EXPECT_EQ(Steps(3, 4).size(), 1u);
+}
+
+TEST_F(KeptStateTest, AStateBehindTheCoordinatorOrPastWhatIsKeptIsRefused) {
+  ASSERT_THAT(Prepare(Logical(false)), IsOk());
+  Steps(0, 2);
+  EXPECT_THAT(Keep(5), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                HasSubstr("holds job a at step 2; the coordinator continues "
+                                          "from step 5")));
+  ASSERT_THAT(Prepare(Logical(false)), IsOk());  // anew, at step 0
+  Steps(0, Replica::kKeptSteps + 2);
+  EXPECT_THAT(Keep(0), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                HasSubstr("step 1's replica losses are not kept here")));
+}
+
 }  // namespace
 }  // namespace lockstep

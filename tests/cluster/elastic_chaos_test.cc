@@ -190,6 +190,9 @@ TEST(ElasticChaos, RandomMembershipBetweenOneAndFourWorkersEndsWithTheUndisturbe
 
   // Every change happened while the job ran (else kSteps is too few for this host's pace).
   EXPECT_EQ(changes, kChanges) << "the job ended after " << changes << " changes";
+  // Every change was a resize from the survivors' own state: none went back to a snapshot.
+  EXPECT_EQ(got.replayed, 0) << "seed " << seed << ": steps replayed from a snapshot\n"
+                             << absl::StrJoin(got.reasons, "\n");
   ExpectSameRun(got, undisturbed,
                 absl::StrCat("seed ", seed, " (LOCKSTEP_CHAOS_SEED), changes:\n", changed));
 }
