@@ -95,6 +95,10 @@ void JobManager::Sink::Resized(const std::vector<PoolWorker>& workers,
   log_->Append(job_manager_internal::StateEvent(v1::RUNNING, why));
 }
 
+void JobManager::Sink::OnNote(const std::string& why) {
+  log_->Append(job_manager_internal::StateEvent(v1::RUNNING, why));
+}
+
 std::vector<PoolWorker> JobManager::Sink::Offer(int most) {
   absl::MutexLock lock(&m_->mu_);
   // Jobs waiting for workers come first (first come, first served).

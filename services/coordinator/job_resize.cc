@@ -314,12 +314,14 @@ absl::StatusOr<bool> JobRunner::CatchUp(const std::vector<absl::StatusOr<Prepare
   }
   start_ = std::move(caught_up);
   done_ = start_.step;
-  LogJob(spdlog::level::info, {job_id_},
-         absl::StrCat(all ? "every survivor" : "a survivor", " had completed step",
-                      p.step - from > 1 ? absl::StrCat("s ", from + 1, " to ") : " ", p.step,
-                      " with the lost worker, which never answered: reported from the survivors' "
-                      "all-reduce (every replica's loss); continuing from step ",
-                      p.step, all ? "" : " (the others get its state)"));
+  const std::string why = absl::StrCat(
+      all ? "every survivor" : "a survivor", " had completed step",
+      p.step - from > 1 ? absl::StrCat("s ", from + 1, " to ") : " ", p.step,
+      " with the lost worker, which never answered: reported from the survivors' all-reduce "
+      "(every replica's loss); continuing from step ",
+      p.step, all ? "" : " (the others get its state)");
+  LogJob(spdlog::level::info, {job_id_}, why);
+  sink_->OnNote(why);
   return !all;
 }
 

@@ -69,6 +69,9 @@ class JobSink {
   // An attempt's collective bootstraps under rendezvous `prefix`, by `workers` (rank order);
   // called before any of them learns it (the previous attempt's namespace is over).
   virtual void OnRendezvous(const std::string& prefix, const std::vector<PoolWorker>& workers) {}
+  // Something the job's events should say while it runs (e.g. steps a resize reported from
+  // the survivors' state: job_resize.cc).
+  virtual void OnNote(const std::string& why) {}
 };
 
 // Where a runner gets workers again after losing some (the JobManager).

@@ -42,6 +42,8 @@ class RecordingSink final : public JobSink {
   }
   std::function<void(const v1::StepEvent&)> on_step;  // on the runner's thread
   void OnEval(const v1::EvalResult& r) override { evals.push_back(r); }
+  void OnNote(const std::string& why) override { notes.push_back(why); }
+  std::vector<std::string> notes;
   int64_t total_steps = 0;
   std::vector<v1::StepEvent> steps;
   std::vector<v1::EvalResult> evals;
@@ -289,6 +291,10 @@ TEST(JobRunnerShrinkTest, StepsTheSurvivorsCompletedWithALostWorkerAreReportedNo
   EXPECT_EQ(run.out.param_checksum, checksum);
   EXPECT_THAT(run.supply.resized_lost, ElementsAre(ElementsAre("w2")));
   EXPECT_THAT(run.supply.resized, ElementsAre(HasSubstr("continuing from step 5")));
+  EXPECT_THAT(run.sink.notes, ElementsAre("every survivor had completed steps 6 to 8 with the "
+                                          "lost worker, which never answered: reported from "
+                                          "the survivors' all-reduce (every replica's loss); "
+                                          "continuing from step 8"));
   EXPECT_TRUE(run.supply.replaced.empty());
   EXPECT_THAT(run.kept, ElementsAre(ElementsAre(false, true), ElementsAre(false, true)));
 }
@@ -306,6 +312,9 @@ TEST(JobRunnerShrinkTest, ASurvivorBehindTheOthersGetsTheStateOfOneThatCompleted
   ExpectEveryStepOnce(run.sink, 12);
   ExpectSameEvents(run.sink, undisturbed);
   EXPECT_EQ(run.out.param_checksum, checksum);
+  EXPECT_THAT(run.sink.notes, ElementsAre(::testing::AllOf(
+                                  ::testing::StartsWith("a survivor had completed step 6 with"),
+                                  ::testing::EndsWith("step 6 (the others get its state)"))));
   // Each kept its state, then both got w0's (held at step 6) to go on together.
   EXPECT_THAT(run.kept,
               ElementsAre(ElementsAre(false, true, false), ElementsAre(false, true, false)));
