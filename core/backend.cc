@@ -68,7 +68,8 @@ namespace {
 
 absl::Status NoSequenceLayers(const Backend& b, const char* kernel) {
   return absl::UnimplementedError(
-      absl::StrCat(b.Name(), ": ", kernel, ": sequence layers run on the CPU backend only"));
+      absl::StrCat(b.Name(), ": ", kernel,
+                   ": no sequence layers on this backend (the CPU and CUDA backends have them)"));
 }
 
 }  // namespace

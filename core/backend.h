@@ -266,7 +266,7 @@ class Backend {
   virtual absl::Status Add(size_t n, const float* a, const float* b, float* y) = 0;
 
   // Sequence layers (nn.Embed, a position embedding, nn.MultiHeadDotProductAttention).
-  // The defaults return UNIMPLEMENTED naming the backend: only the CPU backend has them.
+  // The CPU and CUDA backends have them; the defaults return UNIMPLEMENTED naming the backend.
   //
   // out (n, features) = table rows ids[0..n) (float32 token ids, exact integers in
   // [0, num_embeddings) the caller has checked).

@@ -1,7 +1,8 @@
 // Helpers for the tests that read the golden files tools/reference/make_golden.py wrote
 // (tests/golden/): the model a file records, its params as one flat vector, its data; and
-// the gradient and training checks every backend passes (golden_test and
-// golden_layers_test: CPU; CUDA tests), for the presets and for the layers models.
+// the gradient and training checks every backend passes (golden_test, golden_layers_test
+// and golden_sequence_test: CPU; CUDA tests), for the presets, the layers models and the
+// sequence models (golden_sequence.cc).
 // The testing library lockstep_golden (tests/CMakeLists.txt); uses GoogleTest's assertions.
 #ifndef LOCKSTEP_TESTS_GOLDEN_H_
 #define LOCKSTEP_TESTS_GOLDEN_H_
@@ -96,6 +97,24 @@ void ExpectLayersGradientsMatchJax(Backend* backend, const std::string& name);
 // init on `backend`: each loss within 1e-5 of optax's, the same dropout masks, and the
 // final params within 1e-5.
 void ExpectLayersTrainingMatchesOptax(Backend* backend, const std::string& name);
+
+// A sequence golden file (sequence_<name>.safetensors: "embed", "attention", "decoder")
+// and its token stream windowed as Lockstep windows token datasets.
+struct SequenceGoldenFile {
+  SpecGolden g;
+  Dataset data;
+};
+
+absl::StatusOr<SequenceGoldenFile> ReadSequenceGolden(const std::string& name);
+
+// The token-level loss and every gradient of the sequence model `name` at its golden init,
+// on the first windows with the golden dropout key, computed on `backend`: within 1e-5
+// of JAX's (ExpectSequenceTensorsWithin1e5).
+void ExpectSequenceGradientsMatchJax(Backend* backend, const std::string& name);
+
+// 20 steps of the sequence model `name` with dropout from its own init on `backend`:
+// each loss within 1e-5 of optax's, the same dropout masks, the final params within 1e-5.
+void ExpectSequenceTrainingMatchesOptax(Backend* backend, const std::string& name);
 
 }  // namespace lockstep::testing
 

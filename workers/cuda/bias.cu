@@ -10,6 +10,11 @@ __global__ void BiasAddKernel(int rows, int cols, const float* bias, float* y) {
   for (size_t i = FirstIndex(); i < n; i += Stride()) y[i] += bias[i % cols];
 }
 
+__global__ void AddRowsKernel(int rows, int cols, const float* x, const float* bias, float* y) {
+  const size_t n = size_t(rows) * cols;
+  for (size_t i = FirstIndex(); i < n; i += Stride()) y[i] = x[i] + bias[i % cols];
+}
+
 // Block (kBiasColumns, kBiasLanes) sums chunk blockIdx.y of columns blockIdx.x * 32 ...:
 // out[chunk][col] = the lane sums (lane ty: rows begin + ty, + kBiasLanes, ...; consecutive
 // threads read consecutive columns: coalesced) added in lane order. The order is
@@ -41,6 +46,14 @@ cudaError_t BiasAdd(int rows, int cols, const float* bias, float* y, cudaStream_
   const size_t n = size_t(rows) * cols;
   if (n == 0) return cudaSuccess;
   BiasAddKernel<<<Blocks(n), kThreads, 0, stream>>>(rows, cols, bias, y);
+  return cudaGetLastError();
+}
+
+cudaError_t AddRows(int rows, int cols, const float* x, const float* bias, float* y,
+                    cudaStream_t stream) {
+  const size_t n = size_t(rows > 0 ? rows : 0) * (cols > 0 ? cols : 0);
+  if (n == 0) return cudaSuccess;
+  AddRowsKernel<<<Blocks(n), kThreads, 0, stream>>>(rows, cols, x, bias, y);
   return cudaGetLastError();
 }
 

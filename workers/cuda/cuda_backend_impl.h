@@ -84,6 +84,19 @@ class CudaBackend final : public Backend {
   absl::Status GatherLabels(int n, const int32_t* idx, const int32_t* table, int32_t* out) override;
   absl::Status Copy(size_t n, const float* x, float* y) override;
   absl::Status Add(size_t n, const float* a, const float* b, float* y) override;
+  absl::Status Embed(int n, int features, const float* ids, const float* table,
+                     float* out) override;
+  absl::Status EmbedBackward(int n, int features, int num_embeddings, const float* ids,
+                             const float* dy, float* dtable) override;
+  absl::Status AddRows(int rows, int cols, const float* x, const float* bias, float* y) override;
+  absl::Status GemmStrided(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                           const float* a, int lda, int64_t stride_a, const float* b, int ldb,
+                           int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
+                           int count) override;
+  absl::Status AttentionSoftmax(int rows, int t, bool causal, float* s) override;
+  absl::Status SoftmaxBackward(int rows, int cols, const float* p, float* dp) override;
+  absl::Status MaskedScale(int rows, int cols, const uint8_t* mask, float keep, const float* x,
+                           float* y) override;
   absl::Status Divide(size_t n, float d, float* x) override;
   absl::Status SumSquares(size_t n, const float* x, double* partials, double* out) override;
   absl::Status ClipByGlobalNorm(size_t n, float max_norm, const double* sum_squares,

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "workers/cuda/attention_softmax.cuh"
 #include "workers/cuda/batch_norm.cuh"
 #include "workers/cuda/bias.cuh"
 #include "workers/cuda/conv.cuh"
@@ -11,6 +12,7 @@
 #include "workers/cuda/cuda_status.h"
 #include "workers/cuda/dropout.cuh"
 #include "workers/cuda/elementwise.cuh"
+#include "workers/cuda/embed.cuh"
 #include "workers/cuda/gather.cuh"
 #include "workers/cuda/layer_norm.cuh"
 #include "workers/cuda/optimizer.cuh"
@@ -53,6 +55,19 @@ absl::Status CudaBackend::Gemm(bool ta, bool tb, int m, int n, int k, float alph
   if (m == 0 || n == 0) return absl::OkStatus();
   LS_LAUNCH(cublasSgemm(cublas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n,
                         m, k, &alpha, b, tb ? k : n, a, ta ? m : k, &beta, c, n));
+}
+
+// The same swap per product: cuBLAS's column-major view of a row-major matrix with
+// leading dimension ld is its transpose with the same ld, and the strides carry over.
+// The handle's math mode (SetTf32) applies to batched GEMMs as to Gemm.
+absl::Status CudaBackend::GemmStrided(bool ta, bool tb, int m, int n, int k, float alpha,
+                                      const float* a, int lda, int64_t stride_a, const float* b,
+                                      int ldb, int64_t stride_b, float beta, float* c, int ldc,
+                                      int64_t stride_c, int count) {
+  if (m == 0 || n == 0 || count == 0) return absl::OkStatus();
+  LS_LAUNCH(cublasSgemmStridedBatched(cublas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                      ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb,
+                                      stride_b, a, lda, stride_a, &beta, c, ldc, stride_c, count));
 }
 
 absl::Status CudaBackend::Im2Col(const ConvGeometry& g, const float* x, float* cols) {
@@ -188,6 +203,33 @@ absl::Status CudaBackend::Copy(size_t n, const float* x, float* y) {
 
 absl::Status CudaBackend::Add(size_t n, const float* a, const float* b, float* y) {
   LS_LAUNCH(cuda::Add(n, a, b, y, stream_));
+}
+
+absl::Status CudaBackend::Embed(int n, int features, const float* ids, const float* table,
+                                float* out) {
+  LS_LAUNCH(cuda::Embed(n, features, ids, table, out, stream_));
+}
+
+absl::Status CudaBackend::EmbedBackward(int n, int features, int num_embeddings, const float* ids,
+                                        const float* dy, float* dtable) {
+  LS_LAUNCH(cuda::EmbedBackward(n, features, num_embeddings, ids, dy, dtable, stream_));
+}
+
+absl::Status CudaBackend::AddRows(int rows, int cols, const float* x, const float* bias, float* y) {
+  LS_LAUNCH(cuda::AddRows(rows, cols, x, bias, y, stream_));
+}
+
+absl::Status CudaBackend::AttentionSoftmax(int rows, int t, bool causal, float* s) {
+  LS_LAUNCH(cuda::AttentionSoftmax(rows, t, causal, s, stream_));
+}
+
+absl::Status CudaBackend::SoftmaxBackward(int rows, int cols, const float* p, float* dp) {
+  LS_LAUNCH(cuda::SoftmaxBackward(rows, cols, p, dp, stream_));
+}
+
+absl::Status CudaBackend::MaskedScale(int rows, int cols, const uint8_t* mask, float keep,
+                                      const float* x, float* y) {
+  LS_LAUNCH(cuda::MaskedScale(rows, cols, mask, keep, x, y, stream_));
 }
 
 absl::Status CudaBackend::Divide(size_t n, float d, float* x) {

@@ -1,12 +1,15 @@
-// The whole training step on the CUDA backend: against the CPU backend (the CNN and an
-// MLP with dropout; adam, sgd with momentum, and sgd with Nesterov momentum, a schedule
-// and clipping), graph replay against eager execution, and the JAX/Flax/optax golden
-// files that tests/golden_test.cc and golden_layers_test.cc check the CPU against.
+// The whole training step on the CUDA backend: against the CPU backend (the CNN, an MLP
+// with dropout, a BatchNorm convnet and a transformer decoder block on tokens; adam, sgd
+// with momentum, and sgd with Nesterov momentum, a schedule and clipping), graph replay
+// against eager execution, and the JAX/Flax/optax golden files that tests/golden_test.cc,
+// golden_layers_test.cc and golden_sequence_test.cc check the CPU against.
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <random>
 
 #include "core/data/random_dataset.h"
+#include "core/data/token_dataset.h"
 #include "core/io/safetensors.h"
 #include "core/plan.h"
 #include "core/spec/spec.h"
@@ -45,8 +48,42 @@ Optimizer MakeOptimizer(const std::string& kind) {
   return *Optimizer::FromSpec(spec);
 }
 
-// "cnn", "mlp", or "bn": a convnet with BatchNorm after a conv and after a dense layer.
+// A pre-norm decoder block on bytes, examples/char-transformer.yaml's made small: embed,
+// position_embed, causal attention with dropout and an MLP with dropout in residual
+// connections, a final LayerNorm and the token-level loss over [T, 256]. The attention
+// has no biases: the true gradient of its key/bias is 0, which adam would turn into
+// updates of either backend's rounding noise (see ExpectSequenceTensorsWithin1e5).
+constexpr char kDecoder[] = R"(
+model:
+  input_shape: [16]
+  layers:
+    - embed: {num_embeddings: 256, features: 32}
+    - position_embed: {}
+    - residual:
+        layers:
+          - layer_norm: {}
+          - multi_head_attention: {num_heads: 4, causal: true, dropout_rate: 0.1, use_bias: false}
+    - residual:
+        layers:
+          - layer_norm: {}
+          - dense: {features: 64}
+          - gelu
+          - dense: {features: 32}
+          - dropout: {rate: 0.1}
+    - layer_norm
+    - dense: {features: 256}
+)";
+
+// "cnn", "mlp", "bn": a convnet with BatchNorm after a conv and after a dense layer, or
+// "decoder" (kDecoder).
 Model MakeModel(const std::string& name) {
+  if (name == "decoder") {
+    absl::StatusOr<v1::JobSpec> spec = ParseSpec(kDecoder, "decoder.yaml");
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<Model> m = Model::FromSpec(spec->model());
+    EXPECT_TRUE(m.ok()) << m.status();
+    return *std::move(m);
+  }
   if (name == "bn") {
     Model m({28, 28, 1});
     m.Conv(16, {3, 3});
@@ -61,6 +98,19 @@ Model MakeModel(const std::string& name) {
     return m;
   }
   return name == "cnn" ? Model::Cnn() : Model::Mlp({256, 128}, 0.3);
+}
+
+// n examples for `model_name`: windows of 16 random bytes (and their next bytes) for the
+// decoder, random images otherwise.
+Dataset MakeData(const std::string& model_name, int n, uint32_t seed) {
+  if (model_name != "decoder") return RandomDataset(n, seed);
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int32_t> byte(0, 255);
+  std::vector<int32_t> stream(size_t(n) * 16 + 1);
+  for (int32_t& t : stream) t = byte(gen);
+  absl::StatusOr<Dataset> data = WindowTokens(stream, 16, "stream", "cuda_step_test");
+  EXPECT_TRUE(data.ok()) << data.status();
+  return *std::move(data);
 }
 
 // One replica: an executor on a backend, with the dataset uploaded and fresh state.
@@ -88,7 +138,7 @@ TEST_P(CudaStepTest, StepsMatchTheCpuBackend) {
   const Model m = MakeModel(model_name);
   const Optimizer opt = MakeOptimizer(opt_name);
   const int batch = 32;
-  const Dataset data = RandomDataset(256, 1);
+  const Dataset data = MakeData(model_name, 256, 1);
   const auto impl = rng::Impl::kPartitionable;
   TrainingPlan plan(0, 1, impl, data.size, batch, 1);
   const TrainState init = TrainState::Create(m.Init(plan.init_key(), impl), opt, m.InitStats());
@@ -104,9 +154,9 @@ TEST_P(CudaStepTest, StepsMatchTheCpuBackend) {
     ASSERT_OK_AND_ASSIGN(auto got_masks, gpu.exec->DropoutMasks());
     EXPECT_EQ(got_masks, want_masks) << "step " << s;
   }
-  if (std::string(model_name) == "mlp") {
+  if (std::string(model_name) == "mlp" || std::string(model_name) == "decoder") {
     ASSERT_OK_AND_ASSIGN(auto masks, gpu.exec->DropoutMasks());
-    EXPECT_EQ(masks.size(), 2u);
+    EXPECT_EQ(masks.size(), 2u);  // the decoder's: the attention weights' and the MLP's
   }
   ASSERT_OK_AND_ASSIGN(TrainState want, cpu.exec->GetState());
   ASSERT_OK_AND_ASSIGN(TrainState got, gpu.exec->GetState());
@@ -136,7 +186,7 @@ TEST_P(CudaStepTest, GraphReplayIsBitwiseEqualToEager) {
   const Model m = MakeModel(model_name);
   const Optimizer opt = MakeOptimizer(opt_name);
   const int batch = 64;
-  const Dataset data = RandomDataset(512, 2);
+  const Dataset data = MakeData(model_name, 512, 2);
   const auto impl = rng::Impl::kPartitionable;
   TrainingPlan plan(3, 4, impl, data.size, batch, 1);
   const TrainState init = TrainState::Create(m.Init(plan.init_key(), impl), opt, m.InitStats());
@@ -157,7 +207,7 @@ TEST_P(CudaStepTest, GraphReplayIsBitwiseEqualToEager) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaStepTest,
-                         ::testing::Combine(::testing::Values("cnn", "mlp", "bn"),
+                         ::testing::Combine(::testing::Values("cnn", "mlp", "bn", "decoder"),
                                             ::testing::Values("adam", "sgd", "sgd_schedule_clip")));
 
 // The golden files (tools/reference, JAX on CPU) through the CUDA backend.
@@ -208,6 +258,21 @@ TEST_P(CudaLayersGolden, TwentyDropoutStepsInAGraphMatchOptax) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaLayersGolden, ::testing::Values("conv", "dense", "pool"));
+
+// The sequence models (tools/reference/golden_sequence.py): embed, position_embed,
+// attention, a decoder block, the token-level loss.
+class CudaSequenceGolden : public CudaTest, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CudaSequenceGolden, TokenLossAndEveryGradientWithin1e5OfJax) {
+  testing::ExpectSequenceGradientsMatchJax(cuda_.get(), GetParam());
+}
+
+TEST_P(CudaSequenceGolden, TwentyDropoutStepsInAGraphMatchOptax) {
+  testing::ExpectSequenceTrainingMatchesOptax(cuda_.get(), GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaSequenceGolden,
+                         ::testing::Values("embed", "attention", "decoder"));
 
 }  // namespace
 }  // namespace lockstep

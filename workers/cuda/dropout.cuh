@@ -1,6 +1,7 @@
 // Flax Dropout on the GPU: the mask is bernoulli(key, keep) drawn with the very
 // jax.random bits the CPU backend draws (core/rng's host/device RandomBitsAt), so masks
-// are identical across backends and y = mask ? x / keep : 0 is bitwise equal.
+// are identical across backends and y = mask ? x / keep : 0 is bitwise equal. Also the
+// attention's broadcast dropout (MaskedScale), bitwise equal to the CPU backend's.
 #ifndef LOCKSTEP_WORKERS_CUDA_DROPOUT_CUH_
 #define LOCKSTEP_WORKERS_CUDA_DROPOUT_CUH_
 
@@ -19,6 +20,10 @@ cudaError_t Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, c
 // dx = mask ? dy / keep : 0.
 cudaError_t DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy, float* dx,
                             cudaStream_t stream);
+// Flax's broadcast dropout: y (rows, cols) = x * (mask[c] ? 1 / keep : 0), one 0/1 mask of
+// `cols` shared by every row (y may be x).
+cudaError_t MaskedScale(int rows, int cols, const uint8_t* mask, float keep, const float* x,
+                        float* y, cudaStream_t stream);
 
 }  // namespace lockstep::cuda
 

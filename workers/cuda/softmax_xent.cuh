@@ -1,7 +1,8 @@
 // Softmax cross-entropy on integer labels (see Backend::SoftmaxCrossEntropy): one thread
-// per sample, in the CPU backend's order of operations. Classes are few (10), so a row
-// is short; expf/logf may differ from glibc's in the last bit, so loss and dlogits agree
-// with the CPU backend to float rounding, and `correct` exactly.
+// per sample (or per position of a sequence), in the CPU backend's order of operations.
+// Rows are short (10 classes, 256 for a byte-level sequence model); expf/logf may differ
+// from glibc's in the last bit, so loss and dlogits agree with the CPU backend to float
+// rounding, and `correct` exactly.
 #ifndef LOCKSTEP_WORKERS_CUDA_SOFTMAX_XENT_CUH_
 #define LOCKSTEP_WORKERS_CUDA_SOFTMAX_XENT_CUH_
 
