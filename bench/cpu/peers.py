@@ -27,12 +27,12 @@ torch_models.py's equivalents (same shapes and parameter counts, Flax's init
 distributions).
 
 Only training steps are timed, after `--warmup` steps (JIT compilation, allocator and
-thread-pool start-up; default 20, 5 for the char-transformer, whose steps are ~30x
-longer: XLA and inductor compile in the first step). Each step draws its batch from a fixed random permutation with a
-numpy gather, as the Flax MNIST example does; that gather is part of the timed step, as
-Lockstep's GatherRows is. The PyTorch peers read a dataset transposed to NCHW once,
-outside the timed loop. JAX steps are dispatched asynchronously; each timed window ends
-with block_until_ready.
+thread-pool start-up; default 20, 5 for the char-transformer, whose steps are the
+longest: XLA and inductor compile in the first step). Each step draws its batch from a
+fixed random permutation with a numpy gather, as the Flax MNIST example does; that
+gather is part of the timed step, as Lockstep's GatherRows is. The PyTorch peers read a
+dataset transposed to NCHW once, outside the timed loop. JAX steps are dispatched
+asynchronously; each timed window ends with block_until_ready.
 
 Every (framework, model) pair runs in its own subprocess, pinned to the same CPUs
 (`--cpus`, default the first N of this process's affinity) with the thread pools fixed to
@@ -133,7 +133,9 @@ def jax_bn_step(model, tx, images, labels, init_input=None):
   import optax
 
   rng, init_rng = jax.random.split(jax.random.PRNGKey(0))
-  variables = model.init(init_rng, jnp.ones([1, 28, 28, 1]) if init_input is None else init_input)
+  if init_input is None:
+    init_input = jnp.ones([1, 28, 28, 1])
+  variables = model.init(init_rng, init_input)
   params, stats = variables["params"], variables.get("batch_stats", {})
 
   def train_step(params, stats, opt_state, x, y, key):
@@ -169,11 +171,12 @@ def run_jax(model_name, threads, warmup, steps, windows):
   if model_name == "cnn":
     model, tx = models.CNN(), models.make_tx("sgd", 0.1, momentum=0.9)
   elif model_name == "bn-convnet":
-    model, tx = models.BNConvNet(), models.make_tx_from_spec(example_spec(model_name)["optimizer"])
+    model = models.BNConvNet()
+    tx = models.make_tx_from_spec(example_spec(model_name)["optimizer"])
   elif model_name in SPECS:  # the spec's own Flax module, as train_flax.py trains it
     spec = example_spec(model_name)
-    (model, init_input), tx = train_flax.model_from_spec(spec), models.make_tx_from_spec(
-        spec["optimizer"])
+    model, init_input = train_flax.model_from_spec(spec)
+    tx = models.make_tx_from_spec(spec["optimizer"])
   else:
     model, tx = models.MLP(widths=(512, 512), dropout_rate=0.0), models.make_tx("adam", 1e-3)
   if model_name in SPECS:

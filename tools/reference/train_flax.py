@@ -85,8 +85,9 @@ def model_from_spec(spec):
   model_spec = dict(spec["model"], layers=normalize_layers(spec["model"]["layers"]))
   shape = model_spec.get("input_shape", [28, 28, 1])
   text = (spec.get("dataset") or {}).get("format") == "text"
-  model = (Sequential if model_spec.get("blocks") else BatchNormSequential)(json.dumps(model_spec))
-  return model, jnp.ones([1, *shape], jnp.int32 if text else jnp.float32)
+  module = Sequential if model_spec.get("blocks") else BatchNormSequential
+  init_input = jnp.ones([1, *shape], jnp.int32 if text else jnp.float32)
+  return module(json.dumps(model_spec)), init_input
 
 
 def load(dataset, split):
