@@ -1,23 +1,38 @@
 #!/usr/bin/env python3
 """CPU training throughput of Lockstep's peers: JAX (jit) and PyTorch (eager, compile).
 
-Trains the benchmark models on Fashion-MNIST batches with the same optimizer as the
-Lockstep specs in bench/cpu/run, and prints one JSON object:
+Trains the benchmark models on Fashion-MNIST batches (the fortunes corpus for the
+char-transformer) with the same optimizer as the Lockstep specs in bench/cpu/run, and
+prints one JSON object:
 
   {"threads": N, "cpus": [...], "versions": {...},
-   "results": {"cnn": {"jax": {"samples_per_sec": median, "windows": [...], ...}, ...}, ...}}
+   "results": {"cnn": {"jax": {"samples_per_sec": median, "windows": [...], "batch": B,
+                               ...}, ...}, ...}}
 
   cnn: the Flax MNIST CNN (tools/reference/models.py), optax.sgd(0.1, momentum=0.9)
   mlp: 784-512-512-10 (no dropout), optax.adam(1e-3)
   bn-convnet: examples/bn-convnet.yaml's model (models.BNConvNet: BatchNorm in training
               mode, dropout 0.3) and optimizer (adam on a cosine decay), as the spec says
+  resnet: examples/resnet.yaml's model and optimizer (adam on a cosine decay), batch 128;
+          BatchNorm in training mode
+  char-transformer: examples/char-transformer.yaml's model and optimizer (adam 1e-3),
+          batch 32 windows of 128 bytes of the fortunes corpus (the spec's train_path,
+          cut into windows as Lockstep and train_flax.py read it), dropout on, the
+          token-level cross-entropy; a sample is one window
+
+JAX runs the spec's own Flax module for resnet and char-transformer
+(tools/reference/train_flax.py's model_from_spec: golden_layers.Sequential with the
+spec's blocks, Lockstep's module names and init); PyTorch runs tools/reference/
+torch_models.py's equivalents (same shapes and parameter counts, Flax's init
+distributions).
 
 Only training steps are timed, after `--warmup` steps (JIT compilation, allocator and
-thread-pool start-up). Each step draws its batch from a fixed random permutation with a
-numpy gather, as the Flax MNIST example does; that gather is part of the timed step, as
-Lockstep's GatherRows is. The PyTorch peers read a dataset transposed to NCHW once,
-outside the timed loop. JAX steps are dispatched asynchronously; each timed window ends
-with block_until_ready.
+thread-pool start-up; default 20, 5 for the char-transformer, whose steps are the
+longest: XLA and inductor compile in the first step). Each step draws its batch from a
+fixed random permutation with a numpy gather, as the Flax MNIST example does; that
+gather is part of the timed step, as Lockstep's GatherRows is. The PyTorch peers read a
+dataset transposed to NCHW once, outside the timed loop. JAX steps are dispatched
+asynchronously; each timed window ends with block_until_ready.
 
 Every (framework, model) pair runs in its own subprocess, pinned to the same CPUs
 (`--cpus`, default the first N of this process's affinity) with the thread pools fixed to
@@ -29,7 +44,8 @@ N threads:
            set); --xla_cpu_multi_thread_eigen=true (the default) is set explicitly.
   PyTorch: torch.set_num_threads(N), torch.set_num_interop_threads(1), OMP_NUM_THREADS=N
 
-Usage: peers.py [--threads N] [--models cnn,mlp,bn-convnet] [--frameworks jax,torch,torch_compile]
+Usage: peers.py [--threads N] [--models cnn,mlp,bn-convnet,resnet,char-transformer]
+                [--frameworks jax,torch,torch_compile]
                 [--steps S] [--windows W] [--warmup K] [--cpus 0,1]
 """
 import argparse
@@ -47,15 +63,22 @@ sys.path.insert(0, os.path.join(REPO, "tools", "reference"))
 from idx import read_idx  # noqa: E402
 
 DATA = "/usr/share/datasets/fashion-mnist"
-BATCH = 128
-BN_CONVNET_SPEC = os.path.join(REPO, "examples", "bn-convnet.yaml")
+BATCH = 128  # the image models' batch; the example specs give their own
+# The models that are an example spec: its model, optimizer, batch and dataset.
+SPECS = {m: os.path.join(REPO, "examples", f"{m}.yaml")
+         for m in ("bn-convnet", "resnet", "char-transformer")}
+DEFAULT_WARMUP = {"char-transformer": 5}  # else 20
 
 
-def bn_convnet_optimizer():
-  """The optimizer of examples/bn-convnet.yaml (a dict with the proto's field names)."""
+def example_spec(model_name):
+  """examples/<model_name>.yaml as a dict (the proto's field names)."""
   import yaml
-  with open(BN_CONVNET_SPEC) as f:
-    return yaml.safe_load(f)["optimizer"]
+  with open(SPECS[model_name]) as f:
+    return yaml.safe_load(f)
+
+
+def batch_size(model_name):
+  return int(example_spec(model_name)["global_batch_size"]) if model_name in SPECS else BATCH
 
 
 def load_train():
@@ -64,18 +87,25 @@ def load_train():
   return (images.astype(np.float32) / 255.0)[..., None], labels.astype(np.int32)  # NHWC
 
 
-def batch_indices(n, steps, seed=0):
+def load_text(model_name):
+  """A text spec's training windows and their next bytes, int32 [N, context] each, as
+  Lockstep reads `format: text` (train_flax.load: window i = bytes [i * T, i * T + T])."""
+  import train_flax
+  return train_flax.load(example_spec(model_name)["dataset"], "train")
+
+
+def batch_indices(n, steps, batch=BATCH, seed=0):
   """Indices for `steps` batches: concatenated random permutations (drop remainder)."""
   rng = np.random.default_rng(seed)
-  per_epoch = n // BATCH
+  per_epoch = n // batch
   out = []
   while len(out) < steps:
-    perm = rng.permutation(n)[:per_epoch * BATCH].reshape(per_epoch, BATCH)
+    perm = rng.permutation(n)[:per_epoch * batch].reshape(per_epoch, batch)
     out.extend(perm)
   return out[:steps]
 
 
-def timed_windows(step, idx, warmup, steps, windows, sync):
+def timed_windows(step, idx, warmup, steps, windows, sync, batch=BATCH):
   """Runs warmup steps, then `windows` timed windows of `steps` steps each."""
   it = iter(idx)
   for _ in range(warmup):
@@ -87,29 +117,33 @@ def timed_windows(step, idx, warmup, steps, windows, sync):
     for _ in range(steps):
       step(next(it))
     sync()
-    rates.append(steps * BATCH / (time.perf_counter() - t0))
+    rates.append(steps * batch / (time.perf_counter() - t0))
   return rates
 
 
 # ---------------------------------------------------------------------------- JAX
 
-def jax_bn_step(model, tx, images, labels):
+def jax_bn_step(model, tx, images, labels, init_input=None):
   """A training step of a model with BatchNorm and dropout (train=True): the batch
-  statistics' running averages carried beside the params, a dropout key per step."""
+  statistics' running averages carried beside the params (none for the transformer), a
+  dropout key per step; the mean softmax cross-entropy over the batch, and over every
+  position for logits per position (the token-level loss)."""
   import jax
   import jax.numpy as jnp
   import optax
 
   rng, init_rng = jax.random.split(jax.random.PRNGKey(0))
-  variables = model.init(init_rng, jnp.ones([1, 28, 28, 1]))
-  params, stats = variables["params"], variables["batch_stats"]
+  if init_input is None:
+    init_input = jnp.ones([1, 28, 28, 1])
+  variables = model.init(init_rng, init_input)
+  params, stats = variables["params"], variables.get("batch_stats", {})
 
   def train_step(params, stats, opt_state, x, y, key):
     def loss(params):
       logits, new = model.apply({"params": params, "batch_stats": stats}, x, train=True,
                                 rngs={"dropout": key}, mutable=["batch_stats"])
       l = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-      return l, new["batch_stats"]
+      return l, new.get("batch_stats", {})
     (l, stats), grads = jax.value_and_grad(loss, has_aux=True)(params)
     updates, opt_state = tx.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), stats, opt_state, l
@@ -130,16 +164,23 @@ def run_jax(model_name, threads, warmup, steps, windows):
   import jax
   from flax.training import train_state
   import models
+  import train_flax
 
-  images, labels = load_train()
+  images, labels = load_text(model_name) if model_name == "char-transformer" else load_train()
+  init_input = None
   if model_name == "cnn":
     model, tx = models.CNN(), models.make_tx("sgd", 0.1, momentum=0.9)
   elif model_name == "bn-convnet":
-    model, tx = models.BNConvNet(), models.make_tx_from_spec(bn_convnet_optimizer())
+    model = models.BNConvNet()
+    tx = models.make_tx_from_spec(example_spec(model_name)["optimizer"])
+  elif model_name in SPECS:  # the spec's own Flax module, as train_flax.py trains it
+    spec = example_spec(model_name)
+    model, init_input = train_flax.model_from_spec(spec)
+    tx = models.make_tx_from_spec(spec["optimizer"])
   else:
     model, tx = models.MLP(widths=(512, 512), dropout_rate=0.0), models.make_tx("adam", 1e-3)
-  if model_name == "bn-convnet":
-    step, sync, holder = jax_bn_step(model, tx, images, labels)
+  if model_name in SPECS:
+    step, sync, holder = jax_bn_step(model, tx, images, labels, init_input)
   else:
     _, params = models.init_params(model, 0)
     state = train_state.TrainState.create(apply_fn=model.apply, params=params, tx=tx)
@@ -160,8 +201,9 @@ def run_jax(model_name, threads, warmup, steps, windows):
     def sync():
       jax.block_until_ready(holder["state"].params)
 
-  idx = batch_indices(len(labels), warmup + steps * windows)
-  rates = timed_windows(step, idx, warmup, steps, windows, sync)
+  batch = batch_size(model_name)
+  idx = batch_indices(len(labels), warmup + steps * windows, batch)
+  rates = timed_windows(step, idx, warmup, steps, windows, sync, batch)
   return rates, {"final_loss": float(holder["loss"]), "devices": str(jax.devices())}
 
 
@@ -174,24 +216,36 @@ def run_torch(model_name, threads, warmup, steps, windows, compile_):
   torch.set_num_interop_threads(1)
   torch.manual_seed(0)
 
-  images, labels = load_train()
-  x_all = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2)))  # NCHW, once
-  y_all = torch.from_numpy(labels.astype(np.int64))
-  sched = None
-  if model_name == "cnn":
-    model = torch_models.CNN()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)  # = optax.sgd trace
-  elif model_name == "bn-convnet":
-    model = torch_models.BNConvNet()
-    o = bn_convnet_optimizer()
-    (kind, a), = o["schedule"].items()
-    assert o["kind"] == "adam" and kind == "cosine_decay", o  # what examples/bn-convnet.yaml says
-    opt = torch.optim.Adam(model.parameters(), lr=float(a["init_value"]))
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=int(a["decay_steps"]))
+  if model_name == "char-transformer":
+    tokens, targets = load_text(model_name)
+    x_all = torch.from_numpy(tokens.astype(np.int64))
+    y_all = torch.from_numpy(targets.astype(np.int64))
   else:
-    model = torch_models.MLP()
+    images, labels = load_train()
+    x_all = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2)))  # NCHW, once
+    y_all = torch.from_numpy(labels.astype(np.int64))
+  sched = None
+  model = torch_models.MODELS[model_name]()
+  if model_name == "cnn":
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)  # = optax.sgd trace
+  elif model_name in SPECS:
+    o = example_spec(model_name)["optimizer"]
+    assert o["kind"] == "adam" and not o.get("clip_by_global_norm"), o  # what the specs say
+    if o.get("schedule"):
+      (kind, a), = o["schedule"].items()
+      assert kind == "cosine_decay" and not a.get("alpha"), o
+      opt = torch.optim.Adam(model.parameters(), lr=float(a["init_value"]))
+      sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=int(a["decay_steps"]))
+    else:
+      opt = torch.optim.Adam(model.parameters(), lr=float(o["learning_rate"]))
+  else:
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-  loss_fn = torch.nn.functional.cross_entropy  # mean over the batch, as loss_fn in models.py
+
+  def loss_fn(logits, y):
+    """Mean over the batch, as loss_fn in models.py; over every position too for logits
+    per position (the token-level loss)."""
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                             y.reshape(-1))
 
   # torch.compile: the model (inductor compiles forward and, through AOTAutograd, backward);
   # the optimizer stays eager (foreach). Compiling the whole step including backward() and
@@ -210,9 +264,10 @@ def run_torch(model_name, threads, warmup, steps, windows, compile_):
       sched.step()
     holder["loss"] = loss
 
-  idx = batch_indices(len(labels), warmup + steps * windows)
+  batch = batch_size(model_name)
+  idx = batch_indices(len(y_all), warmup + steps * windows, batch)
   t0 = time.perf_counter()
-  rates = timed_windows(step, idx, warmup, steps, windows, lambda: None)
+  rates = timed_windows(step, idx, warmup, steps, windows, lambda: None, batch)
   extra = {"final_loss": float(holder["loss"]), "num_threads": torch.get_num_threads(),
            "interop_threads": torch.get_num_interop_threads()}
   if compile_:
@@ -253,7 +308,8 @@ def main():
   p.add_argument("--steps", type=int, default=None, help="steps per timed window "
                  "(default 100 for the cnn, 300 for the mlp)")
   p.add_argument("--windows", type=int, default=2, help="timed windows per run")
-  p.add_argument("--warmup", type=int, default=20)
+  p.add_argument("--warmup", type=int, default=None,
+                 help="untimed steps first (default 20; 5 for the char-transformer)")
   p.add_argument("--timeout", type=float, default=600, help="seconds per subprocess")
   p.add_argument("--model", help=argparse.SUPPRESS)
   p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -273,12 +329,13 @@ def main():
   results = {}
   for model in args.models.split(","):
     steps = args.steps or (300 if model == "mlp" else 100)
+    warmup = args.warmup if args.warmup is not None else DEFAULT_WARMUP.get(model, 20)
     results[model] = {}
     for fw in args.frameworks.split(","):
       cmd = ["taskset", "-c", args.cpus, sys.executable, os.path.abspath(__file__),
              "--worker", fw, "--model", model, "--threads", str(n), "--cpus", args.cpus,
              "--steps", str(steps), "--windows", str(args.windows),
-             "--warmup", str(args.warmup)]
+             "--warmup", str(warmup)]
       t0 = time.perf_counter()
       try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
@@ -296,11 +353,12 @@ def main():
       rates = r.pop("rates")
       results[model][fw] = {"samples_per_sec": float(np.median(rates)),
                             "windows": [round(x, 1) for x in rates],
-                            "steps_per_window": steps, "warmup_steps": args.warmup,
+                            "steps_per_window": steps, "warmup_steps": warmup,
+                            "batch": batch_size(model),
                             "wall_seconds": round(wall, 1), **r}
       print(f"peers: {model} {fw}: {np.median(rates):.0f} samples/s "
             f"(windows {', '.join(f'{x:.0f}' for x in rates)})", file=sys.stderr)
-  print(json.dumps({"threads": n, "cpus": args.cpus, "batch": BATCH,
+  print(json.dumps({"threads": n, "cpus": args.cpus,
                     "versions": versions(), "results": results}))
 
 

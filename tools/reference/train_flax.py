@@ -76,6 +76,20 @@ def normalize_layers(layers):
   return out
 
 
+def model_from_spec(spec):
+  """The Flax module of a spec's model.layers and an input to init it on ([1, *shape]:
+  float32 images, or int32 token ids for a text dataset). A model with blocks:
+  golden_layers.Sequential builds it all (blocks, residual connections, batch_norm), with
+  Lockstep's module names and hence its init. bench/cpu/peers.py builds its JAX peers of
+  examples/resnet.yaml and examples/char-transformer.yaml here."""
+  model_spec = dict(spec["model"], layers=normalize_layers(spec["model"]["layers"]))
+  shape = model_spec.get("input_shape", [28, 28, 1])
+  text = (spec.get("dataset") or {}).get("format") == "text"
+  module = Sequential if model_spec.get("blocks") else BatchNormSequential
+  init_input = jnp.ones([1, *shape], jnp.int32 if text else jnp.float32)
+  return module(json.dumps(model_spec)), init_input
+
+
 def load(dataset, split):
   """float32 NHWC images and int32 labels of one split, as Lockstep reads them; for a text
   dataset (format text: the file's bytes), int32 windows of `context` tokens and their
@@ -108,8 +122,6 @@ def main():
   p.add_argument("--epochs", type=int, help="override the spec's epochs")
   args = p.parse_args()
   spec = yaml.safe_load(open(args.spec))
-  model_spec = dict(spec["model"], layers=normalize_layers(spec["model"]["layers"]))
-  shape = model_spec.get("input_shape", [28, 28, 1])
   batch = int(spec["global_batch_size"])
   seed = int(spec.get("seed", 0))
 
@@ -118,12 +130,10 @@ def main():
   steps_per_epoch = len(x_train) // batch
   epochs = args.epochs or int(spec.get("epochs") or -(-int(spec["steps"]) // steps_per_epoch))
 
-  # A model with blocks: golden_layers.Sequential builds it all (blocks, residual
-  # connections, batch_norm), with Lockstep's module names and hence its init.
-  model = (Sequential if model_spec.get("blocks") else BatchNormSequential)(json.dumps(model_spec))
+  model, init_input = model_from_spec(spec)
   rng, init_rng = jax.random.split(jax.random.PRNGKey(seed))
   text = (spec.get("dataset") or {}).get("format") == "text"
-  variables = model.init(init_rng, jnp.ones([1, *shape], jnp.int32 if text else jnp.float32))
+  variables = model.init(init_rng, init_input)
   params, stats = variables["params"], variables.get("batch_stats", {})
   tx = models.make_tx_from_spec(spec["optimizer"])
   opt_state = tx.init(params)
