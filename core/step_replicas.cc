@@ -14,7 +14,6 @@
 #include <tuple>
 
 #include "absl/base/casts.h"
-
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "core/step.h"

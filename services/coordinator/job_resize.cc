@@ -251,6 +251,7 @@ absl::Status JobRunner::CheckKeptStates(
   for (const auto& p : resp) last = std::max(last, p->step);
   // The first rank at start_.step and the first past it, which the others must agree with.
   const PrepareResult *at_start = nullptr, *past = nullptr;
+  size_t past_rank = 0;
   for (size_t r = 0; r < resp.size(); ++r) {
     const PrepareResult& p = *resp[r];
     const bool ahead = p.step > start_.step;
@@ -259,7 +260,10 @@ absl::Status JobRunner::CheckKeptStates(
                                    " and ", last));
     }
     const PrepareResult*& first = ahead ? past : at_start;
-    if (first == nullptr) first = &p;
+    if (first == nullptr) {
+      first = &p;
+      if (ahead) past_rank = r;
+    }
     const uint64_t want = !ahead && start_.checksum != 0 ? start_.checksum : first->param_checksum;
     if (p.param_checksum != want) {
       return abort(r, absl::StrFormat("holds params with checksum %016x at step %d, not %016x",
@@ -277,7 +281,7 @@ absl::Status JobRunner::CheckKeptStates(
     if (i >= past->ahead.size() || past->ahead[i].step != s ||
         static_cast<int>(past->ahead[i].losses.size()) != v ||
         past->ahead[i].accuracies.size() != past->ahead[i].losses.size()) {
-      return abort(static_cast<size_t>(past - &*resp[0]),
+      return abort(past_rank,
                    absl::StrCat("holds step ", last, " without every replica's loss of step ", s));
     }
   }
