@@ -56,8 +56,7 @@ int64_t ExactSum::BlockExponent(std::span<const float* const> local, size_t begi
 absl::Status ExactSum::Sum(std::span<const float* const> local, size_t n, float* out,
                            const CollectiveOptions& options, std::span<int64_t> also_max) {
   if (local.empty()) return absl::InvalidArgumentError("exact sum: no local contributions");
-  if (n > 0 &&
-      (out == nullptr || std::find(local.begin(), local.end(), nullptr) != local.end())) {
+  if (n > 0 && (out == nullptr || std::find(local.begin(), local.end(), nullptr) != local.end())) {
     return absl::InvalidArgumentError(absl::StrCat("exact sum of ", n, " floats: null data"));
   }
   const bool distributed = collective_ != nullptr && collective_->size() > 1;
@@ -68,8 +67,8 @@ absl::Status ExactSum::Sum(std::span<const float* const> local, size_t n, float*
   }
   std::copy(also_max.begin(), also_max.end(), exponents_.begin() + blocks);
   if (distributed && !exponents_.empty()) {
-    RETURN_IF_ERROR(collective_->AllReduceInt64(exponents_.data(), exponents_.size(),
-                                                ReduceOp::kMax, options));
+    RETURN_IF_ERROR(
+        collective_->AllReduceInt64(exponents_.data(), exponents_.size(), ReduceOp::kMax, options));
   }
   std::copy(exponents_.begin() + blocks, exponents_.end(), also_max.begin());
   if (n == 0) return absl::OkStatus();

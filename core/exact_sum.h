@@ -26,8 +26,8 @@
 // element, on every rank (a diverged step; JAX would give inf or NaN there).
 //
 // Cost: 8 bytes per element (an int64 sum: twice a float32 all-reduce's bytes) plus one
-// int64 per block for the max (and the caller's `also_max` values). Memory: host memory (contributions, result and the
-// collective's buffers alike), i.e. the CPU backend with Gloo.
+// int64 per block for the max (and the caller's `also_max` values). Memory: host memory
+// (contributions, result and the collective's buffers alike), i.e. the CPU backend with Gloo.
 //
 // Thread safety: none; one thread drives an ExactSum (and its collective's FIFO).
 #ifndef LOCKSTEP_CORE_EXACT_SUM_H_

@@ -36,8 +36,8 @@ struct JobRun {
   std::vector<std::vector<float>> losses;  // [step][replica]
   // [worker][step]: every replica's loss as the worker learned it in the step's all-reduce
   std::vector<std::vector<std::vector<float>>> shared;
-  std::vector<TrainState> states;          // per worker
-  std::vector<absl::Status> status;        // per worker
+  std::vector<TrainState> states;    // per worker
+  std::vector<absl::Status> status;  // per worker
 };
 
 // Worker w of `workers` holds replicas [w * V / workers, (w + 1) * V / workers). Its

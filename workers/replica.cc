@@ -149,8 +149,8 @@ absl::StatusOr<StepResult> Replica::StepLogical(const StepCommand& command) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(StepMetrics m, exec_->StepReplicas(train_, command.indices, command.keys));
-  KeepCompleted({{command.step + 1, std::move(m.all_replica_loss),
-                  std::move(m.all_replica_accuracy)}});
+  KeepCompleted(
+      {{command.step + 1, std::move(m.all_replica_loss), std::move(m.all_replica_accuracy)}});
   StepResult r;
   r.replica_losses = std::move(m.replica_loss);
   r.replica_accuracies = std::move(m.replica_accuracy);

@@ -63,8 +63,9 @@ v1::PrepareResponse ToProto(const PrepareResult& result) {
 PrepareResult FromProto(const v1::PrepareResponse& r) {
   PrepareResult out{r.train_examples(), r.test_examples(), r.param_checksum(), r.step(), {}};
   for (const v1::CompletedStep& c : r.ahead()) {
-    out.ahead.push_back(
-        {c.step(), {c.losses().begin(), c.losses().end()}, {c.accuracies().begin(), c.accuracies().end()}});
+    out.ahead.push_back({c.step(),
+                         {c.losses().begin(), c.losses().end()},
+                         {c.accuracies().begin(), c.accuracies().end()}});
   }
   return out;
 }

@@ -226,8 +226,11 @@ class FakeClient final : public WorkerClient {
       absl::MutexLock lock(&held_->mu);
       held_->kept.push_back(true);
       const TrainState& own = held_->state;
-      PrepareResult result{w_.train_examples, w_.test_examples,
-                           ParamChecksum(own.params, own.batch_stats), own.step, {}};
+      PrepareResult result{w_.train_examples,
+                           w_.test_examples,
+                           ParamChecksum(own.params, own.batch_stats),
+                           own.step,
+                           {}};
       for (const CompletedStep& c : held_->completed) {
         if (c.step > state->header.step && c.step <= own.step) result.ahead.push_back(c);
       }
@@ -251,8 +254,8 @@ class FakeClient final : public WorkerClient {
     absl::MutexLock lock(&held_->mu);
     held_->kept.push_back(false);
     held_->state = *s;
-    return PrepareResult{w_.train_examples, w_.test_examples,
-                         ParamChecksum(s->params, s->batch_stats), s->step, {}};
+    return PrepareResult{
+        w_.train_examples, w_.test_examples, ParamChecksum(s->params, s->batch_stats), s->step, {}};
   }
   absl::StatusOr<std::unique_ptr<StepStream>> OpenSteps(const std::string&,
                                                         const CancelToken& cancel,

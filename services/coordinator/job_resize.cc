@@ -309,7 +309,8 @@ absl::StatusOr<bool> JobRunner::CatchUp(const std::vector<absl::StatusOr<Prepare
   if (!all) {  // the others get the state of one that completed them
     ASSIGN_OR_RETURN(TrainState state,
                      clients_[lead]->FetchState(job_id_, *attempt(), options_.rpc_timeout));
-    if (state.step != p.step || ParamChecksum(state.params, state.batch_stats) != p.param_checksum) {
+    if (state.step != p.step ||
+        ParamChecksum(state.params, state.batch_stats) != p.param_checksum) {
       return WorkerError(lead, absl::DataLossError(absl::StrCat(
                                    "the state it sent is not the one it holds at step ", p.step)));
     }

@@ -265,8 +265,7 @@ struct AheadRun {
   SpareSupply supply;
   std::vector<std::vector<bool>> kept;  // w0's and w1's Prepares: keep_state or not
 };
-void RunWithAnswersLost(const v1::JobSpec& spec, std::vector<FakeWorker> survivors,
-                        AheadRun* run) {
+void RunWithAnswersLost(const v1::JobSpec& spec, std::vector<FakeWorker> survivors, AheadRun* run) {
   survivors.push_back(FakeWorker{.alive = false, .stall_from = 5});
   FakeClientFactory factory(survivors);
   CoordinatorOptions options;
