@@ -56,14 +56,18 @@ int Latencies(int kills, bool verbose) {
   if (!job.ok()) return std::fprintf(stderr, "%s\n", job.status().ToString().c_str()), 1;
   std::vector<int64_t> killed_ms, added_ms;
   // Each change waits until the job has taken the previous one (its workers count) and
-  // gone `gap` steps further: a bounded wait on the job's steps, not on the clock.
+  // gone `gap` steps further with it: a bounded wait on the job's steps, not on the clock.
+  // The job lists a newcomer as soon as its grow begins; the steps after that listing are
+  // the ones computed with it (a kill sooner would land in the grow, not after it).
   int64_t at = gap;
   auto settle = [&](int workers) {
+    bool listed = false;  // the previous wait already saw `workers`
     for (int tries = 0; tries < 200; ++tries) {
       absl::StatusOr<v1::Job> j = c.WaitForStep(job->id(), at, absl::Minutes(2));
       if (!j.ok()) return false;
       at = j->step() + gap;
-      if (j->workers_size() == workers) return true;
+      if (j->workers_size() == workers && listed) return true;
+      listed = j->workers_size() == workers;
     }
     return false;
   };
