@@ -1,7 +1,8 @@
 // Elastic jobs (docs/elastic.md, bench/results/elastic.md), on a local cluster:
 //  1. shrink and join latency: one `replicas: 4` job (the BatchNorm convnet with dropout
 //     of tests/cluster/elastic_test) on 3 workers {min 1, max 3}; `--kills` times its
-//     rank-0 worker is killed (SIGKILL) and, some steps later, a new worker started.
+//     rank-0 worker is killed (SIGKILL) and, 10 to 40 steps later (drawn), a new worker
+//     started.
 //     Shrink latency: kill -> the first step completed after the job's "resized ... lost"
 //     event; join latency: the new worker's start -> the first step completed after the
 //     "resized ... joined" event. The job's checksum is compared with `lockstep train`'s.
@@ -10,6 +11,7 @@
 // Usage: elastic_bench [--kills K] [--rounds R] [--steps S] [--threads T] [--verbose 1]
 #include <algorithm>
 #include <cstdio>
+#include <random>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -46,7 +48,8 @@ double Median(std::vector<double> v) {
 }
 
 int Latencies(int kills, bool verbose) {
-  const int gap = 20;       // steps at least between changes
+  std::mt19937 random(kills);  // the steps between changes: 10 to 40, drawn
+  std::uniform_int_distribution<int> gaps(10, 40);
   const int steps = 12000;  // more than the changes take; it runs to its end after them
   const v1::JobSpec spec = ConvnetSpec(steps);
   auto cluster = testing::LocalCluster::Start(3);
@@ -56,11 +59,12 @@ int Latencies(int kills, bool verbose) {
   if (!job.ok()) return std::fprintf(stderr, "%s\n", job.status().ToString().c_str()), 1;
   std::vector<int64_t> killed_ms, added_ms;
   // Each change waits until the job has taken the previous one (its workers count) and
-  // gone `gap` steps further with it: a bounded wait on the job's steps, not on the clock.
-  // The job lists a newcomer as soon as its grow begins; the steps after that listing are
+  // gone a drawn number of steps further with it: a bounded wait on the job's steps, not on the
+  // clock. The job lists a newcomer as soon as its grow begins; the steps after that listing are
   // the ones computed with it (a kill sooner would land in the grow, not after it).
-  int64_t at = gap;
+  int64_t at = gaps(random);
   auto settle = [&](int workers) {
+    const int gap = gaps(random);
     bool listed = false;  // the previous wait already saw `workers`
     for (int tries = 0; tries < 200; ++tries) {
       absl::StatusOr<v1::Job> j = c.WaitForStep(job->id(), at, absl::Minutes(2));
@@ -146,16 +150,20 @@ int Latencies(int kills, bool verbose) {
   return 0;
 }
 
+// The CNN's samples/s with `replicas: 4` and `replicas: 2` (the exact reduction), and
+// without `replicas` (V = N: today's float all-reduce), the three alternating.
 int Throughput(int rounds, int steps, int threads) {
   auto cluster = testing::LocalCluster::Start(2, {}, threads);
   if (!cluster.ok()) return std::fprintf(stderr, "%s\n", cluster.status().ToString().c_str()), 1;
-  std::vector<double> rate[2];
+  const int kinds[] = {4, 2, 0};  // replicas; 0: none
+  std::vector<double> rate[3];
   for (int r = 0; r < rounds; ++r) {
-    for (int v : {4, 2}) {
+    for (int k = 0; k < 3; ++k) {
       v1::JobSpec spec = Parse(absl::StrCat(
           "model: {kind: cnn}\noptimizer: {kind: sgd, learning_rate: 0.1, momentum: 0.9}\n"
           "global_batch_size: 128\nworkers: 2\neval: {every_steps: 1000000, batch_size: 1000}\n",
-          "threads: ", threads, "\nreplicas: ", v, "\nsteps: ", steps, "\n"));
+          "threads: ", threads, "\nsteps: ", steps, "\n",
+          kinds[k] > 0 ? absl::StrCat("replicas: ", kinds[k], "\n") : ""));
       absl::StatusOr<v1::Job> job = (*cluster)->Submit(spec);
       if (!job.ok()) return std::fprintf(stderr, "%s\n", job.status().ToString().c_str()), 1;
       absl::StatusOr<v1::Job> done = (*cluster)->WaitFor(job->id(), absl::Minutes(20));
@@ -164,15 +172,17 @@ int Throughput(int rounds, int steps, int threads) {
                             done.ok() ? done->failure_reason().c_str() : "lost"),
                1;
       }
-      rate[v == 4 ? 0 : 1].push_back(done->samples_per_sec());
-      std::printf("round %d replicas %d: %.1f samples/s\n", r, v, done->samples_per_sec());
+      rate[k].push_back(done->samples_per_sec());
+      std::printf("round %d replicas %s: %.1f samples/s\n", r,
+                  kinds[k] > 0 ? std::to_string(kinds[k]).c_str() : "(none)",
+                  done->samples_per_sec());
     }
   }
-  const double four = Median(rate[0]), two = Median(rate[1]);
+  const double four = Median(rate[0]), two = Median(rate[1]), none = Median(rate[2]);
   std::printf(
-      "CNN B=128 on 2 workers (%d threads each): replicas 4 %.1f samples/s, replicas 2 "
-      "%.1f samples/s (medians of %d): %.2fx\n",
-      threads, four, two, rounds, two > 0 ? four / two : 0);
+      "CNN B=128 on 2 workers (%d threads each), medians of %d: replicas 4 %.1f samples/s, "
+      "replicas 2 %.1f, no replicas (float all-reduce) %.1f; 4 vs 2: %.2fx; 2 vs none: %.2fx\n",
+      threads, rounds, four, two, none, two > 0 ? four / two : 0, none > 0 ? two / none : 0);
   return 0;
 }
 
@@ -181,15 +191,30 @@ int Throughput(int rounds, int steps, int threads) {
 
 int main(int argc, char** argv) {
   int kills = 10, rounds = 3, steps = 30, threads = 1;
-  bool verbose = false;  // --verbose 1: every state event's reason
+  bool verbose = false;        // --verbose 1: every state event's reason
+  bool usage = argc % 2 == 0;  // a flag without its value (--help), or an unknown one
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const int value = std::atoi(argv[i + 1]);
-    if (flag == "--kills") kills = value;
-    if (flag == "--rounds") rounds = value;
-    if (flag == "--steps") steps = value;
-    if (flag == "--threads") threads = value;
-    if (flag == "--verbose") verbose = value != 0;
+    if (flag == "--kills") {
+      kills = value;
+    } else if (flag == "--rounds") {
+      rounds = value;
+    } else if (flag == "--steps") {
+      steps = value;
+    } else if (flag == "--threads") {
+      threads = value;
+    } else if (flag == "--verbose") {
+      verbose = value != 0;
+    } else {
+      usage = true;
+    }
+  }
+  if (usage) {
+    std::fprintf(stderr,
+                 "usage: elastic_bench [--kills K] [--rounds R] [--steps S] [--threads T] "
+                 "[--verbose 1]\n");
+    return 2;
   }
   int rc = kills > 0 ? lockstep::Latencies(kills, verbose) : 0;
   if (rc == 0 && rounds > 0) rc = lockstep::Throughput(rounds, steps, threads);
