@@ -20,7 +20,7 @@ constexpr size_t kMagicSize = 6;
 constexpr uint64_t kMaxHeaderBytes = 1 << 16;
 constexpr int64_t kMaxDims = 32;  // numpy's NPY_MAXDIMS (64 since numpy 2) allows more
 
-absl::Status Invalid(const std::string& what, const std::string& msg) {
+absl::Status InvalidNpy(const std::string& what, const std::string& msg) {
   return absl::InvalidArgumentError(absl::StrCat(what, ": ", msg));
 }
 
@@ -109,16 +109,16 @@ struct Header {
 absl::Status ParseHeader(absl::string_view text, const std::string& what, Header* h) {
   const std::string bad = "the .npy header is not the dict numpy writes";
   HeaderParser p(text);
-  if (!p.Consume('{')) return Invalid(what, bad);
+  if (!p.Consume('{')) return InvalidNpy(what, bad);
   while (!p.Consume('}')) {
     std::optional<std::string> key = p.String();
-    if (!key || !p.Consume(':')) return Invalid(what, bad);
+    if (!key || !p.Consume(':')) return InvalidNpy(what, bad);
     if (*key == "descr" && !h->descr) {
       h->descr = p.String();
       if (!h->descr) {
-        return Invalid(what,
-                       "a structured or other compound dtype is not supported (want a "
-                       "plain one: uint8, float32, int64...)");
+        return InvalidNpy(what,
+                          "a structured or other compound dtype is not supported (want a "
+                          "plain one: uint8, float32, int64...)");
       }
     } else if (*key == "fortran_order" && !h->fortran_order) {
       if (p.ConsumeWord("True")) {
@@ -126,20 +126,20 @@ absl::Status ParseHeader(absl::string_view text, const std::string& what, Header
       } else if (p.ConsumeWord("False")) {
         h->fortran_order = false;
       } else {
-        return Invalid(what, bad);
+        return InvalidNpy(what, bad);
       }
     } else if (*key == "shape" && !h->shape) {
       h->shape = p.Tuple();
-      if (!h->shape) return Invalid(what, absl::StrCat(bad, " (shape)"));
+      if (!h->shape) return InvalidNpy(what, absl::StrCat(bad, " (shape)"));
     } else {
-      return Invalid(what, absl::StrCat(bad, " (key '", *key, "' unknown or repeated)"));
+      return InvalidNpy(what, absl::StrCat(bad, " (key '", *key, "' unknown or repeated)"));
     }
     if (p.Consume('}')) break;
-    if (!p.Consume(',')) return Invalid(what, bad);
+    if (!p.Consume(',')) return InvalidNpy(what, bad);
   }
-  if (!p.AtEnd()) return Invalid(what, absl::StrCat(bad, " (text after the dict)"));
+  if (!p.AtEnd()) return InvalidNpy(what, absl::StrCat(bad, " (text after the dict)"));
   if (!h->descr || !h->fortran_order || !h->shape) {
-    return Invalid(what, absl::StrCat(bad, " (descr, fortran_order or shape missing)"));
+    return InvalidNpy(what, absl::StrCat(bad, " (descr, fortran_order or shape missing)"));
   }
   return absl::OkStatus();
 }
@@ -147,9 +147,9 @@ absl::Status ParseHeader(absl::string_view text, const std::string& what, Header
 // "<f4" and the like: a byte order, a kind letter, an item size.
 absl::Status ParseDescr(const std::string& descr, const std::string& what, NpyArray* a) {
   const auto unsupported = [&] {
-    return Invalid(what, absl::StrCat("dtype '", descr,
-                                      "' is not supported (want a plain number type: uint8, "
-                                      "float32, int64...)"));
+    return InvalidNpy(what, absl::StrCat("dtype '", descr,
+                                         "' is not supported (want a plain number type: uint8, "
+                                         "float32, int64...)"));
   };
   if (descr.size() < 3 || descr.size() > 4) return unsupported();
   const char order = descr[0], kind = descr[1];
@@ -237,12 +237,12 @@ float NpyArray::Float32At(int64_t i) const {
 
 absl::StatusOr<NpyArray> ParseNpy(std::string bytes, const std::string& what, uint64_t max_bytes) {
   if (bytes.size() < kMagicSize + 4 || std::memcmp(bytes.data(), kMagic, kMagicSize) != 0) {
-    return Invalid(what, "not a .npy array (no \\x93NUMPY magic)");
+    return InvalidNpy(what, "not a .npy array (no \\x93NUMPY magic)");
   }
   const int major = static_cast<uint8_t>(bytes[6]);
   if (major < 1 || major > 3) {
-    return Invalid(what, absl::StrCat(".npy format version ", major, ".",
-                                      static_cast<uint8_t>(bytes[7]), " is not supported"));
+    return InvalidNpy(what, absl::StrCat(".npy format version ", major, ".",
+                                         static_cast<uint8_t>(bytes[7]), " is not supported"));
   }
   const size_t len_size = major == 1 ? 2 : 4;
   const size_t prefix = kMagicSize + 2 + len_size;
@@ -250,8 +250,8 @@ absl::StatusOr<NpyArray> ParseNpy(std::string bytes, const std::string& what, ui
   const uint64_t header_len = LoadLe(bytes.data() + kMagicSize + 2, static_cast<int>(len_size),
                                      /*big_endian=*/false);
   if (header_len > kMaxHeaderBytes) {
-    return Invalid(what, absl::StrCat("a .npy header of ", header_len, " bytes (the limit is ",
-                                      kMaxHeaderBytes, ")"));
+    return InvalidNpy(what, absl::StrCat("a .npy header of ", header_len, " bytes (the limit is ",
+                                         kMaxHeaderBytes, ")"));
   }
   if (bytes.size() - prefix < header_len) {
     return absl::DataLossError(absl::StrCat(what, ": truncated: its .npy header says ", header_len,
@@ -262,7 +262,7 @@ absl::StatusOr<NpyArray> ParseNpy(std::string bytes, const std::string& what, ui
   NpyArray a;
   RETURN_IF_ERROR(ParseDescr(*h.descr, what, &a));
   if (*h.fortran_order) {
-    return Invalid(what, "fortran_order is True: save a C-ordered array (np.ascontiguousarray)");
+    return InvalidNpy(what, "fortran_order is True: save a C-ordered array (np.ascontiguousarray)");
   }
   a.shape = *std::move(h.shape);
   uint64_t total = a.item_size;
@@ -272,8 +272,8 @@ absl::StatusOr<NpyArray> ParseNpy(std::string bytes, const std::string& what, ui
     if (empty) break;
     // Both at most max_bytes (< 2^63) before multiplying: no overflow.
     if (static_cast<uint64_t>(d) > max_bytes || total > max_bytes / static_cast<uint64_t>(d)) {
-      return Invalid(what, absl::StrCat("shape ", a.ShapeString(), " of ", a.DtypeName(),
-                                        " holds more than ", max_bytes, " bytes (the limit)"));
+      return InvalidNpy(what, absl::StrCat("shape ", a.ShapeString(), " of ", a.DtypeName(),
+                                           " holds more than ", max_bytes, " bytes (the limit)"));
     }
     total *= static_cast<uint64_t>(d);
   }

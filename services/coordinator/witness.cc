@@ -10,8 +10,8 @@ namespace lockstep {
 namespace {
 
 // What a file's metadata says it holds (so that no other safetensors file is taken for one).
-constexpr char kKindKey[] = "lockstep.kind";
-constexpr char kKind[] = "witness";
+constexpr char kWitnessKindKey[] = "lockstep.kind";
+constexpr char kWitnessKind[] = "witness";
 
 }  // namespace
 
@@ -42,7 +42,7 @@ absl::Status WriteWitness(const std::string& path, const std::vector<v1::Snapsho
   file.Add("step", "I64", {n}, step.data(), step.size() * sizeof(int64_t));
   file.Add("param_checksum", "I64", {n}, checksum.data(), checksum.size() * sizeof(int64_t));
   file.Add("unix_ms", "I64", {n}, ms.data(), ms.size() * sizeof(int64_t));
-  file.metadata()[kKindKey] = kKind;
+  file.metadata()[kWitnessKindKey] = kWitnessKind;
   return file.Write(path);
 }
 
@@ -50,8 +50,8 @@ absl::StatusOr<std::vector<v1::SnapshotMark>> ReadWitness(const std::string& pat
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return absl::NotFoundError(path + ": no witness");
   ASSIGN_OR_RETURN(const SafeTensors file, SafeTensors::Read(path));
-  const auto kind = file.metadata().find(kKindKey);
-  if (kind == file.metadata().end() || kind->second != kKind) {
+  const auto kind = file.metadata().find(kWitnessKindKey);
+  if (kind == file.metadata().end() || kind->second != kWitnessKind) {
     return absl::InvalidArgumentError(path + ": not a witness");
   }
   ASSIGN_OR_RETURN(const std::vector<int64_t> step, file.I64("step"));

@@ -19,12 +19,12 @@
 #include "workers/cpu/cpu_sums.h"
 #include "workers/cpu/dnnl_conv.h"
 #include "workers/cpu/multiversion.h"
+#include "workers/cpu/parallel_min.h"
 
 namespace lockstep {
 namespace {
 
-// Elementwise loops below this size run on one thread: fork/join would cost more.
-constexpr size_t kParallelMin = 1 << 15;
+using cpu::kParallelMin;
 
 // A conv kernel's gradient sums over at most this many positions (b * oh * ow) at once.
 constexpr size_t kConvSumPositions = 4096;

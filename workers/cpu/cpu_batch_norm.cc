@@ -10,12 +10,10 @@
 #include "core/backend.h"
 #include "core/batch_norm_math.h"
 #include "workers/cpu/multiversion.h"
+#include "workers/cpu/parallel_min.h"
 
 namespace lockstep::cpu {
 namespace {
-
-// Loops below this many elements run on one thread: fork/join would cost more.
-constexpr size_t kParallelMin = 1 << 15;
 
 bool Parallel(int rows, int cols) { return static_cast<size_t>(rows) * cols > kParallelMin; }
 

@@ -8,12 +8,11 @@
 
 #include "core/layer_math.h"
 #include "workers/cpu/multiversion.h"
+#include "workers/cpu/parallel_min.h"
 
 namespace lockstep::cpu {
 namespace {
 
-// Loops below this many elements run on one thread: fork/join would cost more.
-constexpr size_t kParallelMin = 1 << 15;
 // Column sums (layer norm's scale and bias gradients) are taken over this many fixed row
 // blocks, combined in block order: the same bits whatever the thread count.
 constexpr int kBlocks = 8;

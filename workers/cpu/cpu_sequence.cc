@@ -7,17 +7,13 @@
 #include <cstring>
 #include <limits>
 
+#include "workers/cpu/parallel_min.h"
+
 namespace lockstep::cpu {
-namespace {
-
-// Loops of fewer elements than this stay on the calling thread.
-constexpr int64_t kParallelMin = 1 << 15;
-
-}  // namespace
 
 void Embed(int threads, int n, int features, const float* ids, const float* table, float* out) {
 #pragma omp parallel for num_threads(threads) \
-    schedule(static) if (int64_t{n} * features > kParallelMin)
+    schedule(static) if (static_cast <size_t>(n) * features > kParallelMin)
   for (int i = 0; i < n; ++i) {
     const int64_t id = static_cast<int64_t>(ids[i]);
     std::memcpy(out + int64_t{i} * features, table + id * features, features * sizeof(float));
@@ -29,7 +25,7 @@ void EmbedBackward(int threads, int n, int features, int num_embeddings, const f
   std::memset(dtable, 0, sizeof(float) * num_embeddings * static_cast<size_t>(features));
   // Thread j owns the table rows id % threads == j and walks dy in order: each row's sum
   // is in row order whatever the thread count.
-  const int team = int64_t{n} * features > kParallelMin ? threads : 1;
+  const int team = static_cast<size_t>(n) * features > kParallelMin ? threads : 1;
 #pragma omp parallel num_threads(team)
   {
     const int j = omp_get_thread_num(), count = omp_get_num_threads();
@@ -45,7 +41,7 @@ void EmbedBackward(int threads, int n, int features, int num_embeddings, const f
 
 void AddRows(int threads, int rows, int cols, const float* x, const float* bias, float* y) {
 #pragma omp parallel for num_threads(threads) \
-    schedule(static) if (int64_t{rows} * cols > kParallelMin)
+    schedule(static) if (static_cast <size_t>(rows) * cols > kParallelMin)
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + int64_t{r} * cols;
     float* yr = y + int64_t{r} * cols;
@@ -69,7 +65,8 @@ void GemmStrided(int threads, bool ta, bool tb, int m, int n, int k, float alpha
 
 void AttentionSoftmax(int threads, int rows, int t, bool causal, float* s) {
   const float lowest = std::numeric_limits<float>::lowest();  // jnp.finfo(float32).min
-#pragma omp parallel for num_threads(threads) schedule(static) if (int64_t{rows} * t > kParallelMin)
+#pragma omp parallel for num_threads(threads) \
+    schedule(static) if (static_cast <size_t>(rows) * t > kParallelMin)
   for (int r = 0; r < rows; ++r) {
     float* x = s + int64_t{r} * t;
     if (causal) {
@@ -88,7 +85,7 @@ void AttentionSoftmax(int threads, int rows, int t, bool causal, float* s) {
 
 void SoftmaxBackward(int threads, int rows, int cols, const float* p, float* dp) {
 #pragma omp parallel for num_threads(threads) \
-    schedule(static) if (int64_t{rows} * cols > kParallelMin)
+    schedule(static) if (static_cast <size_t>(rows) * cols > kParallelMin)
   for (int r = 0; r < rows; ++r) {
     const float* y = p + int64_t{r} * cols;
     float* g = dp + int64_t{r} * cols;
@@ -103,7 +100,7 @@ void MaskedScale(int threads, int rows, int cols, const uint8_t* mask, float kee
   // multiplier = keep.astype(float32) / float32(keep_prob), then x * multiplier.
   const float scale = 1.0f / keep;
 #pragma omp parallel for num_threads(threads) \
-    schedule(static) if (int64_t{rows} * cols > kParallelMin)
+    schedule(static) if (static_cast <size_t>(rows) * cols > kParallelMin)
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + int64_t{r} * cols;
     float* yr = y + int64_t{r} * cols;

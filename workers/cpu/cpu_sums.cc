@@ -4,12 +4,10 @@
 #include <vector>
 
 #include "workers/cpu/multiversion.h"
+#include "workers/cpu/parallel_min.h"
 
 namespace lockstep::cpu {
 namespace {
-
-// Loops below this many elements run on one thread: fork/join would cost more.
-constexpr size_t kParallelMin = 1 << 15;
 
 // p[c] = the sum of rows [begin, end) of x, in row order from the first.
 LS_MULTIVERSION void BlockSums(int begin, int end, int cols, const float* x, float* p) {
