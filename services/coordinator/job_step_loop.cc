@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <deque>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -14,34 +13,12 @@
 #include "services/common/job_log.h"
 #include "services/coordinator/job_runner.h"
 #include "services/coordinator/logical_dispatch.h"
+#include "services/coordinator/step_deadline.h"
 
 namespace lockstep {
 namespace {
 
 constexpr absl::Duration kStreamLifetime = absl::Hours(24 * 30);
-
-// How long a step's answers may take: the configured step timeout until a few steps have
-// been seen (the first include warm-ups), then ten times the slowest recent step, at least
-// 3 s: a stalled worker is found in seconds, not at the step timeout.
-class StepDeadline {
- public:
-  explicit StepDeadline(absl::Duration limit) : limit_(limit) {}
-  void Add(absl::Duration wall) {
-    recent_.push_back(wall);
-    if (recent_.size() > 20) recent_.pop_front();
-    ++seen_;
-  }
-  absl::Duration Next() const {
-    if (seen_ < 5) return limit_;
-    const absl::Duration slowest = *std::max_element(recent_.begin(), recent_.end());
-    return std::min(limit_, std::max(absl::Seconds(3), 10 * slowest));
-  }
-
- private:
-  const absl::Duration limit_;
-  std::deque<absl::Duration> recent_;
-  int seen_ = 0;
-};
 
 }  // namespace
 
@@ -202,7 +179,7 @@ absl::Status JobRunner::StepLoop(TrainingPlan& plan, int64_t total, int64_t num_
   bool checksum_at_hold = false;  // the hold's step is answered with the replicas' checksums
   double step_seconds = 0;
   auto t_last = std::chrono::steady_clock::now();
-  StepDeadline deadline(options_.step_timeout);
+  StepDeadline deadline(options_.step_timeout, options_.adaptive_step_deadline);
   if (start_.kept && first == total && start_.checksum != 0) {
     outcome->param_checksum = start_.checksum;  // resized after the last step
   }

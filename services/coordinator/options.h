@@ -19,8 +19,12 @@ struct CoordinatorOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(5);
   absl::Duration prepare_timeout = absl::Seconds(180);  // dataset load + collective bootstrap
   absl::Duration step_timeout = absl::Seconds(60);      // one step's answer
-  absl::Duration rpc_timeout = absl::Seconds(30);       // evaluate, fetch
-  absl::Duration release_timeout = absl::Seconds(1);    // a job's cleanup, also after a cancel
+  // Whether a step's answers are also due within 10x the slowest recent step (at least
+  // 3 s), so that a stalled worker is found in seconds. Off in one process (lockstep
+  // train): there is no peer to lose, and a busy machine's slow step must not end the job.
+  bool adaptive_step_deadline = true;
+  absl::Duration rpc_timeout = absl::Seconds(30);     // evaluate, fetch
+  absl::Duration release_timeout = absl::Seconds(1);  // a job's cleanup, also after a cancel
   absl::Duration collective_timeout = absl::Seconds(30);
   int steps_in_flight = 4;          // step commands sent ahead of the slowest answer
   size_t history_bytes = 4 << 20;   // a running job's event log (about 40,000 step events)

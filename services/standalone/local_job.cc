@@ -27,7 +27,8 @@ absl::StatusOr<JobOutcome> RunLocalJob(const v1::JobSpec& spec, JobSink* sink) {
   worker.device = "cpu";
   worker.threads = threads;
   CoordinatorOptions options;
-  options.memory = {0, 0};  // the user's own machine: no budgets
+  options.memory = {0, 0};                 // the user's own machine: no budgets
+  options.adaptive_step_deadline = false;  // no peer to lose; a busy machine is slow, not dead
   JobRunner runner(kLocalJobId, spec, {worker}, &factory, options, sink);
   JobOutcome outcome;
   absl::Status st = runner.Run(&outcome);

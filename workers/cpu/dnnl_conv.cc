@@ -45,15 +45,15 @@ bool SameGeometry(const ConvGeometry& a, const ConvGeometry& b) {
          a.pad_right == b.pad_right;
 }
 
+}  // namespace
+
 // A kernel in the user's HWIO layout and in the layout a primitive wants, with the
-// reorder between them when they differ.
-struct Kernel {
+// reorder between them when they differ. (Entry's member: outside the anonymous namespace.)
+struct KernelLayout {
   memory::desc want;
   std::optional<dnnl::reorder> reorder;  // HWIO -> want (or want -> HWIO for gradients)
   size_t offset = 0;                     // of the reordered copy in the shared buffer
 };
-
-}  // namespace
 
 // One geometry's primitives. The shared buffer holds, in order:
 // the largest of the three scratchpads, then the forward's and backward-data's kernels
@@ -67,7 +67,7 @@ struct Entry {
   dnnl::convolution_backward_data bwd_data;
   dnnl::convolution_backward_weights bwd_weights;
   memory::desc scratchpad_fwd, scratchpad_data, scratchpad_weights;
-  Kernel w_fwd, w_data, dw;
+  KernelLayout w_fwd, w_data, dw;
   size_t bias_offset = 0, bytes = 0;
 };
 
@@ -169,7 +169,7 @@ struct DnnlConv::Impl {
       size_t at = AlignUp(std::max({e.scratchpad_fwd.get_size(), e.scratchpad_data.get_size(),
                                     e.scratchpad_weights.get_size()}));
       auto kernel = [&](const memory::desc& want, bool to_user) {
-        Kernel k;
+        KernelLayout k;
         k.want = want;
         if (want != e.hwio) {
           k.reorder =
@@ -198,7 +198,7 @@ struct DnnlConv::Impl {
   }
 
   // The kernel in k's layout: w itself, or its reordered copy in the buffer.
-  memory KernelIn(const Entry& e, const Kernel& k, const float* w) {
+  memory KernelIn(const Entry& e, const KernelLayout& k, const float* w) {
     if (!k.reorder) return Mem(e.hwio, w);
     memory src = Mem(e.hwio, w), dst = Mem(k.want, buffer + k.offset);
     k.reorder->execute(stream, src, dst);
