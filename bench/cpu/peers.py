@@ -13,7 +13,7 @@ prints one JSON object:
   mlp: 784-512-512-10 (no dropout), optax.adam(1e-3)
   bn-convnet: examples/bn-convnet.yaml's model (models.BNConvNet: BatchNorm in training
               mode, dropout 0.3) and optimizer (adam on a cosine decay), as the spec says
-  resnet: examples/resnet.yaml's model and optimizer (adam on a cosine decay), batch 128;
+  resnet: examples/resnet.yaml's model and optimizer (adamw on a cosine decay), batch 128;
           BatchNorm in training mode
   char-transformer: examples/char-transformer.yaml's model and optimizer (adam 1e-3),
           batch 32 windows of 128 bytes of the fortunes corpus (the spec's train_path,
@@ -230,14 +230,22 @@ def run_torch(model_name, threads, warmup, steps, windows, compile_):
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)  # = optax.sgd trace
   elif model_name in SPECS:
     o = example_spec(model_name)["optimizer"]
-    assert o["kind"] == "adam" and not o.get("clip_by_global_norm"), o  # what the specs say
+    assert o["kind"] in ("adam", "adamw") and not o.get("clip_by_global_norm"), o  # the specs'
+
+    def make(lr):
+      # optax.adamw's decay is decoupled and scaled by the learning rate, as AdamW's.
+      if o["kind"] == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=lr,
+                                 weight_decay=float(o.get("weight_decay", 1e-4)))
+      return torch.optim.Adam(model.parameters(), lr=lr)
+
     if o.get("schedule"):
       (kind, a), = o["schedule"].items()
       assert kind == "cosine_decay" and not a.get("alpha"), o
-      opt = torch.optim.Adam(model.parameters(), lr=float(a["init_value"]))
+      opt = make(float(a["init_value"]))
       sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=int(a["decay_steps"]))
     else:
-      opt = torch.optim.Adam(model.parameters(), lr=float(o["learning_rate"]))
+      opt = make(float(o["learning_rate"]))
   else:
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
