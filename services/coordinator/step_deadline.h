@@ -21,10 +21,9 @@ class StepDeadline {
   void Add(absl::Duration wall) {
     recent_.push_back(wall);
     if (recent_.size() > 20) recent_.pop_front();
-    ++seen_;
   }
   absl::Duration Next() const {
-    if (!adaptive_ || seen_ < 5) return limit_;
+    if (!adaptive_ || recent_.size() < 5) return limit_;
     const absl::Duration slowest = *std::max_element(recent_.begin(), recent_.end());
     return std::min(limit_, std::max(absl::Seconds(3), 10 * slowest));
   }
@@ -32,8 +31,7 @@ class StepDeadline {
  private:
   const absl::Duration limit_;
   const bool adaptive_;
-  std::deque<absl::Duration> recent_;
-  int seen_ = 0;
+  std::deque<absl::Duration> recent_;  // the last 20 steps' wall times
 };
 
 }  // namespace lockstep
