@@ -37,21 +37,34 @@ struct Pair {
 
 LS_HOST_DEVICE inline uint32_t Rotl(uint32_t v, int r) { return (v << r) | (v >> (32 - r)); }
 
-// The Threefry-2x32 hash, 20 rounds.
+// One Threefry round: x0 += x1, x1 = rotl(x1, r) ^ x0.
+LS_HOST_DEVICE inline void Mix(uint32_t& x0, uint32_t& x1, int r) {
+  x0 += x1;
+  x1 = Rotl(x1, r) ^ x0;
+}
+
+// Four rounds, then the key injection that follows them.
+LS_HOST_DEVICE inline void Rounds(uint32_t& x0, uint32_t& x1, int r0, int r1, int r2, int r3,
+                                  uint32_t k0, uint32_t k1) {
+  Mix(x0, x1, r0);
+  Mix(x0, x1, r1);
+  Mix(x0, x1, r2);
+  Mix(x0, x1, r3);
+  x0 += k0;
+  x1 += k1;
+}
+
+// The Threefry-2x32 hash, 20 rounds: written out, with constant rotations, so that a loop
+// over counters vectorizes (dropout masks are drawn one element at a time).
 LS_HOST_DEVICE inline Pair Threefry2x32(Key key, uint32_t x0, uint32_t x1) {
-  const uint32_t ks[3] = {key.k0, key.k1, key.k0 ^ key.k1 ^ 0x1BD11BDAu};
-  const int rot[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};
-  x0 += ks[0];
-  x1 += ks[1];
-  for (int g = 0; g < 5; ++g) {
-    for (int r = 0; r < 4; ++r) {
-      x0 += x1;
-      x1 = Rotl(x1, rot[g % 2][r]);
-      x1 ^= x0;
-    }
-    x0 += ks[(g + 1) % 3];
-    x1 += ks[(g + 2) % 3] + static_cast<uint32_t>(g + 1);
-  }
+  const uint32_t k0 = key.k0, k1 = key.k1, k2 = key.k0 ^ key.k1 ^ 0x1BD11BDAu;
+  x0 += k0;
+  x1 += k1;
+  Rounds(x0, x1, 13, 15, 26, 6, k1, k2 + 1u);
+  Rounds(x0, x1, 17, 29, 16, 24, k2, k0 + 2u);
+  Rounds(x0, x1, 13, 15, 26, 6, k0, k1 + 3u);
+  Rounds(x0, x1, 17, 29, 16, 24, k1, k2 + 4u);
+  Rounds(x0, x1, 13, 15, 26, 6, k2, k0 + 5u);
   return {x0, x1};
 }
 

@@ -55,6 +55,26 @@ LS_MULTIVERSION void AddRange(const float* a, const float* b, float* y, size_t b
   for (size_t i = begin; i < end; ++i) y[i] = a[i] + b[i];
 }
 
+// Dropout of elements [begin, end) of n, the mask from random_bits(key, n): the kept
+// values first, then a select per mode, so that no division is conditional and both
+// loops (Threefry's rounds included) vectorize. x may be y.
+LS_MULTIVERSION void DropoutRange(rng::Key k, rng::Impl impl, size_t n, float keep, const float* x,
+                                  float* y, uint8_t* mask, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) y[i] = x[i] / keep;
+  auto select = [&](size_t i, uint32_t bits) {
+    const bool m = rng::BitsToUnitFloat(bits) < keep;
+    mask[i] = m ? 1 : 0;
+    y[i] = m ? y[i] : 0.0f;
+  };
+  if (impl == rng::Impl::kPartitionable) {
+    for (size_t i = begin; i < end; ++i) {
+      select(i, rng::RandomBitsAt(k, rng::Impl::kPartitionable, i, n));
+    }
+  } else {
+    for (size_t i = begin; i < end; ++i) select(i, rng::RandomBitsAt(k, rng::Impl::kLegacy, i, n));
+  }
+}
+
 LS_MULTIVERSION void DivideRange(float d, float* x, size_t begin, size_t end) {
   for (size_t i = begin; i < end; ++i) x[i] /= d;
 }
@@ -410,12 +430,9 @@ class CpuBackend final : public Backend {
   absl::Status Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x,
                        float* y, uint8_t* mask) override {
     const rng::Key k = *key;
-#pragma omp parallel for num_threads(threads_) schedule(static) if (n > kParallelMin)
-    for (size_t i = 0; i < n; ++i) {
-      const bool m = rng::BitsToUnitFloat(rng::RandomBitsAt(k, impl, i, n)) < keep;
-      mask[i] = m ? 1 : 0;
-      y[i] = m ? x[i] / keep : 0.0f;
-    }
+    ParallelFor(threads_, n, [&](size_t begin, size_t end) {
+      DropoutRange(k, impl, n, keep, x, y, mask, begin, end);
+    });
     return absl::OkStatus();
   }
 
@@ -428,6 +445,8 @@ class CpuBackend final : public Backend {
   absl::Status SoftmaxCrossEntropy(int b, int classes, const float* logits, const int32_t* labels,
                                    float* loss, float* dlogits, float* correct) override {
     const float inv_b = 1.0f / static_cast<float>(b);
+#pragma omp parallel for num_threads(threads_) \
+    schedule(static) if (static_cast <size_t>(b) * classes > kParallelMin)
     for (int r = 0; r < b; ++r) {
       const float* z = logits + static_cast<size_t>(r) * classes;
       float* dz = dlogits + static_cast<size_t>(r) * classes;

@@ -169,16 +169,70 @@ LS_MULTIVERSION void MaxPoolBackwardImage(const ConvGeometry& g, const Span* row
   }
 }
 
+// y[i] = a(x[i]) for i in [begin, end): one loop per activation, so that each inlines its
+// formula (math::Tanh included) and vectorizes.
+template <Activation A>
+__attribute__((always_inline)) inline void ActivateLoop(const float* x, float* y, size_t begin,
+                                                        size_t end) {
+  for (size_t i = begin; i < end; ++i) y[i] = math::Activate(A, x[i]);
+}
+
+template <Activation A>
+__attribute__((always_inline)) inline void DerivativeLoop(const float* x, float* dy, size_t begin,
+                                                          size_t end) {
+  for (size_t i = begin; i < end; ++i) dy[i] = dy[i] * math::ActivationDerivative(A, x[i]);
+}
+
+LS_MULTIVERSION void ActivateRange(Activation a, const float* x, float* y, size_t begin,
+                                   size_t end) {
+  switch (a) {
+    case Activation::kGeluTanh:
+      return ActivateLoop<Activation::kGeluTanh>(x, y, begin, end);
+    case Activation::kGeluErf:
+      return ActivateLoop<Activation::kGeluErf>(x, y, begin, end);
+    case Activation::kTanh:
+      return ActivateLoop<Activation::kTanh>(x, y, begin, end);
+    case Activation::kSigmoid:
+      return ActivateLoop<Activation::kSigmoid>(x, y, begin, end);
+    case Activation::kSilu:
+      return ActivateLoop<Activation::kSilu>(x, y, begin, end);
+  }
+}
+
+LS_MULTIVERSION void ActivateBackwardRange(Activation a, const float* x, float* dy, size_t begin,
+                                           size_t end) {
+  switch (a) {
+    case Activation::kGeluTanh:
+      return DerivativeLoop<Activation::kGeluTanh>(x, dy, begin, end);
+    case Activation::kGeluErf:
+      return DerivativeLoop<Activation::kGeluErf>(x, dy, begin, end);
+    case Activation::kTanh:
+      return DerivativeLoop<Activation::kTanh>(x, dy, begin, end);
+    case Activation::kSigmoid:
+      return DerivativeLoop<Activation::kSigmoid>(x, dy, begin, end);
+    case Activation::kSilu:
+      return DerivativeLoop<Activation::kSilu>(x, dy, begin, end);
+  }
+}
+
 }  // namespace
 
 void Activate(int threads, Activation a, size_t n, const float* x, float* y) {
-#pragma omp parallel for num_threads(threads) schedule(static) if (n > kParallelMin)
-  for (size_t i = 0; i < n; ++i) y[i] = math::Activate(a, x[i]);
+  if (n <= kParallelMin) return ActivateRange(a, x, y, 0, n);
+#pragma omp parallel num_threads(threads)
+  {
+    const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    ActivateRange(a, x, y, n * t / nt, n * (t + 1) / nt);
+  }
 }
 
 void ActivateBackward(int threads, Activation a, size_t n, const float* x, float* dy) {
-#pragma omp parallel for num_threads(threads) schedule(static) if (n > kParallelMin)
-  for (size_t i = 0; i < n; ++i) dy[i] = dy[i] * math::ActivationDerivative(a, x[i]);
+  if (n <= kParallelMin) return ActivateBackwardRange(a, x, dy, 0, n);
+#pragma omp parallel num_threads(threads)
+  {
+    const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    ActivateBackwardRange(a, x, dy, n * t / nt, n * (t + 1) / nt);
+  }
 }
 
 void AvgPool(int threads, const ConvGeometry& g, bool count_include_pad, const float* x, float* y) {

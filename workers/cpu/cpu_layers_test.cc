@@ -7,6 +7,7 @@
 #include <functional>
 #include <random>
 
+#include "core/layer_math.h"
 #include "core/testing.h"
 #include "workers/cpu/cpu_backend.h"
 #include "workers/cpu/cpu_testing.h"
@@ -181,6 +182,48 @@ TEST(CpuLayers, ActivationGradientsMatchFiniteDifferences) {
   EXPECT_NEAR(y[0], 0.841192f, 1e-6);  // jax.nn.gelu(1.0)
   EXPECT_OK(be->Activate(Activation::kSilu, 1, &one, y.data()));
   EXPECT_NEAR(y[0], 0.7310586f, 1e-6);
+}
+
+// math::Tanh is XLA's rational tanh, not libm's: within 7 ulp of tanh in float64 over
+// every 97th float in (0, 10] and its negation (XLA's is as close), exact at the ends, NaN
+// kept; the backend's vectorized loops (two threads, AVX-512 where the host has it) give
+// the scalar's bits.
+TEST(CpuLayers, TanhIsXlasRationalTanhWithinSevenUlp) {
+  double worst = 0.0;
+  uint32_t last;
+  const float ten = 10.0f;
+  std::memcpy(&last, &ten, sizeof last);
+  for (uint32_t bits = 1; bits <= last; bits += 97) {
+    float x;
+    std::memcpy(&x, &bits, sizeof x);
+    const double want = std::tanh(static_cast<double>(x));
+    const float rounded = static_cast<float>(want);
+    const float ulp = std::nextafter(rounded, 2.0f) - rounded;
+    worst = std::max(worst, std::fabs(math::Tanh(x) - want) / ulp);
+    worst = std::max(worst, std::fabs(math::Tanh(-x) + want) / ulp);
+  }
+  EXPECT_LE(worst, 7.0);
+  EXPECT_EQ(math::Tanh(INFINITY), 1.0f);
+  EXPECT_EQ(math::Tanh(-INFINITY), -1.0f);
+  EXPECT_EQ(math::Tanh(9.0f), 1.0f);
+  EXPECT_EQ(math::Tanh(1e-5f), 1e-5f);
+  EXPECT_TRUE(std::isnan(math::Tanh(NAN)));
+
+  auto be = NewCpuBackend(2);
+  std::vector<float> x = RandomNormal(size_t{1} << 17, 7);
+  for (float& v : x) v *= 4.0f;
+  for (Activation a : {Activation::kTanh, Activation::kGeluTanh}) {
+    SCOPED_TRACE(static_cast<int>(a));
+    std::vector<float> y(x.size()), d(x.size(), 1.0f), want_y(x.size()), want_d(x.size());
+    ASSERT_OK(be->Activate(a, x.size(), x.data(), y.data()));
+    ASSERT_OK(be->ActivateBackward(a, x.size(), x.data(), d.data()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      want_y[i] = math::Activate(a, x[i]);
+      want_d[i] = math::ActivationDerivative(a, x[i]);
+    }
+    EXPECT_TRUE(SameBits(y, want_y));
+    EXPECT_TRUE(SameBits(d, want_d));
+  }
 }
 
 TEST(CpuLayers, PoolGradientsMatchFiniteDifferences) {

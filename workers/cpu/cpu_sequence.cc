@@ -69,15 +69,21 @@ void AttentionSoftmax(int threads, int rows, int t, bool causal, float* s) {
     schedule(static) if (static_cast <size_t>(rows) * t > kParallelMin)
   for (int r = 0; r < rows; ++r) {
     float* x = s + int64_t{r} * t;
-    if (causal) {
-      for (int k = r % t + 1; k < t; ++k) x[k] = lowest;
-    }
+    // Positions after the query's own are finfo.min: their exp(min - max) is 0 (but where
+    // the row's max is min itself), so they take no exp and add nothing to the sum.
+    const int n = causal ? r % t + 1 : t;
     float mx = x[0];
-    for (int k = 1; k < t; ++k) mx = std::max(mx, x[k]);
+    for (int k = 1; k < n; ++k) mx = std::max(mx, x[k]);
+    if (n < t) mx = std::max(mx, lowest);
+    const float masked = std::exp(lowest - mx);
     float sum = 0.0f;
-    for (int k = 0; k < t; ++k) {
+    for (int k = 0; k < n; ++k) {
       x[k] = std::exp(x[k] - mx);
       sum += x[k];
+    }
+    for (int k = n; k < t; ++k) {
+      x[k] = masked;
+      sum += masked;
     }
     for (int k = 0; k < t; ++k) x[k] = x[k] / sum;
   }
