@@ -54,9 +54,14 @@ class ScratchDir {
   std::filesystem::path path_;
 };
 
-inline std::string GoldenPath(const std::string& name) {
-  return SourcePath("tests/golden/" + name);
+// The golden files' folder: tests/golden/, or $LOCKSTEP_GOLDEN_DIR where set (a folder of
+// files drawn for a fuzzing session by tools/reference/golden_random.py --out).
+inline std::string GoldenDir() {
+  const char* dir = std::getenv("LOCKSTEP_GOLDEN_DIR");
+  return dir != nullptr && *dir != '\0' ? std::string(dir) : SourcePath("tests/golden");
 }
+
+inline std::string GoldenPath(const std::string& name) { return GoldenDir() + "/" + name; }
 
 // ||a - b|| / ||b|| (L2), the per-tensor comparison the golden tests use.
 inline double RelativeL2(std::span<const float> a, std::span<const float> b) {

@@ -188,43 +188,98 @@ void ExpectSequenceTensorsWithin1e5(const Model& m, const std::vector<float>& go
   }
 }
 
-void ExpectStatsModelGradientsMatchJax(Backend* backend, const std::string& file) {
-  ASSERT_OK_AND_ASSIGN(SpecGolden g, ReadSpecGolden(file));
+absl::StatusOr<GoldenGradients> GradientsAtInit(Backend* backend, const SpecGolden& g,
+                                                const Dataset& data, rng::Key key) {
   const Model& m = g.setup.model;
   const int b = static_cast<int>(g.spec.global_batch_size());
-  ASSERT_OK_AND_ASSIGN(
-      auto exec, StepExecutor::Create(m, g.setup.optimizer, g.setup.impl, b, backend, nullptr));
-  const Dataset data = GoldenDataset(g.st, "data");
-  ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(data));
-  ASSERT_OK(exec->SetState(
-      TrainState::Create(GoldenParams(g.st, m, "init."), g.setup.optimizer,
-                         GoldenLayoutTensors(g.st, m.stats_layout(), "init_stats."))));
+  ASSIGN_OR_RETURN(auto exec,
+                   StepExecutor::Create(m, g.setup.optimizer, g.setup.impl, b, backend, nullptr));
+  ASSIGN_OR_RETURN(DeviceDataset d, exec->Upload(data));
+  std::vector<float> stats;
+  if (m.stats_layout().total() > 0)
+    stats = GoldenLayoutTensors(g.st, m.stats_layout(), "init_stats.");
+  RETURN_IF_ERROR(exec->SetState(
+      TrainState::Create(GoldenParams(g.st, m, "init."), g.setup.optimizer, std::move(stats))));
   std::vector<int32_t> idx(b);
   std::iota(idx.begin(), idx.end(), 0);
-  ASSERT_OK_AND_ASSIGN(StepMetrics metrics, exec->ComputeGradients(d, idx, {}));
+  ASSIGN_OR_RETURN(StepMetrics metrics, exec->ComputeGradients(d, idx, key));
+  ASSIGN_OR_RETURN(std::vector<float> grads, exec->Gradients());
+  return GoldenGradients{metrics.loss, std::move(grads)};
+}
+
+rng::Key GoldenDropoutKey(const SafeTensors& st) {
+  auto k = st.U32("grads.dropout_key");
+  return k.ok() && k->size() == 2 ? rng::Key{(*k)[0], (*k)[1]} : rng::Key{};
+}
+
+void ExpectStatsModelGradientsMatchJax(Backend* backend, const std::string& file) {
+  ASSERT_OK_AND_ASSIGN(SpecGolden g, ReadSpecGolden(file));
+  ASSERT_OK_AND_ASSIGN(GoldenGradients got,
+                       GradientsAtInit(backend, g, GoldenDataset(g.st, "data"), {}));
   const float want_loss = (*g.st.F32("grads.loss"))[0];
-  EXPECT_NEAR(metrics.loss, want_loss, 1e-5 * std::fabs(want_loss));
-  ASSERT_OK_AND_ASSIGN(std::vector<float> grads, exec->Gradients());
-  ExpectEveryTensorWithin(m, grads, GoldenParams(g.st, m, "grads."), 1e-5);
+  EXPECT_NEAR(got.loss, want_loss, 1e-5 * std::fabs(want_loss));
+  ExpectEveryTensorWithin(g.setup.model, got.grads, GoldenParams(g.st, g.setup.model, "grads."),
+                          1e-5);
 }
 
 void ExpectLayersGradientsMatchJax(Backend* backend, const std::string& name) {
   ASSERT_OK_AND_ASSIGN(SpecGolden g, ReadLayersGolden(name));
-  const Model& m = g.setup.model;
-  const int b = static_cast<int>(g.spec.global_batch_size());
-  ASSERT_OK_AND_ASSIGN(
-      auto exec, StepExecutor::Create(m, g.setup.optimizer, g.setup.impl, b, backend, nullptr));
-  const Dataset data = GoldenDataset(g.st, "data");
-  ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(data));
-  ASSERT_OK(exec->SetState(TrainState::Create(GoldenParams(g.st, m, "init."), g.setup.optimizer)));
-  const std::vector<uint32_t> k = *g.st.U32("grads.dropout_key");
-  std::vector<int32_t> idx(b);
-  std::iota(idx.begin(), idx.end(), 0);
-  ASSERT_OK_AND_ASSIGN(StepMetrics metrics, exec->ComputeGradients(d, idx, {k[0], k[1]}));
+  ASSERT_OK_AND_ASSIGN(GoldenGradients got, GradientsAtInit(backend, g, GoldenDataset(g.st, "data"),
+                                                            GoldenDropoutKey(g.st)));
   const float want_loss = (*g.st.F32("grads.loss"))[0];
-  EXPECT_NEAR(metrics.loss, want_loss, 1e-5 * std::fabs(want_loss));
-  ASSERT_OK_AND_ASSIGN(std::vector<float> grads, exec->Gradients());
-  ExpectEveryTensorWithin(m, grads, GoldenParams(g.st, m, "grads."), 1e-5);
+  EXPECT_NEAR(got.loss, want_loss, 1e-5 * std::fabs(want_loss));
+  ExpectEveryTensorWithin(g.setup.model, got.grads, GoldenParams(g.st, g.setup.model, "grads."),
+                          1e-5);
+}
+
+std::optional<double> Float64Reference(const SafeTensors& st, const Model& m,
+                                       std::vector<double>* ref) {
+  if (!st.tensors().contains("ref_loss")) return std::nullopt;
+  const std::vector<float> hi = GoldenParams(st, m, "ref_hi."), lo = GoldenParams(st, m, "ref_lo.");
+  ref->resize(hi.size());
+  for (size_t i = 0; i < hi.size(); ++i) (*ref)[i] = double{hi[i]} + double{lo[i]};
+  const std::vector<float> loss = *st.F32("ref_loss");
+  return double{loss[0]} + loss[1];
+}
+
+double XlaWorstRelativeError(const SafeTensors& st, const Model& m) {
+  std::vector<double> ref;
+  if (!Float64Reference(st, m, &ref)) return 0;
+  std::vector<double> norms;
+  for (const ParamEntry& e : m.layout().entries()) {
+    double n = 0;
+    for (size_t i = e.offset; i < e.offset + e.size; ++i) n += ref[i] * ref[i];
+    norms.push_back(std::sqrt(n));
+  }
+  const double top = *std::max_element(norms.begin(), norms.end());
+  double worst = 0;
+  for (size_t j = 0; j < norms.size(); ++j) {
+    const ParamEntry& e = m.layout().entries()[j];
+    if (norms[j] <= 1e-6 * top) continue;  // a true gradient of 0 (attention's key/bias)
+    worst = std::max(worst, (*st.F32("xla_error." + e.name))[0] / norms[j]);
+  }
+  return worst;
+}
+
+void ExpectAsCloseToFloat64AsXla(const Model& m, const GoldenGradients& got, const SafeTensors& st,
+                                 double slack) {
+  std::vector<double> ref;
+  const std::optional<double> loss = Float64Reference(st, m, &ref);
+  ASSERT_TRUE(loss.has_value()) << "the file has no float64 reference (ref_loss)";
+  EXPECT_NEAR(got.loss, *loss, 1e-5 * std::fabs(*loss));
+  for (const ParamEntry& e : m.layout().entries()) {
+    double err = 0, norm = 0;
+    for (size_t i = e.offset; i < e.offset + e.size; ++i) {
+      err += (got.grads[i] - ref[i]) * (got.grads[i] - ref[i]);
+      norm += ref[i] * ref[i];
+    }
+    err = std::sqrt(err), norm = std::sqrt(norm);
+    const double xla = (*st.F32("xla_error." + e.name))[0];
+    // Past XLA's error times the slack, and past 1e-6 of the tensor: a few float32 ulps,
+    // where XLA's error and ours are both roundings of short sums and their ratio chance.
+    EXPECT_LE(err, std::max(slack * xla, 1e-6 * norm))
+        << e.name << ": |g| " << norm << ", error " << err << ", XLA's " << xla;
+  }
 }
 
 void ExpectLayersTrainingMatchesOptax(Backend* backend, const std::string& name) {

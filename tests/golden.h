@@ -11,6 +11,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,37 @@ void ExpectEveryTensorWithin(const ParamLayout& layout, const std::vector<float>
 // key/kernel instead: |got - want| <= 1e-5 |want's key/kernel|.
 void ExpectSequenceTensorsWithin1e5(const Model& m, const std::vector<float>& got,
                                     const std::vector<float>& want);
+
+// The loss and the gradients of a golden file's model.
+struct GoldenGradients {
+  float loss = 0;
+  std::vector<float> grads;
+};
+
+// At the file's init ("init.", and "init_stats." where the model has batch_stats), on the
+// first global batch of `data`, dropout keyed by `key`, one replica on `backend`.
+absl::StatusOr<GoldenGradients> GradientsAtInit(Backend* backend, const SpecGolden& g,
+                                                const Dataset& data, rng::Key key);
+
+// The file's grads.dropout_key (the zero key where it has none).
+rng::Key GoldenDropoutKey(const SafeTensors& st);
+
+// A file's float64 reference at its grads point, where it has one (golden_precision.py,
+// golden_random.py): the loss (ref_loss, hi + lo) returned, the gradients (ref_hi. +
+// ref_lo.) in `ref`, in m's layout.
+std::optional<double> Float64Reference(const SafeTensors& st, const Model& m,
+                                       std::vector<double>* ref);
+
+// The largest relative error of XLA's float32 gradient against the float64 reference
+// (xla_error. over the tensor's norm), over the tensors whose true gradient is not 0;
+// 0 where the file has no reference.
+double XlaWorstRelativeError(const SafeTensors& st, const Model& m);
+
+// Every gradient no further from the float64 reference than `slack` times XLA's float32
+// gradient is (absolute L2 per tensor; or than 1e-6 of the tensor's norm), and the loss
+// within 1e-5 of float64's.
+void ExpectAsCloseToFloat64AsXla(const Model& m, const GoldenGradients& got, const SafeTensors& st,
+                                 double slack);
 
 // The loss and every gradient at the file's init with its init batch_stats (a file
 // written as tools/reference/golden_batchnorm.py and golden_resnet.py write theirs:

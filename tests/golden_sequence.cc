@@ -21,21 +21,12 @@ absl::StatusOr<SequenceGoldenFile> ReadSequenceGolden(const std::string& name) {
 
 void ExpectSequenceGradientsMatchJax(Backend* backend, const std::string& name) {
   ASSERT_OK_AND_ASSIGN(SequenceGoldenFile f, ReadSequenceGolden(name));
-  const Model& m = f.g.setup.model;
-  const int b = static_cast<int>(f.g.spec.global_batch_size());
-  ASSERT_OK_AND_ASSIGN(
-      auto exec, StepExecutor::Create(m, f.g.setup.optimizer, f.g.setup.impl, b, backend, nullptr));
-  ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(f.data));
-  ASSERT_OK(
-      exec->SetState(TrainState::Create(GoldenParams(f.g.st, m, "init."), f.g.setup.optimizer)));
-  const std::vector<uint32_t> k = *f.g.st.U32("grads.dropout_key");
-  std::vector<int32_t> idx(b);
-  std::iota(idx.begin(), idx.end(), 0);
-  ASSERT_OK_AND_ASSIGN(StepMetrics metrics, exec->ComputeGradients(d, idx, {k[0], k[1]}));
+  ASSERT_OK_AND_ASSIGN(GoldenGradients got,
+                       GradientsAtInit(backend, f.g, f.data, GoldenDropoutKey(f.g.st)));
   const float want_loss = (*f.g.st.F32("grads.loss"))[0];
-  EXPECT_NEAR(metrics.loss, want_loss, 1e-5 * std::fabs(want_loss));
-  ASSERT_OK_AND_ASSIGN(std::vector<float> grads, exec->Gradients());
-  ExpectSequenceTensorsWithin1e5(m, grads, GoldenParams(f.g.st, m, "grads."));
+  EXPECT_NEAR(got.loss, want_loss, 1e-5 * std::fabs(want_loss));
+  ExpectSequenceTensorsWithin1e5(f.g.setup.model, got.grads,
+                                 GoldenParams(f.g.st, f.g.setup.model, "grads."));
 }
 
 void ExpectSequenceTrainingMatchesOptax(Backend* backend, const std::string& name) {

@@ -225,28 +225,33 @@ def train(model, spec, params, rng, images, labels, loss_fn=models.loss_fn):
 
 def write_goldens(out):
   for name, base in SPECS.items():
-    spec = dict(base, global_batch_size=8, steps=20, seed=3, dropout_seed=5, workers=1)
-    shape = spec["model"]["input_shape"]
-    data = np.random.default_rng(len(name))
-    images = data.random((32, *shape), dtype=np.float32)
-    labels = data.integers(0, 10, 32).astype(np.int32)
-    model = Sequential(json.dumps(spec["model"]))
-    rng, params = init(model, shape, spec["seed"])
-    t = {"data.images": images, "data.labels": labels}
-    t.update(tensors("init.", params))
-    key = jax.random.PRNGKey(7)
-    (loss, _), g = jax.value_and_grad(models.loss_fn, has_aux=True)(
-        params, model.apply, images[:8], labels[:8], key)
-    t.update(tensors("grads.", g))
-    t["grads.loss"] = np.asarray([loss], np.float32)
-    t["grads.dropout_key"] = np.asarray(key, np.uint32)
-    final, losses, masks = train(model, spec, params, rng, images, labels)
-    t["train.losses"] = losses
-    t.update(tensors("train.params.", final))
-    for step, mk in enumerate(masks):
-      for i, m in enumerate(mk):
-        t[f"masks.{step}.{i}"] = m.astype(np.uint8)
-    path = f"{out}/layers_{name}.safetensors"
-    save_file({k: np.ascontiguousarray(v) for k, v in t.items()}, path,
-              metadata={"versions": json.dumps(VERSIONS), "spec": json.dumps(spec)})
-    print(f"wrote {path} ({os.path.getsize(path)} bytes)")
+    write_golden(out, name, base)
+
+
+def write_golden(out, name, base, prefix="layers_"):
+  """<out>/<prefix><name>.safetensors for the spec `base` (model and optimizer)."""
+  spec = dict(base, global_batch_size=8, steps=20, seed=3, dropout_seed=5, workers=1)
+  shape = spec["model"]["input_shape"]
+  data = np.random.default_rng(len(name))
+  images = data.random((32, *shape), dtype=np.float32)
+  labels = data.integers(0, 10, 32).astype(np.int32)
+  model = Sequential(json.dumps(spec["model"]))
+  rng, params = init(model, shape, spec["seed"])
+  t = {"data.images": images, "data.labels": labels}
+  t.update(tensors("init.", params))
+  key = jax.random.PRNGKey(7)
+  (loss, _), g = jax.value_and_grad(models.loss_fn, has_aux=True)(
+      params, model.apply, images[:8], labels[:8], key)
+  t.update(tensors("grads.", g))
+  t["grads.loss"] = np.asarray([loss], np.float32)
+  t["grads.dropout_key"] = np.asarray(key, np.uint32)
+  final, losses, masks = train(model, spec, params, rng, images, labels)
+  t["train.losses"] = losses
+  t.update(tensors("train.params.", final))
+  for step, mk in enumerate(masks):
+    for i, m in enumerate(mk):
+      t[f"masks.{step}.{i}"] = m.astype(np.uint8)
+  path = f"{out}/{prefix}{name}.safetensors"
+  save_file({k: np.ascontiguousarray(v) for k, v in t.items()}, path,
+            metadata={"versions": json.dumps(VERSIONS), "spec": json.dumps(spec)})
+  print(f"wrote {path} ({os.path.getsize(path)} bytes)")

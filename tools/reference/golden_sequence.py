@@ -184,37 +184,42 @@ def write_pmap_golden(out):
 
 def write_goldens(out):
   for name, base in SPECS.items():
-    spec = dict(base, global_batch_size=8, steps=20, seed=3, dropout_seed=5, workers=1)
-    t_len = spec["model"]["input_shape"][0]
-    vocab = spec["model"]["layers"][0]["embed"]["num_embeddings"]
-    data = np.random.default_rng(100 + len(name))
-    stream = data.integers(0, vocab, 32 * t_len + 1).astype(np.int32)
-    inputs, targets = windows(stream, t_len)
-    model = SequenceModel(json.dumps(spec["model"]))
-    rng, init_rng = jax.random.split(jax.random.PRNGKey(spec["seed"]))
-    params = model.init(init_rng, jnp.ones([1, t_len], jnp.int32))["params"]
-    t = {"data.stream": stream}
-    t.update(golden_layers.tensors("init.", params))
-    key = jax.random.PRNGKey(7)
-    (loss, _), g = jax.value_and_grad(token_loss, has_aux=True)(
-        params, model.apply, inputs[:8], targets[:8], key)
-    t.update(golden_layers.tensors("grads.", g))
-    t["grads.loss"] = np.asarray([loss], np.float32)
-    t["grads.dropout_key"] = np.asarray(key, np.uint32)
-    final, losses, masks = golden_layers.train(model, spec, params, rng, inputs, targets,
-                                               loss_fn=token_loss)
-    t["train.losses"] = losses
-    t.update(golden_layers.tensors("train.params.", final))
-    for step, mk in enumerate(masks):
-      for i, m in enumerate(mk):
-        t[f"masks.{step}.{i}"] = m.astype(np.uint8).reshape(-1)
-    path = f"{out}/sequence_{name}.safetensors"
-    spec["dataset"] = {"format": "tokens", "train_path": "unused.npz", "test_path": "unused.npz",
-                       "context": t_len}
-    save_file({k: np.ascontiguousarray(v) for k, v in t.items()}, path,
-              metadata={"versions": json.dumps(golden_layers.VERSIONS), "spec": json.dumps(spec)})
-    print(f"wrote {path} ({os.path.getsize(path)} bytes)")
+    write_golden(out, name, base)
   write_pmap_golden(out)
+
+
+def write_golden(out, name, base, prefix="sequence_"):
+  """<out>/<prefix><name>.safetensors for the spec `base` (model and optimizer)."""
+  spec = dict(base, global_batch_size=8, steps=20, seed=3, dropout_seed=5, workers=1)
+  t_len = spec["model"]["input_shape"][0]
+  vocab = spec["model"]["layers"][0]["embed"]["num_embeddings"]
+  data = np.random.default_rng(100 + len(name))
+  stream = data.integers(0, vocab, 32 * t_len + 1).astype(np.int32)
+  inputs, targets = windows(stream, t_len)
+  model = SequenceModel(json.dumps(spec["model"]))
+  rng, init_rng = jax.random.split(jax.random.PRNGKey(spec["seed"]))
+  params = model.init(init_rng, jnp.ones([1, t_len], jnp.int32))["params"]
+  t = {"data.stream": stream}
+  t.update(golden_layers.tensors("init.", params))
+  key = jax.random.PRNGKey(7)
+  (loss, _), g = jax.value_and_grad(token_loss, has_aux=True)(
+      params, model.apply, inputs[:8], targets[:8], key)
+  t.update(golden_layers.tensors("grads.", g))
+  t["grads.loss"] = np.asarray([loss], np.float32)
+  t["grads.dropout_key"] = np.asarray(key, np.uint32)
+  final, losses, masks = golden_layers.train(model, spec, params, rng, inputs, targets,
+                                             loss_fn=token_loss)
+  t["train.losses"] = losses
+  t.update(golden_layers.tensors("train.params.", final))
+  for step, mk in enumerate(masks):
+    for i, m in enumerate(mk):
+      t[f"masks.{step}.{i}"] = m.astype(np.uint8).reshape(-1)
+  path = f"{out}/{prefix}{name}.safetensors"
+  spec["dataset"] = {"format": "tokens", "train_path": "unused.npz", "test_path": "unused.npz",
+                     "context": t_len}
+  save_file({k: np.ascontiguousarray(v) for k, v in t.items()}, path,
+            metadata={"versions": json.dumps(golden_layers.VERSIONS), "spec": json.dumps(spec)})
+  print(f"wrote {path} ({os.path.getsize(path)} bytes)")
 
 
 if __name__ == "__main__":

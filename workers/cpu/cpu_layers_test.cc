@@ -257,6 +257,33 @@ TEST(CpuLayers, PoolGradientsMatchFiniteDifferences) {
                  });
 }
 
+// Rows of a large mean and a small spread (0.5 + u / 100, as after a sigmoid): the fast
+// variance E[x^2] - E[x]^2 cancels 1 - 1e-4 of itself, so float32 sums left y 2.6e-4 off
+// (relative L2); summed in double, y is within 3e-6 of float64's, most of which is the
+// float32 mean's own rounding (3e-8 against a spread of 0.01).
+TEST(CpuLayers, LayerNormKeepsOffsetRowsPrecise) {
+  auto be = NewCpuBackend(1);
+  const int rows = 8, cols = 64;
+  std::vector<float> x = RandomNormal(rows * cols, 8);
+  for (float& v : x) v = 0.5f + v / 100;
+  std::vector<float> y(x.size()), mean(rows), rstd(rows);
+  ASSERT_OK(be->LayerNorm(rows, cols, 1e-6f, x.data(), nullptr, nullptr, y.data(), mean.data(),
+                          rstd.data()));
+  double num = 0, den = 0;
+  for (int r = 0; r < rows; ++r) {
+    double m = 0, m2 = 0;
+    for (int c = 0; c < cols; ++c)
+      m += x[r * cols + c], m2 += double{x[r * cols + c]} * x[r * cols + c];
+    m /= cols, m2 /= cols;
+    for (int c = 0; c < cols; ++c) {
+      const double want = (x[r * cols + c] - m) / std::sqrt(m2 - m * m + 1e-6);
+      num += (y[r * cols + c] - want) * (y[r * cols + c] - want);
+      den += want * want;
+    }
+  }
+  EXPECT_LE(std::sqrt(num / den), 3e-6);
+}
+
 TEST(CpuLayers, LayerNormMatchesItsDefinitionAndFiniteDifferences) {
   auto be = NewCpuBackend(1);
   const int rows = 3, cols = 7;

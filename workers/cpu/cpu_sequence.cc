@@ -95,9 +95,13 @@ void SoftmaxBackward(int threads, int rows, int cols, const float* p, float* dp)
   for (int r = 0; r < rows; ++r) {
     const float* y = p + int64_t{r} * cols;
     float* g = dp + int64_t{r} * cols;
-    float dot = 0.0f;
-    for (int c = 0; c < cols; ++c) dot += g[c] * y[c];
-    for (int c = 0; c < cols; ++c) g[c] = y[c] * (g[c] - dot);
+    // dy = y * (g - sum(g * y)): where g is nearly level across the row, g - dot cancels,
+    // and a float32 dot's rounding is what remains (attention's query and key gradients
+    // were twice XLA's error against float64 on a random model of golden_random.py). In
+    // double, each product exact and g - dot rounded once, the error is g's own.
+    double dot = 0.0;
+    for (int c = 0; c < cols; ++c) dot += double{g[c]} * y[c];
+    for (int c = 0; c < cols; ++c) g[c] = y[c] * static_cast<float>(g[c] - dot);
   }
 }
 

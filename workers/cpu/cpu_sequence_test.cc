@@ -81,6 +81,33 @@ TEST(CpuSequence, SoftmaxBackwardMatchesFiniteDifferences) {
   }
 }
 
+// Where the incoming gradient is nearly level across a row (g = 1000 + u, u in [0, 1)),
+// g - sum(g * y) cancels: its float32 dot's rounding (an ulp of 1000 is 6e-5, against a
+// difference of ~0.5) made the result ~1e-4 off; with the dot in double it is float
+// rounding of g - dot and of the product, within 1e-6 of float64's.
+TEST(CpuSequence, SoftmaxBackwardKeepsLevelGradientsPrecise) {
+  const int rows = 16, cols = 128;
+  std::vector<float> p = RandomNormal(rows * cols, 6), g = RandomNormal(rows * cols, 7);
+  auto be = NewCpuBackend(1);
+  ASSERT_OK(be->AttentionSoftmax(rows, cols, false, p.data()));
+  for (float& v : g) v = 1000.0f + std::fabs(v) / 4;
+  std::vector<double> want(g.size());
+  for (int r = 0; r < rows; ++r) {
+    double dot = 0;
+    for (int c = 0; c < cols; ++c) dot += double{g[r * cols + c]} * p[r * cols + c];
+    for (int c = 0; c < cols; ++c) {
+      want[r * cols + c] = p[r * cols + c] * (g[r * cols + c] - dot);
+    }
+  }
+  ASSERT_OK(be->SoftmaxBackward(rows, cols, p.data(), g.data()));
+  double num = 0, den = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    num += (g[i] - want[i]) * (g[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  EXPECT_LE(std::sqrt(num / den), 1e-6);
+}
+
 TEST(CpuSequence, MaskedScaleBroadcastsOneMaskOverRows) {
   const std::vector<uint8_t> mask = {1, 0, 1};
   const std::vector<float> x = {1, 2, 3, 4, 5, 6};

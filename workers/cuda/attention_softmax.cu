@@ -27,9 +27,10 @@ __global__ void SoftmaxBackwardKernel(int rows, int cols, const float* p, float*
   for (size_t r = FirstIndex(); r < size_t(rows); r += Stride()) {
     const float* y = p + r * cols;
     float* g = dp + r * cols;
-    float dot = 0.0f;
-    for (int c = 0; c < cols; ++c) dot += g[c] * y[c];
-    for (int c = 0; c < cols; ++c) g[c] = y[c] * (g[c] - dot);
+    // As the CPU backend's (cpu_sequence.cc): the dot in double, g - dot rounded once.
+    double dot = 0.0;
+    for (int c = 0; c < cols; ++c) dot += double{g[c]} * y[c];
+    for (int c = 0; c < cols; ++c) g[c] = y[c] * static_cast<float>(g[c] - dot);
   }
 }
 
