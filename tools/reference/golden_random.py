@@ -136,8 +136,8 @@ def pool(r, shape):
   return {kind: o}, [out_len(h, k, s, p), out_len(w, k, s, p), c]
 
 
-def image_layer(r, shape, names, depth):
-  """One layer (or residual, or block call) on an image; returns (layer, out shape)."""
+def image_layer(r, shape, names):
+  """One layer or residual connection on an image; returns (layer, out shape)."""
   roll = r.random()
   if roll < 0.3 or min(shape[:2]) < 3:
     return conv(r, shape, names, stride=1 if min(shape[:2]) < 5 else None)
@@ -149,9 +149,7 @@ def image_layer(r, shape, names, depth):
     return pool(r, shape)
   if roll < 0.72:
     return _named(dropout(r), names), shape
-  if depth < 2:
-    return image_residual(r, shape, names, depth + 1)
-  return activation(r), shape
+  return image_residual(r, shape, names)
 
 
 def _named(layer, names):
@@ -159,7 +157,7 @@ def _named(layer, names):
   return {kind: names.maybe(o)}
 
 
-def image_residual(r, shape, names, depth):
+def image_residual(r, shape, names):
   """x + layers(x): a branch of convs (SAME; the first maybe strided or widening) with
   activations, norms and dropout, and a 1x1 projection where the shapes differ."""
   f = r.choice([shape[2], shape[2], r.randint(2, 6)])
@@ -239,7 +237,7 @@ def image_model(r):
         layers.append({"block": call})
         y = [-(-y[0] // s), -(-y[1] // s), f]
       continue
-    layer, y = image_layer(r, y, names, 0)
+    layer, y = image_layer(r, y, names)
     layers.append(layer)
   layers.append({"flatten": {}})
   if r.random() < 0.5:
