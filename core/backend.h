@@ -205,8 +205,9 @@ class Backend {
   //   BatchNormVariance, BatchNormApply and BatchNormUpdateStats; and backward
   //   BatchNormBackwardReduce, [all-reduce sum of its 2 * cols sums], BatchNormBackwardApply;
   // evaluation only BatchNormApply with the running averages. Column sums are taken over
-  // kBatchNormBlocks fixed row blocks, each in row order, added in block order: the same
-  // bits whatever the threads, and on every backend; `partials` (BatchNormPartials(cols)
+  // kBatchNormBlocks fixed row blocks, each in row order, added in block order, all in
+  // double (each block's sum rounded to float once, the total once): the same bits
+  // whatever the threads, and on every backend; `partials` (BatchNormPartials(cols)
   // floats of backend memory) holds the blocks' sums.
   // moments (2 * cols) = [column sums of x / rows, column sums of x * x / rows].
   virtual absl::Status BatchNormMoments(int rows, int cols, const float* x, float* partials,

@@ -73,13 +73,13 @@ void ExpectAsPreciseAsXla(const testing::SpecGolden& g, const Dataset& data, rng
 // chance.
 constexpr double kSlack = 3.0;
 // Models with BatchNorm: OPEN. On pmap2_random0 (a sigmoid, then conv + BatchNorm, whose
-// input is ~0.6 +- a little, and two LayerNorms over 5 channels), ours is up to 12x
-// further from float64 than XLA's, from the forward pass on (the last dense's bias is
-// 4.5x). Without the sigmoid it is 1.8x, without the block's LayerNorm 2.6x; BatchNorm's
-// sums across its 64 row blocks in double halve it (not adopted yet: it changes the ResNet
-// example's bits); BatchNorm's variance, LayerNorm's backward, the sigmoid and the thread
-// count, each made exact in turn, change nothing. This holds the gap where it is.
-constexpr double kBatchNormSlack = 15.0;
+// input is ~0.6 +- a little, and two LayerNorms over 5 channels), ours is up to 8.9x
+// further from float64 than XLA's (the last LayerNorm's bias: 1.3e-6 relative; 12x, and
+// 1.3e-5 on the block's conv, before BatchNorm's, LayerNorm's and the bias gradients'
+// sums went to double). Without the sigmoid it was 1.8x, without the block's LayerNorm
+// 2.6x; BatchNorm's variance, LayerNorm's forward and backward rows, the sigmoid and the
+// thread count, each made exact in turn, changed nothing. This holds the gap where it is.
+constexpr double kBatchNormSlack = 10.0;
 
 class RandomImageModel : public ::testing::TestWithParam<std::string> {};
 

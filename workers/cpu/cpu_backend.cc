@@ -86,8 +86,9 @@ LS_MULTIVERSION void BiasAddRows(int cols, const float* bias, float* y, size_t b
   }
 }
 
-// sum[c] += column sums of rows [begin, end), top to bottom.
-LS_MULTIVERSION void ColumnSums(int cols, const float* dy, float* sum, size_t begin, size_t end) {
+// sum[c] = column sums of rows [begin, end), top to bottom, accumulated in double.
+LS_MULTIVERSION void ColumnSums(int cols, const float* dy, double* sum, size_t begin, size_t end) {
+  std::fill_n(sum, cols, 0.0);
   for (size_t r = begin; r < end; ++r) {
     const float* row = dy + r * cols;
     for (int c = 0; c < cols; ++c) sum[c] += row[c];
@@ -314,21 +315,20 @@ class CpuBackend final : public Backend {
   absl::Status BiasGrad(int rows, int cols, const float* dy, float* db) override {
     // Partial sums over a fixed number of row blocks, combined in block order: the same
     // bits whatever the thread count.
+    // Partial sums in double, each rounded once at the end.
     constexpr int kBlocks = 8;
-    std::fill(db, db + cols, 0.0f);
-    if (static_cast<size_t>(rows) * cols <= kParallelMin) {
-      ColumnSums(cols, dy, db, 0, rows);
-      return absl::OkStatus();
-    }
-    std::vector<float> partial(static_cast<size_t>(kBlocks) * cols, 0.0f);
-#pragma omp parallel for num_threads(threads_) schedule(static)
-    for (int blk = 0; blk < kBlocks; ++blk) {
+    const int blocks = static_cast<size_t>(rows) * cols <= kParallelMin ? 1 : kBlocks;
+    std::vector<double> partial(static_cast<size_t>(blocks) * cols);
+#pragma omp parallel for num_threads(threads_) schedule(static) if (blocks > 1)
+    for (int blk = 0; blk < blocks; ++blk) {
       ColumnSums(cols, dy, partial.data() + static_cast<size_t>(blk) * cols,
-                 static_cast<size_t>(rows) * blk / kBlocks,
-                 static_cast<size_t>(rows) * (blk + 1) / kBlocks);
+                 static_cast<size_t>(rows) * blk / blocks,
+                 static_cast<size_t>(rows) * (blk + 1) / blocks);
     }
-    for (int blk = 0; blk < kBlocks; ++blk) {
-      for (int c = 0; c < cols; ++c) db[c] += partial[static_cast<size_t>(blk) * cols + c];
+    for (int c = 0; c < cols; ++c) {
+      double sum = 0;
+      for (int blk = 0; blk < blocks; ++blk) sum += partial[static_cast<size_t>(blk) * cols + c];
+      db[c] = static_cast<float>(sum);
     }
     return absl::OkStatus();
   }

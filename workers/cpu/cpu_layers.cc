@@ -374,30 +374,31 @@ void LayerNormBackward(int threads, int rows, int cols, const float* x, const fl
     }
   }
   if (dscale == nullptr && dbias == nullptr) return;
-  // dscale = column sums of dy * xhat, dbias = column sums of dy.
-  std::vector<float> partial(2 * static_cast<size_t>(kBlocks) * cols, 0.0f);
+  // dscale = column sums of dy * xhat, dbias = column sums of dy, in double (each product
+  // exact), each rounded once; the CUDA kernel adds in the same order.
+  std::vector<double> partial(2 * static_cast<size_t>(kBlocks) * cols, 0.0);
 #pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
   for (int blk = 0; blk < kBlocks; ++blk) {
-    float* ps = partial.data() + 2 * static_cast<size_t>(blk) * cols;
-    float* pb = ps + cols;
+    double* ps = partial.data() + 2 * static_cast<size_t>(blk) * cols;
+    double* pb = ps + cols;
     const int r0 = static_cast<int>(int64_t{rows} * blk / kBlocks);
     const int r1 = static_cast<int>(int64_t{rows} * (blk + 1) / kBlocks);
     for (int r = r0; r < r1; ++r) {
       const size_t at = static_cast<size_t>(r) * cols;
       for (int c = 0; c < cols; ++c) {
-        ps[c] += dy[at + c] * ((x[at + c] - mean[r]) * rstd[r]);
+        ps[c] += double{dy[at + c]} * ((x[at + c] - mean[r]) * rstd[r]);
         pb[c] += dy[at + c];
       }
     }
   }
-  if (dscale != nullptr) std::fill(dscale, dscale + cols, 0.0f);
-  if (dbias != nullptr) std::fill(dbias, dbias + cols, 0.0f);
-  for (int blk = 0; blk < kBlocks; ++blk) {
-    const float* ps = partial.data() + 2 * static_cast<size_t>(blk) * cols;
-    for (int c = 0; c < cols; ++c) {
-      if (dscale != nullptr) dscale[c] += ps[c];
-      if (dbias != nullptr) dbias[c] += ps[cols + c];
+  for (int c = 0; c < cols; ++c) {
+    double total_s = 0.0, total_b = 0.0;
+    for (int blk = 0; blk < kBlocks; ++blk) {
+      total_s += partial[2 * static_cast<size_t>(blk) * cols + c];
+      total_b += partial[2 * static_cast<size_t>(blk) * cols + cols + c];
     }
+    if (dscale != nullptr) dscale[c] = static_cast<float>(total_s);
+    if (dbias != nullptr) dbias[c] = static_cast<float>(total_b);
   }
 }
 

@@ -9,13 +9,16 @@
 namespace lockstep::cpu {
 namespace {
 
-// p[c] = the sum of rows [begin, end) of x, in row order from the first.
-LS_MULTIVERSION void BlockSums(int begin, int end, int cols, const float* x, float* p) {
-  std::copy_n(x + static_cast<size_t>(begin) * cols, cols, p);
-  for (int r = begin + 1; r < end; ++r) {
+// p[c] = the sum of rows [begin, end) of x, in row order from the first, accumulated in
+// double (`acc`, cols of them) and rounded once.
+LS_MULTIVERSION void BlockSums(int begin, int end, int cols, const float* x, double* acc,
+                               float* p) {
+  std::fill_n(acc, cols, 0.0);
+  for (int r = begin; r < end; ++r) {
     const float* v = x + static_cast<size_t>(r) * cols;
-    for (int c = 0; c < cols; ++c) p[c] += v[c];
+    for (int c = 0; c < cols; ++c) acc[c] += v[c];
   }
+  for (int c = 0; c < cols; ++c) p[c] = static_cast<float>(acc[c]);
 }
 
 LS_MULTIVERSION void AddInto(size_t begin, size_t end, const float* b, float* a) {
@@ -45,10 +48,12 @@ void PairwiseSum(int threads, int count, size_t n, float* parts, float* out) {
 void ColumnSums(int threads, int rows, int cols, const float* x, float* out) {
   const int blocks = (rows + kSumBlockRows - 1) / kSumBlockRows;
   std::vector<float> parts(static_cast<size_t>(blocks) * cols);
+  std::vector<double> acc(static_cast<size_t>(blocks) * cols);
   const bool parallel = static_cast<size_t>(rows) * cols > kParallelMin;
 #pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
   for (int b = 0; b < blocks; ++b) {
     BlockSums(b * kSumBlockRows, std::min(rows, (b + 1) * kSumBlockRows), cols, x,
+              acc.data() + static_cast<size_t>(b) * cols,
               parts.data() + static_cast<size_t>(b) * cols);
   }
   PairwiseSum(threads, blocks, cols, parts.data(), out);

@@ -7,25 +7,26 @@ namespace lockstep::cuda {
 namespace {
 
 // The column sums' two quantities: x and x * x (moments), or dy and dy * (x - mean).
+// In double, as the CPU backend's MomentSums and GradSums: each product exact.
 struct MomentsOp {
   const float* x;
-  __device__ void operator()(size_t at, int c, float& a, float& b) const {
+  __device__ void operator()(size_t at, int c, double& a, double& b) const {
     const float v = x[at];
     a = v;
-    b = v * v;
+    b = double{v} * v;
   }
 };
 
 struct BackwardOp {
   const float *x, *dy, *mean;
-  __device__ void operator()(size_t at, int c, float& a, float& b) const {
+  __device__ void operator()(size_t at, int c, double& a, double& b) const {
     a = dy[at];
-    b = dy[at] * (x[at] - mean[c]);
+    b = double{dy[at]} * (x[at] - mean[c]);
   }
 };
 
 // partials[blk * 2 * cols + k * cols + c]: block blk's sum of quantity k of column c, in
-// row order from 0, as the CPU backend's ColumnSums2.
+// row order from 0 in double, rounded once, as the CPU backend's ColumnSums2.
 template <typename Op>
 __global__ void PartialsKernel(int rows, int cols, Op op, float* partials) {
   const size_t total = size_t(kBatchNormBlocks) * cols;
@@ -33,23 +34,23 @@ __global__ void PartialsKernel(int rows, int cols, Op op, float* partials) {
     const int blk = static_cast<int>(t / cols), c = static_cast<int>(t % cols);
     const int r0 = static_cast<int>(int64_t{rows} * blk / kBatchNormBlocks);
     const int r1 = static_cast<int>(int64_t{rows} * (blk + 1) / kBatchNormBlocks);
-    float a = 0.0f, b = 0.0f;
+    double a = 0.0, b = 0.0;
     for (int r = r0; r < r1; ++r) {
-      float u, v;
+      double u, v;
       op(size_t(r) * cols + c, c, u, v);
       a += u;
       b += v;
     }
-    partials[size_t(blk) * 2 * cols + c] = a;
-    partials[size_t(blk) * 2 * cols + cols + c] = b;
+    partials[size_t(blk) * 2 * cols + c] = static_cast<float>(a);
+    partials[size_t(blk) * 2 * cols + cols + c] = static_cast<float>(b);
   }
 }
 
-// out[k] = the blocks' partial sums of k in block order, from 0 (k < 2 * cols).
+// out[k] = the blocks' partial sums of k in block order, from 0, in double (k < 2 * cols).
 __device__ float BlockTotal(int cols, const float* partials, int k) {
-  float total = 0.0f;
+  double total = 0.0;
   for (int blk = 0; blk < kBatchNormBlocks; ++blk) total += partials[size_t(blk) * 2 * cols + k];
-  return total;
+  return static_cast<float>(total);
 }
 
 __global__ void MomentsKernel(int rows, int cols, const float* partials, float* moments) {

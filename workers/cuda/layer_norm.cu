@@ -29,21 +29,22 @@ __global__ void LayerNormParamsKernel(int rows, int cols, const float* x, const 
                                       const float* rstd, const float* dy, float* dscale,
                                       float* dbias) {
   for (size_t c = FirstIndex(); c < size_t(cols); c += Stride()) {
-    float total_s = 0.0f, total_b = 0.0f;
+    // In double, as the CPU backend's LayerNormBackward: the same bits.
+    double total_s = 0.0, total_b = 0.0;
     for (int blk = 0; blk < kBlocks; ++blk) {
       const int r0 = static_cast<int>(int64_t{rows} * blk / kBlocks);
       const int r1 = static_cast<int>(int64_t{rows} * (blk + 1) / kBlocks);
-      float s = 0.0f, b = 0.0f;
+      double s = 0.0, b = 0.0;
       for (int r = r0; r < r1; ++r) {
         const size_t at = size_t(r) * cols + c;
-        s += dy[at] * ((x[at] - mean[r]) * rstd[r]);
+        s += double{dy[at]} * ((x[at] - mean[r]) * rstd[r]);
         b += dy[at];
       }
       total_s += s;
       total_b += b;
     }
-    if (dscale != nullptr) dscale[c] = total_s;
-    if (dbias != nullptr) dbias[c] = total_b;
+    if (dscale != nullptr) dscale[c] = static_cast<float>(total_s);
+    if (dbias != nullptr) dbias[c] = static_cast<float>(total_b);
   }
 }
 
