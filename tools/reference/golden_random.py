@@ -412,8 +412,9 @@ def optimizer(r, attention):
 
 def zero_gradients(model_spec, prefix):
   """The params of the model whose true gradient is 0 (in float64, below 1e-9 of the
-  largest tensor's): a conv's bias that reaches a BatchNorm only through linear layers, a
-  layer_norm's bias before a 1x1 conv and a BatchNorm... Float32 gradients of those are
+  largest tensor's), and the batch_stats means whose true value is 0: a conv's bias that
+  reaches a BatchNorm only through linear layers, a layer_norm's bias before a 1x1 conv and
+  a BatchNorm, a BatchNorm after a use_bias false one and a conv... Float32 values of those are
   rounding noise, in JAX and here alike, so such draws are redrawn; attention's key/bias
   (always 0: one constant added to a softmax row) is held to its kernel by the test."""
   model = golden_layers.Sequential(json.dumps(model_spec))
@@ -428,17 +429,23 @@ def zero_gradients(model_spec, prefix):
     variables = model.init(jax.random.PRNGKey(0), np.ones([1, *shape], np.float32))
   with jax.enable_x64(True):
     f64 = lambda tree: jax.tree_util.tree_map(lambda v: np.asarray(v, np.float64), tree)
-    params, key = f64(variables["params"]), jax.random.PRNGKey(7)
+    params, key, noise = f64(variables["params"]), jax.random.PRNGKey(7), []
     if prefix == "pmap2_":
-      loss = lambda p: golden_batchnorm.loss_fn(p, f64(variables["batch_stats"]), model, x, y,
-                                                True, key)[0]
+      stats = f64(variables["batch_stats"])
+      loss = lambda p: golden_batchnorm.loss_fn(p, stats, model, x, y, True, key)[0]
+      # A BatchNorm whose input has a mean of 0 by construction (a use_bias false
+      # BatchNorm, then a conv without bias): its running mean is rounding noise too.
+      new = models.flatten(golden_batchnorm.loss_fn(params, stats, model, x, y, True, key)[1][0])
+      noise = [n for n, v in new.items() if n.endswith("/mean") and
+               np.linalg.norm(v) <= 1e-9 * np.linalg.norm(new[n[:-len("mean")] + "var"])]
     elif prefix == "sequence_":
       loss = lambda p: golden_sequence.token_loss(p, model.apply, x, y, key)[0]
     else:
       loss = lambda p: models.loss_fn(p, model.apply, x, y, key)[0]
     norms = {n: float(np.linalg.norm(g)) for n, g in models.flatten(jax.grad(loss)(params)).items()}
   top = max(norms.values())
-  return [n for n, v in norms.items() if v <= 1e-9 * top and not n.endswith("/key/bias")]
+  zeros = [n for n, v in norms.items() if v <= 1e-9 * top and not n.endswith("/key/bias")]
+  return zeros + (noise if prefix == "pmap2_" else [])
 
 
 def perturbed(params):
@@ -521,7 +528,8 @@ def float64_reference(t, spec, prefix):
         key = t["grads.dropout_key"]
         loss = lambda p: golden_sequence.token_loss(p, model.apply, inputs[:b], targets[:b], key)[0]
       else:
-        x, y, key = t["data.images"][:b].astype(np.float64), t["data.labels"][:b], t["grads.dropout_key"]
+        x, y = t["data.images"][:b].astype(np.float64), t["data.labels"][:b]
+        key = t["grads.dropout_key"]
         loss = lambda p: models.loss_fn(p, model.apply, x, y, key)[0]
       loss64, g64 = jax.value_and_grad(loss)(f64(params))
     finally:
@@ -569,7 +577,8 @@ def main():
         zeros = zero_gradients(model, prefix)
         if not zeros:
           break
-        print(f"{prefix}{name}: redrawn: {', '.join(zeros)} would have a true gradient of 0")
+        print(f"{prefix}{name}: redrawn: {', '.join(zeros)} would be 0 in float64 "
+              "(rounding noise in float32)")
       opt = optimizer(r, "multi_head_attention" in json.dumps(model))
       if prefix[:-1] not in args.kinds.split(","):
         continue
