@@ -115,14 +115,17 @@ def train_pmap(spec, params, batch_stats, rng, images, labels):
   return first(rparams), first(rstats), np.asarray(losses, np.float32)
 
 
-def write_goldens(out):
+def write_golden(path, model_spec, optimizer, data_seed):
+  """The file for an image model with batch_stats: 64 random examples drawn with
+  `data_seed`, batch 16, 20 steps of `optimizer` on 2 replicas."""
   assert jax.local_device_count() >= 2, "set XLA_FLAGS=--xla_force_host_platform_device_count=2"
-  spec = SPEC
-  shape = MODEL["input_shape"]
-  data = np.random.default_rng(11)
+  shape = model_spec["input_shape"]
+  data = np.random.default_rng(data_seed)
   images = data.random((64, *shape), dtype=np.float32)
   labels = data.integers(0, 10, 64).astype(np.int32)
-  model = golden_layers.Sequential(json.dumps(MODEL))
+  model = golden_layers.Sequential(json.dumps(model_spec))
+  spec = {"model": model_spec, "optimizer": optimizer, "global_batch_size": 16, "steps": 20,
+          "seed": 3, "dropout_seed": 5, "workers": 2}
   rng, init_rng = jax.random.split(jax.random.PRNGKey(spec["seed"]))
   variables = model.init(init_rng, jnp.ones([1, *shape]))
   params, stats = variables["params"], variables["batch_stats"]
@@ -134,14 +137,20 @@ def write_goldens(out):
       params, stats, model, images[:b], labels[:b], True, jnp.zeros(2, jnp.uint32))
   t.update(golden_layers.tensors("grads.", g))
   t["grads.loss"] = np.asarray([loss], np.float32)
-  final, final_stats, losses = train_pmap(spec, params, stats, rng, images, labels)
+  final, final_stats, losses = train_pmap(spec, params, stats, rng, images,
+                                                           labels)
   t["train.losses"] = losses
   t.update(golden_layers.tensors("train.params.", final))
   t.update(golden_layers.tensors("train.stats.", final_stats))
-  eval_loss, (_, logits) = loss_fn(final, final_stats, model, images, labels, False)
+  eval_loss, (_, logits) = loss_fn(final, final_stats, model, images, labels,
+                                                    False)
   t["eval.loss"] = np.asarray([eval_loss], np.float32)
   t["eval.accuracy"] = np.asarray([np.mean(np.argmax(logits, -1) == labels)], np.float32)
-  save(f"{out}/batchnorm_pmap2.safetensors", t, spec)
+  save(path, t, spec)
+
+
+def write_goldens(out):
+  write_golden(f"{out}/batchnorm_pmap2.safetensors", MODEL, SPEC["optimizer"], 11)
 
   # The cluster's: Fashion-MNIST's train split, as the workers load it.
   import make_golden  # noqa: E402 (its IDX loader)

@@ -8,7 +8,7 @@ and dense; sequence models of embed, position_embed, multi_head_attention (heads
 qkv/out widths, causal, dropout on the weights, no bias), dense, layer_norm, activations
 and dropout, in residuals and blocks, ending in logits per position; and image models with
 BatchNorm added after some convs and denses. Files, as golden_layers.py,
-golden_sequence.py and golden_resnet.py write theirs: `layers_random<k>` (N = 1),
+golden_sequence.py and golden_batchnorm.py write theirs: `layers_random<k>` (N = 1),
 `sequence_random<k>` (N = 1) and `pmap2_random<k>` (batch_stats; jax.pmap on 2 devices).
 tests/golden_random_test.cc checks every such file in its folder: init 1e-6; the loss and
 every gradient 1e-5; 20 steps with dropout 1e-5 (identical masks), on 2 replicas and 2
@@ -51,7 +51,6 @@ from safetensors.numpy import load_file, save_file  # noqa: E402
 
 import golden_batchnorm  # noqa: E402
 import golden_layers  # noqa: E402
-import golden_resnet  # noqa: E402
 import golden_sequence  # noqa: E402
 import models  # noqa: E402
 
@@ -587,7 +586,7 @@ def main():
         continue
       path = f"{args.out}/{prefix}{name}.safetensors"
       if prefix == "pmap2_":
-        golden_resnet.write_golden(path, model, opt, 200 + k)
+        golden_batchnorm.write_golden(path, model, opt, 200 + k)
       else:
         module = golden_layers if prefix == "layers_" else golden_sequence
         module.write_golden(args.out, name, {"model": model, "optimizer": opt}, prefix)
