@@ -15,6 +15,7 @@
 #include "workers/cpu/cpu_batch_norm.h"
 #include "workers/cpu/cpu_gemm.h"
 #include "workers/cpu/cpu_layers.h"
+#include "workers/cpu/cpu_optimizer.h"
 #include "workers/cpu/cpu_sequence.h"
 #include "workers/cpu/cpu_sums.h"
 #include "workers/cpu/dnnl_conv.h"
@@ -25,23 +26,10 @@ namespace lockstep {
 namespace {
 
 using cpu::kParallelMin;
+using cpu::ParallelFor;
 
 // A conv kernel's gradient sums over at most this many positions (b * oh * ow) at once.
 constexpr size_t kConvSumPositions = 4096;
-
-// Runs f(begin, end) over [0, n) split evenly across `threads` OpenMP threads.
-template <typename F>
-void ParallelFor(int threads, size_t n, F f) {
-  if (n <= kParallelMin) {
-    f(size_t{0}, n);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    f(n * t / nt, n * (t + 1) / nt);
-  }
-}
 
 LS_MULTIVERSION void ReluRange(float* x, size_t begin, size_t end) {
   for (size_t i = begin; i < end; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
@@ -92,67 +80,6 @@ LS_MULTIVERSION void ColumnSums(int cols, const float* dy, double* sum, size_t b
   for (size_t r = begin; r < end; ++r) {
     const float* row = dy + r * cols;
     for (int c = 0; c < cols; ++c) sum[c] += row[c];
-  }
-}
-
-LS_MULTIVERSION void SgdRange(float neg_lr, float momentum, bool nesterov, const float* g,
-                              float* trace, float* p, size_t begin, size_t end) {
-  if (trace == nullptr) {
-    for (size_t i = begin; i < end; ++i) p[i] = p[i] + neg_lr * g[i];
-    return;
-  }
-  for (size_t i = begin; i < end; ++i) {
-    trace[i] = g[i] + momentum * trace[i];
-    const float u = nesterov ? g[i] + momentum * trace[i] : trace[i];
-    p[i] = p[i] + neg_lr * u;
-  }
-}
-
-// One chunk's sum in Backend::SumSquares's order: x[0, count), count <= kSumChunk, squared
-// first for the float values (the first level), as they are for the chunks' sums.
-inline double AddLanes(double* lane) {
-  for (int s = kSumLanes / 2; s > 0; s /= 2) {
-    for (int l = 0; l < s; ++l) lane[l] += lane[l + s];
-  }
-  return lane[0];
-}
-
-LS_MULTIVERSION double ChunkSumSquares(const float* x, size_t count) {
-  double lane[kSumLanes] = {};
-  for (size_t row = 0; row < count; row += kSumLanes) {
-    const size_t width = std::min<size_t>(kSumLanes, count - row);
-    for (size_t l = 0; l < width; ++l) {
-      const double v = x[row + l];
-      lane[l] += v * v;
-    }
-  }
-  return AddLanes(lane);
-}
-
-LS_MULTIVERSION double ChunkSum(const double* x, size_t count) {
-  double lane[kSumLanes] = {};
-  for (size_t row = 0; row < count; row += kSumLanes) {
-    const size_t width = std::min<size_t>(kSumLanes, count - row);
-    for (size_t l = 0; l < width; ++l) lane[l] += x[row + l];
-  }
-  return AddLanes(lane);
-}
-
-LS_MULTIVERSION void ClipRange(float norm, float max_norm, float* x, size_t begin, size_t end) {
-  for (size_t i = begin; i < end; ++i) x[i] = (x[i] / norm) * max_norm;
-}
-
-LS_MULTIVERSION void AdamRange(UpdateScalars s, const float* g, float* mu, float* nu, float* p,
-                               size_t begin, size_t end) {
-  const float neg_lr = -s.lr;
-  for (size_t i = begin; i < end; ++i) {
-    mu[i] = s.one_minus_b1 * g[i] + s.b1 * mu[i];
-    nu[i] = s.one_minus_b2 * (g[i] * g[i]) + s.b2 * nu[i];
-    const float mu_hat = mu[i] / s.bias_correction1;
-    const float nu_hat = nu[i] / s.bias_correction2;
-    float u = mu_hat / (std::sqrt(nu_hat) + s.eps);
-    if (s.weight_decay != 0.0f) u = u + s.weight_decay * p[i];
-    p[i] = p[i] + neg_lr * u;
   }
 }
 
@@ -534,47 +461,25 @@ class CpuBackend final : public Backend {
   }
 
   absl::Status SumSquares(size_t n, const float* x, double* partials, double* out) override {
-    // Level by level: the chunk sums of the squares, then of those sums, into partials
-    // until one is left, which goes to out.
-    const double* level = nullptr;
-    for (size_t count = n;;) {
-      const size_t chunks = std::max<size_t>(1, (count + kSumChunk - 1) / kSumChunk);
-      double* dst = chunks == 1 ? out : partials;
-#pragma omp parallel for num_threads(threads_) schedule(static) if (chunks >= 8)
-      for (size_t c = 0; c < chunks; ++c) {
-        const size_t first = c * kSumChunk, size = std::min<size_t>(kSumChunk, count - first);
-        dst[c] =
-            level == nullptr ? ChunkSumSquares(x + first, size) : ChunkSum(level + first, size);
-      }
-      if (chunks == 1) return absl::OkStatus();
-      level = partials;
-      partials += chunks;
-      count = chunks;
-    }
+    cpu::SumSquares(threads_, n, x, partials, out);
     return absl::OkStatus();
   }
 
   absl::Status ClipByGlobalNorm(size_t n, float max_norm, const double* sum_squares,
                                 float* x) override {
-    const float norm = static_cast<float>(std::sqrt(*sum_squares));
-    if (norm < max_norm) return absl::OkStatus();
-    ParallelFor(threads_, n, [&](size_t b, size_t e) { ClipRange(norm, max_norm, x, b, e); });
+    cpu::ClipByGlobalNorm(threads_, n, max_norm, *sum_squares, x);
     return absl::OkStatus();
   }
 
   absl::Status SgdUpdate(size_t n, const UpdateScalars* s, float momentum, bool nesterov,
                          const float* g, float* trace, float* p) override {
-    const float neg_lr = -s->lr;
-    ParallelFor(threads_, n, [&](size_t b, size_t e) {
-      SgdRange(neg_lr, momentum, nesterov, g, trace, p, b, e);
-    });
+    cpu::SgdUpdate(threads_, n, *s, momentum, nesterov, g, trace, p);
     return absl::OkStatus();
   }
 
   absl::Status AdamUpdate(size_t n, const UpdateScalars* scalars, const float* g, float* mu,
                           float* nu, float* p) override {
-    const UpdateScalars s = *scalars;
-    ParallelFor(threads_, n, [&](size_t b, size_t e) { AdamRange(s, g, mu, nu, p, b, e); });
+    cpu::AdamUpdate(threads_, n, *scalars, g, mu, nu, p);
     return absl::OkStatus();
   }
 
