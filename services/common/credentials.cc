@@ -6,6 +6,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -257,26 +258,12 @@ std::string TokenFile(const std::string& dir, const std::string& user) {
   return Path(dir, user + ".token");
 }
 
-absl::Status MakeCredentials(const CredentialsOptions& options) {
-  const std::string& dir = options.dir;
-  for (const std::string& user : options.users) {
-    if (user == "admin" || absl::StrContains(user, "/") ||
-        !TokenTable::Parse(absl::StrCat(std::string(16, 'x'), " ", user, " user"), "").ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("user name '", user, "': 1 to 64 characters of [A-Za-z0-9._@-], not admin"));
-    }
-  }
-  for (const std::string& worker : options.workers) {
-    if (!ValidWorkerName(worker)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("worker name '", worker, "': 1 to 64 characters of [A-Za-z0-9._-]"));
-    }
-  }
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat(dir, ": ", ec.message()));
-  fs::permissions(dir, fs::perms::owner_all, ec);
+namespace {
 
+// The body of MakeCredentials, with the folder's lock held.
+absl::Status MakeCredentialsLocked(const CredentialsOptions& options) {
+  const std::string& dir = options.dir;
+  std::error_code ec;
   const std::string ca_pem = Path(dir, "ca.pem"), ca_key_pem = Path(dir, "ca-key.pem");
   if (!fs::exists(ca_pem) || !fs::exists(ca_key_pem)) {
     absl::StatusOr<Issued> ca = Issue("Lockstep cluster CA", {}, nullptr, nullptr, 10 * 365 * kDay);
@@ -342,6 +329,43 @@ absl::Status MakeCredentials(const CredentialsOptions& options) {
     if (absl::Status st = WritePrivate(TokensFile(dir), table); !st.ok()) return st;
   }
   return TokenTable::Load(TokensFile(dir)).status();
+}
+
+}  // namespace
+
+absl::Status MakeCredentials(const CredentialsOptions& options) {
+  const std::string& dir = options.dir;
+  for (const std::string& user : options.users) {
+    if (user == "admin" || absl::StrContains(user, "/") ||
+        !TokenTable::Parse(absl::StrCat(std::string(16, 'x'), " ", user, " user"), "").ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("user name '", user, "': 1 to 64 characters of [A-Za-z0-9._@-], not admin"));
+    }
+  }
+  for (const std::string& worker : options.workers) {
+    if (!ValidWorkerName(worker)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker name '", worker, "': 1 to 64 characters of [A-Za-z0-9._-]"));
+    }
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat(dir, ": ", ec.message()));
+  fs::permissions(dir, fs::perms::owner_all, ec);
+  // Two processes making the same folder at once (two `cluster up`, or test processes
+  // under ctest -j) would otherwise interleave two CAs' files: one makes, the other waits
+  // and then finds the folder complete. The lock goes with the descriptor.
+  const std::string lock_file = Path(dir, ".lock");
+  const int fd = open(lock_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat(lock_file, ": ", strerror(errno)));
+  int locked;
+  do locked = flock(fd, LOCK_EX);
+  while (locked != 0 && errno == EINTR);
+  absl::Status st = locked == 0
+                        ? MakeCredentialsLocked(options)
+                        : absl::InternalError(absl::StrCat(lock_file, ": ", strerror(errno)));
+  close(fd);
+  return st;
 }
 
 absl::StatusOr<std::string> KubernetesSecrets(const std::string& dir, const std::string& ns,
