@@ -192,7 +192,8 @@ TEST(ElasticChaos, RandomMembershipBetweenOneAndFourWorkersEndsWithTheUndisturbe
   EXPECT_EQ(changes, kChanges) << "the job ended after " << changes << " changes";
   // Every change was a resize from the survivors' own state: none went back to a snapshot.
   EXPECT_EQ(got.replayed, 0) << "seed " << seed << ": steps replayed from a snapshot\n"
-                             << absl::StrJoin(got.reasons, "\n");
+                             << absl::StrJoin(got.reasons, "\n") << "\n"
+                             << cluster->Logs();
   ExpectSameRun(got, undisturbed,
                 absl::StrCat("seed ", seed, " (LOCKSTEP_CHAOS_SEED), changes:\n", changed));
 }

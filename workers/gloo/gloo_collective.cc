@@ -77,7 +77,9 @@ GlooCollective::GlooCollective(int rank, int size, std::shared_ptr<gloo::Context
       ring64_(std::move(ring64)),
       shm_(std::move(shm)),
       abortable_(std::move(context)),
-      abortable_shm_(shm_.get()) {}
+      abortable_shm_(shm_.get()),
+      abortable_ring_(ring_.get()),
+      abortable_ring64_(ring64_.get()) {}
 
 GlooCollective::~GlooCollective() = default;
 
@@ -141,6 +143,8 @@ void GlooCollective::Fail(const absl::Status& status) {
     absl::MutexLock abort_lock(&abort_mu_);
     abortable_.reset();
     abortable_shm_ = nullptr;
+    abortable_ring_ = nullptr;
+    abortable_ring64_ = nullptr;
   }
   // Closing everything tells the peers waiting on this rank at once that the step is lost
   // (a closed connection; a segment whose lock is free) instead of at their timeouts.
@@ -163,10 +167,15 @@ void GlooCollective::Abort(const absl::Status& why) {
     aborted_ = why.ok() ? absl::AbortedError("aborted") : why;
     // Shared memory wakes an all-reduce in flight here and the peers' waits on this rank.
     if (abortable_shm_ != nullptr) abortable_shm_->Abort(aborted_);
-    // An all-reduce in flight here is not woken by closing our own connections (gloo
-    // signals a closed pair's waiters only when the peer closes): it ends when the peers,
-    // aborted too, close theirs, or at its timeout. Ranks not in flight close theirs now.
-    if (in_flight_) return;
+    // Closing our own connections would not wake one in flight over TCP (gloo signals a
+    // closed pair's waiters only when the peer closes), nor would the peers if one of them
+    // is stopped: the rings wake their own waits; the call then fails, which closes the
+    // connections (Fail). Ranks not in flight close theirs now.
+    if (in_flight_) {
+      if (abortable_ring_ != nullptr) abortable_ring_->Abort();
+      if (abortable_ring64_ != nullptr) abortable_ring64_->Abort();
+      return;
+    }
     context = abortable_;
   }
   if (context == nullptr) return;  // already failed: its connections are closed

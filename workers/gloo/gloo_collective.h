@@ -100,8 +100,8 @@ class GlooCollective final : public Collective {
   // taking the maximum. The same errors as AllReduceSum's.
   absl::Status AllReduceInt64(int64_t* data, size_t n, ReduceOp op,
                               const CollectiveOptions& options) override;
-  // Closes the connections unless an all-reduce is in flight on this rank (see the .cc):
-  // peers waiting on this rank fail at once.
+  // Ends an all-reduce in flight on this rank at once (ABORTED), or closes the connections
+  // when none is (see the .cc): peers waiting on this rank fail at once.
   void Abort(const absl::Status& why) override;
 
  private:
@@ -129,8 +129,10 @@ class GlooCollective final : public Collective {
   std::unique_ptr<gloo_internal::ShmAllReduce> shm_ ABSL_GUARDED_BY(mu_);  // null: over TCP
   absl::Status error_ ABSL_GUARDED_BY(mu_);                                // the first error
   absl::Mutex abort_mu_;  // never held while waiting; taken under mu_, never around it
-  std::shared_ptr<gloo::Context> abortable_ ABSL_GUARDED_BY(abort_mu_);    // context_ for Abort
-  gloo_internal::ShmAllReduce* abortable_shm_ ABSL_GUARDED_BY(abort_mu_);  // shm_ for Abort
+  std::shared_ptr<gloo::Context> abortable_ ABSL_GUARDED_BY(abort_mu_);      // context_ for Abort
+  gloo_internal::ShmAllReduce* abortable_shm_ ABSL_GUARDED_BY(abort_mu_);    // shm_ for Abort
+  gloo_internal::RingAllReduce* abortable_ring_ ABSL_GUARDED_BY(abort_mu_);  // ring_ for Abort
+  gloo_internal::RingAllReduceOf<int64_t>* abortable_ring64_ ABSL_GUARDED_BY(abort_mu_);
   absl::Status aborted_ ABSL_GUARDED_BY(abort_mu_);
   bool in_flight_ ABSL_GUARDED_BY(abort_mu_) = false;  // an AllReduceSum is running
 };

@@ -3,6 +3,7 @@
 // survive (a rank that never joins, a peer that goes away, a peer that stays silent).
 #include "workers/gloo/gloo_collective.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -23,8 +24,6 @@ using ::lockstep::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
-
-#define EXPECT_OK(expr) EXPECT_TRUE((expr).ok()) << (expr)
 
 using Collectives = std::vector<std::unique_ptr<Collective>>;
 
@@ -412,6 +411,47 @@ TEST(GlooCollectiveTest, AbortEndsAPeersWaitAndEveryLaterCall) {
   EXPECT_THAT(job[1]->AllReduceSum(data.data(), data.size(), {}),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("job job-7 was released")));
   job[1]->Abort(absl::CancelledError("again"));  // idempotent
+}
+
+// A peer stopped mid-step (SIGSTOP) closes nothing, so an all-reduce waiting on it over
+// TCP is woken only by its own rank's Abort: a job handing its state over to a resize must
+// not wait out the step's timeout first (its new group's rendezvous would time out meanwhile).
+TEST(GlooCollectiveTest, AbortEndsThisRanksOwnWaitOverTcpAtOnce) {
+  for (const bool int64 : {true, false}) {
+    SCOPED_TRACE(int64 ? "int64 sum" : "float sum over TCP");
+    bool seen_in_flight = false;
+    for (int attempt = 0; attempt < 50 && !seen_in_flight; ++attempt) {
+      MemoryStore store;
+      GlooOptions options = Loopback(absl::StrCat("abort-own-", int64, "-", attempt));
+      options.shared_memory = false;
+      Collectives job = CreateJob(2, &store, options);
+      ASSERT_EQ(job.size(), 2);
+      std::vector<int64_t> ints(50000, 1);
+      std::vector<float> floats(50000, 1.0f);
+      // Rank 1 never joins (stopped); rank 0 is aborted as soon as its call has begun.
+      std::atomic<bool> calling = false;
+      absl::Status status;
+      const absl::Time start = absl::Now();
+      std::thread waiter([&] {
+        calling = true;
+        const CollectiveOptions timeout = {.timeout = absl::Seconds(20)};
+        status = int64 ? job[0]->AllReduceInt64(ints.data(), ints.size(), ReduceOp::kSum, timeout)
+                       : job[0]->AllReduceSum(floats.data(), floats.size(), timeout);
+      });
+      while (!calling) std::this_thread::yield();
+      job[0]->Abort(absl::CancelledError("replaced by job-8"));
+      waiter.join();
+      ASSERT_LT(absl::Now() - start, absl::Seconds(5)) << status;
+      // Aborted in flight (ABORTED), or before the call checked (FAILED_PRECONDITION): the
+      // loop goes on until the first has been seen.
+      ASSERT_THAT(
+          status,
+          AnyOf(StatusIs(absl::StatusCode::kAborted, HasSubstr("replaced by job-8")),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("replaced by job-8"))));
+      seen_in_flight = status.code() == absl::StatusCode::kAborted;
+    }
+    EXPECT_TRUE(seen_in_flight) << "no attempt aborted a call in flight";
+  }
 }
 
 TEST(GlooCollectiveTest, AnAddressIsRequired) {

@@ -85,6 +85,41 @@ void Check(bool waited, const char* what) {
 
 }  // namespace
 
+// The call's buffer, registered for Abort from its creation to its destruction; created
+// after an Abort, it throws.
+template <typename T>
+class RingAllReduceOf<T>::Tracked {
+ public:
+  Tracked(RingAllReduceOf& ring, T* data, size_t n)
+      : ring_(ring), buffer_(ring.context_->createUnboundBuffer(data, n * sizeof(T))) {
+    std::lock_guard<std::mutex> lock(ring_.abort_mu_);
+    Check(!ring_.aborted_, "call");
+    ring_.call_buffer_ = buffer_.get();
+  }
+  ~Tracked() {
+    std::lock_guard<std::mutex> lock(ring_.abort_mu_);
+    ring_.call_buffer_ = nullptr;
+  }
+  gloo::transport::UnboundBuffer* operator->() const { return buffer_.get(); }
+
+ private:
+  RingAllReduceOf& ring_;
+  const std::unique_ptr<gloo::transport::UnboundBuffer> buffer_;
+};
+
+template <typename T>
+void RingAllReduceOf<T>::Abort() {
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  if (aborted_) return;
+  aborted_ = true;
+  // Gloo keeps each abort until a wait takes it: one that starts later ends at once too.
+  inbox_buffer_->abortWaitRecv();
+  if (call_buffer_ != nullptr) {
+    call_buffer_->abortWaitRecv();
+    call_buffer_->abortWaitSend();
+  }
+}
+
 template <typename T>
 RingAllReduceOf<T>::RingAllReduceOf(std::shared_ptr<gloo::Context> context, size_t segment_bytes)
     : context_(std::move(context)),
@@ -109,8 +144,7 @@ template <typename T>
 void RingAllReduceOf<T>::Exchange(T* data, size_t n,
                                   std::chrono::steady_clock::time_point deadline) {
   const int peer = 1 - context_->rank;
-  std::unique_ptr<gloo::transport::UnboundBuffer> buffer =
-      context_->createUnboundBuffer(data, n * sizeof(T));
+  const Tracked buffer(*this, data, n);
   const size_t m = (n + segment_floats_ - 1) / segment_floats_;  // segments, none empty
   const auto begin = [n, m](size_t j) { return n * j / m; };
   for (size_t j = 0; j < m; ++j) {
@@ -142,8 +176,7 @@ void RingAllReduceOf<T>::Run(T* data, size_t n, std::chrono::steady_clock::time_
   const Partition part(n, ranks, segment_floats_);
   const size_t m = part.segments();
   const int steps = ranks - 1;  // of reduce-scatter, and of all-gather
-  std::unique_ptr<gloo::transport::UnboundBuffer> buffer =
-      context_->createUnboundBuffer(data, n * sizeof(T));
+  const Tracked buffer(*this, data, n);
   size_t sends = 0;
   const auto send = [&](uint64_t slot, Segment s) {
     if (s.size == 0) return;

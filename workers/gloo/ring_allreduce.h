@@ -22,8 +22,8 @@
 // core/exact_sum.h, and their scales' maximum), on slots of its own: the two element types' rings
 // share a context but never each other's messages.
 //
-// Thread safety: none; one call at a time (GlooCollective serializes them). Run throws
-// what Gloo throws (GlooCollective maps it to a Status).
+// Thread safety: one Run at a time (GlooCollective serializes them); Abort from any
+// thread. Run throws what Gloo throws (GlooCollective maps it to a Status).
 #ifndef LOCKSTEP_WORKERS_GLOO_RING_ALLREDUCE_H_
 #define LOCKSTEP_WORKERS_GLOO_RING_ALLREDUCE_H_
 
@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 namespace gloo {
@@ -71,7 +72,15 @@ class RingAllReduceOf {
   // `maximum` (int64 only): the element-wise maximum instead of the sum.
   void Run(T* data, size_t n, std::chrono::steady_clock::time_point deadline, bool maximum = false);
 
+  // Ends the Run in flight on another thread at once (its wait throws "aborted"), and every
+  // later one: a peer stopped mid-call closes nothing, and Gloo wakes a wait only through
+  // its buffer, so without this the Run would wait out its deadline. Thread-safe; the ring
+  // is unusable after it.
+  void Abort();
+
  private:
+  class Tracked;  // the call's buffer, known to Abort while it lives
+
   void Exchange(T* data, size_t n, std::chrono::steady_clock::time_point deadline);
   // Posts the receive of reduce-scatter message `message` (counted over all calls) from
   // the left into inbox slot message % kWindow.
@@ -84,7 +93,10 @@ class RingAllReduceOf {
   // Reduce-scatter messages consumed over all calls; receives stand posted for the next
   // kWindow.
   uint64_t received_ = 0;
-  bool maximum_ = false;  // the current Run's reduction
+  bool maximum_ = false;                                   // the current Run's reduction
+  std::mutex abort_mu_;                                    // never held while waiting
+  bool aborted_ = false;                                   // guarded by abort_mu_
+  gloo::transport::UnboundBuffer* call_buffer_ = nullptr;  // guarded by abort_mu_
 };
 
 using RingAllReduce = RingAllReduceOf<float>;
