@@ -6,10 +6,13 @@
 
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -34,10 +37,14 @@ using testing::StatusIs;
 
 constexpr absl::Duration kTimeout = absl::Seconds(30);
 
-// A cluster's credentials, made once for the test process.
+// A cluster's credentials, made once for the test process in a folder of its own (one
+// left behind by an earlier, interrupted process is never reused).
 const std::string& CredentialsDir() {
   static const std::string* dir = [] {
-    auto* d = new std::string(::testing::TempDir() + "/worker-service-credentials");
+    std::string templ = ::testing::TempDir() + "/worker-service-credentials.XXXXXX";
+    if (mkdtemp(templ.data()) == nullptr) std::abort();
+    auto* d = new std::string(templ);
+    std::atexit([] { std::filesystem::remove_all(*dir); });
     const absl::Status st = MakeCredentials({*d, {}, {}, {"worker-0"}});
     if (!st.ok()) std::abort();
     return d;
