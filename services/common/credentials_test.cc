@@ -27,26 +27,25 @@ struct KeyFree {
   void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
 };
 
-std::unique_ptr<X509, X509Free> ReadCert(const std::string& path) {
+// The first PEM object of `path` read with `read` (PEM_read_X509, PEM_read_PrivateKey).
+template <typename T, typename Free>
+std::unique_ptr<T, Free> ReadPem(const std::string& path,
+                                 T* (*read)(FILE*, T**, pem_password_cb*, void*)) {
   FILE* f = fopen(path.c_str(), "r");
   if (f == nullptr) return nullptr;
-  std::unique_ptr<X509, X509Free> cert(PEM_read_X509(f, nullptr, nullptr, nullptr));
+  std::unique_ptr<T, Free> object(read(f, nullptr, nullptr, nullptr));
   fclose(f);
-  return cert;
+  return object;
 }
 
-std::unique_ptr<EVP_PKEY, KeyFree> ReadKey(const std::string& path) {
-  FILE* f = fopen(path.c_str(), "r");
-  if (f == nullptr) return nullptr;
-  std::unique_ptr<EVP_PKEY, KeyFree> key(PEM_read_PrivateKey(f, nullptr, nullptr, nullptr));
-  fclose(f);
-  return key;
+std::unique_ptr<X509, X509Free> ReadCert(const std::string& path) {
+  return ReadPem<X509, X509Free>(path, PEM_read_X509);
 }
 
 // `files`' certificate is signed by `ca` and its key is the certificate's.
 void ExpectIssuedBy(const TlsFiles& files, X509* ca) {
   auto cert = ReadCert(files.cert);
-  auto key = ReadKey(files.key);
+  auto key = ReadPem<EVP_PKEY, KeyFree>(files.key, PEM_read_PrivateKey);
   ASSERT_NE(cert, nullptr) << files.cert;
   ASSERT_NE(key, nullptr) << files.key;
   EXPECT_EQ(X509_verify(cert.get(), X509_get0_pubkey(ca)), 1)

@@ -137,13 +137,11 @@ def write_golden(path, model_spec, optimizer, data_seed):
       params, stats, model, images[:b], labels[:b], True, jnp.zeros(2, jnp.uint32))
   t.update(golden_layers.tensors("grads.", g))
   t["grads.loss"] = np.asarray([loss], np.float32)
-  final, final_stats, losses = train_pmap(spec, params, stats, rng, images,
-                                                           labels)
+  final, final_stats, losses = train_pmap(spec, params, stats, rng, images, labels)
   t["train.losses"] = losses
   t.update(golden_layers.tensors("train.params.", final))
   t.update(golden_layers.tensors("train.stats.", final_stats))
-  eval_loss, (_, logits) = loss_fn(final, final_stats, model, images, labels,
-                                                    False)
+  eval_loss, (_, logits) = loss_fn(final, final_stats, model, images, labels, False)
   t["eval.loss"] = np.asarray([eval_loss], np.float32)
   t["eval.accuracy"] = np.asarray([np.mean(np.argmax(logits, -1) == labels)], np.float32)
   save(path, t, spec)
