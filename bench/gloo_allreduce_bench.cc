@@ -15,7 +15,11 @@
 //   ExactSum/...        core/exact_sum.h's order-independent sum over the same
 //                       collective (a max all-reduce of one int64 per 1024 floats, the
 //                       conversions, an int64 sum all-reduce: twice the bytes), one
-//                       contribution per rank (docs/elastic.md).
+//                       contribution per rank (docs/elastic.md), over TCP;
+//   ExactSumShm/...     the same where the ranks share a host: its int64 all-reduces
+//                       through the shared-memory path, same bits;
+//   ExactSumConversions/... its host passes alone (block scales, fixed point, back to
+//                       float), no all-reduce: each rank's thread converting its own.
 // The counter bus_bw is the achieved bus bandwidth, 2(n-1)/n * bytes / time (n = 2:
 // bytes / time), in bytes/s. Run the variants interleaved, the machine being shared:
 //
@@ -158,10 +162,9 @@ void BM_RawGlooRing(benchmark::State& state) {
   SetCounters(state, n);
 }
 
-void BM_ExactSum(benchmark::State& state) {
+// `collective` null: the conversions alone, each rank's thread converting its own.
+void RunExactSum(benchmark::State& state, Collective* collective) {
   const size_t n = Floats(state);
-  Collective* collective = LockstepRank(state.thread_index());
-  if (collective == nullptr) return state.SkipWithError("a rank failed to join");
   // Values of mixed magnitudes (the conversions' cost does not depend on them).
   std::vector<float> data(n), out(n);
   for (size_t i = 0; i < n; ++i) data[i] = static_cast<float>(i % 1000) * 1e-3f - 0.5f;
@@ -173,6 +176,14 @@ void BM_ExactSum(benchmark::State& state) {
   }
   SetCounters(state, n);
 }
+void RunExactSum(benchmark::State& state, bool shared_memory) {
+  Collective* collective = LockstepRank(state.thread_index(), shared_memory);
+  if (collective == nullptr) return state.SkipWithError("a rank failed to join");
+  RunExactSum(state, collective);
+}
+void BM_ExactSum(benchmark::State& state) { RunExactSum(state, false); }
+void BM_ExactSumShm(benchmark::State& state) { RunExactSum(state, true); }
+void BM_ExactSumConversions(benchmark::State& state) { RunExactSum(state, nullptr); }
 
 void Sizes(benchmark::internal::Benchmark* b) {
   b->ArgName("floats");
@@ -190,6 +201,8 @@ BENCHMARK(BM_LockstepStarted)->Apply(Sizes);
 BENCHMARK(BM_RawGloo)->Apply(Sizes);
 BENCHMARK(BM_RawGlooRing)->Apply(Sizes);
 BENCHMARK(BM_ExactSum)->Apply(Sizes);
+BENCHMARK(BM_ExactSumShm)->Apply(Sizes);
+BENCHMARK(BM_ExactSumConversions)->Apply(Sizes);
 
 }  // namespace
 }  // namespace lockstep

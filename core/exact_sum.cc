@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 
@@ -39,17 +40,18 @@ int ExactSum::Headroom(int contributions) {
 }
 
 int64_t ExactSum::BlockExponent(std::span<const float* const> local, size_t begin, size_t end) {
-  float largest = 0;
+  // The largest |x| as its bits (non-negative int32s order as the floats do, inf and NaN
+  // above every finite one): a branch-free loop the compiler vectorizes.
+  int32_t largest = 0;
   for (const float* x : local) {
     for (size_t i = begin; i < end; ++i) {
-      const float a = std::fabs(x[i]);
-      if (!std::isfinite(a)) return kNonFinite;
-      largest = std::max(largest, a);
+      largest = std::max(largest, absl::bit_cast<int32_t>(x[i]) & 0x7fffffff);
     }
   }
+  if (largest >= 0x7f800000) return kNonFinite;
   if (largest == 0) return kZeroBlock;
   int e = 0;
-  std::frexp(largest, &e);  // largest = f * 2^e, f in [0.5, 1): below 2^e
+  std::frexp(absl::bit_cast<float>(largest), &e);  // largest = f * 2^e, f in [0.5, 1): below 2^e
   return e;
 }
 
@@ -73,14 +75,20 @@ absl::Status ExactSum::Sum(std::span<const float* const> local, size_t n, float*
   std::copy(exponents_.begin() + blocks, exponents_.end(), also_max.begin());
   if (n == 0) return absl::OkStatus();
   const int h = Headroom(contributions_);
-  fixed_.assign(n, 0);
+  fixed_.resize(n);
   for (size_t b = 0; b < blocks; ++b) {
     const int64_t e = exponents_[b];
-    if (e == kZeroBlock || e == kNonFinite) continue;
+    const size_t end = std::min(n, (b + 1) * block_);
+    if (e == kZeroBlock || e == kNonFinite) {
+      std::fill(fixed_.begin() + b * block_, fixed_.begin() + end, 0);
+      continue;
+    }
     // x * 2^s is exact in double (a power of two times 24 significant bits, s in range).
     const double scale = std::ldexp(1.0, static_cast<int>(62 - h - e));
-    const size_t end = std::min(n, (b + 1) * block_);
-    for (const float* x : local) {
+    for (size_t i = b * block_; i < end; ++i) {
+      fixed_[i] = RoundToInt64(static_cast<double>(local[0][i]) * scale);
+    }
+    for (const float* x : local.subspan(1)) {
       for (size_t i = b * block_; i < end; ++i) {
         fixed_[i] += RoundToInt64(static_cast<double>(x[i]) * scale);
       }

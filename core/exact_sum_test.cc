@@ -131,6 +131,19 @@ TEST(ExactSum, ZeroAndNonFiniteBlocks) {
   const float quarter = 0.25f, half = 0.5f;
   EXPECT_EQ(ExactSum::BlockExponent(std::vector<const float*>{&quarter}, 0, 1), -1);
   EXPECT_EQ(ExactSum::BlockExponent(std::vector<const float*>{&half}, 0, 1), 0);
+  // The largest magnitude decides, whatever the sign; subnormals have exponents too; a
+  // NaN or an infinity of either sign anywhere in the block makes it non-finite.
+  const auto exponent = [](std::vector<float> x) {
+    return ExactSum::BlockExponent(std::vector<const float*>{x.data()}, 0, x.size());
+  };
+  EXPECT_EQ(exponent({0.25f, -3.0f, 1.0f}), 2);
+  EXPECT_EQ(exponent({std::numeric_limits<float>::denorm_min(), -0.0f}), -148);
+  EXPECT_EQ(exponent({-std::numeric_limits<float>::max()}), 128);
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+        -std::numeric_limits<float>::infinity()}) {
+    EXPECT_EQ(exponent({1.0f, bad, 2.0f}), ExactSum::kNonFinite) << bad;
+  }
 }
 
 TEST(ExactSum, Headroom) {

@@ -98,10 +98,13 @@ absl::Status GlooCollective::AllReduceInt64(int64_t* data, size_t n, ReduceOp op
                                             const CollectiveOptions& options) {
   const std::string what = absl::StrCat(RankName(rank_, size_), ": ",
                                         op == ReduceOp::kSum ? "sum" : "max", " of ", n, " int64s");
-  // Over TCP even where floats go through shared memory (ring64_ is on context_).
   const bool maximum = op == ReduceOp::kMax;
-  return RunChecked(what, data, n, options, [&] {
-    return CallGloo(what, [&] { ring64_->Run(data, n, Deadline(options.timeout), maximum); });
+  return RunChecked(what, data, n, options, [&]() -> absl::Status {
+    const auto deadline = Deadline(options.timeout);
+    if (shm_ == nullptr) return CallGloo(what, [&] { ring64_->Run(data, n, deadline, maximum); });
+    absl::Status status = shm_->Run(data, n, maximum, deadline);
+    if (status.ok()) return status;
+    return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
   });
 }
 

@@ -96,8 +96,9 @@ class GlooCollective final : public Collective {
   // See Collective. Also INVALID_ARGUMENT for a null `data` with n > 0 or a timeout that
   // is not positive, and FAILED_PRECONDITION after an earlier error.
   absl::Status AllReduceSum(float* data, size_t n, const CollectiveOptions& options) override;
-  // The ring of AllReduceSum on int64s (ring_allreduce.h, slots of its own), adding or
-  // taking the maximum. The same errors as AllReduceSum's.
+  // AllReduceSum's path on int64s (the ring's slots of its own, or the shared memory),
+  // adding or taking the maximum: the same results on either path. The same errors as
+  // AllReduceSum's.
   absl::Status AllReduceInt64(int64_t* data, size_t n, ReduceOp op,
                               const CollectiveOptions& options) override;
   // Ends an all-reduce in flight on this rank at once (ABORTED), or closes the connections

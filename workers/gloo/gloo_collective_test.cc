@@ -136,12 +136,15 @@ TEST_P(GlooAllReduceTest, EveryRankEndsBitwiseIdentical) {
 }
 
 // The integer reductions: sums beyond float's and double's 53 bits, maxima with negative
-// values, queued behind a started float all-reduce in the one FIFO.
-TEST_P(GlooAllReduceTest, ReducesInt64sExactlyInTheFifo) {
-  const int size = GetParam();
+// values, queued behind a started float all-reduce in the one FIFO; over TCP (ranks on
+// several hosts) and through shared memory (ranks on one).
+void ReduceInt64sExactlyInTheFifo(int size, bool shared_memory) {
   MemoryStore store;
-  Collectives job = CreateJob(size, &store, Loopback("int64"));
+  GlooOptions options = Loopback("int64");
+  options.shared_memory = shared_memory;
+  Collectives job = CreateJob(size, &store, options);
   ASSERT_EQ(job.size(), size);
+  EXPECT_EQ(job[0]->Name(), shared_memory ? "gloo-shm" : "gloo");
   const size_t n = 5003;
   auto value = [](int r, size_t i) {
     return (int64_t{1} << 60) / 8 + int64_t(i) * 1000003 - int64_t(r) * 77 - (i % 3 == 0 ? r : 0);
@@ -178,6 +181,13 @@ TEST_P(GlooAllReduceTest, ReducesInt64sExactlyInTheFifo) {
       ASSERT_EQ(maxima[r][i], max) << "rank " << r << " element " << i;
       ASSERT_EQ(floats[r][i], float(size));
     }
+  }
+}
+
+TEST_P(GlooAllReduceTest, ReducesInt64sExactlyInTheFifo) {
+  for (const bool shared_memory : {false, true}) {
+    SCOPED_TRACE(shared_memory ? "shared memory" : "TCP");
+    ReduceInt64sExactlyInTheFifo(GetParam(), shared_memory);
   }
 }
 

@@ -38,7 +38,7 @@ struct Header {
   Word counters[3];
   Word aborted;
 };
-// The floats start on the second page.
+// The values start on the second page.
 constexpr size_t kDataOffset = 4096;
 static_assert(sizeof(Header) <= kDataOffset);
 constexpr char kNamePrefix[] = "/lockstep-";
@@ -88,7 +88,10 @@ struct ShmAllReduce::Segment {
     unlink_name.clear();
   }
   Header* header() const { return static_cast<Header*>(base); }
-  float* data() const { return reinterpret_cast<float*>(static_cast<char*>(base) + kDataOffset); }
+  template <typename T>
+  T* data() const {
+    return reinterpret_cast<T*>(static_cast<char*>(base) + kDataOffset);
+  }
   std::atomic<uint32_t>* counter(int which) const { return &header()->counters[which].v; }
 
   static absl::StatusOr<std::unique_ptr<Segment>> Map(int fd, size_t bytes,
@@ -159,7 +162,9 @@ absl::StatusOr<std::unique_ptr<ShmAllReduce>> ShmAllReduce::Create(int rank, int
                                                                    const std::string& prefix,
                                                                    absl::Duration timeout,
                                                                    size_t capacity) {
-  const size_t bytes = kDataOffset + std::max<size_t>(capacity, 1) * sizeof(float);
+  // Room for at least one value of either type.
+  const size_t capacity_bytes = std::max(capacity * sizeof(float), sizeof(int64_t));
+  const size_t bytes = kDataOffset + capacity_bytes;
   const auto key = [&](const char* what, int r) { return absl::StrCat(prefix, what, r); };
   std::vector<std::unique_ptr<Segment>> segments(size);
   std::string entry = "none";
@@ -193,12 +198,12 @@ absl::StatusOr<std::unique_ptr<ShmAllReduce>> ShmAllReduce::Create(int rank, int
   // Every rank has opened what it could: the name is no longer needed.
   if (segments[rank] != nullptr) segments[rank]->Unlink();
   if (!all) return nullptr;
-  return std::unique_ptr<ShmAllReduce>(new ShmAllReduce(rank, std::move(segments), capacity));
+  return std::unique_ptr<ShmAllReduce>(new ShmAllReduce(rank, std::move(segments), capacity_bytes));
 }
 
 ShmAllReduce::ShmAllReduce(int rank, std::vector<std::unique_ptr<Segment>> segments,
-                           size_t capacity)
-    : rank_(rank), capacity_(std::max<size_t>(capacity, 1)), segments_(std::move(segments)) {}
+                           size_t capacity_bytes)
+    : rank_(rank), capacity_bytes_(capacity_bytes), segments_(std::move(segments)) {}
 
 ShmAllReduce::~ShmAllReduce() = default;
 
@@ -264,17 +269,18 @@ absl::Status ShmAllReduce::WaitAll(int which, uint32_t target, Clock::time_point
   return absl::OkStatus();
 }
 
-absl::Status ShmAllReduce::Piece(float* data, size_t n, size_t from, size_t to,
+template <typename T, typename Combine>
+absl::Status ShmAllReduce::Piece(T* data, size_t n, size_t from, size_t to, Combine combine,
                                  Clock::time_point deadline) {
   const int ranks = static_cast<int>(segments_.size());
   const uint32_t t = ++pieces_;
-  float* own = segments_[rank_]->data();
+  T* own = segments_[rank_]->data<T>();
   // The peers have copied the last piece out of this segment: it may be overwritten.
   RETURN_IF_ERROR(WaitAll(kRead, t - 1, deadline));
-  std::memcpy(own, data + from, (to - from) * sizeof(float));
+  std::memcpy(own, data + from, (to - from) * sizeof(T));
   Publish(kWritten, t);
   RETURN_IF_ERROR(WaitAll(kWritten, t, deadline));
-  // This rank's chunk, in the ring's order: x[rank], then x[rank + k] + acc.
+  // This rank's chunk, in the ring's order: x[rank], then combine(x[rank + k], acc).
   const auto clip = [&](int chunk, size_t& begin, size_t& end) {
     begin = std::clamp(RingChunkBegin(n, ranks, chunk), from, to);
     end = std::clamp(RingChunkBegin(n, ranks, chunk + 1), from, to);
@@ -282,26 +288,43 @@ absl::Status ShmAllReduce::Piece(float* data, size_t n, size_t from, size_t to,
   size_t begin, end;
   clip(rank_, begin, end);
   for (int k = 1; k < ranks; ++k) {
-    const float* __restrict x = segments_[(rank_ + k) % ranks]->data();
-    float* __restrict acc = own;
-    for (size_t i = begin - from; i < end - from; ++i) acc[i] = x[i] + acc[i];
+    const T* __restrict x = segments_[(rank_ + k) % ranks]->data<T>();
+    T* __restrict acc = own;
+    for (size_t i = begin - from; i < end - from; ++i) acc[i] = combine(x[i], acc[i]);
   }
   Publish(kReduced, t);
   RETURN_IF_ERROR(WaitAll(kReduced, t, deadline));
   for (int c = 0; c < ranks; ++c) {
     clip(c, begin, end);
-    std::memcpy(data + begin, segments_[c]->data() + (begin - from), (end - begin) * sizeof(float));
+    std::memcpy(data + begin, segments_[c]->data<T>() + (begin - from), (end - begin) * sizeof(T));
   }
   Publish(kRead, t);
   return absl::OkStatus();
 }
 
-absl::Status ShmAllReduce::Run(float* data, size_t n, Clock::time_point deadline) {
+template <typename T, typename Combine>
+absl::Status ShmAllReduce::RunPieces(T* data, size_t n, Combine combine,
+                                     Clock::time_point deadline) {
   if (aborted_.load()) return AbortedError();
-  for (size_t from = 0; from < n; from += capacity_) {
-    RETURN_IF_ERROR(Piece(data, n, from, std::min(n, from + capacity_), deadline));
+  const size_t capacity = capacity_bytes_ / sizeof(T);
+  for (size_t from = 0; from < n; from += capacity) {
+    RETURN_IF_ERROR(Piece(data, n, from, std::min(n, from + capacity), combine, deadline));
   }
   return absl::OkStatus();
+}
+
+absl::Status ShmAllReduce::Run(float* data, size_t n, Clock::time_point deadline) {
+  return RunPieces(
+      data, n, [](float x, float acc) { return x + acc; }, deadline);
+}
+
+absl::Status ShmAllReduce::Run(int64_t* data, size_t n, bool maximum, Clock::time_point deadline) {
+  if (maximum) {
+    return RunPieces(
+        data, n, [](int64_t x, int64_t acc) { return std::max(x, acc); }, deadline);
+  }
+  return RunPieces(
+      data, n, [](int64_t x, int64_t acc) { return x + acc; }, deadline);
 }
 
 }  // namespace lockstep::gloo_internal

@@ -1,5 +1,6 @@
-// ShmAllReduce: GlooCollective's float sum for ranks that share a host, through one
-// shared-memory segment per rank instead of TCP loopback (bench/results/allreduce.md).
+// ShmAllReduce: GlooCollective's float sum and int64 sum and max for ranks that share a
+// host, through one shared-memory segment per rank instead of TCP loopback
+// (bench/results/allreduce.md, exact-reduction.md).
 //
 // Setup (Create, after Gloo's bootstrap, through the same store): each rank creates a
 // segment of its own (POSIX shm, mode 0600, a random name), writes a random token in it and
@@ -10,12 +11,14 @@
 // The names are unlinked once every rank has answered, so that nothing outlives the job in
 // /dev/shm even if a process is killed later.
 //
-// A call sums in pieces of at most `capacity` floats. For each piece every rank copies its
-// floats into its segment; rank r sums the elements of chunk r (the ring's partition of the
-// whole call, ring_allreduce.h) from all segments in the ring's order, x[r], then
-// x[r+1] + acc, ..., and writes them back into its own segment; then every rank copies
-// every chunk's sums out. So the bits are the ring's for any number of ranks (for two,
-// a + b), whichever path a job's ranks take: recovery onto other hosts changes no bits.
+// A call reduces in pieces of at most `capacity` floats' bytes. For each piece every rank
+// copies its values into its segment; rank r reduces the elements of chunk r (the ring's
+// partition of the whole call, ring_allreduce.h) from all segments in the ring's order,
+// x[r], then x[r+1] + acc, ..., and writes them back into its own segment; then every rank
+// copies every chunk's results out. So a float sum's bits are the ring's for any number of
+// ranks (for two, a + b), whichever path a job's ranks take: recovery onto other hosts
+// changes no bits. Int64 sums and maxima (core/exact_sum.h's reductions, whose headroom
+// keeps the sums in range) are exact: the same on either path in any order.
 // Three counters per rank and piece (written, reduced, read) order the phases; waits are
 // futexes on the peers' counters, in slices of at most 50 ms between which the peers'
 // liveness is checked (each rank holds an exclusive flock on its segment for as long as it
@@ -45,7 +48,7 @@ namespace lockstep::gloo_internal {
 
 class ShmAllReduce {
  public:
-  // Floats per piece by default (16 MiB of segment per rank).
+  // Floats per piece by default (16 MiB of segment per rank; int64 pieces are half as long).
   static constexpr size_t kDefaultCapacity = size_t{4} << 20;
 
   // The shared-memory path of `rank` of `size` (size >= 2), or null when some rank cannot
@@ -60,6 +63,9 @@ class ShmAllReduce {
   // Sums data[0, n) across the ranks in place, every wait ending by `deadline`. All ranks
   // call with the same n, in the same order.
   absl::Status Run(float* data, size_t n, std::chrono::steady_clock::time_point deadline);
+  // The same for int64s: their sum, or with `maximum` their maximum, in place.
+  absl::Status Run(int64_t* data, size_t n, bool maximum,
+                   std::chrono::steady_clock::time_point deadline);
 
   // Makes the Run in flight here (if any) and every later one fail with ABORTED (`why`'s
   // message), and the peers' with UNAVAILABLE: they see this rank's segment marked aborted.
@@ -68,20 +74,25 @@ class ShmAllReduce {
   struct Segment;  // a mapped segment (shm_allreduce.cc)
 
  private:
-  ShmAllReduce(int rank, std::vector<std::unique_ptr<Segment>> segments, size_t capacity);
+  ShmAllReduce(int rank, std::vector<std::unique_ptr<Segment>> segments, size_t capacity_bytes);
   // Waits until counter `which` of every rank but this one has reached `target`.
   absl::Status WaitAll(int which, uint32_t target, std::chrono::steady_clock::time_point deadline);
   absl::Status WaitOne(int peer, int which, uint32_t target,
                        std::chrono::steady_clock::time_point deadline);
   // Sets this rank's counter `which` and wakes its waiters.
   void Publish(int which, uint32_t value);
-  // One piece: floats [from, to) of a call of n.
-  absl::Status Piece(float* data, size_t n, size_t from, size_t to,
+  // Every piece of a call of n values, reduced by acc[i] = combine(x[i], acc[i]).
+  template <typename T, typename Combine>
+  absl::Status RunPieces(T* data, size_t n, Combine combine,
+                         std::chrono::steady_clock::time_point deadline);
+  // One piece: values [from, to) of a call of n.
+  template <typename T, typename Combine>
+  absl::Status Piece(T* data, size_t n, size_t from, size_t to, Combine combine,
                      std::chrono::steady_clock::time_point deadline);
   absl::Status AbortedError();
 
   const int rank_;
-  const size_t capacity_;
+  const size_t capacity_bytes_;                     // of a segment's data
   std::vector<std::unique_ptr<Segment>> segments_;  // by rank; this rank's is its own
   uint32_t pieces_ = 0;                             // pieces done over all calls
   std::atomic<bool> aborted_{false};                // Abort was called: why_ is set

@@ -1,12 +1,14 @@
 // ShmAllReduce with ranks as threads (one process, one /dev/shm): the ring's bits for any
-// number of ranks and any piece size, the fall-back when a rank cannot open a peer's
-// segment, names unlinked after setup, and a peer that is gone, silent or aborted; and
-// GlooCollective giving the same bits over shared memory and over TCP.
+// number of ranks and any piece size, exact int64 sums and maxima, the fall-back when a
+// rank cannot open a peer's segment, names unlinked after setup, and a peer that is gone,
+// silent or aborted; and GlooCollective giving the same bits over shared memory and over
+// TCP.
 #include "workers/gloo/shm_allreduce.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -83,6 +85,48 @@ TEST_P(ShmAllReduceTest, SumsInTheRingsOrderOnEveryRankWhateverThePieces) {
         const float want = RingOrderSum(x, i, n);
         for (int r = 0; r < ranks; ++r) {
           ASSERT_EQ(data[r][i], want) << "rank " << r << ", element " << i;
+        }
+      }
+    }
+  }
+}
+
+// Int64 sums beyond double's 53 bits and maxima of mixed signs, exact on every rank, in
+// pieces of half as many values as floats', between float sums on the same segments.
+TEST_P(ShmAllReduceTest, ReducesInt64sExactlyBetweenFloatSums) {
+  const int ranks = GetParam();
+  std::mt19937_64 rng(ranks);
+  for (size_t capacity : {size_t{1}, size_t{3}, size_t{64}}) {
+    MemoryStore store;
+    auto job = Job(ranks, &store, absl::StrCat("int64-", ranks, "-", capacity), capacity);
+    ASSERT_EQ(job.size(), static_cast<size_t>(ranks));
+    for (size_t n : {size_t{1}, size_t{2}, size_t{7}, size_t{1001}}) {
+      SCOPED_TRACE(absl::StrCat("n = ", n, ", pieces of ", capacity, " floats"));
+      std::vector<std::vector<int64_t>> x(ranks, std::vector<int64_t>(n));
+      for (auto& v : x) {
+        for (int64_t& i : v) i = static_cast<int64_t>(rng() >> 4) - (int64_t{1} << 59);
+      }
+      std::vector<std::vector<int64_t>> sums = x, maxima = x;
+      std::vector<std::vector<float>> floats(ranks, std::vector<float>(n, 0.5f));
+      std::vector<absl::Status> status(ranks);
+      OnEveryRank(ranks, [&](int r) {
+        const Clock::time_point deadline = In(std::chrono::seconds(10));
+        status[r] = job[r]->Run(sums[r].data(), n, /*maximum=*/false, deadline);
+        if (status[r].ok()) status[r] = job[r]->Run(floats[r].data(), n, deadline);
+        if (status[r].ok())
+          status[r] = job[r]->Run(maxima[r].data(), n, /*maximum=*/true, deadline);
+      });
+      for (int r = 0; r < ranks; ++r) ASSERT_OK(status[r]);
+      for (size_t i = 0; i < n; ++i) {
+        int64_t sum = 0, max = x[0][i];
+        for (int q = 0; q < ranks; ++q) {
+          sum += x[q][i];
+          max = std::max(max, x[q][i]);
+        }
+        for (int r = 0; r < ranks; ++r) {
+          ASSERT_EQ(sums[r][i], sum) << "rank " << r << ", element " << i;
+          ASSERT_EQ(maxima[r][i], max) << "rank " << r << ", element " << i;
+          ASSERT_EQ(floats[r][i], 0.5f * ranks) << "rank " << r << ", element " << i;
         }
       }
     }
