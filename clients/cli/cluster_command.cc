@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "clients/cli/client.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/openmp_env.h"
 #include "clients/cluster/cluster_processes.h"
 #include "clients/cluster/supervisor.h"
 #include "core/data/data_roots.h"
@@ -288,9 +289,8 @@ int Up(const UpOptions& o) {
   sigemptyset(&stop);
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
-  // Several servers share this host's cores: OpenMP threads that sleep rather than spin
-  // while waiting cost nothing when idle and much less under contention.
-  setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
+  // Several servers share this host's cores: their OpenMP threads sleep while they wait.
+  SleepOpenMpWaits();
   ClusterOptions options;
   options.dir = dir;
   options.coordinator_binary = *coord_bin;

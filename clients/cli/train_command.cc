@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "clients/cli/client.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/openmp_env.h"
 
 namespace lockstep::cli {
 
@@ -25,6 +26,7 @@ void AddTrainCommand(CLI::App& app, Commands& out) {
                    std::vector<char*> args = {trainer->data()};
                    for (std::string& a : rest) args.push_back(a.data());
                    args.push_back(nullptr);
+                   BoundOpenMpSpinning();  // the trainer's libgomp reads it as it loads
                    execv(trainer->c_str(), args.data());
                    return Fail(absl::InternalError(
                        absl::StrCat("cannot run ", *trainer, ": ", strerror(errno))));
