@@ -32,6 +32,12 @@ std::chrono::steady_clock::time_point Deadline(absl::Duration timeout) {
 
 std::string RankName(int rank, int size) { return absl::StrCat("gloo rank ", rank, " of ", size); }
 
+// `status` (the shared-memory path's), its message prefixed with `what`.
+absl::Status Prefixed(const std::string& what, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Collective>> GlooCollective::Create(int rank, int size, Store* store,
@@ -54,9 +60,8 @@ absl::StatusOr<std::unique_ptr<Collective>> GlooCollective::Create(int rank, int
         gloo_internal::ShmAllReduce::Create(rank, size, store, options.prefix,
                                             options.connect_timeout);
     if (!made.ok()) {
-      return absl::Status(made.status().code(),
-                          absl::StrCat(RankName(rank, size), ": set up the shared-memory path: ",
-                                       made.status().message()));
+      return Prefixed(absl::StrCat(RankName(rank, size), ": set up the shared-memory path"),
+                      made.status());
     }
     shm = *std::move(made);
   }
@@ -88,9 +93,7 @@ absl::Status GlooCollective::AllReduceSum(float* data, size_t n, const Collectiv
   return RunChecked(what, data, n, options, [&]() -> absl::Status {
     const auto deadline = Deadline(options.timeout);
     if (shm_ == nullptr) return CallGloo(what, [&] { ring_->Run(data, n, deadline); });
-    absl::Status status = shm_->Run(data, n, deadline);
-    if (status.ok()) return status;
-    return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
+    return Prefixed(what, shm_->Run(data, n, deadline));
   });
 }
 
@@ -102,9 +105,7 @@ absl::Status GlooCollective::AllReduceInt64(int64_t* data, size_t n, ReduceOp op
   return RunChecked(what, data, n, options, [&]() -> absl::Status {
     const auto deadline = Deadline(options.timeout);
     if (shm_ == nullptr) return CallGloo(what, [&] { ring64_->Run(data, n, deadline, maximum); });
-    absl::Status status = shm_->Run(data, n, maximum, deadline);
-    if (status.ok()) return status;
-    return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
+    return Prefixed(what, shm_->Run(data, n, maximum, deadline));
   });
 }
 
