@@ -176,13 +176,13 @@ void RunExactSum(benchmark::State& state, Collective* collective) {
   }
   SetCounters(state, n);
 }
-void RunExactSum(benchmark::State& state, bool shared_memory) {
+void RunExactSumOnJob(benchmark::State& state, bool shared_memory) {
   Collective* collective = LockstepRank(state.thread_index(), shared_memory);
   if (collective == nullptr) return state.SkipWithError("a rank failed to join");
   RunExactSum(state, collective);
 }
-void BM_ExactSum(benchmark::State& state) { RunExactSum(state, false); }
-void BM_ExactSumShm(benchmark::State& state) { RunExactSum(state, true); }
+void BM_ExactSum(benchmark::State& state) { RunExactSumOnJob(state, false); }
+void BM_ExactSumShm(benchmark::State& state) { RunExactSumOnJob(state, true); }
 void BM_ExactSumConversions(benchmark::State& state) { RunExactSum(state, nullptr); }
 
 void Sizes(benchmark::internal::Benchmark* b) {
