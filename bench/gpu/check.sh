@@ -203,7 +203,7 @@ part_tests() {
     timeout "$(limit "$part_left")" "$s/bin/$t" >"$logs/$t.log" 2>&1
     rc=$?
     echo "$t: exit $rc; $(grep -E '^\[  (PASSED|FAILED) +\] [0-9]|^\[  SKIPPED \] [0-9]' "$logs/$t.log" | tr '\n' ' ')"
-    grep -E "Failure|Which is|Expected|error:" "$logs/$t.log" | head -20
+    grep -E ": Failure$|Which is|Expected|error:" "$logs/$t.log" | head -20
     if [ "$rc" -eq 124 ]; then
       fail "$t: timed out"
     elif [ "$rc" -ne 0 ]; then

@@ -1,7 +1,7 @@
 // The whole training step on the CUDA backend: against the CPU backend (the CNN, an MLP
-// with dropout, a BatchNorm convnet and a transformer decoder block on tokens; adam, sgd
-// with momentum, and sgd with Nesterov momentum, a schedule and clipping), graph replay
-// against eager execution, and the JAX/Flax/optax golden files that tests/golden_test.cc,
+// with dropout, a BatchNorm convnet with and without biases before its norms and a
+// transformer decoder block on tokens; adam, sgd with momentum, and sgd with Nesterov
+// momentum, a schedule and clipping), graph replay against eager execution, and the JAX/Flax/optax golden files that tests/golden_test.cc,
 // golden_layers_test.cc and golden_sequence_test.cc check the CPU against.
 #include <cmath>
 #include <cstring>
@@ -25,6 +25,7 @@ using testing::GoldenDataset;
 using testing::GoldenModelSpec;
 using testing::GoldenParams;
 using testing::GoldenPath;
+using testing::MaxAbsDiff;
 using testing::RelativeL2;
 
 // "adam", "sgd" (with momentum), or "sgd_schedule_clip": sgd with Nesterov momentum, a
@@ -74,8 +75,11 @@ model:
     - dense: {features: 256}
 )";
 
-// "cnn", "mlp", "bn": a convnet with BatchNorm after a conv and after a dense layer, or
-// "decoder" (kDecoder).
+// "cnn", "mlp", "bn": a convnet with BatchNorm after a conv and after a dense layer, both
+// without biases (as in Flax's ResNet), "bn_bias": the same with them, or "decoder"
+// (kDecoder). A bias right before a BatchNorm has a true gradient of 0 (the norm subtracts
+// any shift): its gradient is each backend's rounding noise, summed in another order, which
+// adam turns into updates of +-lr and the running means then carry (see PreNormBiases...).
 Model MakeModel(const std::string& name) {
   if (name == "decoder") {
     absl::StatusOr<v1::JobSpec> spec = ParseSpec(kDecoder, "decoder.yaml");
@@ -84,14 +88,15 @@ Model MakeModel(const std::string& name) {
     EXPECT_TRUE(m.ok()) << m.status();
     return *std::move(m);
   }
-  if (name == "bn") {
+  if (name == "bn" || name == "bn_bias") {
+    const bool bias = name == "bn_bias";
     Model m({28, 28, 1});
-    m.Conv(16, {3, 3});
+    m.Conv(16, {3, 3}, {1, 1}, Padding::kSame, bias);
     m.BatchNorm();
     m.Relu();
     m.AvgPool({2, 2}, {2, 2});
     m.Flatten();
-    m.Dense(64);
+    m.Dense(64, bias);
     m.BatchNorm(0.9, 1e-3, true, false);
     m.Relu();
     m.Dense(10);
@@ -130,20 +135,28 @@ absl::StatusOr<Replica> MakeReplica(const Model& m, const Optimizer& opt, Backen
   return r;
 }
 
-class CudaStepTest : public CudaTest,
-                     public ::testing::WithParamInterface<std::tuple<const char*, const char*>> {};
+// The elements of `e` in a params or slot vector.
+std::span<const float> Of(const std::vector<float>& v, const ParamEntry& e) {
+  return {v.data() + e.offset, e.size};
+}
 
-TEST_P(CudaStepTest, StepsMatchTheCpuBackend) {
-  const auto [model_name, opt_name] = GetParam();
-  const Model m = MakeModel(model_name);
-  const Optimizer opt = MakeOptimizer(opt_name);
+// Four steps of `m` from the same state on the CPU and the CUDA backend, the losses,
+// accuracies and dropout masks agreeing step by step; the end states and the evaluations
+// of both.
+struct BothBackends {
+  TrainState want, got;  // CPU, CUDA
+  EvalMetrics want_eval, got_eval;
+};
+
+void StepBoth(const std::string& model_name, const Model& m, const Optimizer& opt, Backend* cpu_b,
+              Backend* cuda_b, BothBackends* out) {
   const int batch = 32;
   const Dataset data = MakeData(model_name, 256, 1);
   const auto impl = rng::Impl::kPartitionable;
   TrainingPlan plan(0, 1, impl, data.size, batch, 1);
   const TrainState init = TrainState::Create(m.Init(plan.init_key(), impl), opt, m.InitStats());
-  ASSERT_OK_AND_ASSIGN(Replica cpu, MakeReplica(m, opt, cpu_.get(), data, batch, true, init));
-  ASSERT_OK_AND_ASSIGN(Replica gpu, MakeReplica(m, opt, cuda_.get(), data, batch, true, init));
+  ASSERT_OK_AND_ASSIGN(Replica cpu, MakeReplica(m, opt, cpu_b, data, batch, true, init));
+  ASSERT_OK_AND_ASSIGN(Replica gpu, MakeReplica(m, opt, cuda_b, data, batch, true, init));
   for (int s = 0; s < 4; ++s) {
     const StepPlan p = plan.Next();
     ASSERT_OK_AND_ASSIGN(StepMetrics want, cpu.exec->Step(cpu.data, p.indices, p.keys[0]));
@@ -154,30 +167,65 @@ TEST_P(CudaStepTest, StepsMatchTheCpuBackend) {
     ASSERT_OK_AND_ASSIGN(auto got_masks, gpu.exec->DropoutMasks());
     EXPECT_EQ(got_masks, want_masks) << "step " << s;
   }
-  if (std::string(model_name) == "mlp" || std::string(model_name) == "decoder") {
+  if (model_name == "mlp" || model_name == "decoder") {
     ASSERT_OK_AND_ASSIGN(auto masks, gpu.exec->DropoutMasks());
     EXPECT_EQ(masks.size(), 2u);  // the decoder's: the attention weights' and the MLP's
   }
-  ASSERT_OK_AND_ASSIGN(TrainState want, cpu.exec->GetState());
-  ASSERT_OK_AND_ASSIGN(TrainState got, gpu.exec->GetState());
-  EXPECT_EQ(got.step, 4);
+  ASSERT_OK_AND_ASSIGN(out->want, cpu.exec->GetState());
+  ASSERT_OK_AND_ASSIGN(out->got, gpu.exec->GetState());
+  EXPECT_EQ(out->got.step, 4);
+  ASSERT_OK_AND_ASSIGN(out->want_eval, cpu.exec->Evaluate(cpu.data, 100));
+  ASSERT_OK_AND_ASSIGN(out->got_eval, gpu.exec->Evaluate(gpu.data, 100));
+  EXPECT_NEAR(out->got_eval.loss, out->want_eval.loss, 1e-5 * out->want_eval.loss);
+  EXPECT_EQ(out->got_eval.count, out->want_eval.count);
+}
+
+class CudaStepTest : public CudaTest,
+                     public ::testing::WithParamInterface<std::tuple<const char*, const char*>> {};
+
+TEST_P(CudaStepTest, StepsMatchTheCpuBackend) {
+  const auto [model_name, opt_name] = GetParam();
+  const Model m = MakeModel(model_name);
+  const Optimizer opt = MakeOptimizer(opt_name);
+  BothBackends r;
+  ASSERT_NO_FATAL_FAILURE(StepBoth(model_name, m, opt, cpu_.get(), cuda_.get(), &r));
   for (const ParamEntry& e : m.layout().entries()) {
-    EXPECT_LE(
-        RelativeL2({got.params.data() + e.offset, e.size}, {want.params.data() + e.offset, e.size}),
-        1e-5)
-        << e.name;
-    for (size_t i = 0; i < want.slots.size(); ++i) {
-      EXPECT_LE(RelativeL2({got.slots[i].data() + e.offset, e.size},
-                           {want.slots[i].data() + e.offset, e.size}),
-                1e-5)
+    EXPECT_LE(RelativeL2(Of(r.got.params, e), Of(r.want.params, e)), 1e-5) << e.name;
+    for (size_t i = 0; i < r.want.slots.size(); ++i) {
+      EXPECT_LE(RelativeL2(Of(r.got.slots[i], e), Of(r.want.slots[i], e)), 1e-5)
           << e.name << " slot " << opt.slots()[i];
     }
   }
-  EXPECT_LE(RelativeL2(got.batch_stats, want.batch_stats), 1e-5);
-  ASSERT_OK_AND_ASSIGN(EvalMetrics want_eval, cpu.exec->Evaluate(cpu.data, 100));
-  ASSERT_OK_AND_ASSIGN(EvalMetrics got_eval, gpu.exec->Evaluate(gpu.data, 100));
-  EXPECT_NEAR(got_eval.loss, want_eval.loss, 1e-5 * want_eval.loss);
-  EXPECT_EQ(got_eval.count, want_eval.count);
+  EXPECT_LE(RelativeL2(r.got.batch_stats, r.want.batch_stats), 1e-5);
+}
+
+// The biases right before a BatchNorm (sgd with momentum: updates proportional to their
+// gradients of rounding noise): within 1e-5 of their layer's kernel norm, as
+// tests/cluster/equivalence_test.cc holds them against JAX; every other tensor, the
+// momentum traces and the running statistics within 1e-5 relative L2.
+TEST_F(CudaTest, PreNormBiasesStayWithinTheirKernelsRoundingOfTheCpu) {
+  const Model m = MakeModel("bn_bias");
+  const Optimizer opt = MakeOptimizer("sgd");
+  BothBackends r;
+  ASSERT_NO_FATAL_FAILURE(StepBoth("bn_bias", m, opt, cpu_.get(), cuda_.get(), &r));
+  const auto& entries = m.layout().entries();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const ParamEntry& e = entries[i];
+    if (e.name != "Conv_0/bias" && e.name != "Dense_0/bias") {
+      EXPECT_LE(RelativeL2(Of(r.got.params, e), Of(r.want.params, e)), 1e-5) << e.name;
+      EXPECT_LE(RelativeL2(Of(r.got.slots[0], e), Of(r.want.slots[0], e)), 1e-5) << e.name;
+      continue;
+    }
+    const ParamEntry& k = entries[i - 1];  // the layer's kernel
+    ASSERT_EQ(k.name, e.name.substr(0, e.name.find('/')) + "/kernel");
+    double norm = 0;
+    for (size_t j = 0; j < k.size; ++j)
+      norm += double{r.want.params[k.offset + j]} * r.want.params[k.offset + j];
+    norm = std::sqrt(norm);
+    EXPECT_LE(MaxAbsDiff(Of(r.got.params, e), Of(r.want.params, e)), 1e-5 * norm) << e.name;
+    EXPECT_LE(MaxAbsDiff(Of(r.got.slots[0], e), Of(r.want.slots[0], e)), 1e-5 * norm) << e.name;
+  }
+  EXPECT_LE(RelativeL2(r.got.batch_stats, r.want.batch_stats), 1e-5);
 }
 
 // A CUDA graph replays exactly the kernels eager execution runs: bitwise equal.
