@@ -1,8 +1,9 @@
 // The whole training step on the CUDA backend: against the CPU backend (the CNN, an MLP
 // with dropout, a BatchNorm convnet with and without biases before its norms and a
 // transformer decoder block on tokens; adam, sgd with momentum, and sgd with Nesterov
-// momentum, a schedule and clipping), graph replay against eager execution, and the JAX/Flax/optax golden files that tests/golden_test.cc,
-// golden_layers_test.cc and golden_sequence_test.cc check the CPU against.
+// momentum, a schedule and clipping), graph replay against eager execution, and the
+// JAX/Flax/optax golden files that tests/golden_test.cc, golden_layers_test.cc and
+// golden_sequence_test.cc check the CPU against.
 #include <cmath>
 #include <cstring>
 #include <numeric>
