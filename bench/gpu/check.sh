@@ -7,21 +7,27 @@
 #                             bundle the binaries with every non-system library they need
 #                             and the Fashion-MNIST files ($LOCKSTEP_DATA, default
 #                             /usr/share/datasets/fashion-mnist; stored as raw IDX, which xz
-#                             packs tighter than gzip) into .bundle/lockstep-gpu.tar.xz
+#                             packs tighter than gzip) and the fortunes the char transformer
+#                             reads ($LOCKSTEP_FORTUNES, default /usr/share/games/fortunes)
+#                             into .bundle/lockstep-gpu.tar.xz
 #                             (ignored). The bundle and the tracked tree travel together
 #                             within 64 MiB: where they would not, the training set is cut to
 #                             its first $LOCKSTEP_GPU_TRAIN_EXAMPLES images (default: all),
 #                             and part 2 trains as many more epochs as keep its step count
 #   bench/gpu/check.sh run    there, from the repo root (device tool: carry [".bundle"],
 #                             timeout_s 480; the run stops itself within 450 s,
-#                             $LOCKSTEP_CHECK_SECONDS): four parts, each run whatever
+#                             $LOCKSTEP_CHECK_SECONDS): five parts, each run whatever
 #                             became of the others, each with its own time limit, cut to
 #                             what is left of the run:
 #                               1. the CUDA tests                                   120 s
 #                               2. a real job through the coordinator with one GPU
 #                                  worker (the CNN recipe, >= 0.90 test accuracy)    30 + 75 s
 #                               3. the benchmark through the coordinator (job_bench)  3 x 23 s
-#                               4. the peers: JAX, then PyTorch eager                90 + 40 s
+#                               4. the architectures' examples on that worker
+#                                  (workers: 1): the char transformer, 2 epochs,
+#                                  test loss < 2.7; the ResNet, 1 epoch, test
+#                                  accuracy >= 0.85                                  60 + 150 s
+#                               5. the peers: JAX, then PyTorch eager                90 + 40 s
 #                                  and, if 45 s are left, PyTorch compiled with the rest
 #                             The table is written as soon as part 3 is done and again after
 #                             each peer. $OUT (or /tmp/gpu_check) gets two files: table.md
@@ -38,19 +44,26 @@ bundle=$root/.bundle/lockstep-gpu.tar.xz
 bins="lockstep lockstep-coordinator lockstep-worker job_bench"
 tests="backend_factory_test cuda_backend_test cuda_step_test nccl_collective_test golden_test"
 data_files="train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz"
+fortunes="cookie literature"  # examples/char-transformer.yaml's training and test text
 
 pack() {
   set -e
   local data=${LOCKSTEP_DATA:-/usr/share/datasets/fashion-mnist}
+  local text=${LOCKSTEP_FORTUNES:-/usr/share/games/fortunes}
   for f in $data_files; do
     [ -f "$data/$f" ] || { echo "pack: no $data/$f (set LOCKSTEP_DATA)" >&2; exit 1; }
+  done
+  for f in $fortunes; do
+    [ -f "$text/$f" ] || { echo "pack: no $text/$f (set LOCKSTEP_FORTUNES)" >&2; exit 1; }
   done
   if [ ! -f "$build/build.ninja" ]; then
     cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
   fi
   ninja -C "$build" -j "${LOCKSTEP_JOBS:-2}" $bins $tests
   local stage=$root/.bundle/stage
-  rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib" "$stage/fallback" "$stage/data/fashion-mnist"
+  rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib" "$stage/fallback" "$stage/data/fashion-mnist" \
+    "$stage/data/fortunes"
+  for f in $fortunes; do cp "$text/$f" "$stage/data/fortunes/"; done
   for b in $bins $tests; do
     local path
     path=$(find "$build" -name "$b" -type f -executable | head -1)
@@ -257,6 +270,39 @@ for j in json.load(sys.stdin).get("jobs", []):
     while read -r id; do echo "cancelling $id"; timeout 5 "$s/bin/lockstep" cancel "$id"; done
 }
 
+# run_job LABEL SPEC LIMIT: submits SPEC and waits for it up to LIMIT s (then cancels it),
+# printing its last lines; sets job_result to "ACCURACY LOSS STATE REASON" of the job SPEC
+# names (its last evaluation's test accuracy and loss).
+run_job() {
+  local label=$1 spec=$2 t1=$SECONDS rc name
+  name=$(sed -n 's/^name: *\([^ #]*\).*/\1/p' "$spec")
+  timeout "$(limit "$3")" "$s/bin/lockstep" submit "$spec" --wait >"$logs/$label.log" 2>&1
+  rc=$?
+  tr '\r' '\n' <"$logs/$label.log" | grep -vE '^\[ *[0-9]+%\]|^$' | tail -8
+  [ "$rc" -eq 124 ] && fail "$label: the job did not end within its time limit"
+  cancel_running
+  timeout 5 "$s/bin/lockstep" list --json >"$logs/$label.json" 2>&1
+  job_result=$(python3 -c '
+import json, sys
+jobs = [j for j in json.load(open(sys.argv[1]))["jobs"] if j["spec"]["name"] == sys.argv[2]]
+j = jobs[0] if jobs else {"state": "NOT_LISTED"}
+e = j.get("last_eval", {})
+print(e.get("test_accuracy", 0), e.get("test_loss", 0), j["state"], j.get("failure_reason", ""))' \
+    "$logs/$label.json" "$name" 2>&1)
+  echo "$label on the $kind worker: test accuracy, test loss, state: $job_result ($((SECONDS - t1)) s)"
+}
+
+# check_job LABEL BAR: fails unless job_result's job SUCCEEDED and BAR (a Python expression
+# of acc and loss) holds; the bar is not applied to a quick rehearsal's shortened runs.
+check_job() {
+  set -- "$1" "$2" $job_result
+  if [ "${5:-}" != SUCCEEDED ]; then
+    fail "$1: $job_result"
+  elif [ "$quick" != 1 ] && ! python3 -c "acc, loss = $3, $4; import sys; sys.exit(not ($2))"; then
+    fail "$1: test accuracy $3, test loss $4: not $2"
+  fi
+}
+
 part_job() {
   echo; echo "=== 2. A job through the coordinator with one $kind worker: the CNN recipe, $epochs epochs"
   cat >"$tmp/cnn-gpu.yaml" <<YAML
@@ -270,24 +316,35 @@ seed: 0
 workers: 1
 device: $kind
 YAML
-  local t1=$SECONDS rc
-  timeout "$(limit 75)" "$s/bin/lockstep" submit "$tmp/cnn-gpu.yaml" --wait >"$logs/job.log" 2>&1
-  rc=$?
-  tr '\r' '\n' <"$logs/job.log" | grep -vE '^\[ *[0-9]+%\]|^$' | tail -8
-  [ "$rc" -eq 124 ] && fail "the CNN job did not end within its time limit"
-  cancel_running
-  timeout 5 "$s/bin/lockstep" list --json >"$logs/job.json" 2>&1
-  local result
-  result=$(python3 -c "
-import json
-j = json.load(open('$logs/job.json'))['jobs'][0]
-print(j.get('last_eval', {}).get('test_accuracy', 0), j['state'], j.get('failure_reason', ''))" 2>&1)
-  echo "CNN recipe on the $kind worker: test accuracy, state: $result ($((SECONDS - t1)) s)"
-  set -- $result
-  if [ "${2:-}" != SUCCEEDED ]; then
-    fail "the CNN job: $result"
-  elif [ "$quick" != 1 ] && ! python3 -c "import sys; sys.exit(float('$1') < 0.90)"; then
-    fail "the CNN job's test accuracy $1 < 0.90"
+  run_job cnn "$tmp/cnn-gpu.yaml" 75
+  check_job "the CNN job" "acc >= 0.90"
+}
+
+# examples/NAME.yaml for one $kind worker (workers: 1, no logical replicas, which need a
+# backend with host memory), named NAME-$kind; further arguments are sed's.
+example_spec() {
+  local name=$1
+  shift
+  sed -e "s/^name: *\([^ #]*\)/name: \1-$kind/" -e 's/^workers: .*/workers: 1/' \
+    -e '/^replicas:/d' -e '/^threads:/d' "$@" "$root/examples/$name.yaml" >"$tmp/$name.yaml"
+  echo "device: $kind" >>"$tmp/$name.yaml"
+}
+
+part_examples() {
+  echo; echo "=== 4. The architectures' examples on the $kind worker (workers: 1): the char transformer, 2 epochs; the ResNet, 1 epoch"
+  example_spec char-transformer -e "s#/usr/share/games/fortunes#$s/data/fortunes#"
+  if have 20; then
+    run_job char-transformer "$tmp/char-transformer.yaml" 60
+    check_job "the char transformer" "loss < 2.7"
+  else
+    fail "the char transformer: not run, no time left"
+  fi
+  example_spec resnet -e 's/^epochs: .*/epochs: 1/' -e "s#^  name: fashion_mnist.*#&\n  path: $data#"
+  if have 30; then
+    run_job resnet "$tmp/resnet.yaml" 150
+    check_job "the ResNet" "acc >= 0.85"
+  else
+    fail "the ResNet: not run, no time left"
   fi
 }
 
@@ -327,7 +384,7 @@ peers() {
 }
 
 part_peers() {
-  echo; echo "=== 4. Peers on the same $kind: JAX (the seed's pmap step, jit) and PyTorch (eager, then compile if time remains)"
+  echo; echo "=== 5. Peers on the same $kind: JAX (the seed's pmap step, jit) and PyTorch (eager, then compile if time remains)"
   echo "(the peers run with the preset LD_LIBRARY_PATH: ${preset_ld:-none})"
   local rc
   if have 20; then
@@ -389,8 +446,10 @@ run() {
     part_job
     archive
     part_bench
+    archive
+    part_examples
   else
-    fail "part 2 and 3 not run: no cluster"
+    fail "part 2, 3 and 4 not run: no cluster"
   fi
   stop_cluster
   local eager
