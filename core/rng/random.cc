@@ -1,6 +1,7 @@
 #include "core/rng/random.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 
@@ -73,19 +74,29 @@ std::vector<int32_t> Permutation(Key key, Impl impl, int64_t n) {
   const double uint32_max = 4294967295.0;
   const int rounds = static_cast<int>(std::ceil(
       3.0 * std::log(static_cast<double>(std::max<int64_t>(1, n))) / std::log(uint32_max)));
-  std::vector<int64_t> order(n);
-  std::vector<int32_t> sorted(n);
   for (int r = 0; r < rounds; ++r) {
     std::vector<Key> ks = Split(key, 2, impl);
     key = ks[0];
-    const std::vector<uint32_t> sort_keys = Bits(ks[1], impl, n);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t a, int64_t b) { return sort_keys[a] < sort_keys[b]; });
-    for (int64_t i = 0; i < n; ++i) sorted[i] = x[order[i]];
-    x.swap(sorted);
+    StableSortByKeys(x, Bits(ks[1], impl, n));
   }
   return x;
+}
+
+void StableSortByKeys(std::span<int32_t> x, std::span<const uint32_t> keys) {
+  struct Item {
+    uint32_t key;
+    int32_t value;
+  };
+  std::vector<Item> a(x.size()), b(x.size());
+  for (size_t i = 0; i < x.size(); ++i) a[i] = {keys[i], x[i]};
+  for (int shift = 0; shift < 32; shift += 8) {
+    std::array<size_t, 257> start{};  // start[d + 1]: how many items have digit d
+    for (const Item& it : a) ++start[((it.key >> shift) & 0xff) + 1];
+    for (size_t d = 1; d < start.size(); ++d) start[d] += start[d - 1];
+    for (const Item& it : a) b[start[(it.key >> shift) & 0xff]++] = it;
+    a.swap(b);
+  }
+  for (size_t i = 0; i < x.size(); ++i) x[i] = a[i].value;
 }
 
 }  // namespace lockstep::rng

@@ -1,7 +1,10 @@
 #include "core/rng/random.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
 
 #include "core/testing.h"
 
@@ -67,6 +70,28 @@ TEST(Random, ErfInvEdges) {
   EXPECT_TRUE(std::isinf(ErfInv(1.0f)));
   EXPECT_NEAR(ErfInv(0.5f), 0.4769362762f, 1e-6);
   EXPECT_NEAR(ErfInv(-0.999f), -2.326753765f, 1e-5);
+}
+
+// The radix sort against std::stable_sort: random keys of every width (a few distinct
+// values, so that equal keys must keep their order, up to all 32 bits) and sizes.
+TEST(Random, StableSortByKeysIsStdStableSort) {
+  std::mt19937 gen(7);
+  for (uint32_t distinct : {1u, 3u, 256u, 65537u, 0u}) {  // 0: any 32-bit key
+    for (size_t n : {0, 1, 2, 255, 1000, 60000}) {
+      std::vector<uint32_t> keys(n);
+      for (uint32_t& k : keys) k = distinct == 0 ? gen() : gen() % distinct * 0x01010101u;
+      std::vector<int32_t> x(n);
+      for (int32_t& v : x) v = static_cast<int32_t>(gen());
+      std::vector<size_t> order(n);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](size_t a, size_t b) { return keys[a] < keys[b]; });
+      std::vector<int32_t> want(n);
+      for (size_t i = 0; i < n; ++i) want[i] = x[order[i]];
+      StableSortByKeys(x, keys);
+      EXPECT_EQ(x, want) << distinct << " distinct keys, n = " << n;
+    }
+  }
 }
 
 }  // namespace
