@@ -48,11 +48,8 @@ void RandomBits(Key key, Impl impl, std::span<uint32_t> out) {
     }
     return;
   }
-  // RandomBitsAt's partitionable case, written out so that the loop vectorizes.
-  for (uint64_t i = 0; i < n; ++i) {
-    const Pair p = Threefry2x32(key, static_cast<uint32_t>(i >> 32), static_cast<uint32_t>(i));
-    out[i] = p.y0 ^ p.y1;
-  }
+  // The mode as a constant, so that the loop vectorizes.
+  for (uint64_t i = 0; i < n; ++i) out[i] = RandomBitsAt(key, Impl::kPartitionable, i, n);
 }
 
 }  // namespace lockstep::rng
