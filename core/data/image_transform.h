@@ -1,0 +1,53 @@
+// ImageTransform: what a worker does to one stored example before it enters a batch:
+// decode (JPEG with libjpeg-turbo, PNG with libpng; raw pixels as they are), the spec's
+// preprocessing in order (resize, center crop, random crop with padding, random resized
+// crop, horizontal flip), then scaling by 1/255 and the per-channel normalization, into
+// float32 HWC of output_shape(). Every random choice is a function of the example's key
+// alone (docs/datasets.md: the key of (epoch, example index)), so any worker, a replay and
+// `lockstep train` compute the same pixels; tools/reference has the numpy twin the goldens
+// check pixel for pixel.
+//
+// Thread safety: Apply is const and may run on several threads at once, each with its own
+// Scratch.
+#ifndef LOCKSTEP_CORE_DATA_IMAGE_TRANSFORM_H_
+#define LOCKSTEP_CORE_DATA_IMAGE_TRANSFORM_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "core/data/example_source.h"
+#include "core/model.h"
+#include "core/rng/threefry.h"
+#include "lockstep/v1/spec.pb.h"
+
+namespace lockstep {
+
+class ImageTransform {
+ public:
+  // Per-thread working memory (decoder handles, intermediate images).
+  class Scratch {
+   public:
+    virtual ~Scratch() = default;
+  };
+
+  // The transform `spec` (validated: CheckDatasetSpec) asks for, producing images of
+  // `output_shape` (the model's input). INVALID_ARGUMENT naming the field when the
+  // preprocessing cannot produce that shape.
+  static absl::StatusOr<std::unique_ptr<ImageTransform>> Create(const v1::DatasetSpec& spec,
+                                                                Dims output_shape);
+  virtual ~ImageTransform() = default;
+
+  virtual const Dims& output_shape() const = 0;
+  // Whether any step draws from the key (false: Apply ignores it).
+  virtual bool random() const = 0;
+  virtual std::unique_ptr<Scratch> NewScratch() const = 0;
+  // `example` into out[output_shape().size()]. INVALID_ARGUMENT or DATA_LOSS saying why
+  // (a corrupt or truncated image, one of another size or channel count than the
+  // preprocessing allows); the caller prefixes ExampleSource::Where.
+  virtual absl::Status Apply(const StoredExample& example, rng::Key key, Scratch* scratch,
+                             float* out) const = 0;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_CORE_DATA_IMAGE_TRANSFORM_H_
