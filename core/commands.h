@@ -81,6 +81,9 @@ struct StepCommand {
   // Logical replicas: their 'dropout' stream roots, one per local replica in replica order
   // (`key` unused), and `indices` their rows back to back. Must outlive the call.
   std::span<const rng::Key> keys;
+  // The epoch's data key (StepPlan::data_key): a streamed dataset's random preprocessing
+  // of example i draws from FoldIn(data_key, i).
+  rng::Key data_key;
 };
 
 struct StepResult {

@@ -60,7 +60,7 @@ class ReplicaTest : public ::testing::Test {
   static absl::StatusOr<std::unique_ptr<Replica>> Make(
       const ReplicaConfig& config, std::unique_ptr<Collective> collective = nullptr) {
     ASSIGN_OR_RETURN(TrainSetup setup, SetupFromSpec(config.spec));
-    return Replica::Create(config, std::move(setup), NewCpuBackend(1), *data_,
+    return Replica::Create(config, std::move(setup), NewCpuBackend(1), JobData{*data_, nullptr},
                            std::move(collective));
   }
 

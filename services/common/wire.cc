@@ -92,6 +92,8 @@ v1::StepRequest ToProto(const std::string& job_id, const StepCommand& command) {
     r.add_keys(k.k0);
     r.add_keys(k.k1);
   }
+  r.set_data_key0(command.data_key.k0);
+  r.set_data_key1(command.data_key.k1);
   return r;
 }
 
@@ -111,6 +113,7 @@ StepCommand FromProto(const v1::StepRequest& r, std::vector<rng::Key>* keys) {
   keys->clear();
   for (int i = 0; i + 1 < r.keys_size(); i += 2) keys->push_back({r.keys(i), r.keys(i + 1)});
   c.keys = *keys;
+  c.data_key = {r.data_key0(), r.data_key1()};
   return c;
 }
 
