@@ -1,7 +1,9 @@
 #include "core/data/example_source.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/data/image_folder_source.h"
 #include "core/data/record_source.h"
+#include "core/data/tfrecord_source.h"
 
 namespace lockstep {
 
@@ -22,8 +24,10 @@ absl::StatusOr<std::unique_ptr<ExampleSource>> OpenExampleSource(const v1::Datas
     return OpenRecordSource(train ? spec.train_path() : spec.test_path(),
                             train ? "dataset.train_path" : "dataset.test_path", options.roots);
   }
-  return absl::UnimplementedError(
-      absl::StrCat("dataset.format: format \"", spec.format(), "\" cannot be read yet"));
+  if (spec.format() == "tfrecord") {
+    return OpenTfRecordSource(spec, train ? spec.train_split() : spec.test_split(), options);
+  }
+  return OpenImageFolderSource(spec, split, options);
 }
 
 }  // namespace lockstep

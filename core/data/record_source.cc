@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/data_file.h"
 #include "core/data/npy.h"
 #include "core/data/streamed_spec.h"
 #include "core/io/random_access_file.h"
@@ -57,23 +58,12 @@ class RecordSource final : public ExampleSource {
   const MaxLabel max_;
 };
 
-// `path` (the spec's `field`) inside `roots`; messages name "FIELD: PATH".
-absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenInRoots(const std::string& path,
-                                                              const std::string& field,
-                                                              const DataRoots* roots) {
-  std::string resolved = path;
-  if (roots != nullptr) {
-    ASSIGN_OR_RETURN(resolved, roots->Resolve(field, path));
-  }
-  return RandomAccessFile::Open(resolved, absl::StrCat(field, ": ", path));
-}
-
 // The labels beside the images: [n] of an integer dtype, each >= 0.
 absl::StatusOr<std::vector<int64_t>> ReadRecordLabels(const std::string& path,
                                                       const std::string& field, int64_t n,
                                                       const DataRoots* roots,
                                                       ExampleSource::MaxLabel* max) {
-  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, OpenInRoots(path, field, roots));
+  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, OpenDataFile(path, field, roots));
   const std::string what = absl::StrCat(field, ": ", path);
   const uint64_t limit = kMaxNpyHead + 8 * static_cast<uint64_t>(n);
   if (file->size() > limit) {
@@ -110,7 +100,7 @@ absl::StatusOr<std::vector<int64_t>> ReadRecordLabels(const std::string& path,
 absl::StatusOr<std::unique_ptr<ExampleSource>> OpenRecordSource(const std::string& path,
                                                                 const std::string& field,
                                                                 const DataRoots* roots) {
-  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, OpenInRoots(path, field, roots));
+  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, OpenDataFile(path, field, roots));
   const std::string what = absl::StrCat(field, ": ", path);
   std::string head;
   RETURN_IF_ERROR(file->Read(0, std::min(file->size(), kMaxNpyHead), &head));
