@@ -7,18 +7,16 @@
 #include "absl/strings/str_cat.h"
 #include "core/data/augment_draws.h"
 #include "core/data/bilinear_resize.h"
+#include "core/data/image_decoder.h"
 #include "core/data/image_view.h"
 #include "core/data/streamed_spec.h"
 
 namespace lockstep {
 namespace {
 
-// The most pixels an image may have at any step (PIL refuses about 179 M as a
-// decompression bomb): bounds a decoder thread's memory.
-constexpr int64_t kMaxPixels = int64_t{1} << 26;
-
 class TransformScratch final : public ImageTransform::Scratch {
  public:
+  ImageDecoder decoder;
   BilinearResizer resizer;
   // Ping-pong buffers: a step that makes new pixels writes the one the view is not in.
   std::vector<uint8_t> buffers[2];
@@ -73,7 +71,11 @@ class StepTransform final : public ImageTransform {
       view = ImageView::Packed(reinterpret_cast<const uint8_t*>(example.bytes.data()),
                                example.shape.h, example.shape.w, example.shape.c);
     } else {
-      return absl::UnimplementedError("encoded images (JPEG, PNG) cannot be decoded yet");
+      int h = 0, w = 0;
+      absl::Status decoded = s->decoder.Decode(example.bytes, out_.c, &s->buffers[0], &h, &w);
+      if (!decoded.ok()) return decoded;
+      view = ImageView::Packed(s->buffers[0].data(), h, w, out_.c);
+      in_buffer = 0;
     }
     for (const Step& step : steps_) {
       absl::Status st = RunStep(step, key, s, &view, &in_buffer);
@@ -105,10 +107,10 @@ class StepTransform final : public ImageTransform {
       case v1::Preprocess::kResize: {
         const int64_t side = step.shorter_side;
         const int64_t nh = h <= w ? side : side * h / w, nw = h <= w ? side * w / h : side;
-        if (nh * nw > kMaxPixels) {
+        if (nh * nw > kMaxImagePixels) {
           return absl::InvalidArgumentError(
               absl::StrCat("a ", SizeText(h, w), " image: ", step.field, " would make it ",
-                           SizeText(nh, nw), ", over ", kMaxPixels, " pixels"));
+                           SizeText(nh, nw), ", over ", kMaxImagePixels, " pixels"));
         }
         if (nh == h && nw == w) return absl::OkStatus();
         buffer.resize(nh * nw * view->channels);
