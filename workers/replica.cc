@@ -44,22 +44,40 @@ absl::Status CheckReplicaConfig(const ReplicaConfig& config) {
 namespace {
 
 // The read-ahead of a streamed split (docs/datasets.md: dataset.stream).
-absl::StatusOr<std::unique_ptr<DataPipeline>> OpenStream(const v1::DatasetSpec& spec,
-                                                         std::shared_ptr<const ExampleSource> split,
-                                                         const Model& model, int batches_ahead) {
+// INVALID_ARGUMENT, as CheckDatasetFitsModel says it for datasets in memory, when the
+// model cannot train on `source`: it reads tokens, or a label lies past its classes.
+absl::Status CheckStreamFitsModel(const v1::DatasetSpec& spec, Split split,
+                                  const ExampleSource& source, const Model& model) {
   if (model.positions() > 1 || model.layers().front().kind == LayerKind::kEmbed) {
     return absl::InvalidArgumentError(absl::StrCat("dataset.format: ", spec.format(),
                                                    " streams images; this model reads tokens"));
   }
+  const ExampleSource::MaxLabel max = source.max_label();
+  if (max.label >= model.num_classes()) {
+    const bool train = split == Split::kTrain;
+    const std::string field = spec.format() == "tfrecord" ? "dataset.path"
+                              : train                     ? "dataset.train_path"
+                                                          : "dataset.test_path";
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": ", source.Where(max.index), ": label ", max.label, " is not in [0, ", model.num_classes(),
+        "): the model's last layer has ", model.num_classes(), " outputs"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DataPipeline>> OpenStream(const v1::DatasetSpec& spec, Split split,
+                                                         std::shared_ptr<const ExampleSource> source,
+                                                         const Model& model, int batches_ahead) {
+  RETURN_IF_ERROR(CheckStreamFitsModel(spec, split, *source, model));
   ASSIGN_OR_RETURN(std::unique_ptr<ImageTransform> transform,
-                   ImageTransform::Create(spec, model.input()));
+                   ImageTransform::Create(spec, split, model.input()));
   DataPipeline::Options options;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   options.threads = spec.stream().threads() > 0 ? static_cast<int>(spec.stream().threads())
                                                 : std::max(1, cores / 2);
   options.max_batches = batches_ahead;
   options.num_classes = model.num_classes();
-  return std::make_unique<DataPipeline>(std::move(split), std::move(transform), options);
+  return std::make_unique<DataPipeline>(std::move(source), std::move(transform), options);
 }
 
 }  // namespace
@@ -83,9 +101,11 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const ReplicaConfig& co
     const int ahead = ds.stream().batches_ahead() > 0
                           ? static_cast<int>(ds.stream().batches_ahead())
                           : kDefaultBatchesAhead;
-    ASSIGN_OR_RETURN(r->train_stream_, OpenStream(ds, data.streamed->train, setup.model, ahead));
+    ASSIGN_OR_RETURN(r->train_stream_,
+                     OpenStream(ds, Split::kTrain, data.streamed->train, setup.model, ahead));
     // Evaluation reads its range in order: one batch made while the other computes.
-    ASSIGN_OR_RETURN(r->test_stream_, OpenStream(ds, data.streamed->test, setup.model, 1));
+    ASSIGN_OR_RETURN(r->test_stream_,
+                     OpenStream(ds, Split::kTest, data.streamed->test, setup.model, 1));
     r->train_.size = r->train_stream_->size();
     r->test_.size = r->test_stream_->size();
   } else {

@@ -65,7 +65,8 @@ absl::StatusOr<Dataset> LoadNpzDataset(const std::string& path, const std::strin
 
 // Both splits as `spec` (validated: CheckDatasetSpec) says, normalized. INVALID_ARGUMENT
 // besides the loaders' errors when the splits' images differ in shape, or the
-// normalization's channels differ from theirs.
+// normalization's channels differ from theirs, or for a streamed format (tfrecord,
+// imagefolder, records: OpenExampleSource reads those).
 absl::StatusOr<Datasets> LoadDatasets(const v1::DatasetSpec& spec, const DataRoots& roots = {},
                                       uint64_t max_bytes = uint64_t{1} << 31);
 
@@ -89,7 +90,8 @@ absl::Status CheckDatasetFitsModel(const Dataset& ds, Dims input, int classes);
 // position (Model::positions() > 1) needs as many targets per example (label_row).
 absl::Status CheckDatasetFitsModel(const Dataset& ds, const Model& model);
 
-// How a spec's dataset is named in messages: its IDX folder, or its two .npz files.
+// How a spec's dataset is named in messages: its IDX folder, its two files or folders,
+// or its TFRecord shards' pattern.
 std::string DatasetLocation(const v1::DatasetSpec& spec);
 
 }  // namespace lockstep

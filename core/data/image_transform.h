@@ -30,11 +30,12 @@ class ImageTransform {
     virtual ~Scratch() = default;
   };
 
-  // The transform `spec` (validated: CheckDatasetSpec) asks for, producing images of
-  // `output_shape` (the model's input). INVALID_ARGUMENT naming the field when the
-  // preprocessing cannot produce that shape.
+  // The transform `spec` (validated: CheckDatasetSpec) asks for on `split` (the training
+  // split's dataset.preprocess, the test split's dataset.test_preprocess), producing
+  // images of `output_shape` (the model's input). INVALID_ARGUMENT naming the field when
+  // the preprocessing cannot produce that shape.
   static absl::StatusOr<std::unique_ptr<ImageTransform>> Create(const v1::DatasetSpec& spec,
-                                                                Dims output_shape);
+                                                                Split split, Dims output_shape);
   virtual ~ImageTransform() = default;
 
   virtual const Dims& output_shape() const = 0;

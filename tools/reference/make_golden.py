@@ -217,7 +217,8 @@ def main():
   ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "../../tests/golden"))
   ap.add_argument(
       "--only",
-      default="rng,init,grads,train,pmap,optax,layers,batchnorm,replicas,resnet,precision,sequence")
+      default="rng,init,grads,train,pmap,optax,layers,batchnorm,replicas,resnet,precision,sequence,"
+      "augment")
   args = ap.parse_args()
   os.makedirs(args.out, exist_ok=True)
   only = set(args.only.split(","))
@@ -251,6 +252,9 @@ def main():
   if "resnet" in only:  # pmap on 2 of the host devices set above
     import golden_resnet  # noqa: E402
     golden_resnet.write_goldens(args.out)
+  if "augment" in only:  # image decoding and preprocessing (Pillow, numpy, jax.random)
+    import golden_augment  # noqa: E402
+    golden_augment.write_goldens(args.out)
   if "precision" in only:  # float64 in a scope of its own (jax.enable_x64)
     import golden_precision  # noqa: E402
     golden_precision.write_goldens(args.out)

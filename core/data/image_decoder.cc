@@ -1,0 +1,239 @@
+#include "core/data/image_decoder.h"
+
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+
+// jpeglib.h needs stdio's FILE and size_t first.
+#include <jerror.h>
+#include <jpeglib.h>
+#include <png.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace lockstep {
+namespace {
+
+constexpr unsigned char kJpegMagic[] = {0xff, 0xd8, 0xff};
+constexpr unsigned char kPngMagic[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+
+bool StartsWith(absl::string_view b, const unsigned char* magic, size_t n) {
+  return b.size() >= n && std::memcmp(b.data(), magic, n) == 0;
+}
+
+absl::Status TooLarge(const char* kind, int64_t h, int64_t w) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("a ", h, "x", w, " ", kind, " image: over ", kMaxImagePixels, " pixels"));
+}
+
+absl::Status NotGray(const char* what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("a ", what,
+                   " image for a 1-channel model: turning color into gray is a choice "
+                   "Lockstep does not make (convert the data, or give the model 3 channels)"));
+}
+
+struct JpegError {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  bool truncated = false;
+  char message[JMSG_LENGTH_MAX] = {};
+};
+
+[[noreturn]] void JpegErrorExit(j_common_ptr c) {
+  auto* e = reinterpret_cast<JpegError*>(c->err);
+  (*c->err->format_message)(c, e->message);
+  std::longjmp(e->jump, 1);
+}
+
+// Warnings pass (as Pillow lets them), but a file that ends early is remembered: libjpeg
+// then makes up the rest of the image, which Pillow refuses ("image file is truncated").
+void JpegEmitMessage(j_common_ptr c, int level) {
+  if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF) {
+    reinterpret_cast<JpegError*>(c->err)->truncated = true;
+  }
+}
+
+void JpegOutputMessage(j_common_ptr) {}
+
+struct PngInput {
+  absl::string_view bytes;
+  size_t pos = 0;
+  bool truncated = false;
+  char message[256] = {};
+};
+
+void PngRead(png_structp png, png_bytep out, png_size_t n) {
+  auto* in = static_cast<PngInput*>(png_get_io_ptr(png));
+  if (n > in->bytes.size() - in->pos) {
+    in->truncated = true;
+    png_error(png, "the file ends early");
+  }
+  std::memcpy(out, in->bytes.data() + in->pos, n);
+  in->pos += n;
+}
+
+void PngError(png_structp png, png_const_charp message) {
+  auto* in = static_cast<PngInput*>(png_get_error_ptr(png));
+  std::snprintf(in->message, sizeof(in->message), "%s", message);
+  png_longjmp(png, 1);
+}
+
+void PngWarning(png_structp, png_const_charp) {}
+
+}  // namespace
+
+struct ImageDecoder::Jpeg {
+  jpeg_decompress_struct cinfo;
+  JpegError err;
+};
+
+ImageDecoder::ImageDecoder() : jpeg_(std::make_unique<Jpeg>()) {
+  jpeg_->cinfo.err = jpeg_std_error(&jpeg_->err.pub);
+  jpeg_->err.pub.error_exit = JpegErrorExit;
+  jpeg_->err.pub.emit_message = JpegEmitMessage;
+  jpeg_->err.pub.output_message = JpegOutputMessage;
+  jpeg_create_decompress(&jpeg_->cinfo);
+}
+
+ImageDecoder::~ImageDecoder() { jpeg_destroy_decompress(&jpeg_->cinfo); }
+
+absl::Status ImageDecoder::Decode(absl::string_view bytes, int channels,
+                                  std::vector<uint8_t>* pixels, int* height, int* width) {
+  if (StartsWith(bytes, kJpegMagic, sizeof(kJpegMagic))) {
+    return DecodeJpeg(bytes, channels, pixels, height, width);
+  }
+  if (StartsWith(bytes, kPngMagic, sizeof(kPngMagic))) {
+    return DecodePng(bytes, channels, pixels, height, width);
+  }
+  std::string head;
+  for (size_t i = 0; i < std::min<size_t>(bytes.size(), 8); ++i) {
+    absl::StrAppend(&head, i ? " " : "",
+                    absl::Hex(static_cast<uint8_t>(bytes[i]), absl::kZeroPad2));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("not a JPEG or PNG image (", bytes.size(),
+                                                 " bytes", bytes.empty() ? "" : ", starting ", head,
+                                                 ")"));
+}
+
+// Between setjmp and a longjmp back to it this function holds no object with a
+// destructor: only libjpeg calls and members.
+absl::Status ImageDecoder::DecodeJpeg(absl::string_view bytes, int channels,
+                                      std::vector<uint8_t>* pixels, int* height, int* width) {
+  jpeg_decompress_struct* c = &jpeg_->cinfo;
+  JpegError* err = &jpeg_->err;
+  err->truncated = false;
+  int refused = 0;  // 1: CMYK, 2: color into gray, 3: too large, 4: no image
+  if (setjmp(err->jump)) {
+    jpeg_abort_decompress(c);
+    return absl::DataLossError(absl::StrCat("corrupt JPEG: ", err->message));
+  }
+  jpeg_mem_src(c, reinterpret_cast<const unsigned char*>(bytes.data()),
+               static_cast<unsigned long>(bytes.size()));
+  if (jpeg_read_header(c, TRUE) != JPEG_HEADER_OK) {
+    refused = 4;
+  } else if (c->jpeg_color_space == JCS_CMYK || c->jpeg_color_space == JCS_YCCK) {
+    refused = 1;
+  } else if (channels == 1 && c->jpeg_color_space != JCS_GRAYSCALE) {
+    refused = 2;
+  } else if (int64_t{c->image_height} * c->image_width > kMaxImagePixels) {
+    refused = 3;
+  } else {
+    c->out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+    jpeg_start_decompress(c);
+    const size_t row = size_t{c->output_width} * channels;
+    pixels->resize(row * c->output_height);
+    rows_.resize(c->output_height);
+    for (JDIMENSION y = 0; y < c->output_height; ++y) rows_[y] = pixels->data() + y * row;
+    while (c->output_scanline < c->output_height) {
+      jpeg_read_scanlines(c, rows_.data() + c->output_scanline,
+                          c->output_height - c->output_scanline);
+    }
+    jpeg_finish_decompress(c);
+    *height = static_cast<int>(c->output_height);
+    *width = static_cast<int>(c->output_width);
+  }
+  const int64_t h = c->image_height, w = c->image_width;
+  if (refused != 0) jpeg_abort_decompress(c);
+  switch (refused) {
+    case 1:
+      return absl::InvalidArgumentError(
+          "a CMYK JPEG: only grayscale, YCbCr and RGB JPEGs are read (convert it to RGB)");
+    case 2:
+      return NotGray("color JPEG");
+    case 3:
+      return TooLarge("JPEG", h, w);
+    case 4:
+      return absl::InvalidArgumentError("a JPEG of tables only, no image");
+    default:
+      break;
+  }
+  if (err->truncated) {
+    return absl::DataLossError("truncated JPEG: the file ends before the image data does");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ImageDecoder::DecodePng(absl::string_view bytes, int channels,
+                                     std::vector<uint8_t>* pixels, int* height, int* width) {
+  PngInput in{bytes};
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &in, PngError, PngWarning);
+  if (png == nullptr) return absl::ResourceExhaustedError("libpng: cannot allocate a reader");
+  png_infop info = png_create_info_struct(png);
+  int refused = 0;  // 1: 16-bit, 2: color into gray, 3: too large, 4: rows of another size
+  png_uint_32 w = 0, h = 0;
+  int depth = 0, color = 0;
+  if (info == nullptr || setjmp(png_jmpbuf(png))) {
+    png_destroy_read_struct(&png, info != nullptr ? &info : nullptr, nullptr);
+    if (in.truncated) return absl::DataLossError("truncated PNG: the file ends early");
+    return absl::DataLossError(absl::StrCat("corrupt PNG: ", in.message));
+  }
+  png_set_read_fn(png, &in, PngRead);
+  // A CRC mismatch in any chunk is an error (libpng lets an ancillary chunk's pass).
+  png_set_crc_action(png, PNG_CRC_DEFAULT, PNG_CRC_ERROR_QUIT);
+  png_set_user_limits(png, 1u << 20, 1u << 20);
+  png_read_info(png, info);
+  png_get_IHDR(png, info, &w, &h, &depth, &color, nullptr, nullptr, nullptr);
+  const bool gray = (color & PNG_COLOR_MASK_COLOR) == 0;
+  if (depth == 16) {
+    refused = 1;
+  } else if (channels == 1 && !gray) {
+    refused = 2;
+  } else if (int64_t{h} * w > kMaxImagePixels) {
+    refused = 3;
+  } else {
+    if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+    if (gray && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+    if (color & PNG_COLOR_MASK_ALPHA) png_set_strip_alpha(png);
+    if (gray && channels == 3) png_set_gray_to_rgb(png);
+    png_set_interlace_handling(png);
+    png_read_update_info(png, info);
+    const size_t row = size_t{w} * channels;
+    if (png_get_rowbytes(png, info) != row) {
+      refused = 4;
+    } else {
+      pixels->resize(row * h);
+      rows_.resize(h);
+      for (png_uint_32 y = 0; y < h; ++y) rows_[y] = pixels->data() + y * row;
+      png_read_image(png, rows_.data());
+      png_read_end(png, nullptr);
+      *height = static_cast<int>(h);
+      *width = static_cast<int>(w);
+    }
+  }
+  png_destroy_read_struct(&png, &info, nullptr);
+  switch (refused) {
+    case 1:
+      return absl::InvalidArgumentError("a 16-bit PNG: only 8-bit PNGs are read");
+    case 2:
+      return NotGray(color == PNG_COLOR_TYPE_PALETTE ? "palette PNG" : "color PNG");
+    case 3:
+      return TooLarge("PNG", h, w);
+    case 4:
+      return absl::InternalError("libpng: rows of an unexpected size");
+    default:
+      return absl::OkStatus();
+  }
+}
+
+}  // namespace lockstep

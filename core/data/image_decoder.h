@@ -1,0 +1,62 @@
+// ImageDecoder: an encoded image (JPEG or PNG, told by its signature) into 8-bit HWC
+// pixels with the model's channel count, exactly as Pillow decodes it and
+// Image.convert("RGB") (or "L" for a gray image and a 1-channel model) converts it, so
+// that tools/reference/augment.py's PIL decode gives the same pixels:
+//
+// - JPEG with libjpeg-turbo's libjpeg API (the library Pillow's wheels bundle; the
+//   accurate integer IDCT and fancy upsampling, libjpeg's defaults and Pillow's).
+//   Grayscale, YCbCr and RGB JPEGs; a grayscale one into 3 channels repeats its gray.
+//   Refused: CMYK and YCCK (INVALID_ARGUMENT), color into 1 channel (which weights would
+//   make it gray is a choice: convert the data), truncated or corrupt data (DATA_LOSS;
+//   a file ending early is refused as Pillow refuses it, and libjpeg's other warnings are
+//   let pass as Pillow lets them).
+// - PNG with libpng: 8-bit (or 1, 2, 4-bit gray, scaled up) gray, gray + alpha, RGB,
+//   RGBA and palette images; alpha dropped (as convert("RGB") drops it), a palette looked
+//   up, gray repeated into 3 channels, no gamma applied (Pillow applies none). Refused:
+//   16-bit images, color or palette into 1 channel (INVALID_ARGUMENT), a CRC mismatch in
+//   any chunk, a corrupt or truncated stream (DATA_LOSS).
+// - Either: more than kMaxImagePixels pixels (INVALID_ARGUMENT: a decompression bomb).
+//
+// Thread safety: one decoder per thread (it keeps libjpeg's state between images).
+#ifndef LOCKSTEP_CORE_DATA_IMAGE_DECODER_H_
+#define LOCKSTEP_CORE_DATA_IMAGE_DECODER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace lockstep {
+
+// The most pixels an image may have at any step of the preprocessing (Pillow refuses 2x
+// its MAX_IMAGE_PIXELS, about 179 M, as a bomb): bounds a decoder thread's memory.
+inline constexpr int64_t kMaxImagePixels = int64_t{1} << 26;
+
+class ImageDecoder {
+ public:
+  ImageDecoder();
+  ~ImageDecoder();
+  ImageDecoder(const ImageDecoder&) = delete;
+  ImageDecoder& operator=(const ImageDecoder&) = delete;
+
+  // `bytes` decoded into *pixels (resized, reused) as height x width x channels, packed;
+  // channels is 1 or 3. The errors above, saying why.
+  absl::Status Decode(absl::string_view bytes, int channels, std::vector<uint8_t>* pixels,
+                      int* height, int* width);
+
+ private:
+  struct Jpeg;
+  absl::Status DecodeJpeg(absl::string_view bytes, int channels, std::vector<uint8_t>* pixels,
+                          int* height, int* width);
+  absl::Status DecodePng(absl::string_view bytes, int channels, std::vector<uint8_t>* pixels,
+                         int* height, int* width);
+
+  std::unique_ptr<Jpeg> jpeg_;
+  std::vector<uint8_t*> rows_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_CORE_DATA_IMAGE_DECODER_H_
