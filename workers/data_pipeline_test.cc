@@ -45,6 +45,8 @@ class TestSource final : public ExampleSource {
   std::string Where(int64_t index) const override {
     return absl::StrCat("test.rec: record ", index);
   }
+  MaxLabel max_label() const override { return {9, 9}; }
+
   int64_t reads() const { return reads_.load(); }
 
   int64_t fail_at = -1, block_at = -1, bad_label_at = -1, label = 0;

@@ -59,15 +59,15 @@ absl::Status CheckStreamFitsModel(const v1::DatasetSpec& spec, Split split,
                               : train                     ? "dataset.train_path"
                                                           : "dataset.test_path";
     return absl::InvalidArgumentError(absl::StrCat(
-        field, ": ", source.Where(max.index), ": label ", max.label, " is not in [0, ", model.num_classes(),
-        "): the model's last layer has ", model.num_classes(), " outputs"));
+        field, ": ", source.Where(max.index), ": label ", max.label, " is not in [0, ",
+        model.num_classes(), "): the model's last layer has ", model.num_classes(), " outputs"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<DataPipeline>> OpenStream(const v1::DatasetSpec& spec, Split split,
-                                                         std::shared_ptr<const ExampleSource> source,
-                                                         const Model& model, int batches_ahead) {
+absl::StatusOr<std::unique_ptr<DataPipeline>> OpenStream(
+    const v1::DatasetSpec& spec, Split split, std::shared_ptr<const ExampleSource> source,
+    const Model& model, int batches_ahead) {
   RETURN_IF_ERROR(CheckStreamFitsModel(spec, split, *source, model));
   ASSIGN_OR_RETURN(std::unique_ptr<ImageTransform> transform,
                    ImageTransform::Create(spec, split, model.input()));
