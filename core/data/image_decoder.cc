@@ -21,9 +21,9 @@ bool StartsWith(absl::string_view b, const unsigned char* magic, size_t n) {
   return b.size() >= n && std::memcmp(b.data(), magic, n) == 0;
 }
 
-absl::Status TooLarge(const char* kind, int64_t h, int64_t w) {
+absl::Status TooLarge(const char* kind, int64_t h, int64_t w, int64_t max) {
   return absl::InvalidArgumentError(
-      absl::StrCat("a ", h, "x", w, " ", kind, " image: over ", kMaxImagePixels, " pixels"));
+      absl::StrCat("a ", h, "x", w, " ", kind, " image: over ", max, " pixels"));
 }
 
 absl::Status NotGray(const char* what) {
@@ -88,7 +88,8 @@ struct ImageDecoder::Jpeg {
   JpegError err;
 };
 
-ImageDecoder::ImageDecoder() : jpeg_(std::make_unique<Jpeg>()) {
+ImageDecoder::ImageDecoder(int64_t max_pixels)
+    : max_pixels_(max_pixels), jpeg_(std::make_unique<Jpeg>()) {
   jpeg_->cinfo.err = jpeg_std_error(&jpeg_->err.pub);
   jpeg_->err.pub.error_exit = JpegErrorExit;
   jpeg_->err.pub.emit_message = JpegEmitMessage;
@@ -136,7 +137,7 @@ absl::Status ImageDecoder::DecodeJpeg(absl::string_view bytes, int channels,
     refused = 1;
   } else if (channels == 1 && c->jpeg_color_space != JCS_GRAYSCALE) {
     refused = 2;
-  } else if (int64_t{c->image_height} * c->image_width > kMaxImagePixels) {
+  } else if (int64_t{c->image_height} * c->image_width > max_pixels_) {
     refused = 3;
   } else {
     c->out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
@@ -162,7 +163,7 @@ absl::Status ImageDecoder::DecodeJpeg(absl::string_view bytes, int channels,
     case 2:
       return NotGray("color JPEG");
     case 3:
-      return TooLarge("JPEG", h, w);
+      return TooLarge("JPEG", h, w, max_pixels_);
     case 4:
       return absl::InvalidArgumentError("a JPEG of tables only, no image");
     default:
@@ -199,7 +200,7 @@ absl::Status ImageDecoder::DecodePng(absl::string_view bytes, int channels,
     refused = 1;
   } else if (channels == 1 && !gray) {
     refused = 2;
-  } else if (int64_t{h} * w > kMaxImagePixels) {
+  } else if (int64_t{h} * w > max_pixels_) {
     refused = 3;
   } else {
     if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
@@ -228,7 +229,7 @@ absl::Status ImageDecoder::DecodePng(absl::string_view bytes, int channels,
     case 2:
       return NotGray(color == PNG_COLOR_TYPE_PALETTE ? "palette PNG" : "color PNG");
     case 3:
-      return TooLarge("PNG", h, w);
+      return TooLarge("PNG", h, w, max_pixels_);
     case 4:
       return absl::InternalError("libpng: rows of an unexpected size");
     default:

@@ -15,7 +15,8 @@
 //   up, gray repeated into 3 channels, no gamma applied (Pillow applies none). Refused:
 //   16-bit images, color or palette into 1 channel (INVALID_ARGUMENT), a CRC mismatch in
 //   any chunk, a corrupt or truncated stream (DATA_LOSS).
-// - Either: more than kMaxImagePixels pixels (INVALID_ARGUMENT: a decompression bomb).
+// - Either: more than kMaxImagePixels pixels (INVALID_ARGUMENT: a decompression bomb),
+//   checked on the header before any pixel is decoded.
 //
 // Thread safety: one decoder per thread (it keeps libjpeg's state between images).
 #ifndef LOCKSTEP_CORE_DATA_IMAGE_DECODER_H_
@@ -36,7 +37,8 @@ inline constexpr int64_t kMaxImagePixels = int64_t{1} << 26;
 
 class ImageDecoder {
  public:
-  ImageDecoder();
+  // Images of more than `max_pixels` are refused (a fuzzer's decoder takes fewer).
+  explicit ImageDecoder(int64_t max_pixels = kMaxImagePixels);
   ~ImageDecoder();
   ImageDecoder(const ImageDecoder&) = delete;
   ImageDecoder& operator=(const ImageDecoder&) = delete;
@@ -53,6 +55,7 @@ class ImageDecoder {
   absl::Status DecodePng(absl::string_view bytes, int channels, std::vector<uint8_t>* pixels,
                          int* height, int* width);
 
+  const int64_t max_pixels_;
   std::unique_ptr<Jpeg> jpeg_;
   std::vector<uint8_t*> rows_;
 };

@@ -268,4 +268,15 @@ absl::StatusOr<std::unique_ptr<ImageTransform>> ImageTransform::Create(const v1:
   return std::make_unique<StepTransform>(std::move(plan), output_shape, std::move(lut));
 }
 
+absl::Status ReadAndTransform(const ExampleSource& source, const ImageTransform& transform,
+                              int64_t index, rng::Key key, ImageTransform::Scratch* scratch,
+                              StoredExample* stored, float* out, int64_t* label) {
+  absl::Status s = source.Read(index, stored);
+  if (!s.ok()) return s;
+  s = transform.Apply(*stored, key, scratch, out);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(source.Where(index), ": ", s.message()));
+  *label = stored->label;
+  return absl::OkStatus();
+}
+
 }  // namespace lockstep

@@ -49,6 +49,16 @@ class ImageTransform {
                              float* out) const = 0;
 };
 
+// Example `index` of `source` through `transform`: its pixels into
+// out[transform.output_shape().size()], its label into *label; `stored` is the caller's
+// buffer, reused. The source's errors name the file and the record already; the
+// transform's come back prefixed with source.Where(index), so that a job fails with the
+// file, the record and the reason ("dataset.path: /data/fm-train.tfrecord-00003-of-00016:
+// record 17: corrupt JPEG: ..."). The worker's pipeline and bench/data call this.
+absl::Status ReadAndTransform(const ExampleSource& source, const ImageTransform& transform,
+                              int64_t index, rng::Key key, ImageTransform::Scratch* scratch,
+                              StoredExample* stored, float* out, int64_t* label);
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_CORE_DATA_IMAGE_TRANSFORM_H_
