@@ -73,6 +73,47 @@ TEST(ImageDecoder, JpegsDecode) {
   }
 }
 
+// A region decode gives the full decode's pixels in its box, for any box, 4:2:0 and
+// 4:4:4, color and gray; and it refuses a file truncated below the box as a full decode does.
+TEST(ImageDecoder, RegionsAreTheFullDecodesPixels) {
+  ImageDecoder decoder;
+  uint32_t seed = 1;
+  const auto next = [&](int n) {
+    seed = seed * 1664525u + 1013904223u;
+    return static_cast<int>((seed >> 8) % n);
+  };
+  for (const auto& [channels, subsample] :
+       {std::pair(3, true), std::pair(3, false), std::pair(1, true)}) {
+    const int h = 75, w = 101;
+    const std::string jpeg = EncodeJpeg(TestPixels(h, w, channels), h, w, channels, 85, subsample);
+    int fh = 0, fw = 0, rh = 0, rw = 0;
+    std::vector<uint8_t> full, region;
+    ASSERT_OK(decoder.Decode(jpeg, channels, &full, &fh, &fw));
+    ASSERT_OK(decoder.ReadSize(jpeg, &rh, &rw));
+    EXPECT_EQ(rh, h);
+    EXPECT_EQ(rw, w);
+    for (int k = 0; k < 60; ++k) {
+      const int bh = 1 + next(h), bw = 1 + next(w);
+      const CropBox box{next(h - bh + 1), next(w - bw + 1), bh, bw};
+      ASSERT_OK_AND_ASSIGN(ImageView v, decoder.DecodeRegion(jpeg, channels, box, &region));
+      ASSERT_EQ(v.height, bh);
+      ASSERT_EQ(v.width, bw);
+      for (int y = 0; y < bh; ++y) {
+        for (int x = 0; x < bw; ++x) {
+          for (int c = 0; c < channels; ++c) {
+            ASSERT_EQ(v.at(y, x)[c], full[((box.top + y) * w + box.left + x) * channels + c])
+                << "box " << box.top << "," << box.left << " " << bh << "x" << bw;
+          }
+        }
+      }
+    }
+    EXPECT_THAT(
+        decoder.DecodeRegion(jpeg.substr(0, jpeg.size() - 40), channels, {0, 0, 8, 8}, &region)
+            .status(),
+        StatusIs(absl::StatusCode::kDataLoss, HasSubstr("truncated JPEG")));
+  }
+}
+
 TEST(ImageDecoder, RefusesWhatItCannotDecodeFaithfully) {
   const std::vector<uint8_t> rgb = TestPixels(16, 16, 3);
   EXPECT_THAT(Decode(EncodeJpeg(rgb, 16, 16, 3), 1).status,
