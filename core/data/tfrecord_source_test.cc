@@ -85,7 +85,7 @@ TEST_F(TfRecordSourceTest, ShardsAreFoundAndCheckedByName) {
                        HasSubstr("dataset.path: /shown/nope: no such folder")));
   for (int i : {0, 1, 3}) dir_.Write(TfRecordShardName("fm", "train", i, 4), "");
   dir_.Write(TfRecordShardName("fm", "test", 2, 4), "");  // another split
-  dir_.Write("fm-train.tfrecord-00002-of-00004.lockstep-index", "");
+  dir_.Write(".fm-train.tfrecord-00002-of-00004.lockstep-index", "");
   EXPECT_THAT(FindTfRecordShards(d, "/shown", "fm", "train"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("dataset.path: /shown/fm-train.tfrecord-00002-of-00004: missing "
