@@ -113,6 +113,16 @@ ImageDecoder::ImageDecoder(int64_t max_pixels)
 
 ImageDecoder::~ImageDecoder() { jpeg_destroy_decompress(&jpeg_->cinfo); }
 
+// libjpeg keeps an image's Huffman and quantization tables in its decompressor for the
+// next (abbreviated streams): each image gets a fresh one, so that no image decodes
+// differently after another (image_fuzz found one that did).
+void ImageDecoder::FreshDecompressor(absl::string_view bytes) {
+  jpeg_destroy_decompress(&jpeg_->cinfo);
+  jpeg_create_decompress(&jpeg_->cinfo);
+  jpeg_mem_src(&jpeg_->cinfo, reinterpret_cast<const unsigned char*>(bytes.data()),
+               static_cast<unsigned long>(bytes.size()));
+}
+
 absl::Status ImageDecoder::Decode(absl::string_view bytes, int channels,
                                   std::vector<uint8_t>* pixels, int* height, int* width) {
   if (HasMagic(bytes, kJpegMagic, sizeof(kJpegMagic))) {
@@ -165,6 +175,7 @@ absl::Status ImageDecoder::ReadSize(absl::string_view bytes, int* height, int* w
     return absl::OkStatus();
   }
   if (!HasMagic(bytes, kJpegMagic, sizeof(kJpegMagic))) return NotAnImage(bytes);
+  FreshDecompressor(bytes);
   jpeg_decompress_struct* c = &jpeg_->cinfo;
   JpegError* err = &jpeg_->err;
   bool header = false;
@@ -172,8 +183,6 @@ absl::Status ImageDecoder::ReadSize(absl::string_view bytes, int* height, int* w
     jpeg_abort_decompress(c);
     return absl::DataLossError(absl::StrCat("corrupt JPEG: ", err->message));
   }
-  jpeg_mem_src(c, reinterpret_cast<const unsigned char*>(bytes.data()),
-               static_cast<unsigned long>(bytes.size()));
   header = jpeg_read_header(c, TRUE) == JPEG_HEADER_OK;
   const int64_t h = c->image_height, w = c->image_width;
   jpeg_abort_decompress(c);
@@ -188,6 +197,7 @@ absl::Status ImageDecoder::ReadSize(absl::string_view bytes, int* height, int* w
 // destructor: only libjpeg calls and members.
 absl::Status ImageDecoder::DecodeJpeg(absl::string_view bytes, int channels, const CropBox* box,
                                       std::vector<uint8_t>* pixels, ImageView* view) {
+  FreshDecompressor(bytes);
   jpeg_decompress_struct* c = &jpeg_->cinfo;
   JpegError* err = &jpeg_->err;
   err->truncated = false;
@@ -196,8 +206,6 @@ absl::Status ImageDecoder::DecodeJpeg(absl::string_view bytes, int channels, con
     jpeg_abort_decompress(c);
     return absl::DataLossError(absl::StrCat("corrupt JPEG: ", err->message));
   }
-  jpeg_mem_src(c, reinterpret_cast<const unsigned char*>(bytes.data()),
-               static_cast<unsigned long>(bytes.size()));
   if (jpeg_read_header(c, TRUE) != JPEG_HEADER_OK) {
     refused = 4;
   } else if (c->jpeg_color_space == JCS_CMYK || c->jpeg_color_space == JCS_YCCK) {

@@ -18,7 +18,7 @@
 // - Either: more than kMaxImagePixels pixels (INVALID_ARGUMENT: a decompression bomb),
 //   checked on the header before any pixel is decoded.
 //
-// Thread safety: one decoder per thread (it keeps libjpeg's state between images).
+// Thread safety: one decoder per thread (it keeps its buffers between images).
 #ifndef LOCKSTEP_CORE_DATA_IMAGE_DECODER_H_
 #define LOCKSTEP_CORE_DATA_IMAGE_DECODER_H_
 
@@ -65,6 +65,8 @@ class ImageDecoder {
 
  private:
   struct Jpeg;
+  // A new libjpeg decompressor in jpeg_, reading `bytes`.
+  void FreshDecompressor(absl::string_view bytes);
   // A full decode, or with `box` the rows through it and the columns around it; *view
   // shows the box (or the whole image).
   absl::Status DecodeJpeg(absl::string_view bytes, int channels, const CropBox* box,

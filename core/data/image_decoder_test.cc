@@ -1,5 +1,6 @@
 #include "core/data/image_decoder.h"
 
+#include "absl/strings/escaping.h"
 #include "core/data/image_testing.h"
 #include "core/testing.h"
 
@@ -111,6 +112,36 @@ TEST(ImageDecoder, RegionsAreTheFullDecodesPixels) {
         decoder.DecodeRegion(jpeg.substr(0, jpeg.size() - 40), channels, {0, 0, 8, 8}, &region)
             .status(),
         StatusIs(absl::StatusCode::kDataLoss, HasSubstr("truncated JPEG")));
+  }
+}
+
+// An image decodes the same whatever the decoder decoded before: libjpeg keeps a
+// stream's tables for the next, so each image gets a new decompressor (image_fuzz found a
+// progressive JPEG without Huffman tables that failed only after another image).
+TEST(ImageDecoder, NoImageDependsOnThePreviousOne) {
+  std::string regress;
+  ASSERT_TRUE(absl::Base64Unescape(
+      "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAoHBwgHBgoICAgLCgoLDhgQDg0NDh0VFhEYIx8lJCIfIiEmKzcvJik0"
+      "KSEiMEExNDk7Pj4+JUlELkM8SDc9Pjv/wgALCAAMAAoBAREA/8QAFQABAQAAAAAAAAAAAAAAAAAABQL/2gAIAQEAAA"
+      "AAAAAAAAAAEHGB/9oACAEBAAE/ECZyGV4//9k=",
+      &regress));
+  std::vector<std::string> images = {regress};
+  for (int q : {20, 60, 97}) {
+    images.push_back(EncodeJpeg(TestPixels(9, 13, 3, q), 9, 13, 3, q));
+    images.push_back(EncodeJpeg(TestPixels(12, 10, 1, q), 12, 10, 1, q));
+  }
+  for (const std::string& before : images) {
+    for (const std::string& image : images) {
+      ImageDecoder used, fresh;
+      std::vector<uint8_t> a, b;
+      int h, w;
+      (void)used.Decode(before, 3, &a, &h, &w);
+      const absl::Status s = used.Decode(image, 3, &a, &h, &w);
+      EXPECT_EQ(s, fresh.Decode(image, 3, &b, &h, &w));
+      if (s.ok()) {
+        EXPECT_EQ(a, b);
+      }
+    }
   }
 }
 

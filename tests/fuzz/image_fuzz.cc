@@ -4,6 +4,7 @@
 // crop, a resize and a flip keyed by the input's first bytes. A decoded image must be
 // the size it says.
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -43,6 +44,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   example.bytes = bytes;
   rng::Key key{size > 0 ? data[0] : 0u, size > 1 ? data[1] : 0u};
   std::vector<float> out(24 * 24 * 3);
-  if (!transform->Apply(example, key, scratch, out.data()).ok()) std::abort();
+  const absl::Status applied = transform->Apply(example, key, scratch, out.data());
+  if (!applied.ok()) {
+    std::fprintf(stderr, "decoded, yet the transform failed: %s\n", applied.ToString().c_str());
+    std::abort();
+  }
   return 0;
 }
