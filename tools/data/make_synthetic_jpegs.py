@@ -13,6 +13,7 @@ writes the same bytes. Shards are written in parallel, one process each at a tim
 
   tools/.venv/bin/python tools/data/make_synthetic_jpegs.py --out /data/synth --count 300000
   # ImageNet-sized photos for bench/data: --height 375 --width 500 --noise 24
+  # CIFAR-sized PNGs: --height 32 --width 32 --encoding png
 """
 import argparse
 import multiprocessing
@@ -63,13 +64,16 @@ def write_shard(task):
   records = []
   for i in range(first, last):
     img, label = synthesize(split, i, args)
-    jpeg = datasets_io.encode(img, "JPEG", quality=args.quality)
+    if args.encoding == "png":
+      data, ext = datasets_io.encode(img, "PNG"), "png"
+    else:
+      data, ext = datasets_io.encode(img, "JPEG", quality=args.quality), "jpg"
     if args.format in ("tfrecord", "both"):
-      records.append(datasets_io.example_bytes(jpeg, label))
+      records.append(datasets_io.example_bytes(data, label))
     if args.format in ("imagefolder", "both"):
-      path = os.path.join(args.out, "imagefolder", split, classes[label], f"{i:07d}.jpg")
+      path = os.path.join(args.out, "imagefolder", split, classes[label], f"{i:07d}.{ext}")
       with open(path, "wb") as f:
-        f.write(jpeg)
+        f.write(data)
   size = 0
   if records:
     shards = args.shards if split == "train" else args.test_shards
@@ -88,6 +92,8 @@ def main():
   ap.add_argument("--width", type=int, default=96)
   ap.add_argument("--noise", type=float, default=8.0, help="texture noise (std of a level)")
   ap.add_argument("--quality", type=int, default=90)
+  ap.add_argument("--encoding", choices=("jpeg", "png"), default="jpeg",
+                  help="png: lossless, for a CIFAR-like set of small images")
   ap.add_argument("--format", choices=("tfrecord", "imagefolder", "both"), default="tfrecord")
   ap.add_argument("--shards", type=int, default=0, help="training shards (0: one per 1000)")
   ap.add_argument("--test_shards", type=int, default=0)
@@ -122,8 +128,8 @@ def main():
         os.path.join(args.out, NAME, "1.0.0"), NAME, "1.0.0",
         f"Fashion-MNIST upscaled to {args.height}x{args.width} RGB, jittered and recolored "
         f"(Lockstep's tools/data/make_synthetic_jpegs.py, seed {args.seed}).",
-        (args.height, args.width, 3), "jpeg", datasets_io.FASHION_CLASSES, lengths, sizes)
-  print(f"wrote {args.count} training and {args.test_count} test JPEGs of "
+        (args.height, args.width, 3), args.encoding, datasets_io.FASHION_CLASSES, lengths, sizes)
+  print(f"wrote {args.count} training and {args.test_count} test images of "
         f"{args.height}x{args.width} under {args.out} ({sizes['train'] + sizes['test']} bytes "
         "of TFRecords)")
 
