@@ -6,6 +6,7 @@
 #include "core/data/dataset.h"
 #include "core/data/image_testing.h"
 #include "core/data/image_transform.h"
+#include "core/data/npz_testing.h"
 #include "core/data/tfrecord_testing.h"
 #include "core/testing.h"
 
@@ -100,6 +101,43 @@ TEST(BadInput, ImageFolderFilesNameThemselves) {
   std::filesystem::remove(dir.path() / "train" / "a" / "good.png");
   EXPECT_THAT(p.Run(0), StatusIs(absl::StatusCode::kFailedPrecondition,
                                  HasSubstr(where + "good.png: no such file")));
+}
+
+// What a job checks as a worker opens a split: labels against the model's classes, and a
+// record file's one image shape through the steps.
+TEST(BadInput, SplitsThatDoNotFitTheModelFailAtOpen) {
+  ScratchDir dir("bad_input_test");
+  const std::vector<uint8_t> px = TestPixels(28, 28, 1);
+  const std::string shard =
+      WriteTfRecordShards(dir.path().string(), "fm", "train",
+                          {{EncodePng(px, 28, 28, 1), 3}, {EncodePng(px, 28, 28, 1), 12}}, 1)[0];
+  v1::DatasetSpec spec;
+  spec.set_format("tfrecord");
+  spec.set_path(dir.path().string());
+  spec.set_name("fm");
+  ASSERT_OK_AND_ASSIGN(Pipeline p, Open(spec, {28, 28, 1}));
+  EXPECT_THAT(CheckSplitFitsModel(*p.source, *p.transform, 10),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("dataset.path: " + shard +
+                                 ": record 1: label 12 is not in [0, 10): the model's last layer "
+                                 "has 10 outputs")));
+  EXPECT_OK(CheckSplitFitsModel(*p.source, *p.transform, 13));
+
+  const std::string images =
+      dir.Write("r.npy", testing::NpyBytes("|u1", {2, 30, 30, 1}, std::string(2 * 900, '\7')));
+  dir.Write("r.labels.npy", testing::NpyBytes("|u1", {2}, std::string("\1\2", 2)));
+  v1::DatasetSpec records;
+  records.set_format("records");
+  records.set_train_path(images);
+  records.set_test_path(images + ".test.npy");
+  ASSERT_OK_AND_ASSIGN(Pipeline r, Open(records, {28, 28, 1}));
+  EXPECT_THAT(CheckSplitFitsModel(*r.source, *r.transform, 10),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("dataset.train_path: " + images +
+                                 ": image 0: the image is 30x30, the model takes 28x28")));
+  records.add_preprocess()->mutable_center_crop()->set_size(28);
+  ASSERT_OK_AND_ASSIGN(r, Open(records, {28, 28, 1}));
+  EXPECT_OK(CheckSplitFitsModel(*r.source, *r.transform, 10));
 }
 
 }  // namespace

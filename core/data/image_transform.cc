@@ -327,4 +327,22 @@ absl::Status ReadAndTransform(const ExampleSource& source, const ImageTransform&
   return absl::OkStatus();
 }
 
+absl::Status CheckSplitFitsModel(const ExampleSource& source, const ImageTransform& transform,
+                                 int classes) {
+  const ExampleSource::MaxLabel max = source.max_label();
+  if (max.label >= classes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source.Where(max.index), ": label ", max.label, " is not in [0, ", classes,
+                     "): the model's last layer has ", classes,
+                     " outputs (model.layers' last dense features, or the preset's)"));
+  }
+  if (!source.stored_shape() || source.size() == 0) return absl::OkStatus();
+  auto scratch = transform.NewScratch();
+  StoredExample stored;
+  std::vector<float> out(transform.output_shape().size());
+  int64_t label = 0;
+  return ReadAndTransform(source, transform, 0, rng::Key{}, scratch.get(), &stored, out.data(),
+                          &label);
+}
+
 }  // namespace lockstep
