@@ -235,11 +235,19 @@ int StartDetached(const ClusterOptions& options, RestartPolicy policy, const sig
   if (parts.size() > 1 && !parts[1].empty()) started.metrics = absl::StrSplit(parts[1], ',');
   if (parts.size() > 2) started.dashboard = parts[2];
   PrintStarted(options, started);
+  // The folder names the cluster (its address, credentials and supervisor) from anywhere:
+  // job commands and `cluster down` run in another folder find it through the variable.
+  const std::string dir = fs::absolute(options.dir).lexically_normal().string();
   absl::PrintF(
-      "export LOCKSTEP_COORDINATOR=%s%s   # stop with: lockstep cluster down\n", started.address,
-      options.insecure ? " LOCKSTEP_INSECURE=1"
-                       : absl::StrCat(" LOCKSTEP_CREDENTIALS=", fs::absolute(options.dir).string(),
-                                      "/credentials"));
+      "export LOCKSTEP_CLUSTER_DIR=%s%s   # then, from any folder: lockstep list; "
+      "stop with: lockstep cluster down\n",
+      dir, options.insecure ? " LOCKSTEP_INSECURE=1" : "");
+  if (options.dir != ".lockstep-cluster") {
+    absl::PrintF(
+        "cluster up: without the variable: lockstep list --dir %s; lockstep cluster down "
+        "--dir %s\n",
+        dir, dir);
+  }
   return 0;
 }
 
@@ -251,7 +259,7 @@ struct UpOptions {
   bool detach = false;
   bool insecure = false;
   std::string restart = "always";       // or "never": an exited server stays gone
-  std::vector<std::string> data_roots;  // besides the servers' own (--data_root)
+  std::vector<std::string> data_roots;  // besides the servers' own (--data-root)
 };
 
 // The servers' --data_root: what they read anyway ($LOCKSTEP_DATA_ROOT, else the default)
@@ -449,7 +457,7 @@ void AddClusterCommands(CLI::App& app, Commands& out) {
       ->check(CLI::IsMember({"always", "never"}))
       ->default_val("always");
   up_cmd
-      ->add_option("--data_root", up->data_roots,
+      ->add_option("--data-root", up->data_roots,
                    absl::StrCat("a folder whose datasets jobs may read (dataset paths must lie "
                                 "in one), besides ",
                                 kDefaultDataRoots, " or $LOCKSTEP_DATA_ROOT; repeatable"))
