@@ -28,7 +28,8 @@ TEST_F(CliTest, EverySubcommandsHelpExitsZeroAndNamesItsOptions) {
        {"train", "cluster", "submit", "list", "status", "watch", "cancel", "workers", "checkpoint",
         "logs", "health", "certs", "--version", "Exit codes"}},
       {"train", {"SPEC", "--json", "--data", "--threads"}},
-      {"cluster", {"up", "down"}},
+      {"cluster", {"up", "down", "add-worker", "data-root"}},
+      {"cluster data-root add", {"FOLDER", "--dir"}},
       {"cluster up", {"--workers", "--threads", "--dir", "--port", "--detach", "--insecure"}},
       {"cluster down", {"--dir", "LOCKSTEP_CLUSTER_DIR"}},
       {"submit", {"SPEC", "--wait", "--workers", "--request-id", "--json"}},
@@ -231,8 +232,10 @@ TEST_F(CliTest, TrainWritesToOutputAndNeitherItNorCheckpointOverwritesWithoutFor
 }
 
 // At 400deec `cluster up` had no --data_root: only the undocumented LOCKSTEP_DATA_ROOT let
-// a local cluster read one's own NPZ files (a path elsewhere was refused at submit).
-TEST_F(CliTest, ClusterUpDataRootLetsItsJobsReadDatasetsThere) {
+// a local cluster read one's own NPZ files (a path elsewhere was refused at submit). At
+// 0692893 the data roots were fixed at `cluster up`, and the refusal did not say how to
+// add one.
+TEST_F(CliTest, ClusterUpDataRootLetsItsJobsReadDatasetsThereAndDataRootAddMore) {
   const fs::path data = dir_ / "mydata";
   fs::create_directories(data);
   std::string pixels(64 * 784, '\0');
@@ -253,8 +256,9 @@ TEST_F(CliTest, ClusterUpDataRootLetsItsJobsReadDatasetsThere) {
       {"workers", 1}};
   const std::string env = "LOCKSTEP_CLUSTER_DIR=" + (dir_ / "cluster").string();
   EXPECT_EQ(Run("cluster up --workers 1 --data-root " + (dir_ / "nowhere").string()).exit_code, 2);
+  fs::create_directories(dir_ / "other");
   const Result up = Run("cluster up --workers 1 --threads 1 --detach --data-root " + data.string() +
-                            " --data-root /tmp",
+                            " --data-root " + (dir_ / "other").string(),
                         env);
   ASSERT_EQ(up.exit_code, 0) << up.err;
   // How to reach it from another folder (at 0692893 the export line had no
@@ -262,7 +266,29 @@ TEST_F(CliTest, ClusterUpDataRootLetsItsJobsReadDatasetsThere) {
   const std::string cluster = (dir_ / "cluster").string();
   EXPECT_THAT(up.out, HasSubstr("export LOCKSTEP_CLUSTER_DIR=" + cluster + " "));
   EXPECT_THAT(up.out, HasSubstr("lockstep cluster down --dir " + cluster + "\n"));
-  const Result r = Run("submit --wait --json " + spec.string(), env);
+  Result r = Run("submit --wait --json " + spec.string(), env);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"state\":\"SUCCEEDED\""));
+
+  // A folder of the running cluster's: refused, saying how to add it; added, read.
+  const fs::path more = dir_ / "more";
+  fs::create_directories(more);
+  fs::copy_file(npz, more / "train.npz");
+  const fs::path spec2 = dir_ / "spec2.json";
+  nlohmann::json moved = nlohmann::json::parse(ReadFile(spec));
+  moved["dataset"]["train_path"] = moved["dataset"]["test_path"] = (more / "train.npz").string();
+  std::ofstream(spec2) << moved.dump();
+  r = Run("submit " + spec2.string(), env);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("is outside the data roots"));
+  EXPECT_THAT(r.err, HasSubstr("lockstep cluster data-root add FOLDER"));
+  r = Run("cluster data-root add " + more.string(), env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("cluster data-root add: " + more.string() +
+                               ": every server restarted with it"));
+  EXPECT_THAT(Run("cluster data-root add " + more.string(), env).out, HasSubstr("already"));
+  EXPECT_EQ(Run("cluster data-root add " + (dir_ / "nowhere").string(), env).exit_code, 2);
+  r = Run("submit --wait --json " + spec2.string(), env);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("\"state\":\"SUCCEEDED\""));
   EXPECT_EQ(Run("cluster down", env).exit_code, 0);

@@ -1,13 +1,15 @@
-// `lockstep cluster up|down|add-worker`: a local cluster of one coordinator and N CPU
-// workers as processes on loopback, with free ports, logs in a folder. A supervisor
-// restarts a server that exits, with backoff (unless `--restart never`) — `cluster up`
-// itself in the foreground, a background process of its own with --detach — starts one
-// more worker on SIGUSR1, which is what `lockstep cluster add-worker` sends it, and stops
-// the cluster on Ctrl-C or SIGTERM, which is what `lockstep cluster down` sends it.
+// `lockstep cluster up|down|add-worker|data-root add`: a local cluster of one coordinator
+// and N CPU workers as processes on loopback, with free ports, logs in a folder. A
+// supervisor restarts a server that exits, with backoff (unless `--restart never`) —
+// `cluster up` itself in the foreground, a background process of its own with --detach —
+// starts one more worker on SIGUSR1, which is what `lockstep cluster add-worker` sends it,
+// restarts every server with more data roots on SIGUSR2 (`cluster data-root add`), and
+// stops the cluster on Ctrl-C or SIGTERM, which is what `lockstep cluster down` sends it.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -53,29 +55,42 @@ bool Runs(pid_t pid, std::initializer_list<std::string_view> names) {
 
 bool IsClusterServer(pid_t pid) { return Runs(pid, {"lockstep-coordinator", "lockstep-worker"}); }
 
-// Workers started on request (SIGUSR1, `cluster add-worker`): how many, and how the last
-// start went ("worker-4 registered as w0004", or why not).
-struct Added {
-  int count = 0;
-  std::string last;
+// What the supervisor did on request: workers started (SIGUSR1, `cluster add-worker`),
+// how many and how the last start went ("worker-4 registered as w0004", or why not); and
+// the data roots (`cluster up --data-root`, and SIGUSR2, `cluster data-root add`), how
+// many times they changed and how the last change went ("" when it went well).
+struct Requests {
+  int added = 0;
+  std::string last_added;
+  std::vector<std::string> data_roots;
+  int data_root_changes = 0;
+  std::string last_data_root_change;
 };
+
+// The file `cluster data-root add` writes its folders to (one a line) before it sends
+// SIGUSR2; the supervisor takes them, then removes it.
+constexpr char kDataRootRequests[] = "data-roots.add";
 
 // Writes <dir>/cluster.json, what `cluster down` and `cluster add-worker` read: the
 // coordinator's address, the servers' pids (-1 for one gone) and the supervisor's, where
 // each serves its Prometheus metrics ("metrics": {"coordinator": host:port, "workers":
 // [host:port, ...]}; "" for a server not listening), the dashboard's URL ("dashboard"),
-// and the workers added on request ("added", "last_added"). Replaced whole, as restarts
-// rewrite it while `cluster down` may be reading it.
+// and what it did on request (Requests: "added", "last_added", "data_roots",
+// "data_root_changes", "last_data_root_change"). Replaced whole, as restarts rewrite it
+// while `cluster down` may be reading it.
 void WriteRecord(const std::string& dir, const std::string& address,
                  const ClusterProcesses& cluster, const std::vector<std::string>& metrics,
-                 const Added& added) {
+                 const Requests& requests) {
   nlohmann::json record = {{"coordinator", address},
                            {"pids", cluster.pids()},
                            {"workers", cluster.ServerCount() - 1},
                            {"supervisor", getpid()},
                            {"dashboard", cluster.DashboardUrl()},
-                           {"added", added.count},
-                           {"last_added", added.last}};
+                           {"added", requests.added},
+                           {"last_added", requests.last_added},
+                           {"data_roots", requests.data_roots},
+                           {"data_root_changes", requests.data_root_changes},
+                           {"last_data_root_change", requests.last_data_root_change}};
   if (!metrics.empty()) {
     record["metrics"] = {{"coordinator", metrics[0]},
                          {"workers", std::vector<std::string>(metrics.begin() + 1, metrics.end())}};
@@ -96,10 +111,36 @@ struct Started {
   std::string dashboard;
 };
 
+std::string DataRootFlag(const std::vector<std::string>& extra);
+
+// SIGUSR2: the folders kDataRootRequests names join `requests`' data roots, and every
+// server starts again with them (ClusterProcesses::RestartAll: running jobs go on).
+void AddDataRoots(const std::string& dir, ClusterProcesses& cluster, Requests& requests) {
+  const fs::path file = fs::path(dir) / kDataRootRequests;
+  std::ifstream in(file);
+  std::vector<std::string> roots = requests.data_roots;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && std::find(roots.begin(), roots.end(), line) == roots.end()) {
+      roots.push_back(line);
+    }
+  }
+  in.close();
+  fs::remove(file);
+  if (roots != requests.data_roots) {
+    cluster.SetDataRootFlag(DataRootFlag(roots));
+    const absl::Status st = cluster.RestartAll(absl::Seconds(90));
+    requests.last_data_root_change = st.ok() ? "" : st.ToString();
+    if (st.ok()) requests.data_roots = roots;
+  }
+  ++requests.data_root_changes;
+}
+
 // Starts the cluster and supervises it until one of the signals `stop` (blocked in this
-// thread) arrives, then stops it; on SIGUSR1 (blocked too) starts one more worker.
-// `started` hears once how the start went.
+// thread) arrives, then stops it; on SIGUSR1 (blocked too) starts one more worker, on
+// SIGUSR2 adds data roots (AddDataRoots). `data_roots`: those of `cluster up
+// --data-root`. `started` hears once how the start went.
 int Supervise(const ClusterOptions& options, RestartPolicy policy, const sigset_t& stop,
+              const std::vector<std::string>& data_roots,
               const std::function<void(const absl::Status&, const Started&)>& started) {
   auto cluster = ClusterProcesses::Start(options);
   if (!cluster.ok()) {
@@ -108,8 +149,9 @@ int Supervise(const ClusterOptions& options, RestartPolicy policy, const sigset_
   }
   const std::string address = (*cluster)->address();
   std::vector<std::string> metrics = (*cluster)->MetricsAddresses();
-  Added added;
-  WriteRecord(options.dir, address, **cluster, metrics, added);
+  Requests requests;
+  requests.data_roots = data_roots;
+  WriteRecord(options.dir, address, **cluster, metrics, requests);
   started(absl::OkStatus(), {address, metrics, (*cluster)->DashboardUrl()});
   const auto log = [&options](const std::string& line) {
     absl::FPrintF(stderr, "cluster up: %s (logs in %s/logs)\n", line, options.dir);
@@ -118,25 +160,34 @@ int Supervise(const ClusterOptions& options, RestartPolicy policy, const sigset_
   Supervisor supervisor(cluster->get(), absl::Now(), BackoffOptions{}, log, policy);
   sigset_t wake = stop;
   sigaddset(&wake, SIGUSR1);
+  sigaddset(&wake, SIGUSR2);
   timespec tick = {0, 200 * 1000 * 1000};
   while (true) {
     const int sig = sigtimedwait(&wake, nullptr, &tick);
-    if (sig > 0 && sig != SIGUSR1) break;  // one of `stop`
+    if (sig > 0 && sig != SIGUSR1 && sig != SIGUSR2) break;  // one of `stop`
     bool changed = supervisor.Poll(absl::Now());
     if (sig == SIGUSR1) {  // returns once the worker has registered, or failed to
       const int index = (*cluster)->ServerCount() - 1;
       absl::StatusOr<std::string> id = (*cluster)->AddWorker();
-      added.last = id.ok() ? absl::StrCat("worker-", index, " registered as ", *id)
-                           : absl::StrCat("worker-", index, ": ", id.status().ToString());
-      ++added.count;
-      log(absl::StrCat("added ", added.last));
+      requests.last_added = id.ok() ? absl::StrCat("worker-", index, " registered as ", *id)
+                                    : absl::StrCat("worker-", index, ": ", id.status().ToString());
+      ++requests.added;
+      log(absl::StrCat("added ", requests.last_added));
+      changed = true;
+    }
+    if (sig == SIGUSR2) {  // returns once every server runs with them, or failed to
+      AddDataRoots(options.dir, **cluster, requests);
+      log(absl::StrCat("data roots ", absl::StrJoin(requests.data_roots, ", "),
+                       requests.last_data_root_change.empty()
+                           ? ": every server restarted with them"
+                           : ": " + requests.last_data_root_change));
       changed = true;
     }
     // A restarted server serves its metrics on a new port once it is up.
     std::vector<std::string> now = (*cluster)->MetricsAddresses();
     if (changed || now != metrics) {
       metrics = std::move(now);
-      WriteRecord(options.dir, address, **cluster, metrics, added);
+      WriteRecord(options.dir, address, **cluster, metrics, requests);
     }
   }
   (*cluster)->Stop(kStopGrace);
@@ -169,18 +220,21 @@ void PrintStarted(const ClusterOptions& options, const Started& started) {
   }
 }
 
-// The supervisor's signals, received by sigtimedwait: `stop`, and SIGUSR1 (add a worker).
+// The supervisor's signals, received by sigtimedwait: `stop`, SIGUSR1 (add a worker) and
+// SIGUSR2 (add data roots).
 // Blocked before any thread starts, so that none of them dies of SIGUSR1.
 void BlockSupervisorSignals(const sigset_t& stop) {
   sigset_t blocked = stop;
   sigaddset(&blocked, SIGUSR1);
+  sigaddset(&blocked, SIGUSR2);
   pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
 }
 
 // --detach: the supervisor runs in a process of its own, in a new session so that it
 // outlives this terminal, with its output in <dir>/logs/supervisor.log. It reports the
 // start through a pipe, and this process exits once it has.
-int StartDetached(const ClusterOptions& options, RestartPolicy policy, const sigset_t& stop) {
+int StartDetached(const ClusterOptions& options, RestartPolicy policy, const sigset_t& stop,
+                  const std::vector<std::string>& data_roots) {
   std::error_code ec;
   fs::create_directories(fs::path(options.dir) / "logs", ec);
   if (ec) return Fail(absl::FailedPreconditionError(absl::StrCat(options.dir, ": ", ec.message())));
@@ -201,18 +255,19 @@ int StartDetached(const ClusterOptions& options, RestartPolicy policy, const sig
       dup2(out, 2);
     }
     BlockSupervisorSignals(stop);
-    const int rc = Supervise(options, policy, stop, [&](const absl::Status& st, const Started& s) {
-      // "ok ADDRESS METRICS,METRICS,... DASHBOARD": the metrics list and the dashboard's
-      // URL are empty or have no spaces.
-      const std::string message =
-          st.ok()
-              ? absl::StrCat("ok ", s.address, " ", absl::StrJoin(s.metrics, ","), " ", s.dashboard)
-              : st.ToString();
-      if (write(fds[1], message.data(), message.size()) < 0) {
-        absl::FPrintF(stderr, "cluster up: the launcher is gone\n");
-      }
-      close(fds[1]);
-    });
+    const int rc =
+        Supervise(options, policy, stop, data_roots, [&](const absl::Status& st, const Started& s) {
+          // "ok ADDRESS METRICS,METRICS,... DASHBOARD": the metrics list and the dashboard's
+          // URL are empty or have no spaces.
+          const std::string message =
+              st.ok() ? absl::StrCat("ok ", s.address, " ", absl::StrJoin(s.metrics, ","), " ",
+                                     s.dashboard)
+                      : st.ToString();
+          if (write(fds[1], message.data(), message.size()) < 0) {
+            absl::FPrintF(stderr, "cluster up: the launcher is gone\n");
+          }
+          close(fds[1]);
+        });
     std::fflush(nullptr);
     _exit(rc);  // this copy of the launcher has nothing else to do
   }
@@ -262,13 +317,18 @@ struct UpOptions {
   std::vector<std::string> data_roots;  // besides the servers' own (--data-root)
 };
 
+// A folder as the servers are given it: absolute (the servers' folder is not the caller's).
+std::string AbsoluteFolder(const std::string& dir) {
+  return fs::absolute(dir).lexically_normal().string();
+}
+
 // The servers' --data_root: what they read anyway ($LOCKSTEP_DATA_ROOT, else the default)
-// and `extra`, absolute (the servers' folder is not the caller's). Empty without `extra`.
+// and `extra` (absolute). Empty without `extra`.
 std::string DataRootFlag(const std::vector<std::string>& extra) {
   if (extra.empty()) return "";
   const char* env = std::getenv("LOCKSTEP_DATA_ROOT");
   std::vector<std::string> roots = {env != nullptr && *env != '\0' ? env : kDefaultDataRoots};
-  for (const std::string& d : extra) roots.push_back(fs::absolute(d).lexically_normal().string());
+  roots.insert(roots.end(), extra.begin(), extra.end());
   return "--data_root=" + absl::StrJoin(roots, ",");
 }
 
@@ -309,27 +369,29 @@ int Up(const UpOptions& o) {
   options.insecure = o.insecure;
   options.metrics = true;    // on loopback only, as the cluster
   options.dashboard = true;  // so is the dashboard
-  if (const std::string roots = DataRootFlag(o.data_roots); !roots.empty()) {
+  std::vector<std::string> data_roots;
+  for (const std::string& d : o.data_roots) data_roots.push_back(AbsoluteFolder(d));
+  if (const std::string roots = DataRootFlag(data_roots); !roots.empty()) {
     options.coordinator_flags.push_back(roots);  // checks dataset paths at submit
     options.worker_flags.push_back(roots);       // reads them
   }
   const RestartPolicy policy =
       o.restart == "never" ? RestartPolicy::kNever : RestartPolicy::kAlways;
-  if (o.detach) return StartDetached(options, policy, stop);
+  if (o.detach) return StartDetached(options, policy, stop, data_roots);
   // Blocked before anything starts, so that the supervision loop receives Ctrl-C.
   BlockSupervisorSignals(stop);
   bool up = false;
-  const int rc =
-      Supervise(options, policy, stop, [&](const absl::Status& st, const Started& started) {
-        if (!st.ok()) {
-          Fail(st);
-          return;
-        }
-        up = true;
-        PrintStarted(options, started);
-        absl::PrintF("press Ctrl-C to stop\n");
-        std::fflush(stdout);
-      });
+  const int rc = Supervise(options, policy, stop, data_roots,
+                           [&](const absl::Status& st, const Started& started) {
+                             if (!st.ok()) {
+                               Fail(st);
+                               return;
+                             }
+                             up = true;
+                             PrintStarted(options, started);
+                             absl::PrintF("press Ctrl-C to stop\n");
+                             std::fflush(stdout);
+                           });
   if (up) absl::PrintF("cluster stopped\n");
   return rc;
 }
@@ -382,47 +444,61 @@ int Down(const std::string& dir) {
   return 0;
 }
 
+// The cluster's record (cluster.json in `dir`), as the supervisor last wrote it.
+absl::StatusOr<nlohmann::json> ReadRecord(const std::string& dir) {
+  const fs::path path = fs::path(dir) / "cluster.json";
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("no cluster recorded in ", path.string()));
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat(path.string(), ": ", e.what()));
+  }
+}
+
+// Sends `signal` to the supervisor of the cluster in `dir` and returns its record once
+// the supervisor counted the request in `counter` (Requests), within `limit`.
+// FAILED_PRECONDITION when no supervisor runs, or one from before `counter` (which the
+// signal would end).
+absl::StatusOr<nlohmann::json> AskSupervisor(const std::string& dir, int signal,
+                                             const std::string& counter, absl::Duration limit) {
+  absl::StatusOr<nlohmann::json> before = ReadRecord(dir);
+  if (!before.ok()) return before.status();
+  const pid_t supervisor = before->value("supervisor", pid_t{0});
+  if (!Runs(supervisor, {"lockstep"})) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the supervisor of the cluster in ", dir, " (pid ", supervisor,
+                     ") does not run: `lockstep cluster down`, then `cluster up` again"));
+  }
+  if (!before->contains(counter)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the cluster in ", dir, " was started by an older lockstep, which cannot do this: ",
+        "`lockstep cluster down`, then `cluster up` again"));
+  }
+  const int count = before->value(counter, 0);
+  kill(supervisor, signal);
+  const absl::Time end = absl::Now() + limit;
+  absl::StatusOr<nlohmann::json> after = before;
+  // Rewritten by rename: a read sees the old record or the new one, whole.
+  while (absl::Now() < end && (after = ReadRecord(dir)).ok() && after->value(counter, 0) == count) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  if (!after.ok()) return after.status();
+  if (after->value(counter, 0) == count) {
+    return absl::DeadlineExceededError(absl::StrCat("the supervisor did not answer within ",
+                                                    absl::FormatDuration(limit), "; see ", dir,
+                                                    "/logs/supervisor.log"));
+  }
+  return after;
+}
+
 // `cluster add-worker`: SIGUSR1 to the cluster's supervisor, which starts worker-N and
 // records how that went; returns once it has (the worker registered, or failed to).
 int AddWorker(const std::string& dir) {
-  const fs::path path = fs::path(dir) / "cluster.json";
-  const auto read = [&path]() -> absl::StatusOr<nlohmann::json> {
-    std::ifstream in(path);
-    if (!in) return absl::NotFoundError(absl::StrCat("no cluster recorded in ", path.string()));
-    try {
-      return nlohmann::json::parse(in);
-    } catch (const std::exception& e) {
-      return absl::DataLossError(absl::StrCat(path.string(), ": ", e.what()));
-    }
-  };
-  absl::StatusOr<nlohmann::json> before = read();
-  if (!before.ok()) return Fail(before.status());
-  const pid_t supervisor = before->value("supervisor", pid_t{0});
-  if (!Runs(supervisor, {"lockstep"})) {
-    return Fail(absl::FailedPreconditionError(
-        absl::StrCat("the supervisor of the cluster in ", dir, " (pid ", supervisor,
-                     ") does not run: `lockstep cluster down`, then `cluster up` again")));
-  }
-  // A supervisor from before add-worker records no "added", and SIGUSR1 would end it.
-  if (!before->contains("added")) {
-    return Fail(absl::FailedPreconditionError(
-        absl::StrCat("the cluster in ", dir, " was started by a lockstep without add-worker: ",
-                     "`lockstep cluster down`, then `cluster up` again")));
-  }
-  const int count = before->value("added", 0);
-  kill(supervisor, SIGUSR1);
   // A worker has 60 s to register (ClusterProcesses::AddWorker); the record follows.
-  const absl::Time end = absl::Now() + absl::Seconds(90);
-  absl::StatusOr<nlohmann::json> after = before;
-  // Rewritten by rename: a read sees the old record or the new one, whole.
-  while (absl::Now() < end && (after = read()).ok() && after->value("added", 0) == count) {
-    absl::SleepFor(absl::Milliseconds(100));
-  }
+  const absl::StatusOr<nlohmann::json> after =
+      AskSupervisor(dir, SIGUSR1, "added", absl::Seconds(90));
   if (!after.ok()) return Fail(after.status());
-  if (after->value("added", 0) == count) {
-    return Fail(absl::DeadlineExceededError(
-        absl::StrCat("the supervisor started no worker within 90 s; see ", dir, "/logs")));
-  }
   const std::string last = after->value("last_added", "");
   if (last.find(" registered as ") == std::string::npos) {
     return Fail(absl::UnavailableError(absl::StrCat("cluster add-worker: ", last)));
@@ -431,11 +507,38 @@ int AddWorker(const std::string& dir) {
   return 0;
 }
 
+// `cluster data-root add FOLDER`: the folder in kDataRootRequests, then SIGUSR2 to the
+// supervisor, which restarts every server with it (AddDataRoots); returns once it has.
+int AddDataRoot(const std::string& dir, const std::string& folder) {
+  const std::string root = AbsoluteFolder(folder);
+  absl::StatusOr<nlohmann::json> before = ReadRecord(dir);
+  if (!before.ok()) return Fail(before.status());
+  const std::vector<std::string> roots = before->value("data_roots", std::vector<std::string>{});
+  if (std::find(roots.begin(), roots.end(), root) != roots.end()) {
+    absl::PrintF("cluster data-root add: %s is a data root already\n", root);
+    return 0;
+  }
+  std::ofstream(fs::path(dir) / kDataRootRequests, std::ios::app) << root << "\n";
+  // Each worker leaves at its job's next step boundary; then the coordinator drains.
+  const absl::StatusOr<nlohmann::json> after =
+      AskSupervisor(dir, SIGUSR2, "data_root_changes", absl::Seconds(300));
+  if (!after.ok()) return Fail(after.status());
+  const std::string failed = after->value("last_data_root_change", "");
+  if (!failed.empty()) return Fail(absl::UnavailableError("cluster data-root add: " + failed));
+  absl::PrintF(
+      "cluster data-root add: %s: every server restarted with it (running jobs go on from "
+      "where they were); data roots now %s\n",
+      root, absl::StrJoin(after->value("data_roots", std::vector<std::string>{}), ", "));
+  return 0;
+}
+
 }  // namespace
 
 void AddClusterCommands(CLI::App& app, Commands& out) {
   CLI::App* cluster = app.add_subcommand(
-      "cluster", "a local cluster: `cluster up`, `cluster down`, `cluster add-worker`");
+      "cluster",
+      "a local cluster: `cluster up`, `cluster down`, `cluster add-worker`, `cluster data-root "
+      "add`");
   const std::string dir_help = "the cluster's folder: record, credentials, logs, state";
   auto up = std::make_shared<UpOptions>();
   CLI::App* up_cmd = cluster->add_subcommand(
@@ -477,6 +580,23 @@ void AddClusterCommands(CLI::App& app, Commands& out) {
       ->envname("LOCKSTEP_CLUSTER_DIR")
       ->default_val(".lockstep-cluster");
   out.push_back({add_cmd, [add_dir] { return AddWorker(*add_dir); }});
+  CLI::App* data_root = cluster->add_subcommand(
+      "data-root", "the folders a running local cluster's jobs may read datasets from");
+  struct DataRootOptions {
+    std::string dir, folder;
+  };
+  auto root = std::make_shared<DataRootOptions>();
+  CLI::App* root_add = data_root->add_subcommand(
+      "add",
+      "let the jobs of a running local cluster read datasets in FOLDER too: every server "
+      "restarts with it (running jobs go on from where they were, bit for bit)");
+  root_add->add_option("FOLDER", root->folder, "the folder")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  root_add->add_option("--dir", root->dir, dir_help)
+      ->envname("LOCKSTEP_CLUSTER_DIR")
+      ->default_val(".lockstep-cluster");
+  out.push_back({root_add, [root] { return AddDataRoot(root->dir, root->folder); }});
 }
 
 }  // namespace lockstep::cli

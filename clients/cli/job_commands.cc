@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -114,6 +115,14 @@ int Submit(const SubmitOptions& o) {
   auto ctx = Deadline(30);
   v1::Job job;
   grpc::Status st = stub->SubmitJob(ctx.get(), *spec, &job);
+  if (!st.ok() && absl::StrContains(st.error_message(), "outside the data roots")) {
+    return Fail(absl::Status(
+        FromGrpcStatus(st).code(),
+        absl::StrCat(st.error_message(),
+                     ": let a local cluster's jobs read a folder with `lockstep cluster data-root "
+                     "add FOLDER` (or `cluster up --data-root FOLDER`); elsewhere it is the "
+                     "servers' --data_root (deploy/CONFIGURATION.md)")));
+  }
   if (!st.ok()) return Fail(*conn, st);
   if (!o.wait) {
     PrintJob(job, o.json);
