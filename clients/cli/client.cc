@@ -163,15 +163,16 @@ absl::StatusOr<Connection> ResolveConnection(const ConnectionOptions& o) {
   RETURN_IF_ERROR(FindAddress(o, &c));
   if (!named) {
     bool dir_named = false;
-    const std::string local = ClusterDir(o, &dir_named) + "/credentials";
+    const std::string cluster_dir = ClusterDir(o, &dir_named);
+    const std::string local = cluster_dir + "/credentials";
     if (fs::exists(local + "/ca.pem")) {
       dir = local;
       files.ca = dir + "/ca.pem";
-    } else if (o.coordinator.empty() && !dir_named && !fs::exists(local + "/../cluster.json")) {
+    } else if (o.coordinator.empty() && !dir_named && !fs::exists(cluster_dir + "/cluster.json")) {
       // Nothing named a coordinator, and there is no cluster here.
       std::error_code ec;
       return absl::NotFoundError(absl::StrCat(
-          "no cluster here (no ", ClusterDir(o, &dir_named), " in ", fs::current_path(ec).string(),
+          "no cluster here (no ", cluster_dir, " in ", fs::current_path(ec).string(),
           "): start one with `lockstep cluster up`, or pass --dir DIR of a running one (or set "
           "LOCKSTEP_CLUSTER_DIR), or --coordinator HOST:PORT with --credentials DIR"));
     } else {
@@ -309,10 +310,6 @@ grpc::Status GetJob(v1::JobService::Stub& stub, const std::string& id, v1::Job* 
 bool Waits(v1::JobState state) {
   return state == v1::QUEUED || state == v1::RECOVERING || state == v1::SUSPENDED;
 }
-
-}  // namespace
-
-namespace {
 
 // What SIGINT prints while a watch runs (written by the handler: no allocation there).
 char interrupt_message[512];

@@ -1,10 +1,10 @@
-// `lockstep cluster up|down|add-worker|data-root add`: a local cluster of one coordinator
-// and N CPU workers as processes on loopback, with free ports, logs in a folder. A
-// supervisor restarts a server that exits, with backoff (unless `--restart never`) —
-// `cluster up` itself in the foreground, a background process of its own with --detach —
-// starts one more worker on SIGUSR1, which is what `lockstep cluster add-worker` sends it,
-// restarts every server with more data roots on SIGUSR2 (`cluster data-root add`), and
-// stops the cluster on Ctrl-C or SIGTERM, which is what `lockstep cluster down` sends it.
+// `lockstep cluster up`: a local cluster of one coordinator and N CPU workers as processes
+// on loopback, with free ports, logs in a folder, and its supervisor: it restarts a
+// server that exits, with backoff (unless `--restart never`) — `cluster up` itself in the
+// foreground, a background process of its own with --detach — starts one more worker on
+// SIGUSR1 (`lockstep cluster add-worker`), restarts every server with more data roots on
+// SIGUSR2 (`cluster data-root add`), and stops the cluster on Ctrl-C or SIGTERM (`cluster
+// down`). It keeps the cluster's record (cluster_record.h) up to date.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "clients/cli/client.h"
+#include "clients/cli/cluster_record.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/openmp_env.h"
 #include "clients/cluster/cluster_processes.h"
@@ -35,26 +36,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// How long the servers get to stop after SIGTERM, before SIGKILL.
-constexpr absl::Duration kStopGrace = absl::Seconds(10);
-
-// Whether `pid` runs one of the programs `names` (a zombie runs none): a recorded pid may
-// have been reused by an unrelated process since.
-bool Runs(pid_t pid, std::initializer_list<std::string_view> names) {
-  if (pid <= 0) return false;
-  std::error_code ec;
-  std::string exe = fs::read_symlink(absl::StrCat("/proc/", pid, "/exe"), ec).filename();
-  if (ec) return false;
-  // A binary rebuilt since the process started reads "NAME (deleted)".
-  if (exe.ends_with(" (deleted)")) exe.resize(exe.size() - std::string_view(" (deleted)").size());
-  for (std::string_view name : names) {
-    if (exe == name) return true;
-  }
-  return false;
-}
-
-bool IsClusterServer(pid_t pid) { return Runs(pid, {"lockstep-coordinator", "lockstep-worker"}); }
-
 // What the supervisor did on request: workers started (SIGUSR1, `cluster add-worker`),
 // how many and how the last start went ("worker-4 registered as w0004", or why not); and
 // the data roots (`cluster up --data-root`, and SIGUSR2, `cluster data-root add`), how
@@ -66,10 +47,6 @@ struct Requests {
   int data_root_changes = 0;
   std::string last_data_root_change;
 };
-
-// The file `cluster data-root add` writes its folders to (one a line) before it sends
-// SIGUSR2; the supervisor takes them, then removes it.
-constexpr char kDataRootRequests[] = "data-roots.add";
 
 // Writes <dir>/cluster.json, what `cluster down` and `cluster add-worker` read: the
 // coordinator's address, the servers' pids (-1 for one gone) and the supervisor's, where
@@ -111,7 +88,15 @@ struct Started {
   std::string dashboard;
 };
 
-std::string DataRootFlag(const std::vector<std::string>& extra);
+// The servers' --data_root: what they read anyway ($LOCKSTEP_DATA_ROOT, else the default)
+// and `extra` (absolute). Empty without `extra`.
+std::string DataRootFlag(const std::vector<std::string>& extra) {
+  if (extra.empty()) return "";
+  const char* env = std::getenv("LOCKSTEP_DATA_ROOT");
+  std::vector<std::string> roots = {env != nullptr && *env != '\0' ? env : kDefaultDataRoots};
+  roots.insert(roots.end(), extra.begin(), extra.end());
+  return "--data_root=" + absl::StrJoin(roots, ",");
+}
 
 // SIGUSR2: the folders kDataRootRequests names join `requests`' data roots, and every
 // server starts again with them (ClusterProcesses::RestartAll: running jobs go on).
@@ -292,7 +277,7 @@ int StartDetached(const ClusterOptions& options, RestartPolicy policy, const sig
   PrintStarted(options, started);
   // The folder names the cluster (its address, credentials and supervisor) from anywhere:
   // job commands and `cluster down` run in another folder find it through the variable.
-  const std::string dir = fs::absolute(options.dir).lexically_normal().string();
+  const std::string dir = AbsoluteFolder(options.dir);
   absl::PrintF(
       "export LOCKSTEP_CLUSTER_DIR=%s%s   # then, from any folder: lockstep list; "
       "stop with: lockstep cluster down\n",
@@ -316,21 +301,6 @@ struct UpOptions {
   std::string restart = "always";       // or "never": an exited server stays gone
   std::vector<std::string> data_roots;  // besides the servers' own (--data-root)
 };
-
-// A folder as the servers are given it: absolute (the servers' folder is not the caller's).
-std::string AbsoluteFolder(const std::string& dir) {
-  return fs::absolute(dir).lexically_normal().string();
-}
-
-// The servers' --data_root: what they read anyway ($LOCKSTEP_DATA_ROOT, else the default)
-// and `extra` (absolute). Empty without `extra`.
-std::string DataRootFlag(const std::vector<std::string>& extra) {
-  if (extra.empty()) return "";
-  const char* env = std::getenv("LOCKSTEP_DATA_ROOT");
-  std::vector<std::string> roots = {env != nullptr && *env != '\0' ? env : kDefaultDataRoots};
-  roots.insert(roots.end(), extra.begin(), extra.end());
-  return "--data_root=" + absl::StrJoin(roots, ",");
-}
 
 int Up(const UpOptions& o) {
   SetPrivateUmask();  // the cluster's folder: credentials, state and logs, the owner's only
@@ -396,142 +366,6 @@ int Up(const UpOptions& o) {
   return rc;
 }
 
-// Waits until `pid` no longer runs `name`; false after `timeout`. (Not waitpid: the
-// supervisor is not our child.)
-bool WaitGone(pid_t pid, std::string_view name, absl::Duration timeout) {
-  const absl::Time end = absl::Now() + timeout;
-  while (Runs(pid, {name})) {
-    if (absl::Now() >= end) return false;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return true;
-}
-
-int Down(const std::string& dir) {
-  std::ifstream in(fs::path(dir) / "cluster.json");
-  if (!in) return Fail(absl::NotFoundError(absl::StrCat("no cluster recorded in ", dir)));
-  std::vector<pid_t> recorded, pids;
-  pid_t supervisor = 0;  // none in records from before supervision
-  try {
-    const nlohmann::json record = nlohmann::json::parse(in);
-    recorded = record.at("pids").get<std::vector<pid_t>>();
-    supervisor = record.value("supervisor", pid_t{0});
-  } catch (const std::exception& e) {
-    return Fail(absl::DataLossError(absl::StrCat(dir, "/cluster.json: ", e.what())));
-  }
-  for (pid_t p : recorded) {
-    if (IsClusterServer(p)) pids.push_back(p);
-  }
-  // The supervisor first: it stops the servers in order, and a server stopped behind its
-  // back would be restarted. Its servers die with it if it has to be killed.
-  if (Runs(supervisor, {"lockstep"})) {
-    kill(supervisor, SIGTERM);
-    if (!WaitGone(supervisor, "lockstep", kStopGrace + absl::Seconds(5))) {
-      kill(supervisor, SIGKILL);
-      WaitGone(supervisor, "lockstep", absl::Seconds(5));
-    }
-  }
-  // What is left: the servers of a record without a supervisor, or of a supervisor that
-  // died without stopping them.
-  std::vector<pid_t> left;
-  for (pid_t p : pids) {
-    if (IsClusterServer(p)) left.push_back(p);
-  }
-  StopProcesses(left, kStopGrace);
-  fs::remove(fs::path(dir) / "cluster.json");
-  absl::PrintF("cluster down: stopped %d servers (%d recorded were no longer running)\n",
-               pids.size(), recorded.size() - pids.size());
-  return 0;
-}
-
-// The cluster's record (cluster.json in `dir`), as the supervisor last wrote it.
-absl::StatusOr<nlohmann::json> ReadRecord(const std::string& dir) {
-  const fs::path path = fs::path(dir) / "cluster.json";
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("no cluster recorded in ", path.string()));
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    return absl::DataLossError(absl::StrCat(path.string(), ": ", e.what()));
-  }
-}
-
-// Sends `signal` to the supervisor of the cluster in `dir` and returns its record once
-// the supervisor counted the request in `counter` (Requests), within `limit`.
-// FAILED_PRECONDITION when no supervisor runs, or one from before `counter` (which the
-// signal would end).
-absl::StatusOr<nlohmann::json> AskSupervisor(const std::string& dir, int signal,
-                                             const std::string& counter, absl::Duration limit) {
-  absl::StatusOr<nlohmann::json> before = ReadRecord(dir);
-  if (!before.ok()) return before.status();
-  const pid_t supervisor = before->value("supervisor", pid_t{0});
-  if (!Runs(supervisor, {"lockstep"})) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the supervisor of the cluster in ", dir, " (pid ", supervisor,
-                     ") does not run: `lockstep cluster down`, then `cluster up` again"));
-  }
-  if (!before->contains(counter)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the cluster in ", dir, " was started by an older lockstep, which cannot do this: ",
-        "`lockstep cluster down`, then `cluster up` again"));
-  }
-  const int count = before->value(counter, 0);
-  kill(supervisor, signal);
-  const absl::Time end = absl::Now() + limit;
-  absl::StatusOr<nlohmann::json> after = before;
-  // Rewritten by rename: a read sees the old record or the new one, whole.
-  while (absl::Now() < end && (after = ReadRecord(dir)).ok() && after->value(counter, 0) == count) {
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  if (!after.ok()) return after.status();
-  if (after->value(counter, 0) == count) {
-    return absl::DeadlineExceededError(absl::StrCat("the supervisor did not answer within ",
-                                                    absl::FormatDuration(limit), "; see ", dir,
-                                                    "/logs/supervisor.log"));
-  }
-  return after;
-}
-
-// `cluster add-worker`: SIGUSR1 to the cluster's supervisor, which starts worker-N and
-// records how that went; returns once it has (the worker registered, or failed to).
-int AddWorker(const std::string& dir) {
-  // A worker has 60 s to register (ClusterProcesses::AddWorker); the record follows.
-  const absl::StatusOr<nlohmann::json> after =
-      AskSupervisor(dir, SIGUSR1, "added", absl::Seconds(90));
-  if (!after.ok()) return Fail(after.status());
-  const std::string last = after->value("last_added", "");
-  if (last.find(" registered as ") == std::string::npos) {
-    return Fail(absl::UnavailableError(absl::StrCat("cluster add-worker: ", last)));
-  }
-  absl::PrintF("cluster add-worker: %s (logs in %s/logs)\n", last, dir);
-  return 0;
-}
-
-// `cluster data-root add FOLDER`: the folder in kDataRootRequests, then SIGUSR2 to the
-// supervisor, which restarts every server with it (AddDataRoots); returns once it has.
-int AddDataRoot(const std::string& dir, const std::string& folder) {
-  const std::string root = AbsoluteFolder(folder);
-  absl::StatusOr<nlohmann::json> before = ReadRecord(dir);
-  if (!before.ok()) return Fail(before.status());
-  const std::vector<std::string> roots = before->value("data_roots", std::vector<std::string>{});
-  if (std::find(roots.begin(), roots.end(), root) != roots.end()) {
-    absl::PrintF("cluster data-root add: %s is a data root already\n", root);
-    return 0;
-  }
-  std::ofstream(fs::path(dir) / kDataRootRequests, std::ios::app) << root << "\n";
-  // Each worker leaves at its job's next step boundary; then the coordinator drains.
-  const absl::StatusOr<nlohmann::json> after =
-      AskSupervisor(dir, SIGUSR2, "data_root_changes", absl::Seconds(300));
-  if (!after.ok()) return Fail(after.status());
-  const std::string failed = after->value("last_data_root_change", "");
-  if (!failed.empty()) return Fail(absl::UnavailableError("cluster data-root add: " + failed));
-  absl::PrintF(
-      "cluster data-root add: %s: every server restarted with it (running jobs go on from "
-      "where they were); data roots now %s\n",
-      root, absl::StrJoin(after->value("data_roots", std::vector<std::string>{}), ", "));
-  return 0;
-}
-
 }  // namespace
 
 void AddClusterCommands(CLI::App& app, Commands& out) {
@@ -539,14 +373,14 @@ void AddClusterCommands(CLI::App& app, Commands& out) {
       "cluster",
       "a local cluster: `cluster up`, `cluster down`, `cluster add-worker`, `cluster data-root "
       "add`");
-  const std::string dir_help = "the cluster's folder: record, credentials, logs, state";
+
   auto up = std::make_shared<UpOptions>();
   CLI::App* up_cmd = cluster->add_subcommand(
       "up", "start a local cluster (coordinator + N CPU workers on loopback); Ctrl-C stops it");
   up_cmd->add_option("--workers", up->workers, "CPU workers")->check(AtLeast(1));
   up_cmd->add_option("--threads", up->threads, "threads per worker (0: the cores shared out)")
       ->check(AtLeast(0));
-  up_cmd->add_option("--dir", up->dir, dir_help)
+  up_cmd->add_option("--dir", up->dir, kClusterDirHelp)
       ->envname("LOCKSTEP_CLUSTER_DIR")
       ->default_val(".lockstep-cluster");
   up_cmd->add_option("--port", up->port, "the coordinator's port (0: a free one)")
@@ -567,36 +401,7 @@ void AddClusterCommands(CLI::App& app, Commands& out) {
       ->type_name("DIR")
       ->check(CLI::ExistingDirectory);
   out.push_back({up_cmd, [up] { return Up(*up); }});
-  auto down_dir = std::make_shared<std::string>();
-  CLI::App* down_cmd = cluster->add_subcommand("down", "stop a detached local cluster");
-  down_cmd->add_option("--dir", *down_dir, dir_help)
-      ->envname("LOCKSTEP_CLUSTER_DIR")
-      ->default_val(".lockstep-cluster");
-  out.push_back({down_cmd, [down_dir] { return Down(*down_dir); }});
-  auto add_dir = std::make_shared<std::string>();
-  CLI::App* add_cmd = cluster->add_subcommand(
-      "add-worker", "start one more worker in a running local cluster (returns once registered)");
-  add_cmd->add_option("--dir", *add_dir, dir_help)
-      ->envname("LOCKSTEP_CLUSTER_DIR")
-      ->default_val(".lockstep-cluster");
-  out.push_back({add_cmd, [add_dir] { return AddWorker(*add_dir); }});
-  CLI::App* data_root = cluster->add_subcommand(
-      "data-root", "the folders a running local cluster's jobs may read datasets from");
-  struct DataRootOptions {
-    std::string dir, folder;
-  };
-  auto root = std::make_shared<DataRootOptions>();
-  CLI::App* root_add = data_root->add_subcommand(
-      "add",
-      "let the jobs of a running local cluster read datasets in FOLDER too: every server "
-      "restarts with it (running jobs go on from where they were, bit for bit)");
-  root_add->add_option("FOLDER", root->folder, "the folder")
-      ->required()
-      ->check(CLI::ExistingDirectory);
-  root_add->add_option("--dir", root->dir, dir_help)
-      ->envname("LOCKSTEP_CLUSTER_DIR")
-      ->default_val(".lockstep-cluster");
-  out.push_back({root_add, [root] { return AddDataRoot(root->dir, root->folder); }});
+  AddRunningClusterCommands(*cluster, out);
 }
 
 }  // namespace lockstep::cli
