@@ -7,16 +7,11 @@
 #ifndef LOCKSTEP_CORE_DATA_AUGMENT_DRAWS_H_
 #define LOCKSTEP_CORE_DATA_AUGMENT_DRAWS_H_
 
+#include "core/data/image_view.h"
 #include "core/data/streamed_spec.h"
 #include "core/rng/threefry.h"
 
 namespace lockstep {
-
-// A window of an image: rows [top, top + height), columns [left, left + width).
-struct CropBox {
-  int top = 0, left = 0, height = 0, width = 0;
-  friend bool operator==(const CropBox&, const CropBox&) = default;
-};
 
 // RandomCrop's offset in an image of in_h x in_w once padded (in_h + 2 * padding, ...),
 // for a crop of crop_h x crop_w that fits in it: top = randint(fold_in(op_key, 0), (), 0,

@@ -37,6 +37,7 @@ class BilinearResizer {
  private:
   Taps horizontal_, vertical_;
   std::vector<uint8_t> mid_;  // the horizontal pass
+  std::vector<int32_t> acc_;  // a row of the vertical pass's sums
 };
 
 }  // namespace lockstep

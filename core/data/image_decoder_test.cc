@@ -1,5 +1,6 @@
 #include "core/data/image_decoder.h"
 
+#include "absl/strings/escaping.h"
 #include "core/data/image_testing.h"
 #include "core/testing.h"
 
@@ -70,6 +71,77 @@ TEST(ImageDecoder, JpegsDecode) {
   for (int i = 0; i < 33 * 47; ++i) {
     ASSERT_EQ(g3.pixels[3 * i], g1.pixels[i]);
     ASSERT_EQ(g3.pixels[3 * i + 1], g1.pixels[i]);
+  }
+}
+
+// A region decode gives the full decode's pixels in its box, for any box, 4:2:0 and
+// 4:4:4, color and gray; and it refuses a file truncated below the box as a full decode does.
+TEST(ImageDecoder, RegionsAreTheFullDecodesPixels) {
+  ImageDecoder decoder;
+  uint32_t seed = 1;
+  const auto next = [&](int n) {
+    seed = seed * 1664525u + 1013904223u;
+    return static_cast<int>((seed >> 8) % n);
+  };
+  for (const auto& [channels, subsample] :
+       {std::pair(3, true), std::pair(3, false), std::pair(1, true)}) {
+    const int h = 75, w = 101;
+    const std::string jpeg = EncodeJpeg(TestPixels(h, w, channels), h, w, channels, 85, subsample);
+    int fh = 0, fw = 0, rh = 0, rw = 0;
+    std::vector<uint8_t> full, region;
+    ASSERT_OK(decoder.Decode(jpeg, channels, &full, &fh, &fw));
+    ASSERT_OK(decoder.ReadSize(jpeg, &rh, &rw));
+    EXPECT_EQ(rh, h);
+    EXPECT_EQ(rw, w);
+    for (int k = 0; k < 60; ++k) {
+      const int bh = 1 + next(h), bw = 1 + next(w);
+      const CropBox box{next(h - bh + 1), next(w - bw + 1), bh, bw};
+      ASSERT_OK_AND_ASSIGN(ImageView v, decoder.DecodeRegion(jpeg, channels, box, &region));
+      ASSERT_EQ(v.height, bh);
+      ASSERT_EQ(v.width, bw);
+      for (int y = 0; y < bh; ++y) {
+        for (int x = 0; x < bw; ++x) {
+          for (int c = 0; c < channels; ++c) {
+            ASSERT_EQ(v.at(y, x)[c], full[((box.top + y) * w + box.left + x) * channels + c])
+                << "box " << box.top << "," << box.left << " " << bh << "x" << bw;
+          }
+        }
+      }
+    }
+    EXPECT_THAT(
+        decoder.DecodeRegion(jpeg.substr(0, jpeg.size() - 40), channels, {0, 0, 8, 8}, &region)
+            .status(),
+        StatusIs(absl::StatusCode::kDataLoss, HasSubstr("truncated JPEG")));
+  }
+}
+
+// An image decodes the same whatever the decoder decoded before: libjpeg keeps a
+// stream's tables for the next, so each image gets a new decompressor (image_fuzz found a
+// progressive JPEG without Huffman tables that failed only after another image).
+TEST(ImageDecoder, NoImageDependsOnThePreviousOne) {
+  std::string regress;
+  ASSERT_TRUE(absl::Base64Unescape(
+      "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAoHBwgHBgoICAgLCgoLDhgQDg0NDh0VFhEYIx8lJCIfIiEmKzcvJik0"
+      "KSEiMEExNDk7Pj4+JUlELkM8SDc9Pjv/wgALCAAMAAoBAREA/8QAFQABAQAAAAAAAAAAAAAAAAAABQL/2gAIAQEAAA"
+      "AAAAAAAAAAEHGB/9oACAEBAAE/ECZyGV4//9k=",
+      &regress));
+  std::vector<std::string> images = {regress};
+  for (int q : {20, 60, 97}) {
+    images.push_back(EncodeJpeg(TestPixels(9, 13, 3, q), 9, 13, 3, q));
+    images.push_back(EncodeJpeg(TestPixels(12, 10, 1, q), 12, 10, 1, q));
+  }
+  for (const std::string& before : images) {
+    for (const std::string& image : images) {
+      ImageDecoder used, fresh;
+      std::vector<uint8_t> a, b;
+      int h, w;
+      (void)used.Decode(before, 3, &a, &h, &w);
+      const absl::Status s = used.Decode(image, 3, &a, &h, &w);
+      EXPECT_EQ(s, fresh.Decode(image, 3, &b, &h, &w));
+      if (s.ok()) {
+        EXPECT_EQ(a, b);
+      }
+    }
   }
 }
 

@@ -23,7 +23,7 @@ class TransformScratch final : public ImageTransform::Scratch {
 };
 
 // One preprocessing step, read out of the spec once.
-struct Step {
+struct PlannedStep {
   v1::Preprocess::OpCase op;
   uint32_t index;  // in the spec's list: its key is fold_in(example_key, index)
   std::string field;
@@ -38,9 +38,10 @@ std::string SizeText(int h, int w) { return absl::StrCat(h, "x", w); }
 
 class StepTransform final : public ImageTransform {
  public:
-  StepTransform(std::vector<Step> steps, Dims out, std::vector<float> lut)
+  StepTransform(std::vector<PlannedStep> steps, Dims out, std::vector<float> lut)
       : steps_(std::move(steps)), out_(out), lut_(std::move(lut)) {
-    for (const Step& s : steps_) {
+    first_step_windows_ = !steps_.empty() && KeepsAWindow(steps_[0]);
+    for (const PlannedStep& s : steps_) {
       random_ |= s.op == v1::Preprocess::kRandomCrop ||
                  s.op == v1::Preprocess::kRandomResizedCrop ||
                  s.op == v1::Preprocess::kHorizontalFlip;
@@ -70,15 +71,31 @@ class StepTransform final : public ImageTransform {
       }
       view = ImageView::Packed(reinterpret_cast<const uint8_t*>(example.bytes.data()),
                                example.shape.h, example.shape.w, example.shape.c);
-    } else {
+    }
+    size_t done = 0;  // steps run
+    if (example.kind == StoredExample::Kind::kEncoded && first_step_windows_) {
+      // The first step keeps a window of the image: decode that window only.
+      int h = 0, w = 0;
+      CropBox box;
+      absl::Status st = s->decoder.ReadSize(example.bytes, &h, &w);
+      if (st.ok()) st = WindowOf(steps_[0], key, h, w, &box);
+      if (!st.ok()) return st;
+      absl::StatusOr<ImageView> region =
+          s->decoder.DecodeRegion(example.bytes, out_.c, box, &s->buffers[0]);
+      if (!region.ok()) return region.status();
+      view = *region;
+      in_buffer = 0;
+      FinishWindow(steps_[0], s, &view, &in_buffer);
+      done = 1;
+    } else if (example.kind == StoredExample::Kind::kEncoded) {
       int h = 0, w = 0;
       absl::Status decoded = s->decoder.Decode(example.bytes, out_.c, &s->buffers[0], &h, &w);
       if (!decoded.ok()) return decoded;
       view = ImageView::Packed(s->buffers[0].data(), h, w, out_.c);
       in_buffer = 0;
     }
-    for (const Step& step : steps_) {
-      absl::Status st = RunStep(step, key, s, &view, &in_buffer);
+    for (; done < steps_.size(); ++done) {
+      absl::Status st = RunStep(steps_[done], key, s, &view, &in_buffer);
       if (!st.ok()) return st;
     }
     if (view.height != out_.h || view.width != out_.w) {
@@ -94,7 +111,7 @@ class StepTransform final : public ImageTransform {
 
  private:
   // `step` on *view; pixels it makes go to the buffer the view is not in.
-  absl::Status RunStep(const Step& step, rng::Key key, TransformScratch* s, ImageView* view,
+  absl::Status RunStep(const PlannedStep& step, rng::Key key, TransformScratch* s, ImageView* view,
                        int* in_buffer) const {
     const int h = view->height, w = view->width;
     const auto too_small = [&](int need_h, int need_w) {
@@ -119,39 +136,27 @@ class StepTransform final : public ImageTransform {
         *in_buffer = next;
         return absl::OkStatus();
       }
-      case v1::Preprocess::kCenterCrop: {
-        const auto [ch, cw] = step.size;
-        if (h < ch || w < cw) return too_small(ch, cw);
-        // torchvision: int(round((h - ch) / 2.0)), Python's round (half to even).
-        const int top = static_cast<int>(std::nearbyint((h - ch) / 2.0));
-        const int left = static_cast<int>(std::nearbyint((w - cw) / 2.0));
-        *view = view->Crop(top, left, ch, cw);
-        return absl::OkStatus();
-      }
-      case v1::Preprocess::kRandomCrop: {
-        const auto [ch, cw] = step.size;
-        const int p = step.padding;
-        if (h + 2 * p < ch || w + 2 * p < cw) return too_small(ch - 2 * p, cw - 2 * p);
-        const CropBox box =
-            RandomCropBox(rng::FoldIn(key, step.index), h + 2 * p, w + 2 * p, ch, cw);
-        if (p == 0) {
-          *view = view->Crop(box.top, box.left, ch, cw);
+      case v1::Preprocess::kRandomCrop:
+        if (step.padding > 0) {
+          const auto [ch, cw] = step.size;
+          const int p = step.padding;
+          if (h + 2 * p < ch || w + 2 * p < cw) return too_small(ch - 2 * p, cw - 2 * p);
+          const CropBox box =
+              RandomCropBox(rng::FoldIn(key, step.index), h + 2 * p, w + 2 * p, ch, cw);
+          buffer.resize(static_cast<size_t>(ch) * cw * view->channels);
+          PaddedCrop(*view, box.top - p, box.left - p, ch, cw, buffer.data());
+          *view = ImageView::Packed(buffer.data(), ch, cw, view->channels);
+          *in_buffer = next;
           return absl::OkStatus();
         }
-        buffer.resize(static_cast<size_t>(ch) * cw * view->channels);
-        PaddedCrop(*view, box.top - p, box.left - p, ch, cw, buffer.data());
-        *view = ImageView::Packed(buffer.data(), ch, cw, view->channels);
-        *in_buffer = next;
-        return absl::OkStatus();
-      }
+        [[fallthrough]];
+      case v1::Preprocess::kCenterCrop:
       case v1::Preprocess::kRandomResizedCrop: {
-        const auto [ch, cw] = step.size;
-        const CropBox box = RandomResizedCropBox(rng::FoldIn(key, step.index), h, w, step.ranges);
-        buffer.resize(static_cast<size_t>(ch) * cw * view->channels);
-        s->resizer.Resize(view->Crop(box.top, box.left, box.height, box.width), ch, cw,
-                          buffer.data());
-        *view = ImageView::Packed(buffer.data(), ch, cw, view->channels);
-        *in_buffer = next;
+        CropBox box;
+        absl::Status st = WindowOf(step, key, h, w, &box);
+        if (!st.ok()) return st;
+        *view = view->Crop(box.top, box.left, box.height, box.width);
+        FinishWindow(step, s, view, in_buffer);
         return absl::OkStatus();
       }
       case v1::Preprocess::kHorizontalFlip:
@@ -160,6 +165,48 @@ class StepTransform final : public ImageTransform {
       default:
         return absl::InternalError(absl::StrCat(step.field, ": an unknown step"));
     }
+  }
+
+  // Whether `step` keeps a window of the image that depends on its size and the key alone
+  // (which a JPEG decoder can then decode alone).
+  static bool KeepsAWindow(const PlannedStep& step) {
+    return step.op == v1::Preprocess::kCenterCrop ||
+           step.op == v1::Preprocess::kRandomResizedCrop ||
+           (step.op == v1::Preprocess::kRandomCrop && step.padding == 0);
+  }
+
+  // The window such a step keeps of an h x w image, or why the image is too small for it.
+  absl::Status WindowOf(const PlannedStep& step, rng::Key key, int h, int w, CropBox* box) const {
+    const auto [ch, cw] = step.size;
+    switch (step.op) {
+      case v1::Preprocess::kRandomResizedCrop:
+        *box = RandomResizedCropBox(rng::FoldIn(key, step.index), h, w, step.ranges);
+        return absl::OkStatus();
+      case v1::Preprocess::kCenterCrop:
+        if (h < ch || w < cw) break;
+        // torchvision: int(round((h - ch) / 2.0)), Python's round (half to even).
+        *box = {static_cast<int>(std::nearbyint((h - ch) / 2.0)),
+                static_cast<int>(std::nearbyint((w - cw) / 2.0)), ch, cw};
+        return absl::OkStatus();
+      default:  // random_crop without padding
+        if (h < ch || w < cw) break;
+        *box = RandomCropBox(rng::FoldIn(key, step.index), h, w, ch, cw);
+        return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(absl::StrCat("a ", SizeText(h, w), " image: ", step.field,
+                                                   " needs at least ", SizeText(ch, cw)));
+  }
+
+  // What follows the window: a random resized crop's resize to its size.
+  static void FinishWindow(const PlannedStep& step, TransformScratch* s, ImageView* view,
+                           int* in_buffer) {
+    if (step.op != v1::Preprocess::kRandomResizedCrop) return;
+    const auto [ch, cw] = step.size;
+    const int next = *in_buffer == 0 ? 1 : 0;
+    s->buffers[next].resize(static_cast<size_t>(ch) * cw * view->channels);
+    s->resizer.Resize(*view, ch, cw, s->buffers[next].data());
+    *view = ImageView::Packed(s->buffers[next].data(), ch, cw, view->channels);
+    *in_buffer = next;
   }
 
   // The window of ch x cw pixels at (top, left) of `in`, zeros outside it, packed into out.
@@ -191,10 +238,11 @@ class StepTransform final : public ImageTransform {
     }
   }
 
-  const std::vector<Step> steps_;
+  const std::vector<PlannedStep> steps_;
   const Dims out_;
   const std::vector<float> lut_;  // [channel][pixel value]
   bool random_ = false;
+  bool first_step_windows_ = false;
 };
 
 }  // namespace
@@ -216,10 +264,10 @@ absl::StatusOr<std::unique_ptr<ImageTransform>> ImageTransform::Create(const v1:
         list, ": the steps end in ", SizeText(fixed->height, fixed->width),
         " images, but the model takes ", DimsString(output_shape), " (model.input_shape)"));
   }
-  std::vector<Step> plan;
+  std::vector<PlannedStep> plan;
   for (int i = 0; i < steps.size(); ++i) {
     const v1::Preprocess& p = steps[i];
-    Step s{p.op_case(), static_cast<uint32_t>(i)};
+    PlannedStep s{p.op_case(), static_cast<uint32_t>(i)};
     switch (p.op_case()) {
       case v1::Preprocess::kResize:
         s.field = absl::StrCat(list, "[", i, "].resize");
@@ -266,6 +314,35 @@ absl::StatusOr<std::unique_ptr<ImageTransform>> ImageTransform::Create(const v1:
     }
   }
   return std::make_unique<StepTransform>(std::move(plan), output_shape, std::move(lut));
+}
+
+absl::Status ReadAndTransform(const ExampleSource& source, const ImageTransform& transform,
+                              int64_t index, rng::Key key, ImageTransform::Scratch* scratch,
+                              StoredExample* stored, float* out, int64_t* label) {
+  absl::Status s = source.Read(index, stored);
+  if (!s.ok()) return s;
+  s = transform.Apply(*stored, key, scratch, out);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(source.Where(index), ": ", s.message()));
+  *label = stored->label;
+  return absl::OkStatus();
+}
+
+absl::Status CheckSplitFitsModel(const ExampleSource& source, const ImageTransform& transform,
+                                 int classes) {
+  const ExampleSource::MaxLabel max = source.max_label();
+  if (max.label >= classes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source.Where(max.index), ": label ", max.label, " is not in [0, ", classes,
+                     "): the model's last layer has ", classes,
+                     " outputs (model.layers' last dense features, or the preset's)"));
+  }
+  if (!source.stored_shape() || source.size() == 0) return absl::OkStatus();
+  auto scratch = transform.NewScratch();
+  StoredExample stored;
+  std::vector<float> out(transform.output_shape().size());
+  int64_t label = 0;
+  return ReadAndTransform(source, transform, 0, rng::Key{}, scratch.get(), &stored, out.data(),
+                          &label);
 }
 
 }  // namespace lockstep

@@ -10,6 +10,12 @@
 
 namespace lockstep {
 
+// A window of an image: rows [top, top + height), columns [left, left + width).
+struct CropBox {
+  int top = 0, left = 0, height = 0, width = 0;
+  friend bool operator==(const CropBox&, const CropBox&) = default;
+};
+
 struct ImageView {
   const uint8_t* data = nullptr;  // pixel (0, 0), channel 0
   int height = 0, width = 0, channels = 0;

@@ -33,7 +33,7 @@ const char* ReadsWhat(const std::string& format) {
          "[N, H, W, C] with their labels in .labels.npy beside them)";
 }
 
-absl::Status CheckName(const std::string& field, const std::string& value) {
+absl::Status CheckNameField(const std::string& field, const std::string& value) {
   if (value.size() > kMaxStreamedName) {
     return StreamedInvalid(field, absl::StrCat("longer than ", kMaxStreamedName, " characters"));
   }
@@ -75,7 +75,7 @@ absl::Status CheckLayout(v1::DatasetSpec* ds, const DataRoots& roots) {
                                        std::pair("dataset.test_split", &ds->test_split()),
                                        std::pair("dataset.image_key", &ds->image_key()),
                                        std::pair("dataset.label_key", &ds->label_key())}) {
-      RETURN_IF_ERROR(CheckName(field, *value));
+      RETURN_IF_ERROR(CheckNameField(field, *value));
     }
     if (ds->image_key() == ds->label_key()) {
       return StreamedInvalid("dataset.label_key",

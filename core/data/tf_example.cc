@@ -246,7 +246,7 @@ void PutBytes(uint32_t field, absl::string_view bytes, std::string* out) {
   out->append(bytes.data(), bytes.size());
 }
 
-std::string Entry(absl::string_view key, const std::string& feature) {
+std::string MapEntry(absl::string_view key, const std::string& feature) {
   std::string e;
   PutBytes(1, key, &e);
   PutBytes(2, feature, &e);
@@ -265,12 +265,12 @@ std::string ImageExampleBytes(absl::string_view image_key, absl::string_view ima
   PutBytes(3, int64_list, &label_feature);
   // The map's entries in key order.
   const bool image_first = image_key < label_key;
-  PutBytes(1,
-           Entry(image_first ? image_key : label_key, image_first ? image_feature : label_feature),
-           &features);
-  PutBytes(1,
-           Entry(image_first ? label_key : image_key, image_first ? label_feature : image_feature),
-           &features);
+  PutBytes(
+      1, MapEntry(image_first ? image_key : label_key, image_first ? image_feature : label_feature),
+      &features);
+  PutBytes(
+      1, MapEntry(image_first ? label_key : image_key, image_first ? label_feature : image_feature),
+      &features);
   PutBytes(1, features, &example);
   return example;
 }

@@ -209,7 +209,8 @@ absl::StatusOr<TfRecordIndex> ParseTfRecordIndex(const std::string& bytes,
 }
 
 std::string IndexPathBeside(const std::string& shard_path) {
-  return shard_path + ".lockstep-index";
+  const std::filesystem::path p(shard_path);
+  return (p.parent_path() / absl::StrCat(".", p.filename().string(), ".lockstep-index")).string();
 }
 
 std::string IndexPathInCache(const std::string& shard_path, const std::string& cache_dir) {

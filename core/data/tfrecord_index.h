@@ -7,8 +7,9 @@
 // same size and modification time with the same feature names; otherwise it is built
 // again and replaced.
 //
-// The file, "SHARD.lockstep-index" (in a cache folder "<16 hex digits of SHA-256 of the
-// shard's path>-SHARD.lockstep-index"), little-endian: "LSTFIDX1", the shard's size (u64)
+// The file, ".SHARD.lockstep-index" beside the shard (hidden: globs of the shards, such as
+// "NAME-train.tfrecord*", leave it out), or "<16 hex digits of SHA-256 of the shard's
+// path>-SHARD.lockstep-index" in a cache folder, little-endian: "LSTFIDX1", the shard's size (u64)
 // and mtime in ns (i64), the image and label keys (u32 length + bytes each), the record
 // count (u64), per record its offset, length (u64) and label (i64), then the SHA-256 of
 // all that.

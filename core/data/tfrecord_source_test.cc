@@ -4,8 +4,13 @@
 #include <sys/stat.h>
 #include <utime.h>
 
+#include <cstring>
 #include <filesystem>
 
+#include "core/data/dataset.h"
+#include "core/data/idx.h"
+#include "core/data/image_testing.h"
+#include "core/data/image_transform.h"
 #include "core/data/tfrecord_index.h"
 #include "core/data/tfrecord_testing.h"
 #include "core/io/tfrecord.h"
@@ -85,7 +90,7 @@ TEST_F(TfRecordSourceTest, ShardsAreFoundAndCheckedByName) {
                        HasSubstr("dataset.path: /shown/nope: no such folder")));
   for (int i : {0, 1, 3}) dir_.Write(TfRecordShardName("fm", "train", i, 4), "");
   dir_.Write(TfRecordShardName("fm", "test", 2, 4), "");  // another split
-  dir_.Write("fm-train.tfrecord-00002-of-00004.lockstep-index", "");
+  dir_.Write(".fm-train.tfrecord-00002-of-00004.lockstep-index", "");
   EXPECT_THAT(FindTfRecordShards(d, "/shown", "fm", "train"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("dataset.path: /shown/fm-train.tfrecord-00002-of-00004: missing "
@@ -213,6 +218,41 @@ TEST_F(TfRecordSourceTest, ReadsCheckTheCrcAgain) {
   EXPECT_THAT(source->Read(2, &ex),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("record 2: the shard changed since it was opened")));
+}
+
+// Fashion-MNIST as TFDS stores it (PNGs in TFRecord shards) gives the IDX path's floats
+// bit for bit, through OpenExampleSource and ImageTransform (300 test images, normalized).
+TEST_F(TfRecordSourceTest, FashionMnistAsPngShardsEqualsTheIdxPath) {
+  const std::string dir = kDefaultDatasetPath;
+  if (!fs::exists(dir + "/t10k-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << dir << " is missing (Debian's dataset-fashion-mnist)";
+  }
+  ASSERT_OK_AND_ASSIGN(Dataset idx, LoadIdxDataset(dir, Split::kTest));
+  ASSERT_OK_AND_ASSIGN(IdxArray pixels, ReadIdx(dir + "/t10k-images-idx3-ubyte.gz", 3));
+  const int n = 300;
+  std::vector<ImageRecord> records;
+  for (int i = 0; i < n; ++i) {
+    const std::vector<uint8_t> image(pixels.data.begin() + i * 784,
+                                     pixels.data.begin() + (i + 1) * 784);
+    records.push_back({testing::EncodePng(image, 28, 28, 1), idx.labels[i]});
+  }
+  WriteTfRecordShards(dir_.path().string(), "fm", "train", records, 3);
+  v1::DatasetSpec spec = Spec();
+  spec.mutable_normalize()->add_mean(0.2860);
+  spec.mutable_normalize()->add_std(0.3530);
+  ASSERT_OK(Normalize(spec.normalize(), &idx));
+  ASSERT_OK_AND_ASSIGN(auto source, OpenExampleSource(spec, Split::kTrain, {}));
+  ASSERT_OK_AND_ASSIGN(auto transform, ImageTransform::Create(spec, Split::kTrain, {28, 28, 1}));
+  auto scratch = transform->NewScratch();
+  StoredExample stored;
+  std::vector<float> out(784);
+  int64_t label = 0;
+  for (int i = 0; i < n; ++i) {
+    ASSERT_OK(
+        ReadAndTransform(*source, *transform, i, {}, scratch.get(), &stored, out.data(), &label));
+    ASSERT_EQ(label, idx.labels[i]);
+    ASSERT_EQ(0, std::memcmp(out.data(), &idx.images[i * 784], 784 * sizeof(float))) << i;
+  }
 }
 
 }  // namespace
