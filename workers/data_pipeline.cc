@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace lockstep {
 namespace {
@@ -155,22 +156,19 @@ absl::Status DataPipeline::DecodeOne(int32_t index, rng::Key key, StoredExample&
     return absl::InvalidArgumentError(absl::StrCat(
         "sample index ", index, " is outside the dataset (", source_->size(), " examples)"));
   }
-  if (absl::Status st = source_->Read(index, &stored); !st.ok()) return st;
-  if (stored.label < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(source_->Where(index), ": label ", stored.label,
-                                                   " is negative (labels are class indices)"));
-  }
-  if (options_.num_classes > 0 && stored.label >= options_.num_classes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source_->Where(index), ": label ", stored.label, " is not in [0, ", options_.num_classes,
-        "): the model's last layer has ", options_.num_classes, " outputs"));
-  }
   const rng::Key example_key =
       transform_->random() ? rng::FoldIn(key, static_cast<uint32_t>(index)) : key;
-  if (absl::Status st = transform_->Apply(stored, example_key, scratch, out); !st.ok()) {
-    return absl::Status(st.code(), absl::StrCat(source_->Where(index), ": ", st.message()));
+  int64_t l = 0;
+  RETURN_IF_ERROR(
+      ReadAndTransform(*source_, *transform_, index, example_key, scratch, &stored, out, &l));
+  // CheckSplitFitsModel checked the split's largest label at the job's start; a label
+  // read now is the index's, unless the file changed since.
+  if (l < 0 || (options_.num_classes > 0 && l >= options_.num_classes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_->Where(index), ": label ", l, " is not in [0, ", options_.num_classes,
+                     "): the model's last layer has ", options_.num_classes, " outputs"));
   }
-  *label = static_cast<int32_t>(stored.label);
+  *label = static_cast<int32_t>(l);
   return absl::OkStatus();
 }
 

@@ -190,7 +190,8 @@ TEST(DataPipelineTest, LabelsOutsideTheModelsClassesAndIndicesOutsideTheSplitAre
                        HasSubstr("test.rec: record 4: label 12 is not in [0, 10)")));
   f.source->label = -1;
   EXPECT_THAT(f.pipeline->Take(1, {}, idx, images.data(), labels.data()),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("label -1 is negative")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("test.rec: record 4: label -1 is not in [0, 10)")));
   const std::vector<int32_t> outside = {100};
   EXPECT_THAT(f.pipeline->Take(2, {}, outside, images.data(), labels.data()),
               StatusIs(absl::StatusCode::kInvalidArgument,

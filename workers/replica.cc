@@ -44,33 +44,16 @@ absl::Status CheckReplicaConfig(const ReplicaConfig& config) {
 namespace {
 
 // The read-ahead of a streamed split (docs/datasets.md: dataset.stream).
-// INVALID_ARGUMENT, as CheckDatasetFitsModel says it for datasets in memory, when the
-// model cannot train on `source`: it reads tokens, or a label lies past its classes.
-absl::Status CheckStreamFitsModel(const v1::DatasetSpec& spec, Split split,
-                                  const ExampleSource& source, const Model& model) {
+absl::StatusOr<std::unique_ptr<DataPipeline>> OpenStream(
+    const v1::DatasetSpec& spec, Split split, std::shared_ptr<const ExampleSource> source,
+    const Model& model, int batches_ahead) {
   if (model.positions() > 1 || model.layers().front().kind == LayerKind::kEmbed) {
     return absl::InvalidArgumentError(absl::StrCat("dataset.format: ", spec.format(),
                                                    " streams images; this model reads tokens"));
   }
-  const ExampleSource::MaxLabel max = source.max_label();
-  if (max.label >= model.num_classes()) {
-    const bool train = split == Split::kTrain;
-    const std::string field = spec.format() == "tfrecord" ? "dataset.path"
-                              : train                     ? "dataset.train_path"
-                                                          : "dataset.test_path";
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": ", source.Where(max.index), ": label ", max.label, " is not in [0, ",
-        model.num_classes(), "): the model's last layer has ", model.num_classes(), " outputs"));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::unique_ptr<DataPipeline>> OpenStream(
-    const v1::DatasetSpec& spec, Split split, std::shared_ptr<const ExampleSource> source,
-    const Model& model, int batches_ahead) {
-  RETURN_IF_ERROR(CheckStreamFitsModel(spec, split, *source, model));
   ASSIGN_OR_RETURN(std::unique_ptr<ImageTransform> transform,
                    ImageTransform::Create(spec, split, model.input()));
+  RETURN_IF_ERROR(CheckSplitFitsModel(*source, *transform, model.num_classes()));
   DataPipeline::Options options;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   options.threads = spec.stream().threads() > 0 ? static_cast<int>(spec.stream().threads())

@@ -187,8 +187,9 @@ absl::StatusOr<Datasets> LoadDatasets(const v1::DatasetSpec& spec, const DataRoo
     ASSIGN_OR_RETURN(d.test, LoadNpzDataset(spec.test_path(), "dataset.test_path", spec.image_key(),
                                             spec.label_key(), max_bytes, roots));
   } else {
-    ASSIGN_OR_RETURN(d.train, LoadIdxDataset(spec.path(), Split::kTrain, max_bytes, roots));
-    ASSIGN_OR_RETURN(d.test, LoadIdxDataset(spec.path(), Split::kTest, max_bytes, roots));
+    constexpr uint64_t kNoLimit = std::numeric_limits<uint64_t>::max();
+    ASSIGN_OR_RETURN(d.train, LoadIdxDataset(spec.path(), Split::kTrain, kNoLimit, roots));
+    ASSIGN_OR_RETURN(d.test, LoadIdxDataset(spec.path(), Split::kTest, kNoLimit, roots));
   }
   if (!SameShape(d.train.shape, d.test.shape)) {
     return Invalid(d.test.field, absl::StrCat(d.test.images_from, ": images are ",
