@@ -43,7 +43,7 @@ class StepFanout {
   absl::StatusOr<std::vector<StepResult>> Take(int64_t step, absl::Duration timeout);
   // After Take failed: every worker's answer to `step` if each has one queued already
   // (the step completed everywhere before the failure), without waiting; NOT_FOUND
-  // otherwise. An elastic resize continues after such a step (job_resize.cc).
+  // otherwise. An elastic resize continues after such a step (jobs/attempt_kept.cc).
   absl::StatusOr<std::vector<StepResult>> TakeAnswered(int64_t step);
 
   // No more commands: waits until every worker has ended its stream, at most `timeout`
