@@ -1,6 +1,7 @@
 // JobManager's core: a job's life as a state machine. Submit queues it, the scheduler
 // thread (SchedulerLoop, ScheduleLocked) starts it on workers, RunJob runs it to its end
-// state, Replace takes it through RECOVERING after a lost worker, Cancel ends it; every
+// state, Recovering takes it through RECOVERING after a lost worker (the scheduler gives it
+// workers again, or ExpireRecoveriesLocked says none came), Cancel ends it; every
 // change goes through SetStateLocked and reaches the disk in Persist. The manager's other
 // concerns have files of their own: job_manager_restart.cc (Start: the records reloaded),
 // job_manager_drain.cc, job_manager_limits.cc (per-user limits at submit and at start),
@@ -127,9 +128,10 @@ void JobManager::SchedulerLoop() {
         }
       }
       ScheduleLocked(&saves);
+      ExpireRecoveriesLocked();
       metrics_->SetWorkers(pool_->Views().size());
       ended.swap(ended_);
-      const absl::Time now = absl::Now();
+      const absl::Time now = options_.clock->Now();
       std::erase_if(logs_to_close_, [now](const auto& due) {
         if (due.first > now) return false;
         due.second->Close();
@@ -188,8 +190,8 @@ void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Sta
     if (rec.watchers == 0) rec.log->Compact(rec.history.Events());  // else when the last goes
   }
   if (IsTerminal(state)) {  // closed once the workers' last lines had time to come
-    logs_to_close_.emplace_back(absl::Now() + 2 * options_.heartbeat_interval + absl::Seconds(1),
-                                rec.logs);
+    logs_to_close_.emplace_back(
+        options_.clock->Now() + 2 * options_.heartbeat_interval + absl::Seconds(1), rec.logs);
   }
   LogJob(reason.ok() ? spdlog::level::info : spdlog::level::warn, {rec.job.id()},
          absl::StrCat(v1::JobState_Name(state), reason.ok() ? "" : ": ", reason.message()));
@@ -292,7 +294,10 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const Principa
 
 void JobManager::ScheduleLocked(std::vector<Save>* saves) {
   metrics_->SetQueueLength(queue_.size());
-  if (stopping_ || (queue_.empty() && recovering_.empty())) return;
+  if (stopping_ || (queue_.empty() && recovering_.empty())) {
+    OfferLocked();
+    return;
+  }
   // Jobs recovering from lost workers come first: they held workers already.
   std::vector<JobDemand> demands;
   for (const std::string& id : recovering_) demands.push_back(DemandOf(jobs_[id]->job));
@@ -309,7 +314,7 @@ void JobManager::ScheduleLocked(std::vector<Save>* saves) {
       rec.job.clear_waiting_for();
       for (const PoolWorker& w : *workers) rec.job.add_workers(w.id);
       SetStateLocked(rec, v1::RUNNING, absl::OkStatus(), saves);
-      rec.replacement = std::move(workers).value();  // Replace hands them to the runner
+      rec.runner->GiveWorkers(std::move(workers).value());
       continue;
     }
     std::erase(queue_, p.job_id);
@@ -324,6 +329,54 @@ void JobManager::ScheduleLocked(std::vector<Save>* saves) {
     rec.thread = std::thread([this, r = &rec] { RunJob(r); });
   }
   metrics_->SetQueueLength(queue_.size());
+  OfferLocked();
+}
+
+void JobManager::OfferLocked() {
+  // Jobs waiting for workers come first (first come, first served).
+  if (stopping_ || !queue_.empty() || !recovering_.empty()) return;
+  std::vector<WorkerView> views;  // read once: the offers below take from it
+  for (auto& [id, rec] : jobs_) {
+    const v1::JobSpec& spec = rec->job.spec();
+    const int most = static_cast<int>(spec.workers()) - rec->job.workers_size();
+    if (!rec->runner || rec->job.state() != v1::RUNNING || spec.replicas() == 0 || most <= 0 ||
+        rec->cancelled || !rec->suspending.empty() || !rec->offered.empty()) {
+      continue;
+    }
+    if (views.empty()) views = pool_->Views();
+    JobDemand demand;
+    demand.id = id;
+    demand.device = spec.device();
+    demand.threads = spec.threads();
+    std::vector<std::string> ids;
+    for (WorkerView& w : views) {
+      if (static_cast<int>(ids.size()) < most && w.free && Suits(w, demand)) {
+        ids.push_back(w.id);
+        w.free = false;
+      }
+    }
+    if (ids.empty()) continue;
+    absl::StatusOr<std::vector<PoolWorker>> got = pool_->Assign(id, ids);
+    if (!got.ok()) continue;  // the pool changed meanwhile: the next round offers again
+    for (const PoolWorker& w : *got) rec->ran_on.insert(w.id);
+    rec->offered = std::move(ids);
+    rec->runner->OfferWorkers(*std::move(got));
+  }
+}
+
+void JobManager::ExpireRecoveriesLocked() {
+  const absl::Time now = options_.clock->Now();
+  for (auto it = recovering_.begin(); it != recovering_.end();) {
+    Record& rec = *jobs_[*it];
+    if (now < rec.recover_until || !rec.runner) {
+      ++it;
+      continue;
+    }
+    rec.runner->NoWorkers(absl::DeadlineExceededError(
+        absl::StrCat("no ", rec.job.spec().workers(), " healthy workers within ",
+                     absl::FormatDuration(rec.recover_timeout), " (", rec.job.waiting_for(), ")")));
+    it = recovering_.erase(it);
+  }
 }
 
 void JobManager::RunJob(Record* rec) {
@@ -335,7 +388,9 @@ void JobManager::RunJob(Record* rec) {
   {
     absl::MutexLock lock(&mu_);
     for (const std::string& w : out.unreachable) pool_->Drop(w);
-    pool_->Release(id);
+    pool_->Release(id);  // offered workers it never took included
+    rec->offered.clear();
+    std::erase(recovering_, id);  // cancelled or drained while it waited for workers
     rec->job.clear_waiting_for();
     if (!st.ok() && !rec->cancelled && rec->runner->draining()) {
       // Stopped by the coordinator's stop, or suspended: recorded to continue (from the
@@ -361,57 +416,24 @@ void JobManager::RunJob(Record* rec) {
   Persist(std::move(saves));
 }
 
-absl::StatusOr<std::vector<PoolWorker>> JobManager::Replace(Record& rec,
-                                                            const std::vector<std::string>& lost,
-                                                            const absl::Status& reason,
-                                                            absl::Duration timeout,
-                                                            const CancelToken& cancel) {
+void JobManager::Recovering(Record& rec, const std::vector<std::string>& lost,
+                            const absl::Status& reason, absl::Duration timeout) {
   std::vector<Save> saves;
   {
     absl::MutexLock lock(&mu_);
     for (const std::string& w : lost) pool_->Drop(w);
-    pool_->Release(rec.job.id());
+    pool_->Release(rec.job.id());  // the workers it was offered and had not taken too
+    rec.offered.clear();
     rec.job.clear_workers();
     rec.job.set_recoveries(rec.job.recoveries() + 1);
     metrics_->Recovery();
-    rec.replacement.reset();
+    rec.recover_until = options_.clock->Now() + timeout;
+    rec.recover_timeout = timeout;
     SetStateLocked(rec, v1::RECOVERING, reason, &saves);
     recovering_.push_back(rec.job.id());
     kicked_ = true;  // the scheduler gives it workers first
   }
   Persist(std::move(saves));  // on disk while it waits
-  absl::StatusOr<std::vector<PoolWorker>> out;
-  {
-    absl::MutexLock lock(&mu_);
-    const std::string& id = rec.job.id();
-    // Whoever cancels the token, stops the manager or cancels the job does it under mu_
-    // (Abort, Drain, Cancel) or wakes it within the scheduler's round: the condition is
-    // evaluated again when they release it.
-    auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return rec.replacement.has_value() || rec.cancelled || stopping_ || cancel.cancelled();
-    };
-    mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
-    const bool got =
-        rec.replacement.has_value() && !rec.cancelled && !stopping_ && !cancel.cancelled();
-    if (got) {
-      out = std::move(*rec.replacement);
-      rec.replacement.reset();
-    } else {
-      std::erase(recovering_, id);
-      if (rec.cancelled) {
-        out = absl::CancelledError("cancelled by the user");
-      } else if (cancel.cancelled()) {
-        out = cancel.status();
-      } else if (stopping_) {
-        out = Stopping(" (drain) while the job waited for workers");
-      } else {
-        out = absl::DeadlineExceededError(
-            absl::StrCat("no ", rec.job.spec().workers(), " healthy workers within ",
-                         absl::FormatDuration(timeout), " (", rec.job.waiting_for(), ")"));
-      }
-    }
-  }
-  return out;
 }
 
 absl::Status JobManager::WorkerLeaving(const std::string& worker_id, const std::string& identity) {
@@ -474,7 +496,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& id) {
       metrics_->SetQueueLength(queue_.size());
       SetStateLocked(*rec, v1::CANCELLED, absl::CancelledError("cancelled by the user"), &saves);
     } else if (rec->runner) {
-      rec->cancelled = true;  // ends a wait for workers (Replace)
+      rec->cancelled = true;
       rec->runner->Abort(absl::CancelledError("cancelled by the user"));
     }
     out = rec->job;

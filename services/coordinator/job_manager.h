@@ -176,14 +176,16 @@ class JobManager {
   // continue from its newest snapshot (as a restarted coordinator's jobs do).
   void RequeueLocked(Record& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunJob(Record* rec);
-  // A running job lost workers (WorkerSupply::Replace for its runner): RECOVERING until
-  // the scheduler gives it workers again, first in line.
-  // Ends early, with the status Replace documents, when `cancel` is cancelled or the
-  // manager stops.
-  absl::StatusOr<std::vector<PoolWorker>> Replace(Record& rec, const std::vector<std::string>& lost,
-                                                  const absl::Status& reason,
-                                                  absl::Duration timeout, const CancelToken& cancel)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // A running job lost workers (WorkerSupply::Recovering, from its runner): RECOVERING,
+  // first in line, until the scheduler gives it workers (JobRunner::GiveWorkers) or
+  // `timeout` passes (JobRunner::NoWorkers, ExpireRecoveriesLocked).
+  void Recovering(Record& rec, const std::vector<std::string>& lost, const absl::Status& reason,
+                  absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
+  // Tells the recovering jobs whose wait is over that no workers come.
+  void ExpireRecoveriesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Offers free workers to running elastic jobs below their most (JobRunner::OfferWorkers),
+  // one offer a job at a time, none while other jobs wait for workers.
+  void OfferLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether every job's thread ended and its records are written.
   bool SettledLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Changes the job's state, logs the state event, and queues the record's write.

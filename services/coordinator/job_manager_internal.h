@@ -55,16 +55,21 @@ struct JobManager::Record {
   // joined.
   std::string suspending;
   bool requeue = false;
-  // RECOVERING: the workers the scheduler gave it, for its runner to take (Replace).
-  std::optional<std::vector<PoolWorker>> replacement;
+  // RECOVERING (in recovering_): until when it waits for workers, and that wait's length.
+  absl::Time recover_until;
+  absl::Duration recover_timeout;
+  // RUNNING, elastic and below its most: the ids of the workers offered to grow onto that
+  // its runner has not yet taken (OfferLocked); one offer at a time.
+  std::vector<std::string> offered;
   JobSeries* series = nullptr;  // its metrics, from its start (CoordinatorMetrics)
   std::unique_ptr<Sink> sink;
   std::unique_ptr<JobRunner> runner;  // while the job runs, until its thread is joined
   std::thread thread;
 };
 
-// Forwards a runner's progress into the job's summary (under the manager's lock) and its
-// event log (outside it), and gives it workers again after a loss (Replace). Called on the
+// Forwards a runner's reports into the job's summary (under the manager's lock) and its
+// event log (outside it): its progress, and its membership (a loss, a resize, a liar).
+// Returns nothing the runner waits for: workers go to the runner as events. Called on the
 // job's runner thread (job_manager_sink.cc).
 class JobManager::Sink final : public JobSink, public WorkerSupply {
  public:
@@ -73,14 +78,11 @@ class JobManager::Sink final : public JobSink, public WorkerSupply {
   void OnSnapshot(int64_t step, uint64_t param_checksum) override;
   void OnRendezvous(const std::string& prefix, const std::vector<PoolWorker>& workers) override;
   void OnNote(const std::string& why) override;
-  absl::StatusOr<std::vector<PoolWorker>> Replace(const std::vector<std::string>& lost,
-                                                  const absl::Status& reason,
-                                                  absl::Duration timeout,
-                                                  const CancelToken& cancel) override;
+  void Recovering(const std::vector<std::string>& lost, const absl::Status& reason,
+                  absl::Duration timeout) override;
   void Quarantine(const PoolWorker& worker, const std::string& why) override;
   void Resized(const std::vector<PoolWorker>& workers, const std::vector<std::string>& lost,
                const std::string& why, const std::vector<std::string>& released) override;
-  std::vector<PoolWorker> Offer(int most) override;
   void OnRunning(int64_t total) override;
   void OnStep(const v1::StepEvent& e) override;
   void OnEval(const v1::EvalResult& r) override;

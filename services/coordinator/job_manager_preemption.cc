@@ -19,7 +19,7 @@
 namespace lockstep {
 
 void JobManager::PreemptLocked(const std::string& blocked, const std::vector<JobDemand>& demands) {
-  const absl::Time now = absl::Now();
+  const absl::Time now = options_.clock->Now();
   if (preempting_for_ == blocked && now < preempt_until_) return;  // workers on their way
   auto demand = std::find_if(demands.begin(), demands.end(),
                              [&](const JobDemand& d) { return d.id == blocked; });

@@ -1,7 +1,7 @@
 // JobManager::Sink: a running job's progress (steps, evals, snapshots, its rendezvous) into
 // its summary, metrics, event log and TensorBoard files, on the job's runner thread; and its
-// request for workers again after a loss, handed to JobManager::Replace, and a lying
-// worker's quarantine (an audit's verdict), handed to the pool.
+// membership reports: a loss (JobManager::Recovering: the scheduler gives it workers
+// again), a resize, and a lying worker's quarantine (an audit's verdict), handed to the pool.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -10,7 +10,6 @@
 #include "services/common/job_log.h"
 #include "services/coordinator/job_manager.h"
 #include "services/coordinator/job_manager_internal.h"
-#include "services/coordinator/scheduler.h"
 #include "services/coordinator/witness.h"
 
 namespace lockstep {
@@ -67,10 +66,9 @@ void JobManager::Sink::OnRendezvous(const std::string& prefix,
   m_->kv_->Open(rec_->job.id(), prefix, std::move(members));
 }
 
-absl::StatusOr<std::vector<PoolWorker>> JobManager::Sink::Replace(
-    const std::vector<std::string>& lost, const absl::Status& reason, absl::Duration timeout,
-    const CancelToken& cancel) {
-  return m_->Replace(*rec_, lost, reason, timeout, cancel);
+void JobManager::Sink::Recovering(const std::vector<std::string>& lost, const absl::Status& reason,
+                                  absl::Duration timeout) {
+  m_->Recovering(*rec_, lost, reason, timeout);
 }
 
 void JobManager::Sink::Quarantine(const PoolWorker& worker, const std::string& why) {
@@ -88,7 +86,10 @@ void JobManager::Sink::Resized(const std::vector<PoolWorker>& workers,
     m_->pool_->Free(released);  // back to the pool (a leaving one is never assigned again)
     m_->metrics_->Resized();
     rec_->job.clear_workers();
-    for (const PoolWorker& w : workers) rec_->job.add_workers(w.id);
+    for (const PoolWorker& w : workers) {
+      rec_->job.add_workers(w.id);
+      std::erase(rec_->offered, w.id);  // taken
+    }
     m_->kicked_ = true;  // workers changed: the scheduler looks again
   }
   // An event with its reason (`lockstep watch` shows it); the job stays RUNNING.
@@ -97,26 +98,6 @@ void JobManager::Sink::Resized(const std::vector<PoolWorker>& workers,
 
 void JobManager::Sink::OnNote(const std::string& why) {
   log_->Append(job_manager_internal::StateEvent(v1::RUNNING, why));
-}
-
-std::vector<PoolWorker> JobManager::Sink::Offer(int most) {
-  absl::MutexLock lock(&m_->mu_);
-  // Jobs waiting for workers come first (first come, first served).
-  if (m_->stopping_ || !m_->queue_.empty() || !m_->recovering_.empty()) return {};
-  const v1::JobSpec& spec = rec_->job.spec();
-  JobDemand demand;
-  demand.id = rec_->job.id();
-  demand.device = spec.device();
-  demand.threads = spec.threads();
-  std::vector<std::string> ids;
-  for (const WorkerView& w : m_->pool_->Views()) {
-    if (static_cast<int>(ids.size()) < most && w.free && Suits(w, demand)) ids.push_back(w.id);
-  }
-  if (ids.empty()) return {};
-  absl::StatusOr<std::vector<PoolWorker>> got = m_->pool_->Assign(rec_->job.id(), ids);
-  if (!got.ok()) return {};  // the pool changed meanwhile: the next boundary asks again
-  for (const PoolWorker& w : *got) rec_->ran_on.insert(w.id);
-  return *std::move(got);
 }
 
 void JobManager::Sink::OnRunning(int64_t total) {

@@ -18,6 +18,10 @@
 namespace lockstep {
 namespace {
 
+// How long past a recovery's timeout the job waits for its supply's answer (JobManager
+// answers within a scheduling round of the timeout) before it gives up by itself.
+constexpr absl::Duration kSupplyMargin = absl::Seconds(10);
+
 // The status an attempt's end gives the job, where it ends it.
 absl::Status StatusOf(const AttemptEnd& end) {
   if (const auto* c = std::get_if<Cancelled>(&end)) return c->why;
@@ -61,7 +65,7 @@ absl::Status JobRunner::Loop() {
     // The attempt before is gone now (its connections with it); this one stays until the
     // next, or the runner, goes.
     attempt_.reset();
-    attempt_ = std::make_unique<Attempt>(&job_, std::move(workers), factory_, &events_, supply_);
+    attempt_ = std::make_unique<Attempt>(&job_, std::move(workers), factory_, &events_);
     Attempt& attempt = *attempt_;
     AttemptEnd end = attempt.Run();
     const int n = static_cast<int>(attempt.workers().size());
@@ -175,9 +179,11 @@ absl::StatusOr<std::vector<PoolWorker>> JobRunner::Recover(const absl::Status& f
   if (supply_ == nullptr) return failure;
   ++job_.outcome().recoveries;
   if (counted) ++counted_recoveries_;
-  absl::StatusOr<std::vector<PoolWorker>> workers = supply_->Replace(
-      lost, failure, absl::Seconds(job_.spec().recovery().recovery_timeout_seconds()),
-      events_.job());
+  const absl::Duration timeout = absl::Seconds(job_.spec().recovery().recovery_timeout_seconds());
+  supply_->Recovering(lost, failure, timeout);
+  events_.DropOffers();  // the supply took back whatever it had offered
+  // The supply answers within `timeout`; the margin is for its scheduling round.
+  absl::StatusOr<std::vector<PoolWorker>> workers = events_.AwaitWorkers(timeout + kSupplyMargin);
   if (workers.ok() || absl::IsCancelled(workers.status()) || events_.draining()) return workers;
   return absl::Status(
       failure.code(),

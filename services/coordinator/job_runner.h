@@ -17,9 +17,10 @@
 // Recovery by replay: at the spec's cadence the attempt drains the pipeline, fetches the
 // state from rank 0 (checked against every replica's checksum) and keeps it as the job's
 // snapshot, in memory and on disk. When workers are lost (a crash, a partition, a stall),
-// the runner releases the survivors, asks its WorkerSupply for healthy workers, and the
-// next attempt prepares them from the snapshot and replays the steps since: each step's
-// inputs come from the plan, so the job ends bitwise where an undisturbed one would.
+// the runner releases the survivors, tells its WorkerSupply it is recovering and waits for
+// the workers it gives (GiveWorkers), and the next attempt prepares them from the snapshot
+// and replays the steps since: each step's inputs come from the plan, so the job ends
+// bitwise where an undisturbed one would.
 //
 // The audit (JobSpec.audit, audit.h, docs/audit.md): at its cadence a random rank's
 // shard is recomputed by a checker (and a tie-breaker, with 3 or more workers) in the same
@@ -27,8 +28,12 @@
 // passed, and a failed one ends the attempt: the liar is quarantined (WorkerSupply) and
 // replaced, and the job replays from that snapshot.
 //
-// Thread safety: Run on one thread; Abort, Drain, LoseWorker and ReleaseWorkers from any:
-// they are events (jobs/events.h) that the job's thread takes. Cancellation is sticky.
+// One direction of calls: whoever runs the job (the JobManager) talks to it only through
+// events (Abort, Drain, LoseWorker, ReleaseWorkers, GiveWorkers, NoWorkers, OfferWorkers:
+// jobs/events.h) that the job's thread takes; the job talks back only through reports
+// (JobSink, WorkerSupply) that return nothing and wait for nothing.
+//
+// Thread safety: Run on one thread; the events from any. Cancellation is sticky.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_JOB_RUNNER_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_JOB_RUNNER_H_
 
@@ -90,12 +95,18 @@ class JobRunner {
   // without them: the others keep their state, the replicas are rebalanced, the released
   // workers are released (WorkerSupply::Resized names them) and nothing is computed again.
   // A job that cannot (not elastic, or too few left) takes a snapshot there and recovers
-  // from it on replacements (WorkerSupply::Replace, nothing replayed; not counted against
+  // from it on replacements (WorkerSupply::Recovering, nothing replayed; not counted against
   // recovery.max_restarts). Ids not among the job's workers are kept in case they become
   // so (a replacement). Thread-safe; without a WorkerSupply it does nothing.
   void ReleaseWorkers(std::vector<std::string> ids, std::string why) {
     events_.Release(std::move(ids), std::move(why));
   }
+  // The supply's answers (WorkerSupply): workers for a job that waits for them after a loss
+  // (rank order), or why none come; workers an elastic job below its most may grow onto at
+  // its next step boundary. Thread-safe.
+  void GiveWorkers(std::vector<PoolWorker> workers) { events_.GiveWorkers(std::move(workers)); }
+  void NoWorkers(absl::Status why) { events_.NoWorkers(std::move(why)); }
+  void OfferWorkers(std::vector<PoolWorker> workers) { events_.Offer(std::move(workers)); }
 
  private:
   // Runs attempts until the decision table ends the job; its final status.

@@ -107,20 +107,23 @@ TEST(JobRunnerTest, AbortCancelsAPrepareInFlight) {
   }
 }
 
-// Gives a job `replacements` when it asks (Replace), no workers to grow onto, and records
-// what its runner says.
+// Gives a job `replacements` when it is recovering (its runner's events), no workers to grow
+// onto, and records what its runner says.
 class SpareSupply final : public WorkerSupply {
  public:
   explicit SpareSupply(std::vector<PoolWorker> replacements = {})
       : replacements_(std::move(replacements)) {}
-  absl::StatusOr<std::vector<PoolWorker>> Replace(const std::vector<std::string>& lost,
-                                                  const absl::Status& reason, absl::Duration,
-                                                  const CancelToken&) override {
+  void Recovering(const std::vector<std::string>& lost, const absl::Status& reason,
+                  absl::Duration) override {
     replaced.push_back(reason);
     this->lost.push_back(lost);
-    if (replacements_.empty()) return absl::DeadlineExceededError("no spares");
-    return replacements_;
+    if (replacements_.empty()) {
+      runner->NoWorkers(absl::DeadlineExceededError("no spares"));
+    } else {
+      runner->GiveWorkers(replacements_);
+    }
   }
+  JobRunner* runner = nullptr;  // whose supply it is
   void Resized(const std::vector<PoolWorker>& workers, const std::vector<std::string>& lost,
                const std::string& why, const std::vector<std::string>& released) override {
     resized.push_back(why);
@@ -156,6 +159,7 @@ uint64_t Undisturbed(const v1::JobSpec& spec, int n, RecordingSink* events = nul
   RecordingSink& sink = events != nullptr ? *events : own;
   SpareSupply supply;
   JobRunner runner("job-1", spec, Workers(n), &factory, CoordinatorOptions(), &sink, &supply);
+  supply.runner = &runner;
   JobOutcome out;
   EXPECT_OK(runner.Run(&out));
   EXPECT_NE(out.param_checksum, 0u);
@@ -178,6 +182,7 @@ TEST(JobRunnerReleaseTest, AnElasticJobGoesOnWithoutReleasedWorkersAtAStepBounda
   RecordingSink sink;
   SpareSupply supply;
   JobRunner runner("job-1", spec, Workers(3), &factory, CoordinatorOptions(), &sink, &supply);
+  supply.runner = &runner;
   sink.on_step = [&](const v1::StepEvent& e) {
     if (e.step() == 3) runner.ReleaseWorkers({"w1", "w9"}, "leaving (SIGTERM)");
   };
@@ -215,6 +220,7 @@ TEST(JobRunnerReleaseTest, AJobThatCannotShrinkSnapshotsAtTheBoundaryAndGoesOnOn
     replacements.erase(replacements.begin() + 1);  // w0, w2 and the spare w3
     SpareSupply supply(replacements);
     JobRunner runner("job-1", spec, Workers(3), &factory, CoordinatorOptions(), &sink, &supply);
+    supply.runner = &runner;
     sink.on_step = [&](const v1::StepEvent& e) {
       if (e.step() == 5) runner.ReleaseWorkers({"w1"}, "leaving (SIGTERM)");
     };
@@ -271,6 +277,7 @@ void RunWithAnswersLost(const v1::JobSpec& spec, std::vector<FakeWorker> survivo
   CoordinatorOptions options;
   options.step_timeout = absl::Milliseconds(300);
   JobRunner runner("job-1", spec, Workers(3), &factory, options, &run->sink, &run->supply);
+  run->supply.runner = &runner;
   ASSERT_OK(runner.Run(&run->out));
   for (const char* w : {"fake:0", "fake:1"}) run->kept.push_back(factory.held(w)->Kept());
 }

@@ -45,11 +45,10 @@ class AbortingSink final : public JobSink, public WorkerSupply {
   void OnSnapshot(int64_t step, uint64_t) override {
     if (step == abort_at_ && runner != nullptr) runner->Abort(absl::CancelledError("stop here"));
   }
-  absl::StatusOr<std::vector<PoolWorker>> Replace(const std::vector<std::string>&,
-                                                  const absl::Status& reason, absl::Duration,
-                                                  const CancelToken&) override {
-    return absl::UnavailableError(
-        absl::StrCat("no spare workers in this test: ", reason.message()));
+  void Recovering(const std::vector<std::string>&, const absl::Status& reason,
+                  absl::Duration) override {
+    runner->NoWorkers(
+        absl::UnavailableError(absl::StrCat("no spare workers in this test: ", reason.message())));
   }
   JobRunner* runner = nullptr;
   std::vector<int64_t> steps;

@@ -31,10 +31,9 @@ void ForEachRank(int n, F f) {
 }  // namespace
 
 Attempt::Attempt(Job* job, std::vector<PoolWorker> workers, WorkerClientFactory* factory,
-                 JobEvents* events, WorkerSupply* supply)
+                 JobEvents* events)
     : job_(*job),
       events_(*events),
-      supply_(supply),
       workers_(std::move(workers)),
       number_(job->NextAttemptNumber()),
       cancel_(events->attempt()),

@@ -35,9 +35,9 @@ namespace lockstep {
 class Attempt {
  public:
   // Connects to `workers` (workers[r] is rank r), under the token `events` gave them
-  // (JobEvents::NewAttempt). `supply` may be null (no workers to grow onto).
+  // (JobEvents::NewAttempt).
   Attempt(Job* job, std::vector<PoolWorker> workers, WorkerClientFactory* factory,
-          JobEvents* events, WorkerSupply* supply);
+          JobEvents* events);
 
   AttemptEnd Run();
 
@@ -75,6 +75,19 @@ class Attempt {
   // the planned stop at a step boundary (Drained, Suspended, ResizeAt).
   absl::StatusOr<std::optional<AttemptEnd>> StepLoop(TrainingPlan& plan, int64_t total,
                                                      int64_t num_test);
+  struct Pipeline;
+  // A drain (`drain`) or a release due: one more step, and the hold after it.
+  absl::Status HoldForBoundary(Pipeline& p, bool drain);
+  // Sends steps until steps_in_flight are out or one needs a hold after it.
+  absl::Status Fill(Pipeline& p);
+  // The answers to the next step: its event, its audit's verdict, its time.
+  absl::Status Answer(Pipeline& p, std::vector<StepResult> got, bool checked);
+  // At the hold's step (`checksum`: the replicas' there): its evaluation, snapshot, and the
+  // attempt's planned stop if the hold is for one.
+  absl::StatusOr<std::optional<AttemptEnd>> AtHold(Pipeline& p, uint64_t checksum);
+  // Whether step `done`'s answers carry the replicas' checksums: the last, and every
+  // checksum_every_steps.
+  bool ChecksumDue(int64_t done, int64_t total) const;
   // One step command per worker: the step, the worker's dropout key, its shard, and how
   // long its all-reduce may wait for the peers. With `audit`, the audited rank is asked
   // for its gradients' digest and the checkers recompute its shard (audit.h).
@@ -97,7 +110,7 @@ class Attempt {
   // with `recover` set when the job cannot go on without them (the decision table's),
   // so that the boundary snapshots.
   std::optional<ResizeAt> ReleaseDue(bool* recover);
-  // Workers offered to an elastic job below its most (WorkerSupply::Offer), as a resize.
+  // Workers offered to an elastic job below its most (JobEvents::Offer), as a resize.
   std::optional<ResizeAt> GrowDue();
   // The stop at step `done` (drained; `checksum`: the replicas' there, 0 when not asked)
   // for `resize`: a grow fetches the state from rank 0 for the newcomers.
@@ -118,7 +131,6 @@ class Attempt {
 
   Job& job_;
   JobEvents& events_;
-  WorkerSupply* const supply_;
   const std::vector<PoolWorker> workers_;
   std::vector<std::unique_ptr<WorkerClient>> clients_;
   const int number_;  // the job's attempts before this one

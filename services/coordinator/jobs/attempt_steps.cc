@@ -151,9 +151,13 @@ std::optional<ResizeAt> Attempt::ReleaseDue(bool* recover) {
 
 std::optional<ResizeAt> Attempt::GrowDue() {
   const int most = static_cast<int>(job_.spec().workers()) - static_cast<int>(workers_.size());
-  if (!job_.logical() || supply_ == nullptr || most <= 0) return std::nullopt;
-  std::vector<PoolWorker> joining = supply_->Offer(most);
+  if (!job_.logical() || !job_.recovers() || most <= 0) return std::nullopt;
+  std::vector<PoolWorker> joining = events_.TakeOffer();
   if (joining.empty()) return std::nullopt;
+  if (static_cast<int>(joining.size()) > most) {  // the rest at a later boundary
+    events_.Offer({joining.begin() + most, joining.end()});
+    joining.resize(most);
+  }
   std::vector<std::string> ids;
   for (const PoolWorker& w : joining) ids.push_back(w.id);
   ResizeAt resize;
@@ -179,14 +183,30 @@ absl::StatusOr<AttemptEnd> Attempt::StopToResize(ResizeAt resize, int64_t done, 
   return resize;
 }
 
+// One attempt's pipeline of step commands, from the first sent to the last answered.
+struct Attempt::Pipeline {
+  TrainingPlan& plan;
+  const int64_t total, num_test, spe, first;
+  std::unique_ptr<StepFanout> fanout;
+  const AuditPlan audit;
+  std::map<int64_t, AuditPick> audits = {};  // the audited steps in flight
+  int64_t sent = first, done = first;
+  Hold hold = {};
+  std::optional<ResizeAt> resize = {};  // the hold's, with Hold::kResize
+  StepDeadline deadline;
+  double step_seconds = 0;  // answer to answer, holds excluded
+  absl::Time t_last;
+};
+
+bool Attempt::ChecksumDue(int64_t done, int64_t total) const {
+  const int64_t every = job_.spec().checksum_every_steps();
+  return done == total || (every > 0 && done % every == 0);
+}
+
 absl::StatusOr<std::optional<AttemptEnd>> Attempt::StepLoop(TrainingPlan& plan, int64_t total,
                                                             int64_t num_test) {
   const v1::JobSpec& spec = job_.spec();
   const CoordinatorOptions& options = job_.options();
-  const Clock& clock = *options.clock;
-  const int64_t b = spec.global_batch_size();
-  const int64_t spe = plan.steps_per_epoch();
-  JobOutcome& outcome = job_.outcome();
   job_.sink()->OnRunning(total);
   ASSIGN_OR_RETURN(std::unique_ptr<StepFanout> fanout,
                    StepFanout::Open(clients_, job_.id(), *cancel_, kStreamLifetime,
@@ -194,10 +214,6 @@ absl::StatusOr<std::optional<AttemptEnd>> Attempt::StepLoop(TrainingPlan& plan, 
                                       blamed_ = r;
                                       return WorkerError(r, st);
                                     }));
-  auto checksum_due = [&](int64_t done) {
-    return done == total ||
-           (spec.checksum_every_steps() > 0 && done % spec.checksum_every_steps() == 0);
-  };
   // The audit (audit.h): ranks compared only with ranks of equal threads.
   std::vector<uint32_t> threads;
   for (const PoolWorker& w : workers_) {
@@ -205,130 +221,154 @@ absl::StatusOr<std::optional<AttemptEnd>> Attempt::StepLoop(TrainingPlan& plan, 
                       : spec.threads() > 0    ? spec.threads()
                                               : w.threads);
   }
-  const AuditPlan audit(spec, std::move(threads));
-  std::map<int64_t, AuditPick> audits;  // the audited steps in flight
   const int64_t first = job_.start().step;
-  int64_t sent = first, done = first;
+  Pipeline p{.plan = plan,
+             .total = total,
+             .num_test = num_test,
+             .spe = plan.steps_per_epoch(),
+             .first = first,
+             .fanout = std::move(fanout),
+             .audit = AuditPlan(spec, std::move(threads)),
+             .deadline = StepDeadline(options.step_timeout, options.adaptive_step_deadline),
+             .t_last = options.clock->Now()};
   done_ = first;
-  Hold hold;
-  std::optional<ResizeAt> resize;  // the hold's, with Hold::kResize
-  double step_seconds = 0;
-  absl::Time t_last = clock.Now();
-  StepDeadline deadline(options.step_timeout, options.adaptive_step_deadline);
   if (job_.start().kept && first == total && job_.start().checksum != 0) {
-    outcome.param_checksum = job_.start().checksum;  // resized after the last step
+    job_.outcome().param_checksum = job_.start().checksum;  // resized after the last step
   }
   if (job_.start().kept && job_.eval_owed() == first) {  // resized where an evaluation failed
-    ASSIGN_OR_RETURN(v1::EvalResult eval, Evaluate(num_test, first, (first - 1) / spe));
+    ASSIGN_OR_RETURN(v1::EvalResult eval, Evaluate(num_test, first, (first - 1) / p.spe));
     job_.sink()->OnEval(eval);
   }
   job_.set_eval_owed(-1);
-  while (done < total) {
+  while (p.done < total) {
     RETURN_IF_ERROR(cancel_->status());
-    const bool drain = events_.draining() && sent + 1 < total;
-    bool recover = false;
-    // Workers released (ReleaseWorkers) leave after one more step, as a drain stops.
-    if (!hold.active() && sent + 1 < total && (drain || (resize = ReleaseDue(&recover)))) {
-      // One more step, answered with the replicas' checksum; nothing after it: the snapshot
-      // of its state is the drain's, and the start of a recovery without the released.
-      // (A job whose last step is out just ends.)
-      const StepPlan p = plan.Next();
-      ASSIGN_OR_RETURN(auto commands, StepCommands(p, true, deadline.Next()));
-      fanout->Send(commands);
-      hold = {++sent, Hold::kChecksum};
-      if (EvalDue(spec.eval(), sent, spe)) hold.reasons |= Hold::kEval;
-      if (drain || recover) hold.reasons |= Hold::kSnapshot;
-      hold.reasons |= drain ? Hold::kDrain : Hold::kResize;
-    }
-    while (!drain && sent < total && sent - done < options.steps_in_flight && !hold.active()) {
-      const StepPlan p = plan.Next();  // the commands' indices point into it until sent
-      const int64_t after = sent + 1;
-      const bool eval = EvalDue(spec.eval(), after, spe) && after < total;
-      const std::optional<AuditPick> pick = audit.Pick(p.step);
-      const bool snapshot = job_.SnapshotDue(after, total, clock.Now()) ||
-                            (pick.has_value() && job_.recovers() && after < total);
-      if (pick.has_value()) audits[p.step] = *pick;
-      // The survivors of a stalled peer end their all-reduce when the step is late here.
-      ASSIGN_OR_RETURN(auto commands,
-                       StepCommands(p, checksum_due(after) || snapshot, deadline.Next(), pick));
-      fanout->Send(commands);
-      sent = after;
-      if (eval || snapshot) {
-        hold = {after,
-                (eval ? Hold::kEval : 0u) | (snapshot ? Hold::kSnapshot | Hold::kChecksum : 0u)};
-      }
-    }
-    const bool checked =
-        checksum_due(done + 1) || (hold.has(Hold::kChecksum) && done + 1 == hold.step);
-    absl::StatusOr<std::vector<StepResult>> taken = fanout->Take(done, deadline.Next());
+    const bool drain = events_.draining() && p.sent + 1 < total;
+    RETURN_IF_ERROR(HoldForBoundary(p, drain));
+    if (!drain) RETURN_IF_ERROR(Fill(p));
+    const bool checked = ChecksumDue(p.done + 1, total) ||
+                         (p.hold.has(Hold::kChecksum) && p.done + 1 == p.hold.step);
+    absl::StatusOr<std::vector<StepResult>> taken = p.fanout->Take(p.done, p.deadline.Next());
     if (!taken.ok()) {
-      stream_errors_ = fanout->Errors();  // for NameTheDead: each rank's own
+      stream_errors_ = p.fanout->Errors();  // for NameTheDead: each rank's own
       // An elastic job resizes from the last step every worker completed: the answers
       // that came before the failure count (attempt_kept.cc).
-      if (job_.logical() && job_.recovers()) done = CountAnswered(*fanout, done, total, spe);
+      if (job_.logical() && job_.recovers()) CountAnswered(*p.fanout, p.done, total, p.spe);
       return taken.status();
     }
-    std::vector<StepResult> got = *std::move(taken);
-    ASSIGN_OR_RETURN(v1::StepEvent e, Aggregate(got, done, checked));
-    if (auto it = audits.find(done); it != audits.end()) {
-      RETURN_IF_ERROR(CheckAudit(it->second, got, done, &e));
-      audits.erase(it);
+    const uint64_t checksum = (*taken)[0].param_checksum;
+    RETURN_IF_ERROR(Answer(p, *std::move(taken), checked));
+    if (p.done == p.hold.step) {
+      ASSIGN_OR_RETURN(std::optional<AttemptEnd> stop, AtHold(p, checksum));
+      if (stop.has_value()) return stop;
     }
-    ++done;
-    done_ = done;
-    if (checked) {
-      done_checksum_ = got[0].param_checksum;
-      done_checksum_step_ = done;
-    }
-    const absl::Time now = clock.Now();
-    const absl::Duration wall = now - t_last;
-    step_seconds += absl::ToDoubleSeconds(wall);
-    t_last = now;
-    deadline.Add(wall);
-    if (checksum_due(done)) outcome.param_checksum = got[0].param_checksum;
-    e.set_wall_ms(absl::ToDoubleMilliseconds(wall));
-    e.set_samples_per_sec((done - first) * b / step_seconds);
-    e.set_eta_sec((total - done) * step_seconds / (done - first));
-    if (job_.ReportStep(std::move(e), done, total, spe)) ++outcome.replayed_steps;
-    if (done == hold.step) {
-      if (hold.has(Hold::kEval)) {
-        job_.set_eval_owed(done);  // a resize after a failure here evaluates first
-        ASSIGN_OR_RETURN(v1::EvalResult eval, Evaluate(num_test, done, (done - 1) / spe));
-        job_.sink()->OnEval(eval);
-        job_.set_eval_owed(-1);
-      }
-      if (hold.has(Hold::kSnapshot)) {
-        const uint64_t checksum = got[0].param_checksum;
-        ASSIGN_OR_RETURN(
-            TrainState state,
-            FetchChecked(done, checksum,
-                         absl::StrCat("the state fetched for the snapshot of step ", done,
-                                      " does not match the replicas' checksum")));
-        job_.KeepSnapshot(std::move(state), checksum, plan);
-      }
-      if (hold.has(Hold::kDrain)) {
-        return DrainEnd(events_.Drained(absl::StrCat("its snapshot of step ", done)));
-      }
-      if (hold.has(Hold::kResize)) {
-        RETURN_IF_ERROR(fanout->Close(options.step_timeout));
-        return StopToResize(*std::move(resize), done,
-                            hold.has(Hold::kChecksum) ? got[0].param_checksum : 0);
-      }
-      hold = Hold{};
-      t_last = clock.Now();  // neither is step time
-    }
-    // An elastic job below its most: workers free now join at the next boundary.
-    if (!hold.active() && done < total && !events_.draining() && (resize = GrowDue())) {
-      hold = {sent, Hold::kResize};
-      if (sent == done) {
-        RETURN_IF_ERROR(fanout->Close(options.step_timeout));
-        return StopToResize(*std::move(resize), done, 0);
-      }
+    // An elastic job below its most: workers offered now join at the next boundary.
+    if (!p.hold.active() && p.done < total && !events_.draining() && (p.resize = GrowDue())) {
+      p.hold = {p.sent, Hold::kResize};
+      if (p.sent == p.done) return AtHold(p, 0);
     }
   }
-  RETURN_IF_ERROR(fanout->Close(options.step_timeout));
-  outcome.train_seconds += step_seconds;
-  outcome.samples_per_sec = step_seconds > 0 ? (total - first) * b / step_seconds : 0;
+  RETURN_IF_ERROR(p.fanout->Close(options.step_timeout));
+  JobOutcome& outcome = job_.outcome();
+  outcome.train_seconds += p.step_seconds;
+  outcome.samples_per_sec =
+      p.step_seconds > 0 ? (total - first) * spec.global_batch_size() / p.step_seconds : 0;
+  return std::nullopt;
+}
+
+absl::Status Attempt::HoldForBoundary(Pipeline& p, bool drain) {
+  if (p.hold.active() || p.sent + 1 >= p.total) return absl::OkStatus();
+  // Workers released (ReleaseWorkers) leave after one more step, as a drain stops.
+  bool recover = false;
+  if (!drain && !(p.resize = ReleaseDue(&recover))) return absl::OkStatus();
+  // One more step, answered with the replicas' checksum; nothing after it: the snapshot of
+  // its state is the drain's, and the start of a recovery without the released. (A job
+  // whose last step is out just ends.)
+  const StepPlan step = p.plan.Next();
+  ASSIGN_OR_RETURN(auto commands, StepCommands(step, true, p.deadline.Next()));
+  p.fanout->Send(commands);
+  p.hold = {++p.sent, Hold::kChecksum};
+  if (EvalDue(job_.spec().eval(), p.sent, p.spe)) p.hold.reasons |= Hold::kEval;
+  if (drain || recover) p.hold.reasons |= Hold::kSnapshot;
+  p.hold.reasons |= drain ? Hold::kDrain : Hold::kResize;
+  return absl::OkStatus();
+}
+
+absl::Status Attempt::Fill(Pipeline& p) {
+  const Clock& clock = *job_.options().clock;
+  while (p.sent < p.total && p.sent - p.done < job_.options().steps_in_flight && !p.hold.active()) {
+    const StepPlan step = p.plan.Next();  // the commands' indices point into it until sent
+    const int64_t after = p.sent + 1;
+    const bool eval = EvalDue(job_.spec().eval(), after, p.spe) && after < p.total;
+    const std::optional<AuditPick> pick = p.audit.Pick(step.step);
+    // Audited, the job snapshots at each audit (once it passed: the state a failed audit
+    // rolls back to), where a recovery can use it.
+    const bool snapshot = job_.SnapshotDue(after, p.total, clock.Now()) ||
+                          (pick.has_value() && job_.recovers() && after < p.total);
+    if (pick.has_value()) p.audits[step.step] = *pick;
+    // The survivors of a stalled peer end their all-reduce when the step is late here.
+    ASSIGN_OR_RETURN(auto commands, StepCommands(step, ChecksumDue(after, p.total) || snapshot,
+                                                 p.deadline.Next(), pick));
+    p.fanout->Send(commands);
+    p.sent = after;
+    if (eval || snapshot) {
+      p.hold = {after,
+                (eval ? Hold::kEval : 0u) | (snapshot ? Hold::kSnapshot | Hold::kChecksum : 0u)};
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Attempt::Answer(Pipeline& p, std::vector<StepResult> got, bool checked) {
+  ASSIGN_OR_RETURN(v1::StepEvent e, Aggregate(got, p.done, checked));
+  if (auto it = p.audits.find(p.done); it != p.audits.end()) {
+    RETURN_IF_ERROR(CheckAudit(it->second, got, p.done, &e));
+    p.audits.erase(it);
+  }
+  done_ = ++p.done;
+  if (checked) {
+    done_checksum_ = got[0].param_checksum;
+    done_checksum_step_ = p.done;
+  }
+  const absl::Time now = job_.options().clock->Now();
+  const absl::Duration wall = now - p.t_last;
+  p.step_seconds += absl::ToDoubleSeconds(wall);
+  p.t_last = now;
+  p.deadline.Add(wall);
+  JobOutcome& outcome = job_.outcome();
+  if (ChecksumDue(p.done, p.total)) outcome.param_checksum = got[0].param_checksum;
+  e.set_wall_ms(absl::ToDoubleMilliseconds(wall));
+  if (p.step_seconds > 0) {
+    e.set_samples_per_sec((p.done - p.first) * job_.spec().global_batch_size() / p.step_seconds);
+    e.set_eta_sec((p.total - p.done) * p.step_seconds / (p.done - p.first));
+  }
+  if (job_.ReportStep(std::move(e), p.done, p.total, p.spe)) ++outcome.replayed_steps;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<AttemptEnd>> Attempt::AtHold(Pipeline& p, uint64_t checksum) {
+  const int64_t done = p.done;
+  if (p.hold.has(Hold::kEval)) {
+    job_.set_eval_owed(done);  // a resize after a failure here evaluates first
+    ASSIGN_OR_RETURN(v1::EvalResult eval, Evaluate(p.num_test, done, (done - 1) / p.spe));
+    job_.sink()->OnEval(eval);
+    job_.set_eval_owed(-1);
+  }
+  if (p.hold.has(Hold::kSnapshot)) {
+    ASSIGN_OR_RETURN(TrainState state,
+                     FetchChecked(done, checksum,
+                                  absl::StrCat("the state fetched for the snapshot of step ", done,
+                                               " does not match the replicas' checksum")));
+    job_.KeepSnapshot(std::move(state), checksum, p.plan);
+  }
+  if (p.hold.has(Hold::kDrain)) {
+    return DrainEnd(events_.Drained(absl::StrCat("its snapshot of step ", done)));
+  }
+  if (p.hold.has(Hold::kResize)) {
+    RETURN_IF_ERROR(p.fanout->Close(job_.options().step_timeout));
+    return StopToResize(*std::move(p.resize), done, p.hold.has(Hold::kChecksum) ? checksum : 0);
+  }
+  p.hold = Hold{};
+  p.t_last = job_.options().clock->Now();  // neither is step time
   return std::nullopt;
 }
 

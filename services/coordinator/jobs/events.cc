@@ -3,6 +3,7 @@
 #include "services/coordinator/jobs/events.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -10,7 +11,15 @@
 namespace lockstep {
 
 JobEvents::JobEvents() : attempt_(std::make_shared<CancelToken>()) {
-  cancel_attempt_ = job_.OnCancel([this] { attempt()->Cancel(job_.status()); });
+  cancel_attempt_ = job_.OnCancel([this] {
+    std::shared_ptr<CancelToken> attempt;
+    {
+      absl::MutexLock lock(&mu_);  // wakes AwaitWorkers
+      cancelled_ = true;
+      attempt = attempt_;
+    }
+    attempt->Cancel(job_.status());
+  });
 }
 
 JobEvents::~JobEvents() = default;
@@ -39,6 +48,47 @@ void JobEvents::LoseWorker(const std::string& worker_id, const absl::Status& why
 void JobEvents::Release(std::vector<std::string> ids, std::string why) {
   absl::MutexLock lock(&mu_);
   for (std::string& id : ids) releasing_[std::move(id)] = why;
+}
+
+void JobEvents::GiveWorkers(std::vector<PoolWorker> workers) {
+  absl::MutexLock lock(&mu_);
+  given_ = std::move(workers);
+}
+
+void JobEvents::NoWorkers(absl::Status why) {
+  absl::MutexLock lock(&mu_);
+  given_ = std::move(why);
+}
+
+void JobEvents::Offer(std::vector<PoolWorker> workers) {
+  absl::MutexLock lock(&mu_);
+  for (PoolWorker& w : workers) offered_.push_back(std::move(w));
+}
+
+absl::StatusOr<std::vector<PoolWorker>> JobEvents::AwaitWorkers(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto answered = [this]()
+                      ABSL_SHARED_LOCKS_REQUIRED(mu_) { return given_.has_value() || cancelled_; };
+  const bool woke = mu_.AwaitWithTimeout(absl::Condition(&answered), timeout);
+  if (cancelled_) return job_.status();
+  if (!woke) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the coordinator gave neither workers nor a reason within ",
+                     absl::FormatDuration(timeout)));
+  }
+  absl::StatusOr<std::vector<PoolWorker>> out = *std::move(given_);
+  given_.reset();
+  return out;
+}
+
+std::vector<PoolWorker> JobEvents::TakeOffer() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(offered_, {});
+}
+
+void JobEvents::DropOffers() {
+  absl::MutexLock lock(&mu_);
+  offered_.clear();
 }
 
 std::shared_ptr<CancelToken> JobEvents::NewAttempt(const std::vector<PoolWorker>& workers) {

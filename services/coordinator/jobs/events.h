@@ -1,9 +1,12 @@
 // JobEvents: the one way in to a running job. Whoever runs it (the JobManager, a test)
 // pushes events from any thread: cancel, drain or suspend, a worker lost, workers to
-// release. The job's own thread (JobRunner, its Attempt) consumes them at the points where
-// it can act on them: a lost worker or a cancel interrupts the attempt at once (its
-// CancelToken, which every worker call is made with), a drain or a release waits for the
-// next step boundary. Nothing here calls back into the pusher.
+// release, workers given after a loss (or none), workers offered to grow onto. The job's
+// own thread (JobRunner, its Attempt) takes them where it can act on them: a lost worker
+// or a cancel interrupts the attempt at once (its CancelToken, which every worker call is
+// made with), a drain, a release or an offer waits for the next step boundary, workers
+// given end the wait for them. Nothing here calls back into the pusher, and the job tells
+// the pusher what it needs only by reports (WorkerSupply), never by a call that returns
+// workers.
 //
 // Thread safety: thread-safe. Its lock is a leaf: pushers may hold theirs.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_JOBS_EVENTS_H_
@@ -11,13 +14,16 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/cancel.h"
 #include "services/coordinator/worker_pool.h"
 
@@ -43,6 +49,14 @@ class JobEvents {
   // completing "worker w2 ...", at its next step boundary. Ids not among its workers are
   // kept in case they become so (a replacement).
   void Release(std::vector<std::string> ids, std::string why);
+
+  // Workers for a job that waits for them after a loss (WorkerSupply::Recovering), rank
+  // order; or, instead, why none come (DEADLINE_EXCEEDED saying what it waited for).
+  void GiveWorkers(std::vector<PoolWorker> workers);
+  void NoWorkers(absl::Status why);
+  // Free workers an elastic job below its most may grow onto at its next step boundary;
+  // they are the job's from now on (its supply took them for it).
+  void Offer(std::vector<PoolWorker> workers);
 
   // --- Consumed on the job's thread.
 
@@ -70,15 +84,28 @@ class JobEvents {
   // The releases of `ids` are done (or overtaken by a recovery).
   void Released(const std::vector<std::string>& ids);
 
+  // The workers given after a loss (GiveWorkers), or why none came (NoWorkers); the job's
+  // cancel status once it is cancelled (a drain outside the step loop included). Waits at
+  // most `timeout` (then DEADLINE_EXCEEDED): the supply promised an answer before that.
+  absl::StatusOr<std::vector<PoolWorker>> AwaitWorkers(absl::Duration timeout);
+  // The workers offered to grow onto (Offer), taken; empty: none.
+  std::vector<PoolWorker> TakeOffer();
+  // Forgets the offers not taken (the supply took those workers back: a recovery).
+  void DropOffers();
+
  private:
   CancelToken job_;
   absl::Mutex mu_;
   std::shared_ptr<CancelToken> attempt_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> members_ ABSL_GUARDED_BY(mu_);  // the attempt's worker ids
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;            // job_ is
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   std::string drain_why_ ABSL_GUARDED_BY(mu_);
   bool stepping_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::string> releasing_ ABSL_GUARDED_BY(mu_);  // worker id -> why
+  // GiveWorkers' or NoWorkers' answer, until AwaitWorkers takes it.
+  std::optional<absl::StatusOr<std::vector<PoolWorker>>> given_ ABSL_GUARDED_BY(mu_);
+  std::vector<PoolWorker> offered_ ABSL_GUARDED_BY(mu_);
   CancelToken::Callback cancel_attempt_;  // the job's cancel reaches the attempt
 };
 

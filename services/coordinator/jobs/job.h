@@ -53,31 +53,28 @@ class JobSink {
   virtual void OnNote(const std::string& why) {}
 };
 
-// Where a job gets workers again after losing some (the JobManager).
+// Where a job's workers come from (the JobManager): told, never asked. Its answers arrive
+// as events on the job's queue (JobEvents: GiveWorkers, NoWorkers, Offer), so that nothing
+// here returns workers or waits. Called from the job's thread.
 class WorkerSupply {
  public:
   virtual ~WorkerSupply() = default;
   // The job lost workers for `reason`: those in `lost` are gone for good, the others are
-  // released already. Returns as many workers as the job needs, in rank order, within
-  // `timeout`: DEADLINE_EXCEEDED when too few came, CANCELLED when the job was cancelled,
-  // `cancel`'s status once it is cancelled (promptly), UNAVAILABLE when the supply shuts
-  // down (a coordinator's drain).
-  virtual absl::StatusOr<std::vector<PoolWorker>> Replace(const std::vector<std::string>& lost,
-                                                          const absl::Status& reason,
-                                                          absl::Duration timeout,
-                                                          const CancelToken& cancel) = 0;
+  // released already (as are any it was offered and had not taken). It waits for as many
+  // workers as it needs: answer with GiveWorkers (rank order), or NoWorkers once `timeout`
+  // passed without enough (DEADLINE_EXCEEDED saying what it waited for), or when the supply
+  // shuts down (UNAVAILABLE).
+  virtual void Recovering(const std::vector<std::string>& lost, const absl::Status& reason,
+                          absl::Duration timeout) = 0;
   // An elastic job (JobSpec.replicas) lost the workers `lost` (gone for good), or let the
-  // workers `released` go (JobRunner::ReleaseWorkers: no longer its own), and goes on,
-  // without waiting, on `workers` (rank order; still its own); `why` says so, e.g.
-  // "resized 3 -> 2 workers: worker w2 lost (...)". Called before they are prepared again.
+  // workers `released` go (JobRunner::ReleaseWorkers: no longer its own), or took workers
+  // it was offered, and goes on, without waiting, on `workers` (rank order; its own); `why`
+  // says so, e.g. "resized 3 -> 2 workers: worker w2 lost (...)". Called before they are
+  // prepared again.
   virtual void Resized(const std::vector<PoolWorker>& workers, const std::vector<std::string>& lost,
                        const std::string& why, const std::vector<std::string>& released) {}
-  // An elastic job below its most workers asks, at a step boundary, for up to `most` free
-  // workers to grow onto, without waiting; those returned are the job's. None while
-  // other jobs wait for workers.
-  virtual std::vector<PoolWorker> Offer(int most) { return {}; }
   // The job's audit found `worker` lying (`why` says where): it must never get work from
-  // this coordinator again. Called before the Replace that has it among the lost.
+  // this coordinator again. Called before the Recovering that has it among the lost.
   virtual void Quarantine(const PoolWorker& worker, const std::string& why) {}
 };
 
