@@ -1,3 +1,5 @@
+// Backend: the compute primitives one training step needs, on memory the backend owns (host memory
+// for the CPU backend, device memory for CUDA). Contract: backend.h.
 #include "core/backend.h"
 
 #include "absl/strings/str_cat.h"

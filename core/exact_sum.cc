@@ -1,3 +1,4 @@
+// ExactSum: an order-independent sum of float32 contributions across ranks. Contract: exact_sum.h.
 #include "core/exact_sum.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// Gradient buckets: how a step all-reduces its gradients while backward still runs, as PyTorch DDP
+// does. Contract: grad_buckets.h.
 #include "core/grad_buckets.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// Model: a sequential stack of Flax linen layers, with Flax's module names, parameter layout and
+// initialization. Contract: model.h.
 #include "core/model.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// QueuedCollective: the overlap of collective.h for a collective whose all-reduce blocks its caller
+// (Gloo). Contract: queued_collective.h.
 #include "core/queued_collective.h"
 
 #include <utility>
@@ -5,6 +7,12 @@
 #include "absl/strings/str_cat.h"
 
 namespace lockstep {
+namespace {
+
+// Past the all-reduces' own timeouts, what a Wait allows for the threads' scheduling.
+constexpr absl::Duration kWaitSlack = absl::Seconds(1);
+
+}  // namespace
 
 QueuedCollective::QueuedCollective(std::unique_ptr<Collective> inner) : inner_(std::move(inner)) {}
 
@@ -37,6 +45,7 @@ void QueuedCollective::RunNext() {
   const Op op = queue_.front();
   queue_.pop_front();
   running_ = true;
+  running_timeout_ = op.options.timeout;
   mu_.Unlock();
   absl::Status status = Run(op);
   mu_.Lock();
@@ -68,9 +77,20 @@ absl::Status QueuedCollective::Wait(CollectiveTicket ticket) {
     return absl::InvalidArgumentError(absl::StrCat(inner_->Name(), ": all-reduce ticket ", ticket,
                                                    " was never issued (last: ", issued_, ")"));
   }
+  // Each all-reduce up to `ticket` ends within its own timeout: the wait is bounded by
+  // theirs, so that an inner collective that overruns one is an error, never a hang.
+  absl::Duration budget = kWaitSlack + (running_ ? running_timeout_ : absl::ZeroDuration());
+  for (const Op& op : queue_) {
+    if (op.ticket <= ticket) budget += op.options.timeout;
+  }
+  const absl::Time deadline = absl::Now() + budget;
   while (done_ < ticket) {
     if (running_ || queue_.empty()) {
-      changed_.Wait(&mu_);
+      if (changed_.WaitWithDeadline(&mu_, deadline) && done_ < ticket) {
+        return absl::DeadlineExceededError(
+            absl::StrCat(inner_->Name(), ": all-reduce ", ticket, " did not end within ",
+                         absl::FormatDuration(budget), ", its and the queued ones' timeouts"));
+      }
       continue;
     }
     // The next one is due and the thread has not taken it yet (on a loaded machine it may
@@ -107,6 +127,7 @@ absl::Status QueuedCollective::RunSynchronously(Op op) {
     } else {
       ticket = 0;
       running_ = true;  // nothing ahead: run it here, on the caller's thread
+      running_timeout_ = op.options.timeout;
     }
   }
   if (ticket != 0) return Wait(ticket);

@@ -42,7 +42,8 @@ class QueuedCollective final : public Collective {
 
   absl::Status AllReduceSum(float* data, size_t n, const CollectiveOptions& options) override;
   // Tickets start at 1. Wait: INVALID_ARGUMENT for a ticket not yet issued; Wait(0) is a
-  // no-op.
+  // no-op; DEADLINE_EXCEEDED when the all-reduces up to the ticket took longer than their
+  // timeouts together (and a second): an inner collective that overran one.
   absl::StatusOr<CollectiveTicket> StartAllReduceSum(float* data, size_t n,
                                                      const CollectiveOptions& options) override;
   absl::Status Wait(CollectiveTicket ticket) override;
@@ -78,7 +79,8 @@ class QueuedCollective final : public Collective {
   absl::Mutex mu_;
   absl::CondVar changed_;  // signalled when queue_, running_, done_ or stop_ change
   std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
-  bool running_ ABSL_GUARDED_BY(mu_) = false;  // an all-reduce is in the inner collective
+  bool running_ ABSL_GUARDED_BY(mu_) = false;            // an all-reduce is in the inner collective
+  absl::Duration running_timeout_ ABSL_GUARDED_BY(mu_);  // that one's
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   CollectiveTicket issued_ ABSL_GUARDED_BY(mu_) = 0;  // the last ticket handed out
   CollectiveTicket done_ ABSL_GUARDED_BY(mu_) = 0;    // every ticket up to it has ended

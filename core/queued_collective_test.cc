@@ -208,6 +208,21 @@ TEST(QueuedCollective, AbortIsTheInnerCollectives) {
   EXPECT_THAT(f.fake->calls(), ElementsAre(1));
 }
 
+TEST(QueuedCollective, AWaitOnAnAllReduceThatOverrunsItsTimeoutEndsDeadlineExceeded) {
+  Fixture f;
+  f.fake->Hold();  // the inner collective overruns the timeout it was given
+  std::vector<float> a(1, 1), b(2, 1);
+  const CollectiveOptions brief{.timeout = absl::Milliseconds(10)};
+  ASSERT_OK_AND_ASSIGN(CollectiveTicket ta, f.queued.StartAllReduceSum(a.data(), 1, brief));
+  ASSERT_OK_AND_ASSIGN(CollectiveTicket tb, f.queued.StartAllReduceSum(b.data(), 2, brief));
+  f.fake->AwaitCalls(1);
+  EXPECT_THAT(f.queued.Wait(tb),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("fake: all-reduce 2 did not end within 1.02s")));
+  f.fake->Release();  // it ends after all; so does what was queued behind it
+  EXPECT_OK(f.queued.Wait(ta));
+}
+
 TEST(QueuedCollective, DestructionFinishesWhatIsQueued) {
   std::vector<float> x(2, 1);
   auto* fake = new FakeCollective;

@@ -1,3 +1,5 @@
+// StepExecutor: the one training step in Lockstep, run by every replica alike (N = 1: no
+// collective). Contract: step.h.
 #include "core/step.h"
 
 #include <algorithm>

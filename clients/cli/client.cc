@@ -1,3 +1,5 @@
+// Client side of the CLI: the coordinator's address (flag, LOCKSTEP_COORDINATOR, or the local
+// cluster's file) and a JobService stub with deadlines. Contract: client.h.
 #include "clients/cli/client.h"
 
 #include <google/protobuf/util/json_util.h>

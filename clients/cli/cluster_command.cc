@@ -8,10 +8,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "absl/status/statusor.h"
@@ -35,6 +37,8 @@ namespace fs = std::filesystem;
 
 // How long the servers get to stop after SIGTERM, before SIGKILL.
 constexpr absl::Duration kStopGrace = absl::Seconds(10);
+// How often a supervisor with nothing to do reads the servers' metrics port files again.
+constexpr absl::Duration kRefresh = absl::Seconds(1);
 
 // Whether `pid` runs one of the programs `names` (a zombie runs none): a recorded pid may
 // have been reused by an unrelated process since.
@@ -116,12 +120,19 @@ int Supervise(const ClusterOptions& options, RestartPolicy policy, const sigset_
     std::fflush(stderr);
   };
   Supervisor supervisor(cluster->get(), absl::Now(), BackoffOptions{}, log, policy);
+  // Woken by a server's exit (SIGCHLD), a restart that is due, or a signal; and every
+  // kRefresh for the record's metrics addresses, which a restarted server writes once up.
   sigset_t wake = stop;
   sigaddset(&wake, SIGUSR1);
-  timespec tick = {0, 200 * 1000 * 1000};
+  sigaddset(&wake, SIGCHLD);
   while (true) {
+    absl::Duration wait = kRefresh;
+    if (std::optional<absl::Time> due = supervisor.NextRestart(); due.has_value()) {
+      wait = std::clamp(*due - absl::Now(), absl::ZeroDuration(), kRefresh);
+    }
+    const timespec tick = absl::ToTimespec(wait);
     const int sig = sigtimedwait(&wake, nullptr, &tick);
-    if (sig > 0 && sig != SIGUSR1) break;  // one of `stop`
+    if (sig > 0 && sig != SIGUSR1 && sig != SIGCHLD) break;  // one of `stop`
     bool changed = supervisor.Poll(absl::Now());
     if (sig == SIGUSR1) {  // returns once the worker has registered, or failed to
       const int index = (*cluster)->ServerCount() - 1;
@@ -169,11 +180,13 @@ void PrintStarted(const ClusterOptions& options, const Started& started) {
   }
 }
 
-// The supervisor's signals, received by sigtimedwait: `stop`, and SIGUSR1 (add a worker).
-// Blocked before any thread starts, so that none of them dies of SIGUSR1.
+// The supervisor's signals, received by sigtimedwait: `stop`, SIGUSR1 (add a worker) and
+// SIGCHLD (a server exited). Blocked before any thread starts, so that none of them dies of
+// SIGUSR1.
 void BlockSupervisorSignals(const sigset_t& stop) {
   sigset_t blocked = stop;
   sigaddset(&blocked, SIGUSR1);
+  sigaddset(&blocked, SIGCHLD);  // a server's exit, taken by sigtimedwait
   pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
 }
 
@@ -327,14 +340,9 @@ int Up(const UpOptions& o) {
 }
 
 // Waits until `pid` no longer runs `name`; false after `timeout`. (Not waitpid: the
-// supervisor is not our child.)
+// supervisor is not our child; AwaitExit's pidfd wakes on its exit.)
 bool WaitGone(pid_t pid, std::string_view name, absl::Duration timeout) {
-  const absl::Time end = absl::Now() + timeout;
-  while (Runs(pid, {name})) {
-    if (absl::Now() >= end) return false;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return true;
+  return !Runs(pid, {name}) || AwaitExit(pid, timeout);
 }
 
 int Down(const std::string& dir) {

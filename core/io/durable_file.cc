@@ -1,3 +1,6 @@
+// Files that survive a crash at any moment whole: the new contents go to a temporary file beside
+// the target, which is fsync'ed and renamed over it, and the folder is fsync'ed. Contract:
+// durable_file.h.
 #include "core/io/durable_file.h"
 
 #include <fcntl.h>

@@ -1,3 +1,5 @@
+// Who may call what: bearer tokens for job API clients, certificates for the coordinator and the
+// workers. Contract: auth.h.
 #include "services/common/auth.h"
 
 #include <openssl/crypto.h>

@@ -1,3 +1,5 @@
+// A cluster's credentials, made once and kept in a folder (mode 0700, files 0600): the CA, the
+// servers' and workers' certificates and the users' tokens. Contract: credentials.h.
 #include "services/common/credentials.h"
 
 #include <arpa/inet.h>

@@ -1,3 +1,5 @@
+// The servers' log: spdlog's default logger, in text or as JSON lines (--log_format), and the lines
+// about a job. Contract: job_log.h.
 #include "services/common/job_log.h"
 
 #include <spdlog/pattern_formatter.h>

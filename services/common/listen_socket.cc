@@ -1,3 +1,4 @@
+// Listening sockets that are this process's alone. Contract: listen_socket.h.
 #include "services/common/listen_socket.h"
 
 #include <arpa/inet.h>

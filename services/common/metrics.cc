@@ -1,3 +1,6 @@
+// Prometheus metrics, the shared part: a lock-free histogram family, the HTTP listener
+// (--metrics_listen) that serves every registered collectable on /metrics, and a reader of values
+// for unit tests (no HTTP needed). Contract: metrics.h.
 #include "services/common/metrics.h"
 
 #include <microhttpd.h>

@@ -1,3 +1,4 @@
+// Where every server and channel gets its credentials and limits: one place. Contract: net.h.
 #include "services/common/net.h"
 
 #include <arpa/inet.h>

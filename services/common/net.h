@@ -1,6 +1,6 @@
 // Where every server and channel gets its credentials and limits: one place.
 //
-// A cluster speaks TLS under its own CA (see clients/cluster/credentials.h). The
+// A cluster speaks TLS under its own CA (services/common/credentials.h makes its files). The
 // coordinator and the workers hold certificates naming their role (kCoordinatorIdentity,
 // kWorkerIdentity) and present them on every call they make: mutual TLS. Clients of the
 // job API hold only the CA (to check the coordinator) and a bearer token. Who may call

@@ -1,3 +1,5 @@
+// Private by default: what a Lockstep server or command writes is its owner's alone. Contract:
+// private_files.h.
 #include "services/common/private_files.h"
 
 #include <fcntl.h>

@@ -1,3 +1,6 @@
+// What every Lockstep server exports about itself, besides its own metrics: the standard process
+// metrics of Prometheus' client libraries, read from /proc at each scrape, and the build it runs.
+// Contract: process_metrics.h.
 #include "services/common/process_metrics.h"
 
 #include <unistd.h>

@@ -1,3 +1,5 @@
+// RendezvousStore: a Store (core/store.h) backed by the coordinator's Rendezvous service, with
+// every key under a prefix (one namespace per job attempt). Contract: rendezvous_store.h.
 #include "services/common/rendezvous_store.h"
 
 #include "services/common/status.h"

@@ -1,3 +1,5 @@
+// RPC errors by method and code, counted where statuses leave a server (a gRPC server interceptor).
+// Contract: rpc_metrics.h.
 #include "services/common/rpc_metrics.h"
 
 #include <google/protobuf/descriptor.h>

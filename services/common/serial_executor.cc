@@ -1,3 +1,4 @@
+// SerialExecutor: one thread that runs posted tasks in order. Contract: serial_executor.h.
 #include "services/common/serial_executor.h"
 
 namespace lockstep {

@@ -1,3 +1,5 @@
+// The observability flags both Lockstep servers take: the metrics listener, its port file, the log
+// format. Contract: server_flags.h.
 #include "services/common/server_flags.h"
 
 #include "absl/flags/flag.h"

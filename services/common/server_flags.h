@@ -14,10 +14,6 @@
 
 namespace lockstep {
 
-// The flags' names, for ParseFlagsWithEnv (LOCKSTEP_METRICS_LISTEN, ...).
-inline const std::vector<std::string> kObservabilityFlags = {"metrics_listen", "metrics_port_file",
-                                                             "log_format"};
-
 struct MetricsFlags {
   std::string listen;  // empty: no metrics listener
   std::string port_file;

@@ -1,3 +1,5 @@
+// The security flags every Lockstep server takes, and the one decision they feed: TLS with the
+// cluster's certificates (the default. Contract: server_security.h.
 #include "services/common/server_security.h"
 
 #include <spdlog/spdlog.h>

@@ -17,10 +17,6 @@
 
 namespace lockstep {
 
-// The flags' names, for ParseFlagsWithEnv (LOCKSTEP_TLS_CA, ...).
-inline const std::vector<std::string> kSecurityFlags = {"tls_ca", "tls_cert", "tls_key", "insecure",
-                                                        "allow_insecure_remote"};
-
 // The transport the flags ask for. `exposed`: the addresses this server listens on or
 // dials, which decide whether plaintext stays on loopback. INVALID_ARGUMENT saying what
 // to pass when a file is missing, or when plaintext would leave the machine unasked.

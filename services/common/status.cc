@@ -1,3 +1,4 @@
+// The one mapping between absl::Status and grpc::Status, both ways. Contract: status.h.
 #include "services/common/status.h"
 
 #include <string>

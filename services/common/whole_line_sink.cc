@@ -1,3 +1,4 @@
+// WholeLineSink: the servers' log sink. Contract: whole_line_sink.h.
 #include "services/common/whole_line_sink.h"
 
 #include <spdlog/spdlog.h>

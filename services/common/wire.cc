@@ -1,3 +1,5 @@
+// The Worker API's protos <-> the plain commands and results (core/commands.h): the one place that
+// knows both, used by the worker's service and the coordinator's gRPC client. Contract: wire.h.
 #include "services/common/wire.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// The job's audit, the coordinator's side (JobSpec.audit, docs/audit.md): which steps are audited
+// and by whom (AuditPlan), and what the answers say (JudgeAudit). Contract: audit.h.
 #include "services/coordinator/audit.h"
 
 #include <cstring>

@@ -1,3 +1,5 @@
+// CheckpointFolder: where a coordinator's jobs write their checkpoints and what their resume_from
+// may read. Contract: checkpoint_folder.h.
 #include "services/coordinator/checkpoint_folder.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// CheckpointRetrier: writes the final checkpoints that a full disk refused, with backoff, on a
+// thread of its own. Contract: checkpoint_retrier.h.
 #include "services/coordinator/checkpoint_retrier.h"
 
 #include <algorithm>

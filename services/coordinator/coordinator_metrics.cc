@@ -1,3 +1,5 @@
+// CoordinatorMetrics: the coordinator's Prometheus metrics, called by the JobManager and its jobs'
+// sinks (no gRPC, no HTTP: tests read the values with ReadMetric). Contract: coordinator_metrics.h.
 #include "services/coordinator/coordinator_metrics.h"
 
 #include <algorithm>

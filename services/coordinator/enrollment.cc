@@ -1,3 +1,5 @@
+// Enrollment: how a worker without a certificate gets its own (WorkerRegistry.Enroll). Contract:
+// enrollment.h.
 #include "services/coordinator/enrollment.h"
 
 #include <openssl/crypto.h>

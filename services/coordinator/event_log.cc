@@ -1,3 +1,6 @@
+// EventLog: one job's events for WatchJob (or its log lines for WatchLogs): appended by the job's
+// runner, read by any number of watchers, each from its own cursor (a sequence number), and with a
+// wake-up when more arrive. Contract: event_log.h.
 #include "services/coordinator/event_log.h"
 
 #include <algorithm>

@@ -247,6 +247,10 @@ class FakeClient final : public WorkerClient {
         in_prepare_ = true;
       }
       const bool cancelled = cancel.WaitFor(absl::Minutes(1));
+      {
+        absl::MutexLock lock(&mu_);
+        prepare_cancelled_ = cancelled;
+      }
       return cancelled ? cancel.status() : absl::DeadlineExceededError("hung");
     }
     auto s = StateFromBytes(state->bytes, state->header);
@@ -325,6 +329,12 @@ class FakeClient final : public WorkerClient {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(&in_prepare_));
   }
+  // Whether a hanging Prepare ended because its token was cancelled (not its own minute):
+  // what a test of a prompt cancel checks, instead of the time it took.
+  bool prepare_cancelled() {
+    absl::MutexLock lock(&mu_);
+    return prepare_cancelled_;
+  }
 
  private:
   const int rank_;
@@ -332,6 +342,7 @@ class FakeClient final : public WorkerClient {
   absl::Mutex mu_;
   const std::shared_ptr<FakeHeld> held_;
   bool in_prepare_ ABSL_GUARDED_BY(mu_) = false;
+  bool prepare_cancelled_ ABSL_GUARDED_BY(mu_) = false;
   // The last Prepare's logical_first and logical_replicas.
   int first_replica_ ABSL_GUARDED_BY(mu_) = 0;
   int replicas_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,3 +1,5 @@
+// Who may see and touch a job, for every door to the job API (the gRPC service and the dashboard's
+// JSON API): its owner and the admins. Contract: job_access.h.
 #include "services/coordinator/job_access.h"
 
 #include "absl/strings/str_cat.h"

@@ -143,7 +143,7 @@ TEST_F(JobManagerTest, CancelOfAQueuedJobIsImmediateAndOfAnEndedOneFailedPrecond
   EXPECT_THAT(jobs_->Cancel("job-999999"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("999")));
 }
 
-TEST_F(JobManagerTest, CancelDuringAHungPrepareEndsTheJobWithinTwoSecondsAndDropsItsKeys) {
+TEST_F(JobManagerTest, CancelDuringAHungPrepareEndsTheJobAtOnceAndDropsItsKeys) {
   kv_ = std::make_unique<KvTable>();
   KvTable& kv = *kv_;
   Register(2);
@@ -159,10 +159,10 @@ TEST_F(JobManagerTest, CancelDuringAHungPrepareEndsTheJobWithinTwoSecondsAndDrop
   ASSERT_OK(kv.Set(prefix + "rank0", "its"));
   EXPECT_THAT(kv.Set(absl::StrCat("jobs/", job.id(), "/rank0"), "no secret"),
               StatusIs(absl::StatusCode::kPermissionDenied, _));
-  const absl::Time t0 = absl::Now();
   ASSERT_OK(jobs_->Cancel(job.id()).status());
   const v1::Job done = AwaitEnd(job.id());
-  EXPECT_LT(absl::Now() - t0, absl::Seconds(2));
+  // Ended by the cancel, not by the minute a hung Prepare lasts.
+  for (FakeClient* c : factory_->clients) EXPECT_TRUE(c->prepare_cancelled());
   EXPECT_EQ(done.state(), v1::CANCELLED);
   EXPECT_EQ(done.failure_reason(), "cancelled by the user");
   EXPECT_THAT(Free(), ElementsAre(true, true));

@@ -1,3 +1,5 @@
+// JobRecords: the coordinator's job records on disk, one JSON file per job, and beside each its
+// StepHistory. Contract: job_records.h.
 #include "services/coordinator/job_records.h"
 
 #include <google/protobuf/util/json_util.h>

@@ -38,9 +38,10 @@ JobRunner::JobRunner(std::string job_id, v1::JobSpec spec, std::vector<PoolWorke
                      WorkerSupply* supply, bool resume)
     : job_(std::move(job_id), std::move(spec), options, sink, supply != nullptr, resume),
       factory_(factory),
-      supply_(supply),
-      workers_(std::move(workers)) {
-  events_.NewAttempt(workers_);
+      supply_(supply) {
+  // Connected now, as the scheduler hands the workers over; run by Run.
+  events_.NewAttempt(workers);
+  attempt_ = std::make_unique<Attempt>(&job_, std::move(workers), factory_, &events_);
 }
 
 JobRunner::~JobRunner() = default;
@@ -60,12 +61,14 @@ absl::Status JobRunner::Run(JobOutcome* outcome) {
 absl::Status JobRunner::Loop() {
   RETURN_IF_ERROR(job_.Begin());
   JobOutcome& outcome = job_.outcome();
-  std::vector<PoolWorker> workers = std::move(workers_);
-  while (true) {
-    // The attempt before is gone now (its connections with it); this one stays until the
-    // next, or the runner, goes.
-    attempt_.reset();
-    attempt_ = std::make_unique<Attempt>(&job_, std::move(workers), factory_, &events_);
+  std::vector<PoolWorker> workers;  // the next attempt's
+  for (bool first = true;; first = false) {
+    if (!first) {
+      // The attempt before is gone now (its connections with it); this one stays until the
+      // next, or the runner, goes.
+      attempt_.reset();
+      attempt_ = std::make_unique<Attempt>(&job_, std::move(workers), factory_, &events_);
+    }
     Attempt& attempt = *attempt_;
     AttemptEnd end = attempt.Run();
     const int n = static_cast<int>(attempt.workers().size());

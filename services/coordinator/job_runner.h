@@ -124,7 +124,6 @@ class JobRunner {
   Job job_;
   WorkerClientFactory* const factory_;
   WorkerSupply* const supply_;
-  std::vector<PoolWorker> workers_;  // the first attempt's
   JobEvents events_;
   std::unique_ptr<Attempt> attempt_;         // the current (or last) attempt
   int counted_recoveries_ = 0;               // against recovery.max_restarts

@@ -1,3 +1,4 @@
+// KvTable: the Rendezvous service's store. Contract: kv_table.h.
 #include "services/coordinator/kv_table.h"
 
 #include "absl/strings/str_cat.h"

@@ -1,3 +1,6 @@
+// The coordinator's per-user limit flags (each with its LOCKSTEP_<FLAG> environment variable) and
+// the global record cap, turned into CoordinatorOptions: main.cc calls ApplyLimitFlags after
+// filling max_queued_jobs. Contract: limit_flags.h.
 #include "services/coordinator/limit_flags.h"
 
 #include "absl/flags/flag.h"

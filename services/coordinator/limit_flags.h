@@ -4,18 +4,11 @@
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_LIMIT_FLAGS_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_LIMIT_FLAGS_H_
 
-#include <array>
-
 #include "absl/status/status.h"
 #include "services/common/auth.h"
 #include "services/coordinator/options.h"
 
 namespace lockstep {
-
-// The flags' names, for ParseFlagsWithEnv.
-inline constexpr std::array<const char*, 5> kLimitFlags = {
-    "max_queued_jobs_per_user", "max_running_jobs_per_user", "submits_per_minute_per_user",
-    "max_jobs_kept_per_user", "max_jobs_kept"};
 
 // Sets options->user_limits (from the flags, and the names of `tokens`; null when the
 // coordinator is insecure and its one caller, "anonymous", is an administrator) and

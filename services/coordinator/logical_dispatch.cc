@@ -1,3 +1,6 @@
+// The coordinator's side of logical replicas (JobSpec.replicas, docs/elastic.md): which rows and
+// dropout keys of a step each worker computes, and how the V replicas' losses and a split
+// evaluation come back together. Contract: logical_dispatch.h.
 #include "services/coordinator/logical_dispatch.h"
 
 #include "absl/strings/str_cat.h"

@@ -91,41 +91,12 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a peer gone mid-write is an error to report, not a death
   SetPrivateUmask();         // the state folder holds every user's specs and weights
   // Debian builds abseil without NDEBUG, which leaves absl::Mutex's deadlock detection on:
-  // a global graph updated on every lock, 10% of the coordinator's CPU per step at 1,024
+  // a global graph updated on every lock, a large share of the coordinator's CPU with many
   // workers (bench/results/scale.md). Release builds of abseil turn it off; so do we here
   // (unit tests keep it).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   BlockShutdownSignals();
-  std::vector<std::string> env = {"listen",
-                                  "state_dir",
-                                  "heartbeat_timeout_s",
-                                  "step_timeout_s",
-                                  "prepare_timeout_s",
-                                  "collective_timeout_s",
-                                  "steps_in_flight",
-                                  "max_workers_per_job",
-                                  "max_params",
-                                  "job_memory_budget_mb",
-                                  "worker_memory_budget_mb",
-                                  "max_watchers",
-                                  "history_bytes",
-                                  "history_steps",
-                                  "max_queued_jobs",
-                                  "worker_ca_key",
-                                  "bootstrap_token_file",
-                                  "worker_cert_hours",
-                                  "rendezvous_keys_per_job",
-                                  "rendezvous_kb_per_job",
-                                  "tokens_file",
-                                  "port_file",
-                                  "data_root",
-                                  "drain_grace_s",
-                                  "dashboard_listen",
-                                  "dashboard_port_file"};
-  env.insert(env.end(), kLimitFlags.begin(), kLimitFlags.end());
-  env.insert(env.end(), kSecurityFlags.begin(), kSecurityFlags.end());
-  env.insert(env.end(), kObservabilityFlags.begin(), kObservabilityFlags.end());
-  ParseFlagsWithEnv(argc, argv, env);
+  ParseFlagsWithEnv(argc, argv);  // every flag, and its LOCKSTEP_* variable
   if (absl::Status st = ApplyLogFormatFlag(); !st.ok()) {
     spdlog::error("{}", std::string(st.message()));
     return 2;

@@ -1,3 +1,6 @@
+// PendingCheckpoint: a job's final checkpoint that the disk refused (full, say), and what it takes
+// to write it later: the final TrainState, held in memory, the spec it was trained with and where
+// it goes. Contract: pending_checkpoint.h.
 #include "services/coordinator/pending_checkpoint.h"
 
 #include <filesystem>

@@ -1,3 +1,5 @@
+// RevokedWorkers: the worker identities an admin revoked, kept in a file of the coordinator's state
+// folder. Contract: revoked_workers.h.
 #include "services/coordinator/revoked_workers.h"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// Scheduling policy: which queued jobs start now, and on which workers. Contract: scheduler.h.
 #include "services/coordinator/scheduler.h"
 
 #include <algorithm>

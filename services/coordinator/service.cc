@@ -1,3 +1,5 @@
+// The coordinator's gRPC layer: JobService, WorkerRegistry and Rendezvous, each handler one line
+// over the plain classes (JobManager, WorkerPool, KvTable). Contract: service.h.
 #include "services/coordinator/service.h"
 
 #include <algorithm>

@@ -1,3 +1,6 @@
+// SnapshotStore: a job's snapshots on the coordinator's disk — its TrainState at a step, with
+// everything needed to continue from there: the step, the RNG chain's keys, the spec and the
+// params' checksum. Contract: snapshot_store.h.
 #include "services/coordinator/snapshot_store.h"
 
 #include <spdlog/spdlog.h>

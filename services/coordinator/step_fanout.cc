@@ -1,3 +1,5 @@
+// StepFanout: the coordinator's end of one job's step streams, one per worker. Contract:
+// step_fanout.h.
 #include "services/coordinator/step_fanout.h"
 
 #include <spdlog/spdlog.h>

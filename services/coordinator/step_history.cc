@@ -1,3 +1,5 @@
+// StepHistory: the per-step record a job keeps after it ends, for WatchJob and what reads it.
+// Contract: step_history.h.
 #include "services/coordinator/step_history.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// TensorBoardWriter: one job's TensorBoard event file, written as its steps and evaluations come.
+// Contract: tensorboard_writer.h.
 #include "services/coordinator/tensorboard_writer.h"
 
 #include <unistd.h>

@@ -1,3 +1,5 @@
+// TokenBucket: a rate limit of N events a minute that allows a burst of up to N (one minute's
+// worth), refilled continuously. Contract: token_bucket.h.
 #include "services/coordinator/token_bucket.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// Per-user limits: how many jobs one owner may have queued and running, how fast they may submit,
+// and how many of their finished jobs' records are kept. Contract: user_limits.h.
 #include "services/coordinator/user_limits.h"
 
 #include "absl/strings/str_cat.h"

@@ -1,3 +1,6 @@
+// The "bitwise witness" of a job: the params checksum at each snapshot it took, which the dashboard
+// shows so that two runs of one spec can be compared at a glance (equal checksums at equal steps:
+// the same bits). Contract: witness.h.
 #include "services/coordinator/witness.h"
 
 #include <algorithm>

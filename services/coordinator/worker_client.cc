@@ -1,3 +1,5 @@
+// WorkerClient: the coordinator's handle on one worker, in plain commands (core/commands.h).
+// Contract: worker_client.h.
 #include "services/coordinator/worker_client.h"
 
 #include <grpcpp/grpcpp.h>

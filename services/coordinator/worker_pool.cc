@@ -1,3 +1,5 @@
+// WorkerPool: the registered workers, their identities (the worker name in each one's certificate,
+// auth.h), their liveness (heartbeats) and which job holds each. Contract: worker_pool.h.
 #include "services/coordinator/worker_pool.h"
 
 #include "absl/random/random.h"

@@ -1,3 +1,5 @@
+// DashboardApi: the dashboard's JSON API, a thin layer over the plain classes the gRPC service
+// uses. Contract: api.h.
 #include "services/dashboard/api.h"
 
 #include <google/protobuf/util/json_util.h>

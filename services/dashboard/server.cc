@@ -1,3 +1,5 @@
+// DashboardServer: the coordinator's web dashboard on a port of its own (--dashboard_listen): the
+// JSON API (api.h) under /api/, the pages (assets.h) elsewhere. Contract: server.h.
 #include "services/dashboard/server.h"
 
 #include <arpa/inet.h>

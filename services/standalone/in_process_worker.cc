@@ -1,3 +1,5 @@
+// InProcessWorker: a WorkerClient over a JobSlot in this process, the coordinator's job loop
+// without sockets. Contract: in_process_worker.h.
 #include "services/standalone/in_process_worker.h"
 
 #include <deque>

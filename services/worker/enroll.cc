@@ -1,3 +1,4 @@
+// Enroll: a worker's own certificate without an operator issuing one. Contract: enroll.h.
 #include "services/worker/enroll.h"
 
 #include <spdlog/spdlog.h>

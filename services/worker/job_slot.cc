@@ -1,3 +1,4 @@
+// JobSlot: a worker's one job, without gRPC. Contract: job_slot.h.
 #include "services/worker/job_slot.h"
 
 #include <spdlog/spdlog.h>

@@ -239,11 +239,6 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a peer gone mid-write is an error to report, not a death
   lockstep::SetPrivateUmask();
   lockstep::BlockShutdownSignals();
-  std::vector<std::string> env = {
-      "coordinator", "listen",    "advertise_host",       "device",       "threads",        "name",
-      "port_file",   "data_root", "bootstrap_token_file", "identity_dir", "leave_timeout_s"};
-  env.insert(env.end(), lockstep::kSecurityFlags.begin(), lockstep::kSecurityFlags.end());
-  env.insert(env.end(), lockstep::kObservabilityFlags.begin(), lockstep::kObservabilityFlags.end());
-  lockstep::ParseFlagsWithEnv(argc, argv, env);
+  lockstep::ParseFlagsWithEnv(argc, argv);  // every flag, and its LOCKSTEP_* variable
   return lockstep::Main();
 }

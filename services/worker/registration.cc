@@ -1,3 +1,5 @@
+// Registration: keeps this worker registered with the coordinator: registers with backoff,
+// heartbeats, and registers again when forgotten. Contract: registration.h.
 #include "services/worker/registration.h"
 
 #include <spdlog/spdlog.h>

@@ -1,3 +1,5 @@
+// The worker's gRPC layer: the Worker service over a JobSlot (job_slot.h), translating with wire.h.
+// Contract: service.h.
 #include "services/worker/service.h"
 
 #include <spdlog/spdlog.h>

@@ -1,3 +1,5 @@
+// WorkerMetrics: a worker's Prometheus metrics, called by its JobSlot and Registration (no gRPC, no
+// HTTP: tests read the values with ReadMetric). Contract: worker_metrics.h.
 #include "services/worker/worker_metrics.h"
 
 #include <chrono>

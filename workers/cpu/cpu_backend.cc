@@ -1,3 +1,5 @@
+// The CPU backend: oneDNN convolutions, oneDNN or OpenBLAS GEMMs, and OpenMP loops for the
+// elementwise kernels. Contract: cpu_backend.h.
 #include "workers/cpu/cpu_backend.h"
 
 #include <omp.h>

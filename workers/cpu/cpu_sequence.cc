@@ -1,3 +1,6 @@
+// The CPU backend's kernels for the sequence layers: embedding lookups and their gradient,
+// broadcast adds, strided batches of GEMMs and the attention softmax (see Backend for each one's
+// contract). Contract: cpu_sequence.h.
 #include "workers/cpu/cpu_sequence.h"
 
 #include <cblas.h>

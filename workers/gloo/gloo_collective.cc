@@ -1,3 +1,4 @@
+// GlooCollective: the CPU data plane. Contract: gloo_collective.h.
 #include "workers/gloo/gloo_collective.h"
 
 #include <signal.h>

@@ -1,3 +1,5 @@
+// ShmAllReduce: GlooCollective's sums and max for ranks that share a host, through shared memory
+// instead of TCP loopback. Contract: shm_allreduce.h.
 #include "workers/gloo/shm_allreduce.h"
 
 #include <fcntl.h>
