@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/spec/spec.h"
-#include "services/coordinator/job_runner.h"
+#include "services/coordinator/jobs/job_runner.h"
 #include "services/standalone/testing.h"
 
 namespace lockstep {

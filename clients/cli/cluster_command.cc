@@ -29,8 +29,8 @@
 #include "clients/cluster/cluster_processes.h"
 #include "clients/cluster/supervisor.h"
 #include "core/data/data_roots.h"
-#include "services/common/listen_socket.h"
-#include "services/common/private_files.h"
+#include "services/common/rpc/listen_socket.h"
+#include "services/common/security/private_files.h"
 
 namespace lockstep::cli {
 namespace {

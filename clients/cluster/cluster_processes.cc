@@ -22,10 +22,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lockstep/v1/job.grpc.pb.h"
-#include "services/common/credentials.h"
 #include "services/common/flags.h"
-#include "services/common/net.h"
-#include "services/common/status.h"
+#include "services/common/rpc/net.h"
+#include "services/common/rpc/status.h"
+#include "services/common/security/credentials.h"
 
 namespace lockstep {
 namespace {

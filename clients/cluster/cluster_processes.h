@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "clients/cluster/supervisor.h"
-#include "services/common/net.h"
+#include "services/common/rpc/net.h"
 
 namespace lockstep {
 

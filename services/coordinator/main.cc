@@ -13,20 +13,20 @@
 #include "absl/synchronization/mutex.h"
 #include "core/data/data_roots.h"
 #include "core/spec/memory.h"
-#include "services/common/auth.h"
 #include "services/common/flags.h"
-#include "services/common/job_log.h"
-#include "services/common/listen_socket.h"
-#include "services/common/metrics.h"
-#include "services/common/net.h"
-#include "services/common/private_files.h"
-#include "services/common/rpc_metrics.h"
-#include "services/common/server_flags.h"
-#include "services/common/server_security.h"
-#include "services/coordinator/coordinator_metrics.h"
-#include "services/coordinator/job_manager.h"
-#include "services/coordinator/limit_flags.h"
-#include "services/coordinator/service.h"
+#include "services/common/observability/job_log.h"
+#include "services/common/observability/metrics.h"
+#include "services/common/observability/rpc_metrics.h"
+#include "services/common/observability/server_flags.h"
+#include "services/common/rpc/listen_socket.h"
+#include "services/common/rpc/net.h"
+#include "services/common/security/auth.h"
+#include "services/common/security/private_files.h"
+#include "services/common/security/server_security.h"
+#include "services/coordinator/api/service.h"
+#include "services/coordinator/observability/coordinator_metrics.h"
+#include "services/coordinator/scheduling/job_manager.h"
+#include "services/coordinator/scheduling/limit_flags.h"
 #include "services/dashboard/server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "host:port to serve on (port 0: pick one)");
@@ -51,7 +51,7 @@ ABSL_FLAG(int64_t, history_bytes, 4 << 20,
 ABSL_FLAG(int64_t, history_steps, 2000,
           "the steps a finished job keeps for WatchJob, on disk beside its record: every step "
           "up to this many, then every 2nd, 4th, ... (a power of two) and the last");
-ABSL_DECLARE_FLAG(std::string, tls_ca);  // services/common/server_security.cc
+ABSL_DECLARE_FLAG(std::string, tls_ca);  // services/common/security/server_security.cc
 ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
 ABSL_FLAG(std::string, dashboard_listen, "",

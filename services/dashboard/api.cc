@@ -16,7 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "core/status_macros.h"
 #include "lockstep/v1/dashboard.pb.h"
-#include "services/coordinator/job_access.h"
+#include "services/coordinator/api/job_access.h"
 
 namespace lockstep {
 namespace {

@@ -10,8 +10,8 @@
 #include "core/spec/testing.h"
 #include "core/status_macros.h"
 #include "core/testing.h"
-#include "services/coordinator/job_manager.h"
-#include "services/coordinator/job_manager_testing.h"
+#include "services/coordinator/scheduling/job_manager.h"
+#include "services/coordinator/scheduling/job_manager_testing.h"
 #include "services/standalone/testing.h"
 
 namespace lockstep::testing {

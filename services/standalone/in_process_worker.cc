@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/status_macros.h"
-#include "services/common/wire.h"
+#include "services/common/rpc/wire.h"
 
 namespace lockstep {
 namespace {

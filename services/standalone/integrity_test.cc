@@ -19,11 +19,11 @@
 #include "core/spec/spec.h"
 #include "core/spec/testing.h"
 #include "core/testing.h"
-#include "services/common/job_log_testing.h"
-#include "services/coordinator/job_manager.h"
-#include "services/coordinator/job_manager_testing.h"
-#include "services/coordinator/job_runner.h"
-#include "services/coordinator/snapshot_store.h"
+#include "services/common/observability/job_log_testing.h"
+#include "services/coordinator/jobs/job_runner.h"
+#include "services/coordinator/scheduling/job_manager.h"
+#include "services/coordinator/scheduling/job_manager_testing.h"
+#include "services/coordinator/storage/snapshot_store.h"
 #include "services/standalone/testing.h"
 
 namespace lockstep::testing {

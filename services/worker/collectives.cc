@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "services/common/job_log.h"
-#include "services/common/rendezvous_store.h"
+#include "services/common/observability/job_log.h"
+#include "services/common/rpc/rendezvous_store.h"
 #include "workers/gloo/gloo_collective.h"
 #ifdef LOCKSTEP_HAVE_NCCL
 #include "workers/nccl/nccl_collective.h"

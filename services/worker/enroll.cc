@@ -9,8 +9,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "lockstep/v1/registry.grpc.pb.h"
-#include "services/common/credentials.h"
-#include "services/common/status.h"
+#include "services/common/rpc/status.h"
+#include "services/common/security/credentials.h"
 
 namespace lockstep {
 

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/spec/spec.h"
 #include "core/status_macros.h"
-#include "services/common/job_log.h"
+#include "services/common/observability/job_log.h"
 
 namespace lockstep {
 namespace {

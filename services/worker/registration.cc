@@ -5,7 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/time/time.h"
-#include "services/common/job_log.h"
+#include "services/common/observability/job_log.h"
 
 namespace lockstep {
 

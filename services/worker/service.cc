@@ -8,10 +8,10 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "services/common/job_log.h"
-#include "services/common/net.h"
-#include "services/common/status.h"
-#include "services/common/wire.h"
+#include "services/common/observability/job_log.h"
+#include "services/common/rpc/net.h"
+#include "services/common/rpc/status.h"
+#include "services/common/rpc/wire.h"
 
 namespace lockstep {
 

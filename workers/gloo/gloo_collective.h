@@ -38,7 +38,7 @@ class ShmAllReduce;
 struct GlooOptions {
   // The address peers use to reach this rank: a hostname or a numeric IP ("127.0.0.1"
   // for tests on one host; a worker's is its address on the route to the coordinator,
-  // services/common/net.h LocalAddressFor). Set exactly one of hostname and interface.
+  // services/common/rpc/net.h LocalAddressFor). Set exactly one of hostname and interface.
   std::string hostname;
   // A network interface ("eth0") whose address to bind, as GLOO_SOCKET_IFNAME would.
   std::string interface;

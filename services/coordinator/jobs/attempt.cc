@@ -10,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "core/data/dataset.h"
 #include "core/status_macros.h"
-#include "services/common/auth.h"
-#include "services/common/job_log.h"
-#include "services/coordinator/logical_dispatch.h"
+#include "services/common/observability/job_log.h"
+#include "services/common/security/auth.h"
+#include "services/coordinator/jobs/logical_dispatch.h"
 
 namespace lockstep {
 namespace {

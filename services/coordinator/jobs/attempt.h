@@ -23,12 +23,12 @@
 
 #include "absl/status/statusor.h"
 #include "core/plan.h"
-#include "services/coordinator/audit.h"
 #include "services/coordinator/jobs/attempt_end.h"
+#include "services/coordinator/jobs/audit.h"
 #include "services/coordinator/jobs/events.h"
 #include "services/coordinator/jobs/job.h"
-#include "services/coordinator/step_fanout.h"
-#include "services/coordinator/worker_client.h"
+#include "services/coordinator/jobs/step_fanout.h"
+#include "services/coordinator/workers/worker_client.h"
 
 namespace lockstep {
 

@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "core/train_state.h"
-#include "services/coordinator/worker_pool.h"
+#include "services/coordinator/workers/worker_pool.h"
 
 namespace lockstep {
 

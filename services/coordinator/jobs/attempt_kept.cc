@@ -12,7 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "core/spec/spec.h"
 #include "core/status_macros.h"
-#include "services/common/job_log.h"
+#include "services/common/observability/job_log.h"
 #include "services/coordinator/jobs/attempt.h"
 
 namespace lockstep {

@@ -9,11 +9,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
-#include "services/common/job_log.h"
+#include "services/common/observability/job_log.h"
 #include "services/coordinator/jobs/attempt.h"
 #include "services/coordinator/jobs/hold.h"
-#include "services/coordinator/logical_dispatch.h"
-#include "services/coordinator/step_deadline.h"
+#include "services/coordinator/jobs/logical_dispatch.h"
+#include "services/coordinator/jobs/step_deadline.h"
 
 namespace lockstep {
 namespace {

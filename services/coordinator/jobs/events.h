@@ -25,7 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/cancel.h"
-#include "services/coordinator/worker_pool.h"
+#include "services/coordinator/workers/worker_pool.h"
 
 namespace lockstep {
 

@@ -15,8 +15,8 @@
 #include "core/checkpoint.h"
 #include "core/status_macros.h"
 #include "google/protobuf/util/message_differencer.h"
-#include "services/common/job_log.h"
-#include "services/common/job_state.h"
+#include "services/common/observability/job_log.h"
+#include "services/common/rpc/job_state.h"
 
 namespace lockstep {
 namespace {

@@ -25,13 +25,13 @@
 #include "core/spec/spec.h"
 #include "core/train_state.h"
 #include "lockstep/v1/job.pb.h"
-#include "services/coordinator/checkpoint_folder.h"
 #include "services/coordinator/jobs/decision.h"
 #include "services/coordinator/options.h"
-#include "services/coordinator/pending_checkpoint.h"
-#include "services/coordinator/snapshot_store.h"
-#include "services/coordinator/worker_client.h"
-#include "services/coordinator/worker_pool.h"
+#include "services/coordinator/storage/checkpoint_folder.h"
+#include "services/coordinator/storage/pending_checkpoint.h"
+#include "services/coordinator/storage/snapshot_store.h"
+#include "services/coordinator/workers/worker_client.h"
+#include "services/coordinator/workers/worker_pool.h"
 
 namespace lockstep {
 
