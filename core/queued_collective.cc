@@ -57,6 +57,19 @@ void QueuedCollective::Loop() {
   }
 }
 
+QueuedCollective::Op QueuedCollective::ByOp(std::span<const float* const> local, size_t n,
+                                            float* out, const ChunkReduction& r,
+                                            const CollectiveOptions& options) {
+  return {0,
+          out,
+          n,
+          options,
+          Kind::kBy,
+          ReduceOp::kSum,
+          {local.begin(), local.end()},
+          std::make_shared<const ChunkReduction>(r)};
+}
+
 CollectiveTicket QueuedCollective::Enqueue(Op op) {
   op.ticket = ++issued_;
   queue_.push_back(std::move(op));
@@ -75,27 +88,13 @@ absl::StatusOr<CollectiveTicket> QueuedCollective::StartAllReduceBy(
     std::span<const float* const> local, size_t n, float* out, const ChunkReduction& r,
     const CollectiveOptions& options) {
   absl::MutexLock lock(&mu_);
-  return Enqueue({0,
-                  out,
-                  n,
-                  options,
-                  Kind::kBy,
-                  ReduceOp::kSum,
-                  {local.begin(), local.end()},
-                  std::make_shared<const ChunkReduction>(r)});
+  return Enqueue(ByOp(local, n, out, r, options));
 }
 
 absl::Status QueuedCollective::AllReduceBy(std::span<const float* const> local, size_t n,
                                            float* out, const ChunkReduction& r,
                                            const CollectiveOptions& options) {
-  return RunSynchronously({0,
-                           out,
-                           n,
-                           options,
-                           Kind::kBy,
-                           ReduceOp::kSum,
-                           {local.begin(), local.end()},
-                           std::make_shared<const ChunkReduction>(r)});
+  return RunSynchronously(ByOp(local, n, out, r, options));
 }
 
 absl::Status QueuedCollective::Wait(CollectiveTicket ticket) {

@@ -79,6 +79,9 @@ class QueuedCollective final : public Collective {
     std::vector<const float*> local;           // kBy's contributions
     std::shared_ptr<const ChunkReduction> by;  // kBy's reduction
   };
+  // An AllReduceBy's op, holding copies of `local` and `r`.
+  static Op ByOp(std::span<const float* const> local, size_t n, float* out, const ChunkReduction& r,
+                 const CollectiveOptions& options);
   // Queues `op` under a new ticket (starting the thread); its ticket.
   CollectiveTicket Enqueue(Op op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs `op` (ticket ignored) in its turn: on the calling thread when nothing is queued
