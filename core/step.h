@@ -187,7 +187,8 @@ class StepExecutor {
   // layer by layer, their BatchNorm layers reduced exactly across all of them, the
   // gradients summed exactly into grads_.
   absl::Status ForwardReplicas(const DeviceDataset& data);
-  // Calls layer_done(i) once layer i's backward is done on every local replica (when given).
+  // Calls layer_done(i) once layer i's parameter gradients are done on every local replica
+  // (when given; maybe again once its backward is: it must be idempotent).
   absl::Status BackwardReplicas(const std::function<void(int)>& layer_done = {});
   // Backward of the local replicas with the gradients' exact sum (into grads_) in buckets
   // that start as backward completes them, where the sum runs on the collective's thread

@@ -175,7 +175,11 @@ absl::Status StepExecutor::BackwardReplicas(const std::function<void(int)>& laye
     } else {
       for (size_t j = 0; j < replica_ws_.size(); ++j) {
         float* grads = j == 0 ? grads_.as() : replica_grads_[j - 1].as();
-        RETURN_IF_ERROR(BackwardLayer(*replica_ws_[j], i, local_batch_, grads, {}));
+        // The last replica's parameter gradients complete the layer's, before its input
+        // gradient is computed: the sums they start overlap that too.
+        const bool last = j + 1 == replica_ws_.size();
+        RETURN_IF_ERROR(BackwardLayer(*replica_ws_[j], i, local_batch_, grads,
+                                      last ? layer_done : std::function<void(int)>()));
       }
     }
     if (layer_done) layer_done(i);
