@@ -98,5 +98,17 @@ absl::Status Backend::SoftmaxBackward(int, int, const float*, float*) {
 absl::Status Backend::MaskedScale(int, int, const uint8_t*, float, const float*, float*) {
   return NoSequenceLayers(*this, "MaskedScale");
 }
+absl::Status Backend::ClassToken(int, int, int, const float*, const float*, float*) {
+  return NoSequenceLayers(*this, "ClassToken");
+}
+absl::Status Backend::ClassTokenBackward(int, int, int, const float*, float*, float*) {
+  return NoSequenceLayers(*this, "ClassTokenBackward");
+}
+absl::Status Backend::SequencePool(bool, int, int, int, const float*, float*) {
+  return NoSequenceLayers(*this, "SequencePool");
+}
+absl::Status Backend::SequencePoolBackward(bool, int, int, int, const float*, float*) {
+  return NoSequenceLayers(*this, "SequencePoolBackward");
+}
 
 }  // namespace lockstep

@@ -49,4 +49,16 @@ std::vector<GradBucket> PlanGradBuckets(const Model& model, size_t bucket_bytes)
   return buckets;
 }
 
+std::vector<GradBucket> AlignGradBuckets(const std::vector<GradBucket>& buckets, size_t align) {
+  std::vector<GradBucket> out;
+  if (buckets.empty()) return out;
+  size_t end = buckets.front().offset + buckets.front().size;
+  for (const GradBucket& b : buckets) {
+    const size_t begin = b.offset == 0 ? 0 : std::min(end, (b.offset + align - 1) / align * align);
+    if (begin < end) out.push_back({begin, end - begin, b.layer});
+    end = begin;
+  }
+  return out;
+}
+
 }  // namespace lockstep

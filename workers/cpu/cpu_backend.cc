@@ -457,6 +457,26 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status ClassToken(int b, int t, int f, const float* cls, const float* x,
+                          float* y) override {
+    cpu::ClassToken(threads_, b, t, f, cls, x, y);
+    return absl::OkStatus();
+  }
+  absl::Status ClassTokenBackward(int b, int t, int f, const float* dy, float* dx,
+                                  float* dcls) override {
+    cpu::ClassTokenBackward(threads_, b, t, f, dy, dx, dcls);
+    return absl::OkStatus();
+  }
+  absl::Status SequencePool(bool mean, int b, int t, int f, const float* x, float* y) override {
+    cpu::SequencePool(threads_, mean, b, t, f, x, y);
+    return absl::OkStatus();
+  }
+  absl::Status SequencePoolBackward(bool mean, int b, int t, int f, const float* dy,
+                                    float* dx) override {
+    cpu::SequencePoolBackward(threads_, mean, b, t, f, dy, dx);
+    return absl::OkStatus();
+  }
+
   absl::Status Divide(size_t n, float d, float* x) override {
     ParallelFor(threads_, n, [&](size_t b, size_t e) { DivideRange(d, x, b, e); });
     return absl::OkStatus();
