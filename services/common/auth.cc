@@ -86,7 +86,7 @@ absl::Status ParseLimit(absl::string_view field, const std::string& where, Calle
 }  // namespace
 
 bool ValidWorkerName(absl::string_view name) {
-  if (name.empty() || name.size() > 64) return false;
+  if (name.empty() || name.size() > 64 - (sizeof(kWorkerCnPrefix) - 1)) return false;
   for (char c : name) {
     if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '-') return false;
   }

@@ -82,7 +82,10 @@ class TokenTable {
 // certificate whose CN is the bare role (the shared worker.pem of older clusters) names no
 // worker and is refused by the registry and the rendezvous.
 inline constexpr char kWorkerCnPrefix[] = "lockstep-worker/";
-// 1 to 64 characters of [A-Za-z0-9._-]: a worker name that may follow kWorkerCnPrefix.
+// The URI SAN that carries an enrolled worker's full requested name (its CN may be short).
+inline constexpr char kWorkerNameUrn[] = "urn:lockstep:worker-name:";
+// 1 to 48 characters of [A-Za-z0-9._-]: a worker name that may follow kWorkerCnPrefix
+// (the whole CN then fits X.509's 64 characters).
 bool ValidWorkerName(absl::string_view name);
 
 // Random bytes as lowercase hex, from the system's CSPRNG (tokens, unguessable ids).

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "services/common/auth.h"
 
@@ -16,6 +17,18 @@ std::array<unsigned char, 32> Digest(absl::string_view token) {
   std::array<unsigned char, 32> d;
   SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), d.data());
   return d;
+}
+
+// kWorkerCnPrefix, the prefix, '-' and 16 hex digits: 64 characters, X.509's most for a CN.
+constexpr size_t kMaxPrefix = 64 - (sizeof(kWorkerCnPrefix) - 1) - 17;
+
+// [A-Za-z0-9._-] kept, anything else '-', at most a host name's 253 characters.
+std::string SanitizedName(absl::string_view name) {
+  std::string out;
+  for (char c : name.substr(0, 253)) {
+    out.push_back(absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-' ? c : '-');
+  }
+  return out;
 }
 
 }  // namespace
@@ -49,11 +62,13 @@ absl::StatusOr<std::unique_ptr<Enrollment>> Enrollment::Load(const std::string& 
 }
 
 std::string Enrollment::IdentityPrefix(absl::string_view name) {
-  std::string out;
-  for (char c : name.substr(0, 40)) {
-    out.push_back(absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-' ? c : '-');
-  }
-  return out.empty() ? "worker" : out;
+  const std::string full = SanitizedName(name);
+  if (full.empty()) return "worker";
+  if (full.size() <= kMaxPrefix) return full;
+  const auto d = Digest(full);
+  return absl::StrCat(
+      full.substr(0, kMaxPrefix - 9), "-",
+      absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(d.data()), 4)));
 }
 
 absl::StatusOr<v1::EnrollResponse> Enrollment::Enroll(absl::string_view authorization,
@@ -72,7 +87,8 @@ absl::StatusOr<v1::EnrollResponse> Enrollment::Enroll(absl::string_view authoriz
   }
   // 64 random bits: a fresh identity, never one a worker already holds.
   const std::string identity = absl::StrCat(IdentityPrefix(request.name()), "-", RandomHex(8));
-  absl::StatusOr<std::string> cert = signer_.Sign(request.csr_pem(), identity);
+  absl::StatusOr<std::string> cert =
+      signer_.Sign(request.csr_pem(), identity, SanitizedName(request.name()));
   if (!cert.ok()) return cert.status();
   v1::EnrollResponse resp;
   resp.set_certificate_pem(*cert);

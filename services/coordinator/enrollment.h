@@ -1,8 +1,11 @@
 // Enrollment: how a worker without a certificate gets its own (WorkerRegistry.Enroll). It
 // proves it may join with a bootstrap token (a file of tokens, one a line, at least 16
 // characters; kept as SHA-256 digests, compared in constant time) and sends a CSR for a key
-// it made itself; the coordinator signs it with the CA key (WorkerSigner) for a fresh
-// identity NAME-<16 random hex digits>, never given twice. The bootstrap token lets its
+// it made itself (RSA of 2048 bits or more, or EC P-256 or larger); the coordinator signs it
+// with the CA key (WorkerSigner) for a fresh identity NAME-<16 random hex digits>, never
+// given twice, where NAME is the requested name shortened to fit a certificate's CN (a long
+// name's first characters and a hash of it); the full name goes into the certificate too
+// (a SAN, urn:lockstep:worker-name:NAME). The bootstrap token lets its
 // holder add workers, never act as an existing one; revoking (WorkerPool::Revoke) ends one.
 // Immutable after Load; thread-safe.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_ENROLLMENT_H_
@@ -35,7 +38,9 @@ class Enrollment {
                                             const v1::EnrollRequest& request) const;
 
   // The identity's prefix made from a requested name: [A-Za-z0-9._-] kept, anything else
-  // '-', at most 40 characters, "worker" if nothing is left.
+  // '-', "worker" if nothing is left; at most 31 characters, so that the identity's CN fits
+  // X.509's 64: a longer name becomes its first 22 characters, '-' and 8 hex digits of
+  // its SHA-256.
   static std::string IdentityPrefix(absl::string_view name);
 
  private:

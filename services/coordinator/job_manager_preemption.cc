@@ -65,7 +65,7 @@ void JobManager::RequeueLocked(Record& rec) {
   rec.requeue = false;
   rec.suspending.clear();
   rec.resume = true;  // from its newest snapshot; the steps up to here are replays
-  rec.high_water = std::max(rec.high_water, rec.job.step());
+  rec.high_water = std::max({rec.high_water, rec.job.step(), rec.job.high_water_step()});
   const std::string& id = rec.job.id();
   // Arrival order (ids are numbered in submission order).
   auto at = std::find_if(queue_.begin(), queue_.end(),

@@ -193,7 +193,7 @@ absl::Status JobRunner::TakeSnapshot(int64_t step, uint64_t checksum, const Trai
   }
   last_snapshot_step_ = step;
   last_snapshot_time_ = absl::Now();
-  sink_->OnSnapshot(step, checksum);
+  sink_->OnSnapshot(step, checksum, start_.held.has_value());
   return absl::OkStatus();
 }
 

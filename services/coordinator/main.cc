@@ -15,6 +15,7 @@
 #include "core/spec/memory.h"
 #include "services/common/auth.h"
 #include "services/common/flags.h"
+#include "services/common/folder_lock.h"
 #include "services/common/job_log.h"
 #include "services/common/listen_socket.h"
 #include "services/common/metrics.h"
@@ -202,6 +203,13 @@ int main(int argc, char** argv) {
   if (absl::Status st = MakeFolderPrivate("--state_dir", absl::GetFlag(FLAGS_state_dir));
       !st.ok()) {
     spdlog::error("{}", std::string(st.message()));
+    return 1;
+  }
+  // Held until the process ends: nothing in the folder is touched before it is ours.
+  absl::StatusOr<std::unique_ptr<FolderLock>> state_lock =
+      FolderLock::Acquire("--state_dir", absl::GetFlag(FLAGS_state_dir));
+  if (!state_lock.ok()) {
+    spdlog::error("{}", std::string(state_lock.status().message()));
     return 1;
   }
   std::error_code ec;

@@ -24,7 +24,7 @@ absl::StatusOr<RevokedWorkers> RevokedWorkers::Load(const std::string& path) {
     if (identity.empty()) continue;
     if (!ValidWorkerName(identity)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", n, ": not a worker identity ([A-Za-z0-9._-], 1 to 64)"));
+          absl::StrCat(path, ":", n, ": not a worker identity ([A-Za-z0-9._-], 1 to 48)"));
     }
     r.revoked_.insert(identity);
   }
