@@ -72,7 +72,8 @@ std::string Enrollment::IdentityPrefix(absl::string_view name) {
 }
 
 absl::StatusOr<v1::EnrollResponse> Enrollment::Enroll(absl::string_view authorization,
-                                                      const v1::EnrollRequest& request) const {
+                                                      const v1::EnrollRequest& request,
+                                                      const Admit& admit) const {
   constexpr absl::string_view kBearer = "Bearer ";
   bool known = false;
   if (authorization.substr(0, kBearer.size()) == kBearer) {
@@ -85,8 +86,12 @@ absl::StatusOr<v1::EnrollResponse> Enrollment::Enroll(absl::string_view authoriz
     return absl::UnauthenticatedError(
         "enrolling a worker needs a bootstrap token (the worker's --bootstrap_token_file)");
   }
+  const std::string prefix = IdentityPrefix(request.name());
+  if (admit) {
+    if (absl::Status st = admit(prefix); !st.ok()) return st;
+  }
   // 64 random bits: a fresh identity, never one a worker already holds.
-  const std::string identity = absl::StrCat(IdentityPrefix(request.name()), "-", RandomHex(8));
+  const std::string identity = absl::StrCat(prefix, "-", RandomHex(8));
   absl::StatusOr<std::string> cert =
       signer_.Sign(request.csr_pem(), identity, SanitizedName(request.name()));
   if (!cert.ok()) return cert.status();

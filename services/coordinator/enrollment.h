@@ -12,6 +12,7 @@
 #define LOCKSTEP_SERVICES_COORDINATOR_ENROLLMENT_H_
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,9 +34,12 @@ class Enrollment {
                                                           absl::Duration validity);
 
   // `authorization`: the call's "authorization" header. UNAUTHENTICATED without a
-  // bootstrap token; Sign's INVALID_ARGUMENT for a bad CSR.
+  // bootstrap token; then `admit`'s error, if any, for the identity's prefix (the caller's
+  // policy: e.g. a revoked worker's name); Sign's INVALID_ARGUMENT for a bad CSR.
+  using Admit = std::function<absl::Status(const std::string& prefix)>;
   absl::StatusOr<v1::EnrollResponse> Enroll(absl::string_view authorization,
-                                            const v1::EnrollRequest& request) const;
+                                            const v1::EnrollRequest& request,
+                                            const Admit& admit = nullptr) const;
 
   // The identity's prefix made from a requested name: [A-Za-z0-9._-] kept, anything else
   // '-', "worker" if nothing is left; at most 31 characters, so that the identity's CN fits

@@ -18,6 +18,7 @@
 namespace lockstep::testing {
 namespace {
 
+using ::testing::_;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -85,6 +86,27 @@ TEST(Enrollment, ABootstrapTokenGetsTheWorkersOwnKeySignedForAFreshIdentity) {
   ASSERT_OK_AND_ASSIGN(v1::EnrollResponse again,
                        enrollment->Enroll(absl::StrCat("Bearer ", kToken), req));
   EXPECT_NE(again.identity(), resp.identity());
+}
+
+// The caller's policy sees the name after the token and before anything is signed.
+TEST(Enrollment, WhatTheAdmitPolicyRefusesIsNotSigned) {
+  auto enrollment = Load();
+  ASSERT_NE(enrollment, nullptr);
+  ASSERT_OK_AND_ASSIGN(KeyAndCsr made, NewWorkerKeyAndCsr());
+  v1::EnrollRequest req;
+  req.set_csr_pem(made.csr_pem);
+  req.set_name("gpu 7");
+  std::vector<std::string> asked;
+  const auto refuse = [&](const std::string& prefix) {
+    asked.push_back(prefix);
+    return absl::PermissionDeniedError("revoked name " + prefix);
+  };
+  EXPECT_THAT(enrollment->Enroll("Bearer wrong-token-0123456789", req, refuse),
+              StatusIs(absl::StatusCode::kUnauthenticated, _));
+  EXPECT_TRUE(asked.empty());  // nothing is told to a caller without a token
+  EXPECT_THAT(enrollment->Enroll(absl::StrCat("Bearer ", kToken), req, refuse),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("revoked name gpu-7")));
+  EXPECT_THAT(asked, ::testing::ElementsAre("gpu-7"));
 }
 
 TEST(Enrollment, WithoutTheBootstrapTokenNothingIsSigned) {

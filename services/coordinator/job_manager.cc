@@ -223,6 +223,11 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const Principa
   const std::string& owner = by.name;
   ASSIGN_OR_RETURN(v1::JobSpec spec, Validate(in, options_.limits));
   RETURN_IF_ERROR(CheckModelFitsInstalledDataset(spec));
+  // Priority is a privilege: a user asks only within the range an admin gave them.
+  if (const UserLimits& mine = options_.user_limits.For(owner);
+      !by.admin && (spec.priority() < mine.min_priority || spec.priority() > mine.max_priority)) {
+    return absl::PermissionDeniedError(OutsidePriorityRange(owner, mine, spec.priority()));
+  }
   // What resume_from reads, found now (again when the job starts: a job's newest
   // snapshot may be newer then); source.job_id is the job whose state it is. A user may
   // read only their own jobs' states, and is told the same whether a name is missing or

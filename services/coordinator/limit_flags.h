@@ -13,14 +13,19 @@
 namespace lockstep {
 
 // The flags' names, for ParseFlagsWithEnv.
-inline constexpr std::array<const char*, 5> kLimitFlags = {
-    "max_queued_jobs_per_user", "max_running_jobs_per_user", "submits_per_minute_per_user",
-    "max_jobs_kept_per_user", "max_jobs_kept"};
+inline constexpr std::array<const char*, 7> kLimitFlags = {"max_queued_jobs_per_user",
+                                                           "max_running_jobs_per_user",
+                                                           "submits_per_minute_per_user",
+                                                           "max_jobs_kept_per_user",
+                                                           "max_jobs_kept",
+                                                           "user_priority_range",
+                                                           "preempt_other_users_from"};
 
 // Sets options->user_limits (from the flags, and the names of `tokens`; null when the
-// coordinator is insecure and its one caller, "anonymous", is an administrator) and
-// options->max_jobs_kept. INVALID_ARGUMENT naming the flag or the tokens file's name when
-// one user alone could fill a global cap (UserLimitsTable::Check).
+// coordinator is insecure and its one caller, "anonymous", is an administrator),
+// options->max_jobs_kept and options->preempt_other_users_from. INVALID_ARGUMENT naming the
+// flag or the tokens file's name when one user alone could fill a global cap
+// (UserLimitsTable::Check), or for a bad --user_priority_range.
 absl::Status ApplyLimitFlags(const TokenTable* tokens, CoordinatorOptions* options);
 
 }  // namespace lockstep

@@ -230,6 +230,7 @@ grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext* ctx, const v1::Lis
     return ToGrpcStatus(absl::PermissionDeniedError("listing workers is for admins"));
   }
   for (auto& w : pool_->List()) *resp->add_workers() = std::move(w);
+  for (std::string& r : pool_->Revoked()) resp->add_revoked(std::move(r));
   return grpc::Status::OK;
 }
 
@@ -274,8 +275,8 @@ grpc::Status WorkerRegistryImpl::Register(grpc::ServerContext* ctx, const v1::Re
   if (req->address().empty() || req->device().empty()) {
     return ToGrpcStatus(absl::InvalidArgumentError("address and device are required"));
   }
-  absl::StatusOr<std::string> id =
-      pool_->RegisterAs(*identity, req->address(), req->device(), req->name(), req->threads());
+  absl::StatusOr<std::string> id = pool_->RegisterAs(
+      *identity, req->address(), req->device(), req->name(), req->threads(), PeerFingerprint(*ctx));
   if (!id.ok()) return ToGrpcStatus(id.status());
   resp->set_worker_id(*id);
   resp->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(interval_));
@@ -294,7 +295,15 @@ grpc::Status WorkerRegistryImpl::Enroll(grpc::ServerContext* ctx, const v1::Enro
   const absl::string_view authorization =
       it == md.end() ? absl::string_view()
                      : absl::string_view(it->second.data(), it->second.size());
-  return Answer(enrollment_->Enroll(authorization, *req), resp);
+  // A revoked worker does not come back under its name with the bootstrap token.
+  const auto admit = [this](const std::string& prefix) {
+    const std::string revoked = pool_->RevokedEnrolledName(prefix);
+    if (revoked.empty()) return absl::OkStatus();
+    return absl::PermissionDeniedError(absl::StrCat("the name ", prefix,
+                                                    " is a revoked worker's (identity ", revoked,
+                                                    "): it cannot enroll again; ask an admin"));
+  };
+  return Answer(enrollment_->Enroll(authorization, *req, admit), resp);
 }
 
 grpc::Status WorkerRegistryImpl::Heartbeat(grpc::ServerContext* ctx,
@@ -323,9 +332,10 @@ grpc::Status WorkerAdminImpl::RevokeWorker(grpc::ServerContext* ctx,
   if (!who->admin) {
     return ToGrpcStatus(absl::PermissionDeniedError("revoking workers is for admins"));
   }
-  absl::StatusOr<std::string> identity = pool_->Revoke(req->id());
-  if (!identity.ok()) return ToGrpcStatus(identity.status());
-  resp->set_identity(*identity);
+  absl::StatusOr<Revocation> revoked = pool_->Revoke(req->id());
+  if (!revoked.ok()) return ToGrpcStatus(revoked.status());
+  resp->set_identity(revoked->revoked);
+  for (const std::string& id : revoked->dropped) resp->add_dropped_workers(id);
   jobs_->Kick();  // its job, if any, recovers now
   return grpc::Status::OK;
 }

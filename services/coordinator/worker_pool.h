@@ -10,6 +10,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,8 @@ namespace lockstep {
 
 struct PoolWorker {
   std::string id, address, device, name;
-  std::string identity;  // its certificate's worker name; empty without TLS
+  std::string identity;     // its certificate's worker name; empty without TLS
+  std::string fingerprint;  // its certificate's (ParseFingerprint's form); empty without TLS
   uint32_t threads = 0;
   std::string job_id;  // empty when free
   absl::Time last_seen;
@@ -35,6 +37,12 @@ struct PoolWorker {
 struct LostWorker {
   PoolWorker worker;
   std::string reason;
+};
+
+// What WorkerPool::Revoke revoked.
+struct Revocation {
+  std::string revoked;               // the identity, or the certificate's fingerprint
+  std::vector<std::string> dropped;  // the ids of the registered workers it dropped
 };
 
 class WorkerPool {
@@ -49,14 +57,15 @@ class WorkerPool {
   // Where revocations are kept (the state folder's revoked-workers): loads them.
   absl::Status UseRevocationFile(const std::string& path);
 
-  // Adds a worker proving `identity` (empty: none, --insecure). The same identity
-  // registering again replaces its old entry (it restarted), as does anyone registering
-  // from an address held by an entry without identity; the old entry is reported by
-  // TakeLost(). PERMISSION_DENIED for a revoked identity, or for an address a live worker
-  // of another identity holds (naming the address).
+  // Adds a worker proving `identity` with the certificate of `fingerprint` (both empty:
+  // none, --insecure). The same identity registering again replaces its old entry (it
+  // restarted), as does anyone registering from an address held by an entry without
+  // identity; the old entry is reported by TakeLost(). PERMISSION_DENIED for a revoked
+  // identity or certificate, or for an address a live worker of another identity holds
+  // (naming the address).
   absl::StatusOr<std::string> RegisterAs(const std::string& identity, const std::string& address,
                                          const std::string& device, const std::string& name,
-                                         uint32_t threads);
+                                         uint32_t threads, const std::string& fingerprint = "");
   // RegisterAs without an identity (plaintext, tests).
   std::string Register(const std::string& address, const std::string& device,
                        const std::string& name, uint32_t threads);
@@ -66,13 +75,22 @@ class WorkerPool {
   // OK if worker `id` is registered under `identity`; as Heartbeat otherwise.
   absl::Status CheckIdentity(const std::string& id, const std::string& identity);
 
-  // Revokes the identity of worker `id_or_identity` (a worker id, or an identity whether
-  // registered or not) for good: persisted first, then its workers are dropped and reported
-  // by TakeLost() (their jobs recover as for a lost worker). Returns the identity.
-  // NOT_FOUND for an unknown id that is no valid identity; FAILED_PRECONDITION for a
-  // worker without identity (plaintext); the file's error if it cannot be written.
-  absl::StatusOr<std::string> Revoke(const std::string& id_or_identity);
+  // Revokes for good, persisted first, a certificate named by `what`: a registered
+  // worker's id (its identity), a certificate's fingerprint (ParseFingerprint: that one
+  // certificate), its CN "lockstep-worker/NAME" or NAME (the identity, whether registered
+  // or not: a stolen certificate's). Then the workers of it are dropped and reported by
+  // TakeLost() (their jobs recover as for a lost worker). NOT_FOUND for what looks like a
+  // worker id (w0003, w0003-1a2b3c4d) but names no registered worker, nor an identity seen
+  // here (a stale id: ids change when a worker registers again), and for what is none of
+  // the above; FAILED_PRECONDITION for a worker without identity (plaintext); the file's
+  // error if it cannot be written.
+  absl::StatusOr<Revocation> Revoke(const std::string& what);
   bool IsRevoked(const std::string& identity);
+  // The revoked identities and fingerprints, sorted.
+  std::vector<std::string> Revoked();
+  // The revoked identity enrollment issued for the name `prefix`, or "" (a revoked
+  // worker may not enroll again under its name).
+  std::string RevokedEnrolledName(const std::string& prefix);
 
   // Worker `id` lied to a job's audit (docs/audit.md): it gets no work from this pool
   // again, nor does whoever registers later with its identity (or, without identity, its
@@ -117,6 +135,7 @@ class WorkerPool {
   std::map<std::string, PoolWorker> workers_ ABSL_GUARDED_BY(mu_);  // ordered by id
   std::vector<LostWorker> lost_ ABSL_GUARDED_BY(mu_);
   RevokedWorkers revoked_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> seen_ ABSL_GUARDED_BY(mu_);  // identities that registered here
   // Quarantined identities (or, for workers without one, addresses): why.
   std::map<std::string, std::string> quarantined_ ABSL_GUARDED_BY(mu_);
 
