@@ -46,6 +46,23 @@ int Revoke(const RevokeOptions& o) {
   return 0;
 }
 
+int Approve(const RevokeOptions& o) {
+  const absl::StatusOr<Connection> conn = ResolveConnection(o.connection);
+  if (!conn.ok()) return Fail(conn.status());
+  auto stub = v1::WorkerAdmin::NewStub(
+      MakeChannel(conn->address, conn->transport, kCoordinatorIdentity, conn->token));
+  auto ctx = Deadline(30);
+  v1::ApproveWorkerRequest req;
+  req.set_id(o.id);
+  v1::ApproveWorkerResponse resp;
+  if (grpc::Status st = stub->ApproveWorker(ctx.get(), req, &resp); !st.ok()) {
+    return Fail(*conn, st);
+  }
+  absl::PrintF("approved worker identity %s: it takes jobs from now on\n",
+               Printable(resp.identity()));
+  return 0;
+}
+
 int ListRevoked(const ConnectionOptions& connection) {
   const absl::StatusOr<Connection> conn = ResolveConnection(connection);
   if (!conn.ok()) return Fail(conn.status());
@@ -73,6 +90,14 @@ void AddWorkersRevokeCommand(CLI::App& workers, Commands& out) {
                   "lockstep-worker/NAME), or one certificate's SHA-256 fingerprint")
       ->required();
   out.push_back({sub, [o] { return Revoke(*o); }});
+  auto approve = std::make_shared<RevokeOptions>();
+  CLI::App* approve_app = workers.add_subcommand(
+      "approve", "approve a worker that enrolled with the bootstrap token (admins): it takes jobs");
+  AddConnectionOptions(*approve_app, approve->connection);
+  approve_app
+      ->add_option("ID", approve->id, "a worker id (from `lockstep workers`) or its identity")
+      ->required();
+  out.push_back({approve_app, [approve] { return Approve(*approve); }});
   auto connection = std::make_shared<ConnectionOptions>();
   CLI::App* list = workers.add_subcommand(
       "revoked", "list the revoked worker identities and certificate fingerprints (admins)");

@@ -61,9 +61,7 @@ HttpGuard::HttpGuard(const HttpLimits& limits, Completed completed, Clock* clock
       {MHD_OPTION_CONNECTION_LIMIT, std::max(1, limits.max_connections), nullptr},
       {MHD_OPTION_PER_IP_CONNECTION_LIMIT, std::max(1, limits.max_per_ip), nullptr},
       {MHD_OPTION_END, 0, nullptr}});
-  if (sweep_every > absl::ZeroDuration()) {
-    sweeper_ = std::thread([this, sweep_every] { Loop(sweep_every); });
-  }
+  sweeper_ = std::thread([this, sweep_every] { Loop(sweep_every); });
 }
 
 HttpGuard::~HttpGuard() {
@@ -71,7 +69,7 @@ HttpGuard::~HttpGuard() {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  if (sweeper_.joinable()) sweeper_.join();
+  sweeper_.join();
 }
 
 void HttpGuard::HeaderReceived(MHD_Connection* connection) {
@@ -87,23 +85,15 @@ void HttpGuard::Restart(MHD_Connection* connection, absl::Duration wait) {
   static_cast<Connection*>(info->socket_context)->deadline = deadline;
 }
 
-int HttpGuard::Sweep() {
+void HttpGuard::Sweep() {
   const absl::Time now = clock_->Now();
-  int shut = 0;
   absl::MutexLock lock(&mu_);
   for (Connection* c : open_) {
     if (c->shut || now < c->deadline) continue;
     // Under mu_: libmicrohttpd has not reported it closed, so the descriptor is still its.
     shutdown(c->fd, SHUT_RDWR);
     c->shut = true;
-    ++shut;
   }
-  return shut;
-}
-
-int HttpGuard::open() const {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int>(open_.size());
 }
 
 void HttpGuard::Loop(absl::Duration every) {

@@ -51,8 +51,8 @@ class HttpGuard {
   // callback): frees its per-request state `*request`. May be empty.
   using Completed = std::function<void(void** request)>;
 
-  // Sweeps with a thread of its own every `sweep_every` (none when it is zero: a test then
-  // calls Sweep). `clock` (not owned) must outlive the guard.
+  // Sweeps the deadlines with a thread of its own every `sweep_every`, on `clock` (not
+  // owned; it must outlive the guard).
   HttpGuard(const HttpLimits& limits, Completed completed, Clock* clock = Clock::Real(),
             absl::Duration sweep_every = absl::Milliseconds(200));
   ~HttpGuard();
@@ -66,17 +66,14 @@ class HttpGuard {
   // The access handler's first call for a request: its header is whole.
   void HeaderReceived(MHD_Connection* connection);
 
-  // Shuts down every connection past its deadline now; returns how many.
-  int Sweep();
-  // Connections open now.
-  int open() const;
-
  private:
   struct Connection;
   struct Hooks;  // libmicrohttpd's callbacks (http_guard.cc)
   friend struct Hooks;
   // Restarts `connection`'s deadline at `wait` from now.
   void Restart(MHD_Connection* connection, absl::Duration wait);
+  // Shuts down every connection past its deadline now.
+  void Sweep();
   void Loop(absl::Duration every);
 
   const HttpLimits limits_;
@@ -86,7 +83,7 @@ class HttpGuard {
 
   // Held while a connection is shut down and while libmicrohttpd reports one closed (before
   // it closes the descriptor): a descriptor shut down is never one reused by then.
-  mutable absl::Mutex mu_;
+  absl::Mutex mu_;
   std::set<Connection*> open_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread sweeper_;

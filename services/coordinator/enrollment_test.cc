@@ -97,7 +97,7 @@ TEST(Enrollment, WhatTheAdmitPolicyRefusesIsNotSigned) {
   req.set_csr_pem(made.csr_pem);
   req.set_name("gpu 7");
   std::vector<std::string> asked;
-  const auto refuse = [&](const std::string& prefix) {
+  const auto refuse = [&](const std::string&, const std::string& prefix) {
     asked.push_back(prefix);
     return absl::PermissionDeniedError("revoked name " + prefix);
   };
@@ -107,6 +107,39 @@ TEST(Enrollment, WhatTheAdmitPolicyRefusesIsNotSigned) {
   EXPECT_THAT(enrollment->Enroll(absl::StrCat("Bearer ", kToken), req, refuse),
               StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("revoked name gpu-7")));
   EXPECT_THAT(asked, ::testing::ElementsAre("gpu-7"));
+}
+
+// A token may expire, and the file is read again when it changes: a token is rotated alone,
+// the coordinator running on; a file broken meanwhile refuses everyone until it is fixed.
+TEST(Enrollment, TokensExpireAndAreRotatedWithoutARestart) {
+  const ScratchDir dir("bootstrap-tokens");
+  const std::string file = (dir.path() / "bootstrap-tokens").string();
+  const std::string old_token = "old-token-0123456789abcdef",
+                    new_token = "new-token-0123456789abcdef";
+  std::ofstream(file) << old_token << " expires=2030-01-01T00:00:00Z\n";
+  SimulatedClock clock(
+      absl::FromCivil(absl::CivilSecond(2029, 12, 31, 23, 0, 0), absl::UTCTimeZone()));
+  ASSERT_OK_AND_ASSIGN(auto enrollment, Enrollment::Load(Dir() + "/ca.pem", Dir() + "/ca-key.pem",
+                                                         file, absl::Hours(1), &clock));
+  ASSERT_OK_AND_ASSIGN(KeyAndCsr made, NewWorkerKeyAndCsr());
+  v1::EnrollRequest req;
+  req.set_csr_pem(made.csr_pem);
+  req.set_name("w");
+  const auto enroll = [&](const std::string& token) {
+    return enrollment->Enroll(absl::StrCat("Bearer ", token), req).status();
+  };
+  EXPECT_OK(enroll(old_token));
+  clock.Advance(absl::Hours(1));
+  EXPECT_THAT(enroll(old_token),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("expired at 2030-01-01")));
+  // Rotated: the new token first, the old one gone.
+  std::ofstream(file) << new_token << "\n";
+  EXPECT_OK(enroll(new_token));
+  EXPECT_THAT(enroll(old_token), StatusIs(absl::StatusCode::kUnauthenticated, _));
+  std::ofstream(file) << "short\n";
+  EXPECT_THAT(enroll(new_token), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("broken")));
+  std::ofstream(file) << new_token << " # fixed\n";
+  EXPECT_OK(enroll(new_token));
 }
 
 TEST(Enrollment, WithoutTheBootstrapTokenNothingIsSigned) {

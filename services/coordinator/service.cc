@@ -1,5 +1,7 @@
 #include "services/coordinator/service.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <deque>
 #include <fstream>
@@ -231,6 +233,7 @@ grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext* ctx, const v1::Lis
   }
   for (auto& w : pool_->List()) *resp->add_workers() = std::move(w);
   for (std::string& r : pool_->Revoked()) resp->add_revoked(std::move(r));
+  for (std::string& p : pool_->PendingApproval()) resp->add_pending_approval(std::move(p));
   return grpc::Status::OK;
 }
 
@@ -295,15 +298,28 @@ grpc::Status WorkerRegistryImpl::Enroll(grpc::ServerContext* ctx, const v1::Enro
   const absl::string_view authorization =
       it == md.end() ? absl::string_view()
                      : absl::string_view(it->second.data(), it->second.size());
-  // A revoked worker does not come back under its name with the bootstrap token.
-  const auto admit = [this](const std::string& prefix) {
-    const std::string revoked = pool_->RevokedEnrolledName(prefix);
-    if (revoked.empty()) return absl::OkStatus();
-    return absl::PermissionDeniedError(absl::StrCat("the name ", prefix,
-                                                    " is a revoked worker's (identity ", revoked,
-                                                    "): it cannot enroll again; ask an admin"));
+  // A revoked worker does not come back under its name with the bootstrap token; the new
+  // identity is recorded before it is issued, pending an admin's approval unless the
+  // policy covers it.
+  bool pending = false;
+  const auto admit = [&](const std::string& identity, const std::string& prefix) {
+    if (const std::string revoked = pool_->RevokedEnrolledName(prefix); !revoked.empty()) {
+      return absl::PermissionDeniedError(absl::StrCat("the name ", prefix,
+                                                      " is a revoked worker's (identity ", revoked,
+                                                      "): it cannot enroll again; ask an admin"));
+    }
+    absl::StatusOr<EnrolledWorkers::Entry> entry = pool_->RecordEnrolled(identity, prefix);
+    if (!entry.ok()) return entry.status();
+    pending = entry->status == EnrolledWorkers::Status::kPending;
+    spdlog::info("worker identity {} enrolled{}", identity,
+                 pending ? ": it takes no job until an admin approves it (`lockstep workers "
+                           "approve ID`)"
+                         : " (auto-approved: --enroll_auto_approve)");
+    return absl::OkStatus();
   };
-  return Answer(enrollment_->Enroll(authorization, *req, admit), resp);
+  absl::StatusOr<v1::EnrollResponse> enrolled = enrollment_->Enroll(authorization, *req, admit);
+  if (enrolled.ok()) enrolled->set_pending_approval(pending);
+  return Answer(std::move(enrolled), resp);
 }
 
 grpc::Status WorkerRegistryImpl::Heartbeat(grpc::ServerContext* ctx,
@@ -337,6 +353,22 @@ grpc::Status WorkerAdminImpl::RevokeWorker(grpc::ServerContext* ctx,
   resp->set_identity(revoked->revoked);
   for (const std::string& id : revoked->dropped) resp->add_dropped_workers(id);
   jobs_->Kick();  // its job, if any, recovers now
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerAdminImpl::ApproveWorker(grpc::ServerContext* ctx,
+                                            const v1::ApproveWorkerRequest* req,
+                                            v1::ApproveWorkerResponse* resp) {
+  absl::StatusOr<Principal> who = guard_->Client(*ctx);
+  if (!who.ok()) return ToGrpcStatus(who.status());
+  if (!who->admin) {
+    return ToGrpcStatus(absl::PermissionDeniedError("approving workers is for admins"));
+  }
+  absl::StatusOr<std::string> identity = pool_->Approve(req->id());
+  if (!identity.ok()) return ToGrpcStatus(identity.status());
+  spdlog::info("worker identity {} approved by {}", *identity, who->name);
+  resp->set_identity(*identity);
+  jobs_->Kick();  // it may take work now
   return grpc::Status::OK;
 }
 

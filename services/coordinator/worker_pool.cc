@@ -26,6 +26,38 @@ absl::Status WorkerPool::UseRevocationFile(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::Status WorkerPool::UseEnrollmentFile(const std::string& path, const ApprovalPolicy& policy) {
+  absl::StatusOr<EnrolledWorkers> enrolled = EnrolledWorkers::Load(path);
+  if (!enrolled.ok()) return enrolled.status();
+  absl::MutexLock lock(&mu_);
+  enrolled_ = *std::move(enrolled);
+  approval_ = policy;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EnrolledWorkers::Entry> WorkerPool::RecordEnrolled(const std::string& identity,
+                                                                  const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  return enrolled_.Add(identity, name, approval_);
+}
+
+absl::StatusOr<std::string> WorkerPool::Approve(const std::string& id_or_identity) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id_or_identity);
+  const std::string identity = it != workers_.end() ? it->second.identity : id_or_identity;
+  if (absl::Status st = enrolled_.Approve(identity); !st.ok()) return st;
+  return identity;
+}
+
+std::vector<std::string> WorkerPool::PendingApproval() {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const EnrolledWorkers::Entry& e : enrolled_.entries()) {
+    if (e.status == EnrolledWorkers::Status::kPending) out.push_back(e.identity);
+  }
+  return out;
+}
+
 absl::StatusOr<std::string> WorkerPool::RegisterAs(const std::string& identity,
                                                    const std::string& address,
                                                    const std::string& device,
@@ -203,7 +235,7 @@ std::vector<WorkerView> WorkerPool::Views() {
   absl::MutexLock lock(&mu_);
   std::vector<WorkerView> out;
   for (const auto& [id, w] : workers_) {
-    if (QuarantinedLocked(w) == nullptr && !w.leaving) {
+    if (QuarantinedLocked(w) == nullptr && !w.leaving && !enrolled_.Pending(w.identity)) {
       out.push_back({id, w.device, w.threads, w.job_id.empty()});
     }
   }
@@ -223,6 +255,10 @@ absl::StatusOr<std::vector<PoolWorker>> WorkerPool::Assign(const std::string& jo
     }
     if (it->second.leaving) {
       return absl::FailedPreconditionError(absl::StrCat("worker ", id, " is leaving"));
+    }
+    if (enrolled_.Pending(it->second.identity)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", id, " awaits an admin's approval"));
     }
   }
   std::vector<PoolWorker> out;
@@ -285,6 +321,7 @@ std::vector<v1::WorkerInfo> WorkerPool::List() {
     info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(w.last_seen));
     if (const std::string* why = QuarantinedLocked(w)) info.set_quarantined(*why);
     info.set_leaving(w.leaving);
+    info.set_pending_approval(enrolled_.Pending(w.identity));
     out.push_back(std::move(info));
   }
   return out;

@@ -2,9 +2,11 @@
 // certificate, auth.h), their liveness (heartbeats) and which job holds each. A worker id
 // is bound to the identity that registered it: only that identity heartbeats for it, and
 // an address held by one live identity is not taken by another. Revoked identities are
-// refused (RevokedWorkers, persisted). The scheduler (scheduler.h) plans on its Views and the
-// JobManager assigns workers to jobs; a worker whose heartbeats stop is dropped and reported so its
-// job can fail. Thread-safe; its lock is taken under the JobManager's, never the other way round.
+// refused (RevokedWorkers, persisted); enrolled ones await an admin's approval unless a
+// policy covers them (EnrolledWorkers, persisted). The scheduler (scheduler.h) plans on its Views
+// and the JobManager assigns workers to jobs; a worker whose heartbeats stop is dropped and
+// reported so its job can fail. Thread-safe; its lock is taken under the JobManager's, never the
+// other way round.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_WORKER_POOL_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_WORKER_POOL_H_
 
@@ -19,6 +21,7 @@
 #include "absl/time/time.h"
 #include "core/clock.h"
 #include "lockstep/v1/job.pb.h"
+#include "services/coordinator/enrolled_workers.h"
 #include "services/coordinator/revoked_workers.h"
 #include "services/coordinator/scheduler.h"
 
@@ -56,6 +59,19 @@ class WorkerPool {
 
   // Where revocations are kept (the state folder's revoked-workers): loads them.
   absl::Status UseRevocationFile(const std::string& path);
+  // Where enrolled identities and their approvals are kept (the state folder's
+  // enrolled-workers), and the auto-approval policy: loads them.
+  absl::Status UseEnrollmentFile(const std::string& path, const ApprovalPolicy& policy);
+  // Records `identity`, which enrollment is about to issue for the requested `name`:
+  // approved at once where the policy covers it, else pending (a pending worker is given
+  // no job). The file's error if it cannot be written: then the identity must not be issued.
+  absl::StatusOr<EnrolledWorkers::Entry> RecordEnrolled(const std::string& identity,
+                                                        const std::string& name);
+  // An admin approves an enrolled identity, named by a registered worker's id or itself:
+  // returns it. NOT_FOUND for an identity enrollment did not issue; the file's error.
+  absl::StatusOr<std::string> Approve(const std::string& id_or_identity);
+  // The enrolled identities waiting for approval, registered now or not.
+  std::vector<std::string> PendingApproval();
 
   // Adds a worker proving `identity` with the certificate of `fingerprint` (both empty:
   // none, --insecure). The same identity registering again replaces its old entry (it
@@ -135,6 +151,8 @@ class WorkerPool {
   std::map<std::string, PoolWorker> workers_ ABSL_GUARDED_BY(mu_);  // ordered by id
   std::vector<LostWorker> lost_ ABSL_GUARDED_BY(mu_);
   RevokedWorkers revoked_ ABSL_GUARDED_BY(mu_);
+  EnrolledWorkers enrolled_ ABSL_GUARDED_BY(mu_);
+  ApprovalPolicy approval_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> seen_ ABSL_GUARDED_BY(mu_);  // identities that registered here
   // Quarantined identities (or, for workers without one, addresses): why.
   std::map<std::string, std::string> quarantined_ ABSL_GUARDED_BY(mu_);

@@ -358,6 +358,33 @@ TEST(WorkerPool, RevokingIsByIdentityOrFingerprintAndAStaleIdIsNotFound) {
               ::testing::ElementsAre("gpu-7-0123456789abcdef", "sha256:" + fp, "stolen-1"));
 }
 
+// An enrolled identity that no policy covered registers but takes no job until an admin
+// approves it; one the policy covers, and the operator's own certificates, need nothing.
+TEST(WorkerPool, AnEnrolledWorkerAwaitingApprovalIsGivenNoJob) {
+  const ScratchDir dir("enrolled-workers");
+  WorkerPool pool(kTimeout, "");
+  ASSERT_OK(pool.UseEnrollmentFile((dir.path() / "enrolled-workers").string(), {"pod-*", 1}));
+  ASSERT_OK(pool.RecordEnrolled("laptop-0000000000000001", "laptop").status());
+  ASSERT_OK(pool.RecordEnrolled("pod-0-0000000000000002", "pod-0").status());
+  ASSERT_OK_AND_ASSIGN(const std::string rogue,
+                       pool.RegisterAs("laptop-0000000000000001", "a:0", "cpu", "x", 1));
+  ASSERT_OK_AND_ASSIGN(const std::string pod,
+                       pool.RegisterAs("pod-0-0000000000000002", "a:1", "cpu", "y", 1));
+  ASSERT_OK_AND_ASSIGN(const std::string ops, pool.RegisterAs("worker-0", "a:2", "cpu", "z", 1));
+  std::vector<std::string> schedulable;
+  for (const WorkerView& v : pool.Views()) schedulable.push_back(v.id);
+  EXPECT_THAT(schedulable, ElementsAre(pod, ops));
+  EXPECT_THAT(pool.Assign("job-1", {rogue}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("approval")));
+  EXPECT_TRUE(pool.List()[0].pending_approval());
+  EXPECT_THAT(pool.PendingApproval(), ElementsAre("laptop-0000000000000001"));
+  EXPECT_THAT(pool.Approve("worker-0"), StatusIs(absl::StatusCode::kNotFound, _));
+  EXPECT_EQ(pool.Approve(rogue).value_or(""), "laptop-0000000000000001");
+  EXPECT_EQ(pool.Views().size(), 3u);
+  EXPECT_OK(pool.Assign("job-1", {rogue}).status());
+  EXPECT_THAT(pool.PendingApproval(), IsEmpty());
+}
+
 TEST(WorkerPool, AMalformedRevocationFileIsInvalidArgumentNamingIt) {
   const std::string file = ::testing::TempDir() + "/revoked-workers-bad";
   std::ofstream(file) << "worker-0\nnot a/name\n";
