@@ -12,7 +12,7 @@
 #include "clients/cli/terminal_text.h"
 #include "lockstep/v1/job.grpc.pb.h"
 #include "lockstep/v1/registry.grpc.pb.h"
-#include "services/common/status.h"
+#include "services/common/rpc/status.h"
 
 namespace lockstep::cli {
 namespace {

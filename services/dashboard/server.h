@@ -2,10 +2,11 @@
 // the JSON API (api.h) under /api/, the pages (assets.h) elsewhere. HTTPS with the
 // coordinator's certificate and key (the cluster's CA issued them) when TLS is on; plain
 // HTTP only where the gRPC side is plaintext too (--insecure). GNU libmicrohttpd, as the
-// /metrics listener (services/common/metrics.h says why not CivetWeb), here with a small
-// pool of threads: a slow client never holds up another's request, and an HttpGuard gives
+// /metrics listener (services/common/observability/metrics.h says why not CivetWeb), here with a
+// small pool of threads: a slow client never holds up another's request, and an HttpGuard gives
 // each request deadlines for its header (the TLS handshake included) and body, closes idle
-// connections and caps them, in all and from one IP address (services/common/http_guard.h).
+// connections and caps them, in all and from one IP address
+// (services/common/observability/http_guard.h).
 //
 // Every answer carries a Content-Security-Policy allowing only this origin's scripts and
 // styles (no inline script, no CDN) and X-Content-Type-Options: nosniff; API answers are
@@ -20,7 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "services/common/http_guard.h"
+#include "services/common/observability/http_guard.h"
 #include "services/dashboard/api.h"
 
 struct MHD_Daemon;  // libmicrohttpd's
