@@ -124,12 +124,14 @@ absl::StatusOr<v1::EnrollResponse> Enrollment::Enroll(absl::string_view authoriz
   const std::string prefix = IdentityPrefix(request.name());
   // 64 random bits: a fresh identity, never one a worker already holds.
   const std::string identity = absl::StrCat(prefix, "-", RandomHex(8));
-  if (admit) {
-    if (absl::Status st = admit(identity, prefix); !st.ok()) return st;
-  }
   absl::StatusOr<std::string> cert =
       signer_.Sign(request.csr_pem(), identity, SanitizedName(request.name()));
   if (!cert.ok()) return cert.status();
+  // Asked once the CSR is good, so that it records only identities it issues; what it
+  // refuses is signed but never leaves this function.
+  if (admit) {
+    if (absl::Status st = admit(identity, prefix); !st.ok()) return st;
+  }
   v1::EnrollResponse resp;
   resp.set_certificate_pem(*cert);
   resp.set_identity(identity);

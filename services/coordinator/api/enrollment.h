@@ -42,9 +42,10 @@ class Enrollment {
                                                           Clock* clock = Clock::Real());
 
   // `authorization`: the call's "authorization" header. UNAUTHENTICATED without a
-  // bootstrap token or with an expired one; then `admit`'s error, if any, for the identity
-  // about to be issued and its prefix (the caller's policy: a revoked worker's name, the
-  // record of what it issues); Sign's INVALID_ARGUMENT for a bad CSR.
+  // bootstrap token or with an expired one; Sign's INVALID_ARGUMENT for a bad CSR; then
+  // `admit`'s error, if any, for the identity about to be issued and its prefix (the
+  // caller's policy: a revoked worker's name, the record of what it issues): only an
+  // identity it admits is returned.
   using Admit = std::function<absl::Status(const std::string& identity, const std::string& prefix)>;
   // A tokens file that changed to one that does not parse refuses every enrollment
   // (UNAVAILABLE naming it) until it is fixed.

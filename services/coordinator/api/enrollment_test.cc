@@ -88,8 +88,9 @@ TEST(Enrollment, ABootstrapTokenGetsTheWorkersOwnKeySignedForAFreshIdentity) {
   EXPECT_NE(again.identity(), resp.identity());
 }
 
-// The caller's policy sees the name after the token and before anything is signed.
-TEST(Enrollment, WhatTheAdmitPolicyRefusesIsNotSigned) {
+// The caller's policy sees the name after the token and the CSR are good (a bad CSR
+// records nothing), and what it refuses is not issued.
+TEST(Enrollment, WhatTheAdmitPolicyRefusesIsNotIssued) {
   auto enrollment = Load();
   ASSERT_NE(enrollment, nullptr);
   ASSERT_OK_AND_ASSIGN(KeyAndCsr made, NewWorkerKeyAndCsr());
@@ -104,6 +105,11 @@ TEST(Enrollment, WhatTheAdmitPolicyRefusesIsNotSigned) {
   EXPECT_THAT(enrollment->Enroll("Bearer wrong-token-0123456789", req, refuse),
               StatusIs(absl::StatusCode::kUnauthenticated, _));
   EXPECT_TRUE(asked.empty());  // nothing is told to a caller without a token
+  v1::EnrollRequest bad = req;
+  bad.set_csr_pem("not a CSR");
+  EXPECT_THAT(enrollment->Enroll(absl::StrCat("Bearer ", kToken), bad, refuse),
+              StatusIs(absl::StatusCode::kInvalidArgument, _));
+  EXPECT_TRUE(asked.empty());
   EXPECT_THAT(enrollment->Enroll(absl::StrCat("Bearer ", kToken), req, refuse),
               StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("revoked name gpu-7")));
   EXPECT_THAT(asked, ::testing::ElementsAre("gpu-7"));
