@@ -1,7 +1,8 @@
 // `lockstep workers revoke ID`: revokes a worker's identity or one certificate
 // (WorkerAdmin.RevokeWorker, for admins): the coordinator refuses it from then on, also
 // after a restart, and the job it ran recovers on other workers. `lockstep workers revoked`
-// lists what is revoked.
+// lists what is revoked; `lockstep workers approve ID` lets a worker that enrolled with the
+// bootstrap token take jobs (WorkerAdmin.ApproveWorker).
 #include <cstdio>
 #include <memory>
 
