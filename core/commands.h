@@ -102,11 +102,14 @@ struct StepResult {
   std::vector<float> replica_losses, replica_accuracies;
 };
 
-// Sums over a range of the test split.
+// Sums over a range of the test split: the loss summed per example, and the predictions
+// right of all made (a sequence model makes one per position of each window: accuracy is
+// per token). predictions 0 (an older worker's answer): correct counts examples.
 struct EvalSums {
   double loss_sum = 0;
   int64_t correct = 0;
   int64_t count = 0;
+  int64_t predictions = 0;
 };
 
 }  // namespace lockstep

@@ -331,7 +331,7 @@ absl::StatusOr<EvalSums> Replica::Evaluate(int64_t begin, int64_t end) {
   ASSIGN_OR_RETURN(
       EvalMetrics m,
       exec_->Evaluate(test_, static_cast<int>(config_.spec.eval().batch_size()), begin, end));
-  return EvalSums{m.loss * m.count, std::llround(m.accuracy * m.count), m.count};
+  return EvalSums{m.loss * m.count, m.correct, m.count, m.predictions};
 }
 
 }  // namespace lockstep

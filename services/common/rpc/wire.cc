@@ -151,10 +151,13 @@ StepResult FromProto(const v1::StepResponse& r) {
 v1::EvaluateResponse ToProto(const EvalSums& sums) {
   v1::EvaluateResponse r;
   r.set_loss_sum(sums.loss_sum), r.set_correct(sums.correct), r.set_count(sums.count);
+  r.set_predictions(sums.predictions);
   return r;
 }
 
-EvalSums FromProto(const v1::EvaluateResponse& r) { return {r.loss_sum(), r.correct(), r.count()}; }
+EvalSums FromProto(const v1::EvaluateResponse& r) {
+  return {r.loss_sum(), r.correct(), r.count(), r.predictions()};
+}
 
 bool WriteStateChunks(const StateHeader& header, std::string_view bytes,
                       const std::function<bool(const v1::StateChunk&)>& write) {
