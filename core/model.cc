@@ -93,8 +93,37 @@ void Model::EndModule() {
   if (scopes_.size() > 1) scopes_.pop_back();
 }
 
+const char* DTypeName(DType d) { return d == DType::kBfloat16 ? "bfloat16" : "float32"; }
+
+bool Model::HasBf16() const {
+  return std::any_of(layers_.begin(), layers_.end(), [](const Layer& l) { return l.bf16(); });
+}
+
 void Model::Append(Layer l) {
   l.src = head_;
+  // Modules compute in their dtype (promote_dtype casts inputs and params to it); the
+  // position embedding adds its table, cast to it, to x; functions keep their input's.
+  switch (l.kind) {
+    case LayerKind::kConv:
+    case LayerKind::kDense:
+    case LayerKind::kLayerNorm:
+    case LayerKind::kBatchNorm:
+    case LayerKind::kEmbed:
+    case LayerKind::kAttention:
+      l.dtype = dtype_;
+      break;
+    case LayerKind::kPositionEmbed:
+      l.dtype = Promote(DtypeOf(head_), dtype_);
+      break;
+    case LayerKind::kAdd:
+      l.dtype = Promote(DtypeOf(head_), DtypeOf(l.residual));
+      break;
+    case LayerKind::kAvgPool:  // without count_include_pad, the sums / float32 counts
+      l.dtype = l.count_include_pad ? DtypeOf(head_) : DType::kFloat32;
+      break;
+    default:
+      l.dtype = DtypeOf(head_);
+  }
   layers_.push_back(std::move(l));
   head_ = static_cast<int>(layers_.size()) - 1;
 }

@@ -13,6 +13,8 @@ namespace lockstep {
 
 using step_internal::AttentionFloats;
 using step_internal::BatchNormBuffer;
+using step_internal::Bf16Elements;
+using step_internal::Bf16GradElements;
 using step_internal::ColsPerSample;
 using step_internal::Geometry;
 using step_internal::InPlace;
@@ -56,6 +58,7 @@ uint64_t WorkspaceBytes(const Model& model, int batch, bool train) {
     if (InPlace(model, i, train)) continue;
     bytes += b * l.out.size() * f;
     if (l.kind == LayerKind::kConv) bytes += b * ColsPerSample(l) * f;
+    bytes += Bf16Elements(l, batch, train) * sizeof(Bf16);
     if (l.kind == LayerKind::kDropout) bytes += b * l.out.size();
     if (l.kind == LayerKind::kAttention) {
       bytes += AttentionFloats(l, batch, train) * f + uint64_t(l.in.w) * l.in.w;
@@ -66,6 +69,7 @@ uint64_t WorkspaceBytes(const Model& model, int batch, bool train) {
       bytes += b * l.in.size() * f;
     }
   }
+  if (train) bytes += Bf16GradElements(model, batch) * sizeof(Bf16);
   return bytes;
 }
 
@@ -116,6 +120,11 @@ absl::StatusOr<std::unique_ptr<StepExecutor::Workspace>> StepExecutor::NewWorksp
   ws->stats.assign(layers.size(), nullptr);
   ws->bn.assign(layers.size(), nullptr);
   ws->mask.assign(layers.size(), nullptr);
+  ws->xb.assign(layers.size(), nullptr);
+  if (train && Bf16GradElements(model_, batch) > 0) {
+    ASSIGN_OR_RETURN(void* dyb, alloc(Bf16GradElements(model_, batch) * sizeof(Bf16)));
+    ws->dyb = static_cast<Bf16*>(dyb);
+  }
   for (size_t i = 0; i < layers.size(); ++i) {
     const Layer& l = layers[i];
     float* prev = l.src < 0 ? ws->input.as() : ws->out[l.src];
@@ -127,10 +136,16 @@ absl::StatusOr<std::unique_ptr<StepExecutor::Workspace>> StepExecutor::NewWorksp
     ASSIGN_OR_RETURN(void* out, alloc(n_out * sizeof(float)));
     ws->out[i] = static_cast<float*>(out);
     if (l.kind == LayerKind::kConv) {
-      const size_t bytes = backend_->ConvScratchBytes(Geometry(l, batch));
+      const ConvGeometry g = Geometry(l, batch);
+      const size_t bytes =
+          l.bf16() ? backend_->ConvScratchBytesBf16(g) : backend_->ConvScratchBytes(g);
       if (bytes > 0) {
         ASSIGN_OR_RETURN(ws->scratch[i], alloc(bytes));
       }
+    }
+    if (const uint64_t n = Bf16Elements(l, batch, train); n > 0) {
+      ASSIGN_OR_RETURN(void* xb, alloc(n * sizeof(Bf16)));
+      ws->xb[i] = static_cast<Bf16*>(xb);
     }
     if (l.kind == LayerKind::kDropout) {
       ASSIGN_OR_RETURN(void* m, alloc(n_out));

@@ -217,7 +217,8 @@ def main():
   ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "../../tests/golden"))
   ap.add_argument(
       "--only",
-      default="rng,init,grads,train,pmap,optax,layers,batchnorm,replicas,resnet,precision,sequence")
+      default="rng,init,grads,train,pmap,optax,layers,batchnorm,replicas,resnet,precision,sequence,"
+      "bf16")
   args = ap.parse_args()
   os.makedirs(args.out, exist_ok=True)
   only = set(args.only.split(","))
@@ -254,6 +255,9 @@ def main():
   if "precision" in only:  # float64 in a scope of its own (jax.enable_x64)
     import golden_precision  # noqa: E402
     golden_precision.write_goldens(args.out)
+  if "bf16" in only:
+    import golden_bf16  # noqa: E402
+    golden_bf16.write_goldens(args.out)
 
 
 if __name__ == "__main__":

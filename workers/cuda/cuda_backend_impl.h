@@ -95,7 +95,7 @@ class CudaBackend final : public Backend {
                            int count) override;
   absl::Status AttentionSoftmax(int rows, int t, bool causal, float* s) override;
   absl::Status SoftmaxBackward(int rows, int cols, const float* p, float* dp) override;
-  absl::Status MaskedScale(int rows, int cols, const uint8_t* mask, float keep, const float* x,
+  absl::Status MaskedScale(int rows, int cols, const uint8_t* mask, float scale, const float* x,
                            float* y) override;
   absl::Status Divide(size_t n, float d, float* x) override;
   absl::Status SumSquares(size_t n, const float* x, double* partials, double* out) override;
