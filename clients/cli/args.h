@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -23,10 +24,20 @@ std::string Version();
 // A program's parser: `name` (as the usage line shows it), --help and --version.
 std::unique_ptr<CLI::App> NewApp(const std::string& description, const std::string& name);
 
-// Parses the command line into `app` and its subcommands. nullopt when the program should
-// go on; otherwise its exit code: 0 after printing --help or --version (to stdout), 2
-// after printing a usage error (to stderr) with where to find the usage.
+// Parses the command line into `app` and its subcommands, normalized first
+// (NormalizeArgs, its notes printed to stderr). nullopt when the program should go on;
+// otherwise its exit code: 0 after printing --help or --version (to stdout), 2 after
+// printing a usage error (to stderr) with "did you mean ...?" for a mistyped command or
+// option, and where to find the usage.
 std::optional<int> Parse(CLI::App& app, int argc, char** argv);
+
+// The arguments (without the program's name) as `app` parses them, as kubectl takes them:
+// options given before the subcommand they belong to move after it (`lockstep --dir D
+// list` is `lockstep list --dir D`), and an option spelled with underscores (--data_root,
+// --token_file) is its dashed spelling, with a deprecation note in `notes`. Nothing after
+// "--" or in a prefix command's arguments (`train`: its own program's) changes.
+std::vector<std::string> NormalizeArgs(const CLI::App& app, const std::vector<std::string>& args,
+                                       std::vector<std::string>* notes);
 
 // For an option's check(): a number >= `min`; otherwise the error says "--NAME: must be
 // a number >= MIN, not \"TEXT\"".
@@ -38,9 +49,13 @@ CLI::Validator DurationArg();
 // The duration DurationArg accepted.
 absl::Duration ParseDurationArg(const std::string& text);
 
-// Prints "error: <code>: <message>" and returns the CLI's exit code for it: 2 for
-// INVALID_ARGUMENT, 1 otherwise.
+// Prints "error: <code>: <message>" (the message Printable) and returns the CLI's exit
+// code for it: 2 for INVALID_ARGUMENT, 1 otherwise.
 int Fail(const absl::Status& status);
+
+// Fail() for a file the command line named (a spec): one that cannot be read is bad usage,
+// exit 2, as a malformed one is.
+int FailArgumentFile(const absl::Status& status);
 
 }  // namespace lockstep::cli
 

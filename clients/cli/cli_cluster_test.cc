@@ -1,5 +1,7 @@
 // The `lockstep` binary against a detached local cluster in the test's folder: `list`,
 // `watch --json`, history, waiting, and what it says of foreign credentials.
+#include <signal.h>
+
 #include "clients/cli/cli_testing.h"
 
 namespace lockstep {
@@ -253,6 +255,138 @@ TEST_F(CliClusterTest, ForeignCredentialsAndPlaintextAgainstTlsSayWhatIsWrongInO
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("closed a plaintext connection: it speaks TLS"));
   EXPECT_EQ(Lines(r.err), 1) << r.err;
+}
+
+// At 0692893 `list` and `workers` printed no header, a failed job took two lines of
+// `list`, and `list --json` was one line (`| head` showed nothing of it).
+TEST_F(CliClusterTest, ListAndWorkersAreTablesAndListsJsonPipes) {
+  const std::string id = Json("submit --wait " + Spec("short", 5)).at("id");
+  Result r = Run("list", Env());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("ID "));
+  EXPECT_THAT(r.out, HasSubstr("TEST-ACC"));
+  EXPECT_THAT(r.out, HasSubstr(id + "  SUCCEEDED  short  5/5"));
+  EXPECT_EQ(Lines(r.out), 2) << r.out;
+  r = Run("list --json", Env());
+  EXPECT_GT(Lines(r.out), 10) << "indented, as kubectl's -o json";
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("jobs").at(0).at("id"), id);
+  r = Run("list -o jsonl", Env());
+  EXPECT_EQ(Lines(r.out), 1);
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("id"), id);
+  EXPECT_EQ(Run("list -o name", Env()).out, id + "\n");
+  r = Run("workers", Env());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("ID "));
+  EXPECT_THAT(r.out, HasSubstr("STATUS"));
+  EXPECT_EQ(Lines(r.out), 3) << r.out;
+
+  // A JOB argument completes with the jobs' ids (bash; zsh runs the same script).
+  const Result bash = Run("completion bash");
+  std::ofstream(dir_ / "lockstep.bash") << bash.out;
+  const std::string cmd =
+      absl::StrCat(Env(), " bash -c 'source ", (dir_ / "lockstep.bash").string(), "; COMP_WORDS=(",
+                   kCli, " status job-); COMP_CWORD=2; _lockstep; echo \"${COMPREPLY[*]}\"' >",
+                   (dir_ / "complete.out").string(), " 2>&1");
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  EXPECT_EQ(ReadFile(dir_ / "complete.out"), id + "\n");
+}
+
+// At 0692893 `watch` wrote everything to stderr (`watch J | grep` got nothing), `wait` on a
+// finished job replayed its whole progress, and `logs` had no filter.
+TEST_F(CliClusterTest, WatchWritesToStdoutWaitPrintsAFinishedJobOnceAndLogsFilter) {
+  const std::string id = Json("submit --wait " + Spec("short", 12)).at("id");
+  Result r = Run("watch " + id, Env());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("step 12/12  loss"));
+  EXPECT_THAT(r.out, HasSubstr(id + "  SUCCEEDED  short"));
+  EXPECT_EQ(r.err, "");
+  r = Run("wait " + id, Env());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith(id + "  SUCCEEDED  short  step 12/12"));
+  EXPECT_THAT(r.out, HasSubstr("  params checksum "));
+  EXPECT_EQ(r.err, "") << "no replayed progress";
+
+  r = Run("logs " + id, Env());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("  step 12/12"));
+  EXPECT_THAT(r.out, HasSubstr("  info  "));
+  r = Run("logs " + id + " --no-steps", Env());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("  step ")));
+  EXPECT_THAT(r.out, HasSubstr("state SUCCEEDED"));
+  EXPECT_THAT(r.out, HasSubstr("  info  "));
+  r = Run("logs " + id + " --no-steps --level warning", Env());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("  info  ")));
+  EXPECT_THAT(r.out, HasSubstr("state SUCCEEDED"));
+  r = Run("logs " + id + " --level loud", Env());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--level"));
+}
+
+// At 0692893 Ctrl-C during `wait` or `submit --wait` exited 130 without a word: nothing
+// said that the job goes on, or how to follow it again.
+TEST_F(CliClusterTest, CtrlCStopsTheWatchNotTheJobAndSaysHowToFollowIt) {
+  const std::string id = Json("submit " + Spec("long", 1000000)).at("id");
+  int err[2];
+  ASSERT_EQ(pipe(err), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(err[1], 2);
+    close(err[0]);
+    setenv("LOCKSTEP_CLUSTER_DIR", (dir_ / "cluster").c_str(), 1);
+    unsetenv("LOCKSTEP_COORDINATOR");
+    execl(kCli.c_str(), kCli.c_str(), "wait", id.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(err[1]);
+  FILE* in = fdopen(err[0], "r");
+  std::string said;
+  char line[4096];
+  while (said.find(" RUNNING") == std::string::npos && fgets(line, sizeof(line), in) != nullptr) {
+    said += line;  // the job's states so far: it watches
+  }
+  ASSERT_THAT(said, HasSubstr(id + " RUNNING"));
+  kill(pid, SIGINT);
+  while (fgets(line, sizeof(line), in) != nullptr) said += line;
+  fclose(in);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 130) << status;
+  EXPECT_THAT(said, HasSubstr(id + " goes on running; only the watch stopped"));
+  EXPECT_THAT(said, HasSubstr("lockstep watch " + id));
+  EXPECT_THAT(said, HasSubstr("lockstep cancel " + id));
+  EXPECT_EQ(Json("status " + id).at("state"), "RUNNING");
+  EXPECT_EQ(Run("cancel " + id, Env()).exit_code, 0);
+  // `submit` without --wait says what comes next (stderr: stdout is the job).
+  const Result r = Run("submit " + Spec("next", 5), Env());
+  EXPECT_THAT(r.err, HasSubstr("follow it: lockstep watch job-"));
+}
+
+// At 0692893 a job name's newline, escape and bell bytes reached the terminal raw through
+// `list` and `status`: a title change and a screen clear (issue 44).
+TEST_F(CliClusterTest, ControlCharactersOfAJobsNameAreQuotedInEveryTextOutput) {
+  const fs::path spec = dir_ / "evil.json";
+  std::ofstream(spec) << nlohmann::json{{"name", "evil\n\x1b]0;owned\x07\x1b[2J"},
+                                        {"model", {{"kind", "mlp"}, {"hidden", {8}}}},
+                                        {"optimizer", {{"kind", "sgd"}, {"learning_rate", 0.01}}},
+                                        {"global_batch_size", 64},
+                                        {"steps", 2},
+                                        {"workers", 1}};
+  const std::string id = Json("submit --wait " + spec.string()).at("id");
+  const std::string quoted = "evil\\n\\x1b]0;owned\\x07\\x1b[2J";
+  for (const std::string& args :
+       std::vector<std::string>{"list", "list -o wide", "status " + id, "describe " + id,
+                                "wait " + id, "watch " + id, "logs " + id}) {
+    const Result r = Run(args, Env());
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+    const std::string all = r.out + r.err;
+    EXPECT_EQ(all.find('\x1b'), std::string::npos) << args << "\n" << all;
+    EXPECT_EQ(all.find('\x07'), std::string::npos) << args << "\n" << all;
+    if (args != "logs " + id) EXPECT_THAT(all, HasSubstr(quoted)) << args;
+  }
+  EXPECT_EQ(Lines(Run("list", Env()).out), 2);  // the header and one line: no forged line
 }
 
 }  // namespace

@@ -145,6 +145,9 @@ TEST_F(CliElasticTest, TwoWorkersKilledAndOneAddedMidJobEndWithTheBitsOfTrainAnd
   const pid_t second = PidOf(id, 0);
   ASSERT_NO_FATAL_FAILURE(KillWorker(second));
   ASSERT_TRUE(AwaitWorkers(id, 2)) << "after killing pid " << second;
+  // `status` says the workers it runs on now (at 0692893: "4 workers", the spec's most).
+  r = Run("status " + id, Env());
+  EXPECT_THAT(r.out, HasSubstr("  2 workers")) << r.out;
   r = Run("cluster add-worker", Env());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("cluster add-worker: worker-4 registered as "));

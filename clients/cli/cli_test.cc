@@ -2,6 +2,8 @@
 // (exit 2, naming the problem), options read from their environment variables; and
 // against a detached local cluster, `list --state/--limit`, and `watch --json` streaming a
 // running job's events as JSON lines with their zero-valued fields.
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "clients/cli/cli_testing.h"
 
 namespace lockstep {
@@ -13,19 +15,21 @@ using cli_testing::kCli;
 using cli_testing::Lines;
 using cli_testing::ReadFile;
 using cli_testing::Result;
+using ::testing::AnyOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
 
 TEST_F(CliTest, EverySubcommandsHelpExitsZeroAndNamesItsOptions) {
-  const std::vector<std::string> connection = {"--coordinator", "--credentials", "--tls_ca",
-                                               "--token_file",  "--insecure",    "LOCKSTEP_TLS_CA"};
+  const std::vector<std::string> connection = {"--coordinator", "--credentials", "--tls-ca",
+                                               "--token-file",  "--insecure",    "LOCKSTEP_TLS_CA"};
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
       {"",
        {"train", "cluster", "submit", "list", "status", "watch", "cancel", "workers", "checkpoint",
         "logs", "health", "certs", "--version", "Exit codes"}},
       {"train", {"SPEC", "--json", "--data", "--threads"}},
-      {"cluster", {"up", "down"}},
+      {"cluster", {"up", "down", "add-worker", "data-root"}},
+      {"cluster data-root add", {"FOLDER", "--dir"}},
       {"cluster up", {"--workers", "--threads", "--dir", "--port", "--detach", "--insecure"}},
       {"cluster down", {"--dir", "LOCKSTEP_CLUSTER_DIR"}},
       {"submit", {"SPEC", "--wait", "--workers", "--request-id", "--json"}},
@@ -35,9 +39,9 @@ TEST_F(CliTest, EverySubcommandsHelpExitsZeroAndNamesItsOptions) {
       {"cancel", {"JOB", "--json"}},
       {"workers", {"--json", "revoke"}},
       {"workers revoke", {"ID"}},
-      {"logs", {"JOB", "--follow", "-f", "--json"}},
+      {"logs", {"JOB", "--follow", "-f", "--json", "--no-steps", "--level"}},
       {"checkpoint", {"JOB", "--output", "--step"}},
-      {"health", {"HOST:PORT", "--timeout", "--server_name"}},
+      {"health", {"HOST:PORT", "--timeout", "--server-name"}},
       {"certs", {"--out", "--hosts", "--users", "--workers", "--k8s-secrets", "--namespace"}},
   };
   for (const auto& [sub, options] : cases) {
@@ -137,6 +141,13 @@ TEST_F(CliTest, TrainReadsAnNpzDatasetAndNamesTheArrayTheModelCannotFit) {
   EXPECT_EQ(result["test_accuracy"].get<double>(), 2.0 / 40);
   EXPECT_NEAR(result["test_loss"].get<double>(), 2.27539158, 1e-4);
   EXPECT_NEAR(result["final_train_loss"].get<double>(), 2.32150745, 1e-4);
+  // The checksum in hex too, as the text and the dashboard show it (at 0692893 the text
+  // and JSON said decimal, the dashboard hex).
+  const std::string hex =
+      absl::StrFormat("%016x", std::stoull(result["param_checksum"].get<std::string>()));
+  EXPECT_EQ(result["param_checksum_hex"], hex);
+  EXPECT_THAT(Run("train --threads 1 " + spec("train.npz")).out,
+              HasSubstr("params checksum " + hex + "\n"));
   const Result bad = Run("train --json --threads 1 " + spec("bad.npz"));
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("dataset.train_path: " + (dir_ / "bad.npz").string() +
@@ -221,8 +232,10 @@ TEST_F(CliTest, TrainWritesToOutputAndNeitherItNorCheckpointOverwritesWithoutFor
 }
 
 // At 400deec `cluster up` had no --data_root: only the undocumented LOCKSTEP_DATA_ROOT let
-// a local cluster read one's own NPZ files (a path elsewhere was refused at submit).
-TEST_F(CliTest, ClusterUpDataRootLetsItsJobsReadDatasetsThere) {
+// a local cluster read one's own NPZ files (a path elsewhere was refused at submit). At
+// 0692893 the data roots were fixed at `cluster up`, and the refusal did not say how to
+// add one.
+TEST_F(CliTest, ClusterUpDataRootLetsItsJobsReadDatasetsThereAndDataRootAddMore) {
   const fs::path data = dir_ / "mydata";
   fs::create_directories(data);
   std::string pixels(64 * 784, '\0');
@@ -242,12 +255,40 @@ TEST_F(CliTest, ClusterUpDataRootLetsItsJobsReadDatasetsThere) {
       {"steps", 2},
       {"workers", 1}};
   const std::string env = "LOCKSTEP_CLUSTER_DIR=" + (dir_ / "cluster").string();
-  EXPECT_EQ(Run("cluster up --workers 1 --data_root " + (dir_ / "nowhere").string()).exit_code, 2);
-  const Result up = Run("cluster up --workers 1 --threads 1 --detach --data_root " + data.string() +
-                            " --data_root /tmp",
+  EXPECT_EQ(Run("cluster up --workers 1 --data-root " + (dir_ / "nowhere").string()).exit_code, 2);
+  fs::create_directories(dir_ / "other");
+  const Result up = Run("cluster up --workers 1 --threads 1 --detach --data-root " + data.string() +
+                            " --data-root " + (dir_ / "other").string(),
                         env);
   ASSERT_EQ(up.exit_code, 0) << up.err;
-  const Result r = Run("submit --wait --json " + spec.string(), env);
+  // How to reach it from another folder (at 0692893 the export line had no
+  // LOCKSTEP_CLUSTER_DIR, and its `cluster down` hint failed elsewhere).
+  const std::string cluster = (dir_ / "cluster").string();
+  EXPECT_THAT(up.out, HasSubstr("export LOCKSTEP_CLUSTER_DIR=" + cluster + " "));
+  EXPECT_THAT(up.out, HasSubstr("lockstep cluster down --dir " + cluster + "\n"));
+  Result r = Run("submit --wait --json " + spec.string(), env);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"state\":\"SUCCEEDED\""));
+
+  // A folder of the running cluster's: refused, saying how to add it; added, read.
+  const fs::path more = dir_ / "more";
+  fs::create_directories(more);
+  fs::copy_file(npz, more / "train.npz");
+  const fs::path spec2 = dir_ / "spec2.json";
+  nlohmann::json moved = nlohmann::json::parse(ReadFile(spec));
+  moved["dataset"]["train_path"] = moved["dataset"]["test_path"] = (more / "train.npz").string();
+  std::ofstream(spec2) << moved.dump();
+  r = Run("submit " + spec2.string(), env);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("is outside the data roots"));
+  EXPECT_THAT(r.err, HasSubstr("lockstep cluster data-root add FOLDER"));
+  r = Run("cluster data-root add " + more.string(), env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("cluster data-root add: " + more.string() +
+                               ": every server restarted with it"));
+  EXPECT_THAT(Run("cluster data-root add " + more.string(), env).out, HasSubstr("already"));
+  EXPECT_EQ(Run("cluster data-root add " + (dir_ / "nowhere").string(), env).exit_code, 2);
+  r = Run("submit --wait --json " + spec2.string(), env);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("\"state\":\"SUCCEEDED\""));
   EXPECT_EQ(Run("cluster down", env).exit_code, 0);
@@ -294,7 +335,7 @@ TEST_F(CliTest, CompletionScriptsCompleteCommandsSubcommandsAndOptions) {
   };
   EXPECT_EQ(complete("lockstep su"), "submit");
   EXPECT_EQ(complete("lockstep cluster u"), "up");
-  EXPECT_EQ(complete("lockstep cluster up --data"), "--data_root");
+  EXPECT_EQ(complete("lockstep cluster up --data"), "--data-root");
   EXPECT_EQ(complete("lockstep wait job-1 --ti"), "--timeout");
   EXPECT_EQ(complete("lockstep logs job-1 --ta"), "--tail");
   EXPECT_EQ(complete("lockstep workers rev"), "revoke");
@@ -302,7 +343,101 @@ TEST_F(CliTest, CompletionScriptsCompleteCommandsSubcommandsAndOptions) {
   EXPECT_EQ(zsh.exit_code, 0);
   EXPECT_THAT(zsh.out, StartsWith("autoload -U +X bashcompinit && bashcompinit\n"));
   EXPECT_THAT(zsh.out, HasSubstr("complete -o default -F _lockstep lockstep"));
-  EXPECT_EQ(Run("completion fish").exit_code, 2);
+  // fish (at 0692893 there was none): a `complete` line for each command's subcommands,
+  // options and JOB argument, under the command path typed so far.
+  const Result fish = Run("completion fish");
+  ASSERT_EQ(fish.exit_code, 0) << fish.err;
+  EXPECT_THAT(fish.out, HasSubstr("function __lockstep_path\n"));
+  EXPECT_THAT(fish.out,
+              HasSubstr("complete -c lockstep -f -n '__lockstep_path_is \"\"' -a 'train "));
+  EXPECT_THAT(
+      fish.out,
+      HasSubstr("complete -c lockstep -n '__lockstep_path_is \"cluster up\"' -l data-root\n"));
+  EXPECT_THAT(fish.out, HasSubstr("complete -c lockstep -f -n '__lockstep_path_is \"status\"' -a "
+                                  "'(__lockstep_jobs)'\n"));
+  EXPECT_THAT(fish.out, HasSubstr("case 'cluster'\n        set subs up down add-worker"));
+  EXPECT_EQ(Run("completion tcsh").exit_code, 2);
+}
+
+// At 0692893 flags were spelled both ways (--request-id, --data_root, --tls_ca), an
+// underscore spelling of a dashed flag was "not expected", a mistyped command or flag got
+// no suggestion, and options before the subcommand (`lockstep --dir X list`) were refused.
+TEST_F(CliTest, FlagsAreDashedTheOldSpellingsWorkWithANoteAndTyposGetASuggestion) {
+  // Every option of every command is spelled with dashes.
+  const Result bash = Run("completion bash");
+  for (const std::string& word :
+       std::vector<std::string>(absl::StrSplit(bash.out, absl::ByAnyChar(" \"\n")))) {
+    if (word.starts_with("--")) {
+      EXPECT_EQ(word.find('_'), std::string::npos) << word;
+    }
+  }
+  // The underscore spellings still work, with a note.
+  const std::string typo = (dir_ / "clustr").string();
+  Result r = Run("list --token_file /nonexistent --tls_ca /nonexistent --dir " + typo);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("note: --token_file is deprecated: use --token-file\n"));
+  EXPECT_THAT(r.err, HasSubstr("note: --tls_ca is deprecated: use --tls-ca\n"));
+  EXPECT_THAT(r.err, HasSubstr("--tls-ca: cannot read /nonexistent"));  // the option took
+  r = Run("submit " + (dir_ / "none.yaml").string() + " --request_id rq1");
+  EXPECT_THAT(r.err, HasSubstr("note: --request_id is deprecated: use --request-id"));
+  EXPECT_THAT(r.err, Not(HasSubstr("not expected")));
+  // Options anywhere on the line, also before the subcommand, as kubectl's.
+  for (const std::string& args : std::vector<std::string>{
+           "--dir " + typo + " list", "--insecure --dir=" + typo + " status job-1",
+           "cluster --dir " + typo + " down"}) {
+    r = Run(args);
+    EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.err;
+    EXPECT_THAT(r.err, AnyOf(HasSubstr("no Lockstep cluster in " + typo),
+                             HasSubstr("no cluster recorded in " + typo)))
+        << args;
+  }
+  EXPECT_EQ(Run("--json --version").exit_code, 0);
+  // A mistyped command or option: the one meant.
+  for (const auto& [args, meant] : std::vector<std::pair<std::string, std::string>>{
+           {"sumbit spec.yaml", "sumbit: did you mean submit?"},
+           {"lsit", "lsit: did you mean list?"},
+           {"cluster dwon", "dwon: did you mean down?"},
+           {"workers revoek w1", "revoek: did you mean revoke?"},
+           {"list --limt 5", "--limt: did you mean --limit?"},
+           {"logs job-1 --folow", "--folow: did you mean --follow?"},
+           {"submit spec.yaml --wiat", "--wiat: did you mean --wait?"}}) {
+    r = Run(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(meant)) << args;
+  }
+  r = Run("frobnicate");  // nothing close: no suggestion
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, Not(HasSubstr("did you mean")));
+}
+
+// At 0692893 `lockstep list` with no cluster anywhere said "INVALID_ARGUMENT: no
+// credentials for 127.0.0.1:7070"; a missing spec file exited 1 (bad usage is 2); and
+// `epochs: five` got protobuf's "Invalid value for TYPE_UINT32".
+TEST_F(CliTest, NoClusterHereAMissingSpecAndAMistypedFieldSayWhatToDo) {
+  fs::create_directories(dir_ / "empty");
+  for (const std::string args : {"list", "status job-1", "logs job-1"}) {
+    const Result r = Run(args, "LOCKSTEP_CLUSTER_DIR=", dir_ / "empty");
+    EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr("no cluster here (no .lockstep-cluster in " +
+                                 fs::canonical(dir_ / "empty").string() + ")"))
+        << args;
+    EXPECT_THAT(r.err, HasSubstr("lockstep cluster up")) << args;
+    EXPECT_THAT(r.err, HasSubstr("--dir DIR")) << args;
+    EXPECT_EQ(Lines(r.err), 1) << r.err;
+  }
+  const std::string missing = (dir_ / "nope.yaml").string();
+  for (const std::string sub : {"submit", "train"}) {
+    const Result r = Run(sub + " " + missing);
+    EXPECT_EQ(r.exit_code, 2) << sub << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(missing + ": cannot read spec file")) << sub;
+  }
+  const fs::path spec = dir_ / "five.yaml";
+  std::ofstream(spec) << "model: {kind: mlp, hidden: [16]}\nepochs: five\n";
+  const Result r = Run("train " + spec.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err,
+              HasSubstr(spec.string() + ": epochs: expected a whole number >= 0, not \"five\""));
+  EXPECT_THAT(r.err, Not(HasSubstr("TYPE_UINT32")));
 }
 
 // At 400deec job commands rejected --dir and named LOCKSTEP_CLUSTER_DIR nowhere; a

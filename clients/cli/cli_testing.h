@@ -51,11 +51,13 @@ class CliTest : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
 
-  // `env lockstep ARGS` through the shell, with no local cluster unless `env` names one.
-  Result Run(const std::string& args, const std::string& env = "") {
+  // `env lockstep ARGS` through the shell, with no local cluster unless `env` names one,
+  // in the folder `cwd` when given.
+  Result Run(const std::string& args, const std::string& env = "", const fs::path& cwd = {}) {
     const std::string out = (dir_ / "out").string(), err = (dir_ / "err").string();
     const std::string cmd =
-        absl::StrCat("env -u LOCKSTEP_COORDINATOR -u LOCKSTEP_CREDENTIALS -u LOCKSTEP_INSECURE ",
+        absl::StrCat(cwd.empty() ? "" : "cd " + cwd.string() + " && ",
+                     "env -u LOCKSTEP_COORDINATOR -u LOCKSTEP_CREDENTIALS -u LOCKSTEP_INSECURE ",
                      "LOCKSTEP_CLUSTER_DIR=", (dir_ / "no-cluster").string(), " ", env, " ", kCli,
                      " ", args, " >", out, " 2>", err, " </dev/null");
     const int status = std::system(cmd.c_str());

@@ -2,8 +2,12 @@
 
 #include <google/protobuf/util/json_util.h>
 #include <grpc/support/log.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -17,6 +21,7 @@
 #include "clients/cli/job_text.h"
 #include "clients/cli/progress.h"
 #include "clients/cli/resume.h"
+#include "clients/cli/terminal_text.h"
 #include "core/status_macros.h"
 #include "services/common/job_state.h"
 #include "services/common/net.h"
@@ -27,8 +32,8 @@ namespace lockstep::cli {
 namespace fs = std::filesystem;
 
 std::string DefaultClusterDir() {
-  if (const char* d = std::getenv("LOCKSTEP_CLUSTER_DIR")) return d;
-  return ".lockstep-cluster";
+  const char* d = std::getenv("LOCKSTEP_CLUSTER_DIR");
+  return d != nullptr && *d != '\0' ? d : ".lockstep-cluster";
 }
 
 absl::StatusOr<std::string> FindBinary(const std::string& name) {
@@ -57,10 +62,10 @@ void AddConnectionOptions(CLI::App& app, ConnectionOptions& o) {
                  "a folder with ca.pem and admin.token (`lockstep certs`)")
       ->envname("LOCKSTEP_CREDENTIALS")
       ->group(group);
-  app.add_option("--tls_ca", o.tls_ca, "the CA that signed the server's certificate")
+  app.add_option("--tls-ca", o.tls_ca, "the CA that signed the server's certificate")
       ->envname("LOCKSTEP_TLS_CA")
       ->group(group);
-  app.add_option("--token_file", o.token_file, "a file with the bearer token")
+  app.add_option("--token-file", o.token_file, "a file with the bearer token")
       ->envname("LOCKSTEP_TOKEN_FILE")
       ->group(group);
   app.add_flag("--insecure", o.insecure, "plaintext, no token (a coordinator run --insecure)")
@@ -122,6 +127,13 @@ absl::Status FindAddress(const ConnectionOptions& o, Connection* c) {
   return absl::OkStatus();
 }
 
+// Transport::Tls, its errors naming the CLI's option (--tls-ca), not the servers' flag.
+absl::StatusOr<Transport> ClientTls(const TlsFiles& files) {
+  absl::StatusOr<Transport> t = Transport::Tls(files);
+  if (t.ok() || !absl::StartsWith(t.status().message(), "--tls_ca")) return t;
+  return absl::Status(t.status().code(), absl::StrCat("--tls-ca", t.status().message().substr(8)));
+}
+
 bool Contains(const std::string& text, std::initializer_list<const char*> any) {
   const std::string lower = absl::AsciiStrToLower(text);
   for (const char* a : any) {
@@ -146,29 +158,37 @@ absl::StatusOr<Connection> ResolveConnection(const ConnectionOptions& o) {
   const bool named = !dir.empty() || !files.ca.empty();
   if (named) {
     if (!dir.empty() && files.ca.empty()) files.ca = dir + "/ca.pem";
-    ASSIGN_OR_RETURN(c.transport, Transport::Tls(files));
+    ASSIGN_OR_RETURN(c.transport, ClientTls(files));
   }
   RETURN_IF_ERROR(FindAddress(o, &c));
   if (!named) {
     bool dir_named = false;
-    const std::string local = ClusterDir(o, &dir_named) + "/credentials";
+    const std::string cluster_dir = ClusterDir(o, &dir_named);
+    const std::string local = cluster_dir + "/credentials";
     if (fs::exists(local + "/ca.pem")) {
       dir = local;
       files.ca = dir + "/ca.pem";
+    } else if (o.coordinator.empty() && !dir_named && !fs::exists(cluster_dir + "/cluster.json")) {
+      // Nothing named a coordinator, and there is no cluster here.
+      std::error_code ec;
+      return absl::NotFoundError(absl::StrCat(
+          "no cluster here (no ", cluster_dir, " in ", fs::current_path(ec).string(),
+          "): start one with `lockstep cluster up`, or pass --dir DIR of a running one (or set "
+          "LOCKSTEP_CLUSTER_DIR), or --coordinator HOST:PORT with --credentials DIR"));
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("no credentials for ", c.address,
-                       ": pass --credentials DIR (made by `lockstep certs`), or --tls_ca FILE and "
-                       "--token_file FILE, or --insecure for a plaintext coordinator"));
+                       ": pass --credentials DIR (made by `lockstep certs`), or --tls-ca FILE and "
+                       "--token-file FILE, or --insecure for a plaintext coordinator"));
     }
-    ASSIGN_OR_RETURN(c.transport, Transport::Tls(files));
+    ASSIGN_OR_RETURN(c.transport, ClientTls(files));
   }
   c.ca = files.ca;
   if (!dir.empty() && token_file.empty()) token_file = dir + "/admin.token";
   if (!token_file.empty()) {
     std::ifstream in(token_file);
     if (!(in >> c.token)) {
-      return absl::InvalidArgumentError(absl::StrCat("--token_file: cannot read ", token_file));
+      return absl::InvalidArgumentError(absl::StrCat("--token-file: cannot read ", token_file));
     }
   }
   return c;
@@ -257,12 +277,14 @@ std::unique_ptr<grpc::ClientContext> Deadline(double seconds) {
 
 std::string StateName(v1::JobState s) { return v1::JobState_Name(s); }
 
-void PrintJson(const google::protobuf::Message& message) {
+void PrintJson(const google::protobuf::Message& message, bool indented) {
   std::string out;
   google::protobuf::util::JsonPrintOptions opts;
+  opts.add_whitespace = indented;
   opts.preserve_proto_field_names = true;
   opts.always_print_primitive_fields = true;  // a loss of 0 or a step of 0 is still there
   (void)google::protobuf::util::MessageToJsonString(message, &out, opts);
+  if (!out.empty() && out.back() == '\n') out.pop_back();  // add_whitespace ends in one
   absl::PrintF("%s\n", out);
   std::fflush(stdout);  // a line at a time, also into a pipe (`watch --json | head`)
 }
@@ -289,13 +311,48 @@ bool Waits(v1::JobState state) {
   return state == v1::QUEUED || state == v1::RECOVERING || state == v1::SUSPENDED;
 }
 
+// What SIGINT prints while a watch runs (written by the handler: no allocation there).
+char interrupt_message[512];
+size_t interrupt_length = 0;
+
+void OnInterrupt(int) {
+  ssize_t ignored = write(STDERR_FILENO, interrupt_message, interrupt_length);
+  (void)ignored;
+  _exit(130);
+}
+
+// Ctrl-C from now on says that the job goes on, and how to watch it again or cancel it.
+void SayTheJobGoesOnWhenInterrupted(const std::string& id) {
+  const std::string message = absl::StrCat(
+      "\n", id, " goes on running; only the watch stopped. Follow it again: lockstep watch ", id,
+      "  (or: lockstep logs ", id, " -f);  stop it: lockstep cancel ", id, "\n");
+  interrupt_length = std::min(message.size(), sizeof(interrupt_message));
+  std::memcpy(interrupt_message, message.data(), interrupt_length);
+  struct sigaction action = {};
+  action.sa_handler = OnInterrupt;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+}
+
 }  // namespace
 
 int WatchUntilDone(const Connection& connection, v1::JobService::Stub& stub, const std::string& id,
-                   WatchOutput output, absl::Duration timeout) {
+                   const WatchOptions& options) {
+  const WatchOutput output = options.output;
+  const absl::Duration timeout = options.timeout;
   const absl::Time deadline = absl::Now() + timeout;
-  EventPrinter printer(id);
+  EventPrinter printer(id, options.progress);
   EventResume resume;
+  if (options.from_now) {
+    v1::Job job;
+    if (grpc::Status st = GetJob(stub, id, &job); !st.ok()) return Fail(connection, st);
+    if (IsTerminal(job.state())) {
+      if (output != WatchOutput::kJsonEvents) PrintJob(job, output == WatchOutput::kJsonJob);
+      return job.state() == v1::SUCCEEDED ? 0 : 1;
+    }
+    resume.StartAt(job.step());
+  }
+  SayTheJobGoesOnWhenInterrupted(id);
   bool reached = false;  // the coordinator answered once
   for (int attempt = 0; attempt < 30; ++attempt) {
     grpc::ClientContext ctx;  // a watch lasts as long as the job: no deadline but `timeout`
@@ -313,7 +370,7 @@ int WatchUntilDone(const Connection& connection, v1::JobService::Stub& stub, con
       v1::Job now;
       if (output == WatchOutput::kProgress && e.has_state() && Waits(e.state().state()) &&
           GetJob(stub, id, &now).ok() && Waits(now.state()) && !now.waiting_for().empty()) {
-        printer.Note(absl::StrCat(id, " waiting for ", now.waiting_for()));
+        printer.Note(absl::StrCat(id, " waiting for ", Printable(now.waiting_for())));
       }
     }
     grpc::Status st = reader->Finish();

@@ -38,16 +38,17 @@ struct ConnectionOptions {
   std::string token_file;
   bool insecure = false;
 };
-// Adds --coordinator, --dir, --credentials, --tls_ca, --token_file and --insecure to `app`.
+// Adds --coordinator, --dir, --credentials, --tls-ca, --token-file and --insecure to `app`.
 void AddConnectionOptions(CLI::App& app, ConnectionOptions& options);
 // The coordinator: --coordinator (or $LOCKSTEP_COORDINATOR; HOST:PORT, else
 // INVALID_ARGUMENT), else the address `lockstep cluster up` recorded in the cluster
 // directory (--dir, $LOCKSTEP_CLUSTER_DIR: NOT_FOUND naming it when it holds no cluster),
 // else, when the default ./.lockstep-cluster holds none, 127.0.0.1:7070. TLS with the CA
-// and token of --credentials DIR (as `lockstep certs` and `cluster up` make them), --tls_ca
-// and --token_file overriding its parts, read before the address is looked for; without
-// any of them, the local cluster's credentials. INVALID_ARGUMENT saying what to pass when
-// no credentials are found.
+// and token of --credentials DIR (as `lockstep certs` and `cluster up` make them), --tls-ca
+// and --token-file overriding its parts, read before the address is looked for; without
+// any of them, the local cluster's credentials. NOT_FOUND "no cluster here" when nothing
+// names a coordinator and there is no local cluster; INVALID_ARGUMENT saying what to pass
+// when no credentials are found for a named one.
 absl::StatusOr<Connection> ResolveConnection(const ConnectionOptions& options);
 // A failed call's status in one line a user can act on when the connection itself failed:
 // no coordinator answering at the address (and where the address came from), a
@@ -75,23 +76,36 @@ v1::Job AwaitEnd(v1::JobService::Stub& stub, const v1::Job& job, absl::Duration 
 // A context whose deadline is `seconds` away.
 std::unique_ptr<grpc::ClientContext> Deadline(double seconds);
 
-// Prints a message as one line of JSON with the .proto field names, zero-valued fields
-// included, and flushes stdout.
-void PrintJson(const google::protobuf::Message& message);
+// Prints a message as JSON with the .proto field names, zero-valued fields included: one
+// line, or `indented` over many (as kubectl's -o json); flushes stdout.
+void PrintJson(const google::protobuf::Message& message, bool indented = false);
 // Prints a job (human form or JSON).
 void PrintJob(const v1::Job& job, bool json);
 std::string StateName(v1::JobState state);
 
-// What WatchUntilDone prints: a live progress bar (stderr) and the final job; each event
-// as a line of JSON (JSON lines, flushed); or only the final job as JSON.
+// What WatchUntilDone prints: a live progress bar and the final job; each event as a line
+// of JSON (JSON lines, flushed); or only the final job as JSON.
 enum class WatchOutput { kProgress, kJsonEvents, kJsonJob };
+
+// How WatchUntilDone watches.
+struct WatchOptions {
+  WatchOutput output = WatchOutput::kProgress;
+  // Where the progress goes: stdout for `watch` (its output, for pipes), stderr where the
+  // final job is the output (`wait`, `submit --wait`).
+  FILE* progress = stderr;
+  // Only what happens from now on: a job that has ended is printed at once, a running
+  // one's steps from its current step (`wait`: not its history).
+  bool from_now = false;
+  absl::Duration timeout = absl::InfiniteDuration();
+};
 
 // Streams WatchJob until the job ends, resuming from the last step seen when the stream
 // breaks, each event printed once; with progress, what a QUEUED or RECOVERING job waits
-// for. Exit code: 0 if SUCCEEDED, 1 otherwise, and 1 after `timeout` with
-// DEADLINE_EXCEEDED saying the job's state (and what it waits for).
+// for. Ctrl-C (SIGINT) stops watching, not the job: it exits 130 saying so and how to
+// watch again or cancel. Exit code: 0 if SUCCEEDED, 1 otherwise, and 1 after `timeout`
+// with DEADLINE_EXCEEDED saying the job's state (and what it waits for).
 int WatchUntilDone(const Connection& connection, v1::JobService::Stub& stub, const std::string& id,
-                   WatchOutput output, absl::Duration timeout = absl::InfiniteDuration());
+                   const WatchOptions& options);
 
 }  // namespace lockstep::cli
 

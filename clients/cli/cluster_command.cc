@@ -1,13 +1,15 @@
-// `lockstep cluster up|down|add-worker`: a local cluster of one coordinator and N CPU
-// workers as processes on loopback, with free ports, logs in a folder. A supervisor
-// restarts a server that exits, with backoff (unless `--restart never`) — `cluster up`
-// itself in the foreground, a background process of its own with --detach — starts one
-// more worker on SIGUSR1, which is what `lockstep cluster add-worker` sends it, and stops
-// the cluster on Ctrl-C or SIGTERM, which is what `lockstep cluster down` sends it.
+// `lockstep cluster up`: a local cluster of one coordinator and N CPU workers as processes
+// on loopback, with free ports, logs in a folder, and its supervisor: it restarts a
+// server that exits, with backoff (unless `--restart never`) — `cluster up` itself in the
+// foreground, a background process of its own with --detach — starts one more worker on
+// SIGUSR1 (`lockstep cluster add-worker`), restarts every server with more data roots on
+// SIGUSR2 (`cluster data-root add`), and stops the cluster on Ctrl-C or SIGTERM (`cluster
+// down`). It keeps the cluster's record (cluster_record.h) up to date.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -20,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "clients/cli/client.h"
+#include "clients/cli/cluster_record.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/openmp_env.h"
 #include "clients/cluster/cluster_processes.h"
@@ -33,49 +36,38 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// How long the servers get to stop after SIGTERM, before SIGKILL.
-constexpr absl::Duration kStopGrace = absl::Seconds(10);
-
-// Whether `pid` runs one of the programs `names` (a zombie runs none): a recorded pid may
-// have been reused by an unrelated process since.
-bool Runs(pid_t pid, std::initializer_list<std::string_view> names) {
-  if (pid <= 0) return false;
-  std::error_code ec;
-  std::string exe = fs::read_symlink(absl::StrCat("/proc/", pid, "/exe"), ec).filename();
-  if (ec) return false;
-  // A binary rebuilt since the process started reads "NAME (deleted)".
-  if (exe.ends_with(" (deleted)")) exe.resize(exe.size() - std::string_view(" (deleted)").size());
-  for (std::string_view name : names) {
-    if (exe == name) return true;
-  }
-  return false;
-}
-
-bool IsClusterServer(pid_t pid) { return Runs(pid, {"lockstep-coordinator", "lockstep-worker"}); }
-
-// Workers started on request (SIGUSR1, `cluster add-worker`): how many, and how the last
-// start went ("worker-4 registered as w0004", or why not).
-struct Added {
-  int count = 0;
-  std::string last;
+// What the supervisor did on request: workers started (SIGUSR1, `cluster add-worker`),
+// how many and how the last start went ("worker-4 registered as w0004", or why not); and
+// the data roots (`cluster up --data-root`, and SIGUSR2, `cluster data-root add`), how
+// many times they changed and how the last change went ("" when it went well).
+struct Requests {
+  int added = 0;
+  std::string last_added;
+  std::vector<std::string> data_roots;
+  int data_root_changes = 0;
+  std::string last_data_root_change;
 };
 
 // Writes <dir>/cluster.json, what `cluster down` and `cluster add-worker` read: the
 // coordinator's address, the servers' pids (-1 for one gone) and the supervisor's, where
 // each serves its Prometheus metrics ("metrics": {"coordinator": host:port, "workers":
 // [host:port, ...]}; "" for a server not listening), the dashboard's URL ("dashboard"),
-// and the workers added on request ("added", "last_added"). Replaced whole, as restarts
-// rewrite it while `cluster down` may be reading it.
+// and what it did on request (Requests: "added", "last_added", "data_roots",
+// "data_root_changes", "last_data_root_change"). Replaced whole, as restarts rewrite it
+// while `cluster down` may be reading it.
 void WriteRecord(const std::string& dir, const std::string& address,
                  const ClusterProcesses& cluster, const std::vector<std::string>& metrics,
-                 const Added& added) {
+                 const Requests& requests) {
   nlohmann::json record = {{"coordinator", address},
                            {"pids", cluster.pids()},
                            {"workers", cluster.ServerCount() - 1},
                            {"supervisor", getpid()},
                            {"dashboard", cluster.DashboardUrl()},
-                           {"added", added.count},
-                           {"last_added", added.last}};
+                           {"added", requests.added},
+                           {"last_added", requests.last_added},
+                           {"data_roots", requests.data_roots},
+                           {"data_root_changes", requests.data_root_changes},
+                           {"last_data_root_change", requests.last_data_root_change}};
   if (!metrics.empty()) {
     record["metrics"] = {{"coordinator", metrics[0]},
                          {"workers", std::vector<std::string>(metrics.begin() + 1, metrics.end())}};
@@ -96,10 +88,44 @@ struct Started {
   std::string dashboard;
 };
 
+// The servers' --data_root: what they read anyway ($LOCKSTEP_DATA_ROOT, else the default)
+// and `extra` (absolute). Empty without `extra`.
+std::string DataRootFlag(const std::vector<std::string>& extra) {
+  if (extra.empty()) return "";
+  const char* env = std::getenv("LOCKSTEP_DATA_ROOT");
+  std::vector<std::string> roots = {env != nullptr && *env != '\0' ? env : kDefaultDataRoots};
+  roots.insert(roots.end(), extra.begin(), extra.end());
+  return "--data_root=" + absl::StrJoin(roots, ",");
+}
+
+// SIGUSR2: the folders kDataRootRequests names join `requests`' data roots, and every
+// server starts again with them (ClusterProcesses::RestartAll: running jobs go on).
+void AddDataRoots(const std::string& dir, ClusterProcesses& cluster, Requests& requests) {
+  const fs::path file = fs::path(dir) / kDataRootRequests;
+  std::ifstream in(file);
+  std::vector<std::string> roots = requests.data_roots;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && std::find(roots.begin(), roots.end(), line) == roots.end()) {
+      roots.push_back(line);
+    }
+  }
+  in.close();
+  fs::remove(file);
+  if (roots != requests.data_roots) {
+    cluster.SetDataRootFlag(DataRootFlag(roots));
+    const absl::Status st = cluster.RestartAll(absl::Seconds(90));
+    requests.last_data_root_change = st.ok() ? "" : st.ToString();
+    if (st.ok()) requests.data_roots = roots;
+  }
+  ++requests.data_root_changes;
+}
+
 // Starts the cluster and supervises it until one of the signals `stop` (blocked in this
-// thread) arrives, then stops it; on SIGUSR1 (blocked too) starts one more worker.
-// `started` hears once how the start went.
+// thread) arrives, then stops it; on SIGUSR1 (blocked too) starts one more worker, on
+// SIGUSR2 adds data roots (AddDataRoots). `data_roots`: those of `cluster up
+// --data-root`. `started` hears once how the start went.
 int Supervise(const ClusterOptions& options, RestartPolicy policy, const sigset_t& stop,
+              const std::vector<std::string>& data_roots,
               const std::function<void(const absl::Status&, const Started&)>& started) {
   auto cluster = ClusterProcesses::Start(options);
   if (!cluster.ok()) {
@@ -108,8 +134,9 @@ int Supervise(const ClusterOptions& options, RestartPolicy policy, const sigset_
   }
   const std::string address = (*cluster)->address();
   std::vector<std::string> metrics = (*cluster)->MetricsAddresses();
-  Added added;
-  WriteRecord(options.dir, address, **cluster, metrics, added);
+  Requests requests;
+  requests.data_roots = data_roots;
+  WriteRecord(options.dir, address, **cluster, metrics, requests);
   started(absl::OkStatus(), {address, metrics, (*cluster)->DashboardUrl()});
   const auto log = [&options](const std::string& line) {
     absl::FPrintF(stderr, "cluster up: %s (logs in %s/logs)\n", line, options.dir);
@@ -118,25 +145,34 @@ int Supervise(const ClusterOptions& options, RestartPolicy policy, const sigset_
   Supervisor supervisor(cluster->get(), absl::Now(), BackoffOptions{}, log, policy);
   sigset_t wake = stop;
   sigaddset(&wake, SIGUSR1);
+  sigaddset(&wake, SIGUSR2);
   timespec tick = {0, 200 * 1000 * 1000};
   while (true) {
     const int sig = sigtimedwait(&wake, nullptr, &tick);
-    if (sig > 0 && sig != SIGUSR1) break;  // one of `stop`
+    if (sig > 0 && sig != SIGUSR1 && sig != SIGUSR2) break;  // one of `stop`
     bool changed = supervisor.Poll(absl::Now());
     if (sig == SIGUSR1) {  // returns once the worker has registered, or failed to
       const int index = (*cluster)->ServerCount() - 1;
       absl::StatusOr<std::string> id = (*cluster)->AddWorker();
-      added.last = id.ok() ? absl::StrCat("worker-", index, " registered as ", *id)
-                           : absl::StrCat("worker-", index, ": ", id.status().ToString());
-      ++added.count;
-      log(absl::StrCat("added ", added.last));
+      requests.last_added = id.ok() ? absl::StrCat("worker-", index, " registered as ", *id)
+                                    : absl::StrCat("worker-", index, ": ", id.status().ToString());
+      ++requests.added;
+      log(absl::StrCat("added ", requests.last_added));
+      changed = true;
+    }
+    if (sig == SIGUSR2) {  // returns once every server runs with them, or failed to
+      AddDataRoots(options.dir, **cluster, requests);
+      log(absl::StrCat("data roots ", absl::StrJoin(requests.data_roots, ", "),
+                       requests.last_data_root_change.empty()
+                           ? ": every server restarted with them"
+                           : ": " + requests.last_data_root_change));
       changed = true;
     }
     // A restarted server serves its metrics on a new port once it is up.
     std::vector<std::string> now = (*cluster)->MetricsAddresses();
     if (changed || now != metrics) {
       metrics = std::move(now);
-      WriteRecord(options.dir, address, **cluster, metrics, added);
+      WriteRecord(options.dir, address, **cluster, metrics, requests);
     }
   }
   (*cluster)->Stop(kStopGrace);
@@ -169,18 +205,21 @@ void PrintStarted(const ClusterOptions& options, const Started& started) {
   }
 }
 
-// The supervisor's signals, received by sigtimedwait: `stop`, and SIGUSR1 (add a worker).
+// The supervisor's signals, received by sigtimedwait: `stop`, SIGUSR1 (add a worker) and
+// SIGUSR2 (add data roots).
 // Blocked before any thread starts, so that none of them dies of SIGUSR1.
 void BlockSupervisorSignals(const sigset_t& stop) {
   sigset_t blocked = stop;
   sigaddset(&blocked, SIGUSR1);
+  sigaddset(&blocked, SIGUSR2);
   pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
 }
 
 // --detach: the supervisor runs in a process of its own, in a new session so that it
 // outlives this terminal, with its output in <dir>/logs/supervisor.log. It reports the
 // start through a pipe, and this process exits once it has.
-int StartDetached(const ClusterOptions& options, RestartPolicy policy, const sigset_t& stop) {
+int StartDetached(const ClusterOptions& options, RestartPolicy policy, const sigset_t& stop,
+                  const std::vector<std::string>& data_roots) {
   std::error_code ec;
   fs::create_directories(fs::path(options.dir) / "logs", ec);
   if (ec) return Fail(absl::FailedPreconditionError(absl::StrCat(options.dir, ": ", ec.message())));
@@ -201,18 +240,19 @@ int StartDetached(const ClusterOptions& options, RestartPolicy policy, const sig
       dup2(out, 2);
     }
     BlockSupervisorSignals(stop);
-    const int rc = Supervise(options, policy, stop, [&](const absl::Status& st, const Started& s) {
-      // "ok ADDRESS METRICS,METRICS,... DASHBOARD": the metrics list and the dashboard's
-      // URL are empty or have no spaces.
-      const std::string message =
-          st.ok()
-              ? absl::StrCat("ok ", s.address, " ", absl::StrJoin(s.metrics, ","), " ", s.dashboard)
-              : st.ToString();
-      if (write(fds[1], message.data(), message.size()) < 0) {
-        absl::FPrintF(stderr, "cluster up: the launcher is gone\n");
-      }
-      close(fds[1]);
-    });
+    const int rc =
+        Supervise(options, policy, stop, data_roots, [&](const absl::Status& st, const Started& s) {
+          // "ok ADDRESS METRICS,METRICS,... DASHBOARD": the metrics list and the dashboard's
+          // URL are empty or have no spaces.
+          const std::string message =
+              st.ok() ? absl::StrCat("ok ", s.address, " ", absl::StrJoin(s.metrics, ","), " ",
+                                     s.dashboard)
+                      : st.ToString();
+          if (write(fds[1], message.data(), message.size()) < 0) {
+            absl::FPrintF(stderr, "cluster up: the launcher is gone\n");
+          }
+          close(fds[1]);
+        });
     std::fflush(nullptr);
     _exit(rc);  // this copy of the launcher has nothing else to do
   }
@@ -235,11 +275,19 @@ int StartDetached(const ClusterOptions& options, RestartPolicy policy, const sig
   if (parts.size() > 1 && !parts[1].empty()) started.metrics = absl::StrSplit(parts[1], ',');
   if (parts.size() > 2) started.dashboard = parts[2];
   PrintStarted(options, started);
+  // The folder names the cluster (its address, credentials and supervisor) from anywhere:
+  // job commands and `cluster down` run in another folder find it through the variable.
+  const std::string dir = AbsoluteFolder(options.dir);
   absl::PrintF(
-      "export LOCKSTEP_COORDINATOR=%s%s   # stop with: lockstep cluster down\n", started.address,
-      options.insecure ? " LOCKSTEP_INSECURE=1"
-                       : absl::StrCat(" LOCKSTEP_CREDENTIALS=", fs::absolute(options.dir).string(),
-                                      "/credentials"));
+      "export LOCKSTEP_CLUSTER_DIR=%s%s   # then, from any folder: lockstep list; "
+      "stop with: lockstep cluster down\n",
+      dir, options.insecure ? " LOCKSTEP_INSECURE=1" : "");
+  if (options.dir != ".lockstep-cluster") {
+    absl::PrintF(
+        "cluster up: without the variable: lockstep list --dir %s; lockstep cluster down "
+        "--dir %s\n",
+        dir, dir);
+  }
   return 0;
 }
 
@@ -251,18 +299,8 @@ struct UpOptions {
   bool detach = false;
   bool insecure = false;
   std::string restart = "always";       // or "never": an exited server stays gone
-  std::vector<std::string> data_roots;  // besides the servers' own (--data_root)
+  std::vector<std::string> data_roots;  // besides the servers' own (--data-root)
 };
-
-// The servers' --data_root: what they read anyway ($LOCKSTEP_DATA_ROOT, else the default)
-// and `extra`, absolute (the servers' folder is not the caller's). Empty without `extra`.
-std::string DataRootFlag(const std::vector<std::string>& extra) {
-  if (extra.empty()) return "";
-  const char* env = std::getenv("LOCKSTEP_DATA_ROOT");
-  std::vector<std::string> roots = {env != nullptr && *env != '\0' ? env : kDefaultDataRoots};
-  for (const std::string& d : extra) roots.push_back(fs::absolute(d).lexically_normal().string());
-  return "--data_root=" + absl::StrJoin(roots, ",");
-}
 
 int Up(const UpOptions& o) {
   SetPrivateUmask();  // the cluster's folder: credentials, state and logs, the owner's only
@@ -301,141 +339,48 @@ int Up(const UpOptions& o) {
   options.insecure = o.insecure;
   options.metrics = true;    // on loopback only, as the cluster
   options.dashboard = true;  // so is the dashboard
-  if (const std::string roots = DataRootFlag(o.data_roots); !roots.empty()) {
+  std::vector<std::string> data_roots;
+  for (const std::string& d : o.data_roots) data_roots.push_back(AbsoluteFolder(d));
+  if (const std::string roots = DataRootFlag(data_roots); !roots.empty()) {
     options.coordinator_flags.push_back(roots);  // checks dataset paths at submit
     options.worker_flags.push_back(roots);       // reads them
   }
   const RestartPolicy policy =
       o.restart == "never" ? RestartPolicy::kNever : RestartPolicy::kAlways;
-  if (o.detach) return StartDetached(options, policy, stop);
+  if (o.detach) return StartDetached(options, policy, stop, data_roots);
   // Blocked before anything starts, so that the supervision loop receives Ctrl-C.
   BlockSupervisorSignals(stop);
   bool up = false;
-  const int rc =
-      Supervise(options, policy, stop, [&](const absl::Status& st, const Started& started) {
-        if (!st.ok()) {
-          Fail(st);
-          return;
-        }
-        up = true;
-        PrintStarted(options, started);
-        absl::PrintF("press Ctrl-C to stop\n");
-        std::fflush(stdout);
-      });
+  const int rc = Supervise(options, policy, stop, data_roots,
+                           [&](const absl::Status& st, const Started& started) {
+                             if (!st.ok()) {
+                               Fail(st);
+                               return;
+                             }
+                             up = true;
+                             PrintStarted(options, started);
+                             absl::PrintF("press Ctrl-C to stop\n");
+                             std::fflush(stdout);
+                           });
   if (up) absl::PrintF("cluster stopped\n");
   return rc;
-}
-
-// Waits until `pid` no longer runs `name`; false after `timeout`. (Not waitpid: the
-// supervisor is not our child.)
-bool WaitGone(pid_t pid, std::string_view name, absl::Duration timeout) {
-  const absl::Time end = absl::Now() + timeout;
-  while (Runs(pid, {name})) {
-    if (absl::Now() >= end) return false;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return true;
-}
-
-int Down(const std::string& dir) {
-  std::ifstream in(fs::path(dir) / "cluster.json");
-  if (!in) return Fail(absl::NotFoundError(absl::StrCat("no cluster recorded in ", dir)));
-  std::vector<pid_t> recorded, pids;
-  pid_t supervisor = 0;  // none in records from before supervision
-  try {
-    const nlohmann::json record = nlohmann::json::parse(in);
-    recorded = record.at("pids").get<std::vector<pid_t>>();
-    supervisor = record.value("supervisor", pid_t{0});
-  } catch (const std::exception& e) {
-    return Fail(absl::DataLossError(absl::StrCat(dir, "/cluster.json: ", e.what())));
-  }
-  for (pid_t p : recorded) {
-    if (IsClusterServer(p)) pids.push_back(p);
-  }
-  // The supervisor first: it stops the servers in order, and a server stopped behind its
-  // back would be restarted. Its servers die with it if it has to be killed.
-  if (Runs(supervisor, {"lockstep"})) {
-    kill(supervisor, SIGTERM);
-    if (!WaitGone(supervisor, "lockstep", kStopGrace + absl::Seconds(5))) {
-      kill(supervisor, SIGKILL);
-      WaitGone(supervisor, "lockstep", absl::Seconds(5));
-    }
-  }
-  // What is left: the servers of a record without a supervisor, or of a supervisor that
-  // died without stopping them.
-  std::vector<pid_t> left;
-  for (pid_t p : pids) {
-    if (IsClusterServer(p)) left.push_back(p);
-  }
-  StopProcesses(left, kStopGrace);
-  fs::remove(fs::path(dir) / "cluster.json");
-  absl::PrintF("cluster down: stopped %d servers (%d recorded were no longer running)\n",
-               pids.size(), recorded.size() - pids.size());
-  return 0;
-}
-
-// `cluster add-worker`: SIGUSR1 to the cluster's supervisor, which starts worker-N and
-// records how that went; returns once it has (the worker registered, or failed to).
-int AddWorker(const std::string& dir) {
-  const fs::path path = fs::path(dir) / "cluster.json";
-  const auto read = [&path]() -> absl::StatusOr<nlohmann::json> {
-    std::ifstream in(path);
-    if (!in) return absl::NotFoundError(absl::StrCat("no cluster recorded in ", path.string()));
-    try {
-      return nlohmann::json::parse(in);
-    } catch (const std::exception& e) {
-      return absl::DataLossError(absl::StrCat(path.string(), ": ", e.what()));
-    }
-  };
-  absl::StatusOr<nlohmann::json> before = read();
-  if (!before.ok()) return Fail(before.status());
-  const pid_t supervisor = before->value("supervisor", pid_t{0});
-  if (!Runs(supervisor, {"lockstep"})) {
-    return Fail(absl::FailedPreconditionError(
-        absl::StrCat("the supervisor of the cluster in ", dir, " (pid ", supervisor,
-                     ") does not run: `lockstep cluster down`, then `cluster up` again")));
-  }
-  // A supervisor from before add-worker records no "added", and SIGUSR1 would end it.
-  if (!before->contains("added")) {
-    return Fail(absl::FailedPreconditionError(
-        absl::StrCat("the cluster in ", dir, " was started by a lockstep without add-worker: ",
-                     "`lockstep cluster down`, then `cluster up` again")));
-  }
-  const int count = before->value("added", 0);
-  kill(supervisor, SIGUSR1);
-  // A worker has 60 s to register (ClusterProcesses::AddWorker); the record follows.
-  const absl::Time end = absl::Now() + absl::Seconds(90);
-  absl::StatusOr<nlohmann::json> after = before;
-  // Rewritten by rename: a read sees the old record or the new one, whole.
-  while (absl::Now() < end && (after = read()).ok() && after->value("added", 0) == count) {
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-  if (!after.ok()) return Fail(after.status());
-  if (after->value("added", 0) == count) {
-    return Fail(absl::DeadlineExceededError(
-        absl::StrCat("the supervisor started no worker within 90 s; see ", dir, "/logs")));
-  }
-  const std::string last = after->value("last_added", "");
-  if (last.find(" registered as ") == std::string::npos) {
-    return Fail(absl::UnavailableError(absl::StrCat("cluster add-worker: ", last)));
-  }
-  absl::PrintF("cluster add-worker: %s (logs in %s/logs)\n", last, dir);
-  return 0;
 }
 
 }  // namespace
 
 void AddClusterCommands(CLI::App& app, Commands& out) {
   CLI::App* cluster = app.add_subcommand(
-      "cluster", "a local cluster: `cluster up`, `cluster down`, `cluster add-worker`");
-  const std::string dir_help = "the cluster's folder: record, credentials, logs, state";
+      "cluster",
+      "a local cluster: `cluster up`, `cluster down`, `cluster add-worker`, `cluster data-root "
+      "add`");
+
   auto up = std::make_shared<UpOptions>();
   CLI::App* up_cmd = cluster->add_subcommand(
       "up", "start a local cluster (coordinator + N CPU workers on loopback); Ctrl-C stops it");
   up_cmd->add_option("--workers", up->workers, "CPU workers")->check(AtLeast(1));
   up_cmd->add_option("--threads", up->threads, "threads per worker (0: the cores shared out)")
       ->check(AtLeast(0));
-  up_cmd->add_option("--dir", up->dir, dir_help)
+  up_cmd->add_option("--dir", up->dir, kClusterDirHelp)
       ->envname("LOCKSTEP_CLUSTER_DIR")
       ->default_val(".lockstep-cluster");
   up_cmd->add_option("--port", up->port, "the coordinator's port (0: a free one)")
@@ -449,26 +394,14 @@ void AddClusterCommands(CLI::App& app, Commands& out) {
       ->check(CLI::IsMember({"always", "never"}))
       ->default_val("always");
   up_cmd
-      ->add_option("--data_root", up->data_roots,
+      ->add_option("--data-root", up->data_roots,
                    absl::StrCat("a folder whose datasets jobs may read (dataset paths must lie "
                                 "in one), besides ",
                                 kDefaultDataRoots, " or $LOCKSTEP_DATA_ROOT; repeatable"))
       ->type_name("DIR")
       ->check(CLI::ExistingDirectory);
   out.push_back({up_cmd, [up] { return Up(*up); }});
-  auto down_dir = std::make_shared<std::string>();
-  CLI::App* down_cmd = cluster->add_subcommand("down", "stop a detached local cluster");
-  down_cmd->add_option("--dir", *down_dir, dir_help)
-      ->envname("LOCKSTEP_CLUSTER_DIR")
-      ->default_val(".lockstep-cluster");
-  out.push_back({down_cmd, [down_dir] { return Down(*down_dir); }});
-  auto add_dir = std::make_shared<std::string>();
-  CLI::App* add_cmd = cluster->add_subcommand(
-      "add-worker", "start one more worker in a running local cluster (returns once registered)");
-  add_cmd->add_option("--dir", *add_dir, dir_help)
-      ->envname("LOCKSTEP_CLUSTER_DIR")
-      ->default_val(".lockstep-cluster");
-  out.push_back({add_cmd, [add_dir] { return AddWorker(*add_dir); }});
+  AddRunningClusterCommands(*cluster, out);
 }
 
 }  // namespace lockstep::cli

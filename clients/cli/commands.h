@@ -31,8 +31,10 @@ void AddWorkersRevokeCommand(CLI::App& workers, Commands& out);
 void AddCertsCommand(CLI::App& app, Commands& out);
 // `completion bash|zsh`: a completion script made from `app` (add it last).
 void AddCompletionCommand(CLI::App& app, Commands& out);
-// `cluster up` and `cluster down`.
+// `cluster up`, and under it the commands on a running cluster.
 void AddClusterCommands(CLI::App& app, Commands& out);
+// `cluster down`, `cluster add-worker`, `cluster data-root add` under `cluster`.
+void AddRunningClusterCommands(CLI::App& cluster, Commands& out);
 
 }  // namespace lockstep::cli
 

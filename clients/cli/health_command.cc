@@ -45,7 +45,7 @@ void AddHealthCommand(CLI::App& app, Commands& out) {
   AddConnectionOptions(*sub, o->connection);
   sub->add_option("HOST:PORT", o->address, "the server (default: the coordinator)");
   sub->add_option("--timeout", o->timeout, "seconds to wait for the answer")->check(AtLeast(0));
-  sub->add_option("--server_name", o->server_name,
+  sub->add_option("--server-name", o->server_name,
                   "the identity its certificate must show: lockstep-coordinator or "
                   "lockstep-worker");
   out.push_back({sub, [o] { return Health(*o); }});

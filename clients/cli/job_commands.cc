@@ -9,12 +9,14 @@
 #include <memory>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "clients/cli/client.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/job_text.h"
+#include "clients/cli/terminal_text.h"
 #include "core/io/safetensors.h"
 #include "core/spec/spec.h"
 #include "services/common/job_state.h"
@@ -96,7 +98,7 @@ struct SubmitOptions : JobOptions {
 
 int Submit(const SubmitOptions& o) {
   auto spec = LoadSpecFile(o.spec_file);
-  if (!spec.ok()) return Fail(spec.status());
+  if (!spec.ok()) return FailArgumentFile(spec.status());
   if (!o.request_id.empty()) spec->set_request_id(o.request_id);
   if (o.workers > 0) spec->set_workers(o.workers);
   const absl::StatusOr<Connection> conn = ResolveConnection(o.connection);
@@ -113,15 +115,32 @@ int Submit(const SubmitOptions& o) {
   auto ctx = Deadline(30);
   v1::Job job;
   grpc::Status st = stub->SubmitJob(ctx.get(), *spec, &job);
+  if (!st.ok() && absl::StrContains(st.error_message(), "outside the data roots")) {
+    return Fail(absl::Status(
+        FromGrpcStatus(st).code(),
+        absl::StrCat(st.error_message(),
+                     ": let a local cluster's jobs read a folder with `lockstep cluster data-root "
+                     "add FOLDER` (or `cluster up --data-root FOLDER`); elsewhere it is the "
+                     "servers' --data_root (deploy/CONFIGURATION.md)")));
+  }
   if (!st.ok()) return Fail(*conn, st);
   if (!o.wait) {
     PrintJob(job, o.json);
+    if (!o.json) {  // what comes next, as Ray prints at submit (stderr: stdout is the job)
+      absl::FPrintF(stderr,
+                    "follow it: lockstep watch %s   its logs: lockstep logs %s -f   "
+                    "stop it: lockstep cancel %s\n",
+                    job.id(), job.id(), job.id());
+    }
     return 0;
   }
-  if (!o.json) absl::FPrintF(stderr, "submitted %s to %s\n", job.id(), conn->address);
+  if (!o.json) {
+    absl::FPrintF(stderr, "submitted %s to %s (Ctrl-C stops the watch, not the job)\n", job.id(),
+                  conn->address);
+  }
   return WatchUntilDone(*conn, *stub, job.id(),
-                        o.json ? WatchOutput::kJsonJob : WatchOutput::kProgress,
-                        TimeoutOf(o.timeout));
+                        {.output = o.json ? WatchOutput::kJsonJob : WatchOutput::kProgress,
+                         .timeout = TimeoutOf(o.timeout)});
 }
 
 void AddSubmit(CLI::App& app, Commands& out) {
@@ -172,25 +191,30 @@ int List(const ListOptions& o) {
   grpc::Status st = stub->ListJobs(ctx.get(), req, &resp);
   if (!st.ok()) return Fail(*conn, st);
   if (o.json || o.output == "json") {
-    PrintJson(resp);
+    PrintJson(resp, /*indented=*/true);
+    return 0;
+  }
+  if (o.output == "jsonl") {
+    for (const v1::Job& job : resp.jobs()) PrintJson(job);
+    return 0;
+  }
+  if (o.output == "name") {  // ids only, as kubectl's -o name (and the shell completion)
+    for (const v1::Job& job : resp.jobs()) absl::PrintF("%s\n", job.id());
     return 0;
   }
   if (resp.jobs().empty()) {
     absl::PrintF("no jobs\n");
     return 0;
   }
-  if (o.output == "wide") {
-    absl::PrintF(
-        "%s", WideTable({resp.jobs().begin(), resp.jobs().end()}, absl::ToUnixMillis(absl::Now())));
-    return 0;
-  }
-  for (const auto& job : resp.jobs()) PrintJob(job, false);
+  absl::PrintF("%s", JobTable({resp.jobs().begin(), resp.jobs().end()},
+                              absl::ToUnixMillis(absl::Now()), o.output == "wide"));
   return 0;
 }
 
 void AddList(CLI::App& app, Commands& out) {
   auto o = std::make_shared<ListOptions>();
-  CLI::App* sub = AddJobCommand(app, "list", "list jobs, newest first", *o);
+  CLI::App* sub = AddJobCommand(app, "list", "list jobs, newest first: a table, a line a job", *o,
+                                "print {\"jobs\": [...]} as indented JSON");
   sub->add_option("--state", o->states,
                   "only jobs in these states: QUEUED, RUNNING, RECOVERING, SUSPENDED, SUCCEEDED, "
                   "FAILED, CANCELLED (comma-separated or repeated)")
@@ -201,9 +225,10 @@ void AddList(CLI::App& app, Commands& out) {
       ->check(AtLeast(0))
       ->type_name("N");
   sub->add_option("-o,--output", o->output,
-                  "wide: a table, a line a job, with samples/s, the workers, age and why it "
-                  "waits or failed; json: as --json")
-      ->check(CLI::IsMember({"wide", "json"}))
+                  "wide: the table with samples/s, the workers' ids, the owner and why a job "
+                  "waits or failed; json: as --json (indented); jsonl: a job a line (JSON "
+                  "lines); name: the ids only")
+      ->check(CLI::IsMember({"wide", "json", "jsonl", "name"}))
       ->type_name("FORMAT");
   out.push_back({sub, [o] { return List(*o); }});
 }
@@ -223,12 +248,18 @@ void AddWatch(CLI::App& app, Commands& out, const std::string& name, const std::
                    const absl::StatusOr<Connection> conn = ResolveConnection(o->connection);
                    if (!conn.ok()) return Fail(conn.status());
                    auto stub = Connect(*conn);
-                   const WatchOutput output = !o->json ? WatchOutput::kProgress
-                                              : events ? WatchOutput::kJsonEvents
-                                                       : WatchOutput::kJsonJob;
+                   WatchOptions watch;
+                   watch.output = !o->json ? WatchOutput::kProgress
+                                  : events ? WatchOutput::kJsonEvents
+                                           : WatchOutput::kJsonJob;
+                   // `watch` prints the progress as its output; `wait` the final job,
+                   // once, without replaying the job's history.
+                   watch.progress = events ? stdout : stderr;
+                   watch.from_now = !events;
+                   watch.timeout = TimeoutOf(o->timeout);
                    const absl::StatusOr<std::string> id = ResolveJobId(*stub, o->id);
                    if (!id.ok()) return Fail(Explain(*conn, id.status()));
-                   return WatchUntilDone(*conn, *stub, *id, output, TimeoutOf(o->timeout));
+                   return WatchUntilDone(*conn, *stub, *id, watch);
                  }});
 }
 
@@ -275,9 +306,11 @@ int Describe(const JobOptions& o, const std::string& name) {
   absl::PrintF("%s", JobText(job));
   opts.add_whitespace = true;
   opts.always_print_primitive_fields = false;  // the spec as given and its defaults
-  absl::PrintF("Spec:\n%s", json(job.spec()));
+  absl::PrintF("Spec:\n%s", PrintableLines(json(job.spec())));
   absl::PrintF("Workers:%s\n", job.workers().empty() ? " none now" : "");
-  for (int r = 0; r < job.workers_size(); ++r) absl::PrintF("  rank %d  %s\n", r, job.workers(r));
+  for (int r = 0; r < job.workers_size(); ++r) {
+    absl::PrintF("  rank %d  %s\n", r, Printable(job.workers(r)));
+  }
   absl::PrintF("Snapshot: %s\n", job.snapshot_step() > 0
                                      ? absl::StrCat("step ", job.snapshot_step())
                                      : std::string("none yet"));
@@ -298,15 +331,11 @@ int Workers(const JobOptions& o) {
     PrintJson(resp);
     return 0;
   }
-  for (const auto& w : resp.workers()) {
-    absl::PrintF(
-        "%s  %s  %s  %s  threads %d  %s\n", w.id(), w.address(), w.device(), w.name(), w.threads(),
-        !w.quarantined().empty() ? "quarantined: " + w.quarantined()
-        : w.leaving() ? (w.job_id().empty() ? std::string("leaving") : "leaving " + w.job_id())
-        : w.job_id().empty() ? std::string("free")
-                             : "running " + w.job_id());
+  if (resp.workers().empty()) {
+    absl::PrintF("no workers registered\n");
+    return 0;
   }
-  if (resp.workers().empty()) absl::PrintF("no workers registered\n");
+  absl::PrintF("%s", WorkersTable({resp.workers().begin(), resp.workers().end()}));
   return 0;
 }
 
@@ -367,7 +396,7 @@ int Checkpoint(const CheckpointOptions& o) {
   }
   std::filesystem::rename(part, out, ec);
   if (ec) return Fail(absl::PermissionDeniedError(absl::StrCat(out, ": ", ec.message())));
-  absl::PrintF("wrote %s: job %s at step %d, %d bytes\n", out, *id, at_step, got);
+  absl::PrintF("wrote %s: job %s at step %d, %d bytes\n", Printable(out), *id, at_step, got);
   return 0;
 }
 

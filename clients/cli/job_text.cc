@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "clients/cli/terminal_text.h"
 
 namespace lockstep::cli {
 
@@ -14,35 +15,75 @@ std::string Count(int64_t n, const std::string& noun) {
   return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
 }
 
-std::string JobText(const v1::Job& job) {
+std::string Hex64(uint64_t value) { return absl::StrFormat("%016x", value); }
+
+namespace {
+
+std::string TimeText(int64_t unix_ms) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMillis(unix_ms),
+                          absl::UTCTimeZone());
+}
+
+// "1h02m", "3m05s", "42s".
+std::string DurationText(int64_t ms) {
+  const int64_t t = std::max<int64_t>(0, (ms + 500) / 1000);
+  if (t >= 3600) return absl::StrFormat("%dh%02dm", t / 3600, (t / 60) % 60);
+  if (t >= 60) return absl::StrFormat("%dm%02ds", t / 60, t % 60);
+  return absl::StrFormat("%ds", t);
+}
+
+std::string Label(const v1::Job& job) {
   const v1::JobSpec& spec = job.spec();
-  const std::string label = !spec.name().empty()           ? spec.name()
-                            : !spec.model().kind().empty() ? spec.model().kind()
-                                                           : std::string("layers");
-  std::string out = absl::StrCat(job.id(), "  ", v1::JobState_Name(job.state()), "  ", label);
+  return Printable(!spec.name().empty()           ? spec.name()
+                   : !spec.model().kind().empty() ? spec.model().kind()
+                                                  : std::string("layers"));
+}
+
+}  // namespace
+
+std::string WorkersText(const v1::Job& job) {
+  const v1::JobSpec& spec = job.spec();
+  if (job.workers_size() > 0) return Count(job.workers_size(), "worker");
+  if (spec.min_workers() > 0 && spec.min_workers() < spec.workers()) {
+    return absl::StrCat(spec.min_workers(), "-", spec.workers(), " workers");
+  }
+  return Count(spec.workers(), "worker");
+}
+
+std::string JobText(const v1::Job& job) {
+  std::string out = absl::StrCat(job.id(), "  ", v1::JobState_Name(job.state()), "  ", Label(job));
   if (job.total_steps() > 0)
     absl::StrAppendFormat(&out, "  step %d/%d", job.step(), job.total_steps());
   if (job.step() > 0) absl::StrAppendFormat(&out, "  loss %.4f", job.last_loss());
   if (job.has_last_eval()) {
     absl::StrAppendFormat(&out, "  test accuracy %.4f", job.last_eval().test_accuracy());
   }
-  absl::StrAppend(&out, "  ", Count(spec.workers(), "worker"));
-  if (!job.owner().empty()) absl::StrAppend(&out, "  owner ", job.owner());
+  absl::StrAppend(&out, "  ", WorkersText(job));
+  if (!job.owner().empty()) absl::StrAppend(&out, "  owner ", Printable(job.owner()));
   absl::StrAppend(&out, "\n");
   if ((job.state() == v1::QUEUED || job.state() == v1::RECOVERING ||
        job.state() == v1::SUSPENDED) &&
       !job.waiting_for().empty()) {
-    absl::StrAppend(&out, "  waiting for ", job.waiting_for(), "\n");
+    absl::StrAppend(&out, "  waiting for ", Printable(job.waiting_for()), "\n");
   }
   if (job.recoveries() > 0 || job.snapshot_step() > 0) {
     absl::StrAppendFormat(&out, "  recoveries %d  last snapshot at step %d\n", job.recoveries(),
                           job.snapshot_step());
   }
   if (!job.failure_reason().empty()) {  // RECOVERING, SUSPENDED: why; FAILED: what went wrong
-    absl::StrAppend(&out, "  ", job.failure_code(), ": ", job.failure_reason(), "\n");
+    absl::StrAppend(&out, "  ", Printable(job.failure_code()), ": ",
+                    Printable(job.failure_reason()), "\n");
+  }
+  if (job.started_unix_ms() > 0 && job.finished_unix_ms() >= job.started_unix_ms()) {
+    absl::StrAppend(&out, "  started ", TimeText(job.started_unix_ms()), "  ended ",
+                    TimeText(job.finished_unix_ms()), "  took ",
+                    DurationText(job.finished_unix_ms() - job.started_unix_ms()), "\n");
+  }
+  if (job.param_checksum() != 0) {
+    absl::StrAppend(&out, "  params checksum ", Hex64(job.param_checksum()), "\n");
   }
   if (!job.checkpoint_path().empty())
-    absl::StrAppend(&out, "  checkpoint ", job.checkpoint_path(), "\n");
+    absl::StrAppend(&out, "  checkpoint ", Printable(job.checkpoint_path()), "\n");
   return out;
 }
 
@@ -56,26 +97,8 @@ std::string Age(int64_t ms) {
   return absl::StrCat(s / 86400, "d");
 }
 
-}  // namespace
-
-std::string WideTable(const std::vector<v1::Job>& jobs, int64_t now_unix_ms) {
-  std::vector<std::vector<std::string>> rows = {{"ID", "STATE", "NAME", "STEP", "LOSS", "TEST-ACC",
-                                                 "SAMPLES/S", "WORKERS", "OWNER", "AGE", "REASON"}};
-  for (const v1::Job& job : jobs) {
-    const v1::JobSpec& spec = job.spec();
-    std::string reason =
-        !job.waiting_for().empty() ? "waiting for " + job.waiting_for() : job.failure_reason();
-    rows.push_back(
-        {job.id(), v1::JobState_Name(job.state()),
-         !spec.name().empty() ? spec.name() : spec.model().kind(),
-         job.total_steps() > 0 ? absl::StrCat(job.step(), "/", job.total_steps()) : "-",
-         job.step() > 0 ? absl::StrFormat("%.4f", job.last_loss()) : "-",
-         job.has_last_eval() ? absl::StrFormat("%.4f", job.last_eval().test_accuracy()) : "-",
-         job.samples_per_sec() > 0 ? absl::StrFormat("%.0f", job.samples_per_sec()) : "-",
-         job.workers().empty() ? absl::StrCat(spec.workers()) : absl::StrJoin(job.workers(), ","),
-         job.owner().empty() ? "-" : job.owner(), Age(now_unix_ms - job.created_unix_ms()),
-         reason.empty() ? "-" : reason});
-  }
+// Rows as columns aligned with two spaces between them; each cell already Printable.
+std::string Table(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& row : rows) {
     for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
@@ -92,14 +115,58 @@ std::string WideTable(const std::vector<v1::Job>& jobs, int64_t now_unix_ms) {
   return out;
 }
 
-namespace {
+}  // namespace
 
-std::string TimeText(int64_t unix_ms) {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMillis(unix_ms),
-                          absl::UTCTimeZone());
+std::string JobTable(const std::vector<v1::Job>& jobs, int64_t now_unix_ms, bool wide) {
+  std::vector<std::vector<std::string>> rows;
+  if (wide) {
+    rows.push_back({"ID", "STATE", "NAME", "STEP", "LOSS", "TEST-ACC", "SAMPLES/S", "WORKERS",
+                    "OWNER", "AGE", "REASON"});
+  } else {
+    rows.push_back({"ID", "STATE", "NAME", "STEP", "LOSS", "TEST-ACC", "WORKERS", "AGE"});
+  }
+  for (const v1::Job& job : jobs) {
+    const v1::JobSpec& spec = job.spec();
+    const std::string step =
+        job.total_steps() > 0 ? absl::StrCat(job.step(), "/", job.total_steps()) : "-";
+    const std::string loss = job.step() > 0 ? absl::StrFormat("%.4f", job.last_loss()) : "-";
+    const std::string accuracy =
+        job.has_last_eval() ? absl::StrFormat("%.4f", job.last_eval().test_accuracy()) : "-";
+    const std::string age = Age(now_unix_ms - job.created_unix_ms());
+    if (!wide) {
+      rows.push_back({job.id(), v1::JobState_Name(job.state()), Label(job), step, loss, accuracy,
+                      WorkersText(job), age});
+      continue;
+    }
+    const std::string reason =
+        !job.waiting_for().empty() ? "waiting for " + job.waiting_for() : job.failure_reason();
+    rows.push_back(
+        {job.id(), v1::JobState_Name(job.state()),
+         Printable(!spec.name().empty() ? spec.name() : spec.model().kind()), step, loss, accuracy,
+         job.samples_per_sec() > 0 ? absl::StrFormat("%.0f", job.samples_per_sec()) : "-",
+         job.workers().empty() ? absl::StrCat(spec.workers())
+                               : Printable(absl::StrJoin(job.workers(), ",")),
+         job.owner().empty() ? "-" : Printable(job.owner()), age,
+         reason.empty() ? "-" : Printable(reason)});
+  }
+  return Table(rows);
 }
 
-}  // namespace
+std::string WorkersTable(const std::vector<v1::WorkerInfo>& workers) {
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "NAME", "ADDRESS", "DEVICE", "THREADS", "STATUS"}};
+  for (const v1::WorkerInfo& w : workers) {
+    const std::string status =
+        !w.quarantined().empty() ? "quarantined: " + w.quarantined()
+        : w.leaving() ? (w.job_id().empty() ? std::string("leaving") : "leaving " + w.job_id())
+        : w.job_id().empty() ? std::string("free")
+                             : "running " + w.job_id();
+    rows.push_back({Printable(w.id()), Printable(w.name().empty() ? "-" : w.name()),
+                    Printable(w.address()), Printable(w.device()), absl::StrCat(w.threads()),
+                    Printable(status)});
+  }
+  return Table(rows);
+}
 
 std::string EventText(const v1::JobEvent& e) {
   std::string what;
@@ -112,13 +179,15 @@ std::string EventText(const v1::JobEvent& e) {
                            e.eval().test_loss(), e.eval().test_accuracy());
   } else if (e.has_state()) {
     what = absl::StrCat("state ", v1::JobState_Name(e.state().state()),
-                        e.state().reason().empty() ? "" : ": ", e.state().reason());
+                        e.state().reason().empty() ? "" : ": ", Printable(e.state().reason()));
   } else if (e.has_log()) {
     const v1::LogLine& l = e.log();
-    what = absl::StrCat(l.level(), "  ", l.source());
-    if (!l.worker().empty() && l.worker() != l.source()) absl::StrAppend(&what, " ", l.worker());
+    what = absl::StrCat(Printable(l.level()), "  ", Printable(l.source()));
+    if (!l.worker().empty() && l.worker() != l.source()) {
+      absl::StrAppend(&what, " ", Printable(l.worker()));
+    }
     if (l.has_rank()) absl::StrAppend(&what, " rank ", l.rank());
-    absl::StrAppend(&what, ": ", l.message());
+    absl::StrAppend(&what, ": ", Printable(l.message()));
   }
   return absl::StrCat(TimeText(e.unix_ms()), "  ", what);
 }

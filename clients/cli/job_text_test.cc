@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "clients/cli/progress.h"
 
 namespace lockstep::cli {
@@ -80,13 +82,90 @@ TEST(JobText, TheWideTableHasAColumnEachAndALineAJob) {
   queued.set_id("job-000008-beef");
   queued.set_waiting_for("4 cpu workers (2 registered)");
   queued.set_created_unix_ms(91000);
-  EXPECT_EQ(WideTable({running, queued}, 181000),
+  EXPECT_EQ(JobTable({running, queued}, 181000, /*wide=*/true),
             "ID               STATE    NAME   STEP  LOSS    TEST-ACC  SAMPLES/S  WORKERS      "
             "OWNER  AGE  REASON\n"
             "job-000007-abcd  RUNNING  mnist  3/10  0.5000  -         1234       w0000,w0001  "
             "alice  3m   -\n"
             "job-000008-beef  QUEUED   mnist  -     -       -         -          4            "
             "-      90s  waiting for 4 cpu workers (2 registered)\n");
+}
+
+// At 0692893 `list` printed JobText, no header, and a failed job took two lines.
+TEST(JobText, TheListIsATableWithAHeaderAndALineAJob) {
+  v1::Job failed = Job(v1::FAILED, 2);
+  failed.set_failure_code("INVALID_ARGUMENT");
+  failed.set_failure_reason("dataset.path: no such file");
+  failed.set_created_unix_ms(1000);
+  v1::Job elastic = Job(v1::RUNNING, 4);
+  elastic.set_id("job-000008-beef");
+  elastic.mutable_spec()->set_min_workers(1);
+  elastic.add_workers("w0000");
+  elastic.add_workers("w0001");
+  elastic.set_created_unix_ms(1000);
+  EXPECT_EQ(JobTable({failed, elastic}, 61000, /*wide=*/false),
+            "ID               STATE    NAME   STEP  LOSS  TEST-ACC  WORKERS    AGE\n"
+            "job-000007-abcd  FAILED   mnist  -     -     -         2 workers  60s\n"
+            "job-000008-beef  RUNNING  mnist  -     -     -         2 workers  60s\n");
+}
+
+// At 0692893 `status` said "4 workers" for an elastic job running on 2.
+TEST(JobText, AnElasticJobShowsTheWorkersItRunsOnElseItsRange) {
+  v1::Job job = Job(v1::RUNNING, 4);
+  job.mutable_spec()->set_min_workers(1);
+  job.add_workers("w0000");
+  job.add_workers("w0003");
+  EXPECT_EQ(WorkersText(job), "2 workers");
+  EXPECT_EQ(JobText(job), "job-000007-abcd  RUNNING  mnist  2 workers\n");
+  job.clear_workers();
+  job.set_state(v1::QUEUED);
+  EXPECT_EQ(WorkersText(job), "1-4 workers");
+}
+
+// At 0692893 a finished job said nothing of when it ran, and its checksum was decimal in
+// the CLI (hex on the dashboard).
+TEST(JobText, AFinishedJobSaysWhenItRanAndItsChecksumInHex) {
+  v1::Job done = Job(v1::SUCCEEDED, 2);
+  done.set_started_unix_ms(1764547200000);   // 2025-12-01T00:00:00Z
+  done.set_finished_unix_ms(1764547392400);  // 3m12.4s later
+  done.set_param_checksum(17211000012155130117ull);
+  EXPECT_EQ(JobText(done),
+            "job-000007-abcd  SUCCEEDED  mnist  2 workers\n"
+            "  started 2025-12-01T00:00:00.000Z  ended 2025-12-01T00:03:12.400Z  took 3m12s\n"
+            "  params checksum eed9c152c1c01105\n");
+}
+
+// At 0692893 escape and bell bytes of a job's name reached the terminal raw (issue 44).
+TEST(JobText, StringsFromUsersAndServersAreEscaped) {
+  v1::Job job = Job(v1::FAILED, 1);
+  job.mutable_spec()->set_name("evil\n\x1b]0;owned\x07");
+  job.set_owner("bob\x1b[2J");
+  job.set_failure_code("INVALID_ARGUMENT");
+  job.set_failure_reason("dataset.path: \"/x\ny\"");
+  job.set_created_unix_ms(1000);
+  EXPECT_EQ(JobText(job),
+            "job-000007-abcd  FAILED  evil\\n\\x1b]0;owned\\x07  1 worker  owner bob\\x1b[2J\n"
+            "  INVALID_ARGUMENT: dataset.path: \"/x\\ny\"\n");
+  for (bool wide : {false, true}) {
+    const std::string table = JobTable({job}, 2000, wide);
+    EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 2) << table;
+    EXPECT_EQ(table.find('\x1b'), std::string::npos) << table;
+    EXPECT_EQ(table.find('\x07'), std::string::npos) << table;
+  }
+  v1::WorkerInfo w;
+  w.set_id("w0000");
+  w.set_name("host\x07");
+  w.set_device("cpu");
+  const std::string workers = WorkersTable({w});
+  EXPECT_EQ(workers,
+            "ID     NAME      ADDRESS  DEVICE  THREADS  STATUS\n"
+            "w0000  host\\x07           cpu     0        free\n");
+  v1::JobEvent e;
+  e.set_unix_ms(0);
+  e.mutable_log()->set_level("error");
+  e.mutable_log()->set_source("coordinator");
+  e.mutable_log()->set_message("line\n[error] FORGED");
+  EXPECT_EQ(EventText(e), "1970-01-01T00:00:00.000Z  error  coordinator: line\\n[error] FORGED");
 }
 
 // At 400deec a job that could never start (more workers than registered) was queued for good.

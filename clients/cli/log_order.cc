@@ -4,6 +4,22 @@
 
 namespace lockstep::cli {
 
+int Severity(std::string_view level) {
+  if (level == "warn") level = "warning";
+  for (size_t i = 0; i < std::size(kLogLevels); ++i) {
+    if (kLogLevels[i] == level) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool Keep(const v1::JobEvent& e, const LogFilter& filter) {
+  if (e.has_step()) return filter.steps;
+  // A line of an unknown level is kept: better shown than lost.
+  if (e.has_log())
+    return Severity(e.log().level()) < 0 || Severity(e.log().level()) >= filter.min_severity;
+  return true;
+}
+
 std::vector<v1::JobEvent> SelectEvents(std::vector<v1::JobEvent> events,
                                        std::optional<int64_t> since_unix_ms,
                                        std::optional<int64_t> tail) {

@@ -1,4 +1,5 @@
-// Tests of SelectEvents: time order across the two streams, --since, --tail.
+// Tests of SelectEvents (time order across the two streams, --since, --tail) and Keep
+// (--no-steps, --level).
 #include "clients/cli/log_order.h"
 
 #include <gmock/gmock.h>
@@ -50,6 +51,29 @@ TEST(SelectEvents, MergesTheStreamsInTimeThenKeepsThoseSinceAndTheLastN) {
   EXPECT_THAT(
       Describe(SelectEvents({Line(30, "started"), Step(30, 2)}, std::nullopt, std::nullopt)),
       ElementsAre("step 2", "started"));
+}
+
+// At 0692893 a CNN job's `logs` was 1,783 lines, 13 of them not steps, with no filter.
+TEST(Keep, NoStepsDropsTheStepsAndLevelTheLessSevereLines) {
+  v1::JobEvent info = Line(1, "started"), warning = Line(2, "slow"), error = Line(3, "lost");
+  info.mutable_log()->set_level("info");
+  warning.mutable_log()->set_level("warning");
+  error.mutable_log()->set_level("error");
+  v1::JobEvent state;
+  state.mutable_state()->set_state(v1::RUNNING);
+  const LogFilter all;
+  for (const v1::JobEvent& e : {Step(1, 1), info, warning, error, state}) EXPECT_TRUE(Keep(e, all));
+  const LogFilter no_steps = {.steps = false};
+  EXPECT_FALSE(Keep(Step(1, 1), no_steps));
+  EXPECT_TRUE(Keep(info, no_steps));
+  EXPECT_TRUE(Keep(state, no_steps));
+  const LogFilter warnings = {.steps = true, .min_severity = Severity("warning")};
+  EXPECT_FALSE(Keep(info, warnings));
+  EXPECT_TRUE(Keep(warning, warnings));
+  EXPECT_TRUE(Keep(error, warnings));
+  EXPECT_TRUE(Keep(state, warnings));
+  EXPECT_EQ(Severity("warn"), Severity("warning"));
+  EXPECT_EQ(Severity("loud"), -1);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// `lockstep logs JOB [-f] [--json] [--tail N] [--since DURATION]`: a job's events
+// `lockstep logs JOB [-f] [--json] [--tail N] [--since DURATION] [--no-steps] [--level
+// LEVEL]`: a job's events
 // (WatchJob) and the servers' log lines about it (WatchLogs: the coordinator's and its
 // workers'). What the coordinator holds now, read from both streams, is printed in time
 // order (log_order.h); with -f, then everything new as it comes until the job ends.
@@ -14,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "clients/cli/client.h"
@@ -76,6 +78,8 @@ struct LogsOptions {
   bool json = false;
   std::optional<int64_t> tail;
   std::string since;
+  bool no_steps = false;
+  std::string level;  // the least severe log lines shown; empty: all
 };
 
 // Prints what the coordinator keeps of the job's events and log lines in time order (those
@@ -93,6 +97,9 @@ int ShowJobLogs(const Connection& conn, v1::JobService::Stub& stub, const std::s
   for (const v1::JobEvent& e : kept) replayed.insert(e.SerializeAsString());
   std::optional<int64_t> since;
   if (!o.since.empty()) since = absl::ToUnixMillis(absl::Now() - ParseDurationArg(o.since));
+  const LogFilter filter = {.steps = !o.no_steps,
+                            .min_severity = o.level.empty() ? 0 : Severity(o.level)};
+  std::erase_if(kept, [&](const v1::JobEvent& e) { return !Keep(e, filter); });
   for (const v1::JobEvent& e : SelectEvents(std::move(kept), since, o.tail)) Print(e, o.json);
   if (!o.follow) return 0;
   st = ReadBoth(stub, job_id, true, [&](v1::JobEvent e) {
@@ -100,7 +107,7 @@ int ShowJobLogs(const Connection& conn, v1::JobService::Stub& stub, const std::s
       replayed.erase(it);
       return;
     }
-    Print(e, o.json);
+    if (Keep(e, filter)) Print(e, o.json);
   });
   return st.ok() ? 0 : Fail(Explain(conn, st));
 }
@@ -121,6 +128,14 @@ void AddLogsCommand(CLI::App& app, Commands& out) {
   sub->add_option("--since", o->since, "only what is newer than this (90s, 5m, 1h30m)")
       ->check(DurationArg())
       ->type_name("DURATION");
+  sub->add_flag("--no-steps", o->no_steps,
+                "leave out the step events: the evaluations, state changes and log lines");
+  std::vector<std::string> levels(std::begin(kLogLevels), std::end(kLogLevels));
+  sub->add_option(
+         "--level", o->level,
+         "only log lines this severe or more: " + absl::StrJoin(levels, ", ") + " (events stay)")
+      ->check(CLI::IsMember(levels))
+      ->type_name("LEVEL");
   out.push_back({sub, [o] {
                    const absl::StatusOr<Connection> conn = ResolveConnection(o->connection);
                    if (!conn.ok()) return Fail(conn.status());

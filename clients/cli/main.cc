@@ -29,9 +29,12 @@ int main(int argc, char** argv) {
   app->footer(
       "Job commands talk to --coordinator HOST:PORT, else $LOCKSTEP_COORDINATOR, else the\n"
       "local cluster started by `lockstep cluster up` in --dir DIR (else $LOCKSTEP_CLUSTER_DIR,\n"
-      "else ./.lockstep-cluster; 127.0.0.1:7070 when that holds none), over TLS with the\n"
+      "else ./.lockstep-cluster; with --insecure 127.0.0.1:7070 when that holds none), over TLS "
+      "with the\n"
       "bearer token and CA of --credentials DIR (else $LOCKSTEP_CREDENTIALS, else the local\n"
-      "cluster's), or --tls_ca FILE and --token_file FILE; --insecure for plaintext.\n"
+      "cluster's), or --tls-ca FILE and --token-file FILE; --insecure for plaintext. These\n"
+      "options may come anywhere on the line: lockstep --dir D list is lockstep list --dir D.\n"
+      "Options are spelled with dashes (--data-root); the older --data_root still works.\n"
       "Exit codes: 0 success, 1 a failed call or a job that did not succeed, 2 bad usage.");
   std::vector<char*> args(argv, argv + argc);
   if (args.size() > 1 && std::string_view(args[1]) == "help") {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
+#include "clients/cli/terminal_text.h"
 
 namespace lockstep::cli {
 
@@ -60,15 +61,18 @@ void EventPrinter::Print(const v1::JobEvent& e) {
                                  s.step(), s.total_steps(), s.loss()));
   } else if (e.has_step()) {
     const auto& s = e.step();
-    if (!s.audit().empty()) bar_.Println(absl::StrFormat("audit step %d: %s", s.step(), s.audit()));
+    if (!s.audit().empty()) {
+      bar_.Println(absl::StrFormat("audit step %d: %s", s.step(), Printable(s.audit())));
+    }
     bar_.Update(s.step(), s.total_steps(), s.loss(), s.accuracy(), s.samples_per_sec(),
                 s.eta_sec());
   } else if (e.has_eval()) {
     bar_.Println(FormatEval(e.eval().epoch(), e.eval().step(), e.eval().test_loss(),
                             e.eval().test_accuracy()));
   } else if (e.has_state()) {
-    bar_.Println(absl::StrFormat("%s %s%s", job_id_, v1::JobState_Name(e.state().state()),
-                                 e.state().reason().empty() ? "" : ": " + e.state().reason()));
+    bar_.Println(
+        absl::StrFormat("%s %s%s", job_id_, v1::JobState_Name(e.state().state()),
+                        e.state().reason().empty() ? "" : ": " + Printable(e.state().reason())));
   }
 }
 

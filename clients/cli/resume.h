@@ -19,6 +19,12 @@ class EventResume {
   // Whether `event` is new, i.e. after every step and evaluation seen so far, or a state
   // event or a replayed step (StepEvent.replay) not seen before; records it if so.
   bool First(const v1::JobEvent& event);
+  // Only steps and evaluations after `step` are new (a watch from a running job's current
+  // step, not its history).
+  void StartAt(int64_t step) {
+    last_step_ = step;
+    last_eval_step_ = step;
+  }
   // The from_step of the next WatchJob: the last step seen (its evaluation, if any, may
   // not have arrived yet; First drops the step event itself).
   int64_t from_step() const { return last_step_; }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "clients/cli/args.h"
 #include "clients/cli/data_option.h"
+#include "clients/cli/job_text.h"
 #include "clients/cli/progress.h"
 #include "core/spec/spec.h"
 #include "services/common/private_files.h"
@@ -80,7 +81,7 @@ int Main(int argc, char** argv) {
     }
   }
   auto parsed = LoadSpecFile(spec_file);
-  if (!parsed.ok()) return Fail(parsed.status());
+  if (!parsed.ok()) return FailArgumentFile(parsed.status());
   if (!data.empty()) {
     if (absl::Status st = ApplyDataFolder(data, parsed->mutable_dataset()); !st.ok()) {
       return Fail(st);
@@ -120,14 +121,16 @@ int Main(int argc, char** argv) {
                           {"samples_per_sec", result->samples_per_sec},
                           {"train_seconds", result->train_seconds},
                           {"threads", spec->threads()},
-                          // As the job API's JSON prints a uint64: a decimal string.
-                          {"param_checksum", absl::StrCat(result->param_checksum)}};
+                          // As the job API's JSON prints a uint64: a decimal string;
+                          // and as the dashboard and the text show it: 16 hex digits.
+                          {"param_checksum", absl::StrCat(result->param_checksum)},
+                          {"param_checksum_hex", Hex64(result->param_checksum)}};
     if (!result->checkpoint_path.empty()) out["checkpoint"] = result->checkpoint_path;
     absl::PrintF("%s\n", out.dump());
   } else {
     absl::PrintF("test accuracy %.4f  test loss %.4f  (%d steps, %.0f samples/s)\n",
                  test.test_accuracy(), test.test_loss(), printer.steps, result->samples_per_sec);
-    absl::PrintF("params checksum %d\n", result->param_checksum);
+    absl::PrintF("params checksum %s\n", Hex64(result->param_checksum));
     if (!result->checkpoint_path.empty()) absl::PrintF("checkpoint %s\n", result->checkpoint_path);
   }
   return 0;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "clients/cli/client.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/terminal_text.h"
 #include "lockstep/v1/registry.grpc.pb.h"
 #include "services/common/status.h"
 
@@ -31,7 +32,7 @@ int Revoke(const RevokeOptions& o) {
     return Fail(*conn, st);
   }
   absl::PrintF("revoked worker identity %s: its certificate is refused from now on\n",
-               resp.identity());
+               Printable(resp.identity()));
   return 0;
 }
 

@@ -333,6 +333,41 @@ absl::StatusOr<absl::Duration> ClusterProcesses::DrainAndRestartCoordinator(absl
   return took;
 }
 
+void ClusterProcesses::SetDataRootFlag(const std::string& flag) {
+  for (std::vector<std::string>* flags : {&options_.coordinator_flags, &options_.worker_flags}) {
+    std::erase_if(*flags, [](const std::string& f) { return f.starts_with("--data_root="); });
+    if (!flag.empty()) flags->push_back(flag);
+  }
+}
+
+absl::Status ClusterProcesses::RestartAll(absl::Duration limit) {
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+    if (workers_[i] <= 0) continue;
+    SignalWorker(i, SIGTERM);
+    if (absl::StatusOr<int> exit = WaitForWorkerExit(i, limit); !exit.ok()) {
+      KillWorker(i);
+      return exit.status();
+    }
+    if (absl::Status st = Respawn(1 + i); !st.ok()) return st;
+  }
+  // Last: the new coordinator's registry holds only the workers as they are now.
+  if (absl::StatusOr<absl::Duration> st = DrainAndRestartCoordinator(limit); !st.ok()) {
+    return st.status();
+  }
+  const absl::Time end = absl::Now() + limit;
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+    if (workers_[i] <= 0) continue;
+    while (!WorkerId(absl::StrCat("worker-", i)).ok()) {
+      if (absl::Now() >= end) {
+        return absl::UnavailableError(
+            absl::StrCat("worker-", i, " did not register again; see ", options_.dir, "/logs"));
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void ClusterProcesses::KillWorker(int i) {
   StopProcesses({workers_[i]}, absl::ZeroDuration());
   workers_[i] = -1;

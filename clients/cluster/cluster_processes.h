@@ -74,6 +74,15 @@ class ClusterProcesses : public SupervisedServers {
   // DEADLINE_EXCEEDED (it is SIGKILLed then) past `limit`, INTERNAL when its exit status
   // was not 0.
   absl::StatusOr<absl::Duration> DrainAndRestartCoordinator(absl::Duration limit);
+  // Replaces the servers' --data_root flag (`flag`: "--data_root=A,B", or "" for none)
+  // for the servers started from now on (RestartAll).
+  void SetDataRootFlag(const std::string& flag);
+  // Restarts every running server with the flags as they are now: each worker leaves
+  // (SIGTERM: at its job's next step boundary, nothing lost) and starts again, then the
+  // coordinator drains and starts again on its port and state directory; returns once
+  // every worker has registered again. Running jobs continue bit for bit. UNAVAILABLE or
+  // DEADLINE_EXCEEDED naming the server that did not come back within `limit`.
+  absl::Status RestartAll(absl::Duration limit);
   // SIGKILLs worker i (in start order).
   void KillWorker(int i);
   // Sends `signal` to worker i (SIGSTOP, SIGCONT: a stall; SIGTERM: it leaves).
@@ -107,7 +116,7 @@ class ClusterProcesses : public SupervisedServers {
   // The id of the registered worker called `name`.
   absl::StatusOr<std::string> WorkerId(const std::string& name);
 
-  const ClusterOptions options_;
+  ClusterOptions options_;  // its flags change only by SetDataRootFlag
   std::string address_;
   pid_t coordinator_ = -1;
   int dashboard_port_ = 0;  // once bound: the one a restarted coordinator binds again

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/data/dataset.h"
@@ -76,8 +77,56 @@ json YamlToJson(const YAML::Node& n, int64_t& budget, int depth = 0) {
   }
 }
 
+// A scalar field's value as a user reads it in an error: "five", true, a list.
+std::string Shown(const json& value) {
+  if (value.is_string()) return absl::StrCat("\"", value.get<std::string>(), "\"");
+  if (value.is_array()) return "a list";
+  if (value.is_object()) return "a mapping";
+  return value.dump();
+}
+
+// A number, a bool or a list where the field wants one, so that `epochs: five` says so
+// instead of protobuf's "Invalid value for TYPE_UINT32". Strings of digits pass (protobuf
+// JSON takes "5" for a number); enums and strings are protobuf's to check.
+absl::Status CheckScalar(const json& value, const google::protobuf::FieldDescriptor* f,
+                         const std::string& where, bool element = false) {
+  using FD = google::protobuf::FieldDescriptor;
+  if (value.is_null()) return absl::OkStatus();
+  if (f->is_repeated() && !element) {
+    if (!value.is_array()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": expected a list, not ", Shown(value)));
+    }
+    for (size_t i = 0; i < value.size(); ++i) {
+      RETURN_IF_ERROR(CheckScalar(value[i], f, absl::StrCat(where, "[", i, "]"), true));
+    }
+    return absl::OkStatus();
+  }
+  const FD::CppType type = f->cpp_type();
+  if (type == FD::CPPTYPE_BOOL) {
+    if (value.is_boolean()) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": expected true or false, not ", Shown(value)));
+  }
+  const bool whole = type == FD::CPPTYPE_INT32 || type == FD::CPPTYPE_INT64 ||
+                     type == FD::CPPTYPE_UINT32 || type == FD::CPPTYPE_UINT64;
+  const bool non_negative = type == FD::CPPTYPE_UINT32 || type == FD::CPPTYPE_UINT64;
+  if (!whole && type != FD::CPPTYPE_FLOAT && type != FD::CPPTYPE_DOUBLE) return absl::OkStatus();
+  double number = 0;
+  const bool is_number = value.is_number() ||
+                         (value.is_string() && absl::SimpleAtod(value.get<std::string>(), &number));
+  if (value.is_number()) number = value.get<double>();
+  if (is_number && (!whole || number == std::floor(number)) && (!non_negative || number >= 0)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, ": expected ", whole ? "a whole number" : "a number",
+                   non_negative ? " >= 0" : "", ", not ", Shown(value)));
+}
+
 // Protobuf's JSON errors say what is wrong but not always where; walk the document
-// against the descriptor first so that unknown fields are reported by their path.
+// against the descriptor first so that unknown fields are reported by their path, and
+// scalars of the wrong kind by their path and what the field wants.
 absl::Status CheckFields(const json& j, const google::protobuf::Descriptor* d,
                          const std::string& path) {
   if (!j.is_object()) return absl::OkStatus();  // type errors: protobuf reports them
@@ -93,9 +142,12 @@ absl::Status CheckFields(const json& j, const google::protobuf::Descriptor* d,
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": unknown field (known here: ", known, ")"));
     }
-    if (f->type() != google::protobuf::FieldDescriptor::TYPE_MESSAGE ||
-        f->message_type()->file()->package() == "google.protobuf") {
-      continue;  // scalars, and Struct and ListValue (a block's untyped args and layers)
+    if (f->type() != google::protobuf::FieldDescriptor::TYPE_MESSAGE) {
+      RETURN_IF_ERROR(CheckScalar(value, f, where));
+      continue;
+    }
+    if (f->message_type()->file()->package() == "google.protobuf") {
+      continue;  // Struct and ListValue (a block's untyped args and layers)
     }
     if (f->is_map()) {  // model.blocks: name -> BlockSpec
       const google::protobuf::FieldDescriptor* v = f->message_type()->map_value();

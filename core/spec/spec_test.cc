@@ -123,6 +123,27 @@ TEST(Spec, WrongTypeNamesTheField) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hidden")));
 }
 
+// At 0692893 `epochs: five` answered with protobuf's "Invalid value for TYPE_UINT32".
+TEST(Spec, AScalarOfTheWrongKindSaysWhatTheFieldWants) {
+  const auto message = [](const std::string& yaml) {
+    return std::string(ParseSpec(yaml, "spec.yaml").status().message());
+  };
+  EXPECT_EQ(message("epochs: five\n"),
+            "spec.yaml: epochs: expected a whole number >= 0, not \"five\"");
+  EXPECT_EQ(message("epochs: -2\n"), "spec.yaml: epochs: expected a whole number >= 0, not -2");
+  EXPECT_EQ(message("epochs: 2.5\n"), "spec.yaml: epochs: expected a whole number >= 0, not 2.5");
+  EXPECT_EQ(message("optimizer: {kind: sgd, learning_rate: fast}\n"),
+            "spec.yaml: optimizer.learning_rate: expected a number, not \"fast\"");
+  EXPECT_EQ(message("model: {kind: mlp, hidden: [32, many]}\n"),
+            "spec.yaml: model.hidden[1]: expected a whole number >= 0, not \"many\"");
+  EXPECT_EQ(message("model: {kind: mlp, hidden: 12x}\n"),
+            "spec.yaml: model.hidden: expected a list, not \"12x\"");
+  EXPECT_EQ(message("{\"epochs\": [1]}"),
+            "spec.yaml: epochs: expected a whole number >= 0, not a list");
+  // Numbers as strings are protobuf JSON's (int64 is written "5"): they pass.
+  EXPECT_TRUE(ParseSpec("{\"epochs\": \"5\", \"steps\": \"100\"}", "spec.json").ok());
+}
+
 TEST(Spec, BadYamlNamesTheSource) {
   EXPECT_THAT(ParseSpec("model: [unclosed\n", "bad.yaml"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bad.yaml")));

@@ -71,7 +71,11 @@ absl::StatusOr<PrepareResult> JobSlot::Prepare(const JobAssignment& assignment,
       if (assignment.keep_state && old == job_.get() && old->id == assignment.job_id) {
         old->handing_over = true;  // a step still running ends (aborted), the state stays
       }
-      LogJob(spdlog::level::warn, {old->id}, "dropped for job " + assignment.job_id);
+      // The same job's next attempt (an elastic resize, a recovery) is routine; another
+      // job in its place means the coordinator moved on without releasing this one.
+      LogJob(old->id == assignment.job_id ? spdlog::level::info : spdlog::level::warn, {old->id},
+             old->id == assignment.job_id ? "handed over to its next attempt"
+                                          : "dropped for job " + assignment.job_id);
       old->cancel.Cancel(absl::CancelledError(absl::StrCat("replaced by ", assignment.job_id)));
     }
     // From now on a Release of the new job finds it, while it waits for the old job's

@@ -11,12 +11,14 @@
 #include "core/spec/spec.h"
 #include "core/spec/testing.h"
 #include "core/testing.h"
+#include "services/common/job_log_testing.h"
 #include "services/worker/testing.h"
 
 namespace lockstep {
 namespace {
 
 using ::testing::AllOf;
+using ::testing::Contains;
 using ::testing::HasSubstr;
 using testing::IsOk;
 using ::testing::Not;
@@ -467,6 +469,19 @@ TEST_F(KeptStateTest, AStatePastTheCoordinatorsStepComesWithEveryReplicasLossOfT
   EXPECT_EQ(kept->step, 3);
   EXPECT_TRUE(kept->ahead.empty());
   EXPECT_EQ(Steps(3, 4).size(), 1u);
+}
+
+// At 0692893 every survivor of an elastic resize logged "warning ... dropped for job" as
+// its slot took the job's next attempt.
+TEST_F(KeptStateTest, TheSameJobsNextAttemptIsNoWarning) {
+  ASSERT_THAT(Prepare(Logical(false)), IsOk());
+  Steps(0, 2);
+  testing::LogCapture lines;
+  ASSERT_THAT(Keep(2), IsOk());
+  std::vector<std::string> said;
+  for (const v1::LogLine& l : lines.lines()) said.push_back(l.level() + " " + l.message());
+  EXPECT_THAT(said, Contains("info handed over to its next attempt"));
+  for (const v1::LogLine& l : lines.lines()) EXPECT_EQ(l.level(), "info") << l.message();
 }
 
 TEST_F(KeptStateTest, AStateBehindTheCoordinatorOrPastWhatIsKeptIsRefused) {

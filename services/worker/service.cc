@@ -12,6 +12,11 @@
 #include "services/common/wire.h"
 
 namespace lockstep {
+
+spdlog::level::level_enum StepFailureLevel(const absl::Status& status) {
+  return absl::IsUnavailable(status) ? spdlog::level::warn : spdlog::level::err;
+}
+
 namespace {
 
 // The rank this worker holds in each job it was given (the newest few), for its lines
@@ -108,7 +113,7 @@ class StepsReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::S
       std::vector<rng::Key> keys;
       absl::StatusOr<StepResult> result = slot->Step(request->job_id(), FromProto(*request, &keys));
       if (!result.ok() && !absl::IsCancelled(result.status())) {
-        LogJob(spdlog::level::err, JobRanks().About(request->job_id()),
+        LogJob(StepFailureLevel(result.status()), JobRanks().About(request->job_id()),
                absl::StrCat("step ", request->step(), ": ", result.status().ToString()));
       }
       absl::MutexLock lock(&core->mu);

@@ -7,6 +7,9 @@
 #ifndef LOCKSTEP_SERVICES_WORKER_SERVICE_H_
 #define LOCKSTEP_SERVICES_WORKER_SERVICE_H_
 
+#include <spdlog/common.h>
+
+#include "absl/status/status.h"
 #include "lockstep/v1/worker.grpc.pb.h"
 #include "services/common/auth.h"
 #include "services/common/rpc_metrics.h"
@@ -14,6 +17,10 @@
 #include "services/worker/job_slot.h"
 
 namespace lockstep {
+
+// The level a failed step is logged at: a warning where a peer is gone (UNAVAILABLE: the
+// coordinator resizes an elastic job or recovers it, and says so), an error otherwise.
+spdlog::level::level_enum StepFailureLevel(const absl::Status& status);
 
 class WorkerServiceImpl final : public v1::Worker::WithCallbackMethod_Steps<v1::Worker::Service> {
  public:

@@ -230,6 +230,15 @@ class RefusingPort {
   int fd_ = -1, port_ = 0;
 };
 
+// At 0692893 an elastic job's expected resize logged "error ... UNAVAILABLE ... rank 1 is
+// gone" on every survivor.
+TEST(StepFailureLevel, APeerGoneIsAWarningOtherFailuresErrors) {
+  EXPECT_EQ(StepFailureLevel(absl::UnavailableError("gloo rank 0 of 4: rank 1 is gone")),
+            spdlog::level::warn);
+  EXPECT_EQ(StepFailureLevel(absl::InternalError("oneDNN convolution failed")), spdlog::level::err);
+  EXPECT_EQ(StepFailureLevel(absl::DataLossError("digest mismatch")), spdlog::level::err);
+}
+
 TEST_F(WorkerServiceTest, AliveIsTrueOnlyWhereAWorkerListens) {
   EXPECT_TRUE(client_->Alive(absl::Seconds(10)));
   RefusingPort nobody;

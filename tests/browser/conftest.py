@@ -45,7 +45,7 @@ class Cluster:
         """Runs the CLI against this cluster as `user`; its stdout."""
         r = subprocess.run(
             [str(LOCKSTEP), *args, "--dir", str(self.dir),
-             "--token_file", str(self.credentials / f"{user}.token")],
+             "--token-file", str(self.credentials / f"{user}.token")],
             capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, f"lockstep {' '.join(args)}: {r.stdout}{r.stderr}"
         return r.stdout

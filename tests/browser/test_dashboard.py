@@ -2,14 +2,19 @@
 with a token, sees only their own jobs, watches a running job's curves grow (and its
 workers' step times) and cancels it; a user cannot open another user's job, neither through
 the API nor the page; a job's witness and its recovery survive a coordinator restart; an
-elastic job's resize is on its timeline.
+elastic job's resize is on its timeline; a finished job's page, opened by a prefix of its
+id, says when it ran, how long, its final test accuracy and average samples/s, and its
+step times, at 1400 and 800 px; the charts have round ticks, smoothing and a wall-time
+axis; the login says how to trust the cluster's CA.
 
 No sleeps: every wait is a WebDriverWait on what the page shows, with a timeout.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -18,7 +23,7 @@ from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as EC
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from conftest import WAIT, Cluster
 
@@ -52,6 +57,31 @@ def points(driver: WebDriver, chart: str) -> int:
 def last_step(driver: WebDriver, chart: str) -> int:
     """The newest step the chart shows."""
     return int(float(driver.find_element(By.ID, chart).get_attribute("data-last-x") or 0))
+
+
+def fits_without_sideways_scroll(driver: WebDriver) -> bool:
+    return driver.execute_script(
+        "return document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+
+
+def one_line(driver: WebDriver, selector: str) -> bool:
+    """Whether every element `selector` matches shows its text on one line."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].every((e) => {"
+        "  const r = document.createRange(); r.selectNodeContents(e);"
+        "  return new Set([...r.getClientRects()].map((c) => Math.round(c.top))).size <= 1; })",
+        selector)
+
+
+def is_round_step(ticks: list[float]) -> bool:
+    """Evenly spaced by 1, 2 or 5 times a power of ten (at 0692893: 0.098, 0.730, 1.36...)."""
+    steps = {round(b - a, 9) for a, b in zip(ticks, ticks[1:])}
+    if len(steps) != 1:
+        return False
+    step = steps.pop()
+    mantissa = step / 10 ** math.floor(math.log10(step))
+    return any(abs(mantissa - m) < 1e-6 for m in (1, 2, 5)) and all(
+        abs(t / step - round(t / step)) < 1e-6 for t in ticks)
 
 
 def worker_time(driver: WebDriver, rank: int, column: str, which: str) -> float:
@@ -206,7 +236,8 @@ def test_the_witness_survives_a_coordinator_restart_and_the_recovery_is_on_the_t
     cluster.lockstep("cancel", job_id, user="alice")
 
 
-def test_an_elastic_resize_is_on_the_timeline(cluster: Cluster, browser: WebDriver) -> None:
+def test_an_elastic_resize_is_on_the_timeline(cluster: Cluster, browser: WebDriver,
+                                             screenshots: Path) -> None:
     spec = LONG.replace("workers: 1", "replicas: 2\nworkers: {{min: 1, max: 2}}")
     job_id = cluster.submit(spec.format(name="elastic"), user="alice")
     wait = WebDriverWait(browser, 4 * WAIT, ignored_exceptions=(OSError,))
@@ -227,7 +258,118 @@ def test_an_elastic_resize_is_on_the_timeline(cluster: Cluster, browser: WebDriv
     assert job()["state"] in ("RUNNING", "SUCCEEDED"), job()  # it goes on, not RECOVERING
 
     log_in(browser, cluster, "alice", then=f"#/jobs/{job_id}")
-    WebDriverWait(browser, WAIT).until(
-        EC.text_to_be_present_in_element((By.CSS_SELECTOR, "#timeline .event-resize"),
-                                         "resize: resized 2 -> 1 workers"))
+    page = WebDriverWait(browser, WAIT)
+    page.until(EC.text_to_be_present_in_element((By.CSS_SELECTOR, "#timeline .event-resize"),
+                                                "resize: resized 2 -> 1 workers"))
+    # The workers it runs on now, on the page and in `status` (at 0692893 `status` said the
+    # spec's 2 after a resize). The supervisor restarts the killed worker, and the job may
+    # grow back onto it meanwhile: each read agrees with the job's record of that moment.
+    def runs_on() -> str:
+        return str(len(job().get("workers", [])))
+    page.until(lambda d: d.find_element(By.ID, "job-workers").text == f"workers {runs_on()}")
+    wait.until(lambda _: re.search(r"  (\d+) workers?", cluster.lockstep(
+        "status", job_id, user="alice")).group(1) == runs_on())
+    page.until(lambda d: d.find_elements(By.CSS_SELECTOR, '#workers-body tr[data-rank="0"] td.id'))
+    for width in (1400, 800):
+        browser.set_window_size(width, 2300)
+        page.until(lambda d: fits_without_sideways_scroll(d))
+        assert one_line(browser, "#workers-body td.id"), "worker ids wrap"  # as at 0692893
+        browser.save_screenshot(str(screenshots / f"dashboard-elastic-{width}.png"))
     cluster.lockstep("cancel", job_id, user="alice")
+
+
+SHORT = """\
+name: {name}
+model: {{kind: mlp, hidden: [32]}}
+optimizer: {{kind: adam, learning_rate: 0.001}}
+global_batch_size: 64
+steps: 300
+workers: 1
+eval: {{every_steps: 100}}
+recovery: {{snapshot_every_steps: 100}}
+"""
+
+
+def test_a_finished_job_opened_by_a_prefix_says_how_it_ran(
+        cluster: Cluster, browser: WebDriver, screenshots: Path) -> None:
+    job_id = cluster.submit(SHORT.format(name="finished"), user="alice")
+    cluster.lockstep("wait", job_id, user="alice")
+    status = cluster.lockstep("status", job_id, user="alice")
+    checksum = re.search(r"params checksum ([0-9a-f]{16})", status).group(1)
+    job = cluster.get(f"api/v1/jobs/{job_id}", "alice")[1]
+    prefix = job_id[:len("job-000000")]
+    assert prefix != job_id
+
+    # At 0692893 #/jobs/PREFIX was "No job (404)": now it opens the job, as the CLI's prefixes.
+    log_in(browser, cluster, "alice", then=f"#/jobs/{prefix}")
+    wait = WebDriverWait(browser, WAIT)
+    wait.until(lambda d: d.execute_script("return location.hash") == f"#/jobs/{job_id}")
+    wait.until(EC.text_to_be_present_in_element((By.ID, "job-state"), "SUCCEEDED"))
+    wait.until(EC.presence_of_element_located((By.ID, "job-ended")))
+    # When it ran, how long, its final test accuracy and average samples/s (at 0692893 none,
+    # and samples/s was the last rate).
+    text = lambda sid: browser.find_element(By.ID, sid).text  # noqa: E731
+    assert "–" not in text("job-started") and "–" not in text("job-ended")
+    seconds = (int(job["finished_unix_ms"]) - int(job["started_unix_ms"])) / 1000
+    assert re.search(r"\d+s", text("job-duration")), text("job-duration")
+    assert text("job-accuracy").endswith(f"{job['last_eval']['test_accuracy']:.4f}")
+    average = float(text("job-avg-rate").split()[-1])
+    assert average == pytest.approx(300 * 64 / seconds, rel=0.01, abs=1)
+    # Its step times: the means over its run (at 0692893 "compute 0.00 ms" and "no data yet").
+    wait.until(EC.presence_of_element_located((By.ID, "step-times-means")))
+    compute = re.search(r"compute ([0-9.]+) ms", text("step-times")).group(1)
+    assert float(compute) > 0, text("step-times")
+    assert "kept while a job runs" in text("step-times")
+    assert not browser.find_element(By.ID, "time-chart").is_displayed()
+    # The checksum as the CLI prints it (at 0692893 hex here, decimal there).
+    wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "#witness-final code")))
+    assert browser.find_element(By.CSS_SELECTOR, "#witness-final code").text == checksum
+
+    # The charts, as TensorBoard's: round ticks, smoothing, a wall-time axis.
+    wait.until(lambda d: points(d, "loss-chart") >= 300)
+    ticks = [float(t.text) for t in browser.find_elements(By.CSS_SELECTOR, "#loss-chart .tick-y")]
+    assert len(ticks) >= 3 and is_round_step(ticks), ticks
+    path = lambda: browser.find_element(  # noqa: E731
+        By.CSS_SELECTOR, "#loss-chart path.line:not(.raw)").get_attribute("d")
+    smoothed = path()
+    browser.execute_script("const s = document.getElementById('smoothing'); s.value = 0;"
+                           "s.dispatchEvent(new Event('input'));")
+    assert path() != smoothed
+    assert not browser.find_elements(By.CSS_SELECTOR, "#loss-chart path.raw")
+    Select(browser.find_element(By.ID, "x-axis")).select_by_value("time")
+    wait.until(lambda d: d.find_element(By.ID, "loss-chart").get_attribute("data-axis") == "time")
+    labels = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#loss-chart .tick-x")]
+    assert all(re.fullmatch(r"\d+s|\d+:\d\d(:\d\d)?", x) for x in labels), labels
+    Select(browser.find_element(By.ID, "x-axis")).select_by_value("step")
+    browser.execute_script("const s = document.getElementById('smoothing'); s.value = 0.6;"
+                           "s.dispatchEvent(new Event('input'));")
+
+    for width in (1400, 800):
+        browser.set_window_size(width, 2300)
+        wait.until(lambda d: fits_without_sideways_scroll(d))
+        browser.save_screenshot(str(screenshots / f"dashboard-finished-{width}.png"))
+
+    # The jobs table at 800 px: no sideways scroll, the age column on screen, the test
+    # accuracy column there (at 0692893 CREATED was off-screen and there was none).
+    browser.set_window_size(800, 1000)
+    browser.get(cluster.url + "#/jobs")
+    row = (By.CSS_SELECTOR, f'tr[data-job-id="{job_id}"]')
+    wait.until(EC.presence_of_element_located(row))
+    assert fits_without_sideways_scroll(browser)
+    created = browser.find_element(By.CSS_SELECTOR, "#jobs-table th.created")
+    assert created.is_displayed()
+    assert created.rect["x"] + created.rect["width"] <= browser.execute_script(
+        "return document.documentElement.clientWidth")
+    accuracy = browser.find_element(By.CSS_SELECTOR, f'tr[data-job-id="{job_id}"] td.test-accuracy')
+    assert accuracy.text == f"{job['last_eval']['test_accuracy']:.4f}"
+    browser.save_screenshot(str(screenshots / "dashboard-jobs-800.png"))
+
+
+def test_the_login_says_how_to_trust_the_clusters_ca(cluster: Cluster, browser: WebDriver) -> None:
+    browser.get(cluster.url)
+    wait = WebDriverWait(browser, WAIT)
+    wait.until(EC.presence_of_element_located((By.ID, "trust-ca")))
+    browser.find_element(By.CSS_SELECTOR, "#trust-ca summary").click()
+    help_text = browser.find_element(By.ID, "trust-ca").text
+    for said in ("credentials/ca.pem", "Manage certificates", "Authorities", "update-ca-certificates"):
+        assert said in help_text, help_text

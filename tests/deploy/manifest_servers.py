@@ -72,7 +72,7 @@ def dashboard_page(port, ca):
 def health(cli, port, server_name, ca, timeout=2):
     """`lockstep health` over TLS, checking the server's certificate for server_name."""
     r = subprocess.run([cli, "health", f"127.0.0.1:{port}", "--timeout", str(timeout),
-                        "--server_name", server_name],
+                        "--server-name", server_name],
                        env=dict(os.environ, LOCKSTEP_TLS_CA=ca), capture_output=True,
                        text=True, timeout=timeout + 10)
     return r.returncode == 0, (r.stdout + r.stderr).strip()

@@ -1,14 +1,18 @@
-"""A thin typed wrapper over the generated JobService stub."""
+"""A typed client of the JobService: jobs by id or a unique prefix of it, states by name,
+readable results, typed exceptions, and a job's logs and events as `lockstep logs` shows
+them."""
 from __future__ import annotations
 
 import builtins
 import json
 import os
+import queue
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Union
 
 import grpc
 import yaml
@@ -23,16 +27,25 @@ except ImportError as e:  # pragma: no cover - only without generated code
         "not import it from the source folder"
     ) from e
 
+from lockstep_client.errors import InvalidArgument, JobNotFound, LockstepError, error_for
+from lockstep_client.types import (
+    TERMINAL_STATES,
+    Event,
+    JobInfo,
+    JobStatus,
+    WorkerInfo,
+)
+
 Job = job_pb2.Job
 JobSpec = spec_pb2.JobSpec
 JobState = job_pb2.JobState
 StepEvent = job_pb2.StepEvent
 EvalResult = job_pb2.EvalResult
 StateEvent = job_pb2.StateEvent
-WorkerInfo = job_pb2.WorkerInfo
+LogLine = job_pb2.LogLine
 
-#: States a job never leaves.
-TERMINAL_STATES: frozenset[int] = frozenset({job_pb2.SUCCEEDED, job_pb2.FAILED, job_pb2.CANCELLED})
+_TERMINAL_NUMBERS = frozenset(s.number for s in TERMINAL_STATES)
+_LEVELS = ("trace", "debug", "info", "warning", "error", "critical")
 
 #: What `Client.submit` accepts: a JobSpec, a dict in protobuf JSON form (as in the YAML
 #: spec files), or the path of a YAML or JSON spec file.
@@ -51,52 +64,9 @@ _CHANNEL_OPTIONS = [
 ]
 
 
-class LockstepError(Exception):
-    """A failed call: `code` is the gRPC status code name (e.g. "INVALID_ARGUMENT",
-    "NOT_FOUND", "UNAVAILABLE", "DEADLINE_EXCEEDED") and `message` the server's text."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-
-    @classmethod
-    def from_rpc(cls, error: grpc.RpcError) -> LockstepError:
-        """Converts a grpc.RpcError (which is also a grpc.Call) into a LockstepError."""
-        code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
-        details = error.details() if isinstance(error, grpc.Call) else str(error)
-        return cls(code.name, details or "")
-
-
-@dataclass(frozen=True)
-class Event:
-    """One event of a job's stream: exactly one of `step`, `eval` and `state` is set."""
-
-    unix_ms: int
-    step: StepEvent | None = None
-    eval: EvalResult | None = None
-    state: StateEvent | None = None
-
-    @property
-    def replay(self) -> bool:
-        """A step run again from the snapshot after a recovery or a coordinator restart
-        (same inputs as its first run, so the same result)."""
-        return self.step is not None and self.step.replay
-
-    @property
-    def kind(self) -> Literal["step", "eval", "state"]:
-        """Which of the three fields is set."""
-        return "step" if self.step is not None else "eval" if self.eval is not None else "state"
-
-    @classmethod
-    def from_proto(cls, e: job_pb2.JobEvent) -> Event:
-        which = e.WhichOneof("event")
-        return cls(unix_ms=e.unix_ms, **({which: getattr(e, which)} if which else {}))
-
-
-def state_name(state: int) -> str:
-    """"SUCCEEDED" for job_pb2.SUCCEEDED, and so on."""
-    return job_pb2.JobState.Name(state)
+def state_name(state: int | str) -> str:
+    """"SUCCEEDED" for job_pb2.SUCCEEDED (or JobStatus.SUCCEEDED), and so on."""
+    return JobStatus.of(state).value
 
 
 def resolve_address(address: str | None = None) -> str:
@@ -129,7 +99,7 @@ def _resolve_credentials(credentials: str | os.PathLike[str] | None,
     ca_path = tls_ca or os.environ.get("LOCKSTEP_TLS_CA") or (
         Path(folder) / "ca.pem" if folder else None)
     if ca_path is None:
-        raise LockstepError(
+        raise error_for(
             "INVALID_ARGUMENT",
             f"no credentials for {address}: pass credentials=DIR (made by `lockstep certs`), "
             "or tls_ca= and token=, or insecure=True for a plaintext coordinator")
@@ -154,14 +124,14 @@ def load_spec(spec: SpecLike) -> spec_pb2.JobSpec:
         try:
             data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
         except (ValueError, yaml.YAMLError) as e:
-            raise LockstepError("INVALID_ARGUMENT", f"{path}: {e}") from e
+            raise InvalidArgument("INVALID_ARGUMENT", f"{path}: {e}") from e
         if not isinstance(data, Mapping):
-            raise LockstepError("INVALID_ARGUMENT", f"{path}: a spec must be a mapping")
+            raise InvalidArgument("INVALID_ARGUMENT", f"{path}: a spec must be a mapping")
         spec = data
     try:
         return json_format.ParseDict(dict(spec), spec_pb2.JobSpec())
     except json_format.ParseError as e:
-        raise LockstepError("INVALID_ARGUMENT", str(e)) from e
+        raise InvalidArgument("INVALID_ARGUMENT", str(e)) from e
 
 
 class Client:
@@ -223,44 +193,166 @@ class Client:
         except grpc.RpcError as e:
             raise LockstepError.from_rpc(e) from e
 
+    def resolve(self, job_id: str, timeout: float | None = None) -> str:
+        """The full id of the job `job_id` names: its id, or a prefix of it that names one
+        of the jobs the caller may see ("job-000007" for "job-000007-3fa1b2c4"), as the
+        CLI takes. JobNotFound when none does; InvalidArgument naming them when several do."""
+        try:
+            return self._call(self._stub.GetJob, job_pb2.GetJobRequest(id=job_id), timeout).id
+        except LockstepError as e:
+            if e.code != "NOT_FOUND":
+                raise
+        jobs = self._call(self._stub.ListJobs, job_pb2.ListJobsRequest(), timeout).jobs
+        matches = [j.id for j in jobs if job_id and j.id.startswith(job_id)]
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise JobNotFound("NOT_FOUND", f"no job {job_id}")
+        raise InvalidArgument("INVALID_ARGUMENT", f"{job_id} names {len(matches)} jobs "
+                              f"({', '.join(matches)}): give more of the id")
+
     def submit(self, spec: SpecLike, request_id: str | None = None,
-               timeout: float | None = None) -> job_pb2.Job:
+               timeout: float | None = None) -> JobInfo:
         """Validates and queues a job; returns it (state QUEUED or later, defaults filled).
 
         `spec` is a JobSpec, a dict with protobuf JSON field names (as in the YAML spec
         files) or the path of a YAML/JSON spec file. With `request_id`, resubmitting
         the same spec returns the job the first submission created; another spec with
-        that request id raises LockstepError("ALREADY_EXISTS") naming that job. An
-        invalid spec raises LockstepError("INVALID_ARGUMENT") naming the field.
+        that request id raises AlreadyExists naming that job. An invalid spec raises
+        InvalidArgument naming the field.
         """
         message = load_spec(spec)
         if request_id is not None:
             message.request_id = request_id
-        return self._call(self._stub.SubmitJob, message, timeout)
+        return JobInfo(self._call(self._stub.SubmitJob, message, timeout))
 
-    def get(self, job_id: str, timeout: float | None = None) -> job_pb2.Job:
-        """The job's current record; NOT_FOUND if there is none."""
-        return self._call(self._stub.GetJob, job_pb2.GetJobRequest(id=job_id), timeout)
+    def get(self, job_id: str, timeout: float | None = None) -> JobInfo:
+        """The job's current record (`job_id`: its id or a unique prefix); JobNotFound if
+        there is none."""
+        request = job_pb2.GetJobRequest(id=self.resolve(job_id, timeout))
+        return JobInfo(self._call(self._stub.GetJob, request, timeout))
 
-    def list(self, states: Iterable[JobState | str] | None = None, limit: int = 0,
-             timeout: float | None = None) -> builtins.list[job_pb2.Job]:
-        """Jobs, newest first: those in `states` (JobState values such as job_pb2.RUNNING,
-        or names such as "RUNNING"; None: all), at most `limit` of them (0: all)."""
+    def list(self, states: Iterable[JobStatus | JobState | str] | None = None, limit: int = 0,
+             timeout: float | None = None) -> builtins.list[JobInfo]:
+        """Jobs, newest first: those in `states` (names such as "RUNNING", JobStatus
+        values, or the protobuf enum's numbers; None: all), at most `limit` of them (0:
+        all)."""
         try:
-            request = job_pb2.ListJobsRequest(states=builtins.list(states or ()), limit=limit)
+            wanted = [s.number if isinstance(s, JobStatus) else s for s in states or ()]
+            request = job_pb2.ListJobsRequest(states=wanted, limit=limit)
         except (ValueError, TypeError) as e:
-            raise LockstepError("INVALID_ARGUMENT", f"states: {e}") from e
-        return builtins.list(self._call(self._stub.ListJobs, request, timeout).jobs)
+            raise InvalidArgument("INVALID_ARGUMENT", f"states: {e}") from e
+        return [JobInfo(j) for j in self._call(self._stub.ListJobs, request, timeout).jobs]
 
-    def cancel(self, job_id: str, timeout: float | None = None) -> job_pb2.Job:
+    def cancel(self, job_id: str, timeout: float | None = None) -> JobInfo:
         """Asks the coordinator to cancel the job; returns its record (the state becomes
-        CANCELLED once the workers have stopped). FAILED_PRECONDITION if it had ended."""
-        return self._call(self._stub.CancelJob, job_pb2.CancelJobRequest(id=job_id), timeout)
+        CANCELLED once the workers have stopped). FailedPrecondition if it had ended."""
+        request = job_pb2.CancelJobRequest(id=self.resolve(job_id, timeout))
+        return JobInfo(self._call(self._stub.CancelJob, request, timeout))
 
-    def workers(self, timeout: float | None = None) -> builtins.list[job_pb2.WorkerInfo]:
+    def workers(self, timeout: float | None = None) -> builtins.list[WorkerInfo]:
         """The registered workers and the job each runs ("" when free)."""
-        return list(self._call(self._stub.ListWorkers, job_pb2.ListWorkersRequest(),
-                               timeout).workers)
+        response = self._call(self._stub.ListWorkers, job_pb2.ListWorkersRequest(), timeout)
+        return [WorkerInfo(w) for w in response.workers]
+
+    def events(self, job_id: str, timeout: float | None = None) -> builtins.list[Event]:
+        """The job's state changes so far, oldest first, each with its reason (queued,
+        running, recovering and why, resized, the end): what `lockstep describe` lists."""
+        request = job_pb2.WatchJobRequest(id=self.resolve(job_id, timeout), history_only=True,
+                                          from_step=2**63 - 1)  # its states, not its steps
+        call = self._stub.WatchJob(request, timeout=self.timeout if timeout is None else timeout)
+        try:
+            return [Event.from_proto(e) for e in call if e.WhichOneof("event") == "state"]
+        except grpc.RpcError as e:
+            raise LockstepError.from_rpc(e) from e
+
+    def logs(self, job_id: str, follow: bool = False, tail: int | None = None,
+             steps: bool = True, level: str | None = None) -> Iterator[Event]:
+        """The job's events and its servers' log lines about it (the coordinator's and its
+        workers'), in time order, as `lockstep logs` prints them: what the coordinator
+        keeps (the last `tail` of it when given), then with `follow` what comes, as it
+        comes, until the job ends. `steps=False` leaves out the step events; `level`
+        ("info", "warning", "error", ...) the log lines less severe. Each is an Event
+        (`kind` "log" for a log line, whose `log` is a LogLine; `str(event)` is its line).
+        As Ray's get_job_logs: "\\n".join(map(str, client.logs(job))); as its
+        tail_job_logs: client.logs(job, follow=True)."""
+        job_id = self.resolve(job_id)
+        if level is not None and level not in _LEVELS:
+            raise InvalidArgument("INVALID_ARGUMENT", f"level: {level!r} is none of {_LEVELS}")
+        least = _LEVELS.index(level) if level else 0
+        keep = (lambda e: (steps or e.WhichOneof("event") != "step") and (
+            e.WhichOneof("event") != "log" or e.log.level not in _LEVELS
+            or _LEVELS.index(e.log.level) >= least))
+        kept, _ = self._read_both(job_id, follow=False, put=None)
+        replayed = Counter(e.SerializeToString(deterministic=True) for e in kept)
+        ordered = sorted((e for e in kept if keep(e)),
+                         key=lambda e: (e.unix_ms, e.WhichOneof("event") == "log"))
+        if tail is not None:
+            ordered = ordered[len(ordered) - tail:] if tail > 0 else []
+        yield from (Event.from_proto(e) for e in ordered)
+        if not follow:
+            return
+        arrived: queue.Queue[Any] = queue.Queue()
+        _, cancel = self._read_both(job_id, follow=True, put=arrived.put)
+        try:
+            for e in iter(arrived.get, None):
+                if isinstance(e, LockstepError):
+                    raise e
+                key = e.SerializeToString(deterministic=True)
+                if replayed[key] > 0:  # what the follow streams replay of what was printed
+                    replayed[key] -= 1
+                elif keep(e):
+                    yield Event.from_proto(e)
+        finally:
+            cancel()  # a caller that leaves the loop early ends the streams
+
+    def _read_both(self, job_id: str, follow: bool,
+                   put: Any) -> tuple[builtins.list[job_pb2.JobEvent], Any]:
+        """WatchJob's and WatchLogs's messages: without `put`, all they hold now, read side
+        by side; with it, each handed to `put` as it comes from two threads, then the first
+        error (a LockstepError) if any, then None once both streams ended. Also returns a
+        function that cancels both streams."""
+        events = self._stub.WatchJob(job_pb2.WatchJobRequest(id=job_id, history_only=not follow),
+                                     timeout=None if follow else 60)
+        lines = self._stub.WatchLogs(job_pb2.WatchLogsRequest(id=job_id, follow=follow),
+                                     timeout=None if follow else 60)
+        got: builtins.list[job_pb2.JobEvent] = []
+        errors: builtins.list[LockstepError] = []
+        lock = threading.Lock()
+
+        def drain(call: Any) -> None:
+            try:
+                for message in call:
+                    with lock:
+                        (put or got.append)(message)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.CANCELLED:
+                    errors.append(LockstepError.from_rpc(e))
+                cancel()  # e.g. not the caller's job: said once
+
+        def cancel() -> None:
+            events.cancel()
+            lines.cancel()
+
+        threads = [threading.Thread(target=drain, args=(c,), daemon=True) for c in (events, lines)]
+        for t in threads:
+            t.start()
+        if put is None:
+            for t in threads:
+                t.join()
+            if errors:
+                raise errors[0]
+            return got, cancel
+
+        def finish() -> None:
+            for t in threads:
+                t.join()
+            if errors:
+                put(errors[0])
+            put(None)
+
+        threading.Thread(target=finish, daemon=True).start()
+        return [], cancel
 
     def checkpoint(self, job_id: str, path: str | os.PathLike[str], step: int | None = None,
                    timeout: float | None = None) -> int:
@@ -271,7 +363,7 @@ class Client:
         steps there are."""
         target = Path(path)
         part = target.with_name(target.name + ".part")
-        request = job_pb2.GetCheckpointRequest(id=job_id)
+        request = job_pb2.GetCheckpointRequest(id=self.resolve(job_id, timeout))
         if step is not None:
             request.step = step
         call = self._stub.GetCheckpoint(request, timeout=timeout)
@@ -288,7 +380,7 @@ class Client:
             raise LockstepError.from_rpc(e) from e
         if at_step < 0 or got != total:
             part.unlink(missing_ok=True)
-            raise LockstepError("DATA_LOSS", f"{path}: {got} of {total} bytes arrived")
+            raise error_for("DATA_LOSS", f"{path}: {got} of {total} bytes arrived")
         os.replace(part, target)
         return at_step
 
@@ -297,7 +389,7 @@ class Client:
         """The job's events: history from `from_step` (0: all the coordinator kept), then
         live events until the job ends, when the iterator stops. A watch lasts as long as
         the job, so it has no deadline unless `timeout` (seconds, for the whole watch) is
-        given; then LockstepError("DEADLINE_EXCEEDED"). Leaving the loop early cancels
+        given; then DeadlineExceeded. Leaving the loop early cancels
         the stream.
 
         A stream that breaks (UNAVAILABLE: a restarted coordinator, a dropped connection)
@@ -310,11 +402,12 @@ class Client:
         Other errors raise
         LockstepError."""
         end = None if timeout is None else time.monotonic() + timeout
+        job_id = self.resolve(job_id)
         seen = _Resume(from_step)
         while True:
             left = None if end is None else end - time.monotonic()
             if left is not None and left <= 0:
-                raise LockstepError("DEADLINE_EXCEEDED", f"watching {job_id}: {timeout} s passed")
+                raise error_for("DEADLINE_EXCEEDED", f"watching {job_id}: {timeout} s passed")
             call = self._stub.WatchJob(
                 job_pb2.WatchJobRequest(id=job_id, from_step=seen.from_step), timeout=left)
             try:
@@ -332,19 +425,20 @@ class Client:
             # resume shortly; while the coordinator is away, the call fails UNAVAILABLE.
             time.sleep(0.5)
 
-    def wait(self, job_id: str, timeout: float | None = None) -> job_pb2.Job:
+    def wait(self, job_id: str, timeout: float | None = None) -> JobInfo:
         """Blocks until the job ends (SUCCEEDED, FAILED or CANCELLED) and returns it.
         Resumes the watch if the stream breaks (UNAVAILABLE); after `timeout` seconds
-        (None: no limit) raises LockstepError("DEADLINE_EXCEEDED")."""
+        (None: no limit) raises DeadlineExceeded."""
         end = None if timeout is None else time.monotonic() + timeout
         job = self.get(job_id)
+        job_id = job.id
         if job.state not in TERMINAL_STATES:
             for _ in self.watch(job_id, from_step=job.step, timeout=timeout):
                 pass
         while True:  # the job has ended; its record may still be on its way
             left = None if end is None else end - time.monotonic()
             if left is not None and left <= 0:
-                raise LockstepError("DEADLINE_EXCEEDED", f"{job_id} did not end within {timeout} s")
+                raise error_for("DEADLINE_EXCEEDED", f"{job_id} did not end within {timeout} s")
             job = self.get(job_id, timeout=min(self.timeout, left or self.timeout))
             if job.state in TERMINAL_STATES:
                 return job
@@ -386,5 +480,5 @@ class _Resume:
             if key in self.states:
                 return False
             self.states.add(key)
-            self.ended = self.ended or (which == "state" and e.state.state in TERMINAL_STATES)
+            self.ended = self.ended or (which == "state" and e.state.state in _TERMINAL_NUMBERS)
         return True

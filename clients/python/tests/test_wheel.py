@@ -46,6 +46,8 @@ def test_the_wheel_carries_the_generated_code_and_the_build_writes_nothing_here(
                    "worker_pb2.py", "registry_pb2.py"):
         assert f"lockstep_client/_gen/lockstep/v1/{module}" in names, sorted(names)
     assert "lockstep_client/py.typed" in names
+    # The repository's license (LICENSE), named in the metadata (PEP 639).
+    assert metadata.get("License-Expression") == "Apache-2.0", metadata.items()
     # pip install 'clients/python[plot]' brings matplotlib (examples/plot_loss.py).
     assert "plot" in metadata.get_all("Provides-Extra")
     assert any(r.startswith("matplotlib") and 'extra == "plot"' in r

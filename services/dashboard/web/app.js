@@ -20,9 +20,11 @@ function showLogin(message) {
     el("h1", {}, "Log in"),
     el("p", { class: "muted" },
        "A bearer token of the job API (the tokens file's; `lockstep cluster up` writes ",
-       "them as credentials/NAME.token). It stays in this tab only."),
+       "them as credentials/NAME.token: paste the contents of admin.token, or a user's). It ",
+       "stays in this tab only."),
     el("label", { for: "token" }, "Token "), input, " ",
-    el("button", { id: "login-button", type: "submit" }, "Log in"), error);
+    el("button", { id: "login-button", type: "submit" }, "Log in"), error,
+    trustHelp());
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     const value = input.value.trim();
@@ -36,6 +38,33 @@ function showLogin(message) {
   });
   clear(main, form);
   input.focus();
+}
+
+// Why the browser warned about this page's certificate, and how to trust it for good: it
+// is signed by the cluster's own CA, which no browser knows until it is imported.
+function trustHelp() {
+  const code = (...text) => el("code", {}, ...text);
+  return el("details", { id: "trust-ca", class: "muted" },
+    el("summary", {}, "The browser warned about this page's certificate?"),
+    el("p", {}, "The dashboard's certificate is signed by your cluster's own certificate ",
+       "authority, ", code("credentials/ca.pem"), " in the cluster's folder (",
+       code(".lockstep-cluster"), " for ", code("lockstep cluster up"), "), not by a public ",
+       "one: the warning says your browser does not know that CA yet. Import it once as an ",
+       "authority, and the warning goes:"),
+    el("ul", {},
+      el("li", {}, "Chrome, Chromium, Edge: Settings → Privacy and security → Security → ",
+         "Manage certificates → Authorities → Import ", code("ca.pem"),
+         " (trust it for websites)."),
+      el("li", {}, "Firefox: Settings → Privacy & Security → Certificates → View ",
+         "Certificates → Authorities → Import ", code("ca.pem"), "."),
+      el("li", {}, "macOS: ", code("sudo security add-trusted-cert -d -r trustRoot -k ",
+         "/Library/Keychains/System.keychain ca.pem"), "."),
+      el("li", {}, "Debian, Ubuntu (curl, Python and Chromium's system store): ",
+         code("sudo cp ca.pem /usr/local/share/ca-certificates/lockstep.crt && sudo ",
+              "update-ca-certificates"), "."),
+      el("li", {}, "curl alone: ", code("curl --cacert credentials/ca.pem https://…"), ".")),
+    el("p", {}, "Accepting the warning for this site once works too, but only a trusted CA ",
+       "proves it is your coordinator answering."));
 }
 
 function showCaller() {

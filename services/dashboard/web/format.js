@@ -44,10 +44,34 @@ export function time(unixMs) {
   return ms > 0 ? new Date(ms).toLocaleString() : "–";
 }
 
-// A uint64 checksum (a decimal string in protobuf JSON) as 16 hex digits.
+// A uint64 checksum (a decimal string in protobuf JSON) as 16 hex digits, as the CLI
+// prints it (`lockstep status`, `lockstep train`).
 export function hex64(decimal) {
   if (!decimal || decimal === "0") return "–";
   return BigInt(decimal).toString(16).padStart(16, "0");
+}
+
+// How long ago, short: "45s ago", "12m ago", "3h ago", "2d ago" (a table column that
+// fits a narrow window; the full time is its title).
+export function ago(unixMs, now = Date.now()) {
+  const ms = num(unixMs);
+  if (ms <= 0) return "–";
+  const s = Math.max(0, Math.round((now - ms) / 1000));
+  if (s < 120) return `${s}s ago`;
+  if (s < 7200) return `${Math.floor(s / 60)}m ago`;
+  if (s < 172800) return `${Math.floor(s / 3600)}h ago`;
+  return `${Math.floor(s / 86400)}d ago`;
+}
+
+// A finished job's run: its duration in seconds and its average samples/s over it (every
+// step's batch over the time from start to end: evaluations, recoveries and resizes
+// included, as a user waits for them); null before it has both times.
+export function runOf(job) {
+  const start = num(job.started_unix_ms), end = num(job.finished_unix_ms);
+  if (!TERMINAL.has(job.state) || start <= 0 || end < start) return null;
+  const seconds = (end - start) / 1000;
+  const batch = num(job.spec && job.spec.global_batch_size);
+  return { seconds, samplesPerSec: seconds > 0 ? (num(job.step) * batch) / seconds : 0 };
 }
 
 export const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);

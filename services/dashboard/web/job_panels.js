@@ -1,7 +1,7 @@
 // The job page's panels other than its charts: the events timeline (states with their
 // reasons, recoveries, resizes, snapshots), the workers by rank with their step times, the
 // bitwise witness and the log.
-import { clear, el, fixed, hex64, num, stateBadge, time } from "./format.js";
+import { clear, el, fixed, hex64, num, stateBadge, TERMINAL, time } from "./format.js";
 
 const SNAPSHOTS_SHOWN = 5;
 
@@ -74,14 +74,14 @@ export function renderWorkers(body, workers, lastStep, job) {
     const t = rank < times.length && times[rank].worker === w.id ? times[rank] : null;
     return el("tr", { dataset: { rank: String(rank) } },
       el("td", { class: "num" }, rank),
-      el("td", {}, w.id),
-      el("td", {}, w.name || "–"),
+      el("td", { class: "id" }, w.id),
+      el("td", { class: "name" }, w.name || "–"),
       el("td", { class: "host" }, w.address || "gone"),
       el("td", {}, w.device || "–"),
       el("td", { class: "num" }, w.threads || "–"),
       el("td", { class: "num local-loss" }, rank < losses.length ? fixed(losses[rank]) : "–"),
       ["step_ms", "compute_ms", "allreduce_ms", "update_ms"].map((k) => timeCell(k, t)),
-      el("td", {}, w.last_heartbeat_unix_ms ? time(w.last_heartbeat_unix_ms) : "–"));
+      el("td", { class: "time" }, w.last_heartbeat_unix_ms ? time(w.last_heartbeat_unix_ms) : "–"));
   }));
   if (workers.length === 0) {
     clear(body, el("tr", {}, el("td", { colspan: WORKER_COLUMNS.length, class: "muted" },
@@ -89,26 +89,44 @@ export function renderWorkers(body, workers, lastStep, job) {
   }
 }
 
-// The last step's time split (the slowest worker's figures, milliseconds).
-export function renderStepTimes(list, lastStep) {
-  if (!lastStep) return clear(list, el("span", { class: "muted" }, "no step yet"));
-  const parts = [["compute", lastStep.compute_ms], ["all-reduce", lastStep.allreduce_ms],
-                 ["update", lastStep.update_ms], ["worker step", lastStep.worker_step_ms],
-                 ["wall", lastStep.wall_ms]];
-  clear(list, parts.map(([name, ms]) => el("span", { class: "stat" },
-    el("span", { class: "muted" }, `${name} `), `${fixed(ms, 2)} ms`)));
+// The last step's time split (the slowest worker's figures, milliseconds); for a job that
+// ended, whose history keeps no step times, the slowest worker's means over its run
+// (Job.worker_times).
+export function renderStepTimes(list, lastStep, job) {
+  const stat = ([name, ms]) => el("span", { class: "stat" },
+    el("span", { class: "muted" }, `${name} `), `${fixed(ms, 2)} ms`);
+  if (lastStep) {
+    return clear(list, el("span", { class: "muted" }, "last step:"),
+      [["compute", lastStep.compute_ms], ["all-reduce", lastStep.allreduce_ms],
+       ["update", lastStep.update_ms], ["worker step", lastStep.worker_step_ms],
+       ["wall", lastStep.wall_ms]].map(stat));
+  }
+  const means = ((job && job.worker_times) || []).map((w) => w.mean || {});
+  if (job && TERMINAL.has(job.state) && means.length) {
+    const slowest = (key) => Math.max(...means.map((m) => num(m[key])));
+    return clear(list, el("span", { class: "muted", id: "step-times-means" },
+                          "mean over its run (the slowest worker's; per-step times are kept "
+                          + "while a job runs):"),
+      [["compute", slowest("compute_ms")], ["all-reduce", slowest("allreduce_ms")],
+       ["update", slowest("update_ms")], ["worker step", slowest("step_ms")]].map(stat));
+  }
+  return clear(list, el("span", { class: "muted" }, "no step yet"));
 }
 
 // The params checksum at the end and at each snapshot, newest first: equal at equal
 // steps, same bits.
 export function renderWitness(body, witness) {
+  // Hex as the CLI's text prints it; the decimal of the JSON (param_checksum) below it.
+  const checksum = (decimal) => el("td", { class: "checksum" },
+    el("code", {}, hex64(decimal)), el("br"),
+    el("span", { class: "muted small", title: "param_checksum in the job API's JSON" }, decimal));
   const rows = ((witness && witness.snapshots) || []).map((m) => el("tr", {},
-    el("td", {}, `snapshot, step ${m.step}`), el("td", {}, el("code", {}, hex64(m.param_checksum))),
+    el("td", {}, `snapshot, step ${m.step}`), checksum(m.param_checksum),
     el("td", {}, time(m.unix_ms)))).reverse();
   if (witness && witness.final_checksum && witness.final_checksum !== "0") {
     rows.unshift(el("tr", { class: "final", id: "witness-final" },
-      el("td", {}, `final, step ${witness.final_step}`),
-      el("td", {}, el("code", {}, hex64(witness.final_checksum))), el("td", {}, "")));
+      el("td", {}, `final, step ${witness.final_step}`), checksum(witness.final_checksum),
+      el("td", {}, "")));
   }
   clear(body, rows.length ? rows : el("tr", {}, el("td", { colspan: 3, class: "muted" },
                                                    "no snapshot yet")));

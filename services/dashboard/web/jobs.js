@@ -1,7 +1,10 @@
 // The jobs page: the caller's jobs (an admin's: everyone's), filtered by state, owner and
-// name, with progress, loss, samples/s and ETA; refreshed every 2 seconds.
+// name, with progress, loss, test accuracy, samples/s, ETA and age; refreshed every 2
+// seconds. At a narrow width (800 px) the less needed columns go (class "wide"), so that
+// the table fits without scrolling sideways.
 import { api } from "./api.js";
-import { clear, duration, el, etaSeconds, fixed, num, progress, stateBadge, time } from "./format.js";
+import { ago, clear, duration, el, etaSeconds, fixed, num, progress, stateBadge, time }
+  from "./format.js";
 import { poll } from "./poll.js";
 
 const STATES = ["", "QUEUED", "RUNNING", "RECOVERING", "SUSPENDED", "SUCCEEDED", "FAILED",
@@ -11,16 +14,23 @@ function row(job) {
   const eta = etaSeconds(job);
   const link = el("a", { href: `#/jobs/${encodeURIComponent(job.id)}`, class: "job-link" }, job.id);
   return el("tr", { dataset: { jobId: job.id } },
-    el("td", {}, link),
-    el("td", {}, job.spec.name || ""),
+    el("td", { class: "id" }, link),
+    el("td", { class: "name" }, job.spec.name || ""),
     el("td", { class: "owner" }, job.owner),
     el("td", {}, stateBadge(job.state)),
     el("td", {}, progress(job)),
-    el("td", { class: "num" }, num(job.step) > 0 ? fixed(job.last_loss) : "–"),
-    el("td", { class: "num" }, num(job.samples_per_sec) > 0 ? fixed(job.samples_per_sec, 0) : "–"),
-    el("td", { class: "num" }, eta === null ? "–" : duration(eta)),
-    el("td", {}, time(job.created_unix_ms)));
+    el("td", { class: "num wide" }, num(job.step) > 0 ? fixed(job.last_loss) : "–"),
+    el("td", { class: "num test-accuracy" },
+       job.last_eval ? fixed(job.last_eval.test_accuracy) : "–"),
+    el("td", { class: "num wide" },
+       num(job.samples_per_sec) > 0 ? fixed(job.samples_per_sec, 0) : "–"),
+    el("td", { class: "num wide" }, eta === null ? "–" : duration(eta)),
+    el("td", { class: "created", title: time(job.created_unix_ms) }, ago(job.created_unix_ms)));
 }
+
+const COLUMNS = [["Job", "id"], ["Name", "name"], ["Owner", "owner"], ["State", ""],
+                 ["Progress", ""], ["Loss", "wide"], ["Test acc", "test-accuracy"],
+                 ["Samples/s", "wide"], ["ETA", "wide"], ["Created", "created"]];
 
 export function mountJobs(main, caller) {
   const state = el("select", { id: "filter-state" },
@@ -37,9 +47,7 @@ export function mountJobs(main, caller) {
       el("h1", {}, "Jobs"),
       el("div", { class: "filters" }, "State ", state, " Owner ", owner, " Name ", name),
       el("table", { id: "jobs-table" },
-        el("thead", {}, el("tr", {},
-          ["Job", "Name", "Owner", "State", "Progress", "Loss", "Samples/s", "ETA", "Created"]
-            .map((h) => el("th", {}, h)))),
+        el("thead", {}, el("tr", {}, COLUMNS.map(([h, c]) => el("th", { class: c || undefined }, h)))),
         body),
       status));
 

@@ -8,7 +8,7 @@ function row(w) {
   const job = w.job_id ? el("a", { href: `#/jobs/${encodeURIComponent(w.job_id)}` }, w.job_id)
                        : el("span", { class: "muted" }, "free");
   return el("tr", { dataset: { workerId: w.id } },
-    el("td", {}, w.id), el("td", {}, w.name || "–"), el("td", {}, w.address),
+    el("td", { class: "id" }, w.id), el("td", {}, w.name || "–"), el("td", {}, w.address),
     el("td", {}, w.device), el("td", { class: "num" }, w.threads || "–"),
     el("td", {}, w.quarantined ? el("span", { class: "error" }, `quarantined: ${w.quarantined}`)
                  : w.leaving ? el("span", { class: "muted" }, "leaving (SIGTERM) ", job)
