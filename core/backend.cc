@@ -112,7 +112,7 @@ absl::Status Backend::Bf16Support() {
       "model.dtype: bfloat16 needs bfloat16 kernels; the ", Name(), " backend has none"));
 }
 absl::Status Backend::ToBf16(size_t, const float*, Bf16*) { return NoBf16(*this, "ToBf16"); }
-absl::Status Backend::AddRowsBf16(int, int, const float*, const float*, float*) {
+absl::Status Backend::AddRowsBf16(int, int, const float*, const float*, float*, Bf16*) {
   return NoBf16(*this, "AddRowsBf16");
 }
 absl::Status Backend::GemmBf16(bool, bool, int, int, int, float, const Bf16*, const Bf16*, float,
@@ -126,9 +126,10 @@ absl::Status Backend::GemmStridedBf16(bool, bool, int, int, int, float, const Bf
 absl::Status Backend::Im2ColBf16(const ConvGeometry&, const Bf16*, Bf16*) {
   return NoBf16(*this, "Im2ColBf16");
 }
-absl::Status Backend::ActivateBf16(Activation, size_t, const float*, float*) {
+absl::Status Backend::ActivateBf16(Activation, size_t, const float*, float*, Bf16*) {
   return NoBf16(*this, "ActivateBf16");
 }
+absl::Status Backend::ReluBf16(size_t, float*, Bf16*) { return NoBf16(*this, "ReluBf16"); }
 absl::Status Backend::AvgPoolBf16(const ConvGeometry&, bool, const float*, float*) {
   return NoBf16(*this, "AvgPoolBf16");
 }

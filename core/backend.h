@@ -311,8 +311,10 @@ class Backend {
   virtual absl::Status ToBf16(size_t n, const float* x, Bf16* y);
   // y (rows, cols) = bf16(bf16(x) + bf16(bias[c])), the bias broadcast over rows: a dense
   // or conv output (x: its float32 products) plus its bias as Flax adds them, each
-  // rounded; bias null: y = bf16(x). y may be x.
-  virtual absl::Status AddRowsBf16(int rows, int cols, const float* x, const float* bias, float* y);
+  // rounded; bias null: y = bf16(x). y may be x. y16, unless null, receives y as Bf16 too
+  // (the operand of the matmul that reads y next).
+  virtual absl::Status AddRowsBf16(int rows, int cols, const float* x, const float* bias, float* y,
+                                   Bf16* y16);
   // c = alpha * op(a) * op(b) + beta * c as Gemm, with bfloat16 operands, float32
   // products and sums.
   virtual absl::Status GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
@@ -335,8 +337,10 @@ class Backend {
                                             float* dx, void* scratch);
   virtual absl::Status Im2ColBf16(const ConvGeometry& g, const Bf16* x, Bf16* cols);
   // The activation as jax.nn computes it in bfloat16: every jnp op of its formula rounded
-  // (math::ActivateBf16). x holds bfloat16 values; y may be x.
-  virtual absl::Status ActivateBf16(Activation a, size_t n, const float* x, float* y);
+  // (math::ActivateBf16). x holds bfloat16 values; y may be x; y16 as AddRowsBf16's.
+  virtual absl::Status ActivateBf16(Activation a, size_t n, const float* x, float* y, Bf16* y16);
+  // Relu in place, and x16 (not null) = bf16(x) after (exact: x holds bfloat16 values).
+  virtual absl::Status ReluBf16(size_t n, float* x, Bf16* x16);
   // nn.avg_pool in bfloat16: each window's sum accumulated in bfloat16 (every add
   // rounded, from 0, in XLA's order: cpu_bf16.cc), then bf16(sum / count); without
   // count_include_pad sum / count in float32 (Flax divides by float32 counts).

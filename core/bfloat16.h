@@ -31,11 +31,13 @@ LS_HOST_DEVICE inline float BitsFloat(uint32_t u) {
   return x;
 }
 
-// float32 -> bfloat16, round to nearest even (subnormals kept, not flushed).
+// float32 -> bfloat16, round to nearest even (subnormals kept, not flushed); a NaN stays
+// a (quiet) NaN. Branch-free, so that loops over it vectorize.
 LS_HOST_DEVICE inline uint16_t Bf16Bits(float x) {
   const uint32_t u = FloatBits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // NaN
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t nan = (u >> 16) | 0x40u;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
 LS_HOST_DEVICE inline float Bf16Float(uint16_t bits) { return BitsFloat(uint32_t{bits} << 16); }

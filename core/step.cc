@@ -140,7 +140,8 @@ absl::Status StepExecutor::ForwardLayer(Workspace& ws, size_t i, int b, bool tra
   const bool rounds = l.kind == LayerKind::kLayerNorm || l.kind == LayerKind::kBatchNorm ||
                       l.kind == LayerKind::kEmbed || l.kind == LayerKind::kAdd;
   if (!l.bf16() || !rounds) return absl::OkStatus();
-  return backend_->AddRowsBf16(b, static_cast<int>(l.out.size()), ws.out[i], nullptr, ws.out[i]);
+  return backend_->AddRowsBf16(b, static_cast<int>(l.out.size()), ws.out[i], nullptr, ws.out[i],
+                               ws.twin[i]);
 }
 
 absl::Status StepExecutor::ForwardLayerF32(Workspace& ws, size_t i, int b, bool train,
@@ -171,6 +172,7 @@ absl::Status StepExecutor::ForwardLayerF32(Workspace& ws, size_t i, int b, bool 
                               dropout_slot_[i] >= 0 && train ? keys + dropout_slot_[i] : nullptr);
     case LayerKind::kRelu:  // in place unless its input is a residual's too
       if (y != x) RETURN_IF_ERROR(backend_->Copy(b * l.out.size(), x, y));
+      if (ws.twin[i] != nullptr) return backend_->ReluBf16(b * l.out.size(), y, ws.twin[i]);
       return backend_->Relu(b * l.out.size(), y);
     case LayerKind::kActivation:
       return backend_->Activate(l.activation, b * l.out.size(), x, y);

@@ -223,6 +223,10 @@ class StepExecutor {
   // bfloat16 into params_bf16_ (each forward pass); a param's there.
   absl::Status RefreshBf16Params();
   const Bf16* Bf16Param(int index) const;
+  // Layer i's input as Bf16 (a bf16 matmul layer's): its input's twin, else xb[i], which
+  // Bf16Input fills first.
+  const Bf16* Bf16InputOf(const Workspace& ws, size_t i) const;
+  absl::StatusOr<const Bf16*> Bf16Input(Workspace& ws, size_t i, int batch);
   // Whether layer l runs kernels of its own in bfloat16 (ForwardLayerBf16), rather than
   // the float32 ones, rounded once after (RoundsOutput) or exact in bfloat16.
   bool HasBf16Kernels(const Layer& l) const;

@@ -59,19 +59,17 @@ absl::Status StepExecutor::AttentionForwardBf16(Workspace& ws, size_t i, int b, 
   const size_t act = size_t(rows) * hd;
   const AttentionBuffers a = AttentionBuffersAt(l, b, ws.train, ws.scratch[i]);
   const AttentionBf16 h16 = Bf16BuffersAt(l, b, ws.train, ws.xb[i]);
-  RETURN_IF_ERROR(backend_->ToBf16(size_t(rows) * l.in.c, x, h16.x));
+  ASSIGN_OR_RETURN(const Bf16* x16, Bf16Input(ws, i, b));  // x's twin, or h16.x
   float* qkv[3] = {a.q, a.k, a.v};
   Bf16* qkv16[3] = {h16.q, h16.k, h16.v};
-  for (int j = 0; j < 3; ++j) {
-    RETURN_IF_ERROR(backend_->GemmBf16(false, false, rows, hd, l.in.c, 1.0f, h16.x,
+  for (int j = 0; j < 3; ++j) {  // q rounded, then scaled and rounded again
+    RETURN_IF_ERROR(backend_->GemmBf16(false, false, rows, hd, l.in.c, 1.0f, x16,
                                        Bf16Param(l.kernels[j]), 0.0f, qkv[j]));
-    RETURN_IF_ERROR(backend_->AddRowsBf16(rows, hd, qkv[j], param(l.biases[j]), qkv[j]));
-    if (j == 0) {
-      RETURN_IF_ERROR(backend_->Divide(act, ScaleBf16(l), a.q));
-      RETURN_IF_ERROR(backend_->AddRowsBf16(rows, hd, a.q, nullptr, a.q));
-    }
-    RETURN_IF_ERROR(backend_->ToBf16(act, qkv[j], qkv16[j]));
+    RETURN_IF_ERROR(backend_->AddRowsBf16(rows, hd, qkv[j], param(l.biases[j]), qkv[j],
+                                          j == 0 ? nullptr : qkv16[j]));
   }
+  RETURN_IF_ERROR(backend_->Divide(act, ScaleBf16(l), a.q));
+  RETURN_IF_ERROR(backend_->AddRowsBf16(rows, hd, a.q, nullptr, a.q, h16.q));
   const int64_t sample = int64_t{t} * hd, tt = int64_t{t} * t;
   for (int s = 0; s < b; ++s) {  // w[s, h] = q[s, :, h] k[s, :, h]^T
     RETURN_IF_ERROR(backend_->GemmStridedBf16(false, true, t, t, d, 1.0f, h16.q + s * sample, hd, d,
@@ -86,20 +84,20 @@ absl::Status StepExecutor::AttentionForwardBf16(Workspace& ws, size_t i, int b, 
     RETURN_IF_ERROR(
         backend_->MaskedScale(b * h, static_cast<int>(tt), ws.mask[i], scale, a.w, a.dropped));
     RETURN_IF_ERROR(
-        backend_->AddRowsBf16(b * h, static_cast<int>(tt), a.dropped, nullptr, a.dropped));
+        backend_->AddRowsBf16(b * h, static_cast<int>(tt), a.dropped, nullptr, a.dropped, h16.w));
+  } else {  // no dropout: the weights themselves (a.dropped is a.w)
+    RETURN_IF_ERROR(backend_->ToBf16(size_t(b) * h * tt, a.w, h16.w));
   }
-  RETURN_IF_ERROR(backend_->ToBf16(size_t(b) * h * tt, train ? a.dropped : a.w, h16.w));
   for (int s = 0; s < b; ++s) {  // o[s, :, h] = w[s, h] v[s, :, h]
     RETURN_IF_ERROR(backend_->GemmStridedBf16(false, false, t, d, t, 1.0f, h16.w + s * h * tt, t,
                                               tt, h16.v + s * sample, hd, d, 0.0f, a.o + s * sample,
                                               hd, d, h));
   }
-  RETURN_IF_ERROR(backend_->AddRowsBf16(rows, hd, a.o, nullptr, a.o));
-  RETURN_IF_ERROR(backend_->ToBf16(act, a.o, h16.o));
+  RETURN_IF_ERROR(backend_->AddRowsBf16(rows, hd, a.o, nullptr, a.o, h16.o));
   float* y = ws.out[i];
   RETURN_IF_ERROR(backend_->GemmBf16(false, false, rows, l.out.c, hd, 1.0f, h16.o,
                                      Bf16Param(l.kernels[3]), 0.0f, y));
-  return backend_->AddRowsBf16(rows, l.out.c, y, param(l.biases[3]), y);
+  return backend_->AddRowsBf16(rows, l.out.c, y, param(l.biases[3]), y, ws.twin[i]);
 }
 
 absl::Status StepExecutor::AttentionBackwardBf16(Workspace& ws, size_t i, int b, const float* dy,
@@ -149,8 +147,8 @@ absl::Status StepExecutor::AttentionBackwardBf16(Workspace& ws, size_t i, int b,
   const float* dqkv[3] = {a.dq, a.dk, a.dv};
   for (int j = 0; j < 3; ++j) {  // one of dq, dk, dv as bfloat16 at a time
     RETURN_IF_ERROR(backend_->ToBf16(act, dqkv[j], h16.dqkv));
-    RETURN_IF_ERROR(backend_->GemmBf16(true, false, l.in.c, hd, rows, 1.0f, h16.x, h16.dqkv, 0.0f,
-                                       grad(l.kernels[j])));
+    RETURN_IF_ERROR(backend_->GemmBf16(true, false, l.in.c, hd, rows, 1.0f, Bf16InputOf(ws, i),
+                                       h16.dqkv, 0.0f, grad(l.kernels[j])));
     if (l.biases[j] >= 0) RETURN_IF_ERROR(backend_->BiasGrad(rows, hd, dqkv[j], grad(l.biases[j])));
     if (dx != nullptr) {
       RETURN_IF_ERROR(backend_->GemmBf16(false, true, rows, l.in.c, hd, 1.0f, h16.dqkv,

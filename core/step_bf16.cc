@@ -29,6 +29,19 @@ const Bf16* StepExecutor::Bf16Param(int index) const {
   return index < 0 ? nullptr : params_bf16_.as<Bf16>() + model_.layout().entries()[index].offset;
 }
 
+const Bf16* StepExecutor::Bf16InputOf(const Workspace& ws, size_t i) const {
+  const int src = model_.layers()[i].src;
+  return src >= 0 && ws.twin[src] != nullptr ? ws.twin[src] : ws.xb[i];
+}
+
+absl::StatusOr<const Bf16*> StepExecutor::Bf16Input(Workspace& ws, size_t i, int b) {
+  const Layer& l = model_.layers()[i];
+  if (l.src < 0 || ws.twin[l.src] == nullptr) {
+    RETURN_IF_ERROR(backend_->ToBf16(static_cast<size_t>(b) * l.in.size(), Input(ws, l), ws.xb[i]));
+  }
+  return Bf16InputOf(ws, i);
+}
+
 bool StepExecutor::HasBf16Kernels(const Layer& l) const {
   switch (l.kind) {
     case LayerKind::kConv:
@@ -56,25 +69,27 @@ absl::Status StepExecutor::ForwardLayerBf16(Workspace& ws, size_t i, int b, bool
   float* y = ws.out[i];
   const size_t n = static_cast<size_t>(b) * l.out.size();
   switch (l.kind) {
-    case LayerKind::kConv:
-      RETURN_IF_ERROR(backend_->ToBf16(static_cast<size_t>(b) * l.in.size(), x, ws.xb[i]));
-      RETURN_IF_ERROR(backend_->ConvForwardBf16(Geometry(l, b), ws.xb[i], Bf16Param(l.kernel), y,
-                                                ws.scratch[i]));
-      return backend_->AddRowsBf16(b * l.out.h * l.out.w, l.out.c, y, param(l.bias), y);
+    case LayerKind::kConv: {
+      ASSIGN_OR_RETURN(const Bf16* x16, Bf16Input(ws, i, b));
+      RETURN_IF_ERROR(
+          backend_->ConvForwardBf16(Geometry(l, b), x16, Bf16Param(l.kernel), y, ws.scratch[i]));
+      return backend_->AddRowsBf16(b * l.out.h * l.out.w, l.out.c, y, param(l.bias), y, ws.twin[i]);
+    }
     case LayerKind::kDense: {
       const int rows = b * DenseRows(l), in = DenseInputs(l);
-      RETURN_IF_ERROR(backend_->ToBf16(static_cast<size_t>(rows) * in, x, ws.xb[i]));
-      RETURN_IF_ERROR(backend_->GemmBf16(false, false, rows, l.out.c, in, 1.0f, ws.xb[i],
+      ASSIGN_OR_RETURN(const Bf16* x16, Bf16Input(ws, i, b));
+      RETURN_IF_ERROR(backend_->GemmBf16(false, false, rows, l.out.c, in, 1.0f, x16,
                                          Bf16Param(l.kernel), 0.0f, y));
-      return backend_->AddRowsBf16(rows, l.out.c, y, param(l.bias), y);
+      return backend_->AddRowsBf16(rows, l.out.c, y, param(l.bias), y, ws.twin[i]);
     }
     case LayerKind::kAttention:
       return AttentionForwardBf16(
           ws, i, b, train, x, dropout_slot_[i] >= 0 && train ? keys + dropout_slot_[i] : nullptr);
     case LayerKind::kActivation:
-      return backend_->ActivateBf16(l.activation, n, x, y);
+      return backend_->ActivateBf16(l.activation, n, x, y, ws.twin[i]);
     case LayerKind::kPositionEmbed:  // x + bf16(table rows), rounded
-      return backend_->AddRowsBf16(b, static_cast<int>(l.out.size()), x, param(l.kernel), y);
+      return backend_->AddRowsBf16(b, static_cast<int>(l.out.size()), x, param(l.kernel), y,
+                                   ws.twin[i]);
     case LayerKind::kAvgPool:
       return backend_->AvgPoolBf16(Geometry(l, b), l.count_include_pad, x, y);
     case LayerKind::kDropout: {
@@ -84,7 +99,7 @@ absl::Status StepExecutor::ForwardLayerBf16(Workspace& ws, size_t i, int b, bool
       RETURN_IF_ERROR(
           backend_->Dropout(n, l.keep, keys + dropout_slot_[i], impl_, x, y, ws.mask[i]));
       RETURN_IF_ERROR(backend_->DropoutBackward(n, RoundBf16(l.keep), ws.mask[i], x, y));
-      return backend_->AddRowsBf16(b, static_cast<int>(l.out.size()), y, nullptr, y);
+      return backend_->AddRowsBf16(b, static_cast<int>(l.out.size()), y, nullptr, y, nullptr);
     }
     default:
       return absl::InternalError(absl::StrCat("layer ", i, ": no bfloat16 kernel of its own"));
@@ -98,8 +113,8 @@ absl::Status StepExecutor::DenseBackwardBf16(Workspace& ws, int i, int b, const 
   const auto& entries = model_.layout().entries();
   const int in = DenseInputs(l), rows = b * DenseRows(l);
   RETURN_IF_ERROR(backend_->ToBf16(static_cast<size_t>(rows) * l.out.c, dy, ws.dyb));
-  RETURN_IF_ERROR(backend_->GemmBf16(true, false, in, l.out.c, rows, 1.0f, ws.xb[i], ws.dyb, 0.0f,
-                                     grads + entries[l.kernel].offset));
+  RETURN_IF_ERROR(backend_->GemmBf16(true, false, in, l.out.c, rows, 1.0f, Bf16InputOf(ws, i),
+                                     ws.dyb, 0.0f, grads + entries[l.kernel].offset));
   if (l.bias >= 0) {
     RETURN_IF_ERROR(backend_->BiasGrad(rows, l.out.c, dy, grads + entries[l.bias].offset));
   }
@@ -118,7 +133,7 @@ absl::Status StepExecutor::ConvBackwardBf16(Workspace& ws, int i, int b, const f
   RETURN_IF_ERROR(backend_->ToBf16(static_cast<size_t>(b) * l.out.size(), dy, ws.dyb));
   // The kernel's gradient first: ConvBackwardDataBf16 may overwrite the scratch.
   RETURN_IF_ERROR(backend_->ConvBackwardWeightsBf16(
-      g, ws.xb[i], ws.dyb, grads + entries[l.kernel].offset, ws.scratch[i]));
+      g, Bf16InputOf(ws, i), ws.dyb, grads + entries[l.kernel].offset, ws.scratch[i]));
   if (l.bias >= 0) {
     RETURN_IF_ERROR(
         backend_->BiasGrad(b * l.out.h * l.out.w, l.out.c, dy, grads + entries[l.bias].offset));

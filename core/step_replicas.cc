@@ -113,7 +113,9 @@ absl::Status StepExecutor::BatchNormForwardReplicas(size_t i) {
     RETURN_IF_ERROR(backend_->BatchNormVariance(c, bn, bn + 2 * c));
     RETURN_IF_ERROR(backend_->BatchNormApply(rows, c, l.epsilon, input(*ws), bn, bn + 2 * c,
                                              param(l.scale), param(l.bias), ws->out[i]));
-    if (l.bf16()) RETURN_IF_ERROR(backend_->AddRowsBf16(rows, c, ws->out[i], nullptr, ws->out[i]));
+    if (l.bf16()) {
+      RETURN_IF_ERROR(backend_->AddRowsBf16(rows, c, ws->out[i], nullptr, ws->out[i], ws->twin[i]));
+    }
   }
   return absl::OkStatus();
 }

@@ -26,10 +26,11 @@ namespace lockstep {
 // rstd; bn[i]: a batch norm's BatchNormBuffer (training only); mask[i]: a dropout's mask,
 // or an attention layer's (T * T, shared by the batch and heads). labels, loss and correct
 // hold one entry per prediction (Model::positions() per example). With bfloat16 layers
-// (docs/models.md#mixed-precision): xb[i], a bf16 dense's or conv's input as bfloat16 (its
-// matmul's operand, kept for the kernel's gradient), an attention layer's bfloat16 arrays
-// (AttentionBf16Elements); dyb, in training, the largest such layer's output gradient as
-// bfloat16 (one layer at a time).
+// (docs/models.md#mixed-precision): twin[i], layer i's output as Bf16 too, written by its
+// kernel where a bf16 matmul layer reads it (NeedsTwin); xb[i], a bf16 dense's or conv's
+// input as bfloat16 where its input has no twin (its matmul's operand, kept for the
+// kernel's gradient), an attention layer's bfloat16 arrays (AttentionBf16Elements); dyb,
+// in training, the largest such layer's output gradient as bfloat16 (one at a time).
 struct StepExecutor::Workspace {
   int capacity = 0;
   bool train = false;
@@ -39,7 +40,7 @@ struct StepExecutor::Workspace {
   std::vector<bool> needs_grad;
   std::vector<void*> scratch;
   std::vector<uint8_t*> mask;
-  std::vector<Bf16*> xb;
+  std::vector<Bf16*> xb, twin;
   Bf16* dyb = nullptr;
   std::vector<float> host_loss, host_correct;
 };
@@ -124,13 +125,24 @@ inline uint64_t AttentionBf16Elements(const Layer& l, int b, bool train) {
   return rows * l.in.c + 4 * act + weights + (train ? rows * l.out.c + 2 * act + weights : 0);
 }
 
-// The bfloat16 elements of layer i's workspace: a bf16 dense's or conv's input (xb), an
-// attention layer's arrays; 0 for the rest.
-inline uint64_t Bf16Elements(const Layer& l, int b, bool train) {
-  if (!l.bf16()) return 0;
-  if (l.kind == LayerKind::kDense || l.kind == LayerKind::kConv) return uint64_t(b) * l.in.size();
+// A bfloat16 dense, conv or attention layer: its matmuls read their input as Bf16.
+inline bool IsBf16Matmul(const Layer& l) {
+  return l.bf16() && (l.kind == LayerKind::kDense || l.kind == LayerKind::kConv ||
+                      l.kind == LayerKind::kAttention);
+}
+
+// Whether layer j's kernel writes its output's Bf16 twin (ws.twin[j]): a bfloat16 layer
+// whose kernel rounds or is relu (not a pool, flatten or dropout, which an evaluation
+// skips), read by a bf16 matmul layer.
+bool NeedsTwin(const Model& m, int j);
+
+// The bfloat16 elements of layer i's workspace: a bf16 dense's or conv's input (xb, where
+// its input has no twin), an attention layer's arrays; 0 for the rest.
+inline uint64_t Bf16Elements(const Model& m, int i, int b, bool train) {
+  const Layer& l = m.layers()[i];
+  if (!IsBf16Matmul(l)) return 0;
   if (l.kind == LayerKind::kAttention) return AttentionBf16Elements(l, b, train);
-  return 0;
+  return NeedsTwin(m, l.src) ? 0 : uint64_t(b) * l.in.size();
 }
 
 // The largest output gradient a bf16 dense or conv reads as bfloat16 in backward (dyb).

@@ -465,9 +465,9 @@ class CpuBackend final : public Backend {
     cpu::ToBf16(threads_, n, x, y);
     return absl::OkStatus();
   }
-  absl::Status AddRowsBf16(int rows, int cols, const float* x, const float* bias,
-                           float* y) override {
-    cpu::AddRowsBf16(threads_, rows, cols, x, bias, y);
+  absl::Status AddRowsBf16(int rows, int cols, const float* x, const float* bias, float* y,
+                           Bf16* y16) override {
+    cpu::AddRowsBf16(threads_, rows, cols, x, bias, y, y16);
     return absl::OkStatus();
   }
   absl::Status GemmBf16(bool ta, bool tb, int m, int n, int k, float alpha, const Bf16* a,
@@ -507,8 +507,12 @@ class CpuBackend final : public Backend {
     cpu::Im2ColBf16(threads_, g, x, cols);
     return absl::OkStatus();
   }
-  absl::Status ActivateBf16(Activation a, size_t n, const float* x, float* y) override {
-    cpu::ActivateBf16(threads_, a, n, x, y);
+  absl::Status ActivateBf16(Activation a, size_t n, const float* x, float* y, Bf16* y16) override {
+    cpu::ActivateBf16(threads_, a, n, x, y, y16);
+    return absl::OkStatus();
+  }
+  absl::Status ReluBf16(size_t n, float* x, Bf16* x16) override {
+    cpu::ReluBf16(threads_, n, x, x16);
     return absl::OkStatus();
   }
   absl::Status AvgPoolBf16(const ConvGeometry& g, bool count_include_pad, const float* x,

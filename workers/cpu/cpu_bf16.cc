@@ -19,8 +19,13 @@ LS_MULTIVERSION void ToBf16Range(const float* x, Bf16* y, size_t begin, size_t e
   for (size_t i = begin; i < end; ++i) y[i].bits = Bf16Bits(x[i]);
 }
 
+// y16[i] = y[i]'s upper half, y holding bfloat16 values (exact).
+LS_MULTIVERSION void TwinRange(const float* y, Bf16* y16, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) y16[i].bits = static_cast<uint16_t>(FloatBits(y[i]) >> 16);
+}
+
 LS_MULTIVERSION void AddRowsBf16Range(int cols, const float* x, const float* bias, float* y,
-                                      size_t begin, size_t end) {
+                                      Bf16* y16, size_t begin, size_t end) {
   for (size_t r = begin; r < end; ++r) {
     const float* in = x + r * cols;
     float* out = y + r * cols;
@@ -29,6 +34,14 @@ LS_MULTIVERSION void AddRowsBf16Range(int cols, const float* x, const float* bia
     } else {
       for (int c = 0; c < cols; ++c) out[c] = RoundBf16(RoundBf16(in[c]) + RoundBf16(bias[c]));
     }
+    if (y16 != nullptr) TwinRange(out, y16 + r * cols, 0, cols);
+  }
+}
+
+LS_MULTIVERSION void ReluBf16Range(float* x, Bf16* x16, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) {
+    x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    x16[i].bits = static_cast<uint16_t>(FloatBits(x[i]) >> 16);
   }
 }
 
@@ -38,19 +51,26 @@ LS_MULTIVERSION void ActivateBf16Range(const float* x, float* y, size_t begin, s
   for (size_t i = begin; i < end; ++i) y[i] = math::ActivateBf16(A, x[i]);
 }
 
-void ActivateBf16Dispatch(Activation a, const float* x, float* y, size_t begin, size_t end) {
+void ActivateBf16Dispatch(Activation a, const float* x, float* y, Bf16* y16, size_t begin,
+                          size_t end) {
   switch (a) {
     case Activation::kGeluTanh:
-      return ActivateBf16Range<Activation::kGeluTanh>(x, y, begin, end);
+      ActivateBf16Range<Activation::kGeluTanh>(x, y, begin, end);
+      break;
     case Activation::kGeluErf:
-      return ActivateBf16Range<Activation::kGeluErf>(x, y, begin, end);
+      ActivateBf16Range<Activation::kGeluErf>(x, y, begin, end);
+      break;
     case Activation::kTanh:
-      return ActivateBf16Range<Activation::kTanh>(x, y, begin, end);
+      ActivateBf16Range<Activation::kTanh>(x, y, begin, end);
+      break;
     case Activation::kSigmoid:
-      return ActivateBf16Range<Activation::kSigmoid>(x, y, begin, end);
+      ActivateBf16Range<Activation::kSigmoid>(x, y, begin, end);
+      break;
     case Activation::kSilu:
-      return ActivateBf16Range<Activation::kSilu>(x, y, begin, end);
+      ActivateBf16Range<Activation::kSilu>(x, y, begin, end);
+      break;
   }
+  if (y16 != nullptr) TwinRange(y, y16, begin, end);
 }
 
 }  // namespace
@@ -59,18 +79,23 @@ void ToBf16(int threads, size_t n, const float* x, Bf16* y) {
   ParallelFor(threads, n, [&](size_t b, size_t e) { ToBf16Range(x, y, b, e); });
 }
 
-void AddRowsBf16(int threads, int rows, int cols, const float* x, const float* bias, float* y) {
+void AddRowsBf16(int threads, int rows, int cols, const float* x, const float* bias, float* y,
+                 Bf16* y16) {
   const size_t per = std::max<size_t>(1, kParallelMin / std::max(cols, 1));
-  if (static_cast<size_t>(rows) <= per) return AddRowsBf16Range(cols, x, bias, y, 0, rows);
+  if (static_cast<size_t>(rows) <= per) return AddRowsBf16Range(cols, x, bias, y, y16, 0, rows);
 #pragma omp parallel num_threads(threads)
   {
     const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    AddRowsBf16Range(cols, x, bias, y, rows * t / nt, rows * (t + 1) / nt);
+    AddRowsBf16Range(cols, x, bias, y, y16, rows * t / nt, rows * (t + 1) / nt);
   }
 }
 
-void ActivateBf16(int threads, Activation a, size_t n, const float* x, float* y) {
-  ParallelFor(threads, n, [&](size_t b, size_t e) { ActivateBf16Dispatch(a, x, y, b, e); });
+void ActivateBf16(int threads, Activation a, size_t n, const float* x, float* y, Bf16* y16) {
+  ParallelFor(threads, n, [&](size_t b, size_t e) { ActivateBf16Dispatch(a, x, y, y16, b, e); });
+}
+
+void ReluBf16(int threads, size_t n, float* x, Bf16* x16) {
+  ParallelFor(threads, n, [&](size_t b, size_t e) { ReluBf16Range(x, x16, b, e); });
 }
 
 void AvgPoolBf16(int threads, const ConvGeometry& g, bool count_include_pad, const float* x,

@@ -13,8 +13,10 @@
 namespace lockstep::cpu {
 
 void ToBf16(int threads, size_t n, const float* x, Bf16* y);
-void AddRowsBf16(int threads, int rows, int cols, const float* x, const float* bias, float* y);
-void ActivateBf16(int threads, Activation a, size_t n, const float* x, float* y);
+void AddRowsBf16(int threads, int rows, int cols, const float* x, const float* bias, float* y,
+                 Bf16* y16);
+void ActivateBf16(int threads, Activation a, size_t n, const float* x, float* y, Bf16* y16);
+void ReluBf16(int threads, size_t n, float* x, Bf16* x16);
 void AvgPoolBf16(int threads, const ConvGeometry& g, bool count_include_pad, const float* x,
                  float* y);
 void AttentionSoftmaxBf16(int threads, int rows, int t, bool causal, float* s);

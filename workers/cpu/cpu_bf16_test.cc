@@ -70,18 +70,31 @@ TEST_F(CpuBf16, AddRowsRoundsTheProductsThenTheSum) {
   const int rows = 300, cols = 129;
   const std::vector<float> x = RandomNormal(size_t(rows) * cols, 2), bias = RandomNormal(cols, 3);
   std::vector<float> y(x.size()), same(x);
+  std::vector<Bf16> twin(x.size());
   auto be = NewCpuBackend(2);
-  ASSERT_OK(be->AddRowsBf16(rows, cols, x.data(), bias.data(), y.data()));
-  ASSERT_OK(be->AddRowsBf16(rows, cols, same.data(), bias.data(), same.data()));  // in place
+  ASSERT_OK(be->AddRowsBf16(rows, cols, x.data(), bias.data(), y.data(), twin.data()));
+  ASSERT_OK(be->AddRowsBf16(rows, cols, same.data(), bias.data(), same.data(), nullptr));
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) {
       const size_t i = size_t(r) * cols + c;
       ASSERT_EQ(y[i], RoundBf16(RoundBf16(x[i]) + RoundBf16(bias[c]))) << r << "," << c;
+      ASSERT_EQ(twin[i].bits, Bf16Bits(y[i])) << r << "," << c;
     }
   }
   EXPECT_EQ(same, y);
-  ASSERT_OK(be->AddRowsBf16(rows, cols, x.data(), nullptr, y.data()));
+  ASSERT_OK(be->AddRowsBf16(rows, cols, x.data(), nullptr, y.data(), nullptr));
   EXPECT_EQ(y, Rounded(x));
+}
+
+TEST_F(CpuBf16, ReluKeepsItsBf16Twin) {
+  const std::vector<float> x = Rounded(RandomNormal(70001, 11));
+  std::vector<float> y = x;
+  std::vector<Bf16> twin(x.size());
+  ASSERT_OK(NewCpuBackend(2)->ReluBf16(y.size(), y.data(), twin.data()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(y[i], std::max(x[i], 0.0f)) << i;
+    ASSERT_EQ(twin[i].bits, Bf16Bits(y[i])) << i;
+  }
 }
 
 // op(a) m x k times op(b) k x n in double, from the bfloat16 operands.
@@ -229,7 +242,9 @@ TEST_F(CpuBf16Math, ActivationsRoundEveryOpAsXla) {
   auto be = NewCpuBackend(2);
   for (const auto& [name, a] : acts) {
     std::vector<float> y(x.size());
-    ASSERT_OK(be->ActivateBf16(a, x.size(), x.data(), y.data()));
+    std::vector<Bf16> twin(x.size());
+    ASSERT_OK(be->ActivateBf16(a, x.size(), x.data(), y.data(), twin.data()));
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(twin[i].bits, Bf16Bits(y[i])) << name << i;
     const int wrong = Mismatches(y, Bits(std::string("act.") + name));
     std::printf("  %-9s %d of %zu differ from XLA's\n", name, wrong, x.size());
     // XLA's float32 exp, tanh and erfc round an ulp otherwise than libm now and then, and
@@ -265,7 +280,7 @@ TEST_F(CpuBf16Math, SoftmaxPoolsAndDenseAsXla) {
   const std::vector<Bf16> x16 = ToBf16(x), k16 = ToBf16(k);
   std::vector<float> d(64 * 48);
   ASSERT_OK(be->GemmBf16(false, false, 64, 48, 96, 1.0f, x16.data(), k16.data(), 0.0f, d.data()));
-  ASSERT_OK(be->AddRowsBf16(64, 48, d.data(), bias.data(), d.data()));
+  ASSERT_OK(be->AddRowsBf16(64, 48, d.data(), bias.data(), d.data(), nullptr));
   const int wrong = Mismatches(d, Bits("dense.y"));
   std::printf("  dense     %d of %zu differ from XLA's\n", wrong, d.size());
   // The float32 sums' order differs from XLA's: their bfloat16 roundings rarely do.

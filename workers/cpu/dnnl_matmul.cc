@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <deque>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
@@ -64,7 +65,7 @@ struct DnnlMatmul::Impl {
   struct Entry {
     MatmulShape shape;
     std::optional<dnnl::matmul> primitive;  // none: oneDNN refused the shape
-    memory::desc a, b, c;
+    memory::desc a, b, c, scratchpad;
     std::string impl;
     std::string error;
   };
@@ -92,6 +93,7 @@ struct DnnlMatmul::Impl {
     e.c = Operand(dt::f32, s.count, s.m, s.n, false, s.ldc, s.stride_c);
     try {
       dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       if (s.alpha != 1.0f) {
 #if DNNL_VERSION_MAJOR >= 3
         throw dnnl::error(dnnl_unimplemented, "alpha != 1 (oneDNN 3 takes scales as arguments)");
@@ -110,6 +112,7 @@ struct DnnlMatmul::Impl {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a, e.b, e.c), attr, engine);
 #endif
       e.impl = pd.impl_info_str();
+      e.scratchpad = pd.scratchpad_desc();
       e.primitive = dnnl::matmul(pd);
     } catch (const dnnl::error& err) {
       e.error = err.what();
@@ -117,10 +120,24 @@ struct DnnlMatmul::Impl {
     return e;
   }
 
+  // The scratchpad every primitive shares, grown to the largest one's (allocated by
+  // oneDNN per call otherwise: fresh pages every step).
+  void* Scratchpad(size_t bytes) {
+    if (bytes > scratchpad_bytes) {
+      constexpr size_t kAlign = 64;
+      scratchpad.reset(
+          static_cast<char*>(std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign)));
+      scratchpad_bytes = scratchpad ? bytes : 0;
+    }
+    return scratchpad.get();
+  }
+
   int threads;
   dnnl::engine engine;
   dnnl::stream stream;
   std::deque<Entry> entries;  // stable addresses
+  std::unique_ptr<char, decltype(&std::free)> scratchpad{nullptr, &std::free};
+  size_t scratchpad_bytes = 0;
 };
 
 DnnlMatmul::DnnlMatmul(int threads) : impl_(std::make_unique<Impl>(std::max(1, threads))) {}
@@ -136,13 +153,18 @@ absl::Status DnnlMatmul::Run(bool ta, bool tb, int m, int n, int k, float alpha,
   Impl::Entry& e = im.Get(s);
   if (!e.primitive) return Failed(s, dnnl_unimplemented, "oneDNN refused the shape: " + e.error);
   im.SetThreads();
+  void* scratchpad = im.Scratchpad(e.scratchpad.get_size());
+  if (scratchpad == nullptr && e.scratchpad.get_size() > 0) {
+    return Failed(s, dnnl_out_of_memory, "out of memory for its scratchpad");
+  }
   try {
     auto mem = [&](const memory::desc& md, const void* p) {
       return memory(md, im.engine, const_cast<void*>(p));
     };
     e.primitive->execute(im.stream, {{DNNL_ARG_SRC, mem(e.a, a)},
                                      {DNNL_ARG_WEIGHTS, mem(e.b, b)},
-                                     {DNNL_ARG_DST, mem(e.c, c)}});
+                                     {DNNL_ARG_DST, mem(e.c, c)},
+                                     {DNNL_ARG_SCRATCHPAD, mem(e.scratchpad, scratchpad)}});
     im.stream.wait();
   } catch (const dnnl::error& err) {
     return Failed(s, err.status, err.what());
