@@ -13,7 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/job_stats.h"
 #include "core/model.h"
-#include "services/common/net.h"
+#include "services/common/rpc/net.h"
 
 int main(int argc, char** argv) {
   using namespace lockstep;

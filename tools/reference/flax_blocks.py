@@ -30,7 +30,7 @@ class Block(nn.Module):
   @nn.compact
   def __call__(self, x, train: bool = False):
     return golden_layers.apply_layers(json.loads(self.layers_json), x, train, self.axis_name,
-                                      json.loads(self.blocks_json), self.dtype)
+                                      json.loads(self.blocks_json), self, self.dtype)
 
 
 _CLASSES = {}
@@ -63,9 +63,10 @@ def call_block(o, x, train, axis_name, blocks, dtype=None):
              name=o.get("name") or None)(x, train)
 
 
-def residual(o, x, train, axis_name, blocks, dtype=None):
-  y = golden_layers.apply_layers(o["layers"], x, train, axis_name, blocks, dtype)
+def residual(o, x, train, axis_name, blocks, module, dtype=None):
+  y = golden_layers.apply_layers(o["layers"], x, train, axis_name, blocks, module, dtype)
   r = x
   if r.shape != y.shape:
-    r = golden_layers.apply_layers(o.get("projection", []), x, train, axis_name, blocks, dtype)
+    r = golden_layers.apply_layers(o.get("projection", []), x, train, axis_name, blocks, module,
+                                   dtype)
   return r + y

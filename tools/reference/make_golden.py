@@ -218,7 +218,7 @@ def main():
   ap.add_argument(
       "--only",
       default="rng,init,grads,train,pmap,optax,layers,batchnorm,replicas,resnet,precision,sequence,"
-      "bf16")
+      "vit,bf16")
   args = ap.parse_args()
   os.makedirs(args.out, exist_ok=True)
   only = set(args.only.split(","))
@@ -243,6 +243,9 @@ def main():
   if "sequence" in only:
     import golden_sequence  # noqa: E402
     golden_sequence.write_goldens(args.out)
+  if "vit" in only:
+    import golden_vit  # noqa: E402
+    golden_vit.write_goldens(args.out)
   if "batchnorm" in only:  # pmap on 2 of the host devices set above
     import golden_batchnorm  # noqa: E402
     golden_batchnorm.write_goldens(args.out)

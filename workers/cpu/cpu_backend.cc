@@ -1,3 +1,5 @@
+// The CPU backend: oneDNN convolutions, oneDNN or OpenBLAS GEMMs, and OpenMP loops for the
+// elementwise kernels. Contract: cpu_backend.h.
 #include "workers/cpu/cpu_backend.h"
 
 #include <omp.h>
@@ -522,6 +524,26 @@ class CpuBackend final : public Backend {
   }
   absl::Status AttentionSoftmaxBf16(int rows, int t, bool causal, float* s) override {
     cpu::AttentionSoftmaxBf16(threads_, rows, t, causal, s);
+    return absl::OkStatus();
+  }
+
+  absl::Status ClassToken(int b, int t, int f, const float* cls, const float* x,
+                          float* y) override {
+    cpu::ClassToken(threads_, b, t, f, cls, x, y);
+    return absl::OkStatus();
+  }
+  absl::Status ClassTokenBackward(int b, int t, int f, const float* dy, float* dx,
+                                  float* dcls) override {
+    cpu::ClassTokenBackward(threads_, b, t, f, dy, dx, dcls);
+    return absl::OkStatus();
+  }
+  absl::Status SequencePool(bool mean, int b, int t, int f, const float* x, float* y) override {
+    cpu::SequencePool(threads_, mean, b, t, f, x, y);
+    return absl::OkStatus();
+  }
+  absl::Status SequencePoolBackward(bool mean, int b, int t, int f, const float* dy,
+                                    float* dx) override {
+    cpu::SequencePoolBackward(threads_, mean, b, t, f, dy, dx);
     return absl::OkStatus();
   }
 
