@@ -76,6 +76,25 @@ model:
   EXPECT_EQ(Dtypes(m), (std::vector<DType>{kF32, kBf16, kF32, kF32, kBf16, kBf16, kBf16, kBf16}));
 }
 
+TEST(ModelDtype, ViTsClassTokenAndPositionEmbeddingPromoteToFloat32) {
+  ASSERT_OK_AND_ASSIGN(Model m, FromYaml(R"(
+model:
+  input_shape: [8, 8, 1]
+  dtype: bfloat16
+  layers:
+    - conv: {features: 4, kernel_size: [4, 4], strides: [4, 4], padding: VALID}
+    - to_sequence
+    - class_token
+    - add_position_embs
+    - layer_norm
+    - sequence_pool: {method: mean}
+    - dense: {features: 10}
+)"));
+  // concatenate([cls], x) and x + pos_embedding with their float32 params: float32; the
+  // norm computes in bfloat16 again, and the pool keeps its input's.
+  EXPECT_EQ(Dtypes(m), (std::vector<DType>{kBf16, kBf16, kF32, kF32, kBf16, kBf16, kBf16}));
+}
+
 TEST(ModelDtype, BadDtypesNameTheirField) {
   EXPECT_THAT(FromYaml("model: {kind: cnn, dtype: float16}"),
               StatusIs(absl::StatusCode::kInvalidArgument,

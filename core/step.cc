@@ -1,3 +1,5 @@
+// StepExecutor: the one training step in Lockstep, run by every replica alike (N = 1: no
+// collective). Contract: step.h.
 #include "core/step.h"
 
 #include <algorithm>
@@ -135,10 +137,11 @@ absl::Status StepExecutor::ForwardLayer(Workspace& ws, size_t i, int b, bool tra
   const Layer& l = model_.layers()[i];
   if (HasBf16Kernels(l)) return ForwardLayerBf16(ws, i, b, train, keys);
   RETURN_IF_ERROR(ForwardLayerF32(ws, i, b, train, keys));
-  // A bfloat16 norm's, embedding's or sum's float32 result, rounded once: XLA's too (relu,
-  // max_pool and flatten are exact in bfloat16).
+  // A bfloat16 norm's, embedding's, sum's or mean's float32 result, rounded once: XLA's
+  // too (relu, max_pool, flatten and x[:, 0] are exact in bfloat16).
   const bool rounds = l.kind == LayerKind::kLayerNorm || l.kind == LayerKind::kBatchNorm ||
-                      l.kind == LayerKind::kEmbed || l.kind == LayerKind::kAdd;
+                      l.kind == LayerKind::kEmbed || l.kind == LayerKind::kAdd ||
+                      (l.kind == LayerKind::kSequencePool && l.pool_mean);
   if (!l.bf16() || !rounds) return absl::OkStatus();
   return backend_->AddRowsBf16(b, static_cast<int>(l.out.size()), ws.out[i], nullptr, ws.out[i],
                                ws.twin[i]);
@@ -170,6 +173,10 @@ absl::Status StepExecutor::ForwardLayerF32(Workspace& ws, size_t i, int b, bool 
     case LayerKind::kAttention:
       return AttentionForward(ws, i, b, train, x,
                               dropout_slot_[i] >= 0 && train ? keys + dropout_slot_[i] : nullptr);
+    case LayerKind::kClassToken:
+      return backend_->ClassToken(b, l.in.w, l.in.c, param(l.kernel), x, y);
+    case LayerKind::kSequencePool:
+      return backend_->SequencePool(l.pool_mean, b, l.in.w, l.in.c, x, y);
     case LayerKind::kRelu:  // in place unless its input is a residual's too
       if (y != x) RETURN_IF_ERROR(backend_->Copy(b * l.out.size(), x, y));
       if (ws.twin[i] != nullptr) return backend_->ReluBf16(b * l.out.size(), y, ws.twin[i]);
@@ -312,6 +319,13 @@ absl::Status StepExecutor::BackwardLayer(Workspace& ws, int i, int b, float* gra
     case LayerKind::kAttention:
       RETURN_IF_ERROR(l.bf16() ? AttentionBackwardBf16(ws, i, b, dy, grads, dx)
                                : AttentionBackward(ws, i, b, x, dy, grads, dx));
+      break;
+    case LayerKind::kClassToken:
+      RETURN_IF_ERROR(backend_->ClassTokenBackward(b, l.in.w, l.in.c, dy, dx, grad(l.kernel)));
+      break;
+    case LayerKind::kSequencePool:
+      if (dx != nullptr)
+        RETURN_IF_ERROR(backend_->SequencePoolBackward(l.pool_mean, b, l.in.w, l.in.c, dy, dx));
       break;
     case LayerKind::kRelu:
       RETURN_IF_ERROR(backend_->ReluBackward(b * l.out.size(), ws.out[i], dy));

@@ -26,7 +26,8 @@ TEST_P(Bf16Golden, StepWithinBf16RoundingOfJaxAndNoLessPrecise) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Bf16Golden,
-                         ::testing::Values("cnn", "bn_convnet", "resnet", "decoder"));
+                         ::testing::Values("cnn", "bn_convnet", "resnet", "decoder", "vit",
+                                           "vit_gap"));
 
 }  // namespace
 }  // namespace lockstep

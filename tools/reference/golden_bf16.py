@@ -5,8 +5,11 @@ same step in float32, the reference that both bfloat16 steps are measured agains
 
 The families: the Flax MNIST CNN and the BatchNorm convnet of golden_precision.py on
 Fashion-MNIST images, the small ResNet of golden_resnet.py (blocks, residuals, a strided
-projection, dropout) and the decoder of golden_sequence.py (embeddings, causal attention
-with dropout, gelu, layer norms), each with model.dtype bfloat16, built in Flax from the
+projection, dropout), the decoder of golden_sequence.py (embeddings, causal attention
+with dropout, gelu, layer norms) and the two ViTs of golden_vit.py (patches, the class
+token and AddPositionEmbs, whose float32 params promote the tokens to float32 as
+jnp.concatenate and + do; encoder blocks; the class token's output or the tokens' mean),
+each with model.dtype bfloat16, built in Flax from the
 spec by golden_layers.Sequential. tests/golden/bf16_<family>.safetensors holds, with the
 spec as JSON in its metadata:
   data.images/labels, or data.stream    the batch (the token stream, windowed)
@@ -39,6 +42,7 @@ import golden_layers
 import golden_precision
 import golden_resnet
 import golden_sequence
+import golden_vit
 import models
 
 CNN = {  # model.kind cnn, as its layers
@@ -57,6 +61,8 @@ FAMILIES = {  # model, examples in the batch, optimizer
     "bn_convnet": (golden_precision.MODEL, 32, {"kind": "sgd", "learning_rate": 0.1}),
     "resnet": (golden_resnet.MODEL, 16, {"kind": "adam", "learning_rate": 3e-3}),
     "decoder": (golden_sequence.DECODER, 8, {"kind": "adam", "learning_rate": 1e-3}),
+    "vit": (golden_vit.TOKEN, 16, golden_vit.SGD),
+    "vit_gap": (golden_vit.GAP, 16, golden_vit.SGD),
 }
 
 DROPOUT_KEY = np.asarray([0, 7], np.uint32)
@@ -90,7 +96,7 @@ def data_for(name, model, n):
     stream = np.random.default_rng(108).integers(0, 40, n * t_len + 1).astype(np.int32)
     x, y = golden_sequence.windows(stream, t_len)
     return {"data.stream": stream}, x, y
-  if name == "resnet":
+  if name in ("resnet", "vit", "vit_gap"):
     rng = np.random.default_rng(25)
     images = rng.random((n, *model["input_shape"]), dtype=np.float32)
     labels = rng.integers(0, 10, n).astype(np.int32)
