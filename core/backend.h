@@ -318,7 +318,8 @@ class Backend {
   // stay in float32 buffers holding bfloat16 values, rounded (RoundBf16, round to nearest
   // even) at the points where XLA rounds Flax's bfloat16 ops; matmuls and convolutions
   // read Bf16 copies of their operands and accumulate in float32. The defaults return
-  // UNIMPLEMENTED naming the backend (the CPU and CUDA backends have them).
+  // UNIMPLEMENTED naming the backend (the CPU backend has them; the CUDA backend not yet,
+  // and its Bf16Support refuses a bfloat16 job).
   //
   // OK where this backend runs the kernels below; otherwise INVALID_ARGUMENT saying what
   // it lacks (a CPU without avx512_bf16 or AMX).

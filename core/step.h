@@ -237,7 +237,7 @@ class StepExecutor {
   const Bf16* Bf16InputOf(const Workspace& ws, size_t i) const;
   absl::StatusOr<const Bf16*> Bf16Input(Workspace& ws, size_t i, int batch);
   // Whether layer l runs kernels of its own in bfloat16 (ForwardLayerBf16), rather than
-  // the float32 ones, rounded once after (RoundsOutput) or exact in bfloat16.
+  // the float32 ones, rounded once after (ForwardLayer) or exact in bfloat16.
   bool HasBf16Kernels(const Layer& l) const;
   absl::Status ForwardLayerBf16(Workspace& ws, size_t i, int batch, bool train,
                                 const rng::Key* keys);
