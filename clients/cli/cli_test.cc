@@ -364,7 +364,8 @@ TEST_F(CliTest, CompletionScriptsCompleteCommandsSubcommandsAndOptions) {
   EXPECT_EQ(complete("lockstep cluster up --data"), "--data-root");
   EXPECT_EQ(complete("lockstep wait job-1 --ti"), "--timeout");
   EXPECT_EQ(complete("lockstep logs job-1 --ta"), "--tail");
-  EXPECT_EQ(complete("lockstep workers rev"), "revoke");
+  EXPECT_EQ(complete("lockstep workers rev"), "revoke revoked");
+  EXPECT_EQ(complete("lockstep workers app"), "approve");
   const Result zsh = Run("completion zsh");
   EXPECT_EQ(zsh.exit_code, 0);
   EXPECT_THAT(zsh.out, StartsWith("autoload -U +X bashcompinit && bashcompinit\n"));
