@@ -58,7 +58,9 @@ TEST_F(JobManagerTest, TheJobsTimesAndEventsAreTheCoordinatorsClocks) {
   EXPECT_EQ(done.finished_unix_ms(), now_ms);
   ASSERT_FALSE(events.empty());
   for (const v1::JobEvent& e : events) {
-    if (!e.has_log()) EXPECT_EQ(e.unix_ms(), now_ms) << e.ShortDebugString();
+    if (!e.has_log()) {
+      EXPECT_EQ(e.unix_ms(), now_ms) << e.ShortDebugString();
+    }
   }
 }
 
