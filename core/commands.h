@@ -81,6 +81,9 @@ struct StepCommand {
   // Logical replicas: their 'dropout' stream roots, one per local replica in replica order
   // (`key` unused), and `indices` their rows back to back. Must outlive the call.
   std::span<const rng::Key> keys;
+  // The epoch's data key (StepPlan::data_key): a streamed dataset's random preprocessing
+  // of example i draws from FoldIn(data_key, i).
+  rng::Key data_key;
 };
 
 struct StepResult {
@@ -99,11 +102,14 @@ struct StepResult {
   std::vector<float> replica_losses, replica_accuracies;
 };
 
-// Sums over a range of the test split.
+// Sums over a range of the test split: the loss summed per example, and the predictions
+// right of all made (a sequence model makes one per position of each window: accuracy is
+// per token). predictions 0 (an older worker's answer): correct counts examples.
 struct EvalSums {
   double loss_sum = 0;
   int64_t correct = 0;
   int64_t count = 0;
+  int64_t predictions = 0;
 };
 
 }  // namespace lockstep

@@ -54,7 +54,9 @@ StepPlan TrainingPlan::Next() {
     std::vector<rng::Key> k = rng::Split(data_key_, 2, impl_);
     data_key_ = k[0];
     order_ = rng::Permutation(k[1], impl_, num_train_);
+    epoch_data_key_ = rng::FoldIn(k[1], 1);
   }
+  p.data_key = epoch_data_key_;
   p.indices.assign(order_.begin() + s * global_batch_, order_.begin() + (s + 1) * global_batch_);
   // step_key, main_key = split(main_key); keys = split(step_key, N)
   std::vector<rng::Key> k = rng::Split(main_key_, 2, impl_);

@@ -34,6 +34,10 @@ struct StepPlan {
   int64_t epoch = 0;
   std::vector<rng::Key> keys;    // per worker: its 'dropout' stream root
   std::vector<int32_t> indices;  // the global batch; shard with ShardBatch
+  // The epoch's data key, fold_in(input_rng, 1) for the input_rng that drew the epoch's
+  // permutation: example i's random preprocessing draws from fold_in(data_key, i)
+  // (docs/datasets.md), so an example gets the same crop wherever it is computed.
+  rng::Key data_key;
 };
 
 class TrainingPlan {
@@ -62,6 +66,7 @@ class TrainingPlan {
   rng::Key data_key_, init_key_, main_key_;
   int64_t next_step_ = 0;
   std::vector<int32_t> order_;
+  rng::Key epoch_data_key_;  // the current epoch's StepPlan::data_key
 };
 
 }  // namespace lockstep

@@ -68,5 +68,19 @@ TEST(TrainingPlan, FollowsTheFlaxExampleAndSeedProgram) {
   EXPECT_EQ(seen.size(), 4u);
 }
 
+TEST(TrainingPlan, TheEpochsDataKeyIsJaxsFoldInOfItsInputKey) {
+  // JAX (jax_threefry_partitionable):
+  //   rng = PRNGKey(0); rng, _ = split(rng)
+  //   per epoch: rng, input_rng = split(rng); data_key = fold_in(input_rng, 1)
+  //   example 7's key: fold_in(data_key, 7)
+  TrainingPlan plan(0, 0, rng::Impl::kPartitionable, 10, 4, 1);
+  const rng::Key epoch0{3254170493u, 2583240948u}, epoch1{1778218930u, 2921127401u};
+  EXPECT_EQ(plan.Next().data_key, epoch0);
+  EXPECT_EQ(plan.Next().data_key, epoch0);
+  EXPECT_EQ(plan.Next().data_key, epoch1);
+  EXPECT_EQ(rng::FoldIn(epoch0, 7), (rng::Key{1702364547u, 3818164753u}));
+  EXPECT_EQ(rng::FoldIn(epoch1, 7), (rng::Key{2201997187u, 109624123u}));
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -204,7 +204,11 @@ absl::StatusOr<StepMetrics> StepExecutor::Finish(Workspace& ws, int examples) {
     loss += ws.host_loss[i];
     correct += ws.host_correct[i];
   }
-  return StepMetrics{loss / static_cast<float>(b), correct / static_cast<float>(b)};
+  // Each prediction is 0 or 1, so `correct` is an integer (exact in a float up to 2^24).
+  return StepMetrics{.loss = loss / static_cast<float>(b),
+                     .accuracy = correct / static_cast<float>(b),
+                     .predictions = b,
+                     .correct = static_cast<int64_t>(correct)};
 }
 
 void StepExecutor::set_allreduce_bucket_bytes(size_t bytes) {
@@ -494,11 +498,12 @@ absl::StatusOr<EvalMetrics> StepExecutor::Evaluate(const DeviceDataset& data, in
     RETURN_IF_ERROR(Forward(*ws, data, b, false));
     ASSIGN_OR_RETURN(StepMetrics m, Finish(*ws, b));
     total.loss += static_cast<double>(m.loss) * b;
-    total.accuracy += static_cast<double>(m.accuracy) * b;
     total.count += b;
+    total.predictions += m.predictions;
+    total.correct += m.correct;
   }
   total.loss /= static_cast<double>(total.count);
-  total.accuracy /= static_cast<double>(total.count);
+  total.accuracy = static_cast<double>(total.correct) / static_cast<double>(total.predictions);
   return total;
 }
 

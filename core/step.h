@@ -60,6 +60,9 @@ struct StepMetrics {
   // for a sequence model (the token-level loss and accuracy).
   float loss = 0;      // mean
   float accuracy = 0;  // fraction predicted correctly
+  // The predictions (examples, or examples x positions) and how many of them were right:
+  // accuracy's integers, for sums over batches that must not round.
+  int64_t predictions = 0, correct = 0;
   // StepReplicas: each local logical replica's loss and accuracy (over its B/V rows), in
   // replica order; loss and accuracy above are then their float sums divided by the count.
   std::vector<float> replica_loss, replica_accuracy;
@@ -69,9 +72,12 @@ struct StepMetrics {
 };
 
 struct EvalMetrics {
-  double loss = 0;
-  double accuracy = 0;
-  int64_t count = 0;
+  double loss = 0;      // mean per prediction
+  double accuracy = 0;  // correct / predictions
+  int64_t count = 0;    // examples
+  // Predictions made (count x the model's positions: every token of a sequence model's
+  // windows) and how many were right, as integers.
+  int64_t predictions = 0, correct = 0;
 };
 
 class StepExecutor {

@@ -7,6 +7,16 @@
 
 namespace lockstep {
 
+absl::StatusOr<JobData> DatasetCache::ForJob(const v1::DatasetSpec& spec) {
+  JobData data;
+  if (IsStreamedFormat(spec.format())) {
+    ASSIGN_OR_RETURN(data.streamed, GetStreamed(spec));
+  } else {
+    ASSIGN_OR_RETURN(data.resident, Get(spec));
+  }
+  return data;
+}
+
 absl::StatusOr<std::shared_ptr<const Datasets>> DatasetCache::Get(const v1::DatasetSpec& in) {
   // Before anything else: a path outside the roots is not even looked up. The key is
   // the spec with its paths resolved (two spellings of one file share an entry).
@@ -24,13 +34,38 @@ absl::StatusOr<std::shared_ptr<const Datasets>> DatasetCache::Get(const v1::Data
   }
   const std::string key = spec.SerializeAsString();
   absl::MutexLock lock(&mu_);
-  auto it = entries_.find(key);
-  if (it != entries_.end()) {
-    it->second.last_use = ++uses_;
-    return it->second.data;
-  }
+  if (Entry* e = Find(key); e != nullptr && e->data != nullptr) return e->data;
   ASSIGN_OR_RETURN(Datasets loaded, LoadDatasets(spec, roots_));
   auto d = std::make_shared<const Datasets>(std::move(loaded));
+  Insert(key, Entry{d, nullptr});
+  return d;
+}
+
+absl::StatusOr<std::shared_ptr<const StreamedSplits>> DatasetCache::GetStreamed(
+    const v1::DatasetSpec& spec) {
+  // Keyed by the whole dataset spec: the sources resolve (and check) their paths
+  // against the roots themselves, on every open.
+  const std::string key = "streamed:" + spec.SerializeAsString();
+  absl::MutexLock lock(&mu_);
+  if (Entry* e = Find(key); e != nullptr && e->streamed != nullptr) return e->streamed;
+  SourceOptions options;
+  options.roots = &roots_;
+  options.cache_dir = index_cache_dir_;
+  auto splits = std::make_shared<StreamedSplits>();
+  ASSIGN_OR_RETURN(splits->train, OpenExampleSource(spec, Split::kTrain, options));
+  ASSIGN_OR_RETURN(splits->test, OpenExampleSource(spec, Split::kTest, options));
+  Insert(key, Entry{nullptr, splits});
+  return splits;
+}
+
+DatasetCache::Entry* DatasetCache::Find(const std::string& key) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return nullptr;
+  it->second.last_use = ++uses_;
+  return &it->second;
+}
+
+void DatasetCache::Insert(const std::string& key, Entry entry) {
   while (!entries_.empty() && entries_.size() >= capacity_) {
     auto lru = entries_.begin();
     for (auto i = entries_.begin(); i != entries_.end(); ++i) {
@@ -38,8 +73,8 @@ absl::StatusOr<std::shared_ptr<const Datasets>> DatasetCache::Get(const v1::Data
     }
     entries_.erase(lru);
   }
-  entries_[key] = Entry{d, ++uses_};
-  return d;
+  entry.last_use = ++uses_;
+  entries_[key] = std::move(entry);
 }
 
 absl::StatusOr<std::shared_ptr<const Datasets>> DatasetCache::GetIdx(const std::string& path) {

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <numeric>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "core/grad_digest.h"
@@ -42,10 +44,34 @@ absl::Status CheckReplicaConfig(const ReplicaConfig& config) {
   return LocalBatch(spec, config.world_size).status();
 }
 
+namespace {
+
+// The read-ahead of a streamed split (docs/datasets.md: dataset.stream).
+absl::StatusOr<std::unique_ptr<DataPipeline>> OpenStream(
+    const v1::DatasetSpec& spec, Split split, std::shared_ptr<const ExampleSource> source,
+    const Model& model, int batches_ahead) {
+  if (model.positions() > 1 || model.layers().front().kind == LayerKind::kEmbed) {
+    return absl::InvalidArgumentError(absl::StrCat("dataset.format: ", spec.format(),
+                                                   " streams images; this model reads tokens"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<ImageTransform> transform,
+                   ImageTransform::Create(spec, split, model.input()));
+  RETURN_IF_ERROR(CheckSplitFitsModel(*source, *transform, model.num_classes()));
+  DataPipeline::Options options;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  options.threads = spec.stream().threads() > 0 ? static_cast<int>(spec.stream().threads())
+                                                : std::max(1, cores / 2);
+  options.max_batches = batches_ahead;
+  options.num_classes = model.num_classes();
+  return std::make_unique<DataPipeline>(std::move(source), std::move(transform), options);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const ReplicaConfig& config,
                                                          TrainSetup setup,
                                                          std::shared_ptr<Backend> backend,
-                                                         std::shared_ptr<const Datasets> data,
+                                                         JobData data,
                                                          std::unique_ptr<Collective> collective) {
   RETURN_IF_ERROR(CheckReplicaConfig(config));
   const v1::JobSpec& spec = config.spec;
@@ -55,16 +81,32 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const ReplicaConfig& co
   const bool logical = config.logical_replicas > 0;
   ASSIGN_OR_RETURN(int local_batch,
                    LocalBatch(spec, logical ? config.logical_replicas : config.world_size));
-  for (const Dataset* d : {&data->train, &data->test}) {
-    RETURN_IF_ERROR(CheckDatasetFitsModel(*d, setup.model));
+  std::unique_ptr<Replica> r(new Replica());
+  if (data.streamed != nullptr) {
+    const v1::DatasetSpec& ds = spec.dataset();
+    const int ahead = ds.stream().batches_ahead() > 0
+                          ? static_cast<int>(ds.stream().batches_ahead())
+                          : kDefaultBatchesAhead;
+    ASSIGN_OR_RETURN(r->train_stream_,
+                     OpenStream(ds, Split::kTrain, data.streamed->train, setup.model, ahead));
+    // Evaluation reads its range in order: one batch made while the other computes.
+    ASSIGN_OR_RETURN(r->test_stream_,
+                     OpenStream(ds, Split::kTest, data.streamed->test, setup.model, 1));
+    r->train_.size = r->train_stream_->size();
+    r->test_.size = r->test_stream_->size();
+  } else {
+    for (const Dataset* d : {&data.resident->train, &data.resident->test}) {
+      RETURN_IF_ERROR(CheckDatasetFitsModel(*d, setup.model));
+    }
   }
   RETURN_IF_ERROR(backend->SetTf32(spec.cuda().tf32()));
-  std::unique_ptr<Replica> r(new Replica());
   r->config_ = config;
   r->backend_ = std::move(backend);
   r->data_ = std::move(data);
-  ASSIGN_OR_RETURN(r->train_, UploadDataset(*r->backend_, r->data_->train));
-  ASSIGN_OR_RETURN(r->test_, UploadDataset(*r->backend_, r->data_->test));
+  if (r->data_.resident != nullptr) {
+    ASSIGN_OR_RETURN(r->train_, UploadDataset(*r->backend_, r->data_.resident->train));
+    ASSIGN_OR_RETURN(r->test_, UploadDataset(*r->backend_, r->data_.resident->test));
+  }
   r->collective_ = std::move(collective);
   CollectiveOptions copts;
   copts.timeout = config.collective_timeout;
@@ -109,8 +151,11 @@ absl::StatusOr<StepResult> Replica::Step(const StepCommand& command) {
   StepResult r;
   if (command.audit) {  // another rank's shard at this state: gradients only
     exec_->set_capture_local_gradients(true);
+    absl::StatusOr<Batch> shard =
+        TrainBatch(AuditTag(command.step), command.data_key, command.audit_indices, audit_batch_);
     absl::StatusOr<StepMetrics> audit =
-        exec_->ComputeGradients(train_, command.audit_indices, command.audit_key);
+        shard.ok() ? exec_->ComputeGradients(*shard->data, shard->indices, command.audit_key)
+                   : shard.status();
     exec_->set_capture_local_gradients(false);
     if (!audit.ok()) {
       return absl::Status(audit.status().code(),
@@ -120,8 +165,10 @@ absl::StatusOr<StepResult> Replica::Step(const StepCommand& command) {
     r.audit_loss = audit->loss;
     r.audit_digest = GradDigest(exec_->local_gradients());
   }
+  ASSIGN_OR_RETURN(Batch batch, TrainBatch(StepTag(command.step), command.data_key, command.indices,
+                                           step_batch_));
   exec_->set_capture_local_gradients(command.want_grad_digest);
-  absl::StatusOr<StepMetrics> stepped = exec_->Step(train_, command.indices, command.key);
+  absl::StatusOr<StepMetrics> stepped = exec_->Step(*batch.data, batch.indices, command.key);
   exec_->set_capture_local_gradients(false);
   RETURN_IF_ERROR(stepped.status());
   if (command.want_grad_digest) r.grad_digest = GradDigest(exec_->local_gradients());
@@ -151,7 +198,9 @@ absl::StatusOr<StepResult> Replica::StepLogical(const StepCommand& command) {
     return absl::FailedPreconditionError("the audit does not support logical replicas");
   }
   const auto t0 = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(StepMetrics m, exec_->StepReplicas(train_, command.indices, command.keys));
+  ASSIGN_OR_RETURN(Batch batch, TrainBatch(StepTag(command.step), command.data_key, command.indices,
+                                           step_batch_));
+  ASSIGN_OR_RETURN(StepMetrics m, exec_->StepReplicas(*batch.data, batch.indices, command.keys));
   KeepCompleted(
       {{command.step + 1, std::move(m.all_replica_loss), std::move(m.all_replica_accuracy)}});
   StepResult r;
@@ -180,11 +229,109 @@ absl::StatusOr<std::vector<CompletedStep>> Replica::CompletedAfter(int64_t step)
   return out;
 }
 
+void Replica::Prefetch(const StepCommand& command) {
+  if (!streamed()) return;
+  if (command.audit) {
+    train_stream_->Prefetch(AuditTag(command.step), command.data_key, command.audit_indices);
+  }
+  train_stream_->Prefetch(StepTag(command.step), command.data_key, command.indices);
+}
+
+void Replica::AbortData(const absl::Status& why) {
+  if (!streamed()) return;
+  train_stream_->Abort(why);
+  test_stream_->Abort(why);
+}
+
+absl::Status Replica::Stage(DataPipeline& pipeline, int64_t rows, DeviceDataset& staged) {
+  if (staged.size < rows) {
+    ASSIGN_OR_RETURN(staged.images, backend_->Allocate(rows * pipeline.row() * sizeof(float)));
+    ASSIGN_OR_RETURN(staged.labels, backend_->Allocate(rows * sizeof(int32_t)));
+    staged.size = rows;
+    staged.row = pipeline.row();
+    staged.label_row = 1;
+  }
+  if (static_cast<int64_t>(rows_.size()) < rows) {
+    rows_.resize(rows);
+    std::iota(rows_.begin(), rows_.end(), 0);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Replica::Batch> Replica::TrainBatch(int64_t tag, rng::Key data_key,
+                                                   std::span<const int32_t> indices,
+                                                   DeviceDataset& staged) {
+  if (!streamed()) return Batch{&train_, indices};
+  const int64_t n = static_cast<int64_t>(indices.size());
+  RETURN_IF_ERROR(Stage(*train_stream_, n, staged));
+  if (backend_->host_memory()) {  // straight into the staged batch
+    RETURN_IF_ERROR(train_stream_->Take(tag, data_key, indices, staged.images.as<float>(),
+                                        staged.labels.as<int32_t>()));
+  } else {
+    host_images_.resize(n * staged.row);
+    host_labels_.resize(n);
+    RETURN_IF_ERROR(
+        train_stream_->Take(tag, data_key, indices, host_images_.data(), host_labels_.data()));
+    RETURN_IF_ERROR(backend_->CopyToDevice(staged.images.as(), host_images_.data(),
+                                           host_images_.size() * sizeof(float)));
+    RETURN_IF_ERROR(backend_->CopyToDevice(staged.labels.as(), host_labels_.data(),
+                                           host_labels_.size() * sizeof(int32_t)));
+  }
+  return Batch{&staged, std::span<const int32_t>(rows_.data(), n)};
+}
+
+absl::StatusOr<EvalSums> Replica::EvaluateStreamed(int64_t begin, int64_t end) {
+  if (begin < 0 || begin > end || end > test_.size) {
+    return absl::InvalidArgumentError(absl::StrCat("evaluation range [", begin, ", ", end,
+                                                   ") is outside the dataset (", test_.size,
+                                                   " examples)"));
+  }
+  const int64_t batch = config_.spec.eval().batch_size();
+  auto range = [&](int64_t start) {
+    std::vector<int32_t> idx(std::min(batch, end - start));
+    std::iota(idx.begin(), idx.end(), static_cast<int32_t>(start));
+    return idx;
+  };
+  EvalSums sums;
+  std::vector<int32_t> idx = range(begin);
+  if (begin < end) test_stream_->Prefetch(begin, {}, idx);
+  for (int64_t start = begin; start < end; start += batch) {
+    std::vector<int32_t> next;
+    if (start + batch < end) {
+      next = range(start + batch);
+      test_stream_->Prefetch(start + batch, {}, next);
+    }
+    const int64_t n = static_cast<int64_t>(idx.size());
+    RETURN_IF_ERROR(Stage(*test_stream_, batch, eval_batch_));
+    float* images = eval_batch_.images.as<float>();
+    int32_t* labels = eval_batch_.labels.as<int32_t>();
+    if (!backend_->host_memory()) {
+      host_images_.resize(n * eval_batch_.row);
+      host_labels_.resize(n);
+      images = host_images_.data();
+      labels = host_labels_.data();
+    }
+    RETURN_IF_ERROR(test_stream_->Take(start, {}, idx, images, labels));
+    if (!backend_->host_memory()) {
+      RETURN_IF_ERROR(backend_->CopyToDevice(eval_batch_.images.as(), images,
+                                             n * eval_batch_.row * sizeof(float)));
+      RETURN_IF_ERROR(backend_->CopyToDevice(eval_batch_.labels.as(), labels, n * sizeof(int32_t)));
+    }
+    ASSIGN_OR_RETURN(EvalMetrics m, exec_->Evaluate(eval_batch_, static_cast<int>(batch), 0, n));
+    sums.loss_sum += m.loss * m.count;
+    sums.correct += std::llround(m.accuracy * m.count);
+    sums.count += m.count;
+    idx = std::move(next);
+  }
+  return sums;
+}
+
 absl::StatusOr<EvalSums> Replica::Evaluate(int64_t begin, int64_t end) {
+  if (streamed()) return EvaluateStreamed(begin, end);
   ASSIGN_OR_RETURN(
       EvalMetrics m,
       exec_->Evaluate(test_, static_cast<int>(config_.spec.eval().batch_size()), begin, end));
-  return EvalSums{m.loss * m.count, std::llround(m.accuracy * m.count), m.count};
+  return EvalSums{m.loss * m.count, m.correct, m.count, m.predictions};
 }
 
 }  // namespace lockstep

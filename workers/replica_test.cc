@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/token_dataset.h"
 #include "core/plan.h"
 #include "core/spec/spec.h"
 #include "core/spec/testing.h"
@@ -60,7 +61,7 @@ class ReplicaTest : public ::testing::Test {
   static absl::StatusOr<std::unique_ptr<Replica>> Make(
       const ReplicaConfig& config, std::unique_ptr<Collective> collective = nullptr) {
     ASSIGN_OR_RETURN(TrainSetup setup, SetupFromSpec(config.spec));
-    return Replica::Create(config, std::move(setup), NewCpuBackend(1), *data_,
+    return Replica::Create(config, std::move(setup), NewCpuBackend(1), JobData{*data_, nullptr},
                            std::move(collective));
   }
 
@@ -438,6 +439,44 @@ TEST_F(ReplicaTest, EvaluateSumsOverTheRange) {
   EXPECT_EQ(none.count, 0);
   EXPECT_THAT(r->Evaluate(9000, 10001),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside")));
+}
+
+// A sequence model predicts every position of a window: its accuracy is per token, its
+// `correct` a count of tokens (of `predictions`), never a count of windows rounded.
+TEST_F(ReplicaTest, EvaluateCountsEveryTokenOfASequenceModel) {
+  const v1::JobSpec spec = testing::ValidSpec(R"(
+model:
+  input_shape: [16]
+  layers: [{embed: {num_embeddings: 256, features: 8}}, {dense: {features: 256}}]
+optimizer: {kind: adam, learning_rate: 0.05}
+global_batch_size: 8
+steps: 1
+)");
+  ASSERT_OK_AND_ASSIGN(Dataset tokens,
+                       LoadTextDataset("/usr/share/games/fortunes/cookie", "test_path", 16));
+  auto text = std::make_shared<Datasets>(Datasets{tokens, tokens});
+  ASSERT_OK_AND_ASSIGN(TrainSetup setup, SetupFromSpec(spec));
+  const std::vector<float> init =
+      setup.model.Init(TrainingPlan::InitKey(0, setup.impl), setup.impl);
+  const TrainState state = TrainState::Create(init, setup.optimizer);
+  ASSERT_OK_AND_ASSIGN(
+      auto r, Replica::Create({spec, 0, 1}, std::move(setup), NewCpuBackend(1), text, nullptr));
+  WriteInPieces(*r, StateBytes(state));
+  ASSERT_OK_AND_ASSIGN(EvalSums sums, r->Evaluate(0, 50));
+  EXPECT_EQ(sums.count, 50);
+  EXPECT_EQ(sums.predictions, 50 * 16);
+  // The tokens the model gets right, counted one by one.
+  ASSERT_OK_AND_ASSIGN(TrainSetup again, SetupFromSpec(spec));
+  auto backend = NewCpuBackend(1);
+  ASSERT_OK_AND_ASSIGN(auto exec, StepExecutor::Create(again.model, again.optimizer, again.impl, 8,
+                                                       backend.get(), nullptr));
+  ASSERT_OK_AND_ASSIGN(DeviceDataset d, exec->Upload(tokens));
+  ASSERT_OK(exec->SetState(state));
+  ASSERT_OK_AND_ASSIGN(EvalMetrics m, exec->Evaluate(d, 1000, 0, 50));
+  EXPECT_EQ(sums.correct, m.correct);
+  EXPECT_EQ(m.predictions, 50 * 16);
+  EXPECT_DOUBLE_EQ(m.accuracy, static_cast<double>(m.correct) / m.predictions);
+  EXPECT_GT(sums.correct, 0);
 }
 
 }  // namespace

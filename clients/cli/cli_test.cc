@@ -154,6 +154,32 @@ TEST_F(CliTest, TrainReadsAnNpzDatasetAndNamesTheArrayTheModelCannotFit) {
                                  ": array 'label': label 12 at index 95 is not in [0, 10)"));
 }
 
+// A `workers: 2` spec means one run everywhere: `lockstep train` computes its 2 replicas
+// (each its half of the batch and its own dropout keys) as logical replicas, the run of
+// `replicas: 2`, never a run of one replica (at 0692893 it trained N = 1: another run).
+TEST_F(CliTest, TrainRunsAWorkersSpecsReplicasAndItsHelpSaysSo) {
+  const auto spec = [&](const std::string& name, const std::string& layout) {
+    const std::string path = (dir_ / (name + ".yaml")).string();
+    std::ofstream(path) << "model: {kind: mlp, hidden: [16], dropout_rate: 0.3}\n"
+                        << "optimizer: {kind: adam, learning_rate: 0.001}\n"
+                        << "global_batch_size: 32\nsteps: 4\n"
+                        << layout;
+    return path;
+  };
+  const auto checksum = [&](const std::string& path) {
+    const Result r = Run("train --json --threads 1 " + path);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out)["param_checksum"].get<std::string>()
+                            : std::string("failed");
+  };
+  const std::string two_workers = checksum(spec("workers", "workers: 2\n"));
+  EXPECT_EQ(two_workers, checksum(spec("replicas", "replicas: 2\n")));
+  EXPECT_NE(two_workers, checksum(spec("one", "workers: 1\n")));
+  const Result text = Run("train --threads 1 " + spec("workers", "workers: 2\n"));
+  EXPECT_THAT(text.err, HasSubstr("workers: 2 trains here as 2 logical replicas"));
+  EXPECT_THAT(Run("train --help").out, HasSubstr("logical replicas"));
+}
+
 TEST_F(CliTest, TrainDataPointsAnNpzSpecAtAFolder) {
   // train.npz and test.npz in dir_/npz; the spec names no files, or one relative to --data.
   fs::create_directories(dir_ / "npz" / "v2");

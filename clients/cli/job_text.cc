@@ -161,6 +161,7 @@ std::string WorkersTable(const std::vector<v1::WorkerInfo>& workers) {
   for (const v1::WorkerInfo& w : workers) {
     const std::string status =
         !w.quarantined().empty() ? "quarantined: " + w.quarantined()
+        : w.pending_approval()   ? std::string("awaiting approval (lockstep workers approve ID)")
         : w.leaving() ? (w.job_id().empty() ? std::string("leaving") : "leaving " + w.job_id())
         : w.job_id().empty() ? std::string("free")
                              : "running " + w.job_id();

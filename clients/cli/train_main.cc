@@ -2,8 +2,8 @@
 // `lockstep train` runs.
 // Trains a job spec in this process: the coordinator's job loop over one in-process CPU
 // worker (services/standalone), with a live progress bar and each evaluation, or one
-// JSON object at the end. A spec asking for N workers trains as N = 1: without dropout,
-// the same parameters.
+// JSON object at the end. A spec asking for N workers trains its N replicas as logical
+// replicas in this process (`replicas: N`): the same run as on a cluster.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -57,8 +57,11 @@ class Printer final : public JobSink {
 };
 
 int Main(int argc, char** argv) {
-  std::unique_ptr<CLI::App> app =
-      NewApp("Train a job spec (YAML or JSON) in this process, on the CPU", "lockstep train");
+  std::unique_ptr<CLI::App> app = NewApp(
+      "Train a job spec (YAML or JSON) in this process, on the CPU. A spec's `workers: "
+      "N` trains as N logical replicas here (replicas: N): each replica's shard of the "
+      "batch, its dropout keys and BatchNorm statistics, as on N workers",
+      "lockstep train");
   std::string spec_file, data, output;
   bool json = false, force = false;
   int threads = 0;
@@ -98,12 +101,17 @@ int Main(int argc, char** argv) {
         "device: lockstep train runs on the CPU; submit cuda jobs to a cluster"));
   }
   if (spec->workers() != 1) {
-    // One process is N = 1: the same parameters as N workers without dropout; with
-    // `replicas` the same bits as on any number of workers (docs/elastic.md).
+    // The spec's N replicas, as logical replicas in this one process: the cluster's run
+    // (each replica's batch shard, dropout keys and BatchNorm statistics), never one of
+    // N = 1. With `replicas` it is the same bits as on any number of workers.
     if (!json && spec->replicas() == 0) {
-      absl::FPrintF(stderr, "note: workers: %d ignored; training in one process\n",
-                    spec->workers());
+      absl::FPrintF(stderr,
+                    "note: workers: %d trains here as %d logical replicas in one process "
+                    "(replicas: %d): the cluster's run, to float rounding in the gradients' "
+                    "mean\n",
+                    spec->workers(), spec->workers(), spec->workers());
     }
+    if (spec->replicas() == 0) spec->set_replicas(spec->workers());
     spec->set_workers(1);
     spec->clear_min_workers();
   }

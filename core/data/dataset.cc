@@ -9,7 +9,9 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/example_source.h"
 #include "core/data/idx.h"
+#include "core/data/streamed_spec.h"
 #include "core/data/token_dataset.h"
 #include "core/status_macros.h"
 
@@ -161,6 +163,11 @@ absl::StatusOr<Dataset> LoadIdxDataset(const std::string& dir, Split split, uint
 
 absl::StatusOr<Datasets> LoadDatasets(const v1::DatasetSpec& spec, const DataRoots& roots,
                                       uint64_t max_bytes) {
+  if (IsStreamedFormat(spec.format())) {
+    return Invalid("dataset.format", absl::StrCat("format ", spec.format(),
+                                                  " is streamed (OpenExampleSource), not "
+                                                  "loaded into memory"));
+  }
   Datasets d;
   if (spec.format() == "text" || spec.format() == "tokens") {
     const int context = static_cast<int>(spec.context());
@@ -182,8 +189,9 @@ absl::StatusOr<Datasets> LoadDatasets(const v1::DatasetSpec& spec, const DataRoo
     ASSIGN_OR_RETURN(d.test, LoadNpzDataset(spec.test_path(), "dataset.test_path", spec.image_key(),
                                             spec.label_key(), max_bytes, roots));
   } else {
-    ASSIGN_OR_RETURN(d.train, LoadIdxDataset(spec.path(), Split::kTrain, max_bytes, roots));
-    ASSIGN_OR_RETURN(d.test, LoadIdxDataset(spec.path(), Split::kTest, max_bytes, roots));
+    constexpr uint64_t kNoLimit = std::numeric_limits<uint64_t>::max();
+    ASSIGN_OR_RETURN(d.train, LoadIdxDataset(spec.path(), Split::kTrain, kNoLimit, roots));
+    ASSIGN_OR_RETURN(d.test, LoadIdxDataset(spec.path(), Split::kTest, kNoLimit, roots));
   }
   if (!SameShape(d.train.shape, d.test.shape)) {
     return Invalid(d.test.field, absl::StrCat(d.test.images_from, ": images are ",
@@ -221,6 +229,21 @@ absl::Status CheckDatasetSpec(v1::DatasetSpec* ds, Dims input, const DataRoots& 
   if (!tokens && (ds->context() != 0 || !ds->token_key().empty())) {
     return Invalid(ds->context() != 0 ? "dataset.context" : "dataset.token_key",
                    "only for formats text and tokens (sequence models)");
+  }
+  if (IsStreamedFormat(ds->format())) {
+    RETURN_IF_ERROR(CheckStreamedDatasetSpec(ds, input, roots));
+    return CheckNormalization(ds->normalize(), input);
+  }
+  for (const auto& [field, set] :
+       {std::pair("dataset.preprocess", ds->preprocess_size() > 0),
+        std::pair("dataset.test_preprocess", ds->test_preprocess_size() > 0),
+        std::pair("dataset.train_split", !ds->train_split().empty()),
+        std::pair("dataset.test_split", !ds->test_split().empty())}) {
+    if (set) {
+      return Invalid(field, absl::StrCat("not read by format ", ds->format(),
+                                         " (only by the streamed formats tfrecord, imagefolder "
+                                         "and records)"));
+    }
   }
   if (tokens) return CheckTokenDatasetSpec(ds, input, roots);
   if (ds->format() == "idx") {
@@ -267,7 +290,8 @@ absl::Status CheckDatasetSpec(v1::DatasetSpec* ds, Dims input, const DataRoots& 
   } else {
     return Invalid("dataset.format",
                    absl::StrCat("unknown format \"", ds->format(),
-                                "\" (expected \"idx\", \"npz\", \"text\" or \"tokens\")"));
+                                "\" (expected \"idx\", \"npz\", \"text\", \"tokens\", "
+                                "\"tfrecord\", \"imagefolder\" or \"records\")"));
   }
   return CheckNormalization(ds->normalize(), input);
 }
@@ -327,6 +351,10 @@ absl::Status CheckDatasetFitsModel(const Dataset& ds, const Model& model) {
 }
 
 std::string DatasetLocation(const v1::DatasetSpec& spec) {
+  if (spec.format() == "tfrecord") {
+    return absl::StrCat(spec.path(), "/", spec.name(), "-{", spec.train_split(), ",",
+                        spec.test_split(), "}.tfrecord*");
+  }
   if (spec.format() != "idx" && !spec.format().empty()) {
     return absl::StrCat(spec.train_path(), " and ", spec.test_path());
   }

@@ -8,6 +8,7 @@
 #define LOCKSTEP_CORE_DATA_DATASET_H_
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -47,8 +48,9 @@ enum class Split { kTrain, kTest };
 // DATA_LOSS when one is malformed, or when images and labels disagree in count. With
 // `roots`, each file must resolve inside them too (a link out of a root:
 // DataRoots::Resolve's INVALID_ARGUMENT naming dataset.path); `dir` is checked already.
+// No size limit by default (ReadIdx): the worker's memory budget is the limit.
 absl::StatusOr<Dataset> LoadIdxDataset(const std::string& dir, Split split,
-                                       uint64_t max_bytes = uint64_t{1} << 31,
+                                       uint64_t max_bytes = std::numeric_limits<uint64_t>::max(),
                                        const DataRoots& roots = {});
 
 // Loads one split from a .npz file: `image_key` [N, H, W, C] uint8 or float32 (finite),
@@ -65,7 +67,9 @@ absl::StatusOr<Dataset> LoadNpzDataset(const std::string& path, const std::strin
 
 // Both splits as `spec` (validated: CheckDatasetSpec) says, normalized. INVALID_ARGUMENT
 // besides the loaders' errors when the splits' images differ in shape, or the
-// normalization's channels differ from theirs.
+// normalization's channels differ from theirs, or for a streamed format (tfrecord,
+// imagefolder, records: OpenExampleSource reads those). `max_bytes` limits an NPZ array
+// and a text or token file; IDX files have none.
 absl::StatusOr<Datasets> LoadDatasets(const v1::DatasetSpec& spec, const DataRoots& roots = {},
                                       uint64_t max_bytes = uint64_t{1} << 31);
 
@@ -89,7 +93,8 @@ absl::Status CheckDatasetFitsModel(const Dataset& ds, Dims input, int classes);
 // position (Model::positions() > 1) needs as many targets per example (label_row).
 absl::Status CheckDatasetFitsModel(const Dataset& ds, const Model& model);
 
-// How a spec's dataset is named in messages: its IDX folder, or its two .npz files.
+// How a spec's dataset is named in messages: its IDX folder, its two files or folders,
+// or its TFRecord shards' pattern.
 std::string DatasetLocation(const v1::DatasetSpec& spec);
 
 }  // namespace lockstep

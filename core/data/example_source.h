@@ -50,6 +50,16 @@ class ExampleSource {
   // Where example `index` lives, for messages, e.g.
   // "/data/fm/fashion_mnist-train.tfrecord-00003-of-00016: record 1234".
   virtual std::string Where(int64_t index) const = 0;
+
+  // The split's largest label and an example holding it, known without decoding (a
+  // record file's labels, an image folder's classes, a TFRecord index), for the job-start
+  // check against the model's classes: {-1, -1} for an empty split. Read returns the
+  // same labels.
+  struct MaxLabel {
+    int64_t label = -1;
+    int64_t index = -1;
+  };
+  virtual MaxLabel max_label() const = 0;
 };
 
 // What opening a source needs besides the spec.

@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <limits>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -77,18 +79,23 @@ absl::StatusOr<IdxArray> ReadIdx(const std::string& path, int expected_ndim, uin
       return absl::InvalidArgumentError(absl::StrCat(path, ": dimension ", d, " is 0"));
     }
     out.dims.push_back(dim);
-    total *= dim;
-    if (total > max_bytes) {
+    if (__builtin_mul_overflow(total, uint64_t{dim}, &total) || total > max_bytes) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": header declares more than ",
                                                      max_bytes, " bytes of data (the limit)"));
     }
   }
-  out.data.resize(total);
-  got = ReadFull(f.get(), out.data.data(), total);
-  if (got < 0) return Corrupt(path, f.get());
-  if (static_cast<uint64_t>(got) < total) {
-    return absl::DataLossError(absl::StrCat(path, ": truncated: header declares ", total,
-                                            " bytes of data, file has ", got));
+  // In pieces, the array growing as the data arrives: a header that declares more than
+  // the file holds costs no more memory than the file's data.
+  constexpr uint64_t kPiece = uint64_t{64} << 20;
+  while (out.data.size() < total) {
+    const uint64_t at = out.data.size(), n = std::min(kPiece, total - at);
+    out.data.resize(at + n);
+    got = ReadFull(f.get(), out.data.data() + at, n);
+    if (got < 0) return Corrupt(path, f.get());
+    if (static_cast<uint64_t>(got) < n) {
+      return absl::DataLossError(absl::StrCat(path, ": truncated: header declares ", total,
+                                              " bytes of data, file has ", at + got));
+    }
   }
   uint8_t extra;
   got = ReadFull(f.get(), &extra, 1);

@@ -78,6 +78,24 @@ TEST_F(IdxTest, OversizedHeaderAndTrailingBytes) {
                                       ::testing::AllOf(HasSubstr(q), HasSubstr("after"))));
 }
 
+TEST_F(IdxTest, NoSizeLimitButAHeaderThatLiesCostsOnlyWhatTheFileHolds) {
+  // 3 x 2^30 images of 1x1 (3 GiB, over the 2 GiB the reader once capped at) declared by
+  // a file that holds 10 bytes: truncated, found without allocating 3 GiB; plain and gzip.
+  for (bool gz : {false, true}) {
+    const std::string p =
+        Write(gz ? "big.gz" : "big", Header(0x803, {3u << 30, 1, 1}) + "0123456789", gz);
+    EXPECT_THAT(ReadIdx(p, 3),
+                StatusIs(absl::StatusCode::kDataLoss,
+                         ::testing::AllOf(
+                             HasSubstr(p),
+                             HasSubstr("header declares 3221225472 bytes of data, file has 10"))));
+  }
+  // Dimensions whose product passes 2^64.
+  const std::string q = Write("overflow", Header(0x803, {0xffffffffu, 0xffffffffu, 0xffffffffu}));
+  EXPECT_THAT(ReadIdx(q, 3), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      ::testing::AllOf(HasSubstr(q), HasSubstr("more than"))));
+}
+
 TEST_F(IdxTest, DatasetCountMismatchNamesBothFiles) {
   Write("train-images-idx3-ubyte", Images(3));
   Write("train-labels-idx1-ubyte.gz", Labels(2), true);

@@ -30,11 +30,12 @@ class ImageTransform {
     virtual ~Scratch() = default;
   };
 
-  // The transform `spec` (validated: CheckDatasetSpec) asks for, producing images of
-  // `output_shape` (the model's input). INVALID_ARGUMENT naming the field when the
-  // preprocessing cannot produce that shape.
+  // The transform `spec` (validated: CheckDatasetSpec) asks for on `split` (the training
+  // split's dataset.preprocess, the test split's dataset.test_preprocess), producing
+  // images of `output_shape` (the model's input). INVALID_ARGUMENT naming the field when
+  // the preprocessing cannot produce that shape.
   static absl::StatusOr<std::unique_ptr<ImageTransform>> Create(const v1::DatasetSpec& spec,
-                                                                Dims output_shape);
+                                                                Split split, Dims output_shape);
   virtual ~ImageTransform() = default;
 
   virtual const Dims& output_shape() const = 0;
@@ -47,6 +48,24 @@ class ImageTransform {
   virtual absl::Status Apply(const StoredExample& example, rng::Key key, Scratch* scratch,
                              float* out) const = 0;
 };
+
+// Example `index` of `source` through `transform`: its pixels into
+// out[transform.output_shape().size()], its label into *label; `stored` is the caller's
+// buffer, reused. The source's errors name the file and the record already; the
+// transform's come back prefixed with source.Where(index), so that a job fails with the
+// file, the record and the reason ("dataset.path: /data/fm-train.tfrecord-00003-of-00016:
+// record 17: corrupt JPEG: ..."). The worker's pipeline and bench/data call this.
+absl::Status ReadAndTransform(const ExampleSource& source, const ImageTransform& transform,
+                              int64_t index, rng::Key key, ImageTransform::Scratch* scratch,
+                              StoredExample* stored, float* out, int64_t* label);
+
+// The checks a job runs when a worker opens a split, before its first step: every label
+// below `classes` (the model's outputs; ExampleSource::max_label), and, for a source whose
+// images all have one stored shape (a record file), that the transform takes them to the
+// model's input (it runs on example 0). INVALID_ARGUMENT naming Where(index) and the
+// reason; a source's or transform's own error on example 0 as ReadAndTransform gives it.
+absl::Status CheckSplitFitsModel(const ExampleSource& source, const ImageTransform& transform,
+                                 int classes);
 
 }  // namespace lockstep
 

@@ -238,56 +238,65 @@ float NpyArray::Float32At(int64_t i) const {
   return f;
 }
 
-absl::StatusOr<NpyArray> ParseNpy(std::string bytes, const std::string& what, uint64_t max_bytes) {
-  if (bytes.size() < kMagicSize + 4 || std::memcmp(bytes.data(), kMagic, kMagicSize) != 0) {
+absl::StatusOr<NpyLayout> ParseNpyHeader(absl::string_view head, const std::string& what,
+                                         uint64_t max_bytes, NpyArray* a) {
+  if (head.size() < kMagicSize + 4 || std::memcmp(head.data(), kMagic, kMagicSize) != 0) {
     return InvalidNpy(what, "not a .npy array (no \\x93NUMPY magic)");
   }
-  const int major = static_cast<uint8_t>(bytes[6]);
+  const int major = static_cast<uint8_t>(head[6]);
   if (major < 1 || major > 3) {
     return InvalidNpy(what, absl::StrCat(".npy format version ", major, ".",
-                                         static_cast<uint8_t>(bytes[7]), " is not supported"));
+                                         static_cast<uint8_t>(head[7]), " is not supported"));
   }
   const size_t len_size = major == 1 ? 2 : 4;
   const size_t prefix = kMagicSize + 2 + len_size;
-  if (bytes.size() < prefix) return absl::DataLossError(absl::StrCat(what, ": truncated header"));
-  const uint64_t header_len = LoadLe(bytes.data() + kMagicSize + 2, static_cast<int>(len_size),
+  if (head.size() < prefix) return absl::DataLossError(absl::StrCat(what, ": truncated header"));
+  const uint64_t header_len = LoadLe(head.data() + kMagicSize + 2, static_cast<int>(len_size),
                                      /*big_endian=*/false);
   if (header_len > kMaxHeaderBytes) {
     return InvalidNpy(what, absl::StrCat("a .npy header of ", header_len, " bytes (the limit is ",
                                          kMaxHeaderBytes, ")"));
   }
-  if (bytes.size() - prefix < header_len) {
+  if (head.size() - prefix < header_len) {
     return absl::DataLossError(absl::StrCat(what, ": truncated: its .npy header says ", header_len,
-                                            " bytes, ", bytes.size() - prefix, " follow"));
+                                            " bytes, ", head.size() - prefix, " follow"));
   }
   Header h;
-  RETURN_IF_ERROR(ParseHeader(absl::string_view(bytes).substr(prefix, header_len), what, &h));
-  NpyArray a;
-  RETURN_IF_ERROR(ParseDescr(*h.descr, what, &a));
+  RETURN_IF_ERROR(ParseHeader(head.substr(prefix, header_len), what, &h));
+  RETURN_IF_ERROR(ParseDescr(*h.descr, what, a));
   if (*h.fortran_order) {
     return InvalidNpy(what, "fortran_order is True: save a C-ordered array (np.ascontiguousarray)");
   }
-  a.shape = *std::move(h.shape);
-  uint64_t total = a.item_size;
+  a->shape = *std::move(h.shape);
+  uint64_t total = a->item_size;
   bool empty = false;
-  for (int64_t d : a.shape) empty |= d == 0;
-  for (int64_t d : a.shape) {
+  for (int64_t d : a->shape) empty |= d == 0;
+  for (int64_t d : a->shape) {
     if (empty) break;
     // Both at most max_bytes (< 2^63) before multiplying: no overflow.
     if (static_cast<uint64_t>(d) > max_bytes || total > max_bytes / static_cast<uint64_t>(d)) {
-      return InvalidNpy(what, absl::StrCat("shape ", a.ShapeString(), " of ", a.DtypeName(),
+      return InvalidNpy(what, absl::StrCat("shape ", a->ShapeString(), " of ", a->DtypeName(),
                                            " holds more than ", max_bytes, " bytes (the limit)"));
     }
     total *= static_cast<uint64_t>(d);
   }
-  if (empty) total = 0;
-  const uint64_t have = bytes.size() - prefix - header_len;
-  if (have != total) {
-    return absl::DataLossError(absl::StrCat(
-        what, ": shape ", a.ShapeString(), " of ", a.DtypeName(), " needs ", total,
-        " bytes after the header, ", have < total ? "only " : "but ", have, " follow"));
-  }
-  bytes.erase(0, prefix + header_len);
+  return NpyLayout{prefix + header_len, empty ? 0 : total};
+}
+
+absl::Status CheckNpyDataSize(const NpyArray& a, const NpyLayout& layout, uint64_t file_bytes,
+                              const std::string& what) {
+  const uint64_t have = file_bytes - layout.data_offset;
+  if (have == layout.data_bytes) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      what, ": shape ", a.ShapeString(), " of ", a.DtypeName(), " needs ", layout.data_bytes,
+      " bytes after the header, ", have < layout.data_bytes ? "only " : "but ", have, " follow"));
+}
+
+absl::StatusOr<NpyArray> ParseNpy(std::string bytes, const std::string& what, uint64_t max_bytes) {
+  NpyArray a;
+  ASSIGN_OR_RETURN(const NpyLayout layout, ParseNpyHeader(bytes, what, max_bytes, &a));
+  RETURN_IF_ERROR(CheckNpyDataSize(a, layout, bytes.size(), what));
+  bytes.erase(0, layout.data_offset);
   a.data = std::move(bytes);
   return a;
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace lockstep {
 
@@ -43,6 +44,23 @@ struct NpyArray {
 // `max_bytes` bytes; DATA_LOSS: fewer or more bytes than the header's shape needs.
 absl::StatusOr<NpyArray> ParseNpy(std::string bytes, const std::string& what,
                                   uint64_t max_bytes = uint64_t{1} << 31);
+
+// Where a .npy file's array lies: after the header, data_bytes of it.
+struct NpyLayout {
+  uint64_t data_offset = 0;
+  uint64_t data_bytes = 0;
+};
+
+// ParseNpy's first half, for a file read in place (memory-mapped or by offset): `head` is
+// the file's first bytes, at least through the header; *out gets all but the data. The
+// same errors as ParseNpy's for the header; DATA_LOSS when `head` ends inside it.
+absl::StatusOr<NpyLayout> ParseNpyHeader(absl::string_view head, const std::string& what,
+                                         uint64_t max_bytes, NpyArray* out);
+
+// DATA_LOSS (ParseNpy's message) unless a file of `file_bytes` holds exactly the data the
+// header promises after it.
+absl::Status CheckNpyDataSize(const NpyArray& a, const NpyLayout& layout, uint64_t file_bytes,
+                              const std::string& what);
 
 }  // namespace lockstep
 

@@ -22,7 +22,8 @@ absl::Status InField(const std::string& field, const absl::Status& st, bool open
   return absl::Status(code, absl::StrCat(field, ": ", st.message()));
 }
 
-absl::Status Invalid(const std::string& field, const std::string& what, const std::string& msg) {
+absl::Status InvalidArray(const std::string& field, const std::string& what,
+                          const std::string& msg) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what, ": ", msg));
 }
 
@@ -40,7 +41,7 @@ absl::Status ConvertImages(const NpyArray& a, const std::string& field, const st
     if (!std::isfinite(x)) {
       const Dims s = ds->shape;
       const int64_t pixel = i % ds->row;
-      return Invalid(
+      return InvalidArray(
           field, what,
           absl::StrCat("image ", i / ds->row, " has ", x, " at [", pixel / (s.w * s.c), ", ",
                        pixel / s.c % s.w, ", ", pixel % s.c, "] (h, w, c): images must be finite"));
@@ -56,10 +57,10 @@ absl::Status ConvertLabels(const NpyArray& a, const std::string& field, const st
   for (int64_t i = 0; i < ds->size; ++i) {
     const int64_t v = a.IntAt(i);
     if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
-      return Invalid(field, what,
-                     absl::StrCat("label ", v, " at index ", i,
-                                  v < 0 ? " is negative" : " does not fit an int32",
-                                  " (labels are class indices in [0, classes))"));
+      return InvalidArray(field, what,
+                          absl::StrCat("label ", v, " at index ", i,
+                                       v < 0 ? " is negative" : " does not fit an int32",
+                                       " (labels are class indices in [0, classes))"));
     }
     ds->labels[i] = static_cast<int32_t>(v);
     if (ds->labels[i] > ds->labels[ds->max_label_index]) ds->max_label_index = i;
@@ -88,35 +89,38 @@ absl::StatusOr<Dataset> LoadNpzDataset(const std::string& path, const std::strin
   const std::string images_from = absl::StrCat(file, ": array '", image_key, "'");
   const std::string labels_from = absl::StrCat(file, ": array '", label_key, "'");
   if (images->shape.size() != 4) {
-    return Invalid(
+    return InvalidArray(
         field, images_from,
         absl::StrCat("shape ", images->ShapeString(), " is not [N, H, W, C]",
                      images->shape.size() == 3 ? " (add a channel axis: x[..., None])" : ""));
   }
   if (!((images->kind == 'u' && images->item_size == 1) ||
         (images->kind == 'f' && images->item_size == 4))) {
-    return Invalid(field, images_from,
-                   absl::StrCat("dtype ", images->DtypeName(),
-                                ": images must be uint8 (scaled by 1/255) or float32 (taken as "
-                                "they are); convert with .astype(np.float32)"));
+    return InvalidArray(
+        field, images_from,
+        absl::StrCat("dtype ", images->DtypeName(),
+                     ": images must be uint8 (scaled by 1/255) or float32 (taken as "
+                     "they are); convert with .astype(np.float32)"));
   }
   for (int d = 0; d < 4; ++d) {
     if (images->shape[d] == 0 || (d > 0 && images->shape[d] > std::numeric_limits<int>::max())) {
-      return Invalid(field, images_from,
-                     absl::StrCat("shape ", images->ShapeString(), ": ",
-                                  d == 0 ? "no images" : "an empty or oversized image dimension"));
+      return InvalidArray(
+          field, images_from,
+          absl::StrCat("shape ", images->ShapeString(), ": ",
+                       d == 0 ? "no images" : "an empty or oversized image dimension"));
     }
   }
   if (labels->shape.size() != 1) {
-    return Invalid(field, labels_from,
-                   absl::StrCat("shape ", labels->ShapeString(), " is not [N]",
-                                labels->shape.size() == 2 ? " (flatten it: y.reshape(-1))" : ""));
+    return InvalidArray(
+        field, labels_from,
+        absl::StrCat("shape ", labels->ShapeString(), " is not [N]",
+                     labels->shape.size() == 2 ? " (flatten it: y.reshape(-1))" : ""));
   }
   if (labels->kind != 'i' && labels->kind != 'u') {
-    return Invalid(field, labels_from,
-                   absl::StrCat("dtype ", labels->DtypeName(),
-                                ": labels must be integers (int8 to int64, uint8 to uint64), "
-                                "class indices in [0, classes)"));
+    return InvalidArray(field, labels_from,
+                        absl::StrCat("dtype ", labels->DtypeName(),
+                                     ": labels must be integers (int8 to int64, uint8 to uint64), "
+                                     "class indices in [0, classes)"));
   }
   if (labels->shape[0] != images->shape[0]) {
     return absl::InvalidArgumentError(

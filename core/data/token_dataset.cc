@@ -15,7 +15,8 @@
 namespace lockstep {
 namespace {
 
-absl::Status Invalid(const std::string& field, const std::string& from, const std::string& msg) {
+absl::Status InvalidTokens(const std::string& field, const std::string& from,
+                           const std::string& msg) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", from, ": ", msg));
 }
 
@@ -67,13 +68,13 @@ absl::StatusOr<Dataset> WindowTokens(std::span<const int32_t> stream, int contex
   }
   const int64_t n = static_cast<int64_t>(stream.size());
   if (n < int64_t{context} + 1) {
-    return Invalid(field, from,
-                   absl::StrCat(n, " tokens: fewer than one window of dataset.context + 1 = ",
-                                int64_t{context} + 1));
+    return InvalidTokens(field, from,
+                         absl::StrCat(n, " tokens: fewer than one window of dataset.context + 1 = ",
+                                      int64_t{context} + 1));
   }
   const int64_t bad = FirstBadToken(n, [&](int64_t i) { return stream[i]; });
   if (bad >= 0) {
-    return Invalid(field, from, absl::StrCat(BadTokenText(stream[bad]), " at offset ", bad));
+    return InvalidTokens(field, from, absl::StrCat(BadTokenText(stream[bad]), " at offset ", bad));
   }
   const int64_t windows = (n - 1) / context;
   Dataset ds = Empty(windows, context, field, from);
@@ -90,7 +91,8 @@ absl::StatusOr<Dataset> LoadTextDataset(const std::string& path, const std::stri
         absl::StrCat(field, ": ", path, ": no such file (a text file, read as bytes)"));
   }
   if (static_cast<uint64_t>(st.st_size) > max_bytes) {
-    return Invalid(field, file, absl::StrCat(st.st_size, " bytes: over the limit of ", max_bytes));
+    return InvalidTokens(field, file,
+                         absl::StrCat(st.st_size, " bytes: over the limit of ", max_bytes));
   }
   std::ifstream in(file, std::ios::binary);
   if (!in) return absl::FailedPreconditionError(absl::StrCat(field, ": ", file, ": cannot read"));
@@ -127,31 +129,33 @@ absl::StatusOr<Dataset> LoadTokenNpzDataset(const std::string& path, const std::
   }
   const std::string from = absl::StrCat(file, ": array '", key, "'");
   if (a->kind != 'i' && a->kind != 'u') {
-    return Invalid(field, from,
-                   absl::StrCat("dtype ", a->DtypeName(),
-                                ": tokens must be integers (int32; any int or uint dtype)"));
+    return InvalidTokens(field, from,
+                         absl::StrCat("dtype ", a->DtypeName(),
+                                      ": tokens must be integers (int32; any int or uint dtype)"));
   }
   const int64_t n = a->count();
   const int64_t bad = FirstBadToken(n, [&](int64_t i) { return a->IntAt(i); });
   if (a->shape.size() == 1) {
     if (bad >= 0) {
-      return Invalid(field, from, absl::StrCat(BadTokenText(a->IntAt(bad)), " at offset ", bad));
+      return InvalidTokens(field, from,
+                           absl::StrCat(BadTokenText(a->IntAt(bad)), " at offset ", bad));
     }
     std::vector<int32_t> stream(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) stream[i] = static_cast<int32_t>(a->IntAt(i));
     return WindowTokens(stream, context, field, from);
   }
   if (a->shape.size() != 2 || a->shape[1] != int64_t{context} + 1 || a->shape[0] == 0) {
-    return Invalid(field, from,
-                   absl::StrCat("shape ", a->ShapeString(),
-                                " is neither a stream [n] nor sequences [N, dataset.context + 1] = "
-                                "[N, ",
-                                int64_t{context} + 1, "]"));
+    return InvalidTokens(
+        field, from,
+        absl::StrCat("shape ", a->ShapeString(),
+                     " is neither a stream [n] nor sequences [N, dataset.context + 1] = "
+                     "[N, ",
+                     int64_t{context} + 1, "]"));
   }
   if (bad >= 0) {
-    return Invalid(field, from,
-                   absl::StrCat(BadTokenText(a->IntAt(bad)), " at [", bad / (context + 1), ", ",
-                                bad % (context + 1), "]"));
+    return InvalidTokens(field, from,
+                         absl::StrCat(BadTokenText(a->IntAt(bad)), " at [", bad / (context + 1),
+                                      ", ", bad % (context + 1), "]"));
   }
   Dataset ds = Empty(a->shape[0], context, field, from);
   std::vector<int32_t> row(context + 1);

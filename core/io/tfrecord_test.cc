@@ -24,6 +24,26 @@ TEST(Crc32c, KnownVectors) {
   EXPECT_EQ(Crc32c(""), 0u);
 }
 
+// 1003 bytes (i * 7 + 3) % 256: the 8-byte loop and a 3-byte tail (bitwise CRC in Python).
+TEST(Crc32c, LongInputs) {
+  std::string b;
+  for (int i = 0; i < 1003; ++i) b.push_back(static_cast<char>((i * 7 + 3) % 256));
+  EXPECT_EQ(Crc32c(b), 0x42881e11u);
+}
+
+TEST(TfRecordHeader, ParsedOnlyWithItsCrc) {
+  const std::string framed = FrameTfRecord("hello");
+  uint64_t length = 0;
+  ASSERT_TRUE(ParseTfRecordHeader(framed, &length));
+  EXPECT_EQ(length, 5u);
+  EXPECT_TRUE(TfRecordDataCrcMatches("hello", std::string_view(framed).substr(17)));
+  EXPECT_FALSE(TfRecordDataCrcMatches("hellp", std::string_view(framed).substr(17)));
+  std::string bad = framed;
+  bad[0] = 6;
+  EXPECT_FALSE(ParseTfRecordHeader(bad, &length));
+  EXPECT_FALSE(ParseTfRecordHeader(framed.substr(0, 11), &length));
+}
+
 // The masked values as TensorBoard's own reader computes them
 // (tensorboard.compat.tensorflow_stub.pywrap_tensorflow.masked_crc32c).
 TEST(Crc32c, MaskedAsTensorBoardComputesIt) {

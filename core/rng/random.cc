@@ -56,6 +56,18 @@ void Bernoulli(Key key, Impl impl, float p, std::span<uint8_t> out) {
   }
 }
 
+int32_t RandInt(Key key, Impl impl, int32_t minval, int32_t maxval) {
+  const std::vector<Key> ks = Split(key, 2, impl);
+  const uint32_t higher = RandomBitsAt(ks[0], impl, 0, 1), lower = RandomBitsAt(ks[1], impl, 0, 1);
+  const uint32_t span =
+      maxval <= minval ? 1u : static_cast<uint32_t>(maxval) - static_cast<uint32_t>(minval);
+  // 2^32 mod span through (2^16 mod span)^2, in wrapping uint32 arithmetic as lax's.
+  uint32_t multiplier = (uint32_t{1} << 16) % span;
+  multiplier = (multiplier * multiplier) % span;
+  const uint32_t offset = ((higher % span) * multiplier + lower % span) % span;
+  return static_cast<int32_t>(static_cast<uint32_t>(minval) + offset);
+}
+
 void Normal(Key key, Impl impl, std::span<float> out) {
   Uniform(key, impl, std::nextafter(-1.0f, 0.0f), 1.0f, out);
   for (float& v : out) v = kSqrt2 * ErfInv(v);

@@ -29,6 +29,11 @@ void Uniform(Key key, Impl impl, float minval, float maxval, std::span<float> ou
 // bernoulli(key, p, shape): uniform < p.
 void Bernoulli(Key key, Impl impl, float p, std::span<uint8_t> out);
 
+// randint(key, (), minval, maxval, int32): two 32-bit draws from split(key)'s keys, their
+// remainders by the span combined as JAX does (biased for spans that are not powers of
+// 2, as JAX's); minval when maxval <= minval.
+int32_t RandInt(Key key, Impl impl, int32_t minval, int32_t maxval);
+
 // normal(key, shape, float32).
 void Normal(Key key, Impl impl, std::span<float> out);
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/data/example_source.h"
 #include "core/spec/spec.h"
 #include "core/step.h"
 
@@ -30,6 +31,16 @@ constexpr uint64_t kWorkerProcessBytes = 256 * kMiB;
 // What the CUDA runtime, cuBLAS and NCCL keep in host memory (not measured here: an
 // allowance).
 constexpr uint64_t kCudaRuntimeBytes = 512 * kMiB;
+
+// A streamed dataset's index per example (a record's shard, offset and length, or a
+// file's name) in a worker's memory, with room.
+constexpr uint64_t kIndexBytesPerExample = 64;
+// A decode thread's working memory (a decoded image before its crops, decoder state): an
+// allowance for ImageNet-sized JPEGs.
+constexpr uint64_t kDecodeScratchBytes = 16 * kMiB;
+constexpr uint64_t kAssumedDecodeThreads = 4;
+// The read-ahead's local batches by default (Replica::kDefaultBatchesAhead).
+constexpr uint64_t kDefaultBatchesAhead = 4;
 
 std::string Mib(uint64_t bytes) { return absl::StrCat((bytes + kMiB - 1) / kMiB, " MiB"); }
 
@@ -69,8 +80,24 @@ MemoryEstimate EstimateMemory(const v1::JobSpec& spec, DatasetSize data) {
   e.worker_activations = cuda ? 0 : WorkspaceBytes(model, local_batch, /*train=*/true);
   e.worker_eval = cuda ? 0 : WorkspaceBytes(model, eval_batch, /*train=*/false);
   // One int32 label per example, or one target per position for a sequence model.
-  e.worker_dataset = (train + test) * (model.input().size() * sizeof(float) +
-                                       uint64_t(model.positions()) * sizeof(int32_t));
+  const uint64_t example =
+      model.input().size() * sizeof(float) + uint64_t(model.positions()) * sizeof(int32_t);
+  if (IsStreamedFormat(spec.dataset().format())) {
+    // Streamed (workers/data_pipeline.h): the batches read ahead, one more taken on demand
+    // and the staged step and audit batches; the evaluation's two and its staged one; the
+    // splits' indexes; the decode threads' scratch. Not the dataset.
+    const uint64_t threads = spec.dataset().stream().threads() > 0
+                                 ? spec.dataset().stream().threads()
+                                 : kAssumedDecodeThreads;
+    const uint64_t ahead = spec.dataset().stream().batches_ahead() > 0
+                               ? spec.dataset().stream().batches_ahead()
+                               : kDefaultBatchesAhead;
+    e.worker_dataset = (ahead + 3) * uint64_t(local_batch) * example +
+                       3 * uint64_t(eval_batch) * example + (train + test) * kIndexBytesPerExample +
+                       threads * kDecodeScratchBytes;
+  } else {
+    e.worker_dataset = (train + test) * example;
+  }
   e.worker_process = kWorkerProcessBytes + (cuda ? kCudaRuntimeBytes : 0);
   return e;
 }
@@ -93,8 +120,10 @@ absl::Status CheckMemoryBudget(const v1::JobSpec& spec, const MemoryBudget& budg
   if (budget.worker > 0 && e.worker() > budget.worker) {
     // The part that weighs most names the field to change.
     std::pair<uint64_t, std::string> most = {e.worker_state, model};
-    const std::string dataset =
-        spec.dataset().format() == "npz" ? "dataset.train_path" : "dataset.path";
+    const std::string dataset = IsStreamedFormat(spec.dataset().format())
+                                    ? "dataset.stream.batches_ahead"
+                                : spec.dataset().format() == "npz" ? "dataset.train_path"
+                                                                   : "dataset.path";
     for (const auto& part : {std::pair(e.worker_activations, std::string("global_batch_size")),
                              std::pair(e.worker_eval, std::string("eval.batch_size")),
                              std::pair(e.worker_dataset, dataset)}) {

@@ -4,6 +4,8 @@
 
 #include "absl/flags/flag.h"
 #include "core/testing.h"
+#include "services/common/observability/server_flags.h"
+#include "services/common/security/server_security.h"
 
 ABSL_FLAG(std::string, flags_test_color, "red", "a flag of this test");
 ABSL_FLAG(int, flags_test_count, 1, "another");
@@ -16,6 +18,12 @@ using ::testing::Not;
 
 TEST(FlagsTest, EveryFlagOfTheProgramReadsItsEnvironmentVariableAndTheCommandLineWins) {
   EXPECT_EQ(FlagEnvName("max_jobs_kept_per_user"), "LOCKSTEP_MAX_JOBS_KEPT_PER_USER");
+  // Linked for their flags whatever the library's unity batches hold: a static library's
+  // object comes in only where something refers to it.
+  auto* volatile server_transport = &ServerTransport;
+  auto* volatile metrics_flags = &GetMetricsFlags;
+  ASSERT_NE(server_transport, nullptr);
+  ASSERT_NE(metrics_flags, nullptr);
   const std::vector<std::string> names = EnvFlagNames();
   EXPECT_THAT(names, Contains("flags_test_color"));
   EXPECT_THAT(names, Contains("tls_ca"));          // server_security.cc's

@@ -14,6 +14,7 @@
 #include "core/data/data_roots.h"
 #include "core/spec/memory.h"
 #include "services/common/flags.h"
+#include "services/common/folder_lock.h"
 #include "services/common/observability/job_log.h"
 #include "services/common/observability/metrics.h"
 #include "services/common/observability/rpc_metrics.h"
@@ -65,6 +66,13 @@ ABSL_FLAG(std::string, worker_ca_key, "",
 ABSL_FLAG(std::string, bootstrap_token_file, "",
           "bootstrap tokens (one a line) with which workers enroll (WorkerRegistry.Enroll)");
 ABSL_FLAG(int, worker_cert_hours, 720, "how long an enrolled worker's certificate is valid");
+ABSL_FLAG(std::string, enroll_auto_approve, "",
+          "a glob on enrolling workers' names (e.g. lockstep-worker-*) approved without an "
+          "admin, up to --enroll_auto_approve_max in all; others wait for `lockstep workers "
+          "approve` (empty: every enrolled worker waits)");
+ABSL_FLAG(int, enroll_auto_approve_max, 0,
+          "how many enrolled workers --enroll_auto_approve approves in all (kept in the state "
+          "folder across restarts)");
 ABSL_FLAG(int, rendezvous_keys_per_job, 4096,
           "a job's rendezvous keys (collective bootstrap); more are RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, rendezvous_kb_per_job, 4096,
@@ -175,6 +183,13 @@ int main(int argc, char** argv) {
     spdlog::error("{}", std::string(st.message()));
     return 1;
   }
+  // Held until the process ends: nothing in the folder is touched before it is ours.
+  absl::StatusOr<std::unique_ptr<FolderLock>> state_lock =
+      FolderLock::Acquire("--state_dir", absl::GetFlag(FLAGS_state_dir));
+  if (!state_lock.ok()) {
+    spdlog::error("{}", std::string(state_lock.status().message()));
+    return 1;
+  }
   std::error_code ec;
   std::filesystem::create_directories(opts.checkpoint_dir, ec);
   if (ec) {
@@ -185,6 +200,13 @@ int main(int argc, char** argv) {
   WorkerPool pool(opts.heartbeat_timeout);
   const std::string revoked_file = absl::GetFlag(FLAGS_state_dir) + "/revoked-workers";
   if (absl::Status st = pool.UseRevocationFile(revoked_file); !st.ok()) {
+    spdlog::error("{}", st.ToString());
+    return 1;
+  }
+  if (absl::Status st = pool.UseEnrollmentFile(
+          absl::GetFlag(FLAGS_state_dir) + "/enrolled-workers",
+          {absl::GetFlag(FLAGS_enroll_auto_approve), absl::GetFlag(FLAGS_enroll_auto_approve_max)});
+      !st.ok()) {
     spdlog::error("{}", st.ToString());
     return 1;
   }

@@ -39,7 +39,11 @@ struct CoordinatorOptions {
   std::string snapshot_dir;     // jobs' snapshots (SnapshotStore); empty: held in memory
   std::string tensorboard_dir;  // jobs' TensorBoard event files (DIR/JOB); empty: none
 
-  // Per owner: queued and running jobs, submits a minute, retention (user_limits.h).
+  // A queued job takes workers from another owner's running jobs only at this priority or
+  // above; below it, preemption stays within one owner's jobs (job_manager_preemption.cc).
+  int preempt_other_users_from = 1000;
+  // Per owner: queued and running jobs, submits a minute, retention, priorities
+  // (user_limits.h).
   UserLimitsTable user_limits;
   const Clock* clock = Clock::Real();  // the submit rate's time
 };

@@ -47,7 +47,7 @@ struct Pending {
   size_t body = 0;
 };
 
-void Completed(void*, MHD_Connection*, void** request, MHD_RequestTerminationCode) {
+void Completed(void** request) {
   delete static_cast<Pending*>(*request);
   *request = nullptr;
 }
@@ -56,7 +56,9 @@ void Completed(void*, MHD_Connection*, void** request, MHD_RequestTerminationCod
 // piece of the body, then once more with none, when it answers.
 MHD_Result Handle(void* cls, MHD_Connection* connection, const char* url, const char* method,
                   const char*, const char*, size_t* upload_data_size, void** request) {
+  auto* server = static_cast<DashboardServer*>(cls);
   if (*request == nullptr) {
+    server->guard().HeaderReceived(connection);
     *request = new Pending;
     return MHD_YES;
   }
@@ -66,7 +68,6 @@ MHD_Result Handle(void* cls, MHD_Connection* connection, const char* url, const 
     *upload_data_size = 0;  // the API takes no body: counted and dropped
     return MHD_YES;
   }
-  const auto* server = static_cast<const DashboardServer*>(cls);
   HttpRequest r;
   r.method = method;
   r.path = url;
@@ -88,6 +89,10 @@ MHD_Result Handle(void* cls, MHD_Connection* connection, const char* url, const 
   MHD_add_response_header(response, "Content-Security-Policy", kPolicy);
   MHD_add_response_header(response, "X-Content-Type-Options", "nosniff");
   MHD_add_response_header(response, "Referrer-Policy", "no-referrer");
+  if (server->tls()) {
+    // A year; this host only (its name is the cluster's, not a whole domain's).
+    MHD_add_response_header(response, "Strict-Transport-Security", "max-age=31536000");
+  }
   for (const auto& [name, value] : reply.headers) {
     MHD_add_response_header(response, name.c_str(), value.c_str());
   }
@@ -156,6 +161,14 @@ HttpReply DashboardServer::Answer(const HttpRequest& request) const {
   return reply;
 }
 
+DashboardServer::DashboardServer(const DashboardApi* api, int port, std::string cert,
+                                 std::string key, const HttpLimits& limits)
+    : api_(api),
+      port_(port),
+      cert_(std::move(cert)),
+      key_(std::move(key)),
+      guard_(limits, &Completed) {}
+
 DashboardServer::~DashboardServer() { MHD_stop_daemon(daemon_); }
 
 absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(
@@ -176,9 +189,7 @@ absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(
   if (!fd.ok()) return fd.status();
   const int port = BoundPort(*fd);
   std::unique_ptr<DashboardServer> server(
-      new DashboardServer(api, port, std::move(cert), std::move(key)));
-  const auto idle_seconds = static_cast<unsigned int>(std::max<int64_t>(
-      1, absl::ToInt64Seconds(absl::Ceil(options.idle_timeout, absl::Seconds(1)))));
+      new DashboardServer(api, port, std::move(cert), std::move(key), options.limits));
   unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
   if (server->tls()) flags |= MHD_USE_TLS;
   MHD_OptionItem tls_options[] = {
@@ -189,10 +200,7 @@ absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(
   server->daemon_ = MHD_start_daemon(
       flags, 0, nullptr, nullptr, &Handle, server.get(),       //
       MHD_OPTION_LISTEN_SOCKET, static_cast<MHD_socket>(*fd),  //
-      MHD_OPTION_NOTIFY_COMPLETED, &Completed, nullptr,        //
-      MHD_OPTION_CONNECTION_TIMEOUT, idle_seconds,             //
-      MHD_OPTION_CONNECTION_LIMIT,
-      static_cast<unsigned int>(std::max(1, options.max_connections)),  //
+      MHD_OPTION_ARRAY, server->guard_.options(),              //
       MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned int>(std::max(1, options.threads)),
       // 0: the system's default stack, never a fixed small one
       // (services/common/observability/metrics.h).

@@ -3,12 +3,16 @@
 // coordinator's certificate and key (the cluster's CA issued them) when TLS is on; plain
 // HTTP only where the gRPC side is plaintext too (--insecure). GNU libmicrohttpd, as the
 // /metrics listener (services/common/observability/metrics.h says why not CivetWeb), here with a
-// small pool of threads: a slow client never holds up another's request, idle connections are
-// closed after a timeout, and connections are bounded.
+// small pool of threads: a slow client never holds up another's request, and an HttpGuard gives
+// each request deadlines for its header (the TLS handshake included) and body, closes idle
+// connections and caps them, in all and from one IP address
+// (services/common/observability/http_guard.h).
 //
 // Every answer carries a Content-Security-Policy allowing only this origin's scripts and
 // styles (no inline script, no CDN) and X-Content-Type-Options: nosniff; API answers are
-// not cached. Thread-safe; the destructor stops the threads and closes every connection.
+// not cached; over HTTPS, Strict-Transport-Security (a browser that has seen it never tries
+// plain HTTP to this host). Thread-safe; the destructor stops the threads and closes every
+// connection.
 #ifndef LOCKSTEP_SERVICES_DASHBOARD_SERVER_H_
 #define LOCKSTEP_SERVICES_DASHBOARD_SERVER_H_
 
@@ -17,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "services/common/observability/http_guard.h"
 #include "services/dashboard/api.h"
 
 struct MHD_Daemon;  // libmicrohttpd's
@@ -28,8 +33,7 @@ struct DashboardServerOptions {
   std::string cert_file, key_file;
   // Where to write the bound port (for port 0); empty: nowhere.
   std::string port_file;
-  absl::Duration idle_timeout = absl::Seconds(30);
-  int max_connections = 256;
+  HttpLimits limits = {.idle_timeout = absl::Seconds(30)};
   int threads = 4;
 };
 
@@ -51,14 +55,17 @@ class DashboardServer {
   // elsewhere: no token is needed to cancel with --insecure); and without TLS, a Host that
   // is not an IP address or localhost (a name an attacker's DNS points here).
   HttpReply Answer(const HttpRequest& request) const;
+  // The deadlines and caps on its connections (its access handler reports each header).
+  HttpGuard& guard() { return guard_; }
 
  private:
-  DashboardServer(const DashboardApi* api, int port, std::string cert, std::string key)
-      : api_(api), port_(port), cert_(std::move(cert)), key_(std::move(key)) {}
+  DashboardServer(const DashboardApi* api, int port, std::string cert, std::string key,
+                  const HttpLimits& limits);
 
   const DashboardApi* const api_;
   const int port_;
   const std::string cert_, key_;  // PEM; libmicrohttpd reads them while it runs
+  HttpGuard guard_;               // outlives the daemon (declared before it)
   MHD_Daemon* daemon_ = nullptr;  // set once by Start; serves until the destructor
 };
 

@@ -1,5 +1,5 @@
 // DashboardServer on loopback: the pages and the API over real HTTP, its security headers,
-// and HTTPS with the cluster's certificate (credentials.h).
+// HTTPS with the cluster's certificate (credentials.h), and slow clients by the hundred.
 #include "services/dashboard/server.h"
 
 #include <stdlib.h>
@@ -8,6 +8,7 @@
 
 #include "core/testing.h"
 #include "services/common/observability/http_testing.h"
+#include "services/common/observability/slow_clients_testing.h"
 #include "services/common/security/credentials.h"
 
 namespace lockstep {
@@ -93,6 +94,60 @@ TEST_F(DashboardServerTest, HttpsWithTheCoordinatorsCertificate) {
   EXPECT_THAT(testing::HttpGet(server->port(), "/"),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("no HTTP answer")));
   EXPECT_TRUE(std::filesystem::exists(options.port_file));
+}
+
+// 300 TLS connections from one host (127.0.0.2) trickling their headers: at most its cap
+// (64) get a handshake, and the dashboard keeps answering another host (127.0.0.1) at once,
+// over HTTPS with Strict-Transport-Security. A body trickled in is cut at its deadline.
+TEST_F(DashboardServerTest, TricklingTlsClientsDoNotStopTheDashboard) {
+  ASSERT_OK(MakeCredentials({dir_, {}, {}, {}}));
+  const TlsFiles files = CoordinatorTls(dir_);
+  DashboardServerOptions options;
+  options.cert_file = files.cert;
+  options.key_file = files.key;
+  options.limits.body_timeout = absl::Seconds(1);
+  ASSERT_OK_AND_ASSIGN(auto server, DashboardServer::Start("127.0.0.1:0", &api_, options));
+  testing::SlowClients slow(server->port(), "127.0.0.2", 300, /*tls=*/true);
+  EXPECT_LE(slow.TrickleUntilAtMost(64, absl::Seconds(5)), 64);
+  for (int i = 0; i < 5; ++i) {
+    const absl::Time start = absl::Now();
+    ASSERT_OK_AND_ASSIGN(const std::string page, testing::HttpsGet(server->port(), "/"));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+    EXPECT_THAT(page, HasSubstr("<title>Lockstep</title>"));
+    EXPECT_THAT(page, HasSubstr("Strict-Transport-Security: max-age=31536000"));
+    EXPECT_GT(slow.Trickle(), 0);             // the ones admitted are still held, trickling
+    absl::SleepFor(absl::Milliseconds(200));  // the clients' pace
+  }
+
+  const int fd = testing::ConnectFrom("127.0.0.1", server->port());
+  testing::TlsClient tls;
+  SSL* body = tls.Handshake(fd);
+  ASSERT_NE(body, nullptr);
+  const std::string post =
+      "POST /api/v1/whoami HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n";
+  ASSERT_EQ(SSL_write(body, post.data(), static_cast<int>(post.size())), post.size());
+  const absl::Time start = absl::Now();
+  while (SSL_write(body, "x", 1) == 1 && absl::Now() - start < absl::Seconds(10)) {
+    pollfd p = {fd, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 100) != 0) break;  // closed: nothing is answered to half a request
+  }
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(500));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  close(fd);
+}
+
+// Plain HTTP (--insecure) says nothing of HTTPS.
+TEST_F(DashboardServerTest, NoStrictTransportSecurityWithoutTls) {
+  ASSERT_OK_AND_ASSIGN(auto server, DashboardServer::Start("127.0.0.1:0", &api_, {}));
+  const int fd = testing::ConnectFrom("127.0.0.1", server->port());
+  const std::string request = "GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  std::string response;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) response.append(buf, n);
+  close(fd);
+  EXPECT_THAT(response, HasSubstr("200 OK"));
+  EXPECT_THAT(response, ::testing::Not(HasSubstr("Strict-Transport-Security")));
 }
 
 TEST_F(DashboardServerTest, RefusesHalfAPairOrAnUnreadableFile) {

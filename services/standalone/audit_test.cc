@@ -181,7 +181,7 @@ TEST(Audit, ALiarFromAStepOnRollsBackToTheLastAuditThatPassed) {
     void OnRunning(int64_t) override {}
     void OnStep(const v1::StepEvent&) override {}
     void OnEval(const v1::EvalResult&) override {}
-    void OnSnapshot(int64_t step, uint64_t) override {
+    void OnSnapshot(int64_t step, uint64_t, bool) override {
       if (step == 10) lying_->store(true);
     }
 

@@ -2,6 +2,7 @@
 // replicas in this process: the job continues after a restart and ends bit for bit where
 // an undisturbed run does, its replayed steps shown as replays.
 #include <cstdio>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "core/spec/testing.h"
@@ -139,6 +140,59 @@ TEST(JobManagerDrain, AManagerStoppedWithoutADrainKeepsItsJobWhichReplaysVisibly
   EXPECT_LE(resumed_from, stopped_at);
   EXPECT_EQ(resumed_from % 5, 0) << resumed_from;
   EXPECT_EQ(replays, stopped_at - resumed_from);
+}
+
+// Stopped twice, the second time while it replays (its newer snapshots gone, it went back
+// to an older one): the record's step is then a replay's, below the steps it had reached.
+// After the second restart every step up to those it had ever reached is shown as a
+// replay (at 0692893 only those up to the second stop's step were).
+TEST(JobManagerDrain, AStopDuringAReplayKeepsTheStepsReachedBeforeAsReplays) {
+  InProcessWorkers workers(2);
+  v1::JobSpec spec = SmallMlpSpec(2, 40);
+  spec.mutable_recovery()->set_snapshot_every_steps(5);
+  spec.mutable_recovery()->set_snapshots_kept(10);
+  const ScratchDir scratch("lockstep-replay-stop");
+  const CoordinatorOptions options = OptionsIn(scratch.path().string());
+  std::string id;
+  const auto stop_at_step = [&](int64_t n) -> v1::Job {
+    {
+      InProcessCoordinator c(options, &workers);
+      EXPECT_OK(c.jobs.Start());
+      if (id.empty()) id = c.jobs.Submit(spec)->id();
+      EXPECT_OK(AwaitEvent(c.jobs, id, absl::Minutes(1), StepAtLeast(n)).status());
+    }  // ~JobManager: recorded RECOVERING
+    absl::StatusOr<std::vector<v1::Job>> on_disk = JobRecords(options.records_dir).Load();
+    EXPECT_TRUE(on_disk.ok() && on_disk->size() == 1u);
+    return on_disk.ok() && !on_disk->empty() ? on_disk->front() : v1::Job();
+  };
+  const v1::Job first = stop_at_step(27);
+  const int64_t reached = first.step();
+  ASSERT_GE(reached, 27);
+  // Its snapshots past step 10 are gone: the next run goes back to step 10.
+  const SnapshotStore snapshots(options.snapshot_dir + "/" + id, 1);
+  for (int64_t step : snapshots.Steps()) {
+    if (step > 10) std::filesystem::remove(snapshots.PathOf(step));
+  }
+  ASSERT_FALSE(snapshots.Steps().empty());
+  ASSERT_EQ(snapshots.Steps().back(), 10);
+  const v1::Job second = stop_at_step(13);
+  ASSERT_LT(second.step(), reached) << "the second run went past the first's steps";
+  EXPECT_EQ(second.high_water_step(), reached);
+
+  InProcessCoordinator c(options, &workers);
+  ASSERT_OK(c.jobs.Start());
+  std::vector<v1::JobEvent> events;
+  ASSERT_OK_AND_ASSIGN(v1::Job done, AwaitEnd(c.jobs, id, absl::Minutes(2), &events));
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
+  bool restarted = false;
+  int replays = 0;
+  for (const v1::JobEvent& e : events) {
+    if (e.has_state() && e.state().state() == v1::RECOVERING) restarted = true;
+    if (!restarted || !e.has_step()) continue;
+    EXPECT_EQ(e.step().replay(), e.step().step() <= reached) << e.step().step();
+    replays += e.step().replay();
+  }
+  EXPECT_GE(replays, reached - second.step());
 }
 
 }  // namespace

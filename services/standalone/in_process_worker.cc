@@ -54,6 +54,12 @@ class InProcessStepStream final : public StepStream {
   }
 
   bool Send(const StepCommand& command) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (closed_ || !error_.ok()) return false;
+    }
+    // As a worker does when a command arrives: a streamed dataset starts reading it.
+    slot_->Prefetch(job_id_, command);
     absl::MutexLock lock(&mu_);
     if (closed_ || !error_.ok()) return false;
     commands_.push_back({command,

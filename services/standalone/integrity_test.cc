@@ -42,7 +42,7 @@ class AbortingSink final : public JobSink, public WorkerSupply {
   void OnRunning(int64_t) override {}
   void OnStep(const v1::StepEvent& e) override { steps.push_back(e.step()); }
   void OnEval(const v1::EvalResult&) override {}
-  void OnSnapshot(int64_t step, uint64_t) override {
+  void OnSnapshot(int64_t step, uint64_t, bool) override {
     if (step == abort_at_ && runner != nullptr) runner->Abort(absl::CancelledError("stop here"));
   }
   void Recovering(const std::vector<std::string>&, const absl::Status& reason,
@@ -167,6 +167,36 @@ TEST(Integrity, AFinalCheckpointAFullDiskRefusesIsKeptAndWrittenOnceThereIsRoom)
   EXPECT_EQ(state.step, 30);
   EXPECT_EQ(ParamChecksum(state.params, state.batch_stats), out.param_checksum);
   EXPECT_FALSE(fs::exists(options.snapshot_dir + "/job-000001"));  // the checkpoint holds it
+  fs::remove_all(root);
+}
+
+// A snapshot the disk refuses is kept in memory and reported apart: snapshot_step stays
+// the newest one on disk (what a restarted coordinator would resume from), and
+// memory_snapshot_step names the newer one held in memory. Here the tmpfs takes the
+// snapshot of step 10 (about 150 KiB) and refuses the one of step 20.
+TEST(Integrity, SnapshotStepIsTheNewestOnDiskAndOneHeldInMemoryIsReportedApart) {
+  TinyTmpfs disk(256 * 1024);
+  LOCKSTEP_SKIP_WITHOUT_TMPFS(disk);
+  const std::string root = TempDir("memory-snapshot");
+  InProcessWorkers workers(2);
+  CoordinatorOptions options = OptionsIn(root);
+  options.snapshot_dir = disk.dir();
+  LogCapture warnings("warning");
+  v1::Job done;
+  {
+    InProcessCoordinator c(options, &workers);
+    ASSERT_OK(c.jobs.Start());
+    ASSERT_OK_AND_ASSIGN(v1::Job job, c.jobs.Submit(Spec()));
+    ASSERT_OK_AND_ASSIGN(done, AwaitEnd(c.jobs, job.id(), absl::Minutes(2)));
+  }
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
+  EXPECT_EQ(done.snapshot_step(), 10);
+  EXPECT_EQ(done.memory_snapshot_step(), 20);
+  bool said = false;
+  for (const v1::LogLine& l : warnings.lines()) {
+    said = said || absl::StrContains(l.message(), "snapshot kept in memory");
+  }
+  EXPECT_TRUE(said);
   fs::remove_all(root);
 }
 

@@ -5,11 +5,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "lockstep/v1/registry.grpc.pb.h"
 #include "services/common/rpc/status.h"
+#include "services/common/security/bootstrap_tokens.h"
 #include "services/common/security/credentials.h"
 
 namespace lockstep {
@@ -23,14 +25,16 @@ absl::StatusOr<TlsFiles> EnsureEnrolled(const EnrollOptions& o) {
     if (expiry.ok() && *expiry > absl::Now() + absl::Hours(1)) return files;
   }
   std::ifstream in(o.token_file);
-  std::string token;
-  for (std::string line; token.empty() && std::getline(in, line);) {
-    token = std::string(absl::StripAsciiWhitespace(line));
-  }
-  if (token.empty()) {
+  std::stringstream text;
+  text << in.rdbuf();
+  // The first token of the file (the coordinator's own file, rotated: the new one first).
+  absl::StatusOr<std::vector<BootstrapToken>> tokens =
+      ParseBootstrapTokens(text.str(), o.token_file);
+  if (!tokens.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--bootstrap_token_file: no token in ", o.token_file));
+        absl::StrCat("--bootstrap_token_file: ", tokens.status().message()));
   }
+  const std::string token = tokens->front().token;
   absl::StatusOr<Transport> transport = Transport::Tls({o.ca_file, "", ""});
   if (!transport.ok()) return transport.status();
   absl::StatusOr<KeyAndCsr> made = NewWorkerKeyAndCsr();
@@ -59,7 +63,10 @@ absl::StatusOr<TlsFiles> EnsureEnrolled(const EnrollOptions& o) {
   fs::permissions(o.identity_dir, fs::perms::owner_all, ec);
   if (absl::Status st = WritePrivateFile(files.key, made->key_pem); !st.ok()) return st;
   if (absl::Status st = WritePrivateFile(files.cert, resp.certificate_pem()); !st.ok()) return st;
-  spdlog::info("enrolled as worker identity {} (certificate in {})", resp.identity(), files.cert);
+  spdlog::info("enrolled as worker identity {} (certificate in {}){}", resp.identity(), files.cert,
+               resp.pending_approval()
+                   ? ": it takes no job until an admin approves it (`lockstep workers approve`)"
+                   : "");
   return files;
 }
 

@@ -167,7 +167,7 @@ absl::StatusOr<PrepareResult> JobSlot::Load(Job& job, const JobAssignment& assig
   const ReplicaConfig& config = assignment.replica;
   ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, backends_->ForJob(config.spec));
   RETURN_IF_ERROR(job.cancel.status());
-  ASSIGN_OR_RETURN(std::shared_ptr<const Datasets> data, data_->Get(config.spec.dataset()));
+  ASSIGN_OR_RETURN(JobData data, data_->ForJob(config.spec.dataset()));
   RETURN_IF_ERROR(job.cancel.status());
   std::unique_ptr<Collective> collective;
   if (config.world_size > 1) {
@@ -209,11 +209,20 @@ absl::StatusOr<PrepareResult> JobSlot::Load(Job& job, const JobAssignment& assig
   result.test_examples = replica->test_examples();
   absl::MutexLock lock(&mu_);
   if (fault_) replica->set_gradient_fault(fault_);
-  if (Collective* c = replica->collective()) {
-    job.abort_collective = job.cancel.OnCancel([c, &job] { c->Abort(job.cancel.status()); });
-  }
+  // Cancelling ends what a command may wait on: the peers, the dataset's reads.
+  job.abort_waits = job.cancel.OnCancel([r = replica.get(), &job] {
+    if (Collective* c = r->collective()) c->Abort(job.cancel.status());
+    r->AbortData(job.cancel.status());
+  });
   job.replica = std::move(replica);
   return result;
+}
+
+void JobSlot::Prefetch(const std::string& job_id, const StepCommand& command) {
+  absl::MutexLock lock(&mu_);  // the replica stays while mu_ is held (Finish, Release)
+  if (job_ && job_->id == job_id && job_->replica && !job_->broken && !job_->cancel.cancelled()) {
+    job_->replica->Prefetch(command);
+  }
 }
 
 absl::StatusOr<Replica*> JobSlot::Current(const std::string& job_id) {

@@ -81,6 +81,10 @@ class JobSlot {
   // (after a failed step the job is dropped; a logical-replicas job keeps its state, which
   // a failed step leaves as it was, for a Prepare with keep_state, and runs nothing more).
   absl::StatusOr<StepResult> Step(const std::string& job_id, const StepCommand& command);
+  // As soon as a step's command arrives, before Step: a streamed dataset's pipeline starts
+  // reading its examples (Replica::Prefetch). Never waits; nothing if `job_id` is not
+  // prepared here.
+  void Prefetch(const std::string& job_id, const StepCommand& command);
   absl::StatusOr<EvalSums> Evaluate(const std::string& job_id, int64_t begin, int64_t end);
   // Calls sink(header, chunk) with the state's bytes in order, at most `chunk_bytes` at a
   // time; the first non-OK status it returns ends the transfer.
@@ -113,9 +117,10 @@ class JobSlot {
     bool broken = false;
     // A Prepare with keep_state is to take its state: being cancelled does not drop it.
     bool handing_over = false;
-    // Cancelling aborts the replica's collective, so that a step waiting for a peer that
-    // will not come ends now. Destroyed before the replica.
-    CancelToken::Callback abort_collective;
+    // Cancelling aborts the replica's collective and its dataset's reads, so that a step
+    // waiting for a peer that will not come, or for a stalled read, ends now. Destroyed
+    // before the replica.
+    CancelToken::Callback abort_waits;
   };
   // The state `previous` (the job's earlier replica) holds, for a Prepare with
   // keep_state: its bytes, its header, and the steps it went through past header.step.

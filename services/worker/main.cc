@@ -56,6 +56,9 @@ ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
 ABSL_FLAG(std::string, data_root, lockstep::kDefaultDataRoots,
           "comma-separated folders jobs may read datasets from (symlinks resolved)");
+ABSL_FLAG(std::string, data_cache_dir, "",
+          "a folder of this worker's own where streamed datasets' indexes go when they cannot "
+          "be written beside the dataset's files (a read-only volume); empty: none");
 ABSL_FLAG(int, leave_timeout_s, 25,
           "on SIGTERM while it runs a job, how long the worker waits for the coordinator to "
           "release it at the job's next step boundary before it exits anyway (keep it below "
@@ -178,7 +181,7 @@ int Main() {
     spdlog::error("--{}", std::string(roots.status().message()));
     return 1;
   }
-  DatasetCache datasets(2, *std::move(roots));
+  DatasetCache datasets(2, *std::move(roots), absl::GetFlag(FLAGS_data_cache_dir));
   auto registry = std::make_shared<prometheus::Registry>();
   WorkerMetrics metrics(registry);
   RpcMetrics rpc_metrics(*registry);

@@ -102,6 +102,11 @@ class StepsReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::S
     }
     if (!core_->status.ok()) return;  // failed: stop reading
     auto request = std::make_shared<v1::StepRequest>(std::move(core_->request));
+    {
+      // A streamed dataset starts reading the step's examples now, while earlier steps run.
+      std::vector<rng::Key> keys;
+      slot_->Prefetch(request->job_id(), FromProto(*request, &keys));
+    }
     ++core_->queued;
     executor_->Post([core = core_, slot = slot_, request] {
       {

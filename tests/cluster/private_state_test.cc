@@ -148,5 +148,31 @@ TEST(PrivateStateTest, AnotherUserReadsNothingOfTheStateLogsCredentialsOrSecrets
   fs::remove_all(open_dir);
 }
 
+// A second coordinator started on a running one's --state_dir (a pod rescheduled while the
+// old one still runs, a copy-pasted command) exits 1 naming the holder's pid, before it has
+// recovered or written anything; the first one keeps its folder and goes on serving.
+TEST(StateFolder, ASecondCoordinatorOnTheSameFolderExits1NamingTheHoldersPid) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(0));
+  const std::string log = cluster->dir() + "/logs/second-coordinator.log";
+  const std::string binary = BinaryPath("lockstep-coordinator");
+  const std::string state = "--state_dir=" + cluster->dir() + "/state";
+  const pid_t pid = fork();  // only async-signal-safe calls in the child (gRPC's threads)
+  if (pid == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    execl(binary.c_str(), binary.c_str(), "--insecure", "--listen=127.0.0.1:0", state.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1) << ReadFile(log);
+  EXPECT_THAT(ReadFile(log), HasSubstr(absl::StrCat("is in use by another coordinator (pid ",
+                                                    cluster->processes().pids()[0], " on ")));
+  EXPECT_OK(cluster->Workers());
+}
+
 }  // namespace
 }  // namespace lockstep::testing

@@ -146,6 +146,22 @@ inline absl::StatusOr<std::string> Revoke(const LocalCluster& c, const std::stri
   return resp.identity();
 }
 
+// WorkerAdmin.ApproveWorker as the holder of `token`: the identity approved.
+inline absl::StatusOr<std::string> Approve(const LocalCluster& c, const std::string& token,
+                                           const std::string& id) {
+  auto stub = v1::WorkerAdmin::NewStub(MakeChannel(
+      c.address(), Tls(ClientTls(c.processes().credentials_dir())), kCoordinatorIdentity, token));
+  grpc::ClientContext ctx;
+  v1::ApproveWorkerRequest req;
+  req.set_id(id);
+  v1::ApproveWorkerResponse resp;
+  if (absl::Status st = FromGrpcStatus(stub->ApproveWorker(WithDeadline(&ctx), req, &resp));
+      !st.ok()) {
+    return st;
+  }
+  return resp.identity();
+}
+
 inline absl::StatusOr<v1::WorkerInfo> WorkerNamed(LocalCluster& c, const std::string& name) {
   ASSIGN_OR_RETURN(v1::ListWorkersResponse workers, c.Workers());
   for (const v1::WorkerInfo& w : workers.workers()) {

@@ -218,7 +218,7 @@ def main():
   ap.add_argument(
       "--only",
       default="rng,init,grads,train,pmap,optax,layers,batchnorm,replicas,resnet,precision,sequence,"
-              "vit")
+      "augment,stream,vit")
   args = ap.parse_args()
   os.makedirs(args.out, exist_ok=True)
   only = set(args.only.split(","))
@@ -255,6 +255,12 @@ def main():
   if "resnet" in only:  # pmap on 2 of the host devices set above
     import golden_resnet  # noqa: E402
     golden_resnet.write_goldens(args.out)
+  if "augment" in only:  # image decoding and preprocessing (Pillow, numpy, jax.random)
+    import golden_augment  # noqa: E402
+    golden_augment.write_goldens(args.out)
+  if "stream" in only:  # pmap on 2 of the host devices, fed from PNG shards
+    import golden_stream  # noqa: E402
+    golden_stream.write_golden(args.out)
   if "precision" in only:  # float64 in a scope of its own (jax.enable_x64)
     import golden_precision  # noqa: E402
     golden_precision.write_goldens(args.out)

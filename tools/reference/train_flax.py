@@ -8,7 +8,8 @@ Reads the spec's model.layers (golden_layers.Sequential, plus batch_norm as
 nn.BatchNorm(use_running_average=not train, momentum, epsilon, use_bias, use_scale)), its
 optimizer (models.make_tx_from_spec: schedules, clipping), global_batch_size, epochs (or
 steps) and seed, and its dataset (IDX folder or NPZ files, scaled as docs/datasets.md
-says; a text file as bytes in windows of `context`). It trains one process on the whole
+says; a text file as bytes in windows of `context`; TFRecord shards through tf.data with
+the spec's augmentation, as a Flax ImageNet pipeline would). It trains one process on the whole
 global batch, which is what Flax's
 BatchNorm(axis_name=...) computes under pmap over equal shards (the statistics' mean
 over the devices is the batch's, up to float rounding), and prints the test accuracy after
@@ -116,6 +117,48 @@ def load(dataset, split):
   return x, y.astype(np.int32)
 
 
+def tfdata(dataset, split, batch, seed):
+  """A tfrecord dataset (TFDS's shards of PNG/JPEG Examples) through tf.data, as a Flax
+  ImageNet input pipeline reads it: shuffled each epoch and augmented with tf.image by the
+  spec's preprocess steps (train; test_preprocess for test), scaled by 1/255 and
+  normalized. The same recipe as Lockstep's workers, not the same draws."""
+  import glob
+  import tensorflow as tf  # only for this path: the peers' input pipeline
+  name, path = dataset["name"], dataset["path"]
+  files = sorted(glob.glob(f"{path}/{name}-{dataset.get(split + '_split', split)}.tfrecord*"))
+  image_key, label_key = dataset.get("image_key", "image"), dataset.get("label_key", "label")
+  steps = dataset.get("preprocess" if split == "train" else "test_preprocess") or []
+  norm = dataset.get("normalize")
+
+  def parse(record):
+    f = tf.io.parse_single_example(record, {image_key: tf.io.FixedLenFeature([], tf.string),
+                                            label_key: tf.io.FixedLenFeature([], tf.int64)})
+    return tf.io.decode_image(f[image_key], expand_animations=False), f[label_key]
+
+  def augment(x, y):
+    for step in steps:
+      (kind, o), = step.items()
+      if kind == "random_crop":
+        pad, h, w = int(o.get("padding", 0)), int(o.get("size") or o["height"]), int(o.get("size") or o["width"])
+        x = tf.image.random_crop(tf.pad(x, [[pad, pad], [pad, pad], [0, 0]]), [h, w, tf.shape(x)[2]])
+      elif kind == "horizontal_flip":
+        x = tf.image.random_flip_left_right(x)
+      elif kind == "center_crop":
+        x = tf.image.resize_with_crop_or_pad(x, int(o.get("size") or o["height"]), int(o.get("size") or o["width"]))
+      else:
+        raise NotImplementedError(f"train_flax.py's tf.data path: preprocess step {kind}")
+    x = tf.cast(x, tf.float32) / 255.0
+    if norm:
+      x = (x - norm["mean"]) / norm["std"]
+    return x, tf.cast(y, tf.int32)
+
+  ds = tf.data.TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE).map(parse)
+  if split == "train":
+    ds = ds.cache().shuffle(70000, seed=seed, reshuffle_each_iteration=True)
+  ds = ds.map(augment, num_parallel_calls=tf.data.AUTOTUNE)
+  return ds.batch(batch, drop_remainder=split == "train").prefetch(tf.data.AUTOTUNE)
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("spec")
@@ -125,9 +168,17 @@ def main():
   batch = int(spec["global_batch_size"])
   seed = int(spec.get("seed", 0))
 
-  x_train, y_train = load(spec.get("dataset"), "train")
-  x_test, y_test = load(spec.get("dataset"), "test")
-  steps_per_epoch = len(x_train) // batch
+  streamed = (spec.get("dataset") or {}).get("format") == "tfrecord"
+  if streamed:  # tf.data feeds the steps; the test split is read once
+    train_ds = tfdata(spec["dataset"], "train", batch, seed)
+    test = list(tfdata(spec["dataset"], "test", 250, seed).as_numpy_iterator())
+    x_test, y_test = np.concatenate([t[0] for t in test]), np.concatenate([t[1] for t in test])
+    n_train = sum(1 for _ in train_ds.unbatch().map(lambda x, y: y))
+  else:
+    x_train, y_train = load(spec.get("dataset"), "train")
+    x_test, y_test = load(spec.get("dataset"), "test")
+    n_train = len(x_train)
+  steps_per_epoch = n_train // batch
   epochs = args.epochs or int(spec.get("epochs") or -(-int(spec["steps"]) // steps_per_epoch))
 
   model, init_input = model_from_spec(spec)
@@ -164,13 +215,14 @@ def main():
   for epoch in range(1, epochs + 1):
     t0 = time.time()
     rng, input_rng = jax.random.split(rng)
-    order = np.asarray(jax.random.permutation(input_rng, len(x_train)))
+    order = np.asarray(jax.random.permutation(input_rng, n_train))
     losses = []
-    for s in range(steps_per_epoch):
-      idx = order[s * batch:(s + 1) * batch]
+    batches = train_ds.as_numpy_iterator() if streamed else (
+        (x_train[order[s * batch:(s + 1) * batch]], y_train[order[s * batch:(s + 1) * batch]])
+        for s in range(steps_per_epoch))
+    for x, y in batches:
       step_key, dropout_key = jax.random.split(dropout_key)
-      params, stats, opt_state, loss = train_step(params, stats, opt_state, x_train[idx],
-                                                  y_train[idx], step_key)
+      params, stats, opt_state, loss = train_step(params, stats, opt_state, x, y, step_key)
       losses.append(loss)
     n, total = 0, 0.0
     for i in range(0, len(x_test), 250):

@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "services/common/observability/quote_controls.h"
 
 namespace lockstep {
 namespace {
@@ -67,6 +68,26 @@ class JsonFormatter final : public spdlog::formatter {
   }
 };
 
+// spdlog's default pattern over the message with its control characters quoted
+// (quote_controls.h): one record, one line, whatever a user put in a name or a path.
+class TextFormatter final : public spdlog::formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
+    const std::string_view payload(msg.payload.data(), msg.payload.size());
+    if (!NeedsQuoting(payload)) return pattern_.format(msg, dest);
+    const std::string quoted = QuoteControls(payload);
+    spdlog::details::log_msg copy = msg;
+    copy.payload = spdlog::string_view_t(quoted.data(), quoted.size());
+    pattern_.format(copy, dest);
+  }
+  std::unique_ptr<spdlog::formatter> clone() const override {
+    return std::make_unique<TextFormatter>();
+  }
+
+ private:
+  spdlog::pattern_formatter pattern_;
+};
+
 }  // namespace
 
 absl::StatusOr<LogFormat> ParseLogFormat(std::string_view name) {
@@ -80,7 +101,7 @@ void SetLogFormat(LogFormat format) {
   if (format == LogFormat::kJson) {
     spdlog::set_formatter(std::make_unique<JsonFormatter>());
   } else {
-    spdlog::set_formatter(std::make_unique<spdlog::pattern_formatter>());
+    spdlog::set_formatter(std::make_unique<TextFormatter>());
   }
 }
 

@@ -26,7 +26,9 @@ enum class LogFormat { kText, kJson };
 
 // "text" or "json"; INVALID_ARGUMENT naming log_format otherwise.
 absl::StatusOr<LogFormat> ParseLogFormat(std::string_view name);
-// Formats the default logger's lines (JSON: {"ts", "level", "msg"[, "job", "worker", "rank"]}).
+// Formats the default logger's lines, one line a record: text with the message's control
+// characters quoted (quote_controls.h); JSON ({"ts", "level", "msg"[, "job", "worker",
+// "rank"]}) with JSON's own escapes.
 void SetLogFormat(LogFormat format);
 
 // What a line is about.

@@ -2,6 +2,7 @@
 
 #include <spdlog/sinks/ostream_sink.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -65,6 +66,39 @@ TEST(JobLog, TextLinesStartWithTheJobWorkerAndRank) {
   SetLogWorkerId("w-7");  // a worker's own lines name it
   LogJob(spdlog::level::info, {"job-000002-cd", "", 0}, "prepared");
   EXPECT_THAT(log.text(), HasSubstr("[job-000002-cd worker w-7 rank 0] prepared"));
+}
+
+// A job name or a dataset path with a newline, ESC and BEL in it: the record stays one
+// line, its control characters quoted, so no one can write a line that looks like the
+// server's own or reach an admin's terminal with an escape sequence.
+TEST(JobLog, TextLinesQuoteControlCharactersOneLineARecord) {
+  CapturedLog log(LogFormat::kText);
+  const std::string path = "/data/x\n[2030-01-01 00:00:00.000] [error] [job-000009-zz] FORGED";
+  const std::string name = "a\x1b]0;owned\x07\x1b[2Jb";
+  LogJob(spdlog::level::err, {"job-000003-ef"}, "dataset.path " + path + ": not found");
+  spdlog::info("job {} submitted", name);
+  const std::string text = log.text();
+  ASSERT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
+  EXPECT_EQ(text.find('\x07'), std::string::npos);
+  EXPECT_THAT(text, HasSubstr("[job-000003-ef] dataset.path /data/x\\n[2030-01-01 00:00:00.000] "
+                              "[error] [job-000009-zz] FORGED: not found\n"));
+  EXPECT_THAT(text, HasSubstr("job a\\x1b]0;owned\\x07\\x1b[2Jb submitted\n"));
+}
+
+// JSON lines keep JSON's own escapes (a parser gets the text back as it was).
+TEST(JobLog, JsonLinesOfControlCharactersStayOneLineEach) {
+  CapturedLog log(LogFormat::kJson);
+  spdlog::info("job {} submitted",
+               "a\nb\x1b\x07"
+               "c\\d");
+  const std::string text = log.text();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+  const std::vector<nlohmann::json> lines = log.JsonLines();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["msg"],
+            "job a\nb\x1b\x07"
+            "c\\d submitted");
 }
 
 TEST(JobLog, TheTapGetsEveryLineAboutAJob) {

@@ -82,7 +82,8 @@ namespace {
 MHD_Result Answer(void* cls, MHD_Connection* connection, const char* url, const char* method,
                   const char* /*version*/, const char* /*upload_data*/,
                   size_t* /*upload_data_size*/, void** /*request*/) {
-  const auto* server = static_cast<const MetricsServer*>(cls);
+  auto* server = static_cast<MetricsServer*>(cls);
+  server->guard().HeaderReceived(connection);
   unsigned int code = MHD_HTTP_OK;
   std::string body;
   if (std::strcmp(method, "GET") != 0 && std::strcmp(method, "HEAD") != 0) {
@@ -119,14 +120,11 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   absl::StatusOr<int> fd = ListenTcp("metrics", address, 128);
   if (!fd.ok()) return fd.status();
   const int port = BoundPort(*fd);
-  std::unique_ptr<MetricsServer> server(new MetricsServer(port, std::move(what)));
-  const auto idle_seconds = static_cast<unsigned int>(std::max<int64_t>(
-      1, absl::ToInt64Seconds(absl::Ceil(options.idle_timeout, absl::Seconds(1)))));
+  std::unique_ptr<MetricsServer> server(new MetricsServer(port, std::move(what), options));
   server->daemon_ = MHD_start_daemon(
       MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, 0, nullptr, nullptr, &Answer, server.get(),
       MHD_OPTION_LISTEN_SOCKET, static_cast<MHD_socket>(*fd),  //
-      MHD_OPTION_CONNECTION_TIMEOUT, idle_seconds,             //
-      MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned int>(std::max(1, options.max_connections)),
+      MHD_OPTION_ARRAY, server->guard_.options(),              //
       // 0: the system's default stack (8 MiB from RLIMIT_STACK), as std::thread's; never a
       // fixed small one (see the top of metrics.h).
       MHD_OPTION_THREAD_STACK_SIZE, static_cast<size_t>(0),  //

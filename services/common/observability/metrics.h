@@ -7,8 +7,8 @@
 // stack, compiled in, smaller than a worker's static TLS (cuBLASLt, OpenBLAS, NCCL: about
 // 170 KiB), so pthread_create fails there with EINVAL. libmicrohttpd takes the stack size
 // as an option (we leave it the system's default, as std::thread does) and serves every
-// connection from one event loop (epoll) with a per-connection inactivity timeout and a
-// bound on connections: idle or slow clients never delay a scrape.
+// connection from one event loop (epoll); an HttpGuard gives each request deadlines and caps
+// the connections from one address: idle, slow or trickling clients never delay a scrape.
 //
 // The servers' metrics live in a small class per server (CoordinatorMetrics,
 // WorkerMetrics) that the plain classes call; this file knows nothing about jobs.
@@ -36,6 +36,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "services/common/observability/http_guard.h"
 
 struct MHD_Daemon;  // libmicrohttpd's
 
@@ -75,14 +76,9 @@ class HistogramFamily final : public prometheus::Collectable {
   std::vector<std::unique_ptr<AtomicHistogram>> series_;
 };
 
-// How the listener treats its clients.
-struct MetricsServerOptions {
-  // A connection silent this long (whole seconds, at least 1) is closed: a request not sent
-  // whole, or a kept-alive connection not used again.
-  absl::Duration idle_timeout = absl::Seconds(10);
-  // Connections served at once; more wait in the listen backlog (128) until one closes.
-  int max_connections = 256;
-};
+// How the listener treats its clients: deadlines for each request's header and body, an
+// idle timeout, and caps on connections, in all and from one IP address (http_guard.h).
+using MetricsServerOptions = HttpLimits;
 
 // The HTTP listener: GET /metrics answers the collectables' samples in Prometheus's text
 // format (other paths 404, other methods 405), on one event-loop thread of its own, many
@@ -102,13 +98,17 @@ class MetricsServer {
   int port() const { return port_; }
   // The page GET /metrics answers.
   std::string Page() const;
+  // The deadlines and caps on its connections (its access handler reports each header).
+  HttpGuard& guard() { return guard_; }
 
  private:
-  MetricsServer(int port, std::vector<std::shared_ptr<prometheus::Collectable>> what)
-      : port_(port), what_(std::move(what)) {}
+  MetricsServer(int port, std::vector<std::shared_ptr<prometheus::Collectable>> what,
+                const MetricsServerOptions& options)
+      : port_(port), what_(std::move(what)), guard_(options, nullptr) {}
 
   const int port_;
   const std::vector<std::shared_ptr<prometheus::Collectable>> what_;
+  HttpGuard guard_;               // outlives the daemon (declared before it)
   MHD_Daemon* daemon_ = nullptr;  // set once by Start; serves until the destructor
 };
 

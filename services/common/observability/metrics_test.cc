@@ -25,6 +25,7 @@
 #include "services/common/observability/http_testing.h"
 #include "services/common/observability/process_metrics.h"
 #include "services/common/observability/rpc_metrics.h"
+#include "services/common/observability/slow_clients_testing.h"
 #include "services/common/rpc/listen_socket.h"
 #include "services/common/rpc/net.h"
 
@@ -212,6 +213,43 @@ TEST_F(MetricsServerTest, ConnectionsPastTheLimitWaitForAFreeOne) {
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(900));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   for (int fd : idle) close(fd);
+}
+
+// A client that keeps its connection busy, a header line every 100 ms, is still cut at the
+// header's deadline: the idle timeout alone never fired for it.
+TEST_F(MetricsServerTest, TricklingAHeaderIsCutAtItsDeadline) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<MetricsServer> server,
+                       MetricsServer::Start("127.0.0.1:0", {registry_}, "",
+                                            {.header_timeout = absl::Seconds(1),
+                                             .idle_timeout = absl::Seconds(30)}));
+  SlowClients slow(server->port(), "127.0.0.1", 5, /*tls=*/false);
+  ASSERT_EQ(slow.Trickle(), 5);
+  const absl::Time start = absl::Now();
+  while (slow.Trickle() > 0 && absl::Now() - start < absl::Seconds(10)) {
+    absl::SleepFor(absl::Milliseconds(100));  // the client's pace, not a synchronization
+  }
+  EXPECT_EQ(slow.Trickle(), 0);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(500));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  // A client that sends its request whole is served as before.
+  EXPECT_OK(HttpGet(server->port(), "/metrics"));
+}
+
+// 300 connections from one host (127.0.0.2) trickling their headers: the host gets at most
+// its cap of connections (64), the rest are closed at once, and scrapes from another
+// (127.0.0.1) are answered as quickly as ever. Without the cap they took every slot.
+TEST_F(MetricsServerTest, ThreeHundredTricklingClientsDoNotDelayAScrape) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<MetricsServer> server,
+                       MetricsServer::Start("127.0.0.1:0", {registry_}, ""));
+  SlowClients slow(server->port(), "127.0.0.2", 300, /*tls=*/false);
+  EXPECT_LE(slow.TrickleUntilAtMost(64, absl::Seconds(5)), 64);
+  for (int i = 0; i < 5; ++i) {
+    const absl::Time start = absl::Now();
+    ASSERT_OK_AND_ASSIGN(std::string page, HttpGet(server->port(), "/metrics"));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+    EXPECT_GT(slow.Trickle(), 0);             // the ones admitted are still held open, trickling
+    absl::SleepFor(absl::Milliseconds(200));  // the clients' pace
+  }
 }
 
 TEST_F(MetricsServerTest, OtherMethodsAre405AndHeadHasNoBody) {

@@ -94,6 +94,8 @@ v1::StepRequest ToProto(const std::string& job_id, const StepCommand& command) {
     r.add_keys(k.k0);
     r.add_keys(k.k1);
   }
+  r.set_data_key0(command.data_key.k0);
+  r.set_data_key1(command.data_key.k1);
   return r;
 }
 
@@ -113,6 +115,7 @@ StepCommand FromProto(const v1::StepRequest& r, std::vector<rng::Key>* keys) {
   keys->clear();
   for (int i = 0; i + 1 < r.keys_size(); i += 2) keys->push_back({r.keys(i), r.keys(i + 1)});
   c.keys = *keys;
+  c.data_key = {r.data_key0(), r.data_key1()};
   return c;
 }
 
@@ -148,10 +151,13 @@ StepResult FromProto(const v1::StepResponse& r) {
 v1::EvaluateResponse ToProto(const EvalSums& sums) {
   v1::EvaluateResponse r;
   r.set_loss_sum(sums.loss_sum), r.set_correct(sums.correct), r.set_count(sums.count);
+  r.set_predictions(sums.predictions);
   return r;
 }
 
-EvalSums FromProto(const v1::EvaluateResponse& r) { return {r.loss_sum(), r.correct(), r.count()}; }
+EvalSums FromProto(const v1::EvaluateResponse& r) {
+  return {r.loss_sum(), r.correct(), r.count(), r.predictions()};
+}
 
 bool WriteStateChunks(const StateHeader& header, std::string_view bytes,
                       const std::function<bool(const v1::StateChunk&)>& write) {

@@ -52,6 +52,14 @@ TEST(StepWire, TheAuditsFieldsTravelBothWays) {
   EXPECT_EQ(got.audit_loss, 0.25f);
 }
 
+TEST(StepWire, TheEpochsDataKeyTravels) {
+  const std::vector<int32_t> idx = {1};
+  StepCommand c{.step = 4, .indices = idx};
+  c.data_key = {0x89abcdefu, 7};
+  std::vector<rng::Key> keys;
+  EXPECT_EQ(FromProto(ToProto("job", c), &keys).data_key, (rng::Key{0x89abcdefu, 7}));
+}
+
 TEST(StepWire, LogicalReplicasKeysAndLossesTravelBothWays) {
   const std::vector<int32_t> idx = {1, 2, 3, 4};
   const std::vector<rng::Key> keys = {{1, 2}, {3, 4}};

@@ -3,6 +3,7 @@
 #include "services/common/security/auth.h"
 
 #include <openssl/crypto.h>
+#include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
@@ -60,6 +61,18 @@ absl::string_view Authorization(const grpc::ServerContextBase& ctx) {
 absl::Status ParseLimit(absl::string_view field, const std::string& where, CallerLimits* limits) {
   const size_t eq = field.find('=');
   const absl::string_view key = field.substr(0, eq);
+  if (key == "priority" && eq != absl::string_view::npos) {
+    absl::StatusOr<std::pair<int, int>> range =
+        ParsePriorityRange(field.substr(eq + 1), absl::StrCat(where, "priority"));
+    if (!range.ok()) return range.status();
+    if (limits->priority.has_value() && *limits->priority != *range) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "priority=", field.substr(eq + 1), " but it was given as ",
+                       limits->priority->first, "..", limits->priority->second));
+    }
+    limits->priority = *range;
+    return absl::OkStatus();
+  }
   std::optional<int64_t>* slot = key == "max_queued_jobs"      ? &limits->max_queued_jobs
                                  : key == "max_running_jobs"   ? &limits->max_running_jobs
                                  : key == "submits_per_minute" ? &limits->submits_per_minute
@@ -69,7 +82,7 @@ absl::Status ParseLimit(absl::string_view field, const std::string& where, Calle
     return absl::InvalidArgumentError(
         absl::StrCat(where,
                      "expected KEY=VALUE after the role, KEY one of max_queued_jobs, "
-                     "max_running_jobs, submits_per_minute, max_jobs_kept; got \"",
+                     "max_running_jobs, submits_per_minute, max_jobs_kept, priority; got \"",
                      field, "\""));
   }
   int64_t value = 0;
@@ -87,12 +100,60 @@ absl::Status ParseLimit(absl::string_view field, const std::string& where, Calle
 
 }  // namespace
 
+absl::StatusOr<std::pair<int, int>> ParsePriorityRange(absl::string_view text,
+                                                       const std::string& what) {
+  const size_t dots = text.find("..");
+  int lo = 0, hi = 0;
+  const bool parsed = dots == absl::string_view::npos
+                          ? absl::SimpleAtoi(text, &lo) && absl::SimpleAtoi(text, &hi)
+                          : absl::SimpleAtoi(text.substr(0, dots), &lo) &&
+                                absl::SimpleAtoi(text.substr(dots + 2), &hi);
+  if (!parsed || lo > hi || lo < -1000 || hi > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": expected LO..HI with -1000 <= LO <= HI <= 1000 (or one number), got \"", text,
+        "\""));
+  }
+  return std::pair{lo, hi};
+}
+
 bool ValidWorkerName(absl::string_view name) {
-  if (name.empty() || name.size() > 64) return false;
+  if (name.empty() || name.size() > 64 - (sizeof(kWorkerCnPrefix) - 1)) return false;
   for (char c : name) {
     if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '-') return false;
   }
   return true;
+}
+
+std::optional<std::string> ParseFingerprint(absl::string_view text) {
+  text = absl::StripAsciiWhitespace(text);
+  if (absl::StartsWithIgnoreCase(text, "sha256:")) text.remove_prefix(7);
+  std::string hex;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == ':' && text.size() == 95 && i % 3 == 2) continue;  // AB:CD:...
+    if (!absl::ascii_isxdigit(c)) return std::nullopt;
+    hex.push_back(absl::ascii_tolower(c));
+  }
+  if (hex.size() != 64) return std::nullopt;
+  return "sha256:" + hex;
+}
+
+std::string PeerFingerprint(const grpc::ServerContextBase& ctx) {
+  const std::vector<std::string> pems = PeerNames(ctx, {GRPC_X509_PEM_CERT_PROPERTY_NAME});
+  if (pems.empty()) return "";
+  BIO* bio = BIO_new_mem_buf(pems[0].data(), static_cast<int>(pems[0].size()));
+  X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  if (cert == nullptr) return "";
+  unsigned char* der = nullptr;
+  const int n = i2d_X509(cert, &der);
+  X509_free(cert);
+  if (n <= 0) return "";
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(der, static_cast<size_t>(n), digest);
+  OPENSSL_free(der);
+  return "sha256:" + absl::BytesToHexString(
+                         absl::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
 }
 
 std::string RandomHex(size_t bytes) {

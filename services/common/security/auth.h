@@ -6,8 +6,9 @@
 // The tokens file, one caller per line ("#" starts a comment):
 //   TOKEN NAME ROLE [KEY=VALUE ...]   ROLE: user (their own jobs) or admin (everything)
 // The optional KEY=VALUE fields are the caller's own limits (CallerLimits: max_queued_jobs,
-// max_running_jobs, submits_per_minute, max_jobs_kept), which replace the coordinator's
-// per-user defaults for that name (services/coordinator/scheduling/user_limits.h).
+// max_running_jobs, submits_per_minute, max_jobs_kept, and priority=LO..HI, the range of
+// job priorities the name may ask for), which replace the coordinator's per-user defaults
+// for that name (services/coordinator/scheduling/user_limits.h).
 // Tokens are kept only as SHA-256 digests and compared in constant time; they are never
 // logged.
 #ifndef LOCKSTEP_SERVICES_COMMON_SECURITY_AUTH_H_
@@ -20,6 +21,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,10 +42,16 @@ struct CallerLimits {
   std::optional<int64_t> max_running_jobs;
   std::optional<int64_t> submits_per_minute;
   std::optional<int64_t> max_jobs_kept;
+  // The job priorities the name may ask for, LO..HI within -1000..1000 (JobSpec.priority).
+  std::optional<std::pair<int, int>> priority;
   bool any() const {
-    return max_queued_jobs || max_running_jobs || submits_per_minute || max_jobs_kept;
+    return max_queued_jobs || max_running_jobs || submits_per_minute || max_jobs_kept || priority;
   }
 };
+
+// "LO..HI" (or "N": N..N) within -1000..1000, LO <= HI; INVALID_ARGUMENT naming `what`.
+absl::StatusOr<std::pair<int, int>> ParsePriorityRange(absl::string_view text,
+                                                       const std::string& what);
 
 // What the tokens file says about one name, over all of its lines.
 struct Caller {
@@ -82,8 +90,19 @@ class TokenTable {
 // certificate whose CN is the bare role (the shared worker.pem of older clusters) names no
 // worker and is refused by the registry and the rendezvous.
 inline constexpr char kWorkerCnPrefix[] = "lockstep-worker/";
-// 1 to 64 characters of [A-Za-z0-9._-]: a worker name that may follow kWorkerCnPrefix.
+// The URI SAN that carries an enrolled worker's full requested name (its CN may be short).
+inline constexpr char kWorkerNameUrn[] = "urn:lockstep:worker-name:";
+// 1 to 48 characters of [A-Za-z0-9._-]: a worker name that may follow kWorkerCnPrefix
+// (the whole CN then fits X.509's 64 characters).
 bool ValidWorkerName(absl::string_view name);
+
+// A certificate's SHA-256 fingerprint (of its DER bytes), written "sha256:" and 64 lowercase
+// hex digits. ParseFingerprint takes a person's spelling of one ("sha256:HEX", the bare 64
+// hex digits, or 32 hex bytes joined by ':' as `openssl x509 -fingerprint -sha256` prints
+// them, any case); nullopt for anything else.
+std::optional<std::string> ParseFingerprint(absl::string_view text);
+// The fingerprint of the peer's certificate (mutual TLS); "" without one (plaintext).
+std::string PeerFingerprint(const grpc::ServerContextBase& ctx);
 
 // Random bytes as lowercase hex, from the system's CSPRNG (tokens, unguessable ids).
 std::string RandomHex(size_t bytes);

@@ -68,6 +68,34 @@ TEST(TokenTable, BadLimitFieldsAreInvalidArgumentNamingTheLine) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("TOKEN NAME ROLE")));
 }
 
+TEST(TokenTable, APriorityRangeIsTheNamesOwnAndABadOneNamesTheLine) {
+  ASSERT_OK_AND_ASSIGN(TokenTable t,
+                       TokenTable::Parse(absl::StrCat(kAlice, " alice user priority=-5..10\n", kBob,
+                                                      " bob user priority=3\n"),
+                                         "tokens.txt"));
+  EXPECT_EQ(t.callers().at("alice").limits.priority, std::pair(-5, 10));
+  EXPECT_EQ(t.callers().at("bob").limits.priority, std::pair(3, 3));
+  for (const char* bad : {"priority=5..1", "priority=0..1001", "priority=a..b", "priority="}) {
+    EXPECT_THAT(TokenTable::Parse(absl::StrCat(kAlice, " alice user ", bad, "\n"), "t.txt"),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("t.txt:1: priority"), HasSubstr("LO..HI"))))
+        << bad;
+  }
+}
+
+TEST(Fingerprint, EverySpellingOfOneIsOneAndOthersAreNone) {
+  const std::string want = "sha256:" + std::string(64, 'a');
+  std::string colons;
+  for (int i = 0; i < 32; ++i) absl::StrAppend(&colons, i > 0 ? ":" : "", "AA");
+  for (const std::string& s : {want, std::string(64, 'A'), "SHA256:" + colons, colons}) {
+    EXPECT_EQ(ParseFingerprint(s), want) << s;
+  }
+  for (const std::string& s : {std::string(63, 'a'), std::string(64, 'g'), std::string("worker-1"),
+                               "sha256:" + std::string(65, 'a')}) {
+    EXPECT_EQ(ParseFingerprint(s), std::nullopt) << s;
+  }
+}
+
 TEST(GuardWorker, AWorkersOwnCertificateGivesItsName) {
   const Guard guard = Guard::Tls(TokenTable());
   EXPECT_EQ(

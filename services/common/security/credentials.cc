@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -124,7 +125,8 @@ absl::StatusOr<Issued> Issue(const std::string& cn, const std::vector<std::strin
   } else {
     std::vector<std::string> san;
     for (const std::string& n : names) {
-      san.push_back(absl::StrCat(IsIp(n) ? "IP:" : "DNS:", n));
+      const bool urn = absl::StartsWith(n, "urn:");
+      san.push_back(absl::StrCat(urn ? "URI:" : IsIp(n) ? "IP:" : "DNS:", n));
     }
     ext.push_back({NID_basic_constraints, "critical,CA:FALSE"});
     ext.push_back({NID_key_usage, "critical,digitalSignature,keyEncipherment"});
@@ -170,6 +172,31 @@ absl::Status EnsureLeaf(const std::string& dir, const std::string& name, const s
   return WritePrivate(cert, Pem(issued->cert));
 }
 
+// A worker's key must be as strong as the cluster's own (P-256): RSA of 2048 bits or more,
+// or EC on P-256, P-384 or P-521.
+absl::Status CheckKeyStrength(EVP_PKEY* key) {
+  const int bits = EVP_PKEY_get_bits(key);
+  if (EVP_PKEY_get_base_id(key) == EVP_PKEY_RSA) {
+    if (bits >= 2048) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("csr_pem: an RSA key of ", bits, " bits; at least 2048 are needed"));
+  }
+  if (EVP_PKEY_get_base_id(key) == EVP_PKEY_EC) {
+    char curve[64] = {};
+    size_t len = 0;
+    EVP_PKEY_get_utf8_string_param(key, "group", curve, sizeof(curve), &len);
+    for (const char* ok : {"prime256v1", "secp384r1", "secp521r1"}) {
+      if (std::strcmp(curve, ok) == 0) return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("csr_pem: an EC key on curve '", curve, "'; P-256, P-384 or P-521 is needed"));
+  }
+  const char* kind = OBJ_nid2sn(EVP_PKEY_get_base_id(key));
+  return absl::InvalidArgumentError(
+      absl::StrCat("csr_pem: a ", kind != nullptr ? kind : "unknown",
+                   " key; RSA (2048 bits or more) or EC (P-256 or larger) is needed"));
+}
+
 std::string Pem(X509_REQ* req) {
   Bio bio(BIO_new(BIO_s_mem()));
   PEM_write_bio_X509_REQ(bio.get(), req);
@@ -208,7 +235,8 @@ absl::StatusOr<WorkerSigner> WorkerSigner::Load(const std::string& ca_file,
 }
 
 absl::StatusOr<std::string> WorkerSigner::Sign(const std::string& csr_pem,
-                                               const std::string& identity) const {
+                                               const std::string& identity,
+                                               const std::string& name) const {
   Bio csr_bio(BIO_new_mem_buf(csr_pem.data(), static_cast<int>(csr_pem.size())));
   std::unique_ptr<X509_REQ, Deleter<X509_REQ, X509_REQ_free>> req(
       PEM_read_bio_X509_REQ(csr_bio.get(), nullptr, nullptr, nullptr));
@@ -218,14 +246,17 @@ absl::StatusOr<std::string> WorkerSigner::Sign(const std::string& csr_pem,
   if (!public_key || X509_REQ_verify(req.get(), public_key.get()) != 1) {
     return absl::InvalidArgumentError("csr_pem: its signature does not verify");
   }
+  if (absl::Status st = CheckKeyStrength(public_key.get()); !st.ok()) return st;
   Bio ca_bio(BIO_new_mem_buf(ca_pem_.data(), static_cast<int>(ca_pem_.size())));
   Cert ca(PEM_read_bio_X509(ca_bio.get(), nullptr, nullptr, nullptr));
   Bio key_bio(BIO_new_mem_buf(ca_key_pem_.data(), static_cast<int>(ca_key_pem_.size())));
   Key ca_key(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
   if (!ca || !ca_key) return OpenSslError("loading the CA");
   // Whatever the request's subject says, the certificate names the identity given.
+  std::vector<std::string> names = {kWorkerIdentity};
+  if (!name.empty()) names.push_back(absl::StrCat(kWorkerNameUrn, name));
   absl::StatusOr<Issued> issued =
-      Issue(absl::StrCat(kWorkerCnPrefix, identity), {kWorkerIdentity}, ca.get(), ca_key.get(),
+      Issue(absl::StrCat(kWorkerCnPrefix, identity), names, ca.get(), ca_key.get(),
             static_cast<long>(absl::ToInt64Seconds(validity_)), public_key.get());
   if (!issued.ok()) return issued.status();
   return Pem(issued->cert);
@@ -347,7 +378,7 @@ absl::Status MakeCredentials(const CredentialsOptions& options) {
   for (const std::string& worker : options.workers) {
     if (!ValidWorkerName(worker)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("worker name '", worker, "': 1 to 64 characters of [A-Za-z0-9._-]"));
+          absl::StrCat("worker name '", worker, "': 1 to 48 characters of [A-Za-z0-9._-]"));
     }
   }
   std::error_code ec;

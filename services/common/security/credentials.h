@@ -74,9 +74,12 @@ class WorkerSigner {
   static absl::StatusOr<WorkerSigner> Load(const std::string& ca_file,
                                            const std::string& ca_key_file, absl::Duration validity);
   // A certificate (PEM) for the CSR's key, CN lockstep-worker/IDENTITY, DNS
-  // lockstep-worker, valid for `validity`. INVALID_ARGUMENT naming csr_pem for a request
-  // that is not PEM or whose signature does not verify.
-  absl::StatusOr<std::string> Sign(const std::string& csr_pem, const std::string& identity) const;
+  // lockstep-worker (and URI urn:lockstep:worker-name:NAME when `name`, of
+  // [A-Za-z0-9._-], is given), valid for `validity`. INVALID_ARGUMENT naming csr_pem for a
+  // request that is not PEM, whose signature does not verify, or whose key is weak: RSA
+  // under 2048 bits, EC on a curve other than P-256, P-384 or P-521, or another kind.
+  absl::StatusOr<std::string> Sign(const std::string& csr_pem, const std::string& identity,
+                                   const std::string& name = "") const;
   absl::Duration validity() const { return validity_; }
 
  private:

@@ -2,6 +2,8 @@
 // over the plain classes (JobManager, WorkerPool, KvTable). Contract: service.h.
 #include "services/coordinator/api/service.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <deque>
 #include <fstream>
@@ -232,6 +234,8 @@ grpc::Status JobServiceImpl::ListWorkers(grpc::ServerContext* ctx, const v1::Lis
     return ToGrpcStatus(absl::PermissionDeniedError("listing workers is for admins"));
   }
   for (auto& w : pool_->List()) *resp->add_workers() = std::move(w);
+  for (std::string& r : pool_->Revoked()) resp->add_revoked(std::move(r));
+  for (std::string& p : pool_->PendingApproval()) resp->add_pending_approval(std::move(p));
   return grpc::Status::OK;
 }
 
@@ -276,8 +280,8 @@ grpc::Status WorkerRegistryImpl::Register(grpc::ServerContext* ctx, const v1::Re
   if (req->address().empty() || req->device().empty()) {
     return ToGrpcStatus(absl::InvalidArgumentError("address and device are required"));
   }
-  absl::StatusOr<std::string> id =
-      pool_->RegisterAs(*identity, req->address(), req->device(), req->name(), req->threads());
+  absl::StatusOr<std::string> id = pool_->RegisterAs(
+      *identity, req->address(), req->device(), req->name(), req->threads(), PeerFingerprint(*ctx));
   if (!id.ok()) return ToGrpcStatus(id.status());
   resp->set_worker_id(*id);
   resp->set_heartbeat_interval_ms(absl::ToInt64Milliseconds(interval_));
@@ -296,7 +300,28 @@ grpc::Status WorkerRegistryImpl::Enroll(grpc::ServerContext* ctx, const v1::Enro
   const absl::string_view authorization =
       it == md.end() ? absl::string_view()
                      : absl::string_view(it->second.data(), it->second.size());
-  return Answer(enrollment_->Enroll(authorization, *req), resp);
+  // A revoked worker does not come back under its name with the bootstrap token; the new
+  // identity is recorded before it is issued, pending an admin's approval unless the
+  // policy covers it.
+  bool pending = false;
+  const auto admit = [&](const std::string& identity, const std::string& prefix) {
+    if (const std::string revoked = pool_->RevokedEnrolledName(prefix); !revoked.empty()) {
+      return absl::PermissionDeniedError(absl::StrCat("the name ", prefix,
+                                                      " is a revoked worker's (identity ", revoked,
+                                                      "): it cannot enroll again; ask an admin"));
+    }
+    absl::StatusOr<EnrolledWorkers::Entry> entry = pool_->RecordEnrolled(identity, prefix);
+    if (!entry.ok()) return entry.status();
+    pending = entry->status == EnrolledWorkers::Status::kPending;
+    spdlog::info("worker identity {} enrolled{}", identity,
+                 pending ? ": it takes no job until an admin approves it (`lockstep workers "
+                           "approve ID`)"
+                         : " (auto-approved: --enroll_auto_approve)");
+    return absl::OkStatus();
+  };
+  absl::StatusOr<v1::EnrollResponse> enrolled = enrollment_->Enroll(authorization, *req, admit);
+  if (enrolled.ok()) enrolled->set_pending_approval(pending);
+  return Answer(std::move(enrolled), resp);
 }
 
 grpc::Status WorkerRegistryImpl::Heartbeat(grpc::ServerContext* ctx,
@@ -325,10 +350,27 @@ grpc::Status WorkerAdminImpl::RevokeWorker(grpc::ServerContext* ctx,
   if (!who->admin) {
     return ToGrpcStatus(absl::PermissionDeniedError("revoking workers is for admins"));
   }
-  absl::StatusOr<std::string> identity = pool_->Revoke(req->id());
-  if (!identity.ok()) return ToGrpcStatus(identity.status());
-  resp->set_identity(*identity);
+  absl::StatusOr<Revocation> revoked = pool_->Revoke(req->id());
+  if (!revoked.ok()) return ToGrpcStatus(revoked.status());
+  resp->set_identity(revoked->revoked);
+  for (const std::string& id : revoked->dropped) resp->add_dropped_workers(id);
   jobs_->Kick();  // its job, if any, recovers now
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerAdminImpl::ApproveWorker(grpc::ServerContext* ctx,
+                                            const v1::ApproveWorkerRequest* req,
+                                            v1::ApproveWorkerResponse* resp) {
+  absl::StatusOr<Principal> who = guard_->Client(*ctx);
+  if (!who.ok()) return ToGrpcStatus(who.status());
+  if (!who->admin) {
+    return ToGrpcStatus(absl::PermissionDeniedError("approving workers is for admins"));
+  }
+  absl::StatusOr<std::string> identity = pool_->Approve(req->id());
+  if (!identity.ok()) return ToGrpcStatus(identity.status());
+  spdlog::info("worker identity {} approved by {}", *identity, who->name);
+  resp->set_identity(*identity);
+  jobs_->Kick();  // it may take work now
   return grpc::Status::OK;
 }
 

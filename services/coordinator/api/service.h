@@ -63,7 +63,7 @@ class WorkerRegistryImpl final : public v1::WorkerRegistry::Service {
   // `jobs` is told when a worker registers (its scheduler may have work for it).
   // `enrollment` (may be null: Enroll is then FAILED_PRECONDITION) signs new workers' keys.
   WorkerRegistryImpl(WorkerPool* pool, JobManager* jobs, absl::Duration heartbeat_interval,
-                     const Guard* guard, const Enrollment* enrollment = nullptr)
+                     const Guard* guard, Enrollment* enrollment = nullptr)
       : pool_(pool),
         jobs_(jobs),
         interval_(heartbeat_interval),
@@ -81,7 +81,7 @@ class WorkerRegistryImpl final : public v1::WorkerRegistry::Service {
   JobManager* jobs_;
   absl::Duration interval_;
   const Guard* guard_;
-  const Enrollment* enrollment_;
+  Enrollment* enrollment_;
 };
 
 class WorkerAdminImpl final : public v1::WorkerAdmin::Service {
@@ -90,6 +90,8 @@ class WorkerAdminImpl final : public v1::WorkerAdmin::Service {
       : pool_(pool), jobs_(jobs), guard_(guard) {}
   grpc::Status RevokeWorker(grpc::ServerContext* ctx, const v1::RevokeWorkerRequest* req,
                             v1::RevokeWorkerResponse* resp) override;
+  grpc::Status ApproveWorker(grpc::ServerContext* ctx, const v1::ApproveWorkerRequest* req,
+                             v1::ApproveWorkerResponse* resp) override;
 
  private:
   WorkerPool* pool_;

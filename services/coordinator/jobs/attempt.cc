@@ -309,7 +309,8 @@ absl::StatusOr<v1::EvalResult> Attempt::Evaluate(int64_t num_test, int64_t step,
   out.set_epoch(epoch);
   out.set_examples(sum.count);
   out.set_test_loss(sum.count > 0 ? sum.loss_sum / sum.count : 0);
-  out.set_test_accuracy(sum.count > 0 ? static_cast<double>(sum.correct) / sum.count : 0);
+  out.set_test_accuracy(sum.predictions > 0 ? static_cast<double>(sum.correct) / sum.predictions
+                                            : 0);
   return out;
 }
 

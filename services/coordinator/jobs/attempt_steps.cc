@@ -32,6 +32,7 @@ absl::StatusOr<std::vector<StepCommand>> Attempt::StepCommands(
     for (size_t r = 0; r < shares.size(); ++r) {
       commands[r] = {p.step, {}, shares[r].rows, want_checksum, collective_timeout};
       commands[r].keys = shares[r].keys;
+      commands[r].data_key = p.data_key;
     }
     return commands;
   }
@@ -39,6 +40,7 @@ absl::StatusOr<std::vector<StepCommand>> Attempt::StepCommands(
   std::vector<StepCommand> commands(shards.size());
   for (size_t r = 0; r < shards.size(); ++r) {
     commands[r] = {p.step, p.keys[r], shards[r], want_checksum, collective_timeout};
+    commands[r].data_key = p.data_key;
   }
   if (audit.has_value()) {
     commands[audit->audited].want_grad_digest = true;

@@ -219,7 +219,7 @@ void Job::KeepSnapshot(TrainState state, uint64_t checksum, const TrainingPlan& 
   }
   last_snapshot_step_ = step;
   last_snapshot_time_ = options_.clock->Now();
-  sink_->OnSnapshot(step, checksum);
+  sink_->OnSnapshot(step, checksum, start_.held.has_value());
 }
 
 std::map<std::string, std::string> Job::Metadata(uint64_t checksum, const TrainingPlan& plan,

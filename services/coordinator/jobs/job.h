@@ -44,7 +44,8 @@ class JobSink {
   virtual void OnEval(const v1::EvalResult& result) = 0;
   // A snapshot of the state at `step` was taken (and written, where the job keeps them);
   // `param_checksum`: of its params, which every replica agreed on.
-  virtual void OnSnapshot(int64_t step, uint64_t param_checksum) {}
+  // `in_memory`: the disk refused it; it is held in memory (a restart cannot use it).
+  virtual void OnSnapshot(int64_t step, uint64_t param_checksum, bool in_memory) {}
   // An attempt's collective bootstraps under rendezvous `prefix`, by `workers` (rank order);
   // called before any of them learns it (the previous attempt's namespace is over).
   virtual void OnRendezvous(const std::string& prefix, const std::vector<PoolWorker>& workers) {}

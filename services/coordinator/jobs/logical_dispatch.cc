@@ -65,6 +65,7 @@ EvalSums AddInOrder(const std::vector<EvalSums>& parts) {
     sum.loss_sum += p.loss_sum;
     sum.correct += p.correct;
     sum.count += p.count;
+    sum.predictions += p.predictions > 0 ? p.predictions : p.count;
   }
   return sum;
 }

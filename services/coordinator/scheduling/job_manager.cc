@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -210,15 +211,48 @@ void JobManager::Persist(std::vector<Save> saves) {
   }
 }
 
+bool JobManager::OwnsOrNoJob(const std::string& user, const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  return OwnsOrNoJobLocked(user, name);
+}
+
+bool JobManager::OwnsOrNoJobLocked(const std::string& user, const std::string& name) const {
+  if (!IsJobId(name)) return true;
+  auto it = jobs_.find(name);
+  return it != jobs_.end() && it->second->job.owner() == user;
+}
+
 absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const Principal& by) {
   const std::string& owner = by.name;
   ASSIGN_OR_RETURN(v1::JobSpec spec, Validate(in, options_.limits));
   RETURN_IF_ERROR(CheckModelFitsInstalledDataset(spec));
+  // Priority is a privilege: a user asks only within the range an admin gave them.
+  if (const UserLimits& mine = options_.user_limits.For(owner);
+      !by.admin && (spec.priority() < mine.min_priority || spec.priority() > mine.max_priority)) {
+    return absl::PermissionDeniedError(OutsidePriorityRange(owner, mine, spec.priority()));
+  }
   // What resume_from reads, found now (again when the job starts: a job's newest
-  // snapshot may be newer then); source.job_id is the job whose state it is.
-  ASSIGN_OR_RETURN(const ResumeSource source,
-                   CheckpointFolder(options_.checkpoint_dir, options_.snapshot_dir)
-                       .ResolveResumeFrom(spec.resume_from()));
+  // snapshot may be newer then); source.job_id is the job whose state it is. A user may
+  // read only their own jobs' states, and is told the same whether a name is missing or
+  // another's: the answer (its code, its text) says nothing of what the folder holds. The
+  // job a name starts with is checked before the folder is looked at; the job a link leads
+  // to, after.
+  const auto not_yours = [&] {
+    return absl::PermissionDeniedError(absl::StrCat("resume_from: \"", spec.resume_from(),
+                                                    "\" is no checkpoint or snapshot of yours"));
+  };
+  if (!by.admin && !spec.resume_from().empty() &&
+      !OwnsOrNoJob(
+          by.name,
+          std::filesystem::path(spec.resume_from()).lexically_normal().begin()->string())) {
+    return not_yours();
+  }
+  absl::StatusOr<ResumeSource> resolved =
+      CheckpointFolder(options_.checkpoint_dir, options_.snapshot_dir)
+          .ResolveResumeFrom(spec.resume_from());
+  if (!resolved.ok() && !by.admin && absl::IsNotFound(resolved.status())) return not_yours();
+  if (!resolved.ok()) return resolved.status();
+  const ResumeSource source = *std::move(resolved);
   RETURN_IF_ERROR(CheckMemoryBudget(spec, options_.memory));
   absl::MutexLock submit(&submit_mu_);
   v1::Job job;
@@ -227,15 +261,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const Principa
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::UnavailableError("the coordinator is shutting down");
-    // Resuming reads another job's state: a user only their own (one text whether or not
-    // the job is known), an administrator any.
-    if (!by.admin && !source.job_id.empty()) {
-      auto it = jobs_.find(source.job_id);
-      if (it == jobs_.end() || it->second->job.owner() != owner) {
-        return absl::PermissionDeniedError(
-            absl::StrCat("resume_from: job ", source.job_id, " is not one of yours"));
-      }
-    }
+    if (!by.admin && !OwnsOrNoJobLocked(owner, source.job_id)) return not_yours();
     if (!spec.request_id().empty()) {
       auto it = by_request_id_.find(RequestKey(owner, spec.request_id()));
       if (it != by_request_id_.end() && jobs_.count(it->second)) {

@@ -188,6 +188,10 @@ class JobManager {
   void OfferLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether every job's thread ended and its records are written.
   bool SettledLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Whether `name` is not a job id, or names a job of `user`'s (resume_from's check).
+  bool OwnsOrNoJob(const std::string& user, const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  bool OwnsOrNoJobLocked(const std::string& user, const std::string& name) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Changes the job's state, logs the state event, and queues the record's write.
   void SetStateLocked(Record& rec, v1::JobState state, const absl::Status& reason,
                       std::vector<Save>* saves) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

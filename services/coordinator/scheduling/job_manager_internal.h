@@ -77,7 +77,7 @@ class JobManager::Sink final : public JobSink, public WorkerSupply {
  public:
   Sink(JobManager* m, Record* rec)
       : m_(m), rec_(rec), log_(rec->log), tensorboard_(rec->tensorboard), series_(rec->series) {}
-  void OnSnapshot(int64_t step, uint64_t param_checksum) override;
+  void OnSnapshot(int64_t step, uint64_t param_checksum, bool in_memory) override;
   void OnRendezvous(const std::string& prefix, const std::vector<PoolWorker>& workers) override;
   void OnNote(const std::string& why) override;
   void Recovering(const std::vector<std::string>& lost, const absl::Status& reason,

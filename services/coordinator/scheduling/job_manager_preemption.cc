@@ -1,5 +1,7 @@
 // JobManager's priorities (JobSpec.priority): a queued job held back because workers are
-// busy takes them from running jobs of lower priority (PlanPreemption, scheduler.h).
+// busy takes them from running jobs of lower priority (PlanPreemption, scheduler.h): its own
+// owner's, and other owners' only from the admin-set CoordinatorOptions::
+// preempt_other_users_from on (users ask for priorities within their range: user_limits.h).
 // Elastic jobs give workers down to their min at their next step boundary and go on
 // smaller (JobRunner::ReleaseWorkers: "resized 3 -> 1 workers: workers ... preempted by
 // job X (priority P)"); they grow back through WorkerSupply::Offer once no job waits.
@@ -24,10 +26,13 @@ void JobManager::PreemptLocked(const std::string& blocked, const std::vector<Job
   auto demand = std::find_if(demands.begin(), demands.end(),
                              [&](const JobDemand& d) { return d.id == blocked; });
   if (demand == demands.end()) return;
+  // Below the admin-set policy a job takes workers only from its own owner's jobs.
+  const std::string& owner = demand->owner;
+  const bool across_users = demand->priority >= options_.preempt_other_users_from;
   std::vector<RunningJob> running;
   for (const auto& [id, rec] : jobs_) {
     if (!rec->runner || rec->job.state() != v1::RUNNING || rec->cancelled ||
-        !rec->suspending.empty()) {
+        !rec->suspending.empty() || (!across_users && rec->job.owner() != owner)) {
       continue;
     }
     const v1::JobSpec& spec = rec->job.spec();
@@ -65,7 +70,7 @@ void JobManager::RequeueLocked(Record& rec) {
   rec.requeue = false;
   rec.suspending.clear();
   rec.resume = true;  // from its newest snapshot; the steps up to here are replays
-  rec.high_water = std::max(rec.high_water, rec.job.step());
+  rec.high_water = std::max({rec.high_water, rec.job.step(), rec.job.high_water_step()});
   const std::string& id = rec.job.id();
   // Arrival order (ids are numbered in submission order).
   auto at = std::find_if(queue_.begin(), queue_.end(),

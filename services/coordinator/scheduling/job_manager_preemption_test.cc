@@ -183,5 +183,45 @@ TEST_F(PreemptionTest, NoJobOfEqualPriorityIsPreempted) {
   EXPECT_EQ(AwaitEnd(same.id()).state(), v1::SUCCEEDED);
 }
 
+// Priority is a privilege: a user asks only within the range an admin gave them (alice:
+// the default 0..0; bob: 0..5 in the tokens file), and below --preempt_other_users_from
+// (1000) a job takes workers only from its own owner's jobs. At 0692893 any user's
+// `priority: 1000` suspended another user's running job.
+TEST_F(PreemptionTest, PriorityIsAPrivilegeAndBelowThePolicyPreemptionStaysWithinAUser) {
+  options_.snapshot_dir = dir_ + "/snapshots";
+  options_.user_limits = UserLimitsTable(
+      UserLimits{}, {{"bob", Caller{.admin = false, .limits = {.priority = std::pair{0, 5}}}},
+                     {"root", Caller{.admin = true}}});
+  ASSERT_OK(StartGated(2));
+  Register(2);
+  const Principal alice{"alice", false}, bob{"bob", false}, root{"root", true};
+  v1::JobSpec urgent = Spec(2);
+  urgent.set_priority(1000);
+  EXPECT_THAT(jobs_->Submit(urgent, alice),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("priority: 1000 is outside the range user alice may ask for, "
+                                 "0..0 (--user_priority_range 0..0)")));
+  urgent.set_priority(6);
+  EXPECT_THAT(jobs_->Submit(urgent, bob),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("0..5 (priority=0..5 in the tokens file)")));
+
+  ASSERT_OK_AND_ASSIGN(v1::Job low, jobs_->Submit(LowSpec("2", false), alice));
+  ASSERT_EQ(low.state(), v1::RUNNING);
+  AwaitSecondStep(low.id());
+  urgent.set_priority(5);
+  ASSERT_OK_AND_ASSIGN(v1::Job bobs, jobs_->Submit(urgent, bob));
+  EXPECT_EQ(bobs.state(), v1::QUEUED);
+  EXPECT_EQ(Metric("lockstep_preemptions_total", {{"action", "suspend"}}), 0);
+  // An admin's job at the policy's priority may.
+  urgent.set_priority(1000);
+  ASSERT_OK_AND_ASSIGN(v1::Job roots, jobs_->Submit(urgent, root));
+  EXPECT_EQ(Metric("lockstep_preemptions_total", {{"action", "suspend"}}), 1);
+  gate_->open.Notify();
+  for (const std::string& id : {roots.id(), bobs.id(), low.id()}) {
+    EXPECT_EQ(AwaitEnd(id).state(), v1::SUCCEEDED) << id;
+  }
+}
+
 }  // namespace
 }  // namespace lockstep::testing

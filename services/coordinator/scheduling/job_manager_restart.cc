@@ -73,7 +73,9 @@ absl::Status JobManager::Start() {
           rec->job.set_recoveries(rec->job.recoveries() + 1);
           metrics_->Recovery();
           rec->job.clear_workers();
-          rec->high_water = rec->job.step();
+          // The record's step may be a replay's (a stop during one): the most steps the
+          // job ever reached are its high water.
+          rec->high_water = std::max(rec->job.step(), rec->job.high_water_step());
           int64_t from = 0;
           if (!options_.snapshot_dir.empty()) {
             const std::vector<int64_t> steps =
@@ -82,6 +84,7 @@ absl::Status JobManager::Start() {
           }
           rec->job.set_step(from);
           rec->job.set_snapshot_step(from);
+          rec->job.clear_memory_snapshot_step();  // the old process's memory is gone
           // The steps it continues from, for watchers resuming below them; later ones are
           // computed again and shown as they come.
           for (v1::JobEvent& e : rec->history.Events()) {

@@ -42,11 +42,17 @@ void AddWorkerTimes(const v1::StepEvent& e, v1::Job& job) {
 
 }  // namespace
 
-void JobManager::Sink::OnSnapshot(int64_t step, uint64_t param_checksum) {
+void JobManager::Sink::OnSnapshot(int64_t step, uint64_t param_checksum, bool in_memory) {
   std::vector<Save> saves;
   {
     absl::MutexLock lock(&m_->mu_);
-    rec_->job.set_snapshot_step(step);
+    // snapshot_step is only ever what the disk holds: what a restart would resume from.
+    if (in_memory) {
+      rec_->job.set_memory_snapshot_step(step);
+    } else {
+      rec_->job.set_snapshot_step(step);
+      rec_->job.clear_memory_snapshot_step();
+    }
     AddWitnessMark(rec_->witness, step, param_checksum, NowMs(*m_->options_.clock));
     // The steps up to a snapshot are made as durable as its state: a coordinator killed
     // later continues from this snapshot, and a watcher that had not yet seen them (it may
@@ -112,6 +118,7 @@ void JobManager::Sink::OnStep(const v1::StepEvent& e) {
   {
     absl::MutexLock lock(&m_->mu_);
     rec_->job.set_step(e.step());
+    rec_->job.set_high_water_step(std::max(rec_->job.high_water_step(), e.step()));
     rec_->job.set_last_loss(e.loss());
     rec_->job.set_samples_per_sec(e.samples_per_sec());
     AddWorkerTimes(e, rec_->job);

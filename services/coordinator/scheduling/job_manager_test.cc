@@ -8,7 +8,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
+#include "absl/strings/str_replace.h"
 #include "services/coordinator/scheduling/job_manager_test.h"
 
 namespace lockstep::testing {
@@ -356,6 +358,36 @@ TEST_F(JobManagerTest, ResumeFromIsResolvedAtSubmit) {
   EXPECT_THAT(jobs_->Submit(spec),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("resume_from")));
   EXPECT_EQ(jobs_->List({}).jobs_size(), 0);
+}
+
+// A user's resume_from is answered alike whether the name is missing or another user's:
+// the answer tells nothing of what the checkpoint folder holds. An admin is told which.
+TEST_F(JobManagerTest, ResumeFromTellsAUserNothingOfWhatExists) {
+  options_.checkpoint_dir = dir_ + "/checkpoints";
+  options_.snapshot_dir = dir_ + "/snapshots";
+  Register(1);
+  ASSERT_OK(Start());
+  const Principal alice{"alice", false}, bob{"bob", false};
+  ASSERT_OK_AND_ASSIGN(v1::Job hers, jobs_->Submit(Spec(1), alice));
+  ASSERT_EQ(AwaitEnd(hers.id()).state(), v1::SUCCEEDED);
+  const std::string file = options_.checkpoint_dir + "/" + hers.id() + "/model.safetensors";
+  fs::create_directories(fs::path(file).parent_path());
+  std::ofstream(file) << "her weights";
+  std::set<std::string> answers;
+  for (const std::string& from :
+       {hers.id(), hers.id() + "/model.safetensors", hers.id() + "/missing.safetensors",
+        std::string("job-000042-ab"), std::string("job-000042-ab/model.safetensors"),
+        std::string("missing.safetensors")}) {
+    v1::JobSpec spec = Spec(1);
+    spec.set_resume_from(from);
+    const absl::Status st = jobs_->Submit(spec, bob).status();
+    EXPECT_THAT(st, StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("of yours"))) << from;
+    answers.insert(absl::StrReplaceAll(st.ToString(), {{from, "NAME"}}));
+  }
+  EXPECT_EQ(answers.size(), 1u) << *answers.begin();
+  v1::JobSpec spec = Spec(1);
+  spec.set_resume_from("job-000042-ab");
+  EXPECT_THAT(jobs_->Submit(spec), StatusIs(absl::StatusCode::kNotFound, HasSubstr("job-000042")));
 }
 
 TEST_F(JobManagerTest, AModelThatCannotTakeTheInstalledDatasetIsRefusedAtSubmit) {

@@ -3,6 +3,8 @@
 // filling max_queued_jobs. Contract: limit_flags.h.
 #include "services/coordinator/scheduling/limit_flags.h"
 
+#include <tuple>
+
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "services/coordinator/scheduling/user_limits.h"
@@ -15,6 +17,13 @@ ABSL_FLAG(int, submits_per_minute_per_user, 60,
           "a user's submits past this rate (a minute's worth at once) are refused (0: none)");
 ABSL_FLAG(int, max_jobs_kept_per_user, 100,
           "finished jobs' records kept per owner; the owner's oldest are forgotten first");
+ABSL_FLAG(std::string, user_priority_range, "0..0",
+          "the job priorities a user may ask for, LO..HI within -1000..1000 (a name's "
+          "priority=LO..HI in the tokens file gives it its own); admins ask for any");
+ABSL_FLAG(int, preempt_other_users_from, 1000,
+          "a job takes workers from another user's running jobs only at this priority or "
+          "above (users reach it only with a range that includes it); below it, preemption "
+          "stays within one user's jobs");
 ABSL_FLAG(int, max_jobs_kept, 10000,
           "job records in all; past it a submit forgets the submitter's own oldest finished "
           "job, or is refused");
@@ -33,6 +42,11 @@ absl::Status ApplyLimitFlags(const TokenTable* tokens, CoordinatorOptions* optio
         {"max_jobs_kept_per_user", defaults.max_jobs_kept}}) {
     if (value < 0) return absl::InvalidArgumentError(absl::StrCat("--", flag, " is negative"));
   }
+  absl::StatusOr<std::pair<int, int>> priorities =
+      ParsePriorityRange(absl::GetFlag(FLAGS_user_priority_range), "--user_priority_range");
+  if (!priorities.ok()) return priorities.status();
+  std::tie(defaults.min_priority, defaults.max_priority) = *priorities;
+  options->preempt_other_users_from = absl::GetFlag(FLAGS_preempt_other_users_from);
   options->max_jobs_kept = absl::GetFlag(FLAGS_max_jobs_kept);
   options->user_limits = tokens != nullptr
                              ? UserLimitsTable(defaults, tokens->callers())

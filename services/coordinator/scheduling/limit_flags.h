@@ -11,9 +11,10 @@
 namespace lockstep {
 
 // Sets options->user_limits (from the flags, and the names of `tokens`; null when the
-// coordinator is insecure and its one caller, "anonymous", is an administrator) and
-// options->max_jobs_kept. INVALID_ARGUMENT naming the flag or the tokens file's name when
-// one user alone could fill a global cap (UserLimitsTable::Check).
+// coordinator is insecure and its one caller, "anonymous", is an administrator),
+// options->max_jobs_kept and options->preempt_other_users_from. INVALID_ARGUMENT naming the
+// flag or the tokens file's name when one user alone could fill a global cap
+// (UserLimitsTable::Check), or for a bad --user_priority_range.
 absl::Status ApplyLimitFlags(const TokenTable* tokens, CoordinatorOptions* options);
 
 }  // namespace lockstep

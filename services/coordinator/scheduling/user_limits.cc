@@ -2,6 +2,8 @@
 // and how many of their finished jobs' records are kept. Contract: user_limits.h.
 #include "services/coordinator/scheduling/user_limits.h"
 
+#include <tuple>
+
 #include "absl/strings/str_cat.h"
 
 namespace lockstep {
@@ -74,10 +76,16 @@ UserLimitsTable::UserLimitsTable(const UserLimits& defaults,
     Named& n = by_name_[name];
     n.admin = caller.admin;
     n.limits = defaults;
-    if (caller.limits.any()) {
-      Override(caller.limits, &n.limits);
-    } else {  // an administrator is exempt from all but retention
+    const CallerLimits& own = caller.limits;
+    if (own.max_queued_jobs || own.max_running_jobs || own.submits_per_minute ||
+        own.max_jobs_kept) {
+      Override(own, &n.limits);
+    } else if (caller.admin) {  // an administrator is exempt from all but retention
       n.limits.max_queued_jobs = n.limits.max_running_jobs = n.limits.submits_per_minute = 0;
+    }
+    if (own.priority.has_value()) {
+      std::tie(n.limits.min_priority, n.limits.max_priority) = *own.priority;
+      n.limits.priority_from_tokens_file = true;
     }
   }
 }
@@ -122,6 +130,15 @@ std::string LimitSource(const UserLimits& limits, UserLimit which) {
   const bool own = (limits.from_tokens_file >> static_cast<int>(which)) & 1u;
   return own ? absl::StrCat(KeyOf(which), "=", value, " in the tokens file")
              : absl::StrCat("--", FlagOf(which), " ", value);
+}
+
+std::string OutsidePriorityRange(const std::string& owner, const UserLimits& limits, int priority) {
+  const std::string range = absl::StrCat(limits.min_priority, "..", limits.max_priority);
+  return absl::StrCat(
+      "priority: ", priority, " is outside the range user ", owner, " may ask for, ", range,
+      limits.priority_from_tokens_file ? absl::StrCat(" (priority=", range, " in the tokens file)")
+                                       : absl::StrCat(" (--user_priority_range ", range, ")"),
+      ": an admin sets it");
 }
 
 std::string OverLimit(const std::string& owner, const UserLimits& limits, UserLimit which,

@@ -33,6 +33,10 @@ struct UserLimits {
   int submits_per_minute = 0;     // accepted submits (TokenBucket: a minute's worth at once)
   int max_jobs_kept = 1000;       // finished jobs' records; the owner's oldest go first
   unsigned from_tokens_file = 0;  // bits 1 << UserLimit: set by the name's line, not a flag
+  // The priorities a user's jobs may ask for (JobSpec.priority); a submit outside is
+  // PERMISSION_DENIED. Administrators may ask for any.
+  int min_priority = 0, max_priority = 0;
+  bool priority_from_tokens_file = false;
 };
 
 class UserLimitsTable {
@@ -64,6 +68,10 @@ class UserLimitsTable {
 // Where `which` of `limits` is set, for messages: "--max_queued_jobs_per_user 20" or
 // "max_queued_jobs=5 in the tokens file".
 std::string LimitSource(const UserLimits& limits, UserLimit which);
+
+// PERMISSION_DENIED's text for a priority outside the owner's range: "priority: 1000 is
+// outside the range user alice may ask for, 0..0 (--user_priority_range 0..0)".
+std::string OutsidePriorityRange(const std::string& owner, const UserLimits& limits, int priority);
 
 // RESOURCE_EXHAUSTED's text: "user alice: 20 queued jobs (limit --max_queued_jobs_per_user
 // 20)".

@@ -40,6 +40,26 @@ TEST(UserLimits, UsersTakeTheDefaultsOrTheirOwnAndAdminsAreExemptButForRetention
   EXPECT_EQ(ops.max_queued_jobs, 20);
 }
 
+TEST(UserLimits, PriorityRangesComeFromTheFlagOrTheNamesLine) {
+  UserLimits defaults = Defaults();
+  defaults.min_priority = -10;
+  defaults.max_priority = 0;
+  const UserLimitsTable t(
+      defaults, {{"bob", Caller{.admin = false, .limits = {.priority = std::pair{0, 50}}}},
+                 {"root", Caller{.admin = true, .limits = {.priority = std::pair{-1, 1}}}}});
+  EXPECT_EQ(t.For("alice").min_priority, -10);
+  EXPECT_EQ(t.For("alice").max_priority, 0);
+  EXPECT_EQ(t.For("bob").max_priority, 50);
+  EXPECT_EQ(t.For("bob").max_queued_jobs, defaults.max_queued_jobs);  // the rest: defaults
+  EXPECT_EQ(t.For("root").max_queued_jobs, 0);  // an admin with only a range stays exempt
+  EXPECT_EQ(OutsidePriorityRange("bob", t.For("bob"), 99),
+            "priority: 99 is outside the range user bob may ask for, 0..50 (priority=0..50 in "
+            "the tokens file): an admin sets it");
+  EXPECT_EQ(OutsidePriorityRange("alice", t.For("alice"), 1),
+            "priority: 1 is outside the range user alice may ask for, -10..0 "
+            "(--user_priority_range -10..0): an admin sets it");
+}
+
 TEST(UserLimits, TextsNameTheUserTheLimitAndWhereItIsSet) {
   const UserLimitsTable t(Defaults(), Callers());
   EXPECT_EQ(OverLimit("alice", t.For("alice"), UserLimit::kQueued, 20),

@@ -5,11 +5,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "services/common/security/auth.h"
 
@@ -22,15 +24,29 @@ absl::StatusOr<RevokedWorkers> RevokedWorkers::Load(const std::string& path) {
   if (!in) return r;  // nothing revoked yet
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
-    const std::string identity(absl::StripAsciiWhitespace(line));
-    if (identity.empty()) continue;
-    if (!ValidWorkerName(identity)) {
+    const std::string entry(absl::StripAsciiWhitespace(line));
+    if (entry.empty()) continue;
+    if (!ValidWorkerName(entry) && ParseFingerprint(entry) != entry) {
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", n, ": not a worker identity ([A-Za-z0-9._-], 1 to 64)"));
+          absl::StrCat(path, ":", n,
+                       ": neither a worker identity ([A-Za-z0-9._-], 1 to 48) nor a "
+                       "certificate fingerprint (sha256: and 64 hex digits)"));
     }
-    r.revoked_.insert(identity);
+    r.revoked_.insert(entry);
   }
   return r;
+}
+
+std::string RevokedWorkers::EnrolledUnder(absl::string_view prefix) const {
+  const std::string start = absl::StrCat(prefix, "-");
+  for (auto it = revoked_.lower_bound(start); it != revoked_.end() && absl::StartsWith(*it, start);
+       ++it) {
+    const absl::string_view rest = absl::string_view(*it).substr(start.size());
+    if (rest.size() == 16 && std::all_of(rest.begin(), rest.end(), absl::ascii_isxdigit)) {
+      return *it;
+    }
+  }
+  return "";
 }
 
 absl::Status RevokedWorkers::Add(const std::string& identity) {

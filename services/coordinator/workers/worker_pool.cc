@@ -2,7 +2,11 @@
 // auth.h), their liveness (heartbeats) and which job holds each. Contract: worker_pool.h.
 #include "services/coordinator/workers/worker_pool.h"
 
+#include <algorithm>
+
 #include "absl/random/random.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "services/common/security/auth.h"
@@ -24,13 +28,50 @@ absl::Status WorkerPool::UseRevocationFile(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::Status WorkerPool::UseEnrollmentFile(const std::string& path, const ApprovalPolicy& policy) {
+  absl::StatusOr<EnrolledWorkers> enrolled = EnrolledWorkers::Load(path);
+  if (!enrolled.ok()) return enrolled.status();
+  absl::MutexLock lock(&mu_);
+  enrolled_ = *std::move(enrolled);
+  approval_ = policy;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EnrolledWorkers::Entry> WorkerPool::RecordEnrolled(const std::string& identity,
+                                                                  const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  return enrolled_.Add(identity, name, approval_);
+}
+
+absl::StatusOr<std::string> WorkerPool::Approve(const std::string& id_or_identity) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id_or_identity);
+  const std::string identity = it != workers_.end() ? it->second.identity : id_or_identity;
+  if (absl::Status st = enrolled_.Approve(identity); !st.ok()) return st;
+  return identity;
+}
+
+std::vector<std::string> WorkerPool::PendingApproval() {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const EnrolledWorkers::Entry& e : enrolled_.entries()) {
+    if (e.status == EnrolledWorkers::Status::kPending) out.push_back(e.identity);
+  }
+  return out;
+}
+
 absl::StatusOr<std::string> WorkerPool::RegisterAs(const std::string& identity,
                                                    const std::string& address,
                                                    const std::string& device,
-                                                   const std::string& name, uint32_t threads) {
+                                                   const std::string& name, uint32_t threads,
+                                                   const std::string& fingerprint) {
   absl::MutexLock lock(&mu_);
-  if (!identity.empty() && revoked_.Contains(identity)) {
+  if (revoked_.Contains(identity)) {
     return absl::PermissionDeniedError(absl::StrCat("worker identity ", identity, " is revoked"));
+  }
+  if (revoked_.Contains(fingerprint)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the certificate ", fingerprint, " (identity ", identity, ") is revoked"));
   }
   for (const auto& [id, w] : workers_) {
     if (w.address == address && !w.identity.empty() && w.identity != identity) {
@@ -53,7 +94,9 @@ absl::StatusOr<std::string> WorkerPool::RegisterAs(const std::string& identity,
   // gets NOT_FOUND for its old id and registers again).
   std::string id = absl::StrFormat("w%04d", next_id_++);
   if (!instance_.empty()) absl::StrAppend(&id, "-", instance_);
-  workers_[id] = PoolWorker{id, address, device, name, identity, threads, "", clock_->Now()};
+  workers_[id] =
+      PoolWorker{id, address, device, name, identity, fingerprint, threads, "", clock_->Now()};
+  if (!identity.empty()) seen_.insert(identity);
   return id;
 }
 
@@ -98,35 +141,79 @@ absl::StatusOr<std::optional<std::string>> WorkerPool::MarkLeaving(const std::st
   return std::optional<std::string>((*w)->job_id);
 }
 
-absl::StatusOr<std::string> WorkerPool::Revoke(const std::string& id_or_identity) {
+namespace {
+
+// w0003 or w0003-1a2b3c4d: the ids this pool gives (RegisterAs).
+bool LooksLikeWorkerId(absl::string_view s) {
+  const size_t dash = s.find('-');
+  const absl::string_view digits = s.substr(1, dash == absl::string_view::npos ? s.npos : dash - 1);
+  const absl::string_view tag = dash == absl::string_view::npos ? "" : s.substr(dash + 1);
+  return absl::StartsWith(s, "w") && digits.size() >= 4 &&
+         std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) &&
+         (dash == absl::string_view::npos ||
+          (tag.size() == 8 && std::all_of(tag.begin(), tag.end(), absl::ascii_isxdigit)));
+}
+
+}  // namespace
+
+absl::StatusOr<Revocation> WorkerPool::Revoke(const std::string& what) {
   absl::MutexLock lock(&mu_);
-  std::string identity = id_or_identity;
-  if (auto it = workers_.find(id_or_identity); it != workers_.end()) {
-    identity = it->second.identity;
-    if (identity.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "worker ", id_or_identity, " has no certificate identity (a plaintext cluster)"));
+  Revocation r;
+  bool by_fingerprint = false;
+  if (auto it = workers_.find(what); it != workers_.end()) {
+    r.revoked = it->second.identity;
+    if (r.revoked.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", what, " has no certificate identity (a plaintext cluster)"));
     }
-  } else if (!ValidWorkerName(id_or_identity)) {
-    return absl::NotFoundError(
-        absl::StrCat("no worker ", id_or_identity, " is registered, nor is it an identity"));
+  } else if (std::optional<std::string> fingerprint = ParseFingerprint(what)) {
+    r.revoked = *fingerprint;
+    by_fingerprint = true;
+  } else if (absl::StartsWith(what, kWorkerCnPrefix)) {
+    r.revoked = what.substr(sizeof(kWorkerCnPrefix) - 1);
+  } else if (LooksLikeWorkerId(what) && !seen_.contains(what)) {
+    return absl::NotFoundError(absl::StrCat(
+        "no worker ", what,
+        " is registered now (a stale id? a worker gets a new id each time it registers): "
+        "`lockstep workers` lists the ids; or name its identity, or its certificate's "
+        "fingerprint"));
+  } else {
+    r.revoked = what;
   }
-  if (absl::Status st = revoked_.Add(identity); !st.ok()) return st;
+  if (!by_fingerprint && !ValidWorkerName(r.revoked)) {
+    return absl::NotFoundError(absl::StrCat(
+        "\"", what,
+        "\" is no registered worker's id, worker identity, lockstep-worker/NAME or certificate "
+        "fingerprint (sha256:HEX)"));
+  }
+  if (absl::Status st = revoked_.Add(r.revoked); !st.ok()) return st;
   for (auto it = workers_.begin(); it != workers_.end();) {
-    if (it->second.identity == identity) {
-      lost_.push_back({it->second, absl::StrCat("worker ", it->first, " (identity ", identity,
-                                                ") was revoked by an admin")});
+    const PoolWorker& w = it->second;
+    if ((by_fingerprint ? w.fingerprint : w.identity) == r.revoked) {
+      r.dropped.push_back(it->first);
+      lost_.push_back({w, absl::StrCat("worker ", it->first, " (identity ", w.identity,
+                                       ") was revoked by an admin")});
       it = workers_.erase(it);
     } else {
       ++it;
     }
   }
-  return identity;
+  return r;
 }
 
 bool WorkerPool::IsRevoked(const std::string& identity) {
   absl::MutexLock lock(&mu_);
-  return !identity.empty() && revoked_.Contains(identity);
+  return revoked_.Contains(identity);
+}
+
+std::vector<std::string> WorkerPool::Revoked() {
+  absl::MutexLock lock(&mu_);
+  return {revoked_.entries().begin(), revoked_.entries().end()};
+}
+
+std::string WorkerPool::RevokedEnrolledName(const std::string& prefix) {
+  absl::MutexLock lock(&mu_);
+  return revoked_.EnrolledUnder(prefix);
 }
 
 namespace {
@@ -150,7 +237,7 @@ std::vector<WorkerView> WorkerPool::Views() {
   absl::MutexLock lock(&mu_);
   std::vector<WorkerView> out;
   for (const auto& [id, w] : workers_) {
-    if (QuarantinedLocked(w) == nullptr && !w.leaving) {
+    if (QuarantinedLocked(w) == nullptr && !w.leaving && !enrolled_.Pending(w.identity)) {
       out.push_back({id, w.device, w.threads, w.job_id.empty()});
     }
   }
@@ -170,6 +257,10 @@ absl::StatusOr<std::vector<PoolWorker>> WorkerPool::Assign(const std::string& jo
     }
     if (it->second.leaving) {
       return absl::FailedPreconditionError(absl::StrCat("worker ", id, " is leaving"));
+    }
+    if (enrolled_.Pending(it->second.identity)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", id, " awaits an admin's approval"));
     }
   }
   std::vector<PoolWorker> out;
@@ -232,6 +323,7 @@ std::vector<v1::WorkerInfo> WorkerPool::List() {
     info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(w.last_seen));
     if (const std::string* why = QuarantinedLocked(w)) info.set_quarantined(*why);
     info.set_leaving(w.leaving);
+    info.set_pending_approval(enrolled_.Pending(w.identity));
     out.push_back(std::move(info));
   }
   return out;

@@ -2,14 +2,17 @@
 // certificate, auth.h), their liveness (heartbeats) and which job holds each. A worker id
 // is bound to the identity that registered it: only that identity heartbeats for it, and
 // an address held by one live identity is not taken by another. Revoked identities are
-// refused (RevokedWorkers, persisted). The scheduler (scheduler.h) plans on its Views and the
-// JobManager assigns workers to jobs; a worker whose heartbeats stop is dropped and reported so its
-// job can fail. Thread-safe; its lock is taken under the JobManager's, never the other way round.
+// refused (RevokedWorkers, persisted); enrolled ones await an admin's approval unless a
+// policy covers them (EnrolledWorkers, persisted). The scheduler (scheduler.h) plans on its Views
+// and the JobManager assigns workers to jobs; a worker whose heartbeats stop is dropped and
+// reported so its job can fail. Thread-safe; its lock is taken under the JobManager's, never the
+// other way round.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_WORKERS_WORKER_POOL_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_WORKERS_WORKER_POOL_H_
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,13 +22,15 @@
 #include "core/clock.h"
 #include "lockstep/v1/job.pb.h"
 #include "services/coordinator/scheduling/scheduler.h"
+#include "services/coordinator/workers/enrolled_workers.h"
 #include "services/coordinator/workers/revoked_workers.h"
 
 namespace lockstep {
 
 struct PoolWorker {
   std::string id, address, device, name;
-  std::string identity;  // its certificate's worker name; empty without TLS
+  std::string identity;     // its certificate's worker name; empty without TLS
+  std::string fingerprint;  // its certificate's (ParseFingerprint's form); empty without TLS
   uint32_t threads = 0;
   std::string job_id;  // empty when free
   absl::Time last_seen;
@@ -35,6 +40,12 @@ struct PoolWorker {
 struct LostWorker {
   PoolWorker worker;
   std::string reason;
+};
+
+// What WorkerPool::Revoke revoked.
+struct Revocation {
+  std::string revoked;               // the identity, or the certificate's fingerprint
+  std::vector<std::string> dropped;  // the ids of the registered workers it dropped
 };
 
 class WorkerPool {
@@ -48,15 +59,29 @@ class WorkerPool {
 
   // Where revocations are kept (the state folder's revoked-workers): loads them.
   absl::Status UseRevocationFile(const std::string& path);
+  // Where enrolled identities and their approvals are kept (the state folder's
+  // enrolled-workers), and the auto-approval policy: loads them.
+  absl::Status UseEnrollmentFile(const std::string& path, const ApprovalPolicy& policy);
+  // Records `identity`, which enrollment is about to issue for the requested `name`:
+  // approved at once where the policy covers it, else pending (a pending worker is given
+  // no job). The file's error if it cannot be written: then the identity must not be issued.
+  absl::StatusOr<EnrolledWorkers::Entry> RecordEnrolled(const std::string& identity,
+                                                        const std::string& name);
+  // An admin approves an enrolled identity, named by a registered worker's id or itself:
+  // returns it. NOT_FOUND for an identity enrollment did not issue; the file's error.
+  absl::StatusOr<std::string> Approve(const std::string& id_or_identity);
+  // The enrolled identities waiting for approval, registered now or not.
+  std::vector<std::string> PendingApproval();
 
-  // Adds a worker proving `identity` (empty: none, --insecure). The same identity
-  // registering again replaces its old entry (it restarted), as does anyone registering
-  // from an address held by an entry without identity; the old entry is reported by
-  // TakeLost(). PERMISSION_DENIED for a revoked identity, or for an address a live worker
-  // of another identity holds (naming the address).
+  // Adds a worker proving `identity` with the certificate of `fingerprint` (both empty:
+  // none, --insecure). The same identity registering again replaces its old entry (it
+  // restarted), as does anyone registering from an address held by an entry without
+  // identity; the old entry is reported by TakeLost(). PERMISSION_DENIED for a revoked
+  // identity or certificate, or for an address a live worker of another identity holds
+  // (naming the address).
   absl::StatusOr<std::string> RegisterAs(const std::string& identity, const std::string& address,
                                          const std::string& device, const std::string& name,
-                                         uint32_t threads);
+                                         uint32_t threads, const std::string& fingerprint = "");
   // RegisterAs without an identity (plaintext, tests).
   std::string Register(const std::string& address, const std::string& device,
                        const std::string& name, uint32_t threads);
@@ -66,13 +91,22 @@ class WorkerPool {
   // OK if worker `id` is registered under `identity`; as Heartbeat otherwise.
   absl::Status CheckIdentity(const std::string& id, const std::string& identity);
 
-  // Revokes the identity of worker `id_or_identity` (a worker id, or an identity whether
-  // registered or not) for good: persisted first, then its workers are dropped and reported
-  // by TakeLost() (their jobs recover as for a lost worker). Returns the identity.
-  // NOT_FOUND for an unknown id that is no valid identity; FAILED_PRECONDITION for a
-  // worker without identity (plaintext); the file's error if it cannot be written.
-  absl::StatusOr<std::string> Revoke(const std::string& id_or_identity);
+  // Revokes for good, persisted first, a certificate named by `what`: a registered
+  // worker's id (its identity), a certificate's fingerprint (ParseFingerprint: that one
+  // certificate), its CN "lockstep-worker/NAME" or NAME (the identity, whether registered
+  // or not: a stolen certificate's). Then the workers of it are dropped and reported by
+  // TakeLost() (their jobs recover as for a lost worker). NOT_FOUND for what looks like a
+  // worker id (w0003, w0003-1a2b3c4d) but names no registered worker, nor an identity seen
+  // here (a stale id: ids change when a worker registers again), and for what is none of
+  // the above; FAILED_PRECONDITION for a worker without identity (plaintext); the file's
+  // error if it cannot be written.
+  absl::StatusOr<Revocation> Revoke(const std::string& what);
   bool IsRevoked(const std::string& identity);
+  // The revoked identities and fingerprints, sorted.
+  std::vector<std::string> Revoked();
+  // The revoked identity enrollment issued for the name `prefix`, or "" (a revoked
+  // worker may not enroll again under its name).
+  std::string RevokedEnrolledName(const std::string& prefix);
 
   // Worker `id` lied to a job's audit (docs/audit.md): it gets no work from this pool
   // again, nor does whoever registers later with its identity (or, without identity, its
@@ -117,6 +151,9 @@ class WorkerPool {
   std::map<std::string, PoolWorker> workers_ ABSL_GUARDED_BY(mu_);  // ordered by id
   std::vector<LostWorker> lost_ ABSL_GUARDED_BY(mu_);
   RevokedWorkers revoked_ ABSL_GUARDED_BY(mu_);
+  EnrolledWorkers enrolled_ ABSL_GUARDED_BY(mu_);
+  ApprovalPolicy approval_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> seen_ ABSL_GUARDED_BY(mu_);  // identities that registered here
   // Quarantined identities (or, for workers without one, addresses): why.
   std::map<std::string, std::string> quarantined_ ABSL_GUARDED_BY(mu_);
 

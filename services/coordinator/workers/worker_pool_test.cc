@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "core/testing.h"
 
 namespace lockstep::testing {
@@ -290,7 +291,7 @@ TEST(WorkerPool, ARevokedIdentityIsDroppedReportedLostAndRefusedAlsoByTheNextPoo
     ASSERT_OK_AND_ASSIGN(const std::string id, pool.RegisterAs("worker-0", "a:0", "cpu", "x", 1));
     ASSERT_OK(pool.RegisterAs("worker-1", "a:1", "cpu", "y", 1).status());
     ASSERT_OK(pool.Assign("job-3", {id}).status());
-    EXPECT_EQ(pool.Revoke(id).value_or(""), "worker-0");
+    EXPECT_EQ(pool.Revoke(id).value_or(Revocation{}).revoked, "worker-0");
     const std::vector<LostWorker> lost = pool.TakeLost(absl::Now());
     ASSERT_EQ(lost.size(), 1u);
     EXPECT_EQ(lost[0].worker.job_id, "job-3");  // so that its job recovers
@@ -301,7 +302,7 @@ TEST(WorkerPool, ARevokedIdentityIsDroppedReportedLostAndRefusedAlsoByTheNextPoo
     EXPECT_TRUE(pool.IsRevoked("worker-0"));
     EXPECT_FALSE(pool.IsRevoked("worker-1"));
     // An identity not registered now (a stolen certificate) can be revoked by name.
-    EXPECT_EQ(pool.Revoke("worker-7").value_or(""), "worker-7");
+    EXPECT_EQ(pool.Revoke("worker-7").value_or(Revocation{}).revoked, "worker-7");
     EXPECT_THAT(pool.Revoke("no such/worker"), StatusIs(absl::StatusCode::kNotFound, _));
     const std::string plain = pool.Register("a:9", "cpu", "plain", 1);
     EXPECT_THAT(pool.Revoke(plain), StatusIs(absl::StatusCode::kFailedPrecondition, _));
@@ -315,6 +316,73 @@ TEST(WorkerPool, ARevokedIdentityIsDroppedReportedLostAndRefusedAlsoByTheNextPoo
   ASSERT_OK(restarted.RegisterAs("worker-1", "b:1", "cpu", "y", 1).status());
   EXPECT_EQ(std::filesystem::status(file).permissions() & std::filesystem::perms::all,
             std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+}
+
+// A stale or unknown worker id revokes nothing and says so (at 0692893 it answered
+// "revoked" and the same certificate registered again under a new id); a certificate's
+// fingerprint revokes that one certificate; what is revoked is listed; an enrolled
+// identity's name is known as revoked.
+TEST(WorkerPool, RevokingIsByIdentityOrFingerprintAndAStaleIdIsNotFound) {
+  WorkerPool pool(kTimeout, "1a2b3c4d");
+  const std::string fp(64, 'a');
+  ASSERT_OK_AND_ASSIGN(const std::string id, pool.RegisterAs("gpu-7-0123456789abcdef", "a:0", "cpu",
+                                                             "x", 1, "sha256:" + fp));
+  for (const std::string stale : {"w0042-1a2b3c4d", "w0000-99999999", "w0001"}) {
+    EXPECT_THAT(pool.Revoke(stale), StatusIs(absl::StatusCode::kNotFound,
+                                             AllOf(HasSubstr(stale), HasSubstr("stale id"))));
+  }
+  EXPECT_THAT(pool.Revoke("no such/worker"), StatusIs(absl::StatusCode::kNotFound, _));
+  EXPECT_TRUE(pool.Revoked().empty());
+  // A certificate never seen here, by its CN: revoked, and nothing dropped.
+  ASSERT_OK_AND_ASSIGN(Revocation unseen, pool.Revoke("lockstep-worker/stolen-1"));
+  EXPECT_EQ(unseen.revoked, "stolen-1");
+  EXPECT_TRUE(unseen.dropped.empty());
+  // One certificate, spelled as `openssl x509 -fingerprint -sha256` prints it.
+  std::string colons;
+  for (int i = 0; i < 32; ++i) absl::StrAppend(&colons, i > 0 ? ":" : "", "AA");
+  ASSERT_OK_AND_ASSIGN(Revocation one, pool.Revoke(colons));
+  EXPECT_EQ(one.revoked, "sha256:" + fp);
+  EXPECT_THAT(one.dropped, ::testing::ElementsAre(id));
+  EXPECT_THAT(pool.RegisterAs("gpu-7-0123456789abcdef", "a:0", "cpu", "x", 1, "sha256:" + fp),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("is revoked")));
+  // The identity's other certificate (a renewal) is not that one.
+  ASSERT_OK_AND_ASSIGN(const std::string again,
+                       pool.RegisterAs("gpu-7-0123456789abcdef", "a:0", "cpu", "x", 1,
+                                       "sha256:" + std::string(64, 'b')));
+  EXPECT_EQ(pool.RevokedEnrolledName("gpu-7"), "");
+  ASSERT_OK_AND_ASSIGN(Revocation identity, pool.Revoke(again));
+  EXPECT_EQ(identity.revoked, "gpu-7-0123456789abcdef");
+  EXPECT_EQ(pool.RevokedEnrolledName("gpu-7"), "gpu-7-0123456789abcdef");
+  EXPECT_EQ(pool.RevokedEnrolledName("gpu"), "");
+  EXPECT_THAT(pool.Revoked(),
+              ::testing::ElementsAre("gpu-7-0123456789abcdef", "sha256:" + fp, "stolen-1"));
+}
+
+// An enrolled identity that no policy covered registers but takes no job until an admin
+// approves it; one the policy covers, and the operator's own certificates, need nothing.
+TEST(WorkerPool, AnEnrolledWorkerAwaitingApprovalIsGivenNoJob) {
+  const ScratchDir dir("enrolled-workers");
+  WorkerPool pool(kTimeout, "");
+  ASSERT_OK(pool.UseEnrollmentFile((dir.path() / "enrolled-workers").string(), {"pod-*", 1}));
+  ASSERT_OK(pool.RecordEnrolled("laptop-0000000000000001", "laptop").status());
+  ASSERT_OK(pool.RecordEnrolled("pod-0-0000000000000002", "pod-0").status());
+  ASSERT_OK_AND_ASSIGN(const std::string rogue,
+                       pool.RegisterAs("laptop-0000000000000001", "a:0", "cpu", "x", 1));
+  ASSERT_OK_AND_ASSIGN(const std::string pod,
+                       pool.RegisterAs("pod-0-0000000000000002", "a:1", "cpu", "y", 1));
+  ASSERT_OK_AND_ASSIGN(const std::string ops, pool.RegisterAs("worker-0", "a:2", "cpu", "z", 1));
+  std::vector<std::string> schedulable;
+  for (const WorkerView& v : pool.Views()) schedulable.push_back(v.id);
+  EXPECT_THAT(schedulable, ElementsAre(pod, ops));
+  EXPECT_THAT(pool.Assign("job-1", {rogue}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("approval")));
+  EXPECT_TRUE(pool.List()[0].pending_approval());
+  EXPECT_THAT(pool.PendingApproval(), ElementsAre("laptop-0000000000000001"));
+  EXPECT_THAT(pool.Approve("worker-0"), StatusIs(absl::StatusCode::kNotFound, _));
+  EXPECT_EQ(pool.Approve(rogue).value_or(""), "laptop-0000000000000001");
+  EXPECT_EQ(pool.Views().size(), 3u);
+  EXPECT_OK(pool.Assign("job-1", {rogue}).status());
+  EXPECT_THAT(pool.PendingApproval(), IsEmpty());
 }
 
 TEST(WorkerPool, AMalformedRevocationFileIsInvalidArgumentNamingIt) {
