@@ -111,4 +111,74 @@ absl::Status Backend::SequencePoolBackward(bool, int, int, int, const float*, fl
   return NoSequenceLayers(*this, "SequencePoolBackward");
 }
 
+namespace {
+
+absl::Status NoBf16(const Backend& b, const char* kernel) {
+  return absl::UnimplementedError(
+      absl::StrCat(b.Name(), ": ", kernel,
+                   ": no bfloat16 kernels on this backend (the CPU and CUDA backends have them)"));
+}
+
+}  // namespace
+
+absl::Status Backend::Bf16Support() {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "model.dtype: bfloat16 needs bfloat16 kernels; the ", Name(), " backend has none"));
+}
+absl::Status Backend::ToBf16(size_t, const float*, Bf16*) { return NoBf16(*this, "ToBf16"); }
+absl::Status Backend::AddRowsBf16(int, int, const float*, const float*, float*, Bf16*) {
+  return NoBf16(*this, "AddRowsBf16");
+}
+absl::Status Backend::GemmBf16(bool, bool, int, int, int, float, const Bf16*, const Bf16*, float,
+                               float*) {
+  return NoBf16(*this, "GemmBf16");
+}
+absl::Status Backend::GemmStridedBf16(bool, bool, int, int, int, float, const Bf16*, int, int64_t,
+                                      const Bf16*, int, int64_t, float, float*, int, int64_t, int) {
+  return NoBf16(*this, "GemmStridedBf16");
+}
+absl::Status Backend::Im2ColBf16(const ConvGeometry&, const Bf16*, Bf16*) {
+  return NoBf16(*this, "Im2ColBf16");
+}
+absl::Status Backend::ActivateBf16(Activation, size_t, const float*, float*, Bf16*) {
+  return NoBf16(*this, "ActivateBf16");
+}
+absl::Status Backend::ReluBf16(size_t, float*, Bf16*) { return NoBf16(*this, "ReluBf16"); }
+absl::Status Backend::AvgPoolBf16(const ConvGeometry&, bool, const float*, float*) {
+  return NoBf16(*this, "AvgPoolBf16");
+}
+absl::Status Backend::AttentionSoftmaxBf16(int, int, bool, float*) {
+  return NoBf16(*this, "AttentionSoftmaxBf16");
+}
+
+// The bfloat16 convolutions' scratch: the bfloat16 patches, or backward-data's float32
+// patch gradients, whichever is larger.
+size_t Backend::ConvScratchBytesBf16(const ConvGeometry& g) {
+  return PatchFloats(g) * sizeof(float);
+}
+
+absl::Status Backend::ConvForwardBf16(const ConvGeometry& g, const Bf16* x, const Bf16* w, float* y,
+                                      void* scratch) {
+  Bf16* cols = static_cast<Bf16*>(scratch);
+  RETURN_IF_ERROR(Im2ColBf16(g, x, cols));
+  return GemmBf16(false, false, g.b * g.oh() * g.ow(), g.f, g.kh * g.kw * g.c, 1.0f, cols, w, 0.0f,
+                  y);
+}
+
+absl::Status Backend::ConvBackwardWeightsBf16(const ConvGeometry& g, const Bf16*, const Bf16* dy,
+                                              float* dw, void* scratch) {
+  // The patches ConvForwardBf16 left in scratch.
+  const Bf16* cols = static_cast<const Bf16*>(scratch);
+  return GemmBf16(true, false, g.kh * g.kw * g.c, g.f, g.b * g.oh() * g.ow(), 1.0f, cols, dy, 0.0f,
+                  dw);
+}
+
+absl::Status Backend::ConvBackwardDataBf16(const ConvGeometry& g, const Bf16* w, const Bf16* dy,
+                                           float* dx, void* scratch) {
+  float* dcols = static_cast<float*>(scratch);
+  RETURN_IF_ERROR(GemmBf16(false, true, g.b * g.oh() * g.ow(), g.kh * g.kw * g.c, g.f, 1.0f, dy, w,
+                           0.0f, dcols));
+  return Col2Im(g, dcols, dx);
+}
+
 }  // namespace lockstep

@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/bfloat16.h"
 #include "core/rng/threefry.h"
 
 namespace lockstep {
@@ -292,9 +293,10 @@ class Backend {
   // dp = p * (dp - sum(dp * p)) per row of (rows, cols), in place: the gradient through
   // the softmax that gave p.
   virtual absl::Status SoftmaxBackward(int rows, int cols, const float* p, float* dp);
-  // Flax's broadcast attention dropout: y (rows, cols) = x * (mask[c] / keep), one 0/1
-  // mask of `cols` shared by every row (y may be x).
-  virtual absl::Status MaskedScale(int rows, int cols, const uint8_t* mask, float keep,
+  // Flax's broadcast attention dropout: y (rows, cols) = x * (mask[c] ? scale : 0), one 0/1
+  // mask of `cols` shared by every row (y may be x); `scale` is Flax's multiplier
+  // keep.astype(dtype) / keep_prob for a kept element (1 / keep in float32).
+  virtual absl::Status MaskedScale(int rows, int cols, const uint8_t* mask, float scale,
                                    const float* x, float* y);
   // Vision transformers' class token: y (b, t + 1, f) holds, per sample, `cls` (f) and
   // then the sample's t rows of x (b, t, f).
@@ -311,6 +313,60 @@ class Backend {
   // row 0 and zeros elsewhere.
   virtual absl::Status SequencePoolBackward(bool mean, int b, int t, int f, const float* dy,
                                             float* dx);
+
+  // Mixed precision (a model's dtype bfloat16; docs/models.md#mixed-precision). Activations
+  // stay in float32 buffers holding bfloat16 values, rounded (RoundBf16, round to nearest
+  // even) at the points where XLA rounds Flax's bfloat16 ops; matmuls and convolutions
+  // read Bf16 copies of their operands and accumulate in float32. The defaults return
+  // UNIMPLEMENTED naming the backend (the CPU backend has them; the CUDA backend not yet,
+  // and its Bf16Support refuses a bfloat16 job).
+  //
+  // OK where this backend runs the kernels below; otherwise INVALID_ARGUMENT saying what
+  // it lacks (a CPU without avx512_bf16 or AMX).
+  virtual absl::Status Bf16Support();
+  // y = bf16(x) (n values).
+  virtual absl::Status ToBf16(size_t n, const float* x, Bf16* y);
+  // y (rows, cols) = bf16(bf16(x) + bf16(bias[c])), the bias broadcast over rows: a dense
+  // or conv output (x: its float32 products) plus its bias as Flax adds them, each
+  // rounded; bias null: y = bf16(x). y may be x. y16, unless null, receives y as Bf16 too
+  // (the operand of the matmul that reads y next).
+  virtual absl::Status AddRowsBf16(int rows, int cols, const float* x, const float* bias, float* y,
+                                   Bf16* y16);
+  // c = alpha * op(a) * op(b) + beta * c as Gemm, with bfloat16 operands, float32
+  // products and sums.
+  virtual absl::Status GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                                const Bf16* a, const Bf16* b, float beta, float* c);
+  // GemmStrided with bfloat16 operands (float32 sums).
+  virtual absl::Status GemmStridedBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                                       const Bf16* a, int lda, int64_t stride_a, const Bf16* b,
+                                       int ldb, int64_t stride_b, float beta, float* c, int ldc,
+                                       int64_t stride_c, int count);
+  // Convolutions on bfloat16 operands (float32 sums and outputs), without bias (the caller
+  // adds it with AddRowsBf16, and takes its gradient with BiasGrad). `scratch`:
+  // ConvScratchBytesBf16(g) bytes, with ConvForward's contract; the defaults are im2col
+  // (Im2ColBf16) and GemmBf16, the data gradient through Col2Im.
+  virtual size_t ConvScratchBytesBf16(const ConvGeometry& g);
+  virtual absl::Status ConvForwardBf16(const ConvGeometry& g, const Bf16* x, const Bf16* w,
+                                       float* y, void* scratch);
+  virtual absl::Status ConvBackwardWeightsBf16(const ConvGeometry& g, const Bf16* x, const Bf16* dy,
+                                               float* dw, void* scratch);
+  virtual absl::Status ConvBackwardDataBf16(const ConvGeometry& g, const Bf16* w, const Bf16* dy,
+                                            float* dx, void* scratch);
+  virtual absl::Status Im2ColBf16(const ConvGeometry& g, const Bf16* x, Bf16* cols);
+  // The activation as jax.nn computes it in bfloat16: every jnp op of its formula rounded
+  // (math::ActivateBf16). x holds bfloat16 values; y may be x; y16 as AddRowsBf16's.
+  virtual absl::Status ActivateBf16(Activation a, size_t n, const float* x, float* y, Bf16* y16);
+  // Relu in place, and x16 (not null) = bf16(x) after (exact: x holds bfloat16 values).
+  virtual absl::Status ReluBf16(size_t n, float* x, Bf16* x16);
+  // nn.avg_pool in bfloat16: each window's sum accumulated in bfloat16 (every add
+  // rounded, from 0, in XLA's order: cpu_bf16.cc), then bf16(sum / count); without
+  // count_include_pad sum / count in float32 (Flax divides by float32 counts).
+  virtual absl::Status AvgPoolBf16(const ConvGeometry& g, bool count_include_pad, const float* x,
+                                   float* y);
+  // jax.nn.softmax in bfloat16 as XLA computes it, in place (AttentionSoftmax's masking),
+  // on s = the scores' float32 sums, rounded to bfloat16 first (the einsum's result):
+  // d = bf16(s - max), e = exp(d), sum = bf16(float32 sum of e), p = bf16(bf16(e) * (1 / sum)).
+  virtual absl::Status AttentionSoftmaxBf16(int rows, int t, bool causal, float* s);
 
   // x /= d elementwise (pmean's division after the all-reduce sum).
   virtual absl::Status Divide(size_t n, float d, float* x) = 0;

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "core/backend.h"
+#include "core/bfloat16.h"
 #include "core/host_device.h"
 
 namespace lockstep::math {
@@ -86,6 +87,56 @@ LS_HOST_DEVICE inline float ActivationDerivative(Activation a, float x) {
     }
   }
   return 1.0f;
+}
+
+// The activations in bfloat16, as XLA computes jax.nn's formulas on a bfloat16 x: every
+// op in float32 and its result rounded to bfloat16 (RoundBf16), the constants bfloat16
+// too (np.sqrt(2 / np.pi).astype(x.dtype); a Python float's weak type takes x's dtype).
+inline constexpr float kSqrt2OverPiBf16 = 0.796875f;      // bf16(sqrt(2 / pi))
+inline constexpr float kGeluCubicBf16 = 0.044677734375f;  // bf16(0.044715)
+inline constexpr float kSqrtHalfBf16 = 0.70703125f;       // bf16(sqrt(0.5))
+
+// lax.logistic in bfloat16: 1 / (1 + exp(-x)), each op rounded.
+LS_HOST_DEVICE inline float SigmoidBf16(float x) {
+  return RoundBf16(1.0f / RoundBf16(1.0f + RoundBf16(expf(-x))));
+}
+
+LS_HOST_DEVICE inline float ActivateBf16(Activation a, float x) {
+  switch (a) {
+    case Activation::kGeluTanh: {  // x ** 3 is integer_pow: x * (x * x)
+      const float cube = RoundBf16(x * RoundBf16(x * x));
+      const float inner =
+          RoundBf16(kSqrt2OverPiBf16 * RoundBf16(x + RoundBf16(kGeluCubicBf16 * cube)));
+      const float cdf = RoundBf16(0.5f * RoundBf16(1.0f + RoundBf16(Tanh(inner))));
+      return RoundBf16(x * cdf);
+    }
+    case Activation::kGeluErf:  // 0.5 * x * erfc(-x * sqrt_half); XLA's erfc upcasts its
+      // input to float32 itself, and reads the product unrounded
+      return RoundBf16(RoundBf16(0.5f * x) * RoundBf16(erfcf(-x * kSqrtHalfBf16)));
+    case Activation::kTanh:
+      return RoundBf16(Tanh(x));
+    case Activation::kSigmoid:
+      return SigmoidBf16(x);
+    case Activation::kSilu:
+      return RoundBf16(x * SigmoidBf16(x));
+  }
+  return x;
+}
+
+// jax.nn.softmax in bfloat16 of one row of `t` scores in place, as XLA computes it (see
+// Backend::AttentionSoftmaxBf16): the first n are the row's, the rest masked (0 out).
+LS_HOST_DEVICE inline void SoftmaxRowBf16(int n, int t, float* x) {
+  for (int k = 0; k < n; ++k) x[k] = RoundBf16(x[k]);  // the scores' einsum rounds
+  float mx = x[0];
+  for (int k = 1; k < n; ++k) mx = x[k] > mx ? x[k] : mx;
+  float sum = 0.0f;
+  for (int k = 0; k < n; ++k) {
+    x[k] = expf(RoundBf16(x[k] - mx));
+    sum += x[k];
+  }
+  const float inv = 1.0f / RoundBf16(sum);
+  for (int k = 0; k < n; ++k) x[k] = RoundBf16(RoundBf16(x[k]) * inv);
+  for (int k = n; k < t; ++k) x[k] = 0.0f;
 }
 
 // Input rows (or columns) [begin, end).

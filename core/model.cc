@@ -95,8 +95,37 @@ void Model::EndModule() {
   if (scopes_.size() > 1) scopes_.pop_back();
 }
 
+const char* DTypeName(DType d) { return d == DType::kBfloat16 ? "bfloat16" : "float32"; }
+
+bool Model::HasBf16() const {
+  return std::any_of(layers_.begin(), layers_.end(), [](const Layer& l) { return l.bf16(); });
+}
+
 void Model::Append(Layer l) {
   l.src = head_;
+  // Modules compute in their dtype (promote_dtype casts inputs and params to it); the
+  // position embedding adds its table, cast to it, to x; functions keep their input's.
+  switch (l.kind) {
+    case LayerKind::kConv:
+    case LayerKind::kDense:
+    case LayerKind::kLayerNorm:
+    case LayerKind::kBatchNorm:
+    case LayerKind::kEmbed:
+    case LayerKind::kAttention:
+      l.dtype = dtype_;
+      break;
+    case LayerKind::kPositionEmbed:
+      l.dtype = Promote(DtypeOf(head_), dtype_);
+      break;
+    case LayerKind::kAdd:
+      l.dtype = Promote(DtypeOf(head_), DtypeOf(l.residual));
+      break;
+    case LayerKind::kAvgPool:  // without count_include_pad, the sums / float32 counts
+      l.dtype = l.count_include_pad ? DtypeOf(head_) : DType::kFloat32;
+      break;
+    default:
+      l.dtype = DtypeOf(head_);
+  }
   layers_.push_back(std::move(l));
   head_ = static_cast<int>(layers_.size()) - 1;
 }
@@ -216,6 +245,8 @@ void Model::ClassToken(const std::string& name) {
   Layer l{LayerKind::kClassToken, "", in, {1, in.w + 1, in.c, false, true}};
   l.kernel = layout_.Add(ModuleName("", name), {1, 1, in.c});
   Append(l);
+  // jnp.concatenate promotes x with the float32 param: float32 (ViT's module has no dtype).
+  layers_.back().dtype = DType::kFloat32;
 }
 
 void Model::AddPositionEmbs(double stddev, const std::string& name) {
@@ -223,6 +254,8 @@ void Model::AddPositionEmbs(double stddev, const std::string& name) {
   l.init_stddev = static_cast<float>(stddev);
   l.kernel = layout_.Add(l.name + "/pos_embedding", {1, l.in.w, l.in.c});
   Append(l);
+  // x + its float32 param: float32 (ViT's AddPositionEmbs has no dtype).
+  layers_.back().dtype = DType::kFloat32;
 }
 
 void Model::SequencePool(bool mean) {

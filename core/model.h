@@ -42,6 +42,18 @@ enum class LayerKind {
   kSequencePool,   // [T, F] -> [F]: x[:, 0] or the mean over the positions
 };
 
+// A computation (and activation) dtype: Flax's `dtype` (docs/models.md#mixed-precision).
+// Params are float32 whatever it is (param_dtype).
+enum class DType { kFloat32, kBfloat16 };
+
+// "float32", "bfloat16".
+const char* DTypeName(DType d);
+
+// jnp.promote_types of two activation dtypes: bfloat16 only when both are.
+inline DType Promote(DType a, DType b) {
+  return a == DType::kBfloat16 && b == DType::kBfloat16 ? DType::kBfloat16 : DType::kFloat32;
+}
+
 // lax's padding modes for convolutions and pools.
 enum class Padding { kSame, kValid };
 
@@ -102,8 +114,13 @@ struct Layer {
   int heads = 0, head_dim = 0;
   bool causal = false;
   std::array<int, 4> kernels = {-1, -1, -1, -1}, biases = {-1, -1, -1, -1};
+  // The dtype the layer computes in and stores its output in: a module's `dtype`; a
+  // function's (relu, pools, dropout, ...) its input's; an add's or position embedding's
+  // the promotion of its operands'. bfloat16: Flax's rounding points (docs/models.md).
+  DType dtype = DType::kFloat32;
 
   bool has_params() const { return kernel >= 0 || bias >= 0 || scale >= 0; }
+  bool bf16() const { return dtype == DType::kBfloat16; }
   // The bytes Flax hashes for make_rng in this module's scope: the path's names
   // concatenated ("ResNetBlock_1Conv_0").
   std::string RngPath() const;
@@ -171,6 +188,12 @@ class Model {
   // params are named "ResNetBlock_0/Conv_0/kernel". Pairs nest.
   void BeginModule(const std::string& cls, const std::string& name = "");
   void EndModule();
+  // The dtype of the modules added from now on (Flax's `dtype=` on each; float32 at
+  // first). Functions take their input's dtype whatever it is.
+  void set_dtype(DType d) { dtype_ = d; }
+  DType dtype() const { return dtype_; }
+  // Whether any layer computes in bfloat16.
+  bool HasBf16() const;
   // Whether `name` names a module of the current scope already; the name a module of
   // class `cls` would take there without one.
   bool HasName(const std::string& name) const;
@@ -185,6 +208,8 @@ class Model {
   void Add(int other);
   // Layer i's output shape (-1: the input).
   Dims OutputOf(int layer) const { return layer < 0 ? input_ : layers_[layer].out; }
+  // Layer i's output dtype (-1: the input, float32).
+  DType DtypeOf(int layer) const { return layer < 0 ? DType::kFloat32 : layers_[layer].dtype; }
 
   const std::vector<Layer>& layers() const { return layers_; }
   const ParamLayout& layout() const { return layout_; }
@@ -234,6 +259,7 @@ class Model {
   };
   std::vector<Scope> scopes_ = {Scope{}};
   int head_ = -1;
+  DType dtype_ = DType::kFloat32;  // set_dtype
 };
 
 // lax.padtype_to_pads for one spatial dimension: the output size and the padding before

@@ -374,13 +374,56 @@ absl::Status AddOne(Model& m, const std::string& at, const v1::LayerSpec& spec, 
   return Invalid(at, "empty: name one layer (conv, dense, relu, max_pool, flatten...)");
 }
 
+// The dtype field of a module's (or block call's) spec; null for functions.
+const std::string* ModuleDtype(const v1::LayerSpec& spec) {
+  switch (spec.layer_case()) {
+    case v1::LayerSpec::kConv:
+      return &spec.conv().dtype();
+    case v1::LayerSpec::kDense:
+      return &spec.dense().dtype();
+    case v1::LayerSpec::kBatchNorm:
+      return &spec.batch_norm().dtype();
+    case v1::LayerSpec::kLayerNorm:
+      return &spec.layer_norm().dtype();
+    case v1::LayerSpec::kEmbed:
+      return &spec.embed().dtype();
+    case v1::LayerSpec::kPositionEmbed:
+      return &spec.position_embed().dtype();
+    case v1::LayerSpec::kMultiHeadAttention:
+      return &spec.multi_head_attention().dtype();
+    case v1::LayerSpec::kBlock:
+      return &spec.block().dtype();
+    default:
+      return nullptr;
+  }
+}
+
 }  // namespace
 
 namespace model_spec {
 
+absl::StatusOr<DType> ParseDtype(const std::string& field, const std::string& s, DType fallback) {
+  if (s.empty()) return fallback;
+  if (s == "float32") return DType::kFloat32;
+  if (s == "bfloat16") return DType::kBfloat16;
+  return Invalid(field, absl::StrCat("unknown dtype \"", s, "\" (expected float32 or bfloat16)"));
+}
+
 absl::Status AddLayer(Model& m, const std::string& at, const v1::LayerSpec& spec,
                       BuildContext& ctx) {
-  RETURN_IF_ERROR(AddOne(m, at, spec, ctx));
+  // A module's (or block's) own dtype holds for it (and a block's modules), then the
+  // enclosing one again.
+  const DType outer = m.dtype();
+  if (const std::string* dtype = ModuleDtype(spec); dtype != nullptr) {
+    const std::string kind =
+        v1::LayerSpec::descriptor()->FindFieldByNumber(spec.layer_case())->name();
+    ASSIGN_OR_RETURN(const DType d,
+                     ParseDtype(absl::StrCat(at, ".", kind, ".dtype"), *dtype, outer));
+    m.set_dtype(d);
+  }
+  const absl::Status added = AddOne(m, at, spec, ctx);
+  m.set_dtype(outer);
+  RETURN_IF_ERROR(added);
   if (m.layers().size() > static_cast<size_t>(kMaxLayers)) {
     return Invalid(
         at, absl::StrCat("the model has more than ", kMaxLayers, " layers (blocks expanded)"));
@@ -439,6 +482,7 @@ v1::LayerSpec Relu() {
 absl::StatusOr<v1::ModelSpec> ExpandPreset(const v1::ModelSpec& spec) {
   v1::ModelSpec out;
   *out.mutable_input_shape() = spec.input_shape();
+  out.set_dtype(spec.dtype());
   auto* layers = out.mutable_layers();
   if (spec.kind() == "cnn") {
     if (spec.hidden_size() > 0 || spec.dropout_rate() != 0) {
@@ -494,6 +538,9 @@ absl::StatusOr<Model> Build(const v1::ModelSpec& spec, Dims input) {
                    absl::StrCat(spec.layers_size(), " layers exceed the limit of ", kMaxLayers));
   }
   Model m(input);
+  ASSIGN_OR_RETURN(const DType dtype,
+                   model_spec::ParseDtype("model.dtype", spec.dtype(), DType::kFloat32));
+  m.set_dtype(dtype);
   BuildContext ctx{&spec};
   for (const auto& [name, block] : spec.blocks()) {
     if (!model_spec::IsName(name)) {
@@ -522,6 +569,14 @@ absl::StatusOr<Model> Build(const v1::ModelSpec& spec, Dims input) {
 
 absl::StatusOr<Model> Model::FromSpec(const v1::ModelSpec& spec) {
   ASSIGN_OR_RETURN(const Dims input, InputShape(spec));
+  if (!spec.param_dtype().empty() && spec.param_dtype() != "float32") {
+    return Invalid("model.param_dtype",
+                   absl::StrCat("\"", spec.param_dtype(),
+                                "\" is not supported: params, the optimizer state and checkpoints "
+                                "stay float32 (Flax's param_dtype=jnp.float32); set model.dtype: "
+                                "bfloat16 to compute in bfloat16"));
+  }
+  RETURN_IF_ERROR(model_spec::ParseDtype("model.dtype", spec.dtype(), DType::kFloat32).status());
   if (!spec.blocks().empty() && spec.layers().empty()) {
     return Invalid("model.blocks", "blocks are used from model.layers (`- block: {module: ...}`)");
   }

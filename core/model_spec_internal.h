@@ -38,6 +38,9 @@ bool IsName(const std::string& s);
 absl::Status CheckName(const Model& m, const std::string& field, const std::string& cls,
                        const std::string& name);
 
+// The dtype named `s` at `field` ("float32" or "bfloat16"; empty: `fallback`).
+absl::StatusOr<DType> ParseDtype(const std::string& field, const std::string& s, DType fallback);
+
 // Appends the layer `spec`, found at `at` ("model.layers[3]"), to `m`, checking its
 // fields and shapes against the model so far.
 absl::Status AddLayer(Model& m, const std::string& at, const v1::LayerSpec& spec,

@@ -54,6 +54,10 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(
   ASSIGN_OR_RETURN(e->step_args_,
                    backend->Allocate(sizeof(UpdateScalars) + keys * sizeof(rng::Key)));
   ASSIGN_OR_RETURN(e->params_, backend->Allocate(bytes));
+  if (e->model_.HasBf16()) {
+    RETURN_IF_ERROR(backend->Bf16Support());
+    ASSIGN_OR_RETURN(e->params_bf16_, backend->Allocate(e->model_.layout().total() * sizeof(Bf16)));
+  }
   ASSIGN_OR_RETURN(e->grads_, backend->Allocate(bytes));
   if (e->stats_count() > 0) {
     ASSIGN_OR_RETURN(e->stats_, backend->Allocate(e->stats_count() * sizeof(float)));
@@ -107,6 +111,7 @@ absl::Status StepExecutor::Prepare(Workspace& ws, const DeviceDataset& data,
 
 absl::Status StepExecutor::Forward(Workspace& ws, const DeviceDataset& data, int b, bool train) {
   RETURN_IF_ERROR(GatherBatch(ws, data, b));
+  RETURN_IF_ERROR(RefreshBf16Params());
   const auto* keys =
       reinterpret_cast<const rng::Key*>(step_args_.as<unsigned char>() + sizeof(UpdateScalars));
   for (size_t i = 0; i < model_.layers().size(); ++i) {
@@ -129,6 +134,21 @@ absl::Status StepExecutor::GatherBatch(Workspace& ws, const DeviceDataset& data,
 
 absl::Status StepExecutor::ForwardLayer(Workspace& ws, size_t i, int b, bool train,
                                         const rng::Key* keys) {
+  const Layer& l = model_.layers()[i];
+  if (HasBf16Kernels(l)) return ForwardLayerBf16(ws, i, b, train, keys);
+  RETURN_IF_ERROR(ForwardLayerF32(ws, i, b, train, keys));
+  // A bfloat16 norm's, embedding's, sum's or mean's float32 result, rounded once: XLA's
+  // too (relu, max_pool, flatten and x[:, 0] are exact in bfloat16).
+  const bool rounds = l.kind == LayerKind::kLayerNorm || l.kind == LayerKind::kBatchNorm ||
+                      l.kind == LayerKind::kEmbed || l.kind == LayerKind::kAdd ||
+                      (l.kind == LayerKind::kSequencePool && l.pool_mean);
+  if (!l.bf16() || !rounds) return absl::OkStatus();
+  return backend_->AddRowsBf16(b, static_cast<int>(l.out.size()), ws.out[i], nullptr, ws.out[i],
+                               ws.twin[i]);
+}
+
+absl::Status StepExecutor::ForwardLayerF32(Workspace& ws, size_t i, int b, bool train,
+                                           const rng::Key* keys) {
   const float* params = params_.as();
   const auto& entries = model_.layout().entries();
   auto param = [&](int index) { return index < 0 ? nullptr : params + entries[index].offset; };
@@ -159,6 +179,7 @@ absl::Status StepExecutor::ForwardLayer(Workspace& ws, size_t i, int b, bool tra
       return backend_->SequencePool(l.pool_mean, b, l.in.w, l.in.c, x, y);
     case LayerKind::kRelu:  // in place unless its input is a residual's too
       if (y != x) RETURN_IF_ERROR(backend_->Copy(b * l.out.size(), x, y));
+      if (ws.twin[i] != nullptr) return backend_->ReluBf16(b * l.out.size(), y, ws.twin[i]);
       return backend_->Relu(b * l.out.size(), y);
     case LayerKind::kActivation:
       return backend_->Activate(l.activation, b * l.out.size(), x, y);
@@ -260,6 +281,10 @@ absl::Status StepExecutor::BackwardLayer(Workspace& ws, int i, int b, float* gra
   float* dx = ws.din[i];
   switch (l.kind) {
     case LayerKind::kConv: {
+      if (l.bf16()) {
+        RETURN_IF_ERROR(ConvBackwardBf16(ws, i, b, dy, dx, grads, grads_ready));
+        break;
+      }
       // The weights' gradient first: ConvBackwardData may overwrite the scratch.
       const ConvGeometry g = Geometry(l, b);
       RETURN_IF_ERROR(
@@ -270,6 +295,10 @@ absl::Status StepExecutor::BackwardLayer(Workspace& ws, int i, int b, float* gra
       break;
     }
     case LayerKind::kDense: {
+      if (l.bf16()) {
+        RETURN_IF_ERROR(DenseBackwardBf16(ws, i, b, dy, dx, grads, grads_ready));
+        break;
+      }
       const int in = DenseInputs(l), rows = b * DenseRows(l);
       RETURN_IF_ERROR(
           backend_->Gemm(true, false, in, l.out.c, rows, 1.0f, x, dy, 0.0f, grad(l.kernel)));
@@ -292,7 +321,8 @@ absl::Status StepExecutor::BackwardLayer(Workspace& ws, int i, int b, float* gra
       RETURN_IF_ERROR(backend_->BiasGrad(b, static_cast<int>(l.out.size()), dy, grad(l.kernel)));
       break;
     case LayerKind::kAttention:
-      RETURN_IF_ERROR(AttentionBackward(ws, i, b, x, dy, grads, dx));
+      RETURN_IF_ERROR(l.bf16() ? AttentionBackwardBf16(ws, i, b, dy, grads, dx)
+                               : AttentionBackward(ws, i, b, x, dy, grads, dx));
       break;
     case LayerKind::kClassToken:
       RETURN_IF_ERROR(backend_->ClassTokenBackward(b, l.in.w, l.in.c, dy, dx, grad(l.kernel)));
@@ -334,7 +364,9 @@ absl::Status StepExecutor::BackwardLayer(Workspace& ws, int i, int b, float* gra
       return Deliver(ws, l.src, dy, b * l.out.size());
     case LayerKind::kDropout:
       if (dx != nullptr && IsActiveDropout(l, true)) {
-        RETURN_IF_ERROR(backend_->DropoutBackward(b * l.out.size(), l.keep, ws.mask[i], dy, dx));
+        // A bfloat16 dropout divides by bf16(keep) (Flax's x / keep_prob in x's dtype).
+        const float keep = l.bf16() ? RoundBf16(l.keep) : l.keep;
+        RETURN_IF_ERROR(backend_->DropoutBackward(b * l.out.size(), keep, ws.mask[i], dy, dx));
       }
       break;
   }

@@ -232,6 +232,29 @@ class StepExecutor {
   // layer); the loss.
   absl::Status GatherBatch(Workspace& ws, const DeviceDataset& data, int batch);
   absl::Status ForwardLayer(Workspace& ws, size_t i, int batch, bool train, const rng::Key* keys);
+  absl::Status ForwardLayerF32(Workspace& ws, size_t i, int batch, bool train,
+                               const rng::Key* keys);
+  // Mixed precision (step_bf16.cc; docs/models.md#mixed-precision). The params as
+  // bfloat16 into params_bf16_ (each forward pass); a param's there.
+  absl::Status RefreshBf16Params();
+  const Bf16* Bf16Param(int index) const;
+  // Layer i's input as Bf16 (a bf16 matmul layer's): its input's twin, else xb[i], which
+  // Bf16Input fills first.
+  const Bf16* Bf16InputOf(const Workspace& ws, size_t i) const;
+  absl::StatusOr<const Bf16*> Bf16Input(Workspace& ws, size_t i, int batch);
+  // Whether layer l runs kernels of its own in bfloat16 (ForwardLayerBf16), rather than
+  // the float32 ones, rounded once after (ForwardLayer) or exact in bfloat16.
+  bool HasBf16Kernels(const Layer& l) const;
+  absl::Status ForwardLayerBf16(Workspace& ws, size_t i, int batch, bool train,
+                                const rng::Key* keys);
+  absl::Status DenseBackwardBf16(Workspace& ws, int i, int batch, const float* dy, float* dx,
+                                 float* grads, const std::function<void(int)>& grads_ready);
+  absl::Status ConvBackwardBf16(Workspace& ws, int i, int batch, const float* dy, float* dx,
+                                float* grads, const std::function<void(int)>& grads_ready);
+  absl::Status AttentionForwardBf16(Workspace& ws, size_t i, int b, bool train, const float* x,
+                                    const rng::Key* key);
+  absl::Status AttentionBackwardBf16(Workspace& ws, size_t i, int b, const float* dy, float* grads,
+                                     float* dx);
   absl::Status Loss(Workspace& ws, int batch);
   // Layer `layer`'s output in ws (-1: the batch's input); a layer's input.
   const float* Output(const Workspace& ws, int layer) const;
@@ -294,7 +317,8 @@ class StepExecutor {
   Timings timings_;
   std::vector<GradBucket> buckets_;  // empty: one all-reduce after backward
   Buffer params_, grads_;
-  Buffer stats_;  // batch_stats (Model::stats_layout()), when the model has any
+  Buffer params_bf16_;  // the params as bfloat16, for a model with bfloat16 layers
+  Buffer stats_;        // batch_stats (Model::stats_layout()), when the model has any
   // Per-step arguments in backend memory: UpdateScalars, then one key per Dropout layer.
   Buffer step_args_;
   Buffer update_scratch_;          // Optimizer::ScratchBytes (clipping's partial sums), if any

@@ -2,7 +2,8 @@
 // nn.MultiHeadDotProductAttention computes it on x [b, T, F]:
 //   q, k, v = DenseGeneral(x) [b, T, H, D] each; q = q / sqrt(D) (float32 sqrt, a division)
 //   w = softmax(where(causal mask, q . k over D, finfo.min)) [b, H, T, T]
-//   w = w * (keep_mask [T, T] / keep)  (training with dropout_rate > 0: one mask shared by
+//   w = w * (keep_mask [T, T] / keep)  (1 / keep in float32, for a kept element)  (training with
+//   dropout_rate > 0: one mask shared by
 //       the batch and heads, broadcast_dropout)
 //   o = w . v [b, T, H, D];  y = DenseGeneral(o over (H, D)) [b, T, F_out]
 // and its backward pass, the same products transposed. The heads' products are strided
@@ -15,34 +16,8 @@
 #include "core/step_workspace.h"
 
 namespace lockstep {
-namespace {
-
-// Where an attention layer's floats lie in its workspace (AttentionFloats).
-struct AttentionBuffers {
-  float *q, *k, *v, *o;       // [b, T, H, D]
-  float *w, *dropped;         // [b, H, T, T]; dropped: w after dropout (w itself without)
-  float *dq, *dk, *dv, *do_;  // training
-  float* dw;
-};
-
-AttentionBuffers Buffers(const Layer& l, int b, bool train, void* scratch) {
-  const int64_t act = int64_t{b} * l.in.w * l.heads * l.head_dim;
-  const int64_t weights = int64_t{b} * l.heads * l.in.w * l.in.w;
-  float* p = static_cast<float*>(scratch);
-  AttentionBuffers a{};
-  a.q = p, a.k = p + act, a.v = p + 2 * act, a.o = p + 3 * act;
-  a.w = p + 4 * act;
-  p = a.w + weights;
-  a.dropped = a.w;
-  if (train && l.keep < 1.0f) a.dropped = p, p += weights;
-  if (train) {
-    a.dq = p, a.dk = p + act, a.dv = p + 2 * act, a.do_ = p + 3 * act;
-    a.dw = p + 4 * act;
-  }
-  return a;
-}
-
-}  // namespace
+using step_internal::AttentionBuffers;
+using step_internal::AttentionBuffersAt;
 
 absl::Status StepExecutor::AttentionForward(Workspace& ws, size_t i, int b, bool train,
                                             const float* x, const rng::Key* key) {
@@ -52,7 +27,7 @@ absl::Status StepExecutor::AttentionForward(Workspace& ws, size_t i, int b, bool
     return index < 0 ? nullptr : params_.as() + entries[index].offset;
   };
   const int t = l.in.w, h = l.heads, d = l.head_dim, hd = h * d, rows = b * t;
-  const AttentionBuffers a = Buffers(l, b, ws.train, ws.scratch[i]);
+  const AttentionBuffers a = AttentionBuffersAt(l, b, ws.train, ws.scratch[i]);
   float* qkv[3] = {a.q, a.k, a.v};
   for (int j = 0; j < 3; ++j) {
     RETURN_IF_ERROR(
@@ -70,8 +45,8 @@ absl::Status StepExecutor::AttentionForward(Workspace& ws, size_t i, int b, bool
   if (key != nullptr) {  // draws the [T, T] mask (the dropped buffer's values are discarded)
     RETURN_IF_ERROR(
         backend_->Dropout(size_t(tt), l.keep, key, impl_, a.dropped, a.dropped, ws.mask[i]));
-    RETURN_IF_ERROR(
-        backend_->MaskedScale(b * h, static_cast<int>(tt), ws.mask[i], l.keep, a.w, a.dropped));
+    RETURN_IF_ERROR(backend_->MaskedScale(b * h, static_cast<int>(tt), ws.mask[i], 1.0f / l.keep,
+                                          a.w, a.dropped));
   }
   const float* w = train ? a.dropped : a.w;
   for (int s = 0; s < b; ++s) {  // o[s, :, h] = w[s, h] v[s, :, h]
@@ -95,7 +70,7 @@ absl::Status StepExecutor::AttentionBackward(Workspace& ws, size_t i, int b, con
   };
   auto grad = [&](int index) { return index < 0 ? nullptr : grads + entries[index].offset; };
   const int t = l.in.w, h = l.heads, d = l.head_dim, hd = h * d, rows = b * t;
-  const AttentionBuffers a = Buffers(l, b, true, ws.scratch[i]);
+  const AttentionBuffers a = AttentionBuffersAt(l, b, true, ws.scratch[i]);
   const int64_t sample = int64_t{t} * hd, tt = int64_t{t} * t;
   // out: y = o Wo + bo.
   RETURN_IF_ERROR(
@@ -114,7 +89,7 @@ absl::Status StepExecutor::AttentionBackward(Workspace& ws, size_t i, int b, con
   }
   if (a.dropped != a.w) {
     RETURN_IF_ERROR(
-        backend_->MaskedScale(b * h, static_cast<int>(tt), ws.mask[i], l.keep, a.dw, a.dw));
+        backend_->MaskedScale(b * h, static_cast<int>(tt), ws.mask[i], 1.0f / l.keep, a.dw, a.dw));
   }
   RETURN_IF_ERROR(backend_->SoftmaxBackward(b * h * t, t, a.w, a.dw));
   // w = q k^T (q scaled): dq = dw k, dk = dw^T q.

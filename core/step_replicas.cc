@@ -113,12 +113,16 @@ absl::Status StepExecutor::BatchNormForwardReplicas(size_t i) {
     RETURN_IF_ERROR(backend_->BatchNormVariance(c, bn, bn + 2 * c));
     RETURN_IF_ERROR(backend_->BatchNormApply(rows, c, l.epsilon, input(*ws), bn, bn + 2 * c,
                                              param(l.scale), param(l.bias), ws->out[i]));
+    if (l.bf16()) {
+      RETURN_IF_ERROR(backend_->AddRowsBf16(rows, c, ws->out[i], nullptr, ws->out[i], ws->twin[i]));
+    }
   }
   return absl::OkStatus();
 }
 
 absl::Status StepExecutor::ForwardReplicas(const DeviceDataset& data) {
   for (auto& ws : replica_ws_) RETURN_IF_ERROR(GatherBatch(*ws, data, local_batch_));
+  RETURN_IF_ERROR(RefreshBf16Params());
   for (size_t i = 0; i < model_.layers().size(); ++i) {
     if (model_.layers()[i].kind == LayerKind::kBatchNorm) {
       RETURN_IF_ERROR(BatchNormForwardReplicas(i));

@@ -13,11 +13,14 @@ namespace lockstep {
 
 using step_internal::AttentionFloats;
 using step_internal::BatchNormBuffer;
+using step_internal::Bf16Elements;
+using step_internal::Bf16GradElements;
 using step_internal::ColsPerSample;
 using step_internal::Geometry;
 using step_internal::InPlace;
 using step_internal::NeedsDin;
 using step_internal::NeedsGrad;
+using step_internal::NeedsTwin;
 using step_internal::NormRows;
 
 namespace step_internal {
@@ -27,6 +30,31 @@ bool SharesInput(const Model& m, int i) {
   for (int j = 0; j < static_cast<int>(m.layers().size()); ++j) {
     const Layer& l = m.layers()[j];
     if (j != i && (l.src == src || (l.kind == LayerKind::kAdd && l.residual == src))) return true;
+  }
+  return false;
+}
+
+bool NeedsTwin(const Model& m, int j) {
+  if (j < 0) return false;
+  const Layer& p = m.layers()[j];
+  switch (p.kind) {
+    case LayerKind::kConv:
+    case LayerKind::kDense:
+    case LayerKind::kAttention:
+    case LayerKind::kActivation:
+    case LayerKind::kRelu:
+    case LayerKind::kLayerNorm:
+    case LayerKind::kBatchNorm:
+    case LayerKind::kEmbed:
+    case LayerKind::kPositionEmbed:
+    case LayerKind::kAdd:
+      break;
+    default:
+      return false;
+  }
+  if (!p.bf16()) return false;
+  for (const Layer& l : m.layers()) {
+    if (l.src == j && IsBf16Matmul(l)) return true;
   }
   return false;
 }
@@ -53,9 +81,11 @@ uint64_t WorkspaceBytes(const Model& model, int batch, bool train) {
   const std::vector<bool> needs_grad = NeedsGrad(model);
   for (size_t i = 0; i < model.layers().size(); ++i) {
     const Layer& l = model.layers()[i];
+    if (NeedsTwin(model, static_cast<int>(i))) bytes += b * l.out.size() * sizeof(Bf16);
     if (InPlace(model, i, train)) continue;
     bytes += b * l.out.size() * f;
     if (l.kind == LayerKind::kConv) bytes += b * ColsPerSample(l) * f;
+    bytes += Bf16Elements(model, static_cast<int>(i), batch, train) * sizeof(Bf16);
     if (l.kind == LayerKind::kDropout) bytes += b * l.out.size();
     if (l.kind == LayerKind::kAttention) {
       bytes += AttentionFloats(l, batch, train) * f + uint64_t(l.in.w) * l.in.w;
@@ -66,6 +96,7 @@ uint64_t WorkspaceBytes(const Model& model, int batch, bool train) {
       bytes += b * l.in.size() * f;
     }
   }
+  if (train) bytes += Bf16GradElements(model, batch) * sizeof(Bf16);
   return bytes;
 }
 
@@ -116,10 +147,20 @@ absl::StatusOr<std::unique_ptr<StepExecutor::Workspace>> StepExecutor::NewWorksp
   ws->stats.assign(layers.size(), nullptr);
   ws->bn.assign(layers.size(), nullptr);
   ws->mask.assign(layers.size(), nullptr);
+  ws->xb.assign(layers.size(), nullptr);
+  ws->twin.assign(layers.size(), nullptr);
+  if (train && Bf16GradElements(model_, batch) > 0) {
+    ASSIGN_OR_RETURN(void* dyb, alloc(Bf16GradElements(model_, batch) * sizeof(Bf16)));
+    ws->dyb = static_cast<Bf16*>(dyb);
+  }
   for (size_t i = 0; i < layers.size(); ++i) {
     const Layer& l = layers[i];
     float* prev = l.src < 0 ? ws->input.as() : ws->out[l.src];
     const size_t n_out = b * l.out.size();
+    if (NeedsTwin(model_, static_cast<int>(i))) {
+      ASSIGN_OR_RETURN(void* twin, alloc(n_out * sizeof(Bf16)));
+      ws->twin[i] = static_cast<Bf16*>(twin);
+    }
     if (InPlace(model_, i, train)) {
       ws->out[i] = prev;
       continue;
@@ -127,10 +168,16 @@ absl::StatusOr<std::unique_ptr<StepExecutor::Workspace>> StepExecutor::NewWorksp
     ASSIGN_OR_RETURN(void* out, alloc(n_out * sizeof(float)));
     ws->out[i] = static_cast<float*>(out);
     if (l.kind == LayerKind::kConv) {
-      const size_t bytes = backend_->ConvScratchBytes(Geometry(l, batch));
+      const ConvGeometry g = Geometry(l, batch);
+      const size_t bytes =
+          l.bf16() ? backend_->ConvScratchBytesBf16(g) : backend_->ConvScratchBytes(g);
       if (bytes > 0) {
         ASSIGN_OR_RETURN(ws->scratch[i], alloc(bytes));
       }
+    }
+    if (const uint64_t n = Bf16Elements(model_, static_cast<int>(i), batch, train); n > 0) {
+      ASSIGN_OR_RETURN(void* xb, alloc(n * sizeof(Bf16)));
+      ws->xb[i] = static_cast<Bf16*>(xb);
     }
     if (l.kind == LayerKind::kDropout) {
       ASSIGN_OR_RETURN(void* m, alloc(n_out));

@@ -3,6 +3,7 @@
 #ifndef LOCKSTEP_CORE_STEP_WORKSPACE_H_
 #define LOCKSTEP_CORE_STEP_WORKSPACE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -24,7 +25,12 @@ namespace lockstep {
 // none), an attention layer's AttentionFloats; stats[i]: a layer norm's per-row mean, then
 // rstd; bn[i]: a batch norm's BatchNormBuffer (training only); mask[i]: a dropout's mask,
 // or an attention layer's (T * T, shared by the batch and heads). labels, loss and correct
-// hold one entry per prediction (Model::positions() per example).
+// hold one entry per prediction (Model::positions() per example). With bfloat16 layers
+// (docs/models.md#mixed-precision): twin[i], layer i's output as Bf16 too, written by its
+// kernel where a bf16 matmul layer reads it (NeedsTwin); xb[i], a bf16 dense's or conv's
+// input as bfloat16 where its input has no twin (its matmul's operand, kept for the
+// kernel's gradient), an attention layer's bfloat16 arrays (AttentionBf16Elements); dyb,
+// in training, the largest such layer's output gradient as bfloat16 (one at a time).
 struct StepExecutor::Workspace {
   int capacity = 0;
   bool train = false;
@@ -34,6 +40,8 @@ struct StepExecutor::Workspace {
   std::vector<bool> needs_grad;
   std::vector<void*> scratch;
   std::vector<uint8_t*> mask;
+  std::vector<Bf16*> xb, twin;
+  Bf16* dyb = nullptr;
   std::vector<float> host_loss, host_correct;
 };
 
@@ -81,6 +89,71 @@ inline uint64_t AttentionFloats(const Layer& l, int b, bool train) {
   const uint64_t act = 4 * b * t * hd, weights = uint64_t(b) * l.heads * t * t;
   const bool drop = train && l.keep < 1.0f;
   return act + weights * (drop ? 2 : 1) + (train ? act + weights : 0);
+}
+
+// Where an attention layer's floats lie in its workspace (AttentionFloats).
+struct AttentionBuffers {
+  float *q, *k, *v, *o;       // [b, T, H, D]
+  float *w, *dropped;         // [b, H, T, T]; dropped: w after dropout (w itself without)
+  float *dq, *dk, *dv, *do_;  // training
+  float* dw;
+};
+
+inline AttentionBuffers AttentionBuffersAt(const Layer& l, int b, bool train, void* scratch) {
+  const int64_t act = int64_t{b} * l.in.w * l.heads * l.head_dim;
+  const int64_t weights = int64_t{b} * l.heads * l.in.w * l.in.w;
+  float* p = static_cast<float*>(scratch);
+  AttentionBuffers a{};
+  a.q = p, a.k = p + act, a.v = p + 2 * act, a.o = p + 3 * act;
+  a.w = p + 4 * act;
+  p = a.w + weights;
+  a.dropped = a.w;
+  if (train && l.keep < 1.0f) a.dropped = p, p += weights;
+  if (train) {
+    a.dq = p, a.dk = p + act, a.dv = p + 2 * act, a.do_ = p + 3 * act;
+    a.dw = p + 4 * act;
+  }
+  return a;
+}
+
+// An attention layer's bfloat16 elements at batch b (step_attention_bf16.cc): x, q, k, v
+// and the heads' outputs, the (dropped-out) weights; in training also the output
+// gradient, the heads' outputs' and the weights' gradients, and one of q's, k's or v's.
+inline uint64_t AttentionBf16Elements(const Layer& l, int b, bool train) {
+  const uint64_t rows = uint64_t(b) * l.in.w, hd = uint64_t(l.heads) * l.head_dim;
+  const uint64_t act = rows * hd, weights = uint64_t(b) * l.heads * l.in.w * l.in.w;
+  return rows * l.in.c + 4 * act + weights + (train ? rows * l.out.c + 2 * act + weights : 0);
+}
+
+// A bfloat16 dense, conv or attention layer: its matmuls read their input as Bf16.
+inline bool IsBf16Matmul(const Layer& l) {
+  return l.bf16() && (l.kind == LayerKind::kDense || l.kind == LayerKind::kConv ||
+                      l.kind == LayerKind::kAttention);
+}
+
+// Whether layer j's kernel writes its output's Bf16 twin (ws.twin[j]): a bfloat16 layer
+// whose kernel rounds or is relu (not a pool, flatten or dropout, which an evaluation
+// skips), read by a bf16 matmul layer.
+bool NeedsTwin(const Model& m, int j);
+
+// The bfloat16 elements of layer i's workspace: a bf16 dense's or conv's input (xb, where
+// its input has no twin), an attention layer's arrays; 0 for the rest.
+inline uint64_t Bf16Elements(const Model& m, int i, int b, bool train) {
+  const Layer& l = m.layers()[i];
+  if (!IsBf16Matmul(l)) return 0;
+  if (l.kind == LayerKind::kAttention) return AttentionBf16Elements(l, b, train);
+  return NeedsTwin(m, l.src) ? 0 : uint64_t(b) * l.in.size();
+}
+
+// The largest output gradient a bf16 dense or conv reads as bfloat16 in backward (dyb).
+inline uint64_t Bf16GradElements(const Model& m, int b) {
+  uint64_t most = 0;
+  for (const Layer& l : m.layers()) {
+    if (l.bf16() && (l.kind == LayerKind::kDense || l.kind == LayerKind::kConv)) {
+      most = std::max<uint64_t>(most, uint64_t(b) * l.out.size());
+    }
+  }
+  return most;
 }
 
 // Per layer output: whether a layer with params is at or before it in the graph, so that

@@ -459,8 +459,8 @@ steps: 1
   const std::vector<float> init =
       setup.model.Init(TrainingPlan::InitKey(0, setup.impl), setup.impl);
   const TrainState state = TrainState::Create(init, setup.optimizer);
-  ASSERT_OK_AND_ASSIGN(
-      auto r, Replica::Create({spec, 0, 1}, std::move(setup), NewCpuBackend(1), text, nullptr));
+  ASSERT_OK_AND_ASSIGN(auto r, Replica::Create({spec, 0, 1}, std::move(setup), NewCpuBackend(1),
+                                               JobData{text, nullptr}, nullptr));
   WriteInPieces(*r, StateBytes(state));
   ASSERT_OK_AND_ASSIGN(EvalSums sums, r->Evaluate(0, 50));
   EXPECT_EQ(sums.count, 50);

@@ -44,8 +44,14 @@ N threads:
            set); --xla_cpu_multi_thread_eigen=true (the default) is set explicitly.
   PyTorch: torch.set_num_threads(N), torch.set_num_interop_threads(1), OMP_NUM_THREADS=N
 
+--dtype bfloat16 (default float32) trains every model in mixed precision, as each
+framework's users write it: JAX with Flax's policy (every module dtype=jnp.bfloat16,
+params float32, the logits cast to float32 for the loss: docs/models.md#mixed-precision),
+PyTorch under torch.autocast("cpu", dtype=torch.bfloat16) around the forward pass and the
+loss (float32 params, its own casting rules).
+
 Usage: peers.py [--threads N] [--models cnn,mlp,bn-convnet,resnet,char-transformer]
-                [--frameworks jax,torch,torch_compile]
+                [--frameworks jax,torch,torch_compile] [--dtype float32|bfloat16]
                 [--steps S] [--windows W] [--warmup K] [--cpus 0,1]
 """
 import argparse
@@ -142,6 +148,7 @@ def jax_bn_step(model, tx, images, labels, init_input=None):
     def loss(params):
       logits, new = model.apply({"params": params, "batch_stats": stats}, x, train=True,
                                 rngs={"dropout": key}, mutable=["batch_stats"])
+      logits = logits.astype(jnp.float32)  # the loss in float32 (a bf16 model's too)
       l = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
       return l, new.get("batch_stats", {})
     (l, stats), grads = jax.value_and_grad(loss, has_aux=True)(params)
@@ -160,25 +167,30 @@ def jax_bn_step(model, tx, images, labels, init_input=None):
   return step, lambda: jax.block_until_ready(holder["state"]), holder
 
 
-def run_jax(model_name, threads, warmup, steps, windows):
+def run_jax(model_name, threads, warmup, steps, windows, dtype):
   import jax
+  import jax.numpy as jnp
   from flax.training import train_state
   import models
   import train_flax
 
   images, labels = load_text(model_name) if model_name == "char-transformer" else load_train()
   init_input = None
+  d = jnp.bfloat16 if dtype == "bfloat16" else None  # the modules' computation dtype
   if model_name == "cnn":
-    model, tx = models.CNN(), models.make_tx("sgd", 0.1, momentum=0.9)
+    model, tx = models.CNN(dtype=d), models.make_tx("sgd", 0.1, momentum=0.9)
   elif model_name == "bn-convnet":
-    model = models.BNConvNet()
+    model = models.BNConvNet(dtype=d)
     tx = models.make_tx_from_spec(example_spec(model_name)["optimizer"])
   elif model_name in SPECS:  # the spec's own Flax module, as train_flax.py trains it
     spec = example_spec(model_name)
+    if d is not None:
+      spec["model"]["dtype"] = dtype
     model, init_input = train_flax.model_from_spec(spec)
     tx = models.make_tx_from_spec(spec["optimizer"])
   else:
-    model, tx = models.MLP(widths=(512, 512), dropout_rate=0.0), models.make_tx("adam", 1e-3)
+    model = models.MLP(widths=(512, 512), dropout_rate=0.0, dtype=d)
+    tx = models.make_tx("adam", 1e-3)
   if model_name in SPECS:
     step, sync, holder = jax_bn_step(model, tx, images, labels, init_input)
   else:
@@ -209,7 +221,8 @@ def run_jax(model_name, threads, warmup, steps, windows):
 
 # ------------------------------------------------------------------------ PyTorch
 
-def run_torch(model_name, threads, warmup, steps, windows, compile_):
+def run_torch(model_name, threads, warmup, steps, windows, compile_, dtype):
+  import contextlib
   import torch
   import torch_models
   torch.set_num_threads(threads)
@@ -261,11 +274,17 @@ def run_torch(model_name, threads, warmup, steps, windows, compile_):
   net = torch.compile(model) if compile_ else model
   holder = {"loss": None}
 
+  def precision():
+    if dtype == "bfloat16":
+      return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
   def step(b):
     b = torch.from_numpy(b)
     x, y = x_all[b], y_all[b]
     opt.zero_grad(set_to_none=True)
-    loss = loss_fn(net(x), y)
+    with precision():
+      loss = loss_fn(net(x), y)
     loss.backward()
     opt.step()
     if sched is not None:
@@ -289,10 +308,11 @@ def worker(args):
   cpus = [int(c) for c in args.cpus.split(",")]
   os.sched_setaffinity(0, cpus)
   if args.worker == "jax":
-    rates, extra = run_jax(args.model, args.threads, args.warmup, args.steps, args.windows)
+    rates, extra = run_jax(args.model, args.threads, args.warmup, args.steps, args.windows,
+                           args.dtype)
   else:
     rates, extra = run_torch(args.model, args.threads, args.warmup, args.steps, args.windows,
-                             args.worker == "torch_compile")
+                             args.worker == "torch_compile", args.dtype)
   print(json.dumps({"rates": rates, **extra}))
 
 
@@ -313,6 +333,8 @@ def main():
   p.add_argument("--cpus", default=None, help="CPUs to pin to (default: first N allowed)")
   p.add_argument("--models", default="cnn,mlp")
   p.add_argument("--frameworks", default="jax,torch,torch_compile")
+  p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                 help="the models' computation dtype (params stay float32)")
   p.add_argument("--steps", type=int, default=None, help="steps per timed window "
                  "(default 100 for the cnn, 300 for the mlp)")
   p.add_argument("--windows", type=int, default=2, help="timed windows per run")
@@ -342,7 +364,7 @@ def main():
     for fw in args.frameworks.split(","):
       cmd = ["taskset", "-c", args.cpus, sys.executable, os.path.abspath(__file__),
              "--worker", fw, "--model", model, "--threads", str(n), "--cpus", args.cpus,
-             "--steps", str(steps), "--windows", str(args.windows),
+             "--steps", str(steps), "--windows", str(args.windows), "--dtype", args.dtype,
              "--warmup", str(warmup)]
       t0 = time.perf_counter()
       try:
@@ -366,7 +388,7 @@ def main():
                             "wall_seconds": round(wall, 1), **r}
       print(f"peers: {model} {fw}: {np.median(rates):.0f} samples/s "
             f"(windows {', '.join(f'{x:.0f}' for x in rates)})", file=sys.stderr)
-  print(json.dumps({"threads": n, "cpus": args.cpus,
+  print(json.dumps({"threads": n, "cpus": args.cpus, "dtype": args.dtype,
                     "versions": versions(), "results": results}))
 
 

@@ -25,11 +25,12 @@ class Block(nn.Module):
   layers_json: str
   axis_name: str | None = None
   blocks_json: str = "{}"
+  dtype: str | None = None  # its modules' (docs/models.md#mixed-precision)
 
   @nn.compact
   def __call__(self, x, train: bool = False):
     return golden_layers.apply_layers(json.loads(self.layers_json), x, train, self.axis_name,
-                                      json.loads(self.blocks_json), self)
+                                      json.loads(self.blocks_json), self, self.dtype)
 
 
 _CLASSES = {}
@@ -52,19 +53,20 @@ def substitute(value, args):
   return value
 
 
-def call_block(o, x, train, axis_name, blocks):
+def call_block(o, x, train, axis_name, blocks, dtype=None):
   definition = blocks[o["module"]]
   args = dict(definition.get("args", {}))
   args.update(o.get("args", {}))
   layers = substitute(definition["layers"], args)
   cls = block_class(o["module"])
-  return cls(json.dumps(layers), axis_name, json.dumps(blocks), name=o.get("name") or None)(
-      x, train)
+  return cls(json.dumps(layers), axis_name, json.dumps(blocks), dtype,
+             name=o.get("name") or None)(x, train)
 
 
-def residual(o, x, train, axis_name, blocks, module):
-  y = golden_layers.apply_layers(o["layers"], x, train, axis_name, blocks, module)
+def residual(o, x, train, axis_name, blocks, module, dtype=None):
+  y = golden_layers.apply_layers(o["layers"], x, train, axis_name, blocks, module, dtype)
   r = x
   if r.shape != y.shape:
-    r = golden_layers.apply_layers(o.get("projection", []), x, train, axis_name, blocks, module)
+    r = golden_layers.apply_layers(o.get("projection", []), x, train, axis_name, blocks, module,
+                                   dtype)
   return r + y

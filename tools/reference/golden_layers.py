@@ -95,7 +95,11 @@ class Sequential(nn.Module):
   @nn.compact
   def __call__(self, x, train: bool = False):
     spec = json.loads(self.spec_json)
-    return apply_layers(spec["layers"], x, train, self.axis_name, spec.get("blocks", {}), self)
+    return apply_layers(spec["layers"], x, train, self.axis_name, spec.get("blocks", {}), self,
+                        spec.get("dtype"))
+
+
+DTYPES = {None: None, "float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 class AddPositionEmbs(nn.Module):
@@ -110,15 +114,19 @@ class AddPositionEmbs(nn.Module):
     return x + pe
 
 
-def apply_layers(layers, x, train, axis_name, blocks, module):
+def apply_layers(layers, x, train, axis_name, blocks, module, dtype=None):
   """Applies spec layers inside `module`'s compact __call__ (so that the modules created
-  here are its children, auto-named in its scope, and a class token is its param)."""
+  here are its children, auto-named in its scope, and a class token is its param).
+  `dtype`: the enclosing model's or block's (a spec's "float32"/"bfloat16", or None:
+  Flax's default), each module's `dtype=` unless the layer names its own
+  (docs/models.md#mixed-precision)."""
   import flax_blocks  # noqa: E402 (it imports this module)
   for entry in layers:
     if isinstance(entry, str):
       entry = {entry: {}}
     (kind, o), = entry.items()
     o = o or {}
+    d = DTYPES[o.get("dtype") or dtype]
     window = lambda: (tuple(o["window_shape"]),
                       tuple(o["strides"]) if "strides" in o else None,
                       o.get("padding", "VALID"))
@@ -126,16 +134,17 @@ def apply_layers(layers, x, train, axis_name, blocks, module):
     if kind == "conv":
       x = nn.Conv(o["features"], tuple(o["kernel_size"]),
                   strides=tuple(o.get("strides", (1, 1))), padding=o.get("padding", "SAME"),
-                  use_bias=o.get("use_bias", True), name=name)(x)
+                  use_bias=o.get("use_bias", True), dtype=d, name=name)(x)
     elif kind == "dense":
-      x = nn.Dense(o["features"], use_bias=o.get("use_bias", True), name=name)(x)
+      x = nn.Dense(o["features"], use_bias=o.get("use_bias", True), dtype=d, name=name)(x)
     elif kind == "batch_norm":
       x = nn.BatchNorm(use_running_average=not train, momentum=o.get("momentum", 0.99),
                        epsilon=o.get("epsilon", 1e-5), use_bias=o.get("use_bias", True),
-                       use_scale=o.get("use_scale", True), axis_name=axis_name, name=name)(x)
+                       use_scale=o.get("use_scale", True), axis_name=axis_name, dtype=d,
+                       name=name)(x)
     elif kind == "layer_norm":
       x = nn.LayerNorm(epsilon=o.get("epsilon", 1e-6), use_bias=o.get("use_bias", True),
-                       use_scale=o.get("use_scale", True), name=name)(x)
+                       use_scale=o.get("use_scale", True), dtype=d, name=name)(x)
     elif kind == "relu":
       x = nn.relu(x)
     elif kind == "gelu":
@@ -158,10 +167,10 @@ def apply_layers(layers, x, train, axis_name, blocks, module):
     elif kind == "dropout":
       x = nn.Dropout(rate=o["rate"], deterministic=not train, name=name)(x)
     elif kind == "embed":
-      x = nn.Embed(o["num_embeddings"], o["features"], name=name)(x)
+      x = nn.Embed(o["num_embeddings"], o["features"], dtype=d, name=name)(x)
     elif kind == "position_embed":  # a learned position embedding, added
       t = x.shape[-2]
-      x = x + nn.Embed(o.get("max_len", t), x.shape[-1], name=name)(jnp.arange(t))
+      x = x + nn.Embed(o.get("max_len", t), x.shape[-1], dtype=d, name=name)(jnp.arange(t))
     elif kind == "to_sequence":  # ViT: the patches' pixels as tokens
       x = x.reshape((x.shape[0], -1, x.shape[-1]))
     elif kind == "class_token":  # ViT's, before the tokens
@@ -176,11 +185,12 @@ def apply_layers(layers, x, train, axis_name, blocks, module):
       x = nn.MultiHeadDotProductAttention(
           num_heads=o["num_heads"], qkv_features=o.get("qkv_features"),
           out_features=o.get("out_features"), dropout_rate=o.get("dropout_rate", 0.0),
-          use_bias=o.get("use_bias", True), deterministic=not train, name=name)(x, mask=mask)
+          use_bias=o.get("use_bias", True), deterministic=not train, dtype=d,
+          name=name)(x, mask=mask)
     elif kind == "residual":
-      x = flax_blocks.residual(o, x, train, axis_name, blocks, module)
+      x = flax_blocks.residual(o, x, train, axis_name, blocks, module, dtype)
     elif kind == "block":
-      x = flax_blocks.call_block(o, x, train, axis_name, blocks)
+      x = flax_blocks.call_block(o, x, train, axis_name, blocks, o.get("dtype") or dtype)
     else:
       raise ValueError(f"layer {kind}: not in these goldens")
   return x

@@ -218,7 +218,7 @@ def main():
   ap.add_argument(
       "--only",
       default="rng,init,grads,train,pmap,optax,layers,batchnorm,replicas,resnet,precision,sequence,"
-      "augment,stream,vit")
+      "augment,stream,vit,bf16")
   args = ap.parse_args()
   os.makedirs(args.out, exist_ok=True)
   only = set(args.only.split(","))
@@ -264,6 +264,9 @@ def main():
   if "precision" in only:  # float64 in a scope of its own (jax.enable_x64)
     import golden_precision  # noqa: E402
     golden_precision.write_goldens(args.out)
+  if "bf16" in only:
+    import golden_bf16  # noqa: E402
+    golden_bf16.write_goldens(args.out)
 
 
 if __name__ == "__main__":

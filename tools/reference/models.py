@@ -3,7 +3,7 @@
 Shared by the golden-file generator and the JAX benchmark peer, so both run exactly the
 program Lockstep claims to match.
 """
-from typing import Sequence
+from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
@@ -12,36 +12,40 @@ import optax
 
 
 class CNN(nn.Module):
-  """The Flax MNIST example's CNN (824,458 params)."""
+  """The Flax MNIST example's CNN (824,458 params). `dtype`: every module's computation
+  dtype (None: float32; jnp.bfloat16: model.dtype bfloat16, docs/models.md#mixed-precision)."""
+  dtype: Any = None
 
   @nn.compact
   def __call__(self, x, train: bool = False):
     del train
-    x = nn.Conv(features=32, kernel_size=(3, 3))(x)
+    x = nn.Conv(features=32, kernel_size=(3, 3), dtype=self.dtype)(x)
     x = nn.relu(x)
     x = nn.avg_pool(x, window_shape=(2, 2), strides=(2, 2))
-    x = nn.Conv(features=64, kernel_size=(3, 3))(x)
+    x = nn.Conv(features=64, kernel_size=(3, 3), dtype=self.dtype)(x)
     x = nn.relu(x)
     x = nn.avg_pool(x, window_shape=(2, 2), strides=(2, 2))
     x = x.reshape((x.shape[0], -1))
-    x = nn.Dense(features=256)(x)
+    x = nn.Dense(features=256, dtype=self.dtype)(x)
     x = nn.relu(x)
-    return nn.Dense(features=10)(x)
+    return nn.Dense(features=10, dtype=self.dtype)(x)
 
 
 class MLP(nn.Module):
-  """Flatten -> [Dense(w) -> relu -> Dropout(rate)] per width -> Dense(10)."""
+  """Flatten -> [Dense(w) -> relu -> Dropout(rate)] per width -> Dense(10); `dtype` as
+  CNN's."""
   widths: Sequence[int]
   dropout_rate: float = 0.0
+  dtype: Any = None
 
   @nn.compact
   def __call__(self, x, train: bool = False):
     x = x.reshape((x.shape[0], -1))
     for w in self.widths:
-      x = nn.Dense(features=w)(x)
+      x = nn.Dense(features=w, dtype=self.dtype)(x)
       x = nn.relu(x)
       x = nn.Dropout(rate=self.dropout_rate, deterministic=not train)(x)
-    return nn.Dense(features=10)(x)
+    return nn.Dense(features=10, dtype=self.dtype)(x)
 
 
 class BNConvNet(nn.Module):
@@ -49,26 +53,28 @@ class BNConvNet(nn.Module):
   max_pool 2x2] for 32 and 64 features, Dense(128) -> BatchNorm -> relu -> Dropout(0.3),
   Dense(10). BatchNorm as the spec's batch_norm layers: momentum 0.9, epsilon 1e-5,
   running averages in evaluation (train=False); under pmap, `axis_name` makes the batch
-  statistics those of the global batch (the spec's semantics on several workers)."""
+  statistics those of the global batch (the spec's semantics on several workers). `dtype`
+  as CNN's."""
   momentum: float = 0.9
   epsilon: float = 1e-5
   dropout_rate: float = 0.3
   axis_name: str | None = None
+  dtype: Any = None
 
   @nn.compact
   def __call__(self, x, train: bool = False):
     def bn(x):
       return nn.BatchNorm(use_running_average=not train, momentum=self.momentum,
-                          epsilon=self.epsilon, axis_name=self.axis_name)(x)
+                          epsilon=self.epsilon, axis_name=self.axis_name, dtype=self.dtype)(x)
 
     for features in (32, 64):
-      x = nn.Conv(features=features, kernel_size=(3, 3))(x)
+      x = nn.Conv(features=features, kernel_size=(3, 3), dtype=self.dtype)(x)
       x = nn.relu(bn(x))
       x = nn.max_pool(x, window_shape=(2, 2), strides=(2, 2))
     x = x.reshape((x.shape[0], -1))
-    x = nn.relu(bn(nn.Dense(features=128)(x)))
+    x = nn.relu(bn(nn.Dense(features=128, dtype=self.dtype)(x)))
     x = nn.Dropout(rate=self.dropout_rate, deterministic=not train)(x)
-    return nn.Dense(features=10)(x)
+    return nn.Dense(features=10, dtype=self.dtype)(x)
 
 
 def make_tx(kind, lr, momentum=0.0, weight_decay=1e-4, nesterov=False, b1=0.9, b2=0.999,
@@ -130,7 +136,8 @@ def loss_fn(params, apply_fn, images, labels, dropout_key=None):
   logits = apply_fn({"params": params}, images, train=dropout_key is not None,
                     rngs=rngs)
   one_hot = jax.nn.one_hot(labels, num_classes=10)
-  loss = -jnp.sum(one_hot * jax.nn.log_softmax(logits), axis=-1)
+  # The loss in float32 whatever the model's dtype (docs/models.md#mixed-precision).
+  loss = -jnp.sum(one_hot * jax.nn.log_softmax(logits.astype(jnp.float32)), axis=-1)
   return jnp.mean(loss), logits
 
 

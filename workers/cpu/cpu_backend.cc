@@ -15,12 +15,14 @@
 #include "core/rng/random.h"
 #include "core/status_macros.h"
 #include "workers/cpu/cpu_batch_norm.h"
+#include "workers/cpu/cpu_bf16.h"
 #include "workers/cpu/cpu_gemm.h"
 #include "workers/cpu/cpu_layers.h"
 #include "workers/cpu/cpu_optimizer.h"
 #include "workers/cpu/cpu_sequence.h"
 #include "workers/cpu/cpu_sums.h"
 #include "workers/cpu/dnnl_conv.h"
+#include "workers/cpu/dnnl_matmul.h"
 #include "workers/cpu/multiversion.h"
 #include "workers/cpu/parallel_min.h"
 
@@ -88,8 +90,11 @@ LS_MULTIVERSION void ColumnSums(int cols, const float* dy, double* sum, size_t b
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int threads, CpuKernels kernels)
-      : threads_(threads), onednn_gemm_(kernels == CpuKernels::kOneDnn) {
-    if (kernels == CpuKernels::kOneDnn) conv_ = std::make_unique<cpu::DnnlConv>(threads);
+      : threads_(threads), onednn_gemm_(kernels == CpuKernels::kOneDnn), matmul_(threads) {
+    if (kernels == CpuKernels::kOneDnn) {
+      conv_ = std::make_unique<cpu::DnnlConv>(threads);
+      conv_bf16_ = std::make_unique<cpu::DnnlConv>(threads, /*bf16=*/true);
+    }
   }
 
   std::string Name() const override { return "cpu"; }
@@ -451,9 +456,74 @@ class CpuBackend final : public Backend {
     cpu::SoftmaxBackward(threads_, rows, cols, p, dp);
     return absl::OkStatus();
   }
-  absl::Status MaskedScale(int rows, int cols, const uint8_t* mask, float keep, const float* x,
+  absl::Status MaskedScale(int rows, int cols, const uint8_t* mask, float scale, const float* x,
                            float* y) override {
-    cpu::MaskedScale(threads_, rows, cols, mask, keep, x, y);
+    cpu::MaskedScale(threads_, rows, cols, mask, scale, x, y);
+    return absl::OkStatus();
+  }
+
+  absl::Status Bf16Support() override { return cpu::Bf16Isa(); }
+  absl::Status ToBf16(size_t n, const float* x, Bf16* y) override {
+    cpu::ToBf16(threads_, n, x, y);
+    return absl::OkStatus();
+  }
+  absl::Status AddRowsBf16(int rows, int cols, const float* x, const float* bias, float* y,
+                           Bf16* y16) override {
+    cpu::AddRowsBf16(threads_, rows, cols, x, bias, y, y16);
+    return absl::OkStatus();
+  }
+  absl::Status GemmBf16(bool ta, bool tb, int m, int n, int k, float alpha, const Bf16* a,
+                        const Bf16* b, float beta, float* c) override {
+    return matmul_.Run(ta, tb, m, n, k, alpha, a, ta ? m : k, 0, b, tb ? k : n, 0, beta, c, n, 0,
+                       1);
+  }
+  absl::Status GemmStridedBf16(bool ta, bool tb, int m, int n, int k, float alpha, const Bf16* a,
+                               int lda, int64_t stride_a, const Bf16* b, int ldb, int64_t stride_b,
+                               float beta, float* c, int ldc, int64_t stride_c,
+                               int count) override {
+    return matmul_.Run(ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+                       stride_c, count);
+  }
+  size_t ConvScratchBytesBf16(const ConvGeometry& g) override {
+    return conv_bf16_ != nullptr && conv_bf16_->Supports(g) ? 0 : Backend::ConvScratchBytesBf16(g);
+  }
+  absl::Status ConvForwardBf16(const ConvGeometry& g, const Bf16* x, const Bf16* w, float* y,
+                               void* scratch) override {
+    ASSIGN_OR_RETURN(const bool dnnl, UseDnnlBf16(g, scratch));
+    if (dnnl) return conv_bf16_->Forward(g, x, w, y);
+    return Backend::ConvForwardBf16(g, x, w, y, scratch);
+  }
+  absl::Status ConvBackwardWeightsBf16(const ConvGeometry& g, const Bf16* x, const Bf16* dy,
+                                       float* dw, void* scratch) override {
+    ASSIGN_OR_RETURN(const bool dnnl, UseDnnlBf16(g, scratch));
+    if (dnnl) return conv_bf16_->BackwardWeights(g, x, dy, dw);
+    return Backend::ConvBackwardWeightsBf16(g, x, dy, dw, scratch);
+  }
+  absl::Status ConvBackwardDataBf16(const ConvGeometry& g, const Bf16* w, const Bf16* dy, float* dx,
+                                    void* scratch) override {
+    ASSIGN_OR_RETURN(const bool dnnl, UseDnnlBf16(g, scratch));
+    if (dnnl) return conv_bf16_->BackwardData(g, w, dy, dx);
+    return Backend::ConvBackwardDataBf16(g, w, dy, dx, scratch);
+  }
+  absl::Status Im2ColBf16(const ConvGeometry& g, const Bf16* x, Bf16* cols) override {
+    cpu::Im2ColBf16(threads_, g, x, cols);
+    return absl::OkStatus();
+  }
+  absl::Status ActivateBf16(Activation a, size_t n, const float* x, float* y, Bf16* y16) override {
+    cpu::ActivateBf16(threads_, a, n, x, y, y16);
+    return absl::OkStatus();
+  }
+  absl::Status ReluBf16(size_t n, float* x, Bf16* x16) override {
+    cpu::ReluBf16(threads_, n, x, x16);
+    return absl::OkStatus();
+  }
+  absl::Status AvgPoolBf16(const ConvGeometry& g, bool count_include_pad, const float* x,
+                           float* y) override {
+    cpu::AvgPoolBf16(threads_, g, count_include_pad, x, y);
+    return absl::OkStatus();
+  }
+  absl::Status AttentionSoftmaxBf16(int rows, int t, bool causal, float* s) override {
+    cpu::AttentionSoftmaxBf16(threads_, rows, t, causal, s);
     return absl::OkStatus();
   }
 
@@ -528,9 +598,22 @@ class CpuBackend final : public Backend {
     return false;
   }
 
+  // UseDnnl for the bfloat16 convolutions.
+  absl::StatusOr<bool> UseDnnlBf16(const ConvGeometry& g, void* scratch) {
+    if (conv_bf16_ != nullptr && conv_bf16_->Supports(g)) return true;
+    if (scratch == nullptr) {
+      return absl::InternalError(absl::StrCat("cpu: oneDNN refused a bf16 conv at batch ", g.b,
+                                              " that it took at a larger one (no scratch for "
+                                              "the default convolution)"));
+    }
+    return false;
+  }
+
   const int threads_;
   const bool onednn_gemm_;
-  std::unique_ptr<cpu::DnnlConv> conv_;  // null: kOpenBlas
+  std::unique_ptr<cpu::DnnlConv> conv_;       // null: kOpenBlas
+  std::unique_ptr<cpu::DnnlConv> conv_bf16_;  // null: kOpenBlas
+  cpu::DnnlMatmul matmul_;
 };
 
 }  // namespace

@@ -108,10 +108,8 @@ void SoftmaxBackward(int threads, int rows, int cols, const float* p, float* dp)
   }
 }
 
-void MaskedScale(int threads, int rows, int cols, const uint8_t* mask, float keep, const float* x,
+void MaskedScale(int threads, int rows, int cols, const uint8_t* mask, float scale, const float* x,
                  float* y) {
-  // multiplier = keep.astype(float32) / float32(keep_prob), then x * multiplier.
-  const float scale = 1.0f / keep;
 #pragma omp parallel for num_threads(threads) \
     schedule(static) if (static_cast <size_t>(rows) * cols > kParallelMin)
   for (int r = 0; r < rows; ++r) {

@@ -22,7 +22,7 @@ void GemmStrided(int threads, bool ta, bool tb, int m, int n, int k, float alpha
                  float* c, int ldc, int64_t stride_c, int count);
 void AttentionSoftmax(int threads, int rows, int t, bool causal, float* s);
 void SoftmaxBackward(int threads, int rows, int cols, const float* p, float* dp);
-void MaskedScale(int threads, int rows, int cols, const uint8_t* mask, float keep, const float* x,
+void MaskedScale(int threads, int rows, int cols, const uint8_t* mask, float scale, const float* x,
                  float* y);
 // A vision transformer's class token and pooling over positions.
 void ClassToken(int threads, int b, int t, int f, const float* cls, const float* x, float* y);

@@ -114,8 +114,8 @@ TEST(CpuSequence, MaskedScaleBroadcastsOneMaskOverRows) {
   const std::vector<float> x = {1, 2, 3, 4, 5, 6};
   std::vector<float> y(6);
   auto be = NewCpuBackend(2);
-  ASSERT_OK(be->MaskedScale(2, 3, mask.data(), 0.8f, x.data(), y.data()));
   const float m = 1.0f / 0.8f;  // keep / keep_prob, then a product, as Flax computes it
+  ASSERT_OK(be->MaskedScale(2, 3, mask.data(), m, x.data(), y.data()));
   EXPECT_EQ(y, (std::vector<float>{1 * m, 0, 3 * m, 4 * m, 0, 6 * m}));
 }
 

@@ -64,7 +64,9 @@ struct KernelLayout {
 struct Entry {
   ConvGeometry g;
   bool ok = false;
-  memory::desc src, dst, hwio, bias;
+  // The inputs' layouts and types (src, the kernel, diff_dst: bfloat16 in a bf16 DnnlConv),
+  // and the outputs' (float32 always).
+  memory::desc src, diff_dst, hwio, dst, diff_src, diff_hwio, bias;
   dnnl::convolution_forward fwd;
   dnnl::convolution_backward_data bwd_data;
   dnnl::convolution_backward_weights bwd_weights;
@@ -74,11 +76,12 @@ struct Entry {
 };
 
 struct DnnlConv::Impl {
-  explicit Impl(int threads)
-      : threads(threads), engine(dnnl::engine::kind::cpu, 0), stream(engine) {}
+  Impl(int threads, bool bf16)
+      : threads(threads), bf16(bf16), engine(dnnl::engine::kind::cpu, 0), stream(engine) {}
   ~Impl() { std::free(buffer); }
 
   int threads;
+  bool bf16;
   dnnl::engine engine;
   dnnl::stream stream;
   std::vector<std::unique_ptr<Entry>> entries;  // stable addresses
@@ -127,11 +130,16 @@ struct DnnlConv::Impl {
     using dt = memory::data_type;
     const memory::dims strides{g.stride_h, g.stride_w}, pad_l{g.pad_top, g.pad_left},
         pad_r{g.pad_bottom, g.pad_right};
-    e.src = memory::desc({g.b, g.c, g.h, g.w}, dt::f32, Tag::nhwc);
+    const dt in = bf16 ? dt::bf16 : dt::f32;
+    e.src = memory::desc({g.b, g.c, g.h, g.w}, in, Tag::nhwc);
+    e.diff_src = memory::desc({g.b, g.c, g.h, g.w}, dt::f32, Tag::nhwc);
     e.dst = memory::desc({g.b, g.f, g.oh(), g.ow()}, dt::f32, Tag::nhwc);
-    e.hwio = memory::desc({g.f, g.c, g.kh, g.kw}, dt::f32, Tag::hwio);
+    e.diff_dst = memory::desc({g.b, g.f, g.oh(), g.ow()}, in, Tag::nhwc);
+    e.hwio = memory::desc({g.f, g.c, g.kh, g.kw}, in, Tag::hwio);
+    e.diff_hwio = memory::desc({g.f, g.c, g.kh, g.kw}, dt::f32, Tag::hwio);
     e.bias = memory::desc({g.f}, dt::f32, Tag::x);
-    const memory::desc any_w({g.f, g.c, g.kh, g.kw}, dt::f32, Tag::any);
+    const memory::desc any_w({g.f, g.c, g.kh, g.kw}, in, Tag::any);
+    const memory::desc any_dw({g.f, g.c, g.kh, g.kw}, dt::f32, Tag::any);
     try {
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -145,20 +153,21 @@ struct DnnlConv::Impl {
       dnnl::convolution_forward::primitive_desc fwd(engine, dnnl::prop_kind::forward_training, algo,
                                                     e.src, any_w, e.bias, e.dst, strides, pad_l,
                                                     pad_r, attr);
-      dnnl::convolution_backward_data::primitive_desc data(engine, algo, e.src, data_w, e.dst,
-                                                           strides, pad_l, pad_r, fwd, attr);
+      dnnl::convolution_backward_data::primitive_desc data(
+          engine, algo, e.diff_src, data_w, e.diff_dst, strides, pad_l, pad_r, fwd, attr);
       dnnl::convolution_backward_weights::primitive_desc weights(
-          engine, algo, e.src, any_w, e.bias, e.dst, strides, pad_l, pad_r, fwd, attr);
+          engine, algo, e.src, any_dw, e.bias, e.diff_dst, strides, pad_l, pad_r, fwd, attr);
 #else  // 2.x (Debian 12): through operation descriptors
       dnnl::convolution_forward::primitive_desc fwd(
           dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, e.src, any_w,
                                           e.bias, e.dst, strides, pad_l, pad_r),
           attr, engine);
       dnnl::convolution_backward_data::primitive_desc data(
-          dnnl::convolution_backward_data::desc(algo, e.src, data_w, e.dst, strides, pad_l, pad_r),
+          dnnl::convolution_backward_data::desc(algo, e.diff_src, data_w, e.diff_dst, strides,
+                                                pad_l, pad_r),
           attr, engine, fwd);
       dnnl::convolution_backward_weights::primitive_desc weights(
-          dnnl::convolution_backward_weights::desc(algo, e.src, any_w, e.bias, e.dst, strides,
+          dnnl::convolution_backward_weights::desc(algo, e.src, any_dw, e.bias, e.diff_dst, strides,
                                                    pad_l, pad_r),
           attr, engine, fwd);
 #endif
@@ -170,21 +179,22 @@ struct DnnlConv::Impl {
       e.scratchpad_weights = weights.scratchpad_desc();
       size_t at = AlignUp(std::max({e.scratchpad_fwd.get_size(), e.scratchpad_data.get_size(),
                                     e.scratchpad_weights.get_size()}));
-      auto kernel = [&](const memory::desc& want, bool to_user) {
+      // The kernel's layout `want` against the user's HWIO `user` (to_user: a gradient).
+      auto kernel = [&](const memory::desc& want, const memory::desc& user, bool to_user) {
         KernelLayout k;
         k.want = want;
-        if (want != e.hwio) {
+        if (want != user) {
           k.reorder =
-              to_user ? dnnl::reorder(dnnl::reorder::primitive_desc(engine, want, engine, e.hwio))
-                      : dnnl::reorder(dnnl::reorder::primitive_desc(engine, e.hwio, engine, want));
+              to_user ? dnnl::reorder(dnnl::reorder::primitive_desc(engine, want, engine, user))
+                      : dnnl::reorder(dnnl::reorder::primitive_desc(engine, user, engine, want));
           k.offset = at;
           at += AlignUp(want.get_size());
         }
         return k;
       };
-      e.w_fwd = kernel(fwd.weights_desc(), false);
-      e.w_data = kernel(data.weights_desc(), false);
-      e.dw = kernel(weights.diff_weights_desc(), true);
+      e.w_fwd = kernel(fwd.weights_desc(), e.hwio, false);
+      e.w_data = kernel(data.weights_desc(), e.hwio, false);
+      e.dw = kernel(weights.diff_weights_desc(), e.diff_hwio, true);
       e.bias_offset = at;
       e.bytes = at + AlignUp(static_cast<size_t>(g.f) * sizeof(float));
       e.ok = true;
@@ -200,7 +210,7 @@ struct DnnlConv::Impl {
   }
 
   // The kernel in k's layout: w itself, or its reordered copy in the buffer.
-  memory KernelIn(const Entry& e, const KernelLayout& k, const float* w) {
+  memory KernelIn(const Entry& e, const KernelLayout& k, const void* w) {
     if (!k.reorder) return Mem(e.hwio, w);
     memory src = Mem(e.hwio, w), dst = Mem(k.want, buffer + k.offset);
     k.reorder->execute(stream, src, dst);
@@ -221,7 +231,8 @@ struct DnnlConv::Impl {
   }
 };
 
-DnnlConv::DnnlConv(int threads) : impl_(std::make_unique<Impl>(std::max(1, threads))) {}
+DnnlConv::DnnlConv(int threads, bool bf16)
+    : impl_(std::make_unique<Impl>(std::max(1, threads), bf16)) {}
 DnnlConv::~DnnlConv() = default;
 
 bool DnnlConv::Supports(const ConvGeometry& g) { return impl_->Get(g).ok; }
@@ -230,6 +241,30 @@ void DnnlConv::set_fault_for_testing(FaultForTesting fault) { impl_->fault = std
 
 absl::Status DnnlConv::Forward(const ConvGeometry& g, const float* x, const float* w,
                                const float* bias, float* y) {
+  return RunForward(g, x, w, bias, y);
+}
+absl::Status DnnlConv::BackwardWeights(const ConvGeometry& g, const float* x, const float* dy,
+                                       float* dw, float* dbias) {
+  return RunBackwardWeights(g, x, dy, dw, dbias);
+}
+absl::Status DnnlConv::BackwardData(const ConvGeometry& g, const float* w, const float* dy,
+                                    float* dx) {
+  return RunBackwardData(g, w, dy, dx);
+}
+absl::Status DnnlConv::Forward(const ConvGeometry& g, const Bf16* x, const Bf16* w, float* y) {
+  return RunForward(g, x, w, nullptr, y);
+}
+absl::Status DnnlConv::BackwardWeights(const ConvGeometry& g, const Bf16* x, const Bf16* dy,
+                                       float* dw) {
+  return RunBackwardWeights(g, x, dy, dw, nullptr);
+}
+absl::Status DnnlConv::BackwardData(const ConvGeometry& g, const Bf16* w, const Bf16* dy,
+                                    float* dx) {
+  return RunBackwardData(g, w, dy, dx);
+}
+
+absl::Status DnnlConv::RunForward(const ConvGeometry& g, const void* x, const void* w,
+                                  const float* bias, float* y) {
   constexpr const char* kPrimitive = "convolution_forward";
   Impl& m = *impl_;
   ASSIGN_OR_RETURN(Entry * entry, m.Ready(g, kPrimitive));
@@ -250,19 +285,19 @@ absl::Status DnnlConv::Forward(const ConvGeometry& g, const float* x, const floa
   return absl::OkStatus();
 }
 
-absl::Status DnnlConv::BackwardWeights(const ConvGeometry& g, const float* x, const float* dy,
-                                       float* dw, float* dbias) {
+absl::Status DnnlConv::RunBackwardWeights(const ConvGeometry& g, const void* x, const void* dy,
+                                          float* dw, float* dbias) {
   constexpr const char* kPrimitive = "convolution_backward_weights";
   Impl& m = *impl_;
   ASSIGN_OR_RETURN(Entry * entry, m.Ready(g, kPrimitive));
   Entry& e = *entry;
   try {
     m.Inject(kPrimitive);
-    memory user_dw = m.Mem(e.hwio, dw);
+    memory user_dw = m.Mem(e.diff_hwio, dw);
     memory blocked = e.dw.reorder ? m.Mem(e.dw.want, m.buffer + e.dw.offset) : user_dw;
     float* db = dbias != nullptr ? dbias : reinterpret_cast<float*>(m.buffer + e.bias_offset);
     e.bwd_weights.execute(m.stream, {{DNNL_ARG_SRC, m.Mem(e.src, x)},
-                                     {DNNL_ARG_DIFF_DST, m.Mem(e.dst, dy)},
+                                     {DNNL_ARG_DIFF_DST, m.Mem(e.diff_dst, dy)},
                                      {DNNL_ARG_DIFF_WEIGHTS, blocked},
                                      {DNNL_ARG_DIFF_BIAS, m.Mem(e.bias, db)},
                                      {DNNL_ARG_SCRATCHPAD, m.Mem(e.scratchpad_weights, m.buffer)}});
@@ -274,17 +309,17 @@ absl::Status DnnlConv::BackwardWeights(const ConvGeometry& g, const float* x, co
   return absl::OkStatus();
 }
 
-absl::Status DnnlConv::BackwardData(const ConvGeometry& g, const float* w, const float* dy,
-                                    float* dx) {
+absl::Status DnnlConv::RunBackwardData(const ConvGeometry& g, const void* w, const void* dy,
+                                       float* dx) {
   constexpr const char* kPrimitive = "convolution_backward_data";
   Impl& m = *impl_;
   ASSIGN_OR_RETURN(Entry * entry, m.Ready(g, kPrimitive));
   Entry& e = *entry;
   try {
     m.Inject(kPrimitive);
-    e.bwd_data.execute(m.stream, {{DNNL_ARG_DIFF_DST, m.Mem(e.dst, dy)},
+    e.bwd_data.execute(m.stream, {{DNNL_ARG_DIFF_DST, m.Mem(e.diff_dst, dy)},
                                   {DNNL_ARG_WEIGHTS, m.KernelIn(e, e.w_data, w)},
-                                  {DNNL_ARG_DIFF_SRC, m.Mem(e.src, dx)},
+                                  {DNNL_ARG_DIFF_SRC, m.Mem(e.diff_src, dx)},
                                   {DNNL_ARG_SCRATCHPAD, m.Mem(e.scratchpad_data, m.buffer)}});
     m.stream.wait();
   } catch (const dnnl::error& err) {

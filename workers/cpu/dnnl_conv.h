@@ -31,8 +31,10 @@ class DnnlConv {
  public:
   // Primitives are created for and run on `threads` OpenMP threads: every call sets the
   // calling thread's nthreads ICV (omp_set_num_threads, a per-thread setting), which is
-  // what oneDNN's OpenMP runtime reads.
-  explicit DnnlConv(int threads);
+  // what oneDNN's OpenMP runtime reads. `bf16`: the convolutions read bfloat16 inputs,
+  // kernels and output gradients (the Bf16 overloads below; float32 sums, outputs and
+  // gradients), as Backend's *Bf16 convolutions; else everything is float32.
+  explicit DnnlConv(int threads, bool bf16 = false);
   ~DnnlConv();
   DnnlConv(const DnnlConv&) = delete;
   DnnlConv& operator=(const DnnlConv&) = delete;
@@ -49,6 +51,10 @@ class DnnlConv {
   absl::Status BackwardWeights(const ConvGeometry& g, const float* x, const float* dy, float* dw,
                                float* dbias);
   absl::Status BackwardData(const ConvGeometry& g, const float* w, const float* dy, float* dx);
+  // The same on bfloat16 operands (a bf16 DnnlConv only; no bias).
+  absl::Status Forward(const ConvGeometry& g, const Bf16* x, const Bf16* w, float* y);
+  absl::Status BackwardWeights(const ConvGeometry& g, const Bf16* x, const Bf16* dy, float* dw);
+  absl::Status BackwardData(const ConvGeometry& g, const Bf16* w, const Bf16* dy, float* dx);
 
   // Test hook: when set, called before each primitive runs with its name (as in the
   // errors: "convolution_forward", "convolution_backward_weights",
@@ -58,6 +64,12 @@ class DnnlConv {
   void set_fault_for_testing(FaultForTesting fault);
 
  private:
+  absl::Status RunForward(const ConvGeometry& g, const void* x, const void* w, const float* bias,
+                          float* y);
+  absl::Status RunBackwardWeights(const ConvGeometry& g, const void* x, const void* dy, float* dw,
+                                  float* dbias);
+  absl::Status RunBackwardData(const ConvGeometry& g, const void* w, const void* dy, float* dx);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -95,7 +95,7 @@ class CudaBackend final : public Backend {
                            int count) override;
   absl::Status AttentionSoftmax(int rows, int t, bool causal, float* s) override;
   absl::Status SoftmaxBackward(int rows, int cols, const float* p, float* dp) override;
-  absl::Status MaskedScale(int rows, int cols, const uint8_t* mask, float keep, const float* x,
+  absl::Status MaskedScale(int rows, int cols, const uint8_t* mask, float scale, const float* x,
                            float* y) override;
   absl::Status ClassToken(int b, int t, int f, const float* cls, const float* x, float* y) override;
   absl::Status ClassTokenBackward(int b, int t, int f, const float* dy, float* dx,

@@ -228,9 +228,9 @@ absl::Status CudaBackend::SoftmaxBackward(int rows, int cols, const float* p, fl
   LS_LAUNCH(cuda::SoftmaxBackward(rows, cols, p, dp, stream_));
 }
 
-absl::Status CudaBackend::MaskedScale(int rows, int cols, const uint8_t* mask, float keep,
+absl::Status CudaBackend::MaskedScale(int rows, int cols, const uint8_t* mask, float scale,
                                       const float* x, float* y) {
-  LS_LAUNCH(cuda::MaskedScale(rows, cols, mask, keep, x, y, stream_));
+  LS_LAUNCH(cuda::MaskedScale(rows, cols, mask, scale, x, y, stream_));
 }
 
 absl::Status CudaBackend::ClassToken(int b, int t, int f, const float* cls, const float* x,

@@ -175,18 +175,18 @@ TEST_F(CudaTest, SoftmaxBackwardIsBitwise) {
 
 TEST_F(CudaTest, MaskedScaleIsBitwiseInPlaceOrNot) {
   const int rows = 24, cols = 37 * 37;  // (batch * heads) copies of a [T, T] mask
-  const float keep = 0.9f;
+  const float keep = 0.9f, scale = 1.0f / keep;
   std::mt19937 gen(52);
   std::vector<uint8_t> mask(cols);
   for (uint8_t& m : mask) m = std::bernoulli_distribution(keep)(gen) ? 1 : 0;
   const auto x = RandomFloats(size_t(rows) * cols, 53);
   std::vector<float> y(x.size());
-  EXPECT_OK(cpu_->MaskedScale(rows, cols, mask.data(), keep, x.data(), y.data()));
+  EXPECT_OK(cpu_->MaskedScale(rows, cols, mask.data(), scale, x.data(), y.data()));
   Buffer d_mask = ToDevice(mask), d_x = ToDevice(x);
   ASSERT_OK_AND_ASSIGN(Buffer d_y, cuda_->Allocate(y.size() * sizeof(float)));
-  EXPECT_OK(cuda_->MaskedScale(rows, cols, d_mask.as<uint8_t>(), keep, d_x.as(), d_y.as()));
+  EXPECT_OK(cuda_->MaskedScale(rows, cols, d_mask.as<uint8_t>(), scale, d_x.as(), d_y.as()));
   EXPECT_TRUE(Bitwise(ToHost(d_y, y.size()), y));
-  EXPECT_OK(cuda_->MaskedScale(rows, cols, d_mask.as<uint8_t>(), keep, d_x.as(), d_x.as()));
+  EXPECT_OK(cuda_->MaskedScale(rows, cols, d_mask.as<uint8_t>(), scale, d_x.as(), d_x.as()));
   EXPECT_TRUE(Bitwise(ToHost(d_x, y.size()), y));
 }
 

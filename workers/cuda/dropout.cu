@@ -22,8 +22,8 @@ __global__ void DropoutBackwardKernel(size_t n, float keep, const uint8_t* mask,
   for (size_t i = FirstIndex(); i < n; i += Stride()) dx[i] = mask[i] ? dy[i] / keep : 0.0f;
 }
 
-// multiplier = mask.astype(float32) / float32(keep) (1 / keep computed once, on the host,
-// as the CPU backend does), then x * multiplier.
+// multiplier = mask.astype(dtype) / keep_prob (its value for a kept element computed
+// once, on the host, as the CPU backend's caller does), then x * multiplier.
 __global__ void MaskedScaleKernel(int rows, int cols, const uint8_t* mask, float scale,
                                   const float* x, float* y) {
   const size_t n = size_t(rows) * cols;
@@ -46,11 +46,10 @@ cudaError_t DropoutBackward(size_t n, float keep, const uint8_t* mask, const flo
   return cudaGetLastError();
 }
 
-cudaError_t MaskedScale(int rows, int cols, const uint8_t* mask, float keep, const float* x,
+cudaError_t MaskedScale(int rows, int cols, const uint8_t* mask, float scale, const float* x,
                         float* y, cudaStream_t stream) {
   const size_t n = size_t(rows > 0 ? rows : 0) * (cols > 0 ? cols : 0);
   if (n == 0) return cudaSuccess;
-  const float scale = 1.0f / keep;
   MaskedScaleKernel<<<Blocks(n), kThreads, 0, stream>>>(rows, cols, mask, scale, x, y);
   return cudaGetLastError();
 }

@@ -20,9 +20,9 @@ cudaError_t Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, c
 // dx = mask ? dy / keep : 0.
 cudaError_t DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy, float* dx,
                             cudaStream_t stream);
-// Flax's broadcast dropout: y (rows, cols) = x * (mask[c] ? 1 / keep : 0), one 0/1 mask of
+// Flax's broadcast dropout: y (rows, cols) = x * (mask[c] ? scale : 0), one 0/1 mask of
 // `cols` shared by every row (y may be x).
-cudaError_t MaskedScale(int rows, int cols, const uint8_t* mask, float keep, const float* x,
+cudaError_t MaskedScale(int rows, int cols, const uint8_t* mask, float scale, const float* x,
                         float* y, cudaStream_t stream);
 
 }  // namespace lockstep::cuda

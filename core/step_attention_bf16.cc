@@ -1,0 +1,161 @@
+// StepExecutor's multi-head self-attention in bfloat16: Flax's
+// nn.MultiHeadDotProductAttention(dtype=jnp.bfloat16) on x [b, T, F], rounded where XLA
+// rounds it (docs/models.md#mixed-precision):
+//   q, k, v = bf16(bf16(bf16(x) . bf16(W)) + bf16(b))            (DenseGeneral, each)
+//   q = bf16(q / bf16(sqrt(D)))                                  (jnp.sqrt(depth).astype)
+//   w = softmax_bf16(bf16(q . k over D), causal mask)            (math::SoftmaxRowBf16)
+//   w = bf16(w * bf16(1 / bf16(keep)))  where kept               (training with dropout)
+//   o = bf16(w . v);  y = bf16(bf16(o . Wo) + bf16(bo))
+// Backward, the same products transposed on bfloat16 operands; the gradients between them
+// float32 (step_bf16.cc). The products run on bfloat16 copies of q, k, v, o and w, in the
+// layer's bfloat16 workspace (AttentionBf16Elements: x, q, k, v, o, w; then dy, do, dw
+// and one of dq, dk, dv), laid out as the float32 ones (AttentionBuffers).
+#include <cmath>
+
+#include "core/status_macros.h"
+#include "core/step.h"
+#include "core/step_workspace.h"
+
+namespace lockstep {
+namespace {
+
+using step_internal::AttentionBuffers;
+using step_internal::AttentionBuffersAt;
+
+struct AttentionBf16 {
+  Bf16 *x, *q, *k, *v, *o, *w;  // forward
+  Bf16 *dy, *do_, *dw, *dqkv;   // training
+};
+
+AttentionBf16 Bf16BuffersAt(const Layer& l, int b, bool train, Bf16* p) {
+  const int64_t rows = int64_t{b} * l.in.w, act = rows * l.heads * l.head_dim;
+  const int64_t weights = int64_t{b} * l.heads * l.in.w * l.in.w;
+  AttentionBf16 a{};
+  a.x = p, p += rows * l.in.c;
+  a.q = p, a.k = p + act, a.v = p + 2 * act, a.o = p + 3 * act, p += 4 * act;
+  a.w = p, p += weights;
+  if (train) {
+    a.dy = p, p += rows * l.out.c;
+    a.do_ = p, p += act;
+    a.dw = p, p += weights;
+    a.dqkv = p;
+  }
+  return a;
+}
+
+// What q is divided by: jnp.sqrt(depth) (float32) cast to bfloat16.
+float ScaleBf16(const Layer& l) { return RoundBf16(std::sqrt(static_cast<float>(l.head_dim))); }
+
+}  // namespace
+
+absl::Status StepExecutor::AttentionForwardBf16(Workspace& ws, size_t i, int b, bool train,
+                                                const float* x, const rng::Key* key) {
+  const Layer& l = model_.layers()[i];
+  const auto& entries = model_.layout().entries();
+  auto param = [&](int index) {
+    return index < 0 ? nullptr : params_.as() + entries[index].offset;
+  };
+  const int t = l.in.w, h = l.heads, d = l.head_dim, hd = h * d, rows = b * t;
+  const size_t act = size_t(rows) * hd;
+  const AttentionBuffers a = AttentionBuffersAt(l, b, ws.train, ws.scratch[i]);
+  const AttentionBf16 h16 = Bf16BuffersAt(l, b, ws.train, ws.xb[i]);
+  ASSIGN_OR_RETURN(const Bf16* x16, Bf16Input(ws, i, b));  // x's twin, or h16.x
+  float* qkv[3] = {a.q, a.k, a.v};
+  Bf16* qkv16[3] = {h16.q, h16.k, h16.v};
+  for (int j = 0; j < 3; ++j) {  // q rounded, then scaled and rounded again
+    RETURN_IF_ERROR(backend_->GemmBf16(false, false, rows, hd, l.in.c, 1.0f, x16,
+                                       Bf16Param(l.kernels[j]), 0.0f, qkv[j]));
+    RETURN_IF_ERROR(backend_->AddRowsBf16(rows, hd, qkv[j], param(l.biases[j]), qkv[j],
+                                          j == 0 ? nullptr : qkv16[j]));
+  }
+  RETURN_IF_ERROR(backend_->Divide(act, ScaleBf16(l), a.q));
+  RETURN_IF_ERROR(backend_->AddRowsBf16(rows, hd, a.q, nullptr, a.q, h16.q));
+  const int64_t sample = int64_t{t} * hd, tt = int64_t{t} * t;
+  for (int s = 0; s < b; ++s) {  // w[s, h] = q[s, :, h] k[s, :, h]^T
+    RETURN_IF_ERROR(backend_->GemmStridedBf16(false, true, t, t, d, 1.0f, h16.q + s * sample, hd, d,
+                                              h16.k + s * sample, hd, d, 0.0f, a.w + s * h * tt, t,
+                                              tt, h));
+  }
+  RETURN_IF_ERROR(backend_->AttentionSoftmaxBf16(b * h * t, t, l.causal, a.w));
+  if (key != nullptr) {  // draws the [T, T] mask (the dropped buffer's values are discarded)
+    RETURN_IF_ERROR(
+        backend_->Dropout(size_t(tt), l.keep, key, impl_, a.dropped, a.dropped, ws.mask[i]));
+    const float scale = RoundBf16(1.0f / RoundBf16(l.keep));
+    RETURN_IF_ERROR(
+        backend_->MaskedScale(b * h, static_cast<int>(tt), ws.mask[i], scale, a.w, a.dropped));
+    RETURN_IF_ERROR(
+        backend_->AddRowsBf16(b * h, static_cast<int>(tt), a.dropped, nullptr, a.dropped, h16.w));
+  } else {  // no dropout: the weights themselves (a.dropped is a.w)
+    RETURN_IF_ERROR(backend_->ToBf16(size_t(b) * h * tt, a.w, h16.w));
+  }
+  for (int s = 0; s < b; ++s) {  // o[s, :, h] = w[s, h] v[s, :, h]
+    RETURN_IF_ERROR(backend_->GemmStridedBf16(false, false, t, d, t, 1.0f, h16.w + s * h * tt, t,
+                                              tt, h16.v + s * sample, hd, d, 0.0f, a.o + s * sample,
+                                              hd, d, h));
+  }
+  RETURN_IF_ERROR(backend_->AddRowsBf16(rows, hd, a.o, nullptr, a.o, h16.o));
+  float* y = ws.out[i];
+  RETURN_IF_ERROR(backend_->GemmBf16(false, false, rows, l.out.c, hd, 1.0f, h16.o,
+                                     Bf16Param(l.kernels[3]), 0.0f, y));
+  return backend_->AddRowsBf16(rows, l.out.c, y, param(l.biases[3]), y, ws.twin[i]);
+}
+
+absl::Status StepExecutor::AttentionBackwardBf16(Workspace& ws, size_t i, int b, const float* dy,
+                                                 float* grads, float* dx) {
+  const Layer& l = model_.layers()[i];
+  const auto& entries = model_.layout().entries();
+  auto grad = [&](int index) { return index < 0 ? nullptr : grads + entries[index].offset; };
+  const int t = l.in.w, h = l.heads, d = l.head_dim, hd = h * d, rows = b * t;
+  const size_t act = size_t(rows) * hd;
+  const AttentionBuffers a = AttentionBuffersAt(l, b, true, ws.scratch[i]);
+  const AttentionBf16 h16 = Bf16BuffersAt(l, b, true, ws.xb[i]);
+  const int64_t sample = int64_t{t} * hd, tt = int64_t{t} * t;
+  // out: y = o Wo + bo.
+  RETURN_IF_ERROR(backend_->ToBf16(size_t(rows) * l.out.c, dy, h16.dy));
+  RETURN_IF_ERROR(backend_->GemmBf16(true, false, hd, l.out.c, rows, 1.0f, h16.o, h16.dy, 0.0f,
+                                     grad(l.kernels[3])));
+  if (l.biases[3] >= 0) RETURN_IF_ERROR(backend_->BiasGrad(rows, l.out.c, dy, grad(l.biases[3])));
+  RETURN_IF_ERROR(backend_->GemmBf16(false, true, rows, hd, l.out.c, 1.0f, h16.dy,
+                                     Bf16Param(l.kernels[3]), 0.0f, a.do_));
+  RETURN_IF_ERROR(backend_->ToBf16(act, a.do_, h16.do_));
+  // o = w v: dw = do v^T, dv = w^T do (w after dropout).
+  for (int s = 0; s < b; ++s) {
+    RETURN_IF_ERROR(backend_->GemmStridedBf16(false, true, t, t, d, 1.0f, h16.do_ + s * sample, hd,
+                                              d, h16.v + s * sample, hd, d, 0.0f, a.dw + s * h * tt,
+                                              t, tt, h));
+    RETURN_IF_ERROR(backend_->GemmStridedBf16(true, false, t, d, t, 1.0f, h16.w + s * h * tt, t, tt,
+                                              h16.do_ + s * sample, hd, d, 0.0f, a.dv + s * sample,
+                                              hd, d, h));
+  }
+  if (a.dropped != a.w) {
+    const float scale = RoundBf16(1.0f / RoundBf16(l.keep));
+    RETURN_IF_ERROR(
+        backend_->MaskedScale(b * h, static_cast<int>(tt), ws.mask[i], scale, a.dw, a.dw));
+  }
+  RETURN_IF_ERROR(backend_->SoftmaxBackward(b * h * t, t, a.w, a.dw));
+  RETURN_IF_ERROR(backend_->ToBf16(size_t(b) * h * tt, a.dw, h16.dw));
+  // w = q k^T (q scaled): dq = dw k, dk = dw^T q.
+  for (int s = 0; s < b; ++s) {
+    RETURN_IF_ERROR(backend_->GemmStridedBf16(false, false, t, d, t, 1.0f, h16.dw + s * h * tt, t,
+                                              tt, h16.k + s * sample, hd, d, 0.0f,
+                                              a.dq + s * sample, hd, d, h));
+    RETURN_IF_ERROR(backend_->GemmStridedBf16(true, false, t, d, t, 1.0f, h16.dw + s * h * tt, t,
+                                              tt, h16.q + s * sample, hd, d, 0.0f,
+                                              a.dk + s * sample, hd, d, h));
+  }
+  RETURN_IF_ERROR(backend_->Divide(act, ScaleBf16(l), a.dq));
+  const float* dqkv[3] = {a.dq, a.dk, a.dv};
+  for (int j = 0; j < 3; ++j) {  // one of dq, dk, dv as bfloat16 at a time
+    RETURN_IF_ERROR(backend_->ToBf16(act, dqkv[j], h16.dqkv));
+    RETURN_IF_ERROR(backend_->GemmBf16(true, false, l.in.c, hd, rows, 1.0f, Bf16InputOf(ws, i),
+                                       h16.dqkv, 0.0f, grad(l.kernels[j])));
+    if (l.biases[j] >= 0) RETURN_IF_ERROR(backend_->BiasGrad(rows, hd, dqkv[j], grad(l.biases[j])));
+    if (dx != nullptr) {
+      RETURN_IF_ERROR(backend_->GemmBf16(false, true, rows, l.in.c, hd, 1.0f, h16.dqkv,
+                                         Bf16Param(l.kernels[j]), j == 0 ? 0.0f : 1.0f, dx));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lockstep

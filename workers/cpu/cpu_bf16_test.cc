@@ -1,0 +1,291 @@
+// The CPU backend's bfloat16 kernels: the rounding itself, the GEMMs and convolutions
+// against float32 arithmetic on the same bfloat16 operands, and the elementwise layers
+// bit for bit against XLA's bfloat16 results (tests/golden/bf16_math.safetensors, written
+// by tools/reference/golden_bf16.py). Skipped where the CPU has no bfloat16 kernels.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "core/io/safetensors.h"
+#include "core/testing.h"
+#include "workers/cpu/cpu_backend.h"
+#include "workers/cpu/cpu_testing.h"
+
+namespace lockstep {
+namespace {
+
+using testing::RandomNormal;
+
+float FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+std::vector<float> Rounded(std::vector<float> v) {
+  for (float& x : v) x = RoundBf16(x);
+  return v;
+}
+
+std::vector<Bf16> ToBf16(const std::vector<float>& v) {
+  std::vector<Bf16> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i].bits = Bf16Bits(v[i]);
+  return out;
+}
+
+TEST(Bf16, RoundsToNearestEven) {
+  EXPECT_EQ(Bf16Bits(1.0f), 0x3f80);
+  EXPECT_EQ(Bf16Bits(FromBits(0x3f808000)), 0x3f80);  // a tie: to the even 0x3f80
+  EXPECT_EQ(Bf16Bits(FromBits(0x3f818000)), 0x3f82);  // a tie: to the even 0x3f82
+  EXPECT_EQ(Bf16Bits(FromBits(0x3f808001)), 0x3f81);
+  EXPECT_EQ(Bf16Bits(FromBits(0x3f807fff)), 0x3f80);
+  EXPECT_EQ(Bf16Bits(-0.0f), 0x8000);
+  EXPECT_EQ(Bf16Bits(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_EQ(Bf16Bits(std::numeric_limits<float>::max()), 0x7f80);  // overflows to inf
+  EXPECT_EQ(Bf16Bits(FromBits(0x00018000)), 0x0002);               // subnormals kept
+  EXPECT_TRUE(std::isnan(RoundBf16(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(std::isnan(RoundBf16(FromBits(0x7f800001))));  // a NaN that would round to inf
+  EXPECT_EQ(RoundBf16(0.1f), 0.10009765625f);
+}
+
+class CpuBf16 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const absl::Status bf16 = NewCpuBackend(1)->Bf16Support();
+    if (!bf16.ok()) GTEST_SKIP() << bf16.message();
+  }
+};
+
+TEST_F(CpuBf16, ToBf16IsRoundBf16OnAnyThreadCount) {
+  const std::vector<float> x = RandomNormal(100003, 1);
+  for (int threads : {1, 2}) {
+    std::vector<Bf16> y(x.size());
+    ASSERT_OK(NewCpuBackend(threads)->ToBf16(x.size(), x.data(), y.data()));
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i].bits, Bf16Bits(x[i])) << i;
+  }
+}
+
+TEST_F(CpuBf16, AddRowsRoundsTheProductsThenTheSum) {
+  const int rows = 300, cols = 129;
+  const std::vector<float> x = RandomNormal(size_t(rows) * cols, 2), bias = RandomNormal(cols, 3);
+  std::vector<float> y(x.size()), same(x);
+  std::vector<Bf16> twin(x.size());
+  auto be = NewCpuBackend(2);
+  ASSERT_OK(be->AddRowsBf16(rows, cols, x.data(), bias.data(), y.data(), twin.data()));
+  ASSERT_OK(be->AddRowsBf16(rows, cols, same.data(), bias.data(), same.data(), nullptr));
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) {
+      const size_t i = size_t(r) * cols + c;
+      ASSERT_EQ(y[i], RoundBf16(RoundBf16(x[i]) + RoundBf16(bias[c]))) << r << "," << c;
+      ASSERT_EQ(twin[i].bits, Bf16Bits(y[i])) << r << "," << c;
+    }
+  }
+  EXPECT_EQ(same, y);
+  ASSERT_OK(be->AddRowsBf16(rows, cols, x.data(), nullptr, y.data(), nullptr));
+  EXPECT_EQ(y, Rounded(x));
+}
+
+TEST_F(CpuBf16, ReluKeepsItsBf16Twin) {
+  const std::vector<float> x = Rounded(RandomNormal(70001, 11));
+  std::vector<float> y = x;
+  std::vector<Bf16> twin(x.size());
+  ASSERT_OK(NewCpuBackend(2)->ReluBf16(y.size(), y.data(), twin.data()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(y[i], std::max(x[i], 0.0f)) << i;
+    ASSERT_EQ(twin[i].bits, Bf16Bits(y[i])) << i;
+  }
+}
+
+// op(a) m x k times op(b) k x n in double, from the bfloat16 operands.
+std::vector<double> Product(bool ta, bool tb, int m, int n, int k, const std::vector<Bf16>& a,
+                            const std::vector<Bf16>& b) {
+  std::vector<double> c(size_t(m) * n);
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int p = 0; p < k; ++p) {
+        const float av = Bf16Float(a[ta ? size_t(p) * m + i : size_t(i) * k + p].bits);
+        const float bv = Bf16Float(b[tb ? size_t(j) * k + p : size_t(p) * n + j].bits);
+        sum += double{av} * bv;
+      }
+      c[size_t(i) * n + j] = sum;
+    }
+  }
+  return c;
+}
+
+TEST_F(CpuBf16, GemmSumsTheBf16ProductsInFloat32) {
+  const int m = 67, n = 45, k = 300;
+  for (int threads : {1, 2}) {
+    auto be = NewCpuBackend(threads);
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << threads << " threads, ta " << ta << ", tb " << tb);
+        const std::vector<Bf16> a = ToBf16(RandomNormal(size_t(m) * k, 4));
+        const std::vector<Bf16> b = ToBf16(RandomNormal(size_t(k) * n, 5));
+        const std::vector<double> want = Product(ta, tb, m, n, k, a, b);
+        std::vector<float> c(size_t(m) * n, 1.0f);
+        ASSERT_OK(be->GemmBf16(ta, tb, m, n, k, 1.0f, a.data(), b.data(), 1.0f, c.data()));
+        for (size_t i = 0; i < c.size(); ++i) {
+          // float32 sums of k exact products of magnitude ~1: within k ulps of ~sqrt(k).
+          ASSERT_NEAR(c[i], want[i] + 1.0, 1e-4) << i;
+        }
+        std::vector<float> again(c.size(), 1.0f);
+        ASSERT_OK(be->GemmBf16(ta, tb, m, n, k, 1.0f, a.data(), b.data(), 1.0f, again.data()));
+        EXPECT_EQ(again, c);  // the same bits run to run
+      }
+    }
+  }
+}
+
+TEST_F(CpuBf16, GemmStridedIsOneGemmPerHead) {
+  // Attention's products: h heads of [t, d] inside rows of h * d.
+  const int t = 33, d = 16, h = 4, hd = h * d;
+  const std::vector<Bf16> q = ToBf16(RandomNormal(size_t(t) * hd, 6));
+  const std::vector<Bf16> k = ToBf16(RandomNormal(size_t(t) * hd, 7));
+  std::vector<float> w(size_t(h) * t * t);
+  auto be = NewCpuBackend(2);
+  ASSERT_OK(be->GemmStridedBf16(false, true, t, t, d, 1.0f, q.data(), hd, d, k.data(), hd, d, 0.0f,
+                                w.data(), t, int64_t{t} * t, h));
+  for (int head = 0; head < h; ++head) {
+    for (int i = 0; i < t; ++i) {
+      for (int j = 0; j < t; ++j) {
+        double want = 0;
+        for (int p = 0; p < d; ++p) {
+          want += double{Bf16Float(q[size_t(i) * hd + head * d + p].bits)} *
+                  Bf16Float(k[size_t(j) * hd + head * d + p].bits);
+        }
+        ASSERT_NEAR(w[(size_t(head) * t + i) * t + j], want, 1e-5) << head << " " << i << " " << j;
+      }
+    }
+  }
+}
+
+// The bfloat16 convolutions against the float32 ones on the same (rounded) operands.
+void ExpectConvsMatchFloat32(Backend& be, const ConvGeometry& g) {
+  const size_t in = size_t(g.b) * g.h * g.w * g.c, out = size_t(g.b) * g.oh() * g.ow() * g.f;
+  const std::vector<float> x = Rounded(RandomNormal(in, 8));
+  const std::vector<float> w = Rounded(RandomNormal(size_t(g.kh) * g.kw * g.c * g.f, 9));
+  const std::vector<float> dy = Rounded(RandomNormal(out, 10));
+  const std::vector<Bf16> x16 = ToBf16(x), w16 = ToBf16(w), dy16 = ToBf16(dy);
+  std::vector<float> scratch(std::max(be.ConvScratchBytes(g), be.ConvScratchBytesBf16(g)) / 4 + 1);
+  std::vector<float> y(out), y32(out), dw(w.size()), dw32(w.size()), dx(in), dx32(in);
+  ASSERT_OK(be.ConvForward(g, x.data(), w.data(), nullptr, y32.data(), scratch.data()));
+  ASSERT_OK(be.ConvBackwardWeights(g, x.data(), dy.data(), dw32.data(), nullptr, scratch.data()));
+  ASSERT_OK(be.ConvBackwardData(g, w.data(), dy.data(), dx32.data(), scratch.data()));
+  ASSERT_OK(be.ConvForwardBf16(g, x16.data(), w16.data(), y.data(), scratch.data()));
+  ASSERT_OK(be.ConvBackwardWeightsBf16(g, x16.data(), dy16.data(), dw.data(), scratch.data()));
+  ASSERT_OK(be.ConvBackwardDataBf16(g, w16.data(), dy16.data(), dx.data(), scratch.data()));
+  EXPECT_LE(testing::RelativeL2(y, y32), 1e-6);
+  EXPECT_LE(testing::RelativeL2(dw, dw32), 1e-6);
+  EXPECT_LE(testing::RelativeL2(dx, dx32), 1e-6);
+}
+
+TEST_F(CpuBf16, ConvolutionsAreFloat32ConvolutionsOfTheBf16Operands) {
+  ConvGeometry same{8, 14, 14, 16, 32, 3, 3};  // SAME 3x3
+  same.pad_top = same.pad_bottom = same.pad_left = same.pad_right = 1;
+  ConvGeometry first{8, 28, 28, 1, 16, 3, 3};  // one input channel
+  first.pad_top = first.pad_bottom = first.pad_left = first.pad_right = 1;
+  ConvGeometry strided{4, 9, 9, 8, 8, 3, 3};  // stride 2, padding after only
+  strided.stride_h = strided.stride_w = 2;
+  strided.pad_bottom = strided.pad_right = 1;
+  for (CpuKernels kernels : {CpuKernels::kOneDnn, CpuKernels::kOpenBlas}) {
+    for (int threads : {1, 2}) {
+      auto be = NewCpuBackend(threads, kernels);
+      for (const ConvGeometry& g : {same, first, strided}) {
+        SCOPED_TRACE(::testing::Message()
+                     << threads << " threads, c " << g.c << ", stride " << g.stride_h
+                     << (kernels == CpuKernels::kOneDnn ? " oneDNN" : " im2col"));
+        ExpectConvsMatchFloat32(*be, g);
+      }
+    }
+  }
+}
+
+// XLA's bfloat16 results (bf16_math.safetensors).
+class CpuBf16Math : public CpuBf16 {
+ protected:
+  void SetUp() override {
+    CpuBf16::SetUp();
+    if (IsSkipped()) return;
+    ASSERT_OK_AND_ASSIGN(golden_, SafeTensors::Read(testing::GoldenPath("bf16_math.safetensors")));
+  }
+  std::vector<float> Bits(const std::string& name) const {
+    const SafeTensor& t = golden_.tensors().at(name);
+    std::vector<float> out(t.data.size() / 2);
+    for (size_t i = 0; i < out.size(); ++i) {
+      uint16_t b;
+      std::memcpy(&b, t.data.data() + 2 * i, 2);
+      out[i] = Bf16Float(b);
+    }
+    return out;
+  }
+  // The elements where got and want differ (NaNs equal).
+  static int Mismatches(const std::vector<float>& got, const std::vector<float>& want) {
+    int n = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      n += !(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i])));
+    }
+    return n;
+  }
+  SafeTensors golden_;
+};
+
+TEST_F(CpuBf16Math, ActivationsRoundEveryOpAsXla) {
+  const std::vector<float> x = Bits("act.x");
+  const std::pair<const char*, Activation> acts[] = {{"gelu_tanh", Activation::kGeluTanh},
+                                                     {"gelu_erf", Activation::kGeluErf},
+                                                     {"tanh", Activation::kTanh},
+                                                     {"sigmoid", Activation::kSigmoid},
+                                                     {"silu", Activation::kSilu}};
+  auto be = NewCpuBackend(2);
+  for (const auto& [name, a] : acts) {
+    std::vector<float> y(x.size());
+    std::vector<Bf16> twin(x.size());
+    ASSERT_OK(be->ActivateBf16(a, x.size(), x.data(), y.data(), twin.data()));
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(twin[i].bits, Bf16Bits(y[i])) << name << i;
+    const int wrong = Mismatches(y, Bits(std::string("act.") + name));
+    std::printf("  %-9s %d of %zu differ from XLA's\n", name, wrong, x.size());
+    // XLA's float32 exp, tanh and erfc round an ulp otherwise than libm now and then, and
+    // a bfloat16 rounding of such a result can differ: at most 1 in 200.
+    EXPECT_LE(wrong, static_cast<int>(x.size() / 200)) << name;
+  }
+}
+
+TEST_F(CpuBf16Math, SoftmaxPoolsAndDenseAsXla) {
+  auto be = NewCpuBackend(2);
+  for (bool causal : {false, true}) {
+    std::vector<float> s = *golden_.F32("softmax.x");
+    ASSERT_OK(be->AttentionSoftmaxBf16(64, 40, causal, s.data()));
+    const int wrong = Mismatches(s, Bits(causal ? "softmax.causal" : "softmax.y"));
+    std::printf("  softmax%s %d of %zu differ from XLA's\n", causal ? " (causal)" : "", wrong,
+                s.size());
+    EXPECT_LE(wrong, static_cast<int>(s.size() / 50));
+  }
+  const std::vector<float> p = *golden_.F32("pool.x");
+  ConvGeometry three{2, 9, 9, 4, 4, 3, 3};
+  three.stride_h = three.stride_w = 3;
+  std::vector<float> y(2 * 3 * 3 * 4);
+  ASSERT_OK(be->AvgPoolBf16(three, true, p.data(), y.data()));
+  EXPECT_EQ(Mismatches(y, Bits("pool.avg3")), 0);
+  ConvGeometry two{2, 9, 9, 4, 4, 2, 2};  // SAME, stride 1: padding after
+  two.pad_bottom = two.pad_right = 1;
+  y.resize(2 * 9 * 9 * 4);
+  ASSERT_OK(be->AvgPoolBf16(two, true, p.data(), y.data()));
+  EXPECT_EQ(Mismatches(y, Bits("pool.avg2")), 0);
+
+  const std::vector<float> x = *golden_.F32("dense.x"), k = *golden_.F32("dense.kernel");
+  const std::vector<float> bias = *golden_.F32("dense.bias");
+  const std::vector<Bf16> x16 = ToBf16(x), k16 = ToBf16(k);
+  std::vector<float> d(64 * 48);
+  ASSERT_OK(be->GemmBf16(false, false, 64, 48, 96, 1.0f, x16.data(), k16.data(), 0.0f, d.data()));
+  ASSERT_OK(be->AddRowsBf16(64, 48, d.data(), bias.data(), d.data(), nullptr));
+  const int wrong = Mismatches(d, Bits("dense.y"));
+  std::printf("  dense     %d of %zu differ from XLA's\n", wrong, d.size());
+  // The float32 sums' order differs from XLA's: their bfloat16 roundings rarely do.
+  EXPECT_LE(wrong, static_cast<int>(d.size() / 100));
+}
+
+}  // namespace
+}  // namespace lockstep
