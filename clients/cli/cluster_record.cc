@@ -1,3 +1,5 @@
+// What a local cluster's processes share through its folder: the record cluster.json and
+// the signals that ask its supervisor. Contract: cluster_record.h.
 #include "clients/cli/cluster_record.h"
 
 #include <signal.h>

@@ -1,3 +1,5 @@
+// What the CLI prints of strings it did not write itself, control characters quoted.
+// Contract: terminal_text.h.
 #include "clients/cli/terminal_text.h"
 
 #include "absl/strings/str_format.h"

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "core/data/dataset.h"
 #include "core/status_macros.h"
 #include "services/common/observability/job_log.h"
@@ -19,6 +20,8 @@ namespace {
 
 // A health check after a failure, to tell the dead worker from its peers.
 constexpr absl::Duration kAliveTimeout = absl::Seconds(2);
+// How long past it Probe waits for the checks' answers (normally none).
+constexpr absl::Duration kAliveMargin = absl::Seconds(5);
 
 // Runs f(r) for every rank on its own thread and waits for all.
 template <typename F>
@@ -141,10 +144,32 @@ absl::Status Attempt::WorkerError(int rank, const absl::Status& st) const {
 }
 
 std::vector<bool> Attempt::Probe() {
-  const int n = static_cast<int>(clients_.size());
-  std::vector<char> alive(n);
-  ForEachRank(n, [&](int r) { alive[r] = clients_[r]->Alive(kAliveTimeout); });
-  return {alive.begin(), alive.end()};
+  // Every rank's check at once, answered on the clients' own threads: none of ours waits
+  // per rank. The answers outlive this call should one come after the bound below.
+  struct Answers {
+    absl::Mutex mu;
+    std::vector<bool> alive ABSL_GUARDED_BY(mu);
+    size_t pending ABSL_GUARDED_BY(mu) = 0;
+  };
+  auto answers = std::make_shared<Answers>();
+  {
+    absl::MutexLock lock(&answers->mu);
+    answers->alive.assign(clients_.size(), false);
+    answers->pending = clients_.size();
+  }
+  for (size_t r = 0; r < clients_.size(); ++r) {
+    clients_[r]->CheckAlive(kAliveTimeout, [answers, r](bool alive) {
+      absl::MutexLock lock(&answers->mu);
+      answers->alive[r] = alive;
+      --answers->pending;
+    });
+  }
+  absl::MutexLock lock(&answers->mu);
+  auto all = [&answers]()
+                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(answers->mu) { return answers->pending == 0; };
+  // Each check ends by its deadline; a rank still unanswered a margin later counts as lost.
+  answers->mu.AwaitWithTimeout(absl::Condition(&all), kAliveTimeout + kAliveMargin);
+  return answers->alive;
 }
 
 absl::Status Attempt::NameTheDead(absl::Status st, const std::vector<bool>& alive,

@@ -22,12 +22,11 @@ namespace {
 // answers within a scheduling round of the timeout) before it gives up by itself.
 constexpr absl::Duration kSupplyMargin = absl::Seconds(10);
 
-// The status an attempt's end gives the job, where it ends it.
+// The status a Cancelled, Drained or Suspended end gives the job; OK for Finished.
 absl::Status StatusOf(const AttemptEnd& end) {
   if (const auto* c = std::get_if<Cancelled>(&end)) return c->why;
   if (const auto* d = std::get_if<Drained>(&end)) return d->why;
   if (const auto* s = std::get_if<Suspended>(&end)) return s->why;
-  if (const auto* f = std::get_if<Failed>(&end)) return f->why;
   return absl::OkStatus();
 }
 
@@ -60,7 +59,6 @@ absl::Status JobRunner::Run(JobOutcome* outcome) {
 
 absl::Status JobRunner::Loop() {
   RETURN_IF_ERROR(job_.Begin());
-  JobOutcome& outcome = job_.outcome();
   std::vector<PoolWorker> workers;  // the next attempt's
   for (bool first = true;; first = false) {
     if (!first) {
@@ -80,31 +78,8 @@ absl::Status JobRunner::Loop() {
       continue;
     }
     job_.FallBack();  // a resize that failed: from the snapshot
-    absl::Status st = StatusOf(end);
     std::vector<std::string> lost;
-    if (const auto* failed = std::get_if<Failed>(&end)) {
-      outcome.unreachable = failed->lost;
-      lost = failed->lost;
-      for (const PoolWorker& w : failed->audit_lost) {
-        if (std::find(lost.begin(), lost.end(), w.id) == lost.end()) lost.push_back(w.id);
-      }
-      // A liar gets no more work whether or not the job goes on.
-      for (const PoolWorker& w : failed->liars) {
-        outcome.quarantined.push_back(w.id);
-        if (supply_ != nullptr) supply_->Quarantine(w, std::string(st.message()));
-      }
-    } else if (const auto* resize = std::get_if<ResizeAt>(&end)) {
-      // Workers released from a job that cannot go on without them: it recovers from the
-      // snapshot it just took, on replacements; nobody was lost.
-      st = absl::UnavailableError(absl::StrCat(
-          resize->why, ": the job cannot go on without ",
-          resize->leaving.size() > 1 ? "them" : "it",
-          job_.logical() ? absl::StrCat(" (fewer than ", MinWorkers(job_.spec()), " workers left)")
-                         : std::string(" (not elastic)"),
-          "; it continues from its snapshot of step ", resize->step, " on replacements"));
-      events_.Released(resize->leaving);
-      outcome.unreachable.clear();
-    }
+    const absl::Status st = Settle(end, &lost);
     // The survivors at once: a released worker aborts its collective.
     attempt.ReleaseAll(st.ok() ? "job finished" : std::string(st.message()));
     switch (action.kind) {
@@ -121,6 +96,35 @@ absl::Status JobRunner::Loop() {
         return st;
     }
   }
+}
+
+absl::Status JobRunner::Settle(const AttemptEnd& end, std::vector<std::string>* lost) {
+  JobOutcome& outcome = job_.outcome();
+  if (const auto* failed = std::get_if<Failed>(&end)) {
+    outcome.unreachable = failed->lost;
+    *lost = failed->lost;
+    for (const PoolWorker& w : failed->audit_lost) {
+      if (std::find(lost->begin(), lost->end(), w.id) == lost->end()) lost->push_back(w.id);
+    }
+    // A liar gets no more work whether or not the job goes on.
+    for (const PoolWorker& w : failed->liars) {
+      outcome.quarantined.push_back(w.id);
+      if (supply_ != nullptr) supply_->Quarantine(w, std::string(failed->why.message()));
+    }
+    return failed->why;
+  }
+  if (const auto* resize = std::get_if<ResizeAt>(&end)) {
+    // Workers released from a job that cannot go on without them: it recovers from the
+    // snapshot it just took, on replacements; nobody was lost.
+    events_.Released(resize->leaving);
+    outcome.unreachable.clear();
+    return absl::UnavailableError(absl::StrCat(
+        resize->why, ": the job cannot go on without ", resize->leaving.size() > 1 ? "them" : "it",
+        job_.logical() ? absl::StrCat(" (fewer than ", MinWorkers(job_.spec()), " workers left)")
+                       : std::string(" (not elastic)"),
+        "; it continues from its snapshot of step ", resize->step, " on replacements"));
+  }
+  return StatusOf(end);
 }
 
 std::vector<PoolWorker> JobRunner::Resize(Attempt& attempt, ResizeAt resize) {

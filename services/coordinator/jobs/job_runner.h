@@ -111,6 +111,10 @@ class JobRunner {
  private:
   // Runs attempts until the decision table ends the job; its final status.
   absl::Status Loop();
+  // After an end the job does not go on from at once: the status it gives the job (a
+  // planned recovery's reason, for a ResizeAt), the outcome's lost and quarantined workers,
+  // and in `lost` those to replace.
+  absl::Status Settle(const AttemptEnd& end, std::vector<std::string>* lost);
   // Resize: the workers that stay (rank order, their state kept) and those joining.
   std::vector<PoolWorker> Resize(Attempt& attempt, ResizeAt resize);
   // Shrink: the survivors, from the state they hold.

@@ -1,3 +1,6 @@
+// Tests of StepFanout over fake workers. None measures wall time: each wait's deadline is
+// far longer than the event that should end it, so the status says which ended it (a
+// deadline's is DEADLINE_EXCEEDED naming it); a wait that hung would fail by ctest's timeout.
 #include "services/coordinator/jobs/step_fanout.h"
 
 #include <gmock/gmock.h>
@@ -75,19 +78,15 @@ TEST_P(StepFanoutTest, AnswersComeBackInStepOrderPerWorker) {
 }
 
 TEST_P(StepFanoutTest, ASilentWorkerIsADeadlineNamingIt) {
-  const absl::Time t0 = absl::Now();
   auto got = SendAndTake({Behaviour::kEcho, Behaviour::kSilent, Behaviour::kSilent}, 0,
                          absl::Milliseconds(100), GetParam());
-  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(got.status().message(), HasSubstr("worker w1: did not answer step 0 within 100ms"));
   EXPECT_THAT(got.status().message(), HasSubstr("nor did 1 other worker"));
 }
 
 TEST_P(StepFanoutTest, AFailedStreamEndsTheWaitAtOnce) {
-  const absl::Time t0 = absl::Now();
   auto got = SendAndTake({Behaviour::kSilent, Behaviour::kFail}, 0, absl::Seconds(30), GetParam());
-  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(got.status().message(), "worker w1: connection reset");
 }
@@ -111,9 +110,7 @@ TEST_P(StepFanoutTest, CloseGivesUpOnAWorkerThatDoesNotEndItsStream) {
   CancelToken cancel;
   auto fanout = StepFanout::Open(clients, "job-1", cancel, absl::Seconds(10), Blame);
   ASSERT_TRUE(fanout.ok());
-  const absl::Time t0 = absl::Now();
   const absl::Status st = (*fanout)->Close(absl::Milliseconds(100));
-  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
   EXPECT_THAT(st, StatusIs(absl::StatusCode::kDeadlineExceeded,
                            "worker w1: did not end its step stream within 100ms"));
 }
@@ -126,10 +123,8 @@ TEST_P(StepFanoutTest, TheJobsCancelTokenWakesAWaitingTake) {
   (*fanout)->Send(Commands(2, 0));
   // Whether the cancel lands before or during the wait, the wait ends with it.
   std::thread canceller([&] { cancel.Cancel(absl::CancelledError("by the user")); });
-  const absl::Time t0 = absl::Now();
   auto got = (*fanout)->Take(0, absl::Seconds(30));
   canceller.join();
-  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
   EXPECT_EQ(got.status().code(), absl::StatusCode::kCancelled);
 }
 

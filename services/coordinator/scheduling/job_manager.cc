@@ -34,11 +34,11 @@ std::string RequestKey(const std::string& owner, const std::string& request_id) 
   return absl::StrCat(owner, "\n", request_id);
 }
 
-v1::JobEvent StateEvent(v1::JobState state, absl::string_view reason) {
+v1::JobEvent StateEvent(v1::JobState state, absl::string_view reason, int64_t unix_ms) {
   v1::JobEvent ev;
   ev.mutable_state()->set_state(state);
   ev.mutable_state()->set_reason(std::string(reason));
-  ev.set_unix_ms(NowMs());
+  ev.set_unix_ms(unix_ms);
   return ev;
 }
 
@@ -174,18 +174,19 @@ void JobManager::SetStateLocked(Record& rec, v1::JobState state, const absl::Sta
     rec.job.clear_failure_reason();
     rec.job.clear_failure_code();
   }
-  if (state == v1::RUNNING) rec.job.set_started_unix_ms(NowMs());
-  if (IsTerminal(state)) rec.job.set_finished_unix_ms(NowMs());
+  if (state == v1::RUNNING) rec.job.set_started_unix_ms(NowMs(*options_.clock));
+  if (IsTerminal(state)) rec.job.set_finished_unix_ms(NowMs(*options_.clock));
   saves->push_back({rec.job, ++rec.version,
                     rec.history.empty() ? nullptr : std::make_shared<StepHistory>(rec.history),
                     rec.witness.empty()
                         ? nullptr
                         : std::make_shared<std::vector<v1::SnapshotMark>>(rec.witness)});
   ++rec.pending_saves;
-  rec.log->Append(
-      StateEvent(state, reason.ok() && !rec.job.checkpoint_pending().empty()
-                            ? "final checkpoint pending: " + rec.job.checkpoint_pending()
-                            : std::string(reason.message())));
+  rec.log->Append(StateEvent(state,
+                             reason.ok() && !rec.job.checkpoint_pending().empty()
+                                 ? "final checkpoint pending: " + rec.job.checkpoint_pending()
+                                 : std::string(reason.message()),
+                             NowMs(*options_.clock)));
   if (IsTerminal(state)) {
     rec.log->Close();
     if (rec.watchers == 0) rec.log->Compact(rec.history.Events());  // else when the last goes
@@ -278,7 +279,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const Principa
     job.set_id(absl::StrFormat("job-%06d-%s", next_id_++, RandomHex(4)));
     job.set_owner(owner);
     *job.mutable_spec() = spec;
-    job.set_created_unix_ms(NowMs());
+    job.set_created_unix_ms(NowMs(*options_.clock));
     job.set_state(v1::QUEUED);
     next = next_id_;
   }
@@ -296,7 +297,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& in, const Principa
     rec->history = StepHistory(options_.history_steps);
     rec->version = rec->persisted = 1;
     rec->log = std::make_shared<EventLog>(options_.history_bytes, &notifier_);
-    rec->log->Append(StateEvent(v1::QUEUED, ""));
+    rec->log->Append(StateEvent(v1::QUEUED, "", NowMs(*options_.clock)));
     metrics_->JobStateChanged(v1::JOB_STATE_UNSPECIFIED, v1::QUEUED);
     rec->tensorboard = NewTensorBoardWriter(job);
     rec->logs = NewLogs(job.id());

@@ -14,19 +14,21 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/clock.h"
 #include "services/coordinator/scheduling/job_manager.h"
 #include "services/coordinator/storage/step_history.h"
 
 namespace lockstep {
 namespace job_manager_internal {
 
-inline int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
+// The coordinator's time (CoordinatorOptions::clock) as a record's and an event's unix_ms.
+inline int64_t NowMs(const Clock& clock) { return absl::ToUnixMillis(clock.Now()); }
 
 // The key of by_request_id_: one owner's request id, never another's.
 std::string RequestKey(const std::string& owner, const std::string& request_id);
 
-// A job's state event, for its event log.
-v1::JobEvent StateEvent(v1::JobState state, absl::string_view reason);
+// A job's state event at `unix_ms`, for its event log.
+v1::JobEvent StateEvent(v1::JobState state, absl::string_view reason, int64_t unix_ms);
 
 // Why a job stops when the coordinator does: it is to continue, not cancelled.
 absl::Status Stopping(absl::string_view detail);

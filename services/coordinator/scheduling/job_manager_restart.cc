@@ -13,6 +13,7 @@
 #include "services/coordinator/storage/snapshot_store.h"
 
 namespace lockstep {
+using job_manager_internal::NowMs;
 using job_manager_internal::RequestKey;
 using job_manager_internal::StateEvent;
 
@@ -59,7 +60,7 @@ absl::Status JobManager::Start() {
         by_request_id_[RequestKey(rec->job.owner(), rec->job.spec().request_id())] = id;
       if (IsTerminal(was)) {  // its final event, for watchers; the record stays as it was
         KeepPendingCheckpointLocked(*rec);
-        rec->log->Append(StateEvent(was, rec->job.failure_reason()));
+        rec->log->Append(StateEvent(was, rec->job.failure_reason(), NowMs(*options_.clock)));
         rec->log->Close();
         rec->log->Compact(rec->history.Events());
         rec->logs->Close();

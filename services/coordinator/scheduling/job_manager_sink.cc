@@ -53,7 +53,7 @@ void JobManager::Sink::OnSnapshot(int64_t step, uint64_t param_checksum, bool in
       rec_->job.set_snapshot_step(step);
       rec_->job.clear_memory_snapshot_step();
     }
-    AddWitnessMark(rec_->witness, step, param_checksum, NowMs());
+    AddWitnessMark(rec_->witness, step, param_checksum, NowMs(*m_->options_.clock));
     // The steps up to a snapshot are made as durable as its state: a coordinator killed
     // later continues from this snapshot, and a watcher that had not yet seen them (it may
     // lag the job by many steps) is shown them from the record instead of losing them.
@@ -99,11 +99,11 @@ void JobManager::Sink::Resized(const std::vector<PoolWorker>& workers,
     m_->kicked_ = true;  // workers changed: the scheduler looks again
   }
   // An event with its reason (`lockstep watch` shows it); the job stays RUNNING.
-  log_->Append(job_manager_internal::StateEvent(v1::RUNNING, why));
+  log_->Append(job_manager_internal::StateEvent(v1::RUNNING, why, NowMs(*m_->options_.clock)));
 }
 
 void JobManager::Sink::OnNote(const std::string& why) {
-  log_->Append(job_manager_internal::StateEvent(v1::RUNNING, why));
+  log_->Append(job_manager_internal::StateEvent(v1::RUNNING, why, NowMs(*m_->options_.clock)));
 }
 
 void JobManager::Sink::OnRunning(int64_t total) {
@@ -114,7 +114,7 @@ void JobManager::Sink::OnRunning(int64_t total) {
 void JobManager::Sink::OnStep(const v1::StepEvent& e) {
   v1::JobEvent ev;
   *ev.mutable_step() = e;
-  ev.set_unix_ms(NowMs());
+  ev.set_unix_ms(NowMs(*m_->options_.clock));
   {
     absl::MutexLock lock(&m_->mu_);
     rec_->job.set_step(e.step());
@@ -137,7 +137,7 @@ void JobManager::Sink::OnEval(const v1::EvalResult& r) {
   series_->OnEval(r);
   v1::JobEvent ev;
   *ev.mutable_eval() = r;
-  ev.set_unix_ms(NowMs());
+  ev.set_unix_ms(NowMs(*m_->options_.clock));
   if (tensorboard_) tensorboard_->OnEval(r, ev.unix_ms());
   log_->Append(std::move(ev));
 }

@@ -43,6 +43,29 @@ TEST_F(JobManagerTest, RunsAJobToSucceededOnTheRegisteredWorkers) {
   EXPECT_THAT(jobs_->Get("job-999999"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("999")));
 }
 
+// A record's times and its events' come from the coordinator's clock, not the host's.
+TEST_F(JobManagerTest, TheJobsTimesAndEventsAreTheCoordinatorsClocks) {
+  options_.clock = &rate_clock_;
+  const int64_t now_ms = absl::ToUnixMillis(rate_clock_.Now());
+  ASSERT_NE(now_ms / 60000, absl::ToUnixMillis(absl::Now()) / 60000);
+  Register(1);
+  ASSERT_OK(Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(Spec(1)));
+  std::vector<v1::JobEvent> events;
+  ASSERT_OK_AND_ASSIGN(v1::Job done,
+                       lockstep::testing::AwaitEnd(*jobs_, job.id(), kPatience, &events));
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
+  EXPECT_EQ(done.created_unix_ms(), now_ms);
+  EXPECT_EQ(done.started_unix_ms(), now_ms);
+  EXPECT_EQ(done.finished_unix_ms(), now_ms);
+  ASSERT_FALSE(events.empty());
+  for (const v1::JobEvent& e : events) {
+    if (!e.has_log()) {
+      EXPECT_EQ(e.unix_ms(), now_ms) << e.ShortDebugString();
+    }
+  }
+}
+
 TEST_F(JobManagerTest, MetricsFollowAJobFromTheQueueToItsEnd) {
   ASSERT_OK(Start());
   ASSERT_OK_AND_ASSIGN(v1::Job job, jobs_->Submit(Spec(2)));  // no workers yet: queued

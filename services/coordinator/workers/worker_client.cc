@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <deque>
 
 #include "absl/strings/str_cat.h"
@@ -38,6 +39,9 @@ class Call {
   grpc::ClientContext ctx_;
   CancelToken::Callback on_cancel_;  // last: unregisters before ctx_ goes
 };
+
+// How long past a unary call's deadline its caller waits for gRPC's answer (normally none).
+constexpr absl::Duration kAnswerMargin = absl::Seconds(10);
 
 // How long a step stream's owner waits, once it cancelled the call, for gRPC to be done
 // with it (OnDone, normally at once). Past it the reactor is left to end by itself.
@@ -310,12 +314,34 @@ class GrpcWorkerClient final : public WorkerClient {
   }
 
   bool Alive(absl::Duration timeout) override {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    grpc::health::v1::HealthCheckRequest req;
-    grpc::health::v1::HealthCheckResponse resp;
-    return health_->Check(&ctx, req, &resp).ok() &&
-           resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+    struct Answer {
+      absl::Notification given;
+      std::atomic<bool> alive{false};
+    };
+    auto answer = std::make_shared<Answer>();
+    CheckAlive(timeout, [answer](bool alive) {
+      answer->alive = alive;
+      answer->given.Notify();
+    });
+    // gRPC answers by the call's deadline; none a margin past it is no worker.
+    return answer->given.WaitForNotificationWithTimeout(timeout + kAnswerMargin) && answer->alive;
+  }
+
+  void CheckAlive(absl::Duration timeout, std::function<void(bool)> done) override {
+    // The call's state lives until gRPC has answered (the callback holds it).
+    struct HealthCall {
+      grpc::ClientContext ctx;
+      grpc::health::v1::HealthCheckRequest req;
+      grpc::health::v1::HealthCheckResponse resp;
+    };
+    auto call = std::make_shared<HealthCall>();
+    call->ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    HealthCall* c = call.get();
+    health_->async()->Check(
+        &c->ctx, &c->req, &c->resp,
+        [call = std::move(call), done = std::move(done)](grpc::Status st) {
+          done(st.ok() && call->resp.status() == grpc::health::v1::HealthCheckResponse::SERVING);
+        });
   }
 
  private:

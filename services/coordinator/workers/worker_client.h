@@ -74,6 +74,12 @@ class WorkerClient {
                                absl::Duration timeout) = 0;
   // True if the worker's server answers a health check within `timeout`.
   virtual bool Alive(absl::Duration timeout) = 0;
+  // Alive's answer given to `done`, exactly once, with no thread of the caller waiting for
+  // it: on the client's own threads (gRPC's callbacks) by `timeout`, or at once. By
+  // default Alive's, inline (for clients that answer at once).
+  virtual void CheckAlive(absl::Duration timeout, std::function<void(bool)> done) {
+    done(Alive(timeout));
+  }
 };
 
 class WorkerClientFactory {

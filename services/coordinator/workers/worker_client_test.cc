@@ -1,6 +1,7 @@
 // The gRPC worker client's step streams against a Worker server in this process: the
 // answers come back in order through a StepFanout, a server's error and the job's cancel
-// end the wait, and many streams cost no thread each.
+// end the wait, and many streams cost no thread each. A wait that should end by an event
+// has a far longer deadline, so its status says what ended it (no wall-clock bound).
 #include "services/coordinator/workers/worker_client.h"
 
 #include <gmock/gmock.h>
@@ -151,9 +152,7 @@ TEST_F(WorkerClientTest, AWorkersErrorEndsTheWaitNamingIt) {
   (*fanout)->Send(Commands(3, 0));
   ASSERT_OK((*fanout)->Take(0, absl::Seconds(30)).status());
   (*fanout)->Send(Commands(3, 1));  // every worker fails at its second command
-  const absl::Time t0 = absl::Now();
   auto got = (*fanout)->Take(1, absl::Seconds(30));
-  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
   EXPECT_THAT(got.status(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("worker broke")));
 }
 
@@ -164,9 +163,7 @@ TEST_F(WorkerClientTest, TheJobsCancelTokenEndsTheStreams) {
   auto fanout = StepFanout::Open(clients, "job-1", cancel, absl::Minutes(1), Blame);
   ASSERT_OK(fanout.status());
   cancel.Cancel(absl::CancelledError("by the user"));
-  const absl::Time t0 = absl::Now();
   auto got = (*fanout)->Take(0, absl::Seconds(30));
-  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
   EXPECT_THAT(got.status(), StatusIs(absl::StatusCode::kCancelled, HasSubstr("by the user")));
 }
 
@@ -199,9 +196,7 @@ TEST_F(WorkerClientTest, ReceiveWaitsAtMostItsTimeoutAndEndsAtOnceOnACancel) {
   absl::Status got;
   std::thread reader([&] { got = (*stream)->Receive(absl::Minutes(1)).status(); });
   cancel.Cancel(absl::CancelledError("by the user"));
-  const absl::Time t0 = absl::Now();
   reader.join();
-  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
   EXPECT_EQ(got.code(), absl::StatusCode::kCancelled) << got;
   const absl::Time t1 = absl::Now();
   stream->reset();  // the reactor is done (or left to end by itself): bounded either way
