@@ -13,6 +13,7 @@
 
 namespace lockstep {
 
+using step_internal::ConvWithRelu;
 using step_internal::DenseInputs;
 using step_internal::DenseRows;
 using step_internal::DrawsDropoutKey;
@@ -135,6 +136,10 @@ absl::Status StepExecutor::ForwardLayer(Workspace& ws, size_t i, int b, bool tra
   float* y = ws.out[i];
   switch (l.kind) {
     case LayerKind::kConv:
+      if (ConvWithRelu(model_, static_cast<int>(i))) {
+        return backend_->ConvForwardRelu(Geometry(l, b), x, param(l.kernel), param(l.bias), y,
+                                         ws.scratch[i]);
+      }
       return backend_->ConvForward(Geometry(l, b), x, param(l.kernel), param(l.bias), y,
                                    ws.scratch[i]);
     case LayerKind::kDense: {
@@ -152,6 +157,7 @@ absl::Status StepExecutor::ForwardLayer(Workspace& ws, size_t i, int b, bool tra
       return AttentionForward(ws, i, b, train, x,
                               dropout_slot_[i] >= 0 && train ? keys + dropout_slot_[i] : nullptr);
     case LayerKind::kRelu:  // in place unless its input is a residual's too
+      if (i > 0 && ConvWithRelu(model_, static_cast<int>(i) - 1)) return absl::OkStatus();
       if (y != x) RETURN_IF_ERROR(backend_->Copy(b * l.out.size(), x, y));
       return backend_->Relu(b * l.out.size(), y);
     case LayerKind::kActivation:
@@ -380,15 +386,15 @@ absl::Status StepExecutor::DeviceStep(Workspace& ws, const DeviceDataset& data, 
   timings_.compute = seconds(t0, t1);
   if (!update) return absl::OkStatus();
   RETURN_IF_ERROR(reduced);
-  // pmean: the sum over replicas, then a division (not a multiply) by N, as JAX does.
-  if (reduce)
-    RETURN_IF_ERROR(backend_->Divide(n, static_cast<float>(collective_->size()), grads_.as()));
   const auto t2 = Clock::now();
   timings_.allreduce = seconds(t1, t2);
   std::vector<float*> slots;
   for (Buffer& s : slots_) slots.push_back(s.as());
-  RETURN_IF_ERROR(optimizer_.Apply(*backend_, n, step_args_.as<UpdateScalars>(),
-                                   update_scratch_.as<void>(), grads_.as(), slots, params_.as()));
+  // pmean: the sum over replicas, then a division (not a multiply) by N, as JAX does; in
+  // the update's pass.
+  RETURN_IF_ERROR(optimizer_.Apply(*backend_, n, reduce ? collective_->size() : 1,
+                                   step_args_.as<UpdateScalars>(), update_scratch_.as<void>(),
+                                   grads_.as(), slots, params_.as()));
   RETURN_IF_ERROR(UpdateBatchStats(ws.bn));
   timings_.update = seconds(t2, Clock::now());
   return absl::OkStatus();

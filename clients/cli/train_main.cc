@@ -93,10 +93,6 @@ int Main(int argc, char** argv) {
   auto spec = Validate(*parsed, {.files_in_checkpoint_dir = false});  // this user's own files
   if (!spec.ok()) return Fail(spec.status());
   if (absl::Status fits = CheckModelFitsInstalledDataset(*spec); !fits.ok()) return Fail(fits);
-  if (spec->device() != "cpu") {
-    return Fail(absl::InvalidArgumentError(
-        "device: lockstep train runs on the CPU; submit cuda jobs to a cluster"));
-  }
   if (spec->workers() != 1) {
     // One process is N = 1: the same parameters as N workers without dropout; with
     // `replicas` the same bits as on any number of workers (docs/elastic.md).
