@@ -48,9 +48,9 @@ struct ConvResults {
   std::vector<float> y, y_relu, dx, dw, dbias;
 };
 
-ConvResults Run(Backend& backend, const ConvGeometry& g, const std::vector<float>& x,
-                const std::vector<float>& w, const std::vector<float>& bias,
-                const std::vector<float>& dy) {
+ConvResults RunConv(Backend& backend, const ConvGeometry& g, const std::vector<float>& x,
+                    const std::vector<float>& w, const std::vector<float>& bias,
+                    const std::vector<float>& dy) {
   const size_t ny = size_t(g.b) * g.oh() * g.ow() * g.f;
   auto up = [&](const std::vector<float>& v) {
     return std::move(backend.Upload(v.data(), v.size() * 4)).value();
@@ -87,9 +87,9 @@ TEST_F(CudnnConvTest, MatchesTheCpuAndIm2ColAndRepeatsBitwise) {
                w = RandomFloats(size_t(g.kh) * g.kw * g.c * g.f, 2, 0.1f),
                bias = RandomFloats(g.f, 3),
                dy = RandomFloats(size_t(g.b) * g.oh() * g.ow() * g.f, 4);
-    const ConvResults want = Run(*cpu_, g, x, w, bias, dy);
-    const ConvResults got = Run(*cuda_, g, x, w, bias, dy);
-    const ConvResults ref = Run(*im2col_, g, x, w, bias, dy);
+    const ConvResults want = RunConv(*cpu_, g, x, w, bias, dy);
+    const ConvResults got = RunConv(*cuda_, g, x, w, bias, dy);
+    const ConvResults ref = RunConv(*im2col_, g, x, w, bias, dy);
     for (const auto& [what, a, b, c] : {std::tuple{"y", &got.y, &want.y, &ref.y},
                                         {"relu(y)", &got.y_relu, &want.y_relu, &ref.y_relu},
                                         {"dx", &got.dx, &want.dx, &ref.dx},
@@ -98,7 +98,7 @@ TEST_F(CudnnConvTest, MatchesTheCpuAndIm2ColAndRepeatsBitwise) {
       EXPECT_LE(RelativeL2(*a, *b), 1e-5) << name << ": " << what << " vs the CPU";
       EXPECT_LE(RelativeL2(*a, *c), 1e-5) << name << ": " << what << " vs im2col + cuBLAS";
     }
-    const ConvResults again = Run(*cuda_, g, x, w, bias, dy);
+    const ConvResults again = RunConv(*cuda_, g, x, w, bias, dy);
     EXPECT_TRUE(Bitwise(again.y, got.y) && Bitwise(again.y_relu, got.y_relu) &&
                 Bitwise(again.dx, got.dx) && Bitwise(again.dw, got.dw))
         << name << ": not the same bits when run again";
