@@ -80,7 +80,7 @@ pack() {
     # Every resolved dependency but glibc's and CUDA's (the GPU machine has those: cuDNN,
     # whose engines alone are hundreds of MiB, from its venv's nvidia-cudnn wheel).
     ldd "$path" | awk '/=> \// {print $3}' |
-      grep -vE '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libcublas|libcublasLt|libnccl|libcudnn[^/]*)\.so' |
+      grep -vE '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libcublas|libcublasLt|libnccl|libnvrtc[^/]*|libcudnn[^/]*)\.so' |
       xargs -r cp -Lu -t "$stage/lib/"
   done
   # That machine's C++ runtime is newer; ours is a fallback only.
@@ -117,7 +117,7 @@ PY
 nvidia_lib_path() {
   local site dirs=""
   site=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
-  for lib in libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
+  for lib in libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnvrtc.so.13 libnccl.so.2; do
     local d
     d=$(find $site /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu \
         -name "$lib" 2>/dev/null | head -1 | xargs -r dirname)
