@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/spec/spec.h"
-#include "services/coordinator/job_runner.h"
+#include "services/coordinator/jobs/job_runner.h"
 #include "services/standalone/testing.h"
 
 namespace lockstep {
@@ -26,11 +26,11 @@ namespace {
 // Never called by an honest run; its presence makes the audits snapshot, as on a cluster.
 class NoSupply final : public WorkerSupply {
  public:
-  absl::StatusOr<std::vector<PoolWorker>> Replace(const std::vector<std::string>&,
-                                                  const absl::Status& reason, absl::Duration,
-                                                  const CancelToken&) override {
-    return reason;
+  void Recovering(const std::vector<std::string>&, const absl::Status& reason,
+                  absl::Duration) override {
+    runner->NoWorkers(reason);
   }
+  JobRunner* runner = nullptr;
 };
 
 absl::StatusOr<double> SamplesPerSec(const v1::JobSpec& spec) {
@@ -40,6 +40,7 @@ absl::StatusOr<double> SamplesPerSec(const v1::JobSpec& spec) {
   CoordinatorOptions options;  // no folders: snapshots are held in memory
   JobRunner runner("bench", spec, workers.pool_workers(), workers.factory(), options, &sink,
                    &supply);
+  supply.runner = &runner;
   JobOutcome out;
   const auto t0 = std::chrono::steady_clock::now();
   absl::Status st = runner.Run(&out);

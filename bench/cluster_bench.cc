@@ -20,7 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/job_stats.h"
 #include "core/spec/spec.h"
-#include "services/common/http_testing.h"
+#include "services/common/observability/http_testing.h"
 #include "services/standalone/local_job.h"
 #include "tests/cluster/local_cluster.h"
 

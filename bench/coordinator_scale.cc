@@ -32,7 +32,7 @@
 #include "clients/cluster/cluster_processes.h"
 #include "core/status_macros.h"
 #include "lockstep/v1/job.grpc.pb.h"
-#include "services/common/status.h"
+#include "services/common/rpc/status.h"
 
 namespace lockstep {
 namespace {

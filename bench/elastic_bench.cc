@@ -6,9 +6,12 @@
 //     Shrink latency: kill -> the first step completed after the job's "resized ... lost"
 //     event; join latency: the new worker's start -> the first step completed after the
 //     "resized ... joined" event. The job's checksum is compared with `lockstep train`'s.
-//  2. CNN throughput: the Flax MNIST CNN at global batch 128 on 2 workers with
-//     `replicas: 4` vs `replicas: 2` (the job's samples/s), `--rounds` alternations.
+//  2. Throughput: the Flax MNIST CNN (sgd) and the MLP 784-512-512-10 (adam) at global
+//     batch 128 on 2 workers with `replicas: 4`, `replicas: 2` (the exact reduction) and
+//     without `replicas` (the float all-reduce), interleaved in each of `--rounds` rounds
+//     (the job's samples/s), with each round's ratios.
 // Usage: elastic_bench [--kills K] [--rounds R] [--steps S] [--threads T] [--verbose 1]
+//                      [--models cnn,mlp]
 #include <algorithm>
 #include <cstdio>
 #include <random>
@@ -150,20 +153,26 @@ int Latencies(int kills, bool verbose) {
   return 0;
 }
 
-// The CNN's samples/s with `replicas: 4` and `replicas: 2` (the exact reduction), and
-// without `replicas` (V = N: today's float all-reduce), the three alternating.
-int Throughput(int rounds, int steps, int threads) {
+// The samples/s of `model` ("cnn" or "mlp") with `replicas: 4` and `replicas: 2` (the
+// exact reduction), and without `replicas` (V = N: the float all-reduce), the three
+// alternating in each round; each round's ratios and the medians.
+int Throughput(const std::string& model, int rounds, int steps, int threads) {
   auto cluster = testing::LocalCluster::Start(2, {}, threads);
   if (!cluster.ok()) return std::fprintf(stderr, "%s\n", cluster.status().ToString().c_str()), 1;
+  const std::string recipe =
+      model == "mlp" ? "model: {kind: mlp, hidden: [512, 512]}\noptimizer: {kind: adam, "
+                       "learning_rate: 0.001}\n"
+                     : "model: {kind: cnn}\noptimizer: {kind: sgd, learning_rate: 0.1, "
+                       "momentum: 0.9}\n";
   const int kinds[] = {4, 2, 0};  // replicas; 0: none
-  std::vector<double> rate[3];
+  std::vector<double> rate[3], two_vs_none, four_vs_two;
   for (int r = 0; r < rounds; ++r) {
+    double round[3];
     for (int k = 0; k < 3; ++k) {
       v1::JobSpec spec = Parse(absl::StrCat(
-          "model: {kind: cnn}\noptimizer: {kind: sgd, learning_rate: 0.1, momentum: 0.9}\n"
-          "global_batch_size: 128\nworkers: 2\neval: {every_steps: 1000000, batch_size: 1000}\n",
-          "threads: ", threads, "\nsteps: ", steps, "\n",
-          kinds[k] > 0 ? absl::StrCat("replicas: ", kinds[k], "\n") : ""));
+          recipe, "global_batch_size: 128\nworkers: 2\n",
+          "eval: {every_steps: 1000000, batch_size: 1000}\nthreads: ", threads, "\nsteps: ", steps,
+          "\n", kinds[k] > 0 ? absl::StrCat("replicas: ", kinds[k], "\n") : ""));
       absl::StatusOr<v1::Job> job = (*cluster)->Submit(spec);
       if (!job.ok()) return std::fprintf(stderr, "%s\n", job.status().ToString().c_str()), 1;
       absl::StatusOr<v1::Job> done = (*cluster)->WaitFor(job->id(), absl::Minutes(20));
@@ -172,17 +181,21 @@ int Throughput(int rounds, int steps, int threads) {
                             done.ok() ? done->failure_reason().c_str() : "lost"),
                1;
       }
-      rate[k].push_back(done->samples_per_sec());
-      std::printf("round %d replicas %s: %.1f samples/s\n", r,
-                  kinds[k] > 0 ? std::to_string(kinds[k]).c_str() : "(none)",
-                  done->samples_per_sec());
+      rate[k].push_back(round[k] = done->samples_per_sec());
     }
+    two_vs_none.push_back(round[2] > 0 ? round[1] / round[2] : 0);
+    four_vs_two.push_back(round[1] > 0 ? round[0] / round[1] : 0);
+    std::printf(
+        "%s round %d: replicas 4 %.1f, replicas 2 %.1f, none %.1f samples/s; "
+        "2 vs none %.2fx, 4 vs 2 %.2fx\n",
+        model.c_str(), r, round[0], round[1], round[2], two_vs_none.back(), four_vs_two.back());
   }
-  const double four = Median(rate[0]), two = Median(rate[1]), none = Median(rate[2]);
   std::printf(
-      "CNN B=128 on 2 workers (%d threads each), medians of %d: replicas 4 %.1f samples/s, "
-      "replicas 2 %.1f, no replicas (float all-reduce) %.1f; 4 vs 2: %.2fx; 2 vs none: %.2fx\n",
-      threads, rounds, four, two, none, two > 0 ? four / two : 0, none > 0 ? two / none : 0);
+      "%s B=128 on 2 workers (%d threads each), medians of %d rounds: replicas 4 %.1f "
+      "samples/s, replicas 2 %.1f, no replicas (float all-reduce) %.1f; per round 2 vs none "
+      "%.2fx, 4 vs 2 %.2fx (medians)\n",
+      model.c_str(), threads, rounds, Median(rate[0]), Median(rate[1]), Median(rate[2]),
+      Median(two_vs_none), Median(four_vs_two));
   return 0;
 }
 
@@ -191,12 +204,16 @@ int Throughput(int rounds, int steps, int threads) {
 
 int main(int argc, char** argv) {
   int kills = 10, rounds = 3, steps = 30, threads = 1;
+  std::vector<std::string> models = {"cnn"};
   bool verbose = false;        // --verbose 1: every state event's reason
   bool usage = argc % 2 == 0;  // a flag without its value (--help), or an unknown one
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const int value = std::atoi(argv[i + 1]);
-    if (flag == "--kills") {
+    if (flag == "--models") {
+      models = absl::StrSplit(argv[i + 1], ',');
+      for (const std::string& m : models) usage = usage || (m != "cnn" && m != "mlp");
+    } else if (flag == "--kills") {
       kills = value;
     } else if (flag == "--rounds") {
       rounds = value;
@@ -213,10 +230,12 @@ int main(int argc, char** argv) {
   if (usage) {
     std::fprintf(stderr,
                  "usage: elastic_bench [--kills K] [--rounds R] [--steps S] [--threads T] "
-                 "[--verbose 1]\n");
+                 "[--verbose 1] [--models cnn,mlp]\n");
     return 2;
   }
   int rc = kills > 0 ? lockstep::Latencies(kills, verbose) : 0;
-  if (rc == 0 && rounds > 0) rc = lockstep::Throughput(rounds, steps, threads);
+  for (const std::string& model : models) {
+    if (rc == 0 && rounds > 0) rc = lockstep::Throughput(model, rounds, steps, threads);
+  }
   return rc;
 }

@@ -16,10 +16,12 @@
 //                       collective (a max all-reduce of one int64 per 1024 floats, the
 //                       conversions, an int64 sum all-reduce: twice the bytes), one
 //                       contribution per rank (docs/elastic.md), over TCP;
-//   ExactSumShm/...     the same where the ranks share a host: its int64 all-reduces
-//                       through the shared-memory path, same bits;
-//   ExactSumConversions/... its host passes alone (block scales, fixed point, back to
-//                       float), no all-reduce: each rank's thread converting its own.
+//   ExactSumShm/...     the same where the ranks share a host: the ranks trade their
+//                       contributions on the shared-memory path and each reduces half
+//                       (Collective::AllReduceBy, ExactSum::Reduce), same bits;
+//   ExactSumReduce/...  ExactSum::Reduce alone, no collective: each rank's thread
+//                       reducing two contributions of n/2 floats, its share of
+//                       ExactSumShm's arithmetic.
 // The counter bus_bw is the achieved bus bandwidth, 2(n-1)/n * bytes / time (n = 2:
 // bytes / time), in bytes/s. Run the variants interleaved, the machine being shared:
 //
@@ -162,7 +164,6 @@ void BM_RawGlooRing(benchmark::State& state) {
   SetCounters(state, n);
 }
 
-// `collective` null: the conversions alone, each rank's thread converting its own.
 void RunExactSum(benchmark::State& state, Collective* collective) {
   const size_t n = Floats(state);
   // Values of mixed magnitudes (the conversions' cost does not depend on them).
@@ -183,7 +184,17 @@ void RunExactSumOnJob(benchmark::State& state, bool shared_memory) {
 }
 void BM_ExactSum(benchmark::State& state) { RunExactSumOnJob(state, false); }
 void BM_ExactSumShm(benchmark::State& state) { RunExactSumOnJob(state, true); }
-void BM_ExactSumConversions(benchmark::State& state) { RunExactSum(state, nullptr); }
+void BM_ExactSumReduce(benchmark::State& state) {
+  const size_t n = Floats(state) / 2;
+  std::vector<float> a(n), b(n), out(n);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = static_cast<float>(i % 1000) * 1e-3f - 0.5f;
+    b[i] = static_cast<float>(i % 997) * 1e-3f - 0.5f;
+  }
+  const float* all[] = {a.data(), b.data()};
+  for (auto _ : state) ExactSum::Reduce(kRanks, ExactSum::kDefaultBlock, all, n, out.data());
+  SetCounters(state, Floats(state));
+}
 
 void Sizes(benchmark::internal::Benchmark* b) {
   b->ArgName("floats");
@@ -202,7 +213,7 @@ BENCHMARK(BM_RawGloo)->Apply(Sizes);
 BENCHMARK(BM_RawGlooRing)->Apply(Sizes);
 BENCHMARK(BM_ExactSum)->Apply(Sizes);
 BENCHMARK(BM_ExactSumShm)->Apply(Sizes);
-BENCHMARK(BM_ExactSumConversions)->Apply(Sizes);
+BENCHMARK(BM_ExactSumReduce)->Apply(Sizes);
 
 }  // namespace
 }  // namespace lockstep

@@ -20,7 +20,7 @@
 #include "bench/job_stats.h"
 #include "core/model.h"
 #include "core/spec/spec.h"
-#include "services/common/net.h"
+#include "services/common/rpc/net.h"
 
 int main(int argc, char** argv) {
   using namespace lockstep;

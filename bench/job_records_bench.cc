@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "services/coordinator/job_records.h"
+#include "services/coordinator/storage/job_records.h"
 
 namespace lockstep {
 namespace {

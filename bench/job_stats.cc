@@ -3,7 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "services/common/status.h"
+#include "services/common/rpc/status.h"
 
 namespace lockstep {
 

@@ -7,8 +7,8 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "services/common/metrics.h"
-#include "services/coordinator/coordinator_metrics.h"
+#include "services/common/observability/metrics.h"
+#include "services/coordinator/observability/coordinator_metrics.h"
 #include "services/worker/worker_metrics.h"
 
 namespace lockstep {

@@ -7,10 +7,13 @@
 // backward), the exposed all-reduce (from the end of backward until every bucket is done
 // and divided by N) and the update, each the median over a round's steps, best round of
 // --rounds (rounds cycle through the modes, so all see the same machine load), as seen by
-// rank 0; and each mode's step time over the first mode's.
+// rank 0; and each mode's step time over the first mode's. With --exact 1 every mode runs
+// twice in each round: as above, and as a job of N logical replicas (one per worker,
+// StepReplicas: the exact reduction of core/exact_sum.h in the same buckets), the two
+// interleaved; each exact row's step time is also given over its float row's.
 //
 //   overlap_bench [--model cnn|mlp] [--workers N] [--batch B] [--threads T] [--steps S]
-//                 [--rounds R] [--bucket_kib K[,K...]]   (default 0,64)
+//                 [--rounds R] [--bucket_kib K[,K...]]   (default 0,64) [--exact 0|1]
 // spawns N ranks of itself on 127.0.0.1; bench/netem/run starts them one per network
 // namespace instead, each with
 //   overlap_bench --workers N --rank R --store DIR --host ADDR ...
@@ -45,6 +48,7 @@ namespace {
 
 struct Flags {
   int workers = 2, batch = 64, threads = 1, steps = 20, rounds = 3;
+  bool exact = false;               // each mode also as N logical replicas (the exact reduction)
   std::string model = "cnn";        // cnn, or mlp (784-512-512-10, as in bench/cpu/run)
   std::string bucket_kib = "0,64";  // the modes, interleaved: bucket sizes, 0 = no overlap
   int rank = -1;                    // -1: spawn the ranks
@@ -118,22 +122,31 @@ absl::Status RunRank(const Flags& f) {
   adam.set_learning_rate(1e-3);
   ASSIGN_OR_RETURN(Optimizer opt, Optimizer::FromSpec(adam));
   const Model model = f.model == "mlp" ? Model::Mlp({512, 512}, 0.0) : Model::Cnn();
-  ASSIGN_OR_RETURN(std::unique_ptr<StepExecutor> exec,
-                   StepExecutor::Create(model, opt, rng::Impl::kPartitionable, f.batch,
-                                        backend.get(), collective.get()));
-  RETURN_IF_ERROR(exec->SetState(
-      TrainState::Create(model.Init(rng::Key{0, 0}, rng::Impl::kPartitionable), opt)));
+  // executors[1]: the same job on N logical replicas, this rank's its own (--exact).
+  std::unique_ptr<StepExecutor> executors[2];
+  std::vector<DeviceDataset> device_data(2);
   const Dataset data = RandomDataset(int64_t{f.batch} * f.workers * 8, 1);
-  ASSIGN_OR_RETURN(DeviceDataset device_data, exec->Upload(data));
+  for (int e = 0; e < (f.exact ? 2 : 1); ++e) {
+    ASSIGN_OR_RETURN(executors[e], StepExecutor::Create(model, opt, rng::Impl::kPartitionable,
+                                                        f.batch, backend.get(), collective.get()));
+    RETURN_IF_ERROR(executors[e]->SetState(
+        TrainState::Create(model.Init(rng::Key{0, 0}, rng::Impl::kPartitionable), opt)));
+    if (e == 1) RETURN_IF_ERROR(executors[e]->SetLogicalReplicas(f.workers, f.rank, 1));
+    ASSIGN_OR_RETURN(device_data[e], executors[e]->Upload(data));
+  }
   std::vector<int32_t> idx(f.batch);
   int64_t step = 0;
-  auto one_step = [&]() -> absl::StatusOr<Row> {
+  auto one_step = [&](int e) -> absl::StatusOr<Row> {
     const int64_t at = (step % 8) * f.batch * f.workers + int64_t{f.rank} * f.batch;
     for (int i = 0; i < f.batch; ++i) idx[i] = static_cast<int32_t>(at + i);
+    const rng::Key key{0, static_cast<uint32_t>(step++)};
     const auto t0 = std::chrono::steady_clock::now();
-    RETURN_IF_ERROR(
-        exec->Step(device_data, idx, rng::Key{0, static_cast<uint32_t>(step++)}).status());
-    const StepExecutor::Timings& t = exec->last_timings();
+    if (e == 0) {
+      RETURN_IF_ERROR(executors[e]->Step(device_data[e], idx, key).status());
+    } else {
+      RETURN_IF_ERROR(executors[e]->StepReplicas(device_data[e], idx, {&key, 1}).status());
+    }
+    const StepExecutor::Timings& t = executors[e]->last_timings();
     return Row{
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
         t.compute * 1000, t.allreduce * 1000, t.update * 1000};
@@ -142,22 +155,25 @@ absl::Status RunRank(const Flags& f) {
   for (absl::string_view kib : absl::StrSplit(f.bucket_kib, ',')) {
     bucket_bytes.push_back(size_t{static_cast<unsigned>(std::stoi(std::string(kib)))} * 1024);
   }
-  const size_t modes = bucket_bytes.size();
-  std::vector<Row> best(modes);
+  const size_t modes = bucket_bytes.size(), kinds = f.exact ? 2 : 1;
+  std::vector<Row> best(modes * kinds);  // mode m's float row at 2m (m), its exact one at 2m + 1
   for (int round = 0; round < f.rounds; ++round) {
     for (size_t mode = 0; mode < modes; ++mode) {
-      exec->set_allreduce_bucket_bytes(bucket_bytes[mode]);
-      RETURN_IF_ERROR(one_step().status());  // settles the mode
-      std::vector<double> st, co, ar, up;
-      for (int s = 0; s < f.steps; ++s) {
-        ASSIGN_OR_RETURN(Row r, one_step());
-        st.push_back(r.step);
-        co.push_back(r.compute);
-        ar.push_back(r.allreduce);
-        up.push_back(r.update);
+      for (size_t e = 0; e < kinds; ++e) {
+        executors[e]->set_allreduce_bucket_bytes(bucket_bytes[mode]);
+        RETURN_IF_ERROR(one_step(e).status());  // settles the mode
+        std::vector<double> st, co, ar, up;
+        for (int s = 0; s < f.steps; ++s) {
+          ASSIGN_OR_RETURN(Row r, one_step(e));
+          st.push_back(r.step);
+          co.push_back(r.compute);
+          ar.push_back(r.allreduce);
+          up.push_back(r.update);
+        }
+        const Row med{Median(st), Median(co), Median(ar), Median(up)};
+        Row& b = best[mode * kinds + e];
+        if (round == 0 || med.step < b.step) b = med;
       }
-      const Row med{Median(st), Median(co), Median(ar), Median(up)};
-      if (round == 0 || med.step < best[mode].step) best[mode] = med;
     }
   }
   if (f.rank != 0) return absl::OkStatus();
@@ -167,15 +183,25 @@ absl::Status RunRank(const Flags& f) {
       f.model.c_str(), model.layout().total(), f.workers, f.batch, f.batch * f.workers, f.threads,
       f.steps, f.rounds);
   std::printf(
-      "| bucket | step | compute | exposed all-reduce | update | step / first row's |\n"
-      "|---|---|---|---|---|---|\n");
-  for (size_t mode = 0; mode < modes; ++mode) {
-    const std::string name = bucket_bytes[mode] == 0
-                                 ? std::string("none (one all-reduce after backward)")
-                                 : absl::StrCat(bucket_bytes[mode] / 1024, " KiB");
-    std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.3f |\n", name.c_str(), best[mode].step,
-                best[mode].compute, best[mode].allreduce, best[mode].update,
-                best[0].step > 0 ? best[mode].step / best[0].step : 0);
+      "| bucket | step | compute | exposed all-reduce | update | step / first row's |%s\n"
+      "|---|---|---|---|---|---|%s\n",
+      f.exact ? " samples/s exact / float |" : "", f.exact ? "---|" : "");
+  for (size_t row = 0; row < best.size(); ++row) {
+    const size_t mode = row / kinds;
+    const bool exact = row % kinds == 1;
+    const std::string name =
+        absl::StrCat(bucket_bytes[mode] == 0 ? std::string("none (one all-reduce after backward)")
+                                             : absl::StrCat(bucket_bytes[mode] / 1024, " KiB"),
+                     exact ? ", exact (logical replicas)" : "");
+    std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.3f |", name.c_str(), best[row].step,
+                best[row].compute, best[row].allreduce, best[row].update,
+                best[0].step > 0 ? best[row].step / best[0].step : 0);
+    if (f.exact) {
+      std::printf(exact ? " %.3f |\n" : " |\n",
+                  best[row - 1].step > 0 ? best[row - 1].step / best[row].step : 0);
+    } else {
+      std::printf("\n");
+    }
   }
   std::fflush(stdout);
   return absl::OkStatus();
@@ -211,7 +237,9 @@ int Spawn(const Flags& f, char* self) {
                                      "--bucket_kib",
                                      f.bucket_kib,
                                      "--model",
-                                     f.model};
+                                     f.model,
+                                     "--exact",
+                                     f.exact ? "1" : "0"};
     const pid_t pid = fork();
     if (pid == 0) {
       std::vector<char*> argv;
@@ -251,6 +279,8 @@ int Main(int argc, char** argv) {
       f.bucket_kib = value;
     else if (flag == "--model")
       f.model = value;
+    else if (flag == "--exact")
+      f.exact = value == "1";
     else if (flag == "--rank")
       f.rank = std::stoi(value);
     else if (flag == "--store")

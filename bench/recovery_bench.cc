@@ -21,7 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "bench/job_stats.h"
-#include "services/common/job_state.h"
+#include "services/common/rpc/job_state.h"
 #include "tests/cluster/local_cluster.h"
 
 namespace lockstep {

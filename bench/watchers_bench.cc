@@ -18,8 +18,8 @@
 #include "absl/synchronization/notification.h"
 #include "clients/cluster/cluster_processes.h"
 #include "lockstep/v1/job.grpc.pb.h"
-#include "services/common/net.h"
-#include "services/common/status.h"
+#include "services/common/rpc/net.h"
+#include "services/common/rpc/status.h"
 
 namespace lockstep {
 namespace {

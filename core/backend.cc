@@ -1,3 +1,5 @@
+// Backend: the compute primitives one training step needs, on memory the backend owns (host memory
+// for the CPU backend, device memory for CUDA). Contract: backend.h.
 #include "core/backend.h"
 
 #include <algorithm>
@@ -106,6 +108,18 @@ absl::Status Backend::SoftmaxBackward(int, int, const float*, float*) {
 }
 absl::Status Backend::MaskedScale(int, int, const uint8_t*, float, const float*, float*) {
   return NoSequenceLayers(*this, "MaskedScale");
+}
+absl::Status Backend::ClassToken(int, int, int, const float*, const float*, float*) {
+  return NoSequenceLayers(*this, "ClassToken");
+}
+absl::Status Backend::ClassTokenBackward(int, int, int, const float*, float*, float*) {
+  return NoSequenceLayers(*this, "ClassTokenBackward");
+}
+absl::Status Backend::SequencePool(bool, int, int, int, const float*, float*) {
+  return NoSequenceLayers(*this, "SequencePool");
+}
+absl::Status Backend::SequencePoolBackward(bool, int, int, int, const float*, float*) {
+  return NoSequenceLayers(*this, "SequencePoolBackward");
 }
 
 absl::Status Backend::ApplyUpdate(const UpdateStep& u, size_t n, const UpdateScalars* s,

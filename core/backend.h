@@ -271,7 +271,8 @@ class Backend {
   // branches); y may be a or b.
   virtual absl::Status Add(size_t n, const float* a, const float* b, float* y) = 0;
 
-  // Sequence layers (nn.Embed, a position embedding, nn.MultiHeadDotProductAttention).
+  // Sequence layers (nn.Embed, a position embedding, nn.MultiHeadDotProductAttention, a
+  // vision transformer's class token and pooling).
   // The CPU and CUDA backends have them; the defaults return UNIMPLEMENTED naming the backend.
   //
   // out (n, features) = table rows ids[0..n) (float32 token ids, exact integers in
@@ -300,6 +301,21 @@ class Backend {
   // mask of `cols` shared by every row (y may be x).
   virtual absl::Status MaskedScale(int rows, int cols, const uint8_t* mask, float keep,
                                    const float* x, float* y);
+  // Vision transformers' class token: y (b, t + 1, f) holds, per sample, `cls` (f) and
+  // then the sample's t rows of x (b, t, f).
+  virtual absl::Status ClassToken(int b, int t, int f, const float* cls, const float* x, float* y);
+  // Its gradients given dy (b, t + 1, f): dx (b, t, f) = each sample's rows 1..t of dy
+  // (dx may be null: not wanted), dcls (f) = the sum over the samples of their row 0,
+  // accumulated in double in sample order and rounded once (overwritten).
+  virtual absl::Status ClassTokenBackward(int b, int t, int f, const float* dy, float* dx,
+                                          float* dcls);
+  // y (b, f) from x (b, t, f): with `mean` each sample's sum over its t rows (in double, in
+  // row order, rounded once) divided by float(t), as jnp.mean(x, axis=1); else its row 0.
+  virtual absl::Status SequencePool(bool mean, int b, int t, int f, const float* x, float* y);
+  // dx (b, t, f), overwritten, given dy (b, f): dy / float(t) in every row (mean), or dy in
+  // row 0 and zeros elsewhere.
+  virtual absl::Status SequencePoolBackward(bool mean, int b, int t, int f, const float* dy,
+                                            float* dx);
 
   // x /= d elementwise (pmean's division after the all-reduce sum).
   virtual absl::Status Divide(size_t n, float d, float* x) = 0;

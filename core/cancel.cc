@@ -1,3 +1,5 @@
+// CancelToken: a sticky cancellation signal, one per job (and one per preparation on a worker).
+// Contract: cancel.h.
 #include "core/cancel.h"
 
 namespace lockstep {

@@ -1,3 +1,5 @@
+// Checkpoints: a TrainState as a safetensors file with Flax-style flattened names, read back
+// checked. Contract: checkpoint.h.
 #include "core/checkpoint.h"
 
 #include "absl/strings/numbers.h"

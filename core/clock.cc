@@ -1,3 +1,5 @@
+// Clock: where code that measures time asks for it, so that a test can make time pass without
+// sleeping. Contract: clock.h.
 #include "core/clock.h"
 
 namespace lockstep {

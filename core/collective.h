@@ -15,12 +15,17 @@
 // every implementation (integer addition is associative and commutative, max is), so
 // their result never depends on how the ranks' contributions are grouped or ordered; the
 // base of core/exact_sum.h's order-independent float sum. They are synchronous and run in
-// the same FIFO as the float all-reduces.
+// the same FIFO as the float all-reduces. Reductions by a function (AllReduceBy): every
+// rank's raw contributions meet on the rank that reduces each range of the elements
+// (core/exact_sum.h computes its sum so where the collective offers it); started or
+// synchronous, in the same FIFO.
 #ifndef LOCKSTEP_CORE_COLLECTIVE_H_
 #define LOCKSTEP_CORE_COLLECTIVE_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 
 #include "absl/status/status.h"
@@ -37,6 +42,17 @@ enum class ReduceOp { kSum, kMax };
 
 struct CollectiveOptions {
   absl::Duration timeout = absl::Seconds(30);
+};
+
+// What AllReduceBy computes: `reduce(all, n, out)` writes the results of n elements into
+// `out` from all `total` contributions to them (`all`: in rank order, each rank's in its
+// own order, each pointing at the range's first element); `out` may be one of `all` (the
+// function reads an element's contributions before it writes the element). Every range
+// starts at element 0 of the call or at a multiple of `align`.
+struct ChunkReduction {
+  int total = 0;
+  size_t align = 1;
+  std::function<void(std::span<const float* const> all, size_t n, float* out)> reduce;
 };
 
 class Collective {
@@ -77,6 +93,32 @@ class Collective {
   virtual absl::Status AllReduceInt64(int64_t* data, size_t n, ReduceOp op,
                                       const CollectiveOptions& options) {
     return absl::UnimplementedError(Name() + ": no int64 all-reduce");
+  }
+
+  // Whether AllReduceBy runs `total` contributions in ranges aligned to `align`: the same
+  // answer on every rank of the collective. False by default.
+  virtual bool CanAllReduceBy(int total, size_t align) const { return false; }
+  // Every rank hands in its `local` contributions (at least one; the ranks' counts add up
+  // to r.total) of n floats each (host memory); each range of a partition of the n
+  // elements is reduced once, on one rank, by r.reduce from every rank's contributions to
+  // it, and every rank ends with all n results in `out` (which may be one of `local`).
+  // Every rank must call with the same n and r, in the same order. The same errors as
+  // AllReduceSum's; INVALID_ARGUMENT where the ranks' counts do not add up to r.total;
+  // UNIMPLEMENTED (the default) where CanAllReduceBy is false.
+  virtual absl::Status AllReduceBy(std::span<const float* const> local, size_t n, float* out,
+                                   const ChunkReduction& r, const CollectiveOptions& options) {
+    return absl::UnimplementedError(Name() + ": no reduction by a function");
+  }
+  // AllReduceBy started as StartAllReduceSum starts AllReduceSum: `local` and `out` stay
+  // untouched until Wait on the ticket (or a later one) has returned. The default runs it
+  // now.
+  virtual absl::StatusOr<CollectiveTicket> StartAllReduceBy(std::span<const float* const> local,
+                                                            size_t n, float* out,
+                                                            const ChunkReduction& r,
+                                                            const CollectiveOptions& options) {
+    absl::Status status = AllReduceBy(local, n, out, r, options);
+    if (!status.ok()) return status;
+    return CollectiveTicket{0};
   }
 
   // Gives up on the collective: one in flight on another thread fails promptly, every

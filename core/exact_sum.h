@@ -25,9 +25,22 @@
 // A block with a non-finite contribution (inf, NaN) on any rank comes out NaN, element by
 // element, on every rank (a diverged step; JAX would give inf or NaN there).
 //
-// Cost: 8 bytes per element (an int64 sum: twice a float32 all-reduce's bytes) plus one
-// int64 per block for the max (and the caller's `also_max` values). Memory: host memory
-// (contributions, result and the collective's buffers alike), i.e. the CPU backend with Gloo.
+// How it is computed. The result of step 4 is a function of each element's V
+// contributions and its block's exponent alone, and Reduce computes it from them
+// directly, block by block: where every contribution of a block converts exactly (step 2
+// rounds nothing), the fixed-point total is the true sum T, and the result is T correctly
+// rounded to float, which a float add gives for V = 2 and a double sum (exact where the
+// block's magnitudes span at most 53 - h bits) for V > 2; other blocks, and results
+// below float's normal range, take steps 2-4 as written. Where the collective can run it
+// (Collective::AllReduceBy: the shared-memory path of co-located ranks), the ranks trade
+// their raw contributions and each reduces a block-aligned chunk of the elements from
+// all V of them: no exponent round, the float all-reduce's bytes for one contribution
+// per rank, and a float add's arithmetic where it suffices. Elsewhere (the TCP ring)
+// the steps run as written: an int64 max and an int64 sum, 8 bytes per element (twice
+// a float32 all-reduce's) plus one int64 per block, and the conversions on the host.
+// Both give the same bits (exact_sum_test, exact_sum_gloo_test). Memory: host memory
+// (contributions, result and the collective's buffers alike), i.e. the CPU backend with
+// Gloo.
 //
 // Thread safety: none; one thread drives an ExactSum (and its collective's FIFO).
 #ifndef LOCKSTEP_CORE_EXACT_SUM_H_
@@ -56,13 +69,31 @@ class ExactSum {
   // Sums, element by element, the n floats of each of this rank's `local` contributions
   // (at least one; the ranks' counts add up to V) with every other rank's, and writes the
   // sum to `out` (which may be one of `local`). Every rank must call with the same n, in
-  // the same order. `also_max` (the same length on every rank) rides along in step 1's
-  // max all-reduce: on return each element is its maximum over the ranks (a rank that
-  // puts INT64_MIN where another puts a value learns that value exactly). Errors:
+  // the same order. `also_max` (the same length on every rank) is all-reduced with the
+  // sum (kMax): on return each element is its maximum over the ranks (a rank that puts
+  // INT64_MIN where another puts a value learns that value exactly). Errors:
   // INVALID_ARGUMENT for no contributions or a null pointer with n > 0; the collective's
-  // (AllReduceInt64's) as they come.
+  // as they come.
   absl::Status Sum(std::span<const float* const> local, size_t n, float* out,
                    const CollectiveOptions& options, std::span<int64_t> also_max = {});
+  // Sum(local, n, out, options) started on the collective's communication thread where it
+  // offers AllReduceBy, so that the caller computes on meanwhile (a bucket of gradients
+  // while backward runs): `local` and `out` must stay untouched until Collective::Wait of
+  // the ticket (or a later one) has returned. Elsewhere it runs now (ticket 0). A sum of
+  // the elements [a, a + n) of a longer vector, a a multiple of the block, gives the bits
+  // that the sum of the whole vector gives them. The same errors as Sum's.
+  absl::StatusOr<CollectiveTicket> StartSum(std::span<const float* const> local, size_t n,
+                                            float* out, const CollectiveOptions& options);
+  // Whether StartSum runs on the collective's thread (false: now, on the caller's).
+  bool overlaps() const { return ByChunks(); }
+  size_t block() const { return block_; }
+
+  // The result for `n` elements from all V of their contributions `all` (V =
+  // `contributions`, `all`'s size): what Sum computes, as a pure function, into `out`
+  // (which may be one of `all`). The elements must start a block (the call's element 0
+  // or a multiple of `block`).
+  static void Reduce(int contributions, size_t block, std::span<const float* const> all, size_t n,
+                     float* out);
 
   // The exponent step 1 gives a block of the contributions: 2^e above every |x|, or
   // kZeroBlock when all are 0, or kNonFinite when one is inf or NaN; exposed for tests.
@@ -73,6 +104,14 @@ class ExactSum {
   static int Headroom(int contributions);
 
  private:
+  // Steps 1-4 as written, over AllReduceInt64 (collectives without AllReduceBy).
+  absl::Status SumFixedPoint(std::span<const float* const> local, size_t n, float* out,
+                             const CollectiveOptions& options, std::span<int64_t> also_max);
+  // Whether the collective computes the sum by AllReduceBy (false: alone, or steps 1-4).
+  bool ByChunks() const;
+  // Reduce, for AllReduceBy.
+  ChunkReduction ChunkReducer() const;
+
   Collective* const collective_;
   const int contributions_;
   const size_t block_;

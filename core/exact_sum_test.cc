@@ -1,7 +1,8 @@
 // ExactSum on one rank (no collective): the same V contributions in every order give the
 // same bits (where float sums in those orders differ), the error against a double sum
-// stays within the header's bound, the worst case does not overflow, and the edge cases
-// (zero blocks, non-finite values, bad arguments). Across ranks over Gloo:
+// stays within the header's bound, the worst case does not overflow, the edge cases
+// (zero blocks, non-finite values, bad arguments), and Reduce's shortcuts give bit for bit
+// the header's steps 2-4 written out. Across ranks over Gloo:
 // workers/gloo/exact_sum_gloo_test.cc.
 #include "core/exact_sum.h"
 
@@ -12,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "core/testing.h"
 
 namespace lockstep {
@@ -181,6 +183,121 @@ TEST(ExactSum, RejectsMissingData) {
   EXPECT_OK(sum.Sum(local, 0, nullptr, {}));
   EXPECT_OK(sum.Sum(local, 2, out, {}));
   EXPECT_EQ(out[1], 2.0f);
+}
+
+// Steps 2-4 of the header as written, for every element: the reference Reduce must equal.
+std::vector<float> FixedPointReference(const std::vector<std::vector<float>>& c, size_t block) {
+  const size_t n = c[0].size();
+  const int h = ExactSum::Headroom(static_cast<int>(c.size()));
+  std::vector<const float*> all;
+  for (const auto& x : c) all.push_back(x.data());
+  std::vector<float> out(n);
+  for (size_t b = 0; b < n; b += block) {
+    const size_t end = std::min(n, b + block);
+    const int64_t e = ExactSum::BlockExponent(all, b, end);
+    for (size_t i = b; i < end; ++i) {
+      if (e == ExactSum::kZeroBlock || e == ExactSum::kNonFinite) {
+        out[i] = e == ExactSum::kZeroBlock ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
+      int64_t total = 0;
+      for (const auto& x : c) total += std::llrint(std::ldexp(double{x[i]}, int(62 - h - e)));
+      out[i] = static_cast<float>(std::ldexp(double{static_cast<float>(total)}, int(e + h - 62)));
+    }
+  }
+  return out;
+}
+
+// Contributions that take every way through Reduce: blocks of one binade (a float add or
+// an exact double sum), of 16 decades, with elements 2^-45 and 2^-70 times the block's
+// largest (rounded to the fixed-point grid), subnormals, zeros of both signs, exact
+// cancellations, sums at float's smallest normal and past its largest, and non-finite
+// values.
+std::vector<std::vector<float>> EdgeContributions(int v, size_t n, size_t block, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> kind(0, 9), wide(-26, 26), pick(0, v - 1);
+  std::vector<std::vector<float>> c(v, std::vector<float>(n));
+  const float min_normal = std::numeric_limits<float>::min();
+  for (size_t b = 0; b < n; b += block) {
+    const int k = kind(gen);
+    for (size_t i = b; i < std::min(n, b + block); ++i) {
+      for (int j = 0; j < v; ++j) {
+        float& x = c[j][i];
+        switch (k) {
+          case 0:
+            x = mantissa(gen);
+            break;  // one binade
+          case 1:
+            x = std::ldexp(mantissa(gen), wide(gen));
+            break;  // 16 decades
+          case 2:
+            x = std::ldexp(mantissa(gen), i % 3 == 0 ? -45 : 0);
+            break;
+          case 3:
+            x = std::ldexp(mantissa(gen), i % 5 == 0 ? -70 : 3);
+            break;
+          case 4:
+            x = mantissa(gen) * min_normal * (i % 2 ? 4.0f : 0.25f);
+            break;  // subnormals
+          case 5:
+            x = i % 3 == 0 ? (j % 2 ? -0.0f : 0.0f) : mantissa(gen);
+            break;
+          case 6:
+            x = (j % 2 ? -1.0f : 1.0f) * std::ldexp(1.0f + float(i % 7) / 8, -3);
+            break;
+          case 7:
+            x = (i % 4 == 0 ? min_normal : 0.0f) * (j == 0 ? 1.5f : -1.0f) +
+                (i % 4 == 1 ? std::ldexp(1.0f, -126 - j) : 0.0f);
+            break;
+          case 8:
+            x = std::numeric_limits<float>::max() * (i % 2 ? 0.75f : -0.9f);
+            break;
+          default:
+            x = mantissa(gen);
+        }
+      }
+    }
+    if (k == 9)
+      c[pick(gen)][b] = (b / block) % 2 ? std::numeric_limits<float>::infinity()
+                                        : std::numeric_limits<float>::quiet_NaN();
+  }
+  return c;
+}
+
+TEST(ExactSum, ReduceIsStepsTwoToFourBitForBit) {
+  for (int v : {1, 2, 3, 4, 5, 8}) {
+    for (size_t block : {size_t{7}, ExactSum::kDefaultBlock}) {
+      const size_t n = 40 * block + 3;
+      const auto c = EdgeContributions(v, n, block, 100 * v + static_cast<uint32_t>(block));
+      std::vector<const float*> all;
+      for (const auto& x : c) all.push_back(x.data());
+      std::vector<float> got(n);
+      ExactSum::Reduce(v, block, all, n, got.data());
+      const std::vector<float> want = FixedPointReference(c, block);
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(absl::bit_cast<uint32_t>(got[i]), absl::bit_cast<uint32_t>(want[i]))
+            << "V " << v << " block " << block << " element " << i << ": " << got[i] << " vs "
+            << want[i];
+      }
+      // In place, over the first contribution.
+      std::vector<float> first = c[0];
+      all[0] = first.data();
+      ExactSum::Reduce(v, block, all, n, first.data());
+      EXPECT_EQ(std::memcmp(first.data(), want.data(), n * sizeof(float)), 0);
+    }
+  }
+}
+
+TEST(ExactSum, StartSumAloneRunsNow) {
+  const auto c = Contributions(2, 3000, 21);
+  const float* local[] = {c[0].data(), c[1].data()};
+  std::vector<float> out(3000);
+  ExactSum sum(nullptr, 2);
+  EXPECT_FALSE(sum.overlaps());
+  ASSERT_OK_AND_ASSIGN(CollectiveTicket t, sum.StartSum(local, 3000, out.data(), {}));
+  EXPECT_EQ(t, 0u);
+  EXPECT_EQ(out, SumInOrder(c, {0, 1}));
 }
 
 }  // namespace

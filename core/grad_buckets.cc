@@ -1,3 +1,5 @@
+// Gradient buckets: how a step all-reduces its gradients while backward still runs, as PyTorch DDP
+// does. Contract: grad_buckets.h.
 #include "core/grad_buckets.h"
 
 #include <algorithm>
@@ -45,6 +47,18 @@ std::vector<GradBucket> PlanGradBuckets(const Model& model, size_t bucket_bytes)
   }
   if (end > 0) buckets.push_back({0, end, -1});
   return buckets;
+}
+
+std::vector<GradBucket> AlignGradBuckets(const std::vector<GradBucket>& buckets, size_t align) {
+  std::vector<GradBucket> out;
+  if (buckets.empty()) return out;
+  size_t end = buckets.front().offset + buckets.front().size;
+  for (const GradBucket& b : buckets) {
+    const size_t begin = b.offset == 0 ? 0 : std::min(end, (b.offset + align - 1) / align * align);
+    if (begin < end) out.push_back({begin, end - begin, b.layer});
+    end = begin;
+  }
+  return out;
 }
 
 }  // namespace lockstep

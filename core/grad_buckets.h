@@ -28,6 +28,12 @@ struct GradBucket {
 // without parameters.
 std::vector<GradBucket> PlanGradBuckets(const Model& model, size_t bucket_bytes);
 
+// `buckets` (PlanGradBuckets's) with every offset but the first bucket's end and the last
+// one's 0 rounded up to a multiple of `align` floats: each bucket then ends where the
+// next, complete later, begins; the floats between an offset and its rounding wait for
+// that next bucket. Buckets left empty are dropped. For core/exact_sum.h's blocks.
+std::vector<GradBucket> AlignGradBuckets(const std::vector<GradBucket>& buckets, size_t align);
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_CORE_GRAD_BUCKETS_H_

@@ -102,5 +102,34 @@ TEST(GradBuckets, NoParamsNoBuckets) {
   EXPECT_TRUE(PlanGradBuckets(m, 0).empty());
 }
 
+TEST(GradBuckets, AlignedToBlocksTheyStillTileAndCompleteNoSooner) {
+  // The MLP's tensors: 784x512 + 512, 512x512 + 512, 512x10 + 10 floats.
+  const Model m = Model::Mlp({512, 512}, 0.0);
+  for (size_t bytes : {size_t{1}, size_t{4096}, size_t{65536}}) {
+    const std::vector<GradBucket> plain = PlanGradBuckets(m, bytes);
+    const std::vector<GradBucket> aligned = AlignGradBuckets(plain, 1024);
+    ExpectTiles(m, aligned);
+    for (size_t k = 0; k < aligned.size(); ++k) {
+      const GradBucket& b = aligned[k];
+      if (k + 1 < aligned.size()) EXPECT_EQ(b.offset % 1024, 0u) << b.offset;
+      // Its floats were complete when its layer was: they lie in buckets of that layer or
+      // a later one.
+      for (const GradBucket& p : plain) {
+        if (p.offset < b.offset + b.size && b.offset < p.offset + p.size) {
+          EXPECT_GE(p.layer, b.layer);
+        }
+      }
+    }
+  }
+  // 10 + 10 floats of the last dense layer's: too few to fill a block; they wait.
+  const std::vector<GradBucket> one = {{1000, 20, 5}, {0, 1000, -1}};
+  const std::vector<GradBucket> aligned = AlignGradBuckets(one, 1024);
+  ASSERT_EQ(aligned.size(), 1u);
+  EXPECT_EQ(aligned[0].offset, 0u);
+  EXPECT_EQ(aligned[0].size, 1020u);
+  EXPECT_EQ(aligned[0].layer, -1);
+  EXPECT_TRUE(AlignGradBuckets({}, 1024).empty());
+}
+
 }  // namespace
 }  // namespace lockstep

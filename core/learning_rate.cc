@@ -1,3 +1,5 @@
+// LearningRate: the learning rate as a function of the update count, as optax computes it.
+// Contract: learning_rate.h.
 #include "core/learning_rate.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// Model: a sequential stack of Flax linen layers, with Flax's module names, parameter layout and
+// initialization. Contract: model.h.
 #include "core/model.h"
 
 #include <algorithm>
@@ -202,6 +204,34 @@ void Model::PositionEmbed(int max_len, const std::string& name) {
   Append(l);
 }
 
+void Model::ToSequence() {
+  const Dims in = Last();
+  Append({LayerKind::kFlatten, "", in, {1, in.h * in.w, in.c, false, true}});
+}
+
+void Model::ClassToken(const std::string& name) {
+  // self.param(name, zeros, (1, 1, F)) in the enclosing module: a param of its own scope,
+  // no submodule (the name is taken there all the same).
+  const Dims in = Last();
+  Layer l{LayerKind::kClassToken, "", in, {1, in.w + 1, in.c, false, true}};
+  l.kernel = layout_.Add(ModuleName("", name), {1, 1, in.c});
+  Append(l);
+}
+
+void Model::AddPositionEmbs(double stddev, const std::string& name) {
+  Layer l{LayerKind::kPositionEmbed, ModuleName("AddPositionEmbs", name), Last(), Last()};
+  l.init_stddev = static_cast<float>(stddev);
+  l.kernel = layout_.Add(l.name + "/pos_embedding", {1, l.in.w, l.in.c});
+  Append(l);
+}
+
+void Model::SequencePool(bool mean) {
+  const Dims in = Last();
+  Layer l{LayerKind::kSequencePool, "", in, {1, 1, in.c, true}};
+  l.pool_mean = mean;
+  Append(l);
+}
+
 void Model::Attention(int num_heads, int qkv_features, int out_features, double dropout_rate,
                       bool causal, bool use_bias, const std::string& name) {
   const Dims in = Last();
@@ -252,7 +282,11 @@ double Model::ForwardFlopsPerSample() const {
       }
       case LayerKind::kEmbed:
       case LayerKind::kPositionEmbed:
+      case LayerKind::kClassToken:
         flops += out;
+        break;
+      case LayerKind::kSequencePool:
+        flops += static_cast<double>(l.in.size());
         break;
       case LayerKind::kAvgPool:
       case LayerKind::kMaxPool:
@@ -297,13 +331,14 @@ std::vector<float> Model::Init(rng::Key init_key, rng::Impl impl) const {
   };
   for (const Layer& l : layers_) {
     if (l.scale >= 0) std::ranges::fill(span(l.scale), 1.0f);  // ones
+    if (l.kind == LayerKind::kClassToken) continue;            // zeros
     // make_rng('params') count 1 is the kernel's; the bias's count 2 is drawn but unused.
     if (l.kind == LayerKind::kEmbed || l.kind == LayerKind::kPositionEmbed) {
       // variance_scaling(1, fan_in, normal, out_axis=0) on (num_embeddings, features):
-      // fan_in = features; normal * sqrt(variance).
+      // fan_in = features; normal * sqrt(variance). AddPositionEmbs: normal(stddev).
       std::span<float> out = span(l.kernel);
       const float variance = static_cast<float>(1.0 / static_cast<double>(l.out.c));
-      const float stddev = std::sqrt(variance);
+      const float stddev = l.init_stddev > 0 ? l.init_stddev : std::sqrt(variance);
       rng::Normal(rng::FlaxMakeRng(init_key, l.RngPath(), 1), impl, out);
       for (float& v : out) v *= stddev;
     } else if (l.kind == LayerKind::kAttention) {

@@ -28,7 +28,7 @@ enum class LayerKind {
   kDense,
   kRelu,
   kAvgPool,
-  kFlatten,
+  kFlatten,  // a reshape, no data moved: flatten, or to_sequence (image [h, w, c] -> [h * w, c])
   kDropout,
   kMaxPool,
   kLayerNorm,
@@ -38,6 +38,8 @@ enum class LayerKind {
   kEmbed,          // nn.Embed on token ids: flat [T] -> sequence [T, features]
   kPositionEmbed,  // x + nn.Embed(max_len, F)(arange(T)): a learned position embedding
   kAttention,      // nn.MultiHeadDotProductAttention, self-attention on a sequence
+  kClassToken,     // ViT's class token: a learned row put before the tokens, [T, F] -> [T + 1, F]
+  kSequencePool,   // [T, F] -> [F]: x[:, 0] or the mean over the positions
 };
 
 // lax's padding modes for convolutions and pools.
@@ -80,13 +82,17 @@ struct Layer {
   int residual = -1;              // kAdd: the other operand's layer (-1: the model's input)
   Window window;                  // conv kernel, pool window
   bool count_include_pad = true;  // avg_pool
+  bool pool_mean = false;         // sequence_pool: the mean (true) or the first position
   Activation activation = Activation::kGeluTanh;  // kActivation
   float keep = 1.0f;                              // dropout: float32(1 - rate)
   float epsilon = 0.0f;                           // layer_norm, batch_norm: float32(epsilon)
   // batch_norm: float32(momentum) and float32(1 - momentum) (1 - momentum taken in double,
   // as Python does before JAX casts it).
   float momentum = 0.0f, one_minus_momentum = 0.0f;
-  int kernel = -1;  // indices into layout(): conv and dense kernels,
+  // A position embedding's initializer: normal * init_stddev (ViT's AddPositionEmbs), or
+  // where 0 nn.Embed's variance_scaling(1, fan_in, normal, out_axis=0).
+  float init_stddev = 0.0f;
+  int kernel = -1;  // indices into layout(): conv and dense kernels, embeddings, class tokens,
   int bias = -1;    // their biases and the norms' (-1 without use_bias)
   int scale = -1;   // the norms' scales (-1 without use_scale)
   int mean = -1;    // batch_norm: indices into stats_layout() of its running mean and var
@@ -144,6 +150,16 @@ class Model {
   void Embed(int num_embeddings, int features, const std::string& name = "");
   // x + nn.Embed(max_len, F)(jnp.arange(T)) on a sequence [T, F], max_len >= T: Embed_N.
   void PositionEmbed(int max_len, const std::string& name = "");
+  // Vision transformers. An image [h, w, c] as a sequence [h * w, c] (a reshape).
+  void ToSequence();
+  // The class token: param `<scope>/<name>` (1, 1, F), zeros, put before the tokens of a
+  // sequence [T, F]: [T + 1, F].
+  void ClassToken(const std::string& name = "cls");
+  // ViT's AddPositionEmbs: x + param `AddPositionEmbs_N/pos_embedding` (1, T, F),
+  // initialized normal * stddev, on a sequence [T, F].
+  void AddPositionEmbs(double stddev = 0.02, const std::string& name = "");
+  // A sequence [T, F] to [F]: its mean over the positions, or (mean false) x[:, 0].
+  void SequencePool(bool mean);
   // nn.MultiHeadDotProductAttention(num_heads, qkv_features, out_features, dropout_rate,
   // use_bias)(x, mask=causal ? nn.make_causal_mask(...) : None) on a sequence [T, F]:
   // [T, out_features]. qkv_features % num_heads == 0; 0 features mean F.

@@ -211,7 +211,8 @@ absl::Status AddEmbed(Model& m, const std::string& at, const v1::EmbedSpec& s) {
 absl::Status NeedSequence(const std::string& field, Dims in) {
   if (in.seq) return absl::OkStatus();
   return Invalid(field, absl::StrCat("the input ", DimsString(in),
-                                     " is not a sequence [T, F] (start with an embed layer)"));
+                                     " is not a sequence [T, F] (start with an embed layer, or "
+                                     "make an image's pixels tokens with to_sequence)"));
 }
 
 absl::Status AddPositionEmbed(Model& m, const std::string& at, const v1::PositionEmbedSpec& s) {
@@ -225,6 +226,54 @@ absl::Status AddPositionEmbed(Model& m, const std::string& at, const v1::Positio
   }
   RETURN_IF_ERROR(CheckName(m, f, "Embed", s.name()));
   m.PositionEmbed(static_cast<int>(max_len), s.name());
+  return absl::OkStatus();
+}
+
+absl::Status AddToSequence(Model& m, const std::string& at) {
+  const Dims in = m.Last();
+  if (in.flat || in.seq) {
+    return Invalid(at + ".to_sequence",
+                   absl::StrCat("the input ", DimsString(in), " is not an image [h, w, c]"));
+  }
+  m.ToSequence();
+  return absl::OkStatus();
+}
+
+absl::Status AddClassToken(Model& m, const std::string& at, const v1::ClassTokenSpec& s) {
+  const std::string f = at + ".class_token";
+  RETURN_IF_ERROR(NeedSequence(f, m.Last()));
+  if (static_cast<uint32_t>(m.Last().w) + 1 > kMaxFeatures) {
+    return Invalid(f, absl::StrCat("the input ", DimsString(m.Last()), " has too many positions"));
+  }
+  const std::string name = s.name().empty() ? "cls" : s.name();
+  RETURN_IF_ERROR(CheckName(m, f, "", name));
+  m.ClassToken(name);
+  return absl::OkStatus();
+}
+
+absl::Status AddPositionEmbs(Model& m, const std::string& at, const v1::AddPositionEmbsSpec& s) {
+  const std::string f = at + ".add_position_embs";
+  RETURN_IF_ERROR(NeedSequence(f, m.Last()));
+  const double stddev = s.has_stddev() ? s.stddev() : 0.02;
+  if (!(stddev > 0.0 && stddev <= 1e6)) {
+    return Invalid(f + ".stddev", absl::StrCat(stddev, " is not in (0, 1e6]"));
+  }
+  RETURN_IF_ERROR(CheckName(m, f, "AddPositionEmbs", s.name()));
+  m.AddPositionEmbs(stddev, s.name());
+  return absl::OkStatus();
+}
+
+absl::Status AddSequencePool(Model& m, const std::string& at, const v1::SequencePoolSpec& s) {
+  const std::string f = at + ".sequence_pool";
+  RETURN_IF_ERROR(NeedSequence(f, m.Last()));
+  if (s.method() != "first" && s.method() != "mean") {
+    return Invalid(
+        f + ".method",
+        absl::StrCat(s.method().empty() ? "missing" : "unknown method \"" + s.method() + "\"",
+                     " (expected first: x[:, 0], the class token's position; or "
+                     "mean: jnp.mean(x, axis=1))"));
+  }
+  m.SequencePool(s.method() == "mean");
   return absl::OkStatus();
 }
 
@@ -311,6 +360,14 @@ absl::Status AddOne(Model& m, const std::string& at, const v1::LayerSpec& spec, 
       return AddPositionEmbed(m, at, spec.position_embed());
     case v1::LayerSpec::kMultiHeadAttention:
       return AddAttention(m, at, spec.multi_head_attention());
+    case v1::LayerSpec::kToSequence:
+      return AddToSequence(m, at);
+    case v1::LayerSpec::kClassToken:
+      return AddClassToken(m, at, spec.class_token());
+    case v1::LayerSpec::kAddPositionEmbs:
+      return AddPositionEmbs(m, at, spec.add_position_embs());
+    case v1::LayerSpec::kSequencePool:
+      return AddSequencePool(m, at, spec.sequence_pool());
     case v1::LayerSpec::LAYER_NOT_SET:
       break;
   }

@@ -1,3 +1,6 @@
+// Optimizer: optax's sgd (with momentum, optionally Nesterov's), adam and adamw, with a constant
+// learning rate or an optax schedule, optionally chained after clip_by_global_norm. Contract:
+// optimizer.h.
 #include "core/optimizer.h"
 
 #include <cmath>

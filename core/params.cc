@@ -1,3 +1,5 @@
+// ParamLayout: the named tensors of a model packed into one flat float array, in Flax's order and
+// with Flax's names ("Conv_0/kernel"). Contract: params.h.
 #include "core/params.h"
 
 namespace lockstep {

@@ -1,3 +1,6 @@
+// TrainingPlan: Lockstep's RNG plan for a job (reference §7), the single source of every random
+// choice a job makes: the init key, each epoch's data order and each step's per-worker dropout keys
+// and sample indices. Contract: plan.h.
 #include "core/plan.h"
 
 #include "absl/strings/str_cat.h"

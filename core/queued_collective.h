@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -42,13 +43,24 @@ class QueuedCollective final : public Collective {
 
   absl::Status AllReduceSum(float* data, size_t n, const CollectiveOptions& options) override;
   // Tickets start at 1. Wait: INVALID_ARGUMENT for a ticket not yet issued; Wait(0) is a
-  // no-op.
+  // no-op; DEADLINE_EXCEEDED when the all-reduces up to the ticket took longer than their
+  // timeouts together (and a second): an inner collective that overran one.
   absl::StatusOr<CollectiveTicket> StartAllReduceSum(float* data, size_t n,
                                                      const CollectiveOptions& options) override;
   absl::Status Wait(CollectiveTicket ticket) override;
   // Synchronous, through the FIFO as AllReduceSum.
   absl::Status AllReduceInt64(int64_t* data, size_t n, ReduceOp op,
                               const CollectiveOptions& options) override;
+  // The inner collective's; AllReduceBy and StartAllReduceBy go through the FIFO as
+  // AllReduceSum and StartAllReduceSum.
+  bool CanAllReduceBy(int total, size_t align) const override {
+    return inner_->CanAllReduceBy(total, align);
+  }
+  absl::Status AllReduceBy(std::span<const float* const> local, size_t n, float* out,
+                           const ChunkReduction& r, const CollectiveOptions& options) override;
+  absl::StatusOr<CollectiveTicket> StartAllReduceBy(std::span<const float* const> local, size_t n,
+                                                    float* out, const ChunkReduction& r,
+                                                    const CollectiveOptions& options) override;
   void Abort(const absl::Status& why) override;
 
   // Blocks until `ticket` has been issued (by StartAllReduceSum, or to a synchronous
@@ -57,14 +69,22 @@ class QueuedCollective final : public Collective {
   bool AwaitIssued(CollectiveTicket ticket, absl::Duration timeout);
 
  private:
+  enum class Kind { kSum, kInt64, kBy };  // AllReduceSum, AllReduceInt64, AllReduceBy
   struct Op {
     CollectiveTicket ticket;
-    void* data;  // float* for a float sum, int64_t* for an integer reduction
+    void* data;  // float* for a float sum or AllReduceBy's out, int64_t* for an integer one
     size_t n;
     CollectiveOptions options;
-    bool int64 = false;  // AllReduceInt64 with `op`; else AllReduceSum
-    ReduceOp op = ReduceOp::kSum;
+    Kind kind = Kind::kSum;
+    ReduceOp op = ReduceOp::kSum;              // kInt64's
+    std::vector<const float*> local;           // kBy's contributions
+    std::shared_ptr<const ChunkReduction> by;  // kBy's reduction
   };
+  // An AllReduceBy's op, holding copies of `local` and `r`.
+  static Op ByOp(std::span<const float* const> local, size_t n, float* out, const ChunkReduction& r,
+                 const CollectiveOptions& options);
+  // Queues `op` under a new ticket (starting the thread); its ticket.
+  CollectiveTicket Enqueue(Op op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs `op` (ticket ignored) in its turn: on the calling thread when nothing is queued
   // or running, else behind the queue.
   absl::Status RunSynchronously(Op op);
@@ -78,7 +98,8 @@ class QueuedCollective final : public Collective {
   absl::Mutex mu_;
   absl::CondVar changed_;  // signalled when queue_, running_, done_ or stop_ change
   std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
-  bool running_ ABSL_GUARDED_BY(mu_) = false;  // an all-reduce is in the inner collective
+  bool running_ ABSL_GUARDED_BY(mu_) = false;            // an all-reduce is in the inner collective
+  absl::Duration running_timeout_ ABSL_GUARDED_BY(mu_);  // that one's
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   CollectiveTicket issued_ ABSL_GUARDED_BY(mu_) = 0;  // the last ticket handed out
   CollectiveTicket done_ ABSL_GUARDED_BY(mu_) = 0;    // every ticket up to it has ended

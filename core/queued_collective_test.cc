@@ -59,6 +59,19 @@ class FakeCollective final : public Collective {
       data[i] = op == ReduceOp::kSum ? data[i] + 1 : std::max<int64_t>(data[i], 7);
     return absl::OkStatus();
   }
+  // Recorded as 3000 + n; reduces this rank's contributions alone.
+  bool CanAllReduceBy(int total, size_t align) const override { return true; }
+  absl::Status AllReduceBy(std::span<const float* const> local, size_t n, float* out,
+                           const ChunkReduction& r, const CollectiveOptions&) override {
+    {
+      absl::MutexLock lock(&mu_);
+      calls_.push_back(3000 + n);
+      threads_.push_back(std::this_thread::get_id());
+      entered_.SignalAll();
+    }
+    r.reduce(local, n, out);
+    return absl::OkStatus();
+  }
   void Abort(const absl::Status& why) override {
     absl::MutexLock lock(&mu_);
     abort_ = why;
@@ -173,6 +186,41 @@ TEST(QueuedCollective, IntegerReductionsQueueBehindStartedOnes) {
   EXPECT_THAT(maxima, ElementsAre(7, 9, 7));
 }
 
+// Reductions by a function go through the same FIFO, started or synchronous; a started
+// one keeps its contributions (the caller's vector of pointers may go) until it runs.
+TEST(QueuedCollective, ReductionsByAFunctionStartAndQueueInOrder) {
+  Fixture f;
+  EXPECT_TRUE(f.queued.CanAllReduceBy(2, 1024));
+  f.fake->Hold();
+  std::vector<float> a(1, 1), x = {1, 2}, y = {10, 20}, out(2), sync_out(2);
+  const ChunkReduction add{2, 1, [](std::span<const float* const> all, size_t n, float* o) {
+                             for (size_t i = 0; i < n; ++i) o[i] = all[0][i] + all[1][i];
+                           }};
+  ASSERT_OK_AND_ASSIGN(CollectiveTicket ta, f.queued.StartAllReduceSum(a.data(), 1, {}));
+  f.fake->AwaitCalls(1);
+  CollectiveTicket tb;
+  {
+    const std::vector<const float*> local = {x.data(), y.data()};
+    ASSERT_OK_AND_ASSIGN(tb, f.queued.StartAllReduceBy(local, 2, out.data(), add, {}));
+  }
+  EXPECT_EQ(tb, ta + 1);
+  absl::Notification done;
+  std::thread sync([&] {
+    const std::vector<const float*> local = {y.data(), y.data()};
+    EXPECT_OK(f.queued.AllReduceBy(local, 2, sync_out.data(), add, {}));
+    done.Notify();
+  });
+  EXPECT_TRUE(f.queued.AwaitIssued(tb + 1, absl::Seconds(30)));
+  EXPECT_FALSE(done.HasBeenNotified());
+  EXPECT_THAT(out, ElementsAre(0, 0));
+  f.fake->Release();
+  sync.join();
+  ASSERT_OK(f.queued.Wait(tb));
+  EXPECT_THAT(f.fake->calls(), ElementsAre(1, 3002, 3002));
+  EXPECT_THAT(out, ElementsAre(11, 22));
+  EXPECT_THAT(sync_out, ElementsAre(20, 40));
+}
+
 TEST(QueuedCollective, WaitReturnsEachFailureOnce) {
   Fixture f;
   f.fake->fail_size_ = 2;
@@ -206,6 +254,21 @@ TEST(QueuedCollective, AbortIsTheInnerCollectives) {
   EXPECT_THAT(f.queued.AllReduceSum(x.data(), 3, {}),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("job cancelled")));
   EXPECT_THAT(f.fake->calls(), ElementsAre(1));
+}
+
+TEST(QueuedCollective, AWaitOnAnAllReduceThatOverrunsItsTimeoutEndsDeadlineExceeded) {
+  Fixture f;
+  f.fake->Hold();  // the inner collective overruns the timeout it was given
+  std::vector<float> a(1, 1), b(2, 1);
+  const CollectiveOptions brief{.timeout = absl::Milliseconds(10)};
+  ASSERT_OK_AND_ASSIGN(CollectiveTicket ta, f.queued.StartAllReduceSum(a.data(), 1, brief));
+  ASSERT_OK_AND_ASSIGN(CollectiveTicket tb, f.queued.StartAllReduceSum(b.data(), 2, brief));
+  f.fake->AwaitCalls(1);
+  EXPECT_THAT(f.queued.Wait(tb),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("fake: all-reduce 2 did not end within 1.02s")));
+  f.fake->Release();  // it ends after all; so does what was queued behind it
+  EXPECT_OK(f.queued.Wait(ta));
 }
 
 TEST(QueuedCollective, DestructionFinishesWhatIsQueued) {

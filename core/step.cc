@@ -1,3 +1,5 @@
+// StepExecutor: the one training step in Lockstep, run by every replica alike (N = 1: no
+// collective). Contract: step.h.
 #include "core/step.h"
 
 #include <algorithm>
@@ -156,6 +158,10 @@ absl::Status StepExecutor::ForwardLayer(Workspace& ws, size_t i, int b, bool tra
     case LayerKind::kAttention:
       return AttentionForward(ws, i, b, train, x,
                               dropout_slot_[i] >= 0 && train ? keys + dropout_slot_[i] : nullptr);
+    case LayerKind::kClassToken:
+      return backend_->ClassToken(b, l.in.w, l.in.c, param(l.kernel), x, y);
+    case LayerKind::kSequencePool:
+      return backend_->SequencePool(l.pool_mean, b, l.in.w, l.in.c, x, y);
     case LayerKind::kRelu:  // in place unless its input is a residual's too
       if (i > 0 && ConvWithRelu(model_, static_cast<int>(i) - 1)) return absl::OkStatus();
       if (y != x) RETURN_IF_ERROR(backend_->Copy(b * l.out.size(), x, y));
@@ -289,6 +295,13 @@ absl::Status StepExecutor::BackwardLayer(Workspace& ws, int i, int b, float* gra
       break;
     case LayerKind::kAttention:
       RETURN_IF_ERROR(AttentionBackward(ws, i, b, x, dy, grads, dx));
+      break;
+    case LayerKind::kClassToken:
+      RETURN_IF_ERROR(backend_->ClassTokenBackward(b, l.in.w, l.in.c, dy, dx, grad(l.kernel)));
+      break;
+    case LayerKind::kSequencePool:
+      if (dx != nullptr)
+        RETURN_IF_ERROR(backend_->SequencePoolBackward(l.pool_mean, b, l.in.w, l.in.c, dy, dx));
       break;
     case LayerKind::kRelu:
       RETURN_IF_ERROR(backend_->ReluBackward(b * l.out.size(), ws.out[i], dy));

@@ -194,7 +194,16 @@ class StepExecutor {
   // layer by layer, their BatchNorm layers reduced exactly across all of them, the
   // gradients summed exactly into grads_.
   absl::Status ForwardReplicas(const DeviceDataset& data);
-  absl::Status BackwardReplicas();
+  // Calls layer_done(i) once layer i's parameter gradients are done on every local replica
+  // (when given; maybe again once its backward is: it must be idempotent).
+  absl::Status BackwardReplicas(const std::function<void(int)>& layer_done = {});
+  // Backward of the local replicas with the gradients' exact sum (into grads_) in buckets
+  // that start as backward completes them, where the sum runs on the collective's thread
+  // (ExactSum::overlaps; buckets_ at multiples of its block, so that the bits are one sum's);
+  // else one sum after backward. `shared` (ShareReplicaMetrics) rides along; `backward_end`:
+  // when backward was done.
+  absl::Status BackwardReplicasSummed(std::vector<int64_t>& shared,
+                                      std::chrono::steady_clock::time_point& backward_end);
   absl::Status BatchNormForwardReplicas(size_t i);
   absl::Status BatchNormBackwardReplicas(int i);
   // Sums `size` floats at each of `local` (one per local replica) exactly over all the

@@ -174,20 +174,71 @@ absl::Status StepExecutor::BatchNormBackwardReplicas(int i) {
   return absl::OkStatus();
 }
 
-absl::Status StepExecutor::BackwardReplicas() {
+absl::Status StepExecutor::BackwardReplicas(const std::function<void(int)>& layer_done) {
   for (auto& ws : replica_ws_) StartBackward(*ws);
   for (int i = static_cast<int>(model_.layers().size()) - 1; i >= 0; --i) {
     if (!replica_ws_[0]->needs_grad[i]) continue;  // no params at or before it
     if (model_.layers()[i].kind == LayerKind::kBatchNorm) {
       RETURN_IF_ERROR(BatchNormBackwardReplicas(i));
-      continue;
+    } else {
+      for (size_t j = 0; j < replica_ws_.size(); ++j) {
+        float* grads = j == 0 ? grads_.as() : replica_grads_[j - 1].as();
+        // The last replica's parameter gradients complete the layer's, before its input
+        // gradient is computed: the sums they start overlap that too.
+        const bool last = j + 1 == replica_ws_.size();
+        RETURN_IF_ERROR(BackwardLayer(*replica_ws_[j], i, local_batch_, grads,
+                                      last ? layer_done : std::function<void(int)>()));
+      }
     }
-    for (size_t j = 0; j < replica_ws_.size(); ++j) {
-      float* grads = j == 0 ? grads_.as() : replica_grads_[j - 1].as();
-      RETURN_IF_ERROR(BackwardLayer(*replica_ws_[j], i, local_batch_, grads, {}));
-    }
+    if (layer_done) layer_done(i);
   }
   return absl::OkStatus();
+}
+
+absl::Status StepExecutor::BackwardReplicasSummed(
+    std::vector<int64_t>& shared, std::chrono::steady_clock::time_point& backward_end) {
+  std::vector<float*> grads = {grads_.as()};
+  for (Buffer& g : replica_grads_) grads.push_back(g.as());
+  auto local_at = [&](size_t offset) {
+    std::vector<const float*> local;
+    for (float* g : grads) local.push_back(g + offset);
+    return local;
+  };
+  // One sum after backward, the metrics in its max all-reduce: in backend memory
+  // (DeviceExactSum), or where the collective cannot overlap the host's.
+  if (device_exact_ != nullptr || !exact_->overlaps()) {
+    RETURN_IF_ERROR(BackwardReplicas());
+    backward_end = std::chrono::steady_clock::now();
+    return SumExactly(local_at(0), param_count(), grads_.as(), shared);
+  }
+  const std::vector<GradBucket> buckets =
+      AlignGradBuckets(buckets_.empty() ? PlanGradBuckets(model_, 0) : buckets_, exact_->block());
+  size_t next = 0;                       // the first bucket not started
+  CollectiveTicket last = 0;             // the last one started
+  absl::Status started;                  // the first error starting one
+  auto start_through = [&](int layer) {  // starts the buckets complete once `layer` is
+    while (started.ok() && next < buckets.size() && buckets[next].layer >= layer) {
+      const GradBucket& b = buckets[next++];
+      absl::StatusOr<CollectiveTicket> t =
+          exact_->StartSum(local_at(b.offset), b.size, grads_.as() + b.offset, collective_options_);
+      if (t.ok()) {
+        last = *t;
+      } else {
+        started = t.status();
+      }
+    }
+  };
+  absl::Status status = BackwardReplicas(start_through);
+  backward_end = std::chrono::steady_clock::now();
+  if (status.ok()) start_through(-1);  // the rest: complete now
+  if (status.ok() && started.ok()) {
+    status = exact_->Sum(local_at(0), 0, grads_.as(), collective_options_, shared);
+  }
+  // Every started bucket is waited for, even after an error: none may outlive the step.
+  absl::Status waited = collective_->Wait(last);
+  RETURN_IF_ERROR(status);
+  RETURN_IF_ERROR(started);
+  return waited;
 }
 
 absl::StatusOr<StepMetrics> StepExecutor::StepReplicas(const DeviceDataset& data,
@@ -226,7 +277,6 @@ absl::StatusOr<StepMetrics> StepExecutor::StepReplicas(const DeviceDataset& data
   }
   const auto t0 = Clock::now();
   RETURN_IF_ERROR(ForwardReplicas(data));
-  RETURN_IF_ERROR(BackwardReplicas());
   StepMetrics metrics;
   for (auto& ws : replica_ws_) {
     ASSIGN_OR_RETURN(StepMetrics m, Finish(*ws, local_batch_));
@@ -237,18 +287,15 @@ absl::StatusOr<StepMetrics> StepExecutor::StepReplicas(const DeviceDataset& data
   }
   metrics.loss /= static_cast<float>(k);
   metrics.accuracy /= static_cast<float>(k);
-  const auto t1 = Clock::now();
-  std::vector<float*> grads = {grads_.as()};
-  for (Buffer& g : replica_grads_) grads.push_back(g.as());
-  const std::vector<const float*> local(grads.begin(), grads.end());
-  const size_t n = param_count();
   // Every replica's loss and accuracy ride in the sum's max all-reduce, each in its own
   // slot (elsewhere the lowest int64), so that every rank that completes the step knows
   // all V of them: a step a lost peer never answered can still be reported exactly.
   std::vector<int64_t> shared = ShareReplicaMetrics(metrics);
-  RETURN_IF_ERROR(SumExactly(local, n, grads_.as(), shared));
+  Clock::time_point t1;
+  RETURN_IF_ERROR(BackwardReplicasSummed(shared, t1));
   ASSIGN_OR_RETURN(std::tie(metrics.all_replica_loss, metrics.all_replica_accuracy),
                    UnshareReplicaMetrics(shared));
+  const size_t n = param_count();
   const auto t2 = Clock::now();
   std::vector<float*> slots;
   for (Buffer& s : slots_) slots.push_back(s.as());

@@ -1,3 +1,5 @@
+// Store: the small key-value rendezvous that bootstraps a collective (Gloo's addresses, NCCL's
+// unique id). Contract: store.h.
 #include "core/store.h"
 
 #include "absl/strings/str_cat.h"

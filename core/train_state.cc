@@ -1,3 +1,5 @@
+// TrainState on the host: the step, params and optimizer state of Flax's TrainState, and the
+// model's batch_stats. Contract: train_state.h.
 #include "core/train_state.h"
 
 #include <algorithm>

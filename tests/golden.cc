@@ -228,8 +228,8 @@ void ExpectLayersGradientsMatchJax(Backend* backend, const std::string& name) {
                                                             GoldenDropoutKey(g.st)));
   const float want_loss = (*g.st.F32("grads.loss"))[0];
   EXPECT_NEAR(got.loss, want_loss, 1e-5 * std::fabs(want_loss));
-  ExpectEveryTensorWithin(g.setup.model, got.grads, GoldenParams(g.st, g.setup.model, "grads."),
-                          1e-5);
+  ExpectSequenceTensorsWithin1e5(g.setup.model, got.grads,
+                                 GoldenParams(g.st, g.setup.model, "grads."));
 }
 
 std::optional<double> Float64Reference(const SafeTensors& st, const Model& m,
@@ -308,7 +308,7 @@ void ExpectLayersTrainingMatchesOptax(Backend* backend, const std::string& name)
     EXPECT_FALSE(g.st.tensors().contains(prefix + std::to_string(masks.size())));
   }
   ASSERT_OK_AND_ASSIGN(TrainState final_state, exec->GetState());
-  ExpectEveryTensorWithin(m, final_state.params, GoldenParams(g.st, m, "train.params."), 1e-5);
+  ExpectSequenceTensorsWithin1e5(m, final_state.params, GoldenParams(g.st, m, "train.params."));
 }
 
 }  // namespace lockstep::testing

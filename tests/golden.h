@@ -122,12 +122,13 @@ void ExpectAsCloseToFloat64AsXla(const Model& m, const GoldenGradients& got, con
 void ExpectStatsModelGradientsMatchJax(Backend* backend, const std::string& file);
 
 // The loss and every gradient of the layers model `name` at its golden init, on the
-// golden batch with the golden dropout key, computed on `backend`: within 1e-5 of JAX's.
+// golden batch with the golden dropout key, computed on `backend`: within 1e-5 of JAX's
+// (ExpectSequenceTensorsWithin1e5: a vision transformer's attention has a key bias).
 void ExpectLayersGradientsMatchJax(Backend* backend, const std::string& name);
 
 // 20 steps of the layers model `name` with its spec's optimizer and dropout from its own
 // init on `backend`: each loss within 1e-5 of optax's, the same dropout masks, and the
-// final params within 1e-5.
+// final params within 1e-5 (ExpectSequenceTensorsWithin1e5).
 void ExpectLayersTrainingMatchesOptax(Backend* backend, const std::string& name);
 
 // A sequence golden file (sequence_<name>.safetensors: "embed", "attention", "decoder")

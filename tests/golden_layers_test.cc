@@ -1,7 +1,8 @@
 // Models written as layer lists (model.layers) against Flax building the same spec
 // (tools/reference/golden_layers.py): initial params, loss and every gradient, and 20
 // training steps with dropout and the same masks. Together the files use every layer and
-// option the spec offers; the presets keep their own golden_test.
+// option the spec offers on images, vision transformers included (golden_vit.py); the
+// presets keep their own golden_test.
 #include "core/io/safetensors.h"
 #include "core/plan.h"
 #include "core/testing.h"
@@ -33,7 +34,9 @@ TEST_P(LayersGolden, TwentyStepsWithDropoutMatchOptax) {
   testing::ExpectLayersTrainingMatchesOptax(backend.get(), GetParam());
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, LayersGolden, ::testing::Values("conv", "dense", "pool"));
+// vit_token and vit_gap: vision transformers (tools/reference/golden_vit.py).
+INSTANTIATE_TEST_SUITE_P(Models, LayersGolden,
+                         ::testing::Values("conv", "dense", "pool", "vit_token", "vit_gap"));
 
 }  // namespace
 }  // namespace lockstep

@@ -1,3 +1,5 @@
+// BackendSource: the backends a worker computes its jobs on, chosen by its device flag ("cpu",
+// "cuda" or "cuda:K") and its thread count. Contract: backend_factory.h.
 #include "workers/backend_factory.h"
 
 #include "absl/strings/match.h"

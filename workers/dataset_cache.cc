@@ -1,3 +1,6 @@
+// DatasetCache: the train and test splits a worker's jobs read, loaded once per dataset (its folder
+// or files, keys and normalization) and kept in host memory for later jobs. Contract:
+// dataset_cache.h.
 #include "workers/dataset_cache.h"
 
 #include "core/status_macros.h"

@@ -1,3 +1,6 @@
+// Replica: a worker's side of one job, without gRPC and without knowing about jobs or rendezvous:
+// the TrainState in the backend's memory, the job's datasets on the backend, the collective and the
+// step executor. Contract: replica.h.
 #include "workers/replica.h"
 
 #include <algorithm>

@@ -10,8 +10,8 @@
 #include "absl/synchronization/mutex.h"
 #include "bench/scale/sim_job.h"
 #include "lockstep/v1/registry.grpc.pb.h"
-#include "services/common/net.h"
-#include "services/common/wire.h"
+#include "services/common/rpc/net.h"
+#include "services/common/rpc/wire.h"
 
 namespace lockstep {
 namespace {

@@ -1,3 +1,5 @@
+// Argument handling shared by the CLI's programs (`lockstep`, `lockstep-train`), on CLI11, and how
+// they report an error. Contract: args.h.
 #include "clients/cli/args.h"
 
 #include <algorithm>

@@ -1,5 +1,6 @@
-// `lockstep certs`: a cluster's CA, certificates and tokens (services/common/credentials.h)
-// for compose or Kubernetes; `lockstep cluster up` makes its own.
+// `lockstep certs`: a cluster's CA, certificates and tokens
+// (services/common/security/credentials.h) for compose or Kubernetes; `lockstep cluster up` makes
+// its own.
 #include <cstdio>
 #include <memory>
 
@@ -7,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "clients/cli/commands.h"
-#include "services/common/credentials.h"
-#include "services/common/private_files.h"
+#include "services/common/security/credentials.h"
+#include "services/common/security/private_files.h"
 
 namespace lockstep::cli {
 namespace {

@@ -22,8 +22,10 @@ using cli_testing::Result;
 using ::testing::Contains;
 using ::testing::HasSubstr;
 
-// Long enough for two kills and a join while the job runs on a busy 2-core host.
-constexpr int kSteps = 1200;
+// Long enough for two kills, a `status` and a join while the job runs on a busy 2-core
+// host (1,200 was not, once, with the machine's other load slowing the CLI's calls more
+// than the job's steps).
+constexpr int kSteps = 2400;
 
 class CliElasticTest : public CliTest {
  protected:

@@ -1,3 +1,5 @@
+// Client side of the CLI: the coordinator's address (flag, LOCKSTEP_COORDINATOR, or the local
+// cluster's file) and a JobService stub with deadlines. Contract: client.h.
 #include "clients/cli/client.h"
 
 #include <google/protobuf/util/json_util.h>
@@ -23,9 +25,9 @@
 #include "clients/cli/resume.h"
 #include "clients/cli/terminal_text.h"
 #include "core/status_macros.h"
-#include "services/common/job_state.h"
-#include "services/common/net.h"
-#include "services/common/status.h"
+#include "services/common/rpc/job_state.h"
+#include "services/common/rpc/net.h"
+#include "services/common/rpc/status.h"
 
 namespace lockstep::cli {
 

@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "clients/cli/commands.h"
 #include "lockstep/v1/job.grpc.pb.h"
-#include "services/common/net.h"
+#include "services/common/rpc/net.h"
 
 namespace lockstep::cli {
 

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "absl/status/statusor.h"
@@ -28,13 +29,16 @@
 #include "clients/cluster/cluster_processes.h"
 #include "clients/cluster/supervisor.h"
 #include "core/data/data_roots.h"
-#include "services/common/listen_socket.h"
-#include "services/common/private_files.h"
+#include "services/common/rpc/listen_socket.h"
+#include "services/common/security/private_files.h"
 
 namespace lockstep::cli {
 namespace {
 
 namespace fs = std::filesystem;
+
+// How often a supervisor with nothing to do reads the servers' metrics port files again.
+constexpr absl::Duration kRefresh = absl::Seconds(1);
 
 // What the supervisor did on request: workers started (SIGUSR1, `cluster add-worker`),
 // how many and how the last start went ("worker-4 registered as w0004", or why not); and
@@ -143,13 +147,20 @@ int Supervise(const ClusterOptions& options, RestartPolicy policy, const sigset_
     std::fflush(stderr);
   };
   Supervisor supervisor(cluster->get(), absl::Now(), BackoffOptions{}, log, policy);
+  // Woken by a server's exit (SIGCHLD), a restart that is due, or a signal; and every
+  // kRefresh for the record's metrics addresses, which a restarted server writes once up.
   sigset_t wake = stop;
   sigaddset(&wake, SIGUSR1);
   sigaddset(&wake, SIGUSR2);
-  timespec tick = {0, 200 * 1000 * 1000};
+  sigaddset(&wake, SIGCHLD);
   while (true) {
+    absl::Duration wait = kRefresh;
+    if (std::optional<absl::Time> due = supervisor.NextRestart(); due.has_value()) {
+      wait = std::clamp(*due - absl::Now(), absl::ZeroDuration(), kRefresh);
+    }
+    const timespec tick = absl::ToTimespec(wait);
     const int sig = sigtimedwait(&wake, nullptr, &tick);
-    if (sig > 0 && sig != SIGUSR1 && sig != SIGUSR2) break;  // one of `stop`
+    if (sig > 0 && sig != SIGUSR1 && sig != SIGUSR2 && sig != SIGCHLD) break;  // one of `stop`
     bool changed = supervisor.Poll(absl::Now());
     if (sig == SIGUSR1) {  // returns once the worker has registered, or failed to
       const int index = (*cluster)->ServerCount() - 1;
@@ -205,13 +216,14 @@ void PrintStarted(const ClusterOptions& options, const Started& started) {
   }
 }
 
-// The supervisor's signals, received by sigtimedwait: `stop`, SIGUSR1 (add a worker) and
-// SIGUSR2 (add data roots).
-// Blocked before any thread starts, so that none of them dies of SIGUSR1.
+// The supervisor's signals, received by sigtimedwait: `stop`, SIGUSR1 (add a worker),
+// SIGUSR2 (add data roots) and SIGCHLD (a server exited). Blocked before any thread starts,
+// so that none of them dies of SIGUSR1 or SIGUSR2.
 void BlockSupervisorSignals(const sigset_t& stop) {
   sigset_t blocked = stop;
   sigaddset(&blocked, SIGUSR1);
   sigaddset(&blocked, SIGUSR2);
+  sigaddset(&blocked, SIGCHLD);  // a server's exit, taken by sigtimedwait
   pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
 }
 

@@ -20,10 +20,10 @@
 #include "clients/cluster/cluster_processes.h"
 #include "core/testing.h"
 #include "lockstep/v1/job.grpc.pb.h"
-#include "services/common/credentials.h"
-#include "services/common/http_testing.h"
-#include "services/common/net.h"
-#include "services/common/status.h"
+#include "services/common/observability/http_testing.h"
+#include "services/common/rpc/net.h"
+#include "services/common/rpc/status.h"
+#include "services/common/security/credentials.h"
 
 namespace lockstep {
 namespace {

@@ -25,14 +25,9 @@ namespace fs = std::filesystem;
 bool IsClusterServer(pid_t pid) { return Runs(pid, {"lockstep-coordinator", "lockstep-worker"}); }
 
 // Waits until `pid` no longer runs `name`; false after `timeout`. (Not waitpid: the
-// supervisor is not our child.)
+// supervisor is not our child; AwaitExit's pidfd wakes on its exit.)
 bool WaitGone(pid_t pid, std::string_view name, absl::Duration timeout) {
-  const absl::Time end = absl::Now() + timeout;
-  while (Runs(pid, {name})) {
-    if (absl::Now() >= end) return false;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return true;
+  return !Runs(pid, {name}) || AwaitExit(pid, timeout);
 }
 
 int Down(const std::string& dir) {

@@ -1,3 +1,5 @@
+// `lockstep train --data DIR`: where the spec's dataset is read from on this machine. Contract:
+// data_option.h.
 #include "clients/cli/data_option.h"
 
 #include <filesystem>

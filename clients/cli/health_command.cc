@@ -6,8 +6,8 @@
 #include "clients/cli/client.h"
 #include "clients/cli/commands.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "services/common/net.h"
-#include "services/common/status.h"
+#include "services/common/rpc/net.h"
+#include "services/common/rpc/status.h"
 
 namespace lockstep::cli {
 namespace {

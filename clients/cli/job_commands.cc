@@ -19,8 +19,8 @@
 #include "clients/cli/terminal_text.h"
 #include "core/io/safetensors.h"
 #include "core/spec/spec.h"
-#include "services/common/job_state.h"
-#include "services/common/status.h"
+#include "services/common/rpc/job_state.h"
+#include "services/common/rpc/status.h"
 
 namespace lockstep::cli {
 namespace {

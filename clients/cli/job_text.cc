@@ -1,3 +1,6 @@
+// The human form of a job, as `status`, `list` and `watch` print it: a headline (id, state, name,
+// progress, loss, accuracy, workers, owner) and indented lines for what waits, recovers, failed or
+// was written. Contract: job_text.h.
 #include "clients/cli/job_text.h"
 
 #include <algorithm>

@@ -1,3 +1,6 @@
+// What `lockstep logs` prints of a job's kept events and log lines (two streams, WatchJob and
+// WatchLogs): merged in time order, then only those since a time, then only the last N. Contract:
+// log_order.h.
 #include "clients/cli/log_order.h"
 
 #include <algorithm>

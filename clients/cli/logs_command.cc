@@ -22,7 +22,7 @@
 #include "clients/cli/commands.h"
 #include "clients/cli/job_text.h"
 #include "clients/cli/log_order.h"
-#include "services/common/status.h"
+#include "services/common/rpc/status.h"
 
 namespace lockstep::cli {
 namespace {

@@ -1,3 +1,5 @@
+// How the OpenMP threads of the programs the CLI starts wait at their barriers. Contract:
+// openmp_env.h.
 #include "clients/cli/openmp_env.h"
 
 #include <cstdlib>

@@ -2,10 +2,10 @@
 // reads OMP_WAIT_POLICY and GOMP_SPINCOUNT once, when it loads, so a program cannot
 // choose for itself: the CLI sets them (where the user has not) in its own environment
 // before it starts lockstep-train or a local cluster's servers, which inherit them.
-// Measured in bench/results/cpu-throughput.md ("Wait policy"): libgomp's default spin
-// (300,000 rounds) is fastest alone but 3-10x slower beside one other busy process;
-// sleeping at once (passive) holds up under contention but costs a third on an idle
-// machine; 10,000 rounds costs 2-7% alone and keeps most of passive's gain.
+// Measured in bench/results/cpu-throughput.md ("Wait policy"): libgomp's default spin is
+// fastest alone but much slower beside one other busy process; sleeping at once (passive)
+// holds up under contention but costs on an idle machine; 10,000 rounds costs little
+// alone and keeps most of passive's gain.
 #ifndef LOCKSTEP_CLIENTS_CLI_OPENMP_ENV_H_
 #define LOCKSTEP_CLIENTS_CLI_OPENMP_ENV_H_
 

@@ -1,3 +1,5 @@
+// A terminal progress bar (step/total, loss, accuracy, samples/s, ETA) that redraws in place on a
+// TTY and prints a plain line every few percent elsewhere (logs, CI). Contract: progress.h.
 #include "clients/cli/progress.h"
 
 #include <unistd.h>

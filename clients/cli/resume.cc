@@ -1,3 +1,5 @@
+// Resuming a job's event stream after it broke: where to resume, and which events of the new stream
+// were seen already. Contract: resume.h.
 #include "clients/cli/resume.h"
 
 namespace lockstep::cli {

@@ -17,7 +17,7 @@
 #include "clients/cli/job_text.h"
 #include "clients/cli/progress.h"
 #include "core/spec/spec.h"
-#include "services/common/private_files.h"
+#include "services/common/security/private_files.h"
 #include "services/standalone/local_job.h"
 #include "workers/cpu/cpu_backend.h"
 

@@ -9,7 +9,7 @@
 #include "clients/cli/commands.h"
 #include "clients/cli/terminal_text.h"
 #include "lockstep/v1/registry.grpc.pb.h"
-#include "services/common/status.h"
+#include "services/common/rpc/status.h"
 
 namespace lockstep::cli {
 namespace {

@@ -1,13 +1,20 @@
+// ClusterProcesses: a local cluster's servers as processes on loopback — a coordinator and N
+// workers with free ports, each one's output in a log file — started, grown, killed, restarted (by
+// a Supervisor) and stopped. Contract: cluster_processes.h.
 #include "clients/cluster/cluster_processes.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,10 +22,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lockstep/v1/job.grpc.pb.h"
-#include "services/common/credentials.h"
 #include "services/common/flags.h"
-#include "services/common/net.h"
-#include "services/common/status.h"
+#include "services/common/rpc/net.h"
+#include "services/common/rpc/status.h"
+#include "services/common/security/credentials.h"
 
 namespace lockstep {
 namespace {
@@ -73,14 +80,31 @@ bool Running(pid_t pid) {
   return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
 }
 
+bool AwaitExit(pid_t pid, absl::Duration timeout) {
+  if (pid <= 0) return true;
+  // A pidfd becomes readable when its process exits, ours (a zombie until reaped, which this
+  // leaves to the caller) or not: no polling.
+  const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH;  // gone already
+  pollfd exited = {fd, POLLIN, 0};
+  const absl::Time end = absl::Now() + timeout;
+  int rc;
+  do {
+    const int64_t ms = absl::ToInt64Milliseconds(
+        absl::Ceil(std::max(absl::ZeroDuration(), end - absl::Now()), absl::Milliseconds(1)));
+    rc = poll(&exited, 1, static_cast<int>(std::min<int64_t>(ms, INT32_MAX)));
+  } while (rc < 0 && errno == EINTR);
+  close(fd);
+  return rc > 0;
+}
+
 void StopProcesses(const std::vector<pid_t>& pids, absl::Duration grace) {
   for (pid_t p : pids) {
     if (p > 0) kill(p, SIGTERM);
   }
   const absl::Time end = absl::Now() + grace;
   for (pid_t p : pids) {
-    while (Running(p) && absl::Now() < end) absl::SleepFor(absl::Milliseconds(20));
-    if (Running(p)) kill(p, SIGKILL);
+    if (!AwaitExit(p, end - absl::Now())) kill(p, SIGKILL);
     if (p > 0) waitpid(p, nullptr, 0);  // reaps our children; no-op for others
   }
 }
@@ -310,14 +334,10 @@ absl::StatusOr<absl::Duration> ClusterProcesses::DrainAndRestartCoordinator(absl
   const absl::Time start = absl::Now();
   kill(pid, SIGTERM);
   int status = 0;
-  pid_t reaped = 0;
-  // Polled: waitpid has no timeout, and this is a test harness's wait for a child.
-  while ((reaped = waitpid(pid, &status, WNOHANG)) == 0 && absl::Now() - start < limit) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  const bool exited = AwaitExit(pid, limit) && waitpid(pid, &status, 0) == pid;
   const absl::Duration took = absl::Now() - start;
   coordinator_ = -1;
-  if (reaped != pid) {
+  if (!exited) {
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
     return absl::DeadlineExceededError(absl::StrCat("the coordinator did not exit within ",
@@ -380,14 +400,8 @@ void ClusterProcesses::SignalWorker(int i, int signal) {
 absl::StatusOr<int> ClusterProcesses::WaitForWorkerExit(int i, absl::Duration limit) {
   const pid_t pid = workers_[i];
   if (pid <= 0) return absl::FailedPreconditionError(absl::StrCat("worker ", i, " is not running"));
-  const absl::Time end = absl::Now() + limit;
   int status = 0;
-  pid_t reaped = 0;
-  // Polled: waitpid has no timeout, and this is a test harness's wait for a child.
-  while ((reaped = waitpid(pid, &status, WNOHANG)) == 0 && absl::Now() < end) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  if (reaped != pid) {
+  if (!AwaitExit(pid, limit) || waitpid(pid, &status, 0) != pid) {
     return absl::DeadlineExceededError(
         absl::StrCat("worker ", i, " still runs after ", absl::FormatDuration(limit)));
   }

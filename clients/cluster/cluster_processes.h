@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "clients/cluster/supervisor.h"
-#include "services/common/net.h"
+#include "services/common/rpc/net.h"
 
 namespace lockstep {
 
@@ -129,6 +129,9 @@ class ClusterProcesses : public SupervisedServers {
 absl::StatusOr<pid_t> SpawnServer(const std::vector<std::string>& argv, const std::string& log);
 // Whether `pid` runs (reaping it if it is our child and has exited; a zombie does not).
 bool Running(pid_t pid);
+// Waits until process `pid` (ours or not) has exited, or `timeout` passed: whether it
+// has. Woken by the exit itself (a pidfd), never by polling; reaps nothing.
+bool AwaitExit(pid_t pid, absl::Duration timeout);
 // SIGTERM, then SIGKILL to those still running after `grace`.
 void StopProcesses(const std::vector<pid_t>& pids, absl::Duration grace);
 

@@ -1,3 +1,5 @@
+// Supervisor: restarts the servers of a local cluster that exit, with exponential backoff, so that
+// one crashed worker or coordinator does not end the cluster. Contract: supervisor.h.
 #include "clients/cluster/supervisor.h"
 
 #include <sys/wait.h>
@@ -75,6 +77,14 @@ bool Supervisor::Poll(absl::Time now) {
     changed = true;
   }
   return changed;
+}
+
+std::optional<absl::Time> Supervisor::NextRestart() const {
+  std::optional<absl::Time> next;
+  for (const Slot& s : slots_) {
+    if (s.restart_at && (!next || *s.restart_at < *next)) next = s.restart_at;
+  }
+  return next;
 }
 
 }  // namespace lockstep

@@ -4,7 +4,8 @@
 // so a restart is all recovery needs from here.
 //
 // Time comes in through Poll(now) and the servers through an interface, so the policy is
-// tested without processes or sleeps. Not thread-safe; one thread polls.
+// tested without processes or sleeps. Its caller polls when a server exits (SIGCHLD) and
+// when a restart is due (NextRestart). Not thread-safe; one thread polls.
 #ifndef LOCKSTEP_CLIENTS_CLUSTER_SUPERVISOR_H_
 #define LOCKSTEP_CLIENTS_CLUSTER_SUPERVISOR_H_
 
@@ -70,6 +71,9 @@ class Supervisor {
   // those whose delay has passed (with kNever: logs each that exited, and leaves it).
   // Returns whether any server's pid changed: one was started again, or reaped for good.
   bool Poll(absl::Time now);
+  // When the next scheduled restart is due (nullopt: none is): the latest a caller that
+  // waits for servers to exit should Poll again.
+  std::optional<absl::Time> NextRestart() const;
 
  private:
   struct Slot {

@@ -1,3 +1,5 @@
+// DataRoots: the folders datasets may be read from (a worker's --data_root). Contract:
+// data_roots.h.
 #include "core/data/data_roots.h"
 
 #include <filesystem>

@@ -1,3 +1,5 @@
+// Dataset: an image-classification split in host memory, loaded from IDX or .npz files. Contract:
+// dataset.h.
 #include "core/data/dataset.h"
 
 #include <sys/stat.h>

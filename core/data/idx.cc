@@ -1,3 +1,5 @@
+// IDX files (MNIST's format, reference §9), plain or gzip-compressed (read through zlib), with
+// strict validation: every error names the file. Contract: idx.h.
 #include "core/data/idx.h"
 
 #include <sys/stat.h>

@@ -1,3 +1,6 @@
+// NumPy's .npy format (numpy.lib.format, versions 1.0, 2.0 and 3.0): a magic string, a header that
+// is a Python dict literal {'descr': ..., 'fortran_order': ..., 'shape': ...}, then the array's
+// bytes. Contract: npy.h.
 #include "core/data/npy.h"
 
 #include <cstring>

@@ -1,3 +1,4 @@
+// NumPy's .npz files: a zip archive of .npy files, one per array. Contract: npz.h.
 #include "core/data/npz.h"
 
 #include <fcntl.h>

@@ -1,3 +1,5 @@
+// Token datasets for sequence models: windows of context + 1 tokens, the targets the inputs shifted
+// by one. Contract: token_dataset.h.
 #include "core/data/token_dataset.h"
 
 #include <sys/stat.h>

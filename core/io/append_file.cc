@@ -1,3 +1,5 @@
+// AppendFile: a file that grows by whole appends, for logs and event files written while a job
+// runs. Contract: append_file.h.
 #include "core/io/append_file.h"
 
 #include <fcntl.h>

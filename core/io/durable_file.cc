@@ -1,3 +1,6 @@
+// Files that survive a crash at any moment whole: the new contents go to a temporary file beside
+// the target, which is fsync'ed and renamed over it, and the folder is fsync'ed. Contract:
+// durable_file.h.
 #include "core/io/durable_file.h"
 
 #include <fcntl.h>
@@ -58,7 +61,7 @@ absl::Status FillAndClose(int fd, const std::string& tmp,
                           const std::vector<std::string_view>& parts) {
   absl::Status st;
   // mkostemps creates 0600; the file gets the mode any new file would (0644 under umask 022,
-  // 0600 under the servers' 077: services/common/private_files.h).
+  // 0600 under the servers' 077: services/common/security/private_files.h).
   if (fchmod(fd, NewFileMode()) != 0) st = Errno(absl::StatusCode::kDataLoss, tmp, "chmod failed");
   for (std::string_view part : parts) {
     if (st.ok() && !WriteAll(fd, part))

@@ -1,3 +1,5 @@
+// Containment of paths, for services that confine the files a request names to folders (the
+// coordinator's checkpoint folder, a worker's data roots). Contract: paths.h.
 #include "core/io/paths.h"
 
 namespace lockstep {

@@ -1,3 +1,6 @@
+// The safetensors file format (huggingface/safetensors): an 8-byte little-endian header length, a
+// JSON header naming each tensor's dtype, shape and byte range, then the raw data. Contract:
+// safetensors.h.
 #include "core/io/safetensors.h"
 
 #include <algorithm>

@@ -1,3 +1,6 @@
+// Digests that a Lockstep safetensors file keeps of itself, so that a flipped byte anywhere in it
+// is found when it is read (core/io/safetensors.h writes and checks them). Contract:
+// safetensors_digest.h.
 #include "core/io/safetensors_digest.h"
 
 #include <openssl/evp.h>

@@ -1,3 +1,6 @@
+// TFRecord framing, the container of TensorBoard's event files: each record is its length (uint64,
+// little-endian), the masked CRC32C of those 8 bytes, the data, and the masked CRC32C of the data.
+// Contract: tfrecord.h.
 #include "core/io/tfrecord.h"
 
 #include <array>

@@ -1,3 +1,6 @@
+// Flax linen's per-module RNG derivation (reference §4): make_rng(stream) inside the scope of
+// module path P, for the c-th call in that scope, returns fold_in(stream_root, first 4 bytes big-
+// endian of SHA1(P..., c)). Contract: flax_rng.h.
 #include "core/rng/flax_rng.h"
 
 #include <array>

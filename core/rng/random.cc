@@ -1,3 +1,5 @@
+// jax.random's float32 distributions and permutation on top of threefry (reference §3). Contract:
+// random.h.
 #include "core/rng/random.h"
 
 #include <algorithm>

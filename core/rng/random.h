@@ -40,8 +40,7 @@ std::vector<int32_t> Permutation(Key key, Impl impl, int64_t n);
 
 // `x` reordered by `keys` (keys[i] goes with x[i]; equal keys keep their order), as
 // std::stable_sort by key orders it: four stable radix passes of 8 bits. Permutation's
-// sort (bench/plan_bench.cc: an epoch's order at 60,000 examples 4x faster than with an
-// indirect std::stable_sort, the random bits' loop vectorized beside it).
+// sort (bench/plan_bench.cc compares it with an indirect std::stable_sort).
 void StableSortByKeys(std::span<int32_t> x, std::span<const uint32_t> keys);
 
 // XLA's float32 erf_inv (Giles' single-precision polynomial).

@@ -1,3 +1,5 @@
+// JAX's default PRNG: Threefry-2x32 keys, split, fold_in and 32-bit random bits, in both of JAX's
+// modes (reference §1-2). Contract: threefry.h.
 #include "core/rng/threefry.h"
 
 #include "absl/strings/str_cat.h"

@@ -1,3 +1,5 @@
+// A job's memory, estimated from its spec before it runs, so that a job too big for its machines is
+// refused at submit. Contract: memory.h.
 #include "core/spec/memory.h"
 
 #include <algorithm>
@@ -15,8 +17,8 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 // and gRPC's copies of it, four in all.
 constexpr uint64_t kChunkBytes = kMiB;
 constexpr uint64_t kStreamCopies = 4;
-// A worker's connection and its share of the job's bookkeeping (115 to 135 KiB measured
-// per worker with 256 and 1,024 workers: bench/results/scale.md), with room.
+// A worker's connection and its share of the job's bookkeeping (measured per worker with
+// hundreds of workers: bench/results/scale.md), with room.
 constexpr uint64_t kConnectionBytes = 256 << 10;
 // A job's other bookkeeping on the coordinator (its event log, at most 4 MiB by
 // default, RPCs) and what the heap does not give back between copies.

@@ -1,3 +1,5 @@
+// JobSpec files and validation: YAML or JSON parsed into the JobSpec message, every error naming
+// the field. Contract: spec.h.
 #include "core/spec/spec.h"
 
 #include <google/protobuf/util/json_util.h>

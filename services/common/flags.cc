@@ -1,25 +1,46 @@
+// Flags and environment variables (flags.h), the port files servers write, and the wait for
+// a shutdown signal.
 #include "services/common/flags.h"
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 
 namespace lockstep {
 
-std::vector<char*> ParseFlagsWithEnv(int argc, char** argv, const std::vector<std::string>& names) {
+std::string FlagEnvName(const std::string& name) {
+  std::string env = "LOCKSTEP_";
+  for (char c : name) env.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+  return env;
+}
+
+std::vector<std::string> EnvFlagNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    // absl's own (--flagfile, --fromenv, ...) are defined under absl/flags/.
+    if (absl::StrContains(flag->Filename(), "absl/")) continue;
+    names.emplace_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::vector<char*> ParseFlagsWithEnv(int argc, char** argv) {
   static std::vector<std::string> storage;  // argv strings must outlive parsing
   storage.clear();
-  for (const std::string& name : names) {
-    std::string env = "LOCKSTEP_";
-    for (char c : name)
-      env.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
-    if (const char* v = std::getenv(env.c_str())) storage.push_back("--" + name + "=" + v);
+  for (const std::string& name : EnvFlagNames()) {
+    if (const char* v = std::getenv(FlagEnvName(name).c_str())) {
+      storage.push_back("--" + name + "=" + v);
+    }
   }
   std::vector<char*> args = {argv[0]};
   for (auto& s : storage) args.push_back(s.data());

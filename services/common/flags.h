@@ -1,5 +1,11 @@
 // 12-factor settings: every flag --name of a Lockstep server can also come from the
 // environment variable LOCKSTEP_NAME (upper case); a flag on the command line wins.
+//
+// Two flag libraries, on purpose: the servers' settings are absl flags (gRPC's C++
+// examples' convention; one global registry, which ParseFlagsWithEnv turns into
+// environment variables and deploy/CONFIGURATION.md lists), while the `lockstep` CLI
+// (clients/cli) uses CLI11 for what absl's flags do not have: subcommands, each with its own
+// options, positional arguments and --help, and the completion scripts made from them.
 #ifndef LOCKSTEP_SERVICES_COMMON_FLAGS_H_
 #define LOCKSTEP_SERVICES_COMMON_FLAGS_H_
 
@@ -11,9 +17,15 @@
 
 namespace lockstep {
 
-// Parses argv with absl flags after inserting --name=value for each of `names` whose
-// LOCKSTEP_NAME environment variable is set. Returns the positional arguments.
-std::vector<char*> ParseFlagsWithEnv(int argc, char** argv, const std::vector<std::string>& names);
+// Parses argv with absl flags after inserting --name=value for each flag of this program
+// whose LOCKSTEP_NAME environment variable is set: every flag in absl's registry that the
+// program's own sources define (absl's own, such as --flagfile, are left out), so that no
+// list of them is kept by hand. Returns the positional arguments.
+std::vector<char*> ParseFlagsWithEnv(int argc, char** argv);
+// The environment variable of flag `name`: LOCKSTEP_ and the name in upper case.
+std::string FlagEnvName(const std::string& name);
+// The flags ParseFlagsWithEnv reads from the environment, by name.
+std::vector<std::string> EnvFlagNames();
 
 // Writes the port a server bound to `path` (for --port_file); nothing when path is empty.
 void WritePortFile(const std::string& path, int port);

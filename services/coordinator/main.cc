@@ -13,20 +13,20 @@
 #include "absl/synchronization/mutex.h"
 #include "core/data/data_roots.h"
 #include "core/spec/memory.h"
-#include "services/common/auth.h"
 #include "services/common/flags.h"
-#include "services/common/job_log.h"
-#include "services/common/listen_socket.h"
-#include "services/common/metrics.h"
-#include "services/common/net.h"
-#include "services/common/private_files.h"
-#include "services/common/rpc_metrics.h"
-#include "services/common/server_flags.h"
-#include "services/common/server_security.h"
-#include "services/coordinator/coordinator_metrics.h"
-#include "services/coordinator/job_manager.h"
-#include "services/coordinator/limit_flags.h"
-#include "services/coordinator/service.h"
+#include "services/common/observability/job_log.h"
+#include "services/common/observability/metrics.h"
+#include "services/common/observability/rpc_metrics.h"
+#include "services/common/observability/server_flags.h"
+#include "services/common/rpc/listen_socket.h"
+#include "services/common/rpc/net.h"
+#include "services/common/security/auth.h"
+#include "services/common/security/private_files.h"
+#include "services/common/security/server_security.h"
+#include "services/coordinator/api/service.h"
+#include "services/coordinator/observability/coordinator_metrics.h"
+#include "services/coordinator/scheduling/job_manager.h"
+#include "services/coordinator/scheduling/limit_flags.h"
 #include "services/dashboard/server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "host:port to serve on (port 0: pick one)");
@@ -51,7 +51,7 @@ ABSL_FLAG(int64_t, history_bytes, 4 << 20,
 ABSL_FLAG(int64_t, history_steps, 2000,
           "the steps a finished job keeps for WatchJob, on disk beside its record: every step "
           "up to this many, then every 2nd, 4th, ... (a power of two) and the last");
-ABSL_DECLARE_FLAG(std::string, tls_ca);  // services/common/server_security.cc
+ABSL_DECLARE_FLAG(std::string, tls_ca);  // services/common/security/server_security.cc
 ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
 ABSL_FLAG(std::string, dashboard_listen, "",
@@ -91,41 +91,12 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a peer gone mid-write is an error to report, not a death
   SetPrivateUmask();         // the state folder holds every user's specs and weights
   // Debian builds abseil without NDEBUG, which leaves absl::Mutex's deadlock detection on:
-  // a global graph updated on every lock, 10% of the coordinator's CPU per step at 1,024
+  // a global graph updated on every lock, a large share of the coordinator's CPU with many
   // workers (bench/results/scale.md). Release builds of abseil turn it off; so do we here
   // (unit tests keep it).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   BlockShutdownSignals();
-  std::vector<std::string> env = {"listen",
-                                  "state_dir",
-                                  "heartbeat_timeout_s",
-                                  "step_timeout_s",
-                                  "prepare_timeout_s",
-                                  "collective_timeout_s",
-                                  "steps_in_flight",
-                                  "max_workers_per_job",
-                                  "max_params",
-                                  "job_memory_budget_mb",
-                                  "worker_memory_budget_mb",
-                                  "max_watchers",
-                                  "history_bytes",
-                                  "history_steps",
-                                  "max_queued_jobs",
-                                  "worker_ca_key",
-                                  "bootstrap_token_file",
-                                  "worker_cert_hours",
-                                  "rendezvous_keys_per_job",
-                                  "rendezvous_kb_per_job",
-                                  "tokens_file",
-                                  "port_file",
-                                  "data_root",
-                                  "drain_grace_s",
-                                  "dashboard_listen",
-                                  "dashboard_port_file"};
-  env.insert(env.end(), kLimitFlags.begin(), kLimitFlags.end());
-  env.insert(env.end(), kSecurityFlags.begin(), kSecurityFlags.end());
-  env.insert(env.end(), kObservabilityFlags.begin(), kObservabilityFlags.end());
-  ParseFlagsWithEnv(argc, argv, env);
+  ParseFlagsWithEnv(argc, argv);  // every flag, and its LOCKSTEP_* variable
   if (absl::Status st = ApplyLogFormatFlag(); !st.ok()) {
     spdlog::error("{}", std::string(st.message()));
     return 2;

@@ -8,7 +8,7 @@
 #include "core/clock.h"
 #include "core/spec/memory.h"
 #include "core/spec/spec.h"
-#include "services/coordinator/user_limits.h"
+#include "services/coordinator/scheduling/user_limits.h"
 
 namespace lockstep {
 

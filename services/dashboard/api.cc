@@ -1,3 +1,5 @@
+// DashboardApi: the dashboard's JSON API, a thin layer over the plain classes the gRPC service
+// uses. Contract: api.h.
 #include "services/dashboard/api.h"
 
 #include <google/protobuf/util/json_util.h>
@@ -14,7 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "core/status_macros.h"
 #include "lockstep/v1/dashboard.pb.h"
-#include "services/coordinator/job_access.h"
+#include "services/coordinator/api/job_access.h"
 
 namespace lockstep {
 namespace {

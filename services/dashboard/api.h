@@ -25,9 +25,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "services/common/auth.h"
-#include "services/coordinator/job_manager.h"
-#include "services/coordinator/worker_pool.h"
+#include "services/common/security/auth.h"
+#include "services/coordinator/scheduling/job_manager.h"
+#include "services/coordinator/workers/worker_pool.h"
 #include "services/dashboard/http_status.h"
 
 namespace lockstep {

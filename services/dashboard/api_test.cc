@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "services/coordinator/job_manager_test.h"
+#include "services/coordinator/scheduling/job_manager_test.h"
 
 namespace lockstep::testing {
 namespace {

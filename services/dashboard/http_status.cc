@@ -1,3 +1,5 @@
+// The dashboard API's one mapping from absl::Status to an HTTP answer: the status code (as grpc-
+// gateway maps gRPC codes) and the JSON error body, v1.ApiError. Contract: http_status.h.
 #include "services/dashboard/http_status.h"
 
 #include <google/protobuf/util/json_util.h>

@@ -1,3 +1,5 @@
+// DashboardServer: the coordinator's web dashboard on a port of its own (--dashboard_listen): the
+// JSON API (api.h) under /api/, the pages (assets.h) elsewhere. Contract: server.h.
 #include "services/dashboard/server.h"
 
 #include <arpa/inet.h>
@@ -12,7 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "services/common/flags.h"
-#include "services/common/listen_socket.h"
+#include "services/common/rpc/listen_socket.h"
 #include "services/dashboard/assets.h"
 
 namespace lockstep {
@@ -192,7 +194,8 @@ absl::StatusOr<std::unique_ptr<DashboardServer>> DashboardServer::Start(
       MHD_OPTION_CONNECTION_LIMIT,
       static_cast<unsigned int>(std::max(1, options.max_connections)),  //
       MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned int>(std::max(1, options.threads)),
-      // 0: the system's default stack, never a fixed small one (services/common/metrics.h).
+      // 0: the system's default stack, never a fixed small one
+      // (services/common/observability/metrics.h).
       MHD_OPTION_THREAD_STACK_SIZE, static_cast<size_t>(0),  //
       MHD_OPTION_ARRAY, server->tls() ? tls_options : no_options, MHD_OPTION_END);
   if (server->daemon_ == nullptr) {

@@ -2,8 +2,8 @@
 // the JSON API (api.h) under /api/, the pages (assets.h) elsewhere. HTTPS with the
 // coordinator's certificate and key (the cluster's CA issued them) when TLS is on; plain
 // HTTP only where the gRPC side is plaintext too (--insecure). GNU libmicrohttpd, as the
-// /metrics listener (services/common/metrics.h says why not CivetWeb), here with a small
-// pool of threads: a slow client never holds up another's request, idle connections are
+// /metrics listener (services/common/observability/metrics.h says why not CivetWeb), here with a
+// small pool of threads: a slow client never holds up another's request, idle connections are
 // closed after a timeout, and connections are bounded.
 //
 // Every answer carries a Content-Security-Policy allowing only this origin's scripts and

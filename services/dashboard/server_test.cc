@@ -7,8 +7,8 @@
 #include <filesystem>
 
 #include "core/testing.h"
-#include "services/common/credentials.h"
-#include "services/common/http_testing.h"
+#include "services/common/observability/http_testing.h"
+#include "services/common/security/credentials.h"
 
 namespace lockstep {
 namespace {

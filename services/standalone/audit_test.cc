@@ -10,8 +10,8 @@
 #include "core/spec/testing.h"
 #include "core/status_macros.h"
 #include "core/testing.h"
-#include "services/coordinator/job_manager.h"
-#include "services/coordinator/job_manager_testing.h"
+#include "services/coordinator/scheduling/job_manager.h"
+#include "services/coordinator/scheduling/job_manager_testing.h"
 #include "services/standalone/testing.h"
 
 namespace lockstep::testing {
@@ -60,22 +60,23 @@ class SpareSupply final : public WorkerSupply {
  public:
   SpareSupply(std::vector<PoolWorker> all, int n)
       : current_(all.begin(), all.begin() + n), spares_(all.begin() + n, all.end()) {}
-  absl::StatusOr<std::vector<PoolWorker>> Replace(const std::vector<std::string>& lost,
-                                                  const absl::Status& reason, absl::Duration,
-                                                  const CancelToken&) override {
+  void Recovering(const std::vector<std::string>& lost, const absl::Status& reason,
+                  absl::Duration) override {
     reasons.push_back(std::string(reason.message()));
     std::vector<PoolWorker> next;
     for (const PoolWorker& w : current_) {
       if (std::find(lost.begin(), lost.end(), w.id) == lost.end()) next.push_back(w);
     }
     while (next.size() < current_.size()) {
-      if (spares_.empty()) return absl::DeadlineExceededError("no spare workers");
+      if (spares_.empty())
+        return runner->NoWorkers(absl::DeadlineExceededError("no spare workers"));
       next.push_back(spares_.front());
       spares_.erase(spares_.begin());
     }
     current_ = next;
-    return next;
+    runner->GiveWorkers(std::move(next));
   }
+  JobRunner* runner = nullptr;  // whose supply it is
   void Quarantine(const PoolWorker& w, const std::string& why) override {
     quarantined.push_back(w.id);
   }
@@ -94,6 +95,7 @@ absl::StatusOr<JobOutcome> RunOn(InProcessWorkers& workers, const v1::JobSpec& s
   std::vector<PoolWorker> ranks = workers.pool_workers();
   ranks.resize(spec.workers());
   JobRunner runner(id, spec, ranks, workers.factory(), options, sink, supply);
+  if (supply != nullptr) supply->runner = &runner;
   JobOutcome out;
   absl::Status st = runner.Run(&out);
   std::filesystem::remove_all(options.checkpoint_dir);
@@ -192,6 +194,7 @@ TEST(Audit, ALiarFromAStepOnRollsBackToTheLastAuditThatPassed) {
   first.resize(3);
   JobRunner runner("from-a-step", Spec(3, 30, 5), first, workers.factory(), options, &sink,
                    &supply);
+  supply.runner = &runner;
   JobOutcome out;
   ASSERT_OK(runner.Run(&out));
   std::filesystem::remove_all(options.checkpoint_dir);

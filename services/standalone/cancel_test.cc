@@ -12,8 +12,8 @@
 #include "absl/synchronization/notification.h"
 #include "core/spec/testing.h"
 #include "core/testing.h"
-#include "services/coordinator/job_manager.h"
-#include "services/coordinator/job_manager_testing.h"
+#include "services/coordinator/scheduling/job_manager.h"
+#include "services/coordinator/scheduling/job_manager_testing.h"
 #include "services/standalone/testing.h"
 
 namespace lockstep::testing {

@@ -6,10 +6,10 @@
 #include "absl/strings/str_cat.h"
 #include "core/spec/testing.h"
 #include "core/testing.h"
-#include "services/coordinator/job_manager.h"
-#include "services/coordinator/job_manager_testing.h"
-#include "services/coordinator/job_records.h"
-#include "services/coordinator/snapshot_store.h"
+#include "services/coordinator/scheduling/job_manager.h"
+#include "services/coordinator/scheduling/job_manager_testing.h"
+#include "services/coordinator/storage/job_records.h"
+#include "services/coordinator/storage/snapshot_store.h"
 #include "services/standalone/testing.h"
 
 namespace lockstep::testing {

@@ -13,7 +13,7 @@
 #include "core/spec/spec.h"
 #include "core/spec/testing.h"
 #include "core/testing.h"
-#include "services/coordinator/job_runner.h"
+#include "services/coordinator/jobs/job_runner.h"
 #include "services/standalone/testing.h"
 #include "workers/gloo/stray_connection_store.h"
 

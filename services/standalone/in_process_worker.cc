@@ -1,3 +1,5 @@
+// InProcessWorker: a WorkerClient over a JobSlot in this process, the coordinator's job loop
+// without sockets. Contract: in_process_worker.h.
 #include "services/standalone/in_process_worker.h"
 
 #include <deque>
@@ -9,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/status_macros.h"
-#include "services/common/wire.h"
+#include "services/common/rpc/wire.h"
 
 namespace lockstep {
 namespace {

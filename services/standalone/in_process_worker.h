@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "services/coordinator/worker_client.h"
+#include "services/coordinator/workers/worker_client.h"
 #include "services/worker/job_slot.h"
 
 namespace lockstep {

@@ -19,11 +19,11 @@
 #include "core/spec/spec.h"
 #include "core/spec/testing.h"
 #include "core/testing.h"
-#include "services/common/job_log_testing.h"
-#include "services/coordinator/job_manager.h"
-#include "services/coordinator/job_manager_testing.h"
-#include "services/coordinator/job_runner.h"
-#include "services/coordinator/snapshot_store.h"
+#include "services/common/observability/job_log_testing.h"
+#include "services/coordinator/jobs/job_runner.h"
+#include "services/coordinator/scheduling/job_manager.h"
+#include "services/coordinator/scheduling/job_manager_testing.h"
+#include "services/coordinator/storage/snapshot_store.h"
 #include "services/standalone/testing.h"
 
 namespace lockstep::testing {
@@ -45,11 +45,10 @@ class AbortingSink final : public JobSink, public WorkerSupply {
   void OnSnapshot(int64_t step, uint64_t) override {
     if (step == abort_at_ && runner != nullptr) runner->Abort(absl::CancelledError("stop here"));
   }
-  absl::StatusOr<std::vector<PoolWorker>> Replace(const std::vector<std::string>&,
-                                                  const absl::Status& reason, absl::Duration,
-                                                  const CancelToken&) override {
-    return absl::UnavailableError(
-        absl::StrCat("no spare workers in this test: ", reason.message()));
+  void Recovering(const std::vector<std::string>&, const absl::Status& reason,
+                  absl::Duration) override {
+    runner->NoWorkers(
+        absl::UnavailableError(absl::StrCat("no spare workers in this test: ", reason.message())));
   }
   JobRunner* runner = nullptr;
   std::vector<int64_t> steps;

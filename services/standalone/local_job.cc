@@ -1,3 +1,6 @@
+// RunLocalJob: a job trained in this process, for `lockstep train` and for comparisons in tests and
+// benchmarks: the coordinator's job loop (JobRunner) over one in-process worker computing on the
+// CPU. Contract: local_job.h.
 #include "services/standalone/local_job.h"
 
 #include <filesystem>

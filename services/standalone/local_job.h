@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "lockstep/v1/spec.pb.h"
-#include "services/coordinator/job_runner.h"
+#include "services/coordinator/jobs/job_runner.h"
 
 namespace lockstep {
 

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
-#include "services/coordinator/job_manager_testing.h"
+#include "services/coordinator/scheduling/job_manager_testing.h"
 #include "workers/gloo/gloo_collective.h"
 
 namespace lockstep::testing {

@@ -12,10 +12,10 @@
 
 #include "absl/status/statusor.h"
 #include "core/store.h"
-#include "services/coordinator/job_manager.h"
-#include "services/coordinator/job_runner.h"
+#include "services/coordinator/jobs/job_runner.h"
 #include "services/coordinator/options.h"
-#include "services/coordinator/worker_pool.h"
+#include "services/coordinator/scheduling/job_manager.h"
+#include "services/coordinator/workers/worker_pool.h"
 #include "services/standalone/in_process_worker.h"
 #include "services/worker/job_slot.h"
 

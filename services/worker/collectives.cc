@@ -1,11 +1,14 @@
+// The worker's CollectiveFactory (job_slot.h): a job's data plane bootstrapped through the
+// coordinator's Rendezvous under the job's prefix: NCCL for a CUDA backend, Gloo over TCP
+// otherwise. Contract: collectives.h.
 #include "services/worker/collectives.h"
 
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "services/common/job_log.h"
-#include "services/common/rendezvous_store.h"
+#include "services/common/observability/job_log.h"
+#include "services/common/rpc/rendezvous_store.h"
 #include "workers/gloo/gloo_collective.h"
 #ifdef LOCKSTEP_HAVE_NCCL
 #include "workers/nccl/nccl_collective.h"

@@ -1,3 +1,4 @@
+// Enroll: a worker's own certificate without an operator issuing one. Contract: enroll.h.
 #include "services/worker/enroll.h"
 
 #include <spdlog/spdlog.h>
@@ -8,8 +9,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "lockstep/v1/registry.grpc.pb.h"
-#include "services/common/credentials.h"
-#include "services/common/status.h"
+#include "services/common/rpc/status.h"
+#include "services/common/security/credentials.h"
 
 namespace lockstep {
 

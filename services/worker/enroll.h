@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/cancel.h"
-#include "services/common/net.h"
+#include "services/common/rpc/net.h"
 
 namespace lockstep {
 

@@ -1,3 +1,4 @@
+// JobSlot: a worker's one job, without gRPC. Contract: job_slot.h.
 #include "services/worker/job_slot.h"
 
 #include <spdlog/spdlog.h>
@@ -5,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/spec/spec.h"
 #include "core/status_macros.h"
-#include "services/common/job_log.h"
+#include "services/common/observability/job_log.h"
 
 namespace lockstep {
 namespace {

@@ -11,7 +11,7 @@
 #include "core/spec/spec.h"
 #include "core/spec/testing.h"
 #include "core/testing.h"
-#include "services/common/job_log_testing.h"
+#include "services/common/observability/job_log_testing.h"
 #include "services/worker/testing.h"
 
 namespace lockstep {

@@ -18,16 +18,16 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "core/data/data_roots.h"
-#include "services/common/auth.h"
 #include "services/common/flags.h"
-#include "services/common/job_log.h"
-#include "services/common/listen_socket.h"
-#include "services/common/metrics.h"
-#include "services/common/net.h"
-#include "services/common/private_files.h"
-#include "services/common/rpc_metrics.h"
-#include "services/common/server_flags.h"
-#include "services/common/server_security.h"
+#include "services/common/observability/job_log.h"
+#include "services/common/observability/metrics.h"
+#include "services/common/observability/rpc_metrics.h"
+#include "services/common/observability/server_flags.h"
+#include "services/common/rpc/listen_socket.h"
+#include "services/common/rpc/net.h"
+#include "services/common/security/auth.h"
+#include "services/common/security/private_files.h"
+#include "services/common/security/server_security.h"
 #include "services/worker/collectives.h"
 #include "services/worker/enroll.h"
 #include "services/worker/job_slot.h"
@@ -51,7 +51,7 @@ ABSL_FLAG(std::string, bootstrap_token_file, "",
           "this worker's own key into a certificate naming it (kept in --identity_dir)");
 ABSL_FLAG(std::string, identity_dir, "lockstep-identity",
           "where an enrolled worker keeps its key and certificate (mode 0700)");
-ABSL_DECLARE_FLAG(std::string, tls_ca);  // services/common/server_security.cc
+ABSL_DECLARE_FLAG(std::string, tls_ca);  // services/common/security/server_security.cc
 ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
 ABSL_FLAG(std::string, data_root, lockstep::kDefaultDataRoots,
@@ -239,11 +239,6 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a peer gone mid-write is an error to report, not a death
   lockstep::SetPrivateUmask();
   lockstep::BlockShutdownSignals();
-  std::vector<std::string> env = {
-      "coordinator", "listen",    "advertise_host",       "device",       "threads",        "name",
-      "port_file",   "data_root", "bootstrap_token_file", "identity_dir", "leave_timeout_s"};
-  env.insert(env.end(), lockstep::kSecurityFlags.begin(), lockstep::kSecurityFlags.end());
-  env.insert(env.end(), lockstep::kObservabilityFlags.begin(), lockstep::kObservabilityFlags.end());
-  lockstep::ParseFlagsWithEnv(argc, argv, env);
+  lockstep::ParseFlagsWithEnv(argc, argv);  // every flag, and its LOCKSTEP_* variable
   return lockstep::Main();
 }

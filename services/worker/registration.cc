@@ -1,9 +1,11 @@
+// Registration: keeps this worker registered with the coordinator: registers with backoff,
+// heartbeats, and registers again when forgotten. Contract: registration.h.
 #include "services/worker/registration.h"
 
 #include <spdlog/spdlog.h>
 
 #include "absl/time/time.h"
-#include "services/common/job_log.h"
+#include "services/common/observability/job_log.h"
 
 namespace lockstep {
 

@@ -1,3 +1,5 @@
+// The worker's gRPC layer: the Worker service over a JobSlot (job_slot.h), translating with wire.h.
+// Contract: service.h.
 #include "services/worker/service.h"
 
 #include <spdlog/spdlog.h>
@@ -6,10 +8,10 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "services/common/job_log.h"
-#include "services/common/net.h"
-#include "services/common/status.h"
-#include "services/common/wire.h"
+#include "services/common/observability/job_log.h"
+#include "services/common/rpc/net.h"
+#include "services/common/rpc/status.h"
+#include "services/common/rpc/wire.h"
 
 namespace lockstep {
 

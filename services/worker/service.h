@@ -11,9 +11,9 @@
 
 #include "absl/status/status.h"
 #include "lockstep/v1/worker.grpc.pb.h"
-#include "services/common/auth.h"
-#include "services/common/rpc_metrics.h"
-#include "services/common/serial_executor.h"
+#include "services/common/observability/rpc_metrics.h"
+#include "services/common/rpc/serial_executor.h"
+#include "services/common/security/auth.h"
 #include "services/worker/job_slot.h"
 
 namespace lockstep {

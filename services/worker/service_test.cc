@@ -21,11 +21,11 @@
 #include "core/spec/testing.h"
 #include "core/testing.h"
 #include "lockstep/v1/worker.grpc.pb.h"
-#include "services/common/credentials.h"
-#include "services/common/net.h"
-#include "services/common/status.h"
-#include "services/common/wire.h"
-#include "services/coordinator/worker_client.h"
+#include "services/common/rpc/net.h"
+#include "services/common/rpc/status.h"
+#include "services/common/rpc/wire.h"
+#include "services/common/security/credentials.h"
+#include "services/coordinator/workers/worker_client.h"
 #include "services/worker/testing.h"
 
 namespace lockstep {

@@ -1,3 +1,5 @@
+// WorkerMetrics: a worker's Prometheus metrics, called by its JobSlot and Registration (no gRPC, no
+// HTTP: tests read the values with ReadMetric). Contract: worker_metrics.h.
 #include "services/worker/worker_metrics.h"
 
 #include <chrono>
@@ -35,7 +37,31 @@ class MeteredCollective final : public Collective {
                                                      const CollectiveOptions& options) override {
     const auto t0 = std::chrono::steady_clock::now();
     absl::StatusOr<CollectiveTicket> ticket = inner_->StartAllReduceSum(data, n, options);
-    if (ticket.ok()) started_.push_back({*ticket, n, t0});
+    if (ticket.ok()) started_.push_back({*ticket, n * sizeof(float), t0});
+    return ticket;
+  }
+  // Reductions by a function (the exact sum's), metered as the float all-reduces: by the
+  // bytes of this rank's contributions.
+  bool CanAllReduceBy(int total, size_t align) const override {
+    return inner_->CanAllReduceBy(total, align);
+  }
+  absl::Status AllReduceBy(std::span<const float* const> local, size_t n, float* out,
+                           const ChunkReduction& r, const CollectiveOptions& options) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status st = inner_->AllReduceBy(local, n, out, r, options);
+    if (st.ok()) {
+      metrics_->OnAllReduce(
+          n * local.size() * sizeof(float),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return st;
+  }
+  absl::StatusOr<CollectiveTicket> StartAllReduceBy(std::span<const float* const> local, size_t n,
+                                                    float* out, const ChunkReduction& r,
+                                                    const CollectiveOptions& options) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<CollectiveTicket> ticket = inner_->StartAllReduceBy(local, n, out, r, options);
+    if (ticket.ok()) started_.push_back({*ticket, n * local.size() * sizeof(float), t0});
     return ticket;
   }
   absl::Status Wait(CollectiveTicket ticket) override {
@@ -44,8 +70,7 @@ class MeteredCollective final : public Collective {
     while (!started_.empty() && started_.front().ticket <= ticket) {
       const Started& s = started_.front();
       if (st.ok()) {
-        metrics_->OnAllReduce(s.n * sizeof(float),
-                              std::chrono::duration<double>(now - s.start).count());
+        metrics_->OnAllReduce(s.bytes, std::chrono::duration<double>(now - s.start).count());
       }
       started_.pop_front();
     }
@@ -67,7 +92,7 @@ class MeteredCollective final : public Collective {
  private:
   struct Started {
     CollectiveTicket ticket;
-    size_t n;
+    size_t bytes;
     std::chrono::steady_clock::time_point start;
   };
   const std::unique_ptr<Collective> inner_;

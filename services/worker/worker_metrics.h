@@ -24,7 +24,7 @@
 
 #include "core/collective.h"
 #include "core/commands.h"
-#include "services/common/metrics.h"
+#include "services/common/observability/metrics.h"
 
 namespace lockstep {
 

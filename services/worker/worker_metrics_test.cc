@@ -10,7 +10,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A collective of `size` ranks that sums nothing and fails when told to.
+// A collective of `size` ranks that sums nothing and fails when told to; its reductions by
+// a function reduce this rank's contributions alone.
 class StubCollective final : public Collective {
  public:
   explicit StubCollective(absl::Status answer) : answer_(std::move(answer)) {}
@@ -18,6 +19,12 @@ class StubCollective final : public Collective {
   int rank() const override { return 0; }
   int size() const override { return 2; }
   absl::Status AllReduceSum(float*, size_t, const CollectiveOptions&) override { return answer_; }
+  bool CanAllReduceBy(int total, size_t align) const override { return total == 2; }
+  absl::Status AllReduceBy(std::span<const float* const> local, size_t n, float* out,
+                           const ChunkReduction& r, const CollectiveOptions&) override {
+    if (answer_.ok()) r.reduce(local, n, out);
+    return answer_;
+  }
   void Abort(const absl::Status& why) override { aborted = why; }
   absl::Status aborted;
 
@@ -79,6 +86,27 @@ TEST_F(WorkerMetricsTest, StartedAllReducesAreCountedWhenAWaitCoversThem) {
   EXPECT_EQ(Value("lockstep_worker_allreduce_bytes_total"), 4000);
   EXPECT_EQ(Value("lockstep_worker_allreduce_seconds_count"), 2);
   ASSERT_OK(metered->Wait(second));  // counted once
+  EXPECT_EQ(Value("lockstep_worker_allreduce_seconds_count"), 2);
+}
+
+// The exact sum's reductions pass through (a wrapper that hid them would send the worker's
+// exact sums down the slower int64 path: the same bits, at several times the cost).
+TEST_F(WorkerMetricsTest, ReductionsByAFunctionPassThroughAndAreCounted) {
+  std::unique_ptr<Collective> metered = metrics_.Metered(
+      std::make_unique<QueuedCollective>(std::make_unique<StubCollective>(absl::OkStatus())));
+  EXPECT_TRUE(metered->CanAllReduceBy(2, 1024));
+  EXPECT_FALSE(metered->CanAllReduceBy(3, 1024));
+  std::vector<float> a(100, 1.0f), b(100, 2.0f), out(100);
+  const ChunkReduction add{2, 1, [](std::span<const float* const> all, size_t n, float* o) {
+                             for (size_t i = 0; i < n; ++i) o[i] = all[0][i] + all[1][i];
+                           }};
+  const std::vector<const float*> local = {a.data(), b.data()};
+  ASSERT_OK(metered->AllReduceBy(local, 100, out.data(), add, {}));
+  EXPECT_EQ(out[99], 3.0f);
+  ASSERT_OK_AND_ASSIGN(CollectiveTicket t,
+                       metered->StartAllReduceBy(local, 50, out.data(), add, {}));
+  ASSERT_OK(metered->Wait(t));
+  EXPECT_EQ(Value("lockstep_worker_allreduce_bytes_total"), 2 * 150 * 4);
   EXPECT_EQ(Value("lockstep_worker_allreduce_seconds_count"), 2);
 }
 

@@ -12,8 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/testing.h"
-#include "services/common/net.h"
-#include "services/common/status.h"
+#include "services/common/rpc/net.h"
+#include "services/common/rpc/status.h"
 #include "tests/cluster/local_cluster.h"
 
 namespace lockstep::testing {

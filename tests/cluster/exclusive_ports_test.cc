@@ -12,8 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/testing.h"
-#include "services/common/credentials.h"
-#include "services/common/http_testing.h"
+#include "services/common/observability/http_testing.h"
+#include "services/common/security/credentials.h"
 #include "tests/cluster/local_cluster.h"
 
 namespace lockstep::testing {

@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "core/testing.h"
-#include "services/common/credentials.h"
-#include "services/common/status.h"
+#include "services/common/rpc/status.h"
+#include "services/common/security/credentials.h"
 #include "tests/cluster/local_cluster.h"
 
 namespace lockstep::testing {

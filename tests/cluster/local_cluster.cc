@@ -11,9 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "services/common/flags.h"
-#include "services/common/job_state.h"
-#include "services/common/net.h"
-#include "services/common/status.h"
+#include "services/common/rpc/job_state.h"
+#include "services/common/rpc/net.h"
+#include "services/common/rpc/status.h"
 
 namespace lockstep::testing {
 namespace {

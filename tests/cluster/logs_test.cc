@@ -14,7 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/testing.h"
-#include "services/common/status.h"
+#include "services/common/rpc/status.h"
 #include "tests/cluster/local_cluster.h"
 
 namespace lockstep::testing {

@@ -12,11 +12,11 @@
 #include "absl/strings/str_cat.h"
 #include "core/testing.h"
 #include "lockstep/v1/job.grpc.pb.h"
-#include "services/common/credentials.h"
 #include "services/common/flags.h"
-#include "services/common/job_state.h"
-#include "services/common/net.h"
-#include "services/common/status.h"
+#include "services/common/rpc/job_state.h"
+#include "services/common/rpc/net.h"
+#include "services/common/rpc/status.h"
+#include "services/common/security/credentials.h"
 #include "tests/cluster/local_cluster.h"
 
 namespace lockstep::testing {

@@ -26,7 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "core/status_macros.h"
 #include "core/testing.h"
-#include "services/common/http_testing.h"
+#include "services/common/observability/http_testing.h"
 #include "tests/cluster/local_cluster.h"
 
 namespace lockstep::testing {

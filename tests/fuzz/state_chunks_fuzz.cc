@@ -1,5 +1,5 @@
 // Fuzzes the reassembly of a TrainState from a FetchState stream (StateChunkAssembler,
-// services/common/wire.h), as the coordinator receives it from a worker. The input is
+// services/common/rpc/wire.h), as the coordinator receives it from a worker. The input is
 // the stream: each chunk a varint length and that many bytes, parsed as a StateChunk.
 // A state that assembles must be exactly the data sent, laid out as its header says.
 #include <google/protobuf/io/coded_stream.h>
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "services/common/wire.h"
+#include "services/common/rpc/wire.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   google::protobuf::io::CodedInputStream in(data, static_cast<int>(size));

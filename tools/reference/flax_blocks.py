@@ -29,7 +29,7 @@ class Block(nn.Module):
   @nn.compact
   def __call__(self, x, train: bool = False):
     return golden_layers.apply_layers(json.loads(self.layers_json), x, train, self.axis_name,
-                                      json.loads(self.blocks_json))
+                                      json.loads(self.blocks_json), self)
 
 
 _CLASSES = {}
@@ -62,9 +62,9 @@ def call_block(o, x, train, axis_name, blocks):
       x, train)
 
 
-def residual(o, x, train, axis_name, blocks):
-  y = golden_layers.apply_layers(o["layers"], x, train, axis_name, blocks)
+def residual(o, x, train, axis_name, blocks, module):
+  y = golden_layers.apply_layers(o["layers"], x, train, axis_name, blocks, module)
   r = x
   if r.shape != y.shape:
-    r = golden_layers.apply_layers(o.get("projection", []), x, train, axis_name, blocks)
+    r = golden_layers.apply_layers(o.get("projection", []), x, train, axis_name, blocks, module)
   return r + y

@@ -95,12 +95,24 @@ class Sequential(nn.Module):
   @nn.compact
   def __call__(self, x, train: bool = False):
     spec = json.loads(self.spec_json)
-    return apply_layers(spec["layers"], x, train, self.axis_name, spec.get("blocks", {}))
+    return apply_layers(spec["layers"], x, train, self.axis_name, spec.get("blocks", {}), self)
 
 
-def apply_layers(layers, x, train, axis_name, blocks):
-  """Applies spec layers inside the current module's compact __call__ (so that the modules
-  created here are its children, auto-named in its scope)."""
+class AddPositionEmbs(nn.Module):
+  """The reference ViT's learned position embedding (google-research/vision_transformer,
+  models_vit.py): x + a (1, T, F) param initialized normal(stddev), ViT's 0.02."""
+  stddev: float = 0.02
+
+  @nn.compact
+  def __call__(self, x):
+    pe = self.param("pos_embedding", nn.initializers.normal(stddev=self.stddev),
+                    (1, x.shape[1], x.shape[2]))
+    return x + pe
+
+
+def apply_layers(layers, x, train, axis_name, blocks, module):
+  """Applies spec layers inside `module`'s compact __call__ (so that the modules created
+  here are its children, auto-named in its scope, and a class token is its param)."""
   import flax_blocks  # noqa: E402 (it imports this module)
   for entry in layers:
     if isinstance(entry, str):
@@ -150,6 +162,15 @@ def apply_layers(layers, x, train, axis_name, blocks):
     elif kind == "position_embed":  # a learned position embedding, added
       t = x.shape[-2]
       x = x + nn.Embed(o.get("max_len", t), x.shape[-1], name=name)(jnp.arange(t))
+    elif kind == "to_sequence":  # ViT: the patches' pixels as tokens
+      x = x.reshape((x.shape[0], -1, x.shape[-1]))
+    elif kind == "class_token":  # ViT's, before the tokens
+      cls = module.param(o.get("name", "cls"), nn.initializers.zeros, (1, 1, x.shape[-1]))
+      x = jnp.concatenate([jnp.tile(cls, [x.shape[0], 1, 1]), x], axis=1)
+    elif kind == "add_position_embs":
+      x = AddPositionEmbs(o.get("stddev", 0.02), name=name)(x)
+    elif kind == "sequence_pool":
+      x = x[:, 0] if o["method"] == "first" else jnp.mean(x, axis=1)
     elif kind == "multi_head_attention":  # self-attention
       mask = nn.make_causal_mask(jnp.ones(x.shape[:2])) if o.get("causal") else None
       x = nn.MultiHeadDotProductAttention(
@@ -157,7 +178,7 @@ def apply_layers(layers, x, train, axis_name, blocks):
           out_features=o.get("out_features"), dropout_rate=o.get("dropout_rate", 0.0),
           use_bias=o.get("use_bias", True), deterministic=not train, name=name)(x, mask=mask)
     elif kind == "residual":
-      x = flax_blocks.residual(o, x, train, axis_name, blocks)
+      x = flax_blocks.residual(o, x, train, axis_name, blocks, module)
     elif kind == "block":
       x = flax_blocks.call_block(o, x, train, axis_name, blocks)
     else:

@@ -217,7 +217,8 @@ def main():
   ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "../../tests/golden"))
   ap.add_argument(
       "--only",
-      default="rng,init,grads,train,pmap,optax,layers,batchnorm,replicas,resnet,precision,sequence")
+      default="rng,init,grads,train,pmap,optax,layers,batchnorm,replicas,resnet,precision,sequence,"
+              "vit")
   args = ap.parse_args()
   os.makedirs(args.out, exist_ok=True)
   only = set(args.only.split(","))
@@ -242,6 +243,9 @@ def main():
   if "sequence" in only:
     import golden_sequence  # noqa: E402
     golden_sequence.write_goldens(args.out)
+  if "vit" in only:
+    import golden_vit  # noqa: E402
+    golden_vit.write_goldens(args.out)
   if "batchnorm" in only:  # pmap on 2 of the host devices set above
     import golden_batchnorm  # noqa: E402
     golden_batchnorm.write_goldens(args.out)

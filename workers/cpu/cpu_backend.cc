@@ -1,3 +1,5 @@
+// The CPU backend: oneDNN convolutions, oneDNN or OpenBLAS GEMMs, and OpenMP loops for the
+// elementwise kernels. Contract: cpu_backend.h.
 #include "workers/cpu/cpu_backend.h"
 
 #include <omp.h>
@@ -452,6 +454,26 @@ class CpuBackend final : public Backend {
   absl::Status MaskedScale(int rows, int cols, const uint8_t* mask, float keep, const float* x,
                            float* y) override {
     cpu::MaskedScale(threads_, rows, cols, mask, keep, x, y);
+    return absl::OkStatus();
+  }
+
+  absl::Status ClassToken(int b, int t, int f, const float* cls, const float* x,
+                          float* y) override {
+    cpu::ClassToken(threads_, b, t, f, cls, x, y);
+    return absl::OkStatus();
+  }
+  absl::Status ClassTokenBackward(int b, int t, int f, const float* dy, float* dx,
+                                  float* dcls) override {
+    cpu::ClassTokenBackward(threads_, b, t, f, dy, dx, dcls);
+    return absl::OkStatus();
+  }
+  absl::Status SequencePool(bool mean, int b, int t, int f, const float* x, float* y) override {
+    cpu::SequencePool(threads_, mean, b, t, f, x, y);
+    return absl::OkStatus();
+  }
+  absl::Status SequencePoolBackward(bool mean, int b, int t, int f, const float* dy,
+                                    float* dx) override {
+    cpu::SequencePoolBackward(threads_, mean, b, t, f, dy, dx);
     return absl::OkStatus();
   }
 

@@ -1,3 +1,5 @@
+// The CPU backend's Flax BatchNorm kernels (see Backend::BatchNormMoments and the methods after it
+// for each one's contract). Contract: cpu_batch_norm.h.
 #include "workers/cpu/cpu_batch_norm.h"
 
 #include <omp.h>

@@ -1,3 +1,5 @@
+// The CPU backend's GEMMs: a single-threaded sgemm over a fixed grid of blocks, so that the bits
+// depend only on the thread count. Contract: cpu_gemm.h.
 #include "workers/cpu/cpu_gemm.h"
 
 #include <cblas.h>
@@ -14,13 +16,13 @@ namespace lockstep::cpu {
 namespace {
 
 // GEMMs of at most this many multiply-adds (m * n * k) run on the calling thread alone, as
-// OpenBLAS itself would run them (64^3: about 8 us).
+// OpenBLAS itself would run them (64^3 is microseconds: less than a fork/join).
 constexpr int64_t kGemmParallelMin = 1 << 18;
 
 // Products whose c has fewer columns than this (the 10-class layer's forward and kernel
-// gradient) run on OpenBLAS; wider ones on oneDNN's sgemm, about 1.3x faster for the
-// MLP's and the CNN's dense layers on one AVX-512 core (bench/results/roofline.md).
-// OpenBLAS is up to 3x faster for the narrow ones.
+// gradient) run on OpenBLAS; wider ones on oneDNN's sgemm, the faster for the MLP's and
+// the CNN's dense layers on an AVX-512 core, while OpenBLAS is the faster for the narrow
+// ones (bench/results/roofline.md).
 constexpr int kOneDnnGemmMinN = 32;
 
 // Row-major c = alpha * op(a) * op(b) + beta * c with explicit leading dimensions, so that
@@ -79,7 +81,7 @@ absl::Status Gemm(int threads, bool onednn_wide, bool ta, bool tb, int m, int n,
   // region: then it runs on the caller alone and touches no global. So a product for one
   // thread is called with this thread's ICV at 1; a larger one is split into a grid of
   // `threads` blocks of c, each a single-threaded sgemm inside our own team. On 2 cores
-  // this beats OpenBLAS's threading (CNN steps about 30% faster, MLP 2%). The blocks depend
+  // this beats OpenBLAS's threading (bench/results/cpu-throughput.md). The blocks depend
   // only on `threads`, and so do the bits.
   const int lda = ta ? m : k, ldb = tb ? k : n;
   const bool onednn = onednn_wide && n >= kOneDnnGemmMinN;

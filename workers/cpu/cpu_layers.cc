@@ -1,3 +1,5 @@
+// The CPU backend's kernels for the layers beyond conv and dense: activations, average and max
+// pooling, layer norm (see Backend for each one's contract). Contract: cpu_layers.h.
 #include "workers/cpu/cpu_layers.h"
 
 #include <omp.h>

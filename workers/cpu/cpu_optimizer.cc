@@ -1,3 +1,5 @@
+// The CPU backend's optimizer kernels (Backend::SumSquares, ClipByGlobalNorm, SgdUpdate,
+// AdamUpdate), elementwise over `threads` OpenMP threads. Contract: cpu_optimizer.h.
 #include "workers/cpu/cpu_optimizer.h"
 
 #include <algorithm>

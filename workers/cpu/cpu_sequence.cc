@@ -1,3 +1,6 @@
+// The CPU backend's kernels for the sequence layers: embedding lookups and their gradient,
+// broadcast adds, strided batches of GEMMs and the attention softmax (see Backend for each one's
+// contract). Contract: cpu_sequence.h.
 #include "workers/cpu/cpu_sequence.h"
 
 #include <cblas.h>
@@ -115,6 +118,66 @@ void MaskedScale(int threads, int rows, int cols, const uint8_t* mask, float kee
     const float* xr = x + int64_t{r} * cols;
     float* yr = y + int64_t{r} * cols;
     for (int c = 0; c < cols; ++c) yr[c] = xr[c] * (mask[c] ? scale : 0.0f);
+  }
+}
+
+void ClassToken(int threads, int b, int t, int f, const float* cls, const float* x, float* y) {
+  const size_t in = size_t(t) * f, out = in + f;
+#pragma omp parallel for num_threads(threads) schedule(static) if (b * out > kParallelMin)
+  for (int i = 0; i < b; ++i) {
+    std::memcpy(y + i * out, cls, f * sizeof(float));
+    std::memcpy(y + i * out + f, x + i * in, in * sizeof(float));
+  }
+}
+
+void ClassTokenBackward(int threads, int b, int t, int f, const float* dy, float* dx, float* dcls) {
+  const size_t in = size_t(t) * f, out = in + f;
+  if (dx != nullptr) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (b * in > kParallelMin)
+    for (int i = 0; i < b; ++i) std::memcpy(dx + i * in, dy + i * out + f, in * sizeof(float));
+  }
+  // One column per iteration, its samples in order: the same bits whatever the threads.
+#pragma omp parallel for num_threads(threads) schedule(static) if (size_t(b) * f > kParallelMin)
+  for (int c = 0; c < f; ++c) {
+    double sum = 0;
+    for (int i = 0; i < b; ++i) sum += dy[i * out + c];
+    dcls[c] = static_cast<float>(sum);
+  }
+}
+
+void SequencePool(int threads, bool mean, int b, int t, int f, const float* x, float* y) {
+  const size_t in = size_t(t) * f;
+  const float count = static_cast<float>(t);
+#pragma omp parallel for num_threads(threads) schedule(static) if (b * in > kParallelMin)
+  for (int i = 0; i < b; ++i) {
+    const float* xi = x + i * in;
+    float* yi = y + size_t(i) * f;
+    if (!mean) {
+      std::memcpy(yi, xi, f * sizeof(float));
+      continue;
+    }
+    for (int c = 0; c < f; ++c) {
+      double sum = 0;
+      for (int r = 0; r < t; ++r) sum += xi[size_t(r) * f + c];
+      yi[c] = static_cast<float>(sum) / count;
+    }
+  }
+}
+
+void SequencePoolBackward(int threads, bool mean, int b, int t, int f, const float* dy, float* dx) {
+  const size_t in = size_t(t) * f;
+  const float count = static_cast<float>(t);
+#pragma omp parallel for num_threads(threads) schedule(static) if (b * in > kParallelMin)
+  for (int i = 0; i < b; ++i) {
+    const float* g = dy + size_t(i) * f;
+    float* d = dx + i * in;
+    if (!mean) {
+      std::memcpy(d, g, f * sizeof(float));
+      std::memset(d + f, 0, (in - f) * sizeof(float));
+      continue;
+    }
+    for (int c = 0; c < f; ++c) d[c] = g[c] / count;
+    for (int r = 1; r < t; ++r) std::memcpy(d + size_t(r) * f, d, f * sizeof(float));
   }
 }
 

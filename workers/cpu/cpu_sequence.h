@@ -1,5 +1,6 @@
 // The CPU backend's kernels for the sequence layers: embedding lookups and their
-// gradient, broadcast adds, strided batches of GEMMs and the attention softmax (see
+// gradient, broadcast adds, strided batches of GEMMs, the attention softmax, and a
+// vision transformer's class token and pooling (see
 // Backend for each one's contract). Internal to the CPU backend; each runs on up to
 // `threads` OpenMP threads and gives the same bits whatever their number.
 #ifndef LOCKSTEP_WORKERS_CPU_CPU_SEQUENCE_H_
@@ -23,6 +24,11 @@ void AttentionSoftmax(int threads, int rows, int t, bool causal, float* s);
 void SoftmaxBackward(int threads, int rows, int cols, const float* p, float* dp);
 void MaskedScale(int threads, int rows, int cols, const uint8_t* mask, float keep, const float* x,
                  float* y);
+// A vision transformer's class token and pooling over positions.
+void ClassToken(int threads, int b, int t, int f, const float* cls, const float* x, float* y);
+void ClassTokenBackward(int threads, int b, int t, int f, const float* dy, float* dx, float* dcls);
+void SequencePool(int threads, bool mean, int b, int t, int f, const float* x, float* y);
+void SequencePoolBackward(int threads, bool mean, int b, int t, int f, const float* dy, float* dx);
 
 }  // namespace lockstep::cpu
 

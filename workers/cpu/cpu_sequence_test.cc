@@ -1,6 +1,7 @@
 // The CPU kernels for the sequence layers: against plain loops (strided GEMMs, the
 // embedding's scatter-add, the masked softmax and its gradient against finite
-// differences), Flax's broadcast dropout scaling, and the same bits on any thread count.
+// differences), Flax's broadcast dropout scaling, a vision transformer's class token and
+// sequence pooling, and the same bits on any thread count.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -127,6 +128,75 @@ TEST(CpuSequence, SameBitsOnAnyThreadCount) {
   ASSERT_OK(NewCpuBackend(1)->EmbedBackward(n, f, vocab, ids.data(), dy.data(), one.data()));
   ASSERT_OK(NewCpuBackend(4)->EmbedBackward(n, f, vocab, ids.data(), dy.data(), four.data()));
   EXPECT_EQ(std::memcmp(one.data(), four.data(), one.size() * sizeof(float)), 0);
+}
+
+TEST(CpuSequence, ClassTokenGoesFirstAndItsGradientSumsTheSamples) {
+  const int b = 2, t = 2, f = 3;
+  const std::vector<float> cls = {7, 8, 9}, x = {1, 2, 3, 4, 5, 6, 10, 20, 30, 40, 50, 60};
+  std::vector<float> y(b * (t + 1) * f, -1.0f);
+  auto be = NewCpuBackend(2);
+  ASSERT_OK(be->ClassToken(b, t, f, cls.data(), x.data(), y.data()));
+  EXPECT_EQ(y, (std::vector<float>{7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 30, 40, 50, 60}));
+  std::vector<float> dy(y.size());
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = static_cast<float>(i);
+  std::vector<float> dx(x.size(), -1.0f), dcls(f, -1.0f);
+  ASSERT_OK(be->ClassTokenBackward(b, t, f, dy.data(), dx.data(), dcls.data()));
+  EXPECT_EQ(dx, (std::vector<float>{3, 4, 5, 6, 7, 8, 12, 13, 14, 15, 16, 17}));
+  EXPECT_EQ(dcls, (std::vector<float>{0 + 9, 1 + 10, 2 + 11}));
+  ASSERT_OK(be->ClassTokenBackward(b, t, f, dy.data(), nullptr, dcls.data()));  // dx not wanted
+  EXPECT_EQ(dcls, (std::vector<float>{9, 11, 13}));
+}
+
+TEST(CpuSequence, ClassTokensGradientIsTheSamplesSumRoundedOnce) {
+  // 1 + 300 samples of 2^-24: in float32 each addition to 1 would round away; in double
+  // the sum is exact, then rounded once.
+  const int b = 301, t = 1, f = 1;
+  std::vector<float> dy(b * (t + 1) * f, 0.0f);
+  dy[0] = 1.0f;
+  for (int i = 1; i < b; ++i) dy[i * (t + 1)] = std::ldexp(1.0f, -24);
+  float dcls = 0;
+  auto be = NewCpuBackend(2);
+  ASSERT_OK(be->ClassTokenBackward(b, t, f, dy.data(), nullptr, &dcls));
+  EXPECT_EQ(dcls, static_cast<float>(1.0 + 300 * std::ldexp(1.0, -24)));
+  EXPECT_GT(dcls, 1.0f);
+}
+
+TEST(CpuSequence, SequencePoolTakesTheFirstRowOrTheMean) {
+  const int b = 2, t = 3, f = 2;
+  const std::vector<float> x = {1, 2, 3, 4, 5, 7, -1, 0, 0, 0, 0, 1};
+  std::vector<float> y(b * f);
+  auto be = NewCpuBackend(2);
+  ASSERT_OK(be->SequencePool(false, b, t, f, x.data(), y.data()));
+  EXPECT_EQ(y, (std::vector<float>{1, 2, -1, 0}));
+  ASSERT_OK(be->SequencePool(true, b, t, f, x.data(), y.data()));
+  // jnp.mean: the sum divided by float32(T).
+  EXPECT_EQ(y, (std::vector<float>{9.0f / 3.0f, 13.0f / 3.0f, -1.0f / 3.0f, 1.0f / 3.0f}));
+  const std::vector<float> dy = {3, 6, 9, 12};
+  std::vector<float> dx(x.size(), -1.0f);
+  ASSERT_OK(be->SequencePoolBackward(false, b, t, f, dy.data(), dx.data()));
+  EXPECT_EQ(dx, (std::vector<float>{3, 6, 0, 0, 0, 0, 9, 12, 0, 0, 0, 0}));
+  ASSERT_OK(be->SequencePoolBackward(true, b, t, f, dy.data(), dx.data()));
+  EXPECT_EQ(dx, (std::vector<float>{1, 2, 1, 2, 1, 2, 3, 4, 3, 4, 3, 4}));
+}
+
+TEST(CpuSequence, ClassTokenAndPoolingGiveTheSameBitsOnAnyThreadCount) {
+  const int b = 130, t = 49, f = 64;  // past kParallelMin: threaded
+  const auto x = RandomNormal(size_t(b) * t * f, 70), cls = RandomNormal(f, 71);
+  const auto dy = RandomNormal(size_t(b) * (t + 1) * f, 72);
+  auto run = [&](int threads) {
+    auto be = NewCpuBackend(threads);
+    std::vector<float> out(size_t(b) * (t + 1) * f), dx(x.size()), dcls(f), pooled(size_t(b) * f);
+    EXPECT_OK(be->ClassToken(b, t, f, cls.data(), x.data(), out.data()));
+    EXPECT_OK(be->ClassTokenBackward(b, t, f, dy.data(), dx.data(), dcls.data()));
+    EXPECT_OK(be->SequencePool(true, b, t + 1, f, out.data(), pooled.data()));
+    out.insert(out.end(), dx.begin(), dx.end());
+    out.insert(out.end(), dcls.begin(), dcls.end());
+    out.insert(out.end(), pooled.begin(), pooled.end());
+    return out;
+  };
+  const std::vector<float> one = run(1), two = run(2), three = run(3);
+  EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(one.data(), three.data(), one.size() * sizeof(float)), 0);
 }
 
 }  // namespace

@@ -1,3 +1,4 @@
+// Long float sums in a fixed tree, for precision as good as XLA's. Contract: cpu_sums.h.
 #include "workers/cpu/cpu_sums.h"
 
 #include <algorithm>

@@ -1,10 +1,10 @@
 // Long float sums in a fixed tree, for precision as good as XLA's: a sum of n terms added
 // one after the other errs by up to n ulps of the running total (a conv bias's gradient
-// over 50,176 positions came out 70x further from float64 than XLA's); summed in fixed
+// over a large image came out far further from float64 than XLA's); summed in fixed
 // blocks whose sums are then added pairwise, the error bound grows with the block length
 // plus log2 of the block count instead; with each block accumulated in double, with half
 // an ulp per block plus log2 of the block count (XLA's float32 reductions come out within
-// an ulp or two; a 128-row block in float was 3x their error on small sums). The tree
+// an ulp or two; a 128-row block in float was well above that on small sums). The tree
 // depends only on the sizes, never on the thread count, so the bits do not either.
 #ifndef LOCKSTEP_WORKERS_CPU_CPU_SUMS_H_
 #define LOCKSTEP_WORKERS_CPU_CPU_SUMS_H_

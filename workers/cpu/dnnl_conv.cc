@@ -1,3 +1,5 @@
+// Convolutions through oneDNN's primitives for the CPU backend, on NHWC activations and HWIO
+// kernels. Contract: dnnl_conv.h.
 #include "workers/cpu/dnnl_conv.h"
 
 #include <omp.h>
@@ -136,9 +138,9 @@ struct DnnlConv::Impl {
       const auto algo = dnnl::algorithm::convolution_direct;
       const memory::desc& data_w = threads == 1 ? e.hwio : any_w;
       // Backward-data on one thread: the kernel as it is (HWIO), which gets oneDNN's
-      // im2col + GEMM implementation, about 1.3x its blocked JIT one there (the CNN's
-      // conv2: 8.4 ms against 11.1); on more threads the JIT one, which scales where the
-      // other did not (10 ms against 18-26 on 2). bench/results/roofline.md.
+      // im2col + GEMM implementation, faster than its blocked JIT one there (the CNN's
+      // conv2); on more threads the JIT one, which scales where the other did not
+      // (bench/results/roofline.md).
 #if DNNL_VERSION_MAJOR >= 3  // primitive descriptors take the operation's parameters
       dnnl::convolution_forward::primitive_desc fwd(engine, dnnl::prop_kind::forward_training, algo,
                                                     e.src, any_w, e.bias, e.dst, strides, pad_l,

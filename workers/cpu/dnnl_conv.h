@@ -2,7 +2,7 @@
 // backend: forward_training, backward_data and backward_weights (with the bias's
 // gradient), on NHWC activations and the HWIO kernel in place. oneDNN picks its own
 // blocked kernel layout (its JIT convolutions need one; fixed HWIO gets only its
-// im2col + GEMM implementation, 2-3x slower here for forward and backward-weights), so each
+// im2col + GEMM implementation, slower for forward and backward-weights), so each
 // call reorders the kernel (tens of KB) into it or the gradient out of it; backward-data
 // on one thread keeps HWIO, where the GEMM implementation is the faster (dnnl_conv.cc).
 // The primitives are created once per geometry and cached; their scratchpads and the

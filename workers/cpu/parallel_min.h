@@ -1,3 +1,5 @@
+// ParallelFor: an elementwise loop split across the CPU backend's OpenMP threads, on one
+// thread below kParallelMin elements.
 #ifndef LOCKSTEP_WORKERS_CPU_PARALLEL_MIN_H_
 #define LOCKSTEP_WORKERS_CPU_PARALLEL_MIN_H_
 

@@ -1,3 +1,6 @@
+// The attention weights' softmax over rows of scores, with the optional causal mask, and the
+// gradient through a softmax (see Backend::AttentionSoftmax, SoftmaxBackward). Contract:
+// attention_softmax.cuh.
 #include <cfloat>
 
 #include "workers/cuda/attention_softmax.cuh"

@@ -1,3 +1,5 @@
+// Flax BatchNorm's kernels (see Backend::BatchNormMoments and the methods after it). Contract:
+// batch_norm.cuh.
 #include "core/backend.h"
 #include "core/batch_norm_math.h"
 #include "workers/cuda/batch_norm.cuh"

@@ -1,3 +1,4 @@
+// Bias forward and backward over row-major (rows, cols) activations. Contract: bias.cuh.
 #include "workers/cuda/bias.cuh"
 #include "workers/cuda/bias_plan.h"
 #include "workers/cuda/launch.cuh"

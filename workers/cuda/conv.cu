@@ -1,3 +1,5 @@
+// Convolution as im2col + GEMM: the patch gather and its adjoint, on NHWC activations, for any
+// kernel, strides and padding (see Backend::Im2Col). Contract: conv.cuh.
 #include "workers/cuda/conv.cuh"
 #include "workers/cuda/launch.cuh"
 

@@ -110,6 +110,12 @@ class CudaBackend final : public Backend {
   absl::Status SoftmaxBackward(int rows, int cols, const float* p, float* dp) override;
   absl::Status MaskedScale(int rows, int cols, const uint8_t* mask, float keep, const float* x,
                            float* y) override;
+  absl::Status ClassToken(int b, int t, int f, const float* cls, const float* x, float* y) override;
+  absl::Status ClassTokenBackward(int b, int t, int f, const float* dy, float* dx,
+                                  float* dcls) override;
+  absl::Status SequencePool(bool mean, int b, int t, int f, const float* x, float* y) override;
+  absl::Status SequencePoolBackward(bool mean, int b, int t, int f, const float* dy,
+                                    float* dx) override;
   absl::Status Divide(size_t n, float d, float* x) override;
   absl::Status SumSquares(size_t n, const float* x, double* partials, double* out) override;
   absl::Status ClipByGlobalNorm(size_t n, float max_norm, const double* sum_squares,

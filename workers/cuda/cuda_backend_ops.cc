@@ -19,6 +19,7 @@
 #include "workers/cuda/optimizer.cuh"
 #include "workers/cuda/pool.cuh"
 #include "workers/cuda/softmax_xent.cuh"
+#include "workers/cuda/tokens.cuh"
 
 namespace lockstep {
 
@@ -221,6 +222,25 @@ absl::Status CudaBackend::SoftmaxBackward(int rows, int cols, const float* p, fl
 absl::Status CudaBackend::MaskedScale(int rows, int cols, const uint8_t* mask, float keep,
                                       const float* x, float* y) {
   LS_LAUNCH(cuda::MaskedScale(rows, cols, mask, keep, x, y, stream_));
+}
+
+absl::Status CudaBackend::ClassToken(int b, int t, int f, const float* cls, const float* x,
+                                     float* y) {
+  LS_LAUNCH(cuda::ClassToken(b, t, f, cls, x, y, stream_));
+}
+
+absl::Status CudaBackend::ClassTokenBackward(int b, int t, int f, const float* dy, float* dx,
+                                             float* dcls) {
+  LS_LAUNCH(cuda::ClassTokenBackward(b, t, f, dy, dx, dcls, stream_));
+}
+
+absl::Status CudaBackend::SequencePool(bool mean, int b, int t, int f, const float* x, float* y) {
+  LS_LAUNCH(cuda::SequencePool(mean, b, t, f, x, y, stream_));
+}
+
+absl::Status CudaBackend::SequencePoolBackward(bool mean, int b, int t, int f, const float* dy,
+                                               float* dx) {
+  LS_LAUNCH(cuda::SequencePoolBackward(mean, b, t, f, dy, dx, stream_));
 }
 
 absl::Status CudaBackend::Divide(size_t n, float d, float* x) {

@@ -1,9 +1,9 @@
 // The CUDA kernels of the sequence layers against the CPU backend (workers/cpu) on random
 // data: bitwise where the arithmetic is the same float operations in the same order
 // (the lookups, the embedding gradient, the broadcast adds and dropout, the softmax
-// gradient), within 1e-6 for the attention softmax (CUDA's expf is a few ulps from
-// glibc's) and 1e-5 for the strided GEMMs (cuBLAS sums in another order). TF32 is off.
-// Part of cuda_backend_test; without a GPU every test skips (cuda_testing.h).
+// gradient, the class token and sequence pooling), within 1e-6 for the attention softmax (CUDA's
+// expf is a few ulps from glibc's) and 1e-5 for the strided GEMMs (cuBLAS sums in another order).
+// TF32 is off. Part of cuda_backend_test; without a GPU every test skips (cuda_testing.h).
 #include <cstdint>
 #include <random>
 #include <tuple>
@@ -188,6 +188,48 @@ TEST_F(CudaTest, MaskedScaleIsBitwiseInPlaceOrNot) {
   EXPECT_TRUE(Bitwise(ToHost(d_y, y.size()), y));
   EXPECT_OK(cuda_->MaskedScale(rows, cols, d_mask.as<uint8_t>(), keep, d_x.as(), d_x.as()));
   EXPECT_TRUE(Bitwise(ToHost(d_x, y.size()), y));
+}
+
+TEST_F(CudaTest, ClassTokenAndItsGradientAreBitwise) {
+  // A ViT's 49 patches of 64 features at batch 130 (the class token's sum over more than
+  // one block of samples), and a small odd shape.
+  for (const auto& [b, t, f] : {std::tuple{130, 49, 64}, std::tuple{3, 5, 300}}) {
+    const auto cls = RandomFloats(f, 60), x = RandomFloats(size_t(b) * t * f, 61);
+    const auto dy = RandomFloats(size_t(b) * (t + 1) * f, 62);
+    std::vector<float> y(dy.size()), dx(x.size()), dcls(f);
+    EXPECT_OK(cpu_->ClassToken(b, t, f, cls.data(), x.data(), y.data()));
+    EXPECT_OK(cpu_->ClassTokenBackward(b, t, f, dy.data(), dx.data(), dcls.data()));
+    Buffer d_cls = ToDevice(cls), d_x = ToDevice(x), d_dy = ToDevice(dy);
+    ASSERT_OK_AND_ASSIGN(Buffer d_y, cuda_->Allocate(y.size() * sizeof(float)));
+    ASSERT_OK_AND_ASSIGN(Buffer d_dx, cuda_->Allocate(dx.size() * sizeof(float)));
+    Buffer d_dcls = ToDevice(std::vector<float>(f, 7.0f));  // overwritten, not added to
+    EXPECT_OK(cuda_->ClassToken(b, t, f, d_cls.as(), d_x.as(), d_y.as()));
+    EXPECT_OK(cuda_->ClassTokenBackward(b, t, f, d_dy.as(), d_dx.as(), d_dcls.as()));
+    const std::string what = std::to_string(b) + "x" + std::to_string(t) + "x" + std::to_string(f);
+    EXPECT_TRUE(Bitwise(ToHost(d_y, y.size()), y)) << what;
+    EXPECT_TRUE(Bitwise(ToHost(d_dx, dx.size()), dx)) << what;
+    EXPECT_TRUE(Bitwise(ToHost(d_dcls, dcls.size()), dcls)) << what;
+    // Without dx (the input's gradient not wanted), dcls alone.
+    EXPECT_OK(cuda_->ClassTokenBackward(b, t, f, d_dy.as(), nullptr, d_dcls.as()));
+    EXPECT_TRUE(Bitwise(ToHost(d_dcls, dcls.size()), dcls)) << what;
+  }
+}
+
+TEST_F(CudaTest, SequencePoolAndItsGradientAreBitwise) {
+  for (const bool mean : {true, false}) {
+    const int b = 130, t = 50, f = 64;
+    const auto x = RandomFloats(size_t(b) * t * f, 63), dy = RandomFloats(size_t(b) * f, 64);
+    std::vector<float> y(dy.size()), dx(x.size());
+    EXPECT_OK(cpu_->SequencePool(mean, b, t, f, x.data(), y.data()));
+    EXPECT_OK(cpu_->SequencePoolBackward(mean, b, t, f, dy.data(), dx.data()));
+    Buffer d_x = ToDevice(x), d_dy = ToDevice(dy);
+    ASSERT_OK_AND_ASSIGN(Buffer d_y, cuda_->Allocate(y.size() * sizeof(float)));
+    Buffer d_dx = ToDevice(std::vector<float>(dx.size(), 7.0f));  // overwritten
+    EXPECT_OK(cuda_->SequencePool(mean, b, t, f, d_x.as(), d_y.as()));
+    EXPECT_OK(cuda_->SequencePoolBackward(mean, b, t, f, d_dy.as(), d_dx.as()));
+    EXPECT_TRUE(Bitwise(ToHost(d_y, y.size()), y)) << (mean ? "mean" : "first");
+    EXPECT_TRUE(Bitwise(ToHost(d_dx, dx.size()), dx)) << (mean ? "mean" : "first");
+  }
 }
 
 }  // namespace

@@ -1,3 +1,5 @@
+// CUDA and cuBLAS errors as absl::Status with file:line, and the macros that return them. Contract:
+// cuda_status.h.
 #include "workers/cuda/cuda_status.h"
 
 #include "absl/strings/str_cat.h"

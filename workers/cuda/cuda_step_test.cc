@@ -1,7 +1,7 @@
 // The whole training step on the CUDA backend: against the CPU backend (the CNN, an MLP
-// with dropout, a BatchNorm convnet with and without biases before its norms and a
-// transformer decoder block on tokens; adam, sgd with momentum, and sgd with Nesterov
-// momentum, a schedule and clipping), graph replay against eager execution, and the
+// with dropout, a BatchNorm convnet with and without biases before its norms, a
+// transformer decoder block on tokens and a vision transformer; adam, sgd with momentum, and sgd
+// with Nesterov momentum, a schedule and clipping), graph replay against eager execution, and the
 // JAX/Flax/optax golden files that tests/golden_test.cc, golden_layers_test.cc and
 // golden_sequence_test.cc check the CPU against.
 #include <cmath>
@@ -76,14 +76,41 @@ model:
     - dense: {features: 256}
 )";
 
+// A vision transformer on 28x28 images, examples/vit.yaml's made small: 7x7 patches as 16
+// tokens, the class token, ViT's position embeddings, an encoder block with attention
+// dropout (no biases, as kDecoder) and the class token's output to the head.
+constexpr char kVit[] = R"(
+model:
+  input_shape: [28, 28, 1]
+  layers:
+    - conv: {features: 32, kernel_size: [7, 7], strides: [7, 7], padding: VALID}
+    - to_sequence
+    - class_token
+    - add_position_embs: {}
+    - residual:
+        layers:
+          - layer_norm: {}
+          - multi_head_attention: {num_heads: 4, dropout_rate: 0.1, use_bias: false}
+    - residual:
+        layers:
+          - layer_norm: {}
+          - dense: {features: 64}
+          - gelu
+          - dense: {features: 32}
+          - dropout: {rate: 0.1}
+    - layer_norm
+    - sequence_pool: {method: first}
+    - dense: {features: 10}
+)";
+
 // "cnn", "mlp", "bn": a convnet with BatchNorm after a conv and after a dense layer, both
 // without biases (as in Flax's ResNet), "bn_bias": the same with them, or "decoder"
-// (kDecoder). A bias right before a BatchNorm has a true gradient of 0 (the norm subtracts
-// any shift): its gradient is each backend's rounding noise, summed in another order, which
-// adam turns into updates of +-lr and the running means then carry (see PreNormBiases...).
+// (kDecoder), or "vit" (kVit). A bias right before a BatchNorm has a true gradient of 0 (the norm
+// subtracts any shift): its gradient is each backend's rounding noise, summed in another order,
+// which adam turns into updates of +-lr and the running means then carry (see PreNormBiases...).
 Model MakeModel(const std::string& name) {
-  if (name == "decoder") {
-    absl::StatusOr<v1::JobSpec> spec = ParseSpec(kDecoder, "decoder.yaml");
+  if (name == "decoder" || name == "vit") {
+    absl::StatusOr<v1::JobSpec> spec = ParseSpec(name == "vit" ? kVit : kDecoder, "model.yaml");
     EXPECT_TRUE(spec.ok()) << spec.status();
     absl::StatusOr<Model> m = Model::FromSpec(spec->model());
     EXPECT_TRUE(m.ok()) << m.status();
@@ -168,9 +195,9 @@ void StepBoth(const std::string& model_name, const Model& m, const Optimizer& op
     ASSERT_OK_AND_ASSIGN(auto got_masks, gpu.exec->DropoutMasks());
     EXPECT_EQ(got_masks, want_masks) << "step " << s;
   }
-  if (model_name == "mlp" || model_name == "decoder") {
+  if (model_name == "mlp" || model_name == "decoder" || model_name == "vit") {
     ASSERT_OK_AND_ASSIGN(auto masks, gpu.exec->DropoutMasks());
-    EXPECT_EQ(masks.size(), 2u);  // the decoder's: the attention weights' and the MLP's
+    EXPECT_EQ(masks.size(), 2u);  // a transformer's: the attention weights' and the MLP's
   }
   ASSERT_OK_AND_ASSIGN(out->want, cpu.exec->GetState());
   ASSERT_OK_AND_ASSIGN(out->got, gpu.exec->GetState());
@@ -256,7 +283,7 @@ TEST_P(CudaStepTest, GraphReplayIsBitwiseEqualToEager) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaStepTest,
-                         ::testing::Combine(::testing::Values("cnn", "mlp", "bn", "decoder"),
+                         ::testing::Combine(::testing::Values("cnn", "mlp", "bn", "decoder", "vit"),
                                             ::testing::Values("adam", "sgd", "sgd_schedule_clip")));
 
 // The golden files (tools/reference, JAX on CPU) through the CUDA backend.
@@ -306,7 +333,8 @@ TEST_P(CudaLayersGolden, TwentyDropoutStepsInAGraphMatchOptax) {
   testing::ExpectLayersTrainingMatchesOptax(cuda_.get(), GetParam());
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, CudaLayersGolden, ::testing::Values("conv", "dense", "pool"));
+INSTANTIATE_TEST_SUITE_P(Models, CudaLayersGolden,
+                         ::testing::Values("conv", "dense", "pool", "vit_token", "vit_gap"));
 
 // The sequence models (tools/reference/golden_sequence.py): embed, position_embed,
 // attention, a decoder block, the token-level loss.

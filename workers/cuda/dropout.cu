@@ -1,3 +1,5 @@
+// Flax Dropout on the GPU, with the very jax.random bits the CPU backend draws, so that masks are
+// identical across backends. Contract: dropout.cuh.
 #include "core/rng/random.h"
 #include "workers/cuda/dropout.cuh"
 #include "workers/cuda/launch.cuh"

@@ -1,3 +1,5 @@
+// Elementwise kernels: relu and the other activations, forward and backward, and pmean's division.
+// Contract: elementwise.cuh.
 #include "core/layer_math.h"
 #include "workers/cuda/elementwise.cuh"
 #include "workers/cuda/launch.cuh"

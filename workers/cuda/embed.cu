@@ -1,3 +1,4 @@
+// nn.Embed's lookup and its gradient (see Backend::Embed). Contract: embed.cuh.
 #include "workers/cuda/embed.cuh"
 #include "workers/cuda/launch.cuh"
 

@@ -1,3 +1,5 @@
+// The batch gather: a step's samples and labels, picked by index from a dataset resident in device
+// memory. Contract: gather.cuh.
 #include "workers/cuda/gather.cuh"
 #include "workers/cuda/launch.cuh"
 

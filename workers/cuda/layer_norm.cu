@@ -1,3 +1,5 @@
+// Flax LayerNorm over the rows of (rows, cols), forward and backward (see Backend::LayerNorm).
+// Contract: layer_norm.cuh.
 #include "core/layer_math.h"
 #include "workers/cuda/launch.cuh"
 #include "workers/cuda/layer_norm.cuh"

@@ -1,3 +1,5 @@
+// optax's updates over the flat parameter array: sgd (with momentum, optionally Nesterov's) and
+// adam/adamw, and clip_by_global_norm's norm and scaling. Contract: optimizer.cuh.
 #include "workers/cuda/launch.cuh"
 #include "workers/cuda/optimizer.cuh"
 #include "workers/cuda/update_math.cuh"

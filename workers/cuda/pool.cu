@@ -1,3 +1,5 @@
+// Average and max pooling on NHWC activations, any window, strides and padding (see
+// Backend::AvgPool and MaxPool), and their backward passes. Contract: pool.cuh.
 #include "core/layer_math.h"
 #include "workers/cuda/launch.cuh"
 #include "workers/cuda/pool.cuh"

@@ -1,3 +1,6 @@
+// Softmax cross-entropy on integer labels (see Backend::SoftmaxCrossEntropy): one thread per sample
+// (or per position of a sequence), in the CPU backend's order of operations. Contract:
+// softmax_xent.cuh.
 #include "workers/cuda/launch.cuh"
 #include "workers/cuda/softmax_xent.cuh"
 

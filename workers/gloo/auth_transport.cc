@@ -1,3 +1,4 @@
+// Gloo's TCP transport with an authenticated pairing. Contract: auth_transport.h.
 #include "workers/gloo/auth_transport.h"
 
 #include <fcntl.h>

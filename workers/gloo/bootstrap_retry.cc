@@ -1,3 +1,4 @@
+// Retrying a collective's bootstrap in place. Contract: bootstrap_retry.h.
 #include "workers/gloo/bootstrap_retry.h"
 
 #include <algorithm>

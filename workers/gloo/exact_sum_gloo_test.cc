@@ -1,6 +1,8 @@
 // ExactSum across ranks (threads over Gloo on loopback, a MemoryStore): the same V = 4
 // contributions held by 1, 2 (evenly and unevenly) and 4 ranks, in permuted orders, give
-// bitwise the same sum on every rank, where Gloo's float ring gives different bits.
+// bitwise the same sum on every rank, where Gloo's float ring gives different bits; over
+// shared memory (the ranks trade their contributions: Collective::AllReduceBy, started
+// and waited for in pieces as a step's buckets) and over TCP (the int64 reductions) alike.
 #include <cstring>
 #include <latch>
 #include <random>
@@ -31,11 +33,15 @@ std::vector<std::vector<float>> Contributions() {
   return c;
 }
 
-// Rank r holds contributions groups[r], in that order; every rank's sum (float: Gloo's
-// ring on each rank's float partial sum instead of ExactSum).
+enum class Path { kSharedMemory, kTcp, kFloatRing };
+
+// Rank r holds contributions groups[r], in that order; every rank's sum (kFloatRing:
+// Gloo's ring on each rank's float partial sum instead of ExactSum). Over shared memory
+// the sum is started in three pieces (at multiples of the block) and waited for.
 std::vector<std::vector<float>> SumOnRanks(const std::vector<std::vector<int>>& groups,
                                            const std::vector<std::vector<float>>& c,
-                                           bool float_ring = false) {
+                                           Path path = Path::kSharedMemory) {
+  const bool float_ring = path == Path::kFloatRing;
   const int ranks = static_cast<int>(groups.size());
   static int job = 0;
   const std::string prefix = absl::StrCat("exact_sum_", job++);
@@ -54,6 +60,7 @@ std::vector<std::vector<float>> SumOnRanks(const std::vector<std::vector<int>>& 
           GlooOptions options;
           options.hostname = "127.0.0.1";
           options.prefix = prefix;
+          options.shared_memory = path != Path::kTcp;
           ASSIGN_OR_RETURN(collective, GlooCollective::Create(r, ranks, &store, options));
         }
         std::vector<const float*> local;
@@ -66,9 +73,24 @@ std::vector<std::vector<float>> SumOnRanks(const std::vector<std::vector<int>>& 
           return collective->AllReduceSum(out[r].data(), kN, {});
         }
         ExactSum sum(collective.get(), kContributions);
+        EXPECT_EQ(sum.overlaps(), ranks > 1 && path == Path::kSharedMemory);
         for (int round = 0; round < 2; ++round) {  // scratch reused: the same again
           RETURN_IF_ERROR(sum.Sum(local, kN, out[r].data(), {}));
         }
+        if (!sum.overlaps()) return absl::OkStatus();
+        std::vector<float> pieces(kN);
+        CollectiveTicket last = 0;
+        for (size_t begin :
+             {size_t{0}, 3 * ExactSum::kDefaultBlock, 20 * ExactSum::kDefaultBlock}) {
+          const size_t end = begin == 0                             ? 3 * ExactSum::kDefaultBlock
+                             : begin < 20 * ExactSum::kDefaultBlock ? 20 * ExactSum::kDefaultBlock
+                                                                    : kN;
+          std::vector<const float*> at;
+          for (const float* x : local) at.push_back(x + begin);
+          ASSIGN_OR_RETURN(last, sum.StartSum(at, end - begin, pieces.data() + begin, {}));
+        }
+        RETURN_IF_ERROR(collective->Wait(last));
+        EXPECT_EQ(pieces, out[r]);
         return absl::OkStatus();
       }();
       finished.arrive_and_wait();
@@ -86,11 +108,14 @@ TEST(ExactSumGloo, EveryGroupingAndOrderGivesTheSameBits) {
       {{3, 1, 0, 2}},   {{0, 1}, {2, 3}},     {{3}, {2, 0, 1}},
       {{2, 0}, {3, 1}}, {{0}, {1}, {2}, {3}}, {{3}, {1}, {0}, {2}},
   };
-  for (const auto& groups : groupings) {
-    const auto got = SumOnRanks(groups, c);
-    for (size_t r = 0; r < got.size(); ++r) {
-      ASSERT_EQ(std::memcmp(got[r].data(), want.data(), kN * sizeof(float)), 0)
-          << groups.size() << " ranks, rank " << r;
+  for (const Path path : {Path::kSharedMemory, Path::kTcp}) {
+    for (const auto& groups : groupings) {
+      const auto got = SumOnRanks(groups, c, path);
+      for (size_t r = 0; r < got.size(); ++r) {
+        ASSERT_EQ(std::memcmp(got[r].data(), want.data(), kN * sizeof(float)), 0)
+            << groups.size() << " ranks, rank " << r
+            << (path == Path::kTcp ? " over TCP" : " over shared memory");
+      }
     }
   }
 }
@@ -99,8 +124,8 @@ TEST(ExactSumGloo, EveryGroupingAndOrderGivesTheSameBits) {
 // rank's sum in the same order of contributions.
 TEST(ExactSumGloo, FloatSumsOfTheSameDataDiffer) {
   const auto c = Contributions();
-  const std::vector<float> one = SumOnRanks({{0, 1, 2, 3}}, c, true)[0];
-  const std::vector<float> four = SumOnRanks({{0}, {1}, {2}, {3}}, c, true)[0];
+  const std::vector<float> one = SumOnRanks({{0, 1, 2, 3}}, c, Path::kFloatRing)[0];
+  const std::vector<float> four = SumOnRanks({{0}, {1}, {2}, {3}}, c, Path::kFloatRing)[0];
   EXPECT_NE(std::memcmp(one.data(), four.data(), kN * sizeof(float)), 0);
 }
 

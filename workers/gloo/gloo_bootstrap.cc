@@ -1,3 +1,6 @@
+// The bootstrap of a GlooCollective: binds the rank's TCP device to the address peers use
+// (GlooOptions.hostname or .interface, never a wildcard), and joins the full mesh through the store
+// with authenticated pairings. Contract: gloo_bootstrap.h.
 #include "workers/gloo/gloo_bootstrap.h"
 
 #include <netdb.h>

@@ -1,3 +1,4 @@
+// GlooCollective: the CPU data plane. Contract: gloo_collective.h.
 #include "workers/gloo/gloo_collective.h"
 
 #include <signal.h>
@@ -77,6 +78,7 @@ GlooCollective::GlooCollective(int rank, int size, std::shared_ptr<gloo::Context
     : rank_(rank),
       size_(size),
       over_shm_(shm != nullptr),
+      shm_floats_(shm != nullptr ? shm->capacity_floats() : 0),
       context_(context),
       ring_(std::move(ring)),
       ring64_(std::move(ring64)),
@@ -106,6 +108,21 @@ absl::Status GlooCollective::AllReduceInt64(int64_t* data, size_t n, ReduceOp op
     const auto deadline = Deadline(options.timeout);
     if (shm_ == nullptr) return CallGloo(what, [&] { ring64_->Run(data, n, deadline, maximum); });
     return Prefixed(what, shm_->Run(data, n, maximum, deadline));
+  });
+}
+
+bool GlooCollective::CanAllReduceBy(int total, size_t align) const {
+  return over_shm_ && total >= 1 && align >= 1 && shm_floats_ / total >= align;
+}
+
+absl::Status GlooCollective::AllReduceBy(std::span<const float* const> local, size_t n, float* out,
+                                         const ChunkReduction& r,
+                                         const CollectiveOptions& options) {
+  const std::string what = absl::StrCat(RankName(rank_, size_), ": reduction of ", local.size(),
+                                        " of ", r.total, " contributions of ", n, " floats");
+  if (!CanAllReduceBy(r.total, r.align)) return absl::UnimplementedError(what + ": not here");
+  return RunChecked(what, out, n, options, [&]() -> absl::Status {
+    return Prefixed(what, shm_->RunBy(local, n, out, r, Deadline(options.timeout)));
   });
 }
 

@@ -38,7 +38,7 @@ class ShmAllReduce;
 struct GlooOptions {
   // The address peers use to reach this rank: a hostname or a numeric IP ("127.0.0.1"
   // for tests on one host; a worker's is its address on the route to the coordinator,
-  // services/common/net.h LocalAddressFor). Set exactly one of hostname and interface.
+  // services/common/rpc/net.h LocalAddressFor). Set exactly one of hostname and interface.
   std::string hostname;
   // A network interface ("eth0") whose address to bind, as GLOO_SOCKET_IFNAME would.
   std::string interface;
@@ -101,6 +101,12 @@ class GlooCollective final : public Collective {
   // AllReduceSum's.
   absl::Status AllReduceInt64(int64_t* data, size_t n, ReduceOp op,
                               const CollectiveOptions& options) override;
+  // Through shared memory only (shm_allreduce.h: ShmAllReduce::RunBy), where the ranks
+  // share a host and the segments hold `total` contributions of `align` floats; over TCP
+  // CanAllReduceBy is false and AllReduceBy UNIMPLEMENTED.
+  bool CanAllReduceBy(int total, size_t align) const override;
+  absl::Status AllReduceBy(std::span<const float* const> local, size_t n, float* out,
+                           const ChunkReduction& r, const CollectiveOptions& options) override;
   // Ends an all-reduce in flight on this rank at once (ABORTED), or closes the connections
   // when none is (see the .cc): peers waiting on this rank fail at once.
   void Abort(const absl::Status& why) override;
@@ -123,8 +129,9 @@ class GlooCollective final : public Collective {
   const int rank_;
   const int size_;
   const bool over_shm_;
-  absl::Mutex mu_;                                               // held by AllReduceSum throughout
-  std::shared_ptr<gloo::Context> context_ ABSL_GUARDED_BY(mu_);  // null after an error
+  const size_t shm_floats_;  // a shared-memory segment's capacity (0 over TCP)
+  absl::Mutex mu_;           // held by AllReduceSum throughout
+  std::shared_ptr<gloo::Context> context_ ABSL_GUARDED_BY(mu_);              // null after an error
   std::unique_ptr<gloo_internal::RingAllReduce> ring_ ABSL_GUARDED_BY(mu_);  // on context_
   std::unique_ptr<gloo_internal::RingAllReduceOf<int64_t>> ring64_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<gloo_internal::ShmAllReduce> shm_ ABSL_GUARDED_BY(mu_);  // null: over TCP

@@ -1,3 +1,4 @@
+// Where Gloo's exceptions become absl::Status. Contract: gloo_status.h.
 #include "workers/gloo/gloo_status.h"
 
 #include <exception>

@@ -1,3 +1,6 @@
+// GlooStore: Gloo's rendezvous::Store interface over a lockstep::Store, so that Gloo's
+// connectFullMesh can rendezvous through the coordinator (or a MemoryStore in tests). Contract:
+// gloo_store.h.
 #include "workers/gloo/gloo_store.h"
 
 #include <algorithm>

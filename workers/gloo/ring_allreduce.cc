@@ -1,3 +1,5 @@
+// RingAllReduce: GlooCollective's float sum over Gloo's unbound-buffer transport, written for
+// latency as much as for bandwidth. Contract: ring_allreduce.h.
 #include "workers/gloo/ring_allreduce.h"
 
 #include <algorithm>

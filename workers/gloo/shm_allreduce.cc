@@ -1,3 +1,5 @@
+// ShmAllReduce: GlooCollective's sums and max for ranks that share a host, through shared memory
+// instead of TCP loopback. Contract: shm_allreduce.h.
 #include "workers/gloo/shm_allreduce.h"
 
 #include <fcntl.h>
@@ -37,6 +39,7 @@ struct Header {
   uint64_t token;
   Word counters[3];
   Word aborted;
+  Word contributions;  // RunBy: this rank's contributions to the piece in its segment
 };
 // The values start on the second page.
 constexpr size_t kDataOffset = 4096;
@@ -325,6 +328,76 @@ absl::Status ShmAllReduce::Run(int64_t* data, size_t n, bool maximum, Clock::tim
   }
   return RunPieces(
       data, n, [](int64_t x, int64_t acc) { return x + acc; }, deadline);
+}
+
+size_t ShmAllReduce::ChunkBegin(size_t n, int chunk, size_t align) const {
+  const size_t begin = RingChunkBegin(n, static_cast<int>(segments_.size()), chunk);
+  return std::min(n, (begin + align - 1) / align * align);
+}
+
+absl::Status ShmAllReduce::RunBy(std::span<const float* const> local, size_t n, float* out,
+                                 const ChunkReduction& r, Clock::time_point deadline) {
+  if (aborted_.load()) return AbortedError();
+  if (!CanRunBy(r.total, r.align) || local.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("shared-memory reduction of ", local.size(),
+                                                   " of ", r.total, " contributions in ranges of ",
+                                                   r.align, ": does not fit the segments"));
+  }
+  // Each contribution takes `len` floats of the segment: a whole number of alignments.
+  const size_t len = capacity_floats() / r.total / r.align * r.align;
+  for (size_t from = 0; from < n; from += len) {
+    RETURN_IF_ERROR(PieceBy(local, n, out, from, std::min(n, from + len), len, r, deadline));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmAllReduce::PieceBy(std::span<const float* const> local, size_t n, float* out,
+                                   size_t from, size_t to, size_t len, const ChunkReduction& r,
+                                   Clock::time_point deadline) {
+  const int ranks = static_cast<int>(segments_.size());
+  const uint32_t t = ++pieces_;
+  const Segment& own = *segments_[rank_];
+  RETURN_IF_ERROR(WaitAll(kRead, t - 1, deadline));
+  for (size_t j = 0; j < local.size(); ++j) {
+    std::memcpy(own.data<float>() + j * len, local[j] + from, (to - from) * sizeof(float));
+  }
+  own.header()->contributions.v.store(static_cast<uint32_t>(local.size()),
+                                      std::memory_order_relaxed);
+  Publish(kWritten, t);
+  RETURN_IF_ERROR(WaitAll(kWritten, t, deadline));
+  std::vector<const float*> all;
+  for (int q = 0; q < ranks; ++q) {
+    const uint32_t count = segments_[q]->header()->contributions.v.load(std::memory_order_relaxed);
+    for (uint32_t j = 0; j < count && all.size() <= size_t(r.total); ++j) {
+      all.push_back(segments_[q]->data<float>() + j * len);
+    }
+  }
+  if (all.size() != size_t(r.total)) {
+    return absl::InvalidArgumentError(absl::StrCat("shared-memory reduction: the ranks hold ",
+                                                   all.size() > size_t(r.total) ? "more than " : "",
+                                                   all.size(), " contributions, not ", r.total));
+  }
+  // This rank's chunk, into its first contribution's place (the reduction reads each
+  // element's contributions before it writes it).
+  const auto clip = [&](int chunk, size_t& begin, size_t& end) {
+    begin = std::clamp(ChunkBegin(n, chunk, r.align), from, to);
+    end = std::clamp(ChunkBegin(n, chunk + 1, r.align), from, to);
+  };
+  size_t begin, end;
+  clip(rank_, begin, end);
+  if (end > begin) {
+    for (const float*& x : all) x += begin - from;
+    r.reduce(all, end - begin, own.data<float>() + (begin - from));
+  }
+  Publish(kReduced, t);
+  RETURN_IF_ERROR(WaitAll(kReduced, t, deadline));
+  for (int c = 0; c < ranks; ++c) {
+    clip(c, begin, end);
+    std::memcpy(out + begin, segments_[c]->data<float>() + (begin - from),
+                (end - begin) * sizeof(float));
+  }
+  Publish(kRead, t);
+  return absl::OkStatus();
 }
 
 }  // namespace lockstep::gloo_internal

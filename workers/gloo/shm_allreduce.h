@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/collective.h"
 #include "core/store.h"
 
 namespace lockstep::gloo_internal {
@@ -66,6 +68,19 @@ class ShmAllReduce {
   // The same for int64s: their sum, or with `maximum` their maximum, in place.
   absl::Status Run(int64_t* data, size_t n, bool maximum,
                    std::chrono::steady_clock::time_point deadline);
+  // Collective::AllReduceBy: in pieces of whole r.align's, each rank copies its `local`
+  // contributions to the piece into its segment (their count in its header); rank c
+  // reduces chunk c (the ring's partition, its bounds rounded up to multiples of
+  // r.align) from every segment's contributions into its own segment's first, and every
+  // rank copies every chunk's results out. INVALID_ARGUMENT where the ranks' counts do
+  // not add up to r.total, or !CanRunBy.
+  absl::Status RunBy(std::span<const float* const> local, size_t n, float* out,
+                     const ChunkReduction& r, std::chrono::steady_clock::time_point deadline);
+  // Whether a segment holds `total` contributions of a piece of at least `align` floats.
+  bool CanRunBy(int total, size_t align) const {
+    return total >= 1 && align >= 1 && capacity_floats() / total >= align;
+  }
+  size_t capacity_floats() const { return capacity_bytes_ / sizeof(float); }
 
   // Makes the Run in flight here (if any) and every later one fail with ABORTED (`why`'s
   // message), and the peers' with UNAVAILABLE: they see this rank's segment marked aborted.
@@ -89,6 +104,13 @@ class ShmAllReduce {
   template <typename T, typename Combine>
   absl::Status Piece(T* data, size_t n, size_t from, size_t to, Combine combine,
                      std::chrono::steady_clock::time_point deadline);
+  // RunBy's piece: values [from, to) of a call of n, each contribution `len` floats apart
+  // in the segments.
+  absl::Status PieceBy(std::span<const float* const> local, size_t n, float* out, size_t from,
+                       size_t to, size_t len, const ChunkReduction& r,
+                       std::chrono::steady_clock::time_point deadline);
+  // The first element of chunk `chunk` of a call of n, rounded up to a multiple of `align`.
+  size_t ChunkBegin(size_t n, int chunk, size_t align) const;
   absl::Status AbortedError();
 
   const int rank_;

@@ -1,5 +1,6 @@
 // ShmAllReduce with ranks as threads (one process, one /dev/shm): the ring's bits for any
-// number of ranks and any piece size, exact int64 sums and maxima, the fall-back when a
+// number of ranks and any piece size, exact int64 sums and maxima, reductions by a
+// function of every rank's contributions (RunBy), the fall-back when a
 // rank cannot open a peer's segment, names unlinked after setup, and a peer that is gone,
 // silent or aborted; and GlooCollective giving the same bits over shared memory and over
 // TCP.
@@ -9,13 +10,17 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstring>
+#include <numeric>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/exact_sum.h"
 #include "core/store.h"
 #include "core/testing.h"
 #include "workers/gloo/gloo_collective.h"
@@ -231,6 +236,80 @@ TEST(ShmAllReduce, GlooCollectiveGivesTheSameBitsOverSharedMemoryAndTcp) {
     results[shared] = data;
   }
   for (int r = 0; r < ranks; ++r) EXPECT_EQ(results[0][r], results[1][r]) << "rank " << r;
+}
+
+// RunBy: each rank's contributions (1 to 3 of them) meet on the rank reducing each chunk,
+// in pieces of whole alignments whatever the capacity, every chunk starting at a multiple
+// of the alignment; every rank ends with the reduction of all of them, here ExactSum's
+// (the same bits as on one rank), the results in place over a rank's first contribution.
+TEST_P(ShmAllReduceTest, ReducesByAFunctionOfEveryRanksContributions) {
+  const int ranks = GetParam();
+  std::vector<int> counts(ranks);
+  for (int r = 0; r < ranks; ++r) counts[r] = 1 + r % 3;
+  const int total = std::accumulate(counts.begin(), counts.end(), 0);
+  const size_t align = 5;
+  std::mt19937 rng(ranks);
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-40, 40);
+  for (size_t capacity : {total * align, total * align * 3 + 2, ShmAllReduce::kDefaultCapacity}) {
+    MemoryStore store;
+    auto job = Job(ranks, &store, absl::StrCat("by-", ranks, "-", capacity), capacity);
+    ASSERT_EQ(job.size(), static_cast<size_t>(ranks));
+    for (size_t n : {size_t{1}, size_t{5}, size_t{12}, size_t{1001}}) {
+      SCOPED_TRACE(absl::StrCat("n = ", n, ", capacity ", capacity));
+      std::vector<std::vector<float>> c(total, std::vector<float>(n));
+      for (auto& v : c) {
+        for (float& f : v) f = std::ldexp(mantissa(rng), exponent(rng));
+      }
+      std::vector<const float*> all;
+      for (const auto& v : c) all.push_back(v.data());
+      std::vector<float> want(n);
+      ExactSum::Reduce(total, align, all, n, want.data());
+      std::atomic<bool> misaligned{false};
+      ChunkReduction r{total, align,
+                       [&](std::span<const float* const> in, size_t count, float* out) {
+                         if (in.size() != size_t(total)) misaligned = true;
+                         ExactSum::Reduce(total, align, in, count, out);
+                       }};
+      std::vector<std::vector<float>> mine = c;  // each rank's own copies, first one the output
+      std::vector<absl::Status> status(ranks);
+      OnEveryRank(ranks, [&](int rank) {
+        const int first = std::accumulate(counts.begin(), counts.begin() + rank, 0);
+        std::vector<const float*> local;
+        for (int j = 0; j < counts[rank]; ++j) local.push_back(mine[first + j].data());
+        status[rank] =
+            job[rank]->RunBy(local, n, mine[first].data(), r, In(std::chrono::seconds(10)));
+      });
+      EXPECT_FALSE(misaligned);
+      for (int rank = 0, first = 0; rank < ranks; first += counts[rank++]) {
+        ASSERT_OK(status[rank]);
+        ASSERT_EQ(std::memcmp(mine[first].data(), want.data(), n * sizeof(float)), 0)
+            << "rank " << rank;
+      }
+    }
+  }
+}
+
+TEST(ShmAllReduce, RunByRefusesContributionsThatDoNotAddUp) {
+  MemoryStore store;
+  auto job = Job(2, &store, "count");
+  std::vector<float> a(10, 1.0f), b(10, 2.0f);
+  const ChunkReduction r{3, 1, [](std::span<const float* const>, size_t, float*) {}};
+  std::vector<absl::Status> status(2);
+  OnEveryRank(2, [&](int rank) {
+    std::vector<float>& x = rank == 0 ? a : b;
+    const float* local[] = {x.data()};
+    status[rank] = job[rank]->RunBy(local, 10, x.data(), r, In(std::chrono::seconds(10)));
+  });
+  for (const absl::Status& s : status) {
+    EXPECT_THAT(s,
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("2 contributions, not 3")));
+  }
+  EXPECT_FALSE(job[0]->CanRunBy(1, ShmAllReduce::kDefaultCapacity + 1));
+  EXPECT_THAT(
+      job[0]->RunBy(std::vector<const float*>{a.data()}, 10, a.data(),
+                    {1, ShmAllReduce::kDefaultCapacity + 1, r.reduce}, In(std::chrono::seconds(1))),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not fit")));
 }
 
 }  // namespace

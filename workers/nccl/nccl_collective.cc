@@ -1,3 +1,6 @@
+// The NCCL collective: Collective::AllReduceSum as ncclAllReduce on a CUDA backend's stream, so
+// that a step's all-reduce queues behind its backward pass and can be captured into the step's CUDA
+// graph. Contract: nccl_collective.h.
 #include "workers/nccl/nccl_collective.h"
 
 #include "absl/strings/str_cat.h"

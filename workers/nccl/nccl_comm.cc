@@ -1,3 +1,6 @@
+// NcclComm: one rank's NCCL communicator and its lifecycle: rendezvous through a Store, non-
+// blocking initialization bounded by a timeout, waits on its in-progress calls, and abort.
+// Contract: nccl_comm.h.
 #include "workers/nccl/nccl_comm.h"
 
 #include <chrono>

@@ -1,3 +1,4 @@
+// NCCL results as absl::Status with file:line, and NCCL_RETURN_IF_ERROR. Contract: nccl_status.h.
 #include "workers/nccl/nccl_status.h"
 
 #include "absl/strings/str_cat.h"

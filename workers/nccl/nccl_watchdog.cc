@@ -1,3 +1,5 @@
+// NcclWatchdog: turns a lost or stuck peer into an error instead of a hang. Contract:
+// nccl_watchdog.h.
 #include "workers/nccl/nccl_watchdog.h"
 
 #include <algorithm>

@@ -52,7 +52,7 @@ _LEVELS = ("trace", "debug", "info", "warning", "error", "critical")
 SpecLike = Union[spec_pb2.JobSpec, Mapping[str, Any], str, os.PathLike[str]]
 
 DEFAULT_ADDRESS = "127.0.0.1:7070"
-_MAX_MESSAGE_BYTES = 16 << 20  # as services/common/net.h
+_MAX_MESSAGE_BYTES = 16 << 20  # as services/common/rpc/net.h
 _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
