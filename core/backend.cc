@@ -46,6 +46,13 @@ absl::Status Backend::ConvForward(const ConvGeometry& g, const float* x, const f
   return absl::OkStatus();
 }
 
+absl::Status Backend::DenseForward(int rows, int out, int in, const float* x, const float* w,
+                                   const float* bias, float* y) {
+  RETURN_IF_ERROR(Gemm(false, false, rows, out, in, 1.0f, x, w, 0.0f, y));
+  if (bias == nullptr) return absl::OkStatus();
+  return BiasAdd(rows, out, bias, y);
+}
+
 absl::Status Backend::ConvForwardRelu(const ConvGeometry& g, const float* x, const float* w,
                                       const float* bias, float* y, void* scratch) {
   RETURN_IF_ERROR(ConvForward(g, x, w, bias, y, scratch));

@@ -143,6 +143,11 @@ class Backend {
   // the same x with the same scratch, untouched in between (the default keeps the patches
   // there), and ConvBackwardData may then overwrite it.
   virtual size_t ConvScratchBytes(const ConvGeometry& g);
+  // A dense layer: y (rows, out) = x (rows, in) . w (in, out), + bias (out) broadcast over
+  // the rows unless bias is null. The default runs Gemm, then BiasAdd; a backend may fuse
+  // them (the CUDA backend: one cuBLASLt GEMM with a bias epilogue).
+  virtual absl::Status DenseForward(int rows, int out, int in, const float* x, const float* w,
+                                    const float* bias, float* y);
   // y (b, oh, ow, f) = conv(x, w) (+ bias broadcast, unless bias is null).
   virtual absl::Status ConvForward(const ConvGeometry& g, const float* x, const float* w,
                                    const float* bias, float* y, void* scratch);

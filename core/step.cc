@@ -145,11 +145,8 @@ absl::Status StepExecutor::ForwardLayer(Workspace& ws, size_t i, int b, bool tra
       return backend_->ConvForward(Geometry(l, b), x, param(l.kernel), param(l.bias), y,
                                    ws.scratch[i]);
     case LayerKind::kDense: {
-      const int rows = b * DenseRows(l);
-      RETURN_IF_ERROR(backend_->Gemm(false, false, rows, l.out.c, DenseInputs(l), 1.0f, x,
-                                     param(l.kernel), 0.0f, y));
-      if (l.bias >= 0) RETURN_IF_ERROR(backend_->BiasAdd(rows, l.out.c, param(l.bias), y));
-      return absl::OkStatus();
+      return backend_->DenseForward(b * DenseRows(l), l.out.c, DenseInputs(l), x, param(l.kernel),
+                                    param(l.bias), y);
     }
     case LayerKind::kEmbed:
       return backend_->Embed(b * l.out.w, l.out.c, x, param(l.kernel), y);

@@ -89,6 +89,7 @@ absl::Status CudaBackend::Init(bool cudnn) {
   CUBLAS_RETURN_IF_ERROR(
       cublasSetMathMode(cublas_, tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   CUDA_RETURN_IF_ERROR(cudaMalloc(&bias_scratch_, cuda::kBiasScratchFloats * sizeof(float)));
+  ASSIGN_OR_RETURN(lt_, LtDense::Create(cublas_workspace_, kCublasWorkspace));
 #if defined(LOCKSTEP_HAVE_CUDNN)
   if (!cudnn) {
     cudnn_off_ = "turned off";
@@ -129,6 +130,7 @@ CudaBackend::~CudaBackend() {
 #if defined(LOCKSTEP_HAVE_CUDNN)
   cudnn_.reset();
 #endif
+  lt_.reset();
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
   if (bias_scratch_ != nullptr) cudaFree(bias_scratch_);

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/backend.h"
+#include "workers/cuda/cublaslt_dense.h"
 #include "workers/cuda/cuda_backend.h"
 #include "workers/cuda/cudnn_conv.h"
 
@@ -37,6 +38,9 @@ class CudaBackend final : public Backend {
 
   absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                     const float* b, float beta, float* c) override;
+  // cuBLASLt's GEMM with a bias epilogue (cuda_backend_dense.cc), else Backend's.
+  absl::Status DenseForward(int rows, int out, int in, const float* x, const float* w,
+                            const float* bias, float* y) override;
 #if defined(LOCKSTEP_HAVE_CUDNN)
   // Convolutions on cuDNN where it takes g (cuda_backend_conv.cc), else Backend's.
   size_t ConvScratchBytes(const ConvGeometry& g) override;
@@ -186,6 +190,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
   float* bias_scratch_ = nullptr;  // BiasGrad's chunk sums (bias_plan.h)
+  std::unique_ptr<LtDense> lt_;    // dense layers' GEMMs with their bias (null: Gemm + BiasAdd)
 #if defined(LOCKSTEP_HAVE_CUDNN)
   std::unique_ptr<CudnnConvs> cudnn_;  // null: convolutions on im2col + cuBLAS
 #endif
