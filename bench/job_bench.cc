@@ -54,6 +54,9 @@ int main(int argc, char** argv) {
     spec = *std::move(parsed);
     spec.clear_epochs();
     spec.clear_eval();
+    // The evaluation's batch as training's: the default, 1000 windows of a long context,
+    // needs far more memory than the step (17 GiB for the quick GPT-2-small decoder).
+    spec.mutable_eval()->set_batch_size(std::stoi(a["batch"]));
   } else {
     spec.mutable_dataset()->set_path(a["data"]);
     spec.mutable_model()->set_kind(a["model"]);
