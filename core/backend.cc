@@ -47,10 +47,11 @@ absl::Status Backend::ConvForward(const ConvGeometry& g, const float* x, const f
 }
 
 absl::Status Backend::DenseForward(int rows, int out, int in, const float* x, const float* w,
-                                   const float* bias, float* y) {
+                                   const float* bias, bool relu, float* y) {
   RETURN_IF_ERROR(Gemm(false, false, rows, out, in, 1.0f, x, w, 0.0f, y));
-  if (bias == nullptr) return absl::OkStatus();
-  return BiasAdd(rows, out, bias, y);
+  if (bias != nullptr) RETURN_IF_ERROR(BiasAdd(rows, out, bias, y));
+  if (relu) return Relu(static_cast<size_t>(rows) * out, y);
+  return absl::OkStatus();
 }
 
 absl::Status Backend::ConvForwardRelu(const ConvGeometry& g, const float* x, const float* w,

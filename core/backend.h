@@ -144,10 +144,11 @@ class Backend {
   // there), and ConvBackwardData may then overwrite it.
   virtual size_t ConvScratchBytes(const ConvGeometry& g);
   // A dense layer: y (rows, out) = x (rows, in) . w (in, out), + bias (out) broadcast over
-  // the rows unless bias is null. The default runs Gemm, then BiasAdd; a backend may fuse
-  // them (the CUDA backend: one cuBLASLt GEMM with a bias epilogue).
+  // the rows unless bias is null, then with `relu` y = max(y, 0) (a ReLU that overwrites
+  // the layer's output in place). The default runs Gemm, BiasAdd and Relu; a backend may
+  // fuse them (the CUDA backend: one cuBLASLt GEMM with a bias and ReLU epilogue).
   virtual absl::Status DenseForward(int rows, int out, int in, const float* x, const float* w,
-                                    const float* bias, float* y);
+                                    const float* bias, bool relu, float* y);
   // y (b, oh, ow, f) = conv(x, w) (+ bias broadcast, unless bias is null).
   virtual absl::Status ConvForward(const ConvGeometry& g, const float* x, const float* w,
                                    const float* bias, float* y, void* scratch);

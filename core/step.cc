@@ -15,10 +15,10 @@
 
 namespace lockstep {
 
-using step_internal::ConvWithRelu;
 using step_internal::DenseInputs;
 using step_internal::DenseRows;
 using step_internal::DrawsDropoutKey;
+using step_internal::FusedRelu;
 using step_internal::Geometry;
 using step_internal::GradInPlace;
 using step_internal::IsActiveDropout;
@@ -138,7 +138,7 @@ absl::Status StepExecutor::ForwardLayer(Workspace& ws, size_t i, int b, bool tra
   float* y = ws.out[i];
   switch (l.kind) {
     case LayerKind::kConv:
-      if (ConvWithRelu(model_, static_cast<int>(i))) {
+      if (FusedRelu(model_, static_cast<int>(i))) {
         return backend_->ConvForwardRelu(Geometry(l, b), x, param(l.kernel), param(l.bias), y,
                                          ws.scratch[i]);
       }
@@ -146,7 +146,7 @@ absl::Status StepExecutor::ForwardLayer(Workspace& ws, size_t i, int b, bool tra
                                    ws.scratch[i]);
     case LayerKind::kDense: {
       return backend_->DenseForward(b * DenseRows(l), l.out.c, DenseInputs(l), x, param(l.kernel),
-                                    param(l.bias), y);
+                                    param(l.bias), FusedRelu(model_, static_cast<int>(i)), y);
     }
     case LayerKind::kEmbed:
       return backend_->Embed(b * l.out.w, l.out.c, x, param(l.kernel), y);
@@ -160,7 +160,7 @@ absl::Status StepExecutor::ForwardLayer(Workspace& ws, size_t i, int b, bool tra
     case LayerKind::kSequencePool:
       return backend_->SequencePool(l.pool_mean, b, l.in.w, l.in.c, x, y);
     case LayerKind::kRelu:  // in place unless its input is a residual's too
-      if (i > 0 && ConvWithRelu(model_, static_cast<int>(i) - 1)) return absl::OkStatus();
+      if (i > 0 && FusedRelu(model_, static_cast<int>(i) - 1)) return absl::OkStatus();
       if (y != x) RETURN_IF_ERROR(backend_->Copy(b * l.out.size(), x, y));
       return backend_->Relu(b * l.out.size(), y);
     case LayerKind::kActivation:

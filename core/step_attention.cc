@@ -56,7 +56,7 @@ absl::Status StepExecutor::AttentionForward(Workspace& ws, size_t i, int b, bool
   float* qkv[3] = {a.q, a.k, a.v};
   for (int j = 0; j < 3; ++j) {
     RETURN_IF_ERROR(backend_->DenseForward(rows, hd, l.in.c, x, param(l.kernels[j]),
-                                           param(l.biases[j]), qkv[j]));
+                                           param(l.biases[j]), false, qkv[j]));
   }
   RETURN_IF_ERROR(backend_->Divide(size_t(rows) * hd, std::sqrt(static_cast<float>(d)), a.q));
   const int64_t sample = int64_t{t} * hd, tt = int64_t{t} * t;
@@ -79,7 +79,8 @@ absl::Status StepExecutor::AttentionForward(Workspace& ws, size_t i, int b, bool
                                           h));
   }
   float* y = ws.out[i];
-  return backend_->DenseForward(rows, l.out.c, hd, a.o, param(l.kernels[3]), param(l.biases[3]), y);
+  return backend_->DenseForward(rows, l.out.c, hd, a.o, param(l.kernels[3]), param(l.biases[3]),
+                                false, y);
 }
 
 absl::Status StepExecutor::AttentionBackward(Workspace& ws, size_t i, int b, const float* x,

@@ -1,7 +1,7 @@
 // LtDense (cublaslt_dense.h) on cuBLASLt. Row-major y = x . w is column-major
 // y^T = w^T . x^T: cuBLASLt's A is w as an (out, in) column-major matrix, B is x as
 // (in, rows), D is y as (out, rows), and the bias epilogue adds bias[i] to row i of D (an
-// output feature), as BiasAdd does.
+// output feature), as BiasAdd does, before the ReLU.
 #include "workers/cuda/cublaslt_dense.h"
 
 #include <cublasLt.h>
@@ -30,8 +30,8 @@ struct LtDense::Impl {
       if (op != nullptr) cublasLtMatmulDescDestroy(op);
     }
   };
-  // rows, out, in, with a bias, TF32.
-  using Key = std::tuple<int, int, int, bool, bool>;
+  // rows, out, in, with a bias, with a ReLU, TF32.
+  using Key = std::tuple<int, int, int, bool, bool, bool>;
 
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
@@ -49,11 +49,13 @@ struct LtDense::Impl {
 };
 
 absl::StatusOr<std::unique_ptr<LtDense::Impl::Plan>> LtDense::Impl::Build(const Key& key) const {
-  const auto [rows, out, in, bias, tf32] = key;
+  const auto [rows, out, in, bias, relu, tf32] = key;
   auto p = std::make_unique<Plan>();
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(
       &p->op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  const cublasLtEpilogue_t epilogue =
+      bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+           : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                         &epilogue, sizeof(epilogue)));
   CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, out, in, out));
@@ -112,9 +114,10 @@ absl::StatusOr<std::unique_ptr<LtDense>> LtDense::Create(void* workspace, size_t
 }
 
 absl::Status LtDense::Forward(int rows, int out, int in, const float* x, const float* w,
-                              const float* bias, float* y, bool tf32, cudaStream_t stream) {
+                              const float* bias, bool relu, float* y, bool tf32,
+                              cudaStream_t stream) {
   if (rows == 0 || out == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const Impl::Plan* p, impl_->Get({rows, out, in, bias != nullptr, tf32}));
+  ASSIGN_OR_RETURN(const Impl::Plan* p, impl_->Get({rows, out, in, bias != nullptr, relu, tf32}));
   if (bias != nullptr) {
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                           &bias, sizeof(bias)));

@@ -1,5 +1,6 @@
-// LtDense: a dense layer's forward pass, y = x . w + bias, as one cuBLASLt GEMM whose
-// epilogue adds the bias (one launch where cuBLAS's GEMM and the bias kernel took two).
+// LtDense: a dense layer's forward pass, y = x . w + bias (then a ReLU's max(y, 0) where
+// one follows in place), as one cuBLASLt GEMM whose epilogue adds the bias and applies
+// the ReLU (one launch where cuBLAS's GEMM, the bias and the ReLU kernels took three).
 // Float32 in and out, accumulated in float32 (TF32 tensor cores only when asked for:
 // cuda.tf32). The bias is added to the float32 product as BiasAdd adds it (one rounding),
 // but cuBLASLt's kernel sums the products in its own order, so y is the CPU's within float
@@ -32,11 +33,12 @@ class LtDense {
   LtDense(const LtDense&) = delete;
   LtDense& operator=(const LtDense&) = delete;
 
-  // y (rows, out) = x (rows, in) . w (in, out) + bias (out), unless bias is null, queued on
-  // `stream`. UNIMPLEMENTED when cuBLASLt has no algorithm for the shape (the caller then
-  // runs Gemm and BiasAdd); INTERNAL naming the cuBLASLt call otherwise.
+  // y (rows, out) = x (rows, in) . w (in, out) + bias (out), unless bias is null, then
+  // with `relu` max(y, 0), queued on `stream`. UNIMPLEMENTED when cuBLASLt has no algorithm
+  // for the shape (the caller then runs Gemm, BiasAdd and Relu); INTERNAL naming the
+  // cuBLASLt call otherwise.
   absl::Status Forward(int rows, int out, int in, const float* x, const float* w, const float* bias,
-                       float* y, bool tf32, cudaStream_t stream);
+                       bool relu, float* y, bool tf32, cudaStream_t stream);
 
  private:
   struct Impl;

@@ -38,9 +38,9 @@ class CudaBackend final : public Backend {
 
   absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                     const float* b, float beta, float* c) override;
-  // cuBLASLt's GEMM with a bias epilogue (cuda_backend_dense.cc), else Backend's.
+  // cuBLASLt's GEMM with a bias and ReLU epilogue (cuda_backend_dense.cc), else Backend's.
   absl::Status DenseForward(int rows, int out, int in, const float* x, const float* w,
-                            const float* bias, float* y) override;
+                            const float* bias, bool relu, float* y) override;
 #if defined(LOCKSTEP_HAVE_CUDNN)
   // Convolutions on cuDNN where it takes g (cuda_backend_conv.cc), else Backend's.
   size_t ConvScratchBytes(const ConvGeometry& g) override;
