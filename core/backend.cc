@@ -2,7 +2,12 @@
 // for the CPU backend, device memory for CUDA). Contract: backend.h.
 #include "core/backend.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
+#include "core/exact_sum.h"
 #include "core/status_macros.h"
 
 namespace lockstep {
@@ -39,6 +44,20 @@ absl::Status Backend::ConvForward(const ConvGeometry& g, const float* x, const f
   RETURN_IF_ERROR(Gemm(false, false, rows, g.f, g.kh * g.kw * g.c, 1.0f, cols, w, 0.0f, y));
   if (bias != nullptr) RETURN_IF_ERROR(BiasAdd(rows, g.f, bias, y));
   return absl::OkStatus();
+}
+
+absl::Status Backend::DenseForward(int rows, int out, int in, const float* x, const float* w,
+                                   const float* bias, bool relu, float* y) {
+  RETURN_IF_ERROR(Gemm(false, false, rows, out, in, 1.0f, x, w, 0.0f, y));
+  if (bias != nullptr) RETURN_IF_ERROR(BiasAdd(rows, out, bias, y));
+  if (relu) return Relu(static_cast<size_t>(rows) * out, y);
+  return absl::OkStatus();
+}
+
+absl::Status Backend::ConvForwardRelu(const ConvGeometry& g, const float* x, const float* w,
+                                      const float* bias, float* y, void* scratch) {
+  RETURN_IF_ERROR(ConvForward(g, x, w, bias, y, scratch));
+  return Relu(static_cast<size_t>(g.b) * g.oh() * g.ow() * g.f, y);
 }
 
 absl::Status Backend::ConvBackwardWeights(const ConvGeometry& g, const float* x, const float* dy,
@@ -179,6 +198,77 @@ absl::Status Backend::ConvBackwardDataBf16(const ConvGeometry& g, const Bf16* w,
   RETURN_IF_ERROR(GemmBf16(false, true, g.b * g.oh() * g.ow(), g.kh * g.kw * g.c, g.f, 1.0f, dy, w,
                            0.0f, dcols));
   return Col2Im(g, dcols, dx);
+}
+
+absl::Status Backend::ApplyUpdate(const UpdateStep& u, size_t n, const UpdateScalars* s,
+                                  double* norm_scratch, float* grads, float* slot0, float* slot1,
+                                  float* params) {
+  if (u.divisor != 1.0f) RETURN_IF_ERROR(Divide(n, u.divisor, grads));
+  if (u.max_norm > 0) {
+    double* sum_squares = norm_scratch + SumSquaresPartials(n);
+    RETURN_IF_ERROR(SumSquares(n, grads, norm_scratch, sum_squares));
+    RETURN_IF_ERROR(ClipByGlobalNorm(n, u.max_norm, sum_squares, grads));
+  }
+  if (u.adam) return AdamUpdate(n, s, grads, slot0, slot1, params);
+  return SgdUpdate(n, s, u.momentum, u.nesterov, grads, slot0, params);
+}
+
+namespace {
+
+absl::Status NeedsHostMemory(const Backend& b, const char* kernel) {
+  if (b.host_memory()) return absl::OkStatus();
+  return absl::UnimplementedError(
+      absl::StrCat(b.Name(), ": ", kernel, ": the host's exact-sum conversions need host memory"));
+}
+
+// True when block exponent e scales nothing (all zeros, or a non-finite contribution).
+bool Unscaled(int64_t e) { return e == ExactSum::kZeroBlock || e == ExactSum::kNonFinite; }
+
+}  // namespace
+
+absl::Status Backend::ExactBlockExponents(size_t n, size_t block, const float* x, bool accumulate,
+                                          int64_t* exponents) {
+  RETURN_IF_ERROR(NeedsHostMemory(*this, "ExactBlockExponents"));
+  const float* const local[] = {x};
+  for (size_t b = 0; b * block < n; ++b) {
+    const int64_t e = ExactSum::BlockExponent(local, b * block, std::min(n, (b + 1) * block));
+    exponents[b] = accumulate ? std::max(exponents[b], e) : e;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Backend::ExactToFixed(size_t n, size_t block, int headroom, const int64_t* exponents,
+                                   const float* x, bool accumulate, int64_t* fixed) {
+  RETURN_IF_ERROR(NeedsHostMemory(*this, "ExactToFixed"));
+  for (size_t b = 0; b * block < n; ++b) {
+    const int64_t e = exponents[b];
+    // x * 2^s is exact in double (24 significant bits times a power of two in range).
+    const double scale = Unscaled(e) ? 0.0 : std::ldexp(1.0, static_cast<int>(62 - headroom - e));
+    for (size_t i = b * block; i < std::min(n, (b + 1) * block); ++i) {
+      const int64_t v = Unscaled(e) ? 0 : std::llrint(static_cast<double>(x[i]) * scale);
+      fixed[i] = accumulate ? fixed[i] + v : v;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Backend::ExactFromFixed(size_t n, size_t block, int headroom, const int64_t* exponents,
+                                     const int64_t* fixed, float* out) {
+  RETURN_IF_ERROR(NeedsHostMemory(*this, "ExactFromFixed"));
+  for (size_t b = 0; b * block < n; ++b) {
+    const int64_t e = exponents[b];
+    const size_t end = std::min(n, (b + 1) * block);
+    if (Unscaled(e)) {
+      std::fill(out + b * block, out + end,
+                e == ExactSum::kZeroBlock ? 0.0f : std::numeric_limits<float>::quiet_NaN());
+      continue;
+    }
+    const double unscale = std::ldexp(1.0, static_cast<int>(e + headroom - 62));
+    for (size_t i = b * block; i < end; ++i) {
+      out[i] = static_cast<float>(static_cast<double>(static_cast<float>(fixed[i])) * unscale);
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace lockstep

@@ -144,9 +144,20 @@ class Backend {
   // the same x with the same scratch, untouched in between (the default keeps the patches
   // there), and ConvBackwardData may then overwrite it.
   virtual size_t ConvScratchBytes(const ConvGeometry& g);
+  // A dense layer: y (rows, out) = x (rows, in) . w (in, out), + bias (out) broadcast over
+  // the rows unless bias is null, then with `relu` y = max(y, 0) (a ReLU that overwrites
+  // the layer's output in place). The default runs Gemm, BiasAdd and Relu; a backend may
+  // fuse them (the CUDA backend: one cuBLASLt GEMM with a bias and ReLU epilogue).
+  virtual absl::Status DenseForward(int rows, int out, int in, const float* x, const float* w,
+                                    const float* bias, bool relu, float* y);
   // y (b, oh, ow, f) = conv(x, w) (+ bias broadcast, unless bias is null).
   virtual absl::Status ConvForward(const ConvGeometry& g, const float* x, const float* w,
                                    const float* bias, float* y, void* scratch);
+  // ConvForward, then y = max(y, 0): a conv whose output a ReLU overwrites in place. The
+  // default runs ConvForward and Relu; a backend may fuse them (cuDNN's bias and ReLU
+  // epilogue).
+  virtual absl::Status ConvForwardRelu(const ConvGeometry& g, const float* x, const float* w,
+                                       const float* bias, float* y, void* scratch);
   // dw (kh, kw, c, f) = the kernel's gradient given dy (b, oh, ow, f); dbias (f) = dy's
   // sums over (b, oh, ow) unless dbias is null. Both overwritten.
   virtual absl::Status ConvBackwardWeights(const ConvGeometry& g, const float* x, const float* dy,
@@ -371,6 +382,27 @@ class Backend {
   // x /= d elementwise (pmean's division after the all-reduce sum).
   virtual absl::Status Divide(size_t n, float d, float* x) = 0;
 
+  // core/exact_sum.h's float <-> int64 fixed-point conversions on backend memory, for
+  // DeviceExactSum (core/exact_sum_device.h: logical replicas on a backend whose memory is
+  // not the host's). The n elements fall into blocks of `block`; `exponents` holds one
+  // int64 per block, ExactSum::BlockExponent's values (kZeroBlock, kNonFinite included).
+  // The defaults compute on the host, so only a backend with host_memory() uses them
+  // (UNIMPLEMENTED otherwise); they are the reference a device's kernels are tested against.
+  //
+  // exponents[b] = BlockExponent of x's block b, or (accumulate) the max of that and
+  // exponents[b]: the exponent of the blocks of every x so accumulated.
+  virtual absl::Status ExactBlockExponents(size_t n, size_t block, const float* x, bool accumulate,
+                                           int64_t* exponents);
+  // fixed[i] = round(x[i] * 2^(62 - headroom - e)) to the nearest int64, ties to even, e =
+  // exponents[i / block], or 0 where e is kZeroBlock or kNonFinite (step 2); with
+  // `accumulate` added to fixed[i] instead (step 3's local sum).
+  virtual absl::Status ExactToFixed(size_t n, size_t block, int headroom, const int64_t* exponents,
+                                    const float* x, bool accumulate, int64_t* fixed);
+  // out[i] = float(double(float(fixed[i])) * 2^(e + headroom - 62)) (step 4: one correctly
+  // rounded conversion), +0 where e is kZeroBlock, NaN (0x7fc00000) where kNonFinite.
+  virtual absl::Status ExactFromFixed(size_t n, size_t block, int headroom,
+                                      const int64_t* exponents, const int64_t* fixed, float* out);
+
   // *out = the sum of x[i]^2 over [0, n), in double, in the order described at kSumLanes;
   // `partials` holds SumSquaresPartials(n) doubles. Both in backend memory.
   virtual absl::Status SumSquares(size_t n, const float* x, double* partials, double* out) = 0;
@@ -388,6 +420,25 @@ class Backend {
   // backend memory (it changes every step).
   virtual absl::Status AdamUpdate(size_t n, const UpdateScalars* s, const float* g, float* mu,
                                   float* nu, float* p) = 0;
+
+  // One optimizer step over all n params (Optimizer::Apply), which a backend may fuse into
+  // one pass (the CUDA backend: one kernel, besides the norm's sums when clipping):
+  //   g = grads / divisor (pmean's division by the replicas; none when divisor is 1);
+  //   with max_norm > 0, clip_by_global_norm (SumSquares of g into norm_scratch, which
+  //   holds SumSquaresPartials(n) + 1 doubles, the sum last; then ClipByGlobalNorm);
+  //   then SgdUpdate (slot0: the trace, or null) or AdamUpdate (slot0, slot1: mu, nu).
+  // grads ends as the g the update used. The default runs those kernels in turn; a fused
+  // one must give their bits.
+  struct UpdateStep {
+    bool adam = false;  // else sgd
+    float divisor = 1.0f;
+    float max_norm = 0.0f;  // 0: no clipping
+    float momentum = 0.0f;  // sgd's
+    bool nesterov = false;
+  };
+  virtual absl::Status ApplyUpdate(const UpdateStep& u, size_t n, const UpdateScalars* s,
+                                   double* norm_scratch, float* grads, float* slot0, float* slot1,
+                                   float* params);
 
   // Graphs: records the ops `body` issues into a replayable graph (CUDA graphs). Pointers
   // and sizes are frozen at capture; per-step values must come from backend memory.

@@ -94,24 +94,20 @@ size_t Optimizer::ScratchBytes(size_t n) const {
   return clip_norm_ > 0 ? (SumSquaresPartials(n) + 1) * sizeof(double) : 0;
 }
 
-absl::Status Optimizer::Apply(Backend& backend, size_t n, const UpdateScalars* scalars,
-                              void* scratch, float* grads, const std::vector<float*>& slots,
-                              float* params) const {
-  if (clip_norm_ > 0) {
-    // optax.clip_by_global_norm: the norm of all gradients, then where(norm < max, g,
-    // g / norm * max). The sum sits after the partial sums.
-    double* partials = static_cast<double*>(scratch);
-    double* sum_squares = partials + SumSquaresPartials(n);
-    RETURN_IF_ERROR(backend.SumSquares(n, grads, partials, sum_squares));
-    RETURN_IF_ERROR(
-        backend.ClipByGlobalNorm(n, static_cast<float>(clip_norm_), sum_squares, grads));
-  }
-  if (kind_ == Kind::kSgd) {
-    RETURN_IF_ERROR(backend.SgdUpdate(n, scalars, static_cast<float>(momentum_), nesterov_, grads,
-                                      slots.empty() ? nullptr : slots[0], params));
-    return absl::OkStatus();
-  }
-  return backend.AdamUpdate(n, scalars, grads, slots[0], slots[1], params);
+absl::Status Optimizer::Apply(Backend& backend, size_t n, int replicas,
+                              const UpdateScalars* scalars, void* scratch, float* grads,
+                              const std::vector<float*>& slots, float* params) const {
+  Backend::UpdateStep u;
+  u.adam = kind_ != Kind::kSgd;
+  u.divisor = static_cast<float>(replicas);
+  // optax.clip_by_global_norm: the norm of all gradients, then where(norm < max, g,
+  // g / norm * max).
+  u.max_norm = static_cast<float>(clip_norm_);
+  u.momentum = static_cast<float>(momentum_);
+  u.nesterov = nesterov_;
+  return backend.ApplyUpdate(u, n, scalars, static_cast<double*>(scratch), grads,
+                             slots.empty() ? nullptr : slots[0],
+                             slots.size() > 1 ? slots[1] : nullptr, params);
 }
 
 }  // namespace lockstep

@@ -40,11 +40,13 @@ class Optimizer {
   // sums; 0 without clipping).
   size_t ScratchBytes(size_t n) const;
 
-  // Applies one update given the (already averaged) gradients; `scalars` is Scalars(count)
-  // in backend memory and `scratch` ScratchBytes(n) of it. Clipping scales `grads` in place.
-  // Errors: the backend's kernels'.
-  absl::Status Apply(Backend& backend, size_t n, const UpdateScalars* scalars, void* scratch,
-                     float* grads, const std::vector<float*>& slots, float* params) const;
+  // Applies one update given the gradients summed over `replicas` (divided by it first:
+  // pmean's division; 1 for gradients already averaged) as one Backend::ApplyUpdate;
+  // `scalars` is Scalars(count) in backend memory and `scratch` ScratchBytes(n) of it.
+  // `grads` ends divided and clipped. Errors: the backend's kernels'.
+  absl::Status Apply(Backend& backend, size_t n, int replicas, const UpdateScalars* scalars,
+                     void* scratch, float* grads, const std::vector<float*>& slots,
+                     float* params) const;
 
  private:
   Kind kind_ = Kind::kSgd;

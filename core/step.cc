@@ -18,6 +18,7 @@ namespace lockstep {
 using step_internal::DenseInputs;
 using step_internal::DenseRows;
 using step_internal::DrawsDropoutKey;
+using step_internal::FusedRelu;
 using step_internal::Geometry;
 using step_internal::GradInPlace;
 using step_internal::IsActiveDropout;
@@ -157,14 +158,15 @@ absl::Status StepExecutor::ForwardLayerF32(Workspace& ws, size_t i, int b, bool 
   float* y = ws.out[i];
   switch (l.kind) {
     case LayerKind::kConv:
+      if (FusedRelu(model_, static_cast<int>(i))) {
+        return backend_->ConvForwardRelu(Geometry(l, b), x, param(l.kernel), param(l.bias), y,
+                                         ws.scratch[i]);
+      }
       return backend_->ConvForward(Geometry(l, b), x, param(l.kernel), param(l.bias), y,
                                    ws.scratch[i]);
     case LayerKind::kDense: {
-      const int rows = b * DenseRows(l);
-      RETURN_IF_ERROR(backend_->Gemm(false, false, rows, l.out.c, DenseInputs(l), 1.0f, x,
-                                     param(l.kernel), 0.0f, y));
-      if (l.bias >= 0) RETURN_IF_ERROR(backend_->BiasAdd(rows, l.out.c, param(l.bias), y));
-      return absl::OkStatus();
+      return backend_->DenseForward(b * DenseRows(l), l.out.c, DenseInputs(l), x, param(l.kernel),
+                                    param(l.bias), FusedRelu(model_, static_cast<int>(i)), y);
     }
     case LayerKind::kEmbed:
       return backend_->Embed(b * l.out.w, l.out.c, x, param(l.kernel), y);
@@ -178,6 +180,7 @@ absl::Status StepExecutor::ForwardLayerF32(Workspace& ws, size_t i, int b, bool 
     case LayerKind::kSequencePool:
       return backend_->SequencePool(l.pool_mean, b, l.in.w, l.in.c, x, y);
     case LayerKind::kRelu:  // in place unless its input is a residual's too
+      if (i > 0 && FusedRelu(model_, static_cast<int>(i) - 1)) return absl::OkStatus();
       if (y != x) RETURN_IF_ERROR(backend_->Copy(b * l.out.size(), x, y));
       if (ws.twin[i] != nullptr) return backend_->ReluBf16(b * l.out.size(), y, ws.twin[i]);
       return backend_->Relu(b * l.out.size(), y);
@@ -429,15 +432,15 @@ absl::Status StepExecutor::DeviceStep(Workspace& ws, const DeviceDataset& data, 
   timings_.compute = seconds(t0, t1);
   if (!update) return absl::OkStatus();
   RETURN_IF_ERROR(reduced);
-  // pmean: the sum over replicas, then a division (not a multiply) by N, as JAX does.
-  if (reduce)
-    RETURN_IF_ERROR(backend_->Divide(n, static_cast<float>(collective_->size()), grads_.as()));
   const auto t2 = Clock::now();
   timings_.allreduce = seconds(t1, t2);
   std::vector<float*> slots;
   for (Buffer& s : slots_) slots.push_back(s.as());
-  RETURN_IF_ERROR(optimizer_.Apply(*backend_, n, step_args_.as<UpdateScalars>(),
-                                   update_scratch_.as<void>(), grads_.as(), slots, params_.as()));
+  // pmean: the sum over replicas, then a division (not a multiply) by N, as JAX does; in
+  // the update's pass.
+  RETURN_IF_ERROR(optimizer_.Apply(*backend_, n, reduce ? collective_->size() : 1,
+                                   step_args_.as<UpdateScalars>(), update_scratch_.as<void>(),
+                                   grads_.as(), slots, params_.as()));
   RETURN_IF_ERROR(UpdateBatchStats(ws.bn));
   timings_.update = seconds(t2, Clock::now());
   return absl::OkStatus();

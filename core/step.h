@@ -31,6 +31,7 @@
 #include "core/collective.h"
 #include "core/data/dataset.h"
 #include "core/exact_sum.h"
+#include "core/exact_sum_device.h"
 #include "core/grad_buckets.h"
 #include "core/model.h"
 #include "core/optimizer.h"
@@ -130,10 +131,15 @@ class StepExecutor {
   // `total`, so that the bits do not depend on how the replicas are spread over workers.
   // The collective's ranks must hold the `total` replicas between them. One train state,
   // one optimizer update per step. Call before the first StepReplicas; Step and
-  // ComputeGradients keep today's path. INVALID_ARGUMENT for a range outside [0, total),
-  // count < 1, fewer replicas than ranks, or (without a collective) not all of them;
-  // UNIMPLEMENTED on a backend whose memory is not the host's.
+  // ComputeGradients keep today's path. The exact sums run on the host (ExactSum) on a
+  // backend with host memory, else in the backend's memory (DeviceExactSum: the same
+  // bits). INVALID_ARGUMENT for a range outside [0, total), count < 1, fewer replicas than
+  // ranks, or (without a collective) not all of them.
   absl::Status SetLogicalReplicas(int total, int first, int count);
+  // Tests only, before SetLogicalReplicas: the exact sums in backend memory
+  // (DeviceExactSum) even on a backend with host memory, so that the CPU runs the path a
+  // CUDA worker takes.
+  void set_exact_sum_in_backend_memory_for_testing() { exact_in_backend_ = true; }
   int logical_replicas() const { return logical_.total; }
   // The training step of the local logical replicas: `indices` their rows, replica after
   // replica (count * local_batch), `keys` their 'dropout' stream roots (count). Runs
@@ -177,7 +183,8 @@ class StepExecutor {
   // Where the last Step's time went, in seconds, by the host clock: exact for synchronous
   // backends, enqueue times for asynchronous ones, and all 0 for a graph replay. compute:
   // forward and backward (with starting the buckets' all-reduces); allreduce: the exposed
-  // all-reduce, from the end of backward until every bucket is done and divided by N.
+  // all-reduce, from the end of backward until every bucket is done; update: the optimizer
+  // (pmean's division by N included) and the running averages.
   struct Timings {
     double compute = 0, allreduce = 0, update = 0;
   };
@@ -208,6 +215,9 @@ class StepExecutor {
   // Sums `size` floats at each of `local` (one per local replica) exactly over all the
   // job's logical replicas into every one of them.
   absl::Status ExactSumInto(const std::vector<float*>& local, size_t size);
+  // ExactSum::Sum over all the job's logical replicas, on the host or in backend memory.
+  absl::Status SumExactly(std::span<const float* const> local, size_t n, float* out,
+                          std::span<int64_t> also_max = {});
   // The local replicas' losses and accuracies as the gradient sum's max slots (2V int64s:
   // V losses, then V accuracies; the float bits, INT64_MIN in the other ranks' slots), and
   // back once reduced: all V of each, DATA_LOSS if a slot came back empty.
@@ -336,7 +346,9 @@ class StepExecutor {
     int total = 0, first = 0, count = 0;
   };
   LogicalRange logical_;
-  std::unique_ptr<ExactSum> exact_;
+  std::unique_ptr<ExactSum> exact_;               // on a backend with host memory
+  std::unique_ptr<DeviceExactSum> device_exact_;  // on another (see SumExactly)
+  bool exact_in_backend_ = false;                 // set_exact_sum_in_backend_memory_for_testing
   std::vector<std::unique_ptr<Workspace>> replica_ws_;  // one per local replica
   std::vector<Buffer> replica_grads_;  // replicas 1..count-1's gradients (replica 0: grads_)
   std::vector<Buffer> replica_keys_;   // per local replica: one key per Dropout layer

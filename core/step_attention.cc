@@ -30,9 +30,8 @@ absl::Status StepExecutor::AttentionForward(Workspace& ws, size_t i, int b, bool
   const AttentionBuffers a = AttentionBuffersAt(l, b, ws.train, ws.scratch[i]);
   float* qkv[3] = {a.q, a.k, a.v};
   for (int j = 0; j < 3; ++j) {
-    RETURN_IF_ERROR(
-        backend_->Gemm(false, false, rows, hd, l.in.c, 1.0f, x, param(l.kernels[j]), 0.0f, qkv[j]));
-    if (l.biases[j] >= 0) RETURN_IF_ERROR(backend_->BiasAdd(rows, hd, param(l.biases[j]), qkv[j]));
+    RETURN_IF_ERROR(backend_->DenseForward(rows, hd, l.in.c, x, param(l.kernels[j]),
+                                           param(l.biases[j]), false, qkv[j]));
   }
   RETURN_IF_ERROR(backend_->Divide(size_t(rows) * hd, std::sqrt(static_cast<float>(d)), a.q));
   const int64_t sample = int64_t{t} * hd, tt = int64_t{t} * t;
@@ -55,10 +54,8 @@ absl::Status StepExecutor::AttentionForward(Workspace& ws, size_t i, int b, bool
                                           h));
   }
   float* y = ws.out[i];
-  RETURN_IF_ERROR(
-      backend_->Gemm(false, false, rows, l.out.c, hd, 1.0f, a.o, param(l.kernels[3]), 0.0f, y));
-  if (l.biases[3] >= 0) RETURN_IF_ERROR(backend_->BiasAdd(rows, l.out.c, param(l.biases[3]), y));
-  return absl::OkStatus();
+  return backend_->DenseForward(rows, l.out.c, hd, a.o, param(l.kernels[3]), param(l.biases[3]),
+                                false, y);
 }
 
 absl::Status StepExecutor::AttentionBackward(Workspace& ws, size_t i, int b, const float* x,

@@ -9,7 +9,6 @@
 // threads: the bits are the same whichever worker computes which replica.
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <limits>
 #include <tuple>
 
@@ -32,14 +31,14 @@ absl::Status StepExecutor::SetLogicalReplicas(int total, int first, int count) {
                                                    ") are not a range of ", total,
                                                    " logical replicas over ", ranks, " workers"));
   }
-  if (!backend_->host_memory()) {
-    return absl::UnimplementedError(
-        absl::StrCat(backend_->Name(),
-                     ": logical replicas need a backend with host memory (their exact "
-                     "reduction's arithmetic runs on the host)"));
-  }
   logical_ = {total, first, count};
-  exact_ = std::make_unique<ExactSum>(collective_, total);
+  exact_.reset();
+  device_exact_.reset();
+  if (backend_->host_memory() && !exact_in_backend_) {
+    exact_ = std::make_unique<ExactSum>(collective_, total);
+  } else {
+    device_exact_ = std::make_unique<DeviceExactSum>(backend_, collective_, total);
+  }
   replica_ws_.clear();
   replica_grads_.clear();
   replica_keys_.clear();
@@ -84,10 +83,19 @@ StepExecutor::UnshareReplicaMetrics(const std::vector<int64_t>& slots) const {
   return out;
 }
 
+absl::Status StepExecutor::SumExactly(std::span<const float* const> local, size_t n, float* out,
+                                      std::span<int64_t> also_max) {
+  if (device_exact_ != nullptr) {
+    return device_exact_->Sum(local, n, out, collective_options_, also_max);
+  }
+  return exact_->Sum(local, n, out, collective_options_, also_max);
+}
+
 absl::Status StepExecutor::ExactSumInto(const std::vector<float*>& local, size_t size) {
   const std::vector<const float*> in(local.begin(), local.end());
-  RETURN_IF_ERROR(exact_->Sum(in, size, local[0], collective_options_));
-  for (size_t j = 1; j < local.size(); ++j) std::memcpy(local[j], local[0], size * sizeof(float));
+  RETURN_IF_ERROR(SumExactly(in, size, local[0]));
+  for (size_t j = 1; j < local.size(); ++j)
+    RETURN_IF_ERROR(backend_->Copy(size, local[0], local[j]));
   return absl::OkStatus();
 }
 
@@ -200,10 +208,12 @@ absl::Status StepExecutor::BackwardReplicasSummed(
     for (float* g : grads) local.push_back(g + offset);
     return local;
   };
-  if (!exact_->overlaps()) {  // one sum after backward, the metrics in its max all-reduce
+  // One sum after backward, the metrics in its max all-reduce: in backend memory
+  // (DeviceExactSum), or where the collective cannot overlap the host's.
+  if (device_exact_ != nullptr || !exact_->overlaps()) {
     RETURN_IF_ERROR(BackwardReplicas());
     backward_end = std::chrono::steady_clock::now();
-    return exact_->Sum(local_at(0), param_count(), grads_.as(), collective_options_, shared);
+    return SumExactly(local_at(0), param_count(), grads_.as(), shared);
   }
   const std::vector<GradBucket> buckets =
       AlignGradBuckets(buckets_.empty() ? PlanGradBuckets(model_, 0) : buckets_, exact_->block());
@@ -256,13 +266,18 @@ absl::StatusOr<StepMetrics> StepExecutor::StepReplicas(const DeviceDataset& data
                      " each) and ", k, " keys"));
   }
   // Prepare writes the optimizer's scalars (the same each time) and replica j's keys into
-  // step_args_; the keys are copied to the replica's own buffer (host memory).
-  const size_t key_bytes = replica_keys_[0].bytes();
+  // step_args_; the keys are copied to the replica's own buffer (backend memory, in whole
+  // floats: a key is two uint32s).
+  const size_t key_floats =
+      std::min(replica_keys_[0].bytes(), step_args_.bytes() - sizeof(UpdateScalars)) /
+      sizeof(float);
   for (int j = 0; j < k; ++j) {
     RETURN_IF_ERROR(
         Prepare(*replica_ws_[j], data, indices.subspan(j * local_batch_, local_batch_), keys[j]));
-    std::memcpy(replica_keys_[j].as<void>(), step_args_.as<unsigned char>() + sizeof(UpdateScalars),
-                std::min(key_bytes, step_args_.bytes() - sizeof(UpdateScalars)));
+    RETURN_IF_ERROR(backend_->Copy(
+        key_floats,
+        reinterpret_cast<const float*>(step_args_.as<unsigned char>() + sizeof(UpdateScalars)),
+        replica_keys_[j].as()));
   }
   const auto t0 = Clock::now();
   RETURN_IF_ERROR(ForwardReplicas(data));
@@ -285,12 +300,11 @@ absl::StatusOr<StepMetrics> StepExecutor::StepReplicas(const DeviceDataset& data
   ASSIGN_OR_RETURN(std::tie(metrics.all_replica_loss, metrics.all_replica_accuracy),
                    UnshareReplicaMetrics(shared));
   const size_t n = param_count();
-  // pmean: the sum over the V replicas, then a division (not a multiply) by V.
-  RETURN_IF_ERROR(backend_->Divide(n, static_cast<float>(logical_.total), grads_.as()));
   const auto t2 = Clock::now();
   std::vector<float*> slots;
   for (Buffer& s : slots_) slots.push_back(s.as());
-  RETURN_IF_ERROR(optimizer_.Apply(*backend_, n, step_args_.as<UpdateScalars>(),
+  // pmean: the sum over the V replicas, then (in the update's pass) a division by V.
+  RETURN_IF_ERROR(optimizer_.Apply(*backend_, n, logical_.total, step_args_.as<UpdateScalars>(),
                                    update_scratch_.as<void>(), grads_.as(), slots, params_.as()));
   RETURN_IF_ERROR(UpdateBatchStats(replica_ws_[0]->bn));
   timings_ = {seconds(t0, t1), seconds(t1, t2), seconds(t2, Clock::now())};

@@ -68,6 +68,16 @@ inline bool InPlace(const Model& m, int i, bool train) {
          (l.kind == LayerKind::kDropout && !IsActiveDropout(l, train));
 }
 
+// Whether conv or dense layer i's output is overwritten in place by a ReLU (layer i + 1),
+// which the layer's forward then applies itself (Backend::ConvForwardRelu, DenseForward's
+// relu) and the ReLU skips.
+inline bool FusedRelu(const Model& m, int i) {
+  const auto& layers = m.layers();
+  return (layers[i].kind == LayerKind::kConv || layers[i].kind == LayerKind::kDense) &&
+         i + 1 < static_cast<int>(layers.size()) && layers[i + 1].kind == LayerKind::kRelu &&
+         layers[i + 1].src == i && InPlace(m, i + 1, true);
+}
+
 // Layers whose backward passes dy itself (changed in place) on as their input gradient:
 // the in-place ones, activations, and the position embedding (x + table: dx is dy).
 inline bool GradInPlace(const Layer& l, bool train) {

@@ -3,7 +3,9 @@
 // workers in this process (threads joined by Gloo over loopback, a MemoryStore), each
 // worker a contiguous range of the replicas. Every run must end with bitwise the same
 // params, batch_stats and optimizer state and report bitwise the same per-replica losses,
-// and those must stay within 1e-5 of JAX's pmap on 4 devices at every step.
+// and those must stay within 1e-5 of JAX's pmap on 4 devices at every step. The path of a
+// CUDA worker (the exact sums in backend memory: core/exact_sum_device.h) must give the
+// host path's bits.
 #include <algorithm>
 #include <cstring>
 #include <latch>
@@ -43,8 +45,9 @@ struct JobRun {
 // Worker w of `workers` holds replicas [w * V / workers, (w + 1) * V / workers). Its
 // collective lives until every worker has finished (`finished`): a rank that closed its
 // connections while a peer still waited in the last collective would fail the peer.
+// With `backend_memory`, the exact sums run as on a CUDA worker (DeviceExactSum).
 void RunWorker(const Golden& g, const Dataset& data, int workers, int w, Store* store,
-               const std::string& prefix, std::latch* finished, JobRun* run) {
+               const std::string& prefix, std::latch* finished, bool backend_memory, JobRun* run) {
   std::unique_ptr<Collective> collective;
   run->status[w] = [&]() -> absl::Status {
     const Model& m = g.setup.model;
@@ -64,6 +67,7 @@ void RunWorker(const Golden& g, const Dataset& data, int workers, int w, Store* 
     TrainingPlan plan(g.spec.seed(), g.spec.dropout_seed(), g.setup.impl, data.size, b, v);
     RETURN_IF_ERROR(exec->SetState(TrainState::Create(m.Init(plan.init_key(), g.setup.impl),
                                                       g.setup.optimizer, m.InitStats())));
+    if (backend_memory) exec->set_exact_sum_in_backend_memory_for_testing();
     RETURN_IF_ERROR(exec->SetLogicalReplicas(v, first, count));
     for (uint64_t s = 0; s < g.spec.steps(); ++s) {
       const StepPlan p = plan.Next();
@@ -82,7 +86,7 @@ void RunWorker(const Golden& g, const Dataset& data, int workers, int w, Store* 
   finished->arrive_and_wait();
 }
 
-JobRun RunJob(const Golden& g, const Dataset& data, int workers) {
+JobRun RunJob(const Golden& g, const Dataset& data, int workers, bool backend_memory = false) {
   static int job = 0;
   const std::string prefix = absl::StrCat("logical_replicas_", job++);
   MemoryStore store;
@@ -95,9 +99,9 @@ JobRun RunJob(const Golden& g, const Dataset& data, int workers) {
   std::vector<std::thread> threads;
   for (int w = 1; w < workers; ++w) {
     threads.emplace_back(RunWorker, std::cref(g), std::cref(data), workers, w, &store,
-                         std::cref(prefix), &finished, &run);
+                         std::cref(prefix), &finished, backend_memory, &run);
   }
-  RunWorker(g, data, workers, 0, &store, prefix, &finished, &run);
+  RunWorker(g, data, workers, 0, &store, prefix, &finished, backend_memory, &run);
   for (std::thread& t : threads) t.join();
   return run;
 }
@@ -174,6 +178,26 @@ TEST(LogicalReplicas, SameBitsOnOneTwoThreeAndFourWorkersInBfloat16) {
     }
   }
   EXPECT_NE(run.losses.back(), std::vector<float>(losses.end() - v, losses.end()));
+}
+
+// DeviceExactSum's steps (Backend::ExactBlockExponents, ExactToFixed, ExactFromFixed,
+// the int64 all-reduces on backend memory) give ExactSum's bits, on one worker and two.
+TEST(LogicalReplicas, BackendMemoryExactSumIsTheHostsBits) {
+  ASSERT_OK_AND_ASSIGN(Golden g, testing::ReadSpecGolden(kFile));
+  const Dataset data = testing::GoldenDataset(g.st, "data");
+  const JobRun host = RunJob(g, data, 1);
+  ASSERT_OK(host.status[0]);
+  for (int workers : {1, 2}) {
+    const JobRun run = RunJob(g, data, workers, true);
+    for (int w = 0; w < workers; ++w) {
+      ASSERT_OK(run.status[w]);
+      ExpectBitwiseEqual(run.states[w], host.states[0],
+                         absl::StrCat(workers, " workers in backend memory, worker ", w));
+    }
+    for (size_t s = 0; s < host.losses.size(); ++s) {
+      EXPECT_EQ(Bits(run.losses[s]), Bits(host.losses[s])) << workers << " workers, step " << s;
+    }
+  }
 }
 
 // The params whose gradient is zero but for rounding: the biases right before a BatchNorm

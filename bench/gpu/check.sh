@@ -11,23 +11,34 @@
 #                             reads ($LOCKSTEP_FORTUNES, default /usr/share/games/fortunes)
 #                             into .bundle/lockstep-gpu.tar.xz
 #                             (ignored). The bundle and the tracked tree travel together
-#                             within 64 MiB: where they would not, the training set is cut to
-#                             its first $LOCKSTEP_GPU_TRAIN_EXAMPLES images (default: all),
-#                             and part 2 trains as many more epochs as keep its step count
+#                             within 64 MiB, so the training set is cut to its first
+#                             $LOCKSTEP_GPU_TRAIN_EXAMPLES images (default 32000, 0: all;
+#                             2026-12-06: 40,000 came to 64.2 MiB, each 8,000 fewer save
+#                             3.0 MB), and part 2 trains as many more epochs as keep its
+#                             step count
 #   bench/gpu/check.sh run    there, from the repo root (device tool: carry [".bundle"],
 #                             timeout_s 480; the run stops itself within 450 s,
-#                             $LOCKSTEP_CHECK_SECONDS): five parts, each run whatever
+#                             $LOCKSTEP_CHECK_SECONDS): six parts, each run whatever
 #                             became of the others, each with its own time limit, cut to
 #                             what is left of the run:
-#                               1. the CUDA tests                                   120 s
+#                               1. the CUDA tests (the kernels, cuDNN's convolutions,
+#                                  the fused update, the exact sum's conversions, NCCL's
+#                                  int64 sum and max with one rank)                  100 s
 #                               2. a real job through the coordinator with one GPU
 #                                  worker (the CNN recipe, >= 0.90 test accuracy)    30 + 75 s
-#                               3. the benchmark through the coordinator (job_bench)  3 x 23 s
-#                               4. the architectures' examples on that worker
+#                               3. the signature on one GPU: examples/elastic.yaml
+#                                  (replicas: 4, 40 steps) on that worker gives the
+#                                  params checksum of `lockstep train` on the same
+#                                  GPU                                               2 x 45 s
+#                               4. the benchmark through the coordinator (job_bench):
+#                                  CNN b128 and b1024, MLP b4096, the GPT-2-small-shaped
+#                                  decoder (bench/gpu/gpt2-small.yaml: tokens/s, MFU) 4 x 23 s
+#                               5. the architectures' examples on that worker
 #                                  (workers: 1): the char transformer, 2 epochs,
 #                                  test loss < 2.7; the ResNet, 1 epoch, test
-#                                  accuracy >= 0.85                                  60 + 150 s
-#                               5. the peers: JAX, then PyTorch eager                90 + 40 s
+#                                  accuracy >= 0.85                                  45 + 100 s
+#                               6. the peers: JAX (float32, then bf16 params), then
+#                                  PyTorch eager (float32, autocast bf16)           90 + 40 s
 #                                  and, if 45 s are left, PyTorch compiled with the rest
 #                             The table is written as soon as part 3 is done and again after
 #                             each peer. $OUT (or /tmp/gpu_check) gets two files: table.md
@@ -41,7 +52,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${LOCKSTEP_GPU_BUILD:-$root/build-cuda}
 bundle=$root/.bundle/lockstep-gpu.tar.xz
-bins="lockstep lockstep-coordinator lockstep-worker job_bench"
+bins="lockstep lockstep-coordinator lockstep-worker lockstep-train job_bench"
 tests="backend_factory_test cuda_backend_test cuda_step_test nccl_collective_test golden_test"
 data_files="train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz"
 fortunes="cookie literature"  # examples/char-transformer.yaml's training and test text
@@ -68,14 +79,16 @@ pack() {
     local path
     path=$(find "$build" -name "$b" -type f -executable | head -1)
     cp "$path" "$stage/bin/"
-    # Every resolved dependency but glibc's and CUDA's (the GPU machine has those).
+    strip --strip-unneeded "$stage/bin/$b"  # the symbol tables: megabytes a run never reads
+    # Every resolved dependency but glibc's and CUDA's (the GPU machine has those: cuDNN,
+    # whose engines alone are hundreds of MiB, from its venv's nvidia-cudnn wheel).
     ldd "$path" | awk '/=> \// {print $3}' |
-      grep -vE '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libcublas|libcublasLt|libnccl)\.so' |
+      grep -vE '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libcuda|libcublas|libcublasLt|libnccl|libnvrtc[^/]*|libcudnn[^/]*)\.so' |
       xargs -r cp -Lu -t "$stage/lib/"
   done
   # That machine's C++ runtime is newer; ours is a fallback only.
   mv "$stage"/lib/libstdc++.so.6 "$stage"/lib/libgcc_s.so.1 "$stage/fallback/" 2>/dev/null || true
-  python3 - "$data" "$stage/data/fashion-mnist" "${LOCKSTEP_GPU_TRAIN_EXAMPLES:-0}" <<'PY'
+  python3 - "$data" "$stage/data/fashion-mnist" "${LOCKSTEP_GPU_TRAIN_EXAMPLES:-32000}" <<'PY'
 import gzip, struct, sys
 src, dst, keep = sys.argv[1], sys.argv[2], int(sys.argv[3])
 for split in ("train", "t10k"):
@@ -97,17 +110,17 @@ PY
   total=$((tree + $(stat -c %s "$bundle")))
   echo "pack: bundle + tracked tree = $((total >> 20)) MiB of the device tool's 64 MiB"
   if [ "$total" -gt "$limit" ]; then
-    echo "pack: too large to travel: set LOCKSTEP_GPU_TRAIN_EXAMPLES below the training set's size" >&2
+    echo "pack: too large to travel: set LOCKSTEP_GPU_TRAIN_EXAMPLES lower (8,000 images are about 3 MB)" >&2
     exit 1
   fi
 }
 
-# Directories holding cuBLAS and NCCL on that machine: the python venv's NVIDIA wheels
-# first, then the usual places.
+# Directories holding cuBLAS, cuDNN and NCCL on that machine: the python venv's NVIDIA
+# wheels first, then the usual places.
 nvidia_lib_path() {
   local site dirs=""
   site=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
-  for lib in libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+  for lib in libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnvrtc.so.13 libnccl.so.2; do
     local d
     d=$(find $site /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu \
         -name "$lib" 2>/dev/null | head -1 | xargs -r dirname)
@@ -211,7 +224,7 @@ part_tests() {
   echo; echo "=== 1. CUDA tests (every kernel vs its CPU reference, the step vs the CPU step, graphs, NCCL with one rank)"
   local t1=$SECONDS t rc part_left
   for t in $tests; do
-    part_left=$((120 - (SECONDS - t1)))
+    part_left=$((100 - (SECONDS - t1)))
     if ! have 5 || [ "$part_left" -lt 5 ]; then fail "$t: not run, no time left"; continue; fi
     timeout "$(limit "$part_left")" "$s/bin/$t" >"$logs/$t.log" 2>&1
     rc=$?
@@ -224,6 +237,9 @@ part_tests() {
     fi
     if [ "$kind" = cuda ] && grep -m1 "no usable GPU" "$logs/$t.log"; then
       fail "$t: skipped, no usable GPU"
+    fi
+    if [ "$kind" = cuda ] && grep -m1 "cuDNN not in use" "$logs/$t.log"; then
+      fail "$t: the cuDNN convolutions were not tested"
     fi
   done
   echo "(tests took $((SECONDS - t1)) s)"
@@ -304,9 +320,9 @@ check_job() {
 }
 
 part_job() {
-  # A quick rehearsal on a CPU runs 100 steps, not the recipe's epochs.
+  # A quick rehearsal on a CPU runs 20 steps, not the recipe's epochs.
   local length="epochs: $epochs"
-  [ "$quick" = 1 ] && length="steps: 100"
+  [ "$quick" = 1 ] && length="steps: 20"
   echo; echo "=== 2. A job through the coordinator with one $kind worker: the CNN recipe, ${length#*: } ${length%%:*}"
   cat >"$tmp/cnn-gpu.yaml" <<YAML
 name: flax-mnist-cnn-gpu   # examples/cnn.yaml on one GPU worker
@@ -323,6 +339,33 @@ YAML
   check_job "the CNN job" "acc >= 0.90"
 }
 
+part_replicas() {
+  echo; echo "=== 3. The signature on one $kind: examples/elastic.yaml (replicas: 4) on the $kind worker = lockstep train on the same $kind"
+  local length="steps: 40"
+  [ "$quick" = 1 ] && length="steps: 8"
+  example_spec elastic -e "s/^epochs: .*/$length/" -e '/^eval:/d' \
+    -e "s#^dataset: {name: fashion_mnist}#dataset: {name: fashion_mnist, path: $data}#"
+  # One thread: the CPU rehearsal's worker and lockstep train then compute alike.
+  printf 'replicas: 4\nthreads: 1\n' >>"$tmp/elastic.yaml"
+  local cluster trained
+  timeout "$(limit 45)" "$s/bin/lockstep" submit --wait --json "$tmp/elastic.yaml" \
+    >"$logs/replicas-cluster.json" 2>"$logs/replicas-cluster.err"
+  cancel_running
+  timeout "$(limit 45)" "$s/bin/lockstep" train --json "$tmp/elastic.yaml" \
+    >"$logs/replicas-train.json" 2>"$logs/replicas-train.err"
+  cluster=$(python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); print(j["state"], j.get("param_checksum", ""))' \
+    "$logs/replicas-cluster.json" 2>/dev/null)
+  trained=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["param_checksum"])' \
+    "$logs/replicas-train.json" 2>/dev/null)
+  echo "replicas: 4 on the $kind worker: ${cluster:-no result ($(tail -1 "$logs/replicas-cluster.err"))}"
+  echo "lockstep train on the $kind: ${trained:-no result ($(tail -1 "$logs/replicas-train.err"))}"
+  if [ "${cluster%% *}" != SUCCEEDED ] || [ -z "$trained" ]; then
+    fail "replicas: 4 on one $kind: the job or lockstep train did not finish"
+  elif [ "${cluster#* }" != "$trained" ]; then
+    fail "replicas: 4 on one $kind: params checksum ${cluster#* } on the worker, $trained in lockstep train"
+  fi
+}
+
 # examples/NAME.yaml for one $kind worker (workers: 1, no logical replicas, which need a
 # backend with host memory), named NAME-$kind; further arguments are sed's.
 example_spec() {
@@ -334,20 +377,23 @@ example_spec() {
 }
 
 part_examples() {
-  echo; echo "=== 4. The architectures' examples on the $kind worker (workers: 1): the char transformer, 2 epochs; the ResNet, 1 epoch"
-  example_spec char-transformer -e "s#/usr/share/games/fortunes#$s/data/fortunes#"
+  echo; echo "=== 5. The architectures' examples on the $kind worker (workers: 1): the char transformer, 2 epochs; the ResNet, 1 epoch"
+  # A quick rehearsal on a CPU runs 10 of the char transformer's steps, not its 2 epochs.
+  local quick_steps=()
+  [ "$quick" = 1 ] && quick_steps=(-e "s/^epochs: .*/steps: 10/")
+  example_spec char-transformer -e "s#/usr/share/games/fortunes#$s/data/fortunes#" "${quick_steps[@]}"
   if have 20; then
-    run_job char-transformer "$tmp/char-transformer.yaml" 60
+    run_job char-transformer "$tmp/char-transformer.yaml" 45
     check_job "the char transformer" "loss < 2.7"
   else
     fail "the char transformer: not run, no time left"
   fi
   # A quick rehearsal on a CPU runs 20 of the ResNet's steps, not its epoch.
   local length="epochs: 1"
-  [ "$quick" = 1 ] && length="steps: 20"
+  [ "$quick" = 1 ] && length="steps: 4"
   example_spec resnet -e "s/^epochs: .*/$length/" -e "s#^  name: fashion_mnist.*#&\n  path: $data#"
   if have 30; then
-    run_job resnet "$tmp/resnet.yaml" 150
+    run_job resnet "$tmp/resnet.yaml" 100
     check_job "the ResNet" "acc >= 0.85"
   else
     fail "the ResNet: not run, no time left"
@@ -355,15 +401,23 @@ part_examples() {
 }
 
 part_bench() {
-  echo; echo "=== 3. Benchmark: Lockstep through the coordinator (one $kind worker, graphs on, TF32 off)"
+  echo; echo "=== 4. Benchmark: Lockstep through the coordinator (one $kind worker, graphs on, TF32 off)"
+  # The GPT-2-small-shaped decoder reads the bundle's fortunes; a quick rehearsal shrinks
+  # it as peers.py --quick does (context 128, 128 features, 4 heads, MLPs of 512).
+  local shrink=()
+  [ "$quick" = 1 ] && shrink=(-e 's/\b1024\b/128/' -e 's/\b768\b/128/' -e 's/\b3072\b/512/'
+    -e 's/num_heads: 12/num_heads: 4/')
+  sed -e "s#/usr/share/games/fortunes#$s/data/fortunes#" "${shrink[@]}" \
+    "$root/bench/gpu/gpt2-small.yaml" >"$tmp/gpt2-small.yaml"
   local cfg rc
   for cfg in $configs; do
     set -- ${cfg//,/ }
     if ! have 10; then fail "job_bench $1 $2: not run, no time left"; continue; fi
-    local cut
+    local cut source=(--data "$data")
     cut=$(limit 20)
+    [ "$1" = gpt2-small ] && source=(--spec "$tmp/gpt2-small.yaml")
     # job_bench cancels its job at --timeout; the shell's limit is a backstop.
-    timeout $((cut + 3)) "$s/bin/job_bench" --coordinator "$addr" --data "$data" --model "$1" \
+    timeout $((cut + 3)) "$s/bin/job_bench" --coordinator "$addr" "${source[@]}" --model "$1" \
       --batch "$2" --steps "$3" --warmup "$4" --device "$kind" --timeout "$cut" \
       >"$tmp/bench.out" 2>>"$logs/job_bench.err"
     rc=$?
@@ -386,11 +440,16 @@ peers() {
   rc=$?
   cat "$tmp/peers.out"
   grep '^{' "$tmp/peers.out" >>"$logs/bench.jsonl"
+  # A quick rehearsal's peer cut by its limit after some rows has shown its code path.
+  if [ "$quick" = 1 ] && [ "$rc" -eq 124 ] && grep -q '"throughput"' "$tmp/peers.out"; then
+    notes+=("$1 ${2:-}: cut by its time limit after $(grep -c '"throughput"' "$tmp/peers.out") rows (a quick rehearsal)")
+    return 0
+  fi
   return $rc
 }
 
 part_peers() {
-  echo; echo "=== 5. Peers on the same $kind: JAX (the seed's pmap step, jit) and PyTorch (eager, then compile if time remains)"
+  echo; echo "=== 6. Peers on the same $kind: JAX (the seed's pmap step, jit) and PyTorch (eager, then compile if time remains)"
   echo "(the peers run with the preset LD_LIBRARY_PATH: ${preset_ld:-none})"
   local rc
   if have 20; then
@@ -430,9 +489,10 @@ run() {
   quick=${LOCKSTEP_CHECK_QUICK:-0}
   t0=$SECONDS
   deadline=$((t0 + ${LOCKSTEP_CHECK_SECONDS:-450}))
-  epochs=5 configs="cnn,128,3000,200 cnn,1024,600,50 mlp,4096,1000,100" peer_args=""
+  epochs=5 configs="cnn,128,3000,200 cnn,1024,600,50 mlp,4096,1000,100 gpt2-small,8,40,8"
+  peer_args=""
   if [ "$quick" = 1 ]; then
-    configs="cnn,128,40,10 cnn,1024,4,1 mlp,4096,20,5" peer_args="--quick"
+    configs="cnn,128,10,2 cnn,1024,2,1 mlp,4096,6,2 gpt2-small,8,3,1" peer_args="--quick"
   fi
   mkdir -p "$out"
   rm -f "$out/logs.tar.gz" "$out/table.md"
@@ -451,11 +511,13 @@ run() {
   if start_cluster; then
     part_job
     archive
+    part_replicas
+    archive
     part_bench
     archive
     part_examples
   else
-    fail "part 2, 3 and 4 not run: no cluster"
+    fail "parts 2 to 5 not run: no cluster"
   fi
   stop_cluster
   local eager

@@ -96,10 +96,6 @@ int Main(int argc, char** argv) {
   auto spec = Validate(*parsed, {.files_in_checkpoint_dir = false});  // this user's own files
   if (!spec.ok()) return Fail(spec.status());
   if (absl::Status fits = CheckModelFitsInstalledDataset(*spec); !fits.ok()) return Fail(fits);
-  if (spec->device() != "cpu") {
-    return Fail(absl::InvalidArgumentError(
-        "device: lockstep train runs on the CPU; submit cuda jobs to a cluster"));
-  }
   if (spec->workers() != 1) {
     // The spec's N replicas, as logical replicas in this one process: the cluster's run
     // (each replica's batch shard, dropout keys and BatchNorm statistics), never one of

@@ -41,6 +41,15 @@ TEST(ReplicasSpec, ARangeOfWorkersParsesToMinAndMax) {
   EXPECT_EQ(json.min_workers(), 2u);
 }
 
+// CUDA workers run logical replicas too, their exact sums in device memory
+// (core/exact_sum_device.h).
+TEST(ReplicasSpec, CudaWorkersTakeReplicas) {
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec s,
+                       ParseAndValidate("replicas: 4\nworkers: {min: 1, max: 2}\ndevice: cuda\n"));
+  EXPECT_EQ(s.device(), "cuda");
+  EXPECT_EQ(LogicalWorld(s), 4);
+}
+
 TEST(ReplicasSpec, PriorityDefaultsToZeroAndIsBounded) {
   ASSERT_OK_AND_ASSIGN(v1::JobSpec s, ParseAndValidate("workers: 2\n"));
   EXPECT_EQ(s.priority(), 0);
@@ -102,8 +111,6 @@ INSTANTIATE_TEST_SUITE_P(
         BadRange{"replicas: 4\nworkers: {min: -1, max: 2}\n", "workers.min: must be a positive"},
         BadRange{"replicas: 4\nworkers: {min: 1, max: 2}\nmin_workers: 1\n",
                  "workers: give the range as {min, max} or min_workers, not both"},
-        BadRange{"replicas: 4\nworkers: 2\ndevice: cuda\n",
-                 "replicas: logical replicas run on cpu"},
         BadRange{"replicas: 4\nworkers: 2\naudit: {every_steps: 2}\n",
                  "audit.every_steps: not available with replicas"},
         BadRange{"replicas: 5000\nworkers: 1\n", "replicas: must be at most 4096"}));

@@ -364,9 +364,6 @@ absl::Status CheckReplicas(const v1::JobSpec& spec) {
   if (min > n) {
     return Invalid("workers.min", absl::StrCat(min, " exceeds workers.max (", n, ")"));
   }
-  if (spec.device() != "" && spec.device() != "cpu") {
-    return Invalid("replicas", "logical replicas run on cpu workers only (device: cpu)");
-  }
   return absl::OkStatus();
 }
 

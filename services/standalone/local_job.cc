@@ -18,7 +18,9 @@ absl::StatusOr<JobOutcome> RunLocalJob(const v1::JobSpec& spec, JobSink* sink) {
         absl::StrCat("workers: ", spec.workers(), "; a local job runs one worker"));
   }
   const int threads = spec.threads() > 0 ? static_cast<int>(spec.threads()) : DefaultCpuThreads();
-  absl::StatusOr<std::unique_ptr<BackendSource>> backends = BackendSource::Create("cpu", threads);
+  // device: cuda runs on this machine's first GPU, as a worker started with --device cuda:0.
+  const std::string device = spec.device() == "cuda" ? "cuda:0" : "cpu";
+  absl::StatusOr<std::unique_ptr<BackendSource>> backends = BackendSource::Create(device, threads);
   if (!backends.ok()) return backends.status();
   DatasetCache datasets(1);
   JobSlot slot(backends->get(), &datasets, /*collectives=*/nullptr);
@@ -27,7 +29,7 @@ absl::StatusOr<JobOutcome> RunLocalJob(const v1::JobSpec& spec, JobSink* sink) {
   PoolWorker worker;
   worker.id = "local";
   worker.address = address;
-  worker.device = "cpu";
+  worker.device = device;
   worker.threads = threads;
   CoordinatorOptions options;
   options.memory = {0, 0};                 // the user's own machine: no budgets

@@ -1,6 +1,8 @@
 // RunLocalJob: a job trained in this process, for `lockstep train` and for comparisons in
 // tests and benchmarks: the coordinator's job loop (JobRunner) over one in-process worker
-// computing on the CPU. Same plan, same step, same checkpoint as on a cluster.
+// computing on the CPU, or on this machine's first GPU for `device: cuda` (FAILED_PRECONDITION
+// where the build has no CUDA or there is no GPU). Same plan, same step, same checkpoint as
+// on a cluster.
 #ifndef LOCKSTEP_SERVICES_STANDALONE_LOCAL_JOB_H_
 #define LOCKSTEP_SERVICES_STANDALONE_LOCAL_JOB_H_
 

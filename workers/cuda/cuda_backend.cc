@@ -72,13 +72,13 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
         absl::StrCat("no CUDA device ", device, " (this machine has ", count, ")"));
   }
   std::unique_ptr<CudaBackend> backend(new CudaBackend(device, options.tf32));
-  RETURN_IF_ERROR(backend->Init());
+  RETURN_IF_ERROR(backend->Init(options.cudnn));
   return backend;
 }
 
 CudaBackend* CudaBackend::From(Backend* backend) { return dynamic_cast<CudaBackend*>(backend); }
 
-absl::Status CudaBackend::Init() {
+absl::Status CudaBackend::Init(bool cudnn) {
   RETURN_IF_ERROR(Activate());
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUBLAS_RETURN_IF_ERROR(cublasCreate(&cublas_));
@@ -89,7 +89,27 @@ absl::Status CudaBackend::Init() {
   CUBLAS_RETURN_IF_ERROR(
       cublasSetMathMode(cublas_, tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   CUDA_RETURN_IF_ERROR(cudaMalloc(&bias_scratch_, cuda::kBiasScratchFloats * sizeof(float)));
+  ASSIGN_OR_RETURN(lt_, LtDense::Create(cublas_workspace_, kCublasWorkspace));
+#if defined(LOCKSTEP_HAVE_CUDNN)
+  if (!cudnn) {
+    cudnn_off_ = "turned off";
+  } else if (absl::StatusOr<std::unique_ptr<CudnnConvs>> c = CudnnConvs::Create(stream_, tf32_);
+             c.ok()) {
+    cudnn_ = std::move(c).value();
+    cudnn_off_.clear();
+  } else {
+    cudnn_off_ = std::string(c.status().message());
+  }
+#endif
   return absl::OkStatus();
+}
+
+bool CudaBackend::CudnnTakes(const ConvGeometry& g, std::string* why) {
+#if defined(LOCKSTEP_HAVE_CUDNN)
+  if (cudnn_ != nullptr) return cudnn_->Supports(g, why);
+#endif
+  if (why != nullptr) *why = cudnn_off_;
+  return false;
 }
 
 absl::Status CudaBackend::SetTf32(bool enabled) {
@@ -98,12 +118,19 @@ absl::Status CudaBackend::SetTf32(bool enabled) {
   CUBLAS_RETURN_IF_ERROR(
       cublasSetMathMode(cublas_, enabled ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   tf32_ = enabled;
+#if defined(LOCKSTEP_HAVE_CUDNN)
+  if (cudnn_ != nullptr) cudnn_->set_tf32(enabled);
+#endif
   return absl::OkStatus();
 }
 
 CudaBackend::~CudaBackend() {
   if (cudaSetDevice(device_) != cudaSuccess) return;  // no device: nothing was created
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+#if defined(LOCKSTEP_HAVE_CUDNN)
+  cudnn_.reset();
+#endif
+  lt_.reset();
   if (cublas_ != nullptr) cublasDestroy(cublas_);
   if (cublas_workspace_ != nullptr) cudaFree(cublas_workspace_);
   if (bias_scratch_ != nullptr) cudaFree(bias_scratch_);

@@ -16,6 +16,9 @@ struct CudaBackendOptions {
   // GEMMs on TF32 tensor cores (CUBLAS_TF32_TENSOR_OP_MATH): faster, but results drift
   // from the CPU backend and from JAX by about 1e-3. Off: plain float32 (the default).
   bool tf32 = false;
+  // Convolutions on cuDNN (deterministic float32 engines) where the build has cuDNN and it
+  // loads at run time and takes the geometry; else, and when off, im2col + cuBLAS.
+  bool cudnn = true;
 };
 
 // The number of CUDA devices. FAILED_PRECONDITION "no CUDA device: <CUDA's reason>" when

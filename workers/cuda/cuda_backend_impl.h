@@ -14,7 +14,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/backend.h"
+#include "workers/cuda/cublaslt_dense.h"
 #include "workers/cuda/cuda_backend.h"
+#include "workers/cuda/cudnn_conv.h"
 
 namespace lockstep {
 
@@ -36,6 +38,21 @@ class CudaBackend final : public Backend {
 
   absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                     const float* b, float beta, float* c) override;
+  // cuBLASLt's GEMM with a bias and ReLU epilogue (cuda_backend_dense.cc), else Backend's.
+  absl::Status DenseForward(int rows, int out, int in, const float* x, const float* w,
+                            const float* bias, bool relu, float* y) override;
+#if defined(LOCKSTEP_HAVE_CUDNN)
+  // Convolutions on cuDNN where it takes g (cuda_backend_conv.cc), else Backend's.
+  size_t ConvScratchBytes(const ConvGeometry& g) override;
+  absl::Status ConvForward(const ConvGeometry& g, const float* x, const float* w, const float* bias,
+                           float* y, void* scratch) override;
+  absl::Status ConvForwardRelu(const ConvGeometry& g, const float* x, const float* w,
+                               const float* bias, float* y, void* scratch) override;
+  absl::Status ConvBackwardWeights(const ConvGeometry& g, const float* x, const float* dy,
+                                   float* dw, float* dbias, void* scratch) override;
+  absl::Status ConvBackwardData(const ConvGeometry& g, const float* w, const float* dy, float* dx,
+                                void* scratch) override;
+#endif
   absl::Status Im2Col(const ConvGeometry& g, const float* x, float* cols) override;
   absl::Status Col2Im(const ConvGeometry& g, const float* dcols, float* dx) override;
   absl::Status BiasAdd(int rows, int cols, const float* bias, float* y) override;
@@ -111,6 +128,17 @@ class CudaBackend final : public Backend {
                          const float* g, float* trace, float* p) override;
   absl::Status AdamUpdate(size_t n, const UpdateScalars* s, const float* g, float* mu, float* nu,
                           float* p) override;
+  // One kernel for the whole update (cuda_backend_update.cc, fused_update.cu).
+  absl::Status ApplyUpdate(const UpdateStep& u, size_t n, const UpdateScalars* s,
+                           double* norm_scratch, float* grads, float* slot0, float* slot1,
+                           float* params) override;
+  // The exact sum's conversions (cuda_backend_exact.cc, exact_sum.cu).
+  absl::Status ExactBlockExponents(size_t n, size_t block, const float* x, bool accumulate,
+                                   int64_t* exponents) override;
+  absl::Status ExactToFixed(size_t n, size_t block, int headroom, const int64_t* exponents,
+                            const float* x, bool accumulate, int64_t* fixed) override;
+  absl::Status ExactFromFixed(size_t n, size_t block, int headroom, const int64_t* exponents,
+                              const int64_t* fixed, float* out) override;
 
   // Captures the work `body` queues on the stream into a CUDA graph (thread-local capture
   // mode). Errors: body's own, or the capture's (INTERNAL naming the CUDA error), which
@@ -121,6 +149,11 @@ class CudaBackend final : public Backend {
       const std::function<absl::Status()>& body) override;
 
   int device() const { return device_; }
+  // Why convolutions run on im2col + cuBLAS rather than cuDNN (no cuDNN in the build or at
+  // run time, or turned off), or "" when cuDNN is in use.
+  const std::string& cudnn_off() const { return cudnn_off_; }
+  // Whether cuDNN takes g's convolutions (tests and diagnostics); `why` when not.
+  bool CudnnTakes(const ConvGeometry& g, std::string* why = nullptr);
   cudaStream_t stream() const { return stream_; }
 
   // Makes this backend's device the calling thread's current device.
@@ -140,7 +173,7 @@ class CudaBackend final : public Backend {
 
  private:
   CudaBackend(int device, bool tf32) : device_(device), tf32_(tf32) {}
-  absl::Status Init();
+  absl::Status Init(bool cudnn);
   // A failed launch or cuBLAS call of the kernel named `what`, recorded (RecordError) and
   // returned by Failed; OK on success.
   absl::Status Check(cudaError_t error, const char* what, const char* file, int line);
@@ -157,6 +190,11 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
   float* bias_scratch_ = nullptr;  // BiasGrad's chunk sums (bias_plan.h)
+  std::unique_ptr<LtDense> lt_;    // dense layers' GEMMs with their bias (null: Gemm + BiasAdd)
+#if defined(LOCKSTEP_HAVE_CUDNN)
+  std::unique_ptr<CudnnConvs> cudnn_;  // null: convolutions on im2col + cuBLAS
+#endif
+  std::string cudnn_off_ = "this build has no cuDNN";
   absl::Status first_error_;
   bool capturing_ = false;      // inside Capture's body
   absl::Status capture_error_;  // the first launch error while capturing

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "workers/cuda/attention_softmax.cuh"
+#include "workers/cuda/backend_launch.h"
 #include "workers/cuda/batch_norm.cuh"
 #include "workers/cuda/bias.cuh"
 #include "workers/cuda/conv.cuh"
@@ -19,16 +20,6 @@
 #include "workers/cuda/pool.cuh"
 #include "workers/cuda/softmax_xent.cuh"
 #include "workers/cuda/tokens.cuh"
-
-// Selects the device, runs the launcher `expr` and returns from the calling kernel method
-// with its error (file:line), recorded as Failed says.
-#define LS_LAUNCH(expr)                                           \
-  do {                                                            \
-    if (absl::Status ls_active_ = Activate(); !ls_active_.ok()) { \
-      return Failed(std::move(ls_active_));                       \
-    }                                                             \
-    return Check((expr), #expr, __FILE__, __LINE__);              \
-  } while (0)
 
 namespace lockstep {
 

@@ -2,6 +2,7 @@
 // adam/adamw, and clip_by_global_norm's norm and scaling. Contract: optimizer.cuh.
 #include "workers/cuda/launch.cuh"
 #include "workers/cuda/optimizer.cuh"
+#include "workers/cuda/update_math.cuh"
 
 namespace lockstep::cuda {
 namespace {
@@ -12,28 +13,14 @@ __global__ void SgdKernel(size_t n, const UpdateScalars* scalars, float momentum
                           const float* g, float* trace, float* p) {
   const float neg_lr = -scalars->lr;
   for (size_t i = FirstIndex(); i < n; i += Stride()) {
-    float u = g[i];
-    if (trace != nullptr) {
-      const float t = trace[i] = g[i] + momentum * trace[i];
-      u = nesterov ? g[i] + momentum * t : t;
-    }
-    p[i] = p[i] + neg_lr * u;
+    SgdElement(i, g[i], neg_lr, momentum, nesterov, trace, p);
   }
 }
 
 __global__ void AdamKernel(size_t n, const UpdateScalars* scalars, const float* g, float* mu,
                            float* nu, float* p) {
   const UpdateScalars s = *scalars;
-  const float neg_lr = -s.lr;
-  for (size_t i = FirstIndex(); i < n; i += Stride()) {
-    mu[i] = s.one_minus_b1 * g[i] + s.b1 * mu[i];
-    nu[i] = s.one_minus_b2 * (g[i] * g[i]) + s.b2 * nu[i];
-    const float mu_hat = mu[i] / s.bias_correction1;
-    const float nu_hat = nu[i] / s.bias_correction2;
-    float u = mu_hat / (sqrtf(nu_hat) + s.eps);
-    if (s.weight_decay != 0.0f) u = u + s.weight_decay * p[i];
-    p[i] = p[i] + neg_lr * u;
-  }
+  for (size_t i = FirstIndex(); i < n; i += Stride()) AdamElement(i, g[i], s, mu, nu, p);
 }
 
 // One block per chunk of kSumChunk values (Backend::SumSquares's order): thread l is

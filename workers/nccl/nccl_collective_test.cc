@@ -5,6 +5,8 @@
 // Several ranks need several GPUs (or processes on several machines).
 #include "workers/nccl/nccl_collective.h"
 
+#include <limits>
+
 #include "workers/cuda/cuda_testing.h"
 
 namespace lockstep {
@@ -50,6 +52,28 @@ TEST_F(NcclTest, OneRankAllReduceRunsInPlaceEagerlyAndInAGraph) {
   ASSERT_OK(cuda_->Synchronize());
   for (float& v : want) v = (v / 2.0f) / 2.0f;
   EXPECT_TRUE(Bitwise(ToHost(data, n), want));
+}
+
+// The int64 sum and max of the exact sums (core/exact_sum_device.h) with one rank: in
+// place, queued behind the kernel that wrote the values (the exact sum's float -> int64
+// conversion), eagerly; their results the identity.
+TEST_F(NcclTest, OneRankInt64SumAndMaxRunInPlaceBehindTheConversion) {
+  MemoryStore store;
+  ASSERT_OK_AND_ASSIGN(auto nccl, NewNcclCollective(0, 1, &store, cuda_.get()));
+  const size_t n = 5000, block = 1024, blocks = (n + block - 1) / block;
+  const auto x = RandomFloats(n, 3);
+  std::vector<int64_t> exponents(blocks), want(n);
+  ASSERT_OK(cpu_->ExactBlockExponents(n, block, x.data(), false, exponents.data()));
+  ASSERT_OK(cpu_->ExactToFixed(n, block, 2, exponents.data(), x.data(), false, want.data()));
+  Buffer dx = ToDevice(x), de = ToDevice(exponents), fixed = ToDevice(std::vector<int64_t>(n));
+  ASSERT_OK(
+      cuda_->ExactToFixed(n, block, 2, de.as<int64_t>(), dx.as(), false, fixed.as<int64_t>()));
+  ASSERT_OK(nccl->AllReduceInt64(fixed.as<int64_t>(), n, ReduceOp::kSum, {}));
+  EXPECT_EQ(ToHost<int64_t>(fixed, n), want);
+  std::vector<int64_t> slots = {std::numeric_limits<int64_t>::min(), -3, 0, int64_t{1} << 40};
+  Buffer dslots = ToDevice(slots);
+  ASSERT_OK(nccl->AllReduceInt64(dslots.as<int64_t>(), slots.size(), ReduceOp::kMax, {}));
+  EXPECT_EQ(ToHost<int64_t>(dslots, slots.size()), slots);
 }
 
 TEST_F(NcclTest, OneCollectivePerBackend) {
