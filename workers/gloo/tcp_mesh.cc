@@ -103,9 +103,9 @@ absl::Status TcpMesh::Transfer::Step(char* in, size_t bytes, bool* received) {
 }
 
 absl::Status TcpMesh::Transfer::Write(bool* moved) {
-  if (out_.empty()) return absl::OkStatus();
+  if (out_.empty() || !can_write_) return absl::OkStatus();
   std::array<iovec, kMaxIovecs> iov;
-  size_t n = 0;
+  size_t n = 0, offered = 0;
   for (Outgoing& m : out_) {
     if (n + 2 > iov.size()) break;
     size_t at = m.written;
@@ -117,10 +117,13 @@ absl::Status TcpMesh::Transfer::Write(bool* moved) {
     }
     if (at < m.bytes) iov[n++] = {const_cast<char*>(m.data) + at, m.bytes - at};
   }
+  for (size_t i = 0; i < n; ++i) offered += iov[i].iov_len;
   msghdr msg = {};
   msg.msg_iov = iov.data();
   msg.msg_iovlen = n;
   const ssize_t sent = ::sendmsg(mesh_.links_[to_], &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  // A short write filled the socket: the next one waits for poll's word that it has room.
+  can_write_ = sent == static_cast<ssize_t>(offered);
   if (sent < 0) {
     if (WouldBlock(errno)) return absl::OkStatus();
     return Failed(
@@ -138,6 +141,7 @@ absl::Status TcpMesh::Transfer::Write(bool* moved) {
 }
 
 absl::Status TcpMesh::Transfer::Read(char* in, size_t bytes, bool* moved, bool* received) {
+  if (!can_read_) return absl::OkStatus();
   std::array<iovec, 2> iov;
   size_t n = 0;
   if (in_got_ < kHeaderBytes) {
@@ -149,6 +153,8 @@ absl::Status TcpMesh::Transfer::Read(char* in, size_t bytes, bool* moved, bool* 
   msg.msg_iov = iov.data();
   msg.msg_iovlen = n;
   const ssize_t got = ::recvmsg(mesh_.links_[from_], &msg, MSG_DONTWAIT);
+  // A short read emptied the socket: the next one waits for poll's word that data came.
+  can_read_ = got == static_cast<ssize_t>(iov[0].iov_len + (n > 1 ? iov[1].iov_len : 0));
   if (got == 0) {
     return Failed(absl::UnavailableError(absl::StrCat("rank ", from_, " closed the connection")));
   }
@@ -196,7 +202,14 @@ absl::Status TcpMesh::Transfer::Wait(bool reading) {
     if (ready < 0 && errno != EINTR) {
       return absl::InternalError(absl::StrCat("poll: ", strerror(errno)));
     }
-    if (ready > 0) return fds[n - 1].revents != 0 ? Failed(absl::OkStatus()) : absl::OkStatus();
+    if (ready <= 0) continue;
+    if (fds[n - 1].revents != 0) return Failed(absl::OkStatus());
+    for (size_t i = 0; i + 1 < n; ++i) {
+      const short ready_events = fds[i].revents, failed = POLLERR | POLLHUP;
+      if (fds[i].fd == mesh_.links_[to_] && (ready_events & (POLLOUT | failed))) can_write_ = true;
+      if (fds[i].fd == mesh_.links_[from_] && (ready_events & (POLLIN | failed))) can_read_ = true;
+    }
+    return absl::OkStatus();
   }
 }
 

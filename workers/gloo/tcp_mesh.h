@@ -87,6 +87,9 @@ class TcpMesh final {
     std::deque<Outgoing> out_;
     uint64_t in_header_ = 0;
     size_t in_got_ = 0;  // bytes of the current incoming message, header included
+    // Whether a write (read) may move bytes without poll's word first: false after one
+    // that was short, so that a full (empty) socket costs no failing system call.
+    bool can_write_ = true, can_read_ = true;
   };
 
  private:
