@@ -196,7 +196,7 @@ TEST_F(LonelyStep, AbortEndsTheStepPromptly) {
   auto step = exec_->Step(data_, idx_, rng::Key{0, 0});
   abort.join();
   // The abort's error: ABORTED for the bucket in flight, FAILED_PRECONDITION had none yet
-  // reached Gloo; never the 60 s timeout.
+  // reached the collective; never the 60 s timeout.
   EXPECT_THAT(step.status().code(),
               AnyOf(absl::StatusCode::kAborted, absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(step.status().message(), HasSubstr("job cancelled"));
