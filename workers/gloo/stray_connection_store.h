@@ -119,7 +119,7 @@ class StrayConnectionStore final : public Store {
         gloo_internal::PairingToken(0, 1, std::string(gloo_internal::kNonceBytes, 'x'))};
     for (const std::string& payload : payloads) {
       const int fd = Dial(addr);
-      if (fd < 0) continue;  // a listener already closed: that pair's side connects
+      if (fd < 0) continue;  // a listener already closed: its rank has paired
       ++connected_;
       if (!payload.empty()) ::send(fd, payload.data(), payload.size(), MSG_NOSIGNAL);
       open_.push_back(fd);
