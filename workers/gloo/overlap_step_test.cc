@@ -194,8 +194,8 @@ TEST_F(LonelyStep, AbortEndsTheStepPromptly) {
   });
   auto step = exec_->Step(data_, idx_, rng::Key{0, 0});
   abort.join();
-  // The abort's error, naming its reason: ABORTED for the bucket in flight,
-  // FAILED_PRECONDITION had none yet reached Gloo; never the 60 s timeout's.
+  // The abort's error: ABORTED for the bucket in flight, FAILED_PRECONDITION had none yet
+  // reached the collective; never the 60 s timeout's, naming its reason.
   EXPECT_THAT(step.status().code(),
               AnyOf(absl::StatusCode::kAborted, absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(step.status().message(), HasSubstr("job cancelled"));
