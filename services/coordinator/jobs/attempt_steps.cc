@@ -85,11 +85,9 @@ absl::Status Attempt::CheckAudit(const AuditPick& pick, const std::vector<StepRe
                          recovers ? " and is quarantined" : "")
           : absl::StrCat("no majority, so workers ", absl::StrJoin(suspects, ", "),
                          recovers ? " are replaced (none quarantined)" : " disagree");
-  const std::string then =
-      recovers
-          ? absl::StrCat("the job rolls back to the state at the last audit that passed (step ",
-                         job_.start().step, ")")
-          : "the job has no recovery";
+  const std::string then = recovers ? absl::StrCat("the job rolls back to step ", job_.start().step,
+                                                   ", its last snapshot (or start)")
+                                    : "the job has no recovery";
   const std::string message =
       absl::StrCat("audit of step ", step + 1, " failed: ", who, "; ", then, ": ", v.detail);
   LogJob(spdlog::level::warn, {job_.id()}, message);
@@ -301,11 +299,10 @@ absl::Status Attempt::Fill(Pipeline& p) {
     const StepPlan step = p.plan.Next();  // the commands' indices point into it until sent
     const int64_t after = p.sent + 1;
     const bool eval = EvalDue(job_.spec().eval(), after, p.spe) && after < p.total;
-    const std::optional<AuditPick> pick = p.audit.Pick(step.step);
-    // Audited, the job snapshots at each audit (once it passed: the state a failed audit
-    // rolls back to), where a recovery can use it.
-    const bool snapshot = job_.SnapshotDue(after, p.total, clock.Now()) ||
-                          (pick.has_value() && job_.recovers() && after < p.total);
+    const bool snapshot = job_.SnapshotDue(after, p.total, clock.Now());
+    // Audited, the job audits each step it snapshots after: the snapshot (taken once the
+    // answers are in) holds a state an audit passed, the one a failed audit rolls back to.
+    const std::optional<AuditPick> pick = p.audit.Pick(step.step, snapshot);
     if (pick.has_value()) p.audits[step.step] = *pick;
     // The survivors of a stalled peer end their all-reduce when the step is late here.
     ASSIGN_OR_RETURN(auto commands, StepCommands(step, ChecksumDue(after, p.total) || snapshot,

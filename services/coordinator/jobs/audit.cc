@@ -38,9 +38,11 @@ AuditPlan::AuditPlan(const v1::JobSpec& spec, std::vector<uint32_t> threads)
       seed_(Mix(static_cast<uint64_t>(spec.seed()) ^ 0x6175646974ull /* "audit" */)),
       threads_(std::move(threads)) {}
 
-std::optional<AuditPick> AuditPlan::Pick(int64_t step) const {
+std::optional<AuditPick> AuditPlan::Pick(int64_t step, bool snapshot) const {
   const int n = static_cast<int>(threads_.size());
-  if (every_ == 0 || n < 2 || (static_cast<uint64_t>(step) + 1) % every_ != 0) return std::nullopt;
+  if (every_ == 0 || n < 2 || !(snapshot || (static_cast<uint64_t>(step) + 1) % every_ == 0)) {
+    return std::nullopt;
+  }
   const uint64_t r = Mix(seed_ ^ Mix(static_cast<uint64_t>(step)));
   AuditPick pick;
   pick.audited = static_cast<int>(r % n);

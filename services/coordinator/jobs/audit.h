@@ -33,11 +33,13 @@ class AuditPlan {
   AuditPlan(const v1::JobSpec& spec, std::vector<uint32_t> threads);
 
   // Whether step `step` (from 0) is audited, and by whom: every audit.every_steps steps
-  // (the steps that complete a multiple of it), a rank picked at random with its checkers,
-  // by an RNG of the plan's own seeded from the spec's seed and keyed by the step, so that
-  // a replay (or a restarted coordinator) audits the same steps alike. None when the step
-  // is not due, or no other rank has the audited rank's threads.
-  std::optional<AuditPick> Pick(int64_t step) const;
+  // (the steps that complete a multiple of it), and with the audit on each step the job
+  // snapshots after (`snapshot`: a snapshot holds a state an audit passed); a rank picked
+  // at random with its checkers, by an RNG of the plan's own seeded from the spec's seed
+  // and keyed by the step, so that a replay (or a restarted coordinator) audits the same
+  // steps alike. None when the audit is off, the step is not due, or no other rank has the
+  // audited rank's threads.
+  std::optional<AuditPick> Pick(int64_t step, bool snapshot = false) const;
 
  private:
   uint64_t every_;
