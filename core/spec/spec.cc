@@ -341,7 +341,6 @@ std::string WhyNotAuditable(const v1::JobSpec& spec, const Model& model) {
     return "not available for a model with batch_norm: its statistics are all-reduced, so a "
            "shard's gradients depend on every worker's";
   }
-  if (spec.replicas() > 0) return "not available with replicas (logical replicas)";
   return "";
 }
 

@@ -341,7 +341,7 @@ TEST(Spec, AnAuditIsOnByDefaultWhereAJobCanBeAuditedAndRefusedWhereItCannot) {
   EXPECT_EQ(alone_default.audit().every_steps(), 0u);
   ASSERT_OK_AND_ASSIGN(v1::JobSpec replicas,
                        ParseAndValidate(absl::StrCat(kGood, "replicas: 4\n")));
-  EXPECT_EQ(replicas.audit().every_steps(), 0u);
+  EXPECT_EQ(replicas.audit().every_steps(), 100u);
   v1::JobSpec alone = audited;
   alone.set_workers(1);
   EXPECT_THAT(Validate(alone), StatusIs(absl::StatusCode::kInvalidArgument,

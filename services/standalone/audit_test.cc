@@ -30,10 +30,12 @@ std::string TempDir(const std::string& name) {
 }
 
 // `workers` MLP workers with dropout (the audited shard's key matters), `steps` steps,
-// Global batch 48: 2 or 3 shards. No `audit_every`: the spec's default.
-v1::JobSpec Spec(int workers, int steps, std::optional<uint64_t> audit_every) {
+// Global batch 48: 2 or 3 shards, or `replicas` logical replicas. No `audit_every`: the
+// spec's default.
+v1::JobSpec Spec(int workers, int steps, std::optional<uint64_t> audit_every, int replicas = 0) {
   v1::JobSpec spec = SmallMlpSpec(1, steps);
   spec.set_workers(workers);
+  spec.set_replicas(replicas);
   spec.set_global_batch_size(48);
   spec.mutable_model()->set_dropout_rate(0.2);
   if (audit_every.has_value()) spec.mutable_audit()->set_every_steps(*audit_every);
@@ -249,6 +251,33 @@ TEST(Audit, EverySnapshotStepIsAuditedAndALiarThereLeavesNoSnapshot) {
               HasSubstr("audit of step 8 failed: worker w2 lied (outvoted by its checkers) and "
                         "is quarantined; the job rolls back to step 0"));
   EXPECT_EQ(out.replayed_steps, 7);  // 1 to 7
+}
+
+// Logical replicas: the audited shard is a worker's first replica, recomputed by others;
+// its bits do not depend on where it runs.
+TEST(Audit, LogicalReplicasAreAuditedAndALiarAmongThreeIsQuarantined) {
+  InProcessWorkers honest(3);
+  Recorder clean_sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, RunOn(honest, Spec(3, 20, 0, 6), "clean", &clean_sink));
+  {
+    SpareSupply supply(honest.pool_workers(), 3);
+    Recorder sink;
+    ASSERT_OK_AND_ASSIGN(JobOutcome audited,
+                         RunOn(honest, Spec(3, 20, 5, 6), "audited", &sink, &supply));
+    EXPECT_EQ(audited.param_checksum, clean.param_checksum);
+    EXPECT_EQ(audited.audits, 4);
+    EXPECT_EQ(audited.audits_failed, 0);
+    EXPECT_THAT(sink.steps[4].audit(), HasSubstr("passed: shard of rank"));
+  }
+  InProcessWorkers workers(4);  // ranks 0..2 and a spare
+  workers.slot(1).SetGradientFaultForTesting(Double);
+  SpareSupply supply(workers.pool_workers(), 3);
+  Recorder sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome out, RunOn(workers, Spec(3, 20, 5, 6), "liar", &sink, &supply));
+  EXPECT_EQ(out.param_checksum, clean.param_checksum);
+  EXPECT_EQ(out.quarantined, std::vector<std::string>{"w1"});
+  ASSERT_EQ(supply.reasons.size(), 1u);
+  EXPECT_THAT(supply.reasons[0], HasSubstr("audit of step 5 failed: worker w1 lied"));
 }
 
 TEST(Audit, TwoWorkersThatDisagreeAreBothReplacedAndNeitherQuarantined) {

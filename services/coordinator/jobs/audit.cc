@@ -64,13 +64,15 @@ AuditVerdict JudgeAudit(const AuditPick& pick, const std::vector<StepResult>& go
                         const std::vector<std::string>& ids) {
   std::vector<std::pair<int, Answer>> answers;
   const StepResult& a = got[pick.audited];
-  answers.push_back({pick.audited, {a.grad_digest, Bits(a.loss)}});
+  // With logical replicas the audited shard is the worker's first replica: its own loss.
+  const float fed_loss = a.replica_losses.empty() ? a.loss : a.replica_losses[0];
+  answers.push_back({pick.audited, {a.grad_digest, Bits(fed_loss)}});
   for (int c : pick.checkers) {
     // One that did not recompute agrees with nobody: a value no digest pairs with a loss of
     // its own bits here (the loss's bits flipped).
     const StepResult& g = got[c];
     answers.push_back({c, g.audited ? Answer{g.audit_digest, Bits(g.audit_loss)}
-                                    : Answer{~a.grad_digest, ~Bits(a.loss)}});
+                                    : Answer{~a.grad_digest, ~Bits(fed_loss)}});
   }
   std::map<Answer, std::vector<int>> votes;
   for (const auto& [rank, answer] : answers) votes[answer].push_back(rank);

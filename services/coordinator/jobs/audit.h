@@ -54,8 +54,9 @@ struct AuditVerdict {
   std::string detail;         // what was compared, with the digests, for events and errors
 };
 
-// Compares the audited rank's digest and local loss (got[pick.audited].grad_digest, .loss)
-// with each checker's recomputation (got[c].audit_digest, .audit_loss), bitwise. A checker
+// Compares the audited rank's digest and local loss (got[pick.audited].grad_digest, .loss;
+// with logical replicas its first replica's, .replica_losses[0]) with each checker's
+// recomputation (got[c].audit_digest, .audit_loss), bitwise. A checker
 // that did not recompute (audited false) disagrees. `ids[r]` names rank r in `detail`.
 AuditVerdict JudgeAudit(const AuditPick& pick, const std::vector<StepResult>& got,
                         const std::vector<std::string>& ids);

@@ -130,6 +130,13 @@ TEST(JudgeAudit, ACheckerThatDidNotRecomputeDisagrees) {
   EXPECT_THAT(v.liars, ElementsAre(1));
 }
 
+TEST(JudgeAudit, WithLogicalReplicasTheLossComparedIsTheAuditedReplicasOwn) {
+  StepResult fed = Fed(42, 0.75f);    // the worker's mean over its replicas
+  fed.replica_losses = {0.5f, 1.0f};  // its first replica is the audited shard
+  EXPECT_TRUE(JudgeAudit({0, {1}}, {fed, Recomputed(42, 0.5f)}, kIds).passed);
+  EXPECT_FALSE(JudgeAudit({0, {1}}, {fed, Recomputed(42, 0.75f)}, kIds).passed);
+}
+
 TEST(JudgeAudit, ThreeDifferentAnswersHaveNoMajority) {
   const AuditVerdict v =
       JudgeAudit({2, {0, 1}}, {Recomputed(1, 0.5f), Recomputed(2, 0.5f), Fed(3, 0.5f)}, kIds);
