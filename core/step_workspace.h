@@ -68,16 +68,6 @@ inline bool InPlace(const Model& m, int i, bool train) {
          (l.kind == LayerKind::kDropout && !IsActiveDropout(l, train));
 }
 
-// Whether conv or dense layer i's output is overwritten in place by a ReLU (layer i + 1),
-// which the layer's forward then applies itself (Backend::ConvForwardRelu, DenseForward's
-// relu) and the ReLU skips.
-inline bool FusedRelu(const Model& m, int i) {
-  const auto& layers = m.layers();
-  return (layers[i].kind == LayerKind::kConv || layers[i].kind == LayerKind::kDense) &&
-         i + 1 < static_cast<int>(layers.size()) && layers[i + 1].kind == LayerKind::kRelu &&
-         layers[i + 1].src == i && InPlace(m, i + 1, true);
-}
-
 // Layers whose backward passes dy itself (changed in place) on as their input gradient:
 // the in-place ones, activations, and the position embedding (x + table: dx is dy).
 inline bool GradInPlace(const Layer& l, bool train) {
@@ -145,6 +135,18 @@ inline bool IsBf16Matmul(const Layer& l) {
 // whose kernel rounds or is relu (not a pool, flatten or dropout, which an evaluation
 // skips), read by a bf16 matmul layer.
 bool NeedsTwin(const Model& m, int j);
+
+// Whether float32 conv or dense layer i's output is overwritten in place by a float32 ReLU
+// (layer i + 1), which the layer's forward then applies itself (Backend::ConvForwardRelu,
+// DenseForward's relu) and the ReLU skips. Not where either computes in bfloat16, nor where
+// the ReLU's output has a bfloat16 twin (ReluBf16 writes it).
+inline bool FusedRelu(const Model& m, int i) {
+  const auto& layers = m.layers();
+  return (layers[i].kind == LayerKind::kConv || layers[i].kind == LayerKind::kDense) &&
+         i + 1 < static_cast<int>(layers.size()) && layers[i + 1].kind == LayerKind::kRelu &&
+         layers[i + 1].src == i && InPlace(m, i + 1, true) && !layers[i].bf16() &&
+         !layers[i + 1].bf16() && !NeedsTwin(m, i + 1);
+}
 
 // The bfloat16 elements of layer i's workspace: a bf16 dense's or conv's input (xb, where
 // its input has no twin), an attention layer's arrays; 0 for the rest.
