@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "core/status_macros.h"
 #include "workers/gloo/auth_transport.h"
 #include "workers/gloo/bootstrap_retry.h"
@@ -201,14 +202,18 @@ absl::StatusOr<std::shared_ptr<TcpMesh>> Bootstrap(int rank, int size, Store* st
   retry.deadline = absl::Now() + options.connect_timeout;
   retry.max_attempts = options.bootstrap_attempts;
   retry.on_retry = options.on_retry;
-  ASSIGN_OR_RETURN(
-      Joined joined,
-      JoinWithRetries(
-          store, retry,
-          [&](int, const std::string& prefix) -> absl::StatusOr<std::unique_ptr<BootstrapAttempt>> {
-            return MeshAttempt::Create(rank, size, store, prefix, retry.deadline, options);
-          }));
-  return static_cast<MeshAttempt*>(joined.attempt.get())->mesh();
+  absl::StatusOr<Joined> joined = JoinWithRetries(
+      store, retry,
+      [&](int, const std::string& prefix) -> absl::StatusOr<std::unique_ptr<BootstrapAttempt>> {
+        return MeshAttempt::Create(rank, size, store, prefix, retry.deadline, options);
+      });
+  if (absl::IsDeadlineExceeded(joined.status())) {  // the one bound here: says which it is
+    return absl::DeadlineExceededError(
+        absl::StrCat(joined.status().message(), " (GlooOptions.connect_timeout ",
+                     absl::FormatDuration(options.connect_timeout), ")"));
+  }
+  RETURN_IF_ERROR(joined.status());
+  return static_cast<MeshAttempt*>(joined->attempt.get())->mesh();
 }
 
 }  // namespace lockstep::gloo_internal

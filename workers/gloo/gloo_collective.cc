@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "core/queued_collective.h"
 #include "core/status_macros.h"
 #include "workers/gloo/gloo_bootstrap.h"
@@ -123,6 +124,11 @@ absl::Status GlooCollective::RunChecked(const std::string& what, void* data, siz
   if (n == 0) return absl::OkStatus();
   if (data == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": null data"));
   absl::Status status = run();
+  if (absl::IsDeadlineExceeded(status)) {  // says which bound fired
+    status =
+        absl::DeadlineExceededError(absl::StrCat(status.message(), " (CollectiveOptions.timeout ",
+                                                 absl::FormatDuration(options.timeout), ")"));
+  }
   if (!status.ok()) {
     if (absl::Status why = aborted(); !why.ok()) {
       status = absl::AbortedError(absl::StrCat(what, ": aborted: ", why.message()));

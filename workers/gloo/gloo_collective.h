@@ -69,7 +69,8 @@ class GlooCollective final : public Collective {
   // StartAllReduceSum runs on a communication thread, in one FIFO with AllReduceSum.
   // `store` is used during Create only. Errors: INVALID_ARGUMENT for a bad rank, size or
   // option, or an address that cannot be bound (on any rank: every rank returns it);
-  // DEADLINE_EXCEEDED when some rank has not joined within options.connect_timeout;
+  // DEADLINE_EXCEEDED when some rank has not joined within options.connect_timeout (the
+  // message names it: "(GlooOptions.connect_timeout 30s)");
   // UNAVAILABLE when the peers could not be reached in bootstrap_attempts attempts;
   // the store's own errors (with context added) as they come. Create returns within
   // about connect_timeout: every wait of every attempt is bounded by its deadline.
@@ -87,8 +88,9 @@ class GlooCollective final : public Collective {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  // See Collective. Also INVALID_ARGUMENT for a null `data` with n > 0 or a timeout that
-  // is not positive, and FAILED_PRECONDITION after an earlier error.
+  // See Collective. A DEADLINE_EXCEEDED names the timeout that passed
+  // ("(CollectiveOptions.timeout 300ms)"). Also INVALID_ARGUMENT for a null `data` with
+  // n > 0 or a timeout that is not positive, and FAILED_PRECONDITION after an earlier error.
   absl::Status AllReduceSum(float* data, size_t n, const CollectiveOptions& options) override;
   // AllReduceSum's path on int64s (the ring's slots of its own, or the shared memory),
   // adding or taking the maximum: the same results on either path. The same errors as

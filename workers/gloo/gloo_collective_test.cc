@@ -252,14 +252,14 @@ TEST(GlooCollectiveTest, MissingRankFailsCreateWithinConnectTimeout) {
   // Rank 2 of 3 never shows up.
   auto results = CreateRanks({0, 1}, 3, &store, Loopback("missing", absl::Seconds(1)));
   const absl::Duration elapsed = absl::Now() - start;
+  // The bound that fired is the connect timeout the test set (the error names it).
   for (int r = 0; r < 2; ++r) {
-    EXPECT_THAT(results[r],
-                StatusIs(absl::StatusCode::kDeadlineExceeded,
-                         AllOf(HasSubstr(absl::StrCat("gloo rank ", r, " of 3")),
-                               HasSubstr("connect full mesh"), HasSubstr("missing/0/2"))));
+    EXPECT_THAT(results[r], StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                     AllOf(HasSubstr(absl::StrCat("gloo rank ", r, " of 3")),
+                                           HasSubstr("connect full mesh"), HasSubstr("missing/0/2"),
+                                           HasSubstr("(GlooOptions.connect_timeout 1s)"))));
   }
   EXPECT_GE(elapsed, absl::Milliseconds(900));
-  EXPECT_LT(elapsed, absl::Seconds(3));
 }
 
 TEST(GlooCollectiveTest, StaleAddressFailsCreateWithinConnectTimeout) {
@@ -282,16 +282,15 @@ TEST(GlooCollectiveTest, StaleAddressFailsCreateWithinConnectTimeout) {
                            store.Get(absl::StrCat("earlier/0/", key), absl::ZeroDuration()));
       ASSERT_OK(store.Set(absl::StrCat(prefix, "/0/", key), value));
     }
-    const absl::Time start = absl::Now();
     absl::StatusOr<std::unique_ptr<Collective>> result =
         GlooCollective::Create(rank, 2, &store, Loopback(prefix, connect_timeout));
-    const absl::Duration elapsed = absl::Now() - start;
-    ASSERT_FALSE(result.ok());
-    EXPECT_THAT(result.status().code(),
-                AnyOf(absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded))
-        << result.status();
-    EXPECT_THAT(std::string(result.status().message()), HasSubstr("connect full mesh"));
-    EXPECT_LT(elapsed, connect_timeout + absl::Seconds(1)) << result.status();
+    // Refused (UNAVAILABLE), or out of time: then the bound that fired is the connect
+    // timeout the test set (the error names it).
+    EXPECT_THAT(result,
+                AnyOf(StatusIs(absl::StatusCode::kUnavailable, HasSubstr("connect full mesh")),
+                      StatusIs(absl::StatusCode::kDeadlineExceeded,
+                               AllOf(HasSubstr("connect full mesh"),
+                                     HasSubstr("(GlooOptions.connect_timeout 500ms)")))));
   }
 }
 
@@ -307,19 +306,18 @@ TEST(GlooCollectiveTest, LostPeerFailsEverySurvivorPromptly) {
   // their own connections when they fail.
   job[2].reset();
   const std::vector<size_t> survivors = {0, 1, 3};
-  const absl::Duration timeout = absl::Seconds(20);
-  const absl::Time start = absl::Now();
+  // Far past the test: a survivor waiting it out would hit ctest's timeout, and one that
+  // timed out at all would say DEADLINE_EXCEEDED; UNAVAILABLE is the lost peer's closing.
+  const absl::Duration timeout = absl::Hours(1);
   std::vector<absl::Status> statuses = RunEach(survivors.size(), [&](size_t i) {
     const size_t r = survivors[i];
     return job[r]->AllReduceSum(data[r].data(), data[r].size(), {.timeout = timeout});
   });
-  const absl::Duration elapsed = absl::Now() - start;
   for (size_t i = 0; i < survivors.size(); ++i) {
     EXPECT_THAT(statuses[i],
                 StatusIs(absl::StatusCode::kUnavailable,
                          HasSubstr(absl::StrCat("gloo rank ", survivors[i], " of 4: all-reduce"))));
   }
-  EXPECT_LT(elapsed, absl::Seconds(5)) << "survivors waited out (part of) their timeout";
   // The collective is spent; later calls say so without touching the network.
   EXPECT_THAT(job[0]->AllReduceSum(data[0].data(), data[0].size(), {}),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("earlier error")));
@@ -331,17 +329,16 @@ TEST(GlooCollectiveTest, SilentPeerTimesOutAndThenLearnsOfTheFailure) {
   ASSERT_EQ(job.size(), 2);
   std::vector<float> data(1000, 1.0f);
   // Rank 1 is alive but never enters the all-reduce.
-  absl::Time start = absl::Now();
+  const absl::Time start = absl::Now();
   EXPECT_THAT(job[0]->AllReduceSum(data.data(), data.size(), {.timeout = absl::Milliseconds(300)}),
-              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("gloo rank 0 of 2")));
-  absl::Duration elapsed = absl::Now() - start;
-  EXPECT_GE(elapsed, absl::Milliseconds(290));
-  EXPECT_LT(elapsed, absl::Seconds(2));
-  // Rank 0 closed its connections when it failed, so rank 1 fails at once, not in 20 s.
-  start = absl::Now();
-  EXPECT_THAT(job[1]->AllReduceSum(data.data(), data.size(), {.timeout = absl::Seconds(20)}),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       AllOf(HasSubstr("gloo rank 0 of 2"),
+                             HasSubstr("(CollectiveOptions.timeout 300ms)"))));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(290));
+  // Rank 0 closed its connections when it failed, so rank 1 fails (UNAVAILABLE) on that,
+  // not on its timeout (far past the test: waiting it out would hit ctest's).
+  EXPECT_THAT(job[1]->AllReduceSum(data.data(), data.size(), {.timeout = absl::Hours(1)}),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("gloo rank 1 of 2")));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
 }
 
 TEST(GlooCollectiveTest, RejectsBadArguments) {
@@ -407,15 +404,14 @@ TEST(GlooCollectiveTest, AbortEndsAPeersWaitAndEveryLaterCall) {
   std::vector<float> data(1000, 1.0f);
   // Rank 0 waits in an all-reduce that rank 1 will never join; rank 1 is aborted (a job
   // released while its step waits for a peer). Whichever happens first, rank 0's wait
-  // ends at once, not at its 20 s timeout.
-  const absl::Time start = absl::Now();
+  // ends on rank 1's closing (UNAVAILABLE), not at its timeout (far past the test:
+  // waiting it out would hit ctest's).
   std::thread waiter([&] {
-    EXPECT_THAT(job[0]->AllReduceSum(data.data(), data.size(), {.timeout = absl::Seconds(20)}),
+    EXPECT_THAT(job[0]->AllReduceSum(data.data(), data.size(), {.timeout = absl::Hours(1)}),
                 StatusIs(absl::StatusCode::kUnavailable, HasSubstr("gloo rank 0 of 2")));
   });
   job[1]->Abort(absl::CancelledError("job job-7 was released"));
   waiter.join();
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_THAT(job[1]->AllReduceSum(data.data(), data.size(), {}),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("job job-7 was released")));
   job[1]->Abort(absl::CancelledError("again"));  // idempotent
@@ -439,17 +435,16 @@ TEST(GlooCollectiveTest, AbortEndsThisRanksOwnWaitOverTcpAtOnce) {
       // Rank 1 never joins (stopped); rank 0 is aborted as soon as its call has begun.
       std::atomic<bool> calling = false;
       absl::Status status;
-      const absl::Time start = absl::Now();
       std::thread waiter([&] {
         calling = true;
-        const CollectiveOptions timeout = {.timeout = absl::Seconds(20)};
+        // Far past the test: only the abort ends the call (waiting it out would hit ctest's).
+        const CollectiveOptions timeout = {.timeout = absl::Hours(1)};
         status = int64 ? job[0]->AllReduceInt64(ints.data(), ints.size(), ReduceOp::kSum, timeout)
                        : job[0]->AllReduceSum(floats.data(), floats.size(), timeout);
       });
       while (!calling) std::this_thread::yield();
       job[0]->Abort(absl::CancelledError("replaced by job-8"));
       waiter.join();
-      ASSERT_LT(absl::Now() - start, absl::Seconds(5)) << status;
       // Aborted in flight (ABORTED), or before the call checked (FAILED_PRECONDITION): the
       // loop goes on until the first has been seen.
       ASSERT_THAT(
