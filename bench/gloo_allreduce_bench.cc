@@ -1,7 +1,8 @@
-// The data plane's all-reduce against raw Gloo on the same transport (issue 23): 2 ranks
-// as threads of this process on loopback TCP, each joined through Lockstep's bootstrap
-// (the authenticated pairs of workers/gloo/auth_transport.h), float32 sums of 4 KiB to
-// 64 MiB (and the MLP's 2.68 MB and the CNN's 3.30 MB of gradients). Per size:
+// The data plane's all-reduce against raw Gloo (issue 23): 2 ranks as threads of this
+// process on loopback TCP, float32 sums of 4 KiB to 64 MiB (and the MLP's 2.68 MB and the
+// CNN's 3.30 MB of gradients). Lockstep's ranks join through its bootstrap (the
+// authenticated mesh of workers/gloo/auth_transport.h, tcp_mesh.h); raw Gloo's through
+// Gloo's own (its TCP device and connectFullMesh, over the same kind of store). Per size:
 //   Lockstep/...        GlooCollective::AllreduceSum through its QueuedCollective, the
 //                       worker's synchronous path, over TCP (shared_memory off: ranks on
 //                       different hosts);
@@ -10,7 +11,7 @@
 //   LockstepShm/...     AllreduceSum where the ranks share a host (the default there): the
 //                       shared-memory path (workers/gloo/shm_allreduce.h), same bits;
 //   RawGloo/...         gloo::allreduce (ring, Gloo's default options, gloo::sum<float>)
-//                       on a context of its own from the same bootstrap;
+//                       on Gloo's own TCP transport;
 //   RawGlooRing/...     gloo::AllreduceRing<float>, buffers registered once per run;
 //   ExactSum/...        core/exact_sum.h's order-independent sum over the same
 //                       collective (a max all-reduce of one int64 per 1024 floats, the
@@ -44,8 +45,11 @@
 #include "gloo/allreduce_ring.h"
 #include "gloo/context.h"
 #include "gloo/math.h"
-#include "workers/gloo/gloo_bootstrap.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/prefix_store.h"
+#include "gloo/transport/tcp/device.h"
 #include "workers/gloo/gloo_collective.h"
+#include "workers/gloo/gloo_store.h"
 
 namespace lockstep {
 namespace {
@@ -93,11 +97,22 @@ Collective* LockstepRank(int rank, bool shared_memory = false) {
   return (shared_memory ? *shm : *tcp)[rank].get();
 }
 
-// A Gloo context of `rank` from the same bootstrap (same device class), for raw Gloo.
+// A raw Gloo context of `rank`: Gloo's TCP device on loopback, its full mesh connected
+// through Gloo's rendezvous over the shared store; nullptr for a rank that failed to join.
 std::shared_ptr<gloo::Context> RawRank(int rank) {
   static auto* job = JoinAll<std::shared_ptr<gloo::Context>>([](int r) {
-    auto context = gloo_internal::Bootstrap(r, kRanks, &SharedStore(), Options("raw"));
-    return context.ok() ? *std::move(context) : nullptr;
+    try {
+      gloo::transport::tcp::attr attr;
+      attr.hostname = "127.0.0.1";
+      auto context = std::make_shared<gloo::rendezvous::Context>(r, kRanks);
+      gloo_internal::GlooStore store(&SharedStore(), absl::Now() + absl::Seconds(30));
+      gloo::rendezvous::PrefixStore prefixed("raw", store);
+      std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
+      context->connectFullMesh(prefixed, device);
+      return std::shared_ptr<gloo::Context>(std::move(context));
+    } catch (const std::exception&) {
+      return std::shared_ptr<gloo::Context>();
+    }
   });
   return (*job)[rank];
 }
@@ -201,7 +216,7 @@ void Sizes(benchmark::internal::Benchmark* b) {
   for (int64_t bytes = 4 << 10; bytes <= 64 << 20; bytes *= 4) b->Arg(bytes / 4);
   b->Arg(kMlpGradientFloats);
   b->Arg(kCnnGradientFloats);
-  // Time: wall time per all-reduce; CPU: the whole process's (both ranks, their Gloo
+  // Time: wall time per all-reduce; CPU: the whole process's (both ranks, raw Gloo's
   // device threads and Lockstep's communication threads), which a loaded machine skews
   // less than it does the wall time.
   b->Threads(kRanks)->UseRealTime()->MeasureProcessCPUTime()->Unit(benchmark::kMicrosecond);

@@ -1,3 +1,4 @@
+// Runs a job on a coordinator and averages its step events' time split. Contract: job_stats.h.
 #include "bench/job_stats.h"
 
 #include <grpcpp/grpcpp.h>

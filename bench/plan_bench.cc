@@ -1,7 +1,7 @@
 // plan_bench: what the coordinator computes for each step it sends (TrainingPlan::Next):
 // a step's plan, and at each epoch's start that epoch's data order (a JAX permutation of
 // the training set). Steps are sent ahead of the workers (steps_in_flight), so this costs
-// a job only where it exceeds the steps in flight; a GPU step of 0.5 ms does not cover it.
+// a job only where it exceeds the steps in flight, as it may beside a fast GPU step.
 #include <benchmark/benchmark.h>
 
 #include <chrono>

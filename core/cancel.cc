@@ -2,6 +2,8 @@
 // Contract: cancel.h.
 #include "core/cancel.h"
 
+#include <cstdio>
+
 namespace lockstep {
 
 void CancelToken::Cancel(absl::Status why) {
@@ -51,7 +53,12 @@ void CancelToken::Unregister(int64_t id) const {
   callbacks_.erase(id);
   if (canceller_ == std::this_thread::get_id()) return;  // from inside a callback
   auto finished = [this, id]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return running_ != id; };
-  mu_.Await(absl::Condition(&finished));
+  if (!mu_.AwaitWithTimeout(absl::Condition(&finished), callback_bound_)) {
+    std::fprintf(stderr,
+                 "error: a cancel callback has run for over %s (callbacks must be quick and "
+                 "wait for nothing): unregistered without waiting for it to end\n",
+                 absl::FormatDuration(callback_bound_).c_str());
+  }
 }
 
 CancelToken::Callback& CancelToken::Callback::operator=(Callback&& o) noexcept {

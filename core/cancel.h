@@ -19,6 +19,8 @@ namespace lockstep {
 class CancelToken {
  public:
   CancelToken() = default;
+  // `callback_bound`: how long unregistering waits for a running callback (Callback).
+  explicit CancelToken(absl::Duration callback_bound) : callback_bound_(callback_bound) {}
   CancelToken(const CancelToken&) = delete;
   CancelToken& operator=(const CancelToken&) = delete;
 
@@ -31,8 +33,11 @@ class CancelToken {
   // Waits until cancelled or `timeout` passes; true if cancelled.
   bool WaitFor(absl::Duration timeout) const;
 
-  // A registered callback; unregisters when destroyed (waiting for the callback if it is
-  // running on another thread, so that what it touches may be destroyed next).
+  // A registered callback; unregisters when destroyed, waiting for the callback if it is
+  // running on another thread, so that what it touches may be destroyed next. The wait is
+  // bounded (the token's callback_bound): a callback that overran it broke the contract
+  // below (quick, waiting for nothing); the overrun is reported on stderr and the
+  // destructor returns.
   class Callback {
    public:
     Callback() = default;
@@ -53,6 +58,7 @@ class CancelToken {
  private:
   void Unregister(int64_t id) const;
 
+  const absl::Duration callback_bound_ = absl::Seconds(10);
   mutable absl::Mutex mu_;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   // Registering a callback is not a change of the token's state: OnCancel is const.

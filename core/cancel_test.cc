@@ -63,6 +63,24 @@ TEST(CancelToken, UnregisteringWaitsForARunningCallback) {
   canceller.join();
 }
 
+TEST(CancelToken, UnregisteringWaitsForARunningCallbackAtMostItsBound) {
+  CancelToken t(absl::Milliseconds(20));
+  absl::Notification started, release;
+  std::atomic<bool> finished{false};
+  auto c = std::make_unique<CancelToken::Callback>(t.OnCancel([&] {
+    started.Notify();
+    release.WaitForNotification();  // overruns the bound: returns only once released below
+    finished = true;
+  }));
+  std::thread canceller([&] { t.Cancel(absl::CancelledError("x")); });
+  started.WaitForNotification();
+  c.reset();  // returns although the callback still runs
+  EXPECT_FALSE(finished);
+  release.Notify();
+  canceller.join();
+  EXPECT_TRUE(finished);
+}
+
 TEST(CancelToken, ACallbackMayUnregisterItselfOrOthers) {
   CancelToken t;
   std::unique_ptr<CancelToken::Callback> other;

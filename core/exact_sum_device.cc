@@ -1,3 +1,5 @@
+// DeviceExactSum: the order-free exact sum for contributions in a device backend's
+// memory. Contract: exact_sum_device.h.
 #include "core/exact_sum_device.h"
 
 #include <algorithm>

@@ -143,8 +143,11 @@ class StepExecutor {
   int logical_replicas() const { return logical_.total; }
   // The training step of the local logical replicas: `indices` their rows, replica after
   // replica (count * local_batch), `keys` their 'dropout' stream roots (count). Runs
-  // eagerly (no graph, no gradient taps: FAILED_PRECONDITION with a tap or fault set);
-  // FAILED_PRECONDITION before SetLogicalReplicas.
+  // eagerly (no graph). The audit's taps see each local replica's gradients before their
+  // exact sum; the capture is the first local replica's. A replica's gradients are
+  // ComputeGradients's on its rows and key, on any worker (for a model without
+  // BatchNorm, whose statistics span the replicas). FAILED_PRECONDITION before
+  // SetLogicalReplicas.
   absl::StatusOr<StepMetrics> StepReplicas(const DeviceDataset& data,
                                            std::span<const int32_t> indices,
                                            std::span<const rng::Key> keys);

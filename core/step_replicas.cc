@@ -208,11 +208,23 @@ absl::Status StepExecutor::BackwardReplicasSummed(
     for (float* g : grads) local.push_back(g + offset);
     return local;
   };
+  // The audit's taps on [offset, offset + size) before it is summed: the fault (tests
+  // only) changes every local replica's gradients, the capture copies the first's.
+  auto taps = [&](size_t offset, size_t size) -> absl::Status {
+    if (fault_) {
+      for (float* g : grads) RETURN_IF_ERROR(fault_(*backend_, g + offset, size));
+    }
+    if (!capture_) return absl::OkStatus();
+    local_grads_.resize(param_count());
+    return backend_->CopyToHost(local_grads_.data() + offset, grads[0] + offset,
+                                size * sizeof(float));
+  };
   // One sum after backward, the metrics in its max all-reduce: in backend memory
   // (DeviceExactSum), or where the collective cannot overlap the host's.
   if (device_exact_ != nullptr || !exact_->overlaps()) {
     RETURN_IF_ERROR(BackwardReplicas());
     backward_end = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(taps(0, param_count()));
     return SumExactly(local_at(0), param_count(), grads_.as(), shared);
   }
   const std::vector<GradBucket> buckets =
@@ -223,6 +235,8 @@ absl::Status StepExecutor::BackwardReplicasSummed(
   auto start_through = [&](int layer) {  // starts the buckets complete once `layer` is
     while (started.ok() && next < buckets.size() && buckets[next].layer >= layer) {
       const GradBucket& b = buckets[next++];
+      started = taps(b.offset, b.size);
+      if (!started.ok()) break;
       absl::StatusOr<CollectiveTicket> t =
           exact_->StartSum(local_at(b.offset), b.size, grads_.as() + b.offset, collective_options_);
       if (t.ok()) {
@@ -254,9 +268,6 @@ absl::StatusOr<StepMetrics> StepExecutor::StepReplicas(const DeviceDataset& data
   };
   if (logical_.total == 0) {
     return absl::FailedPreconditionError("StepReplicas before SetLogicalReplicas");
-  }
-  if (capture_ || fault_) {
-    return absl::FailedPreconditionError("gradient taps are not supported with logical replicas");
   }
   const int k = logical_.count;
   if (indices.size() != static_cast<size_t>(k) * local_batch_ || keys.size() != size_t(k)) {

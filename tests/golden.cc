@@ -1,3 +1,5 @@
+// Helpers for the tests that read tools/reference/make_golden.py's golden files.
+// Contract: golden.h.
 #include "tests/golden.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// Mixed precision against JAX: a model family's bfloat16 step held to JAX's and to the
+// backend's own float32 step. Contract: golden_bf16.h.
 #include "tests/golden_bf16.h"
 
 #include <cmath>

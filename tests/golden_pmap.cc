@@ -1,3 +1,5 @@
+// A golden file's spec trained on two replicas, as pmap over 2 devices runs it.
+// Contract: golden_pmap.h.
 #include "tests/golden_pmap.h"
 
 #include <cmath>

@@ -1,3 +1,5 @@
+// DataPipeline: a worker's read-ahead for one split of a streamed dataset.
+// Contract: data_pipeline.h.
 #include "workers/data_pipeline.h"
 
 #include <algorithm>

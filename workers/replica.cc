@@ -147,7 +147,6 @@ absl::StatusOr<StepResult> Replica::Step(const StepCommand& command) {
       command.collective_timeout > absl::ZeroDuration()
           ? std::min(command.collective_timeout, config_.collective_timeout)
           : config_.collective_timeout);
-  if (config_.logical_replicas > 0) return StepLogical(command);
   StepResult r;
   if (command.audit) {  // another rank's shard at this state: gradients only
     exec_->set_capture_local_gradients(true);
@@ -164,6 +163,13 @@ absl::StatusOr<StepResult> Replica::Step(const StepCommand& command) {
     r.audited = true;
     r.audit_loss = audit->loss;
     r.audit_digest = GradDigest(exec_->local_gradients());
+  }
+  if (config_.logical_replicas > 0) {  // the shard was one replica's, as on any worker
+    ASSIGN_OR_RETURN(StepResult logical, StepLogical(command));
+    logical.audited = r.audited;
+    logical.audit_digest = r.audit_digest;
+    logical.audit_loss = r.audit_loss;
+    return logical;
   }
   ASSIGN_OR_RETURN(Batch batch, TrainBatch(StepTag(command.step), command.data_key, command.indices,
                                            step_batch_));
@@ -194,16 +200,22 @@ absl::Status Replica::Finish(const StepCommand& command, const StepMetrics& m,
 }
 
 absl::StatusOr<StepResult> Replica::StepLogical(const StepCommand& command) {
-  if (command.audit || command.want_grad_digest) {
-    return absl::FailedPreconditionError("the audit does not support logical replicas");
-  }
   const auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(Batch batch, TrainBatch(StepTag(command.step), command.data_key, command.indices,
                                            step_batch_));
-  ASSIGN_OR_RETURN(StepMetrics m, exec_->StepReplicas(*batch.data, batch.indices, command.keys));
+  exec_->set_capture_local_gradients(command.want_grad_digest);
+  absl::StatusOr<StepMetrics> stepped =
+      exec_->StepReplicas(*batch.data, batch.indices, command.keys);
+  exec_->set_capture_local_gradients(false);
+  RETURN_IF_ERROR(stepped.status());
+  StepMetrics& m = *stepped;
+  StepResult r;
+  if (command.want_grad_digest) {  // its copy is done once the backend is
+    RETURN_IF_ERROR(backend_->Synchronize());
+    r.grad_digest = GradDigest(exec_->local_gradients());
+  }
   KeepCompleted(
       {{command.step + 1, std::move(m.all_replica_loss), std::move(m.all_replica_accuracy)}});
-  StepResult r;
   r.replica_losses = std::move(m.replica_loss);
   r.replica_accuracies = std::move(m.replica_accuracy);
   RETURN_IF_ERROR(Finish(command, m, t0, r));

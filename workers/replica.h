@@ -77,8 +77,8 @@ class Replica {
   // shard's gradients are computed first at the same state (docs/audit.md);
   // INVALID_ARGUMENT if that shard is not of the local batch's size. With logical
   // replicas (config().logical_replicas > 0): StepExecutor::StepReplicas on
-  // command.indices and command.keys, each replica's loss in the result;
-  // FAILED_PRECONDITION with an audit or a gradient digest asked for.
+  // command.indices and command.keys, each replica's loss in the result; the audit shard
+  // is one replica's rows and key, the gradient digest the first local replica's.
   absl::StatusOr<StepResult> Step(const StepCommand& command);
   // Logical replicas: the steps completed after `step` up to the state's, as the last
   // kKeptSteps steps are kept (CompletedStep); FAILED_PRECONDITION if one is not kept.

@@ -360,6 +360,81 @@ TEST_F(ReplicaTest, LogicalReplicasGiveTheSameBitsOnOneAndTwoWorkers) {
   EXPECT_EQ(std::count(one.losses.begin(), one.losses.end(), -1.0f), 0);
 }
 
+// With logical replicas a replica's gradients do not depend on where it runs (a model
+// without BatchNorm): the digest the second of two workers feeds for its first replica
+// (replica 2 of 4) is the one a worker holding all four recomputes from that replica's
+// rows and key at the same state, before its own step; a lying worker's differs.
+TEST_F(ReplicaTest, ALogicalReplicaRecomputedOnAnotherWorkerHasTheBitsItsWorkerFeeds) {
+  const int v = 4, rows = 8;
+  v1::JobSpec spec = SmallMlpSpec(2);
+  spec.mutable_model()->set_dropout_rate(0.2);  // so that the replica's key matters
+  const std::string initial = StateBytes(SomeState(spec));
+  std::vector<int32_t> idx(v * rows);
+  for (int i = 0; i < v * rows; ++i) idx[i] = i * 13 + 1;
+  std::vector<rng::Key> keys(v);
+  for (int k = 0; k < v; ++k) keys[k] = {9u, static_cast<uint32_t>(k)};
+  auto rows_of = [&](int first, int count) {
+    return std::span<const int32_t>(idx).subspan(first * rows, count * rows);
+  };
+  auto keys_of = [&](int first, int count) {
+    return std::span<const rng::Key>(keys).subspan(first, count);
+  };
+  // Two workers of two replicas each (Gloo on loopback), the second lying when `lie`: the
+  // second's answer.
+  auto fed = [&](bool lie) -> absl::StatusOr<StepResult> {
+    MemoryStore store;
+    std::vector<absl::StatusOr<StepResult>> got(2, absl::UnknownError("not run"));
+    std::latch finished(2);  // each replica lives until both have stepped
+    std::vector<std::thread> threads;
+    for (int w = 0; w < 2; ++w) {
+      threads.emplace_back([&, w] {
+        std::unique_ptr<Replica> r;
+        got[w] = [&]() -> absl::StatusOr<StepResult> {
+          GlooOptions options;
+          options.hostname = "127.0.0.1";
+          options.prefix = "replica_logical_audit";
+          ASSIGN_OR_RETURN(std::unique_ptr<Collective> collective,
+                           GlooCollective::Create(w, 2, &store, options));
+          ASSIGN_OR_RETURN(
+              r, Make({spec, w, 2, absl::Seconds(30), v, 2 * w, 2}, std::move(collective)));
+          WriteInPieces(*r, initial);
+          r->set_step(3);
+          if (lie && w == 1) {
+            r->set_gradient_fault(
+                [](Backend& b, float* g, size_t n) { return b.Divide(n, 0.5f, g); });
+          }
+          return r->Step({.step = 3,
+                          .indices = rows_of(2 * w, 2),
+                          .want_grad_digest = w == 1,
+                          .keys = keys_of(2 * w, 2)});
+        }();
+        finished.arrive_and_wait();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    RETURN_IF_ERROR(got[0].status());
+    return got[1];
+  };
+  ASSERT_OK_AND_ASSIGN(StepResult honest, fed(false));
+  ASSERT_OK_AND_ASSIGN(auto all, Make({spec, 0, 1, absl::Seconds(30), v, 0, v}));
+  WriteInPieces(*all, initial);
+  all->set_step(3);
+  ASSERT_OK_AND_ASSIGN(StepResult recomputed, all->Step({.step = 3,
+                                                         .indices = rows_of(0, v),
+                                                         .audit = true,
+                                                         .audit_indices = rows_of(2, 1),
+                                                         .audit_key = keys[2],
+                                                         .keys = keys_of(0, v)}));
+  EXPECT_TRUE(recomputed.audited);
+  EXPECT_NE(honest.grad_digest, 0u);
+  EXPECT_EQ(recomputed.audit_digest, honest.grad_digest);
+  ASSERT_EQ(honest.replica_losses.size(), 2u);
+  EXPECT_EQ(recomputed.audit_loss, honest.replica_losses[0]);
+  ASSERT_OK_AND_ASSIGN(StepResult lying, fed(true));
+  EXPECT_NE(lying.grad_digest, honest.grad_digest);
+  EXPECT_EQ(lying.replica_losses, honest.replica_losses);  // the fault touches gradients only
+}
+
 TEST_F(ReplicaTest, AnAuditShardRecomputedBeforeTheStepHasTheBitsTheStepFeeds) {
   v1::JobSpec spec = SmallMlpSpec();
   spec.mutable_model()->set_dropout_rate(0.2);  // so that the audit's key matters

@@ -1,3 +1,5 @@
+// FakeWorkers: many simulated workers in one process for the coordinator's scale
+// benchmark. Contract: fake_workers.h.
 #include "bench/scale/fake_workers.h"
 
 #include <grpcpp/grpcpp.h>

@@ -1,3 +1,5 @@
+// SimJob: one job as the fake workers hold it, and the clock that answers its steps.
+// Contract: sim_job.h.
 #include "bench/scale/sim_job.h"
 
 #include <cmath>

@@ -1,3 +1,5 @@
+// The random choices of the preprocessing steps, each drawn from the step's key alone.
+// Contract: augment_draws.h.
 #include "core/data/augment_draws.h"
 
 #include <cmath>

@@ -1,3 +1,5 @@
+// BilinearResizer: PIL's bilinear resize of an 8-bit image, pixel for pixel.
+// Contract: bilinear_resize.h.
 #include "core/data/bilinear_resize.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// ExampleSource: random access to one split of a streamed dataset, and which formats
+// stream. Contract: example_source.h.
 #include "core/data/example_source.h"
 
 #include "absl/strings/str_cat.h"

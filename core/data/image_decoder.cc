@@ -1,3 +1,5 @@
+// ImageDecoder: a JPEG or PNG into 8-bit HWC pixels as Pillow decodes and converts it.
+// Contract: image_decoder.h.
 #include "core/data/image_decoder.h"
 
 #include <algorithm>

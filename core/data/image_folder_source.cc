@@ -1,3 +1,5 @@
+// The imagefolder format's ExampleSource (torchvision's ImageFolder convention).
+// Contract: image_folder_source.h.
 #include "core/data/image_folder_source.h"
 
 #include <dirent.h>

@@ -1,3 +1,5 @@
+// ImageTransform: a stored example decoded and preprocessed as the spec says, before
+// it enters a batch. Contract: image_transform.h.
 #include "core/data/image_transform.h"
 
 #include <algorithm>

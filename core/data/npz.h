@@ -1,17 +1,16 @@
 // NumPy's .npz files: a zip archive of .npy files, one per array (np.savez writes STORED
 // entries, np.savez_compressed DEFLATED ones; numpy asks for zip64 extra fields on every
-// entry). The reader goes by the central directory: zip64 records and extra fields,
-// data descriptors, and a local header whose sizes are 0xffffffff are all understood.
-// Not supported: encryption, other compression methods, archives split over disks, and
-// data before the archive (self-extracting files).
+// entry). libzip reads the archive: zip64 records and extra fields, data descriptors,
+// archive comments. Not supported: encryption, other compression methods, archives split
+// over disks, and data before the archive (self-extracting files).
 //
-// Untrusted sizes are checked before anything is allocated: the central directory
-// against the file's size, a STORED entry against the file's size, a DEFLATED one against
-// what deflate can expand its compressed bytes to (1032:1), and every entry against
-// max_bytes. Every entry's CRC-32 is checked.
+// Untrusted sizes are checked before anything is allocated: an entry's compressed size
+// against the file's size, a STORED entry's size against its compressed size, a DEFLATED
+// one against what deflate can expand its compressed bytes to (1032:1), and every entry
+// against max_bytes. Every entry's CRC-32 is checked.
 //
-// Thread safety: an NpzFile is immutable once open; Read may be called from several
-// threads (it reads with pread).
+// Thread safety: an NpzFile's directory is immutable once open; Read may be called from
+// several threads (their reads of the archive take turns).
 #ifndef LOCKSTEP_CORE_DATA_NPZ_H_
 #define LOCKSTEP_CORE_DATA_NPZ_H_
 
@@ -21,7 +20,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "core/data/npy.h"
+
+struct zip;  // libzip's zip_t
 
 namespace lockstep {
 
@@ -52,23 +54,21 @@ class NpzFile {
  private:
   struct Entry {
     std::string name;  // as in the archive ("image.npy")
-    uint16_t flags = 0, method = 0;
-    uint32_t crc = 0;
-    uint64_t compressed = 0, uncompressed = 0, offset = 0;
+    uint64_t index = 0;
+    uint16_t method = 0;
+    uint64_t compressed = 0, uncompressed = 0;
   };
-  NpzFile(std::string path, int fd, uint64_t size, uint64_t max_bytes)
-      : path_(std::move(path)), fd_(fd), size_(size), max_bytes_(max_bytes) {}
-  absl::Status ReadDirectory();
-  absl::Status ReadAt(uint64_t offset, void* out, uint64_t n, const std::string& what) const;
+  NpzFile(std::string path, zip* archive, uint64_t max_bytes)
+      : path_(std::move(path)), archive_(archive), max_bytes_(max_bytes) {}
+  absl::Status ReadDirectory(uint64_t file_size);
   const Entry* Find(const std::string& key) const;
   absl::StatusOr<std::string> Contents(const Entry& e, const std::string& what) const;
 
   const std::string path_;
-  const int fd_;
-  const uint64_t size_;       // the file's, when opened
+  zip* const archive_;        // libzip's, owned
   const uint64_t max_bytes_;  // an array's data at most
-  uint64_t data_end_ = 0;     // where the entries' data must end (the central directory)
   std::vector<Entry> entries_;
+  mutable absl::Mutex mu_;  // libzip's archive serves one read at a time
 };
 
 }  // namespace lockstep

@@ -1,3 +1,5 @@
+// The records format's ExampleSource: a uint8 .npy of images read in place, and its
+// labels. Contract: record_source.h.
 #include "core/data/record_source.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// A streamed dataset's spec: its checks at submit and the plain values the sources read
+// out of it. Contract: streamed_spec.h.
 #include "core/data/streamed_spec.h"
 
 #include <cmath>

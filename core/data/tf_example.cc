@@ -1,3 +1,5 @@
+// The image and label of a serialized tf.train.Example, read off the protobuf wire
+// format. Contract: tf_example.h.
 #include "core/data/tf_example.h"
 
 #include <optional>

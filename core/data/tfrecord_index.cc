@@ -1,3 +1,5 @@
+// The offset index of one TFRecord shard (each record's start, length and label),
+// built once and stored. Contract: tfrecord_index.h.
 #include "core/data/tfrecord_index.h"
 
 #include <openssl/evp.h>

@@ -1,3 +1,5 @@
+// The tfrecord format's ExampleSource: TFDS's shards of one split.
+// Contract: tfrecord_source.h.
 #include "core/data/tfrecord_source.h"
 
 #include <dirent.h>

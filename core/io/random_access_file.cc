@@ -1,3 +1,5 @@
+// RandomAccessFile: a file read at offsets by several threads, which tells a file that
+// changed under it. Contract: random_access_file.h.
 #include "core/io/random_access_file.h"
 
 #include <errno.h>

@@ -1,8 +1,8 @@
 // TFRecord framing, the container of TensorBoard's event files and of TFDS's dataset
 // shards: each record is its length (uint64, little-endian), the masked CRC32C of those 8
 // bytes, the data, and the masked CRC32C of the data. CRC32C (Castagnoli) is computed
-// here, with the SSE4.2 crc32 instruction where the CPU has it (about 20x the table's
-// rate: a dataset reader checks every record) and a table otherwise: the system's zlib
+// here, with the SSE4.2 crc32 instruction where the CPU has it (much faster than the
+// table: a dataset reader checks every record) and a table otherwise: the system's zlib
 // has only CRC32 and Debian's abseil predates absl/crc.
 //
 // Thread safety: pure functions.

@@ -325,23 +325,37 @@ absl::StatusOr<v1::JobSpec> LoadSpecFile(const std::string& path) {
 
 namespace {
 
-// The audit (docs/audit.md) recomputes one worker's shard on another and compares bits:
-// it needs a second worker, and shards whose gradients depend on that shard alone.
-absl::Status CheckAudit(const v1::JobSpec& spec, const Model& model) {
+// audit.every_steps where the spec leaves `audit` unset and the job can be audited: at
+// most about 1% of the samples/s (bench/results/audit.md).
+constexpr uint64_t kDefaultAuditEverySteps = 100;
+
+// Why the job cannot be audited (docs/audit.md), or "": the audit recomputes one worker's
+// shard on another and compares bits, so it needs a second worker and shards whose
+// gradients depend on that shard alone.
+std::string WhyNotAuditable(const v1::JobSpec& spec, const Model& model) {
+  if (spec.workers() < 2) {
+    return absl::StrCat("needs workers >= 2 (a second worker recomputes a shard); the job has ",
+                        spec.workers());
+  }
+  if (model.stats_layout().total() > 0) {
+    return "not available for a model with batch_norm: its statistics are all-reduced, so a "
+           "shard's gradients depend on every worker's";
+  }
+  return "";
+}
+
+// On by default where the job can be audited (`audit` unset: every kDefaultAuditEverySteps
+// steps), off with `audit: {every_steps: 0}`; asked for where it cannot be, refused.
+absl::Status CheckAudit(v1::JobSpec& spec, const Model& model) {
+  const std::string why_not = WhyNotAuditable(spec, model);
+  if (!spec.has_audit()) {
+    if (why_not.empty()) spec.mutable_audit()->set_every_steps(kDefaultAuditEverySteps);
+    return absl::OkStatus();
+  }
   const uint64_t every = spec.audit().every_steps();
   if (every == 0) return absl::OkStatus();
   if (every > 1'000'000'000) return Invalid("audit.every_steps", "must be at most 1,000,000,000");
-  if (spec.workers() < 2) {
-    return Invalid("audit.every_steps",
-                   absl::StrCat("needs workers >= 2 (a second worker recomputes a shard); the job "
-                                "has ",
-                                spec.workers()));
-  }
-  if (model.stats_layout().total() > 0) {
-    return Invalid("audit.every_steps",
-                   "not available for a model with batch_norm: its statistics are all-reduced, "
-                   "so a shard's gradients depend on every worker's");
-  }
+  if (!why_not.empty()) return Invalid("audit.every_steps", why_not);
   return absl::OkStatus();
 }
 
@@ -474,9 +488,6 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
     return Invalid("priority", absl::StrCat(spec.priority(), " is outside -1000 to 1000"));
   }
   RETURN_IF_ERROR(CheckAudit(spec, model));
-  if (spec.replicas() > 0 && spec.audit().every_steps() > 0) {
-    return Invalid("audit.every_steps", "not available with replicas (logical replicas)");
-  }
   return spec;
 }
 

@@ -318,12 +318,30 @@ TEST(Spec, EvalDueFollowsEpochsOrSteps) {
   EXPECT_FALSE(EvalDue(v1::EvalSpec(), 10, 10));  // no cadence: only the final evaluation
 }
 
-TEST(Spec, AnAuditNeedsTwoWorkersAndNoBatchNormAndIsOffByDefault) {
+TEST(Spec, AnAuditIsOnByDefaultWhereAJobCanBeAuditedAndRefusedWhereItCannot) {
+  // Two workers, no BatchNorm, no replicas: every 100 steps unless the spec says otherwise.
   ASSERT_OK_AND_ASSIGN(v1::JobSpec plain, ParseAndValidate(kGood));
-  EXPECT_EQ(plain.audit().every_steps(), 0u);
+  EXPECT_EQ(plain.audit().every_steps(), 100u);
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec again, Validate(plain));  // a stored spec validated again
+  EXPECT_EQ(again.audit().every_steps(), 100u);
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec off,
+                       ParseAndValidate(absl::StrCat(kGood, "audit: {every_steps: 0}\n")));
+  EXPECT_TRUE(off.has_audit());
+  EXPECT_EQ(off.audit().every_steps(), 0u);
+  ASSERT_OK_AND_ASSIGN(off, Validate(off));
+  EXPECT_EQ(off.audit().every_steps(), 0u);
   ASSERT_OK_AND_ASSIGN(v1::JobSpec audited,
                        ParseAndValidate(absl::StrCat(kGood, "audit: {every_steps: 10}\n")));
   EXPECT_EQ(audited.audit().every_steps(), 10u);
+  // One worker: off by default (nobody to recompute a shard), refused when asked for.
+  v1::JobSpec one = plain;
+  one.set_workers(1);
+  one.clear_audit();
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec alone_default, Validate(one));
+  EXPECT_EQ(alone_default.audit().every_steps(), 0u);
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec replicas,
+                       ParseAndValidate(absl::StrCat(kGood, "replicas: 4\n")));
+  EXPECT_EQ(replicas.audit().every_steps(), 100u);
   v1::JobSpec alone = audited;
   alone.set_workers(1);
   EXPECT_THAT(Validate(alone), StatusIs(absl::StatusCode::kInvalidArgument,
@@ -339,9 +357,10 @@ optimizer: {kind: sgd, learning_rate: 0.1}
 global_batch_size: 64
 steps: 10
 workers: 2
-audit: {every_steps: 5}
 )";
-  EXPECT_THAT(ParseAndValidate(batch_norm),
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec batch_norm_default, ParseAndValidate(batch_norm));
+  EXPECT_EQ(batch_norm_default.audit().every_steps(), 0u);
+  EXPECT_THAT(ParseAndValidate(absl::StrCat(batch_norm, "audit: {every_steps: 5}\n")),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("audit.every_steps: not available for a model with batch_norm")));
 }

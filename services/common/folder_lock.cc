@@ -1,3 +1,5 @@
+// FolderLock: one process at a time in a folder (the coordinator's --state_dir).
+// Contract: folder_lock.h.
 #include "services/common/folder_lock.h"
 
 #include <fcntl.h>

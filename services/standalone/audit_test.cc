@@ -4,6 +4,7 @@
 // quarantined and replaced, and the job ends with the honest checksum.
 #include <atomic>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -29,13 +30,15 @@ std::string TempDir(const std::string& name) {
 }
 
 // `workers` MLP workers with dropout (the audited shard's key matters), `steps` steps,
-// Global batch 48: 2 or 3 shards.
-v1::JobSpec Spec(int workers, int steps, uint64_t audit_every) {
+// Global batch 48: 2 or 3 shards, or `replicas` logical replicas. No `audit_every`: the
+// spec's default.
+v1::JobSpec Spec(int workers, int steps, std::optional<uint64_t> audit_every, int replicas = 0) {
   v1::JobSpec spec = SmallMlpSpec(1, steps);
   spec.set_workers(workers);
+  spec.set_replicas(replicas);
   spec.set_global_batch_size(48);
   spec.mutable_model()->set_dropout_rate(0.2);
-  spec.mutable_audit()->set_every_steps(audit_every);
+  if (audit_every.has_value()) spec.mutable_audit()->set_every_steps(*audit_every);
   absl::StatusOr<v1::JobSpec> valid = Validate(spec);
   EXPECT_OK(valid.status());
   return valid.value_or(spec);
@@ -108,7 +111,7 @@ TEST(Audit, HonestWorkersEndBitForBitAsWithoutAnAudit) {
     InProcessWorkers workers(n);
     Recorder plain_sink, audited_sink;
     ASSERT_OK_AND_ASSIGN(JobOutcome plain, RunOn(workers, Spec(n, 20, 0), "plain", &plain_sink));
-    SpareSupply supply(workers.pool_workers(), n);  // so that the audits snapshot
+    SpareSupply supply(workers.pool_workers(), n);  // as on a cluster: the job recovers
     ASSERT_OK_AND_ASSIGN(JobOutcome audited,
                          RunOn(workers, Spec(n, 20, 5), "audited", &audited_sink, &supply));
     EXPECT_EQ(audited.param_checksum, plain.param_checksum) << n << " workers";
@@ -153,11 +156,11 @@ TEST(Audit, ALiarAmongThreeIsQuarantinedAndTheJobEndsWithTheHonestChecksum) {
   EXPECT_EQ(supply.quarantined, std::vector<std::string>{"w1"});
   ASSERT_EQ(supply.reasons.size(), 1u);
   // Three workers: every audit involves all of them, so the first one catches the liar,
-  // and the job starts again from step 0 (no audit had passed).
+  // and the job starts again from step 0 (no snapshot yet).
   EXPECT_THAT(supply.reasons[0],
               HasSubstr("audit of step 5 failed: worker w1 lied (outvoted by its checkers) and "
-                        "is quarantined; the job rolls back to the state at the last audit that "
-                        "passed (step 0)"));
+                        "is quarantined; the job rolls back to step 0, its last snapshot (or "
+                        "start)"));
   EXPECT_EQ(out.replayed_steps, 4);
   EXPECT_EQ(sink.steps.back().loss(), honest_sink.steps.back().loss());
 }
@@ -192,8 +195,9 @@ TEST(Audit, ALiarFromAStepOnRollsBackToTheLastAuditThatPassed) {
   options.checkpoint_dir = TempDir("from-a-step");
   std::vector<PoolWorker> first = workers.pool_workers();
   first.resize(3);
-  JobRunner runner("from-a-step", Spec(3, 30, 5), first, workers.factory(), options, &sink,
-                   &supply);
+  v1::JobSpec spec = Spec(3, 30, 5);
+  spec.mutable_recovery()->set_snapshot_every_steps(5);  // each one audited
+  JobRunner runner("from-a-step", spec, first, workers.factory(), options, &sink, &supply);
   supply.runner = &runner;
   JobOutcome out;
   ASSERT_OK(runner.Run(&out));
@@ -204,8 +208,76 @@ TEST(Audit, ALiarFromAStepOnRollsBackToTheLastAuditThatPassed) {
   // The audits of steps 5 and 10 passed (a snapshot at each); with three workers every
   // audit involves the liar: the one of step 15 catches it, and the job goes back to 10.
   EXPECT_THAT(supply.reasons[0], HasSubstr("audit of step 15 failed: worker w2 lied"));
-  EXPECT_THAT(supply.reasons[0], HasSubstr("the last audit that passed (step 10)"));
+  EXPECT_THAT(supply.reasons[0], HasSubstr("the job rolls back to step 10, its last snapshot"));
   EXPECT_EQ(out.replayed_steps, 4);  // 11 to 14
+}
+
+// Nothing in the spec about the audit: two workers are audited every 100 steps, and the
+// liar among them is caught at step 100.
+TEST(Audit, TheDefaultCatchesALiarInATwoWorkerJob) {
+  InProcessWorkers honest(2);
+  Recorder honest_sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, RunOn(honest, Spec(2, 110, 0), "clean", &honest_sink));
+  InProcessWorkers workers(4);
+  workers.slot(1).SetGradientFaultForTesting(Double);
+  SpareSupply supply(workers.pool_workers(), 2);
+  Recorder sink;
+  const v1::JobSpec spec = Spec(2, 110, std::nullopt);
+  ASSERT_EQ(spec.audit().every_steps(), 100u);
+  ASSERT_OK_AND_ASSIGN(JobOutcome out, RunOn(workers, spec, "default", &sink, &supply));
+  EXPECT_EQ(out.param_checksum, clean.param_checksum);
+  ASSERT_EQ(supply.reasons.size(), 1u);
+  EXPECT_THAT(supply.reasons[0], HasSubstr("audit of step 100 failed: no majority"));
+  EXPECT_EQ(out.audits_failed, 1);
+}
+
+// Each step the job snapshots after is audited, whatever every_steps says: a liar is
+// caught there, and the snapshot is not taken (the job goes back to its start).
+TEST(Audit, EverySnapshotStepIsAuditedAndALiarThereLeavesNoSnapshot) {
+  InProcessWorkers honest(3);
+  Recorder honest_sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, RunOn(honest, Spec(3, 20, 0), "clean", &honest_sink));
+  InProcessWorkers workers(4);
+  workers.slot(2).SetGradientFaultForTesting(Double);
+  SpareSupply supply(workers.pool_workers(), 3);
+  Recorder sink;
+  v1::JobSpec spec = Spec(3, 20, 100);
+  spec.mutable_recovery()->set_snapshot_every_steps(8);
+  ASSERT_OK_AND_ASSIGN(JobOutcome out, RunOn(workers, spec, "snapshot", &sink, &supply));
+  EXPECT_EQ(out.param_checksum, clean.param_checksum);
+  EXPECT_EQ(out.quarantined, std::vector<std::string>{"w2"});
+  ASSERT_EQ(supply.reasons.size(), 1u);
+  EXPECT_THAT(supply.reasons[0],
+              HasSubstr("audit of step 8 failed: worker w2 lied (outvoted by its checkers) and "
+                        "is quarantined; the job rolls back to step 0"));
+  EXPECT_EQ(out.replayed_steps, 7);  // 1 to 7
+}
+
+// Logical replicas: the audited shard is a worker's first replica, recomputed by others;
+// its bits do not depend on where it runs.
+TEST(Audit, LogicalReplicasAreAuditedAndALiarAmongThreeIsQuarantined) {
+  InProcessWorkers honest(3);
+  Recorder clean_sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, RunOn(honest, Spec(3, 20, 0, 6), "clean", &clean_sink));
+  {
+    SpareSupply supply(honest.pool_workers(), 3);
+    Recorder sink;
+    ASSERT_OK_AND_ASSIGN(JobOutcome audited,
+                         RunOn(honest, Spec(3, 20, 5, 6), "audited", &sink, &supply));
+    EXPECT_EQ(audited.param_checksum, clean.param_checksum);
+    EXPECT_EQ(audited.audits, 4);
+    EXPECT_EQ(audited.audits_failed, 0);
+    EXPECT_THAT(sink.steps[4].audit(), HasSubstr("passed: shard of rank"));
+  }
+  InProcessWorkers workers(4);  // ranks 0..2 and a spare
+  workers.slot(1).SetGradientFaultForTesting(Double);
+  SpareSupply supply(workers.pool_workers(), 3);
+  Recorder sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome out, RunOn(workers, Spec(3, 20, 5, 6), "liar", &sink, &supply));
+  EXPECT_EQ(out.param_checksum, clean.param_checksum);
+  EXPECT_EQ(out.quarantined, std::vector<std::string>{"w1"});
+  ASSERT_EQ(supply.reasons.size(), 1u);
+  EXPECT_THAT(supply.reasons[0], HasSubstr("audit of step 5 failed: worker w1 lied"));
 }
 
 TEST(Audit, TwoWorkersThatDisagreeAreBothReplacedAndNeitherQuarantined) {

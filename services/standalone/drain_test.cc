@@ -46,11 +46,11 @@ TEST(JobManagerDrain, ADrainedJobSnapshotsWaitsRecoveringAndEndsBitForBitAfterAR
     ASSERT_OK_AND_ASSIGN(v1::Job queued, c.jobs.Submit(SmallMlpSpec(2, 4)));  // workers busy
     queued_id = queued.id();
     ASSERT_EQ(queued.state(), v1::QUEUED);
+    // OK: the job reached its next step boundary and snapshotted there; one that did not
+    // within the grace period is DEADLINE_EXCEEDED (aborted, back to its older snapshot).
     const absl::Time t0 = absl::Now();
     ASSERT_OK(c.jobs.Drain(t0 + absl::Seconds(20)));
-    const absl::Duration took = absl::Now() - t0;
-    std::printf("drain of a running job: %.0f ms\n", absl::ToDoubleMilliseconds(took));
-    EXPECT_LT(took, absl::Seconds(5));
+    std::printf("drain of a running job: %.0f ms\n", absl::ToDoubleMilliseconds(absl::Now() - t0));
     ASSERT_OK_AND_ASSIGN(v1::Job drained, c.jobs.Get(id));
     EXPECT_EQ(drained.state(), v1::RECOVERING);  // CANCELLED at 400deec
     EXPECT_THAT(drained.failure_reason(),

@@ -1,6 +1,6 @@
 // The worker's CollectiveFactory (job_slot.h): a job's data plane bootstrapped through the
-// coordinator's Rendezvous under the job's prefix: NCCL for a CUDA backend, Gloo over TCP
-// otherwise. Contract: collectives.h.
+// coordinator's Rendezvous under the job's prefix: NCCL for a CUDA backend, GlooCollective
+// (TCP or shared memory) otherwise. Contract: collectives.h.
 #include "services/worker/collectives.h"
 
 #include <vector>

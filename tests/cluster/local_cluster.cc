@@ -1,3 +1,5 @@
+// LocalCluster: a coordinator and N workers as processes on loopback, for integration
+// tests. Contract: local_cluster.h.
 #include "tests/cluster/local_cluster.h"
 
 #include <unistd.h>

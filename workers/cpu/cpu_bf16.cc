@@ -1,3 +1,5 @@
+// The CPU backend's bfloat16 kernels besides the GEMMs and convolutions.
+// Contract: cpu_bf16.h.
 #include "workers/cpu/cpu_bf16.h"
 
 #include <omp.h>

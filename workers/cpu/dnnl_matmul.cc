@@ -1,3 +1,5 @@
+// bfloat16 GEMMs through oneDNN's matmul primitive for the CPU backend.
+// Contract: dnnl_matmul.h.
 #include "workers/cpu/dnnl_matmul.h"
 
 #include <omp.h>

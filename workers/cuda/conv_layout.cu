@@ -1,3 +1,5 @@
+// A convolution kernel between Lockstep's HWIO layout and cuDNN's KRSC.
+// Contract: conv_layout.cuh.
 #include "workers/cuda/conv_layout.cuh"
 #include "workers/cuda/launch.cuh"
 

@@ -1,3 +1,5 @@
+// The exact sum's float <-> int64 fixed-point conversions on the device.
+// Contract: exact_sum.cuh.
 #include "core/exact_sum.h"
 #include "workers/cuda/exact_sum.cuh"
 #include "workers/cuda/launch.cuh"

@@ -1,3 +1,5 @@
+// The optimizer step fused into one kernel over every parameter.
+// Contract: fused_update.cuh.
 #include "workers/cuda/fused_update.cuh"
 #include "workers/cuda/launch.cuh"
 #include "workers/cuda/update_math.cuh"

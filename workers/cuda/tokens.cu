@@ -1,3 +1,5 @@
+// A vision transformer's token kernels: the class token and sequence pooling, and their
+// gradients. Contract: tokens.cuh.
 #include "workers/cuda/launch.cuh"
 #include "workers/cuda/tokens.cuh"
 

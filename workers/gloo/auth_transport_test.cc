@@ -5,7 +5,10 @@
 #include "workers/gloo/auth_transport.h"
 
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <memory>
@@ -80,7 +83,8 @@ void ExpectJobWorks(int size, Store* store, const GlooOptions& options) {
 TEST(GlooAuthenticatedPairing, StrayConnectionsAtTheListenersCostNoAttempt) {
   // Before any peer connects, each listener has random bytes, a half-open connection, a
   // plausible peer address, a wrong token and an immediate close queued ahead of it.
-  // Gloo alone would take the first of them as the peer and refuse the real one.
+  // A listener that took the first connection as the peer (as Gloo's own transport does)
+  // would take the first of them and refuse the real one.
   MemoryStore memory;
   StrayConnectionStore store(&memory);
   Retries retries;
@@ -92,9 +96,9 @@ TEST(GlooAuthenticatedPairing, StrayConnectionsAtTheListenersCostNoAttempt) {
 }
 
 TEST(GlooAuthenticatedPairing, MoreHalfOpenConnectionsThanSlotsStillLetThePeerIn) {
-  // Twenty silent connections to both ranks' listeners first (one of the two pairs'
-  // sockets listens; its peer reads the address, and so floods it, before connecting):
-  // the oldest are evicted, and the real peer, connecting last, gets in all the same.
+  // Twenty silent connections to rank 1's listener first (rank 0 reads its address, and so
+  // floods it, before connecting; rank 1 connects to nobody, so never reads rank 0's): the
+  // oldest are evicted, and the real peer, connecting last, gets in all the same.
   MemoryStore memory;
   class Flood final : public Store {
    public:
@@ -140,9 +144,8 @@ TEST(GlooAuthenticatedPairing, MoreHalfOpenConnectionsThanSlotsStillLetThePeerIn
 }
 
 TEST(GlooBootstrapRetry, ARefusedConnectIsRetriedInPlaceByEveryRank) {
-  // Rank 0 reads a dead address for rank 1 in attempt 0 (port 1 sorts below every
-  // ephemeral port, so rank 0's pair is the side that connects, and is refused); attempt
-  // 1 is clean. Every rank retries once and the job works.
+  // Rank 0 reads a dead address for rank 1 in attempt 0 (the lower rank connects, and is
+  // refused at port 1); attempt 1 is clean. Every rank retries once and the job works.
   MemoryStore memory;
   class DeadAddress final : public Store {
    public:
@@ -184,14 +187,59 @@ TEST(GlooBootstrapRetry, AWildcardHostnameIsRefused) {
   }
 }
 
+TEST(GlooAuthenticatedPairing, TheConnectorChecksTheListenersAnswer) {
+  // Rank 0 of 2 dials rank 1's published address, where something else listens: it reads
+  // rank 0's token and answers with one of the right form but the wrong nonce. Rank 0
+  // takes no link and says so.
+  ASSERT_OK_AND_ASSIGN(gloo_internal::Listener impostor, gloo_internal::Listen("127.0.0.1", ""));
+  gloo_internal::Pairing pairing;
+  pairing.rank = 0;
+  pairing.size = 2;
+  pairing.nonces = {std::string(gloo_internal::kNonceBytes, 'a'),
+                    std::string(gloo_internal::kNonceBytes, 'b')};
+  pairing.addresses = {sockaddr_storage{}, impostor.address};
+  ASSERT_OK_AND_ASSIGN(gloo_internal::Listener own, gloo_internal::Listen("127.0.0.1", ""));
+  pairing.addresses[0] = own.address;
+  std::thread answer([&] {
+    pollfd p = {impostor.fd, POLLIN, 0};
+    ASSERT_EQ(poll(&p, 1, 10000), 1);
+    const int fd = accept(impostor.fd, nullptr, nullptr);
+    ASSERT_GE(fd, 0);
+    const std::string token = gloo_internal::PairingToken(0, 1, pairing.nonces[1]);
+    std::string got(token.size(), '\0');
+    ASSERT_EQ(recv(fd, got.data(), got.size(), MSG_WAITALL), static_cast<ssize_t>(got.size()));
+    EXPECT_EQ(got, token);
+    const std::string wrong =
+        gloo_internal::PairingAnswer(1, 0, std::string(gloo_internal::kNonceBytes, 'x'));
+    ASSERT_EQ(send(fd, wrong.data(), wrong.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(wrong.size()));
+    // Held open until rank 0 has judged the answer (it closes its end: EOF here).
+    char c;
+    EXPECT_EQ(recv(fd, &c, 1, 0), 0);
+    ::close(fd);
+  });
+  const int never = eventfd(0, EFD_CLOEXEC);
+  EXPECT_THAT(
+      gloo_internal::PairMesh(std::move(own), pairing, absl::Now() + absl::Seconds(10), never),
+      StatusIs(absl::StatusCode::kUnavailable,
+               HasSubstr("answered the pairing with a wrong token")));
+  answer.join();
+  ::close(never);
+}
+
 TEST(GlooAuthenticatedPairing, TokensNameBothRanksAndTheNonce) {
-  const std::string nonce(gloo_internal::PairingSecrets::kNonceBytes, 'n');
+  const std::string nonce(gloo_internal::kNonceBytes, 'n');
   const std::string token = gloo_internal::PairingToken(1, 2, nonce);
   EXPECT_EQ(token.size(), 16u + 8u + nonce.size());
   EXPECT_NE(token, gloo_internal::PairingToken(2, 1, nonce));
   EXPECT_NE(token, gloo_internal::PairingToken(1, 2, std::string(nonce.size(), 'm')));
-  EXPECT_NE(gloo_internal::RandomNonce(), gloo_internal::RandomNonce());
-  EXPECT_EQ(gloo_internal::RandomNonce().size(), nonce.size());
+  // The answer is no token: a connector's own bytes reflected back do not pass for it.
+  EXPECT_NE(token, gloo_internal::PairingAnswer(1, 2, nonce));
+  EXPECT_EQ(gloo_internal::PairingAnswer(1, 2, nonce).size(), token.size());
+  ASSERT_OK_AND_ASSIGN(const std::string a, gloo_internal::RandomNonce());
+  ASSERT_OK_AND_ASSIGN(const std::string b, gloo_internal::RandomNonce());
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a.size(), nonce.size());
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
-// ExactSum across ranks (threads over Gloo on loopback, a MemoryStore): the same V = 4
-// contributions held by 1, 2 (evenly and unevenly) and 4 ranks, in permuted orders, give
-// bitwise the same sum on every rank, where Gloo's float ring gives different bits; over
-// shared memory (the ranks trade their contributions: Collective::AllReduceBy, started
-// and waited for in pieces as a step's buckets) and over TCP (the int64 reductions) alike.
+// ExactSum across ranks (threads over the CPU collective on loopback, a MemoryStore): the same V =
+// 4 contributions held by 1, 2 (evenly and unevenly) and 4 ranks, in permuted orders, give bitwise
+// the same sum on every rank, where the float ring gives different bits; over shared memory (the
+// ranks trade their contributions: Collective::AllReduceBy, started and waited for in pieces as a
+// step's buckets) and over TCP (the int64 reductions) alike.
 #include <cstring>
 #include <latch>
 #include <random>
@@ -36,7 +36,7 @@ std::vector<std::vector<float>> Contributions() {
 enum class Path { kSharedMemory, kTcp, kFloatRing };
 
 // Rank r holds contributions groups[r], in that order; every rank's sum (kFloatRing:
-// Gloo's ring on each rank's float partial sum instead of ExactSum). Over shared memory
+// the ring on each rank's float partial sum instead of ExactSum). Over shared memory
 // the sum is started in three pieces (at multiples of the block) and waited for.
 std::vector<std::vector<float>> SumOnRanks(const std::vector<std::vector<int>>& groups,
                                            const std::vector<std::vector<float>>& c,

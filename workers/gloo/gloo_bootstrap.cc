@@ -1,26 +1,26 @@
-// The bootstrap of a GlooCollective: binds the rank's TCP device to the address peers use
-// (GlooOptions.hostname or .interface, never a wildcard), and joins the full mesh through the store
-// with authenticated pairings. Contract: gloo_bootstrap.h.
+// The bootstrap of a GlooCollective: listens on the address peers use (GlooOptions.hostname
+// or .interface, never a wildcard), and joins the full mesh through the store with
+// authenticated pairings. Contract: gloo_bootstrap.h.
 #include "workers/gloo/gloo_bootstrap.h"
 
 #include <netdb.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/status_macros.h"
-#include "gloo/rendezvous/context.h"
-#include "gloo/rendezvous/prefix_store.h"
-#include "gloo/transport/tcp/attr.h"
 #include "workers/gloo/auth_transport.h"
 #include "workers/gloo/bootstrap_retry.h"
-#include "workers/gloo/gloo_status.h"
-#include "workers/gloo/gloo_store.h"
 
 namespace lockstep::gloo_internal {
 namespace {
@@ -31,8 +31,7 @@ bool IsWildcard(const std::string& host) {
   return host == "0.0.0.0" || host == "::" || host == "[::]" || host == "0" || host == "*";
 }
 
-// Gloo's own lookup treats only -1 from getaddrinfo(3) as failure and then walks an
-// unset result list (a crash) for a name that does not resolve; so resolve it here first.
+// A name that does not resolve is a configuration error found before any attempt.
 absl::Status CheckResolves(const std::string& hostname, const std::string& field) {
   addrinfo hints = {};
   hints.ai_family = AF_UNSPEC;
@@ -47,87 +46,107 @@ absl::Status CheckResolves(const std::string& hostname, const std::string& field
   return absl::OkStatus();
 }
 
-// The device's address as the options name it, and its name for errors.
-std::pair<gloo::transport::tcp::attr, std::string> DeviceAttr(const GlooOptions& options) {
-  gloo::transport::tcp::attr attr;
-  if (!options.interface.empty()) {
-    attr.iface = options.interface;
-    return {attr, absl::StrCat("GlooOptions.interface \"", options.interface, "\"")};
-  }
-  attr.hostname = options.hostname;
-  return {attr, absl::StrCat("GlooOptions.hostname \"", options.hostname, "\"")};
+// The option that names the listening address, for errors.
+std::string AddressField(const GlooOptions& options) {
+  return options.interface.empty()
+             ? absl::StrCat("GlooOptions.hostname \"", options.hostname, "\"")
+             : absl::StrCat("GlooOptions.interface \"", options.interface, "\"");
 }
 
-// One attempt: a fresh device (its pairs expect a fresh nonce) and Gloo's connectFullMesh
-// under the attempt's prefix.
-class GlooAttempt final : public BootstrapAttempt {
+// `status` with `what` before its message.
+absl::Status Prefixed(const std::string& what, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
+}
+
+// One attempt: a fresh listener and nonce, published under the attempt's prefix, and the
+// pairing with every peer.
+class MeshAttempt final : public BootstrapAttempt {
  public:
-  GlooAttempt(int rank, int size, Store* store, std::string prefix, absl::Time deadline,
-              const GlooOptions& options)
+  MeshAttempt(int rank, int size, Store* store, std::string prefix, absl::Time deadline,
+              const GlooOptions& options, int abort_fd)
       : rank_(rank),
         size_(size),
         store_(store),
         prefix_(std::move(prefix)),
         deadline_(deadline),
-        options_(options) {}
+        options_(options),
+        abort_fd_(abort_fd) {}
+  ~MeshAttempt() override { ::close(abort_fd_); }
+
+  // An attempt whose Abort can wake its pairing (an eventfd). Errors: INTERNAL.
+  static absl::StatusOr<std::unique_ptr<MeshAttempt>> Create(int rank, int size, Store* store,
+                                                             std::string prefix,
+                                                             absl::Time deadline,
+                                                             const GlooOptions& options) {
+    const int abort_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (abort_fd < 0) return absl::InternalError(absl::StrCat("eventfd: ", strerror(errno)));
+    return std::make_unique<MeshAttempt>(rank, size, store, std::move(prefix), deadline, options,
+                                         abort_fd);
+  }
 
   absl::Status Join() override {
     const std::string name = RankName(rank_, size_);
-    PairingSecrets secrets;
-    secrets.rank = rank_;
-    RETURN_IF_ERROR(CallGloo(name, [&] { secrets.nonce = RandomNonce(); }));
-    secrets.peer_nonce = [this](int peer) { return PeerNonce(peer); };
-    auto [attr, field] = DeviceAttr(options_);
-    std::shared_ptr<AuthDevice> device;
-    absl::Status bound = CallGloo(absl::StrCat(name, ": bind ", field),
-                                  [&] { device = AuthDevice::Create(attr, secrets); });
-    // Whatever Gloo threw, an address this host cannot bind is a configuration error.
-    if (!bound.ok()) return absl::InvalidArgumentError(bound.message());
-    {
-      absl::MutexLock lock(&mu_);
-      device_ = device;
-      if (!aborted_.ok()) device->Abort(std::string(aborted_.message()));
+    absl::StatusOr<Listener> listener = Listen(options_.hostname, options_.interface);
+    // An address this host cannot listen on is a configuration error.
+    if (!listener.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": bind ", AddressField(options_), ": ", listener.status().message()));
     }
-    RETURN_IF_ERROR(store_->Set(absl::StrCat(prefix_, "/nonce/", rank_), secrets.nonce));
-    context_ = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
-    // Gloo waits five times its context timeout for a TCP connect; the store waits are
-    // bounded by GlooStore's deadline instead.
-    context_->setTimeout(
-        ToGlooTimeout(std::max(absl::Milliseconds(1), deadline_ - absl::Now()) / 5));
-    GlooStore store_adapter(store_, deadline_);
-    gloo::rendezvous::PrefixStore prefixed(prefix_, store_adapter);
-    std::shared_ptr<gloo::transport::Device> transport = device;
-    absl::Status status =
-        CallGloo(absl::StrCat(name, ": connect full mesh under \"", prefix_, "\""),
-                 [&] { context_->connectFullMesh(prefixed, transport); });
+    const std::string what = absl::StrCat(name, ": connect full mesh under \"", prefix_, "\"");
+    absl::StatusOr<std::unique_ptr<TcpMesh>> mesh = Pair(*std::move(listener));
+    absl::Status status = Prefixed(what, mesh.status());
     absl::MutexLock lock(&mu_);
     if (!status.ok() && !absl::IsDeadlineExceeded(status) && !aborted_.ok()) {
       return absl::AbortedError(absl::StrCat(status.message(), " (", aborted_.message(), ")"));
     }
+    if (status.ok()) mesh_ = *std::move(mesh);
     return status;
   }
 
   void Abort(const absl::Status& why) override {
-    std::shared_ptr<AuthDevice> device;
-    {
-      absl::MutexLock lock(&mu_);
-      if (!aborted_.ok()) return;
-      aborted_ = why.ok() ? absl::AbortedError("aborted") : why;
-      device = device_;
-    }
-    if (device != nullptr) device->Abort(std::string(why.message()));
+    absl::MutexLock lock(&mu_);
+    if (!aborted_.ok()) return;
+    aborted_ = why.ok() ? absl::AbortedError("aborted") : why;
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(abort_fd_, &one, sizeof(one));
   }
 
-  std::shared_ptr<gloo::Context> context() const { return context_; }
+  std::shared_ptr<TcpMesh> mesh() const { return mesh_; }
 
  private:
-  // The nonce `peer` published for this attempt (GlooStore's contract: throws StoreError).
-  std::string PeerNonce(int peer) {
-    absl::StatusOr<std::string> nonce =
-        store_->Get(absl::StrCat(prefix_, "/nonce/", peer),
-                    std::max(absl::ZeroDuration(), deadline_ - absl::Now()));
-    if (!nonce.ok()) throw StoreError(std::move(nonce).status());
-    return *std::move(nonce);
+  // Publishes this rank's nonce and address, reads the peers', and pairs.
+  absl::StatusOr<std::unique_ptr<TcpMesh>> Pair(Listener listener) {
+    Pairing pairing;
+    pairing.rank = rank_;
+    pairing.size = size_;
+    pairing.nonces.resize(size_);
+    pairing.addresses.resize(size_);
+    ASSIGN_OR_RETURN(pairing.nonces[rank_], RandomNonce());
+    pairing.addresses[rank_] = listener.address;
+    if (size_ > 1) {
+      RETURN_IF_ERROR(store_->Set(absl::StrCat(prefix_, "/nonce/", rank_), pairing.nonces[rank_]));
+      RETURN_IF_ERROR(
+          store_->Set(absl::StrCat(prefix_, "/", rank_), AddressRecord(listener.address)));
+    }
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_) continue;
+      if (q > rank_) {
+        ASSIGN_OR_RETURN(const std::string record, Fetch(absl::StrCat(prefix_, "/", q)));
+        absl::StatusOr<sockaddr_storage> address = ParseAddressRecord(record);
+        if (!address.ok()) {
+          return absl::UnavailableError(absl::StrCat("rank ", q, "'s address under \"", prefix_,
+                                                     "/", q, "\": ", address.status().message()));
+        }
+        pairing.addresses[q] = *address;
+      }
+      ASSIGN_OR_RETURN(pairing.nonces[q], Fetch(absl::StrCat(prefix_, "/nonce/", q)));
+    }
+    return PairMesh(std::move(listener), pairing, deadline_, abort_fd_);
+  }
+
+  absl::StatusOr<std::string> Fetch(const std::string& key) {
+    return store_->Get(key, std::max(absl::ZeroDuration(), deadline_ - absl::Now()));
   }
 
   const int rank_;
@@ -136,19 +155,13 @@ class GlooAttempt final : public BootstrapAttempt {
   const std::string prefix_;
   const absl::Time deadline_;
   const GlooOptions options_;
-  std::shared_ptr<gloo::rendezvous::Context> context_;  // Join's thread only
+  const int abort_fd_;  // an eventfd, readable once aborted
   absl::Mutex mu_;
-  std::shared_ptr<AuthDevice> device_ ABSL_GUARDED_BY(mu_);
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<TcpMesh> mesh_;  // Join's thread only
 };
 
 }  // namespace
-
-std::chrono::milliseconds ToGlooTimeout(absl::Duration timeout) {
-  if (timeout == absl::InfiniteDuration()) return gloo::kNoTimeout;
-  return std::chrono::milliseconds(
-      std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout + absl::Microseconds(999))));
-}
 
 absl::Status ValidateBootstrap(int rank, int size, const Store* store, const GlooOptions& options) {
   if (size < 1 || rank < 0 || rank >= size) {
@@ -173,13 +186,13 @@ absl::Status ValidateBootstrap(int rank, int size, const Store* store, const Glo
     return absl::InvalidArgumentError("gloo: GlooOptions.bootstrap_attempts must be at least 1");
   }
   if (!options.hostname.empty()) {
-    RETURN_IF_ERROR(CheckResolves(options.hostname, DeviceAttr(options).second));
+    RETURN_IF_ERROR(CheckResolves(options.hostname, AddressField(options)));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<gloo::Context>> Bootstrap(int rank, int size, Store* store,
-                                                         const GlooOptions& options) {
+absl::StatusOr<std::shared_ptr<TcpMesh>> Bootstrap(int rank, int size, Store* store,
+                                                   const GlooOptions& options) {
   RETURN_IF_ERROR(ValidateBootstrap(rank, size, store, options));
   BootstrapRetryOptions retry;
   retry.rank = rank;
@@ -193,10 +206,9 @@ absl::StatusOr<std::shared_ptr<gloo::Context>> Bootstrap(int rank, int size, Sto
       JoinWithRetries(
           store, retry,
           [&](int, const std::string& prefix) -> absl::StatusOr<std::unique_ptr<BootstrapAttempt>> {
-            return std::make_unique<GlooAttempt>(rank, size, store, prefix, retry.deadline,
-                                                 options);
+            return MeshAttempt::Create(rank, size, store, prefix, retry.deadline, options);
           }));
-  return static_cast<GlooAttempt*>(joined.attempt.get())->context();
+  return static_cast<MeshAttempt*>(joined.attempt.get())->mesh();
 }
 
 }  // namespace lockstep::gloo_internal

@@ -1,31 +1,23 @@
 // GlooCollective: the CPU data plane. Contract: gloo_collective.h.
 #include "workers/gloo/gloo_collective.h"
 
-#include <signal.h>
-
 #include <algorithm>
 #include <chrono>
-#include <mutex>
 #include <utility>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/queued_collective.h"
 #include "core/status_macros.h"
-#include "gloo/common/error.h"
-#include "gloo/context.h"
 #include "workers/gloo/gloo_bootstrap.h"
-#include "workers/gloo/gloo_status.h"
 #include "workers/gloo/ring_allreduce.h"
 #include "workers/gloo/shm_allreduce.h"
+#include "workers/gloo/tcp_mesh.h"
 
 namespace lockstep {
 namespace {
 
-using gloo_internal::CallGloo;
-
-// The all-reduce's deadline; an infinite timeout waits 100 hours (as Gloo's own "no
-// timeout" for connects), which keeps the clock arithmetic from overflowing.
+// The all-reduce's deadline; an infinite timeout waits 100 hours, which keeps the clock
+// arithmetic from overflowing.
 std::chrono::steady_clock::time_point Deadline(absl::Duration timeout) {
   return std::chrono::steady_clock::now() +
          absl::ToChronoNanoseconds(std::min(timeout, absl::Hours(100)));
@@ -33,7 +25,7 @@ std::chrono::steady_clock::time_point Deadline(absl::Duration timeout) {
 
 std::string RankName(int rank, int size) { return absl::StrCat("gloo rank ", rank, " of ", size); }
 
-// `status` (the shared-memory path's), its message prefixed with `what`.
+// `status`, its message prefixed with `what`.
 absl::Status Prefixed(const std::string& what, const absl::Status& status) {
   if (status.ok()) return status;
   return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
@@ -43,18 +35,10 @@ absl::Status Prefixed(const std::string& what, const absl::Status& status) {
 
 absl::StatusOr<std::unique_ptr<Collective>> GlooCollective::Create(int rank, int size, Store* store,
                                                                    const GlooOptions& options) {
-  static std::once_flag sigpipe;
-  std::call_once(sigpipe, [] { signal(SIGPIPE, SIG_IGN); });
-  ASSIGN_OR_RETURN(std::shared_ptr<gloo::Context> context,
+  ASSIGN_OR_RETURN(std::shared_ptr<gloo_internal::TcpMesh> mesh,
                    gloo_internal::Bootstrap(rank, size, store, options));
-  // The ring posts its standing receives at once: a peer already gone makes Gloo throw.
-  std::unique_ptr<gloo_internal::RingAllReduce> ring;
-  std::unique_ptr<gloo_internal::RingAllReduceOf<int64_t>> ring64;
-  RETURN_IF_ERROR(
-      CallGloo(absl::StrCat(RankName(rank, size), ": post the all-reduce's receives"), [&] {
-        ring = std::make_unique<gloo_internal::RingAllReduce>(context);
-        ring64 = std::make_unique<gloo_internal::RingAllReduceOf<int64_t>>(context);
-      }));
+  auto ring = std::make_unique<gloo_internal::RingAllReduce>(mesh);
+  auto ring64 = std::make_unique<gloo_internal::RingAllReduceOf<int64_t>>(mesh);
   std::unique_ptr<gloo_internal::ShmAllReduce> shm;
   if (size > 1 && options.shared_memory) {
     absl::StatusOr<std::unique_ptr<gloo_internal::ShmAllReduce>> made =
@@ -68,10 +52,10 @@ absl::StatusOr<std::unique_ptr<Collective>> GlooCollective::Create(int rank, int
   }
   // The all-reduce blocks its caller: the queue gives it StartAllReduceSum's overlap.
   return std::make_unique<QueuedCollective>(std::unique_ptr<Collective>(new GlooCollective(
-      rank, size, std::move(context), std::move(ring), std::move(ring64), std::move(shm))));
+      rank, size, std::move(mesh), std::move(ring), std::move(ring64), std::move(shm))));
 }
 
-GlooCollective::GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context,
+GlooCollective::GlooCollective(int rank, int size, std::shared_ptr<gloo_internal::TcpMesh> mesh,
                                std::unique_ptr<gloo_internal::RingAllReduce> ring,
                                std::unique_ptr<gloo_internal::RingAllReduceOf<int64_t>> ring64,
                                std::unique_ptr<gloo_internal::ShmAllReduce> shm)
@@ -79,14 +63,12 @@ GlooCollective::GlooCollective(int rank, int size, std::shared_ptr<gloo::Context
       size_(size),
       over_shm_(shm != nullptr),
       shm_floats_(shm != nullptr ? shm->capacity_floats() : 0),
-      context_(context),
+      mesh_(mesh),
       ring_(std::move(ring)),
       ring64_(std::move(ring64)),
       shm_(std::move(shm)),
-      abortable_(std::move(context)),
-      abortable_shm_(shm_.get()),
-      abortable_ring_(ring_.get()),
-      abortable_ring64_(ring64_.get()) {}
+      abortable_(std::move(mesh)),
+      abortable_shm_(shm_.get()) {}
 
 GlooCollective::~GlooCollective() = default;
 
@@ -94,7 +76,7 @@ absl::Status GlooCollective::AllReduceSum(float* data, size_t n, const Collectiv
   const std::string what = absl::StrCat(RankName(rank_, size_), ": all-reduce of ", n, " floats");
   return RunChecked(what, data, n, options, [&]() -> absl::Status {
     const auto deadline = Deadline(options.timeout);
-    if (shm_ == nullptr) return CallGloo(what, [&] { ring_->Run(data, n, deadline); });
+    if (shm_ == nullptr) return Prefixed(what, ring_->Run(data, n, deadline));
     return Prefixed(what, shm_->Run(data, n, deadline));
   });
 }
@@ -106,7 +88,7 @@ absl::Status GlooCollective::AllReduceInt64(int64_t* data, size_t n, ReduceOp op
   const bool maximum = op == ReduceOp::kMax;
   return RunChecked(what, data, n, options, [&]() -> absl::Status {
     const auto deadline = Deadline(options.timeout);
-    if (shm_ == nullptr) return CallGloo(what, [&] { ring64_->Run(data, n, deadline, maximum); });
+    if (shm_ == nullptr) return Prefixed(what, ring64_->Run(data, n, deadline, maximum));
     return Prefixed(what, shm_->Run(data, n, maximum, deadline));
   });
 }
@@ -130,15 +112,7 @@ absl::Status GlooCollective::RunChecked(const std::string& what, void* data, siz
                                         const CollectiveOptions& options,
                                         const std::function<absl::Status()>& run) {
   absl::MutexLock lock(&mu_);
-  {
-    absl::MutexLock abort_lock(&abort_mu_);
-    if (!aborted_.ok() && error_.ok()) error_ = aborted_;
-    in_flight_ = error_.ok();
-  }
-  absl::Cleanup landed = [this] {
-    absl::MutexLock abort_lock(&abort_mu_);
-    in_flight_ = false;
-  };
+  if (absl::Status why = aborted(); !why.ok() && error_.ok()) error_ = why;
   if (!error_.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         RankName(rank_, size_), ": unusable after an earlier error: ", error_.message()));
@@ -164,15 +138,13 @@ void GlooCollective::Fail(const absl::Status& status) {
     absl::MutexLock abort_lock(&abort_mu_);
     abortable_.reset();
     abortable_shm_ = nullptr;
-    abortable_ring_ = nullptr;
-    abortable_ring64_ = nullptr;
   }
   // Closing everything tells the peers waiting on this rank at once that the step is lost
   // (a closed connection; a segment whose lock is free) instead of at their timeouts.
   shm_.reset();
   ring_.reset();
   ring64_.reset();
-  context_.reset();
+  mesh_.reset();
 }
 
 absl::Status GlooCollective::aborted() {
@@ -181,28 +153,15 @@ absl::Status GlooCollective::aborted() {
 }
 
 void GlooCollective::Abort(const absl::Status& why) {
-  std::shared_ptr<gloo::Context> context;
-  {
-    absl::MutexLock lock(&abort_mu_);
-    if (!aborted_.ok()) return;
-    aborted_ = why.ok() ? absl::AbortedError("aborted") : why;
-    // Shared memory wakes an all-reduce in flight here and the peers' waits on this rank.
-    if (abortable_shm_ != nullptr) abortable_shm_->Abort(aborted_);
-    // Closing our own connections would not wake one in flight over TCP (gloo signals a
-    // closed pair's waiters only when the peer closes), nor would the peers if one of them
-    // is stopped: the rings wake their own waits; the call then fails, which closes the
-    // connections (Fail). Ranks not in flight close theirs now.
-    if (in_flight_) {
-      if (abortable_ring_ != nullptr) abortable_ring_->Abort();
-      if (abortable_ring64_ != nullptr) abortable_ring64_->Abort();
-      return;
-    }
-    context = abortable_;
-  }
-  if (context == nullptr) return;  // already failed: its connections are closed
-  CallGloo(absl::StrCat(RankName(rank_, size_), ": abort"), [&] {
-    context->closeConnections();
-  }).IgnoreError();
+  absl::MutexLock lock(&abort_mu_);
+  if (!aborted_.ok()) return;
+  aborted_ = why.ok() ? absl::AbortedError("aborted") : why;
+  // Shared memory wakes an all-reduce in flight here and the peers' waits on this rank;
+  // the mesh wakes one over TCP (a peer stopped mid-call closes nothing) and shuts the
+  // connections down, which the peers see at once. An all-reduce in flight then fails,
+  // which closes everything (Fail).
+  if (abortable_shm_ != nullptr) abortable_shm_->Abort(aborted_);
+  if (abortable_ != nullptr) abortable_->Abort();
 }
 
 }  // namespace lockstep

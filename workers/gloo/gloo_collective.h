@@ -1,12 +1,13 @@
-// GlooCollective: the CPU data plane. A Collective over Gloo's TCP transport: the ranks
-// of a job publish their addresses in a lockstep::Store (under a per-job prefix), connect
-// a full mesh whose pairings are authenticated with a per-attempt nonce from the store
-// (a stray or hostile connection to a rank's listeners is dropped, not taken as a peer),
+// GlooCollective: the CPU data plane. A Collective over TCP: the ranks of a job publish
+// their addresses in a lockstep::Store (under a per-job prefix), connect a full mesh whose
+// pairings are authenticated with a per-attempt nonce from the store (a stray or hostile
+// connection to a rank's listener is dropped, not taken as a peer; auth_transport.h),
 // retry that bootstrap in place when it fails on some rank (gloo_bootstrap.h), and
-// all-reduce with an algorithm of our own over Gloo's transport (ring_allreduce.h; against
-// raw Gloo: bench/results/allreduce.md), or through shared memory where all ranks share a
-// host (shm_allreduce.h). Gloo reports errors by throwing; this adapter is where that
-// stops: everything comes back as absl::Status.
+// all-reduce with a ring of our own over those connections (ring_allreduce.h,
+// tcp_mesh.h; against Gloo's own all-reduce: bench/results/allreduce.md), or through shared
+// memory where all ranks share a host (shm_allreduce.h). The name ("gloo", in records and
+// logs) is the data plane's, first built on Gloo's TCP transport; no Gloo code runs in it
+// now.
 #ifndef LOCKSTEP_WORKERS_GLOO_GLOO_COLLECTIVE_H_
 #define LOCKSTEP_WORKERS_GLOO_GLOO_COLLECTIVE_H_
 
@@ -23,16 +24,13 @@
 #include "core/collective.h"
 #include "core/store.h"
 
-namespace gloo {
-class Context;
-}  // namespace gloo
-
 namespace lockstep {
 namespace gloo_internal {
 template <typename T>
 class RingAllReduceOf;
 using RingAllReduce = RingAllReduceOf<float>;
 class ShmAllReduce;
+class TcpMesh;
 }  // namespace gloo_internal
 
 struct GlooOptions {
@@ -63,9 +61,7 @@ struct GlooOptions {
 // Thread safety: any thread may call any method; AllReduceSum calls are serialized.
 // After an error the collective closes its connections, so that its peers fail at once
 // instead of waiting out their own timeouts, and every later call returns
-// FAILED_PRECONDITION carrying the first error. Gloo writes to its sockets without
-// MSG_NOSIGNAL, so that a peer gone mid-write would end the process with SIGPIPE: Create
-// ignores SIGPIPE for the whole process (the lost peer is then an error like any other).
+// FAILED_PRECONDITION carrying the first error.
 class GlooCollective final : public Collective {
  public:
   // Joins the mesh of `size` ranks as `rank`, blocking until all ranks have joined. The
@@ -83,9 +79,7 @@ class GlooCollective final : public Collective {
   // Closes the connections; peers in or entering a collective then fail with UNAVAILABLE.
   // Destroy it only once every peer has finished the all-reduces it shares with this rank
   // (the coordinator releases a job's workers after all their step results are in): a
-  // socket closed while a notice from the peer is still unread is reset, and the reset can
-  // drop this rank's last message before the peer has read it (seen in tests whose ranks,
-  // as threads, tore down as soon as their own last step returned).
+  // peer still in one fails.
   ~GlooCollective() override;
 
   // "gloo", or "gloo-shm" where the ranks all-reduce through shared memory.
@@ -107,12 +101,12 @@ class GlooCollective final : public Collective {
   bool CanAllReduceBy(int total, size_t align) const override;
   absl::Status AllReduceBy(std::span<const float* const> local, size_t n, float* out,
                            const ChunkReduction& r, const CollectiveOptions& options) override;
-  // Ends an all-reduce in flight on this rank at once (ABORTED), or closes the connections
-  // when none is (see the .cc): peers waiting on this rank fail at once.
+  // Ends an all-reduce in flight on this rank at once (ABORTED), and every later one, and
+  // shuts the connections down: peers waiting on this rank fail at once.
   void Abort(const absl::Status& why) override;
 
  private:
-  GlooCollective(int rank, int size, std::shared_ptr<gloo::Context> context,
+  GlooCollective(int rank, int size, std::shared_ptr<gloo_internal::TcpMesh> mesh,
                  std::unique_ptr<gloo_internal::RingAllReduce> ring,
                  std::unique_ptr<gloo_internal::RingAllReduceOf<int64_t>> ring64,
                  std::unique_ptr<gloo_internal::ShmAllReduce> shm);
@@ -131,18 +125,15 @@ class GlooCollective final : public Collective {
   const bool over_shm_;
   const size_t shm_floats_;  // a shared-memory segment's capacity (0 over TCP)
   absl::Mutex mu_;           // held by AllReduceSum throughout
-  std::shared_ptr<gloo::Context> context_ ABSL_GUARDED_BY(mu_);              // null after an error
-  std::unique_ptr<gloo_internal::RingAllReduce> ring_ ABSL_GUARDED_BY(mu_);  // on context_
+  std::shared_ptr<gloo_internal::TcpMesh> mesh_ ABSL_GUARDED_BY(mu_);        // null after an error
+  std::unique_ptr<gloo_internal::RingAllReduce> ring_ ABSL_GUARDED_BY(mu_);  // on mesh_
   std::unique_ptr<gloo_internal::RingAllReduceOf<int64_t>> ring64_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<gloo_internal::ShmAllReduce> shm_ ABSL_GUARDED_BY(mu_);  // null: over TCP
   absl::Status error_ ABSL_GUARDED_BY(mu_);                                // the first error
   absl::Mutex abort_mu_;  // never held while waiting; taken under mu_, never around it
-  std::shared_ptr<gloo::Context> abortable_ ABSL_GUARDED_BY(abort_mu_);      // context_ for Abort
-  gloo_internal::ShmAllReduce* abortable_shm_ ABSL_GUARDED_BY(abort_mu_);    // shm_ for Abort
-  gloo_internal::RingAllReduce* abortable_ring_ ABSL_GUARDED_BY(abort_mu_);  // ring_ for Abort
-  gloo_internal::RingAllReduceOf<int64_t>* abortable_ring64_ ABSL_GUARDED_BY(abort_mu_);
+  std::shared_ptr<gloo_internal::TcpMesh> abortable_ ABSL_GUARDED_BY(abort_mu_);  // mesh_
+  gloo_internal::ShmAllReduce* abortable_shm_ ABSL_GUARDED_BY(abort_mu_);         // shm_
   absl::Status aborted_ ABSL_GUARDED_BY(abort_mu_);
-  bool in_flight_ ABSL_GUARDED_BY(abort_mu_) = false;  // an AllReduceSum is running
 };
 
 }  // namespace lockstep

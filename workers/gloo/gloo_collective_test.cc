@@ -264,9 +264,9 @@ TEST(GlooCollectiveTest, MissingRankFailsCreateWithinConnectTimeout) {
 
 TEST(GlooCollectiveTest, StaleAddressFailsCreateWithinConnectTimeout) {
   // The peer's keys hold the address of a rank that is gone (an earlier attempt's, say):
-  // the rank finds them at once, but nobody answers there. Which side of a pair connects
-  // actively depends on the port numbers, so this tries four times to see both: an
-  // active connect is refused at once; a passive one waits out Gloo's connect timeout.
+  // the rank finds them at once, but nobody answers there. The lower rank of a pair
+  // connects, so this tries both ranks (twice each): rank 0's connect is refused at once;
+  // rank 1, which only listens, waits out the connect timeout.
   MemoryStore store;
   {
     Collectives earlier = CreateJob(2, &store, Loopback("earlier"));
@@ -276,10 +276,8 @@ TEST(GlooCollectiveTest, StaleAddressFailsCreateWithinConnectTimeout) {
   for (int attempt = 0; attempt < 4; ++attempt) {
     const int rank = attempt % 2;
     const std::string prefix = absl::StrCat("stale-", attempt);
-    // The peer's keys of bootstrap attempt 0: Gloo's (its addresses, a "rank_" marker)
-    // and its pairing nonce.
-    for (const std::string& key : {absl::StrCat(1 - rank), absl::StrCat("rank_", 1 - rank),
-                                   absl::StrCat("nonce/", 1 - rank)}) {
+    // The peer's keys of bootstrap attempt 0: its address and its pairing nonce.
+    for (const std::string& key : {absl::StrCat(1 - rank), absl::StrCat("nonce/", 1 - rank)}) {
       ASSERT_OK_AND_ASSIGN(std::string value,
                            store.Get(absl::StrCat("earlier/0/", key), absl::ZeroDuration()));
       ASSERT_OK(store.Set(absl::StrCat(prefix, "/0/", key), value));

@@ -1,6 +1,8 @@
 // GlooStore: Gloo's rendezvous::Store interface over a lockstep::Store, so that Gloo's
-// connectFullMesh can rendezvous through the coordinator (or a MemoryStore in tests).
-// Namespacing per job is left to gloo::rendezvous::PrefixStore layered on top.
+// connectFullMesh can rendezvous through the coordinator (or a MemoryStore). GlooCollective
+// no longer uses Gloo; this (library lockstep_gloo_store, Gloo's public API only) connects
+// raw Gloo, the peer bench/gloo_allreduce_bench compares with. Namespacing per job is left
+// to gloo::rendezvous::PrefixStore layered on top.
 #ifndef LOCKSTEP_WORKERS_GLOO_GLOO_STORE_H_
 #define LOCKSTEP_WORKERS_GLOO_GLOO_STORE_H_
 
@@ -19,9 +21,8 @@ namespace lockstep::gloo_internal {
 
 // Gloo's Store contract is exceptions, so every method throws StoreError (gloo_status.h)
 // carrying the lockstep::Store's status; a key that does not appear by `deadline` is
-// DEADLINE_EXCEEDED. The deadline alone bounds every wait, whatever timeout Gloo passes:
-// Gloo passes its context timeout, which the bootstrap (gloo_bootstrap.cc) sets to a fifth
-// of the time left because Gloo waits five times its context timeout for a TCP connect.
+// DEADLINE_EXCEEDED. The deadline alone bounds every wait, whatever timeout Gloo passes
+// (its context timeout).
 // Values are Gloo's bytes, unchanged. Thread-safe; `store` must outlive the adapter.
 class GlooStore final : public gloo::rendezvous::Store {
  public:

@@ -1,4 +1,4 @@
-// RingAllReduce on real Gloo contexts (ranks as threads on loopback, Lockstep's bootstrap),
+// RingAllReduce on real meshes (ranks as threads on loopback, Lockstep's bootstrap),
 // with tiny segments so that a few floats cross many segments and wrap the inbox window:
 // odd sizes, sizes below the ring's size, each element summed in the documented order;
 // and GlooCollective's started all-reduces over adjacent buckets of one buffer.
@@ -13,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/store.h"
 #include "core/testing.h"
-#include "gloo/context.h"
 #include "workers/gloo/gloo_bootstrap.h"
 #include "workers/gloo/gloo_collective.h"
 
@@ -44,10 +43,9 @@ std::vector<std::unique_ptr<RingAllReduce>> Rings(int ranks, size_t segment_byte
                                                   const std::string& prefix, Store* store) {
   std::vector<std::unique_ptr<RingAllReduce>> rings(ranks);
   OnEveryRank(ranks, [&](int r) {
-    absl::StatusOr<std::shared_ptr<gloo::Context>> context =
-        Bootstrap(r, ranks, store, Loopback(prefix));
-    ASSERT_TRUE(context.ok()) << context.status();
-    rings[r] = std::make_unique<RingAllReduce>(*context, segment_bytes);
+    absl::StatusOr<std::shared_ptr<TcpMesh>> mesh = Bootstrap(r, ranks, store, Loopback(prefix));
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    rings[r] = std::make_unique<RingAllReduce>(*mesh, segment_bytes);
   });
   return rings;
 }
@@ -82,7 +80,7 @@ TEST_P(RingAllReduceTest, SumsOddSizesInTheRingsOrderOnEveryRank) {
     }
     std::vector<std::vector<float>> data = x;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    OnEveryRank(ranks, [&](int r) { rings[r]->Run(data[r].data(), n, deadline); });
+    OnEveryRank(ranks, [&](int r) { ASSERT_OK(rings[r]->Run(data[r].data(), n, deadline)); });
     for (size_t i = 0; i < n; ++i) {
       const float want = RingOrderSum(x, i, n);
       for (int r = 0; r < ranks; ++r) {
@@ -102,11 +100,11 @@ TEST_P(RingAllReduceTest, Int64RingSumsExactlyBesideTheFloatRing) {
   std::vector<std::unique_ptr<RingAllReduce>> floats(ranks);
   std::vector<std::unique_ptr<RingAllReduceOf<int64_t>>> ints(ranks);
   OnEveryRank(ranks, [&](int r) {
-    absl::StatusOr<std::shared_ptr<gloo::Context>> context =
+    absl::StatusOr<std::shared_ptr<TcpMesh>> mesh =
         Bootstrap(r, ranks, &store, Loopback("int64_ring"));
-    ASSERT_TRUE(context.ok()) << context.status();
-    floats[r] = std::make_unique<RingAllReduce>(*context, 64);
-    ints[r] = std::make_unique<RingAllReduceOf<int64_t>>(*context, 64);
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    floats[r] = std::make_unique<RingAllReduce>(*mesh, 64);
+    ints[r] = std::make_unique<RingAllReduceOf<int64_t>>(*mesh, 64);
   });
   auto value = [](int r, size_t i) {
     return (int64_t{1} << 58) + int64_t(i) * 7919 - int64_t(r) * 104729;
@@ -123,10 +121,10 @@ TEST_P(RingAllReduceTest, Int64RingSumsExactlyBesideTheFloatRing) {
       for (size_t i = 0; i < n; ++i) m[r][i] = -value((r + int(i)) % ranks, i);
     }
     OnEveryRank(ranks, [&](int r) {
-      floats[r]->Run(f[r].data(), n, deadline);
-      ints[r]->Run(x[r].data(), n, deadline);
-      ints[r]->Run(m[r].data(), n, deadline, /*maximum=*/true);
-      floats[r]->Run(f[r].data(), n, deadline);
+      ASSERT_OK(floats[r]->Run(f[r].data(), n, deadline));
+      ASSERT_OK(ints[r]->Run(x[r].data(), n, deadline));
+      ASSERT_OK(ints[r]->Run(m[r].data(), n, deadline, /*maximum=*/true));
+      ASSERT_OK(floats[r]->Run(f[r].data(), n, deadline));
     });
     for (int r = 0; r < ranks; ++r) {
       for (size_t i = 0; i < n; ++i) {
@@ -171,7 +169,7 @@ TEST(RingAllReduceTest, TwoRanksSumExactlyWhateverTheSegmentsAndThePath) {
     ASSERT_EQ(rings.size(), 2u);
     std::vector<std::vector<float>> data = x;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    OnEveryRank(2, [&](int r) { rings[r]->Run(data[r].data(), c.n, deadline); });
+    OnEveryRank(2, [&](int r) { ASSERT_OK(rings[r]->Run(data[r].data(), c.n, deadline)); });
     for (size_t i = 0; i < c.n; ++i) {
       ASSERT_EQ(data[0][i], x[0][i] + x[1][i]) << "element " << i;
       ASSERT_EQ(data[1][i], x[0][i] + x[1][i]) << "element " << i;

@@ -2,7 +2,7 @@
 // host, through one shared-memory segment per rank instead of TCP loopback
 // (bench/results/allreduce.md, exact-reduction.md).
 //
-// Setup (Create, after Gloo's bootstrap, through the same store): each rank creates a
+// Setup (Create, after the TCP mesh's bootstrap, through the same store): each rank creates a
 // segment of its own (POSIX shm, mode 0600, a random name), writes a random token in it and
 // publishes "name token" under PREFIX/shm/RANK; every rank opens every peer's segment and
 // checks its token; then each publishes whether it could, under PREFIX/shm-ok/RANK. The

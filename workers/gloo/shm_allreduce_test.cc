@@ -178,10 +178,10 @@ TEST(ShmAllReduce, AGonePeerIsUnavailableAtOnce) {
   auto job = Job(2, &store, "gone");
   job[1].reset();  // its process died: its lock is free
   std::vector<float> data(10, 1.0f);
-  const auto start = Clock::now();
+  // UNAVAILABLE naming the gone rank: found by its free lock, not the 20 s deadline's
+  // DEADLINE_EXCEEDED.
   EXPECT_THAT(job[0]->Run(data.data(), data.size(), In(std::chrono::seconds(20))),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 1 is gone")));
-  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
 }
 
 TEST(ShmAllReduce, ASilentPeerIsADeadline) {

@@ -1,10 +1,10 @@
 // For tests: a Store in front of another that plays the attacker on a job's collective
-// listeners during bootstrap. The first time a rank's Gloo pair addresses are read from
-// it (by a peer about to connect), it first opens stray connections to every listener
-// they name, so that these are queued at the listener before the real peer's:
+// listeners during bootstrap. The first time a rank's listening address is read from it
+// (by a peer about to connect), it first opens stray connections to that listener, so
+// that these are queued at the listener before the real peer's:
 //   - one that sends random bytes,
 //   - a half-open one that sends nothing and stays open,
-//   - one that sends a plausible Gloo peer address (the listener's own address record),
+//   - one that sends a plausible address record (the listener's own),
 //   - one that sends a pairing token with the right magic but a wrong nonce,
 //   - one that connects and closes at once.
 // Every connection but the last stays open until the store is destroyed. Thread-safe.
@@ -34,8 +34,8 @@ namespace lockstep::testing {
 
 class StrayConnectionStore final : public Store {
  public:
-  // A Gloo address record: tcp::Address's bytes, a sockaddr_storage and a sequence number.
-  static constexpr size_t kAddressBytes = sizeof(sockaddr_storage) + sizeof(ssize_t);
+  // An address record (auth_transport.h's AddressRecord): a sockaddr_storage's bytes.
+  static constexpr size_t kAddressBytes = sizeof(sockaddr_storage);
 
   explicit StrayConnectionStore(Store* base) : base_(base) {}
   ~StrayConnectionStore() override {
@@ -72,7 +72,7 @@ class StrayConnectionStore final : public Store {
   }
 
  private:
-  // Gloo's key for rank R's addresses ends in "/R"; its value is whole address records.
+  // The key of rank R's address ends in "/R"; its value is an address record.
   static bool IsAddressRecord(const std::string& key, const std::string& value) {
     const size_t slash = key.rfind('/');
     const std::string last = key.substr(slash == std::string::npos ? 0 : slash + 1);
@@ -116,11 +116,10 @@ class StrayConnectionStore final : public Store {
     for (char& c : random) c = static_cast<char>(rng_());
     const std::vector<std::string> payloads = {
         random, "", record,
-        gloo_internal::PairingToken(0, 1,
-                                    std::string(gloo_internal::PairingSecrets::kNonceBytes, 'x'))};
+        gloo_internal::PairingToken(0, 1, std::string(gloo_internal::kNonceBytes, 'x'))};
     for (const std::string& payload : payloads) {
       const int fd = Dial(addr);
-      if (fd < 0) continue;  // a listener already closed: that pair's side connects
+      if (fd < 0) continue;  // a listener already closed: its rank has paired
       ++connected_;
       if (!payload.empty()) ::send(fd, payload.data(), payload.size(), MSG_NOSIGNAL);
       open_.push_back(fd);

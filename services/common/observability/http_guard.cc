@@ -1,3 +1,5 @@
+// HttpGuard: per-request deadlines and per-address caps for libmicrohttpd listeners.
+// Contract: http_guard.h.
 #include "services/common/observability/http_guard.h"
 
 #include <microhttpd.h>

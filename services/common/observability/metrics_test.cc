@@ -150,6 +150,14 @@ std::optional<absl::Duration> ClosedWithin(int fd, absl::Duration limit) {
   }
 }
 
+// Whether the server has closed `fd` already (a read would return 0 or fail at once).
+bool Closed(int fd) {
+  pollfd p = {fd, POLLIN, 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  char buf[4096];
+  return recv(fd, buf, sizeof(buf), MSG_PEEK) <= 0;
+}
+
 // The whole response to `request` sent on a fresh connection (read until the server closes).
 std::string Exchange(int port, const std::string& request) {
   const int fd = Connect(port, request);
@@ -166,44 +174,50 @@ std::string Exchange(int port, const std::string& request) {
 }
 
 TEST_F(MetricsServerTest, FiftyIdleConnectionsDoNotDelayAScrape) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<MetricsServer> server,
-                       MetricsServer::Start("127.0.0.1:0", {registry_}, ""));
+  // Deadlines far past the test: a scrape answered while they are all open did not wait
+  // for one of them to be closed.
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<MetricsServer> server,
+      MetricsServer::Start("127.0.0.1:0", {registry_}, "",
+                           {.header_timeout = absl::Minutes(5), .idle_timeout = absl::Minutes(5)}));
   // Silent ones, and ones that sent half a request (a slow client), all held open.
   std::vector<int> idle;
   for (int i = 0; i < 50; ++i) {
     idle.push_back(Connect(server->port(), i % 2 == 0 ? "" : "GET /metr"));
     ASSERT_GE(idle.back(), 0);
   }
-  // One at a time, each idle connection held the old listener for 2 s: 100 s here.
-  const absl::Time start = absl::Now();
+  // One at a time, each idle connection held the old listener until its timeout.
   ASSERT_OK_AND_ASSIGN(std::string page, HttpGet(server->port(), "/metrics"));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
   EXPECT_EQ(page, server->Page());
-  for (int fd : idle) close(fd);
+  for (int fd : idle) {
+    EXPECT_FALSE(Closed(fd));
+    close(fd);
+  }
 }
 
 TEST_F(MetricsServerTest, AnIdleConnectionIsClosedAfterTheIdleTimeout) {
+  // The header's deadline far past the test: the idle timeout alone closes them.
   ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<MetricsServer> server,
-      MetricsServer::Start("127.0.0.1:0", {registry_}, "", {.idle_timeout = absl::Seconds(1)}));
+      MetricsServer::Start("127.0.0.1:0", {registry_}, "",
+                           {.header_timeout = absl::Minutes(5), .idle_timeout = absl::Seconds(1)}));
   const int silent = Connect(server->port());
   const int half = Connect(server->port(), "GET /metrics HTTP/1.1\r\nHost: x\r\n");
   // Kept alive after an answer, then silent.
   const int kept = Connect(server->port(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
   for (int fd : {silent, half, kept}) {
     ASSERT_GE(fd, 0);
-    const std::optional<absl::Duration> closed = ClosedWithin(fd, absl::Seconds(10));
-    ASSERT_TRUE(closed.has_value()) << "still open after 10 s";
-    EXPECT_LT(*closed, absl::Seconds(5));
+    EXPECT_TRUE(ClosedWithin(fd, absl::Minutes(1)).has_value()) << "still open after a minute";
     close(fd);
   }
 }
 
 TEST_F(MetricsServerTest, ConnectionsPastTheLimitWaitForAFreeOne) {
-  ASSERT_OK_AND_ASSIGN(
-      std::unique_ptr<MetricsServer> server,
-      MetricsServer::Start("127.0.0.1:0", {registry_}, "",
-                           {.idle_timeout = absl::Seconds(1), .max_connections = 4}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<MetricsServer> server,
+                       MetricsServer::Start("127.0.0.1:0", {registry_}, "",
+                                            {.header_timeout = absl::Minutes(5),
+                                             .idle_timeout = absl::Seconds(1),
+                                             .max_connections = 4}));
   std::vector<int> idle;
   for (int i = 0; i < 4; ++i) idle.push_back(Connect(server->port()));
   // The fifth waits in the listen backlog until the idle ones time out (1 s), then is served.
@@ -211,42 +225,45 @@ TEST_F(MetricsServerTest, ConnectionsPastTheLimitWaitForAFreeOne) {
   const std::string response = Exchange(server->port(), "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n");
   EXPECT_THAT(response, HasSubstr("200 OK"));
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(900));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  for (int fd : idle) close(fd);
+  int closed = 0;  // served in a slot an idle one left
+  for (int fd : idle) {
+    closed += Closed(fd) ? 1 : 0;
+    close(fd);
+  }
+  EXPECT_GE(closed, 1);
 }
 
 // A client that keeps its connection busy, a header line every 100 ms, is still cut at the
 // header's deadline: the idle timeout alone never fired for it.
 TEST_F(MetricsServerTest, TricklingAHeaderIsCutAtItsDeadline) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<MetricsServer> server,
-                       MetricsServer::Start("127.0.0.1:0", {registry_}, "",
-                                            {.header_timeout = absl::Seconds(1),
-                                             .idle_timeout = absl::Seconds(30)}));
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<MetricsServer> server,
+      MetricsServer::Start("127.0.0.1:0", {registry_}, "",
+                           {.header_timeout = absl::Seconds(1), .idle_timeout = absl::Minutes(5)}));
   SlowClients slow(server->port(), "127.0.0.1", 5, /*tls=*/false);
   ASSERT_EQ(slow.Trickle(), 5);
   const absl::Time start = absl::Now();
   while (slow.Trickle() > 0 && absl::Now() - start < absl::Seconds(10)) {
     absl::SleepFor(absl::Milliseconds(100));  // the client's pace, not a synchronization
   }
-  EXPECT_EQ(slow.Trickle(), 0);
+  EXPECT_EQ(slow.Trickle(), 0);  // cut: by the header's deadline, the only one due
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(500));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   // A client that sends its request whole is served as before.
   EXPECT_OK(HttpGet(server->port(), "/metrics"));
 }
 
 // 300 connections from one host (127.0.0.2) trickling their headers: the host gets at most
 // its cap of connections (64), the rest are closed at once, and scrapes from another
-// (127.0.0.1) are answered as quickly as ever. Without the cap they took every slot.
+// (127.0.0.1) are answered while those are held. Without the cap they took every slot.
 TEST_F(MetricsServerTest, ThreeHundredTricklingClientsDoNotDelayAScrape) {
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<MetricsServer> server,
-                       MetricsServer::Start("127.0.0.1:0", {registry_}, ""));
+  // The header's deadline far past the test: no slot frees by it.
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<MetricsServer> server,
+      MetricsServer::Start("127.0.0.1:0", {registry_}, "", {.header_timeout = absl::Minutes(5)}));
   SlowClients slow(server->port(), "127.0.0.2", 300, /*tls=*/false);
   EXPECT_LE(slow.TrickleUntilAtMost(64, absl::Seconds(5)), 64);
   for (int i = 0; i < 5; ++i) {
-    const absl::Time start = absl::Now();
     ASSERT_OK_AND_ASSIGN(std::string page, HttpGet(server->port(), "/metrics"));
-    EXPECT_LT(absl::Now() - start, absl::Seconds(2));
     EXPECT_GT(slow.Trickle(), 0);             // the ones admitted are still held open, trickling
     absl::SleepFor(absl::Milliseconds(200));  // the clients' pace
   }

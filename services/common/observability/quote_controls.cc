@@ -1,3 +1,5 @@
+// QuoteControls: text made safe to print on one line of a log or a terminal.
+// Contract: quote_controls.h.
 #include "services/common/observability/quote_controls.h"
 
 #include <cstdint>

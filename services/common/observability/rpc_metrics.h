@@ -37,8 +37,8 @@ class RpcMetrics {
   explicit RpcMetrics(prometheus::Registry& registry);
 
   // The streams that carry a message per training step, which the interceptor leaves
-  // alone (an intercepted stream pays an extra trip through gRPC's core per message:
-  // measured, a fifth of the tiny job's steps/s): their handlers call CountStatus.
+  // alone (an intercepted stream pays an extra trip through gRPC's core per message,
+  // which a small job's steps/s shows): their handlers call CountStatus.
   static constexpr char kStepsMethod[] = "/lockstep.v1.Worker/Steps";
   static constexpr char kWatchJobMethod[] = "/lockstep.v1.JobService/WatchJob";
   static constexpr const char* kSelfCounted[] = {kStepsMethod, kWatchJobMethod};

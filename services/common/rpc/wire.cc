@@ -161,15 +161,23 @@ EvalSums FromProto(const v1::EvaluateResponse& r) {
 
 bool WriteStateChunks(const StateHeader& header, std::string_view bytes,
                       const std::function<bool(const v1::StateChunk&)>& write) {
-  v1::StateChunk chunk;
-  *chunk.mutable_header() = ToProto(header);
-  for (size_t off = 0; off == 0 || off < bytes.size(); off += kStateChunkBytes) {
-    chunk.set_data(std::string(bytes.substr(off, kStateChunkBytes)));
-    if (!write(chunk)) return false;
-    chunk.clear_header();
-    if (bytes.empty()) break;
+  const size_t n = StateChunkCount(bytes);
+  for (size_t i = 0; i < n; ++i) {
+    if (!write(StateChunkAt(header, bytes, i))) return false;
   }
   return true;
+}
+
+size_t StateChunkCount(std::string_view bytes) {
+  return std::max<size_t>(1, (bytes.size() + kStateChunkBytes - 1) / kStateChunkBytes);
+}
+
+v1::StateChunk StateChunkAt(const StateHeader& header, std::string_view bytes, size_t i) {
+  v1::StateChunk chunk;
+  if (i == 0) *chunk.mutable_header() = ToProto(header);
+  chunk.set_data(
+      std::string(bytes.substr(std::min(bytes.size(), i * kStateChunkBytes), kStateChunkBytes)));
+  return chunk;
 }
 
 absl::Status StateChunkAssembler::Add(const v1::StateChunk& chunk, uint64_t max_bytes) {

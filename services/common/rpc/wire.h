@@ -43,6 +43,10 @@ EvalSums FromProto(const v1::EvaluateResponse& response);
 // header in the first, through `write`; stops at the first write that returns false.
 bool WriteStateChunks(const StateHeader& header, std::string_view bytes,
                       const std::function<bool(const v1::StateChunk&)>& write);
+// How many chunks WriteStateChunks sends for `bytes` (at least one), and the i-th of them,
+// for a writer that sends one at a time (the coordinator's asynchronous Prepare).
+size_t StateChunkCount(std::string_view bytes);
+v1::StateChunk StateChunkAt(const StateHeader& header, std::string_view bytes, size_t i);
 
 // The receiving end of WriteStateChunks (the coordinator's FetchState): a TrainState
 // rebuilt from the chunks in the order they arrive. Not thread-safe.

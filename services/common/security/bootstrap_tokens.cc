@@ -1,3 +1,5 @@
+// Bootstrap tokens, with which new workers enroll: their file, parsed and checked.
+// Contract: bootstrap_tokens.h.
 #include "services/common/security/bootstrap_tokens.h"
 
 #include "absl/strings/match.h"

@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -14,6 +13,7 @@
 #include "services/common/observability/job_log.h"
 #include "services/common/security/auth.h"
 #include "services/coordinator/jobs/logical_dispatch.h"
+#include "services/coordinator/jobs/rank_calls.h"
 
 namespace lockstep {
 namespace {
@@ -23,13 +23,9 @@ constexpr absl::Duration kAliveTimeout = absl::Seconds(2);
 // How long past it Probe waits for the checks' answers (normally none).
 constexpr absl::Duration kAliveMargin = absl::Seconds(5);
 
-// Runs f(r) for every rank on its own thread and waits for all.
-template <typename F>
-void ForEachRank(int n, F f) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back([&f, r] { f(r); });
-  for (auto& t : threads) t.join();
-}
+// How long past their own timeout Prepare, Evaluate and Release wait for the workers'
+// answers (normally none: each call ends by its deadline).
+constexpr absl::Duration kAnswerMargin = absl::Seconds(10);
 
 }  // namespace
 
@@ -121,17 +117,36 @@ AttemptEnd Attempt::DrainEnd(absl::Status why) {
 }
 
 void Attempt::ReleaseAll(const std::string& reason) {
-  ForEachRank(static_cast<int>(clients_.size()), [&](int r) {
-    if (alive_[r])
-      clients_[r]->Release(job_.id(), reason, job_.options().release_timeout).IgnoreError();
-  });
+  std::vector<int> ranks;
+  for (size_t r = 0; r < clients_.size(); ++r) {
+    if (alive_[r]) ranks.push_back(static_cast<int>(r));
+  }
+  ReleaseRanks(ranks, reason);
 }
 
 void Attempt::Release(const std::vector<std::string>& ids, const std::string& reason) {
+  std::vector<int> ranks;
   for (size_t r = 0; r < workers_.size(); ++r) {
-    if (std::find(ids.begin(), ids.end(), workers_[r].id) == ids.end()) continue;
-    clients_[r]->Release(job_.id(), reason, job_.options().release_timeout).IgnoreError();
+    if (std::find(ids.begin(), ids.end(), workers_[r].id) != ids.end()) {
+      ranks.push_back(static_cast<int>(r));
+    }
   }
+  ReleaseRanks(ranks, reason);
+}
+
+void Attempt::ReleaseRanks(const std::vector<int>& ranks, const std::string& reason) {
+  const absl::Duration timeout = job_.options().release_timeout;
+  RankCalls<absl::Status> calls(static_cast<int>(ranks.size()));
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    WorkerClient* client = clients_[ranks[i]].get();
+    calls.Start(
+        static_cast<int>(i),
+        [&](RankCalls<absl::Status>::Done done) {
+          return client->StartRelease(job_.id(), reason, timeout, std::move(done));
+        },
+        [client, id = job_.id(), reason, timeout] { return client->Release(id, reason, timeout); });
+  }
+  calls.Wait(timeout + kAnswerMargin);  // a worker that does not answer is let go anyway
 }
 
 absl::Status Attempt::WorkerError(int rank, const absl::Status& st) const {
@@ -242,14 +257,14 @@ absl::StatusOr<std::vector<PrepareResult>> Attempt::PrepareRanks() {
   const v1::JobSpec& spec = job_.spec();
   const CoordinatorOptions& options = job_.options();
   const int n = static_cast<int>(workers_.size());
-  std::vector<absl::StatusOr<PrepareResult>> resp(n, absl::UnknownError("not run"));
   // A namespace per attempt: a recovery's ranks never meet the lost attempt's keys. Its
   // random part is known only to the ranks (it travels in Prepare, over mutual TLS), so
   // no other registry client can read or pre-write the job's keys.
   const std::string prefix =
       absl::StrCat("jobs/", job_.id(), "/", number_, "-", RandomHex(16), "/");
   job_.sink()->OnRendezvous(prefix, workers_);
-  ForEachRank(n, [&](int r) {
+  RankCalls<absl::StatusOr<PrepareResult>> calls(n);
+  for (int r = 0; r < n; ++r) {
     JobAssignment assignment;
     assignment.job_id = job_.id();
     assignment.replica = {spec, r, n, options.collective_timeout};
@@ -261,14 +276,31 @@ absl::StatusOr<std::vector<PrepareResult>> Attempt::PrepareRanks() {
     }
     assignment.rendezvous_prefix = prefix;
     assignment.keep_state = start.kept && r < start.kept_ranks;
-    resp[r] = clients_[r]->Prepare(assignment, assignment.keep_state ? header_only : state,
-                                   *cancel_, options.prepare_timeout);
-    if (start.kept && !resp[r].ok() && !absl::IsCancelled(resp[r].status())) {
+    std::shared_ptr<const SharedState> sent = assignment.keep_state ? header_only : state;
+    WorkerClient* client = clients_[r].get();
+    std::function<void(const absl::StatusOr<PrepareResult>&)> seen;
+    if (start.kept) {
       // A resize that cannot be: the others stop waiting for this rank in the rendezvous.
-      cancel_->Cancel(absl::AbortedError(absl::StrCat(
-          "rank ", r, " could not continue the resize: ", resp[r].status().message())));
+      seen = [cancel = cancel_, r](const absl::StatusOr<PrepareResult>& got) {
+        if (!got.ok() && !absl::IsCancelled(got.status())) {
+          cancel->Cancel(absl::AbortedError(absl::StrCat(
+              "rank ", r, " could not continue the resize: ", got.status().message())));
+        }
+      };
     }
-  });
+    calls.Start(
+        r,
+        [&](RankCalls<absl::StatusOr<PrepareResult>>::Done done) {
+          return client->StartPrepare(assignment, sent, cancel_, options.prepare_timeout,
+                                      std::move(done));
+        },
+        [client, assignment, sent, cancel = cancel_, timeout = options.prepare_timeout] {
+          return client->Prepare(assignment, sent, *cancel, timeout);
+        },
+        std::move(seen));
+  }
+  std::vector<absl::StatusOr<PrepareResult>> resp =
+      calls.Wait(options.prepare_timeout + kAnswerMargin);
   if (start.kept) {
     RETURN_IF_ERROR(CheckKeptStates(resp));
     ASSIGN_OR_RETURN(const bool again, CatchUp(resp));
@@ -289,15 +321,26 @@ absl::StatusOr<v1::EvalResult> Attempt::Evaluate(int64_t num_test, int64_t step,
   const int n = static_cast<int>(workers_.size());
   // Logical replicas: one part of the test split per replica, added in replica order.
   const int v = job_.logical() ? LogicalWorld(job_.spec()) : n;
-  const absl::Duration timeout = job_.options().rpc_timeout + absl::Seconds(num_test / 100);
-  std::vector<absl::StatusOr<EvalSums>> resp(v, absl::UnknownError("not run"));
-  ForEachRank(n, [&](int r) {
-    const ReplicaRange range = job_.logical() ? RangeOf(r, n, v) : ReplicaRange{r, 1};
-    for (int p = range.first; p < range.first + range.count; ++p) {
-      const EvalPart part = EvalPartOf(num_test, p, v);
-      resp[p] = clients_[r]->Evaluate(job_.id(), part.begin, part.end, *cancel_, timeout);
-    }
-  });
+  // Every part at once. A worker holding several (logical replicas) evaluates them one at
+  // a time (its job's calls take turns): each part's call has the time of all its parts.
+  const int most = (v + n - 1) / n;
+  const absl::Duration timeout =
+      (job_.options().rpc_timeout + absl::Seconds(num_test / 100)) * most;
+  RankCalls<absl::StatusOr<EvalSums>> calls(v);
+  for (int p = 0; p < v; ++p) {
+    WorkerClient* client = clients_[OwnerOf(p, n, v)].get();
+    const EvalPart part = EvalPartOf(num_test, p, v);
+    calls.Start(
+        p,
+        [&](RankCalls<absl::StatusOr<EvalSums>>::Done done) {
+          return client->StartEvaluate(job_.id(), part.begin, part.end, cancel_, timeout,
+                                       std::move(done));
+        },
+        [client, id = job_.id(), part, cancel = cancel_, timeout] {
+          return client->Evaluate(id, part.begin, part.end, *cancel, timeout);
+        });
+  }
+  std::vector<absl::StatusOr<EvalSums>> resp = calls.Wait(timeout + kAnswerMargin);
   std::vector<EvalSums> parts;
   for (int p = 0; p < v; ++p) {
     if (!resp[p].ok()) return WorkerError(OwnerOf(p, n, v), resp[p].status());

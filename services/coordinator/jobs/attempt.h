@@ -122,6 +122,8 @@ class Attempt {
   // evaluations owed); returns the steps completed (attempt_kept.cc).
   int64_t CountAnswered(StepFanout& fanout, int64_t done, int64_t total, int64_t spe);
 
+  // Releases the workers of `ranks` at once, each call bounded by release_timeout.
+  void ReleaseRanks(const std::vector<int>& ranks, const std::string& reason);
   absl::Status WorkerError(int rank, const absl::Status& st) const;
   // After a failure: which ranks still answer a health check.
   std::vector<bool> Probe();

@@ -26,28 +26,40 @@ absl::StatusOr<std::vector<StepCommand>> Attempt::StepCommands(
     const StepPlan& p, bool want_checksum, absl::Duration collective_timeout,
     const std::optional<AuditPick>& audit) const {
   const int n = static_cast<int>(workers_.size());
-  if (job_.logical()) {  // each worker its replicas' rows and keys (the spec has no audit)
+  std::vector<StepCommand> commands(n);
+  // The audited shard (the audited rank's; with logical replicas its first replica's) and
+  // its key: the checkers recompute it.
+  std::span<const int32_t> audited_rows;
+  rng::Key audited_key;
+  if (job_.logical()) {  // each worker its replicas' rows and keys
     ASSIGN_OR_RETURN(std::vector<WorkerShare> shares, ShareStep(p, n, LogicalWorld(job_.spec())));
-    std::vector<StepCommand> commands(shares.size());
-    for (size_t r = 0; r < shares.size(); ++r) {
+    for (int r = 0; r < n; ++r) {
       commands[r] = {p.step, {}, shares[r].rows, want_checksum, collective_timeout};
       commands[r].keys = shares[r].keys;
       commands[r].data_key = p.data_key;
     }
-    return commands;
-  }
-  ASSIGN_OR_RETURN(auto shards, ShardBatch(p.indices, n));
-  std::vector<StepCommand> commands(shards.size());
-  for (size_t r = 0; r < shards.size(); ++r) {
-    commands[r] = {p.step, p.keys[r], shards[r], want_checksum, collective_timeout};
-    commands[r].data_key = p.data_key;
+    if (audit.has_value()) {
+      const WorkerShare& s = shares[audit->audited];
+      audited_rows = s.rows.first(s.rows.size() / s.keys.size());
+      audited_key = s.keys[0];
+    }
+  } else {
+    ASSIGN_OR_RETURN(auto shards, ShardBatch(p.indices, n));
+    for (int r = 0; r < n; ++r) {
+      commands[r] = {p.step, p.keys[r], shards[r], want_checksum, collective_timeout};
+      commands[r].data_key = p.data_key;
+    }
+    if (audit.has_value()) {
+      audited_rows = shards[audit->audited];
+      audited_key = p.keys[audit->audited];
+    }
   }
   if (audit.has_value()) {
     commands[audit->audited].want_grad_digest = true;
     for (int c : audit->checkers) {
       commands[c].audit = true;
-      commands[c].audit_indices = shards[audit->audited];
-      commands[c].audit_key = p.keys[audit->audited];
+      commands[c].audit_indices = audited_rows;
+      commands[c].audit_key = audited_key;
     }
   }
   return commands;
@@ -85,11 +97,9 @@ absl::Status Attempt::CheckAudit(const AuditPick& pick, const std::vector<StepRe
                          recovers ? " and is quarantined" : "")
           : absl::StrCat("no majority, so workers ", absl::StrJoin(suspects, ", "),
                          recovers ? " are replaced (none quarantined)" : " disagree");
-  const std::string then =
-      recovers
-          ? absl::StrCat("the job rolls back to the state at the last audit that passed (step ",
-                         job_.start().step, ")")
-          : "the job has no recovery";
+  const std::string then = recovers ? absl::StrCat("the job rolls back to step ", job_.start().step,
+                                                   ", its last snapshot (or start)")
+                                    : "the job has no recovery";
   const std::string message =
       absl::StrCat("audit of step ", step + 1, " failed: ", who, "; ", then, ": ", v.detail);
   LogJob(spdlog::level::warn, {job_.id()}, message);
@@ -301,11 +311,10 @@ absl::Status Attempt::Fill(Pipeline& p) {
     const StepPlan step = p.plan.Next();  // the commands' indices point into it until sent
     const int64_t after = p.sent + 1;
     const bool eval = EvalDue(job_.spec().eval(), after, p.spe) && after < p.total;
-    const std::optional<AuditPick> pick = p.audit.Pick(step.step);
-    // Audited, the job snapshots at each audit (once it passed: the state a failed audit
-    // rolls back to), where a recovery can use it.
-    const bool snapshot = job_.SnapshotDue(after, p.total, clock.Now()) ||
-                          (pick.has_value() && job_.recovers() && after < p.total);
+    const bool snapshot = job_.SnapshotDue(after, p.total, clock.Now());
+    // Audited, the job audits each step it snapshots after: the snapshot (taken once the
+    // answers are in) holds a state an audit passed, the one a failed audit rolls back to.
+    const std::optional<AuditPick> pick = p.audit.Pick(step.step, snapshot);
     if (pick.has_value()) p.audits[step.step] = *pick;
     // The survivors of a stalled peer end their all-reduce when the step is late here.
     ASSIGN_OR_RETURN(auto commands, StepCommands(step, ChecksumDue(after, p.total) || snapshot,

@@ -38,9 +38,11 @@ AuditPlan::AuditPlan(const v1::JobSpec& spec, std::vector<uint32_t> threads)
       seed_(Mix(static_cast<uint64_t>(spec.seed()) ^ 0x6175646974ull /* "audit" */)),
       threads_(std::move(threads)) {}
 
-std::optional<AuditPick> AuditPlan::Pick(int64_t step) const {
+std::optional<AuditPick> AuditPlan::Pick(int64_t step, bool snapshot) const {
   const int n = static_cast<int>(threads_.size());
-  if (every_ == 0 || n < 2 || (static_cast<uint64_t>(step) + 1) % every_ != 0) return std::nullopt;
+  if (every_ == 0 || n < 2 || !(snapshot || (static_cast<uint64_t>(step) + 1) % every_ == 0)) {
+    return std::nullopt;
+  }
   const uint64_t r = Mix(seed_ ^ Mix(static_cast<uint64_t>(step)));
   AuditPick pick;
   pick.audited = static_cast<int>(r % n);
@@ -62,13 +64,15 @@ AuditVerdict JudgeAudit(const AuditPick& pick, const std::vector<StepResult>& go
                         const std::vector<std::string>& ids) {
   std::vector<std::pair<int, Answer>> answers;
   const StepResult& a = got[pick.audited];
-  answers.push_back({pick.audited, {a.grad_digest, Bits(a.loss)}});
+  // With logical replicas the audited shard is the worker's first replica: its own loss.
+  const float fed_loss = a.replica_losses.empty() ? a.loss : a.replica_losses[0];
+  answers.push_back({pick.audited, {a.grad_digest, Bits(fed_loss)}});
   for (int c : pick.checkers) {
     // One that did not recompute agrees with nobody: a value no digest pairs with a loss of
     // its own bits here (the loss's bits flipped).
     const StepResult& g = got[c];
     answers.push_back({c, g.audited ? Answer{g.audit_digest, Bits(g.audit_loss)}
-                                    : Answer{~a.grad_digest, ~Bits(a.loss)}});
+                                    : Answer{~a.grad_digest, ~Bits(fed_loss)}});
   }
   std::map<Answer, std::vector<int>> votes;
   for (const auto& [rank, answer] : answers) votes[answer].push_back(rank);

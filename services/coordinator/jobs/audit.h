@@ -33,11 +33,13 @@ class AuditPlan {
   AuditPlan(const v1::JobSpec& spec, std::vector<uint32_t> threads);
 
   // Whether step `step` (from 0) is audited, and by whom: every audit.every_steps steps
-  // (the steps that complete a multiple of it), a rank picked at random with its checkers,
-  // by an RNG of the plan's own seeded from the spec's seed and keyed by the step, so that
-  // a replay (or a restarted coordinator) audits the same steps alike. None when the step
-  // is not due, or no other rank has the audited rank's threads.
-  std::optional<AuditPick> Pick(int64_t step) const;
+  // (the steps that complete a multiple of it), and with the audit on each step the job
+  // snapshots after (`snapshot`: a snapshot holds a state an audit passed); a rank picked
+  // at random with its checkers, by an RNG of the plan's own seeded from the spec's seed
+  // and keyed by the step, so that a replay (or a restarted coordinator) audits the same
+  // steps alike. None when the audit is off, the step is not due, or no other rank has the
+  // audited rank's threads.
+  std::optional<AuditPick> Pick(int64_t step, bool snapshot = false) const;
 
  private:
   uint64_t every_;
@@ -52,8 +54,9 @@ struct AuditVerdict {
   std::string detail;         // what was compared, with the digests, for events and errors
 };
 
-// Compares the audited rank's digest and local loss (got[pick.audited].grad_digest, .loss)
-// with each checker's recomputation (got[c].audit_digest, .audit_loss), bitwise. A checker
+// Compares the audited rank's digest and local loss (got[pick.audited].grad_digest, .loss;
+// with logical replicas its first replica's, .replica_losses[0]) with each checker's
+// recomputation (got[c].audit_digest, .audit_loss), bitwise. A checker
 // that did not recompute (audited false) disagrees. `ids[r]` names rank r in `detail`.
 AuditVerdict JudgeAudit(const AuditPick& pick, const std::vector<StepResult>& got,
                         const std::vector<std::string>& ids);

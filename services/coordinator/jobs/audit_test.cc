@@ -62,6 +62,18 @@ TEST(AuditPlan, ComparesOnlyRanksOfEqualThreadsAndIsOffByDefault) {
   }
 }
 
+TEST(AuditPlan, AuditsEveryStepTheJobSnapshotsAfterWhenTheAuditIsOn) {
+  const AuditPlan plan(Audited(100), {1, 1});
+  EXPECT_FALSE(plan.Pick(41).has_value());
+  const std::optional<AuditPick> at_snapshot = plan.Pick(41, /*snapshot=*/true);
+  ASSERT_TRUE(at_snapshot.has_value());
+  EXPECT_THAT(at_snapshot->checkers, ElementsAre(1 - at_snapshot->audited));
+  const std::optional<AuditPick> replay = plan.Pick(41, true);  // keyed by the step alone
+  EXPECT_EQ(replay->audited, at_snapshot->audited);
+  EXPECT_FALSE(AuditPlan(Audited(0), {1, 1}).Pick(41, true).has_value());  // off: never
+  EXPECT_FALSE(AuditPlan(Audited(100), {1}).Pick(41, true).has_value());   // nobody to check
+}
+
 StepResult Fed(uint64_t digest, float loss) {
   StepResult r;
   r.grad_digest = digest;
@@ -116,6 +128,13 @@ TEST(JudgeAudit, ACheckerThatDidNotRecomputeDisagrees) {
       JudgeAudit({0, {1, 2}}, {Fed(42, 0.5f), silent, Recomputed(42, 0.5f)}, kIds);
   EXPECT_FALSE(v.passed);
   EXPECT_THAT(v.liars, ElementsAre(1));
+}
+
+TEST(JudgeAudit, WithLogicalReplicasTheLossComparedIsTheAuditedReplicasOwn) {
+  StepResult fed = Fed(42, 0.75f);    // the worker's mean over its replicas
+  fed.replica_losses = {0.5f, 1.0f};  // its first replica is the audited shard
+  EXPECT_TRUE(JudgeAudit({0, {1}}, {fed, Recomputed(42, 0.5f)}, kIds).passed);
+  EXPECT_FALSE(JudgeAudit({0, {1}}, {fed, Recomputed(42, 0.75f)}, kIds).passed);
 }
 
 TEST(JudgeAudit, ThreeDifferentAnswersHaveNoMajority) {

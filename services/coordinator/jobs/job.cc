@@ -191,10 +191,8 @@ absl::Status Job::CheckStartKeys(const TrainingPlan& plan) const {
 }
 
 bool Job::SnapshotDue(int64_t after, int64_t total, absl::Time now) const {
-  // Audited, the job snapshots at each audit that passed (the state a failed one rolls
-  // back to) and nowhere else.
   const v1::RecoverySpec& recovery = spec_.recovery();
-  return recovers_ && after < total && spec_.audit().every_steps() == 0 &&
+  return recovers_ && after < total &&
          (after - last_snapshot_step_ >= static_cast<int64_t>(recovery.snapshot_every_steps()) ||
           now - last_snapshot_time_ >= absl::Seconds(recovery.snapshot_every_seconds()));
 }

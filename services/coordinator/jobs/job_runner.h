@@ -24,9 +24,10 @@
 //
 // The audit (JobSpec.audit, audit.h, docs/audit.md): at its cadence a random rank's
 // shard is recomputed by a checker (and a tie-breaker, with 3 or more workers) in the same
-// step command stream, and the digests compared; the job snapshots at each audit that
-// passed, and a failed one ends the attempt: the liar is quarantined (WorkerSupply) and
-// replaced, and the job replays from that snapshot.
+// step command stream, and the digests compared; each step the job snapshots after is
+// audited too (a snapshot holds a state an audit passed), and a failed audit ends the
+// attempt: the liar is quarantined (WorkerSupply) and replaced, and the job replays from
+// the last snapshot.
 //
 // One direction of calls: whoever runs the job (the JobManager) talks to it only through
 // events (Abort, Drain, LoseWorker, ReleaseWorkers, GiveWorkers, NoWorkers, OfferWorkers:

@@ -23,12 +23,13 @@ namespace lockstep::testing {
 
 inline constexpr absl::Duration kPatience = absl::Seconds(30);  // for what should take a second
 
-// An MLP job of 6 steps on `workers` workers, an eval every 3.
+// An MLP job of 6 steps on `workers` workers, an eval every 3. No audit: the fakes compute
+// no gradients to recompute (standalone/audit_test.cc audits real replicas).
 inline v1::JobSpec Spec(int workers, const std::string& request_id = "") {
   auto spec = ParseSpec(absl::StrCat("model: {kind: mlp, hidden: [8]}\n"
                                      "optimizer: {kind: sgd, learning_rate: 0.1}\n"
                                      "global_batch_size: 8\nsteps: 6\neval: {every_steps: 3}\n"
-                                     "workers: ",
+                                     "audit: {every_steps: 0}\nworkers: ",
                                      workers),
                         "test spec");
   EXPECT_TRUE(spec.ok()) << spec.status();

@@ -1,3 +1,5 @@
+// EnrolledWorkers: the identities enrollment issued and whether each may take work.
+// Contract: enrolled_workers.h.
 #include "services/coordinator/workers/enrolled_workers.h"
 
 #include <fnmatch.h>

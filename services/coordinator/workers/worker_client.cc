@@ -20,6 +20,12 @@
 namespace lockstep {
 namespace {
 
+// A call's outcome: the token's reason if it was cancelled, else gRPC's status.
+absl::Status Outcome(const CancelToken& cancel, const grpc::Status& st) {
+  absl::Status why = cancel.status();
+  return why.ok() ? FromGrpcStatus(st) : why;
+}
+
 // A call's context: its deadline, and cancelled with `cancel` while the call lasts.
 class Call {
  public:
@@ -29,10 +35,7 @@ class Call {
   }
   grpc::ClientContext* ctx() { return &ctx_; }
   // The call's outcome: the token's reason if it was cancelled, else `st`.
-  absl::Status Result(const grpc::Status& st) const {
-    absl::Status why = cancel_.status();
-    return why.ok() ? FromGrpcStatus(st) : why;
-  }
+  absl::Status Result(const grpc::Status& st) const { return Outcome(cancel_, st); }
 
  private:
   const CancelToken& cancel_;
@@ -205,6 +208,75 @@ class StepReactor final : public grpc::ClientBidiReactor<v1::StepRequest, v1::St
   absl::Notification done_;
 };
 
+// A Prepare on gRPC's callback API: the job and the state's chunks written one at a time,
+// each as the last one's write completes, and the answer handed over from OnDone, so that
+// preparing a thousand workers costs no thread each. It owns itself until OnDone; the
+// token's callback holds it while it cancels.
+class PrepareReactor final : public grpc::ClientWriteReactor<v1::PrepareChunk> {
+ public:
+  using Done = std::function<void(absl::StatusOr<PrepareResult>)>;
+
+  static void Start(v1::Worker::Stub* stub, const JobAssignment& job,
+                    std::shared_ptr<const SharedState> state,
+                    std::shared_ptr<const CancelToken> cancel, absl::Duration timeout, Done done) {
+    std::shared_ptr<PrepareReactor> r(
+        new PrepareReactor(ToProto(job), std::move(state), std::move(cancel), std::move(done)));
+    r->self_ = r;  // until OnDone
+    r->ctx_.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    stub->async()->Prepare(&r->ctx_, &r->response_, r.get());
+    r->on_cancel_ = r->cancel_->OnCancel([weak = std::weak_ptr<PrepareReactor>(r)] {
+      if (std::shared_ptr<PrepareReactor> live = weak.lock()) live->ctx_.TryCancel();
+    });
+    r->WriteNext();
+    r->StartCall();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (ok) WriteNext();  // else the call is ending: OnDone says why
+  }
+  void OnDone(const grpc::Status& status) override {
+    on_cancel_ = CancelToken::Callback();  // unregisters (waits for one running)
+    absl::Status st = Outcome(*cancel_, status);
+    done_(st.ok() ? absl::StatusOr<PrepareResult>(FromProto(response_))
+                  : absl::StatusOr<PrepareResult>(std::move(st)));
+    std::shared_ptr<PrepareReactor> last = std::move(self_);  // may be the last reference
+  }
+
+ private:
+  PrepareReactor(v1::PrepareHeader job, std::shared_ptr<const SharedState> state,
+                 std::shared_ptr<const CancelToken> cancel, Done done)
+      : job_(std::move(job)),
+        state_(std::move(state)),
+        cancel_(std::move(cancel)),
+        done_(std::move(done)),
+        chunks_(StateChunkCount(state_->bytes)) {}
+
+  // The next chunk (the job's header rides on the first), or WritesDone after the last.
+  // One write at a time: called from Start, then from the last write's OnWriteDone.
+  void WriteNext() {
+    if (next_ == chunks_) {
+      StartWritesDone();
+      return;
+    }
+    chunk_.Clear();
+    if (next_ == 0) *chunk_.mutable_job() = job_;
+    *chunk_.mutable_state() = StateChunkAt(state_->header, state_->bytes, next_++);
+    StartWrite(&chunk_);
+  }
+
+  const v1::PrepareHeader job_;
+  const std::shared_ptr<const SharedState> state_;
+  const std::shared_ptr<const CancelToken> cancel_;
+  const Done done_;
+  const size_t chunks_;
+  size_t next_ = 0;         // the next chunk to write
+  v1::PrepareChunk chunk_;  // the write in flight
+  v1::PrepareResponse response_;
+  grpc::ClientContext ctx_;
+  std::shared_ptr<PrepareReactor> self_;  // set from Start until OnDone
+  CancelToken::Callback on_cancel_;       // until OnDone
+};
+
 // The owner's handle on a StepReactor.
 class GrpcStepStream final : public StepStream {
  public:
@@ -311,6 +383,73 @@ class GrpcWorkerClient final : public WorkerClient {
     req.set_reason(reason);
     v1::ReleaseResponse resp;
     return FromGrpcStatus(stub_->Release(&ctx, req, &resp));
+  }
+
+  bool StartPrepare(const JobAssignment& job, std::shared_ptr<const SharedState> state,
+                    std::shared_ptr<const CancelToken> cancel, absl::Duration timeout,
+                    std::function<void(absl::StatusOr<PrepareResult>)> done) override {
+    if (absl::Status st = cancel->status(); !st.ok()) {
+      done(st);
+    } else {
+      PrepareReactor::Start(stub_.get(), job, std::move(state), std::move(cancel), timeout,
+                            std::move(done));
+    }
+    return true;
+  }
+
+  bool StartEvaluate(const std::string& job_id, int64_t begin, int64_t end,
+                     std::shared_ptr<const CancelToken> cancel, absl::Duration timeout,
+                     std::function<void(absl::StatusOr<EvalSums>)> done) override {
+    if (absl::Status st = cancel->status(); !st.ok()) {
+      done(st);
+      return true;
+    }
+    // The call's state lives until gRPC has answered (the callback holds it).
+    struct EvaluateCall {
+      grpc::ClientContext ctx;
+      v1::EvaluateRequest req;
+      v1::EvaluateResponse resp;
+      std::shared_ptr<const CancelToken> cancel;
+      CancelToken::Callback on_cancel;
+    };
+    auto call = std::make_shared<EvaluateCall>();
+    call->ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    call->req.set_job_id(job_id);
+    call->req.set_begin(begin);
+    call->req.set_end(end);
+    call->cancel = std::move(cancel);
+    // Registered before the call starts (a cancel then cancels it as it starts), so that
+    // the answer never races the registration.
+    call->on_cancel = call->cancel->OnCancel([weak = std::weak_ptr<EvaluateCall>(call)] {
+      if (std::shared_ptr<EvaluateCall> live = weak.lock()) live->ctx.TryCancel();
+    });
+    EvaluateCall* c = call.get();
+    stub_->async()->Evaluate(
+        &c->ctx, &c->req, &c->resp, [call, done = std::move(done)](grpc::Status status) {
+          call->on_cancel = CancelToken::Callback();  // unregisters (waits for one running)
+          absl::Status st = Outcome(*call->cancel, status);
+          done(st.ok() ? absl::StatusOr<EvalSums>(FromProto(call->resp))
+                       : absl::StatusOr<EvalSums>(std::move(st)));
+        });
+    return true;
+  }
+
+  bool StartRelease(const std::string& job_id, const std::string& reason, absl::Duration timeout,
+                    std::function<void(absl::Status)> done) override {
+    struct ReleaseCall {
+      grpc::ClientContext ctx;
+      v1::ReleaseRequest req;
+      v1::ReleaseResponse resp;
+    };
+    auto call = std::make_shared<ReleaseCall>();
+    call->ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    call->req.set_job_id(job_id);
+    call->req.set_reason(reason);
+    ReleaseCall* c = call.get();
+    stub_->async()->Release(
+        &c->ctx, &c->req, &c->resp,
+        [call, done = std::move(done)](grpc::Status status) { done(FromGrpcStatus(status)); });
+    return true;
   }
 
   bool Alive(absl::Duration timeout) override {

@@ -72,6 +72,26 @@ class WorkerClient {
                                                 absl::Duration timeout) = 0;
   virtual absl::Status Release(const std::string& job_id, const std::string& reason,
                                absl::Duration timeout) = 0;
+  // Prepare, Evaluate and Release with the answer given to `done`, exactly once, and no
+  // thread of the caller waiting for it (jobs/rank_calls.h): on the client's own threads
+  // (gRPC's callbacks) by the call's timeout, promptly with the token's reason once
+  // `cancel` is cancelled, at once if it already is. The call holds the token it was given
+  // until it has answered. A client whose calls can only block returns false and never
+  // calls `done`: the caller makes the blocking call instead, on a thread of its own.
+  virtual bool StartPrepare(const JobAssignment& job, std::shared_ptr<const SharedState> state,
+                            std::shared_ptr<const CancelToken> cancel, absl::Duration timeout,
+                            std::function<void(absl::StatusOr<PrepareResult>)> done) {
+    return false;
+  }
+  virtual bool StartEvaluate(const std::string& job_id, int64_t begin, int64_t end,
+                             std::shared_ptr<const CancelToken> cancel, absl::Duration timeout,
+                             std::function<void(absl::StatusOr<EvalSums>)> done) {
+    return false;
+  }
+  virtual bool StartRelease(const std::string& job_id, const std::string& reason,
+                            absl::Duration timeout, std::function<void(absl::Status)> done) {
+    return false;
+  }
   // True if the worker's server answers a health check within `timeout`.
   virtual bool Alive(absl::Duration timeout) = 0;
   // Alive's answer given to `done`, exactly once, with no thread of the caller waiting for
