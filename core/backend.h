@@ -329,11 +329,11 @@ class Backend {
   // stay in float32 buffers holding bfloat16 values, rounded (RoundBf16, round to nearest
   // even) at the points where XLA rounds Flax's bfloat16 ops; matmuls and convolutions
   // read Bf16 copies of their operands and accumulate in float32. The defaults return
-  // UNIMPLEMENTED naming the backend (the CPU backend has them; the CUDA backend not yet,
-  // and its Bf16Support refuses a bfloat16 job).
+  // UNIMPLEMENTED naming the backend (the CPU and CUDA backends have them; a backend
+  // without them refuses a bfloat16 job in Bf16Support).
   //
   // OK where this backend runs the kernels below; otherwise INVALID_ARGUMENT saying what
-  // it lacks (a CPU without avx512_bf16 or AMX).
+  // it lacks (a CPU without avx512_bf16 or AMX, a GPU before compute capability 8.0).
   virtual absl::Status Bf16Support();
   // y = bf16(x) (n values).
   virtual absl::Status ToBf16(size_t n, const float* x, Bf16* y);

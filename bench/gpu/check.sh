@@ -32,11 +32,13 @@
 #                                  GPU                                               2 x 45 s
 #                               4. the benchmark through the coordinator (job_bench):
 #                                  CNN b128 and b1024, MLP b4096, the GPT-2-small-shaped
-#                                  decoder (bench/gpu/gpt2-small.yaml: tokens/s, MFU) 4 x 23 s
+#                                  decoder (bench/gpu/gpt2-small.yaml: tokens/s, MFU) in
+#                                  float32 and in bf16 (model.dtype: bfloat16)      5 x 23 s
 #                               5. the architectures' examples on that worker
 #                                  (workers: 1): the char transformer, 2 epochs,
 #                                  test loss < 2.7; the ResNet, 1 epoch, test
-#                                  accuracy >= 0.85                                  45 + 100 s
+#                                  accuracy >= 0.85; if 40 s are left, the char
+#                                  transformer in bf16, 2 epochs, test loss < 2.7   45 + 100 + 45 s
 #                               6. the peers: JAX (float32, then bf16 params), then
 #                                  PyTorch eager (float32, autocast bf16)           90 + 40 s
 #                                  and, if 45 s are left, PyTorch compiled with the rest
@@ -366,6 +368,13 @@ part_replicas() {
   fi
 }
 
+# $tmp/NAME-bf16.yaml: $tmp/NAME.yaml in mixed precision (model.dtype: bfloat16), named
+# NAME-bf16.
+bf16() {
+  sed -e 's/^name: *\([^ #]*\)/name: \1-bf16/' -e 's/^model:$/model:\n  dtype: bfloat16/' \
+    "$tmp/$1.yaml" >"$tmp/$1-bf16.yaml"
+}
+
 # examples/NAME.yaml for one $kind worker (workers: 1, no logical replicas, which need a
 # backend with host memory), named NAME-$kind; further arguments are sed's.
 example_spec() {
@@ -398,6 +407,14 @@ part_examples() {
   else
     fail "the ResNet: not run, no time left"
   fi
+  # The char transformer again in bf16, where time is left (the float32 parts first).
+  bf16 char-transformer
+  if have 40; then
+    run_job char-transformer-bf16 "$tmp/char-transformer-bf16.yaml" 45
+    check_job "the char transformer in bf16" "loss < 2.7"
+  else
+    notes+=("the char transformer in bf16: not run, $((deadline - SECONDS)) s left")
+  fi
 }
 
 part_bench() {
@@ -409,13 +426,14 @@ part_bench() {
     -e 's/num_heads: 12/num_heads: 4/')
   sed -e "s#/usr/share/games/fortunes#$s/data/fortunes#" "${shrink[@]}" \
     "$root/bench/gpu/gpt2-small.yaml" >"$tmp/gpt2-small.yaml"
+  bf16 gpt2-small
   local cfg rc
   for cfg in $configs; do
     set -- ${cfg//,/ }
     if ! have 10; then fail "job_bench $1 $2: not run, no time left"; continue; fi
     local cut source=(--data "$data")
     cut=$(limit 20)
-    [ "$1" = gpt2-small ] && source=(--spec "$tmp/gpt2-small.yaml")
+    [[ "$1" = gpt2-small* ]] && source=(--spec "$tmp/$1.yaml")
     # job_bench cancels its job at --timeout; the shell's limit is a backstop.
     timeout $((cut + 3)) "$s/bin/job_bench" --coordinator "$addr" "${source[@]}" --model "$1" \
       --batch "$2" --steps "$3" --warmup "$4" --device "$kind" --timeout "$cut" \
@@ -489,10 +507,10 @@ run() {
   quick=${LOCKSTEP_CHECK_QUICK:-0}
   t0=$SECONDS
   deadline=$((t0 + ${LOCKSTEP_CHECK_SECONDS:-450}))
-  epochs=5 configs="cnn,128,3000,200 cnn,1024,600,50 mlp,4096,1000,100 gpt2-small,8,40,8"
+  epochs=5 configs="cnn,128,3000,200 cnn,1024,600,50 mlp,4096,1000,100 gpt2-small,8,40,8 gpt2-small-bf16,8,40,8"
   peer_args=""
   if [ "$quick" = 1 ]; then
-    configs="cnn,128,10,2 cnn,1024,2,1 mlp,4096,6,2 gpt2-small,8,3,1" peer_args="--quick"
+    configs="cnn,128,10,2 cnn,1024,2,1 mlp,4096,6,2 gpt2-small,8,3,1 gpt2-small-bf16,8,3,1" peer_args="--quick"
   fi
   mkdir -p "$out"
   rm -f "$out/logs.tar.gz" "$out/table.md"

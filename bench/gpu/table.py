@@ -71,11 +71,14 @@ def lockstep(model, batch):
               None)
 
 
+# A Lockstep row labelled MODEL-bf16 (check.sh: the spec with model.dtype bfloat16) is MODEL's
+# bf16 run, beside the peers' bf16 runs (their frameworks' -bf16 rows).
 for model, batch in configs:
   ls = lockstep(model, batch)
   if ls and ls.get("device") not in expected:
     wrong.append(f"Lockstep {model} {batch} ran on {ls.get('device')}")
-  (jx, jx_cell), (te, te_cell), (tc, tc_cell) = (peer(fw, model, batch) for fw in
+  base, suffix = (model[:-len("-bf16")], "-bf16") if model.endswith("-bf16") else (model, "")
+  (jx, jx_cell), (te, te_cell), (tc, tc_cell) = (peer(fw + suffix, base, batch) for fw in
                                                  ("jax-pmap", "pytorch-eager", "pytorch-compile"))
   ratio = f"{ls['samples_per_sec'] / jx:.2f}x" if ls and jx else "-"
   torch_best = max(te or 0, tc or 0)
@@ -84,10 +87,10 @@ for model, batch in configs:
   print(f"| {model}, {batch} | {fmt(ls and ls['samples_per_sec'])} | {jx_cell} | {te_cell} | "
         f"{tc_cell} | {ratio} | {vs_torch} | {fmt(ls and ls['us_per_step'])} | {floor} |")
 
-# The decoder: tokens/s and MFU of every run, float32 and bf16 (Lockstep: float32 only).
+# The decoder: tokens/s and MFU of every run, float32 and bf16.
 for model, batch in configs:
   ls = lockstep(model, batch)
-  if not model.startswith("gpt2") or not ls or "tokens_per_sec" not in ls:
+  if not model.startswith("gpt2") or model.endswith("-bf16") or not ls or "tokens_per_sec" not in ls:
     continue
   tokens = ls["tokens_per_sec"] / ls["samples_per_sec"]
   flops_per_sample = ls["flops_per_step"] / batch
@@ -98,6 +101,9 @@ for model, batch in configs:
   print("| run | precision | tokens/s | TFLOP/s | MFU |")
   print("|---|---|---|---|---|")
   runs = [("Lockstep", "float32", ls["samples_per_sec"])]
+  ls16 = lockstep(model + "-bf16", batch)
+  if ls16:
+    runs.append(("Lockstep", "bf16", ls16["samples_per_sec"]))
   for fw in ("jax-pmap", "pytorch-eager", "pytorch-compile"):
     for bf16 in (False, True):
       sps, _ = peer(fw + ("-bf16" if bf16 else ""), model, batch)

@@ -3,6 +3,7 @@
 // attention_softmax.cuh.
 #include <cfloat>
 
+#include "core/layer_math.h"
 #include "workers/cuda/attention_softmax.cuh"
 #include "workers/cuda/launch.cuh"
 
@@ -26,6 +27,12 @@ __global__ void AttentionSoftmaxKernel(int rows, int t, bool causal, float* s) {
   }
 }
 
+__global__ void AttentionSoftmaxBf16Kernel(int rows, int t, bool causal, float* s) {
+  for (size_t r = FirstIndex(); r < size_t(rows); r += Stride()) {
+    math::SoftmaxRowBf16(causal ? static_cast<int>(r % t) + 1 : t, t, s + r * t);
+  }
+}
+
 __global__ void SoftmaxBackwardKernel(int rows, int cols, const float* p, float* dp) {
   for (size_t r = FirstIndex(); r < size_t(rows); r += Stride()) {
     const float* y = p + r * cols;
@@ -42,6 +49,12 @@ __global__ void SoftmaxBackwardKernel(int rows, int cols, const float* p, float*
 cudaError_t AttentionSoftmax(int rows, int t, bool causal, float* s, cudaStream_t stream) {
   if (rows <= 0 || t <= 0) return cudaSuccess;
   AttentionSoftmaxKernel<<<Blocks(rows), kThreads, 0, stream>>>(rows, t, causal, s);
+  return cudaGetLastError();
+}
+
+cudaError_t AttentionSoftmaxBf16(int rows, int t, bool causal, float* s, cudaStream_t stream) {
+  if (rows <= 0 || t <= 0) return cudaSuccess;
+  AttentionSoftmaxBf16Kernel<<<Blocks(rows), kThreads, 0, stream>>>(rows, t, causal, s);
   return cudaGetLastError();
 }
 

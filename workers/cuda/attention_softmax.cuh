@@ -13,6 +13,9 @@ namespace lockstep::cuda {
 // jax.nn.softmax over each row of s (rows, t) in place; with `causal`, row r's entries
 // past r % t are first set to float32's lowest (they come out 0).
 cudaError_t AttentionSoftmax(int rows, int t, bool causal, float* s, cudaStream_t stream);
+// jax.nn.softmax in bfloat16 (Backend::AttentionSoftmaxBf16): math::SoftmaxRowBf16 per
+// row, as the CPU backend; it too differs from the CPU only where expf does.
+cudaError_t AttentionSoftmaxBf16(int rows, int t, bool causal, float* s, cudaStream_t stream);
 // dp = p * (dp - sum(dp * p)) per row of (rows, cols), in place.
 cudaError_t SoftmaxBackward(int rows, int cols, const float* p, float* dp, cudaStream_t stream);
 

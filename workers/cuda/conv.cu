@@ -6,8 +6,10 @@
 namespace lockstep::cuda {
 namespace {
 
-// oh and ow come from the host (ConvGeometry's methods are host code).
-__global__ void Im2ColKernel(ConvGeometry g, int oh, int ow, const float* x, float* cols) {
+// oh and ow come from the host (ConvGeometry's methods are host code). T: float, or Bf16
+// (whose T{} is +0 too).
+template <typename T>
+__global__ void Im2ColKernel(ConvGeometry g, int oh, int ow, const T* x, T* cols) {
   const size_t n = size_t(g.b) * oh * ow * g.kh * g.kw * g.c;
   for (size_t e = FirstIndex(); e < n; e += Stride()) {
     // e indexes cols as (pixel, i, j, channel).
@@ -22,7 +24,7 @@ __global__ void Im2ColKernel(ConvGeometry g, int oh, int ow, const float* x, flo
     const size_t image = pixel / (size_t(ow) * oh);
     const int yy = y * g.stride_h - g.pad_top + i, xx = x0 * g.stride_w - g.pad_left + j;
     const bool inside = yy >= 0 && yy < g.h && xx >= 0 && xx < g.w;
-    cols[e] = inside ? x[((image * g.h + yy) * g.w + xx) * g.c + ch] : 0.0f;
+    cols[e] = inside ? x[((image * g.h + yy) * g.w + xx) * g.c + ch] : T{};
   }
 }
 
@@ -52,14 +54,23 @@ __global__ void Col2ImKernel(ConvGeometry g, int oh, int ow, const float* dcols,
   }
 }
 
-}  // namespace
-
-cudaError_t Im2Col(const ConvGeometry& g, const float* x, float* cols, cudaStream_t stream) {
+template <typename T>
+cudaError_t LaunchIm2Col(const ConvGeometry& g, const T* x, T* cols, cudaStream_t stream) {
   const int oh = g.oh(), ow = g.ow();
   const size_t n = size_t(g.b) * oh * ow * g.kh * g.kw * g.c;
   if (n == 0) return cudaSuccess;
-  Im2ColKernel<<<Blocks(n), kThreads, 0, stream>>>(g, oh, ow, x, cols);
+  Im2ColKernel<T><<<Blocks(n), kThreads, 0, stream>>>(g, oh, ow, x, cols);
   return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t Im2Col(const ConvGeometry& g, const float* x, float* cols, cudaStream_t stream) {
+  return LaunchIm2Col(g, x, cols, stream);
+}
+
+cudaError_t Im2Col(const ConvGeometry& g, const Bf16* x, Bf16* cols, cudaStream_t stream) {
+  return LaunchIm2Col(g, x, cols, stream);
 }
 
 cudaError_t Col2Im(const ConvGeometry& g, const float* dcols, float* dx, cudaStream_t stream) {

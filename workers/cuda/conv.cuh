@@ -13,6 +13,8 @@ namespace lockstep::cuda {
 
 // cols (b*oh*ow, kh*kw*c) from x (b, h, w, c).
 cudaError_t Im2Col(const ConvGeometry& g, const float* x, float* cols, cudaStream_t stream);
+// The same gather of bfloat16 activations (Backend::Im2ColBf16).
+cudaError_t Im2Col(const ConvGeometry& g, const Bf16* x, Bf16* cols, cudaStream_t stream);
 // dx (b, h, w, c) from dcols (b*oh*ow, kh*kw*c); overwrites dx.
 cudaError_t Col2Im(const ConvGeometry& g, const float* dcols, float* dx, cudaStream_t stream);
 

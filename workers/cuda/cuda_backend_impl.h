@@ -132,6 +132,24 @@ class CudaBackend final : public Backend {
   absl::Status ApplyUpdate(const UpdateStep& u, size_t n, const UpdateScalars* s,
                            double* norm_scratch, float* grads, float* slot0, float* slot1,
                            float* params) override;
+  // Mixed precision (cuda_backend_bf16.cc): cuBLAS bfloat16 GEMMs with float32 sums, the
+  // CPU's roundings elsewhere (bf16.cuh); convolutions as Backend's im2col + GemmBf16.
+  absl::Status Bf16Support() override;
+  absl::Status ToBf16(size_t n, const float* x, Bf16* y) override;
+  absl::Status AddRowsBf16(int rows, int cols, const float* x, const float* bias, float* y,
+                           Bf16* y16) override;
+  absl::Status GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const Bf16* a,
+                        const Bf16* b, float beta, float* c) override;
+  absl::Status GemmStridedBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                               const Bf16* a, int lda, int64_t stride_a, const Bf16* b, int ldb,
+                               int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
+                               int count) override;
+  absl::Status Im2ColBf16(const ConvGeometry& g, const Bf16* x, Bf16* cols) override;
+  absl::Status ActivateBf16(Activation a, size_t n, const float* x, float* y, Bf16* y16) override;
+  absl::Status ReluBf16(size_t n, float* x, Bf16* x16) override;
+  absl::Status AvgPoolBf16(const ConvGeometry& g, bool count_include_pad, const float* x,
+                           float* y) override;
+  absl::Status AttentionSoftmaxBf16(int rows, int t, bool causal, float* s) override;
   // The exact sum's conversions (cuda_backend_exact.cc, exact_sum.cu).
   absl::Status ExactBlockExponents(size_t n, size_t block, const float* x, bool accumulate,
                                    int64_t* exponents) override;

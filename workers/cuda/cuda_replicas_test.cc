@@ -4,13 +4,14 @@
 // exact sums in GPU memory (DeviceExactSum: the conversion kernels of exact_sum.cu; one
 // rank, so no collective). Every replica's loss at every step within 1e-5 of JAX's pmap
 // on 4 devices, and a second run bitwise the first: params, batch_stats, the optimizer's
-// state and every loss.
+// state and every loss; in bfloat16 too.
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/plan.h"
+#include "core/spec/spec.h"
 #include "core/status_macros.h"
 #include "core/step.h"
 #include "tests/golden.h"
@@ -74,6 +75,36 @@ TEST_F(CudaTest, FourLogicalReplicasOnOneGpuMatchPmapAndRepeatBitwise) {
   EXPECT_EQ(Bits(again.state.params), Bits(first.state.params));
   EXPECT_EQ(Bits(again.state.batch_stats), Bits(first.state.batch_stats));
   ASSERT_EQ(again.state.slots.size(), first.state.slots.size());
+  for (size_t i = 0; i < first.state.slots.size(); ++i) {
+    EXPECT_EQ(Bits(again.state.slots[i]), Bits(first.state.slots[i])) << "optimizer slot " << i;
+  }
+  for (size_t s = 0; s < first.losses.size(); ++s) {
+    EXPECT_EQ(Bits(again.losses[s]), Bits(first.losses[s])) << "step " << s;
+  }
+}
+
+// The same job in mixed precision (model.dtype: bfloat16): every replica's first loss
+// within 1e-2 of JAX's float32 one (the CPU backend's bf16 run: 2.5e-3; later steps drift
+// apart, to 6e-2 by the 12th), and a second run bitwise the first, every loss included.
+TEST_F(CudaTest, FourLogicalReplicasInBf16RepeatBitwise) {
+  const absl::Status bf16 = cuda_->Bf16Support();
+  if (!bf16.ok()) GTEST_SKIP() << bf16.message();
+  ASSERT_OK_AND_ASSIGN(testing::SpecGolden g,
+                       testing::ReadSpecGolden("replicas_pmap4.safetensors"));
+  g.spec.mutable_model()->set_dtype("bfloat16");
+  ASSERT_OK_AND_ASSIGN(g.setup, SetupFromSpec(g.spec));
+  ASSERT_TRUE(g.setup.model.HasBf16());
+  const Dataset data = testing::GoldenDataset(g.st, "data");
+  ASSERT_OK_AND_ASSIGN(const ReplicasRun first, RunReplicas(cuda_.get(), g, data));
+  const std::vector<float> jax = *g.st.F32("train.losses");  // [steps, V], float32
+  const size_t v = g.spec.workers();
+  ASSERT_EQ(jax.size(), first.losses.size() * v);
+  for (size_t r = 0; r < v; ++r) {
+    EXPECT_NEAR(first.losses[0][r], jax[r], 1e-2 * std::fabs(jax[r])) << "replica " << r;
+  }
+  ASSERT_OK_AND_ASSIGN(const ReplicasRun again, RunReplicas(cuda_.get(), g, data));
+  EXPECT_EQ(Bits(again.state.params), Bits(first.state.params));
+  EXPECT_EQ(Bits(again.state.batch_stats), Bits(first.state.batch_stats));
   for (size_t i = 0; i < first.state.slots.size(); ++i) {
     EXPECT_EQ(Bits(again.state.slots[i]), Bits(first.state.slots[i])) << "optimizer slot " << i;
   }

@@ -3,7 +3,8 @@
 // transformer decoder block on tokens and a vision transformer; adam, sgd with momentum, and sgd
 // with Nesterov momentum, a schedule and clipping), graph replay against eager execution, and the
 // JAX/Flax/optax golden files that tests/golden_test.cc, golden_layers_test.cc and
-// golden_sequence_test.cc check the CPU against.
+// golden_sequence_test.cc check the CPU against; in bfloat16, the bf16 goldens
+// (golden_bf16_test.cc's) and graph replay.
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -16,6 +17,7 @@
 #include "core/spec/spec.h"
 #include "core/step.h"
 #include "tests/golden.h"
+#include "tests/golden_bf16.h"
 #include "workers/cuda/cuda_testing.h"
 
 namespace lockstep {
@@ -109,8 +111,13 @@ model:
 // subtracts any shift): its gradient is each backend's rounding noise, summed in another order,
 // which adam turns into updates of +-lr and the running means then carry (see PreNormBiases...).
 Model MakeModel(const std::string& name) {
-  if (name == "decoder" || name == "vit") {
-    absl::StatusOr<v1::JobSpec> spec = ParseSpec(name == "vit" ? kVit : kDecoder, "model.yaml");
+  // "decoder_bf16" and "vit_bf16": the same in mixed precision (model.dtype: bfloat16).
+  const bool bf16 = name.ends_with("_bf16");
+  const std::string base = bf16 ? name.substr(0, name.size() - 5) : name;
+  if (base == "decoder" || base == "vit") {
+    std::string yaml = base == "vit" ? kVit : kDecoder;
+    if (bf16) yaml.replace(yaml.find("model:\n"), 7, "model:\n  dtype: bfloat16\n");
+    absl::StatusOr<v1::JobSpec> spec = ParseSpec(yaml, "model.yaml");
     EXPECT_TRUE(spec.ok()) << spec.status();
     absl::StatusOr<Model> m = Model::FromSpec(spec->model());
     EXPECT_TRUE(m.ok()) << m.status();
@@ -136,7 +143,7 @@ Model MakeModel(const std::string& name) {
 // n examples for `model_name`: windows of 16 random bytes (and their next bytes) for the
 // decoder, random images otherwise.
 Dataset MakeData(const std::string& model_name, int n, uint32_t seed) {
-  if (model_name != "decoder") return RandomDataset(n, seed);
+  if (!model_name.starts_with("decoder")) return RandomDataset(n, seed);
   std::mt19937 gen(seed);
   std::uniform_int_distribution<int32_t> byte(0, 255);
   std::vector<int32_t> stream(size_t(n) * 16 + 1);
@@ -257,8 +264,8 @@ TEST_F(CudaTest, PreNormBiasesStayWithinTheirKernelsRoundingOfTheCpu) {
 }
 
 // A CUDA graph replays exactly the kernels eager execution runs: bitwise equal.
-TEST_P(CudaStepTest, GraphReplayIsBitwiseEqualToEager) {
-  const auto [model_name, opt_name] = GetParam();
+void ExpectGraphReplayBitwiseEqualToEager(Backend* cuda, const std::string& model_name,
+                                          const std::string& opt_name) {
   const Model m = MakeModel(model_name);
   const Optimizer opt = MakeOptimizer(opt_name);
   const int batch = 64;
@@ -266,8 +273,8 @@ TEST_P(CudaStepTest, GraphReplayIsBitwiseEqualToEager) {
   const auto impl = rng::Impl::kPartitionable;
   TrainingPlan plan(3, 4, impl, data.size, batch, 1);
   const TrainState init = TrainState::Create(m.Init(plan.init_key(), impl), opt, m.InitStats());
-  ASSERT_OK_AND_ASSIGN(Replica graph, MakeReplica(m, opt, cuda_.get(), data, batch, true, init));
-  ASSERT_OK_AND_ASSIGN(Replica eager, MakeReplica(m, opt, cuda_.get(), data, batch, false, init));
+  ASSERT_OK_AND_ASSIGN(Replica graph, MakeReplica(m, opt, cuda, data, batch, true, init));
+  ASSERT_OK_AND_ASSIGN(Replica eager, MakeReplica(m, opt, cuda, data, batch, false, init));
   for (int s = 0; s < 5; ++s) {
     const StepPlan p = plan.Next();
     ASSERT_OK_AND_ASSIGN(StepMetrics a, graph.exec->Step(graph.data, p.indices, p.keys[0]));
@@ -280,6 +287,11 @@ TEST_P(CudaStepTest, GraphReplayIsBitwiseEqualToEager) {
   EXPECT_NE(a.params, init.params);  // the steps did update the params
   for (size_t i = 0; i < a.slots.size(); ++i) EXPECT_TRUE(testing::Bitwise(a.slots[i], b.slots[i]));
   EXPECT_TRUE(testing::Bitwise(a.batch_stats, b.batch_stats));
+}
+
+TEST_P(CudaStepTest, GraphReplayIsBitwiseEqualToEager) {
+  const auto [model_name, opt_name] = GetParam();
+  ExpectGraphReplayBitwiseEqualToEager(cuda_.get(), model_name, opt_name);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaStepTest,
@@ -350,6 +362,39 @@ TEST_P(CudaSequenceGolden, TwentyDropoutStepsInAGraphMatchOptax) {
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaSequenceGolden,
                          ::testing::Values("embed", "attention", "decoder"));
+
+// Mixed precision (model.dtype: bfloat16) on a GPU that has bfloat16 kernels.
+class CudaBf16Test : public CudaTest, public ::testing::WithParamInterface<const char*> {
+ protected:
+  void SetUp() override {
+    CudaTest::SetUp();
+    if (IsSkipped()) return;
+    const absl::Status bf16 = cuda_->Bf16Support();
+    if (!bf16.ok()) GTEST_SKIP() << bf16.message();
+  }
+};
+
+// The bf16 goldens (tests/golden_bf16.h, tools/reference/golden_bf16.py) through the CUDA
+// backend: each family's bfloat16 step within bfloat16 rounding of JAX's and no less
+// precise than it, as the CPU backend's (tests/golden_bf16_test.cc).
+using CudaBf16Golden = CudaBf16Test;
+
+TEST_P(CudaBf16Golden, StepWithinBf16RoundingOfJaxAndNoLessPrecise) {
+  testing::ExpectBf16StepMatchesJax(cuda_.get(), GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, CudaBf16Golden,
+                         ::testing::Values("cnn", "bn_convnet", "resnet", "decoder", "vit",
+                                           "vit_gap"));
+
+// A bfloat16 step replayed from its CUDA graph: bitwise the eager one, as in float32.
+using CudaBf16StepTest = CudaBf16Test;
+
+TEST_P(CudaBf16StepTest, GraphReplayIsBitwiseEqualToEager) {
+  ExpectGraphReplayBitwiseEqualToEager(cuda_.get(), GetParam(), "adam");
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaBf16StepTest, ::testing::Values("decoder_bf16", "vit_bf16"));
 
 }  // namespace
 }  // namespace lockstep

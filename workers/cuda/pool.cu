@@ -1,5 +1,6 @@
 // Average and max pooling on NHWC activations, any window, strides and padding (see
 // Backend::AvgPool and MaxPool), and their backward passes. Contract: pool.cuh.
+#include "core/bfloat16.h"
 #include "core/layer_math.h"
 #include "workers/cuda/launch.cuh"
 #include "workers/cuda/pool.cuh"
@@ -87,6 +88,36 @@ __global__ void AvgPoolBackwardKernel(ConvGeometry g, int oh, int ow, bool count
   }
 }
 
+// nn.avg_pool in bfloat16, as the CPU backend's (cpu_bf16.cc, where XLA's order is
+// explained): the window summed from 0 with every add rounded, in row-major order, or
+// column-major where the width's padding is all after; then divided (and rounded with
+// count_include_pad; without it Flax's division is float32).
+__global__ void AvgPoolBf16Kernel(ConvGeometry g, int oh, int ow, bool count_include_pad,
+                                  const float* x, float* y) {
+  const size_t n = size_t(g.b) * oh * ow * g.c;
+  for (size_t e = FirstIndex(); e < n; e += Stride()) {
+    const Index o = Split(e, oh, ow, g.c);
+    const Span r = WindowSpan(o.y, g.stride_h, g.pad_top, g.kh, g.h);
+    const Span q = WindowSpan(o.x, g.stride_w, g.pad_left, g.kw, g.w);
+    float sum = 0.0f;
+    if (g.pad_left == 0 && g.pad_right > 0) {
+      for (int xx = q.begin; xx < q.end; ++xx) {
+        for (int yy = r.begin; yy < r.end; ++yy) {
+          sum = RoundBf16(sum + x[At(g, o.image, yy, xx, o.ch)]);
+        }
+      }
+    } else {
+      for (int yy = r.begin; yy < r.end; ++yy) {
+        for (int xx = q.begin; xx < q.end; ++xx) {
+          sum = RoundBf16(sum + x[At(g, o.image, yy, xx, o.ch)]);
+        }
+      }
+    }
+    const float div = math::AvgDivisor(g, count_include_pad, o.y, o.x);
+    y[e] = count_include_pad ? RoundBf16(sum / div) : sum / div;
+  }
+}
+
 __global__ void MaxPoolKernel(ConvGeometry g, int oh, int ow, const float* x, float* y) {
   const size_t n = size_t(g.b) * oh * ow * g.c;
   for (size_t e = FirstIndex(); e < n; e += Stride()) {
@@ -131,6 +162,15 @@ cudaError_t AvgPoolBackward(const ConvGeometry& g, bool count_include_pad, const
   if (n == 0) return cudaSuccess;
   AvgPoolBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(g, g.oh(), g.ow(), count_include_pad,
                                                             dy, dx);
+  return cudaGetLastError();
+}
+
+cudaError_t AvgPoolBf16(const ConvGeometry& g, bool count_include_pad, const float* x, float* y,
+                        cudaStream_t stream) {
+  const int oh = g.oh(), ow = g.ow();
+  const size_t n = size_t(g.b) * oh * ow * g.c;
+  if (n == 0) return cudaSuccess;
+  AvgPoolBf16Kernel<<<Blocks(n), kThreads, 0, stream>>>(g, oh, ow, count_include_pad, x, y);
   return cudaGetLastError();
 }
 

@@ -18,6 +18,10 @@ cudaError_t AvgPool(const ConvGeometry& g, bool count_include_pad, const float* 
 // dx (b, h, w, c), overwritten.
 cudaError_t AvgPoolBackward(const ConvGeometry& g, bool count_include_pad, const float* dy,
                             float* dx, cudaStream_t stream);
+// nn.avg_pool in bfloat16 (Backend::AvgPoolBf16): bitwise the CPU backend's, the window
+// summed in bfloat16 in XLA's order (cpu_bf16.cc).
+cudaError_t AvgPoolBf16(const ConvGeometry& g, bool count_include_pad, const float* x, float* y,
+                        cudaStream_t stream);
 cudaError_t MaxPool(const ConvGeometry& g, const float* x, float* y, cudaStream_t stream);
 // dx (b, h, w, c), overwritten: each window's dy to its first maximum.
 cudaError_t MaxPoolBackward(const ConvGeometry& g, const float* x, const float* dy, float* dx,
