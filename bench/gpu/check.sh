@@ -12,10 +12,10 @@
 #                             into .bundle/lockstep-gpu.tar.xz
 #                             (ignored). The bundle and the tracked tree travel together
 #                             within 64 MiB, so the training set is cut to its first
-#                             $LOCKSTEP_GPU_TRAIN_EXAMPLES images (default 32000, 0: all;
-#                             2026-12-06: 40,000 came to 64.2 MiB, each 8,000 fewer save
-#                             3.0 MB), and part 2 trains as many more epochs as keep its
-#                             step count
+#                             $LOCKSTEP_GPU_TRAIN_EXAMPLES images (default 26000, 0: all;
+#                             2026-12-07: 32,000 came to 65 MiB, 26,000 to 63 MiB; each
+#                             8,000 fewer save 3.0 MB), and part 2 trains as many more
+#                             epochs as keep its step count, to a lower accuracy bar
 #   bench/gpu/check.sh run    there, from the repo root (device tool: carry [".bundle"],
 #                             timeout_s 480; the run stops itself within 450 s,
 #                             $LOCKSTEP_CHECK_SECONDS): six parts, each run whatever
@@ -25,7 +25,8 @@
 #                                  the fused update, the exact sum's conversions, NCCL's
 #                                  int64 sum and max with one rank)                  100 s
 #                               2. a real job through the coordinator with one GPU
-#                                  worker (the CNN recipe, >= 0.90 test accuracy)    30 + 75 s
+#                                  worker (the CNN recipe, >= 0.90 test accuracy,
+#                                  0.87 on a cut bundle: see setup)                 30 + 75 s
 #                               3. the signature on one GPU: examples/elastic.yaml
 #                                  (replicas: 4, 40 steps) on that worker gives the
 #                                  params checksum of `lockstep train` on the same
@@ -90,7 +91,7 @@ pack() {
   done
   # That machine's C++ runtime is newer; ours is a fallback only.
   mv "$stage"/lib/libstdc++.so.6 "$stage"/lib/libgcc_s.so.1 "$stage/fallback/" 2>/dev/null || true
-  python3 - "$data" "$stage/data/fashion-mnist" "${LOCKSTEP_GPU_TRAIN_EXAMPLES:-32000}" <<'PY'
+  python3 - "$data" "$stage/data/fashion-mnist" "${LOCKSTEP_GPU_TRAIN_EXAMPLES:-26000}" <<'PY'
 import gzip, struct, sys
 src, dst, keep = sys.argv[1], sys.argv[2], int(sys.argv[3])
 for split in ("train", "t10k"):
@@ -135,6 +136,7 @@ nvidia_lib_path() {
 # --- run's state and helpers ---------------------------------------------------------
 failures=()  # one line per failed item
 notes=()     # worth a look, not failures
+cnn_bar=0.90  # part 2's test accuracy; lower on a cut bundle (setup)
 fail() { failures+=("$*"); echo "FAILED: $*"; }
 
 # A part's time limit: `want` seconds, cut to what is left of the run (less a reserve
@@ -204,7 +206,11 @@ setup() {
   if [ "$quick" != 1 ] && [ "${n:-0}" -gt 0 ] && [ "$n" -lt 60000 ]; then
     local full=$epochs
     epochs=$(((full * 60000 + n - 1) / n))
-    notes+=("the bundle carried the first $n of the 60000 training images: part 2 trained $epochs epochs over them (the steps of $full over all)")
+    # Fewer images generalize less: the CPU, on the first 26,000 for 12 epochs, ends at
+    # 0.8880 (32,000 for 10: 0.8982; all 60,000 for 5: ~0.905), so the bar is 0.87 there:
+    # a GPU that trains as the CPU does, within a point or two of its rounding's draw.
+    cnn_bar=0.87
+    notes+=("the bundle carried the first $n of the 60000 training images: part 2 trained $epochs epochs over them (the steps of $full over all), to test accuracy >= $cnn_bar")
   fi
   if command -v nvidia-smi >/dev/null; then
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -338,7 +344,7 @@ workers: 1
 device: $kind
 YAML
   run_job cnn "$tmp/cnn-gpu.yaml" 75
-  check_job "the CNN job" "acc >= 0.90"
+  check_job "the CNN job" "acc >= $cnn_bar"
 }
 
 part_replicas() {
