@@ -169,6 +169,17 @@ absl::Status Backend::AvgPoolBf16(const ConvGeometry&, bool, const float*, float
 absl::Status Backend::AttentionSoftmaxBf16(int, int, bool, float*) {
   return NoBf16(*this, "AttentionSoftmaxBf16");
 }
+bool Backend::FusedAttentionTakes(const AttentionShape&) { return false; }
+absl::Status Backend::FusedAttentionBf16(const AttentionShape&, const Bf16*, const Bf16*,
+                                         const Bf16*, Bf16*, float*) {
+  return NoBf16(*this, "FusedAttentionBf16");
+}
+absl::Status Backend::FusedAttentionBackwardBf16(const AttentionShape&, const Bf16*, const Bf16*,
+                                                 const Bf16*, const Bf16*, const Bf16*,
+                                                 const float*, Bf16*, Bf16*, Bf16*, float*, float*,
+                                                 float*) {
+  return NoBf16(*this, "FusedAttentionBackwardBf16");
+}
 
 // The bfloat16 convolutions' scratch: the bfloat16 patches, or backward-data's float32
 // patch gradients, whichever is larger.

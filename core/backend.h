@@ -64,6 +64,12 @@ struct ConvGeometry {
   int ow() const { return (w + pad_left + pad_right - kw) / stride_w + 1; }
 };
 
+// A multi-head attention layer's core: b samples of t positions, h heads of d features.
+struct AttentionShape {
+  int b = 0, t = 0, h = 0, d = 0;
+  bool causal = false;
+};
+
 // Elementwise activations besides relu, as jax.nn computes them in float32.
 enum class Activation {
   kGeluTanh,  // nn.gelu (approximate=True): x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
@@ -125,6 +131,9 @@ class Backend {
   // Lets GEMMs use TF32 tensor cores (faster, about 1e-3 less exact). Backends without
   // them ignore it.
   virtual absl::Status SetTf32(bool enabled) { return absl::OkStatus(); }
+  // Lets FusedAttentionTakes say yes where the backend has fused attention (spec
+  // cuda.fused_attention; on by default). Backends without it ignore it.
+  virtual absl::Status SetFusedAttention(bool enabled) { return absl::OkStatus(); }
 
   // c = alpha * op(a) * op(b) + beta * c with op(a) m x k, op(b) k x n, c m x n.
   virtual absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
@@ -378,6 +387,26 @@ class Backend {
   // on s = the scores' float32 sums, rounded to bfloat16 first (the einsum's result):
   // d = bf16(s - max), e = exp(d), sum = bf16(float32 sum of e), p = bf16(bf16(e) * (1 / sum)).
   virtual absl::Status AttentionSoftmaxBf16(int rows, int t, bool causal, float* s);
+  // Fused attention in bfloat16 (cuDNN's SDPA on CUDA), which an attention layer without
+  // active dropout runs instead of its batched GEMMs and bfloat16 softmax where the backend
+  // takes the shape: another rounding (the scores and softmax stay float32 inside), within
+  // bfloat16 rounding of that sequence (docs/models.md#mixed-precision).
+  //
+  // Whether this backend runs s's fused attention, forward and backward, preparing what it
+  // needs now (so the step asks when it sizes its workspace, outside any capture; the
+  // answer for a shape never changes). The default: false.
+  virtual bool FusedAttentionTakes(const AttentionShape& s);
+  // o [b, T, H, D] = softmax(q k^T, causal) v per sample and head, on bfloat16 q (already
+  // scaled), k and v [b, T, H, D]; stats [b, H, T] (float32) keeps what the backward needs.
+  virtual absl::Status FusedAttentionBf16(const AttentionShape& s, const Bf16* q, const Bf16* k,
+                                          const Bf16* v, Bf16* o, float* stats);
+  // The gradients of q, k and v from do [b, T, H, D] and what the forward took and gave,
+  // as bfloat16 (dq16, dk16, dv16) and as float32 (dq, dk, dv): the same values.
+  virtual absl::Status FusedAttentionBackwardBf16(const AttentionShape& s, const Bf16* q,
+                                                  const Bf16* k, const Bf16* v, const Bf16* o,
+                                                  const Bf16* d_o, const float* stats, Bf16* dq16,
+                                                  Bf16* dk16, Bf16* dv16, float* dq, float* dk,
+                                                  float* dv);
 
   // x /= d elementwise (pmean's division after the all-reduce sum).
   virtual absl::Status Divide(size_t n, float d, float* x) = 0;

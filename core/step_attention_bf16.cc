@@ -7,9 +7,12 @@
 //   w = bf16(w * bf16(1 / bf16(keep)))  where kept               (training with dropout)
 //   o = bf16(w . v);  y = bf16(bf16(o . Wo) + bf16(bo))
 // Backward, the same products transposed on bfloat16 operands; the gradients between them
-// float32 (step_bf16.cc). The products run on bfloat16 copies of q, k, v, o and w, in the
-// layer's bfloat16 workspace (AttentionBf16Elements: x, q, k, v, o, w; then dy, do, dw
-// and one of dq, dk, dv), laid out as the float32 ones (AttentionBuffers).
+// float32 (step_bf16.cc). Where no dropout is active and the backend takes the shape
+// (FusedAttentionTakes: cuDNN's SDPA on CUDA), the core from the rounded q, k, v to o is
+// the backend's fused attention instead (its softmax in float32: within bfloat16 rounding
+// of the sequence above), forward and backward. The products run on bfloat16 copies of q, k, v, o
+// and w, in the layer's bfloat16 workspace (AttentionBf16Elements: x, q, k, v, o, w; then dy, do,
+// dw and one of dq, dk, dv), laid out as the float32 ones (AttentionBuffers).
 #include <cmath>
 
 #include "core/status_macros.h"
@@ -46,6 +49,14 @@ AttentionBf16 Bf16BuffersAt(const Layer& l, int b, bool train, Bf16* p) {
 // What q is divided by: jnp.sqrt(depth) (float32) cast to bfloat16.
 float ScaleBf16(const Layer& l) { return RoundBf16(std::sqrt(static_cast<float>(l.head_dim))); }
 
+// Whether layer l's core at batch b runs as the backend's fused attention: no dropout
+// active (training with dropout keeps the batched GEMMs and their mask) and a shape the
+// backend takes. Its softmax statistics go where the weights would (AttentionBuffers' w).
+bool Fused(Backend& backend, const Layer& l, int b, bool train) {
+  return !(train && l.keep < 1.0f) &&
+         backend.FusedAttentionTakes({b, l.in.w, l.heads, l.head_dim, l.causal});
+}
+
 }  // namespace
 
 absl::Status StepExecutor::AttentionForwardBf16(Workspace& ws, size_t i, int b, bool train,
@@ -70,6 +81,14 @@ absl::Status StepExecutor::AttentionForwardBf16(Workspace& ws, size_t i, int b, 
   }
   RETURN_IF_ERROR(backend_->Divide(act, ScaleBf16(l), a.q));
   RETURN_IF_ERROR(backend_->AddRowsBf16(rows, hd, a.q, nullptr, a.q, h16.q));
+  float* y = ws.out[i];
+  if (Fused(*backend_, l, b, train)) {
+    RETURN_IF_ERROR(
+        backend_->FusedAttentionBf16({b, t, h, d, l.causal}, h16.q, h16.k, h16.v, h16.o, a.w));
+    RETURN_IF_ERROR(backend_->GemmBf16(false, false, rows, l.out.c, hd, 1.0f, h16.o,
+                                       Bf16Param(l.kernels[3]), 0.0f, y));
+    return backend_->AddRowsBf16(rows, l.out.c, y, param(l.biases[3]), y, ws.twin[i]);
+  }
   const int64_t sample = int64_t{t} * hd, tt = int64_t{t} * t;
   for (int s = 0; s < b; ++s) {  // w[s, h] = q[s, :, h] k[s, :, h]^T
     RETURN_IF_ERROR(backend_->GemmStridedBf16(false, true, t, t, d, 1.0f, h16.q + s * sample, hd, d,
@@ -94,7 +113,6 @@ absl::Status StepExecutor::AttentionForwardBf16(Workspace& ws, size_t i, int b, 
                                               hd, d, h));
   }
   RETURN_IF_ERROR(backend_->AddRowsBf16(rows, hd, a.o, nullptr, a.o, h16.o));
-  float* y = ws.out[i];
   RETURN_IF_ERROR(backend_->GemmBf16(false, false, rows, l.out.c, hd, 1.0f, h16.o,
                                      Bf16Param(l.kernels[3]), 0.0f, y));
   return backend_->AddRowsBf16(rows, l.out.c, y, param(l.biases[3]), y, ws.twin[i]);
@@ -118,6 +136,22 @@ absl::Status StepExecutor::AttentionBackwardBf16(Workspace& ws, size_t i, int b,
   RETURN_IF_ERROR(backend_->GemmBf16(false, true, rows, hd, l.out.c, 1.0f, h16.dy,
                                      Bf16Param(l.kernels[3]), 0.0f, a.do_));
   RETURN_IF_ERROR(backend_->ToBf16(act, a.do_, h16.do_));
+  const float* dqkv[3] = {a.dq, a.dk, a.dv};
+  if (Fused(*backend_, l, b, true)) {
+    // dq, dk, dv as bfloat16 in the float32 o's buffer (unused here) and the one dq, dk or
+    // dv slot; dq divided by the scale in float32, then rounded again.
+    Bf16* dq16 = reinterpret_cast<Bf16*>(a.o);
+    Bf16* dqkv16[3] = {dq16, dq16 + act, h16.dqkv};
+    RETURN_IF_ERROR(backend_->FusedAttentionBackwardBf16({b, t, h, d, l.causal}, h16.q, h16.k,
+                                                         h16.v, h16.o, h16.do_, a.w, dqkv16[0],
+                                                         dqkv16[1], dqkv16[2], a.dq, a.dk, a.dv));
+    RETURN_IF_ERROR(backend_->Divide(act, ScaleBf16(l), a.dq));
+    RETURN_IF_ERROR(backend_->ToBf16(act, a.dq, dqkv16[0]));
+    for (int j = 0; j < 3; ++j) {
+      RETURN_IF_ERROR(QkvBackwardBf16(ws, i, b, dqkv[j], dqkv16[j], j, grads, dx));
+    }
+    return absl::OkStatus();
+  }
   // o = w v: dw = do v^T, dv = w^T do (w after dropout).
   for (int s = 0; s < b; ++s) {
     RETURN_IF_ERROR(backend_->GemmStridedBf16(false, true, t, t, d, 1.0f, h16.do_ + s * sample, hd,
@@ -144,18 +178,25 @@ absl::Status StepExecutor::AttentionBackwardBf16(Workspace& ws, size_t i, int b,
                                               a.dk + s * sample, hd, d, h));
   }
   RETURN_IF_ERROR(backend_->Divide(act, ScaleBf16(l), a.dq));
-  const float* dqkv[3] = {a.dq, a.dk, a.dv};
   for (int j = 0; j < 3; ++j) {  // one of dq, dk, dv as bfloat16 at a time
     RETURN_IF_ERROR(backend_->ToBf16(act, dqkv[j], h16.dqkv));
-    RETURN_IF_ERROR(backend_->GemmBf16(true, false, l.in.c, hd, rows, 1.0f, Bf16InputOf(ws, i),
-                                       h16.dqkv, 0.0f, grad(l.kernels[j])));
-    if (l.biases[j] >= 0) RETURN_IF_ERROR(backend_->BiasGrad(rows, hd, dqkv[j], grad(l.biases[j])));
-    if (dx != nullptr) {
-      RETURN_IF_ERROR(backend_->GemmBf16(false, true, rows, l.in.c, hd, 1.0f, h16.dqkv,
-                                         Bf16Param(l.kernels[j]), j == 0 ? 0.0f : 1.0f, dx));
-    }
+    RETURN_IF_ERROR(QkvBackwardBf16(ws, i, b, dqkv[j], h16.dqkv, j, grads, dx));
   }
   return absl::OkStatus();
+}
+
+absl::Status StepExecutor::QkvBackwardBf16(Workspace& ws, size_t i, int b, const float* dz,
+                                           const Bf16* dz16, int j, float* grads, float* dx) {
+  const Layer& l = model_.layers()[i];
+  const auto& entries = model_.layout().entries();
+  auto grad = [&](int index) { return index < 0 ? nullptr : grads + entries[index].offset; };
+  const int hd = l.heads * l.head_dim, rows = b * l.in.w;
+  RETURN_IF_ERROR(backend_->GemmBf16(true, false, l.in.c, hd, rows, 1.0f, Bf16InputOf(ws, i), dz16,
+                                     0.0f, grad(l.kernels[j])));
+  if (l.biases[j] >= 0) RETURN_IF_ERROR(backend_->BiasGrad(rows, hd, dz, grad(l.biases[j])));
+  if (dx == nullptr) return absl::OkStatus();
+  return backend_->GemmBf16(false, true, rows, l.in.c, hd, 1.0f, dz16, Bf16Param(l.kernels[j]),
+                            j == 0 ? 0.0f : 1.0f, dx);
 }
 
 }  // namespace lockstep

@@ -187,6 +187,8 @@ absl::StatusOr<std::unique_ptr<StepExecutor::Workspace>> StepExecutor::NewWorksp
       ASSIGN_OR_RETURN(ws->scratch[i], alloc(AttentionFloats(l, batch, train) * sizeof(float)));
       ASSIGN_OR_RETURN(void* m, alloc(size_t(l.in.w) * l.in.w));
       ws->mask[i] = static_cast<uint8_t*>(m);
+      // The backend prepares its fused attention for this shape now, outside any capture.
+      if (l.bf16()) backend_->FusedAttentionTakes({batch, l.in.w, l.heads, l.head_dim, l.causal});
     }
     if (l.kind == LayerKind::kLayerNorm) {
       ASSIGN_OR_RETURN(void* st, alloc(2 * b * NormRows(l) * sizeof(float)));

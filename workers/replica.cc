@@ -100,6 +100,8 @@ absl::StatusOr<std::unique_ptr<Replica>> Replica::Create(const ReplicaConfig& co
     }
   }
   RETURN_IF_ERROR(backend->SetTf32(spec.cuda().tf32()));
+  RETURN_IF_ERROR(backend->SetFusedAttention(!spec.cuda().has_fused_attention() ||
+                                             spec.cuda().fused_attention()));
   r->config_ = config;
   r->backend_ = std::move(backend);
   r->data_ = std::move(data);

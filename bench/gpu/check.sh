@@ -21,8 +21,9 @@
 #                             $LOCKSTEP_CHECK_SECONDS): six parts, each run whatever
 #                             became of the others, each with its own time limit, cut to
 #                             what is left of the run:
-#                               1. the CUDA tests (the kernels, cuDNN's convolutions,
-#                                  the fused update, the exact sum's conversions, NCCL's
+#                               1. the CUDA tests (the kernels, cuDNN's convolutions
+#                                  in float32 and bf16 and its fused attention, the
+#                                  fused update, the exact sum's conversions, NCCL's
 #                                  int64 sum and max with one rank)                  100 s
 #                               2. a real job through the coordinator with one GPU
 #                                  worker (the CNN recipe, >= 0.90 test accuracy,

@@ -32,6 +32,10 @@ __global__ void ActivateBf16Kernel(Activation a, size_t n, const float* x, float
   }
 }
 
+__global__ void FromBf16Kernel(size_t n, const Bf16* x, float* y) {
+  for (size_t i = FirstIndex(); i < n; i += Stride()) y[i] = Bf16Float(x[i].bits);
+}
+
 __global__ void ReluBf16Kernel(size_t n, float* x, Bf16* x16) {
   for (size_t i = FirstIndex(); i < n; i += Stride()) {
     const float v = x[i] > 0.0f ? x[i] : 0.0f;
@@ -45,6 +49,12 @@ __global__ void ReluBf16Kernel(size_t n, float* x, Bf16* x16) {
 cudaError_t ToBf16(size_t n, const float* x, Bf16* y, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   ToBf16Kernel<<<Blocks(n), kThreads, 0, stream>>>(n, x, y);
+  return cudaGetLastError();
+}
+
+cudaError_t FromBf16(size_t n, const Bf16* x, float* y, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  FromBf16Kernel<<<Blocks(n), kThreads, 0, stream>>>(n, x, y);
   return cudaGetLastError();
 }
 

@@ -17,6 +17,8 @@ namespace lockstep::cuda {
 
 // y = bf16(x).
 cudaError_t ToBf16(size_t n, const float* x, Bf16* y, cudaStream_t stream);
+// y = x as float32 (exact).
+cudaError_t FromBf16(size_t n, const Bf16* x, float* y, cudaStream_t stream);
 // y (rows, cols) = bf16(bf16(x) + bf16(bias[c])), or bf16(x) without a bias; y may be x;
 // y16 (unless null) = y as Bf16.
 cudaError_t AddRowsBf16(int rows, int cols, const float* x, const float* bias, float* y, Bf16* y16,

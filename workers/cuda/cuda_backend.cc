@@ -97,6 +97,11 @@ absl::Status CudaBackend::Init(bool cudnn) {
              c.ok()) {
     cudnn_ = std::move(c).value();
     cudnn_off_.clear();
+    // Fused attention shares cuDNN's fate: without a handle of its own, none.
+    if (absl::StatusOr<std::unique_ptr<CudnnAttention>> a = CudnnAttention::Create(stream_);
+        a.ok()) {
+      sdpa_ = std::move(a).value();
+    }
   } else {
     cudnn_off_ = std::string(c.status().message());
   }
@@ -104,9 +109,9 @@ absl::Status CudaBackend::Init(bool cudnn) {
   return absl::OkStatus();
 }
 
-bool CudaBackend::CudnnTakes(const ConvGeometry& g, std::string* why) {
+bool CudaBackend::CudnnTakes(const ConvGeometry& g, std::string* why, bool bf16) {
 #if defined(LOCKSTEP_HAVE_CUDNN)
-  if (cudnn_ != nullptr) return cudnn_->Supports(g, why);
+  if (cudnn_ != nullptr) return cudnn_->Supports(g, bf16, why);
 #endif
   if (why != nullptr) *why = cudnn_off_;
   return false;
@@ -128,6 +133,7 @@ CudaBackend::~CudaBackend() {
   if (cudaSetDevice(device_) != cudaSuccess) return;  // no device: nothing was created
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
 #if defined(LOCKSTEP_HAVE_CUDNN)
+  sdpa_.reset();
   cudnn_.reset();
 #endif
   lt_.reset();

@@ -16,6 +16,7 @@
 #include "core/backend.h"
 #include "workers/cuda/cublaslt_dense.h"
 #include "workers/cuda/cuda_backend.h"
+#include "workers/cuda/cudnn_attention.h"
 #include "workers/cuda/cudnn_conv.h"
 
 namespace lockstep {
@@ -52,6 +53,25 @@ class CudaBackend final : public Backend {
                                    float* dw, float* dbias, void* scratch) override;
   absl::Status ConvBackwardData(const ConvGeometry& g, const float* w, const float* dy, float* dx,
                                 void* scratch) override;
+  // The bfloat16 convolutions on cuDNN where it takes g with bfloat16 operands, else
+  // Backend's im2col + GemmBf16 (cuda_backend_conv.cc).
+  size_t ConvScratchBytesBf16(const ConvGeometry& g) override;
+  absl::Status ConvForwardBf16(const ConvGeometry& g, const Bf16* x, const Bf16* w, float* y,
+                               void* scratch) override;
+  absl::Status ConvBackwardWeightsBf16(const ConvGeometry& g, const Bf16* x, const Bf16* dy,
+                                       float* dw, void* scratch) override;
+  absl::Status ConvBackwardDataBf16(const ConvGeometry& g, const Bf16* w, const Bf16* dy, float* dx,
+                                    void* scratch) override;
+  // Fused attention on cuDNN's SDPA where it takes the shape and the job did not turn it
+  // off (cuda_backend_attention.cc).
+  absl::Status SetFusedAttention(bool enabled) override;
+  bool FusedAttentionTakes(const AttentionShape& s) override;
+  absl::Status FusedAttentionBf16(const AttentionShape& s, const Bf16* q, const Bf16* k,
+                                  const Bf16* v, Bf16* o, float* stats) override;
+  absl::Status FusedAttentionBackwardBf16(const AttentionShape& s, const Bf16* q, const Bf16* k,
+                                          const Bf16* v, const Bf16* o, const Bf16* d_o,
+                                          const float* stats, Bf16* dq16, Bf16* dk16, Bf16* dv16,
+                                          float* dq, float* dk, float* dv) override;
 #endif
   absl::Status Im2Col(const ConvGeometry& g, const float* x, float* cols) override;
   absl::Status Col2Im(const ConvGeometry& g, const float* dcols, float* dx) override;
@@ -133,7 +153,8 @@ class CudaBackend final : public Backend {
                            double* norm_scratch, float* grads, float* slot0, float* slot1,
                            float* params) override;
   // Mixed precision (cuda_backend_bf16.cc): cuBLAS bfloat16 GEMMs with float32 sums, the
-  // CPU's roundings elsewhere (bf16.cuh); convolutions as Backend's im2col + GemmBf16.
+  // CPU's roundings elsewhere (bf16.cuh); convolutions on cuDNN where it takes them (above),
+  // else Backend's im2col + GemmBf16.
   absl::Status Bf16Support() override;
   absl::Status ToBf16(size_t n, const float* x, Bf16* y) override;
   absl::Status AddRowsBf16(int rows, int cols, const float* x, const float* bias, float* y,
@@ -170,8 +191,9 @@ class CudaBackend final : public Backend {
   // Why convolutions run on im2col + cuBLAS rather than cuDNN (no cuDNN in the build or at
   // run time, or turned off), or "" when cuDNN is in use.
   const std::string& cudnn_off() const { return cudnn_off_; }
-  // Whether cuDNN takes g's convolutions (tests and diagnostics); `why` when not.
-  bool CudnnTakes(const ConvGeometry& g, std::string* why = nullptr);
+  // Whether cuDNN takes g's convolutions on float32 or (bf16) bfloat16 operands (tests and
+  // diagnostics); `why` when not.
+  bool CudnnTakes(const ConvGeometry& g, std::string* why = nullptr, bool bf16 = false);
   cudaStream_t stream() const { return stream_; }
 
   // Makes this backend's device the calling thread's current device.
@@ -210,7 +232,9 @@ class CudaBackend final : public Backend {
   float* bias_scratch_ = nullptr;  // BiasGrad's chunk sums (bias_plan.h)
   std::unique_ptr<LtDense> lt_;    // dense layers' GEMMs with their bias (null: Gemm + BiasAdd)
 #if defined(LOCKSTEP_HAVE_CUDNN)
-  std::unique_ptr<CudnnConvs> cudnn_;  // null: convolutions on im2col + cuBLAS
+  std::unique_ptr<CudnnConvs> cudnn_;     // null: convolutions on im2col + cuBLAS
+  std::unique_ptr<CudnnAttention> sdpa_;  // null: attention on batched GEMMs
+  bool fused_attention_ = true;           // SetFusedAttention
 #endif
   std::string cudnn_off_ = "this build has no cuDNN";
   absl::Status first_error_;

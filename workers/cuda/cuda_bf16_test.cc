@@ -2,7 +2,8 @@
 // (workers/cpu/cpu_bf16.cc, dnnl_matmul.cc): the casts, the bias epilogue, ReLU, im2col
 // and avg_pool bit for bit; the activations and the attention softmax within a bfloat16
 // ulp where CUDA's expf, tanhf or erfcf round differently from glibc's, on few elements;
-// the GEMMs and convolutions within 1e-5 (relative L2, as cuda_conv_test's) of the CPU's
+// the GEMMs and convolutions (on cuDNN where it takes them: also against the im2col +
+// GemmBf16 path) within 1e-5 (relative L2, as cuda_conv_test's) of the CPU's
 // float32 GEMM and convolution on the same bfloat16 values (their products are exact in
 // float32, so only the sums differ: their order, and tensor cores' accumulation) and of
 // the CPU's bfloat16 kernels where this CPU has them. Every result the same bits when run again.
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "workers/cuda/cuda_backend_impl.h"
 #include "workers/cuda/cuda_testing.h"
 
 namespace lockstep {
@@ -298,9 +300,45 @@ TEST_F(CudaBf16Test, GemmStridedBf16IsTheCpusFloat32GemmStridedOnTheSameValues) 
   EXPECT_LE(RelativeL2(ToHost(dout, no), cpu_o), 1e-5);
 }
 
-// The convolutions (Backend's im2col + GemmBf16 on CUDA) against the CPU's float32
-// convolution of the same bfloat16 values, forward and both gradients.
+// One bfloat16 convolution's forward pass and gradients on a CUDA backend.
+struct ConvBf16Results {
+  std::vector<float> y, dw, dx;
+};
+ConvBf16Results RunConvBf16(Backend& cuda, const ConvGeometry& g, const std::vector<Bf16>& x,
+                            const std::vector<Bf16>& w, const std::vector<Bf16>& dy) {
+  auto up = [&](const std::vector<Bf16>& v) {
+    return std::move(cuda.Upload(v.data(), v.size() * sizeof(Bf16))).value();
+  };
+  auto down = [&](const Buffer& b, size_t n) {
+    std::vector<float> v(n);
+    EXPECT_OK(cuda.CopyToHost(v.data(), b.as<void>(), n * sizeof(float)));
+    return v;
+  };
+  const size_t ny = size_t(g.b) * g.oh() * g.ow() * g.f;
+  Buffer dx16 = up(x), dw16 = up(w), ddy16 = up(dy), y = *cuda.Allocate(ny * sizeof(float)),
+         dw = *cuda.Allocate(w.size() * sizeof(float)),
+         dx = *cuda.Allocate(x.size() * sizeof(float)),
+         scratch = *cuda.Allocate(cuda.ConvScratchBytesBf16(g));
+  EXPECT_OK(cuda.ConvForwardBf16(g, dx16.as<Bf16>(), dw16.as<Bf16>(), y.as(), scratch.as<void>()));
+  EXPECT_OK(cuda.ConvBackwardWeightsBf16(g, dx16.as<Bf16>(), ddy16.as<Bf16>(), dw.as(),
+                                         scratch.as<void>()));
+  EXPECT_OK(
+      cuda.ConvBackwardDataBf16(g, dw16.as<Bf16>(), ddy16.as<Bf16>(), dx.as(), scratch.as<void>()));
+  EXPECT_OK(cuda.Synchronize());
+  return {down(y, ny), down(dw, w.size()), down(dx, x.size())};
+}
+
+// The convolutions (cuDNN's bfloat16 engines where cuDNN takes the geometry, else
+// Backend's im2col + GemmBf16) against the CPU's float32 convolution of the same bfloat16
+// values, forward and both gradients; where cuDNN is in use, also against the im2col +
+// GemmBf16 path of the same GPU (a backend without cuDNN), which it must take for the
+// geometries whose channels are multiples of 8; the same bits when run again.
 TEST_F(CudaBf16Test, ConvolutionsAreTheCpusFloat32OnesOnTheSameValues) {
+  CudaBackend* cuda = CudaBackend::From(cuda_.get());
+  std::unique_ptr<Backend> im2col;
+  if (cuda->cudnn_off().empty()) {
+    ASSERT_OK_AND_ASSIGN(im2col, NewCudaBackend(0, {.cudnn = false}));
+  }
   for (const ConvGeometry& g : Geometries()) {
     SCOPED_TRACE(absl::StrCat(g.h, "x", g.w, "x", g.c, " -> ", g.f, " kernel ", g.kh, "x", g.kw,
                               " stride ", g.stride_h));
@@ -316,18 +354,23 @@ TEST_F(CudaBf16Test, ConvolutionsAreTheCpusFloat32OnesOnTheSameValues) {
         cpu_->ConvBackwardWeights(g, x.data(), dy.data(), dw.data(), db.data(), scratch.data()));
     ASSERT_OK(cpu_->ConvBackwardData(g, w.data(), dy.data(), dx.data(), scratch.data()));
 
-    Buffer dx16 = ToDevice(AsBf16(x)), dw16 = ToDevice(AsBf16(w)), ddy16 = ToDevice(AsBf16(dy)),
-           gy = Allocate(ny * sizeof(float)), gdw = Allocate(nw * sizeof(float)),
-           gdx = Allocate(nx * sizeof(float)), gscratch = Allocate(cuda_->ConvScratchBytesBf16(g));
-    ASSERT_OK(
-        cuda_->ConvForwardBf16(g, dx16.as<Bf16>(), dw16.as<Bf16>(), gy.as(), gscratch.as<void>()));
-    ASSERT_OK(cuda_->ConvBackwardWeightsBf16(g, dx16.as<Bf16>(), ddy16.as<Bf16>(), gdw.as(),
-                                             gscratch.as<void>()));
-    ASSERT_OK(cuda_->ConvBackwardDataBf16(g, dw16.as<Bf16>(), ddy16.as<Bf16>(), gdx.as(),
-                                          gscratch.as<void>()));
-    EXPECT_LE(RelativeL2(ToHost(gy, ny), y), 1e-5) << "forward";
-    EXPECT_LE(RelativeL2(ToHost(gdw, nw), dw), 1e-5) << "kernel gradient";
-    EXPECT_LE(RelativeL2(ToHost(gdx, nx), dx), 1e-5) << "data gradient";
+    const ConvBf16Results got = RunConvBf16(*cuda_, g, AsBf16(x), AsBf16(w), AsBf16(dy));
+    EXPECT_LE(RelativeL2(got.y, y), 1e-5) << "forward";
+    EXPECT_LE(RelativeL2(got.dw, dw), 1e-5) << "kernel gradient";
+    EXPECT_LE(RelativeL2(got.dx, dx), 1e-5) << "data gradient";
+    const ConvBf16Results again = RunConvBf16(*cuda_, g, AsBf16(x), AsBf16(w), AsBf16(dy));
+    EXPECT_TRUE(Bitwise(again.y, got.y) && Bitwise(again.dw, got.dw) && Bitwise(again.dx, got.dx))
+        << "not the same bits when run again";
+    if (im2col == nullptr) continue;
+    std::string why;
+    const bool cudnn = cuda->CudnnTakes(g, &why, true);
+    if (g.c % 8 == 0 && g.f % 8 == 0) {
+      EXPECT_TRUE(cudnn) << "cuDNN refused: " << why;
+    }
+    const ConvBf16Results ref = RunConvBf16(*im2col, g, AsBf16(x), AsBf16(w), AsBf16(dy));
+    EXPECT_LE(RelativeL2(got.y, ref.y), 1e-5) << "forward vs im2col + GemmBf16";
+    EXPECT_LE(RelativeL2(got.dw, ref.dw), 1e-5) << "kernel gradient vs im2col + GemmBf16";
+    EXPECT_LE(RelativeL2(got.dx, ref.dx), 1e-5) << "data gradient vs im2col + GemmBf16";
   }
 }
 

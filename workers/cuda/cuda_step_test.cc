@@ -18,6 +18,7 @@
 #include "core/step.h"
 #include "tests/golden.h"
 #include "tests/golden_bf16.h"
+#include "workers/cuda/cuda_backend_impl.h"
 #include "workers/cuda/cuda_testing.h"
 
 namespace lockstep {
@@ -111,12 +112,19 @@ model:
 // subtracts any shift): its gradient is each backend's rounding noise, summed in another order,
 // which adam turns into updates of +-lr and the running means then carry (see PreNormBiases...).
 Model MakeModel(const std::string& name) {
-  // "decoder_bf16" and "vit_bf16": the same in mixed precision (model.dtype: bfloat16).
-  const bool bf16 = name.ends_with("_bf16");
-  const std::string base = bf16 ? name.substr(0, name.size() - 5) : name;
+  // "decoder_bf16" and "vit_bf16": the same in mixed precision (model.dtype: bfloat16);
+  // "decoder_bf16_sdpa": that without attention dropout, so that its attention runs as the
+  // backend's fused attention (cuDNN's SDPA) where it has it.
+  const bool sdpa = name.ends_with("_sdpa");
+  const std::string bf16_name = sdpa ? name.substr(0, name.size() - 5) : name;
+  const bool bf16 = bf16_name.ends_with("_bf16");
+  const std::string base = bf16 ? bf16_name.substr(0, bf16_name.size() - 5) : bf16_name;
   if (base == "decoder" || base == "vit") {
     std::string yaml = base == "vit" ? kVit : kDecoder;
     if (bf16) yaml.replace(yaml.find("model:\n"), 7, "model:\n  dtype: bfloat16\n");
+    for (size_t at; sdpa && (at = yaml.find(", dropout_rate: 0.1")) != std::string::npos;) {
+      yaml.erase(at, 19);
+    }
     absl::StatusOr<v1::JobSpec> spec = ParseSpec(yaml, "model.yaml");
     EXPECT_TRUE(spec.ok()) << spec.status();
     absl::StatusOr<Model> m = Model::FromSpec(spec->model());
@@ -394,7 +402,50 @@ TEST_P(CudaBf16StepTest, GraphReplayIsBitwiseEqualToEager) {
   ExpectGraphReplayBitwiseEqualToEager(cuda_.get(), GetParam(), "adam");
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, CudaBf16StepTest, ::testing::Values("decoder_bf16", "vit_bf16"));
+INSTANTIATE_TEST_SUITE_P(Models, CudaBf16StepTest,
+                         ::testing::Values("decoder_bf16", "vit_bf16", "decoder_bf16_sdpa"));
+
+// A bfloat16 decoder without attention dropout, whose attention runs on cuDNN's fused
+// attention (on by default), against the same job with it turned off (the batched GEMMs
+// and the XLA sequence's roundings): four sgd steps' losses, the params' updates and the
+// evaluation within bfloat16 rounding (1e-2 relative; relative L2 2e-2 for the updates).
+TEST_F(CudaBf16Test, FusedAttentionStepsWithinBf16RoundingOfTheBatchedPath) {
+  if (const std::string& off = CudaBackend::From(cuda_.get())->cudnn_off(); !off.empty()) {
+    GTEST_SKIP() << "no fused attention without cuDNN: " << off;
+  }
+  const Model m = MakeModel("decoder_bf16_sdpa");
+  const Optimizer opt = MakeOptimizer("sgd");
+  const int batch = 32;
+  EXPECT_TRUE(cuda_->FusedAttentionTakes({batch, 16, 4, 8, true}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Backend> batched, NewCudaBackend(0));
+  ASSERT_OK(batched->SetFusedAttention(false));
+  EXPECT_FALSE(batched->FusedAttentionTakes({batch, 16, 4, 8, true}));
+  const Dataset data = MakeData("decoder", 256, 1);
+  const auto impl = rng::Impl::kPartitionable;
+  TrainingPlan plan(0, 1, impl, data.size, batch, 1);
+  const TrainState init = TrainState::Create(m.Init(plan.init_key(), impl), opt, m.InitStats());
+  ASSERT_OK_AND_ASSIGN(Replica fused, MakeReplica(m, opt, cuda_.get(), data, batch, true, init));
+  ASSERT_OK_AND_ASSIGN(Replica ref, MakeReplica(m, opt, batched.get(), data, batch, true, init));
+  for (int s = 0; s < 4; ++s) {
+    const StepPlan p = plan.Next();
+    ASSERT_OK_AND_ASSIGN(StepMetrics a, fused.exec->Step(fused.data, p.indices, p.keys[0]));
+    ASSERT_OK_AND_ASSIGN(StepMetrics b, ref.exec->Step(ref.data, p.indices, p.keys[0]));
+    EXPECT_NEAR(a.loss, b.loss, 1e-2 * std::fabs(b.loss)) << "step " << s;
+  }
+  ASSERT_OK_AND_ASSIGN(TrainState a, fused.exec->GetState());
+  ASSERT_OK_AND_ASSIGN(TrainState b, ref.exec->GetState());
+  for (const ParamEntry& e : m.layout().entries()) {
+    std::vector<float> da(e.size), db(e.size);
+    for (size_t j = 0; j < e.size; ++j) {
+      da[j] = a.params[e.offset + j] - init.params[e.offset + j];
+      db[j] = b.params[e.offset + j] - init.params[e.offset + j];
+    }
+    EXPECT_LE(RelativeL2(da, db), 2e-2) << e.name << "'s update";
+  }
+  ASSERT_OK_AND_ASSIGN(EvalMetrics ea, fused.exec->Evaluate(fused.data, 100));
+  ASSERT_OK_AND_ASSIGN(EvalMetrics eb, ref.exec->Evaluate(ref.data, 100));
+  EXPECT_NEAR(ea.loss, eb.loss, 1e-2 * eb.loss);
+}
 
 }  // namespace
 }  // namespace lockstep

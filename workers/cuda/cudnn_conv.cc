@@ -37,15 +37,18 @@ struct Plan {
   }
 };
 
-using PlanKey = std::tuple<int, int, int, int, int, int, int, int, int, int, int, int, int, int>;
-PlanKey KeyOf(const ConvGeometry& g, Op op) {
+// The geometry, the op, and whether its operands are bfloat16.
+using PlanKey =
+    std::tuple<int, int, int, int, int, int, int, int, int, int, int, int, int, int, bool>;
+PlanKey KeyOf(const ConvGeometry& g, Op op, bool bf16) {
   return {g.b,          g.h,
           g.w,          g.c,
           g.f,          g.kh,
           g.kw,         g.stride_h,
           g.stride_w,   g.pad_top,
           g.pad_bottom, g.pad_left,
-          g.pad_right,  static_cast<int>(op)};
+          g.pad_right,  static_cast<int>(op),
+          bf16};
 }
 
 // Dims in cuDNN's (n, c, h, w) order of a packed NHWC tensor, and their strides.
@@ -60,8 +63,9 @@ absl::Status Fe(fe::error_t e, const char* what) {
 
 // The numerical notes no plan may carry: nondeterministic engines (atomics), reduced
 // precision, and the transforms whose rounding differs from a direct sum's (FFT,
-// Winograd); TF32 tensor cores unless asked for.
-std::vector<fe::NumericalNote_t> BarredNotes(bool tf32) {
+// Winograd); for float32 operands, TF32 tensor cores unless asked for (bfloat16 operands
+// run on tensor cores, whose products of bfloat16 values are exact in float32).
+std::vector<fe::NumericalNote_t> BarredNotes(bool tf32, bool bf16) {
   std::vector<fe::NumericalNote_t> notes = {fe::NumericalNote_t::NONDETERMINISTIC,
                                             fe::NumericalNote_t::DOWN_CONVERT_INPUTS,
                                             fe::NumericalNote_t::REDUCED_PRECISION_REDUCTION,
@@ -70,7 +74,7 @@ std::vector<fe::NumericalNote_t> BarredNotes(bool tf32) {
                                             fe::NumericalNote_t::WINOGRAD_TILE_4x4,
                                             fe::NumericalNote_t::WINOGRAD_TILE_6x6,
                                             fe::NumericalNote_t::WINOGRAD_TILE_13x13};
-  if (!tf32) notes.push_back(fe::NumericalNote_t::TENSOR_CORE);
+  if (!tf32 && !bf16) notes.push_back(fe::NumericalNote_t::TENSOR_CORE);
   return notes;
 }
 
@@ -88,27 +92,36 @@ struct CudnnConvs::Impl {
     if (handle != nullptr) cudnnDestroy(handle);
   }
 
-  absl::StatusOr<std::unique_ptr<Plan>> Build(const ConvGeometry& g, Op op) const;
-  // The cached plan for (g, op), built if needed; an error when cuDNN does not take it.
-  absl::StatusOr<Plan*> Get(const ConvGeometry& g, Op op);
+  // The plan of (g, op): float32 operands, or (bf16) bfloat16 operands (the bias ops are
+  // float32 only); the output is float32 either way: the convolution's own output, or
+  // (identity) an identity pointwise op's after it, a graph more engines take for mixed
+  // types.
+  absl::StatusOr<std::unique_ptr<Plan>> Build(const ConvGeometry& g, Op op, bool bf16,
+                                              bool identity) const;
+  // The cached plan for (g, op, bf16), built if needed (bfloat16: the direct graph, else the
+  // one with an identity op); an error when cuDNN does not take it.
+  absl::StatusOr<Plan*> Get(const ConvGeometry& g, Op op, bool bf16 = false);
   absl::Status Run(const Plan& p, std::unordered_map<int64_t, void*>& pack) const;
 };
 
-absl::StatusOr<std::unique_ptr<Plan>> CudnnConvs::Impl::Build(const ConvGeometry& g, Op op) const {
+absl::StatusOr<std::unique_ptr<Plan>> CudnnConvs::Impl::Build(const ConvGeometry& g, Op op,
+                                                              bool bf16, bool identity) const {
   auto p = std::make_unique<Plan>();
   p->graph = std::make_shared<fe::graph::Graph>();
   fe::graph::Graph& graph = *p->graph;
-  graph.set_io_data_type(fe::DataType_t::FLOAT)
+  const fe::DataType_t operands = bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::FLOAT;
+  graph.set_io_data_type(operands)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
   const std::vector<int64_t> xd = {g.b, g.c, g.h, g.w}, wd = {g.f, g.c, g.kh, g.kw},
                              yd = {g.b, g.f, g.oh(), g.ow()};
-  auto tensor = [&](const char* name, const std::vector<int64_t>& d) {
+  auto tensor = [&](const char* name, const std::vector<int64_t>& d,
+                    fe::DataType_t type = fe::DataType_t::FLOAT) {
     return graph.tensor(fe::graph::Tensor_attributes()
                             .set_name(name)
                             .set_dim(d)
                             .set_stride(NhwcStrides(d))
-                            .set_data_type(fe::DataType_t::FLOAT));
+                            .set_data_type(type));
   };
   const std::vector<int64_t> pre = {g.pad_top, g.pad_left}, post = {g.pad_bottom, g.pad_right},
                              stride = {g.stride_h, g.stride_w}, dilation = {1, 1};
@@ -118,8 +131,8 @@ absl::StatusOr<std::unique_ptr<Plan>> CudnnConvs::Impl::Build(const ConvGeometry
     case Op::kForwardBias:
     case Op::kForwardRelu:
     case Op::kForwardBiasRelu: {
-      p->a = tensor("x", xd);
-      p->b = tensor("w", wd);
+      p->a = tensor("x", xd, operands);
+      p->b = tensor("w", wd, operands);
       p->out = graph.conv_fprop(p->a, p->b,
                                 fe::graph::Conv_fprop_attributes()
                                     .set_pre_padding(pre)
@@ -143,8 +156,8 @@ absl::StatusOr<std::unique_ptr<Plan>> CudnnConvs::Impl::Build(const ConvGeometry
       break;
     }
     case Op::kData:
-      p->a = tensor("dy", yd);
-      p->b = tensor("w", wd);
+      p->a = tensor("dy", yd, operands);
+      p->b = tensor("w", wd, operands);
       p->out = graph.conv_dgrad(p->a, p->b,
                                 fe::graph::Conv_dgrad_attributes()
                                     .set_pre_padding(pre)
@@ -155,8 +168,8 @@ absl::StatusOr<std::unique_ptr<Plan>> CudnnConvs::Impl::Build(const ConvGeometry
       out_dims = xd;
       break;
     case Op::kFilter:
-      p->a = tensor("dy", yd);
-      p->b = tensor("x", xd);
+      p->a = tensor("dy", yd, operands);
+      p->b = tensor("x", xd, operands);
       p->out = graph.conv_wgrad(p->a, p->b,
                                 fe::graph::Conv_wgrad_attributes()
                                     .set_pre_padding(pre)
@@ -167,6 +180,11 @@ absl::StatusOr<std::unique_ptr<Plan>> CudnnConvs::Impl::Build(const ConvGeometry
       out_dims = wd;
       break;
   }
+  if (identity) {
+    p->out = graph.pointwise(p->out, fe::graph::Pointwise_attributes()
+                                         .set_mode(fe::PointwiseMode_t::IDENTITY)
+                                         .set_compute_data_type(fe::DataType_t::FLOAT));
+  }
   p->out->set_output(true)
       .set_dim(out_dims)
       .set_stride(NhwcStrides(out_dims))
@@ -174,7 +192,7 @@ absl::StatusOr<std::unique_ptr<Plan>> CudnnConvs::Impl::Build(const ConvGeometry
   RETURN_IF_ERROR(Fe(graph.validate(), "validate"));
   RETURN_IF_ERROR(Fe(graph.build_operation_graph(handle), "build_operation_graph"));
   RETURN_IF_ERROR(Fe(graph.create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans"));
-  graph.deselect_numeric_notes(BarredNotes(tf32));
+  graph.deselect_numeric_notes(BarredNotes(tf32, bf16));
   RETURN_IF_ERROR(Fe(graph.check_support(), "check_support"));
   RETURN_IF_ERROR(Fe(graph.build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "build_plans"));
   int64_t bytes = 0;
@@ -183,8 +201,8 @@ absl::StatusOr<std::unique_ptr<Plan>> CudnnConvs::Impl::Build(const ConvGeometry
   return p;
 }
 
-absl::StatusOr<Plan*> CudnnConvs::Impl::Get(const ConvGeometry& g, Op op) {
-  const PlanKey key = KeyOf(g, op);
+absl::StatusOr<Plan*> CudnnConvs::Impl::Get(const ConvGeometry& g, Op op, bool bf16) {
+  const PlanKey key = KeyOf(g, op, bf16);
   if (auto it = plans.find(key); it != plans.end()) return it->second.get();
   if (auto it = refused.find(key); it != refused.end()) {
     return absl::UnimplementedError(it->second);
@@ -197,10 +215,14 @@ absl::StatusOr<Plan*> CudnnConvs::Impl::Get(const ConvGeometry& g, Op op) {
     return absl::FailedPreconditionError("cuDNN: a convolution plan built during a graph capture");
   }
   absl::StatusOr<std::unique_ptr<Plan>> built;
-  try {
-    built = Build(g, op);
-  } catch (const std::exception& e) {
-    built = absl::InternalError(absl::StrCat("cuDNN: ", e.what()));
+  for (bool identity : {false, true}) {
+    if (identity && !bf16) break;
+    try {
+      built = Build(g, op, bf16, identity);
+    } catch (const std::exception& e) {
+      built = absl::InternalError(absl::StrCat("cuDNN: ", e.what()));
+    }
+    if (built.ok()) break;
   }
   if (!built.ok()) {
     refused[key] = std::string(built.status().message());
@@ -249,9 +271,9 @@ size_t CudnnConvs::ScratchBytes(const ConvGeometry& g) {
   return size_t(g.kh) * g.kw * g.c * g.f * sizeof(float);
 }
 
-bool CudnnConvs::Supports(const ConvGeometry& g, std::string* why) {
+bool CudnnConvs::Supports(const ConvGeometry& g, bool bf16, std::string* why) {
   for (Op op : {Op::kForward, Op::kData, Op::kFilter}) {
-    absl::StatusOr<Plan*> plan = impl_->Get(g, op);
+    absl::StatusOr<Plan*> plan = impl_->Get(g, op, bf16);
     if (!plan.ok()) {
       if (why != nullptr) *why = std::string(plan.status().message());
       return false;
@@ -301,6 +323,40 @@ absl::Status CudnnConvs::BackwardFilter(const ConvGeometry& g, const float* x, c
   ASSIGN_OR_RETURN(Plan * p, impl_->Get(g, Op::kFilter));
   std::unordered_map<int64_t, void*> pack = {{p->a->get_uid(), const_cast<float*>(dy)},
                                              {p->b->get_uid(), const_cast<float*>(x)},
+                                             {p->out->get_uid(), krsc}};
+  RETURN_IF_ERROR(impl_->Run(*p, pack));
+  CUDA_RETURN_IF_ERROR(cuda::KrscToHwio(g.kh, g.kw, g.c, g.f, krsc, dw, impl_->stream));
+  return absl::OkStatus();
+}
+
+// The bfloat16 convolutions: the kernel transposed to KRSC as a Bf16 array (the scratch's
+// first half), float32 outputs; the kernel gradient through the scratch as float32 KRSC.
+absl::Status CudnnConvs::ForwardBf16(const ConvGeometry& g, const Bf16* x, const Bf16* w, float* y,
+                                     void* scratch) {
+  Bf16* krsc = static_cast<Bf16*>(scratch);
+  CUDA_RETURN_IF_ERROR(cuda::HwioToKrsc(g.kh, g.kw, g.c, g.f, w, krsc, impl_->stream));
+  ASSIGN_OR_RETURN(Plan * p, impl_->Get(g, Op::kForward, true));
+  std::unordered_map<int64_t, void*> pack = {
+      {p->a->get_uid(), const_cast<Bf16*>(x)}, {p->b->get_uid(), krsc}, {p->out->get_uid(), y}};
+  return impl_->Run(*p, pack);
+}
+
+absl::Status CudnnConvs::BackwardDataBf16(const ConvGeometry& g, const Bf16* w, const Bf16* dy,
+                                          float* dx, void* scratch) {
+  Bf16* krsc = static_cast<Bf16*>(scratch);
+  CUDA_RETURN_IF_ERROR(cuda::HwioToKrsc(g.kh, g.kw, g.c, g.f, w, krsc, impl_->stream));
+  ASSIGN_OR_RETURN(Plan * p, impl_->Get(g, Op::kData, true));
+  std::unordered_map<int64_t, void*> pack = {
+      {p->a->get_uid(), const_cast<Bf16*>(dy)}, {p->b->get_uid(), krsc}, {p->out->get_uid(), dx}};
+  return impl_->Run(*p, pack);
+}
+
+absl::Status CudnnConvs::BackwardFilterBf16(const ConvGeometry& g, const Bf16* x, const Bf16* dy,
+                                            float* dw, void* scratch) {
+  float* krsc = static_cast<float*>(scratch);
+  ASSIGN_OR_RETURN(Plan * p, impl_->Get(g, Op::kFilter, true));
+  std::unordered_map<int64_t, void*> pack = {{p->a->get_uid(), const_cast<Bf16*>(dy)},
+                                             {p->b->get_uid(), const_cast<Bf16*>(x)},
                                              {p->out->get_uid(), krsc}};
   RETURN_IF_ERROR(impl_->Run(*p, pack));
   CUDA_RETURN_IF_ERROR(cuda::KrscToHwio(g.kh, g.kw, g.c, g.f, krsc, dw, impl_->stream));
