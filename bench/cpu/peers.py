@@ -31,9 +31,9 @@ of one model must agree on it, or the run fails.
 
 Only training steps are timed, after `--warmup` steps (JIT compilation, allocator and
 thread-pool start-up; default 20, 5 for the char-transformer and the vit, whose steps
-are the longest: XLA and inductor compile in the first step). Each step draws its batch from a
-fixed random permutation with a numpy gather, as the Flax MNIST example does; that
-gather is part of the timed step, as Lockstep's GatherRows is. The PyTorch peers read a
+are the longest: XLA and inductor compile in the first step). Each step draws its batch
+from a fixed random permutation with a numpy gather, as the Flax MNIST example does;
+that gather is part of the timed step, as Lockstep's GatherRows is. The PyTorch peers read a
 dataset transposed to NCHW once, outside the timed loop. JAX steps are dispatched
 asynchronously; each timed window ends with block_until_ready.
 
