@@ -2,6 +2,7 @@
 // (JobSlots on the CPU, Gloo on loopback): honest workers train bit for bit as without
 // it; a worker that corrupts its gradients (a test-only fault on its JobSlot) is caught,
 // quarantined and replaced, and the job ends with the honest checksum.
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <optional>
@@ -497,6 +498,51 @@ TEST(ReplayAudit, ABatchNormJobOnReplicasIsReplayedOnOneWorkerAndALiarCaught) {
   EXPECT_THAT(run.reasons[0], HasSubstr("replay audit of step 5 failed: worker w2 replayed"));
   EXPECT_THAT(run.reasons[0], HasSubstr("so workers w0, w1 are replaced and w2 checks this job no "
                                         "more (none quarantined); the job rolls back to step 0"));
+}
+
+// Through the coordinator: the JobManager lends a free registered worker for the replay and
+// takes it back; a liar running a one-worker job is caught, replaced, and the job ends with
+// the undisturbed checksum, its events saying so.
+TEST(ReplayAudit, TheCoordinatorLendsAFreeWorkerAndCatchesAOneWorkerLiar) {
+  const v1::JobSpec spec = OneWorker(20);
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, Undisturbed(spec));
+  InProcessWorkers workers(3);
+  workers.slot(0).SetGradientFaultForTesting(Double);  // the scheduler's first pick
+  const std::string dir = TempDir("manager-replay");
+  CoordinatorOptions options;
+  options.checkpoint_dir = dir + "/checkpoints";
+  options.snapshot_dir = dir + "/snapshots";
+  WorkerPool pool(absl::Hours(1));
+  JobManager jobs(options, &pool, nullptr, workers.factory());
+  std::vector<std::string> ids;  // the pool's, in slot order
+  for (const PoolWorker& w : workers.pool_workers()) {
+    ids.push_back(pool.Register(w.address, "cpu", w.id, 1));
+  }
+  ASSERT_OK(jobs.Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs.Submit(spec));
+  std::vector<v1::JobEvent> events;
+  ASSERT_OK_AND_ASSIGN(v1::Job done, AwaitEnd(jobs, job.id(), absl::Minutes(2), &events));
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
+  EXPECT_EQ(done.param_checksum(), clean.param_checksum);
+  EXPECT_EQ(done.recoveries(), 1);
+  std::vector<std::string> reasons;
+  for (const v1::JobEvent& e : events) {
+    if (e.has_state() && !e.state().reason().empty()) reasons.push_back(e.state().reason());
+  }
+  auto said = [&reasons](const std::string& what) {
+    return std::count_if(reasons.begin(), reasons.end(),
+                         [&what](const std::string& r) { return absl::StrContains(r, what); });
+  };
+  EXPECT_EQ(said(absl::StrCat("replay audit of step 5 failed: worker ", ids[1])), 1);
+  EXPECT_EQ(said(absl::StrCat("so worker ", ids[0], " is replaced")), 1);
+  // Its replacement is ids[1] or ids[2]; the other checks it, unless it is ids[1] (the
+  // checker that disagreed, lent to this job no more).
+  EXPECT_EQ(said(absl::StrCat("replay audit of step 20: passed: worker ", ids[2])) +
+                said("replay audit of step 20: skipped: no free worker"),
+            1);
+  // Every lent worker went back: none is held by the ended job.
+  for (const WorkerView& v : pool.Views()) EXPECT_TRUE(v.free) << v.id;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
