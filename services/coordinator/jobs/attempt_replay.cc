@@ -73,6 +73,7 @@ bool Attempt::StartReplay(int64_t to, uint64_t checksum) {
 absl::Status Attempt::SettleReplay(bool wait) {
   if (replay_ == nullptr || !replay_->busy()) return absl::OkStatus();
   std::optional<ReplayVerdict> v = wait ? replay_->Wait() : replay_->Poll();
+  RETURN_IF_ERROR(cancel_->status());  // the job's own end (a cancel, a lost worker) first
   return v.has_value() ? JudgeReplay(*v) : absl::OkStatus();
 }
 

@@ -245,7 +245,8 @@ absl::StatusOr<std::optional<AttemptEnd>> Attempt::StepLoop(TrainingPlan& plan, 
       .deadline = StepDeadline(options.step_timeout, options.adaptive_step_deadline),
       .t_last = options.clock->Now()};
   done_ = first;
-  if (ReplayAudited()) replay_ = std::make_unique<ReplayAuditor>(factory_, supply_, options);
+  if (ReplayAudited())
+    replay_ = std::make_unique<ReplayAuditor>(factory_, supply_, options, cancel_.get());
   if (job_.start().kept && first == total && job_.start().checksum != 0) {
     job_.outcome().param_checksum = job_.start().checksum;  // resized after the last step
   }

@@ -86,13 +86,16 @@ absl::StatusOr<uint64_t> Replay(std::unique_ptr<WorkerClient> connected, const R
 }
 
 ReplayAuditor::ReplayAuditor(WorkerClientFactory* factory, WorkerSupply* supply,
-                             const CoordinatorOptions& options)
-    : factory_(factory), supply_(supply), options_(options) {}
+                             const CoordinatorOptions& options, const CancelToken* attempt)
+    : factory_(factory), supply_(supply), options_(options), attempt_(attempt) {}
 
 ReplayAuditor::~ReplayAuditor() { Stop(); }
 
 void ReplayAuditor::Start(PoolWorker checker, ReplayRequest request) {
+  on_attempt_cancel_ = {};  // the previous replay's
   cancel_ = std::make_unique<CancelToken>();
+  on_attempt_cancel_ = attempt_->OnCancel(
+      [c = cancel_.get()] { c->Cancel(absl::CancelledError("the job's attempt ended")); });
   {
     absl::MutexLock lock(&mu_);
     verdict_.reset();

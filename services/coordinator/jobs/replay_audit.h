@@ -59,9 +59,10 @@ struct ReplayVerdict {
 
 class ReplayAuditor {
  public:
-  // Workers come from `supply` (LendWorker) and go back to it (ReturnWorker).
+  // Workers come from `supply` (LendWorker) and go back to it (ReturnWorker). Cancelling
+  // `attempt` (which must outlive this) cancels the replay running then.
   ReplayAuditor(WorkerClientFactory* factory, WorkerSupply* supply,
-                const CoordinatorOptions& options);
+                const CoordinatorOptions& options, const CancelToken* attempt);
   ~ReplayAuditor();  // Stop
 
   bool busy() const { return thread_.joinable(); }
@@ -81,7 +82,9 @@ class ReplayAuditor {
   WorkerClientFactory* const factory_;
   WorkerSupply* const supply_;
   const CoordinatorOptions options_;
-  std::unique_ptr<CancelToken> cancel_;
+  const CancelToken* const attempt_;
+  std::unique_ptr<CancelToken> cancel_;  // the running replay's
+  CancelToken::Callback on_attempt_cancel_;
   std::thread thread_;
   absl::Mutex mu_;
   std::optional<ReplayVerdict> verdict_ ABSL_GUARDED_BY(mu_);
