@@ -1,4 +1,4 @@
-// The replay audit (docs/audit.md, "Jobs the shard audit cannot cover"): a job the shard
+// The replay audit (docs/audit.md, "The replay audit"): a job the shard
 // audit (audit.h) cannot check, one on a single worker or a BatchNorm job on logical
 // replicas, is checked by replaying it. At each of its periodic snapshots (and at its end)
 // a free worker of equal threads, lent by the job's WorkerSupply, is prepared as a
