@@ -329,17 +329,17 @@ namespace {
 // most about 1% of the samples/s (bench/results/audit.md).
 constexpr uint64_t kDefaultAuditEverySteps = 100;
 
-// Why the job cannot be audited (docs/audit.md), or "": the audit recomputes one worker's
-// shard on another and compares bits, so it needs a second worker and shards whose
-// gradients depend on that shard alone.
+// Why the job cannot be audited (docs/audit.md), or "". The shard audit recomputes one
+// worker's shard on another and compares bits: it needs a second worker and shards whose
+// gradients depend on that shard alone. The replay audit replays the job on one free
+// worker: it covers a one-worker job, and any job on logical replicas (the same bits on
+// any number of workers), BatchNorm included. Left: BatchNorm on 2+ workers without
+// replicas (a replay would need as many free workers).
 std::string WhyNotAuditable(const v1::JobSpec& spec, const Model& model) {
-  if (spec.workers() < 2) {
-    return absl::StrCat("needs workers >= 2 (a second worker recomputes a shard); the job has ",
-                        spec.workers());
-  }
-  if (model.stats_layout().total() > 0) {
-    return "not available for a model with batch_norm: its statistics are all-reduced, so a "
-           "shard's gradients depend on every worker's";
+  if (spec.workers() >= 2 && spec.replicas() == 0 && model.stats_layout().total() > 0) {
+    return "not available for a model with batch_norm on 2 or more workers without "
+           "`replicas`: its statistics are all-reduced, so a shard's gradients depend on every "
+           "worker's (with `replicas`, or on one worker, the job is audited by replay)";
   }
   return "";
 }
