@@ -54,6 +54,12 @@ absl::Status CheckExponent(const Checker& c, bool has, double exponent) {
   return has ? c.Positive("exponent", exponent) : absl::OkStatus();
 }
 
+absl::Status NoSchedule() {
+  return absl::InvalidArgumentError(
+      "optimizer.schedule: name one schedule (cosine_decay, warmup_cosine_decay, "
+      "exponential_decay or piecewise_constant)");
+}
+
 absl::Status CheckSchedule(const v1::LearningRateSchedule& spec) {
   const std::string base = "optimizer.schedule.";
   switch (spec.kind_case()) {
@@ -109,9 +115,7 @@ absl::Status CheckSchedule(const v1::LearningRateSchedule& spec) {
     case v1::LearningRateSchedule::KIND_NOT_SET:
       break;
   }
-  return absl::InvalidArgumentError(
-      "optimizer.schedule: name one schedule (cosine_decay, warmup_cosine_decay, "
-      "exponential_decay or piecewise_constant)");
+  return NoSchedule();
 }
 
 absl::Status InRange(const char* field, double v, double lo, double hi) {
@@ -166,7 +170,7 @@ absl::StatusOr<LearningRate> LearningRateFromSpec(const v1::OptimizerSpec& spec)
     case v1::LearningRateSchedule::KIND_NOT_SET:
       break;
   }
-  return absl::InternalError("optimizer.schedule: unchecked");  // CheckSchedule rejects it
+  return NoSchedule();
 }
 
 absl::StatusOr<Optimizer> OptimizerFromSpec(const v1::OptimizerSpec& spec) {
