@@ -1,91 +1,32 @@
-// The CPU backend: oneDNN convolutions, oneDNN or OpenBLAS GEMMs, and OpenMP loops for the
-// elementwise kernels. Contract: cpu_backend.h.
+// The CPU backend: the Backend interface over the kernels of the files beside it (oneDNN
+// convolutions and matmuls, OpenBLAS GEMMs, OpenMP loops for the rest). Contract: cpu_backend.h.
 #include "workers/cpu/cpu_backend.h"
 
-#include <omp.h>
-
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/rng/random.h"
 #include "core/status_macros.h"
 #include "workers/cpu/cpu_batch_norm.h"
 #include "workers/cpu/cpu_bf16.h"
+#include "workers/cpu/cpu_elementwise.h"
 #include "workers/cpu/cpu_gemm.h"
+#include "workers/cpu/cpu_im2col.h"
 #include "workers/cpu/cpu_layers.h"
 #include "workers/cpu/cpu_optimizer.h"
 #include "workers/cpu/cpu_sequence.h"
 #include "workers/cpu/cpu_sums.h"
 #include "workers/cpu/dnnl_conv.h"
 #include "workers/cpu/dnnl_matmul.h"
-#include "workers/cpu/multiversion.h"
-#include "workers/cpu/parallel_min.h"
 
 namespace lockstep {
 namespace {
 
-using cpu::kParallelMin;
-using cpu::ParallelFor;
-
 // A conv kernel's gradient sums over at most this many positions (b * oh * ow) at once.
 constexpr size_t kConvSumPositions = 4096;
-
-LS_MULTIVERSION void ReluRange(float* x, size_t begin, size_t end) {
-  for (size_t i = begin; i < end; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
-}
-
-LS_MULTIVERSION void ReluBackwardRange(const float* y, float* dy, size_t begin, size_t end) {
-  for (size_t i = begin; i < end; ++i) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-}
-
-LS_MULTIVERSION void AddRange(const float* a, const float* b, float* y, size_t begin, size_t end) {
-  for (size_t i = begin; i < end; ++i) y[i] = a[i] + b[i];
-}
-
-// Dropout of elements [begin, end) of n, the mask from random_bits(key, n): the kept
-// values first, then a select per mode, so that no division is conditional and both
-// loops (Threefry's rounds included) vectorize. x may be y.
-LS_MULTIVERSION void DropoutRange(rng::Key k, rng::Impl impl, size_t n, float keep, const float* x,
-                                  float* y, uint8_t* mask, size_t begin, size_t end) {
-  for (size_t i = begin; i < end; ++i) y[i] = x[i] / keep;
-  auto select = [&](size_t i, uint32_t bits) {
-    const bool m = rng::BitsToUnitFloat(bits) < keep;
-    mask[i] = m ? 1 : 0;
-    y[i] = m ? y[i] : 0.0f;
-  };
-  if (impl == rng::Impl::kPartitionable) {
-    for (size_t i = begin; i < end; ++i) {
-      select(i, rng::RandomBitsAt(k, rng::Impl::kPartitionable, i, n));
-    }
-  } else {
-    for (size_t i = begin; i < end; ++i) select(i, rng::RandomBitsAt(k, rng::Impl::kLegacy, i, n));
-  }
-}
-
-LS_MULTIVERSION void DivideRange(float d, float* x, size_t begin, size_t end) {
-  for (size_t i = begin; i < end; ++i) x[i] /= d;
-}
-
-LS_MULTIVERSION void BiasAddRows(int cols, const float* bias, float* y, size_t begin, size_t end) {
-  for (size_t r = begin; r < end; ++r) {
-    float* row = y + r * cols;
-    for (int c = 0; c < cols; ++c) row[c] += bias[c];
-  }
-}
-
-// sum[c] = column sums of rows [begin, end), top to bottom, accumulated in double.
-LS_MULTIVERSION void ColumnSums(int cols, const float* dy, double* sum, size_t begin, size_t end) {
-  std::fill_n(sum, cols, 0.0);
-  for (size_t r = begin; r < end; ++r) {
-    const float* row = dy + r * cols;
-    for (int c = 0; c < cols; ++c) sum[c] += row[c];
-  }
-}
 
 class CpuBackend final : public Backend {
  public:
@@ -174,106 +115,32 @@ class CpuBackend final : public Backend {
   }
 
   absl::Status Im2Col(const ConvGeometry& g, const float* x, float* cols) override {
-    const int oh = g.oh(), ow = g.ow();
-    const size_t krow = static_cast<size_t>(g.kw) * g.c;  // one kernel row of a patch
-    const size_t patch = static_cast<size_t>(g.kh) * krow;
-#pragma omp parallel for num_threads(threads_) collapse(2) schedule(static)
-    for (int n = 0; n < g.b; ++n) {
-      for (int y = 0; y < oh; ++y) {
-        for (int x0 = 0; x0 < ow; ++x0) {
-          float* out = cols + ((static_cast<size_t>(n) * oh + y) * ow + x0) * patch;
-          // Kernel columns [j0, j1) fall inside the image: per kernel row, one contiguous
-          // run of input pixels, zeros around it.
-          const int left = x0 * g.stride_w - g.pad_left;  // the input column of kernel column 0
-          const int j0 = std::max(0, -left), j1 = std::min(g.kw, g.w - left);
-          for (int i = 0; i < g.kh; ++i, out += krow) {
-            const int yy = y * g.stride_h - g.pad_top + i;
-            if (yy < 0 || yy >= g.h || j0 >= j1) {
-              std::fill(out, out + krow, 0.0f);
-              continue;
-            }
-            std::fill(out, out + static_cast<size_t>(j0) * g.c, 0.0f);
-            std::copy_n(x + ((static_cast<size_t>(n) * g.h + yy) * g.w + (left + j0)) * g.c,
-                        static_cast<size_t>(j1 - j0) * g.c, out + static_cast<size_t>(j0) * g.c);
-            std::fill(out + static_cast<size_t>(j1) * g.c, out + krow, 0.0f);
-          }
-        }
-      }
-    }
+    cpu::Im2Col(threads_, g, x, cols);
     return absl::OkStatus();
   }
 
   absl::Status Col2Im(const ConvGeometry& g, const float* dcols, float* dx) override {
-    const int oh = g.oh(), ow = g.ow();
-    const size_t patch = static_cast<size_t>(g.kh) * g.kw * g.c;
-    // Gather form: each input pixel sums the patch entries that read it, in a fixed
-    // order (kernel row, then column), so threads never write the same element.
-#pragma omp parallel for num_threads(threads_) collapse(2) schedule(static)
-    for (int n = 0; n < g.b; ++n) {
-      for (int yy = 0; yy < g.h; ++yy) {
-        for (int xx = 0; xx < g.w; ++xx) {
-          float* out = dx + ((static_cast<size_t>(n) * g.h + yy) * g.w + xx) * g.c;
-          std::fill(out, out + g.c, 0.0f);
-          for (int i = 0; i < g.kh; ++i) {
-            const int ty = yy + g.pad_top - i;  // y * stride_h for the output row y reading it
-            if (ty < 0 || ty % g.stride_h != 0 || ty / g.stride_h >= oh) continue;
-            const int y = ty / g.stride_h;
-            for (int j = 0; j < g.kw; ++j) {
-              const int tx = xx + g.pad_left - j;
-              if (tx < 0 || tx % g.stride_w != 0 || tx / g.stride_w >= ow) continue;
-              const int x = tx / g.stride_w;
-              const float* in = dcols + ((static_cast<size_t>(n) * oh + y) * ow + x) * patch +
-                                (static_cast<size_t>(i) * g.kw + j) * g.c;
-              for (int c = 0; c < g.c; ++c) out[c] += in[c];
-            }
-          }
-        }
-      }
-    }
+    cpu::Col2Im(threads_, g, dcols, dx);
     return absl::OkStatus();
   }
 
   absl::Status BiasAdd(int rows, int cols, const float* bias, float* y) override {
-    if (static_cast<size_t>(rows) * cols <= kParallelMin) {
-      BiasAddRows(cols, bias, y, 0, rows);
-      return absl::OkStatus();
-    }
-#pragma omp parallel num_threads(threads_)
-    {
-      const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      BiasAddRows(cols, bias, y, rows * t / nt, rows * (t + 1) / nt);
-    }
+    cpu::BiasAdd(threads_, rows, cols, bias, y);
     return absl::OkStatus();
   }
 
   absl::Status BiasGrad(int rows, int cols, const float* dy, float* db) override {
-    // Partial sums over a fixed number of row blocks, combined in block order: the same
-    // bits whatever the thread count.
-    // Partial sums in double, each rounded once at the end.
-    constexpr int kBlocks = 8;
-    const int blocks = static_cast<size_t>(rows) * cols <= kParallelMin ? 1 : kBlocks;
-    std::vector<double> partial(static_cast<size_t>(blocks) * cols);
-#pragma omp parallel for num_threads(threads_) schedule(static) if (blocks > 1)
-    for (int blk = 0; blk < blocks; ++blk) {
-      ColumnSums(cols, dy, partial.data() + static_cast<size_t>(blk) * cols,
-                 static_cast<size_t>(rows) * blk / blocks,
-                 static_cast<size_t>(rows) * (blk + 1) / blocks);
-    }
-    for (int c = 0; c < cols; ++c) {
-      double sum = 0;
-      for (int blk = 0; blk < blocks; ++blk) sum += partial[static_cast<size_t>(blk) * cols + c];
-      db[c] = static_cast<float>(sum);
-    }
+    cpu::BiasGrad(threads_, rows, cols, dy, db);
     return absl::OkStatus();
   }
 
   absl::Status Relu(size_t n, float* x) override {
-    ParallelFor(threads_, n, [&](size_t b, size_t e) { ReluRange(x, b, e); });
+    cpu::Relu(threads_, n, x);
     return absl::OkStatus();
   }
 
   absl::Status ReluBackward(size_t n, const float* y, float* dy) override {
-    ParallelFor(threads_, n, [&](size_t b, size_t e) { ReluBackwardRange(y, dy, b, e); });
+    cpu::ReluBackward(threads_, n, y, dy);
     return absl::OkStatus();
   }
 
@@ -363,67 +230,41 @@ class CpuBackend final : public Backend {
 
   absl::Status Dropout(size_t n, float keep, const rng::Key* key, rng::Impl impl, const float* x,
                        float* y, uint8_t* mask) override {
-    const rng::Key k = *key;
-    ParallelFor(threads_, n, [&](size_t begin, size_t end) {
-      DropoutRange(k, impl, n, keep, x, y, mask, begin, end);
-    });
+    cpu::Dropout(threads_, n, keep, *key, impl, x, y, mask);
     return absl::OkStatus();
   }
 
   absl::Status DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
                                float* dx) override {
-    for (size_t i = 0; i < n; ++i) dx[i] = mask[i] ? dy[i] / keep : 0.0f;
+    cpu::DropoutBackward(n, keep, mask, dy, dx);
     return absl::OkStatus();
   }
 
   absl::Status SoftmaxCrossEntropy(int b, int classes, const float* logits, const int32_t* labels,
                                    float* loss, float* dlogits, float* correct) override {
-    const float inv_b = 1.0f / static_cast<float>(b);
-#pragma omp parallel for num_threads(threads_) \
-    schedule(static) if (static_cast <size_t>(b) * classes > kParallelMin)
-    for (int r = 0; r < b; ++r) {
-      const float* z = logits + static_cast<size_t>(r) * classes;
-      float* dz = dlogits + static_cast<size_t>(r) * classes;
-      int argmax = 0;
-      for (int c = 1; c < classes; ++c) argmax = z[c] > z[argmax] ? c : argmax;
-      const float mx = z[argmax];
-      float sum = 0.0f;
-      for (int c = 0; c < classes; ++c) sum += std::exp(z[c] - mx);
-      const float lse = std::log(sum);
-      const int label = labels[r];
-      loss[r] = -((z[label] - mx) - lse);
-      for (int c = 0; c < classes; ++c) {
-        const float softmax = std::exp((z[c] - mx) - lse);
-        dz[c] = (softmax - (c == label ? 1.0f : 0.0f)) * inv_b;
-      }
-      correct[r] = argmax == label ? 1.0f : 0.0f;
-    }
+    cpu::SoftmaxCrossEntropy(threads_, b, classes, logits, labels, loss, dlogits, correct);
     return absl::OkStatus();
   }
 
   absl::Status GatherRows(size_t row, int n, const int32_t* idx, const float* table,
                           float* out) override {
-#pragma omp parallel for num_threads(threads_) schedule(static) if (row * n > kParallelMin)
-    for (int i = 0; i < n; ++i) {
-      std::memcpy(out + i * row, table + static_cast<size_t>(idx[i]) * row, row * sizeof(float));
-    }
+    cpu::GatherRows(threads_, row, n, idx, table, out);
     return absl::OkStatus();
   }
 
   absl::Status GatherLabels(int n, const int32_t* idx, const int32_t* table,
                             int32_t* out) override {
-    for (int i = 0; i < n; ++i) out[i] = table[idx[i]];
+    cpu::GatherLabels(n, idx, table, out);
     return absl::OkStatus();
   }
 
   absl::Status Copy(size_t n, const float* x, float* y) override {
-    ParallelFor(threads_, n,
-                [&](size_t b, size_t e) { std::memcpy(y + b, x + b, (e - b) * sizeof(float)); });
+    cpu::Copy(threads_, n, x, y);
     return absl::OkStatus();
   }
 
   absl::Status Add(size_t n, const float* a, const float* b, float* y) override {
-    ParallelFor(threads_, n, [&](size_t lo, size_t hi) { AddRange(a, b, y, lo, hi); });
+    cpu::Add(threads_, n, a, b, y);
     return absl::OkStatus();
   }
 
@@ -548,7 +389,7 @@ class CpuBackend final : public Backend {
   }
 
   absl::Status Divide(size_t n, float d, float* x) override {
-    ParallelFor(threads_, n, [&](size_t b, size_t e) { DivideRange(d, x, b, e); });
+    cpu::Divide(threads_, n, d, x);
     return absl::OkStatus();
   }
 

@@ -1,0 +1,171 @@
+// The CPU backend's elementwise and row kernels (cpu_elementwise.h).
+#include "workers/cpu/cpu_elementwise.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "workers/cpu/multiversion.h"
+#include "workers/cpu/parallel_min.h"
+
+namespace lockstep::cpu {
+namespace {
+
+LS_MULTIVERSION void ReluRange(float* x, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+LS_MULTIVERSION void ReluBackwardRange(const float* y, float* dy, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+LS_MULTIVERSION void AddRange(const float* a, const float* b, float* y, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) y[i] = a[i] + b[i];
+}
+
+LS_MULTIVERSION void DivideRange(float d, float* x, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) x[i] /= d;
+}
+
+// Dropout of elements [begin, end) of n, the mask from random_bits(key, n): the kept
+// values first, then a select per mode, so that no division is conditional and both
+// loops (Threefry's rounds included) vectorize. x may be y.
+LS_MULTIVERSION void DropoutRange(rng::Key k, rng::Impl impl, size_t n, float keep, const float* x,
+                                  float* y, uint8_t* mask, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) y[i] = x[i] / keep;
+  auto select = [&](size_t i, uint32_t bits) {
+    const bool m = rng::BitsToUnitFloat(bits) < keep;
+    mask[i] = m ? 1 : 0;
+    y[i] = m ? y[i] : 0.0f;
+  };
+  if (impl == rng::Impl::kPartitionable) {
+    for (size_t i = begin; i < end; ++i) {
+      select(i, rng::RandomBitsAt(k, rng::Impl::kPartitionable, i, n));
+    }
+  } else {
+    for (size_t i = begin; i < end; ++i) select(i, rng::RandomBitsAt(k, rng::Impl::kLegacy, i, n));
+  }
+}
+
+LS_MULTIVERSION void BiasAddRows(int cols, const float* bias, float* y, size_t begin, size_t end) {
+  for (size_t r = begin; r < end; ++r) {
+    float* row = y + r * cols;
+    for (int c = 0; c < cols; ++c) row[c] += bias[c];
+  }
+}
+
+// sum[c] = column sums of rows [begin, end), top to bottom, accumulated in double.
+LS_MULTIVERSION void BlockColumnSums(int cols, const float* dy, double* sum, size_t begin,
+                                     size_t end) {
+  std::fill_n(sum, cols, 0.0);
+  for (size_t r = begin; r < end; ++r) {
+    const float* row = dy + r * cols;
+    for (int c = 0; c < cols; ++c) sum[c] += row[c];
+  }
+}
+
+}  // namespace
+
+void Relu(int threads, size_t n, float* x) {
+  ParallelFor(threads, n, [&](size_t b, size_t e) { ReluRange(x, b, e); });
+}
+
+void ReluBackward(int threads, size_t n, const float* y, float* dy) {
+  ParallelFor(threads, n, [&](size_t b, size_t e) { ReluBackwardRange(y, dy, b, e); });
+}
+
+void Add(int threads, size_t n, const float* a, const float* b, float* y) {
+  ParallelFor(threads, n, [&](size_t lo, size_t hi) { AddRange(a, b, y, lo, hi); });
+}
+
+void Copy(int threads, size_t n, const float* x, float* y) {
+  ParallelFor(threads, n,
+              [&](size_t b, size_t e) { std::memcpy(y + b, x + b, (e - b) * sizeof(float)); });
+}
+
+void Divide(int threads, size_t n, float d, float* x) {
+  ParallelFor(threads, n, [&](size_t b, size_t e) { DivideRange(d, x, b, e); });
+}
+
+void Dropout(int threads, size_t n, float keep, rng::Key key, rng::Impl impl, const float* x,
+             float* y, uint8_t* mask) {
+  ParallelFor(threads, n, [&](size_t begin, size_t end) {
+    DropoutRange(key, impl, n, keep, x, y, mask, begin, end);
+  });
+}
+
+void DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy, float* dx) {
+  for (size_t i = 0; i < n; ++i) dx[i] = mask[i] ? dy[i] / keep : 0.0f;
+}
+
+void BiasAdd(int threads, int rows, int cols, const float* bias, float* y) {
+  if (static_cast<size_t>(rows) * cols <= kParallelMin) {
+    BiasAddRows(cols, bias, y, 0, rows);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    BiasAddRows(cols, bias, y, rows * t / nt, rows * (t + 1) / nt);
+  }
+}
+
+void BiasGrad(int threads, int rows, int cols, const float* dy, float* db) {
+  // Partial sums in double over a fixed number of row blocks, combined in block order and
+  // rounded once at the end: the same bits whatever the thread count.
+  constexpr int kBlocks = 8;
+  const int blocks = static_cast<size_t>(rows) * cols <= kParallelMin ? 1 : kBlocks;
+  std::vector<double> partial(static_cast<size_t>(blocks) * cols);
+#pragma omp parallel for num_threads(threads) schedule(static) if (blocks > 1)
+  for (int blk = 0; blk < blocks; ++blk) {
+    BlockColumnSums(cols, dy, partial.data() + static_cast<size_t>(blk) * cols,
+                    static_cast<size_t>(rows) * blk / blocks,
+                    static_cast<size_t>(rows) * (blk + 1) / blocks);
+  }
+  for (int c = 0; c < cols; ++c) {
+    double sum = 0;
+    for (int blk = 0; blk < blocks; ++blk) sum += partial[static_cast<size_t>(blk) * cols + c];
+    db[c] = static_cast<float>(sum);
+  }
+}
+
+void SoftmaxCrossEntropy(int threads, int b, int classes, const float* logits,
+                         const int32_t* labels, float* loss, float* dlogits, float* correct) {
+  const float inv_b = 1.0f / static_cast<float>(b);
+#pragma omp parallel for num_threads(threads) \
+    schedule(static) if (static_cast <size_t>(b) * classes > kParallelMin)
+  for (int r = 0; r < b; ++r) {
+    const float* z = logits + static_cast<size_t>(r) * classes;
+    float* dz = dlogits + static_cast<size_t>(r) * classes;
+    int argmax = 0;
+    for (int c = 1; c < classes; ++c) argmax = z[c] > z[argmax] ? c : argmax;
+    const float mx = z[argmax];
+    float sum = 0.0f;
+    for (int c = 0; c < classes; ++c) sum += std::exp(z[c] - mx);
+    const float lse = std::log(sum);
+    const int label = labels[r];
+    loss[r] = -((z[label] - mx) - lse);
+    for (int c = 0; c < classes; ++c) {
+      const float softmax = std::exp((z[c] - mx) - lse);
+      dz[c] = (softmax - (c == label ? 1.0f : 0.0f)) * inv_b;
+    }
+    correct[r] = argmax == label ? 1.0f : 0.0f;
+  }
+}
+
+void GatherRows(int threads, size_t row, int n, const int32_t* idx, const float* table,
+                float* out) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (row * n > kParallelMin)
+  for (int i = 0; i < n; ++i) {
+    std::memcpy(out + i * row, table + static_cast<size_t>(idx[i]) * row, row * sizeof(float));
+  }
+}
+
+void GatherLabels(int n, const int32_t* idx, const int32_t* table, int32_t* out) {
+  for (int i = 0; i < n; ++i) out[i] = table[idx[i]];
+}
+
+}  // namespace lockstep::cpu
