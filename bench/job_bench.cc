@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/job_stats.h"
 #include "core/model.h"
+#include "core/model_spec.h"
 #include "core/spec/spec.h"
 #include "services/common/rpc/net.h"
 
@@ -75,7 +76,7 @@ int main(int argc, char** argv) {
   spec.set_steps(std::stoll(a["steps"]));
   spec.set_device(a["device"]);
   spec.set_workers(std::stoi(a["workers"]));
-  auto model = Model::FromSpec(spec.model());
+  auto model = ModelFromSpec(spec.model());
   if (!model.ok()) {
     absl::FPrintF(stderr, "%s\n", model.status().ToString());
     return 2;

@@ -37,6 +37,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/data/random_dataset.h"
+#include "core/optimizer_spec.h"
 #include "core/status_macros.h"
 #include "core/step.h"
 #include "core/store.h"
@@ -120,7 +121,7 @@ absl::Status RunRank(const Flags& f) {
   v1::OptimizerSpec adam;
   adam.set_kind("adam");
   adam.set_learning_rate(1e-3);
-  ASSIGN_OR_RETURN(Optimizer opt, Optimizer::FromSpec(adam));
+  ASSIGN_OR_RETURN(Optimizer opt, OptimizerFromSpec(adam));
   const Model model = f.model == "mlp" ? Model::Mlp({512, 512}, 0.0) : Model::Cnn();
   // executors[1]: the same job on N logical replicas, this rank's its own (--exact).
   std::unique_ptr<StepExecutor> executors[2];

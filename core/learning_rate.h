@@ -14,30 +14,61 @@
 #define LOCKSTEP_CORE_LEARNING_RATE_H_
 
 #include <cstdint>
+#include <optional>
 #include <utility>
+#include <variant>
 #include <vector>
-
-#include "absl/status/statusor.h"
-#include "lockstep/v1/spec.pb.h"
 
 namespace lockstep {
 
-// Immutable once made: any thread may evaluate it.
+// Immutable once made: any thread may evaluate it. Its values are optax's arguments, which
+// it takes as given: LearningRateFromSpec (core/optimizer_spec.h) checks a spec's (steps in
+// [1, 2^31 - 1], finite positive values...) and names the field it rejects.
 class LearningRate {
  public:
-  // From optimizer.learning_rate or optimizer.schedule (exactly one of them).
-  // INVALID_ARGUMENT naming the field: "optimizer.schedule.cosine_decay.decay_steps: 0 is
-  // not > 0".
-  static absl::StatusOr<LearningRate> FromSpec(const v1::OptimizerSpec& spec);
+  // optax.cosine_decay_schedule(init_value, decay_steps, alpha, exponent).
+  struct CosineDecay {
+    double init_value = 0;
+    int64_t decay_steps = 1;
+    double alpha = 0;
+    double exponent = 1;
+  };
+  // optax.warmup_cosine_decay_schedule(init_value, peak_value, warmup_steps, decay_steps,
+  // end_value, exponent); decay_steps counts the warmup too.
+  struct WarmupCosineDecay {
+    double init_value = 0, peak_value = 0;
+    int64_t warmup_steps = 0, decay_steps = 1;
+    double end_value = 0;
+    double exponent = 1;
+  };
+  // optax.exponential_decay(init_value, transition_steps, decay_rate, transition_begin,
+  // staircase, end_value).
+  struct ExponentialDecay {
+    double init_value = 0;
+    int64_t transition_steps = 1;
+    double decay_rate = 1;
+    int64_t transition_begin = 0;
+    bool staircase = false;
+    std::optional<double> end_value;
+  };
+  // optax.piecewise_constant_schedule(init_value, boundaries_and_scales).
+  struct PiecewiseConstant {
+    double init_value = 0;
+    std::vector<std::pair<int64_t, double>> boundaries_and_scales;  // any order
+  };
+  // A constant learning rate, or one of optax's schedules.
+  using Schedule =
+      std::variant<double, CosineDecay, WarmupCosineDecay, ExponentialDecay, PiecewiseConstant>;
+
+  LearningRate() = default;  // the constant 0
+  explicit LearningRate(Schedule schedule);
 
   // The learning rate of the update made after `count` updates (optax's
   // ScaleByScheduleState.count, which is TrainState.step).
   float operator()(int64_t count) const;
 
  private:
-  v1::LearningRateSchedule spec_;  // empty: the constant
-  double constant_ = 0;
-  std::vector<std::pair<int64_t, double>> boundaries_;  // piecewise_constant's, sorted
+  Schedule schedule_ = 0.0;  // piecewise_constant's boundaries sorted
 };
 
 }  // namespace lockstep

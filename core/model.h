@@ -4,7 +4,8 @@
 // averages).
 // Backends execute the stack (see step.h); this file only describes it.
 //
-// A spec's `model.layers` builds any such stack (model_spec.cc checks it); the presets
+// A spec's `model.layers` builds any such stack (ModelFromSpec, core/model_spec.h, checks
+// it); the presets
 // `cnn` (the Flax MNIST example's CNN) and `mlp` expand to layer lists
 // (tools/reference/models.py and golden_layers.py define the same on the JAX side).
 #ifndef LOCKSTEP_CORE_MODEL_H_
@@ -19,7 +20,6 @@
 #include "core/backend.h"
 #include "core/params.h"
 #include "core/rng/threefry.h"
-#include "lockstep/v1/spec.pb.h"
 
 namespace lockstep {
 
@@ -128,17 +128,14 @@ struct Layer {
 
 class Model {
  public:
-  // The preset or layer list in `spec`; INVALID_ARGUMENT naming the field
-  // (model.kind, model.hidden, model.layers[2].kernel_size...) and the shapes involved.
-  static absl::StatusOr<Model> FromSpec(const v1::ModelSpec& spec);
   static Model Cnn(Dims input = {28, 28, 1});
   static Model Mlp(const std::vector<int>& hidden, double dropout_rate, Dims input = {28, 28, 1});
 
   // An empty stack on per-sample inputs of shape `input`. The builders below append one
-  // layer each; their arguments must fit the stack so far (FromSpec checks a spec's:
+  // layer each; their arguments must fit the stack so far (ModelFromSpec checks a spec's:
   // features >= 1, windows no larger than a VALID input, dense on flat inputs...).
   explicit Model(Dims input) : input_(input) {}
-  // Modules take `name` as Flax's `name=` (unique in its scope: FromSpec checks, see
+  // Modules take `name` as Flax's `name=` (unique in its scope: ModelFromSpec checks, see
   // HasName); empty: the next auto name of their class in the scope ("Conv_2").
   // nn.Conv(features, kernel_size, strides, padding, use_bias) on an image input.
   void Conv(int features, std::array<int, 2> kernel_size, std::array<int, 2> strides = {1, 1},

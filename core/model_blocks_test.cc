@@ -1,8 +1,9 @@
-// Model::FromSpec's named blocks and residual connections: Flax's nested names (params and
+// ModelFromSpec's named blocks and residual connections: Flax's nested names (params and
 // batch_stats), the graph a residual builds (its branch, projection only where the shapes
 // differ), the init keys of nested modules, and the errors a bad graph gives (the path and
 // the shapes).
 #include "core/model.h"
+#include "core/model_spec.h"
 #include "core/model_testing.h"
 #include "core/rng/flax_rng.h"
 #include "core/rng/random.h"
@@ -258,7 +259,7 @@ TEST(ModelBlocks, TheResNetExampleFitsFashionMnistWithFlaxsParamCount) {
   ASSERT_OK_AND_ASSIGN(v1::JobSpec spec, LoadSpecFile(testing::SourcePath("examples/resnet.yaml")));
   ASSERT_OK_AND_ASSIGN(spec, Validate(spec));
   EXPECT_OK(CheckModelFitsInstalledDataset(spec));
-  ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(spec.model()));
+  ASSERT_OK_AND_ASSIGN(Model m, ModelFromSpec(spec.model()));
   EXPECT_EQ(m.layout().total(), 174970u);  // flax: sum of the params' sizes
   EXPECT_EQ(m.layout().entries().back().name, "Dense_0/bias");
   EXPECT_EQ(m.stats_layout().entries().back().name, "ResNetBlock_5/BatchNorm_1/var");

@@ -1,7 +1,8 @@
-// Model::FromSpec's dtype policy (docs/models.md#mixed-precision): model.dtype as every
+// ModelFromSpec's dtype policy (docs/models.md#mixed-precision): model.dtype as every
 // module's Flax `dtype=`, a module's or block's own overriding it, functions taking their
 // input's dtype and sums the promotion of theirs, float32 params only, and the errors.
 #include "core/model.h"
+#include "core/model_spec.h"
 #include "core/model_testing.h"
 #include "core/testing.h"
 

@@ -1,13 +1,14 @@
-// Model::FromSpec: a spec's model (a preset or a list of layers) into a Model. Every field
+// ModelFromSpec: a spec's model (a preset or a list of layers) into a Model. Every field
 // and every shape is checked on the way, so that a bad model is INVALID_ARGUMENT naming
 // the field (model.layers[3].dense.features) and the shapes involved, before a worker
 // allocates anything.
+#include "core/model_spec.h"
+
 #include <algorithm>
 #include <cctype>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/model.h"
 #include "core/model_spec_internal.h"
 #include "core/status_macros.h"
 
@@ -567,7 +568,7 @@ absl::StatusOr<Model> Build(const v1::ModelSpec& spec, Dims input) {
 
 }  // namespace
 
-absl::StatusOr<Model> Model::FromSpec(const v1::ModelSpec& spec) {
+absl::StatusOr<Model> ModelFromSpec(const v1::ModelSpec& spec) {
   ASSIGN_OR_RETURN(const Dims input, InputShape(spec));
   if (!spec.param_dtype().empty() && spec.param_dtype() != "float32") {
     return Invalid("model.param_dtype",

@@ -1,4 +1,4 @@
-// Model::FromSpec's named blocks and residual connections (docs/models.md, "Blocks and
+// ModelFromSpec's named blocks and residual connections (docs/models.md, "Blocks and
 // residual connections"). A block is a Flax module class: its layers, untyped JSON in the
 // spec with "$arg" placeholders, are read as LayerSpec once a call has filled in its args,
 // and built in a module scope of their own. A residual connection builds x + layers(x) as

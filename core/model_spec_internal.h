@@ -1,4 +1,4 @@
-// Model::FromSpec's parts shared by core/model_spec.cc (layers, presets) and
+// ModelFromSpec's parts shared by core/model_spec.cc (layers, presets) and
 // core/model_spec_blocks.cc (named blocks and residual connections); not a public header.
 #ifndef LOCKSTEP_CORE_MODEL_SPEC_INTERNAL_H_
 #define LOCKSTEP_CORE_MODEL_SPEC_INTERNAL_H_

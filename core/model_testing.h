@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/model.h"
+#include "core/model_spec.h"
 #include "core/spec/spec.h"
 #include "core/status_macros.h"
 
@@ -15,7 +16,7 @@ namespace lockstep::testing {
 // The model of a spec written in YAML.
 inline absl::StatusOr<Model> FromYaml(const std::string& yaml) {
   ASSIGN_OR_RETURN(v1::JobSpec spec, ParseSpec(yaml, "model.yaml"));
-  return Model::FromSpec(spec.model());
+  return ModelFromSpec(spec.model());
 }
 
 // The names of a layout's entries, in order (params or batch_stats).

@@ -1,6 +1,7 @@
 // Optimizer: optax's sgd (with momentum, optionally Nesterov's), adam and adamw, with a
 // constant learning rate or an optax schedule, optionally chained after
-// clip_by_global_norm; configured from the spec. The update itself is backend kernels over
+// clip_by_global_norm; configured in C++ (Optimizer::Options) or from a spec
+// (OptimizerFromSpec, core/optimizer_spec.h). The update itself is backend kernels over
 // the flat parameter array; this class holds hyperparameters, names the state slots and
 // derives the per-step scalars (the schedule's learning rate among them), which the step
 // copies into backend memory so that a replayed graph reads each step's values.
@@ -13,7 +14,6 @@
 #include "absl/status/statusor.h"
 #include "core/backend.h"
 #include "core/learning_rate.h"
-#include "lockstep/v1/spec.pb.h"
 
 namespace lockstep {
 
@@ -21,9 +21,20 @@ class Optimizer {
  public:
   enum class Kind { kSgd, kAdam, kAdamW };
 
-  // INVALID_ARGUMENT naming the field (optimizer.kind, optimizer.learning_rate,
-  // optimizer.schedule.cosine_decay.decay_steps, ...).
-  static absl::StatusOr<Optimizer> FromSpec(const v1::OptimizerSpec& spec);
+  // optax's arguments, taken as given (OptimizerFromSpec checks a spec's: b1, b2, eps and
+  // weight_decay in [0, 1), momentum and Nesterov's for sgd only, ...).
+  struct Options {
+    Kind kind = Kind::kSgd;
+    LearningRate learning_rate;
+    double momentum = 0;                      // sgd: 0, or the trace's decay
+    bool nesterov = false;                    // sgd with momentum > 0
+    double b1 = 0.9, b2 = 0.999, eps = 1e-8;  // adam, adamw
+    double weight_decay = 0;                  // adamw
+    double clip_norm = 0;                     // clip_by_global_norm's max_norm; 0: no clipping
+  };
+
+  Optimizer() = default;  // sgd at the constant learning rate 0
+  explicit Optimizer(const Options& options);
 
   Kind kind() const { return kind_; }
   // State slots, each the size of the params: {"trace"}, {"mu", "nu"} or {} (plain sgd).

@@ -3,6 +3,7 @@
 // values over whole ranges are checked bitwise against optax in tests/golden_optax_test.
 #include "core/optimizer.h"
 
+#include "core/optimizer_spec.h"
 #include "core/spec/spec.h"
 #include "core/testing.h"
 
@@ -19,7 +20,7 @@ absl::StatusOr<v1::OptimizerSpec> ParseOptimizer(const std::string& yaml) {
 
 absl::StatusOr<Optimizer> FromYaml(const std::string& yaml) {
   ASSIGN_OR_RETURN(v1::OptimizerSpec spec, ParseOptimizer(yaml));
-  return Optimizer::FromSpec(spec);
+  return OptimizerFromSpec(spec);
 }
 
 TEST(LearningRate, ConstantLearningRate) {
@@ -105,7 +106,7 @@ class OptimizerInvalid : public ::testing::TestWithParam<BadOptimizer> {};
 TEST_P(OptimizerInvalid, NamesTheField) {
   auto spec = ParseOptimizer(GetParam().yaml);
   ASSERT_OK(spec);
-  EXPECT_THAT(Optimizer::FromSpec(*spec),
+  EXPECT_THAT(OptimizerFromSpec(*spec),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(GetParam().message)));
 }
 

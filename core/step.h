@@ -29,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "core/backend.h"
 #include "core/collective.h"
-#include "core/data/dataset.h"
+#include "core/data/host_dataset.h"
 #include "core/exact_sum.h"
 #include "core/exact_sum_device.h"
 #include "core/grad_buckets.h"

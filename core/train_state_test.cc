@@ -1,5 +1,6 @@
 #include "core/train_state.h"
 
+#include "core/optimizer_spec.h"
 #include "core/testing.h"
 
 namespace lockstep {
@@ -60,7 +61,7 @@ TEST(StateAssembler, BuildsTheStateFromChunksOfAnySize) {
 }
 
 TEST(TrainState, BatchStatsFollowTheSlotsInBytesAndChecksum) {
-  TrainState s = TrainState::Create({1, 2}, *Optimizer::FromSpec([] {
+  TrainState s = TrainState::Create({1, 2}, *OptimizerFromSpec([] {
                                       v1::OptimizerSpec o;
                                       o.set_kind("adam");
                                       o.set_learning_rate(0.1);

@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "core/model_spec.h"
+#include "core/optimizer_spec.h"
+
 namespace lockstep::testing {
 
 v1::ModelSpec GoldenModelSpec(const std::string& json) {
@@ -51,11 +54,11 @@ void ExpectGradientsMatchJax(Backend* backend, const std::string& model_name) {
   ASSERT_OK_AND_ASSIGN(SafeTensors g, SafeTensors::Read(GoldenPath("grads.safetensors")));
   ASSERT_OK_AND_ASSIGN(SafeTensors init,
                        SafeTensors::Read(GoldenPath("init_" + model_name + "_seed0.safetensors")));
-  ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(GoldenModelSpec(init.metadata().at("model"))));
+  ASSERT_OK_AND_ASSIGN(Model m, ModelFromSpec(GoldenModelSpec(init.metadata().at("model"))));
   v1::OptimizerSpec os;
   os.set_kind("sgd");
   os.set_learning_rate(0.1);
-  ASSERT_OK_AND_ASSIGN(Optimizer sgd, Optimizer::FromSpec(os));
+  ASSERT_OK_AND_ASSIGN(Optimizer sgd, OptimizerFromSpec(os));
   ASSERT_OK_AND_ASSIGN(
       auto exec, StepExecutor::Create(m, sgd, rng::Impl::kPartitionable, 16, backend, nullptr));
   const Dataset batch = GoldenDataset(g, "batch");

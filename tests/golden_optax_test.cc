@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/io/safetensors.h"
+#include "core/model_spec.h"
 #include "core/optimizer.h"
+#include "core/optimizer_spec.h"
 #include "core/spec/spec.h"
 #include "core/testing.h"
 #include "tests/golden.h"
@@ -27,7 +29,7 @@ TEST(OptaxScheduleGolden, EveryLearningRateIsBitwiseOptaxs) {
     SCOPED_TRACE(name);
     ASSERT_OK_AND_ASSIGN(v1::JobSpec spec,
                          ParseSpec(nlohmann::json{{"optimizer", optimizer}}.dump(), name));
-    ASSERT_OK_AND_ASSIGN(Optimizer opt, Optimizer::FromSpec(spec.optimizer()));
+    ASSERT_OK_AND_ASSIGN(Optimizer opt, OptimizerFromSpec(spec.optimizer()));
     ASSERT_OK_AND_ASSIGN(std::vector<int32_t> counts, st.I32(name + ".count"));
     ASSERT_OK_AND_ASSIGN(std::vector<float> want, st.F32(name + ".lr"));
     ASSERT_EQ(counts.size(), want.size());
@@ -52,7 +54,7 @@ TEST(OptaxNormGolden, GlobalNormIsOptaxsWithin1e6) {
   for (const std::string model : {"cnn", "mlp"}) {
     const Model m = model == "cnn"
                         ? Model::Cnn()
-                        : *Model::FromSpec(testing::GoldenModelSpec(grads.metadata().at("mlp")));
+                        : *ModelFromSpec(testing::GoldenModelSpec(grads.metadata().at("mlp")));
     std::vector<float> g = testing::GoldenParams(grads, m, model + ".grads.");
     std::vector<double> sums(SumSquaresPartials(g.size()) + 1);
     EXPECT_OK(backend->SumSquares(g.size(), g.data(), sums.data(), &sums.back()));

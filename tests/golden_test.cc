@@ -4,6 +4,7 @@
 #include "tests/golden.h"
 
 #include "core/io/safetensors.h"
+#include "core/model_spec.h"
 #include "core/plan.h"
 #include "core/testing.h"
 #include "workers/cpu/cpu_backend.h"
@@ -22,7 +23,7 @@ TEST_P(InitGolden, MatchesFlaxWithin1e6) {
   ASSERT_OK_AND_ASSIGN(SafeTensors st,
                        SafeTensors::Read(GoldenPath(std::string("init_") + model_name + "_seed" +
                                                     std::to_string(seed) + ".safetensors")));
-  ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(GoldenModelSpec(st.metadata().at("model"))));
+  ASSERT_OK_AND_ASSIGN(Model m, ModelFromSpec(GoldenModelSpec(st.metadata().at("model"))));
   EXPECT_EQ(st.tensors().size(), m.layout().entries().size());
   const auto impl = rng::Impl::kPartitionable;
   TrainingPlan plan(seed, seed, impl, 60000, 128, 1);

@@ -19,18 +19,21 @@ prints one JSON object:
           batch 32 windows of 128 bytes of the fortunes corpus (the spec's train_path,
           cut into windows as Lockstep and train_flax.py read it), dropout on, the
           token-level cross-entropy; a sample is one window
+  vit: examples/vit.yaml's model and optimizer (adamw on a warmup-cosine schedule),
+       batch 128, dropout on (0.1 on the token stream; none on the attention weights)
 
-JAX runs the spec's own Flax module for resnet and char-transformer
+JAX runs the spec's own Flax module for resnet, char-transformer and vit
 (tools/reference/train_flax.py's model_from_spec: golden_layers.Sequential with the
 spec's blocks, Lockstep's module names and init); PyTorch runs tools/reference/
 torch_models.py's equivalents (same shapes and parameter counts, Flax's init
-distributions).
+distributions). Every run reports its model's parameter count ("params"); the frameworks
+of one model must agree on it, or the run fails.
 
 Only training steps are timed, after `--warmup` steps (JIT compilation, allocator and
-thread-pool start-up; default 20, 5 for the char-transformer, whose steps are the
-longest: XLA and inductor compile in the first step). Each step draws its batch from a
-fixed random permutation with a numpy gather, as the Flax MNIST example does; that
-gather is part of the timed step, as Lockstep's GatherRows is. The PyTorch peers read a
+thread-pool start-up; default 20, 5 for the char-transformer and the vit, whose steps
+are the longest: XLA and inductor compile in the first step). Each step draws its batch
+from a fixed random permutation with a numpy gather, as the Flax MNIST example does;
+that gather is part of the timed step, as Lockstep's GatherRows is. The PyTorch peers read a
 dataset transposed to NCHW once, outside the timed loop. JAX steps are dispatched
 asynchronously; each timed window ends with block_until_ready.
 
@@ -50,7 +53,7 @@ params float32, the logits cast to float32 for the loss: docs/models.md#mixed-pr
 PyTorch under torch.autocast("cpu", dtype=torch.bfloat16) around the forward pass and the
 loss (float32 params, its own casting rules).
 
-Usage: peers.py [--threads N] [--models cnn,mlp,bn-convnet,resnet,char-transformer]
+Usage: peers.py [--threads N] [--models cnn,mlp,bn-convnet,resnet,char-transformer,vit]
                 [--frameworks jax,torch,torch_compile] [--dtype float32|bfloat16]
                 [--steps S] [--windows W] [--warmup K] [--cpus 0,1]
 """
@@ -72,8 +75,8 @@ DATA = "/usr/share/datasets/fashion-mnist"
 BATCH = 128  # the image models' batch; the example specs give their own
 # The models that are an example spec: its model, optimizer, batch and dataset.
 SPECS = {m: os.path.join(REPO, "examples", f"{m}.yaml")
-         for m in ("bn-convnet", "resnet", "char-transformer")}
-DEFAULT_WARMUP = {"char-transformer": 5}  # else 20
+         for m in ("bn-convnet", "resnet", "char-transformer", "vit")}
+DEFAULT_WARMUP = {"char-transformer": 5, "vit": 5}  # else 20
 
 
 def example_spec(model_name):
@@ -215,11 +218,30 @@ def run_jax(model_name, threads, warmup, steps, windows, dtype):
 
   batch = batch_size(model_name)
   idx = batch_indices(len(labels), warmup + steps * windows, batch)
+  params = holder["state"][0] if model_name in SPECS else holder["state"].params
+  n = sum(int(np.prod(p.shape)) for p in jax.tree_util.tree_leaves(params))  # before donation
   rates = timed_windows(step, idx, warmup, steps, windows, sync, batch)
-  return rates, {"final_loss": float(holder["loss"]), "devices": str(jax.devices())}
+  return rates, {"final_loss": float(holder["loss"]), "devices": str(jax.devices()),
+                 "params": n}
 
 
 # ------------------------------------------------------------------------ PyTorch
+
+def warmup_cosine_decay(init, warmup_steps, decay_steps):
+  """optax.warmup_cosine_decay_schedule(init * peak, peak, warmup_steps, decay_steps) over
+  peak (end_value 0, exponent 1), as a LambdaLR factor of step (the count of updates
+  before this one, as optax's): linear from init to 1 over warmup_steps, then a cosine
+  to 0 at decay_steps."""
+  import math
+
+  def factor(step):
+    if step < warmup_steps:
+      return init + (1 - init) * step / warmup_steps
+    t = min(step - warmup_steps, decay_steps - warmup_steps)
+    return 0.5 * (1 + math.cos(math.pi * t / (decay_steps - warmup_steps)))
+
+  return factor
+
 
 def run_torch(model_name, threads, warmup, steps, windows, compile_, dtype):
   import contextlib
@@ -254,9 +276,16 @@ def run_torch(model_name, threads, warmup, steps, windows, compile_, dtype):
 
     if o.get("schedule"):
       (kind, a), = o["schedule"].items()
-      assert kind == "cosine_decay" and not a.get("alpha"), o
-      opt = make(float(a["init_value"]))
-      sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=int(a["decay_steps"]))
+      assert kind in ("cosine_decay", "warmup_cosine_decay"), o
+      assert not a.get("alpha") and not a.get("end_value") and a.get("exponent", 1) == 1, o
+      if kind == "cosine_decay":
+        opt = make(float(a["init_value"]))
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=int(a["decay_steps"]))
+      else:
+        opt = make(float(a["peak_value"]))
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine_decay(
+            float(a.get("init_value", 0.0)) / float(a["peak_value"]),
+            int(a.get("warmup_steps", 0)), int(a["decay_steps"])))
     else:
       opt = make(float(o["learning_rate"]))
   else:
@@ -296,7 +325,8 @@ def run_torch(model_name, threads, warmup, steps, windows, compile_, dtype):
   t0 = time.perf_counter()
   rates = timed_windows(step, idx, warmup, steps, windows, lambda: None, batch)
   extra = {"final_loss": float(holder["loss"]), "num_threads": torch.get_num_threads(),
-           "interop_threads": torch.get_num_interop_threads()}
+           "interop_threads": torch.get_num_interop_threads(),
+           "params": sum(p.numel() for p in model.parameters())}
   if compile_:
     extra["warmup_and_run_seconds"] = round(time.perf_counter() - t0, 1)
   return rates, extra
@@ -339,7 +369,7 @@ def main():
                  "(default 100 for the cnn, 300 for the mlp)")
   p.add_argument("--windows", type=int, default=2, help="timed windows per run")
   p.add_argument("--warmup", type=int, default=None,
-                 help="untimed steps first (default 20; 5 for the char-transformer)")
+                 help="untimed steps first (default 20; 5 for the char-transformer and vit)")
   p.add_argument("--timeout", type=float, default=600, help="seconds per subprocess")
   p.add_argument("--model", help=argparse.SUPPRESS)
   p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -387,7 +417,11 @@ def main():
                             "batch": batch_size(model),
                             "wall_seconds": round(wall, 1), **r}
       print(f"peers: {model} {fw}: {np.median(rates):.0f} samples/s "
-            f"(windows {', '.join(f'{x:.0f}' for x in rates)})", file=sys.stderr)
+            f"(windows {', '.join(f'{x:.0f}' for x in rates)}), {r['params']:,} params",
+            file=sys.stderr)
+    counts = {fw: r["params"] for fw, r in results[model].items() if "params" in r}
+    if len(set(counts.values())) > 1:
+      sys.exit(f"peers.py: {model}: the frameworks' models differ: params {counts}")
   print(json.dumps({"threads": n, "cpus": args.cpus, "dtype": args.dtype,
                     "versions": versions(), "results": results}))
 

@@ -1,9 +1,8 @@
-// Dataset: an image-classification split in host memory, float32 images and int32 labels,
-// loaded from IDX files (Fashion-MNIST by default) or from the user's .npz files
+// Loading a Dataset (core/data/host_dataset.h: a split in host memory, float32 images and
+// int32 labels) from IDX files (Fashion-MNIST by default) or from the user's .npz files
 // (docs/datasets.md): images scaled by 1/255 when stored as uint8, kept as they are when
 // float32, then optionally normalized per channel. Token datasets for sequence models
-// (formats text and tokens, core/data/token_dataset.h) use the same struct: token ids as
-// the "images" and one target per position as the labels.
+// (formats text and tokens) load in core/data/token_dataset.h.
 #ifndef LOCKSTEP_CORE_DATA_DATASET_H_
 #define LOCKSTEP_CORE_DATA_DATASET_H_
 
@@ -14,28 +13,13 @@
 
 #include "absl/status/statusor.h"
 #include "core/data/data_roots.h"
+#include "core/data/host_dataset.h"
 #include "core/model.h"
 #include "lockstep/v1/spec.pb.h"
 
 namespace lockstep {
 
 inline constexpr char kDefaultDatasetPath[] = "/usr/share/datasets/fashion-mnist";
-
-struct Dataset {
-  int64_t size = 0;             // number of examples
-  int64_t row = 0;              // floats per image (h * w * c)
-  Dims shape;                   // one image's, NHWC without N
-  std::vector<float> images;    // size * row, NHWC
-  std::vector<int32_t> labels;  // size * label_row, each >= 0
-  int64_t max_label_index = 0;  // where the largest label is (labels[max_label_index])
-  // Token datasets (core/data/token_dataset.h): targets per example (the context), and
-  // the largest input token (images hold token ids); 1 and -1 for images.
-  int64_t label_row = 1;
-  int32_t max_token = -1;
-  // What it was read from, for errors: the spec's field ("dataset.train_path") and the
-  // images' and labels' sources ("/data/train.npz: array 'image'", or an IDX file).
-  std::string field, images_from, labels_from;
-};
 
 struct Datasets {
   Dataset train, test;

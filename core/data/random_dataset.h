@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <random>
 
-#include "core/data/dataset.h"
+#include "core/data/host_dataset.h"
 
 namespace lockstep {
 

@@ -16,7 +16,9 @@
 #include "absl/strings/str_split.h"
 #include "core/data/dataset.h"
 #include "core/model.h"
+#include "core/model_spec.h"
 #include "core/optimizer.h"
+#include "core/optimizer_spec.h"
 #include "core/rng/threefry.h"
 #include "core/status_macros.h"
 
@@ -329,17 +331,17 @@ namespace {
 // most about 1% of the samples/s (bench/results/audit.md).
 constexpr uint64_t kDefaultAuditEverySteps = 100;
 
-// Why the job cannot be audited (docs/audit.md), or "": the audit recomputes one worker's
-// shard on another and compares bits, so it needs a second worker and shards whose
-// gradients depend on that shard alone.
+// Why the job cannot be audited (docs/audit.md), or "". The shard audit recomputes one
+// worker's shard on another and compares bits: it needs a second worker and shards whose
+// gradients depend on that shard alone. The replay audit replays the job on one free
+// worker: it covers a one-worker job, and any job on logical replicas (the same bits on
+// any number of workers), BatchNorm included. Left: BatchNorm on 2+ workers without
+// replicas (a replay would need as many free workers).
 std::string WhyNotAuditable(const v1::JobSpec& spec, const Model& model) {
-  if (spec.workers() < 2) {
-    return absl::StrCat("needs workers >= 2 (a second worker recomputes a shard); the job has ",
-                        spec.workers());
-  }
-  if (model.stats_layout().total() > 0) {
-    return "not available for a model with batch_norm: its statistics are all-reduced, so a "
-           "shard's gradients depend on every worker's";
+  if (spec.workers() >= 2 && spec.replicas() == 0 && model.stats_layout().total() > 0) {
+    return "not available for a model with batch_norm on 2 or more workers without "
+           "`replicas`: its statistics are all-reduced, so a shard's gradients depend on every "
+           "worker's (with `replicas`, or on one worker, the job is audited by replay)";
   }
   return "";
 }
@@ -398,7 +400,7 @@ absl::Status CheckModelFitsInstalledDataset(const v1::JobSpec& job) {
   if (ds.format() != "idx" || ds.name() != "fashion_mnist" || ds.path() != kDefaultDatasetPath) {
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(const Model model, Model::FromSpec(spec));
+  ASSIGN_OR_RETURN(const Model model, ModelFromSpec(spec));
   const Dims in = model.input();
   if (in.flat || in.h != 28 || in.w != 28 || in.c != 1) {
     return Invalid("model.input_shape",
@@ -424,12 +426,12 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
     RETURN_IF_ERROR(CheckRelativePath("tensorboard_dir", in.tensorboard_dir()));
   }
   v1::JobSpec spec = in;
-  ASSIGN_OR_RETURN(Model model, Model::FromSpec(spec.model()));
+  ASSIGN_OR_RETURN(Model model, ModelFromSpec(spec.model()));
   if (model.layout().total() > limits.max_params) {
     return Invalid("model", absl::StrCat(model.layout().total(), " parameters exceed the limit of ",
                                          limits.max_params));
   }
-  RETURN_IF_ERROR(Optimizer::FromSpec(spec.optimizer()).status());
+  RETURN_IF_ERROR(OptimizerFromSpec(spec.optimizer()).status());
   if (spec.workers() == 0) spec.set_workers(1);
   if (spec.workers() > limits.max_workers) {
     return Invalid("workers",
@@ -492,8 +494,8 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
 }
 
 absl::StatusOr<TrainSetup> SetupFromSpec(const v1::JobSpec& spec) {
-  ASSIGN_OR_RETURN(Model model, Model::FromSpec(spec.model()));
-  ASSIGN_OR_RETURN(Optimizer optimizer, Optimizer::FromSpec(spec.optimizer()));
+  ASSIGN_OR_RETURN(Model model, ModelFromSpec(spec.model()));
+  ASSIGN_OR_RETURN(Optimizer optimizer, OptimizerFromSpec(spec.optimizer()));
   ASSIGN_OR_RETURN(rng::Impl impl, rng::ParseImpl(spec.rng_impl()));
   return TrainSetup{std::move(model), std::move(optimizer), impl};
 }

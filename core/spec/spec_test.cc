@@ -333,19 +333,19 @@ TEST(Spec, AnAuditIsOnByDefaultWhereAJobCanBeAuditedAndRefusedWhereItCannot) {
   ASSERT_OK_AND_ASSIGN(v1::JobSpec audited,
                        ParseAndValidate(absl::StrCat(kGood, "audit: {every_steps: 10}\n")));
   EXPECT_EQ(audited.audit().every_steps(), 10u);
-  // One worker: off by default (nobody to recompute a shard), refused when asked for.
+  // One worker: on by default too (audited by replay on another worker), and when asked.
   v1::JobSpec one = plain;
   one.set_workers(1);
   one.clear_audit();
   ASSERT_OK_AND_ASSIGN(v1::JobSpec alone_default, Validate(one));
-  EXPECT_EQ(alone_default.audit().every_steps(), 0u);
+  EXPECT_EQ(alone_default.audit().every_steps(), 100u);
   ASSERT_OK_AND_ASSIGN(v1::JobSpec replicas,
                        ParseAndValidate(absl::StrCat(kGood, "replicas: 4\n")));
   EXPECT_EQ(replicas.audit().every_steps(), 100u);
   v1::JobSpec alone = audited;
   alone.set_workers(1);
-  EXPECT_THAT(Validate(alone), StatusIs(absl::StatusCode::kInvalidArgument,
-                                        HasSubstr("audit.every_steps: needs workers >= 2")));
+  ASSERT_OK_AND_ASSIGN(alone, Validate(alone));
+  EXPECT_EQ(alone.audit().every_steps(), 10u);
   EXPECT_THAT(ParseAndValidate(absl::StrCat(kGood, "audit: {every_steps: 2000000000}\n")),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("audit.every_steps: must be at most")));
@@ -362,7 +362,17 @@ workers: 2
   EXPECT_EQ(batch_norm_default.audit().every_steps(), 0u);
   EXPECT_THAT(ParseAndValidate(absl::StrCat(batch_norm, "audit: {every_steps: 5}\n")),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("audit.every_steps: not available for a model with batch_norm")));
+                       HasSubstr("audit.every_steps: not available for a model with batch_norm "
+                                 "on 2 or more workers without `replicas`")));
+  // BatchNorm on logical replicas, or on one worker: audited by replay, on by default.
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec batch_norm_replicas,
+                       ParseAndValidate(absl::StrCat(batch_norm, "replicas: 4\n")));
+  EXPECT_EQ(batch_norm_replicas.audit().every_steps(), 100u);
+  v1::JobSpec batch_norm_one = batch_norm_default;
+  batch_norm_one.set_workers(1);
+  batch_norm_one.clear_audit();
+  ASSERT_OK_AND_ASSIGN(batch_norm_one, Validate(batch_norm_one));
+  EXPECT_EQ(batch_norm_one.audit().every_steps(), 100u);
 }
 
 }  // namespace

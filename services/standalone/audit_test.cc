@@ -2,9 +2,11 @@
 // (JobSlots on the CPU, Gloo on loopback): honest workers train bit for bit as without
 // it; a worker that corrupts its gradients (a test-only fault on its JobSlot) is caught,
 // quarantined and replaced, and the job ends with the honest checksum.
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <optional>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -54,7 +56,9 @@ class Recorder final : public JobSink {
   void OnRunning(int64_t) override {}
   void OnStep(const v1::StepEvent& e) override { steps.push_back(e); }
   void OnEval(const v1::EvalResult&) override {}
+  void OnNote(const std::string& why) override { notes.push_back(why); }
   std::vector<v1::StepEvent> steps;
+  std::vector<std::string> notes;
 };
 
 // Gives the job its survivors and then spares in place of the lost, in rank order, and
@@ -83,10 +87,24 @@ class SpareSupply final : public WorkerSupply {
   void Quarantine(const PoolWorker& w, const std::string& why) override {
     quarantined.push_back(w.id);
   }
+  // A replay audit's checker: the first spare not lent, not excluded.
+  std::optional<PoolWorker> LendWorker(const std::string&, uint32_t,
+                                       const std::vector<std::string>& exclude) override {
+    for (const PoolWorker& w : spares_) {
+      if (!lent_.contains(w.id) &&
+          std::find(exclude.begin(), exclude.end(), w.id) == exclude.end()) {
+        lent_.insert(w.id);
+        return w;
+      }
+    }
+    return std::nullopt;
+  }
+  void ReturnWorker(const PoolWorker& w) override { lent_.erase(w.id); }
   std::vector<std::string> reasons, quarantined;
 
  private:
   std::vector<PoolWorker> current_, spares_;
+  std::set<std::string> lent_;
 };
 
 // Runs `spec` on the first spec.workers() of `workers`, the rest spares.
@@ -104,6 +122,43 @@ absl::StatusOr<JobOutcome> RunOn(InProcessWorkers& workers, const v1::JobSpec& s
   std::filesystem::remove_all(options.checkpoint_dir);
   RETURN_IF_ERROR(st);
   return out;
+}
+
+// A run through SpareSupply: its outcome, and what the supply and the sink were told.
+struct SparedRun {
+  absl::StatusOr<JobOutcome> out;
+  std::vector<std::string> reasons, quarantined, notes;
+  std::vector<v1::StepEvent> steps;
+};
+
+// Runs `spec` on the first spec.workers() of `workers`, the rest spares for recoveries and
+// replay audits.
+SparedRun RunWithSpares(InProcessWorkers& workers, const v1::JobSpec& spec, const std::string& id) {
+  SpareSupply supply(workers.pool_workers(), static_cast<int>(spec.workers()));
+  Recorder sink;
+  SparedRun run;
+  run.out = RunOn(workers, spec, id, &sink, &supply);
+  run.reasons = supply.reasons;
+  run.quarantined = supply.quarantined;
+  run.notes = sink.notes;
+  run.steps = sink.steps;
+  return run;
+}
+
+// The "submit a job with a liar" setup: `spec` on `total` workers (its ranks first, then
+// spares) of which worker `liar` doubles every gradient it computes.
+SparedRun RunWithLiar(int total, int liar, const v1::JobSpec& spec, const std::string& id) {
+  InProcessWorkers workers(total);
+  workers.slot(liar).SetGradientFaultForTesting(Double);
+  return RunWithSpares(workers, spec, id);
+}
+
+// `spec` with its audit off on honest workers: the undisturbed run.
+absl::StatusOr<JobOutcome> Undisturbed(v1::JobSpec spec, Recorder* sink = nullptr) {
+  spec.mutable_audit()->set_every_steps(0);
+  InProcessWorkers honest(static_cast<int>(spec.workers()));
+  Recorder own;
+  return RunOn(honest, spec, "clean", sink != nullptr ? sink : &own);
 }
 
 TEST(Audit, HonestWorkersEndBitForBitAsWithoutAnAudit) {
@@ -215,42 +270,32 @@ TEST(Audit, ALiarFromAStepOnRollsBackToTheLastAuditThatPassed) {
 // Nothing in the spec about the audit: two workers are audited every 100 steps, and the
 // liar among them is caught at step 100.
 TEST(Audit, TheDefaultCatchesALiarInATwoWorkerJob) {
-  InProcessWorkers honest(2);
-  Recorder honest_sink;
-  ASSERT_OK_AND_ASSIGN(JobOutcome clean, RunOn(honest, Spec(2, 110, 0), "clean", &honest_sink));
-  InProcessWorkers workers(4);
-  workers.slot(1).SetGradientFaultForTesting(Double);
-  SpareSupply supply(workers.pool_workers(), 2);
-  Recorder sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, Undisturbed(Spec(2, 110, 0)));
   const v1::JobSpec spec = Spec(2, 110, std::nullopt);
   ASSERT_EQ(spec.audit().every_steps(), 100u);
-  ASSERT_OK_AND_ASSIGN(JobOutcome out, RunOn(workers, spec, "default", &sink, &supply));
-  EXPECT_EQ(out.param_checksum, clean.param_checksum);
-  ASSERT_EQ(supply.reasons.size(), 1u);
-  EXPECT_THAT(supply.reasons[0], HasSubstr("audit of step 100 failed: no majority"));
-  EXPECT_EQ(out.audits_failed, 1);
+  SparedRun run = RunWithLiar(4, 1, spec, "default");
+  ASSERT_OK(run.out.status());
+  EXPECT_EQ(run.out->param_checksum, clean.param_checksum);
+  ASSERT_EQ(run.reasons.size(), 1u);
+  EXPECT_THAT(run.reasons[0], HasSubstr("audit of step 100 failed: no majority"));
+  EXPECT_EQ(run.out->audits_failed, 1);
 }
 
 // Each step the job snapshots after is audited, whatever every_steps says: a liar is
 // caught there, and the snapshot is not taken (the job goes back to its start).
 TEST(Audit, EverySnapshotStepIsAuditedAndALiarThereLeavesNoSnapshot) {
-  InProcessWorkers honest(3);
-  Recorder honest_sink;
-  ASSERT_OK_AND_ASSIGN(JobOutcome clean, RunOn(honest, Spec(3, 20, 0), "clean", &honest_sink));
-  InProcessWorkers workers(4);
-  workers.slot(2).SetGradientFaultForTesting(Double);
-  SpareSupply supply(workers.pool_workers(), 3);
-  Recorder sink;
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, Undisturbed(Spec(3, 20, 0)));
   v1::JobSpec spec = Spec(3, 20, 100);
   spec.mutable_recovery()->set_snapshot_every_steps(8);
-  ASSERT_OK_AND_ASSIGN(JobOutcome out, RunOn(workers, spec, "snapshot", &sink, &supply));
-  EXPECT_EQ(out.param_checksum, clean.param_checksum);
-  EXPECT_EQ(out.quarantined, std::vector<std::string>{"w2"});
-  ASSERT_EQ(supply.reasons.size(), 1u);
-  EXPECT_THAT(supply.reasons[0],
+  SparedRun run = RunWithLiar(4, 2, spec, "snapshot");
+  ASSERT_OK(run.out.status());
+  EXPECT_EQ(run.out->param_checksum, clean.param_checksum);
+  EXPECT_EQ(run.out->quarantined, std::vector<std::string>{"w2"});
+  ASSERT_EQ(run.reasons.size(), 1u);
+  EXPECT_THAT(run.reasons[0],
               HasSubstr("audit of step 8 failed: worker w2 lied (outvoted by its checkers) and "
                         "is quarantined; the job rolls back to step 0"));
-  EXPECT_EQ(out.replayed_steps, 7);  // 1 to 7
+  EXPECT_EQ(run.out->replayed_steps, 7);  // 1 to 7
 }
 
 // Logical replicas: the audited shard is a worker's first replica, recomputed by others;
@@ -269,31 +314,23 @@ TEST(Audit, LogicalReplicasAreAuditedAndALiarAmongThreeIsQuarantined) {
     EXPECT_EQ(audited.audits_failed, 0);
     EXPECT_THAT(sink.steps[4].audit(), HasSubstr("passed: shard of rank"));
   }
-  InProcessWorkers workers(4);  // ranks 0..2 and a spare
-  workers.slot(1).SetGradientFaultForTesting(Double);
-  SpareSupply supply(workers.pool_workers(), 3);
-  Recorder sink;
-  ASSERT_OK_AND_ASSIGN(JobOutcome out, RunOn(workers, Spec(3, 20, 5, 6), "liar", &sink, &supply));
-  EXPECT_EQ(out.param_checksum, clean.param_checksum);
-  EXPECT_EQ(out.quarantined, std::vector<std::string>{"w1"});
-  ASSERT_EQ(supply.reasons.size(), 1u);
-  EXPECT_THAT(supply.reasons[0], HasSubstr("audit of step 5 failed: worker w1 lied"));
+  SparedRun run = RunWithLiar(4, 1, Spec(3, 20, 5, 6), "liar");  // ranks 0..2 and a spare
+  ASSERT_OK(run.out.status());
+  EXPECT_EQ(run.out->param_checksum, clean.param_checksum);
+  EXPECT_EQ(run.out->quarantined, std::vector<std::string>{"w1"});
+  ASSERT_EQ(run.reasons.size(), 1u);
+  EXPECT_THAT(run.reasons[0], HasSubstr("audit of step 5 failed: worker w1 lied"));
 }
 
 TEST(Audit, TwoWorkersThatDisagreeAreBothReplacedAndNeitherQuarantined) {
-  InProcessWorkers honest(2);
-  Recorder honest_sink;
-  ASSERT_OK_AND_ASSIGN(JobOutcome clean, RunOn(honest, Spec(2, 20, 0), "clean", &honest_sink));
-  InProcessWorkers workers(4);
-  workers.slot(0).SetGradientFaultForTesting(Double);
-  SpareSupply supply(workers.pool_workers(), 2);
-  Recorder sink;
-  ASSERT_OK_AND_ASSIGN(JobOutcome out, RunOn(workers, Spec(2, 20, 5), "pair", &sink, &supply));
-  EXPECT_EQ(out.param_checksum, clean.param_checksum);
-  EXPECT_TRUE(out.quarantined.empty());
-  ASSERT_EQ(supply.reasons.size(), 1u);
-  EXPECT_THAT(supply.reasons[0], HasSubstr("audit of step 5 failed: no majority, so workers w"));
-  EXPECT_THAT(supply.reasons[0], HasSubstr("are replaced (none quarantined)"));
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, Undisturbed(Spec(2, 20, 0)));
+  SparedRun run = RunWithLiar(4, 0, Spec(2, 20, 5), "pair");
+  ASSERT_OK(run.out.status());
+  EXPECT_EQ(run.out->param_checksum, clean.param_checksum);
+  EXPECT_TRUE(run.out->quarantined.empty());
+  ASSERT_EQ(run.reasons.size(), 1u);
+  EXPECT_THAT(run.reasons[0], HasSubstr("audit of step 5 failed: no majority, so workers w"));
+  EXPECT_THAT(run.reasons[0], HasSubstr("are replaced (none quarantined)"));
 }
 
 TEST(Audit, WithoutRecoveryALiarFailsTheJobNamingIt) {
@@ -350,6 +387,161 @@ TEST(Audit, TheCoordinatorQuarantinesTheLiarItsEventsSayWhoAndAtWhichStep) {
   }
   EXPECT_TRUE(listed);
   for (const WorkerView& v : pool.Views()) EXPECT_NE(v.id, again);
+  std::filesystem::remove_all(dir);
+}
+
+// The replay audit (docs/audit.md): a job the shard audit cannot cover is replayed by a
+// free worker alone, from its last verified snapshot to each snapshot and to its end.
+
+// One worker, audited by default, a snapshot every 5 steps.
+v1::JobSpec OneWorker(int steps) {
+  v1::JobSpec spec = Spec(1, steps, std::nullopt);
+  spec.mutable_recovery()->set_snapshot_every_steps(5);
+  return spec;
+}
+
+// A BatchNorm MLP on 4 logical replicas over 2 workers, a snapshot every 5 steps.
+v1::JobSpec BatchNormOnReplicas(int steps) {
+  v1::JobSpec spec = ValidSpec(absl::StrCat(R"(
+model:
+  layers: [{flatten: {}}, {dense: {features: 16}}, {batch_norm: {}}, {relu: {}},
+           {dense: {features: 10}}]
+optimizer: {kind: adam, learning_rate: 0.001}
+global_batch_size: 48
+replicas: 4
+workers: 2
+recovery: {snapshot_every_steps: 5}
+steps: )",
+                                            steps, "\n"));
+  EXPECT_EQ(spec.audit().every_steps(), 100u);
+  return spec;
+}
+
+TEST(ReplayAudit, AOneWorkerJobIsReplayedByAFreeWorkerAndEndsBitForBit) {
+  const v1::JobSpec spec = OneWorker(20);
+  ASSERT_EQ(spec.audit().every_steps(), 100u);  // on by default
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, Undisturbed(spec));
+  InProcessWorkers workers(2);
+  SparedRun run = RunWithSpares(workers, spec, "one");
+  ASSERT_OK(run.out.status());
+  EXPECT_EQ(run.out->param_checksum, clean.param_checksum);
+  EXPECT_EQ(run.out->audits, 4);  // the snapshots of steps 5, 10, 15, and the end
+  EXPECT_EQ(run.out->audits_failed, 0);
+  EXPECT_EQ(run.out->recoveries, 0);
+  ASSERT_EQ(run.notes.size(), 4u);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_THAT(run.notes[k], HasSubstr(absl::StrCat("replay audit of step ", 5 * k + 5,
+                                                     ": passed: worker w1 replayed "
+                                                     "steps ",
+                                                     5 * k + 1, " to ", 5 * k + 5,
+                                                     " alone from the state of step ", 5 * k,
+                                                     ": params checksum")));
+  }
+}
+
+TEST(ReplayAudit, AOneWorkerLiarIsCaughtAndTheJobEndsWithTheUndisturbedChecksum) {
+  const v1::JobSpec spec = OneWorker(20);
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, Undisturbed(spec));
+  SparedRun run = RunWithLiar(3, 0, spec, "one-liar");  // w0 the job's; w1, w2 free
+  ASSERT_OK(run.out.status());
+  EXPECT_EQ(run.out->param_checksum, clean.param_checksum);
+  EXPECT_EQ(run.out->recoveries, 1);
+  EXPECT_EQ(run.out->audits_failed, 1);
+  EXPECT_TRUE(run.out->quarantined.empty());
+  ASSERT_EQ(run.reasons.size(), 1u);
+  EXPECT_THAT(run.reasons[0], HasSubstr("replay audit of step 5 failed: worker w1 replayed steps "
+                                        "1 to 5 from the state of step 0 alone and got params "
+                                        "checksum"));
+  EXPECT_THAT(run.reasons[0],
+              HasSubstr("nobody can tell which lied, so worker w0 is replaced and w1 checks this "
+                        "job no more (none quarantined); the job rolls back to step 0, its last "
+                        "verified snapshot (or start)"));
+  // Replaced by w1, the job is checked by w2 from then on.
+  EXPECT_THAT(run.notes.back(), HasSubstr("replay audit of step 20: passed: worker w2"));
+}
+
+TEST(ReplayAudit, WithoutAFreeWorkerTheReplayIsSkippedAndTheEventsSaySo) {
+  const v1::JobSpec spec = OneWorker(10);
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, Undisturbed(spec));
+  InProcessWorkers workers(1);
+  SparedRun run = RunWithSpares(workers, spec, "alone");
+  ASSERT_OK(run.out.status());
+  EXPECT_EQ(run.out->param_checksum, clean.param_checksum);
+  EXPECT_EQ(run.out->audits, 0);
+  EXPECT_EQ(run.notes, (std::vector<std::string>{
+                           "replay audit of step 5: skipped: no free worker of equal threads",
+                           "replay audit of step 10: skipped: no free worker of equal threads"}));
+}
+
+// BatchNorm's statistics make a shard's gradients depend on every shard: no shard audit.
+// On logical replicas the job's bits do not depend on the number of workers, so one free
+// worker replays all four replicas.
+TEST(ReplayAudit, ABatchNormJobOnReplicasIsReplayedOnOneWorkerAndALiarCaught) {
+  const v1::JobSpec spec = BatchNormOnReplicas(20);
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, Undisturbed(spec));
+  {
+    InProcessWorkers workers(3);
+    SparedRun run = RunWithSpares(workers, spec, "bn");
+    ASSERT_OK(run.out.status());
+    EXPECT_EQ(run.out->param_checksum, clean.param_checksum);
+    EXPECT_EQ(run.out->audits, 4);
+    EXPECT_EQ(run.out->audits_failed, 0);
+    ASSERT_FALSE(run.notes.empty());
+    EXPECT_THAT(run.notes[0], HasSubstr("replay audit of step 5: passed: worker w2"));
+    for (const v1::StepEvent& e : run.steps) EXPECT_EQ(e.audit(), "") << e.step();  // no shards
+  }
+  SparedRun run = RunWithLiar(4, 1, spec, "bn-liar");  // w0, w1 the job's; w2, w3 free
+  ASSERT_OK(run.out.status());
+  EXPECT_EQ(run.out->param_checksum, clean.param_checksum);
+  EXPECT_EQ(run.out->recoveries, 1);
+  ASSERT_EQ(run.reasons.size(), 1u);
+  EXPECT_THAT(run.reasons[0], HasSubstr("replay audit of step 5 failed: worker w2 replayed"));
+  EXPECT_THAT(run.reasons[0], HasSubstr("so workers w0, w1 are replaced and w2 checks this job no "
+                                        "more (none quarantined); the job rolls back to step 0"));
+}
+
+// Through the coordinator: the JobManager lends a free registered worker for the replay and
+// takes it back; a liar running a one-worker job is caught, replaced, and the job ends with
+// the undisturbed checksum, its events saying so.
+TEST(ReplayAudit, TheCoordinatorLendsAFreeWorkerAndCatchesAOneWorkerLiar) {
+  const v1::JobSpec spec = OneWorker(20);
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, Undisturbed(spec));
+  InProcessWorkers workers(3);
+  workers.slot(0).SetGradientFaultForTesting(Double);  // the scheduler's first pick
+  const std::string dir = TempDir("manager-replay");
+  CoordinatorOptions options;
+  options.checkpoint_dir = dir + "/checkpoints";
+  options.snapshot_dir = dir + "/snapshots";
+  WorkerPool pool(absl::Hours(1));
+  JobManager jobs(options, &pool, nullptr, workers.factory());
+  std::vector<std::string> ids;  // the pool's, in slot order
+  for (const PoolWorker& w : workers.pool_workers()) {
+    ids.push_back(pool.Register(w.address, "cpu", w.id, 1));
+  }
+  ASSERT_OK(jobs.Start());
+  ASSERT_OK_AND_ASSIGN(v1::Job job, jobs.Submit(spec));
+  std::vector<v1::JobEvent> events;
+  ASSERT_OK_AND_ASSIGN(v1::Job done, AwaitEnd(jobs, job.id(), absl::Minutes(2), &events));
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason();
+  EXPECT_EQ(done.param_checksum(), clean.param_checksum);
+  EXPECT_EQ(done.recoveries(), 1);
+  std::vector<std::string> reasons;
+  for (const v1::JobEvent& e : events) {
+    if (e.has_state() && !e.state().reason().empty()) reasons.push_back(e.state().reason());
+  }
+  auto said = [&reasons](const std::string& what) {
+    return std::count_if(reasons.begin(), reasons.end(),
+                         [&what](const std::string& r) { return absl::StrContains(r, what); });
+  };
+  EXPECT_EQ(said(absl::StrCat("replay audit of step 5 failed: worker ", ids[1])), 1);
+  EXPECT_EQ(said(absl::StrCat("so worker ", ids[0], " is replaced")), 1);
+  // Its replacement is ids[1] or ids[2]; the other checks it, unless it is ids[1] (the
+  // checker that disagreed, lent to this job no more).
+  EXPECT_EQ(said(absl::StrCat("replay audit of step 20: passed: worker ", ids[2])) +
+                said("replay audit of step 20: skipped: no free worker"),
+            1);
+  // Every lent worker went back: none is held by the ended job.
+  for (const WorkerView& v : pool.Views()) EXPECT_TRUE(v.free) << v.id;
   std::filesystem::remove_all(dir);
 }
 

@@ -13,6 +13,8 @@
 #include "core/checkpoint.h"
 #include "core/data/npz_testing.h"
 #include "core/io/safetensors.h"
+#include "core/model_spec.h"
+#include "core/optimizer_spec.h"
 #include "core/spec/spec.h"
 #include "core/testing.h"
 #include "services/standalone/local_job.h"
@@ -66,8 +68,8 @@ class Equivalence : public ::testing::Test {
     auto done = cluster_->WaitFor(job->id(), absl::Minutes(5));
     EXPECT_TRUE(done.ok()) << done.status();
     EXPECT_EQ(done->state(), v1::SUCCEEDED) << done->failure_reason() << "\n" << cluster_->Logs();
-    auto model = Model::FromSpec(spec.model());
-    auto opt = Optimizer::FromSpec(spec.optimizer());
+    auto model = ModelFromSpec(spec.model());
+    auto opt = OptimizerFromSpec(spec.optimizer());
     auto state = ReadCheckpoint(done->checkpoint_path(), *model, *opt);
     EXPECT_TRUE(state.ok()) << state.status();
     if (!state.ok()) return {};
@@ -107,7 +109,7 @@ std::string* Equivalence::data_root_ = nullptr;
 
 TEST_F(Equivalence, OneTwoFourWorkersAndSingleProcessAgree) {
   const v1::JobSpec base = MlpSpec(1, 100);
-  auto model = Model::FromSpec(base.model());
+  auto model = ModelFromSpec(base.model());
   ASSERT_OK(model);
   std::map<int, std::vector<float>> params;
   for (int n : {1, 2, 4}) {
@@ -128,7 +130,7 @@ TEST_F(Equivalence, OneTwoFourWorkersAndSingleProcessAgree) {
   validated->set_checkpoint_path(cluster_->dir() + "/single.safetensors");
   NullJobSink sink;
   ASSERT_OK(RunLocalJob(*validated, &sink));
-  auto opt = Optimizer::FromSpec(base.optimizer());
+  auto opt = OptimizerFromSpec(base.optimizer());
   ASSERT_OK_AND_ASSIGN(TrainState single,
                        ReadCheckpoint(validated->checkpoint_path(), *model, *opt));
   ExpectClose(*model, params[2], params[1], "2 workers vs 1");
@@ -141,7 +143,7 @@ TEST_F(Equivalence, TwoWorkersWithDropoutMatchJaxPmap) {
   ASSERT_OK(golden);
   auto parsed = ParseSpec(golden->metadata().at("spec"), "golden spec");
   ASSERT_OK(parsed);
-  auto model = Model::FromSpec(parsed->model());
+  auto model = ModelFromSpec(parsed->model());
   ASSERT_OK(model);
   std::vector<v1::StepEvent> steps;
   std::vector<float> mine = RunOnCluster(*parsed, "pmap2", &steps);
@@ -160,7 +162,7 @@ TEST_F(Equivalence, TwoWorkersWithBatchNormMatchJaxPmap) {
                        SafeTensors::Read(GoldenPath("batchnorm_pmap2_fashion.safetensors")));
   ASSERT_OK_AND_ASSIGN(v1::JobSpec parsed, ParseSpec(golden.metadata().at("spec"), "golden spec"));
   ASSERT_EQ(parsed.workers(), 2u);
-  ASSERT_OK_AND_ASSIGN(Model model, Model::FromSpec(parsed.model()));
+  ASSERT_OK_AND_ASSIGN(Model model, ModelFromSpec(parsed.model()));
   ASSERT_GT(model.stats_layout().total(), 0u);
   std::vector<v1::StepEvent> steps;
   TrainState state;
@@ -207,7 +209,7 @@ TEST_F(Equivalence, TwoWorkersTrainAResNetAsJaxPmap) {
                        SafeTensors::Read(GoldenPath("resnet_pmap2_adam.safetensors")));
   ASSERT_OK_AND_ASSIGN(v1::JobSpec spec, ParseSpec(golden.metadata().at("spec"), "golden spec"));
   ASSERT_EQ(spec.workers(), 2u);
-  ASSERT_OK_AND_ASSIGN(Model model, Model::FromSpec(spec.model()));
+  ASSERT_OK_AND_ASSIGN(Model model, ModelFromSpec(spec.model()));
   ASSERT_OK_AND_ASSIGN(std::vector<float> images, golden.F32("data.images"));
   ASSERT_OK_AND_ASSIGN(std::vector<int32_t> labels, golden.I32("data.labels"));
   const int64_t n = static_cast<int64_t>(labels.size());
@@ -249,7 +251,7 @@ TEST_F(Equivalence, TwoWorkersTrainADecoderOnTokensAsJaxPmap) {
                        SafeTensors::Read(GoldenPath("sequence_decoder_pmap2.safetensors")));
   ASSERT_OK_AND_ASSIGN(v1::JobSpec spec, ParseSpec(golden.metadata().at("spec"), "golden spec"));
   ASSERT_EQ(spec.workers(), 2u);
-  ASSERT_OK_AND_ASSIGN(Model model, Model::FromSpec(spec.model()));
+  ASSERT_OK_AND_ASSIGN(Model model, ModelFromSpec(spec.model()));
   ASSERT_OK_AND_ASSIGN(std::vector<int32_t> stream, golden.I32("data.stream"));
   ZipWriter npz;
   npz.Add("tokens.npy", NpyBytes("<i4", {static_cast<int64_t>(stream.size())}, RawBytes(stream)));

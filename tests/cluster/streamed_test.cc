@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/data/tfrecord_testing.h"
 #include "core/io/safetensors.h"
+#include "core/model_spec.h"
+#include "core/optimizer_spec.h"
 #include "tests/cluster/elastic_testing.h"
 #include "tests/golden.h"
 
@@ -129,7 +131,7 @@ SafeTensors* Streamed::golden_ = nullptr;
 TEST_F(Streamed, TwoWorkersTrainFromShardsAsJaxPmapFedByTheReferencePreprocessing) {
   const v1::JobSpec spec = Spec(WriteShards("golden"));
   ASSERT_EQ(spec.workers(), 2u);
-  ASSERT_OK_AND_ASSIGN(Model model, Model::FromSpec(spec.model()));
+  ASSERT_OK_AND_ASSIGN(Model model, ModelFromSpec(spec.model()));
   ASSERT_OK_AND_ASSIGN(v1::Job job, cluster_->Submit(spec));
   std::vector<v1::StepEvent> steps;
   std::vector<v1::EvalResult> evals;
@@ -140,7 +142,7 @@ TEST_F(Streamed, TwoWorkersTrainFromShardsAsJaxPmapFedByTheReferencePreprocessin
   }
   ASSERT_OK_AND_ASSIGN(v1::Job done, cluster_->WaitFor(job.id(), absl::Minutes(3)));
   ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.failure_reason() << "\n" << cluster_->Logs();
-  ASSERT_OK_AND_ASSIGN(Optimizer opt, Optimizer::FromSpec(spec.optimizer()));
+  ASSERT_OK_AND_ASSIGN(Optimizer opt, OptimizerFromSpec(spec.optimizer()));
   ASSERT_OK_AND_ASSIGN(TrainState state, ReadCheckpoint(done.checkpoint_path(), model, opt));
   ExpectEveryTensorWithin(model, state.params, GoldenParams(*golden_, model, "train.params."),
                           1e-5);

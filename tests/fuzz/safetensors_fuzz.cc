@@ -6,6 +6,8 @@
 
 #include "core/checkpoint.h"
 #include "core/io/safetensors.h"
+#include "core/model_spec.h"
+#include "core/optimizer_spec.h"
 #include "tests/fuzz/memory_file.h"
 
 namespace lockstep {
@@ -24,7 +26,7 @@ const Setup& SmallMlp() {
     v1::OptimizerSpec o;
     o.set_kind("adam");
     o.set_learning_rate(0.001);
-    return new Setup{Model::FromSpec(m).value(), Optimizer::FromSpec(o).value()};
+    return new Setup{ModelFromSpec(m).value(), OptimizerFromSpec(o).value()};
   }();
   return *setup;
 }

@@ -17,10 +17,16 @@ benchmarks (bench/cpu/peers.py, bench/gpu/peers.py).
     defaults. The attention runs through PyTorch's own fused path
     (scaled_dot_product_attention, as nn.MultiheadAttention picks it), not Flax's einsums:
     the same FLOPs, as a PyTorch user would write it
+  vit: examples/vit.yaml's vision transformer (7x7 patches embedded by a conv with kernel
+    = stride = 7, the 16 patches as tokens after a class token, learned position
+    embeddings, dropout 0.1, 4 pre-norm EncoderBlocks of 4-head nn.MultiheadAttention
+    without attention dropout and a tanh-gelu MLP of 128 with dropout after each layer of
+    it, a final LayerNorm, the head on the class token), 139,018 params as in Flax
 
-The last two are initialized as Flax initializes them (flax_init_): kernels lecun_normal
+The last three are initialized as Flax initializes them (flax_init_): kernels lecun_normal
 (a normal truncated at 2 std, variance 1 / fan_in), biases 0, embeddings normal with
-variance 1 / features.
+variance 1 / features (the ViT's position embeddings normal(0.02) and its class token
+zeros, as the spec's).
 
 Imports torch: import this module only where torch runs.
 """
@@ -185,6 +191,51 @@ class CharTransformer(nn.Module):
     return self.head(self.norm(x))
 
 
+class EncoderBlock(nn.Module):
+  """x + dropout(attention(norm(x))), then x + MlpBlock(norm(x)), as the ViT spec's
+  Encoder1DBlock (MlpBlock: dense, gelu, dropout, dense, dropout)."""
+
+  def __init__(self, features=64, heads=4, hidden=128, dropout=0.1):
+    super().__init__()
+    self.norm0 = nn.LayerNorm(features, eps=1e-6)
+    self.attention = nn.MultiheadAttention(features, heads, batch_first=True)
+    self.norm1 = nn.LayerNorm(features, eps=1e-6)
+    self.dense0 = nn.Linear(features, hidden)
+    self.dense1 = nn.Linear(hidden, features)
+    self.dropout = nn.Dropout(dropout)
+
+  def forward(self, x):
+    h = self.norm0(x)
+    x = x + self.dropout(self.attention(h, h, h, need_weights=False)[0])
+    h = self.dropout(nn.functional.gelu(self.dense0(self.norm1(x)), approximate="tanh"))
+    return x + self.dropout(self.dense1(h))
+
+
+class ViT(nn.Module):
+  """examples/vit.yaml: images (batch, 1, 28, 28) -> logits (batch, 10)."""
+
+  def __init__(self, patch=7, size=28, features=64, heads=4, hidden=128, layers=4,
+               dropout=0.1, classes=10):
+    super().__init__()
+    tokens = (size // patch) ** 2 + 1  # the patches and the class token
+    self.embedding = nn.Conv2d(1, features, patch, stride=patch)
+    self.cls = nn.Parameter(torch.zeros(1, 1, features))
+    self.position = nn.Parameter(torch.empty(1, tokens, features))
+    self.dropout = nn.Dropout(dropout)
+    self.blocks = nn.Sequential(
+        *(EncoderBlock(features, heads, hidden, dropout) for _ in range(layers)))
+    self.norm = nn.LayerNorm(features, eps=1e-6)
+    self.head = nn.Linear(features, classes)
+    flax_init_(self)
+    nn.init.normal_(self.position, std=0.02)
+
+  def forward(self, x):  # x: NCHW
+    x = self.embedding(x).flatten(2).transpose(1, 2)  # (batch, patches, features), row-major
+    x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1)
+    x = self.blocks(self.dropout(x + self.position))
+    return self.head(self.norm(x)[:, 0])
+
+
 # Model name -> constructor.
 MODELS = {"cnn": CNN, "mlp": MLP, "bn-convnet": BNConvNet, "resnet": ResNet,
-          "char-transformer": CharTransformer}
+          "char-transformer": CharTransformer, "vit": ViT}

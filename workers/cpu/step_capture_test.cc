@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/data/random_dataset.h"
+#include "core/optimizer_spec.h"
 #include "core/plan.h"
 #include "core/step.h"
 #include "core/testing.h"
@@ -259,7 +260,7 @@ Optimizer Adam() {
   v1::OptimizerSpec spec;
   spec.set_kind("adam");
   spec.set_learning_rate(1e-3);
-  return *Optimizer::FromSpec(spec);
+  return *OptimizerFromSpec(spec);
 }
 
 // sgd with Nesterov momentum, a learning rate that changes every step (piecewise
@@ -273,7 +274,7 @@ Optimizer SgdScheduleClip() {
   auto* piecewise = spec.mutable_schedule()->mutable_piecewise_constant();
   piecewise->set_init_value(0.1);
   for (int step = 1; step < 8; ++step) (*piecewise->mutable_boundaries_and_scales())[step] = 0.7;
-  return *Optimizer::FromSpec(spec);
+  return *OptimizerFromSpec(spec);
 }
 
 bool Bitwise(const std::vector<float>& a, const std::vector<float>& b) {

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "core/data/random_dataset.h"
+#include "core/optimizer_spec.h"
 #include "core/plan.h"
 #include "core/step.h"
 #include "core/testing.h"
@@ -20,7 +21,7 @@ Optimizer SgdMomentum() {
   spec.set_kind("sgd");
   spec.set_learning_rate(0.1);
   spec.set_momentum(0.9);
-  return *Optimizer::FromSpec(spec);
+  return *OptimizerFromSpec(spec);
 }
 
 class StepReproducibility : public ::testing::TestWithParam<int> {

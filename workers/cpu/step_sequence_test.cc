@@ -8,6 +8,8 @@
 #include <cmath>
 
 #include "core/data/token_dataset.h"
+#include "core/model_spec.h"
+#include "core/optimizer_spec.h"
 #include "core/plan.h"
 #include "core/spec/spec.h"
 #include "core/step.h"
@@ -28,14 +30,14 @@ model:
 )",
                         "bigram.yaml");
   EXPECT_TRUE(spec.ok()) << spec.status();
-  return *Model::FromSpec(spec->model());
+  return *ModelFromSpec(spec->model());
 }
 
 Optimizer Adam() {
   v1::OptimizerSpec spec;
   spec.set_kind("adam");
   spec.set_learning_rate(0.05);
-  return *Optimizer::FromSpec(spec);
+  return *OptimizerFromSpec(spec);
 }
 
 // The mean per-token loss and accuracy of Bigram() with `params` over windows [0, n).
@@ -127,7 +129,7 @@ model:
 
 TEST(SequenceStep, DecoderBlocksNestNamesAndTheirGradientsMatchFiniteDifferences) {
   ASSERT_OK_AND_ASSIGN(v1::JobSpec spec, ParseSpec(kDecoder, "decoder.yaml"));
-  ASSERT_OK_AND_ASSIGN(Model m, Model::FromSpec(spec.model()));
+  ASSERT_OK_AND_ASSIGN(Model m, ModelFromSpec(spec.model()));
   std::vector<std::string> names;
   for (const ParamEntry& e : m.layout().entries()) names.push_back(e.name);
   ASSERT_EQ(names.size(), 2u + 2 * 16 + 4);

@@ -13,6 +13,8 @@
 #include "core/data/random_dataset.h"
 #include "core/data/token_dataset.h"
 #include "core/io/safetensors.h"
+#include "core/model_spec.h"
+#include "core/optimizer_spec.h"
 #include "core/plan.h"
 #include "core/spec/spec.h"
 #include "core/step.h"
@@ -45,12 +47,12 @@ Optimizer MakeOptimizer(const std::string& kind) {
     auto* cosine = spec.mutable_schedule()->mutable_cosine_decay();
     cosine->set_init_value(0.05);
     cosine->set_decay_steps(6);
-    return *Optimizer::FromSpec(spec);
+    return *OptimizerFromSpec(spec);
   }
   spec.set_kind(kind);
   spec.set_learning_rate(kind == "sgd" ? 0.05 : 1e-3);
   if (kind == "sgd") spec.set_momentum(0.9);
-  return *Optimizer::FromSpec(spec);
+  return *OptimizerFromSpec(spec);
 }
 
 // A pre-norm decoder block on bytes, examples/char-transformer.yaml's made small: embed,
@@ -127,7 +129,7 @@ Model MakeModel(const std::string& name) {
     }
     absl::StatusOr<v1::JobSpec> spec = ParseSpec(yaml, "model.yaml");
     EXPECT_TRUE(spec.ok()) << spec.status();
-    absl::StatusOr<Model> m = Model::FromSpec(spec->model());
+    absl::StatusOr<Model> m = ModelFromSpec(spec->model());
     EXPECT_TRUE(m.ok()) << m.status();
     return *std::move(m);
   }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "core/data/random_dataset.h"
+#include "core/optimizer_spec.h"
 #include "core/step.h"
 #include "core/store.h"
 #include "core/testing.h"
@@ -40,7 +41,7 @@ Optimizer Adam() {
   v1::OptimizerSpec spec;
   spec.set_kind("adam");
   spec.set_learning_rate(1e-3);
-  return *Optimizer::FromSpec(spec);
+  return *OptimizerFromSpec(spec);
 }
 
 std::unique_ptr<Collective> Join(Store* store, int rank, int size, const std::string& prefix) {

@@ -30,13 +30,15 @@ constexpr absl::Duration kAnswerMargin = absl::Seconds(10);
 }  // namespace
 
 Attempt::Attempt(Job* job, std::vector<PoolWorker> workers, WorkerClientFactory* factory,
-                 JobEvents* events)
+                 JobEvents* events, WorkerSupply* supply)
     : job_(*job),
       events_(*events),
       workers_(std::move(workers)),
       number_(job->NextAttemptNumber()),
       cancel_(events->attempt()),
-      alive_(workers_.size(), true) {
+      alive_(workers_.size(), true),
+      factory_(factory),
+      supply_(supply) {
   for (size_t r = 0; r < workers_.size(); ++r) {
     const PoolWorker& w = workers_[r];
     clients_.push_back(factory->Connect(w.address));
@@ -48,6 +50,7 @@ Attempt::Attempt(Job* job, std::vector<PoolWorker> workers, WorkerClientFactory*
 
 AttemptEnd Attempt::Run() {
   absl::StatusOr<AttemptEnd> end = Execute();
+  if (replay_ != nullptr) replay_->Stop();  // its checker back; a pending snapshot is dropped
   events_.SetStepping(false).IgnoreError();
   // Aborted: say why, and waste no time probing. (A drain outside the step loop aborts too.)
   if (absl::Status why = events_.job().status(); !why.ok()) {
@@ -99,6 +102,7 @@ absl::StatusOr<AttemptEnd> Attempt::Execute() {
   RETURN_IF_ERROR(events_.SetStepping(true));
   ASSIGN_OR_RETURN(std::optional<AttemptEnd> stop, StepLoop(plan, total, num_test));
   if (stop.has_value()) return *std::move(stop);
+  if (replay_ != nullptr) RETURN_IF_ERROR(AuditEnd(total));
   ASSIGN_OR_RETURN(v1::EvalResult final_eval,
                    Evaluate(num_test, total, (total - 1) / plan.steps_per_epoch()));
   job_.sink()->OnEval(final_eval);

@@ -8,7 +8,8 @@
 // answer named. What the job does next is the decision table's (decision.h).
 //
 // Its files: attempt.cc (prepare, evaluate, how it ended), attempt_steps.cc (the step
-// loop), attempt_kept.cc (an elastic resize's kept states and the steps they report).
+// loop), attempt_kept.cc (an elastic resize's kept states and the steps they report),
+// attempt_replay.cc (the replay audit's snapshots).
 //
 // Thread safety: Run on the job's thread; the events (events.h) reach it from any thread.
 // Every worker call is made with the attempt's CancelToken, so that a cancel or a lost
@@ -16,6 +17,7 @@
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_JOBS_ATTEMPT_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_JOBS_ATTEMPT_H_
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +29,7 @@
 #include "services/coordinator/jobs/audit.h"
 #include "services/coordinator/jobs/events.h"
 #include "services/coordinator/jobs/job.h"
+#include "services/coordinator/jobs/replay_audit.h"
 #include "services/coordinator/jobs/step_fanout.h"
 #include "services/coordinator/workers/worker_client.h"
 
@@ -36,8 +39,9 @@ class Attempt {
  public:
   // Connects to `workers` (workers[r] is rank r), under the token `events` gave them
   // (JobEvents::NewAttempt).
+  // `supply` (may be null) lends the replay audit its checkers (replay_audit.h).
   Attempt(Job* job, std::vector<PoolWorker> workers, WorkerClientFactory* factory,
-          JobEvents* events);
+          JobEvents* events, WorkerSupply* supply = nullptr);
 
   AttemptEnd Run();
 
@@ -98,6 +102,26 @@ class Attempt {
   // found lying or suspected (no majority), kept for the Failed end.
   absl::Status CheckAudit(const AuditPick& pick, const std::vector<StepResult>& got, int64_t step,
                           v1::StepEvent* event);
+  // The replay audit (replay_audit.h, attempt_replay.cc): whether this attempt runs it
+  // (the audit on, recovery, and a job the shard audit cannot cover that a single worker
+  // can replay: one worker, or BatchNorm on logical replicas).
+  bool ReplayAudited() const;
+  // A periodic snapshot of the job, audited by replay: the previous replay's verdict first
+  // (waited for), then `state` is held back (pending) while a lent worker replays the
+  // steps since the job's start up to it, or kept at once where no replay can start.
+  absl::Status AuditSnapshot(TrainState state, uint64_t checksum, const TrainingPlan& plan);
+  // At the last step (`total`, the job's checksum there): the pending replay's verdict,
+  // then the steps since the job's start replayed and waited for.
+  absl::Status AuditEnd(int64_t total);
+  // Starts the replay of the steps from the job's start to `to`, which must end with
+  // `checksum`; false (the job's events say why) where none can start.
+  bool StartReplay(int64_t to, uint64_t checksum);
+  // The running replay's verdict, waited for with `wait`, else only if it is in.
+  absl::Status SettleReplay(bool wait);
+  // A verdict: passed (the pending snapshot is kept), not run to its end (kept, unaudited),
+  // or a mismatch: DATA_LOSS, the job's workers to replace (audit_lost_).
+  absl::Status JudgeReplay(const ReplayVerdict& v);
+
   // Folds the workers' answers to one step into its event; with `check`, DATA_LOSS if
   // the replicas' checksums differ.
   absl::StatusOr<v1::StepEvent> Aggregate(const std::vector<StepResult>& got, int64_t step,
@@ -150,6 +174,17 @@ class Attempt {
   std::vector<PoolWorker> audit_lost_;
   std::vector<PoolWorker> audit_liars_;
   std::vector<bool> alive_;  // which ranks answer; all until a failure's Probe
+  WorkerClientFactory* const factory_;
+  WorkerSupply* const supply_;
+  // The replay audit's: the replay in flight (null where the attempt runs none), and the
+  // snapshot it audits, kept once it passed.
+  std::unique_ptr<ReplayAuditor> replay_;
+  struct Pending {
+    TrainState state;
+    uint64_t checksum = 0;
+    std::map<std::string, std::string> metadata;
+  };
+  std::optional<Pending> pending_;
 };
 
 }  // namespace lockstep

@@ -234,16 +234,19 @@ absl::StatusOr<std::optional<AttemptEnd>> Attempt::StepLoop(TrainingPlan& plan, 
                                               : w.threads);
   }
   const int64_t first = job_.start().step;
-  Pipeline p{.plan = plan,
-             .total = total,
-             .num_test = num_test,
-             .spe = plan.steps_per_epoch(),
-             .first = first,
-             .fanout = std::move(fanout),
-             .audit = AuditPlan(spec, std::move(threads)),
-             .deadline = StepDeadline(options.step_timeout, options.adaptive_step_deadline),
-             .t_last = options.clock->Now()};
+  Pipeline p{
+      .plan = plan,
+      .total = total,
+      .num_test = num_test,
+      .spe = plan.steps_per_epoch(),
+      .first = first,
+      .fanout = std::move(fanout),
+      .audit = AuditPlan(spec, std::move(threads), job_.setup().model.stats_layout().total() > 0),
+      .deadline = StepDeadline(options.step_timeout, options.adaptive_step_deadline),
+      .t_last = options.clock->Now()};
   done_ = first;
+  if (ReplayAudited())
+    replay_ = std::make_unique<ReplayAuditor>(factory_, supply_, options, cancel_.get());
   if (job_.start().kept && first == total && job_.start().checksum != 0) {
     job_.outcome().param_checksum = job_.start().checksum;  // resized after the last step
   }
@@ -269,6 +272,7 @@ absl::StatusOr<std::optional<AttemptEnd>> Attempt::StepLoop(TrainingPlan& plan, 
     }
     const uint64_t checksum = (*taken)[0].param_checksum;
     RETURN_IF_ERROR(Answer(p, *std::move(taken), checked));
+    RETURN_IF_ERROR(SettleReplay(/*wait=*/false));
     if (p.done == p.hold.step) {
       ASSIGN_OR_RETURN(std::optional<AttemptEnd> stop, AtHold(p, checksum));
       if (stop.has_value()) return stop;
@@ -369,7 +373,12 @@ absl::StatusOr<std::optional<AttemptEnd>> Attempt::AtHold(Pipeline& p, uint64_t 
                      FetchChecked(done, checksum,
                                   absl::StrCat("the state fetched for the snapshot of step ", done,
                                                " does not match the replicas' checksum")));
-    job_.KeepSnapshot(std::move(state), checksum, p.plan);
+    // A drain's and a resize's snapshots are kept unaudited (docs/audit.md).
+    if (replay_ != nullptr && !p.hold.has(Hold::kDrain) && !p.hold.has(Hold::kResize)) {
+      RETURN_IF_ERROR(AuditSnapshot(std::move(state), checksum, p.plan));
+    } else {
+      job_.KeepSnapshot(std::move(state), checksum, p.plan);
+    }
   }
   if (p.hold.has(Hold::kDrain)) {
     return DrainEnd(events_.Drained(absl::StrCat("its snapshot of step ", done)));

@@ -32,8 +32,8 @@ uint32_t Bits(float f) {
 
 }  // namespace
 
-AuditPlan::AuditPlan(const v1::JobSpec& spec, std::vector<uint32_t> threads)
-    : every_(spec.audit().every_steps()),
+AuditPlan::AuditPlan(const v1::JobSpec& spec, std::vector<uint32_t> threads, bool batch_norm)
+    : every_(batch_norm ? 0 : spec.audit().every_steps()),
       // Its own stream: the seed mixed with a constant, apart from the data order and keys.
       seed_(Mix(static_cast<uint64_t>(spec.seed()) ^ 0x6175646974ull /* "audit" */)),
       threads_(std::move(threads)) {}

@@ -30,7 +30,9 @@ class AuditPlan {
   // `threads[r]`: what rank r computes with (its CPU threads; any one value for cuda):
   // only ranks of equal threads are compared, so that a shard has the same bits on both
   // (shards are all B/N rows: the spec's validation requires B % N == 0).
-  AuditPlan(const v1::JobSpec& spec, std::vector<uint32_t> threads);
+  // With `batch_norm` no shard is audited (a shard's gradients depend on every shard's
+  // statistics): such a job is audited by replay (replay_audit.h), if at all.
+  AuditPlan(const v1::JobSpec& spec, std::vector<uint32_t> threads, bool batch_norm = false);
 
   // Whether step `step` (from 0) is audited, and by whom: every audit.every_steps steps
   // (the steps that complete a multiple of it), and with the audit on each step the job

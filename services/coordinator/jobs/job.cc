@@ -199,7 +199,17 @@ bool Job::SnapshotDue(int64_t after, int64_t total, absl::Time now) const {
 
 void Job::KeepSnapshot(TrainState state, uint64_t checksum, const TrainingPlan& plan) {
   const int64_t step = state.step;
-  const std::map<std::string, std::string> metadata = Metadata(checksum, plan, step);
+  KeepSnapshot(std::move(state), checksum, Metadata(checksum, plan, step));
+}
+
+void Job::SnapshotTaken(int64_t step) {
+  last_snapshot_step_ = step;
+  last_snapshot_time_ = options_.clock->Now();
+}
+
+void Job::KeepSnapshot(TrainState state, uint64_t checksum,
+                       const std::map<std::string, std::string>& metadata) {
+  const int64_t step = state.step;
   start_ = Start{};
   start_.step = step;
   start_.data_key = metadata.at("data_key");
@@ -215,8 +225,7 @@ void Job::KeepSnapshot(TrainState state, uint64_t checksum, const TrainingPlan& 
       LogJob(spdlog::level::warn, {id_}, "snapshot kept in memory: " + written.ToString());
     start_.held = std::move(state);
   }
-  last_snapshot_step_ = step;
-  last_snapshot_time_ = options_.clock->Now();
+  SnapshotTaken(step);
   sink_->OnSnapshot(step, checksum, start_.held.has_value());
 }
 

@@ -77,6 +77,15 @@ class WorkerSupply {
   // The job's audit found `worker` lying (`why` says where): it must never get work from
   // this coordinator again. Called before the Recovering that has it among the lost.
   virtual void Quarantine(const PoolWorker& worker, const std::string& why) {}
+  // The replay audit (replay_audit.h) asks for a free worker on `device` ("cpu", or a
+  // "cuda" prefix) computing with `threads` (0: any), none of `exclude` (ids): it is the
+  // job's (busy to others) until ReturnWorker. The one call here that answers, and it
+  // answers at once: nullopt when none is free (the audit is skipped), never a wait.
+  virtual std::optional<PoolWorker> LendWorker(const std::string& device, uint32_t threads,
+                                               const std::vector<std::string>& exclude) {
+    return std::nullopt;
+  }
+  virtual void ReturnWorker(const PoolWorker& worker) {}
 };
 
 // A sink for runs whose progress nobody watches (benchmarks, comparisons in tests).
@@ -177,6 +186,17 @@ class Job {
   // snapshot: on disk, else held here (no disk, or the disk refused it). The start of the
   // next attempt from now on.
   void KeepSnapshot(TrainState state, uint64_t checksum, const TrainingPlan& plan);
+  // As above, with the metadata SnapshotMetadata gave at the state's step (a snapshot kept
+  // once its replay audit passed, when the plan has moved on).
+  void KeepSnapshot(TrainState state, uint64_t checksum,
+                    const std::map<std::string, std::string>& metadata);
+  std::map<std::string, std::string> SnapshotMetadata(uint64_t checksum, const TrainingPlan& plan,
+                                                      int64_t step) const {
+    return Metadata(checksum, plan, step);
+  }
+  // A snapshot of `step` was taken now and waits for its replay audit: the cadence
+  // (SnapshotDue) counts from it.
+  void SnapshotTaken(int64_t step);
   // Writes the final checkpoint of `state` (fetched and checked) to checkpoint_path(); one
   // the disk refuses is left pending in the outcome.
   void SaveCheckpoint(TrainState state, uint64_t checksum, const TrainingPlan& plan);
@@ -196,6 +216,9 @@ class Job {
   // Steps a resize's survivors completed past the coordinator's last (Attempt::CatchUp),
   // to report.
   std::vector<CompletedStep>* ahead() { return &ahead_; }
+  // The workers a failed replay audit involved (the checker and the job's): lent to it
+  // as checkers no more.
+  std::vector<std::string>& replay_suspects() { return replay_suspects_; }
 
  private:
   absl::Status ResumeFrom();
@@ -222,6 +245,7 @@ class Job {
   int attempts_ = 0;
   int64_t eval_owed_ = -1;
   std::vector<CompletedStep> ahead_;
+  std::vector<std::string> replay_suspects_;
   JobOutcome outcome_;
 };
 

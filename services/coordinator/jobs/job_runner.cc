@@ -40,7 +40,7 @@ JobRunner::JobRunner(std::string job_id, v1::JobSpec spec, std::vector<PoolWorke
       supply_(supply) {
   // Connected now, as the scheduler hands the workers over; run by Run.
   events_.NewAttempt(workers);
-  attempt_ = std::make_unique<Attempt>(&job_, std::move(workers), factory_, &events_);
+  attempt_ = std::make_unique<Attempt>(&job_, std::move(workers), factory_, &events_, supply_);
 }
 
 JobRunner::~JobRunner() = default;
@@ -65,7 +65,7 @@ absl::Status JobRunner::Loop() {
       // The attempt before is gone now (its connections with it); this one stays until the
       // next, or the runner, goes.
       attempt_.reset();
-      attempt_ = std::make_unique<Attempt>(&job_, std::move(workers), factory_, &events_);
+      attempt_ = std::make_unique<Attempt>(&job_, std::move(workers), factory_, &events_, supply_);
     }
     Attempt& attempt = *attempt_;
     AttemptEnd end = attempt.Run();

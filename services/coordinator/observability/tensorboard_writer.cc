@@ -12,6 +12,7 @@
 #include "core/io/paths.h"
 #include "core/io/tfrecord.h"
 #include "core/learning_rate.h"
+#include "core/optimizer_spec.h"
 #include "services/common/observability/job_log.h"
 
 namespace lockstep {
@@ -73,7 +74,7 @@ absl::StatusOr<std::string> PrepareTensorBoardFolder(const std::string& root,
 }
 
 std::function<double(int64_t)> LearningRateOf(const v1::OptimizerSpec& optimizer) {
-  absl::StatusOr<LearningRate> schedule = LearningRate::FromSpec(optimizer);
+  absl::StatusOr<LearningRate> schedule = LearningRateFromSpec(optimizer);
   if (!schedule.ok()) return [](int64_t) { return 0.0; };
   return [s = *std::move(schedule)](int64_t step) { return double{s(step - 1)}; };
 }

@@ -83,6 +83,9 @@ class JobManager::Sink final : public JobSink, public WorkerSupply {
   void Recovering(const std::vector<std::string>& lost, const absl::Status& reason,
                   absl::Duration timeout) override;
   void Quarantine(const PoolWorker& worker, const std::string& why) override;
+  std::optional<PoolWorker> LendWorker(const std::string& device, uint32_t threads,
+                                       const std::vector<std::string>& exclude) override;
+  void ReturnWorker(const PoolWorker& worker) override;
   void Resized(const std::vector<PoolWorker>& workers, const std::vector<std::string>& lost,
                const std::string& why, const std::vector<std::string>& released) override;
   void OnRunning(int64_t total) override;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "services/common/observability/job_log.h"
 #include "services/coordinator/scheduling/job_manager.h"
@@ -81,6 +82,29 @@ void JobManager::Sink::Quarantine(const PoolWorker& worker, const std::string& w
   m_->pool_->Quarantine(worker.id, why);
   LogJob(spdlog::level::warn, {rec_->job.id(), worker.id},
          absl::StrCat("worker ", worker.id, " quarantined: ", why));
+}
+
+std::optional<PoolWorker> JobManager::Sink::LendWorker(const std::string& device, uint32_t threads,
+                                                       const std::vector<std::string>& exclude) {
+  absl::MutexLock lock(&m_->mu_);  // as the scheduler assigns
+  // A job waiting for workers (queued, or recovering) comes first: no lending then.
+  if (!m_->queue_.empty() || !m_->recovering_.empty()) return std::nullopt;
+  for (const WorkerView& w : m_->pool_->Views()) {
+    if (!w.free || (threads != 0 && w.threads != threads) ||
+        std::find(exclude.begin(), exclude.end(), w.id) != exclude.end()) {
+      continue;
+    }
+    if (device == "cpu" ? w.device != "cpu" : !absl::StartsWith(w.device, "cuda")) continue;
+    absl::StatusOr<std::vector<PoolWorker>> got = m_->pool_->Assign(rec_->job.id(), {w.id});
+    if (got.ok()) return std::move(got->front());
+  }
+  return std::nullopt;
+}
+
+void JobManager::Sink::ReturnWorker(const PoolWorker& worker) {
+  absl::MutexLock lock(&m_->mu_);
+  m_->pool_->Free({worker.id});
+  m_->kicked_ = true;  // a queued job may take it now
 }
 
 void JobManager::Sink::Resized(const std::vector<PoolWorker>& workers,
