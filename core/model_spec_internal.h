@@ -1,5 +1,5 @@
-// ModelFromSpec's parts shared by core/model_spec.cc (layers, presets) and
-// core/model_spec_blocks.cc (named blocks and residual connections); not a public header.
+// ModelFromSpec's parts shared by core/model_spec.cc (presets, the model), model_spec_layers.cc
+// (layers) and model_spec_blocks.cc (named blocks and residual connections); not a public header.
 #ifndef LOCKSTEP_CORE_MODEL_SPEC_INTERNAL_H_
 #define LOCKSTEP_CORE_MODEL_SPEC_INTERNAL_H_
 
@@ -31,6 +31,8 @@ struct BuildContext {
 
 // INVALID_ARGUMENT "field: what".
 absl::Status Invalid(const std::string& field, const std::string& what);
+// "[a, b, c]".
+std::string List(const google::protobuf::RepeatedField<uint32_t>& v);
 // A Flax name: [A-Za-z_][A-Za-z0-9_]*, at most 128 characters.
 bool IsName(const std::string& s);
 // INVALID_ARGUMENT naming `field` when a module of class `cls` called `name` (empty: its
