@@ -15,11 +15,15 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "workers/cuda/cuda_status.h"
+#include "workers/cuda/cudnn_graph.h"
 
 namespace lockstep {
 namespace {
 
 namespace fe = cudnn_frontend;
+
+constexpr char kWho[] = "cuDNN SDPA";  // its errors begin so
+
 using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
 // A built graph (forward or backward), its tensors and its own workspace (never freed
@@ -35,11 +39,6 @@ struct Plan {
 
 // b, t, h, d, causal, backward.
 using PlanKey = std::tuple<int, int, int, int, bool, bool>;
-
-absl::Status Fe(fe::error_t e, const char* what) {
-  if (e.is_good()) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("cuDNN SDPA ", what, ": ", e.get_message()));
-}
 
 }  // namespace
 
@@ -58,7 +57,7 @@ struct CudnnAttention::Impl {
   absl::StatusOr<Plan*> Get(const AttentionShape& s, bool backward);
   absl::Status Run(const Plan& p, std::unordered_map<int64_t, void*>& pack) const {
     try {
-      return Fe(p.graph->execute(handle, pack, p.workspace), "execute");
+      return cudnn::Check(p.graph->execute(handle, pack, p.workspace), kWho, "execute");
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat("cuDNN SDPA execute: ", e.what()));
     }
@@ -121,15 +120,8 @@ absl::StatusOr<std::unique_ptr<Plan>> CudnnAttention::Impl::Build(const Attentio
     output(p->dk);
     output(p->dv);
   }
-  RETURN_IF_ERROR(Fe(graph.validate(), "validate"));
-  RETURN_IF_ERROR(Fe(graph.build_operation_graph(handle), "build_operation_graph"));
-  RETURN_IF_ERROR(Fe(graph.create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans"));
-  graph.deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
-  RETURN_IF_ERROR(Fe(graph.check_support(), "check_support"));
-  RETURN_IF_ERROR(Fe(graph.build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "build_plans"));
-  int64_t bytes = 0;
-  RETURN_IF_ERROR(Fe(graph.get_workspace_size(bytes), "get_workspace_size"));
-  if (bytes > 0) CUDA_RETURN_IF_ERROR(cudaMalloc(&p->workspace, bytes));
+  RETURN_IF_ERROR(cudnn::BuildPlans(graph, handle, {fe::NumericalNote_t::NONDETERMINISTIC}, kWho,
+                                    &p->workspace));
   return p;
 }
 

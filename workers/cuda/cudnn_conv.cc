@@ -16,11 +16,15 @@
 #include "core/status_macros.h"
 #include "workers/cuda/conv_layout.cuh"
 #include "workers/cuda/cuda_status.h"
+#include "workers/cuda/cudnn_graph.h"
 
 namespace lockstep {
 namespace {
 
 namespace fe = cudnn_frontend;
+
+constexpr char kWho[] = "cuDNN";  // its errors begin so
+
 using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
 // What a plan computes.
@@ -54,11 +58,6 @@ PlanKey KeyOf(const ConvGeometry& g, Op op, bool bf16) {
 // Dims in cuDNN's (n, c, h, w) order of a packed NHWC tensor, and their strides.
 std::vector<int64_t> NhwcStrides(const std::vector<int64_t>& d) {
   return {d[1] * d[2] * d[3], 1, d[3] * d[1], d[1]};
-}
-
-absl::Status Fe(fe::error_t e, const char* what) {
-  if (e.is_good()) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("cuDNN ", what, ": ", e.get_message()));
 }
 
 // The numerical notes no plan may carry: nondeterministic engines (atomics), reduced
@@ -189,15 +188,7 @@ absl::StatusOr<std::unique_ptr<Plan>> CudnnConvs::Impl::Build(const ConvGeometry
       .set_dim(out_dims)
       .set_stride(NhwcStrides(out_dims))
       .set_data_type(fe::DataType_t::FLOAT);
-  RETURN_IF_ERROR(Fe(graph.validate(), "validate"));
-  RETURN_IF_ERROR(Fe(graph.build_operation_graph(handle), "build_operation_graph"));
-  RETURN_IF_ERROR(Fe(graph.create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans"));
-  graph.deselect_numeric_notes(BarredNotes(tf32, bf16));
-  RETURN_IF_ERROR(Fe(graph.check_support(), "check_support"));
-  RETURN_IF_ERROR(Fe(graph.build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "build_plans"));
-  int64_t bytes = 0;
-  RETURN_IF_ERROR(Fe(graph.get_workspace_size(bytes), "get_workspace_size"));
-  if (bytes > 0) CUDA_RETURN_IF_ERROR(cudaMalloc(&p->workspace, bytes));
+  RETURN_IF_ERROR(cudnn::BuildPlans(graph, handle, BarredNotes(tf32, bf16), kWho, &p->workspace));
   return p;
 }
 
@@ -235,7 +226,7 @@ absl::StatusOr<Plan*> CudnnConvs::Impl::Get(const ConvGeometry& g, Op op, bool b
 
 absl::Status CudnnConvs::Impl::Run(const Plan& p, std::unordered_map<int64_t, void*>& pack) const {
   try {
-    return Fe(p.graph->execute(handle, pack, p.workspace), "execute");
+    return cudnn::Check(p.graph->execute(handle, pack, p.workspace), kWho, "execute");
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("cuDNN execute: ", e.what()));
   }
