@@ -7,7 +7,13 @@
 // and checkpoint excluded: none is asked for) for each round, the median, and its ratio
 // to the audit off.
 //
-//   audit_bench [--steps S] [--rounds R] [--hidden H] [--batch B]
+// With --replay 1, the replay audit's cost instead (docs/audit.md, "The replay audit"): a
+// one-worker job (one CPU thread, a snapshot every --snapshot_every steps) with no free
+// worker, its replays skipped (the coordinator's replica off) against replayed by the
+// coordinator's own replica (one thread, niced by kLocalReplicaNice), in this process.
+//
+//   audit_bench [--steps S] [--rounds R] [--hidden H] [--batch B] [--replay 0|1]
+//               [--snapshot_every N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,10 +22,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/data/data_roots.h"
 #include "core/spec/spec.h"
 #include "services/coordinator/jobs/job_runner.h"
+#include "services/standalone/coordinator_replica.h"
 #include "services/standalone/testing.h"
 
 namespace lockstep {
@@ -33,13 +42,27 @@ class NoSupply final : public WorkerSupply {
                   absl::Duration) override {
     runner->NoWorkers(reason);
   }
+  LocalReplica* local_replica() override { return local; }
   JobRunner* runner = nullptr;
+  LocalReplica* local = nullptr;  // the coordinator's replica, for the replay audit
 };
 
-absl::StatusOr<double> SamplesPerSec(const v1::JobSpec& spec) {
-  testing::InProcessWorkers workers(2);
-  NullJobSink sink;
+// Counts the replays that passed.
+class ReplaySink final : public JobSink {
+ public:
+  void OnRunning(int64_t) override {}
+  void OnStep(const v1::StepEvent&) override {}
+  void OnEval(const v1::EvalResult&) override {}
+  void OnNote(const std::string& why) override { passed += absl::StrContains(why, ": passed:"); }
+  int passed = 0;
+};
+
+absl::StatusOr<double> SamplesPerSec(const v1::JobSpec& spec, LocalReplica* local = nullptr,
+                                     int* replays = nullptr) {
+  testing::InProcessWorkers workers(static_cast<int>(spec.workers()));
+  ReplaySink sink;
   NoSupply supply;
+  supply.local = local;
   CoordinatorOptions options;  // no folders: snapshots are held in memory
   JobRunner runner("bench", spec, workers.pool_workers(), workers.factory(), options, &sink,
                    &supply);
@@ -49,11 +72,53 @@ absl::StatusOr<double> SamplesPerSec(const v1::JobSpec& spec) {
   absl::Status st = runner.Run(&out);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!st.ok()) return st;
+  if (replays != nullptr) *replays = sink.passed;
   return spec.steps() * spec.global_batch_size() / s;
 }
 
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// --replay 1: a one-worker job, its replays skipped or run on the coordinator's replica.
+int ReplayMain(const v1::JobSpec& base, int rounds, int snapshot_every) {
+  v1::JobSpec spec = base;
+  spec.set_workers(1);
+  spec.mutable_recovery()->set_snapshot_every_steps(snapshot_every);
+  absl::StatusOr<v1::JobSpec> valid = Validate(spec);
+  if (!valid.ok()) {
+    absl::FPrintF(stderr, "%s\n", valid.status().ToString());
+    return 1;
+  }
+  CoordinatorReplica replica(*DataRoots::Parse(kDefaultDataRoots), "", 1);
+  std::map<std::string, std::vector<double>> got;
+  for (int round = 0; round < rounds; ++round) {
+    for (const char* mode : {"off", "replica"}) {
+      int replays = 0;
+      absl::StatusOr<double> sps =
+          SamplesPerSec(*valid, std::string(mode) == "replica" ? &replica : nullptr, &replays);
+      if (!sps.ok()) {
+        absl::FPrintF(stderr, "local replica %s: %s\n", mode, sps.status().ToString());
+        return 1;
+      }
+      got[mode].push_back(*sps);
+      absl::PrintF("round %d local replica %-8s %8.0f samples/s  %d replays passed\n", round, mode,
+                   *sps, replays);
+    }
+  }
+  const double off = Median(got["off"]);
+  for (const char* mode : {"off", "replica"}) {
+    const double m = Median(got[mode]);
+    absl::PrintF("local replica %-8s median %8.0f samples/s  ratio to off %.3f\n", mode, m,
+                 m / off);
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
-  std::map<std::string, int> f = {{"steps", 400}, {"rounds", 5}, {"hidden", 512}, {"batch", 128}};
+  std::map<std::string, int> f = {{"steps", 400}, {"rounds", 5}, {"hidden", 512},
+                                  {"batch", 128}, {"replay", 0}, {"snapshot_every", 100}};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string name = std::string(argv[i]).substr(2);
     if (!f.contains(name)) {
@@ -73,6 +138,7 @@ int Main(int argc, char** argv) {
   base.set_steps(f["steps"]);
   base.set_workers(2);
   base.set_threads(1);
+  if (f["replay"] != 0) return ReplayMain(base, f["rounds"], f["snapshot_every"]);
   // The audit's every_steps: 0 (off), unset (the default), 10.
   const std::vector<std::optional<int>> modes = {0, std::nullopt, 10};
   auto label = [](std::optional<int> every) -> std::string {
@@ -99,14 +165,10 @@ int Main(int argc, char** argv) {
       absl::PrintF("round %d audit %-8s %8.0f samples/s\n", round, label(every), *sps);
     }
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  const double off = median(got["off"]);
+  const double off = Median(got["off"]);
   absl::PrintF("the default: every %d steps\n", default_every);
   for (std::optional<int> every : modes) {
-    const double m = median(got[label(every)]);
+    const double m = Median(got[label(every)]);
     absl::PrintF("audit %-8s median %8.0f samples/s  ratio to off %.3f\n", label(every), m,
                  m / off);
   }

@@ -29,6 +29,8 @@
 #include "services/coordinator/scheduling/job_manager.h"
 #include "services/coordinator/scheduling/limit_flags.h"
 #include "services/dashboard/server.h"
+#include "services/standalone/coordinator_replica.h"
+#include "workers/cpu/cpu_backend.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "host:port to serve on (port 0: pick one)");
 ABSL_FLAG(std::string, state_dir, "lockstep-state",
@@ -92,7 +94,16 @@ ABSL_FLAG(int, drain_grace_s, 20,
 // coordinator cannot see the workers' files: each worker checks again, symlinks
 // resolved, at Prepare. Keep it a superset of the workers' roots.
 ABSL_FLAG(std::string, data_root, lockstep::kDefaultDataRoots,
-          "comma-separated folders a dataset.path must lie in (the workers' --data_root)");
+          "comma-separated folders a dataset.path must lie in (the workers' --data_root); the "
+          "coordinator's replica reads datasets from them (--audit_local_replica)");
+ABSL_FLAG(bool, audit_local_replica, true,
+          "a replay audit that no free worker can take (a one-worker CPU job, docs/audit.md) "
+          "runs on the coordinator's own replica, one at a time at a lowered priority; it reads "
+          "the job's dataset from --data_root as a worker does. false: such a replay is skipped");
+ABSL_FLAG(int, audit_local_replica_max_threads, 0,
+          "the most CPU threads a job may compute with for the coordinator's replica to replay "
+          "it (a replay computes with the job's threads, for the same bits); 0: this machine's "
+          "cores");
 
 int main(int argc, char** argv) {
   using namespace lockstep;
@@ -214,10 +225,21 @@ int main(int argc, char** argv) {
       static_cast<size_t>(std::max(1, absl::GetFlag(FLAGS_rendezvous_keys_per_job))),
       static_cast<size_t>(std::max<int64_t>(1, absl::GetFlag(FLAGS_rendezvous_kb_per_job))) * 1024);
   auto factory = NewGrpcWorkerClientFactory(*transport);
+  std::unique_ptr<CoordinatorReplica> replica;  // outlives `jobs`
+  if (absl::GetFlag(FLAGS_audit_local_replica)) {
+    // Streamed datasets' indexes go here when /data is read-only and holds none.
+    const std::string index_dir = absl::GetFlag(FLAGS_state_dir) + "/dataset-index";
+    std::filesystem::create_directories(index_dir, ec);
+    const int max_threads = absl::GetFlag(FLAGS_audit_local_replica_max_threads);
+    replica =
+        std::make_unique<CoordinatorReplica>(opts.limits.data_roots, ec ? std::string() : index_dir,
+                                             max_threads > 0 ? max_threads : DefaultCpuThreads());
+  }
   auto registry = std::make_shared<prometheus::Registry>();
   CoordinatorMetrics metrics(registry);
   RpcMetrics rpc_metrics(*registry);
   JobManager jobs(opts, &pool, &kv, factory.get(), &metrics);
+  jobs.SetLocalReplica(replica.get());
   // Lines about a job go to its log (WatchLogs) while `jobs` lives: the guard goes first.
   SetLogTap([&jobs](const v1::LogLine& line) { jobs.AppendLog(line); });
   struct TapGuard {

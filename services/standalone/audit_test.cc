@@ -2,6 +2,8 @@
 // (JobSlots on the CPU, Gloo on loopback): honest workers train bit for bit as without
 // it; a worker that corrupts its gradients (a test-only fault on its JobSlot) is caught,
 // quarantined and replaced, and the job ends with the honest checksum.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
@@ -13,8 +15,10 @@
 #include "core/spec/testing.h"
 #include "core/status_macros.h"
 #include "core/testing.h"
+#include "services/coordinator/jobs/replay_audit.h"
 #include "services/coordinator/scheduling/job_manager.h"
 #include "services/coordinator/scheduling/job_manager_testing.h"
+#include "services/standalone/coordinator_replica.h"
 #include "services/standalone/testing.h"
 
 namespace lockstep::testing {
@@ -91,7 +95,7 @@ class SpareSupply final : public WorkerSupply {
   std::optional<PoolWorker> LendWorker(const std::string&, uint32_t,
                                        const std::vector<std::string>& exclude) override {
     for (const PoolWorker& w : spares_) {
-      if (!lent_.contains(w.id) &&
+      if (lend && !lent_.contains(w.id) &&
           std::find(exclude.begin(), exclude.end(), w.id) == exclude.end()) {
         lent_.insert(w.id);
         return w;
@@ -100,7 +104,10 @@ class SpareSupply final : public WorkerSupply {
     return std::nullopt;
   }
   void ReturnWorker(const PoolWorker& w) override { lent_.erase(w.id); }
+  LocalReplica* local_replica() override { return local; }
   std::vector<std::string> reasons, quarantined;
+  bool lend = true;               // false: no spare is free for a replay
+  LocalReplica* local = nullptr;  // the coordinator's own replica
 
  private:
   std::vector<PoolWorker> current_, spares_;
@@ -133,8 +140,12 @@ struct SparedRun {
 
 // Runs `spec` on the first spec.workers() of `workers`, the rest spares for recoveries and
 // replay audits.
-SparedRun RunWithSpares(InProcessWorkers& workers, const v1::JobSpec& spec, const std::string& id) {
+// With `local`, the coordinator's own replica replays where no spare is lent (`lend`).
+SparedRun RunWithSpares(InProcessWorkers& workers, const v1::JobSpec& spec, const std::string& id,
+                        LocalReplica* local = nullptr, bool lend = true) {
   SpareSupply supply(workers.pool_workers(), static_cast<int>(spec.workers()));
+  supply.local = local;
+  supply.lend = lend;
   Recorder sink;
   SparedRun run;
   run.out = RunOn(workers, spec, id, &sink, &supply);
@@ -473,6 +484,133 @@ TEST(ReplayAudit, WithoutAFreeWorkerTheReplayIsSkippedAndTheEventsSaySo) {
                            "replay audit of step 10: skipped: no free worker of equal threads"}));
 }
 
+// The coordinator's own replica (coordinator_replica.h), reading datasets from `roots` (by
+// default the workers' default data roots) with at most 2 threads.
+std::unique_ptr<CoordinatorReplica> Replica(const char* roots = kDefaultDataRoots) {
+  absl::StatusOr<DataRoots> parsed = DataRoots::Parse(roots);
+  EXPECT_OK(parsed.status());
+  return std::make_unique<CoordinatorReplica>(*std::move(parsed), "", 2);
+}
+
+TEST(ReplayAudit, WithoutAFreeWorkerTheCoordinatorsReplicaReplaysAndTheJobEndsBitForBit) {
+  const v1::JobSpec spec = OneWorker(10);
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, Undisturbed(spec));
+  InProcessWorkers workers(1);
+  std::unique_ptr<CoordinatorReplica> replica = Replica();
+  SparedRun run = RunWithSpares(workers, spec, "local", replica.get());
+  ASSERT_OK(run.out.status());
+  EXPECT_EQ(run.out->param_checksum, clean.param_checksum);
+  EXPECT_EQ(run.out->audits, 2);
+  EXPECT_EQ(run.out->audits_failed, 0);
+  ASSERT_EQ(run.notes.size(), 2u);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_THAT(run.notes[k], HasSubstr(absl::StrCat(
+                                  "replay audit of step ", 5 * k + 5,
+                                  ": passed: the coordinator's replica replayed steps ", 5 * k + 1,
+                                  " to ", 5 * k + 5, " alone from the state of step ", 5 * k)));
+  }
+  // A free worker is still preferred.
+  InProcessWorkers two(2);
+  run = RunWithSpares(two, spec, "local-spare", replica.get());
+  ASSERT_OK(run.out.status());
+  EXPECT_EQ(run.out->param_checksum, clean.param_checksum);
+  ASSERT_EQ(run.notes.size(), 2u);
+  EXPECT_THAT(run.notes[0], HasSubstr("replay audit of step 5: passed: worker w1 replayed"));
+}
+
+// Stands for the coordinator's replica: records the nice value of the thread that prepares
+// it, and refuses to prepare.
+class NiceProbe final : public WorkerClient {
+ public:
+  explicit NiceProbe(int* nice) : nice_(nice) {}
+  absl::StatusOr<PrepareResult> Prepare(const JobAssignment&, std::shared_ptr<const SharedState>,
+                                        const CancelToken&, absl::Duration) override {
+    *nice_ = getpriority(PRIO_PROCESS, 0);  // this thread's
+    return absl::UnavailableError("a probe");
+  }
+  absl::StatusOr<std::unique_ptr<StepStream>> OpenSteps(const std::string&, const CancelToken&,
+                                                        absl::Duration) override {
+    return absl::UnimplementedError("a probe");
+  }
+  absl::StatusOr<EvalSums> Evaluate(const std::string&, int64_t, int64_t, const CancelToken&,
+                                    absl::Duration) override {
+    return absl::UnimplementedError("a probe");
+  }
+  absl::StatusOr<TrainState> FetchState(const std::string&, const CancelToken&,
+                                        absl::Duration) override {
+    return absl::UnimplementedError("a probe");
+  }
+  absl::Status Release(const std::string&, const std::string&, absl::Duration) override {
+    return absl::OkStatus();
+  }
+  bool Alive(absl::Duration) override { return true; }
+
+ private:
+  int* nice_;
+};
+
+// The replay on the coordinator's replica runs niced below the control plane (its threads
+// inherit it from the replay's); the job's thread keeps its priority.
+TEST(ReplayAudit, TheCoordinatorsReplicaReplaysAtALoweredPriority) {
+  SpareSupply supply({}, 0);
+  CancelToken attempt;
+  ReplayAuditor auditor(nullptr, &supply, CoordinatorOptions(), &attempt);
+  const int before = getpriority(PRIO_PROCESS, 0);
+  int nice = -100;
+  ReplayRequest request;
+  request.job_id = "probe";
+  request.to = 5;
+  auditor.StartLocal(std::make_unique<NiceProbe>(&nice), request);
+  const ReplayVerdict v = auditor.Wait();
+  EXPECT_TRUE(v.local);
+  EXPECT_THAT(v.status.message(), HasSubstr("a probe"));
+  EXPECT_EQ(nice, std::min(19, before + kLocalReplicaNice));
+  EXPECT_EQ(getpriority(PRIO_PROCESS, 0), before);
+}
+
+// The coordinator is trusted (the single writer of the job's state): where its own replica
+// disagrees, the job's one worker lied. It is quarantined and replaced, and the job rolls
+// back to its last verified snapshot.
+TEST(ReplayAudit, ALiarWithNoFreeWorkerIsCaughtByTheCoordinatorsReplicaAndQuarantined) {
+  const v1::JobSpec spec = OneWorker(5);  // replayed at its end
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, Undisturbed(spec));
+  InProcessWorkers workers(2);  // w0 the job's, w1 its replacement (never lent)
+  workers.slot(0).SetGradientFaultForTesting(Double);
+  std::unique_ptr<CoordinatorReplica> replica = Replica();
+  SparedRun run = RunWithSpares(workers, spec, "local-liar", replica.get(), /*lend=*/false);
+  ASSERT_OK(run.out.status());
+  EXPECT_EQ(run.out->param_checksum, clean.param_checksum);
+  EXPECT_EQ(run.out->recoveries, 1);
+  EXPECT_EQ(run.out->audits_failed, 1);
+  EXPECT_EQ(run.quarantined, std::vector<std::string>{"w0"});
+  ASSERT_EQ(run.reasons.size(), 1u);
+  EXPECT_THAT(run.reasons[0],
+              HasSubstr("replay audit of step 5 failed: the coordinator's replica replayed steps 1 "
+                        "to 5 from the state of step 0 alone and got params checksum"));
+  EXPECT_THAT(run.reasons[0],
+              HasSubstr("; the coordinator is trusted, so worker w0 lied: it is quarantined and "
+                        "replaced; the job rolls back to step 0, its last verified snapshot"));
+  ASSERT_FALSE(run.notes.empty());
+  EXPECT_THAT(run.notes.back(),
+              HasSubstr("replay audit of step 5: passed: the coordinator's replica"));
+}
+
+// A replica that cannot read the job's dataset (here: outside its data roots) skips the
+// replay, and the events say why.
+TEST(ReplayAudit, TheCoordinatorsReplicaSkipsADatasetItCannotReadNamingIt) {
+  const v1::JobSpec spec = OneWorker(5);
+  InProcessWorkers workers(1);
+  std::unique_ptr<CoordinatorReplica> replica = Replica("/data");
+  SparedRun run = RunWithSpares(workers, spec, "local-unread", replica.get());
+  ASSERT_OK(run.out.status());
+  EXPECT_EQ(run.out->audits, 0);
+  EXPECT_EQ(run.notes, std::vector<std::string>{
+                           "replay audit of step 5: skipped: no free worker of equal threads, and "
+                           "the coordinator's replica cannot replay it: dataset.path: "
+                           "\"/usr/share/datasets/fashion-mnist\" is outside the data roots "
+                           "(/data)"});
+}
+
 // BatchNorm's statistics make a shard's gradients depend on every shard: no shard audit.
 // On logical replicas the job's bits do not depend on the number of workers, so one free
 // worker replays all four replicas.
@@ -543,6 +681,45 @@ TEST(ReplayAudit, TheCoordinatorLendsAFreeWorkerAndCatchesAOneWorkerLiar) {
   // Every lent worker went back: none is held by the ended job.
   for (const WorkerView& v : pool.Views()) EXPECT_TRUE(v.free) << v.id;
   std::filesystem::remove_all(dir);
+}
+
+// Through the coordinator, with one registered worker (busy with the job): the replay runs
+// on the coordinator's own replica (--audit_local_replica, the default); without one
+// (--audit_local_replica=false) it is skipped as before.
+TEST(ReplayAudit, TheCoordinatorReplaysOnItsOwnReplicaUnlessTurnedOff) {
+  const v1::JobSpec spec = OneWorker(5);
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, Undisturbed(spec));
+  std::unique_ptr<CoordinatorReplica> replica = Replica();
+  for (LocalReplica* local :
+       {static_cast<LocalReplica*>(replica.get()), static_cast<LocalReplica*>(nullptr)}) {
+    InProcessWorkers workers(1);
+    const std::string dir = TempDir("manager-local");
+    std::vector<v1::JobEvent> events;
+    absl::StatusOr<v1::Job> done;
+    {
+      InProcessCoordinator c(OptionsIn(dir), &workers);
+      c.jobs.SetLocalReplica(local);
+      ASSERT_OK(c.jobs.Start());
+      ASSERT_OK_AND_ASSIGN(v1::Job job, c.jobs.Submit(spec));
+      done = AwaitEnd(c.jobs, job.id(), absl::Minutes(2), &events);
+    }
+    std::filesystem::remove_all(dir);
+    ASSERT_OK(done.status());
+    ASSERT_EQ(done->state(), v1::SUCCEEDED) << done->failure_reason();
+    EXPECT_EQ(done->param_checksum(), clean.param_checksum);
+    std::vector<std::string> said;
+    for (const v1::JobEvent& e : events) {
+      if (e.has_state() && absl::StrContains(e.state().reason(), "replay audit")) {
+        said.push_back(e.state().reason());
+      }
+    }
+    ASSERT_EQ(said.size(), 1u);
+    EXPECT_THAT(said[0],
+                HasSubstr(local != nullptr ? "replay audit of step 5: passed: the coordinator's "
+                                             "replica replayed steps 1 to 5"
+                                           : "replay audit of step 5: skipped: no free worker of "
+                                             "equal threads"));
+  }
 }
 
 }  // namespace

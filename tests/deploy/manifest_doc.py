@@ -32,9 +32,10 @@ def check_doc(bins):
                 fail(f"CONFIGURATION.md: {role} --{flag} default {doc}, the binary says {real}")
             if not real and not doc.startswith("("):
                 fail(f"CONFIGURATION.md: {role} --{flag} has no default, the table says {doc}")
-            # The variable must really set the flag: --helpfull then shows "currently".
+            # The variable must really set the flag: --helpfull then shows "currently" (only
+            # for a value other than the default: a bool is set to its opposite).
             value = ("7" if re.fullmatch(r"-?\d+", real or "x") else
-                     "true" if real in ("false", "true") else "probe-value")
+                     {"false": "true", "true": "false"}.get(real, "probe-value"))
             text = help_entries(binary, dict(os.environ, **{env: value})).get(flag, "")
             m = re.search(r"; currently: (.*?);", text)
             if not m or m.group(1).strip('"') != value:

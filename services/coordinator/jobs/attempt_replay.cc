@@ -1,8 +1,10 @@
 // Attempt's replay audit (attempt.h, replay_audit.h, docs/audit.md): a periodic snapshot
-// of a job the shard audit cannot cover is held back while a lent worker replays the steps
-// since the job's last verified state alone, and kept once the params agree bitwise; the
-// job's last steps are replayed too before its end is reported. A mismatch rolls the job
-// back to its last verified state, as a failed shard audit does.
+// of a job the shard audit cannot cover is held back while a lent worker (or, with none
+// free, the coordinator's own replica) replays the steps since the job's last verified
+// state alone, and kept once the params agree bitwise; the job's last steps are replayed
+// too before its end is reported. A mismatch rolls the job back to its last verified
+// state, as a failed shard audit does; one the coordinator's replica finds names the
+// job's worker the liar (the coordinator is trusted).
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
@@ -55,9 +57,24 @@ bool Attempt::StartReplay(int64_t to, uint64_t checksum) {
   absl::StatusOr<std::shared_ptr<const SharedState>> base;
   if (why.empty() && !(base = job_.StartState()).ok()) why = std::string(base.status().message());
   std::optional<PoolWorker> checker;
+  std::unique_ptr<WorkerClient> local;  // the coordinator's replica, where no worker is free
   if (why.empty() && !(checker = supply_->LendWorker(spec.device() == "cuda" ? "cuda" : "cpu",
                                                      threads, job_.replay_suspects()))) {
     why = "no free worker of equal threads";
+    LocalReplica* replica = supply_->local_replica();
+    if (replica != nullptr && spec.device() == "cuda") {
+      why += ", and the coordinator's replica computes on the CPU (a cuda job's bits need a GPU)";
+    } else if (replica != nullptr) {
+      absl::StatusOr<std::unique_ptr<WorkerClient>> lent =
+          replica->Lend(spec, static_cast<int>(spec.threads() > 0 ? spec.threads() : threads));
+      if (lent.ok()) {
+        local = *std::move(lent);
+        why.clear();
+      } else {
+        absl::StrAppend(
+            &why, ", and the coordinator's replica cannot replay it: ", lent.status().message());
+      }
+    }
   }
   if (!why.empty()) {
     const std::string note = absl::StrCat("replay audit of step ", to, ": skipped: ", why);
@@ -65,8 +82,13 @@ bool Attempt::StartReplay(int64_t to, uint64_t checksum) {
     job_.sink()->OnNote(note);
     return false;
   }
-  replay_->Start(*std::move(checker),
-                 {job_.id(), spec, job_.setup().impl, *std::move(base), start.step, to, checksum});
+  ReplayRequest request{job_.id(),  spec, job_.setup().impl, *std::move(base),
+                        start.step, to,   checksum};
+  if (local != nullptr) {
+    replay_->StartLocal(std::move(local), std::move(request));
+  } else {
+    replay_->Start(*std::move(checker), std::move(request));
+  }
   return true;
 }
 
@@ -82,13 +104,13 @@ absl::Status Attempt::JudgeReplay(const ReplayVerdict& v) {
   if (v.status.ok()) ++job_.outcome().audits;
   if (v.status.ok() && v.agreed) {
     job_.sink()->OnNote(absl::StrFormat(
-        "%s: passed: worker %s replayed steps %d to %d alone from the state of step %d: params "
+        "%s: passed: %s replayed steps %d to %d alone from the state of step %d: params "
         "checksum %016x",
-        what, v.checker.id, v.from + 1, v.to, v.from, v.got));
+        what, CheckerName(v), v.from + 1, v.to, v.from, v.got));
   } else if (!v.status.ok()) {  // not an audit: the snapshot is kept, unaudited
     const std::string note =
-        absl::StrCat(what, ": not completed by worker ", v.checker.id, " (", v.status.message(),
-                     ")", pending_.has_value() ? "; its snapshot is kept unaudited" : "");
+        absl::StrCat(what, ": not completed by ", CheckerName(v), " (", v.status.message(), ")",
+                     pending_.has_value() ? "; its snapshot is kept unaudited" : "");
     LogJob(spdlog::level::warn, {job_.id()}, note);
     job_.sink()->OnNote(note);
   }
@@ -101,8 +123,6 @@ absl::Status Attempt::JudgeReplay(const ReplayVerdict& v) {
   }
   ++job_.outcome().audits_failed;
   pending_.reset();
-  // Two parties: nobody can tell which lied. The job's workers are replaced, the checker
-  // is lent to this job no more; none is quarantined.
   audit_lost_ = workers_;
   audit_liars_.clear();
   std::vector<std::string> ids;
@@ -110,14 +130,31 @@ absl::Status Attempt::JudgeReplay(const ReplayVerdict& v) {
     ids.push_back(w.id);
     job_.replay_suspects().push_back(w.id);
   }
-  job_.replay_suspects().push_back(v.checker.id);
+  std::string verdict;
+  if (v.local && ids.size() == 1) {
+    // The coordinator is trusted (the single writer of the job's state): the worker lied.
+    audit_liars_ = workers_;
+    verdict = absl::StrCat("; the coordinator is trusted, so worker ", ids[0],
+                           " lied: it is quarantined and replaced");
+  } else if (v.local) {  // one of them lied; the replay of all V replicas cannot say which
+    verdict =
+        absl::StrCat("; the coordinator is trusted, so one of workers ", absl::StrJoin(ids, ", "),
+                     " lied: they are replaced (none quarantined: the replay cannot tell "
+                     "which)");
+  } else {
+    // Two parties: nobody can tell which lied. The job's workers are replaced, the checker
+    // is lent to this job no more; none is quarantined.
+    job_.replay_suspects().push_back(v.checker.id);
+    verdict =
+        absl::StrCat("; nobody can tell which lied, so worker", ids.size() > 1 ? "s " : " ",
+                     absl::StrJoin(ids, ", "), ids.size() > 1 ? " are" : " is", " replaced and ",
+                     v.checker.id, " checks this job no more (none quarantined)");
+  }
   const std::string message = absl::StrCat(
-      absl::StrFormat("%s failed: worker %s replayed steps %d to %d from the state of step %d "
+      absl::StrFormat("%s failed: %s replayed steps %d to %d from the state of step %d "
                       "alone and got params checksum %016x where the job has %016x",
-                      what, v.checker.id, v.from + 1, v.to, v.from, v.got, v.checksum),
-      "; nobody can tell which lied, so worker", ids.size() > 1 ? "s " : " ",
-      absl::StrJoin(ids, ", "), ids.size() > 1 ? " are" : " is", " replaced and ", v.checker.id,
-      " checks this job no more (none quarantined); the job rolls back to step ", job_.start().step,
+                      what, CheckerName(v), v.from + 1, v.to, v.from, v.got, v.checksum),
+      verdict, "; the job rolls back to step ", job_.start().step,
       ", its last verified snapshot (or start)");
   LogJob(spdlog::level::warn, {job_.id()}, message);
   return absl::DataLossError(message);

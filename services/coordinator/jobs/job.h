@@ -26,6 +26,7 @@
 #include "core/train_state.h"
 #include "lockstep/v1/job.pb.h"
 #include "services/coordinator/jobs/decision.h"
+#include "services/coordinator/jobs/local_replica.h"
 #include "services/coordinator/options.h"
 #include "services/coordinator/storage/checkpoint_folder.h"
 #include "services/coordinator/storage/pending_checkpoint.h"
@@ -86,6 +87,9 @@ class WorkerSupply {
     return std::nullopt;
   }
   virtual void ReturnWorker(const PoolWorker& worker) {}
+  // The coordinator's own replica, for a replay that no free worker can take (null: none,
+  // e.g. --audit_local_replica=false; the replay is skipped then).
+  virtual LocalReplica* local_replica() { return nullptr; }
 };
 
 // A sink for runs whose progress nobody watches (benchmarks, comparisons in tests).

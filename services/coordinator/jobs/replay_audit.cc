@@ -1,6 +1,9 @@
 // The replay audit (replay_audit.h): one job's steps replayed on a lent worker alone.
 #include "services/coordinator/jobs/replay_audit.h"
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <deque>
 #include <utility>
 #include <vector>
@@ -91,7 +94,23 @@ ReplayAuditor::ReplayAuditor(WorkerClientFactory* factory, WorkerSupply* supply,
 
 ReplayAuditor::~ReplayAuditor() { Stop(); }
 
+std::string CheckerName(const ReplayVerdict& v) {
+  return v.local ? "the coordinator's replica" : absl::StrCat("worker ", v.checker.id);
+}
+
 void ReplayAuditor::Start(PoolWorker checker, ReplayRequest request) {
+  ReplayVerdict v{request.from, request.to, std::move(checker), false, request.checksum};
+  std::unique_ptr<WorkerClient> client = factory_->Connect(v.checker.address);
+  Run(std::move(v), std::move(client), std::move(request));
+}
+
+void ReplayAuditor::StartLocal(std::unique_ptr<WorkerClient> replica, ReplayRequest request) {
+  ReplayVerdict v{request.from, request.to, {}, true, request.checksum};
+  Run(std::move(v), std::move(replica), std::move(request));
+}
+
+void ReplayAuditor::Run(ReplayVerdict verdict, std::unique_ptr<WorkerClient> client,
+                        ReplayRequest request) {
   on_attempt_cancel_ = {};  // the previous replay's
   cancel_ = std::make_unique<CancelToken>();
   on_attempt_cancel_ = attempt_->OnCancel(
@@ -100,19 +119,24 @@ void ReplayAuditor::Start(PoolWorker checker, ReplayRequest request) {
     absl::MutexLock lock(&mu_);
     verdict_.reset();
   }
-  thread_ = std::thread([this, checker = std::move(checker), r = std::move(request)] {
-    ReplayVerdict v{r.from, r.to, checker, r.checksum};
-    absl::StatusOr<uint64_t> got =
-        Replay(factory_->Connect(checker.address), r, options_, *cancel_);
-    if (got.ok()) {
-      v.got = *got;
-      v.agreed = v.got == r.checksum;
-    } else {
-      v.status = got.status();
-    }
-    absl::MutexLock lock(&mu_);
-    verdict_ = std::move(v);
-  });
+  thread_ = std::thread(
+      [this, v = std::move(verdict), client = std::move(client), r = std::move(request)]() mutable {
+        // The coordinator's replica computes below the control plane: the threads its replay
+        // starts from here (the step stream's, the CPU backend's OpenMP team) inherit it.
+        if (v.local) {
+          const int nice = getpriority(PRIO_PROCESS, 0);  // this thread's (Linux)
+          setpriority(PRIO_PROCESS, 0, std::min(19, nice + kLocalReplicaNice));
+        }
+        absl::StatusOr<uint64_t> got = Replay(std::move(client), r, options_, *cancel_);
+        if (got.ok()) {
+          v.got = *got;
+          v.agreed = v.got == r.checksum;
+        } else {
+          v.status = got.status();
+        }
+        absl::MutexLock lock(&mu_);
+        verdict_ = std::move(v);
+      });
 }
 
 ReplayVerdict ReplayAuditor::Join() {
@@ -120,7 +144,7 @@ ReplayVerdict ReplayAuditor::Join() {
   absl::MutexLock lock(&mu_);
   ReplayVerdict v = *std::move(verdict_);
   verdict_.reset();
-  supply_->ReturnWorker(v.checker);
+  if (!v.local) supply_->ReturnWorker(v.checker);
   return v;
 }
 

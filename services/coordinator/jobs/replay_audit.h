@@ -9,7 +9,10 @@
 // all-reduce), and any job on logical replicas (docs/elastic.md).
 //
 // ReplayAuditor runs one replay at a time on a thread of its own: the job does not wait
-// for it while it steps (Poll), only where it needs the verdict (Wait).
+// for it while it steps (Poll), only where it needs the verdict (Wait). Where no worker is
+// free, the checker may be the coordinator's own replica (local_replica.h): its replay's
+// threads run at a lowered OS priority (kLocalReplicaNice), so that the coordinator's
+// control plane never waits behind it.
 #ifndef LOCKSTEP_SERVICES_COORDINATOR_JOBS_REPLAY_AUDIT_H_
 #define LOCKSTEP_SERVICES_COORDINATOR_JOBS_REPLAY_AUDIT_H_
 
@@ -47,15 +50,22 @@ struct ReplayRequest {
 absl::StatusOr<uint64_t> Replay(std::unique_ptr<WorkerClient> client, const ReplayRequest& request,
                                 const CoordinatorOptions& options, const CancelToken& cancel);
 
+// How much the coordinator's replica's threads are niced (setpriority), at most to 19.
+inline constexpr int kLocalReplicaNice = 10;
+
 struct ReplayVerdict {
   int64_t from = 0, to = 0;
-  PoolWorker checker;
+  PoolWorker checker;     // a lent worker's; empty where `local`
+  bool local = false;     // the checker was the coordinator's own replica
   uint64_t checksum = 0;  // the job's at `to`
   // Why the replay could not run to its end (the checker's error), or OK.
   absl::Status status;
   uint64_t got = 0;     // the checker's checksum, where it ran
   bool agreed = false;  // it ran, and `got` is the job's checksum
 };
+
+// "worker ID", or "the coordinator's replica".
+std::string CheckerName(const ReplayVerdict& v);
 
 class ReplayAuditor {
  public:
@@ -68,6 +78,9 @@ class ReplayAuditor {
   bool busy() const { return thread_.joinable(); }
   // Starts `request` on `checker` (lent by the supply). Not while busy.
   void Start(PoolWorker checker, ReplayRequest request);
+  // Starts `request` on the coordinator's replica, `replica` (LocalReplica::Lend), at a
+  // lowered priority. Not while busy.
+  void StartLocal(std::unique_ptr<WorkerClient> replica, ReplayRequest request);
   // The verdict if the replay ended (the checker returned), without waiting; nullopt
   // while it runs or when none was started.
   std::optional<ReplayVerdict> Poll();
@@ -77,6 +90,9 @@ class ReplayAuditor {
   void Stop();
 
  private:
+  // Runs `request` on `client` on the replay's thread; a lent worker's is given back at
+  // Join.
+  void Run(ReplayVerdict v, std::unique_ptr<WorkerClient> client, ReplayRequest request);
   ReplayVerdict Join();
 
   WorkerClientFactory* const factory_;

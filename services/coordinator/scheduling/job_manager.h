@@ -41,6 +41,7 @@
 #include "services/common/observability/job_log.h"
 #include "services/common/security/auth.h"
 #include "services/coordinator/jobs/job_runner.h"
+#include "services/coordinator/jobs/local_replica.h"
 #include "services/coordinator/observability/coordinator_metrics.h"
 #include "services/coordinator/observability/event_log.h"
 #include "services/coordinator/observability/tensorboard_writer.h"
@@ -71,6 +72,10 @@ class JobManager {
   // their latest snapshot) until they have workers, then continue from that snapshot.
   // DATA_LOSS naming an unreadable record.
   absl::Status Start();
+  // The coordinator's own replica (local_replica.h), for a replay audit that no free
+  // worker can take (docs/audit.md); must outlive the manager. Before Start. Without one
+  // (the default, --audit_local_replica=false) such a replay is skipped.
+  void SetLocalReplica(LocalReplica* replica) { local_replica_ = replica; }
 
   // A graceful stop (SIGTERM): refuses new jobs and watchers, starts no queued job, has
   // every running job snapshot its state at its next step and recorded RECOVERING (it
@@ -237,6 +242,7 @@ class JobManager {
   WorkerPool* pool_;
   KvTable* kv_;
   WorkerClientFactory* factory_;
+  LocalReplica* local_replica_ = nullptr;
   std::unique_ptr<CoordinatorMetrics> own_metrics_;  // when none was given
   CoordinatorMetrics* metrics_;
   JobRecords records_;

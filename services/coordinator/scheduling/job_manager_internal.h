@@ -86,6 +86,7 @@ class JobManager::Sink final : public JobSink, public WorkerSupply {
   std::optional<PoolWorker> LendWorker(const std::string& device, uint32_t threads,
                                        const std::vector<std::string>& exclude) override;
   void ReturnWorker(const PoolWorker& worker) override;
+  LocalReplica* local_replica() override { return m_->local_replica_; }
   void Resized(const std::vector<PoolWorker>& workers, const std::vector<std::string>& lost,
                const std::string& why, const std::vector<std::string>& released) override;
   void OnRunning(int64_t total) override;
