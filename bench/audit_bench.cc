@@ -10,7 +10,8 @@
 // With --replay 1, the replay audit's cost instead (docs/audit.md, "The replay audit"): a
 // one-worker job (one CPU thread, a snapshot every --snapshot_every steps) with no free
 // worker, its replays skipped (the coordinator's replica off) against replayed by the
-// coordinator's own replica (one thread, niced by kLocalReplicaNice), in this process.
+// coordinator's own replica (one thread, niced by kLocalReplicaNice), and by a free
+// in-process worker (not niced), all in this process: on this machine's cores.
 //
 //   audit_bench [--steps S] [--rounds R] [--hidden H] [--batch B] [--replay 0|1]
 //               [--snapshot_every N]
@@ -42,8 +43,18 @@ class NoSupply final : public WorkerSupply {
                   absl::Duration) override {
     runner->NoWorkers(reason);
   }
+  // The replay audit's checker: the spare while it is not lent.
+  std::optional<PoolWorker> LendWorker(const std::string&, uint32_t,
+                                       const std::vector<std::string>&) override {
+    if (!spare.has_value() || lent) return std::nullopt;
+    lent = true;
+    return spare;
+  }
+  void ReturnWorker(const PoolWorker&) override { lent = false; }
   LocalReplica* local_replica() override { return local; }
   JobRunner* runner = nullptr;
+  std::optional<PoolWorker> spare;  // a free worker, for the replay audit
+  bool lent = false;
   LocalReplica* local = nullptr;  // the coordinator's replica, for the replay audit
 };
 
@@ -57,15 +68,20 @@ class ReplaySink final : public JobSink {
   int passed = 0;
 };
 
+// With `spare`, one more in-process worker is free for the replay audit.
 absl::StatusOr<double> SamplesPerSec(const v1::JobSpec& spec, LocalReplica* local = nullptr,
-                                     int* replays = nullptr) {
-  testing::InProcessWorkers workers(static_cast<int>(spec.workers()));
+                                     bool spare = false, int* replays = nullptr) {
+  testing::InProcessWorkers workers(static_cast<int>(spec.workers()) + (spare ? 1 : 0));
+  std::vector<PoolWorker> ranks = workers.pool_workers();
   ReplaySink sink;
   NoSupply supply;
   supply.local = local;
+  if (spare) {
+    supply.spare = ranks.back();
+    ranks.pop_back();
+  }
   CoordinatorOptions options;  // no folders: snapshots are held in memory
-  JobRunner runner("bench", spec, workers.pool_workers(), workers.factory(), options, &sink,
-                   &supply);
+  JobRunner runner("bench", spec, ranks, workers.factory(), options, &sink, &supply);
   supply.runner = &runner;
   JobOutcome out;
   const auto t0 = std::chrono::steady_clock::now();
@@ -81,7 +97,8 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// --replay 1: a one-worker job, its replays skipped or run on the coordinator's replica.
+// --replay 1: a one-worker job, its replays skipped (off), run on the coordinator's replica
+// (replica), or on a free worker (worker: the peer, an in-process worker not niced).
 int ReplayMain(const v1::JobSpec& base, int rounds, int snapshot_every) {
   v1::JobSpec spec = base;
   spec.set_workers(1);
@@ -94,24 +111,23 @@ int ReplayMain(const v1::JobSpec& base, int rounds, int snapshot_every) {
   CoordinatorReplica replica(*DataRoots::Parse(kDefaultDataRoots), "", 1);
   std::map<std::string, std::vector<double>> got;
   for (int round = 0; round < rounds; ++round) {
-    for (const char* mode : {"off", "replica"}) {
+    for (const std::string mode : {"off", "replica", "worker"}) {
       int replays = 0;
       absl::StatusOr<double> sps =
-          SamplesPerSec(*valid, std::string(mode) == "replica" ? &replica : nullptr, &replays);
+          SamplesPerSec(*valid, mode == "replica" ? &replica : nullptr, mode == "worker", &replays);
       if (!sps.ok()) {
-        absl::FPrintF(stderr, "local replica %s: %s\n", mode, sps.status().ToString());
+        absl::FPrintF(stderr, "replay %s: %s\n", mode, sps.status().ToString());
         return 1;
       }
       got[mode].push_back(*sps);
-      absl::PrintF("round %d local replica %-8s %8.0f samples/s  %d replays passed\n", round, mode,
-                   *sps, replays);
+      absl::PrintF("round %d replay %-8s %8.0f samples/s  %d replays passed\n", round, mode, *sps,
+                   replays);
     }
   }
   const double off = Median(got["off"]);
-  for (const char* mode : {"off", "replica"}) {
+  for (const char* mode : {"off", "replica", "worker"}) {
     const double m = Median(got[mode]);
-    absl::PrintF("local replica %-8s median %8.0f samples/s  ratio to off %.3f\n", mode, m,
-                 m / off);
+    absl::PrintF("replay %-8s median %8.0f samples/s  ratio to off %.3f\n", mode, m, m / off);
   }
   return 0;
 }
