@@ -108,7 +108,7 @@ int ReplayMain(const v1::JobSpec& base, int rounds, int snapshot_every) {
     absl::FPrintF(stderr, "%s\n", valid.status().ToString());
     return 1;
   }
-  CoordinatorReplica replica(*DataRoots::Parse(kDefaultDataRoots), "", 1);
+  CoordinatorReplica replica(*DataRoots::Parse(kDefaultDataRoots), "", 1, uint64_t{512} << 20);
   std::map<std::string, std::vector<double>> got;
   for (int round = 0; round < rounds; ++round) {
     for (const std::string mode : {"off", "replica", "worker"}) {

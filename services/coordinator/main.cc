@@ -100,6 +100,10 @@ ABSL_FLAG(bool, audit_local_replica, true,
           "a replay audit that no free worker can take (a one-worker CPU job, docs/audit.md) "
           "runs on the coordinator's own replica, one at a time at a lowered priority; it reads "
           "the job's dataset from --data_root as a worker does. false: such a replay is skipped");
+ABSL_FLAG(int64_t, audit_local_replica_memory_mb, 512,
+          "the most memory a replay on the coordinator's replica may take (the job's state, "
+          "activations and dataset, estimated as for a worker); a job needing more is not "
+          "replayed there");
 ABSL_FLAG(int, audit_local_replica_max_threads, 0,
           "the most CPU threads a job may compute with for the coordinator's replica to replay "
           "it (a replay computes with the job's threads, for the same bits); 0: this machine's "
@@ -231,9 +235,12 @@ int main(int argc, char** argv) {
     const std::string index_dir = absl::GetFlag(FLAGS_state_dir) + "/dataset-index";
     std::filesystem::create_directories(index_dir, ec);
     const int max_threads = absl::GetFlag(FLAGS_audit_local_replica_max_threads);
-    replica =
-        std::make_unique<CoordinatorReplica>(opts.limits.data_roots, ec ? std::string() : index_dir,
-                                             max_threads > 0 ? max_threads : DefaultCpuThreads());
+    replica = std::make_unique<CoordinatorReplica>(
+        opts.limits.data_roots, ec ? std::string() : index_dir,
+        max_threads > 0 ? max_threads : DefaultCpuThreads(),
+        static_cast<uint64_t>(
+            std::max<int64_t>(0, absl::GetFlag(FLAGS_audit_local_replica_memory_mb)))
+            << 20);
   }
   auto registry = std::make_shared<prometheus::Registry>();
   CoordinatorMetrics metrics(registry);

@@ -485,11 +485,12 @@ TEST(ReplayAudit, WithoutAFreeWorkerTheReplayIsSkippedAndTheEventsSaySo) {
 }
 
 // The coordinator's own replica (coordinator_replica.h), reading datasets from `roots` (by
-// default the workers' default data roots) with at most 2 threads.
-std::unique_ptr<CoordinatorReplica> Replica(const char* roots = kDefaultDataRoots) {
+// default the workers' default data roots) with at most 2 threads and `mb` MiB.
+std::unique_ptr<CoordinatorReplica> Replica(const char* roots = kDefaultDataRoots,
+                                            uint64_t mb = 512) {
   absl::StatusOr<DataRoots> parsed = DataRoots::Parse(roots);
   EXPECT_OK(parsed.status());
-  return std::make_unique<CoordinatorReplica>(*std::move(parsed), "", 2);
+  return std::make_unique<CoordinatorReplica>(*std::move(parsed), "", 2, mb << 20);
 }
 
 TEST(ReplayAudit, WithoutAFreeWorkerTheCoordinatorsReplicaReplaysAndTheJobEndsBitForBit) {
@@ -595,13 +596,13 @@ TEST(ReplayAudit, ALiarWithNoFreeWorkerIsCaughtByTheCoordinatorsReplicaAndQuaran
               HasSubstr("replay audit of step 5: passed: the coordinator's replica"));
 }
 
-// A replica that cannot read the job's dataset (here: outside its data roots) skips the
-// replay, and the events say why.
-TEST(ReplayAudit, TheCoordinatorsReplicaSkipsADatasetItCannotReadNamingIt) {
+// A replica that cannot read the job's dataset (here: outside its data roots), or whose
+// memory the replay would exceed, skips it, and the events say why.
+TEST(ReplayAudit, TheCoordinatorsReplicaSkipsWhatItCannotTakeSayingWhy) {
   const v1::JobSpec spec = OneWorker(5);
   InProcessWorkers workers(1);
-  std::unique_ptr<CoordinatorReplica> replica = Replica("/data");
-  SparedRun run = RunWithSpares(workers, spec, "local-unread", replica.get());
+  std::unique_ptr<CoordinatorReplica> unread = Replica("/data");
+  SparedRun run = RunWithSpares(workers, spec, "local-unread", unread.get());
   ASSERT_OK(run.out.status());
   EXPECT_EQ(run.out->audits, 0);
   EXPECT_EQ(run.notes, std::vector<std::string>{
@@ -609,6 +610,15 @@ TEST(ReplayAudit, TheCoordinatorsReplicaSkipsADatasetItCannotReadNamingIt) {
                            "the coordinator's replica cannot replay it: dataset.path: "
                            "\"/usr/share/datasets/fashion-mnist\" is outside the data roots "
                            "(/data)"});
+  std::unique_ptr<CoordinatorReplica> small = Replica(kDefaultDataRoots, 1);
+  run = RunWithSpares(workers, spec, "local-small", small.get());
+  ASSERT_OK(run.out.status());
+  EXPECT_EQ(run.out->audits, 0);
+  ASSERT_EQ(run.notes.size(), 1u);
+  EXPECT_THAT(run.notes[0], HasSubstr("the coordinator's replica cannot replay it: the replay "
+                                      "needs about "));
+  EXPECT_THAT(run.notes[0],
+              HasSubstr("the replica at most 1 MiB (--audit_local_replica_memory_mb)"));
 }
 
 // BatchNorm's statistics make a shard's gradients depend on every shard: no shard audit.

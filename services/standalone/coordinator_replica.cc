@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/spec/memory.h"
 #include "services/standalone/in_process_worker.h"
 #include "workers/backend_factory.h"
 
@@ -62,8 +63,11 @@ class CoordinatorReplica::Lent final : public WorkerClient {
 };
 
 CoordinatorReplica::CoordinatorReplica(DataRoots roots, std::string index_cache_dir,
-                                       int max_threads)
-    : roots_(roots), max_threads_(max_threads), datasets_(1, roots, std::move(index_cache_dir)) {}
+                                       int max_threads, uint64_t max_bytes)
+    : roots_(roots),
+      max_threads_(max_threads),
+      max_bytes_(max_bytes),
+      datasets_(1, roots, std::move(index_cache_dir)) {}
 
 CoordinatorReplica::~CoordinatorReplica() = default;
 
@@ -91,6 +95,18 @@ absl::StatusOr<std::unique_ptr<WorkerClient>> CoordinatorReplica::Lend(const v1:
     return absl::FailedPreconditionError(
         absl::StrCat("the job computes with ", threads, " threads, the replica at most ",
                      max_threads_, " (--audit_local_replica_max_threads)"));
+  }
+  // One worker holding the whole job (all V replicas with logical replicas), without an
+  // evaluation or a process of its own.
+  v1::JobSpec alone = spec;
+  alone.set_workers(1);
+  const MemoryEstimate m = EstimateMemory(alone);
+  const uint64_t need = m.worker_state + m.worker_activations + m.worker_dataset;
+  if (need > max_bytes_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the replay needs about ", need >> 20, " MiB (state ", m.worker_state >> 20,
+        ", activations ", m.worker_activations >> 20, ", dataset ", m.worker_dataset >> 20,
+        "), the replica at most ", max_bytes_ >> 20, " MiB (--audit_local_replica_memory_mb)"));
   }
   if (absl::Status st = CheckReadable(spec.dataset()); !st.ok()) return st;
   absl::StatusOr<std::unique_ptr<BackendSource>> backends = BackendSource::Create("cpu", threads);

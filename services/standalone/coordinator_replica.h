@@ -22,8 +22,11 @@ class CoordinatorReplica final : public LocalReplica {
  public:
   // `roots`: where datasets are read from (the workers' data roots); `index_cache_dir`:
   // where a streamed dataset's indexes go when they cannot be written beside its files
-  // (empty: none); `max_threads` (>= 1): the most threads a replay may compute with.
-  CoordinatorReplica(DataRoots roots, std::string index_cache_dir, int max_threads);
+  // (empty: none); `max_threads` (>= 1): the most threads a replay may compute with;
+  // `max_bytes`: the most memory a replay may take (its state, activations and dataset,
+  // estimated as for a worker: core/spec/memory.h).
+  CoordinatorReplica(DataRoots roots, std::string index_cache_dir, int max_threads,
+                     uint64_t max_bytes);
   ~CoordinatorReplica() override;  // every client it lent must be gone
 
   absl::StatusOr<std::unique_ptr<WorkerClient>> Lend(const v1::JobSpec& spec, int threads) override;
@@ -37,6 +40,7 @@ class CoordinatorReplica final : public LocalReplica {
 
   const DataRoots roots_;
   const int max_threads_;
+  const uint64_t max_bytes_;
   DatasetCache datasets_;
   absl::Mutex mu_;
   bool lent_ ABSL_GUARDED_BY(mu_) = false;

@@ -21,8 +21,9 @@ class LocalReplica {
   // A client over the replica, computing `spec` (a validated CPU job) with `threads` and
   // reading its dataset as a worker does; the replica is the caller's until the client is
   // destroyed. Never waits. Why not otherwise, as a message an event can show:
-  // UNAVAILABLE while another replay holds it; FAILED_PRECONDITION for more threads than
-  // it may use, or a dataset it cannot read (naming the field, the path and the error).
+  // UNAVAILABLE while another replay holds it; FAILED_PRECONDITION for more threads or
+  // memory than it may use, or a dataset it cannot read (naming the field, the path and
+  // the error).
   virtual absl::StatusOr<std::unique_ptr<WorkerClient>> Lend(const v1::JobSpec& spec,
                                                              int threads) = 0;
 };

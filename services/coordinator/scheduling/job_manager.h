@@ -74,7 +74,7 @@ class JobManager {
   absl::Status Start();
   // The coordinator's own replica (local_replica.h), for a replay audit that no free
   // worker can take (docs/audit.md); must outlive the manager. Before Start. Without one
-  // (the default, --audit_local_replica=false) such a replay is skipped.
+  // (as with --audit_local_replica=false) such a replay is skipped.
   void SetLocalReplica(LocalReplica* replica) { local_replica_ = replica; }
 
   // A graceful stop (SIGTERM): refuses new jobs and watchers, starts no queued job, has
