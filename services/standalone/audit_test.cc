@@ -648,6 +648,23 @@ TEST(ReplayAudit, ABatchNormJobOnReplicasIsReplayedOnOneWorkerAndALiarCaught) {
                                         "more (none quarantined); the job rolls back to step 0"));
 }
 
+// With no free worker, the coordinator's replica holds all four replicas of a BatchNorm
+// job on two workers and replays them: the same bits.
+TEST(ReplayAudit, ABatchNormJobOnReplicasWithNoFreeWorkerIsReplayedByTheCoordinatorsReplica) {
+  const v1::JobSpec spec = BatchNormOnReplicas(10);
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, Undisturbed(spec));
+  InProcessWorkers workers(2);
+  std::unique_ptr<CoordinatorReplica> replica = Replica();
+  SparedRun run = RunWithSpares(workers, spec, "bn-local", replica.get());
+  ASSERT_OK(run.out.status());
+  EXPECT_EQ(run.out->param_checksum, clean.param_checksum);
+  EXPECT_EQ(run.out->audits, 2);
+  EXPECT_EQ(run.out->audits_failed, 0);
+  ASSERT_EQ(run.notes.size(), 2u);
+  EXPECT_THAT(run.notes[1], HasSubstr("replay audit of step 10: passed: the coordinator's replica "
+                                      "replayed steps 6 to 10"));
+}
+
 // Through the coordinator: the JobManager lends a free registered worker for the replay and
 // takes it back; a liar running a one-worker job is caught, replaced, and the job ends with
 // the undisturbed checksum, its events saying so.
