@@ -248,15 +248,22 @@ TEST(LogicalReplicas, BackendMemoryExactSumIsTheHostsBits) {
 // (replicas [0, 2) and [2, 4)) each rides along the other's first replica, and one worker
 // holding all 4 rides along replica 2: every ride-along's gradient and BatchNorm
 // contribution digests and loss are bitwise those the replica's own worker taps, at every
-// step, and the job's bits are those of a run without it.
+// step (the exact sums in backend memory too), and the job's bits are those of a run
+// without it.
 void ExpectRideAlongIsTheReplicasBits(const Golden& g, const Dataset& data) {
   const JobRun plain = RunJob(g, data, 1);
   ASSERT_OK(plain.status[0]);
   const JobRun two = RunJob(g, data, 2, {.ride = {2, 0}});
   const JobRun one = RunJob(g, data, 1, {.ride = {2}});
+  // The exact sums in backend memory, as on a CUDA worker.
+  const JobRun device = RunJob(g, data, 2, {.backend_memory = true, .ride = {2, 0}});
   ASSERT_OK(two.status[0]);
   ASSERT_OK(two.status[1]);
   ASSERT_OK(one.status[0]);
+  ASSERT_OK(device.status[0]);
+  ASSERT_OK(device.status[1]);
+  EXPECT_EQ(device.audit.ride, two.audit.ride);
+  EXPECT_EQ(device.audit.first, two.audit.first);
   ExpectBitwiseEqual(two.states[0], plain.states[0], "2 workers with ride-alongs");
   ExpectBitwiseEqual(one.states[0], plain.states[0], "1 worker with a ride-along");
   const size_t steps = g.spec.steps();
