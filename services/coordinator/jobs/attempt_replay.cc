@@ -17,9 +17,9 @@
 namespace lockstep {
 
 bool Attempt::ReplayAudited() const {
-  const bool batch_norm = job_.setup().model.stats_layout().total() > 0;
+  // A job on 2 or more workers has the shard audit (BatchNorm on logical replicas too).
   return supply_ != nullptr && job_.recovers() && job_.spec().audit().every_steps() > 0 &&
-         (workers_.size() == 1 || (job_.logical() && batch_norm));
+         workers_.size() == 1;
 }
 
 absl::Status Attempt::AuditSnapshot(TrainState state, uint64_t checksum, const TrainingPlan& plan) {
@@ -131,16 +131,12 @@ absl::Status Attempt::JudgeReplay(const ReplayVerdict& v) {
     job_.replay_suspects().push_back(w.id);
   }
   std::string verdict;
-  if (v.local && ids.size() == 1) {
-    // The coordinator is trusted (the single writer of the job's state): the worker lied.
+  if (v.local) {
+    // The coordinator is trusted (the single writer of the job's state): the job's one
+    // worker (a replayed job has one: ReplayAudited) lied.
     audit_liars_ = workers_;
-    verdict = absl::StrCat("; the coordinator is trusted, so worker ", ids[0],
+    verdict = absl::StrCat("; the coordinator is trusted, so worker ", absl::StrJoin(ids, ", "),
                            " lied: it is quarantined and replaced");
-  } else if (v.local) {  // one of them lied; the replay of all V replicas cannot say which
-    verdict =
-        absl::StrCat("; the coordinator is trusted, so one of workers ", absl::StrJoin(ids, ", "),
-                     " lied: they are replaced (none quarantined: the replay cannot tell "
-                     "which)");
   } else {
     // Two parties: nobody can tell which lied. The job's workers are replaced, the checker
     // is lent to this job no more; none is quarantined.
