@@ -322,6 +322,11 @@ class CpuBackend final : public Backend {
                                int lda, int64_t stride_a, const Bf16* b, int ldb, int64_t stride_b,
                                float beta, float* c, int ldc, int64_t stride_c,
                                int count) override {
+    if (cpu::IsSmallGemmBf16(m, n, k)) {
+      cpu::GemmStridedSmallBf16(threads_, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb,
+                                stride_b, beta, c, ldc, stride_c, count);
+      return absl::OkStatus();
+    }
     return matmul_.Run(ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
                        stride_c, count);
   }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/layer_math.h"
 #include "workers/cpu/multiversion.h"
@@ -75,7 +76,52 @@ void ActivateBf16Dispatch(Activation a, const float* x, float* y, Bf16* y16, siz
   if (y16 != nullptr) TwinRange(y, y16, begin, end);
 }
 
+// c = alpha * op(a) op(b) + beta * c for one small product: op(b) widened to float32 in
+// `bt` (k x n), then each row of c summed over p in order, in float32 (each product of two
+// bfloat16 numbers is exact in float32).
+LS_MULTIVERSION void SmallGemmBf16(bool ta, bool tb, int m, int n, int k, float alpha,
+                                   const Bf16* a, int lda, const Bf16* b, int ldb, float beta,
+                                   float* c, int ldc, float* bt, float* acc) {
+  for (int p = 0; p < k; ++p) {
+    for (int j = 0; j < n; ++j) {
+      bt[p * n + j] = Bf16Float((tb ? b[int64_t{j} * ldb + p] : b[int64_t{p} * ldb + j]).bits);
+    }
+  }
+  for (int i = 0; i < m; ++i) {
+    std::fill_n(acc, n, 0.0f);
+    for (int p = 0; p < k; ++p) {
+      const float x = Bf16Float((ta ? a[int64_t{p} * lda + i] : a[int64_t{i} * lda + p]).bits);
+      const float* row = bt + p * n;
+      for (int j = 0; j < n; ++j) acc[j] += x * row[j];
+    }
+    float* out = c + int64_t{i} * ldc;
+    if (beta == 0.0f) {
+      for (int j = 0; j < n; ++j) out[j] = alpha * acc[j];
+    } else {
+      for (int j = 0; j < n; ++j) out[j] = alpha * acc[j] + beta * out[j];
+    }
+  }
+}
+
 }  // namespace
+
+bool IsSmallGemmBf16(int m, int n, int k) { return int64_t{m} * n * k <= kSmallGemmBf16Max; }
+
+void GemmStridedSmallBf16(int threads, bool ta, bool tb, int m, int n, int k, float alpha,
+                          const Bf16* a, int lda, int64_t stride_a, const Bf16* b, int ldb,
+                          int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
+                          int count) {
+  const bool parallel = int64_t{count} * m * n * k > int64_t{kParallelMin};
+#pragma omp parallel num_threads(threads) if (parallel)
+  {
+    std::vector<float> buf(size_t(k) * n + n);
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    for (int i = count * t / nt; i < count * (t + 1) / nt; ++i) {
+      SmallGemmBf16(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
+                    c + i * stride_c, ldc, buf.data(), buf.data() + size_t(k) * n);
+    }
+  }
+}
 
 void ToBf16(int threads, size_t n, const float* x, Bf16* y) {
   ParallelFor(threads, n, [&](size_t b, size_t e) { ToBf16Range(x, y, b, e); });

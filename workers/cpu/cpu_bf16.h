@@ -7,6 +7,7 @@
 #define LOCKSTEP_WORKERS_CPU_CPU_BF16_H_
 
 #include <cstddef>
+#include <cstdint>
 
 #include "core/backend.h"
 
@@ -20,6 +21,20 @@ void ReluBf16(int threads, size_t n, float* x, Bf16* x16);
 void AvgPoolBf16(int threads, const ConvGeometry& g, bool count_include_pad, const float* x,
                  float* y);
 void AttentionSoftmaxBf16(int threads, int rows, int t, bool causal, float* s);
+// Products of at most this many multiply-adds (m * n * k) run as GemmStridedSmallBf16:
+// below it oneDNN's per-call cost (memory objects, a parallel region, the stream's wait)
+// exceeds the product's own (attention's per-head products at short sequences: a ViT's 17
+// tokens of 16 features are 4,624).
+inline constexpr int64_t kSmallGemmBf16Max = int64_t{1} << 15;
+bool IsSmallGemmBf16(int m, int n, int k);
+
+// Backend::GemmStridedBf16 for small products: each c element a float32 sum of the exact
+// products of its bfloat16 operands, in k order (oneDNN sums them in float32 too, in an
+// order of its own). The same bits whatever `threads` is (each product on one thread).
+void GemmStridedSmallBf16(int threads, bool ta, bool tb, int m, int n, int k, float alpha,
+                          const Bf16* a, int lda, int64_t stride_a, const Bf16* b, int ldb,
+                          int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
+                          int count);
 void Im2ColBf16(int threads, const ConvGeometry& g, const Bf16* x, Bf16* cols);
 
 }  // namespace lockstep::cpu
