@@ -22,9 +22,8 @@ LS_MULTIVERSION void ToBf16Range(const float* x, Bf16* y, size_t begin, size_t e
   for (size_t i = begin; i < end; ++i) y[i].bits = Bf16Bits(x[i]);
 }
 
-// y16[i] = y[i]'s upper half, y holding bfloat16 values (exact).
-LS_MULTIVERSION void TwinRange(const float* y, Bf16* y16, size_t begin, size_t end) {
-  for (size_t i = begin; i < end; ++i) y16[i].bits = static_cast<uint16_t>(FloatBits(y[i]) >> 16);
+void TwinRange(const float* y, Bf16* y16, size_t begin, size_t end) {
+  TwinBf16(y + begin, y16 + begin, end - begin);
 }
 
 LS_MULTIVERSION void AddRowsBf16Range(int cols, const float* x, const float* bias, float* y,
@@ -38,6 +37,21 @@ LS_MULTIVERSION void AddRowsBf16Range(int cols, const float* x, const float* bia
       for (int c = 0; c < cols; ++c) out[c] = RoundBf16(RoundBf16(in[c]) + RoundBf16(bias[c]));
     }
     if (y16 != nullptr) TwinRange(out, y16 + r * cols, 0, cols);
+  }
+}
+
+// AddBf16 over [begin, end), in blocks whose twin is written while they are in cache.
+template <bool kRelu>
+LS_MULTIVERSION void AddBf16Range(const float* a, const float* b, float* y, Bf16* y16, size_t begin,
+                                  size_t end) {
+  constexpr size_t kBlock = 4096;
+  for (size_t lo = begin; lo < end; lo += kBlock) {
+    const size_t hi = std::min(end, lo + kBlock);
+    for (size_t i = lo; i < hi; ++i) {
+      const float v = RoundBf16(a[i] + b[i]);
+      y[i] = kRelu ? (v > 0.0f ? v : 0.0f) : v;
+    }
+    if (y16 != nullptr) TwinBf16(y + lo, y16 + lo, hi - lo);
   }
 }
 
@@ -121,6 +135,21 @@ void GemmStridedSmallBf16(int threads, bool ta, bool tb, int m, int n, int k, fl
                     c + i * stride_c, ldc, buf.data(), buf.data() + size_t(k) * n);
     }
   }
+}
+
+LS_MULTIVERSION void TwinBf16(const float* y, Bf16* y16, size_t n) {
+  for (size_t i = 0; i < n; ++i) y16[i].bits = static_cast<uint16_t>(FloatBits(y[i]) >> 16);
+}
+
+void AddBf16(int threads, size_t n, const float* a, const float* b, bool relu, float* y,
+             Bf16* y16) {
+  ParallelFor(threads, n, [&](size_t lo, size_t hi) {
+    if (relu) {
+      AddBf16Range<true>(a, b, y, y16, lo, hi);
+    } else {
+      AddBf16Range<false>(a, b, y, y16, lo, hi);
+    }
+  });
 }
 
 void ToBf16(int threads, size_t n, const float* x, Bf16* y) {

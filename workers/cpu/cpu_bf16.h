@@ -14,10 +14,14 @@
 namespace lockstep::cpu {
 
 void ToBf16(int threads, size_t n, const float* x, Bf16* y);
+// y16[i] = y[i] as Bf16 (n values; exact: y holds bfloat16 values).
+void TwinBf16(const float* y, Bf16* y16, size_t n);
 void AddRowsBf16(int threads, int rows, int cols, const float* x, const float* bias, float* y,
                  Bf16* y16);
 void ActivateBf16(int threads, Activation a, size_t n, const float* x, float* y, Bf16* y16);
 void ReluBf16(int threads, size_t n, float* x, Bf16* x16);
+// Backend::AddBf16 in one pass: the same bits as Add, AddRowsBf16 and ReluBf16 in turn.
+void AddBf16(int threads, size_t n, const float* a, const float* b, bool relu, float* y, Bf16* y16);
 void AvgPoolBf16(int threads, const ConvGeometry& g, bool count_include_pad, const float* x,
                  float* y);
 void AttentionSoftmaxBf16(int threads, int rows, int t, bool causal, float* s);

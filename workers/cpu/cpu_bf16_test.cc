@@ -100,6 +100,44 @@ TEST_F(CpuBf16, ReluKeepsItsBf16Twin) {
   }
 }
 
+TEST_F(CpuBf16, FusedBatchNormAndAddAreTheirPassesBitForBit) {
+  // BatchNormApplyBf16 and AddBf16 in one pass against Backend's defaults (the float32
+  // kernel, AddRowsBf16, then ReluBf16 or Relu), with and without the ReLU and the twin,
+  // on 1 and 2 threads, past kParallelMin elements.
+  const int rows = 1031, cols = 48;
+  const size_t n = size_t(rows) * cols;
+  const std::vector<float> x = Rounded(RandomNormal(n, 14)), r = Rounded(RandomNormal(n, 15));
+  const std::vector<float> mean = RandomNormal(cols, 16), scale = RandomNormal(cols, 17);
+  const std::vector<float> bias = RandomNormal(cols, 18);
+  std::vector<float> var = RandomNormal(cols, 19);
+  for (float& v : var) v = v * v;
+  for (int threads : {1, 2}) {
+    auto be = NewCpuBackend(threads);
+    for (bool relu : {false, true}) {
+      for (bool twin : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << threads << " threads, relu " << relu << ", twin " << twin);
+        std::vector<float> y(n), want(n);
+        std::vector<Bf16> y16(n), want16(n);
+        Bf16* t = twin ? y16.data() : nullptr;
+        Bf16* wt = twin ? want16.data() : nullptr;
+        ASSERT_OK(be->BatchNormApplyBf16(rows, cols, 1e-5f, x.data(), mean.data(), var.data(),
+                                         scale.data(), bias.data(), relu, y.data(), t));
+        ASSERT_OK(be->Backend::BatchNormApplyBf16(rows, cols, 1e-5f, x.data(), mean.data(),
+                                                  var.data(), scale.data(), bias.data(), relu,
+                                                  want.data(), wt));
+        EXPECT_EQ(0, std::memcmp(y.data(), want.data(), n * sizeof(float)));
+        EXPECT_EQ(0, std::memcmp(y16.data(), want16.data(), n * sizeof(Bf16)));
+        ASSERT_OK(be->AddBf16(rows, cols, x.data(), r.data(), relu, y.data(), t));
+        ASSERT_OK(be->Backend::AddBf16(rows, cols, x.data(), r.data(), relu, want.data(), wt));
+        EXPECT_EQ(0, std::memcmp(y.data(), want.data(), n * sizeof(float)));
+        EXPECT_EQ(0, std::memcmp(y16.data(), want16.data(), n * sizeof(Bf16)));
+        if (relu) EXPECT_EQ(*std::min_element(y.begin(), y.end()), 0.0f);
+      }
+    }
+  }
+}
+
 // op(a) m x k times op(b) k x n in double, from the bfloat16 operands.
 std::vector<double> Product(bool ta, bool tb, int m, int n, int k, const std::vector<Bf16>& a,
                             const std::vector<Bf16>& b) {
