@@ -90,29 +90,38 @@ void ActivateBf16Dispatch(Activation a, const float* x, float* y, Bf16* y16, siz
   if (y16 != nullptr) TwinRange(y, y16, begin, end);
 }
 
+// Columns of c per block: one AVX-512 vector of float32 sums, held in registers over p.
+constexpr int kSmallGemmCols = 16;
+
 // c = alpha * op(a) op(b) + beta * c for one small product: op(b) widened to float32 in
-// `bt` (k x n), then each row of c summed over p in order, in float32 (each product of two
-// bfloat16 numbers is exact in float32).
+// `bt` (k rows of n columns zero-padded to `stride`, a multiple of kSmallGemmCols), then
+// each row of c a block of columns at a time, each column's products summed over p in
+// order, in float32 (each product of two bfloat16 numbers is exact in float32).
 LS_MULTIVERSION void SmallGemmBf16(bool ta, bool tb, int m, int n, int k, float alpha,
                                    const Bf16* a, int lda, const Bf16* b, int ldb, float beta,
-                                   float* c, int ldc, float* bt, float* acc) {
+                                   float* c, int ldc, int stride, float* bt) {
   for (int p = 0; p < k; ++p) {
+    float* row = bt + int64_t{p} * stride;
     for (int j = 0; j < n; ++j) {
-      bt[p * n + j] = Bf16Float((tb ? b[int64_t{j} * ldb + p] : b[int64_t{p} * ldb + j]).bits);
+      row[j] = Bf16Float((tb ? b[int64_t{j} * ldb + p] : b[int64_t{p} * ldb + j]).bits);
     }
+    std::fill(row + n, row + stride, 0.0f);
   }
   for (int i = 0; i < m; ++i) {
-    std::fill_n(acc, n, 0.0f);
-    for (int p = 0; p < k; ++p) {
-      const float x = Bf16Float((ta ? a[int64_t{p} * lda + i] : a[int64_t{i} * lda + p]).bits);
-      const float* row = bt + p * n;
-      for (int j = 0; j < n; ++j) acc[j] += x * row[j];
-    }
     float* out = c + int64_t{i} * ldc;
-    if (beta == 0.0f) {
-      for (int j = 0; j < n; ++j) out[j] = alpha * acc[j];
-    } else {
-      for (int j = 0; j < n; ++j) out[j] = alpha * acc[j] + beta * out[j];
+    for (int j0 = 0; j0 < n; j0 += kSmallGemmCols) {
+      float acc[kSmallGemmCols] = {};
+      for (int p = 0; p < k; ++p) {
+        const float x = Bf16Float((ta ? a[int64_t{p} * lda + i] : a[int64_t{i} * lda + p]).bits);
+        const float* row = bt + int64_t{p} * stride + j0;
+        for (int j = 0; j < kSmallGemmCols; ++j) acc[j] += x * row[j];
+      }
+      const int w = std::min(kSmallGemmCols, n - j0);
+      if (beta == 0.0f) {
+        for (int j = 0; j < w; ++j) out[j0 + j] = alpha * acc[j];
+      } else {
+        for (int j = 0; j < w; ++j) out[j0 + j] = alpha * acc[j] + beta * out[j0 + j];
+      }
     }
   }
 }
@@ -126,13 +135,15 @@ void GemmStridedSmallBf16(int threads, bool ta, bool tb, int m, int n, int k, fl
                           int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
                           int count) {
   const bool parallel = int64_t{count} * m * n * k > int64_t{kParallelMin};
+  const int stride = (n + kSmallGemmCols - 1) / kSmallGemmCols * kSmallGemmCols;
 #pragma omp parallel num_threads(threads) if (parallel)
   {
-    std::vector<float> buf(size_t(k) * n + n);
+    thread_local std::vector<float> bt;  // op(b) widened, kept between calls
+    if (bt.size() < size_t(k) * stride) bt.resize(size_t(k) * stride);
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
     for (int i = count * t / nt; i < count * (t + 1) / nt; ++i) {
       SmallGemmBf16(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
-                    c + i * stride_c, ldc, buf.data(), buf.data() + size_t(k) * n);
+                    c + i * stride_c, ldc, stride, bt.data());
     }
   }
 }
