@@ -7,7 +7,11 @@
 // and checkpoint excluded: none is asked for) for each round, the median, and its ratio
 // to the audit off.
 //
-//   audit_bench [--steps S] [--rounds R] [--hidden H] [--batch B]
+// With --bn 1 the job is a BatchNorm convnet on 4 logical replicas (2 per worker): its
+// shard audit computes the audited replica beside the checker's own two (the ride-along,
+// core/step.h).
+//
+//   audit_bench [--steps S] [--rounds R] [--hidden H] [--batch B] [--bn 0|1]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -53,7 +57,8 @@ absl::StatusOr<double> SamplesPerSec(const v1::JobSpec& spec) {
 }
 
 int Main(int argc, char** argv) {
-  std::map<std::string, int> f = {{"steps", 400}, {"rounds", 5}, {"hidden", 512}, {"batch", 128}};
+  std::map<std::string, int> f = {
+      {"steps", 400}, {"rounds", 5}, {"hidden", 512}, {"batch", 128}, {"bn", 0}};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string name = std::string(argv[i]).substr(2);
     if (!f.contains(name)) {
@@ -63,10 +68,40 @@ int Main(int argc, char** argv) {
     f[name] = std::stoi(argv[i + 1]);
   }
   v1::JobSpec base;
-  base.mutable_model()->set_kind("mlp");
-  base.mutable_model()->add_hidden(f["hidden"]);
-  base.mutable_model()->add_hidden(f["hidden"]);
-  base.mutable_model()->set_dropout_rate(0.1);
+  if (f["bn"] != 0) {
+    // examples/bn-convnet.yaml's layers at half the width, with dropout.
+    absl::StatusOr<v1::JobSpec> bn = ParseSpec(R"(
+model:
+  input_shape: [28, 28, 1]
+  layers:
+    - conv: {features: 16, kernel_size: [3, 3]}
+    - batch_norm: {momentum: 0.9}
+    - relu
+    - max_pool: {window_shape: [2, 2], strides: [2, 2]}
+    - conv: {features: 32, kernel_size: [3, 3]}
+    - batch_norm: {momentum: 0.9}
+    - relu
+    - max_pool: {window_shape: [2, 2], strides: [2, 2]}
+    - flatten
+    - dense: {features: 64}
+    - batch_norm: {momentum: 0.9}
+    - relu
+    - dropout: {rate: 0.3}
+    - dense: {features: 10}
+replicas: 4
+)",
+                                               "audit_bench");
+    if (!bn.ok()) {
+      absl::FPrintF(stderr, "%s\n", bn.status().ToString());
+      return 1;
+    }
+    base = *bn;
+  } else {
+    base.mutable_model()->set_kind("mlp");
+    base.mutable_model()->add_hidden(f["hidden"]);
+    base.mutable_model()->add_hidden(f["hidden"]);
+    base.mutable_model()->set_dropout_rate(0.1);
+  }
   base.mutable_optimizer()->set_kind("adam");
   base.mutable_optimizer()->set_learning_rate(1e-3);
   base.set_global_batch_size(f["batch"]);

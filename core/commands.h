@@ -97,6 +97,10 @@ struct StepResult {
   bool audited = false;      // the command's audit shard was recomputed:
   uint64_t audit_digest = 0;
   float audit_loss = 0;
+  // A BatchNorm model on logical replicas: GradDigest of the audited replica's BatchNorm
+  // contributions (StepExecutor::local_statistics), fed (want_grad_digest) and recomputed
+  // (audited); 0 otherwise.
+  uint64_t stats_digest = 0, audit_stats_digest = 0;
   // Logical replicas: each local replica's loss and accuracy, in replica order (loss and
   // accuracy above: their float mean).
   std::vector<float> replica_losses, replica_accuracies;

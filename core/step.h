@@ -148,9 +148,32 @@ class StepExecutor {
   // ComputeGradients's on its rows and key, on any worker (for a model without
   // BatchNorm, whose statistics span the replicas). FAILED_PRECONDITION before
   // SetLogicalReplicas.
+  //
+  // `ride_along` (the audit's, docs/audit.md): another worker's logical replica, computed
+  // here beside the local ones at the same params, layer by layer: at each BatchNorm layer
+  // it adds nothing to the exact sums but normalizes with the job-wide ones the local
+  // replicas computed (its forward moments and backward sums), and its gradients are not
+  // summed. Its bits are then those of the same replica computed where it belongs (a
+  // replica's arithmetic depends only on its rows, key and threads, and on the job-wide
+  // sums). Its results: ride_along_result() after the call, once the backend is
+  // synchronized. A BatchNorm model's audit needs it: its statistics span the replicas,
+  // so ComputeGradients cannot recompute one alone.
+  struct RideAlong {
+    const DeviceDataset* data = nullptr;
+    std::span<const int32_t> indices;  // local_batch rows into *data
+    rng::Key key;                      // its 'dropout' stream root
+  };
   absl::StatusOr<StepMetrics> StepReplicas(const DeviceDataset& data,
                                            std::span<const int32_t> indices,
-                                           std::span<const rng::Key> keys);
+                                           std::span<const rng::Key> keys,
+                                           const RideAlong* ride_along = nullptr);
+  struct RideAlongResult {
+    float loss = 0;
+    std::vector<float> gradients;  // its parameter gradients, as a local replica's
+    // Its BatchNorm contributions, as local_statistics() holds a local replica's.
+    std::vector<float> statistics;
+  };
+  const RideAlongResult& ride_along_result() const { return ride_along_result_; }
 
   // Forward and backward only (no gradient all-reduce, no update, running averages kept):
   // leaves the local gradients for Gradients() and the dropout masks for DropoutMasks().
@@ -174,6 +197,15 @@ class StepExecutor {
   void set_capture_local_gradients(bool on) { capture_ = on; }
   void set_gradient_fault(GradientFault fault) { fault_ = std::move(fault); }
   const std::vector<float>& local_gradients() const { return local_grads_; }
+  // StepReplicas's BatchNorm taps: each local replica's contributions to the exact sums
+  // (per BatchNorm layer its moments [E[x], E[x^2]] over its rows, and in backward its
+  // sums of dy and dy * (x - mean), 2c floats each) before they are summed. With capture
+  // on, the first local replica's are copied to the host: local_statistics() after the
+  // call, per BatchNorm layer in layer order 4c floats (moments, then sums; zeros where a
+  // layer sums none). The fault (tests only, see JobSlot::SetStatisticsFaultForTesting)
+  // changes each contribution first, the ride-along's too, as a lying worker would.
+  void set_statistics_fault(GradientFault fault) { statistics_fault_ = std::move(fault); }
+  const std::vector<float>& local_statistics() const { return local_stats_; }
 
   // Loss and accuracy over examples [begin, end) of `data` (all of it by default),
   // deterministic (no dropout), in batches.
@@ -202,7 +234,8 @@ class StepExecutor {
   // StepReplicas's parts (step_replicas.cc): forward and backward of the local replicas
   // layer by layer, their BatchNorm layers reduced exactly across all of them, the
   // gradients summed exactly into grads_.
-  absl::Status ForwardReplicas(const DeviceDataset& data);
+  // `ride_data`: the ride-along replica's dataset, while riding_.
+  absl::Status ForwardReplicas(const DeviceDataset& data, const DeviceDataset* ride_data);
   // Calls layer_done(i) once layer i's parameter gradients are done on every local replica
   // (when given; maybe again once its backward is: it must be idempotent).
   absl::Status BackwardReplicas(const std::function<void(int)>& layer_done = {});
@@ -215,6 +248,19 @@ class StepExecutor {
                                       std::chrono::steady_clock::time_point& backward_end);
   absl::Status BatchNormForwardReplicas(size_t i);
   absl::Status BatchNormBackwardReplicas(int i);
+  // The BatchNorm taps (set_statistics_fault) on layer i's contributions at `local` (2c
+  // floats each; part 0: moments, 1: backward sums), the first copied into `host` when
+  // `capture`.
+  absl::Status StatisticsTaps(size_t i, int part, const std::vector<float*>& local, bool capture,
+                              std::vector<float>& host);
+  // Allocates the ride-along replica's workspace, gradients and keys (once) and prepares
+  // it for this step.
+  absl::Status PrepareRideAlong(const RideAlong& ride);
+  // After Prepare: the keys it wrote into step_args_, to a replica's buffer `to`.
+  absl::Status CopyKeys(Buffer& to);
+  // StepReplicas once the local replicas (and the ride-along) are prepared.
+  absl::StatusOr<StepMetrics> StepReplicasRiding(const DeviceDataset& data,
+                                                 const RideAlong* ride_along);
   // Sums `size` floats at each of `local` (one per local replica) exactly over all the
   // job's logical replicas into every one of them.
   absl::Status ExactSumInto(const std::vector<float*>& local, size_t size);
@@ -362,6 +408,14 @@ class StepExecutor {
   std::vector<std::unique_ptr<Workspace>> replica_ws_;  // one per local replica
   std::vector<Buffer> replica_grads_;  // replicas 1..count-1's gradients (replica 0: grads_)
   std::vector<Buffer> replica_keys_;   // per local replica: one key per Dropout layer
+  GradientFault statistics_fault_;     // set_statistics_fault
+  std::vector<float> local_stats_;     // local_statistics()
+  // The ride-along replica (StepReplicas): its workspace, gradients and keys, allocated at
+  // the first; riding_ while a step computes it.
+  std::unique_ptr<Workspace> ride_ws_;
+  Buffer ride_grads_, ride_keys_;
+  bool riding_ = false;
+  RideAlongResult ride_along_result_;
 };
 
 }  // namespace lockstep

@@ -40,6 +40,7 @@ absl::Status StepExecutor::SetLogicalReplicas(int total, int first, int count) {
     device_exact_ = std::make_unique<DeviceExactSum>(backend_, collective_, total);
   }
   replica_ws_.clear();
+  ride_ws_.reset();
   replica_grads_.clear();
   replica_keys_.clear();
   int keys = 0;
@@ -99,6 +100,21 @@ absl::Status StepExecutor::ExactSumInto(const std::vector<float*>& local, size_t
   return absl::OkStatus();
 }
 
+absl::Status StepExecutor::StatisticsTaps(size_t i, int part, const std::vector<float*>& local,
+                                          bool capture, std::vector<float>& host) {
+  const size_t c = model_.layers()[i].in.c;
+  if (statistics_fault_) {
+    for (float* x : local) RETURN_IF_ERROR(statistics_fault_(*backend_, x, 2 * c));
+  }
+  if (!capture) return absl::OkStatus();
+  size_t offset = 0;  // layer i's 4c floats in `host`: after the BatchNorm layers before it
+  for (size_t k = 0; k < i; ++k) {
+    const Layer& l = model_.layers()[k];
+    if (l.kind == LayerKind::kBatchNorm) offset += 4 * static_cast<size_t>(l.in.c);
+  }
+  return backend_->CopyToHost(host.data() + offset + part * 2 * c, local[0], 2 * c * sizeof(float));
+}
+
 absl::Status StepExecutor::BatchNormForwardReplicas(size_t i) {
   const Layer& l = model_.layers()[i];
   const int c = l.in.c, rows = local_batch_ * NormRows(l);
@@ -109,19 +125,34 @@ absl::Status StepExecutor::BatchNormForwardReplicas(size_t i) {
     RETURN_IF_ERROR(backend_->BatchNormMoments(rows, c, input(*ws), bn + 5 * c, bn));
     moments.push_back(bn);
   }
+  RETURN_IF_ERROR(StatisticsTaps(i, 0, moments, capture_, local_stats_));
+  if (riding_) {  // its own moments, tapped, but not summed
+    float* bn = ride_ws_->bn[i];
+    RETURN_IF_ERROR(backend_->BatchNormMoments(rows, c, input(*ride_ws_), bn + 5 * c, bn));
+    RETURN_IF_ERROR(StatisticsTaps(i, 0, {bn}, true, ride_along_result_.statistics));
+  }
   // lax.pmean over the V replicas: the exact sum, then a division by V.
   RETURN_IF_ERROR(ExactSumInto(moments, 2 * c));
-  for (auto& ws : replica_ws_) {
-    float* bn = ws->bn[i];
-    RETURN_IF_ERROR(backend_->Divide(2 * c, static_cast<float>(logical_.total), bn));
+  auto normalize = [&](Workspace& ws) -> absl::Status {
+    float* bn = ws.bn[i];
     RETURN_IF_ERROR(backend_->BatchNormVariance(c, bn, bn + 2 * c));
-    RETURN_IF_ERROR(BatchNormApply(*ws, i, rows, input(*ws), bn, bn + 2 * c));
+    return BatchNormApply(ws, i, rows, input(ws), bn, bn + 2 * c);
+  };
+  for (auto& ws : replica_ws_) {
+    RETURN_IF_ERROR(backend_->Divide(2 * c, static_cast<float>(logical_.total), ws->bn[i]));
+    RETURN_IF_ERROR(normalize(*ws));
+  }
+  if (riding_) {  // the job-wide moments
+    RETURN_IF_ERROR(backend_->Copy(2 * c, replica_ws_[0]->bn[i], ride_ws_->bn[i]));
+    RETURN_IF_ERROR(normalize(*ride_ws_));
   }
   return absl::OkStatus();
 }
 
-absl::Status StepExecutor::ForwardReplicas(const DeviceDataset& data) {
+absl::Status StepExecutor::ForwardReplicas(const DeviceDataset& data,
+                                           const DeviceDataset* ride_data) {
   for (auto& ws : replica_ws_) RETURN_IF_ERROR(GatherBatch(*ws, data, local_batch_));
+  if (riding_) RETURN_IF_ERROR(GatherBatch(*ride_ws_, *ride_data, local_batch_));
   RETURN_IF_ERROR(RefreshBf16Params());
   for (size_t i = 0; i < model_.layers().size(); ++i) {
     if (model_.layers()[i].kind == LayerKind::kBatchNorm) {
@@ -132,8 +163,12 @@ absl::Status StepExecutor::ForwardReplicas(const DeviceDataset& data) {
       RETURN_IF_ERROR(
           ForwardLayer(*replica_ws_[j], i, local_batch_, true, replica_keys_[j].as<rng::Key>()));
     }
+    if (riding_) {
+      RETURN_IF_ERROR(ForwardLayer(*ride_ws_, i, local_batch_, true, ride_keys_.as<rng::Key>()));
+    }
   }
   for (auto& ws : replica_ws_) RETURN_IF_ERROR(Loss(*ws, local_batch_));
+  if (riding_) RETURN_IF_ERROR(Loss(*ride_ws_, local_batch_));
   return absl::OkStatus();
 }
 
@@ -144,34 +179,45 @@ absl::Status StepExecutor::BatchNormBackwardReplicas(int i) {
   auto at = [&](float* base, int index) {
     return index < 0 ? nullptr : base + entries[index].offset;
   };
-  std::vector<float*> sums;  // per local replica: its sums of dy and dy * (x - mean)
-  for (size_t j = 0; j < replica_ws_.size(); ++j) {
-    Workspace& ws = *replica_ws_[j];
-    float* grads = j == 0 ? grads_.as() : replica_grads_[j - 1].as();
-    const float* x = Input(ws, l);
+  // Its sums of dy and dy * (x - mean) and its parameters' gradients.
+  auto reduce = [&](Workspace& ws, float* grads) {
     float* bn = ws.bn[i];
-    RETURN_IF_ERROR(backend_->BatchNormBackwardReduce(rows, c, l.epsilon, x, ws.dy[i], bn,
-                                                      bn + 2 * c, bn + 5 * c, bn + 3 * c,
-                                                      at(grads, l.scale), at(grads, l.bias)));
-    sums.push_back(bn + 3 * c);
+    return backend_->BatchNormBackwardReduce(rows, c, l.epsilon, Input(ws, l), ws.dy[i], bn,
+                                             bn + 2 * c, bn + 5 * c, bn + 3 * c, at(grads, l.scale),
+                                             at(grads, l.bias));
+  };
+  std::vector<float*> sums;  // per local replica
+  for (size_t j = 0; j < replica_ws_.size(); ++j) {
+    RETURN_IF_ERROR(reduce(*replica_ws_[j], j == 0 ? grads_.as() : replica_grads_[j - 1].as()));
+    sums.push_back(replica_ws_[j]->bn[i] + 3 * c);
   }
+  if (riding_) RETURN_IF_ERROR(reduce(*ride_ws_, ride_grads_.as()));
   if (replica_ws_[0]->din[i] == nullptr) return absl::OkStatus();  // no input gradient
+  RETURN_IF_ERROR(StatisticsTaps(i, 1, sums, capture_, local_stats_));
+  if (riding_) {
+    RETURN_IF_ERROR(
+        StatisticsTaps(i, 1, {ride_ws_->bn[i] + 3 * c}, true, ride_along_result_.statistics));
+  }
   // The transpose of the statistics' pmean: every replica's cotangents, summed exactly.
   RETURN_IF_ERROR(ExactSumInto(sums, 2 * c));
-  for (size_t j = 0; j < replica_ws_.size(); ++j) {
-    Workspace& ws = *replica_ws_[j];
-    const float* x = Input(ws, l);
+  auto apply = [&](Workspace& ws) -> absl::Status {
     float* bn = ws.bn[i];
     RETURN_IF_ERROR(backend_->BatchNormBackwardApply(
-        rows, c, l.epsilon, logical_.total, x, ws.dy[i], bn, bn + 2 * c, at(params_.as(), l.scale),
-        bn + 3 * c, ws.din[i]));
-    RETURN_IF_ERROR(Deliver(ws, l.src, ws.din[i], static_cast<size_t>(rows) * c));
+        rows, c, l.epsilon, logical_.total, Input(ws, l), ws.dy[i], bn, bn + 2 * c,
+        at(params_.as(), l.scale), bn + 3 * c, ws.din[i]));
+    return Deliver(ws, l.src, ws.din[i], static_cast<size_t>(rows) * c);
+  };
+  for (auto& ws : replica_ws_) RETURN_IF_ERROR(apply(*ws));
+  if (riding_) {  // the job-wide sums
+    RETURN_IF_ERROR(backend_->Copy(2 * c, sums[0], ride_ws_->bn[i] + 3 * c));
+    RETURN_IF_ERROR(apply(*ride_ws_));
   }
   return absl::OkStatus();
 }
 
 absl::Status StepExecutor::BackwardReplicas(const std::function<void(int)>& layer_done) {
   for (auto& ws : replica_ws_) StartBackward(*ws);
+  if (riding_) StartBackward(*ride_ws_);
   for (int i = static_cast<int>(model_.layers().size()) - 1; i >= 0; --i) {
     if (!replica_ws_[0]->needs_grad[i]) continue;  // no params at or before it
     if (model_.layers()[i].kind == LayerKind::kBatchNorm) {
@@ -185,6 +231,7 @@ absl::Status StepExecutor::BackwardReplicas(const std::function<void(int)>& laye
         RETURN_IF_ERROR(BackwardLayer(*replica_ws_[j], i, local_batch_, grads,
                                       last ? layer_done : std::function<void(int)>()));
       }
+      if (riding_) RETURN_IF_ERROR(BackwardLayer(*ride_ws_, i, local_batch_, ride_grads_.as(), {}));
     }
     if (layer_done) layer_done(i);
   }
@@ -251,13 +298,37 @@ absl::Status StepExecutor::BackwardReplicasSummed(
   return waited;
 }
 
+absl::Status StepExecutor::CopyKeys(Buffer& to) {
+  // Prepare wrote the optimizer's scalars (the same each time) and the replica's keys into
+  // step_args_: the keys to the replica's own buffer (backend memory, in whole floats: a
+  // key is two uint32s).
+  const size_t floats =
+      std::min(to.bytes(), step_args_.bytes() - sizeof(UpdateScalars)) / sizeof(float);
+  return backend_->Copy(
+      floats,
+      reinterpret_cast<const float*>(step_args_.as<unsigned char>() + sizeof(UpdateScalars)),
+      to.as());
+}
+
+absl::Status StepExecutor::PrepareRideAlong(const RideAlong& ride) {
+  if (ride.data == nullptr || ride.indices.size() != static_cast<size_t>(local_batch_)) {
+    return absl::InvalidArgumentError(absl::StrCat("the ride-along replica has ",
+                                                   ride.indices.size(),
+                                                   " samples; a replica takes ", local_batch_));
+  }
+  if (ride_ws_ == nullptr) {
+    ASSIGN_OR_RETURN(ride_ws_, NewWorkspace(local_batch_, true));
+    ASSIGN_OR_RETURN(ride_grads_, backend_->Allocate(param_count() * sizeof(float)));
+    ASSIGN_OR_RETURN(ride_keys_, backend_->Allocate(replica_keys_[0].bytes()));
+  }
+  RETURN_IF_ERROR(Prepare(*ride_ws_, *ride.data, ride.indices, ride.key));
+  return CopyKeys(ride_keys_);
+}
+
 absl::StatusOr<StepMetrics> StepExecutor::StepReplicas(const DeviceDataset& data,
                                                        std::span<const int32_t> indices,
-                                                       std::span<const rng::Key> keys) {
-  using Clock = std::chrono::steady_clock;
-  auto seconds = [](Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double>(b - a).count();
-  };
+                                                       std::span<const rng::Key> keys,
+                                                       const RideAlong* ride_along) {
   if (logical_.total == 0) {
     return absl::FailedPreconditionError("StepReplicas before SetLogicalReplicas");
   }
@@ -268,22 +339,38 @@ absl::StatusOr<StepMetrics> StepExecutor::StepReplicas(const DeviceDataset& data
                      " logical replicas take ", k * local_batch_, " samples (", local_batch_,
                      " each) and ", k, " keys"));
   }
-  // Prepare writes the optimizer's scalars (the same each time) and replica j's keys into
-  // step_args_; the keys are copied to the replica's own buffer (backend memory, in whole
-  // floats: a key is two uint32s).
-  const size_t key_floats =
-      std::min(replica_keys_[0].bytes(), step_args_.bytes() - sizeof(UpdateScalars)) /
-      sizeof(float);
   for (int j = 0; j < k; ++j) {
     RETURN_IF_ERROR(
         Prepare(*replica_ws_[j], data, indices.subspan(j * local_batch_, local_batch_), keys[j]));
-    RETURN_IF_ERROR(backend_->Copy(
-        key_floats,
-        reinterpret_cast<const float*>(step_args_.as<unsigned char>() + sizeof(UpdateScalars)),
-        replica_keys_[j].as()));
+    RETURN_IF_ERROR(CopyKeys(replica_keys_[j]));
   }
+  // The BatchNorm taps' host copies: 4c floats per BatchNorm layer (StatisticsTaps).
+  size_t stats_floats = 0;
+  for (const Layer& l : model_.layers()) {
+    if (l.kind == LayerKind::kBatchNorm) stats_floats += 4 * static_cast<size_t>(l.in.c);
+  }
+  if (capture_) local_stats_.assign(stats_floats, 0.0f);
+  ride_along_result_ = {};
+  if (ride_along != nullptr) {
+    RETURN_IF_ERROR(PrepareRideAlong(*ride_along));
+    ride_along_result_.statistics.assign(stats_floats, 0.0f);
+    ride_along_result_.gradients.resize(param_count());
+  }
+  riding_ = ride_along != nullptr;
+  absl::StatusOr<StepMetrics> stepped = StepReplicasRiding(data, ride_along);
+  riding_ = false;
+  return stepped;
+}
+
+absl::StatusOr<StepMetrics> StepExecutor::StepReplicasRiding(const DeviceDataset& data,
+                                                             const RideAlong* ride_along) {
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  const int k = logical_.count;
   const auto t0 = Clock::now();
-  RETURN_IF_ERROR(ForwardReplicas(data));
+  RETURN_IF_ERROR(ForwardReplicas(data, riding_ ? ride_along->data : nullptr));
   StepMetrics metrics;
   for (auto& ws : replica_ws_) {
     ASSIGN_OR_RETURN(StepMetrics m, Finish(*ws, local_batch_));
@@ -294,12 +381,22 @@ absl::StatusOr<StepMetrics> StepExecutor::StepReplicas(const DeviceDataset& data
   }
   metrics.loss /= static_cast<float>(k);
   metrics.accuracy /= static_cast<float>(k);
+  if (riding_) {
+    ASSIGN_OR_RETURN(StepMetrics m, Finish(*ride_ws_, local_batch_));
+    ride_along_result_.loss = m.loss;
+  }
   // Every replica's loss and accuracy ride in the sum's max all-reduce, each in its own
   // slot (elsewhere the lowest int64), so that every rank that completes the step knows
   // all V of them: a step a lost peer never answered can still be reported exactly.
   std::vector<int64_t> shared = ShareReplicaMetrics(metrics);
   Clock::time_point t1;
   RETURN_IF_ERROR(BackwardReplicasSummed(shared, t1));
+  if (riding_) {  // its gradients, tapped as a local replica's are, but not summed
+    float* g = ride_grads_.as();
+    if (fault_) RETURN_IF_ERROR(fault_(*backend_, g, param_count()));
+    RETURN_IF_ERROR(backend_->CopyToHost(ride_along_result_.gradients.data(), g,
+                                         param_count() * sizeof(float)));
+  }
   ASSIGN_OR_RETURN(std::tie(metrics.all_replica_loss, metrics.all_replica_accuracy),
                    UnshareReplicaMetrics(shared));
   const size_t n = param_count();

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "core/grad_digest.h"
 #include "core/plan.h"
 #include "core/status_macros.h"
 #include "core/store.h"
@@ -33,6 +34,29 @@ using Golden = testing::SpecGolden;
 constexpr char kFile[] = "replicas_pmap4.safetensors";
 constexpr int kThreads = 2;  // every worker's backend alike, wherever a replica runs
 
+// One replica's step as the audit compares it (docs/audit.md): its gradients' and its
+// BatchNorm contributions' digests and its loss.
+struct ReplicaDigests {
+  uint64_t grads = 0, stats = 0;
+  float loss = 0;
+  bool operator==(const ReplicaDigests&) const = default;
+};
+
+// The audit's parts of a run (RunOptions::ride): per worker and step, its first local
+// replica's digests (the taps) and the ride-along replica's.
+struct AuditRun {
+  std::vector<std::vector<ReplicaDigests>> first, ride;  // [worker][step]
+};
+
+struct RunOptions {
+  bool backend_memory = false;  // the exact sums as on a CUDA worker (DeviceExactSum)
+  // Not empty: worker w captures its first replica's digests and computes replica ride[w]
+  // as the audit's ride-along.
+  std::vector<int> ride;
+  StepExecutor::GradientFault statistics_fault;  // on worker `liar`'s BatchNorm taps
+  int liar = -1;
+};
+
 // One job's run: every logical replica's loss per step, and each worker's final state.
 struct JobRun {
   std::vector<std::vector<float>> losses;  // [step][replica]
@@ -40,14 +64,15 @@ struct JobRun {
   std::vector<std::vector<std::vector<float>>> shared;
   std::vector<TrainState> states;    // per worker
   std::vector<absl::Status> status;  // per worker
+  AuditRun audit;
 };
 
 // Worker w of `workers` holds replicas [w * V / workers, (w + 1) * V / workers). Its
 // collective lives until every worker has finished (`finished`): a rank that closed its
 // connections while a peer still waited in the last collective would fail the peer.
-// With `backend_memory`, the exact sums run as on a CUDA worker (DeviceExactSum).
 void RunWorker(const Golden& g, const Dataset& data, int workers, int w, Store* store,
-               const std::string& prefix, std::latch* finished, bool backend_memory, JobRun* run) {
+               const std::string& prefix, std::latch* finished, const RunOptions& options,
+               JobRun* run) {
   std::unique_ptr<Collective> collective;
   run->status[w] = [&]() -> absl::Status {
     const Model& m = g.setup.model;
@@ -67,13 +92,30 @@ void RunWorker(const Golden& g, const Dataset& data, int workers, int w, Store* 
     TrainingPlan plan(g.spec.seed(), g.spec.dropout_seed(), g.setup.impl, data.size, b, v);
     RETURN_IF_ERROR(exec->SetState(TrainState::Create(m.Init(plan.init_key(), g.setup.impl),
                                                       g.setup.optimizer, m.InitStats())));
-    if (backend_memory) exec->set_exact_sum_in_backend_memory_for_testing();
+    if (options.backend_memory) exec->set_exact_sum_in_backend_memory_for_testing();
+    if (w == options.liar) exec->set_statistics_fault(options.statistics_fault);
     RETURN_IF_ERROR(exec->SetLogicalReplicas(v, first, count));
+    const bool audit = !options.ride.empty();
+    exec->set_capture_local_gradients(audit);
     for (uint64_t s = 0; s < g.spec.steps(); ++s) {
       const StepPlan p = plan.Next();
       const std::span<const int32_t> rows(p.indices.data() + first * (b / v), count * (b / v));
       const std::span<const rng::Key> keys(p.keys.data() + first, count);
-      ASSIGN_OR_RETURN(StepMetrics metrics, exec->StepReplicas(d, rows, keys));
+      StepExecutor::RideAlong ride;
+      if (audit) {
+        const int r = options.ride[w];
+        ride = {&d, std::span<const int32_t>(p.indices.data() + r * (b / v), b / v), p.keys[r]};
+      }
+      ASSIGN_OR_RETURN(StepMetrics metrics,
+                       exec->StepReplicas(d, rows, keys, audit ? &ride : nullptr));
+      if (audit) {
+        const StepExecutor::RideAlongResult& got = exec->ride_along_result();
+        run->audit.first[w].push_back({GradDigest(exec->local_gradients()),
+                                       GradDigest(exec->local_statistics()),
+                                       metrics.replica_loss[0]});
+        run->audit.ride[w].push_back(
+            {GradDigest(got.gradients), GradDigest(got.statistics), got.loss});
+      }
       for (int j = 0; j < count; ++j) run->losses[s][first + j] = metrics.replica_loss[j];
       if (metrics.all_replica_accuracy.size() != static_cast<size_t>(v)) {
         return absl::InternalError("not every replica's accuracy was shared");
@@ -86,7 +128,7 @@ void RunWorker(const Golden& g, const Dataset& data, int workers, int w, Store* 
   finished->arrive_and_wait();
 }
 
-JobRun RunJob(const Golden& g, const Dataset& data, int workers, bool backend_memory = false) {
+JobRun RunJob(const Golden& g, const Dataset& data, int workers, const RunOptions& options = {}) {
   static int job = 0;
   const std::string prefix = absl::StrCat("logical_replicas_", job++);
   MemoryStore store;
@@ -95,13 +137,15 @@ JobRun RunJob(const Golden& g, const Dataset& data, int workers, bool backend_me
   run.states.resize(workers);
   run.shared.resize(workers);
   run.status.resize(workers);
+  run.audit.first.resize(workers);
+  run.audit.ride.resize(workers);
   std::latch finished(workers);
   std::vector<std::thread> threads;
   for (int w = 1; w < workers; ++w) {
     threads.emplace_back(RunWorker, std::cref(g), std::cref(data), workers, w, &store,
-                         std::cref(prefix), &finished, backend_memory, &run);
+                         std::cref(prefix), &finished, std::cref(options), &run);
   }
-  RunWorker(g, data, workers, 0, &store, prefix, &finished, backend_memory, &run);
+  RunWorker(g, data, workers, 0, &store, prefix, &finished, options, &run);
   for (std::thread& t : threads) t.join();
   return run;
 }
@@ -188,7 +232,7 @@ TEST(LogicalReplicas, BackendMemoryExactSumIsTheHostsBits) {
   const JobRun host = RunJob(g, data, 1);
   ASSERT_OK(host.status[0]);
   for (int workers : {1, 2}) {
-    const JobRun run = RunJob(g, data, workers, true);
+    const JobRun run = RunJob(g, data, workers, {.backend_memory = true});
     for (int w = 0; w < workers; ++w) {
       ASSERT_OK(run.status[w]);
       ExpectBitwiseEqual(run.states[w], host.states[0],
@@ -197,6 +241,76 @@ TEST(LogicalReplicas, BackendMemoryExactSumIsTheHostsBits) {
     for (size_t s = 0; s < host.losses.size(); ++s) {
       EXPECT_EQ(Bits(run.losses[s]), Bits(host.losses[s])) << workers << " workers, step " << s;
     }
+  }
+}
+
+// The audit's ride-along replica (StepExecutor::RideAlong, docs/audit.md): on 2 workers
+// (replicas [0, 2) and [2, 4)) each rides along the other's first replica, and one worker
+// holding all 4 rides along replica 2: every ride-along's gradient and BatchNorm
+// contribution digests and loss are bitwise those the replica's own worker taps, at every
+// step (the exact sums in backend memory too), and the job's bits are those of a run
+// without it.
+void ExpectRideAlongIsTheReplicasBits(const Golden& g, const Dataset& data) {
+  const JobRun plain = RunJob(g, data, 1);
+  ASSERT_OK(plain.status[0]);
+  const JobRun two = RunJob(g, data, 2, {.ride = {2, 0}});
+  const JobRun one = RunJob(g, data, 1, {.ride = {2}});
+  // The exact sums in backend memory, as on a CUDA worker.
+  const JobRun device = RunJob(g, data, 2, {.backend_memory = true, .ride = {2, 0}});
+  ASSERT_OK(two.status[0]);
+  ASSERT_OK(two.status[1]);
+  ASSERT_OK(one.status[0]);
+  ASSERT_OK(device.status[0]);
+  ASSERT_OK(device.status[1]);
+  EXPECT_EQ(device.audit.ride, two.audit.ride);
+  EXPECT_EQ(device.audit.first, two.audit.first);
+  ExpectBitwiseEqual(two.states[0], plain.states[0], "2 workers with ride-alongs");
+  ExpectBitwiseEqual(one.states[0], plain.states[0], "1 worker with a ride-along");
+  const size_t steps = g.spec.steps();
+  ASSERT_EQ(two.audit.ride[0].size(), steps);
+  for (size_t s = 0; s < steps; ++s) {
+    EXPECT_EQ(two.audit.ride[0][s], two.audit.first[1][s]) << "replica 2, step " << s;
+    EXPECT_EQ(one.audit.ride[0][s], two.audit.first[1][s]) << "replica 2 on 1 worker, step " << s;
+    EXPECT_EQ(two.audit.ride[1][s], two.audit.first[0][s]) << "replica 0, step " << s;
+    EXPECT_EQ(one.audit.first[0][s], two.audit.first[0][s]) << "replica 0 on 1 worker, step " << s;
+    // Different replicas differ: the digests see the rows (the statistics' too: they are
+    // not all zeros).
+    EXPECT_NE(two.audit.first[0][s].grads, two.audit.first[1][s].grads) << s;
+    EXPECT_NE(two.audit.first[0][s].stats, two.audit.first[1][s].stats) << s;
+  }
+}
+
+TEST(LogicalReplicas, RideAlongReplicaIsTheReplicasBits) {
+  ASSERT_OK_AND_ASSIGN(Golden g, testing::ReadSpecGolden(kFile));
+  ExpectRideAlongIsTheReplicasBits(g, testing::GoldenDataset(g.st, "data"));
+}
+
+TEST(LogicalReplicas, RideAlongReplicaIsTheReplicasBitsInBfloat16) {
+  const absl::Status bf16 = NewCpuBackend(kThreads)->Bf16Support();
+  if (!bf16.ok()) GTEST_SKIP() << bf16.message();
+  ASSERT_OK_AND_ASSIGN(Golden g, testing::ReadSpecGolden(kFile));
+  g.spec.mutable_model()->set_dtype("bfloat16");
+  ASSERT_OK_AND_ASSIGN(g.setup, SetupFromSpec(g.spec));
+  ExpectRideAlongIsTheReplicasBits(g, testing::GoldenDataset(g.st, "data"));
+}
+
+// A worker that lies in its BatchNorm contributions (a statistics fault: worker 1's, on
+// every local replica's moments and sums) changes the job-wide statistics for everyone:
+// the gradients of replica 2 agree with its ride-along on worker 0 (both computed from
+// the same wrong sums), the statistics digest does not.
+TEST(LogicalReplicas, RideAlongCatchesALieInTheStatistics) {
+  ASSERT_OK_AND_ASSIGN(Golden g, testing::ReadSpecGolden(kFile));
+  const Dataset data = testing::GoldenDataset(g.st, "data");
+  RunOptions options{.ride = {2, 0}, .liar = 1};
+  options.statistics_fault = [](Backend& b, float* x, size_t n) { return b.Divide(n, 0.99f, x); };
+  const JobRun run = RunJob(g, data, 2, options);
+  ASSERT_OK(run.status[0]);
+  ASSERT_OK(run.status[1]);
+  for (size_t s = 0; s < g.spec.steps(); ++s) {
+    const ReplicaDigests &fed = run.audit.first[1][s], &ride = run.audit.ride[0][s];
+    EXPECT_EQ(fed.grads, ride.grads) << "step " << s;
+    EXPECT_EQ(fed.loss, ride.loss) << "step " << s;
+    EXPECT_NE(fed.stats, ride.stats) << "step " << s;
   }
 }
 

@@ -149,6 +149,10 @@ absl::StatusOr<StepResult> Replica::Step(const StepCommand& command) {
       command.collective_timeout > absl::ZeroDuration()
           ? std::min(command.collective_timeout, config_.collective_timeout)
           : config_.collective_timeout);
+  if (config_.logical_replicas > 0 && exec_->stats_count() > 0) {
+    // BatchNorm on logical replicas: the audit shard (one replica) rides along the step.
+    return StepLogical(command);
+  }
   StepResult r;
   if (command.audit) {  // another rank's shard at this state: gradients only
     exec_->set_capture_local_gradients(true);
@@ -203,18 +207,40 @@ absl::Status Replica::Finish(const StepCommand& command, const StepMetrics& m,
 
 absl::StatusOr<StepResult> Replica::StepLogical(const StepCommand& command) {
   const auto t0 = std::chrono::steady_clock::now();
+  // A BatchNorm model's audit shard: the ride-along replica (StepExecutor::RideAlong).
+  const bool ride = command.audit && exec_->stats_count() > 0;
+  absl::StatusOr<Batch> shard;
+  if (ride) {
+    shard =
+        TrainBatch(AuditTag(command.step), command.data_key, command.audit_indices, audit_batch_);
+    if (!shard.ok()) {
+      return absl::Status(shard.status().code(),
+                          absl::StrCat("audit shard: ", shard.status().message()));
+    }
+  }
   ASSIGN_OR_RETURN(Batch batch, TrainBatch(StepTag(command.step), command.data_key, command.indices,
                                            step_batch_));
+  StepExecutor::RideAlong ride_along;
+  if (ride) ride_along = {shard->data, shard->indices, command.audit_key};
   exec_->set_capture_local_gradients(command.want_grad_digest);
   absl::StatusOr<StepMetrics> stepped =
-      exec_->StepReplicas(*batch.data, batch.indices, command.keys);
+      exec_->StepReplicas(*batch.data, batch.indices, command.keys, ride ? &ride_along : nullptr);
   exec_->set_capture_local_gradients(false);
   RETURN_IF_ERROR(stepped.status());
   StepMetrics& m = *stepped;
   StepResult r;
-  if (command.want_grad_digest) {  // its copy is done once the backend is
-    RETURN_IF_ERROR(backend_->Synchronize());
+  // The digests' copies are done once the backend is.
+  if (command.want_grad_digest || ride) RETURN_IF_ERROR(backend_->Synchronize());
+  if (command.want_grad_digest) {
     r.grad_digest = GradDigest(exec_->local_gradients());
+    if (exec_->stats_count() > 0) r.stats_digest = GradDigest(exec_->local_statistics());
+  }
+  if (ride) {
+    const StepExecutor::RideAlongResult& got = exec_->ride_along_result();
+    r.audited = true;
+    r.audit_digest = GradDigest(got.gradients);
+    r.audit_stats_digest = GradDigest(got.statistics);
+    r.audit_loss = got.loss;
   }
   KeepCompleted(
       {{command.step + 1, std::move(m.all_replica_loss), std::move(m.all_replica_accuracy)}});

@@ -78,7 +78,10 @@ class Replica {
   // INVALID_ARGUMENT if that shard is not of the local batch's size. With logical
   // replicas (config().logical_replicas > 0): StepExecutor::StepReplicas on
   // command.indices and command.keys, each replica's loss in the result; the audit shard
-  // is one replica's rows and key, the gradient digest the first local replica's.
+  // is one replica's rows and key, the gradient digest the first local replica's. A
+  // BatchNorm model's audit shard rides along the step (StepExecutor::RideAlong: its
+  // statistics span the replicas), and its digests include the BatchNorm contributions'
+  // (stats_digest, audit_stats_digest).
   absl::StatusOr<StepResult> Step(const StepCommand& command);
   // Logical replicas: the steps completed after `step` up to the state's, as the last
   // kKeptSteps steps are kept (CompletedStep); FAILED_PRECONDITION if one is not kept.
@@ -90,6 +93,11 @@ class Replica {
   // Tests only (JobSlot::SetGradientFaultForTesting): a fault on every local gradient.
   void set_gradient_fault(StepExecutor::GradientFault fault) {
     exec_->set_gradient_fault(std::move(fault));
+  }
+  // Tests only (JobSlot::SetStatisticsFaultForTesting): a fault on every local replica's
+  // BatchNorm contributions.
+  void set_statistics_fault(StepExecutor::GradientFault fault) {
+    exec_->set_statistics_fault(std::move(fault));
   }
   // Loss and accuracy sums over [begin, end) of the test split, in eval.batch_size
   // batches, without dropout.

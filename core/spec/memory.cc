@@ -78,6 +78,14 @@ MemoryEstimate EstimateMemory(const v1::JobSpec& spec, DatasetSize data) {
   const int eval_batch =
       static_cast<int>(std::min<uint64_t>(spec.eval().batch_size(), (test + n - 1) / n));
   e.worker_activations = cuda ? 0 : WorkspaceBytes(model, local_batch, /*train=*/true);
+  // A BatchNorm model's audit on logical replicas: a checker computes the audited replica
+  // beside its own (the ride-along, docs/audit.md), one replica's buffers and gradients.
+  if (!cuda && stats > 0 && spec.replicas() > 0 && spec.audit().every_steps() > 0) {
+    e.worker_activations +=
+        WorkspaceBytes(model, static_cast<int>(spec.global_batch_size() / spec.replicas()),
+                       /*train=*/true) +
+        params;
+  }
   e.worker_eval = cuda ? 0 : WorkspaceBytes(model, eval_batch, /*train=*/false);
   // One int32 label per example, or one target per position for a sequence model.
   const uint64_t example =

@@ -1,5 +1,6 @@
 #include "core/spec/memory.h"
 
+#include "core/model_spec.h"
 #include "core/spec/testing.h"
 #include "core/step.h"
 
@@ -41,6 +42,26 @@ TEST(Memory, CountsTheTrainStateAsTheCoordinatorAndTheWorkersHoldIt) {
   cuda.set_device("cuda");
   EXPECT_EQ(EstimateMemory(cuda).worker_state, params);
   EXPECT_EQ(EstimateMemory(cuda).worker_activations, 0u);
+}
+
+// A BatchNorm model on logical replicas with the audit on: a checker's ride-along replica
+// (one replica's buffers and gradients) on top.
+TEST(Memory, ABatchNormModelsAuditCountsTheRideAlongReplica) {
+  const std::string bn = R"(
+model: {layers: [flatten, dense: {features: 32}, batch_norm: {}, relu, dense: {features: 10}]}
+optimizer: {kind: sgd, learning_rate: 0.1}
+global_batch_size: 64
+steps: 10
+workers: 2
+replicas: 4
+)";
+  const v1::JobSpec audited = ValidSpec(bn);
+  const v1::JobSpec off = ValidSpec(absl::StrCat(bn, "audit: {every_steps: 0}\n"));
+  ASSERT_EQ(audited.audit().every_steps(), 100u);
+  const Model model = *ModelFromSpec(audited.model());
+  EXPECT_EQ(EstimateMemory(audited).worker_activations, EstimateMemory(off).worker_activations +
+                                                            WorkspaceBytes(model, 16, true) +
+                                                            model.layout().total() * sizeof(float));
 }
 
 TEST(Memory, TheWorkspaceCountsEveryBufferOfTheStep) {

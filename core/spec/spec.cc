@@ -327,38 +327,34 @@ absl::StatusOr<v1::JobSpec> LoadSpecFile(const std::string& path) {
 
 namespace {
 
-// audit.every_steps where the spec leaves `audit` unset and the job can be audited: at
-// most about 1% of the samples/s (bench/results/audit.md).
+// audit.every_steps where the spec leaves `audit` unset: at most about 1% of the
+// samples/s (bench/results/audit.md).
 constexpr uint64_t kDefaultAuditEverySteps = 100;
 
-// Why the job cannot be audited (docs/audit.md), or "". The shard audit recomputes one
-// worker's shard on another and compares bits: it needs a second worker and shards whose
-// gradients depend on that shard alone. The replay audit replays the job on one free
-// worker: it covers a one-worker job, and any job on logical replicas (the same bits on
-// any number of workers), BatchNorm included. Left: BatchNorm on 2+ workers without
-// replicas (a replay would need as many free workers).
-std::string WhyNotAuditable(const v1::JobSpec& spec, const Model& model) {
-  if (spec.workers() >= 2 && spec.replicas() == 0 && model.stats_layout().total() > 0) {
-    return "not available for a model with batch_norm on 2 or more workers without "
-           "`replicas`: its statistics are all-reduced, so a shard's gradients depend on every "
-           "worker's (with `replicas`, or on one worker, the job is audited by replay)";
+// On by default (`audit` unset: every kDefaultAuditEverySteps steps), off with
+// `audit: {every_steps: 0}`. Every job can be audited (docs/audit.md): the shard audit
+// recomputes one worker's shard (or logical replica) on another and compares bits; the
+// replay audit replays a one-worker job on a free worker. A BatchNorm model on 2 or more
+// workers is audited on logical replicas (AuditedOnReplicas).
+absl::Status CheckAudit(v1::JobSpec& spec) {
+  if (!spec.has_audit()) spec.mutable_audit()->set_every_steps(kDefaultAuditEverySteps);
+  if (spec.audit().every_steps() > 1'000'000'000) {
+    return Invalid("audit.every_steps", "must be at most 1,000,000,000");
   }
-  return "";
+  return absl::OkStatus();
 }
 
-// On by default where the job can be audited (`audit` unset: every kDefaultAuditEverySteps
-// steps), off with `audit: {every_steps: 0}`; asked for where it cannot be, refused.
-absl::Status CheckAudit(v1::JobSpec& spec, const Model& model) {
-  const std::string why_not = WhyNotAuditable(spec, model);
-  if (!spec.has_audit()) {
-    if (why_not.empty()) spec.mutable_audit()->set_every_steps(kDefaultAuditEverySteps);
-    return absl::OkStatus();
+// A BatchNorm model on 2 or more workers without `replicas` and with the audit on (as by
+// default), at a fixed number of workers: `replicas: <workers>`, so that a shard (a
+// logical replica) has bits of its own for the shard audit; its statistics all-reduced
+// in floats otherwise depend on every worker's. `audit: {every_steps: 0}` keeps the path
+// without replicas.
+void AuditedOnReplicas(v1::JobSpec& spec, const Model& model) {
+  if (model.stats_layout().total() > 0 && spec.workers() >= 2 && spec.replicas() == 0 &&
+      (!spec.has_audit() || spec.audit().every_steps() > 0) &&
+      (spec.min_workers() == 0 || spec.min_workers() == spec.workers())) {
+    spec.set_replicas(spec.workers());
   }
-  const uint64_t every = spec.audit().every_steps();
-  if (every == 0) return absl::OkStatus();
-  if (every > 1'000'000'000) return Invalid("audit.every_steps", "must be at most 1,000,000,000");
-  if (!why_not.empty()) return Invalid("audit.every_steps", why_not);
-  return absl::OkStatus();
 }
 
 // `replicas` and the workers' range (docs/elastic.md): A <= C <= V; without replicas the
@@ -445,6 +441,7 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
   }
   RETURN_IF_ERROR(CheckReplicas(spec));
   RETURN_IF_ERROR(LocalBatch(spec, LogicalWorld(spec)).status());
+  AuditedOnReplicas(spec, model);  // V = N: the checks above hold for it too
   if ((spec.epochs() > 0) == (spec.steps() > 0)) {
     return Invalid("epochs, steps", "set exactly one of them to a positive number");
   }
@@ -489,7 +486,7 @@ absl::StatusOr<v1::JobSpec> Validate(const v1::JobSpec& in, const SpecLimits& li
   if (spec.priority() < -1000 || spec.priority() > 1000) {
     return Invalid("priority", absl::StrCat(spec.priority(), " is outside -1000 to 1000"));
   }
-  RETURN_IF_ERROR(CheckAudit(spec, model));
+  RETURN_IF_ERROR(CheckAudit(spec));
   return spec;
 }
 

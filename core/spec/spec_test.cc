@@ -318,7 +318,7 @@ TEST(Spec, EvalDueFollowsEpochsOrSteps) {
   EXPECT_FALSE(EvalDue(v1::EvalSpec(), 10, 10));  // no cadence: only the final evaluation
 }
 
-TEST(Spec, AnAuditIsOnByDefaultWhereAJobCanBeAuditedAndRefusedWhereItCannot) {
+TEST(Spec, AnAuditIsOnByDefaultForEveryJob) {
   // Two workers, no BatchNorm, no replicas: every 100 steps unless the spec says otherwise.
   ASSERT_OK_AND_ASSIGN(v1::JobSpec plain, ParseAndValidate(kGood));
   EXPECT_EQ(plain.audit().every_steps(), 100u);
@@ -358,12 +358,24 @@ global_batch_size: 64
 steps: 10
 workers: 2
 )";
+  // BatchNorm on 2 or more workers without `replicas`: audited on logical replicas, one
+  // per worker, shown in the validated spec; the audit off keeps the path without them.
   ASSERT_OK_AND_ASSIGN(v1::JobSpec batch_norm_default, ParseAndValidate(batch_norm));
-  EXPECT_EQ(batch_norm_default.audit().every_steps(), 0u);
-  EXPECT_THAT(ParseAndValidate(absl::StrCat(batch_norm, "audit: {every_steps: 5}\n")),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("audit.every_steps: not available for a model with batch_norm "
-                                 "on 2 or more workers without `replicas`")));
+  EXPECT_EQ(batch_norm_default.audit().every_steps(), 100u);
+  EXPECT_EQ(batch_norm_default.replicas(), 2u);
+  ASSERT_OK_AND_ASSIGN(again, Validate(batch_norm_default));
+  EXPECT_EQ(again.replicas(), 2u);
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec batch_norm_asked,
+                       ParseAndValidate(absl::StrCat(batch_norm, "audit: {every_steps: 5}\n")));
+  EXPECT_EQ(batch_norm_asked.audit().every_steps(), 5u);
+  EXPECT_EQ(batch_norm_asked.replicas(), 2u);
+  ASSERT_OK_AND_ASSIGN(v1::JobSpec batch_norm_off,
+                       ParseAndValidate(absl::StrCat(batch_norm, "audit: {every_steps: 0}\n")));
+  EXPECT_EQ(batch_norm_off.audit().every_steps(), 0u);
+  EXPECT_EQ(batch_norm_off.replicas(), 0u);
+  // A range of workers still needs `replicas` of its own.
+  EXPECT_THAT(ParseAndValidate(absl::StrCat(batch_norm, "min_workers: 1\n")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs `replicas`")));
   // BatchNorm on logical replicas, or on one worker: audited by replay, on by default.
   ASSERT_OK_AND_ASSIGN(v1::JobSpec batch_norm_replicas,
                        ParseAndValidate(absl::StrCat(batch_norm, "replicas: 4\n")));

@@ -400,8 +400,8 @@ v1::JobSpec OneWorker(int steps) {
   return spec;
 }
 
-// A BatchNorm MLP on 4 logical replicas over 2 workers, a snapshot every 5 steps.
-v1::JobSpec BatchNormOnReplicas(int steps) {
+// A BatchNorm MLP on 4 logical replicas over `workers` workers, a snapshot every 5 steps.
+v1::JobSpec BatchNormOnReplicas(int steps, int workers = 2) {
   v1::JobSpec spec = ValidSpec(absl::StrCat(R"(
 model:
   layers: [{flatten: {}}, {dense: {features: 16}}, {batch_norm: {}}, {relu: {}},
@@ -409,10 +409,9 @@ model:
 optimizer: {kind: adam, learning_rate: 0.001}
 global_batch_size: 48
 replicas: 4
-workers: 2
 recovery: {snapshot_every_steps: 5}
-steps: )",
-                                            steps, "\n"));
+workers: )",
+                                            workers, "\nsteps: ", steps, "\n"));
   EXPECT_EQ(spec.audit().every_steps(), 100u);
   return spec;
 }
@@ -473,31 +472,76 @@ TEST(ReplayAudit, WithoutAFreeWorkerTheReplayIsSkippedAndTheEventsSaySo) {
                            "replay audit of step 10: skipped: no free worker of equal threads"}));
 }
 
-// BatchNorm's statistics make a shard's gradients depend on every shard: no shard audit.
-// On logical replicas the job's bits do not depend on the number of workers, so one free
-// worker replays all four replicas.
-TEST(ReplayAudit, ABatchNormJobOnReplicasIsReplayedOnOneWorkerAndALiarCaught) {
-  const v1::JobSpec spec = BatchNormOnReplicas(20);
+// A BatchNorm job on logical replicas on one worker: one free worker replays all four
+// replicas (on 2 or more workers it has the shard audit: below).
+TEST(ReplayAudit, ABatchNormJobOnReplicasOnOneWorkerIsReplayedAndALiarCaught) {
+  const v1::JobSpec spec = BatchNormOnReplicas(20, 1);
   ASSERT_OK_AND_ASSIGN(JobOutcome clean, Undisturbed(spec));
   {
-    InProcessWorkers workers(3);
+    InProcessWorkers workers(2);
     SparedRun run = RunWithSpares(workers, spec, "bn");
     ASSERT_OK(run.out.status());
     EXPECT_EQ(run.out->param_checksum, clean.param_checksum);
     EXPECT_EQ(run.out->audits, 4);
     EXPECT_EQ(run.out->audits_failed, 0);
     ASSERT_FALSE(run.notes.empty());
-    EXPECT_THAT(run.notes[0], HasSubstr("replay audit of step 5: passed: worker w2"));
+    EXPECT_THAT(run.notes[0], HasSubstr("replay audit of step 5: passed: worker w1"));
     for (const v1::StepEvent& e : run.steps) EXPECT_EQ(e.audit(), "") << e.step();  // no shards
   }
-  SparedRun run = RunWithLiar(4, 1, spec, "bn-liar");  // w0, w1 the job's; w2, w3 free
+  SparedRun run = RunWithLiar(3, 0, spec, "bn-liar");  // w0 the job's; w1, w2 free
   ASSERT_OK(run.out.status());
   EXPECT_EQ(run.out->param_checksum, clean.param_checksum);
   EXPECT_EQ(run.out->recoveries, 1);
   ASSERT_EQ(run.reasons.size(), 1u);
-  EXPECT_THAT(run.reasons[0], HasSubstr("replay audit of step 5 failed: worker w2 replayed"));
-  EXPECT_THAT(run.reasons[0], HasSubstr("so workers w0, w1 are replaced and w2 checks this job no "
-                                        "more (none quarantined); the job rolls back to step 0"));
+  EXPECT_THAT(run.reasons[0], HasSubstr("replay audit of step 5 failed: worker w1 replayed"));
+}
+
+// A BatchNorm job on logical replicas on 2 or more workers has the shard audit: the
+// checker computes the audited replica beside its own (StepExecutor::RideAlong) and
+// compares its gradients, loss and BatchNorm contributions. No worker is lent, no replay.
+TEST(Audit, ABatchNormJobOnReplicasHasTheShardAuditAndEndsBitForBit) {
+  const v1::JobSpec spec = BatchNormOnReplicas(20);
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, Undisturbed(spec));
+  InProcessWorkers workers(3);
+  SparedRun run = RunWithSpares(workers, spec, "bn");
+  ASSERT_OK(run.out.status());
+  EXPECT_EQ(run.out->param_checksum, clean.param_checksum);
+  EXPECT_EQ(run.out->audits, 3);  // the snapshot steps 5, 10, 15
+  EXPECT_EQ(run.out->audits_failed, 0);
+  EXPECT_TRUE(run.notes.empty());  // no replay
+  for (const v1::StepEvent& e : run.steps) {
+    if (e.step() % 5 == 0 && e.step() < 20) {
+      EXPECT_THAT(e.audit(), HasSubstr("passed: shard of rank")) << e.step();
+      EXPECT_THAT(e.audit(), HasSubstr(" statistics ")) << e.step();
+    } else {
+      EXPECT_EQ(e.audit(), "") << e.step();
+    }
+  }
+}
+
+// A liar in its gradients, and one in its BatchNorm statistics only (its gradients then
+// agree with the checker's: both are computed from the same wrong job-wide sums), is
+// caught at the first audited step; with 2 workers nobody can tell which lied: both are
+// replaced, and the job ends with the undisturbed checksum.
+TEST(Audit, ABatchNormJobOnReplicasCatchesALiarInItsGradientsOrStatistics) {
+  const v1::JobSpec spec = BatchNormOnReplicas(20);
+  ASSERT_OK_AND_ASSIGN(JobOutcome clean, Undisturbed(spec));
+  for (bool statistics : {false, true}) {
+    InProcessWorkers workers(4);  // w0, w1 the job's; w2, w3 spares
+    if (statistics) {
+      workers.slot(1).SetStatisticsFaultForTesting(
+          [](Backend& b, float* x, size_t n) { return b.Divide(n, 0.99f, x); });
+    } else {
+      workers.slot(1).SetGradientFaultForTesting(Double);
+    }
+    SparedRun run = RunWithSpares(workers, spec, statistics ? "bn-stats-liar" : "bn-liar");
+    ASSERT_TRUE(run.out.ok()) << statistics << ": " << run.out.status();
+    EXPECT_EQ(run.out->param_checksum, clean.param_checksum) << statistics;
+    EXPECT_EQ(run.out->audits_failed, 1) << statistics;
+    ASSERT_EQ(run.reasons.size(), 1u) << statistics;
+    EXPECT_THAT(run.reasons[0], HasSubstr("audit of step 5 failed: no majority")) << statistics;
+    EXPECT_THAT(run.reasons[0], HasSubstr(" statistics ")) << statistics;
+  }
 }
 
 // Through the coordinator: the JobManager lends a free registered worker for the replay and

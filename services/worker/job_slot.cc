@@ -209,6 +209,7 @@ absl::StatusOr<PrepareResult> JobSlot::Load(Job& job, const JobAssignment& assig
   result.test_examples = replica->test_examples();
   absl::MutexLock lock(&mu_);
   if (fault_) replica->set_gradient_fault(fault_);
+  if (statistics_fault_) replica->set_statistics_fault(statistics_fault_);
   // Cancelling ends what a command may wait on: the peers, the dataset's reads.
   job.abort_waits = job.cancel.OnCancel([r = replica.get(), &job] {
     if (Collective* c = r->collective()) c->Abort(job.cancel.status());
@@ -257,6 +258,11 @@ void JobSlot::CheckDevice(Backend& backend) {
 void JobSlot::SetGradientFaultForTesting(StepExecutor::GradientFault fault) {
   absl::MutexLock lock(&mu_);
   fault_ = std::move(fault);
+}
+
+void JobSlot::SetStatisticsFaultForTesting(StepExecutor::GradientFault fault) {
+  absl::MutexLock lock(&mu_);
+  statistics_fault_ = std::move(fault);
 }
 
 bool JobSlot::holds_job() {

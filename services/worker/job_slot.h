@@ -99,6 +99,10 @@ class JobSlot {
   // the audit shards it recomputes). No flag, spec field or RPC reaches it; the worker's
   // main never calls it. Null: none.
   void SetGradientFaultForTesting(StepExecutor::GradientFault fault);
+  // The same for a BatchNorm model on logical replicas' statistics: `fault` applied to
+  // each local replica's BatchNorm contributions before their exact sum (and to the
+  // ride-along audit replica's; StepExecutor::set_statistics_fault).
+  void SetStatisticsFaultForTesting(StepExecutor::GradientFault fault);
 
   // Whether a job is prepared or being prepared here (until its Release dropped it).
   bool holds_job();
@@ -154,7 +158,8 @@ class JobSlot {
   // A job whose Prepare waits for the command running on job_ to end.
   std::unique_ptr<Job> next_ ABSL_GUARDED_BY(mu_);
   absl::Status device_error_ ABSL_GUARDED_BY(mu_);
-  StepExecutor::GradientFault fault_ ABSL_GUARDED_BY(mu_);  // tests only
+  StepExecutor::GradientFault fault_ ABSL_GUARDED_BY(mu_);             // tests only
+  StepExecutor::GradientFault statistics_fault_ ABSL_GUARDED_BY(mu_);  // tests only
 };
 
 }  // namespace lockstep

@@ -4,12 +4,16 @@
 // exact sums in GPU memory (DeviceExactSum: the conversion kernels of exact_sum.cu; one
 // rank, so no collective). Every replica's loss at every step within 1e-5 of JAX's pmap
 // on 4 devices, and a second run bitwise the first: params, batch_stats, the optimizer's
-// state and every loss; in bfloat16 too.
+// state and every loss; in bfloat16 too. The audit's ride-along replica (core/step.h) on
+// the GPU: bitwise the local replica it recomputes.
 #include <cmath>
 #include <cstring>
+#include <span>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/grad_digest.h"
 #include "core/plan.h"
 #include "core/spec/spec.h"
 #include "core/status_macros.h"
@@ -25,10 +29,13 @@ using testing::CudaTest;
 struct ReplicasRun {
   std::vector<std::vector<float>> losses;  // [step][replica]
   TrainState state;
+  // With `ride_along`: per step, replica 0's digests of its gradients and BatchNorm
+  // contributions and its loss, as tapped and as the ride-along recomputed them.
+  std::vector<std::tuple<uint64_t, uint64_t, float>> tapped, ridden;
 };
 
 absl::StatusOr<ReplicasRun> RunReplicas(Backend* backend, const testing::SpecGolden& g,
-                                        const Dataset& data) {
+                                        const Dataset& data, bool ride_along = false) {
   const Model& m = g.setup.model;
   const int v = static_cast<int>(g.spec.workers()),
             b = static_cast<int>(g.spec.global_batch_size());
@@ -39,11 +46,20 @@ absl::StatusOr<ReplicasRun> RunReplicas(Backend* backend, const testing::SpecGol
   RETURN_IF_ERROR(exec->SetState(
       TrainState::Create(m.Init(plan.init_key(), g.setup.impl), g.setup.optimizer, m.InitStats())));
   RETURN_IF_ERROR(exec->SetLogicalReplicas(v, 0, v));
+  exec->set_capture_local_gradients(ride_along);
   ReplicasRun run;
   for (uint64_t s = 0; s < g.spec.steps(); ++s) {
     const StepPlan p = plan.Next();
-    ASSIGN_OR_RETURN(StepMetrics metrics, exec->StepReplicas(d, p.indices, p.keys));
+    const StepExecutor::RideAlong ride = {&d, std::span(p.indices).first(b / v), p.keys[0]};
+    ASSIGN_OR_RETURN(StepMetrics metrics,
+                     exec->StepReplicas(d, p.indices, p.keys, ride_along ? &ride : nullptr));
     run.losses.push_back(metrics.replica_loss);
+    if (!ride_along) continue;
+    RETURN_IF_ERROR(backend->Synchronize());
+    const StepExecutor::RideAlongResult& r = exec->ride_along_result();
+    run.tapped.emplace_back(GradDigest(exec->local_gradients()),
+                            GradDigest(exec->local_statistics()), metrics.replica_loss[0]);
+    run.ridden.emplace_back(GradDigest(r.gradients), GradDigest(r.statistics), r.loss);
   }
   ASSIGN_OR_RETURN(run.state, exec->GetState());
   return run;
@@ -81,6 +97,21 @@ TEST_F(CudaTest, FourLogicalReplicasOnOneGpuMatchPmapAndRepeatBitwise) {
   for (size_t s = 0; s < first.losses.size(); ++s) {
     EXPECT_EQ(Bits(again.losses[s]), Bits(first.losses[s])) << "step " << s;
   }
+}
+
+// The audit's ride-along replica recomputing replica 0 beside the four: its gradients'
+// BatchNorm contributions' digests and loss are replica 0's own, bitwise, at every step,
+// and the job's bits are a run's without it.
+TEST_F(CudaTest, TheRideAlongReplicaIsTheLocalReplicasBits) {
+  ASSERT_OK_AND_ASSIGN(testing::SpecGolden g,
+                       testing::ReadSpecGolden("replicas_pmap4.safetensors"));
+  const Dataset data = testing::GoldenDataset(g.st, "data");
+  ASSERT_OK_AND_ASSIGN(const ReplicasRun plain, RunReplicas(cuda_.get(), g, data));
+  ASSERT_OK_AND_ASSIGN(const ReplicasRun ridden, RunReplicas(cuda_.get(), g, data, true));
+  EXPECT_EQ(Bits(ridden.state.params), Bits(plain.state.params));
+  EXPECT_EQ(Bits(ridden.state.batch_stats), Bits(plain.state.batch_stats));
+  ASSERT_EQ(ridden.ridden.size(), g.spec.steps());
+  EXPECT_EQ(ridden.ridden, ridden.tapped);
 }
 
 // The same job in mixed precision (model.dtype: bfloat16): every replica's first loss

@@ -133,6 +133,8 @@ v1::StepResponse ToProto(const StepResult& result) {
   r.set_audited(result.audited);
   r.set_audit_digest(result.audit_digest);
   r.set_audit_loss(result.audit_loss);
+  r.set_stats_digest(result.stats_digest);
+  r.set_audit_stats_digest(result.audit_stats_digest);
   r.mutable_replica_losses()->Add(result.replica_losses.begin(), result.replica_losses.end());
   r.mutable_replica_accuracies()->Add(result.replica_accuracies.begin(),
                                       result.replica_accuracies.end());
@@ -143,6 +145,8 @@ StepResult FromProto(const v1::StepResponse& r) {
   StepResult out{r.step(),        r.loss(),         r.accuracy(),     r.param_checksum(),
                  r.compute_ms(),  r.allreduce_ms(), r.update_ms(),    r.step_ms(),
                  r.grad_digest(), r.audited(),      r.audit_digest(), r.audit_loss()};
+  out.stats_digest = r.stats_digest();
+  out.audit_stats_digest = r.audit_stats_digest();
   out.replica_losses.assign(r.replica_losses().begin(), r.replica_losses().end());
   out.replica_accuracies.assign(r.replica_accuracies().begin(), r.replica_accuracies().end());
   return out;

@@ -45,11 +45,15 @@ TEST(StepWire, TheAuditsFieldsTravelBothWays) {
   r.audited = true;
   r.audit_digest = 0xfedcba0987654321ull;
   r.audit_loss = 0.25f;
+  r.stats_digest = 0x0123456789abcdefull;
+  r.audit_stats_digest = 0x0fedcba987654321ull;
   const StepResult got = FromProto(ToProto(r));
   EXPECT_EQ(got.grad_digest, r.grad_digest);
   EXPECT_TRUE(got.audited);
   EXPECT_EQ(got.audit_digest, r.audit_digest);
   EXPECT_EQ(got.audit_loss, 0.25f);
+  EXPECT_EQ(got.stats_digest, r.stats_digest);
+  EXPECT_EQ(got.audit_stats_digest, r.audit_stats_digest);
 }
 
 TEST(StepWire, TheEpochsDataKeyTravels) {

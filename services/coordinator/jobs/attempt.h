@@ -103,8 +103,8 @@ class Attempt {
   absl::Status CheckAudit(const AuditPick& pick, const std::vector<StepResult>& got, int64_t step,
                           v1::StepEvent* event);
   // The replay audit (replay_audit.h, attempt_replay.cc): whether this attempt runs it
-  // (the audit on, recovery, and a job the shard audit cannot cover that a single worker
-  // can replay: one worker, or BatchNorm on logical replicas).
+  // (the audit on, recovery, and one worker: the shard audit covers 2 or more, BatchNorm
+  // on logical replicas too).
   bool ReplayAudited() const;
   // A periodic snapshot of the job, audited by replay: the previous replay's verdict first
   // (waited for), then `state` is held back (pending) while a lent worker replays the

@@ -15,9 +15,9 @@
 namespace lockstep {
 
 bool Attempt::ReplayAudited() const {
-  const bool batch_norm = job_.setup().model.stats_layout().total() > 0;
+  // A job on 2 or more workers has the shard audit (BatchNorm on logical replicas too).
   return supply_ != nullptr && job_.recovers() && job_.spec().audit().every_steps() > 0 &&
-         (workers_.size() == 1 || (job_.logical() && batch_norm));
+         workers_.size() == 1;
 }
 
 absl::Status Attempt::AuditSnapshot(TrainState state, uint64_t checksum, const TrainingPlan& plan) {

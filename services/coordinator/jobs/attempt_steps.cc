@@ -234,16 +234,16 @@ absl::StatusOr<std::optional<AttemptEnd>> Attempt::StepLoop(TrainingPlan& plan, 
                                               : w.threads);
   }
   const int64_t first = job_.start().step;
-  Pipeline p{
-      .plan = plan,
-      .total = total,
-      .num_test = num_test,
-      .spe = plan.steps_per_epoch(),
-      .first = first,
-      .fanout = std::move(fanout),
-      .audit = AuditPlan(spec, std::move(threads), job_.setup().model.stats_layout().total() > 0),
-      .deadline = StepDeadline(options.step_timeout, options.adaptive_step_deadline),
-      .t_last = options.clock->Now()};
+  Pipeline p{.plan = plan,
+             .total = total,
+             .num_test = num_test,
+             .spe = plan.steps_per_epoch(),
+             .first = first,
+             .fanout = std::move(fanout),
+             .audit = AuditPlan(spec, std::move(threads),
+                                !job_.logical() && job_.setup().model.stats_layout().total() > 0),
+             .deadline = StepDeadline(options.step_timeout, options.adaptive_step_deadline),
+             .t_last = options.clock->Now()};
   done_ = first;
   if (ReplayAudited())
     replay_ = std::make_unique<ReplayAuditor>(factory_, supply_, options, cancel_.get());

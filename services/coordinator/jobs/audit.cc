@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -21,8 +22,9 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// One answer as compared: the digest and the loss's bits.
-using Answer = std::pair<uint64_t, uint32_t>;
+// One answer as compared: the gradients' digest, the loss's bits and the BatchNorm
+// contributions' digest (0 without).
+using Answer = std::tuple<uint64_t, uint32_t, uint64_t>;
 
 uint32_t Bits(float f) {
   uint32_t b;
@@ -32,8 +34,8 @@ uint32_t Bits(float f) {
 
 }  // namespace
 
-AuditPlan::AuditPlan(const v1::JobSpec& spec, std::vector<uint32_t> threads, bool batch_norm)
-    : every_(batch_norm ? 0 : spec.audit().every_steps()),
+AuditPlan::AuditPlan(const v1::JobSpec& spec, std::vector<uint32_t> threads, bool shared_statistics)
+    : every_(shared_statistics ? 0 : spec.audit().every_steps()),
       // Its own stream: the seed mixed with a constant, apart from the data order and keys.
       seed_(Mix(static_cast<uint64_t>(spec.seed()) ^ 0x6175646974ull /* "audit" */)),
       threads_(std::move(threads)) {}
@@ -66,21 +68,25 @@ AuditVerdict JudgeAudit(const AuditPick& pick, const std::vector<StepResult>& go
   const StepResult& a = got[pick.audited];
   // With logical replicas the audited shard is the worker's first replica: its own loss.
   const float fed_loss = a.replica_losses.empty() ? a.loss : a.replica_losses[0];
-  answers.push_back({pick.audited, {a.grad_digest, Bits(fed_loss)}});
+  answers.push_back({pick.audited, {a.grad_digest, Bits(fed_loss), a.stats_digest}});
   for (int c : pick.checkers) {
     // One that did not recompute agrees with nobody: a value no digest pairs with a loss of
     // its own bits here (the loss's bits flipped).
     const StepResult& g = got[c];
-    answers.push_back({c, g.audited ? Answer{g.audit_digest, Bits(g.audit_loss)}
-                                    : Answer{~a.grad_digest, ~Bits(fed_loss)}});
+    answers.push_back({c, g.audited
+                              ? Answer{g.audit_digest, Bits(g.audit_loss), g.audit_stats_digest}
+                              : Answer{~a.grad_digest, ~Bits(fed_loss), a.stats_digest}});
   }
   std::map<Answer, std::vector<int>> votes;
   for (const auto& [rank, answer] : answers) votes[answer].push_back(rank);
   std::vector<std::string> parts;
   for (const auto& [rank, answer] : answers) {
-    parts.push_back(absl::StrFormat("%s %s digest %016x loss %08x", ids[rank],
-                                    rank == pick.audited ? "fed" : "recomputed", answer.first,
-                                    answer.second));
+    const auto& [digest, loss, stats] = answer;
+    parts.push_back(absl::StrCat(
+        absl::StrFormat("%s %s digest %016x loss %08x", ids[rank],
+                        rank == pick.audited ? "fed" : "recomputed", digest, loss),
+        // A BatchNorm model's (on logical replicas): its statistics contributions'.
+        a.stats_digest != 0 || stats != 0 ? absl::StrFormat(" statistics %016x", stats) : ""));
   }
   AuditVerdict v;
   v.detail = absl::StrCat("shard of rank ", pick.audited, ": ", absl::StrJoin(parts, ", "));

@@ -30,9 +30,11 @@ class AuditPlan {
   // `threads[r]`: what rank r computes with (its CPU threads; any one value for cuda):
   // only ranks of equal threads are compared, so that a shard has the same bits on both
   // (shards are all B/N rows: the spec's validation requires B % N == 0).
-  // With `batch_norm` no shard is audited (a shard's gradients depend on every shard's
-  // statistics): such a job is audited by replay (replay_audit.h), if at all.
-  AuditPlan(const v1::JobSpec& spec, std::vector<uint32_t> threads, bool batch_norm = false);
+  // With `shared_statistics` (a BatchNorm model not on logical replicas) no shard is
+  // audited: a shard's gradients depend on every shard's statistics, all-reduced in
+  // floats. On logical replicas a BatchNorm model's shard is audited: the checkers
+  // compute the audited replica beside their own (StepExecutor::RideAlong).
+  AuditPlan(const v1::JobSpec& spec, std::vector<uint32_t> threads, bool shared_statistics = false);
 
   // Whether step `step` (from 0) is audited, and by whom: every audit.every_steps steps
   // (the steps that complete a multiple of it), and with the audit on each step the job
@@ -57,8 +59,9 @@ struct AuditVerdict {
 };
 
 // Compares the audited rank's digest and local loss (got[pick.audited].grad_digest, .loss;
-// with logical replicas its first replica's, .replica_losses[0]) with each checker's
-// recomputation (got[c].audit_digest, .audit_loss), bitwise. A checker
+// with logical replicas its first replica's, .replica_losses[0]; a BatchNorm model's
+// statistics digest too, .stats_digest) with each checker's recomputation
+// (got[c].audit_digest, .audit_loss, .audit_stats_digest), bitwise. A checker
 // that did not recompute (audited false) disagrees. `ids[r]` names rank r in `detail`.
 AuditVerdict JudgeAudit(const AuditPick& pick, const std::vector<StepResult>& got,
                         const std::vector<std::string>& ids);

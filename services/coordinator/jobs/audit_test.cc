@@ -12,6 +12,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 v1::JobSpec Audited(uint64_t every, int64_t seed = 7) {
   v1::JobSpec spec;
@@ -135,6 +136,24 @@ TEST(JudgeAudit, WithLogicalReplicasTheLossComparedIsTheAuditedReplicasOwn) {
   fed.replica_losses = {0.5f, 1.0f};  // its first replica is the audited shard
   EXPECT_TRUE(JudgeAudit({0, {1}}, {fed, Recomputed(42, 0.5f)}, kIds).passed);
   EXPECT_FALSE(JudgeAudit({0, {1}}, {fed, Recomputed(42, 0.75f)}, kIds).passed);
+}
+
+TEST(JudgeAudit, ABatchNormModelsStatisticsDigestCountsAsMuchAsTheGradients) {
+  StepResult fed = Fed(42, 0.5f), liar = Recomputed(42, 0.5f), honest = Recomputed(42, 0.5f);
+  fed.stats_digest = honest.audit_stats_digest = 7;
+  liar.audit_stats_digest = 8;  // same gradients and loss, other statistics
+  const AuditVerdict v = JudgeAudit({0, {1, 2}}, {fed, liar, honest}, kIds);
+  EXPECT_FALSE(v.passed);
+  EXPECT_THAT(v.liars, ElementsAre(1));
+  EXPECT_THAT(v.detail, HasSubstr("w0 fed digest 000000000000002a loss 3f000000 statistics "
+                                  "0000000000000007"));
+  EXPECT_THAT(v.detail, HasSubstr("w1 recomputed digest 000000000000002a loss 3f000000 "
+                                  "statistics 0000000000000008"));
+  liar.audit_stats_digest = 7;
+  EXPECT_TRUE(JudgeAudit({0, {1, 2}}, {fed, liar, honest}, kIds).passed);
+  // Without BatchNorm (all 0) the detail names no statistics.
+  EXPECT_THAT(JudgeAudit({0, {1}}, {Fed(42, 0.5f), Recomputed(42, 0.5f)}, kIds).detail,
+              Not(HasSubstr("statistics")));
 }
 
 TEST(JudgeAudit, ThreeDifferentAnswersHaveNoMajority) {
