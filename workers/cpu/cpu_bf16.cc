@@ -22,10 +22,6 @@ LS_MULTIVERSION void ToBf16Range(const float* x, Bf16* y, size_t begin, size_t e
   for (size_t i = begin; i < end; ++i) y[i].bits = Bf16Bits(x[i]);
 }
 
-void TwinRange(const float* y, Bf16* y16, size_t begin, size_t end) {
-  TwinBf16(y + begin, y16 + begin, end - begin);
-}
-
 LS_MULTIVERSION void AddRowsBf16Range(int cols, const float* x, const float* bias, float* y,
                                       Bf16* y16, size_t begin, size_t end) {
   for (size_t r = begin; r < end; ++r) {
@@ -36,7 +32,7 @@ LS_MULTIVERSION void AddRowsBf16Range(int cols, const float* x, const float* bia
     } else {
       for (int c = 0; c < cols; ++c) out[c] = RoundBf16(RoundBf16(in[c]) + RoundBf16(bias[c]));
     }
-    if (y16 != nullptr) TwinRange(out, y16 + r * cols, 0, cols);
+    if (y16 != nullptr) TwinBf16(out, y16 + r * cols, cols);
   }
 }
 
@@ -87,7 +83,7 @@ void ActivateBf16Dispatch(Activation a, const float* x, float* y, Bf16* y16, siz
       ActivateBf16Range<Activation::kSilu>(x, y, begin, end);
       break;
   }
-  if (y16 != nullptr) TwinRange(y, y16, begin, end);
+  if (y16 != nullptr) TwinBf16(y + begin, y16 + begin, end - begin);
 }
 
 // Columns of c per block: one AVX-512 vector of float32 sums, held in registers over p.
