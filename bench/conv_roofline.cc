@@ -7,6 +7,7 @@
 // --spec, each whole training step against its floor.
 //
 //   conv_roofline [--threads 1,2] [--reps N] [--spec FILE ...] [--steps S] [--spec-rounds R]
+//                 [--bf16 1]
 //
 // The peak is the best of a square sgemm (1024^3) on OpenBLAS and on oneDNN (dnnl_sgemm) on
 // the same threads. Each time is the best of --reps runs (load from elsewhere only slows
@@ -16,6 +17,12 @@
 // the global batch) at the sgemm peak, the time no implementation on these cores can beat;
 // the step itself is `lockstep train`'s (RunLocalJob) on the spec (its epochs replaced by
 // --steps steps, no evaluation) at each thread count, best of --spec-rounds runs.
+//
+// --bf16 1: mixed precision instead. The peak is a square GEMM (1024^3) of bfloat16 operands
+// summed in float32, as the CPU backend runs its matmuls (Backend::GemmBf16: oneDNN, AMX
+// or avx512_bf16); each spec's step runs with model.dtype: bfloat16 and without `replicas`
+// (one replica of the whole batch, as bench/cpu/run trains it) against its floor at that
+// peak. No layer tables.
 #include <cblas.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -222,7 +229,33 @@ void AddRows(const std::string& name, double flop, Layer& old_l, Layer& new_l, i
 
 void BatchNormRows(Backend& old_be, Backend& new_be, int b, int reps);
 void StepFloors(const std::vector<std::string>& specs, int threads, double peak, int steps,
-                int rounds);
+                int rounds, bool bf16 = false);
+
+// The bfloat16 GEMM peak (see the top of the file) on `threads` threads, GFLOP/s.
+double Bf16Peak(int threads, int reps) {
+  constexpr int n = 1024;
+  std::vector<Bf16> a(size_t(n) * n), b(size_t(n) * n);
+  const std::vector<float> ra = Random(a.size(), 1), rb = Random(b.size(), 2);
+  for (size_t i = 0; i < a.size(); ++i) a[i].bits = Bf16Bits(ra[i]), b[i].bits = Bf16Bits(rb[i]);
+  std::vector<float> c(size_t(n) * n);
+  auto be = NewCpuBackend(threads);
+  OrDie(be->Bf16Support());
+  return 2.0 * n * n * n /
+         BestSeconds(
+             3 * reps,
+             [&] {
+               OrDie(be->GemmBf16(false, false, n, n, n, 1.0f, a.data(), b.data(), 0.0f, c.data()));
+             }) /
+         1e9;
+}
+
+void RunBf16(int threads, int reps, const std::vector<std::string>& specs, int steps, int rounds) {
+  const double peak = Bf16Peak(threads, reps);
+  std::printf("\n### %d thread%s, bfloat16\n\n", threads, threads == 1 ? "" : "s");
+  std::printf("bf16 GEMM peak (1024^3, float32 sums, best of %d): oneDNN %.1f GFLOP/s.\n", 3 * reps,
+              peak);
+  StepFloors(specs, threads, peak, steps, rounds, true);
+}
 
 void Run(int threads, int reps, const std::vector<std::string>& specs, int steps, int rounds) {
   const Peak peak = SgemmPeak(threads, reps);
@@ -314,7 +347,7 @@ void BatchNormRows(Backend& old_be, Backend& new_be, int b, int reps) {
 
 // Each spec's whole training step against its floor (see the top of the file).
 void StepFloors(const std::vector<std::string>& specs, int threads, double peak, int steps,
-                int rounds) {
+                int rounds, bool bf16) {
   std::printf(
       "\nWhole steps (`lockstep train`, %d steps, best of %d runs) against their floor "
       "(3x the forward pass's FLOPs at %.1f GFLOP/s):\n\n"
@@ -329,6 +362,11 @@ void StepFloors(const std::vector<std::string>& specs, int threads, double peak,
     spec->clear_checkpoint_path();
     spec->set_workers(1);
     spec->set_threads(threads);
+    if (bf16) {
+      spec->mutable_model()->set_dtype("bfloat16");
+      spec->clear_replicas();
+      spec->clear_min_workers();
+    }
     absl::StatusOr<v1::JobSpec> valid = Validate(*spec);
     OrDie(valid.status());
     absl::StatusOr<TrainSetup> setup = SetupFromSpec(*valid);
@@ -355,6 +393,7 @@ int main(int argc, char** argv) {
   std::vector<int> threads = {1, 2};
   std::vector<std::string> specs;
   int reps = 20, steps = 100, rounds = 3;
+  bool bf16 = false;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
     if (i + 1 == argc) {
@@ -373,6 +412,8 @@ int main(int argc, char** argv) {
       specs.push_back(value);
     } else if (flag == "--steps") {
       steps = std::max(1, std::atoi(value.c_str()));
+    } else if (flag == "--bf16") {
+      bf16 = value != "0";
     } else if (flag == "--spec-rounds") {
       rounds = std::max(1, std::atoi(value.c_str()));
     } else {
@@ -380,6 +421,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  for (const int t : threads) lockstep::Run(t, std::max(1, reps), specs, steps, rounds);
+  for (const int t : threads) {
+    if (bf16) {
+      lockstep::RunBf16(t, std::max(1, reps), specs, steps, rounds);
+    } else {
+      lockstep::Run(t, std::max(1, reps), specs, steps, rounds);
+    }
+  }
   return 0;
 }

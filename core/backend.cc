@@ -163,6 +163,30 @@ absl::Status Backend::ActivateBf16(Activation, size_t, const float*, float*, Bf1
   return NoBf16(*this, "ActivateBf16");
 }
 absl::Status Backend::ReluBf16(size_t, float*, Bf16*) { return NoBf16(*this, "ReluBf16"); }
+
+namespace {
+
+// y rounded to bfloat16 (rows x cols), then relu'd where asked; y16 as the contract says.
+absl::Status RoundRelu(Backend& be, int rows, int cols, bool relu, float* y, Bf16* y16) {
+  RETURN_IF_ERROR(be.AddRowsBf16(rows, cols, y, nullptr, y, relu ? nullptr : y16));
+  if (!relu) return absl::OkStatus();
+  const size_t n = static_cast<size_t>(rows) * cols;
+  return y16 != nullptr ? be.ReluBf16(n, y, y16) : be.Relu(n, y);
+}
+
+}  // namespace
+
+absl::Status Backend::BatchNormApplyBf16(int rows, int cols, float epsilon, const float* x,
+                                         const float* mean, const float* var, const float* scale,
+                                         const float* bias, bool relu, float* y, Bf16* y16) {
+  RETURN_IF_ERROR(BatchNormApply(rows, cols, epsilon, x, mean, var, scale, bias, y));
+  return RoundRelu(*this, rows, cols, relu, y, y16);
+}
+absl::Status Backend::AddBf16(int rows, int cols, const float* a, const float* b, bool relu,
+                              float* y, Bf16* y16) {
+  RETURN_IF_ERROR(Add(static_cast<size_t>(rows) * cols, a, b, y));
+  return RoundRelu(*this, rows, cols, relu, y, y16);
+}
 absl::Status Backend::AvgPoolBf16(const ConvGeometry&, bool, const float*, float*) {
   return NoBf16(*this, "AvgPoolBf16");
 }

@@ -378,6 +378,18 @@ class Backend {
   virtual absl::Status ActivateBf16(Activation a, size_t n, const float* x, float* y, Bf16* y16);
   // Relu in place, and x16 (not null) = bf16(x) after (exact: x holds bfloat16 values).
   virtual absl::Status ReluBf16(size_t n, float* x, Bf16* x16);
+  // A bfloat16 BatchNorm's output: BatchNormApply's float32 result rounded once,
+  // y = bf16(apply(x)); where relu, the ReLU after it fused in, y = max(y, 0) (exact). y16,
+  // unless null, receives y as Bf16. The default is BatchNormApply, AddRowsBf16 and
+  // ReluBf16 (or Relu) in turn; a backend may make them one pass, with the same bits.
+  virtual absl::Status BatchNormApplyBf16(int rows, int cols, float epsilon, const float* x,
+                                          const float* mean, const float* var, const float* scale,
+                                          const float* bias, bool relu, float* y, Bf16* y16);
+  // A bfloat16 residual sum of rows x cols: y = bf16(a + b) (a, b bfloat16 values, added
+  // in float32 and rounded once), relu and y16 as BatchNormApplyBf16's; y may be a or b.
+  // The default is Add, AddRowsBf16 and ReluBf16 (or Relu) in turn.
+  virtual absl::Status AddBf16(int rows, int cols, const float* a, const float* b, bool relu,
+                               float* y, Bf16* y16);
   // nn.avg_pool in bfloat16: each window's sum accumulated in bfloat16 (every add
   // rounded, from 0, in XLA's order: cpu_bf16.cc), then bf16(sum / count); without
   // count_include_pad sum / count in float32 (Flax divides by float32 counts).

@@ -19,6 +19,7 @@ using step_internal::DenseInputs;
 using step_internal::DenseRows;
 using step_internal::DrawsDropoutKey;
 using step_internal::FusedRelu;
+using step_internal::FusedReluBf16;
 using step_internal::Geometry;
 using step_internal::GradInPlace;
 using step_internal::IsActiveDropout;
@@ -138,10 +139,10 @@ absl::Status StepExecutor::ForwardLayer(Workspace& ws, size_t i, int b, bool tra
   const Layer& l = model_.layers()[i];
   if (HasBf16Kernels(l)) return ForwardLayerBf16(ws, i, b, train, keys);
   RETURN_IF_ERROR(ForwardLayerF32(ws, i, b, train, keys));
-  // A bfloat16 norm's, embedding's, sum's or mean's float32 result, rounded once: XLA's
-  // too (relu, max_pool, flatten and x[:, 0] are exact in bfloat16).
-  const bool rounds = l.kind == LayerKind::kLayerNorm || l.kind == LayerKind::kBatchNorm ||
-                      l.kind == LayerKind::kEmbed || l.kind == LayerKind::kAdd ||
+  // A bfloat16 norm's, embedding's or mean's float32 result, rounded once: XLA's too
+  // (relu, max_pool, flatten and x[:, 0] are exact in bfloat16; a BatchNorm's and a
+  // residual sum's kernels round their own: BatchNormApplyBf16, AddBf16).
+  const bool rounds = l.kind == LayerKind::kLayerNorm || l.kind == LayerKind::kEmbed ||
                       (l.kind == LayerKind::kSequencePool && l.pool_mean);
   if (!l.bf16() || !rounds) return absl::OkStatus();
   return backend_->AddRowsBf16(b, static_cast<int>(l.out.size()), ws.out[i], nullptr, ws.out[i],
@@ -180,13 +181,21 @@ absl::Status StepExecutor::ForwardLayerF32(Workspace& ws, size_t i, int b, bool 
     case LayerKind::kSequencePool:
       return backend_->SequencePool(l.pool_mean, b, l.in.w, l.in.c, x, y);
     case LayerKind::kRelu:  // in place unless its input is a residual's too
-      if (i > 0 && FusedRelu(model_, static_cast<int>(i) - 1)) return absl::OkStatus();
+      if (i > 0 && (FusedRelu(model_, static_cast<int>(i) - 1) ||
+                    FusedReluBf16(model_, static_cast<int>(i) - 1))) {
+        return absl::OkStatus();
+      }
       if (y != x) RETURN_IF_ERROR(backend_->Copy(b * l.out.size(), x, y));
       if (ws.twin[i] != nullptr) return backend_->ReluBf16(b * l.out.size(), y, ws.twin[i]);
       return backend_->Relu(b * l.out.size(), y);
     case LayerKind::kActivation:
       return backend_->Activate(l.activation, b * l.out.size(), x, y);
     case LayerKind::kAdd:
+      if (l.bf16()) {
+        const bool relu = FusedReluBf16(model_, static_cast<int>(i));
+        return backend_->AddBf16(b, static_cast<int>(l.out.size()), x, Output(ws, l.residual), relu,
+                                 y, ws.twin[relu ? i + 1 : i]);
+      }
       return backend_->Add(b * l.out.size(), x, Output(ws, l.residual), y);
     case LayerKind::kAvgPool:
       return backend_->AvgPool(Geometry(l, b), l.count_include_pad, x, y);
@@ -198,7 +207,7 @@ absl::Status StepExecutor::ForwardLayerF32(Workspace& ws, size_t i, int b, bool 
                                  ws.stats[i], ws.stats[i] + rows);
     }
     case LayerKind::kBatchNorm:
-      return BatchNormForward(l, b * NormRows(l), train, x, y, ws.bn[i]);
+      return BatchNormForward(ws, i, b * NormRows(l), train);
     case LayerKind::kFlatten:
       return absl::OkStatus();
     case LayerKind::kDropout:

@@ -339,10 +339,13 @@ class StepExecutor {
   // The gradients' all-reduce (sum) in buckets overlapping Backward; see DeviceStep.
   absl::Status BackwardAllReduced(Workspace& ws,
                                   std::chrono::steady_clock::time_point& backward_end);
-  // BatchNorm layer `l` on `rows` rows (step_batch_norm.cc). `bn` holds the layer's
+  // BatchNorm layer i on `rows` rows (step_batch_norm.cc). ws.bn[i] holds the layer's
   // BatchNormBuffer floats: its moments (all-reduced), var, backward sums and partials.
-  absl::Status BatchNormForward(const Layer& l, int rows, bool train, const float* x, float* y,
-                                float* bn);
+  absl::Status BatchNormForward(Workspace& ws, size_t i, int rows, bool train);
+  // Its output y from x and the batch's (or running) mean and var: BatchNormApply, or for
+  // a bfloat16 layer BatchNormApplyBf16 with the ReLU after it where FusedReluBf16.
+  absl::Status BatchNormApply(Workspace& ws, size_t i, int rows, const float* x, const float* mean,
+                              const float* var);
   absl::Status BatchNormBackward(const Layer& l, int rows, const float* x, const float* dy,
                                  float* dx, float* bn);
   // Attention layer `i` at batch b (step_attention.cc): its workspace ws.scratch[i] keeps

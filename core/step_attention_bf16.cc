@@ -90,10 +90,10 @@ absl::Status StepExecutor::AttentionForwardBf16(Workspace& ws, size_t i, int b, 
     return backend_->AddRowsBf16(rows, l.out.c, y, param(l.biases[3]), y, ws.twin[i]);
   }
   const int64_t sample = int64_t{t} * hd, tt = int64_t{t} * t;
-  for (int s = 0; s < b; ++s) {  // w[s, h] = q[s, :, h] k[s, :, h]^T
-    RETURN_IF_ERROR(backend_->GemmStridedBf16(false, true, t, t, d, 1.0f, h16.q + s * sample, hd, d,
-                                              h16.k + s * sample, hd, d, 0.0f, a.w + s * h * tt, t,
-                                              tt, h));
+  for (int j = 0; j < h; ++j) {  // w[s, j] = q[s, :, j] k[s, :, j]^T, every sample s
+    RETURN_IF_ERROR(backend_->GemmStridedBf16(false, true, t, t, d, 1.0f, h16.q + j * d, hd, sample,
+                                              h16.k + j * d, hd, sample, 0.0f, a.w + j * tt, t,
+                                              h * tt, b));
   }
   RETURN_IF_ERROR(backend_->AttentionSoftmaxBf16(b * h * t, t, l.causal, a.w));
   if (key != nullptr) {  // draws the [T, T] mask (the dropped buffer's values are discarded)
@@ -107,10 +107,10 @@ absl::Status StepExecutor::AttentionForwardBf16(Workspace& ws, size_t i, int b, 
   } else {  // no dropout: the weights themselves (a.dropped is a.w)
     RETURN_IF_ERROR(backend_->ToBf16(size_t(b) * h * tt, a.w, h16.w));
   }
-  for (int s = 0; s < b; ++s) {  // o[s, :, h] = w[s, h] v[s, :, h]
-    RETURN_IF_ERROR(backend_->GemmStridedBf16(false, false, t, d, t, 1.0f, h16.w + s * h * tt, t,
-                                              tt, h16.v + s * sample, hd, d, 0.0f, a.o + s * sample,
-                                              hd, d, h));
+  for (int j = 0; j < h; ++j) {  // o[s, :, j] = w[s, j] v[s, :, j]
+    RETURN_IF_ERROR(backend_->GemmStridedBf16(false, false, t, d, t, 1.0f, h16.w + j * tt, t,
+                                              h * tt, h16.v + j * d, hd, sample, 0.0f, a.o + j * d,
+                                              hd, sample, b));
   }
   RETURN_IF_ERROR(backend_->AddRowsBf16(rows, hd, a.o, nullptr, a.o, h16.o));
   RETURN_IF_ERROR(backend_->GemmBf16(false, false, rows, l.out.c, hd, 1.0f, h16.o,
@@ -153,13 +153,13 @@ absl::Status StepExecutor::AttentionBackwardBf16(Workspace& ws, size_t i, int b,
     return absl::OkStatus();
   }
   // o = w v: dw = do v^T, dv = w^T do (w after dropout).
-  for (int s = 0; s < b; ++s) {
-    RETURN_IF_ERROR(backend_->GemmStridedBf16(false, true, t, t, d, 1.0f, h16.do_ + s * sample, hd,
-                                              d, h16.v + s * sample, hd, d, 0.0f, a.dw + s * h * tt,
-                                              t, tt, h));
-    RETURN_IF_ERROR(backend_->GemmStridedBf16(true, false, t, d, t, 1.0f, h16.w + s * h * tt, t, tt,
-                                              h16.do_ + s * sample, hd, d, 0.0f, a.dv + s * sample,
-                                              hd, d, h));
+  for (int j = 0; j < h; ++j) {
+    RETURN_IF_ERROR(backend_->GemmStridedBf16(false, true, t, t, d, 1.0f, h16.do_ + j * d, hd,
+                                              sample, h16.v + j * d, hd, sample, 0.0f,
+                                              a.dw + j * tt, t, h * tt, b));
+    RETURN_IF_ERROR(backend_->GemmStridedBf16(true, false, t, d, t, 1.0f, h16.w + j * tt, t, h * tt,
+                                              h16.do_ + j * d, hd, sample, 0.0f, a.dv + j * d, hd,
+                                              sample, b));
   }
   if (a.dropped != a.w) {
     const float scale = RoundBf16(1.0f / RoundBf16(l.keep));
@@ -169,13 +169,13 @@ absl::Status StepExecutor::AttentionBackwardBf16(Workspace& ws, size_t i, int b,
   RETURN_IF_ERROR(backend_->SoftmaxBackward(b * h * t, t, a.w, a.dw));
   RETURN_IF_ERROR(backend_->ToBf16(size_t(b) * h * tt, a.dw, h16.dw));
   // w = q k^T (q scaled): dq = dw k, dk = dw^T q.
-  for (int s = 0; s < b; ++s) {
-    RETURN_IF_ERROR(backend_->GemmStridedBf16(false, false, t, d, t, 1.0f, h16.dw + s * h * tt, t,
-                                              tt, h16.k + s * sample, hd, d, 0.0f,
-                                              a.dq + s * sample, hd, d, h));
-    RETURN_IF_ERROR(backend_->GemmStridedBf16(true, false, t, d, t, 1.0f, h16.dw + s * h * tt, t,
-                                              tt, h16.q + s * sample, hd, d, 0.0f,
-                                              a.dk + s * sample, hd, d, h));
+  for (int j = 0; j < h; ++j) {
+    RETURN_IF_ERROR(backend_->GemmStridedBf16(false, false, t, d, t, 1.0f, h16.dw + j * tt, t,
+                                              h * tt, h16.k + j * d, hd, sample, 0.0f, a.dq + j * d,
+                                              hd, sample, b));
+    RETURN_IF_ERROR(backend_->GemmStridedBf16(true, false, t, d, t, 1.0f, h16.dw + j * tt, t,
+                                              h * tt, h16.q + j * d, hd, sample, 0.0f, a.dk + j * d,
+                                              hd, sample, b));
   }
   RETURN_IF_ERROR(backend_->Divide(act, ScaleBf16(l), a.dq));
   for (int j = 0; j < 3; ++j) {  // one of dq, dk, dv as bfloat16 at a time

@@ -5,25 +5,20 @@
 // with the same statistics and keeps the same running averages.
 #include "core/status_macros.h"
 #include "core/step.h"
+#include "core/step_workspace.h"
 
 namespace lockstep {
 
-absl::Status StepExecutor::BatchNormForward(const Layer& l, int rows, bool train, const float* x,
-                                            float* y, float* bn) {
+absl::Status StepExecutor::BatchNormForward(Workspace& ws, size_t i, int rows, bool train) {
+  const Layer& l = model_.layers()[i];
   const int c = l.in.c;
-  const auto& entries = model_.layout().entries();
-  auto param = [&](int index) {
-    return index < 0 ? nullptr : params_.as() + entries[index].offset;
-  };
-  const float* scale = param(l.scale);
-  const float* bias = param(l.bias);
+  const float* x = Input(ws, l);
   if (!train) {  // use_running_average: the batch_stats
     const auto& stats = model_.stats_layout().entries();
-    RETURN_IF_ERROR(backend_->BatchNormApply(rows, c, l.epsilon, x,
-                                             stats_.as() + stats[l.mean].offset,
-                                             stats_.as() + stats[l.var].offset, scale, bias, y));
-    return absl::OkStatus();
+    return BatchNormApply(ws, i, rows, x, stats_.as() + stats[l.mean].offset,
+                          stats_.as() + stats[l.var].offset);
   }
+  float* bn = ws.bn[i];
   float* moments = bn;  // [E[x], E[x^2]], then pmean'd
   float* var = bn + 2 * c;
   RETURN_IF_ERROR(backend_->BatchNormMoments(rows, c, x, bn + 5 * c, moments));
@@ -33,8 +28,23 @@ absl::Status StepExecutor::BatchNormForward(const Layer& l, int rows, bool train
     RETURN_IF_ERROR(backend_->Divide(2 * c, static_cast<float>(replicas()), moments));
   }
   RETURN_IF_ERROR(backend_->BatchNormVariance(c, moments, var));
-  RETURN_IF_ERROR(backend_->BatchNormApply(rows, c, l.epsilon, x, moments, var, scale, bias, y));
-  return absl::OkStatus();
+  return BatchNormApply(ws, i, rows, x, moments, var);
+}
+
+absl::Status StepExecutor::BatchNormApply(Workspace& ws, size_t i, int rows, const float* x,
+                                          const float* mean, const float* var) {
+  const Layer& l = model_.layers()[i];
+  const auto& entries = model_.layout().entries();
+  auto param = [&](int index) {
+    return index < 0 ? nullptr : params_.as() + entries[index].offset;
+  };
+  if (!l.bf16()) {
+    return backend_->BatchNormApply(rows, l.in.c, l.epsilon, x, mean, var, param(l.scale),
+                                    param(l.bias), ws.out[i]);
+  }
+  const bool relu = step_internal::FusedReluBf16(model_, static_cast<int>(i));
+  return backend_->BatchNormApplyBf16(rows, l.in.c, l.epsilon, x, mean, var, param(l.scale),
+                                      param(l.bias), relu, ws.out[i], ws.twin[relu ? i + 1 : i]);
 }
 
 absl::Status StepExecutor::BatchNormBackward(const Layer& l, int rows, const float* x,

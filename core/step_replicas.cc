@@ -118,10 +118,6 @@ absl::Status StepExecutor::StatisticsTaps(size_t i, int part, const std::vector<
 absl::Status StepExecutor::BatchNormForwardReplicas(size_t i) {
   const Layer& l = model_.layers()[i];
   const int c = l.in.c, rows = local_batch_ * NormRows(l);
-  const auto& entries = model_.layout().entries();
-  auto param = [&](int index) {
-    return index < 0 ? nullptr : params_.as() + entries[index].offset;
-  };
   auto input = [&](Workspace& ws) { return Input(ws, l); };
   std::vector<float*> moments;  // per local replica: [E[x], E[x^2]] over its rows
   for (auto& ws : replica_ws_) {
@@ -140,10 +136,7 @@ absl::Status StepExecutor::BatchNormForwardReplicas(size_t i) {
   auto normalize = [&](Workspace& ws) -> absl::Status {
     float* bn = ws.bn[i];
     RETURN_IF_ERROR(backend_->BatchNormVariance(c, bn, bn + 2 * c));
-    RETURN_IF_ERROR(backend_->BatchNormApply(rows, c, l.epsilon, input(ws), bn, bn + 2 * c,
-                                             param(l.scale), param(l.bias), ws.out[i]));
-    if (!l.bf16()) return absl::OkStatus();
-    return backend_->AddRowsBf16(rows, c, ws.out[i], nullptr, ws.out[i], ws.twin[i]);
+    return BatchNormApply(ws, i, rows, input(ws), bn, bn + 2 * c);
   };
   for (auto& ws : replica_ws_) {
     RETURN_IF_ERROR(backend_->Divide(2 * c, static_cast<float>(logical_.total), ws->bn[i]));

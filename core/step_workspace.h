@@ -148,6 +148,17 @@ inline bool FusedRelu(const Model& m, int i) {
          !layers[i + 1].bf16() && !NeedsTwin(m, i + 1);
 }
 
+// Whether bfloat16 BatchNorm or residual sum i is followed by a ReLU (layer i + 1) that
+// overwrites its output in place, which the layer's forward then applies itself with its
+// rounding (Backend::BatchNormApplyBf16, AddBf16), writing the ReLU's twin; the ReLU skips.
+inline bool FusedReluBf16(const Model& m, int i) {
+  const auto& layers = m.layers();
+  return (layers[i].kind == LayerKind::kBatchNorm || layers[i].kind == LayerKind::kAdd) &&
+         i + 1 < static_cast<int>(layers.size()) && layers[i + 1].kind == LayerKind::kRelu &&
+         layers[i + 1].src == i && InPlace(m, i + 1, true) && layers[i].bf16() &&
+         layers[i + 1].bf16();
+}
+
 // The bfloat16 elements of layer i's workspace: a bf16 dense's or conv's input (xb, where
 // its input has no twin), an attention layer's arrays; 0 for the rest.
 inline uint64_t Bf16Elements(const Model& m, int i, int b, bool train) {

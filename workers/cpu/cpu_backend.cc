@@ -313,6 +313,17 @@ class CpuBackend final : public Backend {
     cpu::AddRowsBf16(threads_, rows, cols, x, bias, y, y16);
     return absl::OkStatus();
   }
+  absl::Status BatchNormApplyBf16(int rows, int cols, float epsilon, const float* x,
+                                  const float* mean, const float* var, const float* scale,
+                                  const float* bias, bool relu, float* y, Bf16* y16) override {
+    cpu::BatchNormApplyBf16(threads_, rows, cols, epsilon, x, mean, var, scale, bias, relu, y, y16);
+    return absl::OkStatus();
+  }
+  absl::Status AddBf16(int rows, int cols, const float* a, const float* b, bool relu, float* y,
+                       Bf16* y16) override {
+    cpu::AddBf16(threads_, static_cast<size_t>(rows) * cols, a, b, relu, y, y16);
+    return absl::OkStatus();
+  }
   absl::Status GemmBf16(bool ta, bool tb, int m, int n, int k, float alpha, const Bf16* a,
                         const Bf16* b, float beta, float* c) override {
     return matmul_.Run(ta, tb, m, n, k, alpha, a, ta ? m : k, 0, b, tb ? k : n, 0, beta, c, n, 0,
@@ -322,6 +333,11 @@ class CpuBackend final : public Backend {
                                int lda, int64_t stride_a, const Bf16* b, int ldb, int64_t stride_b,
                                float beta, float* c, int ldc, int64_t stride_c,
                                int count) override {
+    if (cpu::IsSmallGemmBf16(m, n, k)) {
+      cpu::GemmStridedSmallBf16(threads_, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb,
+                                stride_b, beta, c, ldc, stride_c, count);
+      return absl::OkStatus();
+    }
     return matmul_.Run(ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
                        stride_c, count);
   }

@@ -11,6 +11,8 @@
 
 #include "core/backend.h"
 #include "core/batch_norm_math.h"
+#include "core/bfloat16.h"
+#include "workers/cpu/cpu_bf16.h"
 #include "workers/cpu/multiversion.h"
 #include "workers/cpu/parallel_min.h"
 
@@ -80,6 +82,21 @@ LS_MULTIVERSION void ApplyRows(int begin, int end, int cols, const float* x, con
   }
 }
 
+// ApplyRows rounded to bfloat16, relu'd where kRelu, and each row's Bf16 twin where y16
+// (while the row is in cache).
+template <bool kRelu>
+LS_MULTIVERSION void ApplyRowsBf16(int begin, int end, int cols, const float* x, const float* mean,
+                                   const float* mul, const float* bias, float* y, Bf16* y16) {
+  for (int r = begin; r < end; ++r) {
+    const size_t at = static_cast<size_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) {
+      const float v = RoundBf16(math::BatchNormY(x[at + c], mean[c], mul[c], bias, c));
+      y[at + c] = kRelu ? (v > 0.0f ? v : 0.0f) : v;
+    }
+    if (y16 != nullptr) TwinBf16(y + at, y16 + at, cols);
+  }
+}
+
 LS_MULTIVERSION void BackwardApplyRows(int begin, int end, int cols, const float* mean,
                                        const float* mul, const float* mean_dy, const float* k,
                                        const float* x, const float* dy, float* dx) {
@@ -128,6 +145,20 @@ void BatchNormApply(int threads, int rows, int cols, float epsilon, const float*
   for (int c = 0; c < cols; ++c) mul[c] = math::BatchNormMul(var[c], epsilon, scale, c);
   ParallelRows(threads, rows, cols, [&](int begin, int end) {
     ApplyRows(begin, end, cols, x, mean, mul.data(), bias, y);
+  });
+}
+
+void BatchNormApplyBf16(int threads, int rows, int cols, float epsilon, const float* x,
+                        const float* mean, const float* var, const float* scale, const float* bias,
+                        bool relu, float* y, Bf16* y16) {
+  std::vector<float> mul(cols);
+  for (int c = 0; c < cols; ++c) mul[c] = math::BatchNormMul(var[c], epsilon, scale, c);
+  ParallelRows(threads, rows, cols, [&](int begin, int end) {
+    if (relu) {
+      ApplyRowsBf16<true>(begin, end, cols, x, mean, mul.data(), bias, y, y16);
+    } else {
+      ApplyRowsBf16<false>(begin, end, cols, x, mean, mul.data(), bias, y, y16);
+    }
   });
 }
 

@@ -13,6 +13,11 @@ void BatchNormVariance(int cols, const float* moments, float* var);
 void BatchNormApply(int threads, int rows, int cols, float epsilon, const float* x,
                     const float* mean, const float* var, const float* scale, const float* bias,
                     float* y);
+// Backend::BatchNormApplyBf16 in one pass: the same bits as BatchNormApply, AddRowsBf16
+// and ReluBf16 in turn.
+void BatchNormApplyBf16(int threads, int rows, int cols, float epsilon, const float* x,
+                        const float* mean, const float* var, const float* scale, const float* bias,
+                        bool relu, float* y, Bf16* y16);
 void BatchNormUpdateStats(int cols, float momentum, float one_minus_momentum, const float* mean,
                           const float* var, float* ra_mean, float* ra_var);
 void BatchNormBackwardReduce(int threads, int rows, int cols, float epsilon, const float* x,

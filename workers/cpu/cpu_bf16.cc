@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/layer_math.h"
 #include "workers/cpu/multiversion.h"
@@ -21,11 +22,6 @@ LS_MULTIVERSION void ToBf16Range(const float* x, Bf16* y, size_t begin, size_t e
   for (size_t i = begin; i < end; ++i) y[i].bits = Bf16Bits(x[i]);
 }
 
-// y16[i] = y[i]'s upper half, y holding bfloat16 values (exact).
-LS_MULTIVERSION void TwinRange(const float* y, Bf16* y16, size_t begin, size_t end) {
-  for (size_t i = begin; i < end; ++i) y16[i].bits = static_cast<uint16_t>(FloatBits(y[i]) >> 16);
-}
-
 LS_MULTIVERSION void AddRowsBf16Range(int cols, const float* x, const float* bias, float* y,
                                       Bf16* y16, size_t begin, size_t end) {
   for (size_t r = begin; r < end; ++r) {
@@ -36,7 +32,22 @@ LS_MULTIVERSION void AddRowsBf16Range(int cols, const float* x, const float* bia
     } else {
       for (int c = 0; c < cols; ++c) out[c] = RoundBf16(RoundBf16(in[c]) + RoundBf16(bias[c]));
     }
-    if (y16 != nullptr) TwinRange(out, y16 + r * cols, 0, cols);
+    if (y16 != nullptr) TwinBf16(out, y16 + r * cols, cols);
+  }
+}
+
+// AddBf16 over [begin, end), in blocks whose twin is written while they are in cache.
+template <bool kRelu>
+LS_MULTIVERSION void AddBf16Range(const float* a, const float* b, float* y, Bf16* y16, size_t begin,
+                                  size_t end) {
+  constexpr size_t kBlock = 4096;
+  for (size_t lo = begin; lo < end; lo += kBlock) {
+    const size_t hi = std::min(end, lo + kBlock);
+    for (size_t i = lo; i < hi; ++i) {
+      const float v = RoundBf16(a[i] + b[i]);
+      y[i] = kRelu ? (v > 0.0f ? v : 0.0f) : v;
+    }
+    if (y16 != nullptr) TwinBf16(y + lo, y16 + lo, hi - lo);
   }
 }
 
@@ -72,10 +83,81 @@ void ActivateBf16Dispatch(Activation a, const float* x, float* y, Bf16* y16, siz
       ActivateBf16Range<Activation::kSilu>(x, y, begin, end);
       break;
   }
-  if (y16 != nullptr) TwinRange(y, y16, begin, end);
+  if (y16 != nullptr) TwinBf16(y + begin, y16 + begin, end - begin);
+}
+
+// Columns of c per block: one AVX-512 vector of float32 sums, held in registers over p.
+constexpr int kSmallGemmCols = 16;
+
+// c = alpha * op(a) op(b) + beta * c for one small product: op(b) widened to float32 in
+// `bt` (k rows of n columns zero-padded to `stride`, a multiple of kSmallGemmCols), then
+// each row of c a block of columns at a time, each column's products summed over p in
+// order, in float32 (each product of two bfloat16 numbers is exact in float32).
+LS_MULTIVERSION void SmallGemmBf16(bool ta, bool tb, int m, int n, int k, float alpha,
+                                   const Bf16* a, int lda, const Bf16* b, int ldb, float beta,
+                                   float* c, int ldc, int stride, float* bt) {
+  for (int p = 0; p < k; ++p) {
+    float* row = bt + int64_t{p} * stride;
+    for (int j = 0; j < n; ++j) {
+      row[j] = Bf16Float((tb ? b[int64_t{j} * ldb + p] : b[int64_t{p} * ldb + j]).bits);
+    }
+    std::fill(row + n, row + stride, 0.0f);
+  }
+  for (int i = 0; i < m; ++i) {
+    float* out = c + int64_t{i} * ldc;
+    for (int j0 = 0; j0 < n; j0 += kSmallGemmCols) {
+      float acc[kSmallGemmCols] = {};
+      for (int p = 0; p < k; ++p) {
+        const float x = Bf16Float((ta ? a[int64_t{p} * lda + i] : a[int64_t{i} * lda + p]).bits);
+        const float* row = bt + int64_t{p} * stride + j0;
+        for (int j = 0; j < kSmallGemmCols; ++j) acc[j] += x * row[j];
+      }
+      const int w = std::min(kSmallGemmCols, n - j0);
+      if (beta == 0.0f) {
+        for (int j = 0; j < w; ++j) out[j0 + j] = alpha * acc[j];
+      } else {
+        for (int j = 0; j < w; ++j) out[j0 + j] = alpha * acc[j] + beta * out[j0 + j];
+      }
+    }
+  }
 }
 
 }  // namespace
+
+bool IsSmallGemmBf16(int m, int n, int k) { return int64_t{m} * n * k <= kSmallGemmBf16Max; }
+
+void GemmStridedSmallBf16(int threads, bool ta, bool tb, int m, int n, int k, float alpha,
+                          const Bf16* a, int lda, int64_t stride_a, const Bf16* b, int ldb,
+                          int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
+                          int count) {
+  const bool parallel = int64_t{count} * m * n * k > int64_t{kParallelMin};
+  const int stride = (n + kSmallGemmCols - 1) / kSmallGemmCols * kSmallGemmCols;
+#pragma omp parallel num_threads(threads) if (parallel)
+  {
+    thread_local std::vector<float> bt;  // op(b) widened, kept between calls
+    if (bt.size() < size_t(k) * stride) bt.resize(size_t(k) * stride);
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    for (int i = count * t / nt; i < count * (t + 1) / nt; ++i) {
+      SmallGemmBf16(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
+                    c + i * stride_c, ldc, stride, bt.data());
+    }
+  }
+}
+
+LS_MULTIVERSION void TwinBf16(const float* y, Bf16* y16, size_t n) {
+  for (size_t i = 0; i < n; ++i) y16[i].bits = static_cast<uint16_t>(FloatBits(y[i]) >> 16);
+}
+
+void AddBf16(int threads, size_t n, const float* a, const float* b, bool relu, float* y,
+             Bf16* y16) {
+  ParallelFor(threads, n, [&](size_t lo, size_t hi) {
+    if (relu) {
+      AddBf16Range<true>(a, b, y, y16, lo, hi);
+    } else {
+      AddBf16Range<false>(a, b, y, y16, lo, hi);
+    }
+  });
+}
 
 void ToBf16(int threads, size_t n, const float* x, Bf16* y) {
   ParallelFor(threads, n, [&](size_t b, size_t e) { ToBf16Range(x, y, b, e); });

@@ -7,19 +7,38 @@
 #define LOCKSTEP_WORKERS_CPU_CPU_BF16_H_
 
 #include <cstddef>
+#include <cstdint>
 
 #include "core/backend.h"
 
 namespace lockstep::cpu {
 
 void ToBf16(int threads, size_t n, const float* x, Bf16* y);
+// y16[i] = y[i] as Bf16 (n values; exact: y holds bfloat16 values).
+void TwinBf16(const float* y, Bf16* y16, size_t n);
 void AddRowsBf16(int threads, int rows, int cols, const float* x, const float* bias, float* y,
                  Bf16* y16);
 void ActivateBf16(int threads, Activation a, size_t n, const float* x, float* y, Bf16* y16);
 void ReluBf16(int threads, size_t n, float* x, Bf16* x16);
+// Backend::AddBf16 in one pass: the same bits as Add, AddRowsBf16 and ReluBf16 in turn.
+void AddBf16(int threads, size_t n, const float* a, const float* b, bool relu, float* y, Bf16* y16);
 void AvgPoolBf16(int threads, const ConvGeometry& g, bool count_include_pad, const float* x,
                  float* y);
 void AttentionSoftmaxBf16(int threads, int rows, int t, bool causal, float* s);
+// Products of at most this many multiply-adds (m * n * k) run as GemmStridedSmallBf16:
+// below it oneDNN's per-call cost (memory objects, a parallel region, the stream's wait)
+// exceeds the product's own (attention's per-head products at short sequences: a ViT's 17
+// tokens of 16 features are 4,624).
+inline constexpr int64_t kSmallGemmBf16Max = int64_t{1} << 15;
+bool IsSmallGemmBf16(int m, int n, int k);
+
+// Backend::GemmStridedBf16 for small products: each c element a float32 sum of the exact
+// products of its bfloat16 operands, in k order (oneDNN sums them in float32 too, in an
+// order of its own). The same bits whatever `threads` is (each product on one thread).
+void GemmStridedSmallBf16(int threads, bool ta, bool tb, int m, int n, int k, float alpha,
+                          const Bf16* a, int lda, int64_t stride_a, const Bf16* b, int ldb,
+                          int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
+                          int count);
 void Im2ColBf16(int threads, const ConvGeometry& g, const Bf16* x, Bf16* cols);
 
 }  // namespace lockstep::cpu

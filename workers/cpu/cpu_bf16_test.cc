@@ -2,6 +2,9 @@
 // against float32 arithmetic on the same bfloat16 operands, and the elementwise layers
 // bit for bit against XLA's bfloat16 results (tests/golden/bf16_math.safetensors, written
 // by tools/reference/golden_bf16.py). Skipped where the CPU has no bfloat16 kernels.
+#include "workers/cpu/cpu_bf16.h"
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -97,6 +100,44 @@ TEST_F(CpuBf16, ReluKeepsItsBf16Twin) {
   }
 }
 
+TEST_F(CpuBf16, FusedBatchNormAndAddAreTheirPassesBitForBit) {
+  // BatchNormApplyBf16 and AddBf16 in one pass against Backend's defaults (the float32
+  // kernel, AddRowsBf16, then ReluBf16 or Relu), with and without the ReLU and the twin,
+  // on 1 and 2 threads, past kParallelMin elements.
+  const int rows = 1031, cols = 48;
+  const size_t n = size_t(rows) * cols;
+  const std::vector<float> x = Rounded(RandomNormal(n, 14)), r = Rounded(RandomNormal(n, 15));
+  const std::vector<float> mean = RandomNormal(cols, 16), scale = RandomNormal(cols, 17);
+  const std::vector<float> bias = RandomNormal(cols, 18);
+  std::vector<float> var = RandomNormal(cols, 19);
+  for (float& v : var) v = v * v;
+  for (int threads : {1, 2}) {
+    auto be = NewCpuBackend(threads);
+    for (bool relu : {false, true}) {
+      for (bool twin : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << threads << " threads, relu " << relu << ", twin " << twin);
+        std::vector<float> y(n), want(n);
+        std::vector<Bf16> y16(n), want16(n);
+        Bf16* t = twin ? y16.data() : nullptr;
+        Bf16* wt = twin ? want16.data() : nullptr;
+        ASSERT_OK(be->BatchNormApplyBf16(rows, cols, 1e-5f, x.data(), mean.data(), var.data(),
+                                         scale.data(), bias.data(), relu, y.data(), t));
+        ASSERT_OK(be->Backend::BatchNormApplyBf16(rows, cols, 1e-5f, x.data(), mean.data(),
+                                                  var.data(), scale.data(), bias.data(), relu,
+                                                  want.data(), wt));
+        EXPECT_EQ(0, std::memcmp(y.data(), want.data(), n * sizeof(float)));
+        EXPECT_EQ(0, std::memcmp(y16.data(), want16.data(), n * sizeof(Bf16)));
+        ASSERT_OK(be->AddBf16(rows, cols, x.data(), r.data(), relu, y.data(), t));
+        ASSERT_OK(be->Backend::AddBf16(rows, cols, x.data(), r.data(), relu, want.data(), wt));
+        EXPECT_EQ(0, std::memcmp(y.data(), want.data(), n * sizeof(float)));
+        EXPECT_EQ(0, std::memcmp(y16.data(), want16.data(), n * sizeof(Bf16)));
+        if (relu) EXPECT_EQ(*std::min_element(y.begin(), y.end()), 0.0f);
+      }
+    }
+  }
+}
+
 // op(a) m x k times op(b) k x n in double, from the bfloat16 operands.
 std::vector<double> Product(bool ta, bool tb, int m, int n, int k, const std::vector<Bf16>& a,
                             const std::vector<Bf16>& b) {
@@ -139,9 +180,8 @@ TEST_F(CpuBf16, GemmSumsTheBf16ProductsInFloat32) {
   }
 }
 
-TEST_F(CpuBf16, GemmStridedIsOneGemmPerHead) {
-  // Attention's products: h heads of [t, d] inside rows of h * d.
-  const int t = 33, d = 16, h = 4, hd = h * d;
+void ExpectOneGemmPerHead(int t) {
+  const int d = 16, h = 4, hd = h * d;
   const std::vector<Bf16> q = ToBf16(RandomNormal(size_t(t) * hd, 6));
   const std::vector<Bf16> k = ToBf16(RandomNormal(size_t(t) * hd, 7));
   std::vector<float> w(size_t(h) * t * t);
@@ -157,6 +197,57 @@ TEST_F(CpuBf16, GemmStridedIsOneGemmPerHead) {
                   Bf16Float(k[size_t(j) * hd + head * d + p].bits);
         }
         ASSERT_NEAR(w[(size_t(head) * t + i) * t + j], want, 1e-5) << head << " " << i << " " << j;
+      }
+    }
+  }
+}
+
+TEST_F(CpuBf16, GemmStridedIsOneGemmPerHead) {
+  // Attention's products: h heads of [t, d] inside rows of h * d; at t = 33 a small product
+  // (GemmStridedSmallBf16), at t = 80 oneDNN's.
+  for (const int t : {33, 80}) {
+    SCOPED_TRACE(::testing::Message() << "t " << t);
+    ExpectOneGemmPerHead(t);
+  }
+}
+
+TEST_F(CpuBf16, SmallStridedGemmSumsInOrderOnAnyThreadCount) {
+  // A ViT's per-head products (17 tokens, 16 features), 8 of them, every transpose: each
+  // element the float32 sum of its exact products in k order, whatever the thread count.
+  const int m = 17, n = 17, k = 16, count = 8;
+  ASSERT_TRUE(cpu::IsSmallGemmBf16(m, n, k));
+  const int64_t stride = int64_t{m} * k + 5;  // operands apart, not packed
+  const std::vector<Bf16> a = ToBf16(RandomNormal(size_t(stride) * count, 11));
+  const std::vector<Bf16> b = ToBf16(RandomNormal(size_t(stride) * count, 12));
+  const std::vector<float> c0 = RandomNormal(size_t(m) * n * count, 13);
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      for (float beta : {0.0f, 0.5f}) {
+        SCOPED_TRACE(::testing::Message() << "ta " << ta << ", tb " << tb << ", beta " << beta);
+        const int lda = ta ? m : k, ldb = tb ? k : n;
+        std::vector<float> want = c0;
+        for (int i = 0; i < count; ++i) {
+          for (int r = 0; r < m; ++r) {
+            for (int j = 0; j < n; ++j) {
+              float sum = 0.0f;
+              for (int p = 0; p < k; ++p) {
+                const Bf16 x = a[i * stride + (ta ? p * lda + r : r * lda + p)];
+                const Bf16 y = b[i * stride + (tb ? j * ldb + p : p * ldb + j)];
+                sum += Bf16Float(x.bits) * Bf16Float(y.bits);
+              }
+              float& out = want[(size_t(i) * m + r) * n + j];
+              out = beta == 0.0f ? 2.0f * sum : 2.0f * sum + beta * out;
+            }
+          }
+        }
+        for (int threads : {1, 2}) {
+          std::vector<float> c = c0;
+          if (beta == 0.0f) std::fill(c.begin(), c.end(), std::nanf(""));  // never read
+          ASSERT_OK(NewCpuBackend(threads)->GemmStridedBf16(ta, tb, m, n, k, 2.0f, a.data(), lda,
+                                                            stride, b.data(), ldb, stride, beta,
+                                                            c.data(), n, int64_t{m} * n, count));
+          EXPECT_EQ(c, want) << threads << " threads";
+        }
       }
     }
   }
