@@ -14,8 +14,9 @@
 
 namespace lockstep {
 
-// The defaults fit the Kubernetes manifests (deploy/k8s/base): a coordinator limited to
-// 1 GiB keeps a quarter for itself and its other jobs' bookkeeping; a worker limited to
+// The defaults fit the Kubernetes manifests (deploy/k8s/base): of a coordinator's 1.5 GiB,
+// 512 MiB is the replay audit's replica's and of the 1 GiB left a quarter is kept for
+// itself and its other jobs' bookkeeping; a worker limited to
 // 4 GiB keeps an eighth of headroom.
 inline constexpr int64_t kDefaultJobMemoryBudgetMb = 768;
 inline constexpr int64_t kDefaultWorkerMemoryBudgetMb = 3584;

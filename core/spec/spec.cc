@@ -91,16 +91,14 @@ std::string Shown(const json& value) {
 
 // A number, a bool or a list where the field wants one, so that `epochs: five` says so
 // instead of protobuf's "Invalid value for TYPE_UINT32". Strings of digits pass (protobuf
-// JSON takes "5" for a number); enums and strings are protobuf's to check.
+// JSON takes "5" for a number); enums and strings are protobuf's to check. A list's field
+// also takes one element alone (`hidden: 512` is [512]), as protobuf's JSON parser does.
 absl::Status CheckScalar(const json& value, const google::protobuf::FieldDescriptor* f,
                          const std::string& where, bool element = false) {
   using FD = google::protobuf::FieldDescriptor;
   if (value.is_null()) return absl::OkStatus();
   if (f->is_repeated() && !element) {
-    if (!value.is_array()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": expected a list, not ", Shown(value)));
-    }
+    if (!value.is_array()) return CheckScalar(value, f, where, true);
     for (size_t i = 0; i < value.size(); ++i) {
       RETURN_IF_ERROR(CheckScalar(value[i], f, absl::StrCat(where, "[", i, "]"), true));
     }

@@ -8,6 +8,7 @@
 namespace lockstep {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::StatusIs;
 
@@ -137,7 +138,13 @@ TEST(Spec, AScalarOfTheWrongKindSaysWhatTheFieldWants) {
   EXPECT_EQ(message("model: {kind: mlp, hidden: [32, many]}\n"),
             "spec.yaml: model.hidden[1]: expected a whole number >= 0, not \"many\"");
   EXPECT_EQ(message("model: {kind: mlp, hidden: 12x}\n"),
-            "spec.yaml: model.hidden: expected a list, not \"12x\"");
+            "spec.yaml: model.hidden: expected a whole number >= 0, not \"12x\"");
+  EXPECT_EQ(message("model: {kind: mlp, hidden: {a: 1}}\n"),
+            "spec.yaml: model.hidden: expected a whole number >= 0, not a mapping");
+  // One element alone is the list of it, as protobuf's JSON parser reads it.
+  absl::StatusOr<v1::JobSpec> one = ParseSpec("model: {kind: mlp, hidden: 64}\n", "spec.yaml");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_THAT(one->model().hidden(), ElementsAre(64));
   EXPECT_EQ(message("{\"epochs\": [1]}"),
             "spec.yaml: epochs: expected a whole number >= 0, not a list");
   // Numbers as strings are protobuf JSON's (int64 is written "5"): they pass.

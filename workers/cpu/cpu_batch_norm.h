@@ -5,6 +5,8 @@
 #ifndef LOCKSTEP_WORKERS_CPU_CPU_BATCH_NORM_H_
 #define LOCKSTEP_WORKERS_CPU_CPU_BATCH_NORM_H_
 
+#include "core/bfloat16.h"
+
 namespace lockstep::cpu {
 
 void BatchNormMoments(int threads, int rows, int cols, const float* x, float* partials,
