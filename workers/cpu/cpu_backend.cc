@@ -236,7 +236,7 @@ class CpuBackend final : public Backend {
 
   absl::Status DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
                                float* dx) override {
-    cpu::DropoutBackward(n, keep, mask, dy, dx);
+    cpu::DropoutBackward(threads_, n, keep, mask, dy, dx);
     return absl::OkStatus();
   }
 

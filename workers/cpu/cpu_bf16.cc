@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "core/layer_math.h"
@@ -88,11 +89,47 @@ void ActivateBf16Dispatch(Activation a, const float* x, float* y, Bf16* y16, siz
 
 // Columns of c per block: one AVX-512 vector of float32 sums, held in registers over p.
 constexpr int kSmallGemmCols = 16;
+// Rows of c per block: independent sums, so that the FMAs' latency overlaps.
+constexpr int kSmallGemmRows = 4;
+
+// Rows [i0, i0 + R) and columns [j0, j0 + kSmallGemmCols) of c = alpha * op(a) op(b) +
+// beta * c, op(b) widened in `bt` (SmallGemmBf16): each element's products summed over p
+// in order, in float32.
+// A block of columns of float32 sums as one value (GCC's vector extension): the compiler
+// keeps a block's sums in registers (one AVX-512 register; two AVX2 ones elsewhere).
+typedef float SmallGemmVec __attribute__((vector_size(kSmallGemmCols * sizeof(float))));
+
+template <int R>
+__attribute__((always_inline)) inline void SmallGemmBlockBf16(bool ta, int i0, int j0, int n, int k,
+                                                              float alpha, const Bf16* a, int lda,
+                                                              const float* bt, int stride,
+                                                              float beta, float* c, int ldc) {
+  SmallGemmVec acc[R] = {};
+  for (int p = 0; p < k; ++p) {
+    SmallGemmVec row;
+    std::memcpy(&row, bt + int64_t{p} * stride + j0, sizeof(row));
+    for (int r = 0; r < R; ++r) {
+      const int i = i0 + r;
+      const float x = Bf16Float((ta ? a[int64_t{p} * lda + i] : a[int64_t{i} * lda + p]).bits);
+      acc[r] += x * row;
+    }
+  }
+  const int w = std::min(kSmallGemmCols, n - j0);
+  for (int r = 0; r < R; ++r) {
+    float* out = c + int64_t{i0 + r} * ldc + j0;
+    if (beta == 0.0f) {
+      for (int j = 0; j < w; ++j) out[j] = alpha * acc[r][j];
+    } else {
+      for (int j = 0; j < w; ++j) out[j] = alpha * acc[r][j] + beta * out[j];
+    }
+  }
+}
 
 // c = alpha * op(a) op(b) + beta * c for one small product: op(b) widened to float32 in
 // `bt` (k rows of n columns zero-padded to `stride`, a multiple of kSmallGemmCols), then
-// each row of c a block of columns at a time, each column's products summed over p in
-// order, in float32 (each product of two bfloat16 numbers is exact in float32).
+// c in blocks of kSmallGemmRows rows and kSmallGemmCols columns, each element's products
+// summed over p in order, in float32 (each product of two bfloat16 numbers is exact in
+// float32, so the blocking changes no bit).
 LS_MULTIVERSION void SmallGemmBf16(bool ta, bool tb, int m, int n, int k, float alpha,
                                    const Bf16* a, int lda, const Bf16* b, int ldb, float beta,
                                    float* c, int ldc, int stride, float* bt) {
@@ -103,21 +140,13 @@ LS_MULTIVERSION void SmallGemmBf16(bool ta, bool tb, int m, int n, int k, float 
     }
     std::fill(row + n, row + stride, 0.0f);
   }
-  for (int i = 0; i < m; ++i) {
-    float* out = c + int64_t{i} * ldc;
-    for (int j0 = 0; j0 < n; j0 += kSmallGemmCols) {
-      float acc[kSmallGemmCols] = {};
-      for (int p = 0; p < k; ++p) {
-        const float x = Bf16Float((ta ? a[int64_t{p} * lda + i] : a[int64_t{i} * lda + p]).bits);
-        const float* row = bt + int64_t{p} * stride + j0;
-        for (int j = 0; j < kSmallGemmCols; ++j) acc[j] += x * row[j];
-      }
-      const int w = std::min(kSmallGemmCols, n - j0);
-      if (beta == 0.0f) {
-        for (int j = 0; j < w; ++j) out[j0 + j] = alpha * acc[j];
-      } else {
-        for (int j = 0; j < w; ++j) out[j0 + j] = alpha * acc[j] + beta * out[j0 + j];
-      }
+  for (int j0 = 0; j0 < n; j0 += kSmallGemmCols) {
+    int i0 = 0;
+    for (; i0 + kSmallGemmRows <= m; i0 += kSmallGemmRows) {
+      SmallGemmBlockBf16<kSmallGemmRows>(ta, i0, j0, n, k, alpha, a, lda, bt, stride, beta, c, ldc);
+    }
+    for (; i0 < m; ++i0) {
+      SmallGemmBlockBf16<1>(ta, i0, j0, n, k, alpha, a, lda, bt, stride, beta, c, ldc);
     }
   }
 }

@@ -50,6 +50,15 @@ LS_MULTIVERSION void DropoutRange(rng::Key k, rng::Impl impl, size_t n, float ke
   }
 }
 
+// Unconditional division, then a select: the loop vectorizes. dx may be dy.
+LS_MULTIVERSION void DropoutBackwardRange(float keep, const uint8_t* mask, const float* dy,
+                                          float* dx, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) {
+    const float v = dy[i] / keep;
+    dx[i] = mask[i] ? v : 0.0f;
+  }
+}
+
 LS_MULTIVERSION void BiasAddRows(int cols, const float* bias, float* y, size_t begin, size_t end) {
   for (size_t r = begin; r < end; ++r) {
     float* row = y + r * cols;
@@ -97,8 +106,10 @@ void Dropout(int threads, size_t n, float keep, rng::Key key, rng::Impl impl, co
   });
 }
 
-void DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy, float* dx) {
-  for (size_t i = 0; i < n; ++i) dx[i] = mask[i] ? dy[i] / keep : 0.0f;
+void DropoutBackward(int threads, size_t n, float keep, const uint8_t* mask, const float* dy,
+                     float* dx) {
+  ParallelFor(threads, n,
+              [&](size_t b, size_t e) { DropoutBackwardRange(keep, mask, dy, dx, b, e); });
 }
 
 void BiasAdd(int threads, int rows, int cols, const float* bias, float* y) {

@@ -20,7 +20,8 @@ void Divide(int threads, size_t n, float d, float* x);
 
 void Dropout(int threads, size_t n, float keep, rng::Key key, rng::Impl impl, const float* x,
              float* y, uint8_t* mask);
-void DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy, float* dx);
+void DropoutBackward(int threads, size_t n, float keep, const uint8_t* mask, const float* dy,
+                     float* dx);
 
 void BiasAdd(int threads, int rows, int cols, const float* bias, float* y);
 void BiasGrad(int threads, int rows, int cols, const float* dy, float* db);
