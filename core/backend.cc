@@ -182,6 +182,19 @@ absl::Status Backend::BatchNormApplyBf16(int rows, int cols, float epsilon, cons
   RETURN_IF_ERROR(BatchNormApply(rows, cols, epsilon, x, mean, var, scale, bias, y));
   return RoundRelu(*this, rows, cols, relu, y, y16);
 }
+absl::Status Backend::BatchNormMomentsBf16(int, int, const float*, float*, float*) {
+  return NoBf16(*this, "BatchNormMomentsBf16");
+}
+absl::Status Backend::BatchNormBackwardReduceBf16(int, int, float, const float*, const float*,
+                                                  const float*, const float*, float*, float*,
+                                                  float*, float*) {
+  return NoBf16(*this, "BatchNormBackwardReduceBf16");
+}
+absl::Status Backend::BatchNormBackwardApplyBf16(int, int, float, int, const float*, const float*,
+                                                 const float*, const float*, const float*,
+                                                 const float*, float*) {
+  return NoBf16(*this, "BatchNormBackwardApplyBf16");
+}
 absl::Status Backend::AddBf16(int rows, int cols, const float* a, const float* b, bool relu,
                               float* y, Bf16* y16) {
   RETURN_IF_ERROR(Add(static_cast<size_t>(rows) * cols, a, b, y));

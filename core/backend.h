@@ -385,6 +385,24 @@ class Backend {
   virtual absl::Status BatchNormApplyBf16(int rows, int cols, float epsilon, const float* x,
                                           const float* mean, const float* var, const float* scale,
                                           const float* bias, bool relu, float* y, Bf16* y16);
+  // Whether this backend's bfloat16 BatchNorm reads a bfloat16 conv's float32 sums
+  // unrounded and rounds them to bfloat16 itself as it reads them, so that the conv skips
+  // its rounding pass (no bias; the BatchNorm its one reader: same bits). Where true,
+  // BatchNormApplyBf16 rounds x as it reads it, and such a BatchNorm's other kernels are
+  // the three below. The default (false) never calls them.
+  virtual bool TakesUnroundedBatchNormInput() { return false; }
+  // BatchNormMoments, BatchNormBackwardReduce and BatchNormBackwardApply on bf16(x).
+  virtual absl::Status BatchNormMomentsBf16(int rows, int cols, const float* x, float* partials,
+                                            float* moments);
+  virtual absl::Status BatchNormBackwardReduceBf16(int rows, int cols, float epsilon,
+                                                   const float* x, const float* dy,
+                                                   const float* mean, const float* var,
+                                                   float* partials, float* sums, float* dscale,
+                                                   float* dbias);
+  virtual absl::Status BatchNormBackwardApplyBf16(int rows, int cols, float epsilon, int replicas,
+                                                  const float* x, const float* dy,
+                                                  const float* moments, const float* var,
+                                                  const float* scale, const float* sums, float* dx);
   // A bfloat16 residual sum of rows x cols: y = bf16(a + b) (a, b bfloat16 values, added
   // in float32 and rounded once), relu and y16 as BatchNormApplyBf16's; y may be a or b.
   // The default is Add, AddRowsBf16 and ReluBf16 (or Relu) in turn.

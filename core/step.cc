@@ -15,6 +15,7 @@
 
 namespace lockstep {
 
+using step_internal::ConvSumsUnrounded;
 using step_internal::DenseInputs;
 using step_internal::DenseRows;
 using step_internal::DrawsDropoutKey;
@@ -50,8 +51,10 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> StepExecutor::Create(
                                                    collective_options, use_graphs));
   const size_t bytes = e->model_.layout().total() * sizeof(float);
   int keys = 0;
-  for (const Layer& l : e->model_.layers()) {
-    e->dropout_slot_.push_back(DrawsDropoutKey(l, true) ? keys++ : -1);
+  const bool unrounded = backend->TakesUnroundedBatchNormInput();
+  for (size_t i = 0; i < e->model_.layers().size(); ++i) {
+    e->dropout_slot_.push_back(DrawsDropoutKey(e->model_.layers()[i], true) ? keys++ : -1);
+    e->unrounded_.push_back(unrounded && ConvSumsUnrounded(e->model_, static_cast<int>(i)));
   }
   ASSIGN_OR_RETURN(e->step_args_,
                    backend->Allocate(sizeof(UpdateScalars) + keys * sizeof(rng::Key)));

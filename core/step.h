@@ -348,6 +348,14 @@ class StepExecutor {
                               const float* var);
   absl::Status BatchNormBackward(const Layer& l, int rows, const float* x, const float* dy,
                                  float* dx, float* bn);
+  // Backend::BatchNormMoments, BatchNormBackwardReduce and BatchNormBackwardApply for
+  // BatchNorm l (its workspace `bn`), or their Bf16 forms where l's input is a conv's
+  // unrounded sums (unrounded_).
+  absl::Status BatchNormMomentsOf(const Layer& l, int rows, const float* x, float* bn);
+  absl::Status BatchNormReduceOf(const Layer& l, int rows, const float* x, const float* dy,
+                                 float* bn, float* grads);
+  absl::Status BatchNormApplyGradOf(const Layer& l, int rows, int replicas, const float* x,
+                                    const float* dy, const float* bn, float* dx);
   // Attention layer `i` at batch b (step_attention.cc): its workspace ws.scratch[i] keeps
   // what backward needs; `key` its 'dropout' key (train with dropout only). Backward
   // writes its parameter gradients into `grads`, dx unless null.
@@ -389,6 +397,9 @@ class StepExecutor {
   Buffer step_args_;
   Buffer update_scratch_;          // Optimizer::ScratchBytes (clipping's partial sums), if any
   std::vector<int> dropout_slot_;  // per layer: index of its key, or -1 (DrawsDropoutKey)
+  // Per layer: a bfloat16 conv that leaves its sums unrounded for the BatchNorm after it
+  // (step_internal::ConvSumsUnrounded, on a backend that takes them).
+  std::vector<bool> unrounded_;
   std::unique_ptr<Backend::Graph> graph_;
   const DeviceDataset* graph_data_ = nullptr;
   std::vector<Buffer> slots_;

@@ -21,7 +21,7 @@ absl::Status StepExecutor::BatchNormForward(Workspace& ws, size_t i, int rows, b
   float* bn = ws.bn[i];
   float* moments = bn;  // [E[x], E[x^2]], then pmean'd
   float* var = bn + 2 * c;
-  RETURN_IF_ERROR(backend_->BatchNormMoments(rows, c, x, bn + 5 * c, moments));
+  RETURN_IF_ERROR(BatchNormMomentsOf(l, rows, x, bn));
   if (replicas() > 1) {
     // lax.pmean of the stacked [mean, mean2]: the sum, then a division by N.
     RETURN_IF_ERROR(collective_->AllReduceSum(moments, 2 * c, collective_options_));
@@ -49,25 +49,49 @@ absl::Status StepExecutor::BatchNormApply(Workspace& ws, size_t i, int rows, con
 
 absl::Status StepExecutor::BatchNormBackward(const Layer& l, int rows, const float* x,
                                              const float* dy, float* dx, float* bn) {
-  const int c = l.in.c;
-  const auto& entries = model_.layout().entries();
-  auto at = [&](const Buffer& b, int index) {
-    return index < 0 ? nullptr : b.as() + entries[index].offset;
-  };
-  const float* moments = bn;
-  const float* var = bn + 2 * c;
-  float* sums = bn + 3 * c;
-  RETURN_IF_ERROR(backend_->BatchNormBackwardReduce(rows, c, l.epsilon, x, dy, moments, var,
-                                                    bn + 5 * c, sums, at(grads_, l.scale),
-                                                    at(grads_, l.bias)));
+  RETURN_IF_ERROR(BatchNormReduceOf(l, rows, x, dy, bn, grads_.as()));
   if (dx == nullptr) return absl::OkStatus();
   if (replicas() > 1) {
     // The transpose of the statistics' pmean: every replica's cotangents, summed.
-    RETURN_IF_ERROR(collective_->AllReduceSum(sums, 2 * c, collective_options_));
+    RETURN_IF_ERROR(collective_->AllReduceSum(bn + 3 * l.in.c, 2 * l.in.c, collective_options_));
   }
-  RETURN_IF_ERROR(backend_->BatchNormBackwardApply(rows, c, l.epsilon, replicas(), x, dy, moments,
-                                                   var, at(params_, l.scale), sums, dx));
-  return absl::OkStatus();
+  return BatchNormApplyGradOf(l, rows, replicas(), x, dy, bn, dx);
+}
+
+absl::Status StepExecutor::BatchNormMomentsOf(const Layer& l, int rows, const float* x, float* bn) {
+  const int c = l.in.c;
+  if (l.src >= 0 && unrounded_[l.src])
+    return backend_->BatchNormMomentsBf16(rows, c, x, bn + 5 * c, bn);
+  return backend_->BatchNormMoments(rows, c, x, bn + 5 * c, bn);
+}
+
+absl::Status StepExecutor::BatchNormReduceOf(const Layer& l, int rows, const float* x,
+                                             const float* dy, float* bn, float* grads) {
+  const int c = l.in.c;
+  const auto& entries = model_.layout().entries();
+  auto grad = [&](int index) { return index < 0 ? nullptr : grads + entries[index].offset; };
+  // bn: moments (2c), var (c), sums (2c), partials.
+  if (l.src >= 0 && unrounded_[l.src]) {
+    return backend_->BatchNormBackwardReduceBf16(rows, c, l.epsilon, x, dy, bn, bn + 2 * c,
+                                                 bn + 5 * c, bn + 3 * c, grad(l.scale),
+                                                 grad(l.bias));
+  }
+  return backend_->BatchNormBackwardReduce(rows, c, l.epsilon, x, dy, bn, bn + 2 * c, bn + 5 * c,
+                                           bn + 3 * c, grad(l.scale), grad(l.bias));
+}
+
+absl::Status StepExecutor::BatchNormApplyGradOf(const Layer& l, int rows, int replicas,
+                                                const float* x, const float* dy, const float* bn,
+                                                float* dx) {
+  const int c = l.in.c;
+  const float* scale =
+      l.scale < 0 ? nullptr : params_.as() + model_.layout().entries()[l.scale].offset;
+  if (l.src >= 0 && unrounded_[l.src]) {
+    return backend_->BatchNormBackwardApplyBf16(rows, c, l.epsilon, replicas, x, dy, bn, bn + 2 * c,
+                                                scale, bn + 3 * c, dx);
+  }
+  return backend_->BatchNormBackwardApply(rows, c, l.epsilon, replicas, x, dy, bn, bn + 2 * c,
+                                          scale, bn + 3 * c, dx);
 }
 
 absl::Status StepExecutor::UpdateBatchStats(const std::vector<float*>& bn) {

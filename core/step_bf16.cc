@@ -73,6 +73,7 @@ absl::Status StepExecutor::ForwardLayerBf16(Workspace& ws, size_t i, int b, bool
       ASSIGN_OR_RETURN(const Bf16* x16, Bf16Input(ws, i, b));
       RETURN_IF_ERROR(
           backend_->ConvForwardBf16(Geometry(l, b), x16, Bf16Param(l.kernel), y, ws.scratch[i]));
+      if (unrounded_[i]) return absl::OkStatus();  // the BatchNorm after it rounds them
       return backend_->AddRowsBf16(b * l.out.h * l.out.w, l.out.c, y, param(l.bias), y, ws.twin[i]);
     }
     case LayerKind::kDense: {

@@ -122,13 +122,13 @@ absl::Status StepExecutor::BatchNormForwardReplicas(size_t i) {
   std::vector<float*> moments;  // per local replica: [E[x], E[x^2]] over its rows
   for (auto& ws : replica_ws_) {
     float* bn = ws->bn[i];
-    RETURN_IF_ERROR(backend_->BatchNormMoments(rows, c, input(*ws), bn + 5 * c, bn));
+    RETURN_IF_ERROR(BatchNormMomentsOf(l, rows, input(*ws), bn));
     moments.push_back(bn);
   }
   RETURN_IF_ERROR(StatisticsTaps(i, 0, moments, capture_, local_stats_));
   if (riding_) {  // its own moments, tapped, but not summed
     float* bn = ride_ws_->bn[i];
-    RETURN_IF_ERROR(backend_->BatchNormMoments(rows, c, input(*ride_ws_), bn + 5 * c, bn));
+    RETURN_IF_ERROR(BatchNormMomentsOf(l, rows, input(*ride_ws_), bn));
     RETURN_IF_ERROR(StatisticsTaps(i, 0, {bn}, true, ride_along_result_.statistics));
   }
   // lax.pmean over the V replicas: the exact sum, then a division by V.
@@ -175,16 +175,9 @@ absl::Status StepExecutor::ForwardReplicas(const DeviceDataset& data,
 absl::Status StepExecutor::BatchNormBackwardReplicas(int i) {
   const Layer& l = model_.layers()[i];
   const int c = l.in.c, rows = local_batch_ * NormRows(l);
-  const auto& entries = model_.layout().entries();
-  auto at = [&](float* base, int index) {
-    return index < 0 ? nullptr : base + entries[index].offset;
-  };
   // Its sums of dy and dy * (x - mean) and its parameters' gradients.
   auto reduce = [&](Workspace& ws, float* grads) {
-    float* bn = ws.bn[i];
-    return backend_->BatchNormBackwardReduce(rows, c, l.epsilon, Input(ws, l), ws.dy[i], bn,
-                                             bn + 2 * c, bn + 5 * c, bn + 3 * c, at(grads, l.scale),
-                                             at(grads, l.bias));
+    return BatchNormReduceOf(l, rows, Input(ws, l), ws.dy[i], ws.bn[i], grads);
   };
   std::vector<float*> sums;  // per local replica
   for (size_t j = 0; j < replica_ws_.size(); ++j) {
@@ -201,10 +194,8 @@ absl::Status StepExecutor::BatchNormBackwardReplicas(int i) {
   // The transpose of the statistics' pmean: every replica's cotangents, summed exactly.
   RETURN_IF_ERROR(ExactSumInto(sums, 2 * c));
   auto apply = [&](Workspace& ws) -> absl::Status {
-    float* bn = ws.bn[i];
-    RETURN_IF_ERROR(backend_->BatchNormBackwardApply(
-        rows, c, l.epsilon, logical_.total, Input(ws, l), ws.dy[i], bn, bn + 2 * c,
-        at(params_.as(), l.scale), bn + 3 * c, ws.din[i]));
+    RETURN_IF_ERROR(
+        BatchNormApplyGradOf(l, rows, logical_.total, Input(ws, l), ws.dy[i], ws.bn[i], ws.din[i]));
     return Deliver(ws, l.src, ws.din[i], static_cast<size_t>(rows) * c);
   };
   for (auto& ws : replica_ws_) RETURN_IF_ERROR(apply(*ws));

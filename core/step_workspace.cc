@@ -34,6 +34,20 @@ bool SharesInput(const Model& m, int i) {
   return false;
 }
 
+bool ConvSumsUnrounded(const Model& m, int i) {
+  const auto& layers = m.layers();
+  const Layer& l = layers[i];
+  if (l.kind != LayerKind::kConv || !l.bf16() || l.bias >= 0) return false;
+  if (i + 1 >= static_cast<int>(layers.size())) return false;
+  const Layer& next = layers[i + 1];
+  if (next.kind != LayerKind::kBatchNorm || !next.bf16() || next.src != i) return false;
+  for (int j = 0; j < static_cast<int>(layers.size()); ++j) {
+    const Layer& r = layers[j];
+    if (j != i + 1 && (r.src == i || (r.kind == LayerKind::kAdd && r.residual == i))) return false;
+  }
+  return true;
+}
+
 bool NeedsTwin(const Model& m, int j) {
   if (j < 0) return false;
   const Layer& p = m.layers()[j];

@@ -136,6 +136,11 @@ inline bool IsBf16Matmul(const Layer& l) {
 // skips), read by a bf16 matmul layer.
 bool NeedsTwin(const Model& m, int j);
 
+// Whether bfloat16 conv i may leave its float32 sums unrounded on a backend that takes
+// them (Backend::TakesUnroundedBatchNormInput): it has no bias, and its one reader is the
+// bfloat16 BatchNorm after it, which rounds them to bfloat16 as it reads them.
+bool ConvSumsUnrounded(const Model& m, int i);
+
 // Whether float32 conv or dense layer i's output is overwritten in place by a float32 ReLU
 // (layer i + 1), which the layer's forward then applies itself (Backend::ConvForwardRelu,
 // DenseForward's relu) and the ReLU skips. Not where either computes in bfloat16, nor where

@@ -319,6 +319,28 @@ class CpuBackend final : public Backend {
     cpu::BatchNormApplyBf16(threads_, rows, cols, epsilon, x, mean, var, scale, bias, relu, y, y16);
     return absl::OkStatus();
   }
+  bool TakesUnroundedBatchNormInput() override { return true; }
+  absl::Status BatchNormMomentsBf16(int rows, int cols, const float* x, float* partials,
+                                    float* moments) override {
+    cpu::BatchNormMoments(threads_, rows, cols, x, partials, moments, /*round_x=*/true);
+    return absl::OkStatus();
+  }
+  absl::Status BatchNormBackwardReduceBf16(int rows, int cols, float epsilon, const float* x,
+                                           const float* dy, const float* mean, const float* var,
+                                           float* partials, float* sums, float* dscale,
+                                           float* dbias) override {
+    cpu::BatchNormBackwardReduce(threads_, rows, cols, epsilon, x, dy, mean, var, partials, sums,
+                                 dscale, dbias, /*round_x=*/true);
+    return absl::OkStatus();
+  }
+  absl::Status BatchNormBackwardApplyBf16(int rows, int cols, float epsilon, int replicas,
+                                          const float* x, const float* dy, const float* moments,
+                                          const float* var, const float* scale, const float* sums,
+                                          float* dx) override {
+    cpu::BatchNormBackwardApply(threads_, rows, cols, epsilon, replicas, x, dy, moments, var, scale,
+                                sums, dx, /*round_x=*/true);
+    return absl::OkStatus();
+  }
   absl::Status AddBf16(int rows, int cols, const float* a, const float* b, bool relu, float* y,
                        Bf16* y16) override {
     cpu::AddBf16(threads_, static_cast<size_t>(rows) * cols, a, b, relu, y, y16);

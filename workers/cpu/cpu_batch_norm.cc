@@ -24,15 +24,24 @@ bool Parallel(int rows, int cols) { return static_cast<size_t>(rows) * cols > kP
 // Row block `blk`'s rows [begin, end) of kBatchNormBlocks.
 int BlockRow(int rows, int blk) { return static_cast<int>(int64_t{rows} * blk / kBatchNormBlocks); }
 
+// x as the kernels read it: rounded to bfloat16 where kRound (a bfloat16 conv's sums
+// left unrounded, Backend::TakesUnroundedBatchNormInput), else as it is.
+template <bool kRound>
+inline float Read(float x) {
+  return kRound ? RoundBf16(x) : x;
+}
+
 // p[c] and p[cols + c] = the column sums of x and of x * x over rows [begin, end), in
 // row order from 0, accumulated in double (each x * x exact) and rounded once.
+template <bool kRound>
 LS_MULTIVERSION void MomentSums(int begin, int end, int cols, const float* x, float* p) {
   std::vector<double> a(2 * static_cast<size_t>(cols), 0.0);
   for (int r = begin; r < end; ++r) {
     const float* v = x + static_cast<size_t>(r) * cols;
     for (int c = 0; c < cols; ++c) {
-      a[c] += v[c];
-      a[cols + c] += double{v[c]} * v[c];
+      const float u = Read<kRound>(v[c]);
+      a[c] += u;
+      a[cols + c] += double{u} * u;
     }
   }
   for (size_t k = 0; k < a.size(); ++k) p[k] = static_cast<float>(a[k]);
@@ -40,6 +49,7 @@ LS_MULTIVERSION void MomentSums(int begin, int end, int cols, const float* x, fl
 
 // p[c] and p[cols + c] = the column sums of dy and of dy * (x - mean) over rows
 // [begin, end), in row order from 0, accumulated in double and rounded once.
+template <bool kRound>
 LS_MULTIVERSION void GradSums(int begin, int end, int cols, const float* x, const float* dy,
                               const float* mean, float* p) {
   std::vector<double> a(2 * static_cast<size_t>(cols), 0.0);
@@ -47,7 +57,7 @@ LS_MULTIVERSION void GradSums(int begin, int end, int cols, const float* x, cons
     const size_t at = static_cast<size_t>(r) * cols;
     for (int c = 0; c < cols; ++c) {
       a[c] += dy[at + c];
-      a[cols + c] += double{dy[at + c]} * (x[at + c] - mean[c]);
+      a[cols + c] += double{dy[at + c]} * (Read<kRound>(x[at + c]) - mean[c]);
     }
   }
   for (size_t k = 0; k < a.size(); ++k) p[k] = static_cast<float>(a[k]);
@@ -82,28 +92,31 @@ LS_MULTIVERSION void ApplyRows(int begin, int end, int cols, const float* x, con
   }
 }
 
-// ApplyRows rounded to bfloat16, relu'd where kRelu, and each row's Bf16 twin where y16
-// (while the row is in cache).
+// ApplyRows of bf16(x) (x holds bfloat16 values, or a conv's sums left unrounded)
+// rounded to bfloat16, relu'd where kRelu, and each row's Bf16 twin where y16 (while the
+// row is in cache).
 template <bool kRelu>
 LS_MULTIVERSION void ApplyRowsBf16(int begin, int end, int cols, const float* x, const float* mean,
                                    const float* mul, const float* bias, float* y, Bf16* y16) {
   for (int r = begin; r < end; ++r) {
     const size_t at = static_cast<size_t>(r) * cols;
     for (int c = 0; c < cols; ++c) {
-      const float v = RoundBf16(math::BatchNormY(x[at + c], mean[c], mul[c], bias, c));
+      const float v = RoundBf16(math::BatchNormY(RoundBf16(x[at + c]), mean[c], mul[c], bias, c));
       y[at + c] = kRelu ? (v > 0.0f ? v : 0.0f) : v;
     }
     if (y16 != nullptr) TwinBf16(y + at, y16 + at, cols);
   }
 }
 
+template <bool kRound>
 LS_MULTIVERSION void BackwardApplyRows(int begin, int end, int cols, const float* mean,
                                        const float* mul, const float* mean_dy, const float* k,
                                        const float* x, const float* dy, float* dx) {
   for (int r = begin; r < end; ++r) {
     const size_t at = static_cast<size_t>(r) * cols;
     for (int c = 0; c < cols; ++c) {
-      dx[at + c] = math::BatchNormDx({mean[c], mul[c], mean_dy[c], k[c]}, x[at + c], dy[at + c]);
+      dx[at + c] = math::BatchNormDx({mean[c], mul[c], mean_dy[c], k[c]}, Read<kRound>(x[at + c]),
+                                     dy[at + c]);
     }
   }
 }
@@ -126,10 +139,14 @@ void ParallelRows(int threads, int rows, int cols, F f) {
 }  // namespace
 
 void BatchNormMoments(int threads, int rows, int cols, const float* x, float* partials,
-                      float* moments) {
+                      float* moments, bool round_x) {
   ColumnSums2(
       threads, rows, cols,
-      [&](int begin, int end, float* p) { MomentSums(begin, end, cols, x, p); }, partials, moments);
+      [&](int begin, int end, float* p) {
+        round_x ? MomentSums<true>(begin, end, cols, x, p)
+                : MomentSums<false>(begin, end, cols, x, p);
+      },
+      partials, moments);
   const float n = static_cast<float>(rows);
   for (int k = 0; k < 2 * cols; ++k) moments[k] = moments[k] / n;
 }
@@ -172,11 +189,14 @@ void BatchNormUpdateStats(int cols, float momentum, float one_minus_momentum, co
 
 void BatchNormBackwardReduce(int threads, int rows, int cols, float epsilon, const float* x,
                              const float* dy, const float* mean, const float* var, float* partials,
-                             float* sums, float* dscale, float* dbias) {
+                             float* sums, float* dscale, float* dbias, bool round_x) {
   ColumnSums2(
       threads, rows, cols,
-      [&](int begin, int end, float* p) { GradSums(begin, end, cols, x, dy, mean, p); }, partials,
-      sums);
+      [&](int begin, int end, float* p) {
+        round_x ? GradSums<true>(begin, end, cols, x, dy, mean, p)
+                : GradSums<false>(begin, end, cols, x, dy, mean, p);
+      },
+      partials, sums);
   for (int c = 0; c < cols; ++c) {
     if (dbias != nullptr) dbias[c] = sums[c];
     if (dscale != nullptr) dscale[c] = sums[cols + c] * math::BatchNormRsqrt(var[c], epsilon);
@@ -185,7 +205,7 @@ void BatchNormBackwardReduce(int threads, int rows, int cols, float epsilon, con
 
 void BatchNormBackwardApply(int threads, int rows, int cols, float epsilon, int replicas,
                             const float* x, const float* dy, const float* moments, const float* var,
-                            const float* scale, const float* sums, float* dx) {
+                            const float* scale, const float* sums, float* dx, bool round_x) {
   // Per column, as four arrays (so that the rows' loop vectorizes across columns).
   std::vector<float> mean(cols), mul(cols), mean_dy(cols), k(cols);
   for (int c = 0; c < cols; ++c) {
@@ -195,8 +215,13 @@ void BatchNormBackwardApply(int threads, int rows, int cols, float epsilon, int 
     mean[c] = g.mean, mul[c] = g.mul, mean_dy[c] = g.mean_dy, k[c] = g.k;
   }
   ParallelRows(threads, rows, cols, [&](int begin, int end) {
-    BackwardApplyRows(begin, end, cols, mean.data(), mul.data(), mean_dy.data(), k.data(), x, dy,
-                      dx);
+    if (round_x) {
+      BackwardApplyRows<true>(begin, end, cols, mean.data(), mul.data(), mean_dy.data(), k.data(),
+                              x, dy, dx);
+    } else {
+      BackwardApplyRows<false>(begin, end, cols, mean.data(), mul.data(), mean_dy.data(), k.data(),
+                               x, dy, dx);
+    }
   });
 }
 

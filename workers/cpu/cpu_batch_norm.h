@@ -9,14 +9,15 @@
 
 namespace lockstep::cpu {
 
+// round_x: x read as bf16(x) (Backend::BatchNormMomentsBf16 and the two backward ones).
 void BatchNormMoments(int threads, int rows, int cols, const float* x, float* partials,
-                      float* moments);
+                      float* moments, bool round_x = false);
 void BatchNormVariance(int cols, const float* moments, float* var);
 void BatchNormApply(int threads, int rows, int cols, float epsilon, const float* x,
                     const float* mean, const float* var, const float* scale, const float* bias,
                     float* y);
 // Backend::BatchNormApplyBf16 in one pass: the same bits as BatchNormApply, AddRowsBf16
-// and ReluBf16 in turn.
+// and ReluBf16 in turn, on bf16(x) (so x may be a conv's unrounded sums).
 void BatchNormApplyBf16(int threads, int rows, int cols, float epsilon, const float* x,
                         const float* mean, const float* var, const float* scale, const float* bias,
                         bool relu, float* y, Bf16* y16);
@@ -24,10 +25,10 @@ void BatchNormUpdateStats(int cols, float momentum, float one_minus_momentum, co
                           const float* var, float* ra_mean, float* ra_var);
 void BatchNormBackwardReduce(int threads, int rows, int cols, float epsilon, const float* x,
                              const float* dy, const float* mean, const float* var, float* partials,
-                             float* sums, float* dscale, float* dbias);
+                             float* sums, float* dscale, float* dbias, bool round_x = false);
 void BatchNormBackwardApply(int threads, int rows, int cols, float epsilon, int replicas,
                             const float* x, const float* dy, const float* moments, const float* var,
-                            const float* scale, const float* sums, float* dx);
+                            const float* scale, const float* sums, float* dx, bool round_x = false);
 
 }  // namespace lockstep::cpu
 
