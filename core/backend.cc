@@ -192,7 +192,7 @@ absl::Status Backend::BatchNormBackwardReduceBf16(int, int, float, const float*,
 }
 absl::Status Backend::BatchNormBackwardApplyBf16(int, int, float, int, const float*, const float*,
                                                  const float*, const float*, const float*,
-                                                 const float*, float*) {
+                                                 const float*, Bf16*) {
   return NoBf16(*this, "BatchNormBackwardApplyBf16");
 }
 absl::Status Backend::AddBf16(int rows, int cols, const float* a, const float* b, bool relu,

@@ -391,7 +391,9 @@ class Backend {
   // BatchNormApplyBf16 rounds x as it reads it, and such a BatchNorm's other kernels are
   // the three below. The default (false) never calls them.
   virtual bool TakesUnroundedBatchNormInput() { return false; }
-  // BatchNormMoments, BatchNormBackwardReduce and BatchNormBackwardApply on bf16(x).
+  // BatchNormMoments, BatchNormBackwardReduce and BatchNormBackwardApply on bf16(x); the
+  // last writes dx only as bfloat16 (dx16, rounded as ToBf16 rounds): the conv's backward
+  // reads its output gradient only so.
   virtual absl::Status BatchNormMomentsBf16(int rows, int cols, const float* x, float* partials,
                                             float* moments);
   virtual absl::Status BatchNormBackwardReduceBf16(int rows, int cols, float epsilon,
@@ -402,7 +404,8 @@ class Backend {
   virtual absl::Status BatchNormBackwardApplyBf16(int rows, int cols, float epsilon, int replicas,
                                                   const float* x, const float* dy,
                                                   const float* moments, const float* var,
-                                                  const float* scale, const float* sums, float* dx);
+                                                  const float* scale, const float* sums,
+                                                  Bf16* dx16);
   // A bfloat16 residual sum of rows x cols: y = bf16(a + b) (a, b bfloat16 values, added
   // in float32 and rounded once), relu and y16 as BatchNormApplyBf16's; y may be a or b.
   // The default is Add, AddRowsBf16 and ReluBf16 (or Relu) in turn.

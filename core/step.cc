@@ -367,7 +367,7 @@ absl::Status StepExecutor::BackwardLayer(Workspace& ws, int i, int b, float* gra
       break;
     }
     case LayerKind::kBatchNorm:
-      RETURN_IF_ERROR(BatchNormBackward(l, b * NormRows(l), x, dy, dx, ws.bn[i]));
+      RETURN_IF_ERROR(BatchNormBackward(l, b * NormRows(l), x, dy, dx, ws.dyb, ws.bn[i]));
       break;
     case LayerKind::kFlatten:
       break;

@@ -346,16 +346,18 @@ class StepExecutor {
   // a bfloat16 layer BatchNormApplyBf16 with the ReLU after it where FusedReluBf16.
   absl::Status BatchNormApply(Workspace& ws, size_t i, int rows, const float* x, const float* mean,
                               const float* var);
+  // Backward: dx, or where the input is a conv's unrounded sums only its bfloat16 copy
+  // dyb, which that conv's backward reads (ConvBackwardBf16).
   absl::Status BatchNormBackward(const Layer& l, int rows, const float* x, const float* dy,
-                                 float* dx, float* bn);
+                                 float* dx, Bf16* dyb, float* bn);
   // Backend::BatchNormMoments, BatchNormBackwardReduce and BatchNormBackwardApply for
   // BatchNorm l (its workspace `bn`), or their Bf16 forms where l's input is a conv's
-  // unrounded sums (unrounded_).
+  // unrounded sums (unrounded_: the last then writes dyb, not dx).
   absl::Status BatchNormMomentsOf(const Layer& l, int rows, const float* x, float* bn);
   absl::Status BatchNormReduceOf(const Layer& l, int rows, const float* x, const float* dy,
                                  float* bn, float* grads);
   absl::Status BatchNormApplyGradOf(const Layer& l, int rows, int replicas, const float* x,
-                                    const float* dy, const float* bn, float* dx);
+                                    const float* dy, const float* bn, float* dx, Bf16* dyb);
   // Attention layer `i` at batch b (step_attention.cc): its workspace ws.scratch[i] keeps
   // what backward needs; `key` its 'dropout' key (train with dropout only). Backward
   // writes its parameter gradients into `grads`, dx unless null.

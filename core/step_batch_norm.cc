@@ -48,14 +48,14 @@ absl::Status StepExecutor::BatchNormApply(Workspace& ws, size_t i, int rows, con
 }
 
 absl::Status StepExecutor::BatchNormBackward(const Layer& l, int rows, const float* x,
-                                             const float* dy, float* dx, float* bn) {
+                                             const float* dy, float* dx, Bf16* dyb, float* bn) {
   RETURN_IF_ERROR(BatchNormReduceOf(l, rows, x, dy, bn, grads_.as()));
   if (dx == nullptr) return absl::OkStatus();
   if (replicas() > 1) {
     // The transpose of the statistics' pmean: every replica's cotangents, summed.
     RETURN_IF_ERROR(collective_->AllReduceSum(bn + 3 * l.in.c, 2 * l.in.c, collective_options_));
   }
-  return BatchNormApplyGradOf(l, rows, replicas(), x, dy, bn, dx);
+  return BatchNormApplyGradOf(l, rows, replicas(), x, dy, bn, dx, dyb);
 }
 
 absl::Status StepExecutor::BatchNormMomentsOf(const Layer& l, int rows, const float* x, float* bn) {
@@ -82,13 +82,13 @@ absl::Status StepExecutor::BatchNormReduceOf(const Layer& l, int rows, const flo
 
 absl::Status StepExecutor::BatchNormApplyGradOf(const Layer& l, int rows, int replicas,
                                                 const float* x, const float* dy, const float* bn,
-                                                float* dx) {
+                                                float* dx, Bf16* dyb) {
   const int c = l.in.c;
   const float* scale =
       l.scale < 0 ? nullptr : params_.as() + model_.layout().entries()[l.scale].offset;
   if (l.src >= 0 && unrounded_[l.src]) {
     return backend_->BatchNormBackwardApplyBf16(rows, c, l.epsilon, replicas, x, dy, bn, bn + 2 * c,
-                                                scale, bn + 3 * c, dx);
+                                                scale, bn + 3 * c, dyb);
   }
   return backend_->BatchNormBackwardApply(rows, c, l.epsilon, replicas, x, dy, bn, bn + 2 * c,
                                           scale, bn + 3 * c, dx);

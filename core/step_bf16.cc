@@ -131,7 +131,9 @@ absl::Status StepExecutor::ConvBackwardBf16(Workspace& ws, int i, int b, const f
   const Layer& l = model_.layers()[i];
   const auto& entries = model_.layout().entries();
   const ConvGeometry g = Geometry(l, b);
-  RETURN_IF_ERROR(backend_->ToBf16(static_cast<size_t>(b) * l.out.size(), dy, ws.dyb));
+  if (!unrounded_[i]) {  // else the BatchNorm after it wrote dyb (BatchNormBackward)
+    RETURN_IF_ERROR(backend_->ToBf16(static_cast<size_t>(b) * l.out.size(), dy, ws.dyb));
+  }
   // The kernel's gradient first: ConvBackwardDataBf16 may overwrite the scratch.
   RETURN_IF_ERROR(backend_->ConvBackwardWeightsBf16(
       g, Bf16InputOf(ws, i), ws.dyb, grads + entries[l.kernel].offset, ws.scratch[i]));

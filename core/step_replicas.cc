@@ -194,8 +194,8 @@ absl::Status StepExecutor::BatchNormBackwardReplicas(int i) {
   // The transpose of the statistics' pmean: every replica's cotangents, summed exactly.
   RETURN_IF_ERROR(ExactSumInto(sums, 2 * c));
   auto apply = [&](Workspace& ws) -> absl::Status {
-    RETURN_IF_ERROR(
-        BatchNormApplyGradOf(l, rows, logical_.total, Input(ws, l), ws.dy[i], ws.bn[i], ws.din[i]));
+    RETURN_IF_ERROR(BatchNormApplyGradOf(l, rows, logical_.total, Input(ws, l), ws.dy[i], ws.bn[i],
+                                         ws.din[i], ws.dyb));
     return Deliver(ws, l.src, ws.din[i], static_cast<size_t>(rows) * c);
   };
   for (auto& ws : replica_ws_) RETURN_IF_ERROR(apply(*ws));

@@ -336,9 +336,9 @@ class CpuBackend final : public Backend {
   absl::Status BatchNormBackwardApplyBf16(int rows, int cols, float epsilon, int replicas,
                                           const float* x, const float* dy, const float* moments,
                                           const float* var, const float* scale, const float* sums,
-                                          float* dx) override {
-    cpu::BatchNormBackwardApply(threads_, rows, cols, epsilon, replicas, x, dy, moments, var, scale,
-                                sums, dx, /*round_x=*/true);
+                                          Bf16* dx16) override {
+    cpu::BatchNormBackwardApplyBf16(threads_, rows, cols, epsilon, replicas, x, dy, moments, var,
+                                    scale, sums, dx16);
     return absl::OkStatus();
   }
   absl::Status AddBf16(int rows, int cols, const float* a, const float* b, bool relu, float* y,

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "core/backend.h"
@@ -108,15 +109,21 @@ LS_MULTIVERSION void ApplyRowsBf16(int begin, int end, int cols, const float* x,
   }
 }
 
-template <bool kRound>
+inline void Store(float v, float* p) { *p = v; }
+inline void Store(float v, Bf16* p) { p->bits = Bf16Bits(v); }
+
+// dx as float32, or (Bf16, x a conv's unrounded sums) from bf16(x), rounded to bfloat16.
+template <typename D>
 LS_MULTIVERSION void BackwardApplyRows(int begin, int end, int cols, const float* mean,
                                        const float* mul, const float* mean_dy, const float* k,
-                                       const float* x, const float* dy, float* dx) {
+                                       const float* x, const float* dy, D* dx) {
+  constexpr bool kRound = std::is_same_v<D, Bf16>;
   for (int r = begin; r < end; ++r) {
     const size_t at = static_cast<size_t>(r) * cols;
     for (int c = 0; c < cols; ++c) {
-      dx[at + c] = math::BatchNormDx({mean[c], mul[c], mean_dy[c], k[c]}, Read<kRound>(x[at + c]),
-                                     dy[at + c]);
+      Store(math::BatchNormDx({mean[c], mul[c], mean_dy[c], k[c]}, Read<kRound>(x[at + c]),
+                              dy[at + c]),
+            dx + at + c);
     }
   }
 }
@@ -203,9 +210,12 @@ void BatchNormBackwardReduce(int threads, int rows, int cols, float epsilon, con
   }
 }
 
-void BatchNormBackwardApply(int threads, int rows, int cols, float epsilon, int replicas,
-                            const float* x, const float* dy, const float* moments, const float* var,
-                            const float* scale, const float* sums, float* dx, bool round_x) {
+namespace {
+
+template <typename D>
+void BackwardApply(int threads, int rows, int cols, float epsilon, int replicas, const float* x,
+                   const float* dy, const float* moments, const float* var, const float* scale,
+                   const float* sums, D* dx) {
   // Per column, as four arrays (so that the rows' loop vectorizes across columns).
   std::vector<float> mean(cols), mul(cols), mean_dy(cols), k(cols);
   for (int c = 0; c < cols; ++c) {
@@ -215,14 +225,24 @@ void BatchNormBackwardApply(int threads, int rows, int cols, float epsilon, int 
     mean[c] = g.mean, mul[c] = g.mul, mean_dy[c] = g.mean_dy, k[c] = g.k;
   }
   ParallelRows(threads, rows, cols, [&](int begin, int end) {
-    if (round_x) {
-      BackwardApplyRows<true>(begin, end, cols, mean.data(), mul.data(), mean_dy.data(), k.data(),
-                              x, dy, dx);
-    } else {
-      BackwardApplyRows<false>(begin, end, cols, mean.data(), mul.data(), mean_dy.data(), k.data(),
-                               x, dy, dx);
-    }
+    BackwardApplyRows(begin, end, cols, mean.data(), mul.data(), mean_dy.data(), k.data(), x, dy,
+                      dx);
   });
+}
+
+}  // namespace
+
+void BatchNormBackwardApply(int threads, int rows, int cols, float epsilon, int replicas,
+                            const float* x, const float* dy, const float* moments, const float* var,
+                            const float* scale, const float* sums, float* dx) {
+  BackwardApply(threads, rows, cols, epsilon, replicas, x, dy, moments, var, scale, sums, dx);
+}
+
+void BatchNormBackwardApplyBf16(int threads, int rows, int cols, float epsilon, int replicas,
+                                const float* x, const float* dy, const float* moments,
+                                const float* var, const float* scale, const float* sums,
+                                Bf16* dx16) {
+  BackwardApply(threads, rows, cols, epsilon, replicas, x, dy, moments, var, scale, sums, dx16);
 }
 
 }  // namespace lockstep::cpu

@@ -9,7 +9,7 @@
 
 namespace lockstep::cpu {
 
-// round_x: x read as bf16(x) (Backend::BatchNormMomentsBf16 and the two backward ones).
+// round_x: x read as bf16(x) (Backend::BatchNormMomentsBf16, BatchNormBackwardReduceBf16).
 void BatchNormMoments(int threads, int rows, int cols, const float* x, float* partials,
                       float* moments, bool round_x = false);
 void BatchNormVariance(int cols, const float* moments, float* var);
@@ -28,7 +28,12 @@ void BatchNormBackwardReduce(int threads, int rows, int cols, float epsilon, con
                              float* sums, float* dscale, float* dbias, bool round_x = false);
 void BatchNormBackwardApply(int threads, int rows, int cols, float epsilon, int replicas,
                             const float* x, const float* dy, const float* moments, const float* var,
-                            const float* scale, const float* sums, float* dx, bool round_x = false);
+                            const float* scale, const float* sums, float* dx);
+// BatchNormBackwardApply on bf16(x), dx written as bfloat16 (Backend::BatchNormBackwardApplyBf16).
+void BatchNormBackwardApplyBf16(int threads, int rows, int cols, float epsilon, int replicas,
+                                const float* x, const float* dy, const float* moments,
+                                const float* var, const float* scale, const float* sums,
+                                Bf16* dx16);
 
 }  // namespace lockstep::cpu
 
