@@ -109,22 +109,46 @@ LS_MULTIVERSION void ApplyRowsBf16(int begin, int end, int cols, const float* x,
   }
 }
 
-inline void Store(float v, float* p) { *p = v; }
-inline void Store(float v, Bf16* p) { p->bits = Bf16Bits(v); }
-
-// dx as float32, or (Bf16, x a conv's unrounded sums) from bf16(x), rounded to bfloat16.
-template <typename D>
+template <bool kRound>
 LS_MULTIVERSION void BackwardApplyRows(int begin, int end, int cols, const float* mean,
                                        const float* mul, const float* mean_dy, const float* k,
-                                       const float* x, const float* dy, D* dx) {
-  constexpr bool kRound = std::is_same_v<D, Bf16>;
+                                       const float* x, const float* dy, float* dx) {
   for (int r = begin; r < end; ++r) {
     const size_t at = static_cast<size_t>(r) * cols;
     for (int c = 0; c < cols; ++c) {
-      Store(math::BatchNormDx({mean[c], mul[c], mean_dy[c], k[c]}, Read<kRound>(x[at + c]),
-                              dy[at + c]),
-            dx + at + c);
+      dx[at + c] = math::BatchNormDx({mean[c], mul[c], mean_dy[c], k[c]}, Read<kRound>(x[at + c]),
+                                     dy[at + c]);
     }
+  }
+}
+
+LS_MULTIVERSION void RoundRange(const float* x, Bf16* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i].bits = Bf16Bits(x[i]);
+}
+
+// BackwardApplyRows on bf16(x), dx rounded to bfloat16: a block of rows at a time into a
+// float32 buffer that stays in L1, then rounded (each loop vectorizes on its own).
+void BackwardApplyRows(int begin, int end, int cols, const float* mean, const float* mul,
+                       const float* mean_dy, const float* k, const float* x, const float* dy,
+                       Bf16* dx) {
+  constexpr int kFloats = 4096;
+  float block[kFloats];
+  const int rows = std::max(1, kFloats / cols);
+  for (int r = begin; r < end; r += rows) {
+    const int n = std::min(end - r, rows);
+    if (n * cols > kFloats) {  // one row wider than the buffer
+      for (int c = 0; c < cols; c += kFloats) {
+        const size_t at = static_cast<size_t>(r) * cols + c;
+        const int w = std::min(cols - c, kFloats);
+        BackwardApplyRows<true>(0, 1, w, mean + c, mul + c, mean_dy + c, k + c, x + at, dy + at,
+                                block);
+        RoundRange(block, dx + at, w);
+      }
+      continue;
+    }
+    const size_t at = static_cast<size_t>(r) * cols;
+    BackwardApplyRows<true>(0, n, cols, mean, mul, mean_dy, k, x + at, dy + at, block);
+    RoundRange(block, dx + at, static_cast<size_t>(n) * cols);
   }
 }
 
@@ -225,8 +249,13 @@ void BackwardApply(int threads, int rows, int cols, float epsilon, int replicas,
     mean[c] = g.mean, mul[c] = g.mul, mean_dy[c] = g.mean_dy, k[c] = g.k;
   }
   ParallelRows(threads, rows, cols, [&](int begin, int end) {
-    BackwardApplyRows(begin, end, cols, mean.data(), mul.data(), mean_dy.data(), k.data(), x, dy,
-                      dx);
+    if constexpr (std::is_same_v<D, Bf16>) {
+      BackwardApplyRows(begin, end, cols, mean.data(), mul.data(), mean_dy.data(), k.data(), x, dy,
+                        dx);
+    } else {
+      BackwardApplyRows<false>(begin, end, cols, mean.data(), mul.data(), mean_dy.data(), k.data(),
+                               x, dy, dx);
+    }
   });
 }
 
