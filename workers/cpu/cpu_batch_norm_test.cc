@@ -137,6 +137,62 @@ TEST(CpuBatchNorm, SameBitsOnAnyThreadCount) {
   }
 }
 
+TEST(CpuBatchNorm, Bf16FormsReadAConvsUnroundedSumsAsTheirRoundingBitForBit) {
+  // A bfloat16 conv's sums left unrounded (Backend::TakesUnroundedBatchNormInput): the
+  // Bf16 forms on them give the bits the plain kernels give on bf16(x), the input
+  // gradient rounded as ToBf16 rounds it; and ApplyBf16 rounds x as it reads it.
+  const int rows = 9000, cols = 24;  // past the single-thread threshold; a ragged last block
+  const std::vector<float> x = Random(rows * cols, 11, 1.5f), dy = Random(rows * cols, 12);
+  const std::vector<float> scale = Random(cols, 13), bias = Random(cols, 14);
+  std::vector<float> rounded(x.size());
+  for (size_t i = 0; i < x.size(); ++i) rounded[i] = RoundBf16(x[i]);
+  ASSERT_NE(std::memcmp(x.data(), rounded.data(), x.size() * sizeof(float)), 0);
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << threads << " threads");
+    auto be = NewCpuBackend(threads);
+    ASSERT_TRUE(be->TakesUnroundedBatchNormInput());
+    const float eps = 1e-3f;
+    std::vector<float> partials(BatchNormPartials(cols)), var(cols);
+    std::vector<float> want_moments(2 * cols), moments(2 * cols);
+    ASSERT_OK(
+        be->BatchNormMoments(rows, cols, rounded.data(), partials.data(), want_moments.data()));
+    ASSERT_OK(be->BatchNormMomentsBf16(rows, cols, x.data(), partials.data(), moments.data()));
+    EXPECT_EQ(std::memcmp(moments.data(), want_moments.data(), moments.size() * sizeof(float)), 0);
+    ASSERT_OK(be->BatchNormVariance(cols, moments.data(), var.data()));
+
+    std::vector<float> want_y(x.size()), y(x.size());
+    std::vector<Bf16> want_y16(x.size()), y16(x.size());
+    ASSERT_OK(be->BatchNormApplyBf16(rows, cols, eps, rounded.data(), moments.data(), var.data(),
+                                     scale.data(), bias.data(), true, want_y.data(),
+                                     want_y16.data()));
+    ASSERT_OK(be->BatchNormApplyBf16(rows, cols, eps, x.data(), moments.data(), var.data(),
+                                     scale.data(), bias.data(), true, y.data(), y16.data()));
+    EXPECT_EQ(std::memcmp(y.data(), want_y.data(), y.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(y16.data(), want_y16.data(), y16.size() * sizeof(Bf16)), 0);
+
+    std::vector<float> want_sums(2 * cols), sums(2 * cols), want_d(2 * cols), d(2 * cols);
+    ASSERT_OK(be->BatchNormBackwardReduce(rows, cols, eps, rounded.data(), dy.data(),
+                                          moments.data(), var.data(), partials.data(),
+                                          want_sums.data(), want_d.data(), want_d.data() + cols));
+    ASSERT_OK(be->BatchNormBackwardReduceBf16(rows, cols, eps, x.data(), dy.data(), moments.data(),
+                                              var.data(), partials.data(), sums.data(), d.data(),
+                                              d.data() + cols));
+    EXPECT_EQ(std::memcmp(sums.data(), want_sums.data(), sums.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(d.data(), want_d.data(), d.size() * sizeof(float)), 0);
+
+    std::vector<float> dx(x.size());
+    std::vector<Bf16> want_dx16(x.size()), dx16(x.size());
+    ASSERT_OK(be->BatchNormBackwardApply(rows, cols, eps, 2, rounded.data(), dy.data(),
+                                         moments.data(), var.data(), scale.data(), sums.data(),
+                                         dx.data()));
+    ASSERT_OK(be->ToBf16(dx.size(), dx.data(), want_dx16.data()));
+    ASSERT_OK(be->BatchNormBackwardApplyBf16(rows, cols, eps, 2, x.data(), dy.data(),
+                                             moments.data(), var.data(), scale.data(), sums.data(),
+                                             dx16.data()));
+    EXPECT_EQ(std::memcmp(dx16.data(), want_dx16.data(), dx16.size() * sizeof(Bf16)), 0);
+  }
+}
+
 TEST(CpuBatchNorm, RunningAveragesAsFlaxWritesThem) {
   auto be = NewCpuBackend(1);
   const std::vector<float> mean = {1.0f, -2.0f}, var = {4.0f, 0.5f};
