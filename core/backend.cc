@@ -200,6 +200,14 @@ absl::Status Backend::AddBf16(int rows, int cols, const float* a, const float* b
   RETURN_IF_ERROR(Add(static_cast<size_t>(rows) * cols, a, b, y));
   return RoundRelu(*this, rows, cols, relu, y, y16);
 }
+absl::Status Backend::DropoutBf16(int rows, int cols, float keep, const rng::Key* key,
+                                  rng::Impl impl, const float* x, float* y, uint8_t* mask) {
+  // The mask as float32 dropout draws it (the values of this first y are discarded).
+  const size_t n = static_cast<size_t>(rows) * cols;
+  RETURN_IF_ERROR(Dropout(n, keep, key, impl, x, y, mask));
+  RETURN_IF_ERROR(DropoutBackward(n, RoundBf16(keep), mask, x, y));
+  return AddRowsBf16(rows, cols, y, nullptr, y, nullptr);
+}
 absl::Status Backend::AvgPoolBf16(const ConvGeometry&, bool, const float*, float*) {
   return NoBf16(*this, "AvgPoolBf16");
 }

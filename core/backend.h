@@ -406,6 +406,12 @@ class Backend {
                                                   const float* moments, const float* var,
                                                   const float* scale, const float* sums,
                                                   Bf16* dx16);
+  // Flax Dropout in bfloat16 on rows x cols: Dropout's mask, then
+  // y = mask ? bf16(x / bf16(keep)) : 0 (keep_prob taking x's dtype; x holds bfloat16
+  // values). The default is Dropout, DropoutBackward by bf16(keep) and AddRowsBf16 in
+  // turn; a backend may make them one pass, with the same bits.
+  virtual absl::Status DropoutBf16(int rows, int cols, float keep, const rng::Key* key,
+                                   rng::Impl impl, const float* x, float* y, uint8_t* mask);
   // A bfloat16 residual sum of rows x cols: y = bf16(a + b) (a, b bfloat16 values, added
   // in float32 and rounded once), relu and y16 as BatchNormApplyBf16's; y may be a or b.
   // The default is Add, AddRowsBf16 and ReluBf16 (or Relu) in turn.

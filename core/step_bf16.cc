@@ -97,10 +97,8 @@ absl::Status StepExecutor::ForwardLayerBf16(Workspace& ws, size_t i, int b, bool
       if (!IsActiveDropout(l, train)) return absl::OkStatus();  // in place
       // The mask as float32 dropout draws it (bernoulli(keep)); then x / bf16(keep) in
       // bfloat16 where kept (Flax's inputs / keep_prob, keep_prob taking x's dtype).
-      RETURN_IF_ERROR(
-          backend_->Dropout(n, l.keep, keys + dropout_slot_[i], impl_, x, y, ws.mask[i]));
-      RETURN_IF_ERROR(backend_->DropoutBackward(n, RoundBf16(l.keep), ws.mask[i], x, y));
-      return backend_->AddRowsBf16(b, static_cast<int>(l.out.size()), y, nullptr, y, nullptr);
+      return backend_->DropoutBf16(b, static_cast<int>(l.out.size()), l.keep,
+                                   keys + dropout_slot_[i], impl_, x, y, ws.mask[i]);
     }
     default:
       return absl::InternalError(absl::StrCat("layer ", i, ": no bfloat16 kernel of its own"));

@@ -234,6 +234,12 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status DropoutBf16(int rows, int cols, float keep, const rng::Key* key, rng::Impl impl,
+                           const float* x, float* y, uint8_t* mask) override {
+    cpu::DropoutBf16(threads_, static_cast<size_t>(rows) * cols, keep, *key, impl, x, y, mask);
+    return absl::OkStatus();
+  }
+
   absl::Status DropoutBackward(size_t n, float keep, const uint8_t* mask, const float* dy,
                                float* dx) override {
     cpu::DropoutBackward(threads_, n, keep, mask, dy, dx);

@@ -52,6 +52,38 @@ TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(RoundBf16(0.1f), 0.10009765625f);
 }
 
+TEST(Bf16, DropoutInOnePassIsTheThreeKernelsBitForBit) {
+  // Backend::DropoutBf16's one CPU pass against its default (Dropout, DropoutBackward by
+  // bf16(keep), AddRowsBf16), both key modes, in place or not, on 1 and 2 threads.
+  const int rows = 37, cols = 1001;  // past the single-thread threshold; odd sizes
+  const size_t n = size_t(rows) * cols;
+  std::vector<float> x = RandomNormal(n, 21);
+  for (float& v : x) v = RoundBf16(v);  // bfloat16 values, as the layer's input holds
+  x[5] = std::numeric_limits<float>::quiet_NaN();
+  x[6] = std::numeric_limits<float>::infinity();
+  const rng::Key key{3, 7};
+  for (rng::Impl impl : {rng::Impl::kPartitionable, rng::Impl::kLegacy}) {
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << threads << " threads, impl " << int(impl));
+      auto be = NewCpuBackend(threads);
+      std::vector<float> want(n), got(n), in_place = x;
+      std::vector<uint8_t> want_mask(n), mask(n), mask2(n);
+      ASSERT_OK(be->Backend::DropoutBf16(rows, cols, 0.9f, &key, impl, x.data(), want.data(),
+                                         want_mask.data()));
+      ASSERT_OK(be->DropoutBf16(rows, cols, 0.9f, &key, impl, x.data(), got.data(), mask.data()));
+      ASSERT_OK(be->DropoutBf16(rows, cols, 0.9f, &key, impl, in_place.data(), in_place.data(),
+                                mask2.data()));
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(in_place.data(), want.data(), n * sizeof(float)), 0);
+      EXPECT_EQ(mask, want_mask);
+      EXPECT_EQ(mask2, want_mask);
+      const size_t kept = std::count(mask.begin(), mask.end(), uint8_t{1});
+      EXPECT_GT(kept, n * 8 / 10);
+      EXPECT_LT(kept, n);
+    }
+  }
+}
+
 class CpuBf16 : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/bfloat16.h"
 #include "workers/cpu/multiversion.h"
 #include "workers/cpu/parallel_min.h"
 
@@ -31,11 +32,18 @@ LS_MULTIVERSION void DivideRange(float d, float* x, size_t begin, size_t end) {
 }
 
 // Dropout of elements [begin, end) of n, the mask from random_bits(key, n): the kept
-// values first, then a select per mode, so that no division is conditional and both
-// loops (Threefry's rounds included) vectorize. x may be y.
+// values first (x / keep, or in bfloat16 bf16(x / bf16(keep))), then a select per mode,
+// so that no division is conditional and both loops (Threefry's rounds included)
+// vectorize. x may be y.
+template <bool kBf16>
 LS_MULTIVERSION void DropoutRange(rng::Key k, rng::Impl impl, size_t n, float keep, const float* x,
                                   float* y, uint8_t* mask, size_t begin, size_t end) {
-  for (size_t i = begin; i < end; ++i) y[i] = x[i] / keep;
+  if (kBf16) {
+    const float keep16 = RoundBf16(keep);
+    for (size_t i = begin; i < end; ++i) y[i] = RoundBf16(x[i] / keep16);
+  } else {
+    for (size_t i = begin; i < end; ++i) y[i] = x[i] / keep;
+  }
   auto select = [&](size_t i, uint32_t bits) {
     const bool m = rng::BitsToUnitFloat(bits) < keep;
     mask[i] = m ? 1 : 0;
@@ -102,7 +110,14 @@ void Divide(int threads, size_t n, float d, float* x) {
 void Dropout(int threads, size_t n, float keep, rng::Key key, rng::Impl impl, const float* x,
              float* y, uint8_t* mask) {
   ParallelFor(threads, n, [&](size_t begin, size_t end) {
-    DropoutRange(key, impl, n, keep, x, y, mask, begin, end);
+    DropoutRange<false>(key, impl, n, keep, x, y, mask, begin, end);
+  });
+}
+
+void DropoutBf16(int threads, size_t n, float keep, rng::Key key, rng::Impl impl, const float* x,
+                 float* y, uint8_t* mask) {
+  ParallelFor(threads, n, [&](size_t begin, size_t end) {
+    DropoutRange<true>(key, impl, n, keep, x, y, mask, begin, end);
   });
 }
 
