@@ -126,29 +126,19 @@ LS_MULTIVERSION void RoundRange(const float* x, Bf16* y, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i].bits = Bf16Bits(x[i]);
 }
 
-// BackwardApplyRows on bf16(x), dx rounded to bfloat16: a block of rows at a time into a
-// float32 buffer that stays in L1, then rounded (each loop vectorizes on its own).
+// BackwardApplyRows on bf16(x), dx rounded to bfloat16: a block of rows at a time (one
+// row where a row is wider) into a float32 buffer that stays in L1, then rounded (each
+// loop vectorizes on its own).
 void BackwardApplyRows(int begin, int end, int cols, const float* mean, const float* mul,
                        const float* mean_dy, const float* k, const float* x, const float* dy,
                        Bf16* dx) {
-  constexpr int kFloats = 4096;
-  float block[kFloats];
-  const int rows = std::max(1, kFloats / cols);
+  const int rows = std::max(1, 4096 / cols);
+  std::vector<float> block(static_cast<size_t>(rows) * cols);
   for (int r = begin; r < end; r += rows) {
     const int n = std::min(end - r, rows);
-    if (n * cols > kFloats) {  // one row wider than the buffer
-      for (int c = 0; c < cols; c += kFloats) {
-        const size_t at = static_cast<size_t>(r) * cols + c;
-        const int w = std::min(cols - c, kFloats);
-        BackwardApplyRows<true>(0, 1, w, mean + c, mul + c, mean_dy + c, k + c, x + at, dy + at,
-                                block);
-        RoundRange(block, dx + at, w);
-      }
-      continue;
-    }
     const size_t at = static_cast<size_t>(r) * cols;
-    BackwardApplyRows<true>(0, n, cols, mean, mul, mean_dy, k, x + at, dy + at, block);
-    RoundRange(block, dx + at, static_cast<size_t>(n) * cols);
+    BackwardApplyRows<true>(0, n, cols, mean, mul, mean_dy, k, x + at, dy + at, block.data());
+    RoundRange(block.data(), dx + at, static_cast<size_t>(n) * cols);
   }
 }
 
