@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -59,32 +60,85 @@ LS_MULTIVERSION void ReluBf16Range(float* x, Bf16* x16, size_t begin, size_t end
   }
 }
 
-// One clone per activation, so that each loop vectorizes with its formula inline.
+// An activation's bfloat16 result for every bfloat16 input, as float32, indexed by the
+// input's bits: its formula's (math::ActivateBf16) bits, evaluated once per input.
+template <Activation A>
+const float* ActivationTableBf16() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(size_t{1} << 16);
+    for (uint32_t b = 0; b < t.size(); ++b) t[b] = math::ActivateBf16(A, BitsFloat(b << 16));
+    return t;
+  }();
+  return table.data();
+}
+
+// One clone per activation, so that the formula's loop vectorizes with it inline.
 template <Activation A>
 LS_MULTIVERSION void ActivateBf16Range(const float* x, float* y, size_t begin, size_t end) {
   for (size_t i = begin; i < end; ++i) y[i] = math::ActivateBf16(A, x[i]);
+}
+
+// The activation of x[begin, end) in blocks: a lookup where a block holds bfloat16 values
+// (as x does in a step: a layer's rounded output), the formula where one does not.
+LS_MULTIVERSION void LookUpBf16Range(const float* table, const float* x, float* y,
+                                     size_t begin, size_t end, bool* rounded) {
+  uint32_t low = 0;
+  for (size_t i = begin; i < end; ++i) low |= FloatBits(x[i]) & 0xffffu;
+  *rounded = low == 0;
+  if (!*rounded) return;
+  for (size_t i = begin; i < end; ++i) y[i] = table[FloatBits(x[i]) >> 16];
+}
+
+template <Activation A>
+void ActivateBf16Blocks(const float* x, float* y, Bf16* y16, size_t begin, size_t end) {
+  const float* table = ActivationTableBf16<A>();
+  constexpr size_t kBlock = 4096;
+  for (size_t lo = begin; lo < end; lo += kBlock) {
+    const size_t hi = std::min(end, lo + kBlock);
+    bool rounded;
+    LookUpBf16Range(table, x, y, lo, hi, &rounded);
+    if (!rounded) ActivateBf16Range<A>(x, y, lo, hi);
+    if (y16 != nullptr) TwinBf16(y + lo, y16 + lo, hi - lo);
+  }
 }
 
 void ActivateBf16Dispatch(Activation a, const float* x, float* y, Bf16* y16, size_t begin,
                           size_t end) {
   switch (a) {
     case Activation::kGeluTanh:
-      ActivateBf16Range<Activation::kGeluTanh>(x, y, begin, end);
-      break;
+      return ActivateBf16Blocks<Activation::kGeluTanh>(x, y, y16, begin, end);
     case Activation::kGeluErf:
-      ActivateBf16Range<Activation::kGeluErf>(x, y, begin, end);
-      break;
+      return ActivateBf16Blocks<Activation::kGeluErf>(x, y, y16, begin, end);
     case Activation::kTanh:
-      ActivateBf16Range<Activation::kTanh>(x, y, begin, end);
-      break;
+      return ActivateBf16Blocks<Activation::kTanh>(x, y, y16, begin, end);
     case Activation::kSigmoid:
-      ActivateBf16Range<Activation::kSigmoid>(x, y, begin, end);
-      break;
+      return ActivateBf16Blocks<Activation::kSigmoid>(x, y, y16, begin, end);
     case Activation::kSilu:
-      ActivateBf16Range<Activation::kSilu>(x, y, begin, end);
-      break;
+      return ActivateBf16Blocks<Activation::kSilu>(x, y, y16, begin, end);
   }
-  if (y16 != nullptr) TwinBf16(y + begin, y16 + begin, end - begin);
+}
+
+// expf of every bfloat16 value, indexed by its bits.
+const float* ExpTableBf16() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(size_t{1} << 16);
+    for (uint32_t b = 0; b < t.size(); ++b) t[b] = expf(BitsFloat(b << 16));
+    return t;
+  }();
+  return table.data();
+}
+
+// math::SoftmaxRowBf16 with its exponentials (of bfloat16 values) looked up in `exp`.
+LS_MULTIVERSION void SoftmaxRowBf16(const float* exp, int n, int t, float* x) {
+  for (int k = 0; k < n; ++k) x[k] = RoundBf16(x[k]);
+  float mx = x[0];
+  for (int k = 1; k < n; ++k) mx = x[k] > mx ? x[k] : mx;
+  for (int k = 0; k < n; ++k) x[k] = exp[Bf16Bits(x[k] - mx)];
+  float sum = 0.0f;
+  for (int k = 0; k < n; ++k) sum += x[k];
+  const float inv = 1.0f / RoundBf16(sum);
+  for (int k = 0; k < n; ++k) x[k] = RoundBf16(RoundBf16(x[k]) * inv);
+  for (int k = n; k < t; ++k) x[k] = 0.0f;
 }
 
 // Columns of c per block: one AVX-512 vector of float32 sums, held in registers over p.
@@ -250,11 +304,10 @@ void AvgPoolBf16(int threads, const ConvGeometry& g, bool count_include_pad, con
 }
 
 void AttentionSoftmaxBf16(int threads, int rows, int t, bool causal, float* s) {
+  const float* exp = ExpTableBf16();
 #pragma omp parallel for num_threads(threads) \
     schedule(static) if (static_cast <size_t>(rows) * t > kParallelMin)
-  for (int r = 0; r < rows; ++r) {
-    math::SoftmaxRowBf16(causal ? r % t + 1 : t, t, s + int64_t{r} * t);
-  }
+  for (int r = 0; r < rows; ++r) SoftmaxRowBf16(exp, causal ? r % t + 1 : t, t, s + int64_t{r} * t);
 }
 
 void Im2ColBf16(int threads, const ConvGeometry& g, const Bf16* x, Bf16* cols) {

@@ -9,8 +9,10 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <random>
 
 #include "core/io/safetensors.h"
+#include "core/layer_math.h"
 #include "core/testing.h"
 #include "workers/cpu/cpu_backend.h"
 #include "workers/cpu/cpu_testing.h"
@@ -25,6 +27,10 @@ float FromBits(uint32_t u) {
   std::memcpy(&f, &u, sizeof(f));
   return f;
 }
+
+// The same bits, or both NaN (a NaN's sign and payload depend on the operands' order the
+// compiler picks).
+bool Same(float a, float b) { return FloatBits(a) == FloatBits(b) || (std::isnan(a) && std::isnan(b)); }
 
 std::vector<float> Rounded(std::vector<float> v) {
   for (float& x : v) x = RoundBf16(x);
@@ -121,6 +127,50 @@ TEST_F(CpuBf16, AddRowsRoundsTheProductsThenTheSum) {
   EXPECT_EQ(y, Rounded(x));
 }
 
+// Every bfloat16 input (NaNs and infinities among them), shuffled, then float32 values
+// that are not bfloat16 ones: each result its formula's bits, in place or not.
+TEST_F(CpuBf16, ActivationsAreTheirFormulaOnEveryInput) {
+  std::vector<float> x(size_t{1} << 16);
+  for (uint32_t b = 0; b < x.size(); ++b) x[b] = FromBits(b << 16);
+  std::shuffle(x.begin(), x.end(), std::mt19937(5));
+  const std::vector<float> unrounded = RandomNormal(10007, 6);
+  x.insert(x.end(), unrounded.begin(), unrounded.end());
+  for (Activation a : {Activation::kGeluTanh, Activation::kGeluErf, Activation::kTanh,
+                       Activation::kSigmoid, Activation::kSilu}) {
+    for (int threads : {1, 2}) {
+      auto be = NewCpuBackend(threads);
+      std::vector<float> y(x.size()), same(x);
+      std::vector<Bf16> twin(x.size());
+      ASSERT_OK(be->ActivateBf16(a, x.size(), x.data(), y.data(), twin.data()));
+      ASSERT_OK(be->ActivateBf16(a, same.size(), same.data(), same.data(), nullptr));
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float want = math::ActivateBf16(a, x[i]);
+        ASSERT_TRUE(Same(y[i], want)) << static_cast<int>(a) << " at " << x[i];
+        ASSERT_TRUE(Same(same[i], want)) << static_cast<int>(a) << " at " << x[i];
+        ASSERT_EQ(twin[i].bits, Bf16Bits(y[i])) << static_cast<int>(a) << " at " << x[i];
+      }
+    }
+  }
+}
+
+TEST_F(CpuBf16, SoftmaxIsItsRowFormulaBitForBit) {
+  const int t = 37, rows = 3 * t;
+  std::vector<float> s = RandomNormal(size_t(rows) * t, 7);
+  for (size_t i = 0; i < s.size(); ++i) s[i] *= 1.0f + float(i % 13);  // some rows' exps underflow
+  s[5] = std::numeric_limits<float>::infinity();
+  s[t + 3] = -std::numeric_limits<float>::infinity();
+  s[2 * t + 1] = std::nanf("");
+  for (bool causal : {false, true}) {
+    std::vector<float> want = s;
+    for (int r = 0; r < rows; ++r) math::SoftmaxRowBf16(causal ? r % t + 1 : t, t, &want[r * t]);
+    for (int threads : {1, 2}) {
+      std::vector<float> got = s;
+      ASSERT_OK(NewCpuBackend(threads)->AttentionSoftmaxBf16(rows, t, causal, got.data()));
+      for (size_t i = 0; i < s.size(); ++i) ASSERT_TRUE(Same(got[i], want[i])) << causal << " " << i;
+    }
+  }
+}
+
 TEST_F(CpuBf16, ReluKeepsItsBf16Twin) {
   const std::vector<float> x = Rounded(RandomNormal(70001, 11));
   std::vector<float> y = x;
@@ -164,7 +214,9 @@ TEST_F(CpuBf16, FusedBatchNormAndAddAreTheirPassesBitForBit) {
         ASSERT_OK(be->Backend::AddBf16(rows, cols, x.data(), r.data(), relu, want.data(), wt));
         EXPECT_EQ(0, std::memcmp(y.data(), want.data(), n * sizeof(float)));
         EXPECT_EQ(0, std::memcmp(y16.data(), want16.data(), n * sizeof(Bf16)));
-        if (relu) EXPECT_EQ(*std::min_element(y.begin(), y.end()), 0.0f);
+        if (relu) {
+          EXPECT_EQ(*std::min_element(y.begin(), y.end()), 0.0f);
+        }
       }
     }
   }
