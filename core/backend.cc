@@ -156,6 +156,16 @@ absl::Status Backend::GemmStridedBf16(bool, bool, int, int, int, float, const Bf
                                       const Bf16*, int, int64_t, float, float*, int, int64_t, int) {
   return NoBf16(*this, "GemmStridedBf16");
 }
+absl::Status Backend::GemmHeadsBf16(bool ta, bool tb, int m, int n, int k, float alpha,
+                                    HeadsOperand<const Bf16> a, HeadsOperand<const Bf16> b,
+                                    float beta, HeadsOperand<float> c, int count, int heads) {
+  for (int j = 0; j < heads; ++j) {
+    RETURN_IF_ERROR(GemmStridedBf16(ta, tb, m, n, k, alpha, a.p + j * a.head, a.ld, a.stride,
+                                    b.p + j * b.head, b.ld, b.stride, beta, c.p + j * c.head, c.ld,
+                                    c.stride, count));
+  }
+  return absl::OkStatus();
+}
 absl::Status Backend::Im2ColBf16(const ConvGeometry&, const Bf16*, Bf16*) {
   return NoBf16(*this, "Im2ColBf16");
 }

@@ -361,6 +361,19 @@ class Backend {
                                        const Bf16* a, int lda, int64_t stride_a, const Bf16* b,
                                        int ldb, int64_t stride_b, float beta, float* c, int ldc,
                                        int64_t stride_c, int count);
+  // GemmStridedBf16 over a layer's heads too: count x heads products, product (i, j)
+  // reading a.p + i * a.stride + j * a.head (leading dimension a.ld; b and c likewise):
+  // attention's per-head products over every sample in one call. The default runs
+  // GemmStridedBf16 once per head.
+  template <typename T>
+  struct HeadsOperand {
+    T* p;
+    int ld;
+    int64_t stride, head;
+  };
+  virtual absl::Status GemmHeadsBf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                                     HeadsOperand<const Bf16> a, HeadsOperand<const Bf16> b,
+                                     float beta, HeadsOperand<float> c, int count, int heads);
   // Convolutions on bfloat16 operands (float32 sums and outputs), without bias (the caller
   // adds it with AddRowsBf16, and takes its gradient with BiasGrad). `scratch`:
   // ConvScratchBytesBf16(g) bytes, with ConvForward's contract; the defaults are im2col

@@ -46,6 +46,24 @@ AttentionBf16 Bf16BuffersAt(const Layer& l, int b, bool train, Bf16* p) {
   return a;
 }
 
+// Operands of GemmHeadsBf16: a per-head activation ([b, T, heads * D]: q k v o and their
+// gradients, sample i, head j at p + i * T * heads * D + j * D), and the attention weights
+// ([b, heads, T, T]) and their gradients.
+template <typename T>
+Backend::HeadsOperand<T> HeadsOf(T* p, const Layer& l) {
+  const int hd = l.heads * l.head_dim;
+  return {p, hd, int64_t{l.in.w} * hd, l.head_dim};
+}
+template <typename T>
+Backend::HeadsOperand<T> WeightsOf(T* p, const Layer& l) {
+  const int64_t tt = int64_t{l.in.w} * l.in.w;
+  return {p, l.in.w, l.heads * tt, tt};
+}
+auto Heads(const Bf16* p, const Layer& l) { return HeadsOf(p, l); }
+auto Heads(float* p, const Layer& l) { return HeadsOf(p, l); }
+auto Weights(const Bf16* p, const Layer& l) { return WeightsOf(p, l); }
+auto Weights(float* p, const Layer& l) { return WeightsOf(p, l); }
+
 // What q is divided by: jnp.sqrt(depth) (float32) cast to bfloat16.
 float ScaleBf16(const Layer& l) { return RoundBf16(std::sqrt(static_cast<float>(l.head_dim))); }
 
@@ -89,12 +107,10 @@ absl::Status StepExecutor::AttentionForwardBf16(Workspace& ws, size_t i, int b, 
                                        Bf16Param(l.kernels[3]), 0.0f, y));
     return backend_->AddRowsBf16(rows, l.out.c, y, param(l.biases[3]), y, ws.twin[i]);
   }
-  const int64_t sample = int64_t{t} * hd, tt = int64_t{t} * t;
-  for (int j = 0; j < h; ++j) {  // w[s, j] = q[s, :, j] k[s, :, j]^T, every sample s
-    RETURN_IF_ERROR(backend_->GemmStridedBf16(false, true, t, t, d, 1.0f, h16.q + j * d, hd, sample,
-                                              h16.k + j * d, hd, sample, 0.0f, a.w + j * tt, t,
-                                              h * tt, b));
-  }
+  const int64_t tt = int64_t{t} * t;
+  // w[s, j] = q[s, :, j] k[s, :, j]^T, every sample s and head j
+  RETURN_IF_ERROR(backend_->GemmHeadsBf16(false, true, t, t, d, 1.0f, Heads(h16.q, l),
+                                          Heads(h16.k, l), 0.0f, Weights(a.w, l), b, h));
   RETURN_IF_ERROR(backend_->AttentionSoftmaxBf16(b * h * t, t, l.causal, a.w));
   if (key != nullptr) {  // draws the [T, T] mask (the dropped buffer's values are discarded)
     RETURN_IF_ERROR(
@@ -107,11 +123,9 @@ absl::Status StepExecutor::AttentionForwardBf16(Workspace& ws, size_t i, int b, 
   } else {  // no dropout: the weights themselves (a.dropped is a.w)
     RETURN_IF_ERROR(backend_->ToBf16(size_t(b) * h * tt, a.w, h16.w));
   }
-  for (int j = 0; j < h; ++j) {  // o[s, :, j] = w[s, j] v[s, :, j]
-    RETURN_IF_ERROR(backend_->GemmStridedBf16(false, false, t, d, t, 1.0f, h16.w + j * tt, t,
-                                              h * tt, h16.v + j * d, hd, sample, 0.0f, a.o + j * d,
-                                              hd, sample, b));
-  }
+  // o[s, :, j] = w[s, j] v[s, :, j]
+  RETURN_IF_ERROR(backend_->GemmHeadsBf16(false, false, t, d, t, 1.0f, Weights(h16.w, l),
+                                          Heads(h16.v, l), 0.0f, Heads(a.o, l), b, h));
   RETURN_IF_ERROR(backend_->AddRowsBf16(rows, hd, a.o, nullptr, a.o, h16.o));
   RETURN_IF_ERROR(backend_->GemmBf16(false, false, rows, l.out.c, hd, 1.0f, h16.o,
                                      Bf16Param(l.kernels[3]), 0.0f, y));
@@ -127,7 +141,7 @@ absl::Status StepExecutor::AttentionBackwardBf16(Workspace& ws, size_t i, int b,
   const size_t act = size_t(rows) * hd;
   const AttentionBuffers a = AttentionBuffersAt(l, b, true, ws.scratch[i]);
   const AttentionBf16 h16 = Bf16BuffersAt(l, b, true, ws.xb[i]);
-  const int64_t sample = int64_t{t} * hd, tt = int64_t{t} * t;
+  const int64_t tt = int64_t{t} * t;
   // out: y = o Wo + bo.
   RETURN_IF_ERROR(backend_->ToBf16(size_t(rows) * l.out.c, dy, h16.dy));
   RETURN_IF_ERROR(backend_->GemmBf16(true, false, hd, l.out.c, rows, 1.0f, h16.o, h16.dy, 0.0f,
@@ -153,14 +167,10 @@ absl::Status StepExecutor::AttentionBackwardBf16(Workspace& ws, size_t i, int b,
     return absl::OkStatus();
   }
   // o = w v: dw = do v^T, dv = w^T do (w after dropout).
-  for (int j = 0; j < h; ++j) {
-    RETURN_IF_ERROR(backend_->GemmStridedBf16(false, true, t, t, d, 1.0f, h16.do_ + j * d, hd,
-                                              sample, h16.v + j * d, hd, sample, 0.0f,
-                                              a.dw + j * tt, t, h * tt, b));
-    RETURN_IF_ERROR(backend_->GemmStridedBf16(true, false, t, d, t, 1.0f, h16.w + j * tt, t, h * tt,
-                                              h16.do_ + j * d, hd, sample, 0.0f, a.dv + j * d, hd,
-                                              sample, b));
-  }
+  RETURN_IF_ERROR(backend_->GemmHeadsBf16(false, true, t, t, d, 1.0f, Heads(h16.do_, l),
+                                          Heads(h16.v, l), 0.0f, Weights(a.dw, l), b, h));
+  RETURN_IF_ERROR(backend_->GemmHeadsBf16(true, false, t, d, t, 1.0f, Weights(h16.w, l),
+                                          Heads(h16.do_, l), 0.0f, Heads(a.dv, l), b, h));
   if (a.dropped != a.w) {
     const float scale = RoundBf16(1.0f / RoundBf16(l.keep));
     RETURN_IF_ERROR(
@@ -169,14 +179,10 @@ absl::Status StepExecutor::AttentionBackwardBf16(Workspace& ws, size_t i, int b,
   RETURN_IF_ERROR(backend_->SoftmaxBackward(b * h * t, t, a.w, a.dw));
   RETURN_IF_ERROR(backend_->ToBf16(size_t(b) * h * tt, a.dw, h16.dw));
   // w = q k^T (q scaled): dq = dw k, dk = dw^T q.
-  for (int j = 0; j < h; ++j) {
-    RETURN_IF_ERROR(backend_->GemmStridedBf16(false, false, t, d, t, 1.0f, h16.dw + j * tt, t,
-                                              h * tt, h16.k + j * d, hd, sample, 0.0f, a.dq + j * d,
-                                              hd, sample, b));
-    RETURN_IF_ERROR(backend_->GemmStridedBf16(true, false, t, d, t, 1.0f, h16.dw + j * tt, t,
-                                              h * tt, h16.q + j * d, hd, sample, 0.0f, a.dk + j * d,
-                                              hd, sample, b));
-  }
+  RETURN_IF_ERROR(backend_->GemmHeadsBf16(false, false, t, d, t, 1.0f, Weights(h16.dw, l),
+                                          Heads(h16.k, l), 0.0f, Heads(a.dq, l), b, h));
+  RETURN_IF_ERROR(backend_->GemmHeadsBf16(true, false, t, d, t, 1.0f, Weights(h16.dw, l),
+                                          Heads(h16.q, l), 0.0f, Heads(a.dk, l), b, h));
   RETURN_IF_ERROR(backend_->Divide(act, ScaleBf16(l), a.dq));
   for (int j = 0; j < 3; ++j) {  // one of dq, dk, dv as bfloat16 at a time
     RETURN_IF_ERROR(backend_->ToBf16(act, dqkv[j], h16.dqkv));

@@ -369,6 +369,15 @@ class CpuBackend final : public Backend {
     return matmul_.Run(ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
                        stride_c, count);
   }
+  absl::Status GemmHeadsBf16(bool ta, bool tb, int m, int n, int k, float alpha,
+                             HeadsOperand<const Bf16> a, HeadsOperand<const Bf16> b, float beta,
+                             HeadsOperand<float> c, int count, int heads) override {
+    if (cpu::IsSmallGemmBf16(m, n, k)) {  // per head, as GemmStridedSmallBf16
+      return Backend::GemmHeadsBf16(ta, tb, m, n, k, alpha, a, b, beta, c, count, heads);
+    }
+    return matmul_.Run(ta, tb, m, n, k, alpha, a.p, a.ld, a.stride, b.p, b.ld, b.stride, beta, c.p,
+                       c.ld, c.stride, count, heads, a.head, b.head, c.head);
+  }
   size_t ConvScratchBytesBf16(const ConvGeometry& g) override {
     return conv_bf16_ != nullptr && conv_bf16_->Supports(g) ? 0 : Backend::ConvScratchBytesBf16(g);
   }

@@ -80,8 +80,8 @@ LS_MULTIVERSION void ActivateBf16Range(const float* x, float* y, size_t begin, s
 
 // The activation of x[begin, end) in blocks: a lookup where a block holds bfloat16 values
 // (as x does in a step: a layer's rounded output), the formula where one does not.
-LS_MULTIVERSION void LookUpBf16Range(const float* table, const float* x, float* y,
-                                     size_t begin, size_t end, bool* rounded) {
+LS_MULTIVERSION void LookUpBf16Range(const float* table, const float* x, float* y, size_t begin,
+                                     size_t end, bool* rounded) {
   uint32_t low = 0;
   for (size_t i = begin; i < end; ++i) low |= FloatBits(x[i]) & 0xffffu;
   *rounded = low == 0;

@@ -30,7 +30,9 @@ float FromBits(uint32_t u) {
 
 // The same bits, or both NaN (a NaN's sign and payload depend on the operands' order the
 // compiler picks).
-bool Same(float a, float b) { return FloatBits(a) == FloatBits(b) || (std::isnan(a) && std::isnan(b)); }
+bool Same(float a, float b) {
+  return FloatBits(a) == FloatBits(b) || (std::isnan(a) && std::isnan(b));
+}
 
 std::vector<float> Rounded(std::vector<float> v) {
   for (float& x : v) x = RoundBf16(x);
@@ -166,7 +168,8 @@ TEST_F(CpuBf16, SoftmaxIsItsRowFormulaBitForBit) {
     for (int threads : {1, 2}) {
       std::vector<float> got = s;
       ASSERT_OK(NewCpuBackend(threads)->AttentionSoftmaxBf16(rows, t, causal, got.data()));
-      for (size_t i = 0; i < s.size(); ++i) ASSERT_TRUE(Same(got[i], want[i])) << causal << " " << i;
+      for (size_t i = 0; i < s.size(); ++i)
+        ASSERT_TRUE(Same(got[i], want[i])) << causal << " " << i;
     }
   }
 }
@@ -292,6 +295,48 @@ TEST_F(CpuBf16, GemmStridedIsOneGemmPerHead) {
   for (const int t : {33, 80}) {
     SCOPED_TRACE(::testing::Message() << "t " << t);
     ExpectOneGemmPerHead(t);
+  }
+}
+
+// Every sample's and head's products in one call: w = q k^T into [b, h, t, t], then
+// o = w^T q back into q's layout ([b, t, h * d]), against float64 sums of the exact products.
+TEST_F(CpuBf16, GemmHeadsIsOneGemmPerSampleAndHead) {
+  const int b = 3, d = 16, h = 4, hd = h * d;
+  for (const int t : {33, 80}) {  // a small product, then oneDNN's
+    SCOPED_TRACE(::testing::Message() << "t " << t);
+    const int64_t sample = int64_t{t} * hd, tt = int64_t{t} * t;
+    const std::vector<Bf16> q = ToBf16(RandomNormal(b * sample, 8));
+    const std::vector<Bf16> k = ToBf16(RandomNormal(b * sample, 9));
+    auto qk = [&](const std::vector<Bf16>& x, int s, int j, int i, int p) {
+      return double{Bf16Float(x[s * sample + int64_t{i} * hd + j * d + p].bits)};
+    };
+    auto be = NewCpuBackend(2);
+    std::vector<float> w(b * h * tt), o(b * sample);
+    ASSERT_OK(be->GemmHeadsBf16(false, true, t, t, d, 1.0f, {q.data(), hd, sample, d},
+                                {k.data(), hd, sample, d}, 0.0f, {w.data(), t, h * tt, tt}, b, h));
+    const std::vector<Bf16> w16 = ToBf16(w);
+    ASSERT_OK(be->GemmHeadsBf16(true, false, t, d, t, 1.0f, {w16.data(), t, h * tt, tt},
+                                {q.data(), hd, sample, d}, 0.0f, {o.data(), hd, sample, d}, b, h));
+    for (int s = 0; s < b; ++s) {
+      for (int j = 0; j < h; ++j) {
+        const int64_t at = (int64_t{s} * h + j) * tt;
+        for (int x = 0; x < t; ++x) {
+          for (int y = 0; y < t; ++y) {
+            double want = 0;
+            for (int p = 0; p < d; ++p) want += qk(q, s, j, x, p) * qk(k, s, j, y, p);
+            ASSERT_NEAR(w[at + x * t + y], want, 1e-5) << s << " " << j << " " << x << " " << y;
+          }
+          for (int p = 0; p < d; ++p) {  // o[x, p] = sum over y of w[y, x] q[y, p]
+            double want = 0;
+            for (int y = 0; y < t; ++y)
+              want += double{Bf16Float(w16[at + y * t + x].bits)} * qk(q, s, j, y, p);
+            ASSERT_NEAR(o[s * sample + int64_t{x} * hd + j * d + p], want,
+                        1e-3 * (1 + std::abs(want)))
+                << s << " " << j << " " << x << " " << p;
+          }
+        }
+      }
+    }
   }
 }
 

@@ -21,6 +21,8 @@ struct MatmulShape {
   int m, n, k, lda, ldb, ldc, count;
   int64_t stride_a, stride_b, stride_c;
   float alpha, beta;
+  int heads;
+  int64_t head_a, head_b, head_c;
   bool operator==(const MatmulShape&) const = default;
 };
 
@@ -30,14 +32,17 @@ using dnnl::memory;
 using dt = memory::data_type;
 
 std::string Describe(const MatmulShape& s) {
-  return absl::StrFormat("%s%s m=%d n=%d k=%d lda=%d ldb=%d ldc=%d count=%d", s.ta ? "T" : "N",
-                         s.tb ? "T" : "N", s.m, s.n, s.k, s.lda, s.ldb, s.ldc, s.count);
+  return absl::StrFormat("%s%s m=%d n=%d k=%d lda=%d ldb=%d ldc=%d count=%d heads=%d",
+                         s.ta ? "T" : "N", s.tb ? "T" : "N", s.m, s.n, s.k, s.lda, s.ldb, s.ldc,
+                         s.count, s.heads);
 }
 
 // op(x) of rows x cols stored row-major with leading dimension ld (transposed: x is
-// cols x rows), batch stride `stride` when count > 1.
-memory::desc Operand(dt type, int count, int rows, int cols, bool trans, int ld, int64_t stride) {
+// cols x rows), batch stride `stride` when count > 1, head stride `head` when heads > 1.
+memory::desc Operand(dt type, int count, int heads, int rows, int cols, bool trans, int ld,
+                     int64_t stride, int64_t head) {
   const memory::dim r = trans ? 1 : ld, c = trans ? ld : 1;
+  if (heads > 1) return memory::desc({count, heads, rows, cols}, type, {stride, head, r, c});
   if (count == 1) return memory::desc({rows, cols}, type, {r, c});
   return memory::desc({count, rows, cols}, type, {stride, r, c});
 }
@@ -90,9 +95,9 @@ struct DnnlMatmul::Impl {
   Entry Build(const MatmulShape& s) {
     SetThreads();
     Entry e{s};
-    e.a = Operand(dt::bf16, s.count, s.m, s.k, s.ta, s.lda, s.stride_a);
-    e.b = Operand(dt::bf16, s.count, s.k, s.n, s.tb, s.ldb, s.stride_b);
-    e.c = Operand(dt::f32, s.count, s.m, s.n, false, s.ldc, s.stride_c);
+    e.a = Operand(dt::bf16, s.count, s.heads, s.m, s.k, s.ta, s.lda, s.stride_a, s.head_a);
+    e.b = Operand(dt::bf16, s.count, s.heads, s.k, s.n, s.tb, s.ldb, s.stride_b, s.head_b);
+    e.c = Operand(dt::f32, s.count, s.heads, s.m, s.n, false, s.ldc, s.stride_c, s.head_c);
     try {
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -147,10 +152,11 @@ DnnlMatmul::~DnnlMatmul() = default;
 
 absl::Status DnnlMatmul::Run(bool ta, bool tb, int m, int n, int k, float alpha, const Bf16* a,
                              int lda, int64_t stride_a, const Bf16* b, int ldb, int64_t stride_b,
-                             float beta, float* c, int ldc, int64_t stride_c, int count) {
-  if (m == 0 || n == 0 || count == 0) return absl::OkStatus();
-  const MatmulShape s{ta,  tb,    m,        n,        k,        lda,   ldb,
-                      ldc, count, stride_a, stride_b, stride_c, alpha, beta};
+                             float beta, float* c, int ldc, int64_t stride_c, int count, int heads,
+                             int64_t head_a, int64_t head_b, int64_t head_c) {
+  if (m == 0 || n == 0 || count == 0 || heads == 0) return absl::OkStatus();
+  const MatmulShape s{ta,       tb,       m,        n,     k,    lda,   ldb,    ldc,    count,
+                      stride_a, stride_b, stride_c, alpha, beta, heads, head_a, head_b, head_c};
   Impl& im = *impl_;
   Impl::Entry& e = im.Get(s);
   if (!e.primitive) return Failed(s, dnnl_unimplemented, "oneDNN refused the shape: " + e.error);
@@ -176,9 +182,10 @@ absl::Status DnnlMatmul::Run(bool ta, bool tb, int m, int n, int k, float alpha,
 
 std::string DnnlMatmul::Implementation(bool ta, bool tb, int m, int n, int k, int lda,
                                        int64_t stride_a, int ldb, int64_t stride_b, int ldc,
-                                       int64_t stride_c, int count) {
-  const MatmulShape s{ta,  tb,    m,        n,        k,        lda,  ldb,
-                      ldc, count, stride_a, stride_b, stride_c, 1.0f, 0.0f};
+                                       int64_t stride_c, int count, int heads, int64_t head_a,
+                                       int64_t head_b, int64_t head_c) {
+  const MatmulShape s{ta,       tb,       m,        n,    k,    lda,   ldb,    ldc,    count,
+                      stride_a, stride_b, stride_c, 1.0f, 0.0f, heads, head_a, head_b, head_c};
   return impl_->Get(s).impl;
 }
 

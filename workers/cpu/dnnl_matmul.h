@@ -36,15 +36,19 @@ class DnnlMatmul {
   DnnlMatmul& operator=(const DnnlMatmul&) = delete;
 
   // `count` products c_i = alpha * op(a_i) op(b_i) + beta * c_i as Backend::GemmStridedBf16
-  // (count 1: Backend::GemmBf16, strides unused).
+  // (count 1: Backend::GemmBf16, strides unused); `heads` > 1: count x heads products as
+  // Backend::GemmHeadsBf16, product (i, j) at a + i * stride_a + j * head_a (b, c likewise).
   absl::Status Run(bool ta, bool tb, int m, int n, int k, float alpha, const Bf16* a, int lda,
                    int64_t stride_a, const Bf16* b, int ldb, int64_t stride_b, float beta, float* c,
-                   int ldc, int64_t stride_c, int count);
+                   int ldc, int64_t stride_c, int count, int heads = 1, int64_t head_a = 0,
+                   int64_t head_b = 0, int64_t head_c = 0);
 
   // The implementation oneDNN picked for a shape ("brg:avx512_core_amx_bf16"), for tests
   // and benchmarks; creates the primitive if needed. Empty if oneDNN refused it.
   std::string Implementation(bool ta, bool tb, int m, int n, int k, int lda, int64_t stride_a,
-                             int ldb, int64_t stride_b, int ldc, int64_t stride_c, int count);
+                             int ldb, int64_t stride_b, int ldc, int64_t stride_c, int count,
+                             int heads = 1, int64_t head_a = 0, int64_t head_b = 0,
+                             int64_t head_c = 0);
 
  private:
   struct Impl;
