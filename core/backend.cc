@@ -224,6 +224,17 @@ absl::Status Backend::AvgPoolBf16(const ConvGeometry&, bool, const float*, float
 absl::Status Backend::AttentionSoftmaxBf16(int, int, bool, float*) {
   return NoBf16(*this, "AttentionSoftmaxBf16");
 }
+absl::Status Backend::MaskedScaleBf16(int rows, int cols, const uint8_t* mask, float scale,
+                                      const float* x, float* y, Bf16* y16) {
+  RETURN_IF_ERROR(MaskedScale(rows, cols, mask, scale, x, y));
+  return AddRowsBf16(rows, cols, y, nullptr, y, y16);
+}
+absl::Status Backend::SoftmaxBackwardBf16(int rows, int t, const float* p, const uint8_t* mask,
+                                          float scale, float* dp, Bf16* dp16) {
+  if (mask != nullptr) RETURN_IF_ERROR(MaskedScale(rows / t, t * t, mask, scale, dp, dp));
+  RETURN_IF_ERROR(SoftmaxBackward(rows, t, p, dp));
+  return ToBf16(static_cast<size_t>(rows) * t, dp, dp16);
+}
 bool Backend::FusedAttentionTakes(const AttentionShape&) { return false; }
 absl::Status Backend::FusedAttentionBf16(const AttentionShape&, const Bf16*, const Bf16*,
                                          const Bf16*, Bf16*, float*) {

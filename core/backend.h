@@ -439,6 +439,18 @@ class Backend {
   // on s = the scores' float32 sums, rounded to bfloat16 first (the einsum's result):
   // d = bf16(s - max), e = exp(d), sum = bf16(float32 sum of e), p = bf16(bf16(e) * (1 / sum)).
   virtual absl::Status AttentionSoftmaxBf16(int rows, int t, bool causal, float* s);
+  // Attention dropout's weights as the bfloat16 matmul reads them: y16 = bf16(MaskedScale's
+  // y) (x holds bfloat16 weights). y: float32 room the default uses (MaskedScale, then
+  // AddRowsBf16); a backend may write y16 alone, in one pass, with the same bits.
+  virtual absl::Status MaskedScaleBf16(int rows, int cols, const uint8_t* mask, float scale,
+                                       const float* x, float* y, Bf16* y16);
+  // The gradient through a bfloat16 attention's softmax (and its dropout), as the bfloat16
+  // matmuls read it: dp16 = bf16(SoftmaxBackward(p, dp')) where dp' = dp, or with `mask`
+  // MaskedScale's dp over the [T, T] blocks of t rows of t (row r reads mask + (r % t) * t).
+  // dp (rows x t) holds the gradient of p in, and is room the default uses (MaskedScale,
+  // SoftmaxBackward, ToBf16 in turn); a backend may write dp16 alone, with the same bits.
+  virtual absl::Status SoftmaxBackwardBf16(int rows, int t, const float* p, const uint8_t* mask,
+                                           float scale, float* dp, Bf16* dp16);
   // Fused attention in bfloat16 (cuDNN's SDPA on CUDA), which an attention layer without
   // active dropout runs instead of its batched GEMMs and bfloat16 softmax where the backend
   // takes the shape: another rounding (the scores and softmax stay float32 inside), within

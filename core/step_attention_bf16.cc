@@ -116,10 +116,8 @@ absl::Status StepExecutor::AttentionForwardBf16(Workspace& ws, size_t i, int b, 
     RETURN_IF_ERROR(
         backend_->Dropout(size_t(tt), l.keep, key, impl_, a.dropped, a.dropped, ws.mask[i]));
     const float scale = RoundBf16(1.0f / RoundBf16(l.keep));
-    RETURN_IF_ERROR(
-        backend_->MaskedScale(b * h, static_cast<int>(tt), ws.mask[i], scale, a.w, a.dropped));
-    RETURN_IF_ERROR(
-        backend_->AddRowsBf16(b * h, static_cast<int>(tt), a.dropped, nullptr, a.dropped, h16.w));
+    RETURN_IF_ERROR(backend_->MaskedScaleBf16(b * h, static_cast<int>(tt), ws.mask[i], scale, a.w,
+                                              a.dropped, h16.w));
   } else {  // no dropout: the weights themselves (a.dropped is a.w)
     RETURN_IF_ERROR(backend_->ToBf16(size_t(b) * h * tt, a.w, h16.w));
   }
@@ -141,7 +139,6 @@ absl::Status StepExecutor::AttentionBackwardBf16(Workspace& ws, size_t i, int b,
   const size_t act = size_t(rows) * hd;
   const AttentionBuffers a = AttentionBuffersAt(l, b, true, ws.scratch[i]);
   const AttentionBf16 h16 = Bf16BuffersAt(l, b, true, ws.xb[i]);
-  const int64_t tt = int64_t{t} * t;
   // out: y = o Wo + bo.
   RETURN_IF_ERROR(backend_->ToBf16(size_t(rows) * l.out.c, dy, h16.dy));
   RETURN_IF_ERROR(backend_->GemmBf16(true, false, hd, l.out.c, rows, 1.0f, h16.o, h16.dy, 0.0f,
@@ -171,13 +168,9 @@ absl::Status StepExecutor::AttentionBackwardBf16(Workspace& ws, size_t i, int b,
                                           Heads(h16.v, l), 0.0f, Weights(a.dw, l), b, h));
   RETURN_IF_ERROR(backend_->GemmHeadsBf16(true, false, t, d, t, 1.0f, Weights(h16.w, l),
                                           Heads(h16.do_, l), 0.0f, Heads(a.dv, l), b, h));
-  if (a.dropped != a.w) {
-    const float scale = RoundBf16(1.0f / RoundBf16(l.keep));
-    RETURN_IF_ERROR(
-        backend_->MaskedScale(b * h, static_cast<int>(tt), ws.mask[i], scale, a.dw, a.dw));
-  }
-  RETURN_IF_ERROR(backend_->SoftmaxBackward(b * h * t, t, a.w, a.dw));
-  RETURN_IF_ERROR(backend_->ToBf16(size_t(b) * h * tt, a.dw, h16.dw));
+  const bool dropout = a.dropped != a.w;
+  RETURN_IF_ERROR(backend_->SoftmaxBackwardBf16(b * h * t, t, a.w, dropout ? ws.mask[i] : nullptr,
+                                                RoundBf16(1.0f / RoundBf16(l.keep)), a.dw, h16.dw));
   // w = q k^T (q scaled): dq = dw k, dk = dw^T q.
   RETURN_IF_ERROR(backend_->GemmHeadsBf16(false, false, t, d, t, 1.0f, Weights(h16.dw, l),
                                           Heads(h16.k, l), 0.0f, Heads(a.dq, l), b, h));

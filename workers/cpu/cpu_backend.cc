@@ -403,6 +403,16 @@ class CpuBackend final : public Backend {
     cpu::Im2ColBf16(threads_, g, x, cols);
     return absl::OkStatus();
   }
+  absl::Status MaskedScaleBf16(int rows, int cols, const uint8_t* mask, float scale, const float* x,
+                               float*, Bf16* y16) override {
+    cpu::MaskedScaleBf16(threads_, rows, cols, mask, scale, x, y16);
+    return absl::OkStatus();
+  }
+  absl::Status SoftmaxBackwardBf16(int rows, int t, const float* p, const uint8_t* mask,
+                                   float scale, float* dp, Bf16* dp16) override {
+    cpu::SoftmaxBackwardBf16(threads_, rows, t, p, mask, scale, dp, dp16);
+    return absl::OkStatus();
+  }
   absl::Status ActivateBf16(Activation a, size_t n, const float* x, float* y, Bf16* y16) override {
     cpu::ActivateBf16(threads_, a, n, x, y, y16);
     return absl::OkStatus();

@@ -128,17 +128,58 @@ const float* ExpTableBf16() {
   return table.data();
 }
 
-// math::SoftmaxRowBf16 with its exponentials (of bfloat16 values) looked up in `exp`.
-LS_MULTIVERSION void SoftmaxRowBf16(const float* exp, int n, int t, float* x) {
-  for (int k = 0; k < n; ++k) x[k] = RoundBf16(x[k]);
-  float mx = x[0];
-  for (int k = 1; k < n; ++k) mx = x[k] > mx ? x[k] : mx;
-  for (int k = 0; k < n; ++k) x[k] = exp[Bf16Bits(x[k] - mx)];
-  float sum = 0.0f;
-  for (int k = 0; k < n; ++k) sum += x[k];
-  const float inv = 1.0f / RoundBf16(sum);
-  for (int k = 0; k < n; ++k) x[k] = RoundBf16(RoundBf16(x[k]) * inv);
-  for (int k = n; k < t; ++k) x[k] = 0.0f;
+// Rows softmaxed at once by SoftmaxRowsBf16: their in-order max and sum chains interleave,
+// so that the adds' latencies overlap.
+constexpr int kSoftmaxRows = 4;
+
+// math::SoftmaxRowBf16 of rows [r0, r0 + R) of `t` scores at s (row r's first n(r) its
+// own), the exponentials (of bfloat16 values) looked up in `exp`.
+template <int R>
+LS_MULTIVERSION void SoftmaxRowsBf16(const float* exp, int r0, int t, bool causal, float* s) {
+  float* x[R];
+  int n[R];
+  int shortest = t;
+  for (int i = 0; i < R; ++i) {
+    x[i] = s + int64_t{r0 + i} * t;
+    n[i] = causal ? (r0 + i) % t + 1 : t;
+    shortest = std::min(shortest, n[i]);
+    for (int k = 0; k < n[i]; ++k) x[i][k] = RoundBf16(x[i][k]);
+  }
+  float mx[R], sum[R];
+  for (int i = 0; i < R; ++i) mx[i] = x[i][0];
+  for (int k = 1; k < shortest; ++k) {
+    for (int i = 0; i < R; ++i) mx[i] = x[i][k] > mx[i] ? x[i][k] : mx[i];
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int k = shortest; k < n[i]; ++k) mx[i] = x[i][k] > mx[i] ? x[i][k] : mx[i];
+    for (int k = 0; k < n[i]; ++k) x[i][k] = exp[Bf16Bits(x[i][k] - mx[i])];
+    sum[i] = 0.0f;
+  }
+  for (int k = 0; k < shortest; ++k) {
+    for (int i = 0; i < R; ++i) sum[i] += x[i][k];
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int k = shortest; k < n[i]; ++k) sum[i] += x[i][k];
+    const float inv = 1.0f / RoundBf16(sum[i]);
+    for (int k = 0; k < n[i]; ++k) x[i][k] = RoundBf16(RoundBf16(x[i][k]) * inv);
+    for (int k = n[i]; k < t; ++k) x[i][k] = 0.0f;
+  }
+}
+
+// A row of MaskedScale's y as bfloat16.
+LS_MULTIVERSION void MaskedScaleRowBf16(int cols, const uint8_t* mask, float scale, const float* x,
+                                        Bf16* y16) {
+  for (int c = 0; c < cols; ++c) y16[c].bits = Bf16Bits(x[c] * (mask[c] ? scale : 0.0f));
+}
+
+// A row of SoftmaxBackwardBf16: cpu::SoftmaxBackward's formula on dp masked and scaled as
+// MaskedScale does it (mask non-null), rounded to bfloat16.
+LS_MULTIVERSION void SoftmaxBackwardRowBf16(int t, const float* y, const uint8_t* mask, float scale,
+                                            const float* dp, Bf16* dp16) {
+  auto g = [&](int c) { return mask == nullptr ? dp[c] : dp[c] * (mask[c] ? scale : 0.0f); };
+  double dot = 0.0;
+  for (int c = 0; c < t; ++c) dot += double{g(c)} * y[c];
+  for (int c = 0; c < t; ++c) dp16[c].bits = Bf16Bits(y[c] * static_cast<float>(g(c) - dot));
 }
 
 // Columns of c per block: one AVX-512 vector of float32 sums, held in registers over p.
@@ -305,9 +346,31 @@ void AvgPoolBf16(int threads, const ConvGeometry& g, bool count_include_pad, con
 
 void AttentionSoftmaxBf16(int threads, int rows, int t, bool causal, float* s) {
   const float* exp = ExpTableBf16();
+  const int groups = rows / kSoftmaxRows;
 #pragma omp parallel for num_threads(threads) \
     schedule(static) if (static_cast <size_t>(rows) * t > kParallelMin)
-  for (int r = 0; r < rows; ++r) SoftmaxRowBf16(exp, causal ? r % t + 1 : t, t, s + int64_t{r} * t);
+  for (int g = 0; g < groups; ++g)
+    SoftmaxRowsBf16<kSoftmaxRows>(exp, g * kSoftmaxRows, t, causal, s);
+  for (int r = groups * kSoftmaxRows; r < rows; ++r) SoftmaxRowsBf16<1>(exp, r, t, causal, s);
+}
+
+void MaskedScaleBf16(int threads, int rows, int cols, const uint8_t* mask, float scale,
+                     const float* x, Bf16* y16) {
+#pragma omp parallel for num_threads(threads) \
+    schedule(static) if (static_cast <size_t>(rows) * cols > kParallelMin)
+  for (int r = 0; r < rows; ++r)
+    MaskedScaleRowBf16(cols, mask, scale, x + int64_t{r} * cols, y16 + int64_t{r} * cols);
+}
+
+void SoftmaxBackwardBf16(int threads, int rows, int t, const float* p, const uint8_t* mask,
+                         float scale, const float* dp, Bf16* dp16) {
+#pragma omp parallel for num_threads(threads) \
+    schedule(static) if (static_cast <size_t>(rows) * t > kParallelMin)
+  for (int r = 0; r < rows; ++r) {
+    const int64_t at = int64_t{r} * t;
+    SoftmaxBackwardRowBf16(t, p + at, mask == nullptr ? nullptr : mask + int64_t{r % t} * t, scale,
+                           dp + at, dp16 + at);
+  }
 }
 
 void Im2ColBf16(int threads, const ConvGeometry& g, const Bf16* x, Bf16* cols) {

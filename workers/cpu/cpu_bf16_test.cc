@@ -174,6 +174,37 @@ TEST_F(CpuBf16, SoftmaxIsItsRowFormulaBitForBit) {
   }
 }
 
+// The fused attention-dropout kernels against the default's passes (MaskedScale,
+// AddRowsBf16; MaskedScale, SoftmaxBackward, ToBf16), with and without the mask.
+TEST_F(CpuBf16, AttentionDropoutKernelsAreTheirPassesBitForBit) {
+  const int t = 29, blocks = 6, rows = blocks * t;
+  const size_t n = size_t(rows) * t;
+  std::vector<float> p = RandomNormal(n, 12);
+  ASSERT_OK(NewCpuBackend(1)->AttentionSoftmaxBf16(rows, t, true, p.data()));
+  const std::vector<float> dp = RandomNormal(n, 13);
+  std::vector<uint8_t> mask(size_t(t) * t);
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = (i * 7919) % 10 < 8;
+  const float scale = RoundBf16(1.0f / RoundBf16(0.8f));
+  for (int threads : {1, 2}) {
+    auto be = NewCpuBackend(threads);
+    std::vector<float> room(n), want(n);
+    std::vector<Bf16> got16(n), want16(n);
+    ASSERT_OK(be->MaskedScaleBf16(blocks, t * t, mask.data(), scale, p.data(), room.data(),
+                                  got16.data()));
+    ASSERT_OK(be->Backend::MaskedScaleBf16(blocks, t * t, mask.data(), scale, p.data(), want.data(),
+                                           want16.data()));
+    EXPECT_EQ(0, std::memcmp(got16.data(), want16.data(), n * sizeof(Bf16)));
+    for (const uint8_t* m : std::vector<const uint8_t*>{nullptr, mask.data()}) {
+      std::vector<float> got_room = dp, want_room = dp;
+      ASSERT_OK(
+          be->SoftmaxBackwardBf16(rows, t, p.data(), m, scale, got_room.data(), got16.data()));
+      ASSERT_OK(be->Backend::SoftmaxBackwardBf16(rows, t, p.data(), m, scale, want_room.data(),
+                                                 want16.data()));
+      EXPECT_EQ(0, std::memcmp(got16.data(), want16.data(), n * sizeof(Bf16))) << (m != nullptr);
+    }
+  }
+}
+
 TEST_F(CpuBf16, ReluKeepsItsBf16Twin) {
   const std::vector<float> x = Rounded(RandomNormal(70001, 11));
   std::vector<float> y = x;
