@@ -156,6 +156,10 @@ absl::Status Backend::GemmStridedBf16(bool, bool, int, int, int, float, const Bf
                                       const Bf16*, int, int64_t, float, float*, int, int64_t, int) {
   return NoBf16(*this, "GemmStridedBf16");
 }
+absl::Status Backend::BiasGradBf16(int rows, int cols, const float* dy, float* db, Bf16* dy16) {
+  RETURN_IF_ERROR(ToBf16(static_cast<size_t>(rows) * cols, dy, dy16));
+  return db == nullptr ? absl::OkStatus() : BiasGrad(rows, cols, dy, db);
+}
 absl::Status Backend::GemmHeadsBf16(bool ta, bool tb, int m, int n, int k, float alpha,
                                     HeadsOperand<const Bf16> a, HeadsOperand<const Bf16> b,
                                     float beta, HeadsOperand<float> c, int count, int heads) {

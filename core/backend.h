@@ -361,6 +361,10 @@ class Backend {
                                        const Bf16* a, int lda, int64_t stride_a, const Bf16* b,
                                        int ldb, int64_t stride_b, float beta, float* c, int ldc,
                                        int64_t stride_c, int count);
+  // dy16 = bf16(dy) (rows x cols) and, unless db is null, db = BiasGrad's column sums of
+  // dy: a bfloat16 layer's output gradient as its matmuls read it, and its bias's gradient.
+  // The default is ToBf16 and BiasGrad; a backend may read dy once, with the same bits.
+  virtual absl::Status BiasGradBf16(int rows, int cols, const float* dy, float* db, Bf16* dy16);
   // GemmStridedBf16 over a layer's heads too: count x heads products, product (i, j)
   // reading a.p + i * a.stride + j * a.head (leading dimension a.ld; b and c likewise):
   // attention's per-head products over every sample in one call. The default runs

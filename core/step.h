@@ -315,9 +315,10 @@ class StepExecutor {
   absl::Status AttentionBackwardBf16(Workspace& ws, size_t i, int b, const float* dy, float* grads,
                                      float* dx);
   // Attention's projection j (q, k or v) backward from its gradient dz, float32 and as
-  // bfloat16 (dz16): the kernel's and bias's gradients, and dx (j == 0 overwrites it).
-  absl::Status QkvBackwardBf16(Workspace& ws, size_t i, int b, const float* dz, const Bf16* dz16,
-                               int j, float* grads, float* dx);
+  // bfloat16 (dz16, written from dz first where `round`): the kernel's and bias's
+  // gradients, and dx (j == 0 overwrites it).
+  absl::Status QkvBackwardBf16(Workspace& ws, size_t i, int b, const float* dz, bool round,
+                               Bf16* dz16, int j, float* grads, float* dx);
   absl::Status Loss(Workspace& ws, int batch);
   // Layer `layer`'s output in ws (-1: the batch's input); a layer's input.
   const float* Output(const Workspace& ws, int layer) const;

@@ -140,10 +140,9 @@ absl::Status StepExecutor::AttentionBackwardBf16(Workspace& ws, size_t i, int b,
   const AttentionBuffers a = AttentionBuffersAt(l, b, true, ws.scratch[i]);
   const AttentionBf16 h16 = Bf16BuffersAt(l, b, true, ws.xb[i]);
   // out: y = o Wo + bo.
-  RETURN_IF_ERROR(backend_->ToBf16(size_t(rows) * l.out.c, dy, h16.dy));
+  RETURN_IF_ERROR(backend_->BiasGradBf16(rows, l.out.c, dy, grad(l.biases[3]), h16.dy));
   RETURN_IF_ERROR(backend_->GemmBf16(true, false, hd, l.out.c, rows, 1.0f, h16.o, h16.dy, 0.0f,
                                      grad(l.kernels[3])));
-  if (l.biases[3] >= 0) RETURN_IF_ERROR(backend_->BiasGrad(rows, l.out.c, dy, grad(l.biases[3])));
   RETURN_IF_ERROR(backend_->GemmBf16(false, true, rows, hd, l.out.c, 1.0f, h16.dy,
                                      Bf16Param(l.kernels[3]), 0.0f, a.do_));
   RETURN_IF_ERROR(backend_->ToBf16(act, a.do_, h16.do_));
@@ -159,7 +158,7 @@ absl::Status StepExecutor::AttentionBackwardBf16(Workspace& ws, size_t i, int b,
     RETURN_IF_ERROR(backend_->Divide(act, ScaleBf16(l), a.dq));
     RETURN_IF_ERROR(backend_->ToBf16(act, a.dq, dqkv16[0]));
     for (int j = 0; j < 3; ++j) {
-      RETURN_IF_ERROR(QkvBackwardBf16(ws, i, b, dqkv[j], dqkv16[j], j, grads, dx));
+      RETURN_IF_ERROR(QkvBackwardBf16(ws, i, b, dqkv[j], false, dqkv16[j], j, grads, dx));
     }
     return absl::OkStatus();
   }
@@ -178,21 +177,24 @@ absl::Status StepExecutor::AttentionBackwardBf16(Workspace& ws, size_t i, int b,
                                           Heads(h16.q, l), 0.0f, Heads(a.dk, l), b, h));
   RETURN_IF_ERROR(backend_->Divide(act, ScaleBf16(l), a.dq));
   for (int j = 0; j < 3; ++j) {  // one of dq, dk, dv as bfloat16 at a time
-    RETURN_IF_ERROR(backend_->ToBf16(act, dqkv[j], h16.dqkv));
-    RETURN_IF_ERROR(QkvBackwardBf16(ws, i, b, dqkv[j], h16.dqkv, j, grads, dx));
+    RETURN_IF_ERROR(QkvBackwardBf16(ws, i, b, dqkv[j], true, h16.dqkv, j, grads, dx));
   }
   return absl::OkStatus();
 }
 
 absl::Status StepExecutor::QkvBackwardBf16(Workspace& ws, size_t i, int b, const float* dz,
-                                           const Bf16* dz16, int j, float* grads, float* dx) {
+                                           bool round, Bf16* dz16, int j, float* grads, float* dx) {
   const Layer& l = model_.layers()[i];
   const auto& entries = model_.layout().entries();
   auto grad = [&](int index) { return index < 0 ? nullptr : grads + entries[index].offset; };
   const int hd = l.heads * l.head_dim, rows = b * l.in.w;
+  if (round) {
+    RETURN_IF_ERROR(backend_->BiasGradBf16(rows, hd, dz, grad(l.biases[j]), dz16));
+  } else if (l.biases[j] >= 0) {
+    RETURN_IF_ERROR(backend_->BiasGrad(rows, hd, dz, grad(l.biases[j])));
+  }
   RETURN_IF_ERROR(backend_->GemmBf16(true, false, l.in.c, hd, rows, 1.0f, Bf16InputOf(ws, i), dz16,
                                      0.0f, grad(l.kernels[j])));
-  if (l.biases[j] >= 0) RETURN_IF_ERROR(backend_->BiasGrad(rows, hd, dz, grad(l.biases[j])));
   if (dx == nullptr) return absl::OkStatus();
   return backend_->GemmBf16(false, true, rows, l.in.c, hd, 1.0f, dz16, Bf16Param(l.kernels[j]),
                             j == 0 ? 0.0f : 1.0f, dx);

@@ -111,12 +111,10 @@ absl::Status StepExecutor::DenseBackwardBf16(Workspace& ws, int i, int b, const 
   const Layer& l = model_.layers()[i];
   const auto& entries = model_.layout().entries();
   const int in = DenseInputs(l), rows = b * DenseRows(l);
-  RETURN_IF_ERROR(backend_->ToBf16(static_cast<size_t>(rows) * l.out.c, dy, ws.dyb));
+  RETURN_IF_ERROR(backend_->BiasGradBf16(
+      rows, l.out.c, dy, l.bias >= 0 ? grads + entries[l.bias].offset : nullptr, ws.dyb));
   RETURN_IF_ERROR(backend_->GemmBf16(true, false, in, l.out.c, rows, 1.0f, Bf16InputOf(ws, i),
                                      ws.dyb, 0.0f, grads + entries[l.kernel].offset));
-  if (l.bias >= 0) {
-    RETURN_IF_ERROR(backend_->BiasGrad(rows, l.out.c, dy, grads + entries[l.bias].offset));
-  }
   if (grads_ready) grads_ready(i);
   if (dx == nullptr) return absl::OkStatus();
   return backend_->GemmBf16(false, true, rows, in, l.out.c, 1.0f, ws.dyb, Bf16Param(l.kernel), 0.0f,
@@ -129,16 +127,16 @@ absl::Status StepExecutor::ConvBackwardBf16(Workspace& ws, int i, int b, const f
   const Layer& l = model_.layers()[i];
   const auto& entries = model_.layout().entries();
   const ConvGeometry g = Geometry(l, b);
-  if (!unrounded_[i]) {  // else the BatchNorm after it wrote dyb (BatchNormBackward)
-    RETURN_IF_ERROR(backend_->ToBf16(static_cast<size_t>(b) * l.out.size(), dy, ws.dyb));
+  const int rows = b * l.out.h * l.out.w;
+  float* db = l.bias >= 0 ? grads + entries[l.bias].offset : nullptr;
+  if (!unrounded_[i]) {
+    RETURN_IF_ERROR(backend_->BiasGradBf16(rows, l.out.c, dy, db, ws.dyb));
+  } else if (db != nullptr) {  // the BatchNorm after it wrote dyb (BatchNormBackward)
+    RETURN_IF_ERROR(backend_->BiasGrad(rows, l.out.c, dy, db));
   }
   // The kernel's gradient first: ConvBackwardDataBf16 may overwrite the scratch.
   RETURN_IF_ERROR(backend_->ConvBackwardWeightsBf16(
       g, Bf16InputOf(ws, i), ws.dyb, grads + entries[l.kernel].offset, ws.scratch[i]));
-  if (l.bias >= 0) {
-    RETURN_IF_ERROR(
-        backend_->BiasGrad(b * l.out.h * l.out.w, l.out.c, dy, grads + entries[l.bias].offset));
-  }
   if (grads_ready) grads_ready(i);
   if (dx == nullptr) return absl::OkStatus();
   return backend_->ConvBackwardDataBf16(g, Bf16Param(l.kernel), ws.dyb, dx, ws.scratch[i]);

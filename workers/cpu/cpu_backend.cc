@@ -369,6 +369,11 @@ class CpuBackend final : public Backend {
     return matmul_.Run(ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
                        stride_c, count);
   }
+  absl::Status BiasGradBf16(int rows, int cols, const float* dy, float* db, Bf16* dy16) override {
+    if (db == nullptr) return ToBf16(static_cast<size_t>(rows) * cols, dy, dy16);
+    cpu::BiasGrad(threads_, rows, cols, dy, db, dy16);
+    return absl::OkStatus();
+  }
   absl::Status GemmHeadsBf16(bool ta, bool tb, int m, int n, int k, float alpha,
                              HeadsOperand<const Bf16> a, HeadsOperand<const Bf16> b, float beta,
                              HeadsOperand<float> c, int count, int heads) override {

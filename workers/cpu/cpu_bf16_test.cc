@@ -205,6 +205,25 @@ TEST_F(CpuBf16, AttentionDropoutKernelsAreTheirPassesBitForBit) {
   }
 }
 
+TEST_F(CpuBf16, BiasGradWithItsBf16GradientIsTheTwoPassesBitForBit) {
+  for (const int rows : {7, 3001}) {  // one block of sums, then eight
+    const int cols = 37;
+    const std::vector<float> dy = RandomNormal(size_t(rows) * cols, 14);
+    for (int threads : {1, 2}) {
+      auto be = NewCpuBackend(threads);
+      std::vector<float> db(cols), want(cols);
+      std::vector<Bf16> dy16(dy.size()), want16(dy.size());
+      ASSERT_OK(be->BiasGradBf16(rows, cols, dy.data(), db.data(), dy16.data()));
+      ASSERT_OK(be->Backend::BiasGradBf16(rows, cols, dy.data(), want.data(), want16.data()));
+      EXPECT_EQ(db, want);
+      EXPECT_EQ(0, std::memcmp(dy16.data(), want16.data(), dy.size() * sizeof(Bf16)));
+      std::fill(dy16.begin(), dy16.end(), Bf16{0});
+      ASSERT_OK(be->BiasGradBf16(rows, cols, dy.data(), nullptr, dy16.data()));  // no bias
+      EXPECT_EQ(0, std::memcmp(dy16.data(), want16.data(), dy.size() * sizeof(Bf16)));
+    }
+  }
+}
+
 TEST_F(CpuBf16, ReluKeepsItsBf16Twin) {
   const std::vector<float> x = Rounded(RandomNormal(70001, 11));
   std::vector<float> y = x;

@@ -74,13 +74,17 @@ LS_MULTIVERSION void BiasAddRows(int cols, const float* bias, float* y, size_t b
   }
 }
 
-// sum[c] = column sums of rows [begin, end), top to bottom, accumulated in double.
-LS_MULTIVERSION void BlockColumnSums(int cols, const float* dy, double* sum, size_t begin,
-                                     size_t end) {
+// sum[c] = column sums of rows [begin, end), top to bottom, accumulated in double; dy16
+// (unless null) receives those rows as bfloat16 on the way.
+LS_MULTIVERSION void BlockColumnSums(int cols, const float* dy, double* sum, Bf16* dy16,
+                                     size_t begin, size_t end) {
   std::fill_n(sum, cols, 0.0);
   for (size_t r = begin; r < end; ++r) {
     const float* row = dy + r * cols;
     for (int c = 0; c < cols; ++c) sum[c] += row[c];
+    if (dy16 == nullptr) continue;
+    Bf16* out = dy16 + r * cols;
+    for (int c = 0; c < cols; ++c) out[c].bits = Bf16Bits(row[c]);
   }
 }
 
@@ -139,7 +143,7 @@ void BiasAdd(int threads, int rows, int cols, const float* bias, float* y) {
   }
 }
 
-void BiasGrad(int threads, int rows, int cols, const float* dy, float* db) {
+void BiasGrad(int threads, int rows, int cols, const float* dy, float* db, Bf16* dy16) {
   // Partial sums in double over a fixed number of row blocks, combined in block order and
   // rounded once at the end: the same bits whatever the thread count.
   constexpr int kBlocks = 8;
@@ -147,7 +151,7 @@ void BiasGrad(int threads, int rows, int cols, const float* dy, float* db) {
   std::vector<double> partial(static_cast<size_t>(blocks) * cols);
 #pragma omp parallel for num_threads(threads) schedule(static) if (blocks > 1)
   for (int blk = 0; blk < blocks; ++blk) {
-    BlockColumnSums(cols, dy, partial.data() + static_cast<size_t>(blk) * cols,
+    BlockColumnSums(cols, dy, partial.data() + static_cast<size_t>(blk) * cols, dy16,
                     static_cast<size_t>(rows) * blk / blocks,
                     static_cast<size_t>(rows) * (blk + 1) / blocks);
   }

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/bfloat16.h"
 #include "core/rng/random.h"
 
 namespace lockstep::cpu {
@@ -27,7 +28,8 @@ void DropoutBackward(int threads, size_t n, float keep, const uint8_t* mask, con
                      float* dx);
 
 void BiasAdd(int threads, int rows, int cols, const float* bias, float* y);
-void BiasGrad(int threads, int rows, int cols, const float* dy, float* db);
+// dy16, unless null, receives dy as bfloat16 (Backend::BiasGradBf16) in the same pass.
+void BiasGrad(int threads, int rows, int cols, const float* dy, float* db, Bf16* dy16 = nullptr);
 
 void SoftmaxCrossEntropy(int threads, int b, int classes, const float* logits,
                          const int32_t* labels, float* loss, float* dlogits, float* correct);
