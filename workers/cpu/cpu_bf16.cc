@@ -20,6 +20,16 @@ namespace {
 using math::Span;
 using math::WindowSpan;
 
+LS_MULTIVERSION uint32_t LowBits(const float* x, size_t n) {
+  uint32_t low = 0;
+  for (size_t i = 0; i < n; ++i) low |= FloatBits(x[i]) & 0xffffu;
+  return low;
+}
+
+LS_MULTIVERSION void LookUpRange(const float* table, const float* x, float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] = table[FloatBits(x[i]) >> 16];
+}
+
 LS_MULTIVERSION void ToBf16Range(const float* x, Bf16* y, size_t begin, size_t end) {
   for (size_t i = begin; i < end; ++i) y[i].bits = Bf16Bits(x[i]);
 }
@@ -60,15 +70,11 @@ LS_MULTIVERSION void ReluBf16Range(float* x, Bf16* x16, size_t begin, size_t end
   }
 }
 
-// An activation's bfloat16 result for every bfloat16 input, as float32, indexed by the
-// input's bits: its formula's (math::ActivateBf16) bits, evaluated once per input.
+// An activation's bfloat16 result (math::ActivateBf16) for every bfloat16 input.
 template <Activation A>
 const float* ActivationTableBf16() {
-  static const std::vector<float> table = [] {
-    std::vector<float> t(size_t{1} << 16);
-    for (uint32_t b = 0; b < t.size(); ++b) t[b] = math::ActivateBf16(A, BitsFloat(b << 16));
-    return t;
-  }();
+  static const std::vector<float> table =
+      Bf16Table([](float x) { return math::ActivateBf16(A, x); });
   return table.data();
 }
 
@@ -80,24 +86,15 @@ LS_MULTIVERSION void ActivateBf16Range(const float* x, float* y, size_t begin, s
 
 // The activation of x[begin, end) in blocks: a lookup where a block holds bfloat16 values
 // (as x does in a step: a layer's rounded output), the formula where one does not.
-LS_MULTIVERSION void LookUpBf16Range(const float* table, const float* x, float* y, size_t begin,
-                                     size_t end, bool* rounded) {
-  uint32_t low = 0;
-  for (size_t i = begin; i < end; ++i) low |= FloatBits(x[i]) & 0xffffu;
-  *rounded = low == 0;
-  if (!*rounded) return;
-  for (size_t i = begin; i < end; ++i) y[i] = table[FloatBits(x[i]) >> 16];
-}
-
 template <Activation A>
 void ActivateBf16Blocks(const float* x, float* y, Bf16* y16, size_t begin, size_t end) {
-  const float* table = ActivationTableBf16<A>();
-  constexpr size_t kBlock = 4096;
-  for (size_t lo = begin; lo < end; lo += kBlock) {
-    const size_t hi = std::min(end, lo + kBlock);
-    bool rounded;
-    LookUpBf16Range(table, x, y, lo, hi, &rounded);
-    if (!rounded) ActivateBf16Range<A>(x, y, lo, hi);
+  for (size_t lo = begin; lo < end; lo += kBf16Block) {
+    const size_t hi = std::min(end, lo + kBf16Block);
+    if (HoldsBf16(x + lo, hi - lo)) {
+      LookUpBf16(ActivationTableBf16<A>(), x + lo, y + lo, hi - lo);
+    } else {
+      ActivateBf16Range<A>(x, y, lo, hi);
+    }
     if (y16 != nullptr) TwinBf16(y + lo, y16 + lo, hi - lo);
   }
 }
@@ -268,7 +265,13 @@ void GemmStridedSmallBf16(int threads, bool ta, bool tb, int m, int n, int k, fl
   }
 }
 
-LS_MULTIVERSION void TwinBf16(const float* y, Bf16* y16, size_t n) {
+LS_MULTIVERSION bool HoldsBf16(const float* x, size_t n) { return LowBits(x, n) == 0; }
+
+void LookUpBf16(const float* table, const float* x, float* y, size_t n) {
+  LookUpRange(table, x, y, n);
+}
+
+void TwinBf16(const float* y, Bf16* y16, size_t n) {
   for (size_t i = 0; i < n; ++i) y16[i].bits = static_cast<uint16_t>(FloatBits(y[i]) >> 16);
 }
 

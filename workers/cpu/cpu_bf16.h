@@ -8,12 +8,27 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/backend.h"
 
 namespace lockstep::cpu {
 
 void ToBf16(int threads, size_t n, const float* x, Bf16* y);
+// Elements per block that a table's user checks with HoldsBf16 (in L1 for its lookup).
+inline constexpr size_t kBf16Block = 4096;
+// Whether x[0, n) holds bfloat16 values only (each float32's low 16 bits zero).
+bool HoldsBf16(const float* x, size_t n);
+// f at every bfloat16 input, indexed by the input's bits (65,536 float32s): an elementwise
+// function of a bfloat16 value looked up, bit for bit what f gives.
+template <typename F>
+std::vector<float> Bf16Table(F f) {
+  std::vector<float> t(size_t{1} << 16);
+  for (uint32_t b = 0; b < t.size(); ++b) t[b] = f(BitsFloat(b << 16));
+  return t;
+}
+// y[i] = table[x[i]'s high 16 bits]: Bf16Table's lookup (x holding bfloat16 values).
+void LookUpBf16(const float* table, const float* x, float* y, size_t n);
 // y16[i] = y[i] as Bf16 (n values; exact: y holds bfloat16 values).
 void TwinBf16(const float* y, Bf16* y16, size_t n);
 void AddRowsBf16(int threads, int rows, int cols, const float* x, const float* bias, float* y,

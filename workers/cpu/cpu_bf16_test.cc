@@ -131,14 +131,21 @@ TEST_F(CpuBf16, AddRowsRoundsTheProductsThenTheSum) {
 
 // Every bfloat16 input (NaNs and infinities among them), shuffled, then float32 values
 // that are not bfloat16 ones: each result its formula's bits, in place or not.
-TEST_F(CpuBf16, ActivationsAreTheirFormulaOnEveryInput) {
+std::vector<float> EveryBf16ThenUnrounded() {
   std::vector<float> x(size_t{1} << 16);
   for (uint32_t b = 0; b < x.size(); ++b) x[b] = FromBits(b << 16);
   std::shuffle(x.begin(), x.end(), std::mt19937(5));
   const std::vector<float> unrounded = RandomNormal(10007, 6);
   x.insert(x.end(), unrounded.begin(), unrounded.end());
-  for (Activation a : {Activation::kGeluTanh, Activation::kGeluErf, Activation::kTanh,
-                       Activation::kSigmoid, Activation::kSilu}) {
+  return x;
+}
+
+constexpr Activation kActivations[] = {Activation::kGeluTanh, Activation::kGeluErf,
+                                       Activation::kTanh, Activation::kSigmoid, Activation::kSilu};
+
+TEST_F(CpuBf16, ActivationsAreTheirFormulaOnEveryInput) {
+  const std::vector<float> x = EveryBf16ThenUnrounded();
+  for (Activation a : kActivations) {
     for (int threads : {1, 2}) {
       auto be = NewCpuBackend(threads);
       std::vector<float> y(x.size()), same(x);
@@ -150,6 +157,23 @@ TEST_F(CpuBf16, ActivationsAreTheirFormulaOnEveryInput) {
         ASSERT_TRUE(Same(y[i], want)) << static_cast<int>(a) << " at " << x[i];
         ASSERT_TRUE(Same(same[i], want)) << static_cast<int>(a) << " at " << x[i];
         ASSERT_EQ(twin[i].bits, Bf16Bits(y[i])) << static_cast<int>(a) << " at " << x[i];
+      }
+    }
+  }
+}
+
+// The float32 backward (a bfloat16 layer's too): bfloat16 inputs' derivatives come from
+// a table, the others' from the formula; either way dy * math::ActivationDerivative(x).
+TEST_F(CpuBf16, ActivationGradientsAreTheirFormulaOnEveryInput) {
+  const std::vector<float> x = EveryBf16ThenUnrounded();
+  const std::vector<float> dy = RandomNormal(x.size(), 15);
+  for (Activation a : kActivations) {
+    for (int threads : {1, 2}) {
+      std::vector<float> dx = dy;
+      ASSERT_OK(NewCpuBackend(threads)->ActivateBackward(a, x.size(), x.data(), dx.data()));
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_TRUE(Same(dx[i], dy[i] * math::ActivationDerivative(a, x[i])))
+            << static_cast<int>(a) << " at " << x[i];
       }
     }
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/layer_math.h"
+#include "workers/cpu/cpu_bf16.h"
 #include "workers/cpu/multiversion.h"
 #include "workers/cpu/parallel_min.h"
 
@@ -217,6 +218,49 @@ LS_MULTIVERSION void ActivateBackwardRange(Activation a, const float* x, float* 
   }
 }
 
+// The derivative of activation A (math::ActivationDerivative) at every bfloat16 input.
+template <Activation A>
+const float* DerivativeTable() {
+  static const std::vector<float> table =
+      Bf16Table([](float x) { return math::ActivationDerivative(A, x); });
+  return table.data();
+}
+
+const float* DerivativeTable(Activation a) {
+  switch (a) {
+    case Activation::kGeluTanh:
+      return DerivativeTable<Activation::kGeluTanh>();
+    case Activation::kGeluErf:
+      return DerivativeTable<Activation::kGeluErf>();
+    case Activation::kTanh:
+      return DerivativeTable<Activation::kTanh>();
+    case Activation::kSigmoid:
+      return DerivativeTable<Activation::kSigmoid>();
+    case Activation::kSilu:
+      return DerivativeTable<Activation::kSilu>();
+  }
+  return nullptr;
+}
+
+LS_MULTIVERSION void ScaleRange(const float* factor, float* dy, size_t n) {
+  for (size_t i = 0; i < n; ++i) dy[i] = dy[i] * factor[i];
+}
+
+// ActivateBackwardRange in blocks: where a block of x holds bfloat16 values (a bfloat16
+// layer's input), its derivatives are looked up (the same bits as the formula's).
+void ActivateBackwardBlocks(Activation a, const float* x, float* dy, size_t begin, size_t end) {
+  float factor[kBf16Block];
+  for (size_t lo = begin; lo < end; lo += kBf16Block) {
+    const size_t hi = std::min(end, lo + kBf16Block);
+    if (HoldsBf16(x + lo, hi - lo)) {
+      LookUpBf16(DerivativeTable(a), x + lo, factor, hi - lo);
+      ScaleRange(factor, dy + lo, hi - lo);
+    } else {
+      ActivateBackwardRange(a, x, dy, lo, hi);
+    }
+  }
+}
+
 }  // namespace
 
 void Activate(int threads, Activation a, size_t n, const float* x, float* y) {
@@ -229,12 +273,7 @@ void Activate(int threads, Activation a, size_t n, const float* x, float* y) {
 }
 
 void ActivateBackward(int threads, Activation a, size_t n, const float* x, float* dy) {
-  if (n <= kParallelMin) return ActivateBackwardRange(a, x, dy, 0, n);
-#pragma omp parallel num_threads(threads)
-  {
-    const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    ActivateBackwardRange(a, x, dy, n * t / nt, n * (t + 1) / nt);
-  }
+  ParallelFor(threads, n, [&](size_t b, size_t e) { ActivateBackwardBlocks(a, x, dy, b, e); });
 }
 
 void AvgPool(int threads, const ConvGeometry& g, bool count_include_pad, const float* x, float* y) {
