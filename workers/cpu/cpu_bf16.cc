@@ -143,6 +143,41 @@ const float* ExpTableBf16() {
   return table.data();
 }
 
+// x[k] = exp[Bf16Bits(x[k] - mx)] for k < n: the softmax's exponentials of bfloat16 values.
+LS_MULTIVERSION void ExpRowRange(const float* exp, int n, float mx, float* x) {
+  for (int k = 0; k < n; ++k) x[k] = exp[Bf16Bits(x[k] - mx)];
+}
+
+#if defined(__x86_64__)
+// ExpRowRange in AVX-512, 16 at a time: Bf16Bits's rounding (a NaN kept a quiet NaN), then
+// a gather.
+__attribute__((target("avx512f"))) void ExpRowAvx512(const float* exp, int n, float mx, float* x) {
+  const __m512 m = _mm512_set1_ps(mx);
+  const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
+  const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i quiet = _mm512_set1_epi32(0x40);
+  int k = 0;
+  for (; k + 16 <= n; k += 16) {
+    const __m512i u = _mm512_castps_si512(_mm512_sub_ps(_mm512_loadu_ps(x + k), m));
+    const __m512i high = _mm512_srli_epi32(u, 16);
+    const __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, half), _mm512_and_si512(high, one)), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
+    const __m512i bits = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(high, quiet));
+    _mm512_storeu_ps(x + k, _mm512_i32gather_ps(bits, exp, sizeof(float)));
+  }
+  ExpRowRange(exp, n - k, mx, x + k);
+}
+#endif
+
+void ExpRowBf16(const float* exp, int n, float mx, float* x) {
+#if defined(__x86_64__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512) return ExpRowAvx512(exp, n, mx, x);
+#endif
+  ExpRowRange(exp, n, mx, x);
+}
+
 // Rows softmaxed at once by SoftmaxRowsBf16: their in-order max and sum chains interleave,
 // so that the adds' latencies overlap.
 constexpr int kSoftmaxRows = 4;
@@ -167,7 +202,7 @@ LS_MULTIVERSION void SoftmaxRowsBf16(const float* exp, int r0, int t, bool causa
   }
   for (int i = 0; i < R; ++i) {
     for (int k = shortest; k < n[i]; ++k) mx[i] = x[i][k] > mx[i] ? x[i][k] : mx[i];
-    for (int k = 0; k < n[i]; ++k) x[i][k] = exp[Bf16Bits(x[i][k] - mx[i])];
+    ExpRowBf16(exp, n[i], mx[i], x[i]);
     sum[i] = 0.0f;
   }
   for (int k = 0; k < shortest; ++k) {
