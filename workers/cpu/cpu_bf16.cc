@@ -35,6 +35,8 @@ LS_MULTIVERSION void LookUpRange(const float* table, const float* x, float* y, s
 }
 
 #if defined(__x86_64__)
+#pragma GCC diagnostic push  // GCC 12 flags its own intrinsics' _mm512_undefined_*
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // LookUpRange in AVX-512 gathers of 16 (the compilers emulate gathers with scalar loads,
 // tuned for CPUs where they were slow).
 __attribute__((target("avx512f"))) void LookUpAvx512(const float* table, const float* x, float* y,
@@ -46,6 +48,7 @@ __attribute__((target("avx512f"))) void LookUpAvx512(const float* table, const f
   }
   LookUpRange(table, x + i, y + i, n - i);
 }
+#pragma GCC diagnostic pop
 #endif
 
 LS_MULTIVERSION void ToBf16Range(const float* x, Bf16* y, size_t begin, size_t end) {
@@ -149,6 +152,8 @@ LS_MULTIVERSION void ExpRowRange(const float* exp, int n, float mx, float* x) {
 }
 
 #if defined(__x86_64__)
+#pragma GCC diagnostic push  // GCC 12 flags its own intrinsics' _mm512_undefined_*
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // ExpRowRange in AVX-512, 16 at a time: Bf16Bits's rounding (a NaN kept a quiet NaN), then
 // a gather.
 __attribute__((target("avx512f"))) void ExpRowAvx512(const float* exp, int n, float mx, float* x) {
@@ -168,6 +173,7 @@ __attribute__((target("avx512f"))) void ExpRowAvx512(const float* exp, int n, fl
   }
   ExpRowRange(exp, n - k, mx, x + k);
 }
+#pragma GCC diagnostic pop
 #endif
 
 void ExpRowBf16(const float* exp, int n, float mx, float* x) {
