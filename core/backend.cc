@@ -222,6 +222,10 @@ absl::Status Backend::DropoutBf16(int rows, int cols, float keep, const rng::Key
   RETURN_IF_ERROR(DropoutBackward(n, RoundBf16(keep), mask, x, y));
   return AddRowsBf16(rows, cols, y, nullptr, y, nullptr);
 }
+absl::Status Backend::DivideBf16(size_t n, float d, float* x, Bf16* y16) {
+  RETURN_IF_ERROR(Divide(n, d, x));
+  return ToBf16(n, x, y16);
+}
 absl::Status Backend::AvgPoolBf16(const ConvGeometry&, bool, const float*, float*) {
   return NoBf16(*this, "AvgPoolBf16");
 }

@@ -429,6 +429,10 @@ class Backend {
   // turn; a backend may make them one pass, with the same bits.
   virtual absl::Status DropoutBf16(int rows, int cols, float keep, const rng::Key* key,
                                    rng::Impl impl, const float* x, float* y, uint8_t* mask);
+  // Attention's scaled bfloat16 queries: y16 = bf16(x / d) (n values; x holds bfloat16
+  // values and is room the default uses: Divide, then ToBf16). A backend may write y16
+  // alone, in one pass, with the same bits.
+  virtual absl::Status DivideBf16(size_t n, float d, float* x, Bf16* y16);
   // A bfloat16 residual sum of rows x cols: y = bf16(a + b) (a, b bfloat16 values, added
   // in float32 and rounded once), relu and y16 as BatchNormApplyBf16's; y may be a or b.
   // The default is Add, AddRowsBf16 and ReluBf16 (or Relu) in turn.

@@ -97,8 +97,7 @@ absl::Status StepExecutor::AttentionForwardBf16(Workspace& ws, size_t i, int b, 
     RETURN_IF_ERROR(backend_->AddRowsBf16(rows, hd, qkv[j], param(l.biases[j]), qkv[j],
                                           j == 0 ? nullptr : qkv16[j]));
   }
-  RETURN_IF_ERROR(backend_->Divide(act, ScaleBf16(l), a.q));
-  RETURN_IF_ERROR(backend_->AddRowsBf16(rows, hd, a.q, nullptr, a.q, h16.q));
+  RETURN_IF_ERROR(backend_->DivideBf16(act, ScaleBf16(l), a.q, h16.q));
   float* y = ws.out[i];
   if (Fused(*backend_, l, b, train)) {
     RETURN_IF_ERROR(
@@ -124,7 +123,7 @@ absl::Status StepExecutor::AttentionForwardBf16(Workspace& ws, size_t i, int b, 
   // o[s, :, j] = w[s, j] v[s, :, j]
   RETURN_IF_ERROR(backend_->GemmHeadsBf16(false, false, t, d, t, 1.0f, Weights(h16.w, l),
                                           Heads(h16.v, l), 0.0f, Heads(a.o, l), b, h));
-  RETURN_IF_ERROR(backend_->AddRowsBf16(rows, hd, a.o, nullptr, a.o, h16.o));
+  RETURN_IF_ERROR(backend_->ToBf16(act, a.o, h16.o));  // (the float32 o is not read again)
   RETURN_IF_ERROR(backend_->GemmBf16(false, false, rows, l.out.c, hd, 1.0f, h16.o,
                                      Bf16Param(l.kernels[3]), 0.0f, y));
   return backend_->AddRowsBf16(rows, l.out.c, y, param(l.biases[3]), y, ws.twin[i]);

@@ -408,6 +408,10 @@ class CpuBackend final : public Backend {
     cpu::Im2ColBf16(threads_, g, x, cols);
     return absl::OkStatus();
   }
+  absl::Status DivideBf16(size_t n, float d, float* x, Bf16* y16) override {
+    cpu::DivideBf16(threads_, n, d, x, y16);
+    return absl::OkStatus();
+  }
   absl::Status MaskedScaleBf16(int rows, int cols, const uint8_t* mask, float scale, const float* x,
                                float*, Bf16* y16) override {
     cpu::MaskedScaleBf16(threads_, rows, cols, mask, scale, x, y16);

@@ -248,6 +248,21 @@ TEST_F(CpuBf16, BiasGradWithItsBf16GradientIsTheTwoPassesBitForBit) {
   }
 }
 
+TEST_F(CpuBf16, DivideBf16IsDivideThenToBf16BitForBit) {
+  for (const size_t n : {size_t{1001}, size_t{100003}}) {  // one thread, then split
+    const std::vector<float> x = Rounded(RandomNormal(n, 19));
+    const float d = RoundBf16(std::sqrt(32.0f));
+    for (int threads : {1, 2}) {
+      auto be = NewCpuBackend(threads);
+      std::vector<float> room = x, want = x;
+      std::vector<Bf16> y16(n), want16(n);
+      ASSERT_OK(be->DivideBf16(n, d, room.data(), y16.data()));
+      ASSERT_OK(be->Backend::DivideBf16(n, d, want.data(), want16.data()));
+      EXPECT_EQ(0, std::memcmp(y16.data(), want16.data(), n * sizeof(Bf16)));
+    }
+  }
+}
+
 TEST_F(CpuBf16, ReluKeepsItsBf16Twin) {
   const std::vector<float> x = Rounded(RandomNormal(70001, 11));
   std::vector<float> y = x;

@@ -31,6 +31,10 @@ LS_MULTIVERSION void DivideRange(float d, float* x, size_t begin, size_t end) {
   for (size_t i = begin; i < end; ++i) x[i] /= d;
 }
 
+LS_MULTIVERSION void DivideBf16Range(float d, const float* x, Bf16* y16, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) y16[i].bits = Bf16Bits(x[i] / d);
+}
+
 // Dropout of elements [begin, end) of n, the mask from random_bits(key, n): the kept
 // values first (x / keep, or in bfloat16 bf16(x / bf16(keep))), then a select per mode,
 // so that no division is conditional and both loops (Threefry's rounds included)
@@ -109,6 +113,10 @@ void Copy(int threads, size_t n, const float* x, float* y) {
 
 void Divide(int threads, size_t n, float d, float* x) {
   ParallelFor(threads, n, [&](size_t b, size_t e) { DivideRange(d, x, b, e); });
+}
+
+void DivideBf16(int threads, size_t n, float d, const float* x, Bf16* y16) {
+  ParallelFor(threads, n, [&](size_t b, size_t e) { DivideBf16Range(d, x, y16, b, e); });
 }
 
 void Dropout(int threads, size_t n, float keep, rng::Key key, rng::Impl impl, const float* x,

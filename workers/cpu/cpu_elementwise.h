@@ -19,6 +19,8 @@ void Add(int threads, size_t n, const float* a, const float* b, float* y);
 void Copy(int threads, size_t n, const float* x, float* y);
 void Divide(int threads, size_t n, float d, float* x);
 
+// Backend::DivideBf16 in one pass: y16 = bf16(x / d), x untouched.
+void DivideBf16(int threads, size_t n, float d, const float* x, Bf16* y16);
 void Dropout(int threads, size_t n, float keep, rng::Key key, rng::Impl impl, const float* x,
              float* y, uint8_t* mask);
 // Backend::DropoutBf16 in one pass, the same bits.
