@@ -136,13 +136,9 @@ void ActivateBf16Dispatch(Activation a, const float* x, float* y, Bf16* y16, siz
   }
 }
 
-// expf of every bfloat16 value, indexed by its bits.
+// expf of every bfloat16 value.
 const float* ExpTableBf16() {
-  static const std::vector<float> table = [] {
-    std::vector<float> t(size_t{1} << 16);
-    for (uint32_t b = 0; b < t.size(); ++b) t[b] = expf(BitsFloat(b << 16));
-    return t;
-  }();
+  static const std::vector<float> table = Bf16Table([](float x) { return expf(x); });
   return table.data();
 }
 
@@ -324,7 +320,7 @@ void GemmStridedSmallBf16(int threads, bool ta, bool tb, int m, int n, int k, fl
   }
 }
 
-LS_MULTIVERSION bool HoldsBf16(const float* x, size_t n) { return LowBits(x, n) == 0; }
+bool HoldsBf16(const float* x, size_t n) { return LowBits(x, n) == 0; }
 
 void LookUpBf16(const float* table, const float* x, float* y, size_t n) {
 #if defined(__x86_64__)
@@ -334,7 +330,7 @@ void LookUpBf16(const float* table, const float* x, float* y, size_t n) {
   LookUpRange(table, x, y, n);
 }
 
-void TwinBf16(const float* y, Bf16* y16, size_t n) {
+LS_MULTIVERSION void TwinBf16(const float* y, Bf16* y16, size_t n) {
   for (size_t i = 0; i < n; ++i) y16[i].bits = static_cast<uint16_t>(FloatBits(y[i]) >> 16);
 }
 
