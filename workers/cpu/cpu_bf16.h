@@ -1,8 +1,11 @@
 // The CPU backend's bfloat16 kernels besides the GEMMs and convolutions (dnnl_matmul.h,
 // dnnl_conv.h): the casts, the bias epilogue, the activations, avg_pool and the attention
-// softmax as XLA computes them in bfloat16 (see Backend for each one's contract). They
-// are also the CPU references the CUDA bf16 kernels are tested against. Each runs on up
-// to `threads` OpenMP threads and gives the same bits whatever their number.
+// softmax as XLA computes them in bfloat16 (see Backend for each one's contract), and the
+// one-pass forms of attention's dropout and softmax gradient. They are also the CPU
+// references the CUDA bf16 kernels are tested against. Each runs on up to `threads`
+// OpenMP threads and gives the same bits whatever their number. Elementwise functions of
+// a bfloat16 value (activations, their derivatives, exp) are looked up in 65,536-entry
+// tables of the formula's results (Bf16Table), so a lookup is the formula bit for bit.
 #ifndef LOCKSTEP_WORKERS_CPU_CPU_BF16_H_
 #define LOCKSTEP_WORKERS_CPU_CPU_BF16_H_
 
