@@ -35,6 +35,12 @@ LS_MULTIVERSION void LookUpRange(const float* table, const float* x, float* y, s
 }
 
 #if defined(__x86_64__)
+// Whether this CPU runs the AVX-512 gathers below (checked once).
+bool HasAvx512() {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512;
+}
+
 #pragma GCC diagnostic push  // GCC 12 flags its own intrinsics' _mm512_undefined_*
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // LookUpRange in AVX-512 gathers of 16 (the compilers emulate gathers with scalar loads,
@@ -174,8 +180,7 @@ __attribute__((target("avx512f"))) void ExpRowAvx512(const float* exp, int n, fl
 
 void ExpRowBf16(const float* exp, int n, float mx, float* x) {
 #if defined(__x86_64__)
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512) return ExpRowAvx512(exp, n, mx, x);
+  if (HasAvx512()) return ExpRowAvx512(exp, n, mx, x);
 #endif
   ExpRowRange(exp, n, mx, x);
 }
@@ -324,8 +329,7 @@ bool HoldsBf16(const float* x, size_t n) { return LowBits(x, n) == 0; }
 
 void LookUpBf16(const float* table, const float* x, float* y, size_t n) {
 #if defined(__x86_64__)
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512) return LookUpAvx512(table, x, y, n);
+  if (HasAvx512()) return LookUpAvx512(table, x, y, n);
 #endif
   LookUpRange(table, x, y, n);
 }
