@@ -237,8 +237,8 @@ absl::Status Backend::MaskedScaleBf16(int rows, int cols, const uint8_t* mask, f
   RETURN_IF_ERROR(MaskedScale(rows, cols, mask, scale, x, y));
   return AddRowsBf16(rows, cols, y, nullptr, y, y16);
 }
-absl::Status Backend::SoftmaxBackwardBf16(int rows, int t, const float* p, const uint8_t* mask,
-                                          float scale, float* dp, Bf16* dp16) {
+absl::Status Backend::SoftmaxBackwardBf16(int rows, int t, bool, const float* p,
+                                          const uint8_t* mask, float scale, float* dp, Bf16* dp16) {
   if (mask != nullptr) RETURN_IF_ERROR(MaskedScale(rows / t, t * t, mask, scale, dp, dp));
   RETURN_IF_ERROR(SoftmaxBackward(rows, t, p, dp));
   return ToBf16(static_cast<size_t>(rows) * t, dp, dp16);

@@ -457,8 +457,12 @@ class Backend {
   // MaskedScale's dp over the [T, T] blocks of t rows of t (row r reads mask + (r % t) * t).
   // dp (rows x t) holds the gradient of p in, and is room the default uses (MaskedScale,
   // SoftmaxBackward, ToBf16 in turn); a backend may write dp16 alone, with the same bits.
-  virtual absl::Status SoftmaxBackwardBf16(int rows, int t, const float* p, const uint8_t* mask,
-                                           float scale, float* dp, Bf16* dp16);
+  // `causal`: p is zero past each row's query position (AttentionSoftmaxBf16's causal
+  // rows), so that a backend may sum p * dp' over row r's first r % t + 1 columns alone
+  // (the rest add exact zeros: the same bits).
+  virtual absl::Status SoftmaxBackwardBf16(int rows, int t, bool causal, const float* p,
+                                           const uint8_t* mask, float scale, float* dp,
+                                           Bf16* dp16);
   // Fused attention in bfloat16 (cuDNN's SDPA on CUDA), which an attention layer without
   // active dropout runs instead of its batched GEMMs and bfloat16 softmax where the backend
   // takes the shape: another rounding (the scores and softmax stay float32 inside), within

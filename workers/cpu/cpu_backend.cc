@@ -417,9 +417,10 @@ class CpuBackend final : public Backend {
     cpu::MaskedScaleBf16(threads_, rows, cols, mask, scale, x, y16);
     return absl::OkStatus();
   }
-  absl::Status SoftmaxBackwardBf16(int rows, int t, const float* p, const uint8_t* mask,
-                                   float scale, float* dp, Bf16* dp16) override {
-    cpu::SoftmaxBackwardBf16(threads_, rows, t, p, mask, scale, dp, dp16);
+  absl::Status SoftmaxBackwardBf16(int rows, int t, bool causal, const float* p,
+                                   const uint8_t* mask, float scale, float* dp,
+                                   Bf16* dp16) override {
+    cpu::SoftmaxBackwardBf16(threads_, rows, t, causal, p, mask, scale, dp, dp16);
     return absl::OkStatus();
   }
   absl::Status ActivateBf16(Activation a, size_t n, const float* x, float* y, Bf16* y16) override {

@@ -231,11 +231,12 @@ LS_MULTIVERSION void MaskedScaleRowBf16(int cols, const uint8_t* mask, float sca
 
 // A row of SoftmaxBackwardBf16: cpu::SoftmaxBackward's formula on dp masked and scaled as
 // MaskedScale does it (mask non-null), rounded to bfloat16.
-LS_MULTIVERSION void SoftmaxBackwardRowBf16(int t, const float* y, const uint8_t* mask, float scale,
-                                            const float* dp, Bf16* dp16) {
+// The dot product runs over y's first n columns (y is zero past them: the same sum).
+LS_MULTIVERSION void SoftmaxBackwardRowBf16(int t, int n, const float* y, const uint8_t* mask,
+                                            float scale, const float* dp, Bf16* dp16) {
   auto g = [&](int c) { return mask == nullptr ? dp[c] : dp[c] * (mask[c] ? scale : 0.0f); };
   double dot = 0.0;
-  for (int c = 0; c < t; ++c) dot += double{g(c)} * y[c];
+  for (int c = 0; c < n; ++c) dot += double{g(c)} * y[c];
   for (int c = 0; c < t; ++c) dp16[c].bits = Bf16Bits(y[c] * static_cast<float>(g(c) - dot));
 }
 
@@ -428,14 +429,15 @@ void MaskedScaleBf16(int threads, int rows, int cols, const uint8_t* mask, float
     MaskedScaleRowBf16(cols, mask, scale, x + int64_t{r} * cols, y16 + int64_t{r} * cols);
 }
 
-void SoftmaxBackwardBf16(int threads, int rows, int t, const float* p, const uint8_t* mask,
-                         float scale, const float* dp, Bf16* dp16) {
+void SoftmaxBackwardBf16(int threads, int rows, int t, bool causal, const float* p,
+                         const uint8_t* mask, float scale, const float* dp, Bf16* dp16) {
 #pragma omp parallel for num_threads(threads) \
     schedule(static) if (static_cast <size_t>(rows) * t > kParallelMin)
   for (int r = 0; r < rows; ++r) {
     const int64_t at = int64_t{r} * t;
-    SoftmaxBackwardRowBf16(t, p + at, mask == nullptr ? nullptr : mask + int64_t{r % t} * t, scale,
-                           dp + at, dp16 + at);
+    SoftmaxBackwardRowBf16(t, causal ? r % t + 1 : t, p + at,
+                           mask == nullptr ? nullptr : mask + int64_t{r % t} * t, scale, dp + at,
+                           dp16 + at);
   }
 }
 

@@ -44,11 +44,11 @@ void AvgPoolBf16(int threads, const ConvGeometry& g, bool count_include_pad, con
                  float* y);
 void AttentionSoftmaxBf16(int threads, int rows, int t, bool causal, float* s);
 // Backend::MaskedScaleBf16 and SoftmaxBackwardBf16 in one pass each, writing the bfloat16
-// results alone.
+// results alone (causal: each row's dot product over its first r % t + 1 columns).
 void MaskedScaleBf16(int threads, int rows, int cols, const uint8_t* mask, float scale,
                      const float* x, Bf16* y16);
-void SoftmaxBackwardBf16(int threads, int rows, int t, const float* p, const uint8_t* mask,
-                         float scale, const float* dp, Bf16* dp16);
+void SoftmaxBackwardBf16(int threads, int rows, int t, bool causal, const float* p,
+                         const uint8_t* mask, float scale, const float* dp, Bf16* dp16);
 // Products of at most this many multiply-adds (m * n * k) run as GemmStridedSmallBf16:
 // below it oneDNN's per-call cost (memory objects, a parallel region, the stream's wait)
 // exceeds the product's own (attention's per-head products at short sequences: a ViT's 17

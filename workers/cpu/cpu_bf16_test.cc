@@ -218,13 +218,17 @@ TEST_F(CpuBf16, AttentionDropoutKernelsAreTheirPassesBitForBit) {
     ASSERT_OK(be->Backend::MaskedScaleBf16(blocks, t * t, mask.data(), scale, p.data(), want.data(),
                                            want16.data()));
     EXPECT_EQ(0, std::memcmp(got16.data(), want16.data(), n * sizeof(Bf16)));
+    // p is causal: summing each row's first r % t + 1 products alone gives the same bits.
     for (const uint8_t* m : std::vector<const uint8_t*>{nullptr, mask.data()}) {
-      std::vector<float> got_room = dp, want_room = dp;
-      ASSERT_OK(
-          be->SoftmaxBackwardBf16(rows, t, p.data(), m, scale, got_room.data(), got16.data()));
-      ASSERT_OK(be->Backend::SoftmaxBackwardBf16(rows, t, p.data(), m, scale, want_room.data(),
-                                                 want16.data()));
-      EXPECT_EQ(0, std::memcmp(got16.data(), want16.data(), n * sizeof(Bf16))) << (m != nullptr);
+      for (const bool causal : {false, true}) {
+        std::vector<float> got_room = dp, want_room = dp;
+        ASSERT_OK(be->SoftmaxBackwardBf16(rows, t, causal, p.data(), m, scale, got_room.data(),
+                                          got16.data()));
+        ASSERT_OK(be->Backend::SoftmaxBackwardBf16(rows, t, false, p.data(), m, scale,
+                                                   want_room.data(), want16.data()));
+        EXPECT_EQ(0, std::memcmp(got16.data(), want16.data(), n * sizeof(Bf16)))
+            << (m != nullptr) << causal;
+      }
     }
   }
 }
