@@ -461,8 +461,7 @@ class Backend {
   // rows), so that a backend may sum p * dp' over row r's first r % t + 1 columns alone
   // (the rest add exact zeros: the same bits).
   virtual absl::Status SoftmaxBackwardBf16(int rows, int t, bool causal, const float* p,
-                                           const uint8_t* mask, float scale, float* dp,
-                                           Bf16* dp16);
+                                           const uint8_t* mask, float scale, float* dp, Bf16* dp16);
   // Fused attention in bfloat16 (cuDNN's SDPA on CUDA), which an attention layer without
   // active dropout runs instead of its batched GEMMs and bfloat16 softmax where the backend
   // takes the shape: another rounding (the scores and softmax stay float32 inside), within

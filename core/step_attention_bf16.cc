@@ -14,8 +14,8 @@
 // and w, in the layer's bfloat16 workspace (AttentionBf16Elements: x, q, k, v, o, w; then dy, do,
 // dw and one of dq, dk, dv), laid out as the float32 ones (AttentionBuffers).
 #include <cmath>
-#include <utility>
 
+#include "core/causal_heads.h"
 #include "core/status_macros.h"
 #include "core/step.h"
 #include "core/step_workspace.h"
@@ -65,39 +65,6 @@ auto Heads(float* p, const Layer& l) { return HeadsOf(p, l); }
 auto Weights(const Bf16* p, const Layer& l) { return WeightsOf(p, l); }
 auto Weights(float* p, const Layer& l) { return WeightsOf(p, l); }
 
-// Where a product over a causal layer's [T, T] weights (zero past each row's query position)
-// has them, and so what of it can be left out: kScores, c is the scores, of which the
-// softmax reads entries (i, j <= i) alone; kA, op(a) is the weights, row i's nonzero
-// products those over k <= i; kAt, op(a) is them transposed, row j's over k >= j.
-enum class Causal { kNone, kScores, kA, kAt };
-
-// Element (row, col) of op(o) as an operand.
-template <typename T>
-Backend::HeadsOperand<T> At(Backend::HeadsOperand<T> o, bool trans, int row, int col) {
-  o.p += trans ? int64_t{col} * o.ld + row : int64_t{row} * o.ld + col;
-  return o;
-}
-
-// c = op(a) op(b) per sample and head (GemmHeadsBf16), as two products where `causal`
-// says what to leave out: over the first half of c's rows, then the rest, each over the
-// columns or the span of k its rows need: 3/4 of the multiply-adds, the same sums (the
-// products left out are exact zeros, or scores no one reads).
-absl::Status GemmHeads(Backend& be, Causal causal, bool ta, bool tb, int m, int n, int k,
-                       Backend::HeadsOperand<const Bf16> a, Backend::HeadsOperand<const Bf16> b,
-                       Backend::HeadsOperand<float> c, int count, int heads) {
-  if (causal == Causal::kNone) {
-    return be.GemmHeadsBf16(ta, tb, m, n, k, 1.0f, a, b, 0.0f, c, count, heads);
-  }
-  const int half = m / 2;
-  for (const auto& [r0, r1] : {std::pair{0, half}, std::pair{half, m}}) {
-    const int n1 = causal == Causal::kScores ? r1 : n;
-    const int k0 = causal == Causal::kAt ? r0 : 0, k1 = causal == Causal::kA ? r1 : k;
-    RETURN_IF_ERROR(be.GemmHeadsBf16(ta, tb, r1 - r0, n1, k1 - k0, 1.0f, At(a, ta, r0, k0),
-                                     At(b, tb, k0, 0), 0.0f, At(c, false, r0, 0), count, heads));
-  }
-  return absl::OkStatus();
-}
-
 // What q is divided by: jnp.sqrt(depth) (float32) cast to bfloat16.
 float ScaleBf16(const Layer& l) { return RoundBf16(std::sqrt(static_cast<float>(l.head_dim))); }
 
@@ -142,9 +109,9 @@ absl::Status StepExecutor::AttentionForwardBf16(Workspace& ws, size_t i, int b, 
   }
   const int64_t tt = int64_t{t} * t;
   // w[s, j] = q[s, :, j] k[s, :, j]^T, every sample s and head j
-  auto causal = [&](Causal c) { return l.causal ? c : Causal::kNone; };
-  RETURN_IF_ERROR(GemmHeads(*backend_, causal(Causal::kScores), false, true, t, t, d,
-                            Heads(h16.q, l), Heads(h16.k, l), Weights(a.w, l), b, h));
+  auto causal = [&](CausalZeros z) { return l.causal ? z : CausalZeros::kNone; };
+  RETURN_IF_ERROR(CausalGemmHeadsBf16(*backend_, causal(CausalZeros::kScores), false, true, t, t, d,
+                                      Heads(h16.q, l), Heads(h16.k, l), Weights(a.w, l), b, h));
   RETURN_IF_ERROR(backend_->AttentionSoftmaxBf16(b * h * t, t, l.causal, a.w));
   if (key != nullptr) {  // draws the [T, T] mask (the dropped buffer's values are discarded)
     RETURN_IF_ERROR(
@@ -156,8 +123,8 @@ absl::Status StepExecutor::AttentionForwardBf16(Workspace& ws, size_t i, int b, 
     RETURN_IF_ERROR(backend_->ToBf16(size_t(b) * h * tt, a.w, h16.w));
   }
   // o[s, :, j] = w[s, j] v[s, :, j]
-  RETURN_IF_ERROR(GemmHeads(*backend_, causal(Causal::kA), false, false, t, d, t,
-                            Weights(h16.w, l), Heads(h16.v, l), Heads(a.o, l), b, h));
+  RETURN_IF_ERROR(CausalGemmHeadsBf16(*backend_, causal(CausalZeros::kA), false, false, t, d, t,
+                                      Weights(h16.w, l), Heads(h16.v, l), Heads(a.o, l), b, h));
   RETURN_IF_ERROR(backend_->ToBf16(act, a.o, h16.o));  // (the float32 o is not read again)
   RETURN_IF_ERROR(backend_->GemmBf16(false, false, rows, l.out.c, hd, 1.0f, h16.o,
                                      Bf16Param(l.kernels[3]), 0.0f, y));
@@ -198,20 +165,20 @@ absl::Status StepExecutor::AttentionBackwardBf16(Workspace& ws, size_t i, int b,
   }
   // o = w v: dw = do v^T (all of it: the softmax's gradient reads every entry), dv = w^T do
   // (w after dropout).
-  auto causal = [&](Causal c) { return l.causal ? c : Causal::kNone; };
-  RETURN_IF_ERROR(GemmHeads(*backend_, Causal::kNone, false, true, t, t, d, Heads(h16.do_, l),
-                            Heads(h16.v, l), Weights(a.dw, l), b, h));
-  RETURN_IF_ERROR(GemmHeads(*backend_, causal(Causal::kAt), true, false, t, d, t,
-                            Weights(h16.w, l), Heads(h16.do_, l), Heads(a.dv, l), b, h));
+  auto causal = [&](CausalZeros z) { return l.causal ? z : CausalZeros::kNone; };
+  RETURN_IF_ERROR(backend_->GemmHeadsBf16(false, true, t, t, d, 1.0f, Heads(h16.do_, l),
+                                          Heads(h16.v, l), 0.0f, Weights(a.dw, l), b, h));
+  RETURN_IF_ERROR(CausalGemmHeadsBf16(*backend_, causal(CausalZeros::kAt), true, false, t, d, t,
+                                      Weights(h16.w, l), Heads(h16.do_, l), Heads(a.dv, l), b, h));
   const bool dropout = a.dropped != a.w;
   RETURN_IF_ERROR(backend_->SoftmaxBackwardBf16(b * h * t, t, l.causal, a.w,
                                                 dropout ? ws.mask[i] : nullptr,
                                                 RoundBf16(1.0f / RoundBf16(l.keep)), a.dw, h16.dw));
   // w = q k^T (q scaled): dq = dw k, dk = dw^T q.
-  RETURN_IF_ERROR(GemmHeads(*backend_, causal(Causal::kA), false, false, t, d, t,
-                            Weights(h16.dw, l), Heads(h16.k, l), Heads(a.dq, l), b, h));
-  RETURN_IF_ERROR(GemmHeads(*backend_, causal(Causal::kAt), true, false, t, d, t,
-                            Weights(h16.dw, l), Heads(h16.q, l), Heads(a.dk, l), b, h));
+  RETURN_IF_ERROR(CausalGemmHeadsBf16(*backend_, causal(CausalZeros::kA), false, false, t, d, t,
+                                      Weights(h16.dw, l), Heads(h16.k, l), Heads(a.dq, l), b, h));
+  RETURN_IF_ERROR(CausalGemmHeadsBf16(*backend_, causal(CausalZeros::kAt), true, false, t, d, t,
+                                      Weights(h16.dw, l), Heads(h16.q, l), Heads(a.dk, l), b, h));
   RETURN_IF_ERROR(backend_->Divide(act, ScaleBf16(l), a.dq));
   for (int j = 0; j < 3; ++j) {  // one of dq, dk, dv as bfloat16 at a time
     RETURN_IF_ERROR(QkvBackwardBf16(ws, i, b, dqkv[j], true, h16.dqkv, j, grads, dx));
