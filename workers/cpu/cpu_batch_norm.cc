@@ -94,18 +94,19 @@ LS_MULTIVERSION void ApplyRows(int begin, int end, int cols, const float* x, con
 }
 
 // ApplyRows of bf16(x) (x holds bfloat16 values, or a conv's sums left unrounded)
-// rounded to bfloat16, relu'd where kRelu, and each row's Bf16 twin where y16 (while the
-// row is in cache).
-template <bool kRelu>
+// rounded to bfloat16, relu'd where kRelu, and its Bf16 twin in y16 where kTwin (in the
+// same loop: a conv's rows are 16 to 64 channels).
+template <bool kRelu, bool kTwin>
 LS_MULTIVERSION void ApplyRowsBf16(int begin, int end, int cols, const float* x, const float* mean,
                                    const float* mul, const float* bias, float* y, Bf16* y16) {
   for (int r = begin; r < end; ++r) {
     const size_t at = static_cast<size_t>(r) * cols;
     for (int c = 0; c < cols; ++c) {
       const float v = RoundBf16(math::BatchNormY(RoundBf16(x[at + c]), mean[c], mul[c], bias, c));
-      y[at + c] = kRelu ? (v > 0.0f ? v : 0.0f) : v;
+      const float out = kRelu ? (v > 0.0f ? v : 0.0f) : v;
+      y[at + c] = out;
+      if constexpr (kTwin) y16[at + c].bits = static_cast<uint16_t>(FloatBits(out) >> 16);
     }
-    if (y16 != nullptr) TwinBf16(y + at, y16 + at, cols);
   }
 }
 
@@ -192,11 +193,9 @@ void BatchNormApplyBf16(int threads, int rows, int cols, float epsilon, const fl
   std::vector<float> mul(cols);
   for (int c = 0; c < cols; ++c) mul[c] = math::BatchNormMul(var[c], epsilon, scale, c);
   ParallelRows(threads, rows, cols, [&](int begin, int end) {
-    if (relu) {
-      ApplyRowsBf16<true>(begin, end, cols, x, mean, mul.data(), bias, y, y16);
-    } else {
-      ApplyRowsBf16<false>(begin, end, cols, x, mean, mul.data(), bias, y, y16);
-    }
+    auto apply = relu ? (y16 != nullptr ? ApplyRowsBf16<true, true> : ApplyRowsBf16<true, false>)
+                      : (y16 != nullptr ? ApplyRowsBf16<false, true> : ApplyRowsBf16<false, false>);
+    apply(begin, end, cols, x, mean, mul.data(), bias, y, y16);
   });
 }
 
