@@ -168,21 +168,16 @@ LS_HOST_DEVICE inline float AvgDivisor(const ConvGeometry& g, bool count_include
   return static_cast<float>((r.end - r.begin) * (q.end - q.begin));
 }
 
-// Flax LayerNorm of one row of `cols` values (Backend::LayerNorm): saves the row's mean
-// and rstd and writes y; scale and bias may be null. Flax's fast variance E[x^2] - E[x]^2
-// cancels where the mean is large against the spread (after a sigmoid: ~0.5 +- a little),
-// leaving the rounding of the float32 sums, amplified; in double (each x^2 exact) the
-// variance is rounded once. In float32, a random model's gradients (golden_random.py) came
-// out 3-5x further from float64's than XLA's (which contracts x * x + sum into an FMA);
-// in double, 1.4-9x closer than XLA's.
-LS_HOST_DEVICE inline void LayerNormRow(int cols, float epsilon, const float* x, const float* scale,
-                                        const float* bias, float* y, float* mean, float* rstd) {
+// LayerNormRow in its parts, so that a kernel may interleave rows' sums (each row's in
+// order): a value into its row's sums; then the row's mean, rstd and output from them.
+LS_HOST_DEVICE inline void LayerNormAdd(float x, double* sum, double* sum_sq) {
+  *sum += x;
+  *sum_sq += double{x} * x;
+}
+LS_HOST_DEVICE inline void LayerNormFinishRow(int cols, float epsilon, double sum, double sum_sq,
+                                              const float* x, const float* scale, const float* bias,
+                                              float* y, float* mean, float* rstd) {
   const double n = cols;
-  double sum = 0.0, sum_sq = 0.0;
-  for (int c = 0; c < cols; ++c) {
-    sum += x[c];
-    sum_sq += double{x[c]} * x[c];
-  }
   const float m = static_cast<float>(sum / n);
   const float var = static_cast<float>(fmax(0.0, sum_sq / n - (sum / n) * (sum / n)));
   const float rs = 1.0f / sqrtf(var + epsilon);
@@ -195,23 +190,49 @@ LS_HOST_DEVICE inline void LayerNormRow(int cols, float epsilon, const float* x,
   }
 }
 
-// Its input gradient for one row: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with
-// g = dy * scale (scale may be null).
-LS_HOST_DEVICE inline void LayerNormDxRow(int cols, const float* x, const float* scale, float mean,
-                                          float rstd, const float* dy, float* dx) {
+// LayerNormDxRow in its parts likewise (scaled: whether `scale` is the layer's).
+LS_HOST_DEVICE inline void LayerNormDxAdd(float x, float scale, bool scaled, float mean, float rstd,
+                                          float dy, float* sum_g, float* sum_gx) {
+  const float gc = scaled ? dy * scale : dy;
+  *sum_g += gc;
+  *sum_gx += gc * ((x - mean) * rstd);
+}
+LS_HOST_DEVICE inline void LayerNormDxFinishRow(int cols, const float* x, const float* scale,
+                                                float mean, float rstd, float sum_g, float sum_gx,
+                                                const float* dy, float* dx) {
   const float n = static_cast<float>(cols);
-  float sum_g = 0.0f, sum_gx = 0.0f;
-  for (int c = 0; c < cols; ++c) {
-    const float gc = scale != nullptr ? dy[c] * scale[c] : dy[c];
-    sum_g += gc;
-    sum_gx += gc * ((x[c] - mean) * rstd);
-  }
   const float mean_g = sum_g / n, mean_gx = sum_gx / n;
   for (int c = 0; c < cols; ++c) {
     const float gc = scale != nullptr ? dy[c] * scale[c] : dy[c];
     const float xhat = (x[c] - mean) * rstd;
     dx[c] = rstd * ((gc - mean_g) - xhat * mean_gx);
   }
+}
+
+// Flax LayerNorm of one row of `cols` values (Backend::LayerNorm): saves the row's mean
+// and rstd and writes y; scale and bias may be null. Flax's fast variance E[x^2] - E[x]^2
+// cancels where the mean is large against the spread (after a sigmoid: ~0.5 +- a little),
+// leaving the rounding of the float32 sums, amplified; in double (each x^2 exact) the
+// variance is rounded once. In float32, a random model's gradients (golden_random.py) came
+// out 3-5x further from float64's than XLA's (which contracts x * x + sum into an FMA);
+// in double, 1.4-9x closer than XLA's.
+LS_HOST_DEVICE inline void LayerNormRow(int cols, float epsilon, const float* x, const float* scale,
+                                        const float* bias, float* y, float* mean, float* rstd) {
+  double sum = 0.0, sum_sq = 0.0;
+  for (int c = 0; c < cols; ++c) LayerNormAdd(x[c], &sum, &sum_sq);
+  LayerNormFinishRow(cols, epsilon, sum, sum_sq, x, scale, bias, y, mean, rstd);
+}
+
+// Its input gradient for one row: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with
+// g = dy * scale (scale may be null).
+LS_HOST_DEVICE inline void LayerNormDxRow(int cols, const float* x, const float* scale, float mean,
+                                          float rstd, const float* dy, float* dx) {
+  float sum_g = 0.0f, sum_gx = 0.0f;
+  for (int c = 0; c < cols; ++c) {
+    LayerNormDxAdd(x[c], scale != nullptr ? scale[c] : 1.0f, scale != nullptr, mean, rstd, dy[c],
+                   &sum_g, &sum_gx);
+  }
+  LayerNormDxFinishRow(cols, x, scale, mean, rstd, sum_g, sum_gx, dy, dx);
 }
 
 }  // namespace lockstep::math

@@ -393,13 +393,58 @@ void MaxPoolBackward(int threads, const ConvGeometry& g, const float* x, const f
   }
 }
 
+namespace {
+
+// Rows layer-normed at once: each row's in-order sums (math::LayerNormRow's) interleave
+// with the others', so that their adds' latencies overlap; the same bits as row by row.
+constexpr int kNormRows = 4;
+
+template <int R>
+LS_MULTIVERSION void LayerNormRows(int cols, float epsilon, const float* x, const float* scale,
+                                   const float* bias, float* y, float* mean, float* rstd) {
+  double sum[R] = {}, sum_sq[R] = {};
+  for (int c = 0; c < cols; ++c) {
+    for (int i = 0; i < R; ++i) math::LayerNormAdd(x[int64_t{i} * cols + c], &sum[i], &sum_sq[i]);
+  }
+  for (int i = 0; i < R; ++i) {
+    const int64_t at = int64_t{i} * cols;
+    math::LayerNormFinishRow(cols, epsilon, sum[i], sum_sq[i], x + at, scale, bias, y + at,
+                             mean + i, rstd + i);
+  }
+}
+
+template <int R>
+LS_MULTIVERSION void LayerNormDxRows(int cols, const float* x, const float* scale,
+                                     const float* mean, const float* rstd, const float* dy,
+                                     float* dx) {
+  float sum_g[R] = {}, sum_gx[R] = {};
+  for (int c = 0; c < cols; ++c) {
+    for (int i = 0; i < R; ++i) {
+      const int64_t at = int64_t{i} * cols + c;
+      math::LayerNormDxAdd(x[at], scale != nullptr ? scale[c] : 1.0f, scale != nullptr, mean[i],
+                           rstd[i], dy[at], &sum_g[i], &sum_gx[i]);
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    const int64_t at = int64_t{i} * cols;
+    math::LayerNormDxFinishRow(cols, x + at, scale, mean[i], rstd[i], sum_g[i], sum_gx[i], dy + at,
+                               dx + at);
+  }
+}
+
+}  // namespace
+
 void LayerNorm(int threads, int rows, int cols, float epsilon, const float* x, const float* scale,
                const float* bias, float* y, float* mean, float* rstd) {
+  const int groups = rows / kNormRows;
 #pragma omp parallel for num_threads(threads) \
     schedule(static) if (static_cast <size_t>(rows) * cols > kParallelMin)
-  for (int r = 0; r < rows; ++r) {
-    const size_t at = static_cast<size_t>(r) * cols;
-    math::LayerNormRow(cols, epsilon, x + at, scale, bias, y + at, mean + r, rstd + r);
+  for (int g = 0; g < groups; ++g) {
+    const int64_t r = int64_t{g} * kNormRows, at = r * cols;
+    LayerNormRows<kNormRows>(cols, epsilon, x + at, scale, bias, y + at, mean + r, rstd + r);
+  }
+  for (int64_t r = int64_t{groups} * kNormRows; r < rows; ++r) {
+    LayerNormRows<1>(cols, epsilon, x + r * cols, scale, bias, y + r * cols, mean + r, rstd + r);
   }
 }
 
@@ -408,10 +453,15 @@ void LayerNormBackward(int threads, int rows, int cols, const float* x, const fl
                        float* dscale, float* dbias) {
   const bool parallel = static_cast<size_t>(rows) * cols > kParallelMin;
   if (dx != nullptr) {
+    const int groups = rows / kNormRows;
 #pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
-    for (int r = 0; r < rows; ++r) {
-      const size_t at = static_cast<size_t>(r) * cols;
-      math::LayerNormDxRow(cols, x + at, scale, mean[r], rstd[r], dy + at, dx + at);
+    for (int g = 0; g < groups; ++g) {
+      const int64_t r = int64_t{g} * kNormRows, at = r * cols;
+      LayerNormDxRows<kNormRows>(cols, x + at, scale, mean + r, rstd + r, dy + at, dx + at);
+    }
+    for (int64_t r = int64_t{groups} * kNormRows; r < rows; ++r) {
+      const int64_t at = r * cols;
+      LayerNormDxRows<1>(cols, x + at, scale, mean + r, rstd + r, dy + at, dx + at);
     }
   }
   if (dscale == nullptr && dbias == nullptr) return;

@@ -284,6 +284,41 @@ TEST(CpuLayers, LayerNormKeepsOffsetRowsPrecise) {
   EXPECT_LE(std::sqrt(num / den), 3e-6);
 }
 
+// The kernels take rows four at a time (their sums interleaved): every row, the last odd
+// ones included, is math::LayerNormRow's and LayerNormDxRow's bit for bit, with and
+// without scale and bias, on 1 and 2 threads.
+TEST(CpuLayers, LayerNormIsItsRowFormulaBitForBit) {
+  const int rows = 4 * 301 + 3, cols = 67;
+  const std::vector<float> x = RandomNormal(rows * cols, 11), dy = RandomNormal(rows * cols, 12),
+                           scale = RandomNormal(cols, 13), bias = RandomNormal(cols, 14);
+  for (const bool affine : {false, true}) {
+    const float* sc = affine ? scale.data() : nullptr;
+    const float* bi = affine ? bias.data() : nullptr;
+    std::vector<float> want(x.size()), want_dx(x.size()), want_mean(rows), want_rstd(rows);
+    for (int r = 0; r < rows; ++r) {
+      const size_t at = size_t(r) * cols;
+      math::LayerNormRow(cols, 1e-5f, x.data() + at, sc, bi, want.data() + at, &want_mean[r],
+                         &want_rstd[r]);
+      math::LayerNormDxRow(cols, x.data() + at, sc, want_mean[r], want_rstd[r], dy.data() + at,
+                           want_dx.data() + at);
+    }
+    for (const int threads : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << "affine " << affine << " threads " << threads);
+      auto be = NewCpuBackend(threads);
+      std::vector<float> y(x.size()), mean(rows), rstd(rows), dx(x.size()), dscale(cols),
+          dbias(cols);
+      ASSERT_OK(
+          be->LayerNorm(rows, cols, 1e-5f, x.data(), sc, bi, y.data(), mean.data(), rstd.data()));
+      EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(mean.data(), want_mean.data(), rows * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(rstd.data(), want_rstd.data(), rows * sizeof(float)));
+      ASSERT_OK(be->LayerNormBackward(rows, cols, x.data(), sc, mean.data(), rstd.data(), dy.data(),
+                                      dx.data(), dscale.data(), dbias.data()));
+      EXPECT_EQ(0, std::memcmp(dx.data(), want_dx.data(), dx.size() * sizeof(float)));
+    }
+  }
+}
+
 TEST(CpuLayers, LayerNormMatchesItsDefinitionAndFiniteDifferences) {
   auto be = NewCpuBackend(1);
   const int rows = 3, cols = 7;
