@@ -377,8 +377,11 @@ class CpuBackend final : public Backend {
   absl::Status GemmHeadsBf16(bool ta, bool tb, int m, int n, int k, float alpha,
                              HeadsOperand<const Bf16> a, HeadsOperand<const Bf16> b, float beta,
                              HeadsOperand<float> c, int count, int heads) override {
-    if (cpu::IsSmallGemmBf16(m, n, k)) {  // per head, as GemmStridedSmallBf16
-      return Backend::GemmHeadsBf16(ta, tb, m, n, k, alpha, a, b, beta, c, count, heads);
+    if (cpu::IsSmallGemmBf16(m, n, k)) {
+      cpu::GemmStridedSmallBf16(threads_, ta, tb, m, n, k, alpha, a.p, a.ld, a.stride, b.p, b.ld,
+                                b.stride, beta, c.p, c.ld, c.stride, count, heads, a.head, b.head,
+                                c.head);
+      return absl::OkStatus();
     }
     return matmul_.Run(ta, tb, m, n, k, alpha, a.p, a.ld, a.stride, b.p, b.ld, b.stride, beta, c.p,
                        c.ld, c.stride, count, heads, a.head, b.head, c.head);

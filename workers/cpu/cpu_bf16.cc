@@ -240,26 +240,27 @@ LS_MULTIVERSION void SoftmaxBackwardRowBf16(int t, int n, const float* y, const 
   for (int c = 0; c < t; ++c) dp16[c].bits = Bf16Bits(y[c] * static_cast<float>(g(c) - dot));
 }
 
-// Columns of c per block: one AVX-512 vector of float32 sums, held in registers over p.
-constexpr int kSmallGemmCols = 16;
+// Columns of c per block: one AVX-512 vector of float32 sums, held in registers over p;
+// a last block of at most kSmallGemmNarrowCols columns (a ViT's 17 tokens: 16 + 1) in a
+// 128-bit vector instead (a quarter of the work where 512-bit vectors take two halves).
+constexpr int kSmallGemmCols = 16, kSmallGemmNarrowCols = 4;
 // Rows of c per block: independent sums, so that the FMAs' latency overlaps.
 constexpr int kSmallGemmRows = 4;
 
-// Rows [i0, i0 + R) and columns [j0, j0 + kSmallGemmCols) of c = alpha * op(a) op(b) +
-// beta * c, op(b) widened in `bt` (SmallGemmBf16): each element's products summed over p
-// in order, in float32.
-// A block of columns of float32 sums as one value (GCC's vector extension): the compiler
-// keeps a block's sums in registers (one AVX-512 register; two AVX2 ones elsewhere).
-typedef float SmallGemmVec __attribute__((vector_size(kSmallGemmCols * sizeof(float))));
-
-template <int R>
+// Rows [i0, i0 + R) and columns [j0, j0 + W) of c = alpha * op(a) op(b) + beta * c, op(b)
+// widened in `bt` (SmallGemmBf16): each element's products summed over p in order, in
+// float32. A block of columns of float32 sums is one value (GCC's vector extension): the
+// compiler keeps a block's sums in registers (one AVX-512 register for W = 16; two AVX2
+// ones elsewhere).
+template <int R, int W>
 __attribute__((always_inline)) inline void SmallGemmBlockBf16(bool ta, int i0, int j0, int n, int k,
                                                               float alpha, const Bf16* a, int lda,
                                                               const float* bt, int stride,
                                                               float beta, float* c, int ldc) {
-  SmallGemmVec acc[R] = {};
+  typedef float Vec __attribute__((vector_size(W * sizeof(float))));
+  Vec acc[R] = {};
   for (int p = 0; p < k; ++p) {
-    SmallGemmVec row;
+    Vec row;
     std::memcpy(&row, bt + int64_t{p} * stride + j0, sizeof(row));
     for (int r = 0; r < R; ++r) {
       const int i = i0 + r;
@@ -267,7 +268,7 @@ __attribute__((always_inline)) inline void SmallGemmBlockBf16(bool ta, int i0, i
       acc[r] += x * row;
     }
   }
-  const int w = std::min(kSmallGemmCols, n - j0);
+  const int w = std::min(W, n - j0);
   for (int r = 0; r < R; ++r) {
     float* out = c + int64_t{i0 + r} * ldc + j0;
     if (beta == 0.0f) {
@@ -278,11 +279,28 @@ __attribute__((always_inline)) inline void SmallGemmBlockBf16(bool ta, int i0, i
   }
 }
 
+// Columns [j0, j0 + W) of c, every row.
+template <int W>
+__attribute__((always_inline)) inline void SmallGemmColumnsBf16(bool ta, int m, int j0, int n,
+                                                                int k, float alpha, const Bf16* a,
+                                                                int lda, const float* bt,
+                                                                int stride, float beta, float* c,
+                                                                int ldc) {
+  int i0 = 0;
+  for (; i0 + kSmallGemmRows <= m; i0 += kSmallGemmRows) {
+    SmallGemmBlockBf16<kSmallGemmRows, W>(ta, i0, j0, n, k, alpha, a, lda, bt, stride, beta, c,
+                                          ldc);
+  }
+  for (; i0 < m; ++i0) {
+    SmallGemmBlockBf16<1, W>(ta, i0, j0, n, k, alpha, a, lda, bt, stride, beta, c, ldc);
+  }
+}
+
 // c = alpha * op(a) op(b) + beta * c for one small product: op(b) widened to float32 in
-// `bt` (k rows of n columns zero-padded to `stride`, a multiple of kSmallGemmCols), then
-// c in blocks of kSmallGemmRows rows and kSmallGemmCols columns, each element's products
-// summed over p in order, in float32 (each product of two bfloat16 numbers is exact in
-// float32, so the blocking changes no bit).
+// `bt` (k rows of n columns zero-padded to `stride`, the end of the last column block), then
+// c in blocks of kSmallGemmRows rows and kSmallGemmCols (or kSmallGemmNarrowCols)
+// columns, each element's products summed over p in order, in float32 (each product of
+// two bfloat16 numbers is exact in float32, so the blocking changes no bit).
 LS_MULTIVERSION void SmallGemmBf16(bool ta, bool tb, int m, int n, int k, float alpha,
                                    const Bf16* a, int lda, const Bf16* b, int ldb, float beta,
                                    float* c, int ldc, int stride, float* bt) {
@@ -294,12 +312,12 @@ LS_MULTIVERSION void SmallGemmBf16(bool ta, bool tb, int m, int n, int k, float 
     std::fill(row + n, row + stride, 0.0f);
   }
   for (int j0 = 0; j0 < n; j0 += kSmallGemmCols) {
-    int i0 = 0;
-    for (; i0 + kSmallGemmRows <= m; i0 += kSmallGemmRows) {
-      SmallGemmBlockBf16<kSmallGemmRows>(ta, i0, j0, n, k, alpha, a, lda, bt, stride, beta, c, ldc);
-    }
-    for (; i0 < m; ++i0) {
-      SmallGemmBlockBf16<1>(ta, i0, j0, n, k, alpha, a, lda, bt, stride, beta, c, ldc);
+    if (n - j0 <= kSmallGemmNarrowCols) {
+      SmallGemmColumnsBf16<kSmallGemmNarrowCols>(ta, m, j0, n, k, alpha, a, lda, bt, stride, beta,
+                                                 c, ldc);
+    } else {
+      SmallGemmColumnsBf16<kSmallGemmCols>(ta, m, j0, n, k, alpha, a, lda, bt, stride, beta, c,
+                                           ldc);
     }
   }
 }
@@ -311,17 +329,23 @@ bool IsSmallGemmBf16(int m, int n, int k) { return int64_t{m} * n * k <= kSmallG
 void GemmStridedSmallBf16(int threads, bool ta, bool tb, int m, int n, int k, float alpha,
                           const Bf16* a, int lda, int64_t stride_a, const Bf16* b, int ldb,
                           int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
-                          int count) {
-  const bool parallel = int64_t{count} * m * n * k > int64_t{kParallelMin};
-  const int stride = (n + kSmallGemmCols - 1) / kSmallGemmCols * kSmallGemmCols;
+                          int count, int heads, int64_t head_a, int64_t head_b, int64_t head_c) {
+  const int64_t products = int64_t{count} * heads;
+  const bool parallel = products * m * n * k > int64_t{kParallelMin};
+  // bt's rows: op(b)'s n columns, zero-padded to the last column block's end.
+  const int last = (n - 1) / kSmallGemmCols * kSmallGemmCols;
+  const int stride =
+      last + (n - last <= kSmallGemmNarrowCols ? kSmallGemmNarrowCols : kSmallGemmCols);
 #pragma omp parallel num_threads(threads) if (parallel)
   {
     thread_local std::vector<float> bt;  // op(b) widened, kept between calls
     if (bt.size() < size_t(k) * stride) bt.resize(size_t(k) * stride);
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    for (int i = count * t / nt; i < count * (t + 1) / nt; ++i) {
-      SmallGemmBf16(ta, tb, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
-                    c + i * stride_c, ldc, stride, bt.data());
+    for (int64_t q = products * t / nt; q < products * (t + 1) / nt; ++q) {
+      const int64_t i = q / heads, j = q % heads;
+      SmallGemmBf16(ta, tb, m, n, k, alpha, a + i * stride_a + j * head_a, lda,
+                    b + i * stride_b + j * head_b, ldb, beta, c + i * stride_c + j * head_c, ldc,
+                    stride, bt.data());
     }
   }
 }

@@ -59,10 +59,13 @@ bool IsSmallGemmBf16(int m, int n, int k);
 // Backend::GemmStridedBf16 for small products: each c element a float32 sum of the exact
 // products of its bfloat16 operands, in k order (oneDNN sums them in float32 too, in an
 // order of its own). The same bits whatever `threads` is (each product on one thread).
+// `heads` > 1: count x heads products as Backend::GemmHeadsBf16, product (i, j) at
+// a + i * stride_a + j * head_a (b, c likewise), all in one parallel region.
 void GemmStridedSmallBf16(int threads, bool ta, bool tb, int m, int n, int k, float alpha,
                           const Bf16* a, int lda, int64_t stride_a, const Bf16* b, int ldb,
                           int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
-                          int count);
+                          int count, int heads = 1, int64_t head_a = 0, int64_t head_b = 0,
+                          int64_t head_c = 0);
 void Im2ColBf16(int threads, const ConvGeometry& g, const Bf16* x, Bf16* cols);
 
 }  // namespace lockstep::cpu
