@@ -110,36 +110,24 @@ LS_MULTIVERSION void ApplyRowsBf16(int begin, int end, int cols, const float* x,
   }
 }
 
-template <bool kRound>
+// dx = math::BatchNormDx of each element: float32 where D is float, else (x a bf16 conv's
+// unrounded sums, read rounded) dx rounded to bfloat16 in the same loop.
+template <typename D>
 LS_MULTIVERSION void BackwardApplyRows(int begin, int end, int cols, const float* mean,
                                        const float* mul, const float* mean_dy, const float* k,
-                                       const float* x, const float* dy, float* dx) {
+                                       const float* x, const float* dy, D* dx) {
+  constexpr bool kBf16 = std::is_same_v<D, Bf16>;
   for (int r = begin; r < end; ++r) {
     const size_t at = static_cast<size_t>(r) * cols;
     for (int c = 0; c < cols; ++c) {
-      dx[at + c] = math::BatchNormDx({mean[c], mul[c], mean_dy[c], k[c]}, Read<kRound>(x[at + c]),
-                                     dy[at + c]);
+      const float v = math::BatchNormDx({mean[c], mul[c], mean_dy[c], k[c]}, Read<kBf16>(x[at + c]),
+                                        dy[at + c]);
+      if constexpr (kBf16) {
+        dx[at + c].bits = Bf16Bits(v);
+      } else {
+        dx[at + c] = v;
+      }
     }
-  }
-}
-
-LS_MULTIVERSION void RoundRange(const float* x, Bf16* y, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i].bits = Bf16Bits(x[i]);
-}
-
-// BackwardApplyRows on bf16(x), dx rounded to bfloat16: a block of rows at a time (one
-// row where a row is wider) into a float32 buffer that stays in L1, then rounded (each
-// loop vectorizes on its own).
-void BackwardApplyRows(int begin, int end, int cols, const float* mean, const float* mul,
-                       const float* mean_dy, const float* k, const float* x, const float* dy,
-                       Bf16* dx) {
-  const int rows = std::max(1, 4096 / cols);
-  std::vector<float> block(static_cast<size_t>(rows) * cols);
-  for (int r = begin; r < end; r += rows) {
-    const int n = std::min(end - r, rows);
-    const size_t at = static_cast<size_t>(r) * cols;
-    BackwardApplyRows<true>(0, n, cols, mean, mul, mean_dy, k, x + at, dy + at, block.data());
-    RoundRange(block.data(), dx + at, static_cast<size_t>(n) * cols);
   }
 }
 
@@ -238,13 +226,8 @@ void BackwardApply(int threads, int rows, int cols, float epsilon, int replicas,
     mean[c] = g.mean, mul[c] = g.mul, mean_dy[c] = g.mean_dy, k[c] = g.k;
   }
   ParallelRows(threads, rows, cols, [&](int begin, int end) {
-    if constexpr (std::is_same_v<D, Bf16>) {
-      BackwardApplyRows(begin, end, cols, mean.data(), mul.data(), mean_dy.data(), k.data(), x, dy,
-                        dx);
-    } else {
-      BackwardApplyRows<false>(begin, end, cols, mean.data(), mul.data(), mean_dy.data(), k.data(),
-                               x, dy, dx);
-    }
+    BackwardApplyRows(begin, end, cols, mean.data(), mul.data(), mean_dy.data(), k.data(), x, dy,
+                      dx);
   });
 }
 

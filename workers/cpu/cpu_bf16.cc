@@ -75,18 +75,15 @@ LS_MULTIVERSION void AddRowsBf16Range(int cols, const float* x, const float* bia
   }
 }
 
-// AddBf16 over [begin, end), in blocks whose twin is written while they are in cache.
-template <bool kRelu>
+// AddBf16 over [begin, end), the twin (where kTwin) written in the same loop.
+template <bool kRelu, bool kTwin>
 LS_MULTIVERSION void AddBf16Range(const float* a, const float* b, float* y, Bf16* y16, size_t begin,
                                   size_t end) {
-  constexpr size_t kBlock = 4096;
-  for (size_t lo = begin; lo < end; lo += kBlock) {
-    const size_t hi = std::min(end, lo + kBlock);
-    for (size_t i = lo; i < hi; ++i) {
-      const float v = RoundBf16(a[i] + b[i]);
-      y[i] = kRelu ? (v > 0.0f ? v : 0.0f) : v;
-    }
-    if (y16 != nullptr) TwinBf16(y + lo, y16 + lo, hi - lo);
+  for (size_t i = begin; i < end; ++i) {
+    const float v = RoundBf16(a[i] + b[i]);
+    const float out = kRelu ? (v > 0.0f ? v : 0.0f) : v;
+    y[i] = out;
+    if constexpr (kTwin) y16[i].bits = static_cast<uint16_t>(FloatBits(out) >> 16);
   }
 }
 
@@ -365,13 +362,9 @@ LS_MULTIVERSION void TwinBf16(const float* y, Bf16* y16, size_t n) {
 
 void AddBf16(int threads, size_t n, const float* a, const float* b, bool relu, float* y,
              Bf16* y16) {
-  ParallelFor(threads, n, [&](size_t lo, size_t hi) {
-    if (relu) {
-      AddBf16Range<true>(a, b, y, y16, lo, hi);
-    } else {
-      AddBf16Range<false>(a, b, y, y16, lo, hi);
-    }
-  });
+  auto range = relu ? (y16 != nullptr ? AddBf16Range<true, true> : AddBf16Range<true, false>)
+                    : (y16 != nullptr ? AddBf16Range<false, true> : AddBf16Range<false, false>);
+  ParallelFor(threads, n, [&](size_t lo, size_t hi) { range(a, b, y, y16, lo, hi); });
 }
 
 void ToBf16(int threads, size_t n, const float* x, Bf16* y) {
