@@ -190,10 +190,10 @@ LS_HOST_DEVICE inline void LayerNormFinishRow(int cols, float epsilon, double su
   }
 }
 
-// LayerNormDxRow in its parts likewise (scaled: whether `scale` is the layer's).
-LS_HOST_DEVICE inline void LayerNormDxAdd(float x, float scale, bool scaled, float mean, float rstd,
-                                          float dy, float* sum_g, float* sum_gx) {
-  const float gc = scaled ? dy * scale : dy;
+// LayerNormDxRow in its parts likewise: element c of a row into its sums, then the row.
+LS_HOST_DEVICE inline void LayerNormDxAdd(int c, float x, const float* scale, float mean,
+                                          float rstd, float dy, float* sum_g, float* sum_gx) {
+  const float gc = scale != nullptr ? dy * scale[c] : dy;
   *sum_g += gc;
   *sum_gx += gc * ((x - mean) * rstd);
 }
@@ -229,8 +229,7 @@ LS_HOST_DEVICE inline void LayerNormDxRow(int cols, const float* x, const float*
                                           float rstd, const float* dy, float* dx) {
   float sum_g = 0.0f, sum_gx = 0.0f;
   for (int c = 0; c < cols; ++c) {
-    LayerNormDxAdd(x[c], scale != nullptr ? scale[c] : 1.0f, scale != nullptr, mean, rstd, dy[c],
-                   &sum_g, &sum_gx);
+    LayerNormDxAdd(c, x[c], scale, mean, rstd, dy[c], &sum_g, &sum_gx);
   }
   LayerNormDxFinishRow(cols, x, scale, mean, rstd, sum_g, sum_gx, dy, dx);
 }

@@ -7,8 +7,9 @@
 //   w = bf16(w * bf16(1 / bf16(keep)))  where kept               (training with dropout)
 //   o = bf16(w . v);  y = bf16(bf16(o . Wo) + bf16(bo))
 // Backward, the same products transposed on bfloat16 operands; the gradients between them
-// float32 (step_bf16.cc). Where no dropout is active and the backend takes the shape
-// (FusedAttentionTakes: cuDNN's SDPA on CUDA), the core from the rounded q, k, v to o is
+// float32 (step_bf16.cc); a causal layer's products leave out what its mask makes zero
+// (core/causal_heads.h: the same sums). Where no dropout is active and the backend takes
+// the shape (FusedAttentionTakes: cuDNN's SDPA on CUDA), the core from the rounded q, k, v to o is
 // the backend's fused attention instead (its softmax in float32: within bfloat16 rounding
 // of the sequence above), forward and backward. The products run on bfloat16 copies of q, k, v, o
 // and w, in the layer's bfloat16 workspace (AttentionBf16Elements: x, q, k, v, o, w; then dy, do,
@@ -65,6 +66,9 @@ auto Heads(float* p, const Layer& l) { return HeadsOf(p, l); }
 auto Weights(const Bf16* p, const Layer& l) { return WeightsOf(p, l); }
 auto Weights(float* p, const Layer& l) { return WeightsOf(p, l); }
 
+// What layer l's product leaves out (CausalGemmHeadsBf16): `z` where l is causal.
+CausalZeros Zeros(const Layer& l, CausalZeros z) { return l.causal ? z : CausalZeros::kNone; }
+
 // What q is divided by: jnp.sqrt(depth) (float32) cast to bfloat16.
 float ScaleBf16(const Layer& l) { return RoundBf16(std::sqrt(static_cast<float>(l.head_dim))); }
 
@@ -109,9 +113,8 @@ absl::Status StepExecutor::AttentionForwardBf16(Workspace& ws, size_t i, int b, 
   }
   const int64_t tt = int64_t{t} * t;
   // w[s, j] = q[s, :, j] k[s, :, j]^T, every sample s and head j
-  auto causal = [&](CausalZeros z) { return l.causal ? z : CausalZeros::kNone; };
-  RETURN_IF_ERROR(CausalGemmHeadsBf16(*backend_, causal(CausalZeros::kScores), false, true, t, t, d,
-                                      Heads(h16.q, l), Heads(h16.k, l), Weights(a.w, l), b, h));
+  RETURN_IF_ERROR(CausalGemmHeadsBf16(*backend_, Zeros(l, CausalZeros::kScores), false, true, t, t,
+                                      d, Heads(h16.q, l), Heads(h16.k, l), Weights(a.w, l), b, h));
   RETURN_IF_ERROR(backend_->AttentionSoftmaxBf16(b * h * t, t, l.causal, a.w));
   if (key != nullptr) {  // draws the [T, T] mask (the dropped buffer's values are discarded)
     RETURN_IF_ERROR(
@@ -123,7 +126,7 @@ absl::Status StepExecutor::AttentionForwardBf16(Workspace& ws, size_t i, int b, 
     RETURN_IF_ERROR(backend_->ToBf16(size_t(b) * h * tt, a.w, h16.w));
   }
   // o[s, :, j] = w[s, j] v[s, :, j]
-  RETURN_IF_ERROR(CausalGemmHeadsBf16(*backend_, causal(CausalZeros::kA), false, false, t, d, t,
+  RETURN_IF_ERROR(CausalGemmHeadsBf16(*backend_, Zeros(l, CausalZeros::kA), false, false, t, d, t,
                                       Weights(h16.w, l), Heads(h16.v, l), Heads(a.o, l), b, h));
   RETURN_IF_ERROR(backend_->ToBf16(act, a.o, h16.o));  // (the float32 o is not read again)
   RETURN_IF_ERROR(backend_->GemmBf16(false, false, rows, l.out.c, hd, 1.0f, h16.o,
@@ -165,19 +168,18 @@ absl::Status StepExecutor::AttentionBackwardBf16(Workspace& ws, size_t i, int b,
   }
   // o = w v: dw = do v^T (all of it: the softmax's gradient reads every entry), dv = w^T do
   // (w after dropout).
-  auto causal = [&](CausalZeros z) { return l.causal ? z : CausalZeros::kNone; };
   RETURN_IF_ERROR(backend_->GemmHeadsBf16(false, true, t, t, d, 1.0f, Heads(h16.do_, l),
                                           Heads(h16.v, l), 0.0f, Weights(a.dw, l), b, h));
-  RETURN_IF_ERROR(CausalGemmHeadsBf16(*backend_, causal(CausalZeros::kAt), true, false, t, d, t,
+  RETURN_IF_ERROR(CausalGemmHeadsBf16(*backend_, Zeros(l, CausalZeros::kAt), true, false, t, d, t,
                                       Weights(h16.w, l), Heads(h16.do_, l), Heads(a.dv, l), b, h));
   const bool dropout = a.dropped != a.w;
   RETURN_IF_ERROR(backend_->SoftmaxBackwardBf16(b * h * t, t, l.causal, a.w,
                                                 dropout ? ws.mask[i] : nullptr,
                                                 RoundBf16(1.0f / RoundBf16(l.keep)), a.dw, h16.dw));
   // w = q k^T (q scaled): dq = dw k, dk = dw^T q.
-  RETURN_IF_ERROR(CausalGemmHeadsBf16(*backend_, causal(CausalZeros::kA), false, false, t, d, t,
+  RETURN_IF_ERROR(CausalGemmHeadsBf16(*backend_, Zeros(l, CausalZeros::kA), false, false, t, d, t,
                                       Weights(h16.dw, l), Heads(h16.k, l), Heads(a.dq, l), b, h));
-  RETURN_IF_ERROR(CausalGemmHeadsBf16(*backend_, causal(CausalZeros::kAt), true, false, t, d, t,
+  RETURN_IF_ERROR(CausalGemmHeadsBf16(*backend_, Zeros(l, CausalZeros::kAt), true, false, t, d, t,
                                       Weights(h16.dw, l), Heads(h16.q, l), Heads(a.dk, l), b, h));
   RETURN_IF_ERROR(backend_->Divide(act, ScaleBf16(l), a.dq));
   for (int j = 0; j < 3; ++j) {  // one of dq, dk, dv as bfloat16 at a time

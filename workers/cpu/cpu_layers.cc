@@ -421,8 +421,7 @@ LS_MULTIVERSION void LayerNormDxRows(int cols, const float* x, const float* scal
   for (int c = 0; c < cols; ++c) {
     for (int i = 0; i < R; ++i) {
       const int64_t at = int64_t{i} * cols + c;
-      math::LayerNormDxAdd(x[at], scale != nullptr ? scale[c] : 1.0f, scale != nullptr, mean[i],
-                           rstd[i], dy[at], &sum_g[i], &sum_gx[i]);
+      math::LayerNormDxAdd(c, x[at], scale, mean[i], rstd[i], dy[at], &sum_g[i], &sum_gx[i]);
     }
   }
   for (int i = 0; i < R; ++i) {
