@@ -9,33 +9,30 @@
 
 #include "core/testing.h"
 #include "workers/cpu/cpu_backend.h"
+#include "workers/cpu/cpu_bf16_testing.h"
 #include "workers/cpu/cpu_testing.h"
 
 namespace lockstep {
 namespace {
 
-std::vector<Bf16> Rounded(const std::vector<float>& x) {
-  std::vector<Bf16> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i].bits = Bf16Bits(x[i]);
-  return y;
-}
+using testing::CpuBf16;
+using testing::ToBf16;
 
-TEST(CausalGemmHeads, LeavesOutTheZerosWithTheSameBits) {
-  if (const absl::Status bf16 = NewCpuBackend(1)->Bf16Support(); !bf16.ok()) {
-    GTEST_SKIP() << bf16.message();
-  }
+class CausalGemmHeads : public CpuBf16 {};
+
+TEST_F(CausalGemmHeads, LeavesOutTheZerosWithTheSameBits) {
   const int b = 3, h = 2;
   for (const auto& [t, d] : {std::pair{37, 8}, std::pair{128, 32}}) {  // small, then oneDNN's
     SCOPED_TRACE(::testing::Message() << "t " << t << " d " << d);
     const int hd = h * d;
     const int64_t sample = int64_t{t} * hd, tt = int64_t{t} * t;
     // Activations [b, t, h * d]; weights [b, h, t, t], zero past each row's diagonal.
-    const std::vector<Bf16> x = Rounded(testing::RandomNormal(b * sample, 1));
+    const std::vector<Bf16> x = ToBf16(testing::RandomNormal(b * sample, 1));
     std::vector<float> wf = testing::RandomNormal(b * h * tt, 2);
     for (int64_t r = 0; r < b * h * t; ++r) {
       for (int c = r % t + 1; c < t; ++c) wf[r * t + c] = 0.0f;
     }
-    const std::vector<Bf16> w = Rounded(wf);
+    const std::vector<Bf16> w = ToBf16(wf);
     const Backend::HeadsOperand<const Bf16> xs{x.data(), hd, sample, d},
         ws{w.data(), t, h * tt, tt};
     auto be = NewCpuBackend(2);
