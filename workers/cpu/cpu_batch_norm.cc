@@ -105,7 +105,7 @@ LS_MULTIVERSION void ApplyRowsBf16(int begin, int end, int cols, const float* x,
       const float v = RoundBf16(math::BatchNormY(RoundBf16(x[at + c]), mean[c], mul[c], bias, c));
       const float out = kRelu ? (v > 0.0f ? v : 0.0f) : v;
       y[at + c] = out;
-      if constexpr (kTwin) y16[at + c].bits = static_cast<uint16_t>(FloatBits(out) >> 16);
+      if constexpr (kTwin) y16[at + c].bits = TwinBits(out);
     }
   }
 }

@@ -83,14 +83,14 @@ LS_MULTIVERSION void AddBf16Range(const float* a, const float* b, float* y, Bf16
     const float v = RoundBf16(a[i] + b[i]);
     const float out = kRelu ? (v > 0.0f ? v : 0.0f) : v;
     y[i] = out;
-    if constexpr (kTwin) y16[i].bits = static_cast<uint16_t>(FloatBits(out) >> 16);
+    if constexpr (kTwin) y16[i].bits = TwinBits(out);
   }
 }
 
 LS_MULTIVERSION void ReluBf16Range(float* x, Bf16* x16, size_t begin, size_t end) {
   for (size_t i = begin; i < end; ++i) {
     x[i] = x[i] > 0.0f ? x[i] : 0.0f;
-    x16[i].bits = static_cast<uint16_t>(FloatBits(x[i]) >> 16);
+    x16[i].bits = TwinBits(x[i]);
   }
 }
 
@@ -357,7 +357,7 @@ void LookUpBf16(const float* table, const float* x, float* y, size_t n) {
 }
 
 LS_MULTIVERSION void TwinBf16(const float* y, Bf16* y16, size_t n) {
-  for (size_t i = 0; i < n; ++i) y16[i].bits = static_cast<uint16_t>(FloatBits(y[i]) >> 16);
+  for (size_t i = 0; i < n; ++i) y16[i].bits = TwinBits(y[i]);
 }
 
 void AddBf16(int threads, size_t n, const float* a, const float* b, bool relu, float* y,

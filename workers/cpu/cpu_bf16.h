@@ -22,6 +22,8 @@ void ToBf16(int threads, size_t n, const float* x, Bf16* y);
 inline constexpr size_t kBf16Block = 4096;
 // Whether x[0, n) holds bfloat16 values only (each float32's low 16 bits zero).
 bool HoldsBf16(const float* x, size_t n);
+// The Bf16 twin of x, which holds a bfloat16 value (its high 16 bits: exact, no rounding).
+inline uint16_t TwinBits(float x) { return static_cast<uint16_t>(FloatBits(x) >> 16); }
 // f at every bfloat16 input, indexed by the input's bits (65,536 float32s): an elementwise
 // function of a bfloat16 value looked up, bit for bit what f gives.
 template <typename F>
