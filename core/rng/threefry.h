@@ -68,11 +68,17 @@ LS_HOST_DEVICE inline Pair Threefry2x32(Key key, uint32_t x0, uint32_t x1) {
   return {x0, x1};
 }
 
+// Element i of random_bits(key, 32, shape) in the partitionable mode: the hash of the
+// counter i as (high word, low word).
+LS_HOST_DEVICE inline uint32_t PartitionableBitsAt(Key key, uint32_t hi, uint32_t lo) {
+  Pair p = Threefry2x32(key, hi, lo);
+  return p.y0 ^ p.y1;
+}
+
 // Element i of random_bits(key, 32, shape) with n = prod(shape), row-major.
 LS_HOST_DEVICE inline uint32_t RandomBitsAt(Key key, Impl impl, uint64_t i, uint64_t n) {
   if (impl == Impl::kPartitionable) {
-    Pair p = Threefry2x32(key, static_cast<uint32_t>(i >> 32), static_cast<uint32_t>(i));
-    return p.y0 ^ p.y1;
+    return PartitionableBitsAt(key, static_cast<uint32_t>(i >> 32), static_cast<uint32_t>(i));
   }
   // Legacy: threefry_2x32(key, iota(n)) pads iota to even length m with a 0, hashes the
   // pairs (A[j], B[j]) of its two halves and returns concat(all y0, all y1).

@@ -4,10 +4,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <thread>
 
+#include "absl/base/casts.h"
+#include "core/rng/random.h"
 #include "core/testing.h"
 #include "workers/cpu/cpu_testing.h"
 
@@ -108,6 +111,34 @@ TEST(CpuBackend, AddIntoEitherOperandAndCopy) {
   std::vector<float> copy(n, -1.0f);
   EXPECT_OK(be->Copy(n, b.data(), copy.data()));
   EXPECT_EQ(copy, b);
+}
+
+// Dropout against its per-element formula (mask = uniform(bits of element i) < keep, y =
+// x / keep or +0.0), both key modes, 1 and 2 threads, a size that is no multiple of the
+// kernel's blocks; and its backward (dy / keep or +0.0, negative values and NaN included).
+TEST(CpuBackend, DropoutIsItsElementFormulaBitForBit) {
+  const size_t n = 100003;
+  std::vector<float> x = RandomNormal(n, 5);
+  x[7] = std::numeric_limits<float>::quiet_NaN();
+  const float keep = 0.9f;
+  const rng::Key key{11, 4};
+  for (rng::Impl impl : {rng::Impl::kPartitionable, rng::Impl::kLegacy}) {
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << threads << " threads, impl " << int(impl));
+      auto be = NewCpuBackend(threads);
+      std::vector<float> y(n), dx(n);
+      std::vector<uint8_t> mask(n);
+      ASSERT_OK(be->Dropout(n, keep, &key, impl, x.data(), y.data(), mask.data()));
+      ASSERT_OK(be->DropoutBackward(n, keep, mask.data(), x.data(), dx.data()));
+      for (size_t i = 0; i < n; ++i) {
+        const bool kept = rng::BitsToUnitFloat(rng::RandomBitsAt(key, impl, i, n)) < keep;
+        ASSERT_EQ(mask[i], kept ? 1 : 0) << i;
+        const uint32_t want = kept ? absl::bit_cast<uint32_t>(x[i] / keep) : 0u;
+        ASSERT_EQ(absl::bit_cast<uint32_t>(y[i]), want) << i;
+        ASSERT_EQ(absl::bit_cast<uint32_t>(dx[i]), want) << i;
+      }
+    }
+  }
 }
 
 TEST(CpuBackend, AdamMatchesOptaxFormula) {
