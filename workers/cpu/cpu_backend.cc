@@ -361,11 +361,6 @@ class CpuBackend final : public Backend {
                                int lda, int64_t stride_a, const Bf16* b, int ldb, int64_t stride_b,
                                float beta, float* c, int ldc, int64_t stride_c,
                                int count) override {
-    if (cpu::IsSmallGemmBf16(m, n, k)) {
-      cpu::GemmStridedSmallBf16(threads_, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb,
-                                stride_b, beta, c, ldc, stride_c, count);
-      return absl::OkStatus();
-    }
     return matmul_.Run(ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
                        stride_c, count);
   }
@@ -377,12 +372,6 @@ class CpuBackend final : public Backend {
   absl::Status GemmHeadsBf16(bool ta, bool tb, int m, int n, int k, float alpha,
                              HeadsOperand<const Bf16> a, HeadsOperand<const Bf16> b, float beta,
                              HeadsOperand<float> c, int count, int heads) override {
-    if (cpu::IsSmallGemmBf16(m, n, k)) {
-      cpu::GemmStridedSmallBf16(threads_, ta, tb, m, n, k, alpha, a.p, a.ld, a.stride, b.p, b.ld,
-                                b.stride, beta, c.p, c.ld, c.stride, count, heads, a.head, b.head,
-                                c.head);
-      return absl::OkStatus();
-    }
     return matmul_.Run(ta, tb, m, n, k, alpha, a.p, a.ld, a.stride, b.p, b.ld, b.stride, beta, c.p,
                        c.ld, c.stride, count, heads, a.head, b.head, c.head);
   }

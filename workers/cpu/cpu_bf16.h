@@ -51,23 +51,6 @@ void MaskedScaleBf16(int threads, int rows, int cols, const uint8_t* mask, float
                      const float* x, Bf16* y16);
 void SoftmaxBackwardBf16(int threads, int rows, int t, bool causal, const float* p,
                          const uint8_t* mask, float scale, const float* dp, Bf16* dp16);
-// Products of at most this many multiply-adds (m * n * k) run as GemmStridedSmallBf16:
-// below it oneDNN's per-call cost (memory objects, a parallel region, the stream's wait)
-// exceeds the product's own (attention's per-head products at short sequences: a ViT's 17
-// tokens of 16 features are 4,624).
-inline constexpr int64_t kSmallGemmBf16Max = int64_t{1} << 15;
-bool IsSmallGemmBf16(int m, int n, int k);
-
-// Backend::GemmStridedBf16 for small products: each c element a float32 sum of the exact
-// products of its bfloat16 operands, in k order (oneDNN sums them in float32 too, in an
-// order of its own). The same bits whatever `threads` is (each product on one thread).
-// `heads` > 1: count x heads products as Backend::GemmHeadsBf16, product (i, j) at
-// a + i * stride_a + j * head_a (b, c likewise), all in one parallel region.
-void GemmStridedSmallBf16(int threads, bool ta, bool tb, int m, int n, int k, float alpha,
-                          const Bf16* a, int lda, int64_t stride_a, const Bf16* b, int ldb,
-                          int64_t stride_b, float beta, float* c, int ldc, int64_t stride_c,
-                          int count, int heads = 1, int64_t head_a = 0, int64_t head_b = 0,
-                          int64_t head_c = 0);
 void Im2ColBf16(int threads, const ConvGeometry& g, const Bf16* x, Bf16* cols);
 
 }  // namespace lockstep::cpu
