@@ -141,6 +141,34 @@ TEST(CpuBackend, DropoutIsItsElementFormulaBitForBit) {
   }
 }
 
+// BiasGrad against its formula: each column summed in double over eight fixed blocks of
+// rows (one below the parallel cutoff), each top to bottom, the blocks combined in order
+// and rounded once; 77 columns take every width of the kernel's column blocks (32, 8, 1).
+TEST(CpuBackend, BiasGradIsItsBlockSumFormulaBitForBit) {
+  const int cols = 77;
+  for (const int rows : {7, 3001}) {
+    const std::vector<float> dy = RandomNormal(size_t(rows) * cols, 15);
+    const int blocks = rows == 7 ? 1 : 8;
+    std::vector<float> want(cols);
+    for (int c = 0; c < cols; ++c) {
+      double total = 0;
+      for (int blk = 0; blk < blocks; ++blk) {
+        double sum = 0;
+        for (int r = rows * blk / blocks; r < rows * (blk + 1) / blocks; ++r) {
+          sum += dy[size_t(r) * cols + c];
+        }
+        total += sum;
+      }
+      want[c] = static_cast<float>(total);
+    }
+    for (int threads : {1, 2}) {
+      std::vector<float> db(cols);
+      ASSERT_OK(NewCpuBackend(threads)->BiasGrad(rows, cols, dy.data(), db.data()));
+      EXPECT_EQ(db, want) << rows << " rows, " << threads << " threads";
+    }
+  }
+}
+
 TEST(CpuBackend, AdamMatchesOptaxFormula) {
   auto be = NewCpuBackend(2);
   std::vector<float> p = {1.0f}, g = {0.5f}, mu = {0}, nu = {0};
