@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -32,19 +33,80 @@ inline float Read(float x) {
   return kRound ? RoundBf16(x) : x;
 }
 
+typedef float F8 __attribute__((vector_size(8 * sizeof(float))));
+typedef double D8 __attribute__((vector_size(8 * sizeof(double))));
+
+// Columns [c0, c0 + 8 * kVecs) of MomentSums (kGrad false) or GradSums (true): each
+// column's two sums held in registers over the rows, in row order (sums in memory are a
+// store and a load per row, each waiting on the last). s and q: the first and second sums.
+template <bool kGrad, bool kRound, int kVecs>
+__attribute__((always_inline)) inline void ColumnSums(int begin, int end, int cols, int c0,
+                                                      const float* x, const float* dy,
+                                                      const float* mean, double* s, double* q) {
+  D8 sum[kVecs] = {}, second[kVecs] = {};
+  for (int r = begin; r < end; ++r) {
+    const size_t at = static_cast<size_t>(r) * cols + c0;
+    float u[8 * kVecs], g[8 * kVecs];  // x as read (minus the mean for kGrad), and dy
+    for (int j = 0; j < 8 * kVecs; ++j) {
+      u[j] = kGrad ? Read<kRound>(x[at + j]) - mean[c0 + j] : Read<kRound>(x[at + j]);
+      g[j] = kGrad ? dy[at + j] : u[j];
+    }
+    for (int k = 0; k < kVecs; ++k) {
+      F8 fu, fg;
+      std::memcpy(&fu, u + 8 * k, sizeof(fu));
+      std::memcpy(&fg, g + 8 * k, sizeof(fg));
+      const D8 du = __builtin_convertvector(fu, D8), dg = __builtin_convertvector(fg, D8);
+      sum[k] += dg;
+      second[k] += dg * du;
+    }
+  }
+  std::memcpy(s + c0, sum, sizeof(sum));
+  std::memcpy(q + c0, second, sizeof(second));
+}
+
+// Every column of MomentSums or GradSums into a[0, cols) and a[cols, 2 * cols): blocks of
+// 64, 32, 16 and 8 columns, then one at a time.
+template <bool kGrad, bool kRound>
+__attribute__((always_inline)) inline void AllColumnSums(int begin, int end, int cols,
+                                                         const float* x, const float* dy,
+                                                         const float* mean, double* a) {
+  double *s = a, *q = a + cols;
+  int c0 = 0;
+  for (; c0 + 64 <= cols; c0 += 64) {
+    ColumnSums<kGrad, kRound, 8>(begin, end, cols, c0, x, dy, mean, s, q);
+  }
+  if (c0 + 32 <= cols) {
+    ColumnSums<kGrad, kRound, 4>(begin, end, cols, c0, x, dy, mean, s, q);
+    c0 += 32;
+  }
+  if (c0 + 16 <= cols) {
+    ColumnSums<kGrad, kRound, 2>(begin, end, cols, c0, x, dy, mean, s, q);
+    c0 += 16;
+  }
+  if (c0 + 8 <= cols) {
+    ColumnSums<kGrad, kRound, 1>(begin, end, cols, c0, x, dy, mean, s, q);
+    c0 += 8;
+  }
+  for (; c0 < cols; ++c0) {
+    double sum = 0, second = 0;
+    for (int r = begin; r < end; ++r) {
+      const size_t at = static_cast<size_t>(r) * cols + c0;
+      const float u = kGrad ? Read<kRound>(x[at]) - mean[c0] : Read<kRound>(x[at]);
+      const float g = kGrad ? dy[at] : u;
+      sum += g;
+      second += double{g} * u;
+    }
+    s[c0] = sum;
+    q[c0] = second;
+  }
+}
+
 // p[c] and p[cols + c] = the column sums of x and of x * x over rows [begin, end), in
 // row order from 0, accumulated in double (each x * x exact) and rounded once.
 template <bool kRound>
 LS_MULTIVERSION void MomentSums(int begin, int end, int cols, const float* x, float* p) {
-  std::vector<double> a(2 * static_cast<size_t>(cols), 0.0);
-  for (int r = begin; r < end; ++r) {
-    const float* v = x + static_cast<size_t>(r) * cols;
-    for (int c = 0; c < cols; ++c) {
-      const float u = Read<kRound>(v[c]);
-      a[c] += u;
-      a[cols + c] += double{u} * u;
-    }
-  }
+  std::vector<double> a(2 * static_cast<size_t>(cols));
+  AllColumnSums<false, kRound>(begin, end, cols, x, nullptr, nullptr, a.data());
   for (size_t k = 0; k < a.size(); ++k) p[k] = static_cast<float>(a[k]);
 }
 
@@ -53,14 +115,8 @@ LS_MULTIVERSION void MomentSums(int begin, int end, int cols, const float* x, fl
 template <bool kRound>
 LS_MULTIVERSION void GradSums(int begin, int end, int cols, const float* x, const float* dy,
                               const float* mean, float* p) {
-  std::vector<double> a(2 * static_cast<size_t>(cols), 0.0);
-  for (int r = begin; r < end; ++r) {
-    const size_t at = static_cast<size_t>(r) * cols;
-    for (int c = 0; c < cols; ++c) {
-      a[c] += dy[at + c];
-      a[cols + c] += double{dy[at + c]} * (Read<kRound>(x[at + c]) - mean[c]);
-    }
-  }
+  std::vector<double> a(2 * static_cast<size_t>(cols));
+  AllColumnSums<true, kRound>(begin, end, cols, x, dy, mean, a.data());
   for (size_t k = 0; k < a.size(); ++k) p[k] = static_cast<float>(a[k]);
 }
 
