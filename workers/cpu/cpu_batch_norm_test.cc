@@ -47,9 +47,12 @@ Result RunBatchNorm(Backend& be, int rows, int cols, const float* x, const float
   return r;
 }
 
-TEST(CpuBatchNorm, MatchesTheTextbookFormulasInDouble) {
+// 127 columns: the kernels' column blocks of every width (64, 32, 16, 8, then one at a time).
+class CpuBatchNormColumns : public ::testing::TestWithParam<int> {};
+
+TEST_P(CpuBatchNormColumns, MatchesTheTextbookFormulasInDouble) {
   auto be = NewCpuBackend(2);
-  const int rows = 300, cols = 5;
+  const int rows = 300, cols = GetParam();
   const std::vector<float> x = Random(rows * cols, 1, 3.0f), dy = Random(rows * cols, 2);
   const std::vector<float> scale = Random(cols, 3), bias = Random(cols, 4);
   const Result r = RunBatchNorm(*be, rows, cols, x.data(), dy.data(), scale.data(), bias.data());
@@ -77,6 +80,8 @@ TEST(CpuBatchNorm, MatchesTheTextbookFormulasInDouble) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Widths, CpuBatchNormColumns, ::testing::Values(5, 127));
 
 TEST(CpuBatchNorm, TwoReplicasHalvesMatchOneReplicaWithAllRows) {
   auto be = NewCpuBackend(1);
