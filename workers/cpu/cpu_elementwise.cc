@@ -10,6 +10,7 @@
 
 #include "absl/base/casts.h"
 #include "core/bfloat16.h"
+#include "workers/cpu/double_column_sums.h"
 #include "workers/cpu/multiversion.h"
 #include "workers/cpu/parallel_min.h"
 
@@ -93,37 +94,11 @@ LS_MULTIVERSION void BiasAddRows(int cols, const float* bias, float* y, size_t b
   }
 }
 
-// Columns [c0, c0 + 8 * kVecs) of BlockColumnSums: each column's sum in a register over
-// the rows (one in memory would be a store and a load per row, each waiting on the last).
-template <int kVecs>
-__attribute__((always_inline)) inline void ColumnSums(int cols, int c0, const float* dy,
-                                                      double* sum, size_t begin, size_t end) {
-  typedef float F8 __attribute__((vector_size(8 * sizeof(float))));
-  typedef double D8 __attribute__((vector_size(8 * sizeof(double))));
-  D8 acc[kVecs] = {};
-  for (size_t r = begin; r < end; ++r) {
-    const float* row = dy + r * cols + c0;
-    for (int q = 0; q < kVecs; ++q) {
-      F8 v;
-      std::memcpy(&v, row + 8 * q, sizeof(v));
-      acc[q] += __builtin_convertvector(v, D8);
-    }
-  }
-  std::memcpy(sum + c0, acc, sizeof(acc));
-}
-
 // sum[c] = column sums of rows [begin, end), top to bottom, accumulated in double; dy16
 // (unless null) receives those rows as bfloat16.
 LS_MULTIVERSION void BlockColumnSums(int cols, const float* dy, double* sum, Bf16* dy16,
                                      size_t begin, size_t end) {
-  int c0 = 0;
-  for (; c0 + 32 <= cols; c0 += 32) ColumnSums<4>(cols, c0, dy, sum, begin, end);
-  for (; c0 + 8 <= cols; c0 += 8) ColumnSums<1>(cols, c0, dy, sum, begin, end);
-  for (; c0 < cols; ++c0) {
-    double s = 0;
-    for (size_t r = begin; r < end; ++r) s += dy[r * cols + c0];
-    sum[c0] = s;
-  }
+  DoubleColumnSums(cols, dy, sum, begin, end);
   if (dy16 == nullptr) return;
   for (size_t r = begin; r < end; ++r) {
     const float* row = dy + r * cols;

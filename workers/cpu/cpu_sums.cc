@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "workers/cpu/double_column_sums.h"
 #include "workers/cpu/multiversion.h"
 #include "workers/cpu/parallel_min.h"
 
@@ -14,11 +15,7 @@ namespace {
 // double (`acc`, cols of them) and rounded once.
 LS_MULTIVERSION void BlockSums(int begin, int end, int cols, const float* x, double* acc,
                                float* p) {
-  std::fill_n(acc, cols, 0.0);
-  for (int r = begin; r < end; ++r) {
-    const float* v = x + static_cast<size_t>(r) * cols;
-    for (int c = 0; c < cols; ++c) acc[c] += v[c];
-  }
+  DoubleColumnSums(cols, x, acc, begin, end);
   for (int c = 0; c < cols; ++c) p[c] = static_cast<float>(acc[c]);
 }
 
