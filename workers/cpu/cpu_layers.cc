@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/layer_math.h"
@@ -431,6 +432,59 @@ LS_MULTIVERSION void LayerNormDxRows(int cols, const float* x, const float* scal
   }
 }
 
+typedef float F8 __attribute__((vector_size(8 * sizeof(float))));
+typedef double D8 __attribute__((vector_size(8 * sizeof(double))));
+
+// Columns [c0, c0 + 8 * kVecs) of LayerNormParamSums, each column's two sums held in
+// registers over the rows (in memory they are a store and a load per row, each waiting on
+// the last).
+template <int kVecs>
+__attribute__((always_inline)) inline void LayerNormParamColumns(int r0, int r1, int cols, int c0,
+                                                                 const float* x, const float* mean,
+                                                                 const float* rstd, const float* dy,
+                                                                 double* ps, double* pb) {
+  D8 s[kVecs] = {}, b[kVecs] = {};
+  for (int r = r0; r < r1; ++r) {
+    const size_t at = static_cast<size_t>(r) * cols + c0;
+    float xhat[8 * kVecs];
+    for (int j = 0; j < 8 * kVecs; ++j) xhat[j] = (x[at + j] - mean[r]) * rstd[r];
+    for (int k = 0; k < kVecs; ++k) {
+      F8 fx, fd;
+      std::memcpy(&fx, xhat + 8 * k, sizeof(fx));
+      std::memcpy(&fd, dy + at + 8 * k, sizeof(fd));
+      const D8 d = __builtin_convertvector(fd, D8);
+      s[k] += d * __builtin_convertvector(fx, D8);
+      b[k] += d;
+    }
+  }
+  std::memcpy(ps + c0, s, sizeof(s));
+  std::memcpy(pb + c0, b, sizeof(b));
+}
+
+// ps[c] = the column sums of dy * xhat over rows [r0, r1) and pb[c] those of dy, top to
+// bottom in double (each product exact): blocks of 16 and 8 columns, then one at a time.
+LS_MULTIVERSION void LayerNormParamSums(int r0, int r1, int cols, const float* x, const float* mean,
+                                        const float* rstd, const float* dy, double* ps,
+                                        double* pb) {
+  int c0 = 0;
+  for (; c0 + 16 <= cols; c0 += 16) {
+    LayerNormParamColumns<2>(r0, r1, cols, c0, x, mean, rstd, dy, ps, pb);
+  }
+  for (; c0 + 8 <= cols; c0 += 8) {
+    LayerNormParamColumns<1>(r0, r1, cols, c0, x, mean, rstd, dy, ps, pb);
+  }
+  for (; c0 < cols; ++c0) {
+    double s = 0, b = 0;
+    for (int r = r0; r < r1; ++r) {
+      const size_t at = static_cast<size_t>(r) * cols + c0;
+      s += double{dy[at]} * ((x[at] - mean[r]) * rstd[r]);
+      b += dy[at];
+    }
+    ps[c0] = s;
+    pb[c0] = b;
+  }
+}
+
 }  // namespace
 
 void LayerNorm(int threads, int rows, int cols, float epsilon, const float* x, const float* scale,
@@ -466,20 +520,13 @@ void LayerNormBackward(int threads, int rows, int cols, const float* x, const fl
   if (dscale == nullptr && dbias == nullptr) return;
   // dscale = column sums of dy * xhat, dbias = column sums of dy, in double (each product
   // exact), each rounded once; the CUDA kernel adds in the same order.
-  std::vector<double> partial(2 * static_cast<size_t>(kBlocks) * cols, 0.0);
+  std::vector<double> partial(2 * static_cast<size_t>(kBlocks) * cols);
 #pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
   for (int blk = 0; blk < kBlocks; ++blk) {
     double* ps = partial.data() + 2 * static_cast<size_t>(blk) * cols;
-    double* pb = ps + cols;
-    const int r0 = static_cast<int>(int64_t{rows} * blk / kBlocks);
-    const int r1 = static_cast<int>(int64_t{rows} * (blk + 1) / kBlocks);
-    for (int r = r0; r < r1; ++r) {
-      const size_t at = static_cast<size_t>(r) * cols;
-      for (int c = 0; c < cols; ++c) {
-        ps[c] += double{dy[at + c]} * ((x[at + c] - mean[r]) * rstd[r]);
-        pb[c] += dy[at + c];
-      }
-    }
+    LayerNormParamSums(static_cast<int>(int64_t{rows} * blk / kBlocks),
+                       static_cast<int>(int64_t{rows} * (blk + 1) / kBlocks), cols, x, mean, rstd,
+                       dy, ps, ps + cols);
   }
   for (int c = 0; c < cols; ++c) {
     double total_s = 0.0, total_b = 0.0;

@@ -288,7 +288,7 @@ TEST(CpuLayers, LayerNormKeepsOffsetRowsPrecise) {
 // ones included, is math::LayerNormRow's and LayerNormDxRow's bit for bit, with and
 // without scale and bias, on 1 and 2 threads.
 TEST(CpuLayers, LayerNormIsItsRowFormulaBitForBit) {
-  const int rows = 4 * 301 + 3, cols = 67;
+  const int rows = 4 * 301 + 3, cols = 75;  // column blocks of 16, 8 and 1
   const std::vector<float> x = RandomNormal(rows * cols, 11), dy = RandomNormal(rows * cols, 12),
                            scale = RandomNormal(cols, 13), bias = RandomNormal(cols, 14);
   for (const bool affine : {false, true}) {
@@ -301,6 +301,24 @@ TEST(CpuLayers, LayerNormIsItsRowFormulaBitForBit) {
                          &want_rstd[r]);
       math::LayerNormDxRow(cols, x.data() + at, sc, want_mean[r], want_rstd[r], dy.data() + at,
                            want_dx.data() + at);
+    }
+    // dscale, dbias: column sums of dy * xhat and dy in double over 8 fixed row blocks, each
+    // top to bottom, the blocks added in order and rounded once.
+    std::vector<float> want_dscale(cols), want_dbias(cols);
+    for (int c = 0; c < cols; ++c) {
+      double total_s = 0, total_b = 0;
+      for (int blk = 0; blk < 8; ++blk) {
+        double s = 0, b = 0;
+        for (int r = rows * blk / 8; r < rows * (blk + 1) / 8; ++r) {
+          const size_t at = size_t(r) * cols + c;
+          s += double{dy[at]} * ((x[at] - want_mean[r]) * want_rstd[r]);
+          b += dy[at];
+        }
+        total_s += s;
+        total_b += b;
+      }
+      want_dscale[c] = static_cast<float>(total_s);
+      want_dbias[c] = static_cast<float>(total_b);
     }
     for (const int threads : {1, 2}) {
       SCOPED_TRACE(::testing::Message() << "affine " << affine << " threads " << threads);
@@ -315,6 +333,8 @@ TEST(CpuLayers, LayerNormIsItsRowFormulaBitForBit) {
       ASSERT_OK(be->LayerNormBackward(rows, cols, x.data(), sc, mean.data(), rstd.data(), dy.data(),
                                       dx.data(), dscale.data(), dbias.data()));
       EXPECT_EQ(0, std::memcmp(dx.data(), want_dx.data(), dx.size() * sizeof(float)));
+      EXPECT_EQ(dscale, want_dscale);
+      EXPECT_EQ(dbias, want_dbias);
     }
   }
 }
