@@ -18,6 +18,8 @@
 namespace lockstep::cpu {
 
 void ToBf16(int threads, size_t n, const float* x, Bf16* y);
+// ToBf16 of n values on the calling thread.
+void ToBf16Rows(const float* x, Bf16* y, size_t n);
 // Elements per block that a table's user checks with HoldsBf16 (in L1 for its lookup).
 inline constexpr size_t kBf16Block = 4096;
 // Whether x[0, n) holds bfloat16 values only (each float32's low 16 bits zero).

@@ -94,6 +94,24 @@ TEST_F(CpuBf16, ToBf16IsRoundBf16OnAnyThreadCount) {
   }
 }
 
+TEST(Bf16, ToBf16RowsAndTwinAreTheirScalarFormulasOnAnyBits) {
+  // Random bit patterns (NaNs, infinities, subnormals, ties among them) and the edge cases,
+  // at every offset of the 16-wide vector loop and its tail.
+  std::mt19937 gen(5);
+  std::vector<float> x(4099);
+  for (float& v : x) v = FromBits(static_cast<uint32_t>(gen()));
+  const uint32_t edges[] = {0x3f808000, 0x3f818000, 0x7f800001, 0x7fffffff, 0xff800000,
+                            0x00018000, 0x80000000, 0x7f7fffff, 0x7f7f8000, 0xffc00001};
+  for (size_t i = 0; i < std::size(edges); ++i) x[17 * i + 3] = FromBits(edges[i]);
+  std::vector<Bf16> y(x.size()), twin(x.size());
+  cpu::ToBf16Rows(x.data(), y.data(), x.size());
+  cpu::TwinBf16(x.data(), twin.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(y[i].bits, Bf16Bits(x[i])) << i;
+    ASSERT_EQ(twin[i].bits, cpu::TwinBits(x[i])) << i;
+  }
+}
+
 TEST_F(CpuBf16, AddRowsRoundsTheProductsThenTheSum) {
   const int rows = 300, cols = 129;
   const std::vector<float> x = RandomNormal(size_t(rows) * cols, 2), bias = RandomNormal(cols, 3);

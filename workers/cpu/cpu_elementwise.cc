@@ -10,6 +10,7 @@
 
 #include "absl/base/casts.h"
 #include "core/bfloat16.h"
+#include "workers/cpu/cpu_bf16.h"
 #include "workers/cpu/double_column_sums.h"
 #include "workers/cpu/multiversion.h"
 #include "workers/cpu/parallel_min.h"
@@ -98,12 +99,12 @@ LS_MULTIVERSION void BiasAddRows(int cols, const float* bias, float* y, size_t b
 // (unless null) receives those rows as bfloat16.
 LS_MULTIVERSION void BlockColumnSums(int cols, const float* dy, double* sum, Bf16* dy16,
                                      size_t begin, size_t end) {
-  DoubleColumnSums(cols, dy, sum, begin, end);
-  if (dy16 == nullptr) return;
-  for (size_t r = begin; r < end; ++r) {
-    const float* row = dy + r * cols;
-    Bf16* out = dy16 + r * cols;
-    for (int c = 0; c < cols; ++c) out[c].bits = Bf16Bits(row[c]);
+  if (dy16 == nullptr) return DoubleColumnSums(cols, dy, sum, begin, end);
+  std::fill_n(sum, cols, 0.0);
+  for (size_t r0 = begin; r0 < end; r0 += kColumnSumTileRows) {  // each tile while in L1
+    const size_t r1 = std::min(end, r0 + kColumnSumTileRows);
+    AddDoubleColumnSums(cols, dy, sum, r0, r1);
+    ToBf16Rows(dy + r0 * cols, dy16 + r0 * cols, (r1 - r0) * cols);
   }
 }
 
