@@ -92,17 +92,23 @@ LS_MULTIVERSION void TwinBf16Loop(const float* y, Bf16* y16, size_t n) {
   for (size_t i = 0; i < n; ++i) y16[i].bits = TwinBits(y[i]);
 }
 
-LS_MULTIVERSION void AddRowsBf16Range(int cols, const float* x, const float* bias, float* y,
+// AddRowsBf16 over rows [begin, end), bias16 the bias rounded to bfloat16 (or null); the
+// twins a tile of rows at a time, while in L1.
+LS_MULTIVERSION void AddRowsBf16Range(int cols, const float* x, const float* bias16, float* y,
                                       Bf16* y16, size_t begin, size_t end) {
-  for (size_t r = begin; r < end; ++r) {
-    const float* in = x + r * cols;
-    float* out = y + r * cols;
-    if (bias == nullptr) {
-      for (int c = 0; c < cols; ++c) out[c] = RoundBf16(in[c]);
-    } else {
-      for (int c = 0; c < cols; ++c) out[c] = RoundBf16(RoundBf16(in[c]) + RoundBf16(bias[c]));
+  constexpr size_t kTileRows = 16;
+  for (size_t r0 = begin; r0 < end; r0 += kTileRows) {
+    const size_t r1 = std::min(end, r0 + kTileRows);
+    for (size_t r = r0; r < r1; ++r) {
+      const float* in = x + r * cols;
+      float* out = y + r * cols;
+      if (bias16 == nullptr) {
+        for (int c = 0; c < cols; ++c) out[c] = RoundBf16(in[c]);
+      } else {
+        for (int c = 0; c < cols; ++c) out[c] = RoundBf16(RoundBf16(in[c]) + bias16[c]);
+      }
     }
-    if (y16 != nullptr) TwinBf16(out, y16 + r * cols, cols);
+    if (y16 != nullptr) TwinBf16(y + r0 * cols, y16 + r0 * cols, (r1 - r0) * cols);
   }
 }
 
@@ -306,12 +312,18 @@ void ToBf16(int threads, size_t n, const float* x, Bf16* y) {
 
 void AddRowsBf16(int threads, int rows, int cols, const float* x, const float* bias, float* y,
                  Bf16* y16) {
+  std::vector<float> bias16;
+  if (bias != nullptr) {
+    bias16.resize(cols);
+    for (int c = 0; c < cols; ++c) bias16[c] = RoundBf16(bias[c]);
+  }
+  const float* b16 = bias == nullptr ? nullptr : bias16.data();
   const size_t per = std::max<size_t>(1, kParallelMin / std::max(cols, 1));
-  if (static_cast<size_t>(rows) <= per) return AddRowsBf16Range(cols, x, bias, y, y16, 0, rows);
+  if (static_cast<size_t>(rows) <= per) return AddRowsBf16Range(cols, x, b16, y, y16, 0, rows);
 #pragma omp parallel num_threads(threads)
   {
     const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    AddRowsBf16Range(cols, x, bias, y, y16, rows * t / nt, rows * (t + 1) / nt);
+    AddRowsBf16Range(cols, x, b16, y, y16, rows * t / nt, rows * (t + 1) / nt);
   }
 }
 

@@ -1,5 +1,6 @@
-// The CPU backend's bias gradient (column sums in double) and its bfloat16 form (with the
-// bf16 copy of dy), at the example models' dense shapes, 2 threads.
+// A dense layer's row passes on the CPU backend, at the example models' dense shapes, 2
+// threads: the bias gradient (column sums in double; bf16: with the bf16 copy of dy) and
+// the bfloat16 bias epilogue (the product rounded, the bias added, rounded, its bf16 twin).
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -32,6 +33,27 @@ void BM_BiasGrad(benchmark::State& state) {
 BENCHMARK(BM_BiasGrad)
     ->ArgsProduct({{2176}, {64, 128}, {0, 1}})
     ->ArgsProduct({{4096}, {128, 256, 512}, {0, 1}})
+    ->UseRealTime();
+
+void BM_AddRowsBf16(benchmark::State& state) {
+  const int rows = state.range(0), cols = state.range(1);
+  std::mt19937 gen(2);
+  std::normal_distribution<float> d;
+  std::vector<float> x(size_t(rows) * cols), bias(cols), y(x.size());
+  for (float& v : x) v = d(gen);
+  for (float& v : bias) v = d(gen);
+  std::vector<Bf16> y16(x.size());
+  auto be = NewCpuBackend(2);
+  for (auto _ : state) {
+    const absl::Status s = be->AddRowsBf16(rows, cols, x.data(), bias.data(), y.data(), y16.data());
+    if (!s.ok()) state.SkipWithError(s.ToString().c_str());
+    benchmark::DoNotOptimize(y16.data());
+  }
+  state.SetBytesProcessed(state.iterations() * int64_t{rows} * cols * 10);
+}
+BENCHMARK(BM_AddRowsBf16)
+    ->ArgsProduct({{2176}, {64, 128}})
+    ->ArgsProduct({{4096}, {128, 512}})
     ->UseRealTime();
 
 }  // namespace
