@@ -38,23 +38,20 @@ LS_MULTIVERSION void DivideBf16Range(float d, const float* x, Bf16* y16, size_t 
   for (size_t i = begin; i < end; ++i) y16[i].bits = Bf16Bits(x[i] / d);
 }
 
-// Dropout of elements [begin, end) of n, the mask from random_bits(key, n): the kept
-// values first (x / keep, or in bfloat16 bf16(x / bf16(keep))), then a select per mode,
-// so that no division is conditional and both loops (Threefry's rounds included)
-// vectorize. x may be y.
+// Dropout of elements [begin, end) of n, the mask from random_bits(key, n), in one pass:
+// y[i] = x / keep (in bfloat16 bf16(x / bf16(keep))) where element i is kept, else +0.0,
+// the division done for every element and the select a bit mask (a conditional division
+// or a ternary compiles to a branch per element, which the random mask mispredicts, and no
+// vector loop). x may be y.
 template <bool kBf16>
 LS_MULTIVERSION void DropoutRange(rng::Key k, rng::Impl impl, size_t n, float keep, const float* x,
                                   float* y, uint8_t* mask, size_t begin, size_t end) {
-  if (kBf16) {
-    const float keep16 = RoundBf16(keep);
-    for (size_t i = begin; i < end; ++i) y[i] = RoundBf16(x[i] / keep16);
-  } else {
-    for (size_t i = begin; i < end; ++i) y[i] = x[i] / keep;
-  }
+  const float keep16 = RoundBf16(keep);
   auto select = [&](size_t i, uint32_t bits) {
-    const bool m = rng::BitsToUnitFloat(bits) < keep;
-    mask[i] = m ? 1 : 0;
-    y[i] = m ? y[i] : 0.0f;
+    const uint32_t m = rng::BitsToUnitFloat(bits) < keep ? 1u : 0u;
+    const float v = kBf16 ? RoundBf16(x[i] / keep16) : x[i] / keep;
+    mask[i] = static_cast<uint8_t>(m);
+    y[i] = absl::bit_cast<float>(absl::bit_cast<uint32_t>(v) & (0u - m));
   };
   if (impl == rng::Impl::kPartitionable && end <= (uint64_t{1} << 32)) {
     // Every counter's high word is 0: 32-bit counters, hashed a block at a time in a loop

@@ -1,6 +1,7 @@
-// A dense layer's row passes on the CPU backend, at the example models' dense shapes, 2
-// threads: the bias gradient (column sums in double; bf16: with the bf16 copy of dy) and
-// the bfloat16 bias epilogue (the product rounded, the bias added, rounded, its bf16 twin).
+// The CPU backend's memory-bound passes at the example models' shapes, 2 threads: a dense
+// layer's bias gradient (column sums in double; bf16: with the bf16 copy of dy), its
+// bfloat16 bias epilogue (the product rounded, the bias added, rounded, its bf16 twin), and
+// dropout (Threefry bits per element, the mask and the kept values).
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -55,6 +56,29 @@ BENCHMARK(BM_AddRowsBf16)
     ->ArgsProduct({{2176}, {64, 128}})
     ->ArgsProduct({{4096}, {128, 512}})
     ->UseRealTime();
+
+void BM_Dropout(benchmark::State& state) {
+  const size_t n = state.range(0);
+  const bool bf16 = state.range(1) != 0;
+  std::mt19937 gen(3);
+  std::normal_distribution<float> d;
+  std::vector<float> x(n), y(n);
+  for (float& v : x) v = bf16 ? RoundBf16(d(gen)) : d(gen);
+  std::vector<uint8_t> mask(n);
+  const rng::Key key{1, 2};
+  auto be = NewCpuBackend(2);
+  for (auto _ : state) {
+    const absl::Status s = bf16 ? be->DropoutBf16(1, n, 0.9f, &key, rng::Impl::kPartitionable,
+                                                  x.data(), y.data(), mask.data())
+                                : be->Dropout(n, 0.9f, &key, rng::Impl::kPartitionable, x.data(),
+                                              y.data(), mask.data());
+    if (!s.ok()) state.SkipWithError(s.ToString().c_str());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetItemsProcessed(state.iterations() * int64_t(n));
+}
+// A ViT block's dropouts (2,176 tokens of 64 and 128).
+BENCHMARK(BM_Dropout)->ArgsProduct({{2176 * 64, 2176 * 128}, {0, 1}})->UseRealTime();
 
 }  // namespace
 }  // namespace lockstep
