@@ -15,6 +15,7 @@
 #include "core/batch_norm_math.h"
 #include "core/bfloat16.h"
 #include "workers/cpu/cpu_bf16.h"
+#include "workers/cpu/double_column_sums.h"
 #include "workers/cpu/multiversion.h"
 #include "workers/cpu/parallel_min.h"
 
@@ -32,9 +33,6 @@ template <bool kRound>
 inline float Read(float x) {
   return kRound ? RoundBf16(x) : x;
 }
-
-typedef float F8 __attribute__((vector_size(8 * sizeof(float))));
-typedef double D8 __attribute__((vector_size(8 * sizeof(double))));
 
 // Columns [c0, c0 + 8 * kVecs) of MomentSums (kGrad false) or GradSums (true): each
 // column's two sums held in registers over the rows, in row order (sums in memory are a

@@ -11,6 +11,7 @@
 
 #include "core/layer_math.h"
 #include "workers/cpu/cpu_bf16.h"
+#include "workers/cpu/double_column_sums.h"
 #include "workers/cpu/multiversion.h"
 #include "workers/cpu/parallel_min.h"
 
@@ -431,9 +432,6 @@ LS_MULTIVERSION void LayerNormDxRows(int cols, const float* x, const float* scal
                                dx + at);
   }
 }
-
-typedef float F8 __attribute__((vector_size(8 * sizeof(float))));
-typedef double D8 __attribute__((vector_size(8 * sizeof(double))));
 
 // Columns [c0, c0 + 8 * kVecs) of LayerNormParamSums, each column's two sums held in
 // registers over the rows (in memory they are a store and a load per row, each waiting on

@@ -11,14 +11,17 @@
 
 namespace lockstep::cpu {
 
+// Eight floats, and eight doubles (GCC's vector extension): a column block's values and
+// its sums, which the compiler keeps in registers.
+typedef float F8 __attribute__((vector_size(8 * sizeof(float))));
+typedef double D8 __attribute__((vector_size(8 * sizeof(double))));
+
 // Columns [c0, c0 + 8 * kVecs) of DoubleColumnSums over rows [begin, end): sum's values
 // taken into registers, the rows added, and put back.
 template <int kVecs>
 __attribute__((always_inline)) inline void DoubleColumnSumsBlock(int cols, int c0, const float* x,
                                                                  double* sum, size_t begin,
                                                                  size_t end) {
-  typedef float F8 __attribute__((vector_size(8 * sizeof(float))));
-  typedef double D8 __attribute__((vector_size(8 * sizeof(double))));
   D8 acc[kVecs];
   std::memcpy(acc, sum + c0, sizeof(acc));
   for (size_t r = begin; r < end; ++r) {
