@@ -38,9 +38,10 @@ inline float Read(float x) {
 // column's two sums held in registers over the rows, in row order (sums in memory are a
 // store and a load per row, each waiting on the last). s and q: the first and second sums.
 template <bool kGrad, bool kRound, int kVecs>
-__attribute__((always_inline)) inline void ColumnSums(int begin, int end, int cols, int c0,
-                                                      const float* x, const float* dy,
-                                                      const float* mean, double* s, double* q) {
+__attribute__((always_inline)) inline void ColumnBlockSums(int begin, int end, int cols, int c0,
+                                                           const float* x, const float* dy,
+                                                           const float* mean, double* s,
+                                                           double* q) {
   D8 sum[kVecs] = {}, second[kVecs] = {};
   for (int r = begin; r < end; ++r) {
     const size_t at = static_cast<size_t>(r) * cols + c0;
@@ -71,18 +72,18 @@ __attribute__((always_inline)) inline void AllColumnSums(int begin, int end, int
   double *s = a, *q = a + cols;
   int c0 = 0;
   for (; c0 + 64 <= cols; c0 += 64) {
-    ColumnSums<kGrad, kRound, 8>(begin, end, cols, c0, x, dy, mean, s, q);
+    ColumnBlockSums<kGrad, kRound, 8>(begin, end, cols, c0, x, dy, mean, s, q);
   }
   if (c0 + 32 <= cols) {
-    ColumnSums<kGrad, kRound, 4>(begin, end, cols, c0, x, dy, mean, s, q);
+    ColumnBlockSums<kGrad, kRound, 4>(begin, end, cols, c0, x, dy, mean, s, q);
     c0 += 32;
   }
   if (c0 + 16 <= cols) {
-    ColumnSums<kGrad, kRound, 2>(begin, end, cols, c0, x, dy, mean, s, q);
+    ColumnBlockSums<kGrad, kRound, 2>(begin, end, cols, c0, x, dy, mean, s, q);
     c0 += 16;
   }
   if (c0 + 8 <= cols) {
-    ColumnSums<kGrad, kRound, 1>(begin, end, cols, c0, x, dy, mean, s, q);
+    ColumnBlockSums<kGrad, kRound, 1>(begin, end, cols, c0, x, dy, mean, s, q);
     c0 += 8;
   }
   for (; c0 < cols; ++c0) {
