@@ -34,6 +34,14 @@ LS_MULTIVERSION void LookUpRange(const float* table, const float* x, float* y, s
   for (size_t i = 0; i < n; ++i) y[i] = table[FloatBits(x[i]) >> 16];
 }
 
+LS_MULTIVERSION void ToBf16Loop(const float* x, Bf16* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i].bits = Bf16Bits(x[i]);
+}
+
+LS_MULTIVERSION void TwinBf16Loop(const float* y, Bf16* y16, size_t n) {
+  for (size_t i = 0; i < n; ++i) y16[i].bits = TwinBits(y[i]);
+}
+
 #if defined(__x86_64__)
 // Whether this CPU runs the AVX-512 functions below (checked once).
 bool HasAvx512() {
@@ -70,7 +78,7 @@ __attribute__((target("avx512f"))) void ToBf16Avx512(const float* x, Bf16* y, si
     const __m512i bits = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(high, quiet));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm512_cvtepi32_epi16(bits));
   }
-  for (; i < n; ++i) y[i].bits = Bf16Bits(x[i]);
+  ToBf16Loop(x + i, y + i, n - i);
 }
 
 __attribute__((target("avx512f"))) void TwinBf16Avx512(const float* x, Bf16* y, size_t n) {
@@ -79,18 +87,10 @@ __attribute__((target("avx512f"))) void TwinBf16Avx512(const float* x, Bf16* y, 
     const __m512i high = _mm512_srli_epi32(_mm512_loadu_si512(x + i), 16);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm512_cvtepi32_epi16(high));
   }
-  for (; i < n; ++i) y[i].bits = TwinBits(x[i]);
+  TwinBf16Loop(x + i, y + i, n - i);
 }
 #pragma GCC diagnostic pop
 #endif
-
-LS_MULTIVERSION void ToBf16Loop(const float* x, Bf16* y, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i].bits = Bf16Bits(x[i]);
-}
-
-LS_MULTIVERSION void TwinBf16Loop(const float* y, Bf16* y16, size_t n) {
-  for (size_t i = 0; i < n; ++i) y16[i].bits = TwinBits(y[i]);
-}
 
 // AddRowsBf16 over rows [begin, end), bias16 the bias rounded to bfloat16 (or null); the
 // twins a tile of rows at a time, while in L1.
