@@ -21,6 +21,7 @@
 #include "workers/cpu/cpu_sums.h"
 #include "workers/cpu/dnnl_conv.h"
 #include "workers/cpu/dnnl_matmul.h"
+#include "workers/cpu/heads_gemm_bf16.h"
 
 namespace lockstep {
 namespace {
@@ -372,6 +373,10 @@ class CpuBackend final : public Backend {
   absl::Status GemmHeadsBf16(bool ta, bool tb, int m, int n, int k, float alpha,
                              HeadsOperand<const Bf16> a, HeadsOperand<const Bf16> b, float beta,
                              HeadsOperand<float> c, int count, int heads) override {
+    if (cpu::HeadsGemmBf16Takes(m, n, k)) {
+      cpu::HeadsGemmBf16(threads_, ta, tb, m, n, k, alpha, a, b, beta, c, count, heads);
+      return absl::OkStatus();
+    }
     return matmul_.Run(ta, tb, m, n, k, alpha, a.p, a.ld, a.stride, b.p, b.ld, b.stride, beta, c.p,
                        c.ld, c.stride, count, heads, a.head, b.head, c.head);
   }
