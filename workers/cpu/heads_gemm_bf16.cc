@@ -110,11 +110,10 @@ struct PairsA {
   const char* bytes;
   int64_t row, pair;
   int pairs;
-  const Bf16* odd;
-  int64_t odd_ld;
+  const Bf16* odd = nullptr;
+  int64_t odd_ld = 0;
 };
 
-// c[i0 .. i0 + R) x [j0 .. j0 + 16 V) (columns < n) from packed b (ld columns per pair row).
 // acc[r][v] += row i0 + r's pair (words[r]) times packed b's pair row brow, columns
 // j0 + 16 v onwards.
 template <int R, int V>
@@ -228,18 +227,13 @@ LS_AVX512_BF16 void Product(bool ta, bool tb, int m, int n, int k, float alpha, 
   const int columns = n >= kLanes && 2 * tail * blocks <= m ? n - tail : n;
   const int pairs_total = (k + 1) / 2;
   if (ta || columns < n) PackB(!ta, m, k, a, lda, pa);  // a^T's pairs, as b's
-  const PairsA pairs = ta ? PairsA{reinterpret_cast<const char*>(pa),
-                                   4,
-                                   int64_t{4} * RoundUp(m),
-                                   pairs_total,
-                                   nullptr,
-                                   0}
-                          : PairsA{reinterpret_cast<const char*>(a),
-                                   int64_t{2} * lda,
-                                   4,
-                                   k / 2,
-                                   k % 2 != 0 ? a + (k - 1) : nullptr,
-                                   lda};
+  PairsA pairs{reinterpret_cast<const char*>(a),
+               int64_t{2} * lda,
+               4,
+               k / 2,
+               k % 2 != 0 ? a + (k - 1) : nullptr,
+               lda};
+  if (ta) pairs = {reinterpret_cast<const char*>(pa), 4, int64_t{4} * RoundUp(m), pairs_total};
   const int ld = RoundUp(n);
   for (int j0 = 0; j0 < columns; j0 += kLanes * kTileVectors) {
     const int vectors = std::min(kTileVectors, (columns - j0 + kLanes - 1) / kLanes);
