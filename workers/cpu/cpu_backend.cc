@@ -373,7 +373,7 @@ class CpuBackend final : public Backend {
   absl::Status GemmHeadsBf16(bool ta, bool tb, int m, int n, int k, float alpha,
                              HeadsOperand<const Bf16> a, HeadsOperand<const Bf16> b, float beta,
                              HeadsOperand<float> c, int count, int heads) override {
-    if (cpu::HeadsGemmBf16Takes(m, n, k)) {
+    if (cpu::HeadsGemmBf16Preferred(m, n, k)) {
       cpu::HeadsGemmBf16(threads_, ta, tb, m, n, k, alpha, a, b, beta, c, count, heads);
       return absl::OkStatus();
     }

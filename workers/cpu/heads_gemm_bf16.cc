@@ -271,6 +271,11 @@ bool HeadsGemmBf16Takes(int m, int n, int k) {
   return cpu && m <= kHeadsGemmMaxDim && n <= kHeadsGemmMaxDim && k <= kHeadsGemmMaxDim;
 }
 
+bool HeadsGemmBf16Preferred(int m, int n, int k) {
+  static const bool amx = __builtin_cpu_supports("amx-bf16");
+  return !amx && HeadsGemmBf16Takes(m, n, k);
+}
+
 void HeadsGemmBf16(int threads, bool ta, bool tb, int m, int n, int k, float alpha,
                    Backend::HeadsOperand<const Bf16> a, Backend::HeadsOperand<const Bf16> b,
                    float beta, Backend::HeadsOperand<float> c, int count, int heads) {
@@ -287,6 +292,8 @@ void HeadsGemmBf16(int threads, bool ta, bool tb, int m, int n, int k, float alp
 #else  // no AVX-512 BF16 build: oneDNN runs every shape
 
 bool HeadsGemmBf16Takes(int, int, int) { return false; }
+
+bool HeadsGemmBf16Preferred(int, int, int) { return false; }
 
 void HeadsGemmBf16(int, bool, bool, int, int, int, float, Backend::HeadsOperand<const Bf16>,
                    Backend::HeadsOperand<const Bf16>, float, Backend::HeadsOperand<float>, int,

@@ -24,6 +24,12 @@ namespace lockstep::cpu {
 inline constexpr int kHeadsGemmMaxDim = 256;
 bool HeadsGemmBf16Takes(int m, int n, int k);
 
+// Whether the CPU backend runs a product here rather than in oneDNN: where
+// HeadsGemmBf16Takes and the CPU has no AMX (this kernel was measured faster than oneDNN's
+// AVX-512 BF16 one, bench/results/heads-gemm.md; oneDNN's AMX kernels were not measured
+// against it, so an AMX CPU keeps them).
+bool HeadsGemmBf16Preferred(int m, int n, int k);
+
 // count x heads products as Backend::GemmHeadsBf16, split among `threads` OpenMP
 // threads. Only for shapes HeadsGemmBf16Takes.
 void HeadsGemmBf16(int threads, bool ta, bool tb, int m, int n, int k, float alpha,
