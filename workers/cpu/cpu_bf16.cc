@@ -49,6 +49,14 @@ bool HasAvx512() {
   return avx512;
 }
 
+// Whether it runs the AVX-512 BF16 ones (vcvtneps2bf16).
+bool HasAvx512Bf16() {
+  static const bool bf16 = __builtin_cpu_supports("avx512bf16") &&
+                           __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return bf16;
+}
+
 #pragma GCC diagnostic push  // GCC 12 flags its own intrinsics' _mm512_undefined_*
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // LookUpRange in AVX-512 gathers of 16 (the compilers emulate gathers with scalar loads,
@@ -63,22 +71,67 @@ __attribute__((target("avx512f"))) void LookUpAvx512(const float* table, const f
   LookUpRange(table, x + i, y + i, n - i);
 }
 
+// Bf16Bits of 16 floats (32-bit lanes) in AVX-512F integer arithmetic.
+__attribute__((target("avx512f"))) inline __m512i Bf16BitsAvx512(__m512i u) {
+  const __m512i high = _mm512_srli_epi32(u, 16);
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
+                                         _mm512_and_si512(high, _mm512_set1_epi32(1))),
+                        16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
+}
+
 // Bf16Bits and TwinBits of 16 floats at a time, narrowed to 16 bits by AVX-512F's vpmovdw
 // (the compilers' own loops narrow through AVX2 packs, two passes slower).
 __attribute__((target("avx512f"))) void ToBf16Avx512(const float* x, Bf16* y, size_t n) {
-  const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
-  const __m512i quiet = _mm512_set1_epi32(0x40), abs = _mm512_set1_epi32(0x7fffffff);
-  const __m512i inf = _mm512_set1_epi32(0x7f800000);
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i u = _mm512_loadu_si512(x + i), high = _mm512_srli_epi32(u, 16);
-    const __m512i rounded = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(u, half), _mm512_and_si512(high, one)), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
-    const __m512i bits = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(high, quiet));
+    const __m512i bits = Bf16BitsAvx512(_mm512_loadu_si512(x + i));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm512_cvtepi32_epi16(bits));
   }
   ToBf16Loop(x + i, y + i, n - i);
+}
+
+#define LS_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+// Bf16Bits of 16 floats by vcvtneps2bf16 (nearest even, a NaN made quiet as Bf16Bits
+// does), whose one difference, subnormal inputs flushed to zero, sends a vector holding
+// one to the integer formula.
+LS_AVX512_BF16 inline __m256i Bf16Bits16(__m512 x) {
+  if (_mm512_fpclass_ps_mask(x, 0x20) == 0) return (__m256i)_mm512_cvtneps_pbh(x);
+  return _mm512_cvtepi32_epi16(Bf16BitsAvx512(_mm512_castps_si512(x)));
+}
+
+// The floats of 16 bfloat16 values.
+LS_AVX512_BF16 inline __m512 WidenBf16(__m256i bits) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+
+LS_AVX512_BF16 void ToBf16Avx512Bf16(const float* x, Bf16* y, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), Bf16Bits16(_mm512_loadu_ps(x + i)));
+  }
+  ToBf16Loop(x + i, y + i, n - i);
+}
+
+// AddRowsBf16Range in AVX-512 BF16, 16 columns at a time, the twin from the same vector.
+LS_AVX512_BF16 void AddRowsBf16Avx512(int cols, const float* x, const float* bias16, float* y,
+                                      Bf16* y16, size_t begin, size_t end) {
+  for (size_t r = begin; r < end; ++r) {
+    const size_t at = r * cols;
+    for (int c = 0; c < cols; c += 16) {
+      const __mmask16 m = cols - c >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cols - c)) - 1);
+      __m256i bits = Bf16Bits16(_mm512_maskz_loadu_ps(m, x + at + c));
+      if (bias16 != nullptr) {
+        bits = Bf16Bits16(_mm512_add_ps(WidenBf16(bits), _mm512_maskz_loadu_ps(m, bias16 + c)));
+      }
+      _mm512_mask_storeu_ps(y + at + c, m, WidenBf16(bits));
+      if (y16 != nullptr) _mm256_mask_storeu_epi16(y16 + at + c, m, bits);
+    }
+  }
 }
 
 __attribute__((target("avx512f"))) void TwinBf16Avx512(const float* x, Bf16* y, size_t n) {
@@ -294,6 +347,7 @@ void TwinBf16(const float* y, Bf16* y16, size_t n) {
 
 void ToBf16Rows(const float* x, Bf16* y, size_t n) {
 #if defined(__x86_64__)
+  if (HasAvx512Bf16()) return ToBf16Avx512Bf16(x, y, n);
   if (HasAvx512()) return ToBf16Avx512(x, y, n);
 #endif
   ToBf16Loop(x, y, n);
@@ -318,12 +372,16 @@ void AddRowsBf16(int threads, int rows, int cols, const float* x, const float* b
     for (int c = 0; c < cols; ++c) bias16[c] = RoundBf16(bias[c]);
   }
   const float* b16 = bias == nullptr ? nullptr : bias16.data();
+  auto range = AddRowsBf16Range;
+#if defined(__x86_64__)
+  if (HasAvx512Bf16()) range = AddRowsBf16Avx512;
+#endif
   const size_t per = std::max<size_t>(1, kParallelMin / std::max(cols, 1));
-  if (static_cast<size_t>(rows) <= per) return AddRowsBf16Range(cols, x, b16, y, y16, 0, rows);
+  if (static_cast<size_t>(rows) <= per) return range(cols, x, b16, y, y16, 0, rows);
 #pragma omp parallel num_threads(threads)
   {
     const size_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    AddRowsBf16Range(cols, x, b16, y, y16, rows * t / nt, rows * (t + 1) / nt);
+    range(cols, x, b16, y, y16, rows * t / nt, rows * (t + 1) / nt);
   }
 }
 
