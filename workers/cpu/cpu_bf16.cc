@@ -247,17 +247,10 @@ LS_MULTIVERSION void ExpRowRange(const float* exp, int n, float mx, float* x) {
 // a gather.
 __attribute__((target("avx512f"))) void ExpRowAvx512(const float* exp, int n, float mx, float* x) {
   const __m512 m = _mm512_set1_ps(mx);
-  const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
-  const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-  const __m512i quiet = _mm512_set1_epi32(0x40);
   int k = 0;
   for (; k + 16 <= n; k += 16) {
-    const __m512i u = _mm512_castps_si512(_mm512_sub_ps(_mm512_loadu_ps(x + k), m));
-    const __m512i high = _mm512_srli_epi32(u, 16);
-    const __m512i rounded = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(u, half), _mm512_and_si512(high, one)), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
-    const __m512i bits = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(high, quiet));
+    const __m512i bits =
+        Bf16BitsAvx512(_mm512_castps_si512(_mm512_sub_ps(_mm512_loadu_ps(x + k), m)));
     _mm512_storeu_ps(x + k, _mm512_i32gather_ps(bits, exp, sizeof(float)));
   }
   ExpRowRange(exp, n - k, mx, x + k);
