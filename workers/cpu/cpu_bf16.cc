@@ -49,14 +49,6 @@ bool HasAvx512() {
   return avx512;
 }
 
-// Whether it runs the AVX-512 BF16 ones (vcvtneps2bf16).
-bool HasAvx512Bf16() {
-  static const bool bf16 = __builtin_cpu_supports("avx512bf16") &&
-                           __builtin_cpu_supports("avx512bw") &&
-                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  return bf16;
-}
-
 #pragma GCC diagnostic push  // GCC 12 flags its own intrinsics' _mm512_undefined_*
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // LookUpRange in AVX-512 gathers of 16 (the compilers emulate gathers with scalar loads,
@@ -93,8 +85,6 @@ __attribute__((target("avx512f"))) void ToBf16Avx512(const float* x, Bf16* y, si
   }
   ToBf16Loop(x + i, y + i, n - i);
 }
-
-#define LS_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 // Bf16Bits of 16 floats by vcvtneps2bf16 (nearest even, a NaN made quiet as Bf16Bits
 // does), whose one difference, subnormal inputs flushed to zero, sends a vector holding

@@ -11,15 +11,15 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#include "workers/cpu/multiversion.h"
+
+#if defined(LS_AVX512_BF16)
 #include <immintrin.h>
-#define LS_HEADS_GEMM 1
-#define LS_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #endif
 
 namespace lockstep::cpu {
 
-#if defined(LS_HEADS_GEMM)
+#if defined(LS_AVX512_BF16)
 #pragma GCC diagnostic push  // GCC 12 flags its own intrinsics' _mm512_undefined_*
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 namespace {
@@ -266,9 +266,7 @@ LS_AVX512_BF16 void ProductRange(const Products& s, int begin, int end) {
 #pragma GCC diagnostic pop
 
 bool HeadsGemmBf16Takes(int m, int n, int k) {
-  static const bool cpu = __builtin_cpu_supports("avx512bf16") &&
-                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  return cpu && m <= kHeadsGemmMaxDim && n <= kHeadsGemmMaxDim && k <= kHeadsGemmMaxDim;
+  return HasAvx512Bf16() && m <= kHeadsGemmMaxDim && n <= kHeadsGemmMaxDim && k <= kHeadsGemmMaxDim;
 }
 
 bool HeadsGemmBf16Preferred(int m, int n, int k) {

@@ -19,8 +19,8 @@
 
 namespace lockstep::cpu {
 
-// Whether HeadsGemmBf16 runs a product of this shape on this CPU: avx512_bf16 (with
-// AVX-512 BW and VL) and m, n, k <= kHeadsGemmMaxDim.
+// Whether HeadsGemmBf16 runs a product of this shape on this CPU: HasAvx512Bf16
+// (multiversion.h) and m, n, k <= kHeadsGemmMaxDim.
 inline constexpr int kHeadsGemmMaxDim = 256;
 bool HeadsGemmBf16Takes(int m, int n, int k);
 

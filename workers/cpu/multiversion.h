@@ -15,4 +15,26 @@
 #define LS_MULTIVERSION
 #endif
 
+// Functions with AVX-512 BF16 instructions (vdpbf16ps, vcvtneps2bf16) and the AVX-512
+// subsets used beside them: called only where the CPU has every one (HasAvx512Bf16).
+#if defined(__x86_64__) && defined(__GNUC__)
+#define LS_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#endif
+
+namespace lockstep::cpu {
+
+// Whether this CPU runs LS_AVX512_BF16 functions (checked once).
+inline bool HasAvx512Bf16() {
+#if defined(LS_AVX512_BF16)
+  static const bool bf16 = __builtin_cpu_supports("avx512bf16") &&
+                           __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return bf16;
+#else
+  return false;
+#endif
+}
+
+}  // namespace lockstep::cpu
+
 #endif  // LOCKSTEP_WORKERS_CPU_MULTIVERSION_H_
