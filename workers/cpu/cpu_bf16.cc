@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/layer_math.h"
+#include "workers/cpu/bf16_vectors.h"
 #include "workers/cpu/multiversion.h"
 #include "workers/cpu/parallel_min.h"
 
@@ -63,18 +64,6 @@ __attribute__((target("avx512f"))) void LookUpAvx512(const float* table, const f
   LookUpRange(table, x + i, y + i, n - i);
 }
 
-// Bf16Bits of 16 floats (32-bit lanes) in AVX-512F integer arithmetic.
-__attribute__((target("avx512f"))) inline __m512i Bf16BitsAvx512(__m512i u) {
-  const __m512i high = _mm512_srli_epi32(u, 16);
-  const __m512i rounded =
-      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
-                                         _mm512_and_si512(high, _mm512_set1_epi32(1))),
-                        16);
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                _mm512_set1_epi32(0x7f800000));
-  return _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
-}
-
 // Bf16Bits and TwinBits of 16 floats at a time, narrowed to 16 bits by AVX-512F's vpmovdw
 // (the compilers' own loops narrow through AVX2 packs, two passes slower).
 __attribute__((target("avx512f"))) void ToBf16Avx512(const float* x, Bf16* y, size_t n) {
@@ -84,19 +73,6 @@ __attribute__((target("avx512f"))) void ToBf16Avx512(const float* x, Bf16* y, si
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), _mm512_cvtepi32_epi16(bits));
   }
   ToBf16Loop(x + i, y + i, n - i);
-}
-
-// Bf16Bits of 16 floats by vcvtneps2bf16 (nearest even, a NaN made quiet as Bf16Bits
-// does), whose one difference, subnormal inputs flushed to zero, sends a vector holding
-// one to the integer formula.
-LS_AVX512_BF16 inline __m256i Bf16Bits16(__m512 x) {
-  if (_mm512_fpclass_ps_mask(x, 0x20) == 0) return (__m256i)_mm512_cvtneps_pbh(x);
-  return _mm512_cvtepi32_epi16(Bf16BitsAvx512(_mm512_castps_si512(x)));
-}
-
-// The floats of 16 bfloat16 values.
-LS_AVX512_BF16 inline __m512 WidenBf16(__m256i bits) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
 
 LS_AVX512_BF16 void ToBf16Avx512Bf16(const float* x, Bf16* y, size_t n) {
@@ -113,7 +89,7 @@ LS_AVX512_BF16 void AddRowsBf16Avx512(int cols, const float* x, const float* bia
   for (size_t r = begin; r < end; ++r) {
     const size_t at = r * cols;
     for (int c = 0; c < cols; c += 16) {
-      const __mmask16 m = cols - c >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cols - c)) - 1);
+      const __mmask16 m = FirstLanes(cols - c);
       __m256i bits = Bf16Bits16(_mm512_maskz_loadu_ps(m, x + at + c));
       if (bias16 != nullptr) {
         bits = Bf16Bits16(_mm512_add_ps(WidenBf16(bits), _mm512_maskz_loadu_ps(m, bias16 + c)));
@@ -121,6 +97,22 @@ LS_AVX512_BF16 void AddRowsBf16Avx512(int cols, const float* x, const float* bia
       _mm512_mask_storeu_ps(y + at + c, m, WidenBf16(bits));
       if (y16 != nullptr) _mm256_mask_storeu_epi16(y16 + at + c, m, bits);
     }
+  }
+}
+
+// AddBf16Range in AVX-512 BF16 (the ReLU a max with 0, which as the ternary gives +0 for
+// a NaN, -0 and below).
+template <bool kRelu, bool kTwin>
+LS_AVX512_BF16 void AddBf16Avx512(const float* a, const float* b, float* y, Bf16* y16, size_t begin,
+                                  size_t end) {
+  for (size_t i = begin; i < end; i += 16) {
+    const __mmask16 m = FirstLanes(end - i);
+    __m256i bits =
+        Bf16Bits16(_mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
+    __m512 out = WidenBf16(bits);
+    if constexpr (kRelu) out = _mm512_max_ps(out, _mm512_setzero_ps()), bits = TwinBits16(out);
+    _mm512_mask_storeu_ps(y + i, m, out);
+    if constexpr (kTwin) _mm256_mask_storeu_epi16(y16 + i, m, bits);
   }
 }
 
@@ -340,6 +332,12 @@ void AddBf16(int threads, size_t n, const float* a, const float* b, bool relu, f
              Bf16* y16) {
   auto range = relu ? (y16 != nullptr ? AddBf16Range<true, true> : AddBf16Range<true, false>)
                     : (y16 != nullptr ? AddBf16Range<false, true> : AddBf16Range<false, false>);
+#if defined(__x86_64__)
+  if (HasAvx512Bf16()) {
+    range = relu ? (y16 != nullptr ? AddBf16Avx512<true, true> : AddBf16Avx512<true, false>)
+                 : (y16 != nullptr ? AddBf16Avx512<false, true> : AddBf16Avx512<false, false>);
+  }
+#endif
   ParallelFor(threads, n, [&](size_t lo, size_t hi) { range(a, b, y, y16, lo, hi); });
 }
 
