@@ -311,6 +311,37 @@ TEST_F(CpuBf16, ReluKeepsItsBf16Twin) {
   }
 }
 
+TEST_F(CpuBf16, AddWithReluIsItsTernaryOnSpecialValues) {
+  // NaNs, signed zeros, infinities, subnormals (rounded by the integer formula) and
+  // ordinary values, at every lane of a vector and in its tail: y = relu(bf16(a + b)),
+  // the ReLU `v > 0 ? v : 0` (+0 for a NaN and -0), the twin its upper half.
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> specials = {
+      std::nanf(""),        -std::nanf(""),       -0.0f, 0.0f,   inf,     -inf,
+      FromBits(0x00012345), FromBits(0x80012345), 1.5f,  -2.25f, 3.0e38f, -1.0e-39f};
+  std::vector<float> a, b;
+  for (float x : specials) {
+    for (float y : specials) a.push_back(x), b.push_back(y);
+  }
+  a.push_back(-1.0f), b.push_back(0.5f);  // a tail of one
+  for (const bool relu : {false, true}) {
+    std::vector<float> out(a.size());
+    std::vector<Bf16> twin(a.size());
+    ASSERT_OK(NewCpuBackend(1)->AddBf16(1, static_cast<int>(a.size()), a.data(), b.data(), relu,
+                                        out.data(), twin.data()));
+    for (size_t i = 0; i < a.size(); ++i) {
+      const float v = RoundBf16(a[i] + b[i]);
+      const float want = relu ? (v > 0.0f ? v : 0.0f) : v;
+      if (std::isnan(want)) {  // which operand's payload an add keeps is the compiler's choice
+        ASSERT_TRUE(std::isnan(out[i])) << i;
+        continue;
+      }
+      ASSERT_EQ(FloatBits(out[i]), FloatBits(want)) << relu << " " << a[i] << " + " << b[i];
+      ASSERT_EQ(twin[i].bits, cpu::TwinBits(want)) << relu << " " << a[i] << " + " << b[i];
+    }
+  }
+}
+
 TEST_F(CpuBf16, FusedBatchNormAndAddAreTheirPassesBitForBit) {
   // BatchNormApplyBf16 and AddBf16 in one pass against Backend's defaults (the float32
   // kernel, AddRowsBf16, then ReluBf16 or Relu), with and without the ReLU and the twin,
