@@ -4,6 +4,7 @@
 // product (0: scores q k^T, 1: w v, 2: w^T do), 0 for oneDNN or 1 for HeadsGemmBf16.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
