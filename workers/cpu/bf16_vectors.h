@@ -6,6 +6,7 @@
 #ifndef LOCKSTEP_WORKERS_CPU_BF16_VECTORS_H_
 #define LOCKSTEP_WORKERS_CPU_BF16_VECTORS_H_
 
+#include "core/bfloat16.h"
 #include "workers/cpu/multiversion.h"
 
 #if defined(LS_AVX512_BF16)
@@ -49,6 +50,18 @@ LS_AVX512_BF16 inline __m256i TwinBits16(__m512 x) {
 // The first n (< 16 for a tail) lanes.
 LS_AVX512_BF16 inline __mmask16 FirstLanes(size_t n) {
   return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+}
+
+// v rounded to bfloat16, then ReLU'd where kRelu (a max with 0, which as `v > 0 ? v : 0`
+// gives +0 for a NaN, -0 and below), stored in lanes m as floats at y and, where kTwin,
+// as Bf16 at y16.
+template <bool kRelu, bool kTwin>
+LS_AVX512_BF16 inline void StoreBf16(__m512 v, __mmask16 m, float* y, Bf16* y16) {
+  __m256i bits = Bf16Bits16(v);
+  __m512 out = WidenBf16(bits);
+  if constexpr (kRelu) out = _mm512_max_ps(out, _mm512_setzero_ps()), bits = TwinBits16(out);
+  _mm512_mask_storeu_ps(y, m, out);
+  if constexpr (kTwin) _mm256_mask_storeu_epi16(y16, m, bits);
 }
 
 #pragma GCC diagnostic pop

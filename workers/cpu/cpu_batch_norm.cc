@@ -169,8 +169,8 @@ LS_MULTIVERSION void ApplyRowsBf16(int begin, int end, int cols, const float* x,
 #if defined(LS_AVX512_BF16)
 #pragma GCC diagnostic push  // GCC 12 flags its own intrinsics' _mm512_undefined_*
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// ApplyRowsBf16 in AVX-512 BF16, 16 columns at a time (the ReLU a max with 0, which as the
-// ternary gives +0 for a NaN, -0 and below; math::BatchNormY's operations in its order).
+// ApplyRowsBf16 in AVX-512 BF16, 16 columns at a time (math::BatchNormY's operations in
+// its order).
 template <bool kRelu, bool kTwin>
 LS_AVX512_BF16 void ApplyRowsBf16Avx512(int begin, int end, int cols, const float* x,
                                         const float* mean, const float* mul, const float* bias,
@@ -183,11 +183,7 @@ LS_AVX512_BF16 void ApplyRowsBf16Avx512(int begin, int end, int cols, const floa
       __m512 v = _mm512_mul_ps(_mm512_sub_ps(xr, _mm512_maskz_loadu_ps(m, mean + c)),
                                _mm512_maskz_loadu_ps(m, mul + c));
       if (bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + c));
-      __m256i bits = Bf16Bits16(v);
-      __m512 out = WidenBf16(bits);
-      if constexpr (kRelu) out = _mm512_max_ps(out, _mm512_setzero_ps()), bits = TwinBits16(out);
-      _mm512_mask_storeu_ps(y + at + c, m, out);
-      if constexpr (kTwin) _mm256_mask_storeu_epi16(y16 + at + c, m, bits);
+      StoreBf16<kRelu, kTwin>(v, m, y + at + c, y16 + at + c);
     }
   }
 }

@@ -90,29 +90,28 @@ LS_AVX512_BF16 void AddRowsBf16Avx512(int cols, const float* x, const float* bia
     const size_t at = r * cols;
     for (int c = 0; c < cols; c += 16) {
       const __mmask16 m = FirstLanes(cols - c);
-      __m256i bits = Bf16Bits16(_mm512_maskz_loadu_ps(m, x + at + c));
+      __m512 v = _mm512_maskz_loadu_ps(m, x + at + c);
       if (bias16 != nullptr) {
-        bits = Bf16Bits16(_mm512_add_ps(WidenBf16(bits), _mm512_maskz_loadu_ps(m, bias16 + c)));
+        v = _mm512_add_ps(WidenBf16(Bf16Bits16(v)), _mm512_maskz_loadu_ps(m, bias16 + c));
       }
-      _mm512_mask_storeu_ps(y + at + c, m, WidenBf16(bits));
-      if (y16 != nullptr) _mm256_mask_storeu_epi16(y16 + at + c, m, bits);
+      if (y16 != nullptr) {
+        StoreBf16<false, true>(v, m, y + at + c, y16 + at + c);
+      } else {
+        StoreBf16<false, false>(v, m, y + at + c, nullptr);
+      }
     }
   }
 }
 
-// AddBf16Range in AVX-512 BF16 (the ReLU a max with 0, which as the ternary gives +0 for
-// a NaN, -0 and below).
+// AddBf16Range in AVX-512 BF16.
 template <bool kRelu, bool kTwin>
 LS_AVX512_BF16 void AddBf16Avx512(const float* a, const float* b, float* y, Bf16* y16, size_t begin,
                                   size_t end) {
   for (size_t i = begin; i < end; i += 16) {
     const __mmask16 m = FirstLanes(end - i);
-    __m256i bits =
-        Bf16Bits16(_mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i)));
-    __m512 out = WidenBf16(bits);
-    if constexpr (kRelu) out = _mm512_max_ps(out, _mm512_setzero_ps()), bits = TwinBits16(out);
-    _mm512_mask_storeu_ps(y + i, m, out);
-    if constexpr (kTwin) _mm256_mask_storeu_epi16(y16 + i, m, bits);
+    const __m512 v =
+        _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i));
+    StoreBf16<kRelu, kTwin>(v, m, y + i, y16 + i);
   }
 }
 

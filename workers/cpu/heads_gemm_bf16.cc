@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "workers/cpu/bf16_vectors.h"
 #include "workers/cpu/multiversion.h"
 
 #if defined(LS_AVX512_BF16)
@@ -29,14 +30,10 @@ constexpr int kTileRows = 4, kTileVectors = 4;
 
 int RoundUp(int n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
-LS_AVX512_BF16 inline __mmask16 Lanes(int n) {
-  return n >= kLanes ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
-}
-
 // out[j] = r0[j] | r1[j] << 16 for j < n (r1 null: 0), zeros up to RoundUp(n).
 LS_AVX512_BF16 void Interleave(const Bf16* r0, const Bf16* r1, int n, uint32_t* out) {
   for (int j = 0; j < n; j += kLanes) {
-    const __mmask16 mask = Lanes(n - j);
+    const __mmask16 mask = FirstLanes(n - j);
     __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, r0 + j));
     if (r1 != nullptr) {
       const __m512i hi = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, r1 + j));
@@ -49,7 +46,7 @@ LS_AVX512_BF16 void Interleave(const Bf16* r0, const Bf16* r1, int n, uint32_t* 
 // Words [0, words) (<= 16) of 16 rows (row r: the 32-bit words at b + r * ldb, b in
 // bfloat16s), transposed: out[p * ld + r] = word p of row r. Four rounds of shuffles.
 LS_AVX512_BF16 void Transpose16(const Bf16* b, int ldb, int words, uint32_t* out, int ld) {
-  const __mmask16 mask = Lanes(words);
+  const __mmask16 mask = FirstLanes(words);
   __m512i r[16], t[16];
   for (int i = 0; i < 16; ++i) r[i] = _mm512_maskz_loadu_epi32(mask, b + size_t(i) * ldb);
   for (int i = 0; i < 8; ++i) {  // per 128-bit lane: rows 2i and 2i + 1 interleaved
@@ -164,7 +161,7 @@ LS_AVX512_BF16 inline __attribute__((always_inline)) void Tile(const PairsA& a, 
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) {
       const int j = j0 + kLanes * v;
-      const __mmask16 mask = Lanes(n - j);
+      const __mmask16 mask = FirstLanes(n - j);
       float* out = c + size_t(i0 + r) * ldc + j;
       __m512 y = alpha == 1.0f ? acc[r][v] : _mm512_mul_ps(va, acc[r][v]);
       if (beta != 0.0f) y = _mm512_add_ps(y, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(mask, out)));
