@@ -2,7 +2,8 @@
 // layer's bias gradient (column sums in double; bf16: with the bf16 copy of dy), its
 // bfloat16 bias epilogue (the product rounded, the bias added, rounded, its bf16 twin),
 // dropout (Threefry bits per element, the mask and the kept values), and a ResNet's
-// bfloat16 BatchNorm apply and residual sum (each with its ReLU and bf16 twin).
+// bfloat16 BatchNorm apply and residual sum (each with its ReLU and bf16 twin), and
+// attention's bfloat16 softmax backward.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -125,6 +126,35 @@ void BM_AddBf16(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * int64_t{rows} * cols * 14);
 }
 BENCHMARK(BM_AddBf16)->LS_RESNET_SHAPES->UseRealTime();
+
+// Attention's softmax backward with its dropout mask (bf16: the masked gradient, the
+// in-order double dot product per row, the bf16 result): the ViT's 128 x 4 rows of 17 x 17
+// weights, the char transformer's 32 x 4 causal rows of 128 x 128.
+void BM_SoftmaxBackwardBf16(benchmark::State& state) {
+  const int t = state.range(0), rows = state.range(1) * t;
+  const bool causal = state.range(2) != 0;
+  const size_t n = size_t(rows) * t;
+  std::mt19937 gen(6);
+  std::normal_distribution<float> d;
+  std::vector<float> p(n), dp(n);
+  for (float& v : p) v = d(gen);
+  for (float& v : dp) v = RoundBf16(d(gen));
+  std::vector<uint8_t> mask(size_t(t) * t);
+  for (uint8_t& m : mask) m = gen() % 10 != 0;
+  std::vector<Bf16> dp16(n);
+  auto be = NewCpuBackend(2);
+  if (!be->AttentionSoftmaxBf16(rows, t, causal, p.data()).ok()) state.SkipWithError("softmax");
+  const float scale = RoundBf16(1.0f / RoundBf16(0.9f));
+  for (auto _ : state) {
+    const absl::Status s =
+        be->SoftmaxBackwardBf16(rows, t, causal, p.data(), mask.data(), scale, dp.data(),
+                                dp16.data());
+    if (!s.ok()) state.SkipWithError(s.ToString().c_str());
+    benchmark::DoNotOptimize(dp16.data());
+  }
+  state.SetBytesProcessed(state.iterations() * int64_t(n) * 10);
+}
+BENCHMARK(BM_SoftmaxBackwardBf16)->Args({17, 128 * 4, 0})->Args({128, 32 * 4, 1})->UseRealTime();
 
 }  // namespace
 }  // namespace lockstep
