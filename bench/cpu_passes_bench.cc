@@ -1,9 +1,9 @@
 // The CPU backend's memory-bound passes at the example models' shapes, 2 threads: a dense
 // layer's bias gradient (column sums in double; bf16: with the bf16 copy of dy), its
 // bfloat16 bias epilogue (the product rounded, the bias added, rounded, its bf16 twin),
-// dropout (Threefry bits per element, the mask and the kept values), and a ResNet's
-// bfloat16 BatchNorm apply and residual sum (each with its ReLU and bf16 twin), and
-// attention's bfloat16 softmax backward.
+// dropout (Threefry bits per element, the mask and the kept values), a ResNet's bfloat16
+// BatchNorm apply and residual sum (each with its ReLU and bf16 twin) and BatchNorm's
+// input gradient as bfloat16, and attention's bfloat16 softmax backward.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -107,6 +107,28 @@ void BM_BatchNormApplyBf16(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * int64_t{rows} * cols * 10);
 }
 BENCHMARK(BM_BatchNormApplyBf16)->LS_RESNET_SHAPES->UseRealTime();
+
+void BM_BatchNormBackwardApplyBf16(benchmark::State& state) {
+  const int rows = state.range(0), cols = state.range(1);
+  std::mt19937 gen(7);
+  std::normal_distribution<float> d;
+  std::vector<float> x(size_t(rows) * cols), dy(x.size()), moments(2 * cols), var(cols, 1.0f),
+      scale(cols, 1.0f), sums(2 * cols);
+  for (float& v : x) v = d(gen);
+  for (float& v : dy) v = d(gen);
+  for (int c = 0; c < cols; ++c) moments[cols + c] = 1.0f, sums[c] = d(gen), sums[cols + c] = d(gen);
+  std::vector<Bf16> dx16(x.size());
+  auto be = NewCpuBackend(2);
+  for (auto _ : state) {
+    const absl::Status s = be->BatchNormBackwardApplyBf16(rows, cols, 1e-5f, 1, x.data(), dy.data(),
+                                                          moments.data(), var.data(), scale.data(),
+                                                          sums.data(), dx16.data());
+    if (!s.ok()) state.SkipWithError(s.ToString().c_str());
+    benchmark::DoNotOptimize(dx16.data());
+  }
+  state.SetBytesProcessed(state.iterations() * int64_t{rows} * cols * 10);
+}
+BENCHMARK(BM_BatchNormBackwardApplyBf16)->LS_RESNET_SHAPES->UseRealTime();
 
 void BM_AddBf16(benchmark::State& state) {
   const int rows = state.range(0), cols = state.range(1);
