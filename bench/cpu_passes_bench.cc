@@ -116,13 +116,14 @@ void BM_BatchNormBackwardApplyBf16(benchmark::State& state) {
       scale(cols, 1.0f), sums(2 * cols);
   for (float& v : x) v = d(gen);
   for (float& v : dy) v = d(gen);
-  for (int c = 0; c < cols; ++c) moments[cols + c] = 1.0f, sums[c] = d(gen), sums[cols + c] = d(gen);
+  for (int c = 0; c < cols; ++c)
+    moments[cols + c] = 1.0f, sums[c] = d(gen), sums[cols + c] = d(gen);
   std::vector<Bf16> dx16(x.size());
   auto be = NewCpuBackend(2);
   for (auto _ : state) {
-    const absl::Status s = be->BatchNormBackwardApplyBf16(rows, cols, 1e-5f, 1, x.data(), dy.data(),
-                                                          moments.data(), var.data(), scale.data(),
-                                                          sums.data(), dx16.data());
+    const absl::Status s =
+        be->BatchNormBackwardApplyBf16(rows, cols, 1e-5f, 1, x.data(), dy.data(), moments.data(),
+                                       var.data(), scale.data(), sums.data(), dx16.data());
     if (!s.ok()) state.SkipWithError(s.ToString().c_str());
     benchmark::DoNotOptimize(dx16.data());
   }
@@ -168,9 +169,8 @@ void BM_SoftmaxBackwardBf16(benchmark::State& state) {
   if (!be->AttentionSoftmaxBf16(rows, t, causal, p.data()).ok()) state.SkipWithError("softmax");
   const float scale = RoundBf16(1.0f / RoundBf16(0.9f));
   for (auto _ : state) {
-    const absl::Status s =
-        be->SoftmaxBackwardBf16(rows, t, causal, p.data(), mask.data(), scale, dp.data(),
-                                dp16.data());
+    const absl::Status s = be->SoftmaxBackwardBf16(rows, t, causal, p.data(), mask.data(), scale,
+                                                   dp.data(), dp16.data());
     if (!s.ok()) state.SkipWithError(s.ToString().c_str());
     benchmark::DoNotOptimize(dp16.data());
   }

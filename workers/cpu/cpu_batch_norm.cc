@@ -225,9 +225,9 @@ LS_AVX512_BF16 void BackwardApplyRowsBf16Avx512(int begin, int end, int cols, co
     for (int c = 0; c < cols; c += 16) {
       const __mmask16 m = FirstLanes(cols - c);
       const __m512 xr = WidenBf16(Bf16Bits16(_mm512_maskz_loadu_ps(m, x + at + c)));
-      const __m512 from_dy = _mm512_mul_ps(
-          _mm512_sub_ps(_mm512_maskz_loadu_ps(m, dy + at + c), _mm512_maskz_loadu_ps(m, mean_dy + c)),
-          _mm512_maskz_loadu_ps(m, mul + c));
+      const __m512 from_dy = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, dy + at + c),
+                                                         _mm512_maskz_loadu_ps(m, mean_dy + c)),
+                                           _mm512_maskz_loadu_ps(m, mul + c));
       const __m512 from_x = _mm512_mul_ps(_mm512_sub_ps(xr, _mm512_maskz_loadu_ps(m, mean + c)),
                                           _mm512_maskz_loadu_ps(m, k + c));
       _mm256_mask_storeu_epi16(dx + at + c, m, Bf16Bits16(_mm512_add_ps(from_dy, from_x)));

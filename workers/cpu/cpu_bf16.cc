@@ -325,9 +325,8 @@ LS_AVX512_BF16 void MaskedScaleRowBf16Avx512(int cols, const uint8_t* mask, floa
 
 // SoftmaxBackwardRowBf16 in AVX-512 BF16: the dot product as there (in order, scalar), the
 // row's results 16 at a time (g - dot in double, as the scalar expression promotes it).
-LS_AVX512_BF16 void SoftmaxBackwardRowBf16Avx512(int t, int n, const float* y,
-                                                 const uint8_t* mask, float scale,
-                                                 const float* dp, Bf16* dp16) {
+LS_AVX512_BF16 void SoftmaxBackwardRowBf16Avx512(int t, int n, const float* y, const uint8_t* mask,
+                                                 float scale, const float* dp, Bf16* dp16) {
   double dot = 0.0;
   if (mask == nullptr) {
     for (int c = 0; c < n; ++c) dot += double{dp[c]} * y[c];
@@ -343,8 +342,10 @@ LS_AVX512_BF16 void SoftmaxBackwardRowBf16Avx512(int t, int n, const float* y,
     const __mmask16 m = FirstLanes(t - c);
     const __m512 g =
         mask == nullptr ? _mm512_maskz_loadu_ps(m, dp + c) : MaskedScale16(m, dp + c, mask + c, s);
-    const __m256 low = _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(g)), d));
-    const __m256 high = _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(g, 1)), d));
+    const __m256 low =
+        _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(g)), d));
+    const __m256 high =
+        _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(g, 1)), d));
     const __m512 diff = _mm512_insertf32x8(_mm512_castps256_ps512(low), high, 1);
     _mm256_mask_storeu_epi16(dp16 + c, m,
                              Bf16Bits16(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, y + c), diff)));
@@ -481,7 +482,8 @@ void MaskedScaleBf16(int threads, int rows, int cols, const uint8_t* mask, float
 #endif
 #pragma omp parallel for num_threads(threads) \
     schedule(static) if (static_cast <size_t>(rows) * cols > kParallelMin)
-  for (int r = 0; r < rows; ++r) row(cols, mask, scale, x + int64_t{r} * cols, y16 + int64_t{r} * cols);
+  for (int r = 0; r < rows; ++r)
+    row(cols, mask, scale, x + int64_t{r} * cols, y16 + int64_t{r} * cols);
 }
 
 void SoftmaxBackwardBf16(int threads, int rows, int t, bool causal, const float* p,
