@@ -3,7 +3,7 @@
 // bfloat16 bias epilogue (the product rounded, the bias added, rounded, its bf16 twin),
 // dropout (Threefry bits per element, the mask and the kept values), a ResNet's bfloat16
 // BatchNorm apply and residual sum (each with its ReLU and bf16 twin) and BatchNorm's
-// input gradient as bfloat16, and attention's bfloat16 softmax backward.
+// input gradient as bfloat16, and attention's bfloat16 scaled q and softmax backward.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -81,6 +81,25 @@ void BM_Dropout(benchmark::State& state) {
 }
 // A ViT block's dropouts (2,176 tokens of 64 and 128).
 BENCHMARK(BM_Dropout)->ArgsProduct({{2176 * 64, 2176 * 128}, {0, 1}})->UseRealTime();
+
+// Attention's q divided by bf16(sqrt(D)) and rounded to bfloat16: the ViT's 2,176 tokens
+// of 64, the char transformer's 4,096 of 128.
+void BM_DivideBf16(benchmark::State& state) {
+  const size_t n = state.range(0);
+  std::mt19937 gen(8);
+  std::normal_distribution<float> d;
+  std::vector<float> x(n);
+  for (float& v : x) v = RoundBf16(d(gen));
+  std::vector<Bf16> y16(n);
+  auto be = NewCpuBackend(2);
+  for (auto _ : state) {
+    const absl::Status s = be->DivideBf16(n, RoundBf16(4.0f), x.data(), y16.data());
+    if (!s.ok()) state.SkipWithError(s.ToString().c_str());
+    benchmark::DoNotOptimize(y16.data());
+  }
+  state.SetBytesProcessed(state.iterations() * int64_t(n) * 6);
+}
+BENCHMARK(BM_DivideBf16)->Arg(2176 * 64)->Arg(4096 * 128)->UseRealTime();
 
 // The ResNet's activations: 128 images of 28 x 28 x 16, 14 x 14 x 32, 7 x 7 x 64.
 #define LS_RESNET_SHAPES                     \

@@ -10,6 +10,7 @@
 
 #include "absl/base/casts.h"
 #include "core/bfloat16.h"
+#include "workers/cpu/bf16_vectors.h"
 #include "workers/cpu/cpu_bf16.h"
 #include "workers/cpu/double_column_sums.h"
 #include "workers/cpu/multiversion.h"
@@ -37,6 +38,22 @@ LS_MULTIVERSION void DivideRange(float d, float* x, size_t begin, size_t end) {
 LS_MULTIVERSION void DivideBf16Range(float d, const float* x, Bf16* y16, size_t begin, size_t end) {
   for (size_t i = begin; i < end; ++i) y16[i].bits = Bf16Bits(x[i] / d);
 }
+
+#if defined(LS_AVX512_BF16)
+#pragma GCC diagnostic push  // GCC 12 flags its own intrinsics' _mm512_undefined_*
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// DivideBf16Range in AVX-512 BF16, 16 at a time (GCC's own loop narrows to 16 bits through
+// AVX2 packs).
+LS_AVX512_BF16 void DivideBf16Avx512(float d, const float* x, Bf16* y16, size_t begin, size_t end) {
+  const __m512 divisor = _mm512_set1_ps(d);
+  for (size_t i = begin; i < end; i += 16) {
+    const __mmask16 m = FirstLanes(end - i);
+    const __m512 q = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), divisor);
+    _mm256_mask_storeu_epi16(y16 + i, m, Bf16Bits16(q));
+  }
+}
+#pragma GCC diagnostic pop
+#endif
 
 // Dropout of elements [begin, end) of n, the mask from random_bits(key, n), in one pass:
 // y[i] = x / keep (in bfloat16 bf16(x / bf16(keep))) where element i is kept, else +0.0,
@@ -129,7 +146,11 @@ void Divide(int threads, size_t n, float d, float* x) {
 }
 
 void DivideBf16(int threads, size_t n, float d, const float* x, Bf16* y16) {
-  ParallelFor(threads, n, [&](size_t b, size_t e) { DivideBf16Range(d, x, y16, b, e); });
+  auto range = DivideBf16Range;
+#if defined(LS_AVX512_BF16)
+  if (HasAvx512Bf16()) range = DivideBf16Avx512;
+#endif
+  ParallelFor(threads, n, [&](size_t b, size_t e) { range(d, x, y16, b, e); });
 }
 
 void Dropout(int threads, size_t n, float keep, rng::Key key, rng::Impl impl, const float* x,
