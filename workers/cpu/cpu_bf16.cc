@@ -75,46 +75,6 @@ __attribute__((target("avx512f"))) void ToBf16Avx512(const float* x, Bf16* y, si
   ToBf16Loop(x + i, y + i, n - i);
 }
 
-LS_AVX512_BF16 void ToBf16Avx512Bf16(const float* x, Bf16* y, size_t n) {
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), Bf16Bits16(_mm512_loadu_ps(x + i)));
-  }
-  ToBf16Loop(x + i, y + i, n - i);
-}
-
-// AddRowsBf16Range in AVX-512 BF16, 16 columns at a time, the twin from the same vector.
-LS_AVX512_BF16 void AddRowsBf16Avx512(int cols, const float* x, const float* bias16, float* y,
-                                      Bf16* y16, size_t begin, size_t end) {
-  for (size_t r = begin; r < end; ++r) {
-    const size_t at = r * cols;
-    for (int c = 0; c < cols; c += 16) {
-      const __mmask16 m = FirstLanes(cols - c);
-      __m512 v = _mm512_maskz_loadu_ps(m, x + at + c);
-      if (bias16 != nullptr) {
-        v = _mm512_add_ps(WidenBf16(Bf16Bits16(v)), _mm512_maskz_loadu_ps(m, bias16 + c));
-      }
-      if (y16 != nullptr) {
-        StoreBf16<false, true>(v, m, y + at + c, y16 + at + c);
-      } else {
-        StoreBf16<false, false>(v, m, y + at + c, nullptr);
-      }
-    }
-  }
-}
-
-// AddBf16Range in AVX-512 BF16.
-template <bool kRelu, bool kTwin>
-LS_AVX512_BF16 void AddBf16Avx512(const float* a, const float* b, float* y, Bf16* y16, size_t begin,
-                                  size_t end) {
-  for (size_t i = begin; i < end; i += 16) {
-    const __mmask16 m = FirstLanes(end - i);
-    const __m512 v =
-        _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i));
-    StoreBf16<kRelu, kTwin>(v, m, y + i, y16 + i);
-  }
-}
-
 __attribute__((target("avx512f"))) void TwinBf16Avx512(const float* x, Bf16* y, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -304,6 +264,48 @@ LS_MULTIVERSION void SoftmaxBackwardRowBf16(int t, int n, const float* y, const 
 #if defined(LS_AVX512_BF16)
 #pragma GCC diagnostic push  // GCC 12 flags its own intrinsics' _mm512_undefined_*
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// The AVX-512 BF16 kernels (bf16_vectors.h), dispatched where HasAvx512Bf16.
+// ToBf16Loop, 16 at a time.
+LS_AVX512_BF16 void ToBf16Avx512Bf16(const float* x, Bf16* y, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), Bf16Bits16(_mm512_loadu_ps(x + i)));
+  }
+  ToBf16Loop(x + i, y + i, n - i);
+}
+
+// AddRowsBf16Range in AVX-512 BF16, 16 columns at a time, the twin from the same vector.
+LS_AVX512_BF16 void AddRowsBf16Avx512(int cols, const float* x, const float* bias16, float* y,
+                                      Bf16* y16, size_t begin, size_t end) {
+  for (size_t r = begin; r < end; ++r) {
+    const size_t at = r * cols;
+    for (int c = 0; c < cols; c += 16) {
+      const __mmask16 m = FirstLanes(cols - c);
+      __m512 v = _mm512_maskz_loadu_ps(m, x + at + c);
+      if (bias16 != nullptr) {
+        v = _mm512_add_ps(WidenBf16(Bf16Bits16(v)), _mm512_maskz_loadu_ps(m, bias16 + c));
+      }
+      if (y16 != nullptr) {
+        StoreBf16<false, true>(v, m, y + at + c, y16 + at + c);
+      } else {
+        StoreBf16<false, false>(v, m, y + at + c, nullptr);
+      }
+    }
+  }
+}
+
+// AddBf16Range in AVX-512 BF16.
+template <bool kRelu, bool kTwin>
+LS_AVX512_BF16 void AddBf16Avx512(const float* a, const float* b, float* y, Bf16* y16, size_t begin,
+                                  size_t end) {
+  for (size_t i = begin; i < end; i += 16) {
+    const __mmask16 m = FirstLanes(end - i);
+    const __m512 v =
+        _mm512_add_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i));
+    StoreBf16<kRelu, kTwin>(v, m, y + i, y16 + i);
+  }
+}
+
 // x * (mask ? scale : 0) of 16 floats (lanes m): MaskedScale's factor, +0.0 where dropped.
 LS_AVX512_BF16 inline __m512 MaskedScale16(__mmask16 m, const float* x, const uint8_t* mask,
                                            __m512 scale) {
@@ -373,8 +375,10 @@ void TwinBf16(const float* y, Bf16* y16, size_t n) {
 }
 
 void ToBf16Rows(const float* x, Bf16* y, size_t n) {
-#if defined(__x86_64__)
+#if defined(LS_AVX512_BF16)
   if (HasAvx512Bf16()) return ToBf16Avx512Bf16(x, y, n);
+#endif
+#if defined(__x86_64__)
   if (HasAvx512()) return ToBf16Avx512(x, y, n);
 #endif
   ToBf16Loop(x, y, n);
@@ -384,7 +388,7 @@ void AddBf16(int threads, size_t n, const float* a, const float* b, bool relu, f
              Bf16* y16) {
   auto range = relu ? (y16 != nullptr ? AddBf16Range<true, true> : AddBf16Range<true, false>)
                     : (y16 != nullptr ? AddBf16Range<false, true> : AddBf16Range<false, false>);
-#if defined(__x86_64__)
+#if defined(LS_AVX512_BF16)
   if (HasAvx512Bf16()) {
     range = relu ? (y16 != nullptr ? AddBf16Avx512<true, true> : AddBf16Avx512<true, false>)
                  : (y16 != nullptr ? AddBf16Avx512<false, true> : AddBf16Avx512<false, false>);
@@ -406,7 +410,7 @@ void AddRowsBf16(int threads, int rows, int cols, const float* x, const float* b
   }
   const float* b16 = bias == nullptr ? nullptr : bias16.data();
   auto range = AddRowsBf16Range;
-#if defined(__x86_64__)
+#if defined(LS_AVX512_BF16)
   if (HasAvx512Bf16()) range = AddRowsBf16Avx512;
 #endif
   const size_t per = std::max<size_t>(1, kParallelMin / std::max(cols, 1));
