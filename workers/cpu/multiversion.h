@@ -1,5 +1,8 @@
-// Hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and picked at load time,
-// so one portable binary runs at the host's vector width. Vectorizing changes no result:
+// Hot loops are compiled for AVX-512 (x86-64-v4: F, BW, VL, DQ, CD; F alone would leave
+// GCC without 256-bit rotates and 16-bit narrowing, so that a loop's Threefry rotations
+// took three instructions and its float -> bfloat16 stores went through AVX2 packs), AVX2
+// and baseline x86-64, and picked at load time, so one portable binary runs at the host's
+// vector width. Vectorizing changes no result:
 // the operations and their order per element are the same (-ffp-contract=off, no
 // reassociation: a loop-carried float sum stays scalar, in order).
 //
@@ -10,7 +13,7 @@
 #define LOCKSTEP_WORKERS_CPU_MULTIVERSION_H_
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define LS_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
+#define LS_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define LS_MULTIVERSION
 #endif
