@@ -215,12 +215,13 @@ absl::Status Backend::AddBf16(int rows, int cols, const float* a, const float* b
   return RoundRelu(*this, rows, cols, relu, y, y16);
 }
 absl::Status Backend::DropoutBf16(int rows, int cols, float keep, const rng::Key* key,
-                                  rng::Impl impl, const float* x, float* y, uint8_t* mask) {
+                                  rng::Impl impl, const float* x, float* y, uint8_t* mask,
+                                  Bf16* y16) {
   // The mask as float32 dropout draws it (the values of this first y are discarded).
   const size_t n = static_cast<size_t>(rows) * cols;
   RETURN_IF_ERROR(Dropout(n, keep, key, impl, x, y, mask));
   RETURN_IF_ERROR(DropoutBackward(n, RoundBf16(keep), mask, x, y));
-  return AddRowsBf16(rows, cols, y, nullptr, y, nullptr);
+  return AddRowsBf16(rows, cols, y, nullptr, y, y16);
 }
 absl::Status Backend::DivideBf16(size_t n, float d, float* x, Bf16* y16) {
   RETURN_IF_ERROR(Divide(n, d, x));

@@ -425,10 +425,12 @@ class Backend {
                                                   Bf16* dx16);
   // Flax Dropout in bfloat16 on rows x cols: Dropout's mask, then
   // y = mask ? bf16(x / bf16(keep)) : 0 (keep_prob taking x's dtype; x holds bfloat16
-  // values). The default is Dropout, DropoutBackward by bf16(keep) and AddRowsBf16 in
+  // values); y16, unless null, receives y as Bf16 too (the operand of the matmul that reads
+  // y next). The default is Dropout, DropoutBackward by bf16(keep) and AddRowsBf16 in
   // turn; a backend may make them one pass, with the same bits.
   virtual absl::Status DropoutBf16(int rows, int cols, float keep, const rng::Key* key,
-                                   rng::Impl impl, const float* x, float* y, uint8_t* mask);
+                                   rng::Impl impl, const float* x, float* y, uint8_t* mask,
+                                   Bf16* y16);
   // Attention's scaled bfloat16 queries: y16 = bf16(x / d) (n values; x holds bfloat16
   // values and is room the default uses: Divide, then ToBf16). A backend may write y16
   // alone, in one pass, with the same bits.

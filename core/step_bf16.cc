@@ -94,11 +94,13 @@ absl::Status StepExecutor::ForwardLayerBf16(Workspace& ws, size_t i, int b, bool
     case LayerKind::kAvgPool:
       return backend_->AvgPoolBf16(Geometry(l, b), l.count_include_pad, x, y);
     case LayerKind::kDropout: {
-      if (!IsActiveDropout(l, train)) return absl::OkStatus();  // in place
+      if (!IsActiveDropout(l, train)) {  // in place; its twin x's bits (x holds bfloat16 values)
+        return ws.twin[i] == nullptr ? absl::OkStatus() : backend_->ToBf16(n, x, ws.twin[i]);
+      }
       // The mask as float32 dropout draws it (bernoulli(keep)); then x / bf16(keep) in
       // bfloat16 where kept (Flax's inputs / keep_prob, keep_prob taking x's dtype).
       return backend_->DropoutBf16(b, static_cast<int>(l.out.size()), l.keep,
-                                   keys + dropout_slot_[i], impl_, x, y, ws.mask[i]);
+                                   keys + dropout_slot_[i], impl_, x, y, ws.mask[i], ws.twin[i]);
     }
     default:
       return absl::InternalError(absl::StrCat("layer ", i, ": no bfloat16 kernel of its own"));

@@ -62,6 +62,7 @@ bool NeedsTwin(const Model& m, int j) {
     case LayerKind::kEmbed:
     case LayerKind::kPositionEmbed:
     case LayerKind::kAdd:
+    case LayerKind::kDropout:
       break;
     default:
       return false;

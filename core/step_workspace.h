@@ -132,8 +132,8 @@ inline bool IsBf16Matmul(const Layer& l) {
 }
 
 // Whether layer j's kernel writes its output's Bf16 twin (ws.twin[j]): a bfloat16 layer
-// whose kernel rounds or is relu (not a pool, flatten or dropout, which an evaluation
-// skips), read by a bf16 matmul layer.
+// whose kernel rounds or is relu or dropout (not a pool or flatten), read by a bf16 matmul
+// layer. An inactive dropout (evaluation) writes it from its input (ToBf16).
 bool NeedsTwin(const Model& m, int j);
 
 // Whether bfloat16 conv i may leave its float32 sums unrounded on a backend that takes

@@ -236,8 +236,8 @@ class CpuBackend final : public Backend {
   }
 
   absl::Status DropoutBf16(int rows, int cols, float keep, const rng::Key* key, rng::Impl impl,
-                           const float* x, float* y, uint8_t* mask) override {
-    cpu::DropoutBf16(threads_, static_cast<size_t>(rows) * cols, keep, *key, impl, x, y, mask);
+                           const float* x, float* y, uint8_t* mask, Bf16* y16) override {
+    cpu::DropoutBf16(threads_, static_cast<size_t>(rows) * cols, keep, *key, impl, x, y, mask, y16);
     return absl::OkStatus();
   }
 

@@ -55,7 +55,8 @@ TEST(Bf16, RoundsToNearestEven) {
 
 TEST(Bf16, DropoutInOnePassIsTheThreeKernelsBitForBit) {
   // Backend::DropoutBf16's one CPU pass against its default (Dropout, DropoutBackward by
-  // bf16(keep), AddRowsBf16), both key modes, in place or not, on 1 and 2 threads.
+  // bf16(keep), AddRowsBf16), both key modes, in place or not, with the twin or without,
+  // on 1 and 2 threads.
   const int rows = 37, cols = 1001;  // past the single-thread threshold; odd sizes
   const size_t n = size_t(rows) * cols;
   std::vector<float> x = RandomNormal(n, 21);
@@ -69,15 +70,21 @@ TEST(Bf16, DropoutInOnePassIsTheThreeKernelsBitForBit) {
       auto be = NewCpuBackend(threads);
       std::vector<float> want(n), got(n), in_place = x;
       std::vector<uint8_t> want_mask(n), mask(n), mask2(n);
+      std::vector<Bf16> want16(n), got16(n);
       ASSERT_OK(be->Backend::DropoutBf16(rows, cols, 0.9f, &key, impl, x.data(), want.data(),
-                                         want_mask.data()));
-      ASSERT_OK(be->DropoutBf16(rows, cols, 0.9f, &key, impl, x.data(), got.data(), mask.data()));
+                                         want_mask.data(), want16.data()));
+      ASSERT_OK(be->DropoutBf16(rows, cols, 0.9f, &key, impl, x.data(), got.data(), mask.data(),
+                                nullptr));
       ASSERT_OK(be->DropoutBf16(rows, cols, 0.9f, &key, impl, in_place.data(), in_place.data(),
-                                mask2.data()));
+                                mask2.data(), got16.data()));
       EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0);
       EXPECT_EQ(std::memcmp(in_place.data(), want.data(), n * sizeof(float)), 0);
       EXPECT_EQ(mask, want_mask);
       EXPECT_EQ(mask2, want_mask);
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(got16[i].bits, want16[i].bits) << i;
+        ASSERT_EQ(got16[i].bits, Bf16Bits(want[i])) << i;
+      }
       const size_t kept = std::count(mask.begin(), mask.end(), uint8_t{1});
       EXPECT_GT(kept, n * 8 / 10);
       EXPECT_LT(kept, n);

@@ -59,16 +59,19 @@ LS_AVX512_BF16 void DivideBf16Avx512(float d, const float* x, Bf16* y16, size_t 
 // y[i] = x / keep (in bfloat16 bf16(x / bf16(keep))) where element i is kept, else +0.0,
 // the division done for every element and the select a bit mask (a conditional division
 // or a ternary compiles to a branch per element, which the random mask mispredicts, and no
-// vector loop). x may be y.
-template <bool kBf16>
+// vector loop). Where kTwin (bfloat16), y16 receives y as Bf16 too. x may be y.
+template <bool kBf16, bool kTwin = false>
 LS_MULTIVERSION void DropoutRange(rng::Key k, rng::Impl impl, size_t n, float keep, const float* x,
-                                  float* y, uint8_t* mask, size_t begin, size_t end) {
+                                  float* y, uint8_t* mask, Bf16* y16, size_t begin, size_t end) {
+  static_assert(kBf16 || !kTwin);
   const float keep16 = RoundBf16(keep);
   auto select = [&](size_t i, uint32_t bits) {
     const uint32_t m = rng::BitsToUnitFloat(bits) < keep ? 1u : 0u;
     const float v = kBf16 ? RoundBf16(x[i] / keep16) : x[i] / keep;
+    const uint32_t out = absl::bit_cast<uint32_t>(v) & (0u - m);
     mask[i] = static_cast<uint8_t>(m);
-    y[i] = absl::bit_cast<float>(absl::bit_cast<uint32_t>(v) & (0u - m));
+    y[i] = absl::bit_cast<float>(out);
+    if constexpr (kTwin) y16[i].bits = static_cast<uint16_t>(out >> 16);
   };
   if (impl == rng::Impl::kPartitionable && end <= (uint64_t{1} << 32)) {
     // Every counter's high word is 0: 32-bit counters, hashed a block at a time in a loop
@@ -156,14 +159,15 @@ void DivideBf16(int threads, size_t n, float d, const float* x, Bf16* y16) {
 void Dropout(int threads, size_t n, float keep, rng::Key key, rng::Impl impl, const float* x,
              float* y, uint8_t* mask) {
   ParallelFor(threads, n, [&](size_t begin, size_t end) {
-    DropoutRange<false>(key, impl, n, keep, x, y, mask, begin, end);
+    DropoutRange<false>(key, impl, n, keep, x, y, mask, nullptr, begin, end);
   });
 }
 
 void DropoutBf16(int threads, size_t n, float keep, rng::Key key, rng::Impl impl, const float* x,
-                 float* y, uint8_t* mask) {
+                 float* y, uint8_t* mask, Bf16* y16) {
+  const auto range = y16 != nullptr ? DropoutRange<true, true> : DropoutRange<true, false>;
   ParallelFor(threads, n, [&](size_t begin, size_t end) {
-    DropoutRange<true>(key, impl, n, keep, x, y, mask, begin, end);
+    range(key, impl, n, keep, x, y, mask, y16, begin, end);
   });
 }
 

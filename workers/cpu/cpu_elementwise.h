@@ -25,7 +25,7 @@ void Dropout(int threads, size_t n, float keep, rng::Key key, rng::Impl impl, co
              float* y, uint8_t* mask);
 // Backend::DropoutBf16 in one pass, the same bits.
 void DropoutBf16(int threads, size_t n, float keep, rng::Key key, rng::Impl impl, const float* x,
-                 float* y, uint8_t* mask);
+                 float* y, uint8_t* mask, Bf16* y16);
 void DropoutBackward(int threads, size_t n, float keep, const uint8_t* mask, const float* dy,
                      float* dx);
 
