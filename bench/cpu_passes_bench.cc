@@ -85,6 +85,42 @@ void BM_Dropout(benchmark::State& state) {
 // twin its MLP's second dense reads.
 BENCHMARK(BM_Dropout)->ArgsProduct({{2176 * 64, 2176 * 128}, {0, 1, 2}})->UseRealTime();
 
+// LayerNorm (float32 in either dtype: a bfloat16 model's statistics and output too),
+// forward (arg 0) and backward with its params' gradients (1): the ViT's 2,176 tokens of 64
+// and the char transformer's 4,096 of 128.
+void BM_LayerNorm(benchmark::State& state) {
+  const int rows = state.range(0), cols = state.range(1);
+  const bool backward = state.range(2) != 0;
+  const size_t n = size_t(rows) * cols;
+  std::mt19937 gen(9);
+  std::normal_distribution<float> d;
+  std::vector<float> x(n), dy(n), y(n), dx(n), scale(cols), bias(cols), mean(rows), rstd(rows);
+  for (float& v : x) v = d(gen);
+  for (float& v : dy) v = d(gen);
+  for (float& v : scale) v = 1.0f + 0.1f * d(gen);
+  std::vector<float> dscale(cols), dbias(cols);
+  auto be = NewCpuBackend(2);
+  absl::Status s = be->LayerNorm(rows, cols, 1e-6f, x.data(), scale.data(), bias.data(), y.data(),
+                                 mean.data(), rstd.data());
+  for (auto _ : state) {
+    if (backward) {
+      s = be->LayerNormBackward(rows, cols, x.data(), scale.data(), mean.data(), rstd.data(),
+                                dy.data(), dx.data(), dscale.data(), dbias.data());
+    } else {
+      s = be->LayerNorm(rows, cols, 1e-6f, x.data(), scale.data(), bias.data(), y.data(),
+                        mean.data(), rstd.data());
+    }
+    if (!s.ok()) state.SkipWithError(s.ToString().c_str());
+    benchmark::DoNotOptimize(backward ? dx.data() : y.data());
+  }
+  state.SetItemsProcessed(state.iterations() * int64_t(n));
+}
+BENCHMARK(BM_LayerNorm)
+    ->ArgsProduct({{2176}, {64}, {0, 1}})
+    ->Args({4096, 128, 0})
+    ->Args({4096, 128, 1})
+    ->UseRealTime();
+
 // Attention's q divided by bf16(sqrt(D)) and rounded to bfloat16: the ViT's 2,176 tokens
 // of 64, the char transformer's 4,096 of 128.
 void BM_DivideBf16(benchmark::State& state) {

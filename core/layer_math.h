@@ -174,6 +174,15 @@ LS_HOST_DEVICE inline void LayerNormAdd(float x, double* sum, double* sum_sq) {
   *sum += x;
   *sum_sq += double{x} * x;
 }
+// A row's output from its mean m and rstd rs.
+LS_HOST_DEVICE inline void LayerNormApplyRow(int cols, const float* x, const float* scale,
+                                             const float* bias, float m, float rs, float* y) {
+  for (int c = 0; c < cols; ++c) {
+    const float mul = scale != nullptr ? rs * scale[c] : rs;
+    const float v = (x[c] - m) * mul;
+    y[c] = bias != nullptr ? v + bias[c] : v;
+  }
+}
 LS_HOST_DEVICE inline void LayerNormFinishRow(int cols, float epsilon, double sum, double sum_sq,
                                               const float* x, const float* scale, const float* bias,
                                               float* y, float* mean, float* rstd) {
@@ -183,11 +192,7 @@ LS_HOST_DEVICE inline void LayerNormFinishRow(int cols, float epsilon, double su
   const float rs = 1.0f / sqrtf(var + epsilon);
   *mean = m;
   *rstd = rs;
-  for (int c = 0; c < cols; ++c) {
-    const float mul = scale != nullptr ? rs * scale[c] : rs;
-    const float v = (x[c] - m) * mul;
-    y[c] = bias != nullptr ? v + bias[c] : v;
-  }
+  LayerNormApplyRow(cols, x, scale, bias, m, rs, y);
 }
 
 // LayerNormDxRow in its parts likewise: element c of a row into its sums, then the row.

@@ -44,12 +44,6 @@ LS_MULTIVERSION void TwinBf16Loop(const float* y, Bf16* y16, size_t n) {
 }
 
 #if defined(__x86_64__)
-// Whether this CPU runs the AVX-512 functions below (checked once).
-bool HasAvx512() {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  return avx512;
-}
-
 #pragma GCC diagnostic push  // GCC 12 flags its own intrinsics' _mm512_undefined_*
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // LookUpRange in AVX-512 gathers of 16 (the compilers emulate gathers with scalar loads,

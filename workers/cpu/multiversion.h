@@ -18,6 +18,11 @@
 #define LS_MULTIVERSION
 #endif
 
+// Functions with AVX-512F intrinsics: called only where HasAvx512().
+#if defined(__x86_64__) && defined(__GNUC__)
+#define LS_AVX512 __attribute__((target("avx512f")))
+#endif
+
 // Functions with AVX-512 BF16 instructions (vdpbf16ps, vcvtneps2bf16) and the AVX-512
 // subsets used beside them: called only where the CPU has every one (HasAvx512Bf16).
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -25,6 +30,16 @@
 #endif
 
 namespace lockstep::cpu {
+
+// Whether this CPU runs LS_AVX512 functions (checked once).
+inline bool HasAvx512() {
+#if defined(LS_AVX512)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512;
+#else
+  return false;
+#endif
+}
 
 // Whether this CPU runs LS_AVX512_BF16 functions (checked once).
 inline bool HasAvx512Bf16() {
