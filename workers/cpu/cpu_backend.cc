@@ -15,6 +15,7 @@
 #include "workers/cpu/cpu_elementwise.h"
 #include "workers/cpu/cpu_gemm.h"
 #include "workers/cpu/cpu_im2col.h"
+#include "workers/cpu/cpu_layer_norm.h"
 #include "workers/cpu/cpu_layers.h"
 #include "workers/cpu/cpu_optimizer.h"
 #include "workers/cpu/cpu_sequence.h"

@@ -1,7 +1,8 @@
 // The CPU backend: convolutions through oneDNN's primitives (dnnl_conv.h), GEMMs through
 // oneDNN's or OpenBLAS's sgemm (by shape, threaded in cpu_gemm.cc), and OpenMP loops for the
-// elementwise kernels (activations, pools and layer norm in cpu_layers.cc). These loops are also
-// the CPU references the CUDA kernels are tested against.
+// elementwise kernels (activations and pools in cpu_layers.cc, layer norm in
+// cpu_layer_norm.cc). These loops are also the CPU references the CUDA kernels are tested
+// against.
 #ifndef LOCKSTEP_WORKERS_CPU_CPU_BACKEND_H_
 #define LOCKSTEP_WORKERS_CPU_CPU_BACKEND_H_
 

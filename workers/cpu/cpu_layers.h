@@ -1,6 +1,6 @@
 // The CPU backend's kernels for the layers beyond conv and dense: activations, average
-// and max pooling, layer norm (see Backend for each one's contract). Internal to the CPU
-// backend; every function runs on up to `threads` OpenMP threads and gives the same bits
+// and max pooling (see Backend for each one's contract; layer norm: cpu_layer_norm.h). Internal to
+// the CPU backend; every function runs on up to `threads` OpenMP threads and gives the same bits
 // whatever their number.
 #ifndef LOCKSTEP_WORKERS_CPU_CPU_LAYERS_H_
 #define LOCKSTEP_WORKERS_CPU_CPU_LAYERS_H_
@@ -20,12 +20,6 @@ void AvgPoolBackward(int threads, const ConvGeometry& g, bool count_include_pad,
 void MaxPool(int threads, const ConvGeometry& g, const float* x, float* y);
 void MaxPoolBackward(int threads, const ConvGeometry& g, const float* x, const float* dy,
                      float* dx);
-
-void LayerNorm(int threads, int rows, int cols, float epsilon, const float* x, const float* scale,
-               const float* bias, float* y, float* mean, float* rstd);
-void LayerNormBackward(int threads, int rows, int cols, const float* x, const float* scale,
-                       const float* mean, const float* rstd, const float* dy, float* dx,
-                       float* dscale, float* dbias);
 
 }  // namespace lockstep::cpu
 
