@@ -215,7 +215,8 @@ LS_MULTIVERSION void BackwardApplyRows(int begin, int end, int cols, const float
 #pragma GCC diagnostic push  // GCC 12 flags its own intrinsics' _mm512_undefined_*
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // BackwardApplyRows<Bf16> in AVX-512 BF16, 16 columns at a time (math::BatchNormDx's
-// operations in its order; GCC's own loop narrows to 16 bits through AVX2 packs).
+// operations in its order), rounded by vcvtneps2bf16 (1.2-1.6x GCC's x86-64-v4 clone of
+// that loop: cpu-passes.md).
 LS_AVX512_BF16 void BackwardApplyRowsBf16Avx512(int begin, int end, int cols, const float* mean,
                                                 const float* mul, const float* mean_dy,
                                                 const float* k, const float* x, const float* dy,
